@@ -1,0 +1,77 @@
+// Communicator: the collectives every parallel strategy is written against. One
+// interface, two backends: MPI on host buffers (kernels/comm/mpi_communicator.*) and NCCL
+// on device buffers (later). Semantics follow NCCL, including in-place conventions, so
+// that code written once runs on both.
+//
+// Counts are in elements of `dtype`; buffers are host pointers for MPI.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/tensor.h"
+
+namespace dtb {
+
+enum class ReduceOp { sum, max, min };
+
+/// An operation in flight. wait() blocks until it has completed on this rank.
+class CommHandle {
+ public:
+  virtual ~CommHandle() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Name of the group (e.g. "world", "dp", "self"), used in error messages.
+  virtual std::string name() const = 0;
+  /// Backend name, e.g. "mpi".
+  virtual std::string backend() const = 0;
+
+  /// recv[i] = op over ranks of send[i], i < count. In place when send == recv.
+  virtual void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  /// recv (size*send_count) = concatenation of every rank's send (send_count) in rank order.
+  /// In place when send == recv + rank*send_count (NCCL's convention).
+  virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype) = 0;
+  /// send holds size*recv_count; rank r receives op over ranks of block r into recv.
+  /// In place when recv == send + rank*recv_count (NCCL's convention).
+  virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                              ReduceOp op) = 0;
+  /// buf (count) on `root` is copied to every rank.
+  virtual void broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  /// Point-to-point; matched by (peer, tag).
+  virtual void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) = 0;
+  virtual void recv(void* buf, size_t count, DType dtype, int peer, int tag = 0) = 0;
+  /// Sends `send` to send_peer while receiving `recv` from recv_peer, without deadlock
+  /// (nccl-tests' sendrecv: a ring shift when send_peer = rank+1, recv_peer = rank-1).
+  virtual void sendrecv(const void* send, void* recv, size_t count, DType dtype, int send_peer,
+                        int recv_peer, int tag = 0) = 0;
+  virtual void barrier() = 0;
+
+  /// Non-blocking forms: same semantics, completion at handle->wait(). Buffers must stay
+  /// valid and untouched until then.
+  virtual std::unique_ptr<CommHandle> all_reduce_async(const void* send, void* recv, size_t count,
+                                                       DType dtype, ReduceOp op) = 0;
+  virtual std::unique_ptr<CommHandle> all_gather_async(const void* send, void* recv,
+                                                       size_t send_count, DType dtype) = 0;
+  virtual std::unique_ptr<CommHandle> reduce_scatter_async(const void* send, void* recv,
+                                                           size_t recv_count, DType dtype,
+                                                           ReduceOp op) = 0;
+  virtual std::unique_ptr<CommHandle> broadcast_async(void* buf, size_t count, DType dtype,
+                                                      int root) = 0;
+
+  /// A sub-group: ranks with the same color, ordered by key (MPI_Comm_split semantics).
+  /// Collective over this communicator.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+};
+
+/// The MPI world (MPI_COMM_WORLD duplicated) and a size-1 group of this rank alone
+/// (MPI_COMM_SELF duplicated), for the single-rank baseline. MPI must be initialised.
+std::unique_ptr<Communicator> make_mpi_world();
+std::unique_ptr<Communicator> make_mpi_self();
+
+}  // namespace dtb

@@ -1,0 +1,89 @@
+// CPU compute ops of a GPT-2 style transformer, forward and backward side by side, after
+// llm.c's train_gpt2.c. Templated on the compute type T (float, or double for the oracle
+// and the finite-difference tests); explicit instantiations for float and double live in
+// ops.cc. Raw row-major pointers, no allocation inside an op.
+//
+// Shape legend: B batch, T sequence length, C channels, NH heads (hs = C / NH),
+// V vocabulary, N = number of rows (usually B*T), OC output channels.
+// Backward functions ACCUMULATE (+=) into their d-outputs unless said otherwise, so
+// gradient accumulation over micro-batches is just calling backward again.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace dtb::cpu {
+
+/// out (B,T,C) = wte[tokens[b,t]] (V,C) + wpe[t] (T,C). Tokens must be in [0, V).
+template <typename T>
+void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C);
+/// dwte (V,C) += scatter of dout (B,T,C) by token; dwpe (T,C) += sum over b of dout.
+template <typename T>
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C);
+
+/// LayerNorm over the last dim (eps 1e-5, as torch.nn.LayerNorm):
+/// out (N,C) = (inp - mean) * rstd * weight (C) + bias (C); saves mean (N) and rstd (N).
+template <typename T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N, int C);
+/// dinp (N,C) +=, dweight (C) +=, dbias (C) +=, given dout (N,C) and the saved mean/rstd.
+template <typename T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C);
+
+/// out (N,OC) = inp (N,C) @ weight^T + bias, weight (OC,C) as torch.nn.Linear; bias may be null.
+/// BLAS gemm (OpenBLAS sgemm / dgemm).
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
+/// dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums of
+/// dout (skipped when dbias is null). dinp may be null (nothing computed for it).
+template <typename T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC);
+
+/// Causal multi-head self-attention core. qkv (B,T,3C) holds q, k, v concatenated on the
+/// last dim, head h using channels [h*hs, (h+1)*hs) of each. Scale 1/sqrt(hs).
+/// Writes out (B,T,C) (heads concatenated) and att (B,NH,T,T), the softmax probabilities
+/// (entries above the diagonal are 0), which backward needs.
+template <typename T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH);
+/// dqkv (B,T,3C) += gradient of out w.r.t. qkv given dout (B,T,C) and the saved att.
+/// `scratch` must hold B*NH*T*T elements (its contents are overwritten).
+template <typename T>
+void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int Tn,
+                        int C, int NH);
+
+/// GELU, tanh approximation (GPT-2; torch.nn.functional.gelu(approximate="tanh")):
+/// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n.
+template <typename T>
+void gelu_forward(T* out, const T* inp, size_t n);
+/// dinp += gelu'(inp) * dout, elementwise over n.
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
+
+/// out = a + b, elementwise over n (out may alias a or b).
+template <typename T>
+void residual_forward(T* out, const T* a, const T* b, size_t n);
+
+/// Softmax cross-entropy per row. logits (N,V); writes probs (N,V) = softmax(logits) and
+/// losses (N) = -log probs[n, targets[n]], computed stably (max subtracted, log-sum-exp).
+template <typename T>
+void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int N, int V);
+/// dlogits (N,V) = (probs - onehot(targets)) * dloss, where dloss is d(total loss)/d(loss_n),
+/// the same for every row (1 / global token count for a mean loss). WRITES, not accumulates.
+template <typename T>
+void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int V);
+
+/// Hyper-parameters of AdamW (Loshchilov & Hutter 2019), torch.optim.AdamW semantics:
+/// decoupled weight decay p -= lr * wd * p, then bias-corrected Adam.
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+/// One AdamW step at step number `t` (1-based) over n elements: updates param, m and v in
+/// place from grad. m and v start at zero.
+template <typename T>
+void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams& hp, int t);
+
+}  // namespace dtb::cpu

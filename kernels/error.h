@@ -1,0 +1,29 @@
+// The one error sink every layer uses, and the error type for bad user input.
+// Three kinds of failure, three paths (see shared STYLE): a broken invariant or a failed
+// library call aborts the job with one line (DTB_CHECK / fatal); bad user input throws
+// InputError, which the harness turns into one line and exit status 2; a failed check is
+// data in the report, not an error.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace dtb {
+
+/// Bad user input: a malformed config, an unknown option, a missing file, a layout that
+/// does not divide. The harness prints `dtbench: error: <what>` and exits with status 2.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Prints `dtbench: rank R host file:line: what` to stderr and ends the job: with
+/// MPI_Abort when MPI is initialised (so no other rank hangs), else std::abort.
+[[noreturn]] void fatal(const char* file, int line, const std::string& what);
+
+}  // namespace dtb
+
+/// Aborts the job with one line when `cond` is false. `msg` is any expression convertible
+/// to std::string; it is evaluated only on failure.
+#define DTB_CHECK(cond, msg)                                       \
+  do {                                                             \
+    if (!(cond)) ::dtb::fatal(__FILE__, __LINE__, std::string(msg)); \
+  } while (0)

@@ -1,0 +1,98 @@
+// The reference GPT-2 style model (token + position embedding, pre-LN blocks, tied LM
+// head), forward and backward on the CPU ops, templated on the compute type T (float;
+// double for the oracle). Not the trainer: data, micro-batches, DP and the optimizer step
+// are in reference/trainer.*.
+//
+// Shape legend: L layers, C channels, NH heads, T max sequence length, V vocabulary,
+// B batch (sequences in one forward). All parameters live in one buffer, in llm.c order
+// (see gpt_param_layout), which is what the PyTorch golden file and ZeRO sharding use.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace dtb {
+
+struct GptConfig {
+  int L = 2;    // layers
+  int C = 64;   // channels
+  int NH = 4;   // heads
+  int T = 64;   // max sequence length (position table rows)
+  int V = 256;  // vocabulary (byte-level)
+};
+
+/// One named parameter tensor inside the flat parameter buffer.
+struct ParamTensor {
+  std::string name;            // e.g. "qkvw"
+  std::vector<int64_t> shape;  // e.g. {L, 3C, C}
+  size_t offset = 0;           // in elements from the buffer's start
+  size_t numel = 0;
+};
+
+/// The 16 parameter tensors in order: wte (V,C), wpe (T,C), ln1w (L,C), ln1b (L,C),
+/// qkvw (L,3C,C), qkvb (L,3C), attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C),
+/// fcw (L,4C,C), fcb (L,4C), fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb (C).
+/// Linear weights are (out, in) as torch.nn.Linear. The LM head is wte (tied).
+std::vector<ParamTensor> gpt_param_layout(const GptConfig& cfg);
+size_t gpt_num_params(const GptConfig& cfg);
+
+/// Throws InputError when the config is not a valid model (C % NH != 0, sizes <= 0).
+void validate_gpt_config(const GptConfig& cfg);
+
+/// Sharding-invariant GPT-2 initialisation (Radford et al. 2019, as nanoGPT): linear and
+/// embedding weights N(0, 0.02), residual projections (attprojw, fcprojw) N(0, 0.02/sqrt(2L)),
+/// biases 0, layernorm weights 1. Element i of tensor `name` is a pure function of
+/// (seed, name, i) (reference/rng.h), so any shard computes exactly its slice.
+/// Writes all gpt_num_params(cfg) values into `params`.
+template <typename T>
+void gpt_init_params(T* params, const GptConfig& cfg, uint64_t seed);
+
+template <typename T>
+class Gpt {
+ public:
+  /// Allocates parameters and gradients (categories param, grad) on `device`; activations
+  /// are allocated at the first forward of a given (B, T) (category activation).
+  Gpt(const GptConfig& cfg, Device& device);
+
+  const GptConfig& config() const { return cfg_; }
+  const std::vector<ParamTensor>& layout() const { return layout_; }
+  size_t num_params() const { return num_params_; }
+  T* params() { return params_.data<T>(); }
+  T* grads() { return grads_.data<T>(); }
+  const T* params() const { return params_.data<T>(); }
+  const T* grads() const { return grads_.data<T>(); }
+
+  /// gpt_init_params(params(), config(), seed).
+  void init(uint64_t seed);
+  void zero_grad();
+
+  /// Forward over tokens (B,Tn) with next-token targets (B,Tn), Tn <= config().T, every id
+  /// in [0, V). Returns the SUM over the B*Tn tokens of the cross-entropy loss (in double),
+  /// so callers choose the normaliser (the global token count, DESIGN numerics contract).
+  double forward(const int32_t* tokens, const int32_t* targets, int B, int Tn);
+  /// Per-token losses (B*Tn) of the last forward.
+  const T* token_losses() const;
+  /// Backward of the last forward: grads += d(loss_scale * sum of token losses)/d(params).
+  void backward(T loss_scale);
+
+ private:
+  struct Acts;
+  void ensure_acts(int B, int Tn);
+  GptConfig cfg_;
+  Device& device_;
+  std::vector<ParamTensor> layout_;
+  size_t num_params_ = 0;
+  Tensor params_, grads_;
+  std::vector<Tensor> acts_;  // activation tensors, see Acts in gpt.cc
+  int B_ = 0, Tn_ = 0;        // shape of the allocated activations
+  int last_B_ = 0, last_T_ = 0;
+  const int32_t* last_tokens_ = nullptr;
+  std::vector<int32_t> tokens_copy_, targets_copy_;
+};
+
+extern template class Gpt<float>;
+extern template class Gpt<double>;
+
+}  // namespace dtb

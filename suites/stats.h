@@ -1,0 +1,43 @@
+// Summary statistics of repeated measurements (seconds or any unit): n, median, min,
+// max, mean, sample standard deviation. Enough for a comparison to tell noise from change.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dtb {
+
+struct Summary {
+  int n = 0;
+  double median = 0, min = 0, max = 0, mean = 0, stddev = 0;
+};
+
+/// Summarises `xs` (copied, so the caller's order is kept). Empty input gives n = 0 and zeros.
+/// The median of an even count is the mean of the two middle values.
+inline Summary summarize(std::vector<double> xs) {
+  Summary s;
+  s.n = int(xs.size());
+  if (xs.empty()) return s;
+  std::sort(xs.begin(), xs.end());
+  s.min = xs.front();
+  s.max = xs.back();
+  const size_t h = xs.size() / 2;
+  s.median = xs.size() % 2 ? xs[h] : 0.5 * (xs[h - 1] + xs[h]);
+  double sum = 0;
+  for (double x : xs) sum += x;
+  s.mean = sum / xs.size();
+  double ss = 0;
+  for (double x : xs) ss += (x - s.mean) * (x - s.mean);
+  s.stddev = xs.size() > 1 ? std::sqrt(ss / (xs.size() - 1)) : 0.0;
+  return s;
+}
+
+/// {"n", "median", "min", "max", "mean", "stddev"} each multiplied by `scale` (e.g. 1e6 for us).
+inline nlohmann::json to_json(const Summary& s, double scale = 1.0) {
+  return {{"n", s.n},           {"median", s.median * scale}, {"min", s.min * scale},
+          {"max", s.max * scale}, {"mean", s.mean * scale},   {"stddev", s.stddev * scale}};
+}
+
+}  // namespace dtb

@@ -1,0 +1,83 @@
+// The Suite interface and its registry. A suite is one file in suites/ that registers
+// itself by name (DTB_REGISTER_SUITE) and returns records (Google Benchmark's shape) and
+// checks. The harness owns config parsing, the report and the process world.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/comm/communicator.h"
+#include "kernels/device.h"
+
+namespace dtb {
+
+/// A conformance check: passed when value <= tolerance (both >= 0, in the unit the name
+/// says). `detail` says how the tolerance was derived.
+struct Check {
+  std::string name;  // e.g. "train/loss/step:12"
+  double value = 0;
+  double tolerance = 0;
+  bool passed = false;
+  std::string detail;
+  double fraction() const { return tolerance > 0 ? value / tolerance : (value == 0 ? 0.0 : INFINITY); }
+};
+/// Builds a Check with passed = (value <= tolerance) (NaN fails).
+Check make_check(std::string name, double value, double tolerance, std::string detail = {});
+
+/// What a suite returns. `benchmarks` are flat records (see benchmark_record); `data` is
+/// suite-specific structured output kept in the report's suites[] entry (e.g. loss curves).
+struct SuiteResult {
+  std::vector<nlohmann::json> benchmarks;
+  std::vector<Check> checks;
+  nlohmann::json data = nlohmann::json::object();
+};
+
+/// What a suite runs with. Every rank gets the same config (validated, defaults filled).
+struct SuiteContext {
+  Communicator& world;
+  Device& device;
+  const nlohmann::json& config;   // the whole run config
+  const nlohmann::json& section;  // config[suite name], every key present
+  /// Prints a line on rank 0 only (others ignore it).
+  void print(const std::string& line) const;
+};
+
+class Suite {
+ public:
+  virtual ~Suite() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  /// The suite's config section: every key it accepts with its default. Keys not listed
+  /// are rejected by the harness, and a value must have its default's JSON type.
+  virtual nlohmann::json defaults() const = 0;
+  /// Cross-key and range checks of a section (defaults filled); throws InputError naming
+  /// the key. `world_size` is the number of ranks the run has.
+  virtual void validate(const nlohmann::json& section, const nlohmann::json& config,
+                        int world_size) const {}
+  /// Runs on every rank (collective over ctx.world). Errors: throws std::runtime_error for
+  /// a failure the harness records as the suite's error.
+  virtual SuiteResult run(SuiteContext& ctx) = 0;
+};
+
+using SuiteFactory = std::function<std::unique_ptr<Suite>()>;
+/// Name -> factory of every registered suite, sorted by name.
+const std::map<std::string, SuiteFactory>& suite_registry();
+/// Registers a factory; aborts on a duplicate name. Used through DTB_REGISTER_SUITE.
+bool register_suite(const std::string& name, SuiteFactory factory);
+
+#define DTB_REGISTER_SUITE(NAME, CLASS) \
+  static const bool dtb_registered_##CLASS = ::dtb::register_suite(NAME, [] { return std::make_unique<CLASS>(); })
+
+/// A benchmark record in Google Benchmark's JSON shape: name (the join key,
+/// `suite/case/key:value/...`), run_name, run_type "iteration", repetitions,
+/// repetition_index 0, threads 1, iterations, real_time and cpu_time (seconds given,
+/// written in `time_unit`: "ns", "us", "ms" or "s"), time_unit. Suites add their own keys,
+/// units in the key names (busbw_GBps, peak_bytes).
+nlohmann::json benchmark_record(const std::string& name, int64_t iterations, int repetitions,
+                                double real_time_s, double cpu_time_s, const std::string& time_unit);
+
+}  // namespace dtb
