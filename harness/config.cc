@@ -1,1 +1,182 @@
-// placeholder: written next
+#include "harness/config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kernels/error.h"
+#include "suites/suite.h"
+
+namespace dtb {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string config_dir() { return std::string(DTB_SOURCE_DIR) + "/harness/configs"; }
+
+std::vector<std::string> config_names() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(config_dir(), ec))
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string read_config_text(const std::string& name_or_path) {
+  const bool is_path = fs::exists(name_or_path) || name_or_path.find('/') != std::string::npos ||
+                       name_or_path.ends_with(".json");
+  std::string path = is_path ? name_or_path : config_dir() + "/" + name_or_path + ".json";
+  if (!is_path && !fs::exists(path)) {
+    const std::string near = nearest_name(name_or_path, config_names());
+    throw InputError("unknown config '" + name_or_path + "'" +
+                     (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+                     "; named configs are listed by 'dtbench list'");
+  }
+  if (fs::is_directory(path)) throw InputError("config " + path + " is a directory, not a file");
+  std::ifstream in(path);
+  if (!in) throw InputError("config file not found or unreadable: " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best_d <= std::max<size_t>(2, word.size() / 3) ? best : "";
+}
+
+namespace {
+
+json top_defaults() {
+  json d = {{"name", "custom"},
+            {"description", ""},
+            {"suites", {"collectives", "train"}},
+            {"seed", 1234},
+            {"data", "/usr/share/games/fortunes/cookie"},
+            {"output_dir", "results"},
+            {"model", {{"L", 2}, {"C", 64}, {"NH", 4}, {"T", 64}, {"V", 256}}}};
+  for (const auto& [name, factory] : suite_registry()) d[name] = factory()->defaults();
+  return d;
+}
+
+std::string type_name(const json& v) {
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "true or false";
+  if (v.is_array()) return "a list";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+// True when `v` may stand where the default `d` stands: same JSON type, an integer where
+// a number is expected, and every list element of the default's element type.
+bool type_fits(const json& v, const json& d) {
+  if (d.is_number_float()) return v.is_number();
+  if (d.is_number_integer() || d.is_number_unsigned())
+    return v.is_number_integer() || v.is_number_unsigned();
+  if (d.is_array()) {
+    if (!v.is_array()) return false;
+    if (d.empty()) return true;
+    return std::all_of(v.begin(), v.end(), [&](const json& e) { return type_fits(e, d.front()); });
+  }
+  return v.type() == d.type();
+}
+
+// Merges `user` over `defaults`, rejecting unknown keys and wrong types. `where` is the
+// dotted path for messages ("" at the top).
+json merge(const json& defaults, const json& user, const std::string& where) {
+  if (!user.is_object())
+    throw InputError("config" + (where.empty() ? "" : " key '" + where + "'") + " must be an object");
+  json out = defaults;
+  std::vector<std::string> names;
+  for (const auto& [k, v] : defaults.items()) names.push_back(k);
+  for (const auto& [k, v] : user.items()) {
+    const std::string path = where.empty() ? k : where + "." + k;
+    if (!defaults.contains(k)) {
+      const std::string near = nearest_name(k, names);
+      throw InputError("unknown config key '" + path + "'" +
+                       (near.empty() ? "" : " (did you mean '" + near + "'?)"));
+    }
+    const json& d = defaults[k];
+    if (d.is_object()) {
+      out[k] = merge(d, v, path);
+    } else if (!type_fits(v, d)) {
+      throw InputError("config key '" + path + "' must be " + type_name(d) + ", got " + v.dump());
+    } else {
+      out[k] = v;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> split_names(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+json parse_config(const std::string& text, const std::string& origin,
+                  const std::string& suites_override, const std::string& data_override,
+                  int world_size) {
+  json user;
+  try {
+    user = json::parse(text);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    throw InputError("malformed JSON in config " + origin + ": " + what.substr(what.find(':') + 2));
+  }
+  json cfg = merge(top_defaults(), user, "");
+  if (!suites_override.empty()) cfg["suites"] = split_names(suites_override);
+  if (!data_override.empty()) cfg["data"] = data_override;
+
+  std::vector<std::string> known;
+  for (const auto& [name, f] : suite_registry()) known.push_back(name);
+  if (cfg["suites"].empty()) throw InputError("no suites selected");
+  std::vector<std::string> seen;
+  for (const auto& s : cfg["suites"]) {
+    const std::string name = s.get<std::string>();
+    if (!suite_registry().contains(name)) {
+      const std::string near = nearest_name(name, known);
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw InputError("unknown suite '" + name + "'" +
+                       (near.empty() ? "" : " (did you mean '" + near + "'?)") + "; suites: " + list);
+    }
+    if (std::find(seen.begin(), seen.end(), name) != seen.end())
+      throw InputError("suite '" + name + "' selected twice");
+    seen.push_back(name);
+  }
+  if (cfg["seed"].get<int64_t>() < 0) throw InputError("config key 'seed' must be >= 0");
+  if (cfg["data"].get<std::string>().empty()) throw InputError("config key 'data' is empty");
+  if (cfg["output_dir"].get<std::string>().empty())
+    throw InputError("config key 'output_dir' is empty");
+  for (const auto& name : seen)
+    suite_registry().at(name)()->validate(cfg[name], cfg, world_size);
+  return cfg;
+}
+
+}  // namespace dtb

@@ -1,1 +1,267 @@
-// placeholder: written next
+// The reference GPT: forward and backward over the CPU ops, llm.c's structure with the
+// activations of every layer kept for backward (no recompute here).
+#include "reference/gpt.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/ops.h"
+#include "reference/rng.h"
+
+namespace dtb {
+
+std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
+  const int64_t L = c.L, C = c.C, V = c.V, T = c.T;
+  std::vector<ParamTensor> out = {
+      {"wte", {V, C}},          {"wpe", {T, C}},          {"ln1w", {L, C}},
+      {"ln1b", {L, C}},         {"qkvw", {L, 3 * C, C}},  {"qkvb", {L, 3 * C}},
+      {"attprojw", {L, C, C}},  {"attprojb", {L, C}},     {"ln2w", {L, C}},
+      {"ln2b", {L, C}},         {"fcw", {L, 4 * C, C}},   {"fcb", {L, 4 * C}},
+      {"fcprojw", {L, C, 4 * C}}, {"fcprojb", {L, C}},    {"lnfw", {C}},
+      {"lnfb", {C}}};
+  size_t offset = 0;
+  for (auto& p : out) {
+    p.numel = 1;
+    for (int64_t d : p.shape) p.numel *= size_t(d);
+    p.offset = offset;
+    offset += p.numel;
+  }
+  return out;
+}
+
+size_t gpt_num_params(const GptConfig& cfg) {
+  const auto layout = gpt_param_layout(cfg);
+  return layout.back().offset + layout.back().numel;
+}
+
+void validate_gpt_config(const GptConfig& c) {
+  if (c.L <= 0 || c.C <= 0 || c.NH <= 0 || c.T <= 0 || c.V <= 0)
+    throw InputError("model: L, C, NH, T and V must be positive");
+  if (c.C % c.NH != 0)
+    throw InputError("model: C = " + std::to_string(c.C) + " is not divisible by NH = " +
+                     std::to_string(c.NH));
+}
+
+template <typename T>
+void gpt_init_params(T* params, const GptConfig& cfg, uint64_t seed) {
+  const double std_w = 0.02;
+  const double std_proj = 0.02 / std::sqrt(2.0 * cfg.L);  // GPT-2's residual scaling
+  for (const auto& p : gpt_param_layout(cfg)) {
+    T* dst = params + p.offset;
+    const std::string& n = p.name;
+    if (n == "ln1w" || n == "ln2w" || n == "lnfw") {
+      for (size_t i = 0; i < p.numel; ++i) dst[i] = T(1);
+    } else if (n.back() == 'b' && n != "wpe") {
+      for (size_t i = 0; i < p.numel; ++i) dst[i] = T(0);
+    } else {
+      const double s = (n == "attprojw" || n == "fcprojw") ? std_proj : std_w;
+      const uint64_t stream = stream_id(n);
+      // Rounded through float so the float32 model and the float64 oracle start from
+      // identical weights.
+      for (size_t i = 0; i < p.numel; ++i) dst[i] = T(float(s * random_normal(seed, stream, i)));
+    }
+  }
+}
+template void gpt_init_params<float>(float*, const GptConfig&, uint64_t);
+template void gpt_init_params<double>(double*, const GptConfig&, uint64_t);
+
+// Activation tensors, indices into acts_. Per-layer ones hold L slices.
+enum Act {
+  kEncoded,   // (B,T,C)
+  kLn1,       // (L,B,T,C)
+  kLn1Mean,   // (L,B,T)
+  kLn1Rstd,   // (L,B,T)
+  kQkv,       // (L,B,T,3C)
+  kAtty,      // (L,B,T,C)
+  kAtt,       // (L,B,NH,T,T)
+  kAttproj,   // (L,B,T,C)
+  kRes2,      // (L,B,T,C)
+  kLn2,       // (L,B,T,C)
+  kLn2Mean,   // (L,B,T)
+  kLn2Rstd,   // (L,B,T)
+  kFch,       // (L,B,T,4C)
+  kFchGelu,   // (L,B,T,4C)
+  kFcproj,    // (L,B,T,C)
+  kRes3,      // (L,B,T,C)
+  kLnf,       // (B,T,C)
+  kLnfMean,   // (B,T)
+  kLnfRstd,   // (B,T)
+  kLogits,    // (B,T,V)
+  kProbs,     // (B,T,V)
+  kLosses,    // (B,T)
+  // gradient buffers for backward (workspace)
+  kDRes,      // (B,T,C) gradient of the residual stream
+  kDLn,       // (B,T,C)
+  kDBig,      // (B,T,4C): d of fch_gelu, also d of qkv (3C) and d of atty (C)
+  kDBig2,     // (B,T,4C): d of fch
+  kDAttScratch,  // (B,NH,T,T)
+  kDLogits,   // (B,T,V)
+  kNumActs
+};
+
+template <typename T>
+Gpt<T>::Gpt(const GptConfig& cfg, Device& device) : cfg_(cfg), device_(device) {
+  validate_gpt_config(cfg);
+  layout_ = gpt_param_layout(cfg);
+  num_params_ = gpt_num_params(cfg);
+  params_ = Tensor::zeros(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::param);
+  grads_ = Tensor::zeros(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::grad);
+}
+
+template <typename T>
+void Gpt<T>::init(uint64_t seed) {
+  gpt_init_params(params(), cfg_, seed);
+}
+
+template <typename T>
+void Gpt<T>::zero_grad() {
+  grads_.fill_zero();
+}
+
+template <typename T>
+void Gpt<T>::ensure_acts(int B, int Tn) {
+  if (B == B_ && Tn == Tn_) return;
+  const int64_t L = cfg_.L, C = cfg_.C, NH = cfg_.NH, V = cfg_.V, b = B, t = Tn;
+  const std::vector<std::vector<int64_t>> shapes = {
+      {b, t, C},     {L, b, t, C},  {L, b, t},        {L, b, t},     {L, b, t, 3 * C},
+      {L, b, t, C},  {L, b, NH, t, t}, {L, b, t, C},  {L, b, t, C},  {L, b, t, C},
+      {L, b, t},     {L, b, t},     {L, b, t, 4 * C}, {L, b, t, 4 * C}, {L, b, t, C},
+      {L, b, t, C},  {b, t, C},     {b, t},           {b, t},        {b, t, V},
+      {b, t, V},     {b, t},
+      {b, t, C},     {b, t, C},     {b, t, 4 * C},    {b, t, 4 * C}, {b, NH, t, t},
+      {b, t, V}};
+  acts_.clear();  // free the old ones first, so the peak is not both sets
+  for (int i = 0; i < kNumActs; ++i) {
+    const auto cat = i >= kDRes ? MemCategory::workspace : MemCategory::activation;
+    acts_.push_back(Tensor::empty(device_, shapes[i], dtype_of<T>(), cat));
+  }
+  B_ = B;
+  Tn_ = Tn;
+}
+
+template <typename T>
+double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int Tn) {
+  const int C = cfg_.C, NH = cfg_.NH, V = cfg_.V;
+  DTB_CHECK(B > 0 && Tn > 0 && Tn <= cfg_.T, "forward: sequence length out of range");
+  ensure_acts(B, Tn);
+  const size_t BT = size_t(B) * Tn;
+  tokens_copy_.assign(tokens, tokens + BT);
+  targets_copy_.assign(targets, targets + BT);
+  for (size_t i = 0; i < BT; ++i)
+    DTB_CHECK(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
+              "forward: token id out of [0, V)");
+  last_B_ = B;
+  last_T_ = Tn;
+  auto A = [&](int i) { return acts_[i].template data<T>(); };
+  auto P = [&](int i) { return params() + layout_[i].offset; };
+  // Parameter indices in layout order.
+  enum { wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw,
+         fcprojb, lnfw, lnfb };
+
+  cpu::encoder_forward(A(kEncoded), tokens, P(wte), P(wpe), B, Tn, C);
+  for (int l = 0; l < cfg_.L; ++l) {
+    const T* x = l == 0 ? A(kEncoded) : A(kRes3) + size_t(l - 1) * BT * C;
+    const size_t oC = size_t(l) * BT * C, oN = size_t(l) * BT;
+    T* ln1 = A(kLn1) + oC;
+    T* qkv = A(kQkv) + 3 * oC;
+    T* atty = A(kAtty) + oC;
+    T* att = A(kAtt) + size_t(l) * B * NH * Tn * Tn;
+    T* attproj = A(kAttproj) + oC;
+    T* res2 = A(kRes2) + oC;
+    T* ln2 = A(kLn2) + oC;
+    T* fch = A(kFch) + 4 * oC;
+    T* fchg = A(kFchGelu) + 4 * oC;
+    T* fcproj = A(kFcproj) + oC;
+    T* res3 = A(kRes3) + oC;
+    cpu::layernorm_forward(ln1, A(kLn1Mean) + oN, A(kLn1Rstd) + oN, x, P(ln1w) + l * C,
+                           P(ln1b) + l * C, int(BT), C);
+    cpu::matmul_forward(qkv, ln1, P(qkvw) + size_t(l) * 3 * C * C, P(qkvb) + l * 3 * C, int(BT), C,
+                        3 * C);
+    cpu::attention_forward(atty, att, qkv, B, Tn, C, NH);
+    cpu::matmul_forward(attproj, atty, P(attprojw) + size_t(l) * C * C, P(attprojb) + l * C,
+                        int(BT), C, C);
+    cpu::residual_forward(res2, x, attproj, BT * C);
+    cpu::layernorm_forward(ln2, A(kLn2Mean) + oN, A(kLn2Rstd) + oN, res2, P(ln2w) + l * C,
+                           P(ln2b) + l * C, int(BT), C);
+    cpu::matmul_forward(fch, ln2, P(fcw) + size_t(l) * 4 * C * C, P(fcb) + l * 4 * C, int(BT), C,
+                        4 * C);
+    cpu::gelu_forward(fchg, fch, BT * 4 * C);
+    cpu::matmul_forward(fcproj, fchg, P(fcprojw) + size_t(l) * 4 * C * C, P(fcprojb) + l * C,
+                        int(BT), 4 * C, C);
+    cpu::residual_forward(res3, res2, fcproj, BT * C);
+  }
+  const T* xL = A(kRes3) + size_t(cfg_.L - 1) * BT * C;
+  cpu::layernorm_forward(A(kLnf), A(kLnfMean), A(kLnfRstd), xL, P(lnfw), P(lnfb), int(BT), C);
+  cpu::matmul_forward(A(kLogits), A(kLnf), P(wte), static_cast<const T*>(nullptr), int(BT), C, V);
+  cpu::crossentropy_forward(A(kLosses), A(kProbs), A(kLogits), targets, int(BT), V);
+  double sum = 0;
+  for (size_t i = 0; i < BT; ++i) sum += double(A(kLosses)[i]);
+  return sum;
+}
+
+template <typename T>
+const T* Gpt<T>::token_losses() const {
+  return acts_.at(kLosses).template data<T>();
+}
+
+template <typename T>
+void Gpt<T>::backward(T loss_scale) {
+  DTB_CHECK(last_B_ > 0, "backward without forward");
+  const int B = last_B_, Tn = last_T_, C = cfg_.C, NH = cfg_.NH, V = cfg_.V;
+  const size_t BT = size_t(B) * Tn;
+  auto A = [&](int i) { return acts_[i].template data<T>(); };
+  auto P = [&](int i) { return params() + layout_[i].offset; };
+  auto G = [&](int i) { return grads() + layout_[i].offset; };
+  auto zero = [&](int i, size_t n) { std::memset(A(i), 0, n * sizeof(T)); };
+  enum { wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw,
+         fcprojb, lnfw, lnfb };
+
+  // LM head and final layernorm.
+  cpu::crossentropy_backward(A(kDLogits), A(kProbs), targets_copy_.data(), loss_scale, int(BT), V);
+  zero(kDLn, BT * C);
+  cpu::matmul_backward(A(kDLn), G(wte), static_cast<T*>(nullptr), A(kDLogits), A(kLnf), P(wte),
+                       int(BT), C, V);
+  zero(kDRes, BT * C);
+  const T* xL = A(kRes3) + size_t(cfg_.L - 1) * BT * C;
+  cpu::layernorm_backward(A(kDRes), G(lnfw), G(lnfb), A(kDLn), xL, P(lnfw), A(kLnfMean),
+                          A(kLnfRstd), int(BT), C);
+
+  T* dres = A(kDRes);  // running gradient of the residual stream, updated in place
+  for (int l = cfg_.L - 1; l >= 0; --l) {
+    const T* x = l == 0 ? A(kEncoded) : A(kRes3) + size_t(l - 1) * BT * C;
+    const size_t oC = size_t(l) * BT * C, oN = size_t(l) * BT;
+    // MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))).
+    T* dfchg = A(kDBig);
+    T* dfch = A(kDBig2);
+    zero(kDBig, BT * 4 * C);
+    cpu::matmul_backward(dfchg, G(fcprojw) + size_t(l) * 4 * C * C, G(fcprojb) + l * C, dres,
+                         A(kFchGelu) + 4 * oC, P(fcprojw) + size_t(l) * 4 * C * C, int(BT), 4 * C, C);
+    zero(kDBig2, BT * 4 * C);
+    cpu::gelu_backward(dfch, A(kFch) + 4 * oC, dfchg, BT * 4 * C);
+    zero(kDLn, BT * C);
+    cpu::matmul_backward(A(kDLn), G(fcw) + size_t(l) * 4 * C * C, G(fcb) + l * 4 * C, dfch,
+                         A(kLn2) + oC, P(fcw) + size_t(l) * 4 * C * C, int(BT), C, 4 * C);
+    cpu::layernorm_backward(dres, G(ln2w) + l * C, G(ln2b) + l * C, A(kDLn), A(kRes2) + oC,
+                            P(ln2w) + l * C, A(kLn2Mean) + oN, A(kLn2Rstd) + oN, int(BT), C);
+    // Attention branch: res2 = x + attproj(attention(qkv(ln1(x)))).
+    T* datty = A(kDBig2);
+    zero(kDBig2, BT * C);
+    cpu::matmul_backward(datty, G(attprojw) + size_t(l) * C * C, G(attprojb) + l * C, dres,
+                         A(kAtty) + oC, P(attprojw) + size_t(l) * C * C, int(BT), C, C);
+    T* dqkv = A(kDBig);
+    zero(kDBig, BT * 3 * C);
+    cpu::attention_backward(dqkv, A(kDAttScratch), datty, A(kQkv) + 3 * oC,
+                            A(kAtt) + size_t(l) * B * NH * Tn * Tn, B, Tn, C, NH);
+    zero(kDLn, BT * C);
+    cpu::matmul_backward(A(kDLn), G(qkvw) + size_t(l) * 3 * C * C, G(qkvb) + l * 3 * C, dqkv,
+                         A(kLn1) + oC, P(qkvw) + size_t(l) * 3 * C * C, int(BT), C, 3 * C);
+    cpu::layernorm_backward(dres, G(ln1w) + l * C, G(ln1b) + l * C, A(kDLn), x, P(ln1w) + l * C,
+                            A(kLn1Mean) + oN, A(kLn1Rstd) + oN, int(BT), C);
+  }
+  cpu::encoder_backward(G(wte), G(wpe), dres, tokens_copy_.data(), B, Tn, C);
+}
+
+template class Gpt<float>;
+template class Gpt<double>;
+
+}  // namespace dtb

@@ -57,6 +57,7 @@ class Gpt {
   Gpt(const GptConfig& cfg, Device& device);
 
   const GptConfig& config() const { return cfg_; }
+  Device& device() const { return device_; }
   const std::vector<ParamTensor>& layout() const { return layout_; }
   size_t num_params() const { return num_params_; }
   T* params() { return params_.data<T>(); }
@@ -78,17 +79,15 @@ class Gpt {
   void backward(T loss_scale);
 
  private:
-  struct Acts;
   void ensure_acts(int B, int Tn);
   GptConfig cfg_;
   Device& device_;
   std::vector<ParamTensor> layout_;
   size_t num_params_ = 0;
   Tensor params_, grads_;
-  std::vector<Tensor> acts_;  // activation tensors, see Acts in gpt.cc
+  std::vector<Tensor> acts_;  // activations and backward buffers, enum Act in gpt.cc
   int B_ = 0, Tn_ = 0;        // shape of the allocated activations
   int last_B_ = 0, last_T_ = 0;
-  const int32_t* last_tokens_ = nullptr;
   std::vector<int32_t> tokens_copy_, targets_copy_;
 };
 

@@ -1,1 +1,90 @@
-// placeholder: written next
+#include "reference/trainer.h"
+
+#include "kernels/timer.h"
+
+namespace dtb {
+
+void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int dp) {
+  if (cfg.steps <= 0) throw InputError("train.steps must be positive");
+  if (cfg.global_batch <= 0 || cfg.micro_batches <= 0)
+    throw InputError("train.global_batch and train.micro_batches must be positive");
+  if (cfg.global_batch % (dp * cfg.micro_batches) != 0)
+    throw InputError("train.global_batch = " + std::to_string(cfg.global_batch) +
+                     " is not divisible by data_parallel (" + std::to_string(dp) +
+                     ") x micro_batches (" + std::to_string(cfg.micro_batches) + ")");
+  if (cfg.seq_len <= 0 || cfg.seq_len > model.T)
+    throw InputError("train.seq_len = " + std::to_string(cfg.seq_len) +
+                     " must be in [1, model.T = " + std::to_string(model.T) + "]");
+}
+
+template <typename T>
+double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,
+                         Communicator& dp, StepTiming* timing) {
+  Stopwatch sw;
+  const int per_rank = cfg.global_batch / dp.size();
+  const int mb = per_rank / cfg.micro_batches;  // sequences per micro-batch
+  const int Tn = cfg.seq_len;
+  const double global_tokens = double(cfg.global_batch) * Tn;
+  std::vector<int32_t> tokens(size_t(mb) * Tn), targets(size_t(mb) * Tn);
+  model.zero_grad();
+  double loss_sum = 0;
+  for (int m = 0; m < cfg.micro_batches; ++m) {
+    const int first = dp.rank() * per_rank + m * mb;
+    fill_batch(data, cfg.seed, step, cfg.global_batch, first, mb, Tn, tokens.data(), targets.data());
+    loss_sum += model.forward(tokens.data(), targets.data(), mb, Tn);
+    model.backward(T(1.0 / global_tokens));  // the one division of the numerics contract
+  }
+  const double compute = sw.elapsed();
+  sw.restart();
+  if (dp.size() > 1) {
+    dp.all_reduce(model.grads(), model.grads(), model.num_params(), dtype_of<T>(), ReduceOp::sum);
+    dp.all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
+  }
+  if (timing) {
+    timing->compute_s += compute;
+    timing->comm_s += sw.elapsed();
+  }
+  return loss_sum / global_tokens;
+}
+
+template <typename T>
+AdamW<T>::AdamW(size_t n, Device& device, const cpu::AdamWParams& hp)
+    : m_(Tensor::zeros(device, {int64_t(n)}, dtype_of<T>(), MemCategory::optimizer_state)),
+      v_(Tensor::zeros(device, {int64_t(n)}, dtype_of<T>(), MemCategory::optimizer_state)),
+      hp_(hp),
+      n_(n) {}
+
+template <typename T>
+void AdamW<T>::step(T* params, const T* grads) {
+  ++t_;
+  cpu::adamw_update(params, grads, m_.template data<T>(), v_.template data<T>(), n_, hp_, t_);
+}
+
+template <typename T>
+TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp) {
+  validate_train_config(cfg, model.config(), dp.size());
+  AdamW<T> opt(model.num_params(), model.device(), cfg.adamw);
+  TrainRun run;
+  for (int s = 0; s < cfg.steps; ++s) {
+    StepTiming tm;
+    Stopwatch step_sw;
+    run.losses.push_back(compute_gradients(model, data, cfg, s, dp, &tm));
+    Stopwatch opt_sw;
+    opt.step(model.params(), model.grads());
+    tm.compute_s += opt_sw.elapsed();
+    tm.step_s = step_sw.elapsed();
+    run.timings.push_back(tm);
+  }
+  return run;
+}
+
+template double compute_gradients<float>(Gpt<float>&, const Dataset&, const TrainConfig&, int64_t,
+                                         Communicator&, StepTiming*);
+template double compute_gradients<double>(Gpt<double>&, const Dataset&, const TrainConfig&, int64_t,
+                                          Communicator&, StepTiming*);
+template class AdamW<float>;
+template class AdamW<double>;
+template TrainRun train<float>(Gpt<float>&, const Dataset&, const TrainConfig&, Communicator&);
+template TrainRun train<double>(Gpt<double>&, const Dataset&, const TrainConfig&, Communicator&);
+
+}  // namespace dtb

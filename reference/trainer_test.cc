@@ -1,1 +1,132 @@
-// placeholder: written next
+// Data parallelism and gradient accumulation divide once, by the global token count
+// (DESIGN.md numerics contract). Runs in the multi-rank binary (2 and 4 ranks).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "reference/trainer.h"
+
+namespace dtb {
+namespace {
+
+Dataset test_data() {
+  // Real English text, byte-level; the same on every rank.
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text += "It was the best of times, it was the worst of times, it was the age of wisdom, "
+            "it was the age of foolishness. ";
+  Dataset d;
+  d.path = "inline";
+  d.bytes.assign(text.begin(), text.end());
+  return d;
+}
+
+double norm(const float* g, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += double(g[i]) * g[i];
+  return std::sqrt(s);
+}
+
+double rel_diff(const float* a, const float* b, size_t n) {
+  double s = 0, r = 0;
+  for (size_t i = 0; i < n; ++i) s += std::pow(double(a[i]) - b[i], 2), r += double(b[i]) * b[i];
+  return std::sqrt(s / r);
+}
+
+const GptConfig kModel{2, 32, 4, 16, 256};
+
+// Gradient of step 0 for a config on a communicator, in float32.
+std::vector<float> grads_of(const TrainConfig& cfg, Communicator& comm, double* loss = nullptr) {
+  CpuDevice dev;
+  Gpt<float> m(kModel, dev);
+  m.init(cfg.seed);
+  const Dataset data = test_data();
+  const double l = compute_gradients(m, data, cfg, 0, comm);
+  if (loss) *loss = l;
+  return {m.grads(), m.grads() + m.num_params()};
+}
+
+// Tolerance 1e-6 for both traps: the runs compute the same float32 sums grouped
+// differently (per micro-batch or per rank, then added), so each gradient element
+// differs by a few roundings, u = 6e-8 each, relative to its magnitude; the norm ratio and
+// the relative norm difference average these to ~1e-7. A double division gives a ratio of
+// 0.25, a missing one 4.0.
+constexpr double kTol = 1e-6;
+
+TEST(GradientAccumulation, FourMicroBatchesOfTwoEqualOneBatchOfEight) {
+  auto self = make_mpi_self();
+  TrainConfig one;
+  one.global_batch = 8;
+  one.micro_batches = 1;
+  one.seq_len = 16;
+  TrainConfig four = one;
+  four.micro_batches = 4;
+  double l1 = 0, l4 = 0;
+  const auto g1 = grads_of(one, *self, &l1);
+  const auto g4 = grads_of(four, *self, &l4);
+  const double ratio = norm(g4.data(), g4.size()) / norm(g1.data(), g1.size());
+  std::printf("grad accumulation 4x2 vs 1x8: norm ratio %.9f, rel diff %.2e (tol %.0e)\n", ratio,
+              rel_diff(g4.data(), g1.data(), g1.size()), kTol);
+  EXPECT_NEAR(ratio, 1.0, kTol);
+  EXPECT_LE(rel_diff(g4.data(), g1.data(), g1.size()), kTol);
+  EXPECT_NEAR(l4, l1, kTol * l1);
+}
+
+TEST(DataParallel, GradientEqualsSingleRankWithWholeBatch) {
+  auto world = make_mpi_world();
+  auto self = make_mpi_self();
+  TrainConfig cfg;
+  cfg.global_batch = 8;  // at 4 ranks: 2 sequences per rank, the trap of the issue
+  cfg.micro_batches = 1;
+  cfg.seq_len = 16;
+  ASSERT_EQ(8 % world->size(), 0);
+  double ldp = 0, l1 = 0;
+  const auto gdp = grads_of(cfg, *world, &ldp);
+  const auto g1 = grads_of(cfg, *self, &l1);
+  const double ratio = norm(gdp.data(), gdp.size()) / norm(g1.data(), g1.size());
+  const double diff = rel_diff(gdp.data(), g1.data(), g1.size());
+  if (world->rank() == 0)
+    std::printf("dp=%d x %d seqs vs 1 rank x 8: norm ratio %.9f, rel diff %.2e (tol %.0e)\n",
+                world->size(), 8 / world->size(), ratio, diff, kTol);
+  EXPECT_NEAR(ratio, 1.0, kTol);
+  EXPECT_LE(diff, kTol);
+  EXPECT_NEAR(ldp, l1, kTol * l1);
+}
+
+TEST(DataParallel, TrainingMatchesSingleRankAndReplicasAgree) {
+  auto world = make_mpi_world();
+  auto self = make_mpi_self();
+  TrainConfig cfg;
+  cfg.global_batch = 8;
+  cfg.micro_batches = 2;  // 8 / dp sequences per rank split in two
+  cfg.seq_len = 16;
+  cfg.steps = 5;
+  cfg.adamw.lr = 1e-3f;
+  const Dataset data = test_data();
+  CpuDevice dev;
+  Gpt<float> dp(kModel, dev), one(kModel, dev);
+  dp.init(cfg.seed);
+  one.init(cfg.seed);
+  const TrainRun rdp = train(dp, data, cfg, *world);
+  TrainConfig single = cfg;
+  single.micro_batches = 1;
+  const TrainRun r1 = train(one, data, single, *self);
+  // Five steps of float32 Adam from identical weights: the runs differ by rounding only.
+  // Adam's update is about lr in size whatever the gradient's, so a rounding-level
+  // gradient difference moves a weight by at most ~lr * (relative gradient difference)
+  // per step; the loss then differs by far less than 1e-4 relative.
+  for (int s = 0; s < cfg.steps; ++s) EXPECT_NEAR(rdp.losses[s], r1.losses[s], 1e-4 * r1.losses[s]) << s;
+  EXPECT_LT(rdp.losses.back(), rdp.losses.front());  // it learns
+  // Every DP replica holds the same parameters, bit for bit.
+  std::vector<float> root(dp.params(), dp.params() + dp.num_params());
+  world->broadcast(root.data(), root.size(), DType::f32, 0);
+  int same = std::equal(root.begin(), root.end(), dp.params());
+  world->all_reduce(&same, &same, 1, DType::i32, ReduceOp::min);
+  EXPECT_EQ(same, 1);
+}
+
+}  // namespace
+}  // namespace dtb

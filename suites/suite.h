@@ -12,6 +12,7 @@
 
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
+#include "reference/data.h"
 
 namespace dtb {
 
@@ -42,6 +43,7 @@ struct SuiteContext {
   Device& device;
   const nlohmann::json& config;   // the whole run config
   const nlohmann::json& section;  // config[suite name], every key present
+  const Dataset* dataset = nullptr;  // the run's training text (config "data"), loaded once
   /// Prints a line on rank 0 only (others ignore it).
   void print(const std::string& line) const;
 };

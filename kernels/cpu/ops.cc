@@ -1,1 +1,328 @@
-// placeholder: written next
+// CPU forward/backward ops of a GPT-2 style transformer (see ops.h for the contract), written
+// after llm.c's train_gpt2.c. Matmuls and the per-head attention products go through OpenBLAS
+// gemm; everything else is plain loops. Ops never allocate: attention_backward gets its
+// scratch from the caller, everything else works in place in its outputs.
+#include "kernels/cpu/ops.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace dtb::cpu {
+namespace {
+
+// Row-major C = alpha * op(A) @ op(B) + beta * C, with op(X) = X^T when the flag is set.
+// One overload per precision so the templates below stay precision-agnostic.
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a, int lda,
+          const double* b, int ldb, double beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace
+
+// ---- encoder ----
+
+template <typename T>
+void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn,
+                     int C) {
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < Tn; t++) {
+      T* o = out + (size_t(b) * Tn + t) * C;
+      const T* we = wte + size_t(tokens[size_t(b) * Tn + t]) * C;
+      const T* pe = wpe + size_t(t) * C;
+      for (int i = 0; i < C; i++) o[i] = we[i] + pe[i];
+    }
+  }
+}
+
+template <typename T>
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn,
+                      int C) {
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < Tn; t++) {
+      const T* d = dout + (size_t(b) * Tn + t) * C;
+      T* dwe = dwte + size_t(tokens[size_t(b) * Tn + t]) * C;
+      T* dpe = dwpe + size_t(t) * C;
+      for (int i = 0; i < C; i++) {
+        dwe[i] += d[i];
+        dpe[i] += d[i];
+      }
+    }
+  }
+}
+
+// ---- layernorm ----
+
+template <typename T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int N, int C) {
+  const T eps = T(1e-5);
+  for (int n = 0; n < N; n++) {
+    const T* x = inp + size_t(n) * C;
+    // Two passes (mean, then centred squares) rather than E[x^2] - m^2, which cancels
+    // catastrophically in float when |mean| >> std.
+    T m = 0;
+    for (int i = 0; i < C; i++) m += x[i];
+    m /= C;
+    T var = 0;
+    for (int i = 0; i < C; i++) var += (x[i] - m) * (x[i] - m);
+    var /= C;  // biased, as torch
+    const T s = T(1) / std::sqrt(var + eps);
+    T* o = out + size_t(n) * C;
+    for (int i = 0; i < C; i++) o[i] = (x[i] - m) * s * weight[i] + bias[i];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+template <typename T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const T* x = inp + size_t(n) * C;
+    const T* d = dout + size_t(n) * C;
+    const T m = mean[n], s = rstd[n];
+    // With xhat = (x - m) * s and g = weight * dout, the input gradient is
+    // s * (g - mean(g) - xhat * mean(g * xhat)): the two means are the paths through m and s.
+    T g_mean = 0, g_xhat_mean = 0;
+    for (int i = 0; i < C; i++) {
+      const T g = weight[i] * d[i];
+      g_mean += g;
+      g_xhat_mean += g * (x[i] - m) * s;
+    }
+    g_mean /= C;
+    g_xhat_mean /= C;
+    T* dx = dinp + size_t(n) * C;
+    for (int i = 0; i < C; i++) {
+      const T xhat = (x[i] - m) * s;
+      dbias[i] += d[i];
+      dweight[i] += xhat * d[i];
+      dx[i] += (weight[i] * d[i] - g_mean - xhat * g_xhat_mean) * s;
+    }
+  }
+}
+
+// ---- matmul ----
+
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  // Seed out with the bias rows and let gemm accumulate (beta = 1): no second pass over out.
+  if (bias) {
+    for (int n = 0; n < N; n++) std::copy(bias, bias + OC, out + size_t(n) * OC);
+  } else {
+    std::fill(out, out + size_t(N) * OC, T(0));
+  }
+  if (C <= 0) return;  // BLAS rejects lda = 0; the product is empty anyway
+  gemm(false, true, N, OC, C, T(1), inp, C, weight, C, T(1), out, OC);
+}
+
+template <typename T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  if (C > 0) {
+    if (dinp) gemm(false, false, N, C, OC, T(1), dout, OC, weight, C, T(1), dinp, C);
+    gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+  }
+  if (dbias) {
+    for (int n = 0; n < N; n++) {
+      const T* d = dout + size_t(n) * OC;
+      for (int o = 0; o < OC; o++) dbias[o] += d[o];
+    }
+  }
+}
+
+// ---- attention ----
+// Per (b, h) everything is a (T, hs) or (T, T) matrix whose rows are strided by 3C (qkv),
+// C (out, dout) or T (att), so each product is one gemm with the stride as leading dim.
+// The score gemm also fills the masked upper triangle (twice the minimal flops), which is
+// cheap at T <= 256 and keeps the code a plain gemm; the mask then zeroes it.
+
+template <typename T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const T scale = T(1) / std::sqrt(T(hs));
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const T* q = qkv + size_t(b) * Tn * C3 + size_t(h) * hs;
+      const T* k = q + C;
+      const T* v = q + 2 * C;
+      T* a = att + (size_t(b) * NH + h) * Tn * Tn;
+      gemm(false, true, Tn, Tn, hs, scale, q, C3, k, C3, T(0), a, Tn);  // preatt = q k^T * scale
+      for (int t = 0; t < Tn; t++) {
+        T* row = a + size_t(t) * Tn;
+        T mx = row[0];
+        for (int t2 = 1; t2 <= t; t2++) mx = std::max(mx, row[t2]);
+        T sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          row[t2] = std::exp(row[t2] - mx);
+          sum += row[t2];
+        }
+        const T inv = T(1) / sum;  // sum >= 1 (the max term is exp(0))
+        for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv;
+        for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = T(0);
+      }
+      // out = att @ v; the exact zeros above the diagonal keep later positions out of it.
+      gemm(false, false, Tn, hs, Tn, T(1), a, Tn, v, C3, T(0),
+           out + size_t(b) * Tn * C + size_t(h) * hs, C);
+    }
+  }
+}
+
+template <typename T>
+void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
+                        int Tn, int C, int NH) {
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const T scale = T(1) / std::sqrt(T(hs));
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const size_t qoff = size_t(b) * Tn * C3 + size_t(h) * hs;
+      const T* q = qkv + qoff;
+      const T* k = q + C;
+      const T* v = q + 2 * C;
+      T* dq = dqkv + qoff;
+      T* dk = dq + C;
+      T* dv = dq + 2 * C;
+      const T* a = att + (size_t(b) * NH + h) * Tn * Tn;
+      const T* d = dout + size_t(b) * Tn * C + size_t(h) * hs;
+      T* da = scratch + (size_t(b) * NH + h) * Tn * Tn;
+      gemm(false, true, Tn, Tn, hs, T(1), d, C, v, C3, T(0), da, Tn);  // datt = dout v^T
+      gemm(true, false, Tn, hs, Tn, T(1), a, Tn, d, C, T(1), dv, C3);  // dv += att^T dout
+      // Softmax backward in place: dpre[t2] = att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3]).
+      for (int t = 0; t < Tn; t++) {
+        const T* arow = a + size_t(t) * Tn;
+        T* row = da + size_t(t) * Tn;
+        T dot = 0;
+        for (int t2 = 0; t2 <= t; t2++) dot += arow[t2] * row[t2];
+        for (int t2 = 0; t2 <= t; t2++) row[t2] = arow[t2] * (row[t2] - dot);
+        for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = T(0);
+      }
+      // preatt = scale * q k^T, so dq += scale * dpre k and dk += scale * dpre^T q.
+      gemm(false, false, Tn, hs, Tn, scale, da, Tn, k, C3, T(1), dq, C3);
+      gemm(true, false, Tn, hs, Tn, scale, da, Tn, q, C3, T(1), dk, C3);
+    }
+  }
+}
+
+// ---- gelu ----
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, size_t n) {
+  const T s = T(std::sqrt(2.0 / std::numbers::pi));
+  for (size_t i = 0; i < n; i++) {
+    const T x = inp[i];
+    out[i] = T(0.5) * x * (T(1) + std::tanh(s * (x + T(0.044715) * x * x * x)));
+  }
+}
+
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
+  const T s = T(std::sqrt(2.0 / std::numbers::pi));
+  for (size_t i = 0; i < n; i++) {
+    const T x = inp[i];
+    const T th = std::tanh(s * (x + T(0.044715) * x * x * x));
+    // sech^2 = 1 - tanh^2 instead of 1/cosh^2: no overflow of cosh for large |x|, and the
+    // absolute error where tanh saturates is far below the gradient's scale.
+    const T sech2 = T(1) - th * th;
+    const T grad = T(0.5) * (T(1) + th) +
+                   T(0.5) * x * sech2 * s * (T(1) + T(3 * 0.044715) * x * x);
+    dinp[i] += grad * dout[i];
+  }
+}
+
+// ---- residual ----
+
+template <typename T>
+void residual_forward(T* out, const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+// ---- cross-entropy ----
+
+template <typename T>
+void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int N,
+                          int V) {
+  for (int n = 0; n < N; n++) {
+    const T* l = logits + size_t(n) * V;
+    T* p = probs + size_t(n) * V;
+    T mx = l[0];
+    for (int i = 1; i < V; i++) mx = std::max(mx, l[i]);
+    T sum = 0;
+    for (int i = 0; i < V; i++) {
+      p[i] = std::exp(l[i] - mx);
+      sum += p[i];
+    }
+    const T inv = T(1) / sum;
+    for (int i = 0; i < V; i++) p[i] *= inv;
+    // -log p[target] = log(sum) - (l[target] - mx): stays finite and accurate when
+    // p[target] underflows to 0, where -log(p) would be inf.
+    losses[n] = std::log(sum) - (l[targets[n]] - mx);
+  }
+}
+
+template <typename T>
+void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N,
+                           int V) {
+  for (int n = 0; n < N; n++) {
+    const T* p = probs + size_t(n) * V;
+    T* d = dlogits + size_t(n) * V;
+    for (int i = 0; i < V; i++) d[i] = p[i] * dloss;
+    d[targets[n]] = (p[targets[n]] - T(1)) * dloss;
+  }
+}
+
+// ---- AdamW ----
+
+template <typename T>
+void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams& hp, int t) {
+  const T lr = hp.lr, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps;
+  const T decay = T(1) - lr * T(hp.weight_decay);
+  // Bias corrections in double: 1 - beta2^t is a small difference of numbers near 1.
+  const T inv_bc1 = T(1.0 / (1.0 - std::pow(double(hp.beta1), t)));
+  const T inv_bc2 = T(1.0 / (1.0 - std::pow(double(hp.beta2), t)));
+  for (size_t i = 0; i < n; i++) {
+    const T g = grad[i];
+    const T mi = b1 * m[i] + (T(1) - b1) * g;
+    const T vi = b2 * v[i] + (T(1) - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    // Decay is applied to the pre-step parameter and kept out of m and v (decoupled).
+    param[i] = param[i] * decay - lr * (mi * inv_bc1) / (std::sqrt(vi * inv_bc2) + eps);
+  }
+}
+
+// ---- explicit instantiations ----
+
+#define DTB_INSTANTIATE_OPS(T)                                                                   \
+  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);       \
+  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);            \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);        \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,        \
+                                      const T*, int, int);                                       \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);              \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);     \
+  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                      \
+  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int); \
+  template void gelu_forward<T>(T*, const T*, size_t);                                           \
+  template void gelu_backward<T>(T*, const T*, const T*, size_t);                                \
+  template void residual_forward<T>(T*, const T*, const T*, size_t);                             \
+  template void crossentropy_forward<T>(T*, T*, const T*, const int32_t*, int, int);             \
+  template void crossentropy_backward<T>(T*, const T*, const int32_t*, T, int, int);             \
+  template void adamw_update<T>(T*, const T*, T*, T*, size_t, const AdamWParams&, int);
+
+DTB_INSTANTIATE_OPS(float)
+DTB_INSTANTIATE_OPS(double)
+#undef DTB_INSTANTIATE_OPS
+
+}  // namespace dtb::cpu

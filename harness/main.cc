@@ -1,0 +1,184 @@
+// dtbench: the command line. `dtbench run` runs the selected suites over the MPI world and
+// writes the JSON report; `dtbench list` lists suites and named configs. Bad input ends
+// with one line on stderr and exit status 2; a failed check with exit status 1.
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "harness/config.h"
+#include "harness/report.h"
+#include "harness/runner.h"
+#include "kernels/error.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr int kExitInput = 2;
+
+// Runs `fn` on rank 0 and broadcasts its string result; an InputError on rank 0 is
+// rethrown on every rank, so all ranks leave together with the same message.
+std::string on_root(Communicator& world, const std::function<std::string()>& fn) {
+  std::string payload;
+  int ok = 1;
+  if (world.rank() == 0) {
+    try {
+      payload = fn();
+    } catch (const InputError& e) {
+      ok = 0;
+      payload = e.what();
+    }
+  }
+  DTB_CHECK(payload.size() < (size_t(1) << 31), "payload over 2 GiB");
+  int len = int(payload.size());
+  world.broadcast(&ok, 1, DType::i32, 0);
+  world.broadcast(&len, 1, DType::i32, 0);
+  payload.resize((size_t(len) + 3) / 4 * 4);  // moved as 4-byte words
+  if (len) world.broadcast(payload.data(), payload.size() / 4, DType::i32, 0);
+  payload.resize(len);
+  if (!ok) throw InputError(payload);
+  return payload;
+}
+
+std::string make_run_id(const std::string& config_name) {
+  const std::time_t t = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return std::string(b) + "-" + config_name;
+}
+
+void print_summary(const json& report, const std::string& path) {
+  std::printf("\n%-14s %-8s %10s %9s\n", "suite", "status", "time (s)", "checks");
+  for (const auto& s : report["suites"]) {
+    std::printf("%-14s %-8s %10.1f %4d/%-4d\n", s["name"].get<std::string>().c_str(),
+                s["status"].get<std::string>().c_str(), s["duration_s"].get<double>(),
+                s["checks_passed"].get<int>(), s["checks_total"].get<int>());
+    if (!s["error"].is_null()) std::printf("  error: %s\n", s["error"].get<std::string>().c_str());
+  }
+  double best_busbw = 0, best_bytes = 0;
+  for (const auto& b : report["benchmarks"]) {
+    if (b.value("op", "") == "all_reduce" && b["busbw_GBps"].get<double>() > best_busbw)
+      best_busbw = b["busbw_GBps"], best_bytes = b["bytes"];
+    if (b["name"].get<std::string>().starts_with("train/gpt/dp:"))
+      std::printf("train: %.0f tokens/s over %d ranks, step %.1f ms (comm %.0f%%), final loss %.3f\n",
+                  b["tokens_per_s"].get<double>(), b["dp"].get<int>(), b["real_time"].get<double>(),
+                  100 * b["comm_fraction"].get<double>(), b["final_loss"].get<double>());
+  }
+  if (best_busbw > 0)
+    std::printf("all_reduce: peak busbw %.2f GB/s at %.0f B\n", best_busbw, best_bytes);
+  int failed = 0;
+  for (const auto& c : report["checks"]) failed += !c["passed"].get<bool>();
+  std::printf("checks: %zu, failed: %d\nreport: %s\n", report["checks"].size(), failed, path.c_str());
+}
+
+int cmd_list(Communicator& world) {
+  if (world.rank() != 0) return 0;
+  std::printf("suites:\n");
+  for (const auto& [name, f] : suite_registry()) std::printf("  %-14s %s\n", name.c_str(), f()->description().c_str());
+  std::printf("configs (%s):\n", config_dir().c_str());
+  for (const auto& n : config_names()) std::printf("  %s\n", n.c_str());
+  return 0;
+}
+
+struct RunArgs {
+  std::string config = "default";
+  std::string suites, data, output_dir, run_id;
+};
+
+int cmd_run(Communicator& world, const RunArgs& args) {
+  const std::string text = on_root(world, [&] { return read_config_text(args.config); });
+  json cfg = parse_config(text, args.config, args.suites, args.data, world.size());
+  if (!args.output_dir.empty()) cfg["output_dir"] = args.output_dir;
+  const std::string out_dir = cfg["output_dir"];
+  const std::string run_id = args.run_id.empty() ? make_run_id(cfg["name"]) : args.run_id;
+  // The output directory must be writable before anything is measured.
+  on_root(world, [&] {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    const std::string probe = out_dir + "/.dtbench-write-test";
+    FILE* f = std::fopen(probe.c_str(), "w");
+    if (!f) throw InputError("output directory is not writable: " + out_dir);
+    std::fclose(f);
+    fs::remove(probe, ec);
+    return std::string();
+  });
+  // The dataset: read on rank 0, sent to all (no shared file system assumed).
+  Dataset data;
+  const int min_bytes = cfg["model"]["T"].get<int>() + 2;
+  std::string bytes = on_root(world, [&] {
+    Dataset d = load_dataset(cfg["data"], min_bytes);
+    return d.sha256 + std::string(d.bytes.begin(), d.bytes.end());
+  });
+  data.path = cfg["data"];
+  data.sha256 = bytes.substr(0, 64);
+  data.bytes.assign(bytes.begin() + 64, bytes.end());
+
+  CpuDevice device;
+  const json context = make_context(cfg, &data, world, run_id);
+  const std::string path = out_dir + "/" + run_id + ".json";
+  json report;
+  if (world.rank() == 0)
+    std::printf("# dtbench %s: config %s, %d ranks, suites %s\n", run_id.c_str(),
+                cfg["name"].get<std::string>().c_str(), world.size(), cfg["suites"].dump().c_str());
+  auto outcomes = run_suites(cfg, world, device, &data, [&](const std::vector<SuiteOutcome>& so) {
+    if (world.rank() != 0) return;
+    report = make_report(context, so);
+    write_json_atomic(path, report);
+  });
+  int code = 0;
+  if (world.rank() == 0) {
+    write_json_atomic(out_dir + "/latest.json", report);
+    print_summary(report, path);
+    code = report_passed(outcomes) ? 0 : 1;
+  }
+  world.broadcast(&code, 1, DType::i32, 0);
+  return code;
+}
+
+}  // namespace
+}  // namespace dtb
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  int code = 0;
+  {
+    auto world = dtb::make_mpi_world();
+    const bool root = world->rank() == 0;
+    CLI::App app{"dtbench: benchmark and conformance suite for distributed LLM training", "dtbench"};
+    app.require_subcommand(1);
+    dtb::RunArgs args;
+    auto* run = app.add_subcommand("run", "run suites and write the JSON report");
+    run->add_option("--config", args.config, "named config or JSON file (default: default)");
+    run->add_option("--suites", args.suites, "comma-separated suites, overriding the config's");
+    run->add_option("--data", args.data, "training text file, overriding the config's");
+    run->add_option("--output-dir", args.output_dir, "report directory (default: results)");
+    run->add_option("--run-id", args.run_id, "report file name stem (default: date-time-config)");
+    auto* list = app.add_subcommand("list", "list suites and named configs");
+    try {
+      app.parse(argc, argv);
+      if (*run) code = dtb::cmd_run(*world, args);
+      else if (*list) code = dtb::cmd_list(*world);
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) {
+        if (root) app.exit(e);
+      } else if (root) {
+        std::string what = e.what();
+        std::fprintf(stderr, "dtbench: error: %s (see dtbench --help)\n", what.c_str());
+      }
+      code = e.get_exit_code() == 0 ? 0 : dtb::kExitInput;
+    } catch (const dtb::InputError& e) {
+      if (root) std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+      code = dtb::kExitInput;
+    }
+  }
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,21 @@
+// The suite runner: runs the selected suites in order on every rank, recording how each
+// ended (passed, failed, error) and handing the outcomes to a callback after each suite so
+// the report on disk always holds what finished.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/report.h"
+
+namespace dtb {
+
+/// Runs config["suites"] in order. A suite that throws std::exception is recorded as
+/// "error" with its message and the run goes on. `after_each` is called on every rank
+/// after each suite with the outcomes so far. Collective over `world`.
+std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Device& device,
+                                     const Dataset* dataset,
+                                     const std::function<void(const std::vector<SuiteOutcome>&)>& after_each);
+
+}  // namespace dtb

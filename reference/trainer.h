@@ -1,0 +1,70 @@
+// Data-parallel training of the reference GPT with gradient accumulation over
+// micro-batches (DESIGN.md numerics contract): the loss is the mean over every token of the
+// global batch, so each micro-batch's backward is scaled by 1 / (global tokens) once and
+// the DP gradient all-reduce is a plain SUM — never an average by a guessed world size.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/comm/communicator.h"
+#include "kernels/cpu/ops.h"
+#include "reference/data.h"
+#include "reference/gpt.h"
+
+namespace dtb {
+
+struct TrainConfig {
+  int steps = 10;
+  int global_batch = 8;   // sequences per step, over all DP ranks
+  int micro_batches = 1;  // per DP rank and step
+  int seq_len = 64;       // Tn, <= model T
+  uint64_t seed = 1234;   // data order (the weights use the same seed, see Gpt::init)
+  cpu::AdamWParams adamw;
+};
+
+/// Throws InputError when the batch does not divide: global_batch must be a multiple of
+/// dp * micro_batches, seq_len in [1, model T].
+void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int dp);
+
+/// Time of one step on this rank, in seconds.
+struct StepTiming {
+  double step_s = 0;     // wall time of the whole step
+  double compute_s = 0;  // forward + backward + optimizer
+  double comm_s = 0;     // gradient and loss all-reduce
+};
+
+/// Computes the gradient of the global-batch mean loss at `step` into model.grads() (zeroed
+/// first) on every DP rank: this rank's global_batch/dp sequences in `micro_batches`
+/// micro-batches, each backward scaled by 1/(global_batch*seq_len), then one SUM
+/// all-reduce of the gradients over `dp`. Returns the global mean loss (same on all
+/// ranks). `timing` (optional) gets compute and comm seconds added.
+template <typename T>
+double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,
+                         Communicator& dp, StepTiming* timing = nullptr);
+
+/// AdamW state (m, v; category optimizer_state) for a model's parameters.
+template <typename T>
+class AdamW {
+ public:
+  AdamW(size_t n, Device& device, const cpu::AdamWParams& hp);
+  /// One step (t counts from 1 internally) on params from grads.
+  void step(T* params, const T* grads);
+  int t() const { return t_; }
+
+ private:
+  Tensor m_, v_;
+  cpu::AdamWParams hp_;
+  size_t n_;
+  int t_ = 0;
+};
+
+struct TrainRun {
+  std::vector<double> losses;       // global mean loss per step
+  std::vector<StepTiming> timings;  // this rank's timings per step
+};
+
+/// Trains `model` (already initialised) for cfg.steps steps with DP over `dp`.
+template <typename T>
+TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp);
+
+}  // namespace dtb
