@@ -1,1 +1,117 @@
-// placeholder: written next
+// nccl-tests' bandwidth definitions (doc/PERFORMANCE.md) and the timing engine; see
+// bandwidth.h. The derivation, for n ranks on links of bandwidth B: an all-reduce moves
+// 2(n-1)/n of the buffer over each rank's link (reduce-scatter then all-gather), so
+// t = (S/B) * 2(n-1)/n and busbw = S/t * 2(n-1)/n estimates B whatever n is.
+#include "suites/bandwidth.h"
+
+#include <algorithm>
+
+#include "kernels/error.h"
+#include "kernels/timer.h"
+
+namespace dtb {
+
+const std::vector<CollectiveOp>& all_collective_ops() {
+  static const std::vector<CollectiveOp> ops = {CollectiveOp::all_reduce, CollectiveOp::all_gather,
+                                                CollectiveOp::reduce_scatter,
+                                                CollectiveOp::broadcast, CollectiveOp::sendrecv};
+  return ops;
+}
+
+std::string_view to_string(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::all_reduce: return "all_reduce";
+    case CollectiveOp::all_gather: return "all_gather";
+    case CollectiveOp::reduce_scatter: return "reduce_scatter";
+    case CollectiveOp::broadcast: return "broadcast";
+    case CollectiveOp::sendrecv: return "sendrecv";
+  }
+  return "?";
+}
+
+CollectiveOp parse_collective_op(std::string_view name) {
+  std::string valid;
+  for (CollectiveOp op : all_collective_ops()) {
+    if (to_string(op) == name) return op;
+    valid += (valid.empty() ? "" : ", ") + std::string(to_string(op));
+  }
+  throw InputError("unknown collective '" + std::string(name) + "' (valid: " + valid + ")");
+}
+
+double bus_factor(CollectiveOp op, int n) {
+  DTB_CHECK(n >= 1, "bus_factor: world size " + std::to_string(n) + " < 1");
+  if (n == 1) return 0.0;
+  switch (op) {
+    case CollectiveOp::all_reduce: return 2.0 * (n - 1) / n;
+    case CollectiveOp::all_gather:
+    case CollectiveOp::reduce_scatter: return double(n - 1) / n;
+    case CollectiveOp::broadcast:
+    case CollectiveOp::sendrecv: return 1.0;
+  }
+  return 0.0;
+}
+
+double algbw_GBps(size_t bytes, double seconds) {
+  DTB_CHECK(seconds > 0, "algbw_GBps: non-positive time " + std::to_string(seconds));
+  return double(bytes) / seconds / 1e9;
+}
+
+double busbw_GBps(CollectiveOp op, size_t bytes, double seconds, int n) {
+  return algbw_GBps(bytes, seconds) * bus_factor(op, n);
+}
+
+size_t bandwidth_bytes(CollectiveOp op, size_t per_rank_count, size_t type_size, int n) {
+  DTB_CHECK(n >= 1, "bandwidth_bytes: world size " + std::to_string(n) + " < 1");
+  switch (op) {
+    case CollectiveOp::all_gather:
+    case CollectiveOp::reduce_scatter: return per_rank_count * type_size * size_t(n);
+    case CollectiveOp::all_reduce:
+    case CollectiveOp::broadcast:
+    case CollectiveOp::sendrecv: return per_rank_count * type_size;
+  }
+  return 0;
+}
+
+std::string_view size_definition(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::all_reduce: return "S = buffer (count * type size, send = recv size)";
+    case CollectiveOp::all_gather: return "S = full gathered buffer (recv: count * type size * n)";
+    case CollectiveOp::reduce_scatter:
+      return "S = full input buffer (send: recv count * type size * n)";
+    case CollectiveOp::broadcast: return "S = buffer (count * type size)";
+    case CollectiveOp::sendrecv: return "S = buffer sent by each rank (count * type size)";
+  }
+  return "?";
+}
+
+int iterations_for_size(int iters, size_t bytes, size_t max_bytes_per_batch) {
+  DTB_CHECK(iters >= 1, "iterations_for_size: iters < 1");
+  if (bytes == 0) return iters;
+  const size_t fit = max_bytes_per_batch / bytes;
+  return int(std::max<size_t>(1, std::min<size_t>(size_t(iters), fit)));
+}
+
+TimedResult time_iterations(Communicator& comm, int warmup, int iters, int repetitions,
+                            const std::function<void()>& op) {
+  DTB_CHECK(warmup >= 0 && iters >= 1 && repetitions >= 1,
+            "time_iterations: need warmup >= 0, iters >= 1, repetitions >= 1 (got " +
+                std::to_string(warmup) + ", " + std::to_string(iters) + ", " +
+                std::to_string(repetitions) + ")");
+  for (int i = 0; i < warmup; ++i) op();
+  TimedResult r;
+  r.per_iter_s.assign(repetitions, 0.0);
+  for (int rep = 0; rep < repetitions; ++rep) {
+    comm.barrier();
+    const double t0 = now_seconds();
+    for (int i = 0; i < iters; ++i) op();
+    const double t1 = now_seconds();
+    r.per_iter_s[rep] = (t1 - t0) / iters;
+  }
+  // The slowest rank defines each batch's time; reduced once, outside the timed batches.
+  comm.all_reduce(r.per_iter_s.data(), r.per_iter_s.data(), r.per_iter_s.size(), DType::f64,
+                  ReduceOp::max);
+  r.summary = summarize(r.per_iter_s);
+  return r;
+}
+
+}  // namespace dtb

@@ -1,1 +1,371 @@
-// placeholder: written next
+// The collectives suite: nccl-tests' sweep over the world communicator. For each op and
+// message size S (min_bytes, *step_factor, ..., max_bytes), out of place and in place: an
+// exact data check (#wrong) and the time per iteration, algbw and busbw (suites/bandwidth.h).
+// Printed as nccl-tests' table; recorded as one benchmark record per (op, S, placement).
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+
+#include "kernels/error.h"
+#include "kernels/tensor.h"
+#include "suites/bandwidth.h"
+#include "suites/suite.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+enum class Placement { out_of_place, in_place };
+constexpr Placement kPlacements[] = {Placement::out_of_place, Placement::in_place};
+
+std::string_view to_string(Placement p) {
+  return p == Placement::in_place ? "in_place" : "out_of_place";
+}
+
+/// Whether the Communicator interface has `op` in placement `p`: broadcast(buf) exists
+/// only in place (NCCL's ncclBcast form), sendrecv only out of place (send and recv must
+/// not alias). The missing placement prints N/A and gets no record and no check.
+bool supported(CollectiveOp op, Placement p) {
+  if (op == CollectiveOp::broadcast) return p == Placement::in_place;
+  if (op == CollectiveOp::sendrecv) return p == Placement::out_of_place;
+  return true;
+}
+
+/// A validated config section.
+struct Options {
+  std::vector<CollectiveOp> ops;
+  size_t min_bytes = 0, max_bytes = 0, step_factor = 2, max_bytes_per_batch = 0;
+  DType dtype = DType::f32;
+  int warmup = 0, iters = 0, repetitions = 0;
+  bool in_place = true, out_of_place = true;
+  bool enabled(Placement p) const { return p == Placement::in_place ? in_place : out_of_place; }
+};
+
+int64_t get_int(const json& s, const char* key) {
+  if (!s.contains(key) || !s[key].is_number_integer())
+    throw InputError(std::string("collectives.") + key + ": expected an integer");
+  return s[key].get<int64_t>();
+}
+
+bool get_bool(const json& s, const char* key) {
+  if (!s.contains(key) || !s[key].is_boolean())
+    throw InputError(std::string("collectives.") + key + ": expected true or false");
+  return s[key].get<bool>();
+}
+
+/// Parses and range-checks a section (defaults filled). Throws InputError naming the key.
+Options parse_options(const json& s) {
+  Options o;
+  if (!s.contains("ops") || !s["ops"].is_array() || s["ops"].empty())
+    throw InputError("collectives.ops: expected a non-empty list of collective names");
+  for (const json& name : s["ops"]) {
+    if (!name.is_string()) throw InputError("collectives.ops: expected strings");
+    try {
+      o.ops.push_back(parse_collective_op(name.get<std::string>()));
+    } catch (const InputError& e) {
+      throw InputError(std::string("collectives.ops: ") + e.what());
+    }
+  }
+  std::string dtype;
+  if (s.contains("dtype") && s["dtype"].is_string()) dtype = s["dtype"].get<std::string>();
+  if (dtype == "f32") o.dtype = DType::f32;
+  else if (dtype == "f64") o.dtype = DType::f64;
+  else throw InputError("collectives.dtype: '" + dtype + "' is not supported (f32, f64)");
+
+  const int64_t min_b = get_int(s, "min_bytes"), max_b = get_int(s, "max_bytes");
+  const int64_t step = get_int(s, "step_factor"), per_batch = get_int(s, "max_bytes_per_batch");
+  const int64_t warmup = get_int(s, "warmup_iters"), iters = get_int(s, "iters");
+  const int64_t reps = get_int(s, "repetitions");
+  if (min_b < 4) throw InputError("collectives.min_bytes: must be >= 4");
+  if (min_b > max_b) throw InputError("collectives.min_bytes: greater than max_bytes");
+  if (size_t(max_b) / dtype_size(o.dtype) > size_t(INT_MAX))
+    throw InputError("collectives.max_bytes: more than INT_MAX elements per rank (MPI counts)");
+  if (step < 2) throw InputError("collectives.step_factor: must be >= 2");
+  if (warmup < 0 || warmup > INT_MAX) throw InputError("collectives.warmup_iters: must be >= 0");
+  if (iters < 1 || iters > INT_MAX) throw InputError("collectives.iters: must be >= 1");
+  if (reps < 1 || reps > INT_MAX) throw InputError("collectives.repetitions: must be >= 1");
+  if (per_batch < 1) throw InputError("collectives.max_bytes_per_batch: must be >= 1");
+  o.min_bytes = size_t(min_b), o.max_bytes = size_t(max_b), o.step_factor = size_t(step);
+  o.max_bytes_per_batch = size_t(per_batch);
+  o.warmup = int(warmup), o.iters = int(iters), o.repetitions = int(reps);
+  o.in_place = get_bool(s, "in_place");
+  o.out_of_place = get_bool(s, "out_of_place");
+  if (!o.in_place && !o.out_of_place)
+    throw InputError("collectives.in_place, out_of_place: at least one must be true");
+  return o;
+}
+
+/// Elements per rank for a nominal size S: all_gather's send count and reduce_scatter's
+/// recv count are S / (type size * n); the other ops' buffer holds S / type size. At least 1.
+size_t per_rank_count(CollectiveOp op, size_t bytes, size_t type_size, int n) {
+  const bool split = op == CollectiveOp::all_gather || op == CollectiveOp::reduce_scatter;
+  return std::max<size_t>(1, bytes / (type_size * (split ? size_t(n) : 1)));
+}
+
+/// Rank r's input element i: a small positive integer, so that a sum over ranks is exact
+/// whatever the reduction order (nccl-tests' verifiable inputs do the same with mantissas).
+template <typename T> T input(int r, size_t i) { return T((i * 7 + size_t(r) * 13) % 17 + 1); }
+template <typename T> T sum_over_ranks(int n, size_t i) {
+  T acc = 0;
+  for (int r = 0; r < n; ++r) acc += input<T>(r, i);
+  return acc;
+}
+constexpr int kRoot = 0;  // broadcast root
+
+/// One (op, size, placement) case.
+struct Measurement {
+  bool ran = false;
+  int iterations = 0;
+  int64_t n_wrong = 0;  // summed over ranks
+  TimedResult timed;
+  double algbw = 0, busbw = 0;  // GB/s, from the median time
+};
+
+/// Allocates the buffers, fills them, runs the op once and counts wrong elements (summed
+/// over ranks), then times it. Buffers are freed on return, outside any timed region.
+template <typename T>
+Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t count,
+                    Placement placement, int iterations) {
+  Communicator& c = ctx.world;
+  const int n = c.size(), me = c.rank();
+  const DType dt = o.dtype;
+  const bool in_place = placement == Placement::in_place;
+  const bool gathered = op == CollectiveOp::all_gather;
+  const bool scattered = op == CollectiveOp::reduce_scatter;
+  const size_t send_len = scattered ? count * n : count, recv_len = gathered ? count * n : count;
+  auto alloc = [&](size_t elems) {
+    return Tensor::empty(ctx.device, {int64_t(elems)}, dt, MemCategory::comm_buffer);
+  };
+  // In place, one buffer: NCCL's layout (send = recv + me*count, recv = send + me*count).
+  Tensor a = alloc(scattered && in_place ? send_len : recv_len), b;
+  T *send = nullptr, *recv = nullptr;
+  if (!in_place) {
+    b = alloc(send_len);
+    recv = a.data<T>(), send = b.data<T>();
+  } else if (scattered) {
+    send = a.data<T>(), recv = send + me * count;
+  } else {
+    recv = a.data<T>(), send = gathered ? recv + me * count : recv;
+  }
+  std::fill(recv, recv + recv_len, T(-1));  // never a valid result
+  if (op == CollectiveOp::broadcast) {
+    if (me == kRoot) for (size_t i = 0; i < count; ++i) recv[i] = input<T>(kRoot, i);
+  } else {
+    for (size_t i = 0; i < send_len; ++i) send[i] = input<T>(me, i);
+  }
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  std::function<void()> call;
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      call = [&] { c.all_reduce(send, recv, count, dt, ReduceOp::sum); };
+      break;
+    case CollectiveOp::all_gather: call = [&] { c.all_gather(send, recv, count, dt); }; break;
+    case CollectiveOp::reduce_scatter:
+      call = [&] { c.reduce_scatter(send, recv, count, dt, ReduceOp::sum); };
+      break;
+    case CollectiveOp::broadcast: call = [&] { c.broadcast(recv, count, dt, kRoot); }; break;
+    case CollectiveOp::sendrecv:
+      call = [&] { c.sendrecv(send, recv, count, dt, next, prev); };
+      break;
+  }
+
+  call();
+  int64_t wrong = 0;
+  for (size_t j = 0; j < recv_len; ++j) {
+    const size_t i = j % count;
+    T want = 0;
+    switch (op) {
+      case CollectiveOp::all_reduce: want = sum_over_ranks<T>(n, i); break;
+      case CollectiveOp::all_gather: want = input<T>(int(j / count), i); break;
+      case CollectiveOp::reduce_scatter: want = sum_over_ranks<T>(n, me * count + i); break;
+      case CollectiveOp::broadcast: want = input<T>(kRoot, i); break;
+      case CollectiveOp::sendrecv: want = input<T>(prev, i); break;
+    }
+    wrong += !(recv[j] == want);  // NaN counts as wrong
+  }
+  double total = double(wrong);
+  c.all_reduce(&total, &total, 1, DType::f64, ReduceOp::sum);
+
+  Measurement m;
+  m.ran = true;
+  m.iterations = iterations;
+  m.n_wrong = int64_t(total);
+  m.timed = time_iterations(c, o.warmup, iterations, o.repetitions, call);
+  return m;
+}
+
+/// nccl-tests' time column: fewer decimals as the value grows.
+std::string format_time_us(double us) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, us >= 10000 ? "%7.0f" : us >= 100 ? "%7.1f" : "%7.2f", us);
+  return buf;
+}
+
+std::string format_row(size_t bytes, size_t count, DType dt, CollectiveOp op,
+                       const Measurement (&m)[2]) {
+  const bool reduces = op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%12zu  %12zu  %8s  %6s  %6d", bytes, count,
+                std::string(to_string(dt)).c_str(), reduces ? "sum" : "none",
+                op == CollectiveOp::broadcast ? kRoot : -1);
+  std::string line = buf;
+  for (const Measurement& x : m) {
+    if (!x.ran) {
+      std::snprintf(buf, sizeof buf, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+    } else {
+      std::snprintf(buf, sizeof buf, "  %7s  %6.2f  %6.2f  %6lld",
+                    format_time_us(x.timed.summary.median * 1e6).c_str(), x.algbw, x.busbw,
+                    static_cast<long long>(x.n_wrong));
+    }
+    line += buf;
+  }
+  return line;
+}
+
+/// Prints `line` on rank 0 without trailing blanks.
+void print_line(SuiteContext& ctx, std::string line) {
+  line.erase(line.find_last_not_of(' ') + 1);
+  ctx.print(line);
+}
+
+void print_header(SuiteContext& ctx, CollectiveOp op, int n) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "# %s: %s; busbw = algbw * %.4g (%d ranks)",
+                std::string(to_string(op)).c_str(), std::string(size_definition(op)).c_str(),
+                bus_factor(op, n), n);
+  ctx.print(buf);
+  std::snprintf(buf, sizeof buf, "# %10s  %12s  %8s  %6s  %6s  %-31s  %-31s", "", "", "", "", "",
+                "|-------- out-of-place -------|", "|---------- in-place ---------|");
+  ctx.print(buf);
+  std::snprintf(buf, sizeof buf,
+                "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s", "size",
+                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+                "algbw", "busbw", "#wrong");
+  ctx.print(buf);
+  std::snprintf(buf, sizeof buf,
+                "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s", "(B)",
+                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                "(GB/s)", "");
+  print_line(ctx, buf);
+}
+
+class CollectivesSuite final : public Suite {
+ public:
+  std::string name() const override { return "collectives"; }
+  std::string description() const override {
+    return "latency, algbw and busbw of each collective over a message-size sweep, in and "
+           "out of place, with an exact data check (nccl-tests' definitions)";
+  }
+  json defaults() const override {
+    return {{"ops", {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"}},
+            {"min_bytes", 8},
+            {"max_bytes", 67108864},
+            {"step_factor", 2},
+            {"dtype", "f32"},
+            {"warmup_iters", 2},
+            {"iters", 20},
+            {"repetitions", 5},
+            {"max_bytes_per_batch", 268435456},
+            {"in_place", true},
+            {"out_of_place", true}};
+  }
+  void validate(const json& section, const json& config, int world_size) const override {
+    parse_options(section);
+  }
+  SuiteResult run(SuiteContext& ctx) override;
+};
+
+SuiteResult CollectivesSuite::run(SuiteContext& ctx) {
+  const Options o = parse_options(ctx.section);
+  const int n = ctx.world.size();
+  const size_t ts = dtype_size(o.dtype);
+  SuiteResult result;
+  result.data = {{"size_definitions", json::object()}, {"world_size", n}};
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "# collectives: %d ranks (%s), %s, warmup %d, iters %d (fewer when "
+                "iters*S > %zu B), %d repetitions; time = median over repetitions of the "
+                "slowest rank's time per iteration",
+                n, ctx.world.backend().c_str(), std::string(to_string(o.dtype)).c_str(),
+                o.warmup, o.iters, o.max_bytes_per_batch, o.repetitions);
+  ctx.print(buf);
+  int64_t out_of_bounds = 0;
+  double busbw_sum = 0;
+  int busbw_lines = 0;
+  for (CollectiveOp op : o.ops) {
+    const std::string op_name(to_string(op));
+    result.data["size_definitions"][op_name] = std::string(size_definition(op));
+    print_header(ctx, op, n);
+    int64_t wrong_per_placement[2] = {0, 0};
+    size_t last_bytes = 0;
+    for (size_t nominal = o.min_bytes; nominal <= o.max_bytes;) {
+      const size_t count = per_rank_count(op, nominal, ts, n);
+      const size_t bytes = bandwidth_bytes(op, count, ts, n);
+      // Small sizes that round to the same message (count clamped to 1) are measured once.
+      if (bytes != last_bytes) {
+        last_bytes = bytes;
+        const int iterations = iterations_for_size(o.iters, bytes, o.max_bytes_per_batch);
+        Measurement m[2];
+        for (int k = 0; k < 2; ++k) {
+          const Placement p = kPlacements[k];
+          if (!o.enabled(p) || !supported(op, p)) continue;
+          m[k] = o.dtype == DType::f32 ? measure<float>(ctx, o, op, count, p, iterations)
+                                       : measure<double>(ctx, o, op, count, p, iterations);
+          const Summary& s = m[k].timed.summary;
+          m[k].algbw = algbw_GBps(bytes, s.median);
+          m[k].busbw = m[k].algbw * bus_factor(op, n);
+          wrong_per_placement[k] += m[k].n_wrong;
+          out_of_bounds += m[k].n_wrong;
+          busbw_sum += m[k].busbw;
+          ++busbw_lines;
+          const std::string pname(to_string(p));
+          json rec = benchmark_record("collectives/" + op_name + "/bytes:" +
+                                          std::to_string(bytes) + "/placement:" + pname,
+                                      iterations, o.repetitions, s.median, s.median, "us");
+          rec["op"] = op_name;
+          rec["bytes"] = bytes;
+          rec["count"] = count;
+          rec["dtype"] = std::string(to_string(o.dtype));
+          rec["placement"] = pname;
+          rec["world_size"] = n;
+          rec["time_us"] = to_json(s, 1e6);
+          rec["algbw_GBps"] = m[k].algbw;
+          rec["busbw_GBps"] = m[k].busbw;
+          rec["bus_factor"] = bus_factor(op, n);
+          rec["size_definition"] = std::string(size_definition(op));
+          rec["n_wrong"] = m[k].n_wrong;
+          result.benchmarks.push_back(std::move(rec));
+        }
+        ctx.print(format_row(bytes, count, o.dtype, op, m));
+      }
+      if (nominal > o.max_bytes / o.step_factor) break;  // the next step would pass max_bytes
+      nominal *= o.step_factor;
+    }
+    for (int k = 0; k < 2; ++k) {
+      const Placement p = kPlacements[k];
+      if (!o.enabled(p) || !supported(op, p)) continue;
+      result.checks.push_back(make_check(
+          "collectives/" + op_name + "/" + std::string(to_string(p)) + "/n_wrong",
+          double(wrong_per_placement[k]), 0,
+          "result elements differing from the expected value, summed over ranks and sizes; "
+          "inputs are small integers, so the exact result holds in any reduction order "
+          "(as nccl-tests' #wrong), hence tolerance 0"));
+    }
+  }
+  std::snprintf(buf, sizeof buf, "# Out of bounds values : %lld %s",
+                static_cast<long long>(out_of_bounds), out_of_bounds == 0 ? "OK" : "FAILED");
+  ctx.print(buf);
+  std::snprintf(buf, sizeof buf, "# Avg bus bandwidth    : %g GB/s (mean of every line's busbw)",
+                busbw_lines ? busbw_sum / busbw_lines : 0.0);
+  ctx.print(buf);
+  return result;
+}
+
+}  // namespace
+
+DTB_REGISTER_SUITE("collectives", CollectivesSuite);
+
+}  // namespace dtb

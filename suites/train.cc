@@ -16,15 +16,21 @@ namespace {
 
 using nlohmann::json;
 
-// How far a layout may stray from the float64 oracle, as a multiple of how far the
-// single-rank float32 run strays from it. Both runs are float32 computations of the same
-// sums in different orders, so their rounding errors against the oracle are draws of the
-// same size; a ratio over 10 for the RMS-scaled loss error (a Gaussian 10-sigma event) or
-// for a tensor's relative norm error (an average over many elements, so concentrated
-// near 1) does not happen by rounding. A wrong average, a lost micro-batch or a stale
-// gradient moves the loss by orders of magnitude more.
-constexpr double kOracleFactor = 10.0;
-// Floor: a few float32 ulps relative (u = 2^-24), for values where the single run's
+// Tolerances from the float64 oracle (DESIGN.md numerics contract). A float32 run's
+// deviation from the oracle is rounding error amplified by the training dynamics: Adam
+// turns a rounding-level change of a near-zero gradient into an update of size lr, so
+// after tens of steps every float32 run, the layout under test and the single-rank ones
+// alike, sits ~1e-3 (relative) from the oracle along a few unstable directions. The size
+// of a run's deviation is then a random draw: the ratio of two runs' deviations behaves
+// like |a|/|b| for independent Gaussians (a Cauchy tail, P(ratio > k) = (2/pi) atan(1/k)),
+// measured here from 0.5 to 3.4 over seven seeds. So the scale is the LARGEST deviation of
+// m single-rank float32 references that sum in different orders (micro-batches 1, 2, 4),
+// and P(|a| > k max(|b_1..m|)) ~ (2/pi)^(m/2) E|a|^m / k^m: for m = 3 and k = 10 that is
+// 8e-4, for m = 2 and k = 25 it is 6e-4, for m = 1 and k = 640 it is 1e-3. A wrong
+// average, a lost micro-batch or a stale gradient moves the step-1 loss by 1e-3 or more
+// while the references sit within 1e-7 of the oracle there, far outside any of these.
+double oracle_factor(int refs) { return refs >= 3 ? 10.0 : refs == 2 ? 25.0 : 640.0; }
+// Floor: a few float32 ulps relative (u = 2^-24), for values where every reference's
 // deviation happens to be (near) zero.
 constexpr double kFloorUlps = 4.0 * 0x1.0p-24;
 
@@ -69,8 +75,8 @@ class TrainSuite : public Suite {
     return "GPT on real text with data parallelism over all ranks vs the single-rank baseline";
   }
   json defaults() const override {
-    return {{"steps", 100},     {"global_batch", 16}, {"micro_batches", 2}, {"seq_len", 64},
-            {"lr", 3e-3},       {"beta1", 0.9},       {"beta2", 0.95},      {"eps", 1e-8},
+    return {{"steps", 200},     {"global_batch", 16}, {"micro_batches", 2}, {"seq_len", 64},
+            {"lr", 1e-3},       {"beta1", 0.9},       {"beta2", 0.95},      {"eps", 1e-8},
             {"weight_decay", 0.0}};
   }
   void validate(const json& section, const json& config, int world_size) const override {
@@ -113,41 +119,44 @@ class TrainSuite : public Suite {
       replica_diff = std::max(replica_diff, double(std::fabs(root_params[i] - model.params()[i])));
     world.all_reduce(&replica_diff, &replica_diff, 1, DType::f64, ReduceOp::max);
 
-    // 2. Baseline (float32, rank 0) and oracle (float64, rank 1, or rank 0 alone), each on
-    // one rank with the whole global batch in one micro-batch.
-    TrainConfig single = cfg;
-    single.micro_batches = 1;
-    const int oracle_rank = n > 1 ? 1 : 0;
-    std::vector<double> base_losses, orc_losses(cfg.steps), base_params, orc_params(P);
-    double base_step_s = 0;
+    // 2. References on one rank each, the whole global batch per step: the float64 oracle
+    // and float32 runs with 1, 2 and 4 micro-batches (those that divide the batch). Job j
+    // runs on rank j % n, so they run side by side; results go to rank 0.
+    std::vector<int> ref_mbs;
+    for (int mb : {1, 2, 4})
+      if (cfg.global_batch % mb == 0) ref_mbs.push_back(mb);
+    const int refs = int(ref_mbs.size());
+    std::vector<std::vector<double>> ref_losses(refs + 1, std::vector<double>(cfg.steps));
+    std::vector<std::vector<double>> ref_params(refs + 1, std::vector<double>(P));
     auto self = make_mpi_self();
-    if (world.rank() == 0) {
-      Gpt<float> base(model_cfg, ctx.device);
-      base.init(cfg.seed);
-      const TrainRun r = train(base, data, single, *self);
-      base_losses = r.losses;
-      base_params.assign(base.params(), base.params() + P);
-      std::vector<double> st;
-      for (const auto& t : r.timings) st.push_back(t.step_s);
-      base_step_s = summarize(st).median;
-    }
-    if (world.rank() == oracle_rank) {
-      Gpt<double> orc(model_cfg, ctx.device);
-      orc.init(cfg.seed);
-      const TrainRun r = train(orc, data, single, *self);
-      orc_losses = r.losses;
-      orc_params.assign(orc.params(), orc.params() + P);
-    }
-    if (oracle_rank != 0) {
-      if (world.rank() == oracle_rank) {
-        world.send(orc_losses.data(), orc_losses.size(), DType::f64, 0, 1);
-        world.send(orc_params.data(), P, DType::f64, 0, 2);
-      } else if (world.rank() == 0) {
-        world.recv(orc_losses.data(), orc_losses.size(), DType::f64, oracle_rank, 1);
-        world.recv(orc_params.data(), P, DType::f64, oracle_rank, 2);
+    for (int j = 0; j <= refs; ++j) {  // j == refs: the oracle
+      const int owner = j % n;
+      if (world.rank() == owner) {
+        TrainConfig single = cfg;
+        single.micro_batches = j < refs ? ref_mbs[j] : 1;
+        if (j < refs) {
+          Gpt<float> m(model_cfg, ctx.device);
+          m.init(cfg.seed);
+          ref_losses[j] = train(m, data, single, *self).losses;
+          ref_params[j].assign(m.params(), m.params() + P);
+        } else {
+          Gpt<double> m(model_cfg, ctx.device);
+          m.init(cfg.seed);
+          ref_losses[j] = train(m, data, single, *self).losses;
+          ref_params[j].assign(m.params(), m.params() + P);
+        }
+      }
+      if (owner != 0 && world.rank() == owner) {
+        world.send(ref_losses[j].data(), cfg.steps, DType::f64, 0, 2 * j);
+        world.send(ref_params[j].data(), P, DType::f64, 0, 2 * j + 1);
+      } else if (owner != 0 && world.rank() == 0) {
+        world.recv(ref_losses[j].data(), cfg.steps, DType::f64, owner, 2 * j);
+        world.recv(ref_params[j].data(), P, DType::f64, owner, 2 * j + 1);
       }
     }
     world.barrier();
+    const std::vector<double>& orc_losses = ref_losses[refs];
+    const std::vector<double>& orc_params = ref_params[refs];
 
     SuiteResult res;
     // Timings: per step, max over ranks (the slowest rank sets the pace).
@@ -174,31 +183,29 @@ class TrainSuite : public Suite {
     rec["comm_fraction"] = comm.median / step.median;
     rec["final_loss"] = dp_run.losses.back();
     res.benchmarks.push_back(rec);
-    json brec = benchmark_record("train/gpt/baseline:1", cfg.steps, 1, base_step_s, base_step_s, "ms");
-    brec["dp"] = 1;
-    brec["tokens_per_s"] = tokens_per_step / base_step_s;
-    brec["final_loss"] = base_losses.back();
-    res.benchmarks.push_back(brec);
 
-    // Per-step loss: |dp - oracle| against k * RMS_s |baseline - oracle| + floor.
-    double ss = 0;
-    for (int s = 0; s < cfg.steps; ++s) ss += std::pow(base_losses[s] - orc_losses[s], 2);
-    const double scale = std::sqrt(ss / cfg.steps);
+    // Per-step loss: |dp - oracle| against k x the references' largest deviation so far
+    // (deviations grow along the run, so the envelope up to step s is the scale at s).
+    const double k = oracle_factor(refs);
+    const std::string how = "k=" + std::to_string(int(k)) + " x max deviation of " +
+                            std::to_string(refs) + " single-rank f32 references + 4 ulp";
+    double envelope = 0;
     for (int s = 0; s < cfg.steps; ++s) {
+      for (int j = 0; j < refs; ++j) envelope = std::max(envelope, std::fabs(ref_losses[j][s] - orc_losses[s]));
       const double dev = std::fabs(dp_run.losses[s] - orc_losses[s]);
-      const double tol = kOracleFactor * scale + kFloorUlps * std::fabs(orc_losses[s]);
-      res.checks.push_back(make_check(
-          "train/loss/step:" + std::to_string(s), dev, tol,
-          "|loss_dp - loss_f64| <= 10 x RMS over steps of |loss_1rank - loss_f64| + 4 ulp"));
+      const double tol = k * envelope + kFloorUlps * std::fabs(orc_losses[s]);
+      res.checks.push_back(make_check("train/loss/step:" + std::to_string(s), dev, tol,
+                                      "|loss_dp - loss_f64| <= " + how));
     }
     // Final parameters, per tensor: relative norm error against the oracle.
     std::vector<double> dp_params(model.params(), model.params() + P);
     for (const auto& t : model.layout()) {
       const double dev = rel_norm_diff(dp_params.data() + t.offset, orc_params.data() + t.offset, t.numel);
-      const double dev1 = rel_norm_diff(base_params.data() + t.offset, orc_params.data() + t.offset, t.numel);
-      res.checks.push_back(make_check(
-          "train/params/" + t.name, dev, kOracleFactor * dev1 + kFloorUlps,
-          "||p_dp - p_f64|| / ||p_f64|| <= 10 x the 1-rank run's + 4 ulp"));
+      double scale_t = 0;
+      for (int j = 0; j < refs; ++j)
+        scale_t = std::max(scale_t, rel_norm_diff(ref_params[j].data() + t.offset, orc_params.data() + t.offset, t.numel));
+      res.checks.push_back(make_check("train/params/" + t.name, dev, k * scale_t + kFloorUlps,
+                                      "||p_dp - p_f64|| / ||p_f64|| <= " + how));
     }
     res.checks.push_back(make_check("train/dp_replicas_identical", replica_diff, 0.0,
                                     "max |p_rank - p_rank0| over ranks, bitwise"));
@@ -211,17 +218,21 @@ class TrainSuite : public Suite {
     res.checks.push_back(make_check("train/loss_below_uniform", tail_loss, 0.75 * uniform,
                                     "mean loss of the last 10% of steps <= 0.75 ln V"));
 
+    json losses = {{"dp", dp_run.losses}, {"oracle_f64", orc_losses}};
+    for (int j = 0; j < refs; ++j)
+      losses["single_rank_f32_micro_batches:" + std::to_string(ref_mbs[j])] = ref_losses[j];
     res.data = {{"model", ctx.config.at("model")},
                 {"num_params", P},
                 {"tokens_per_step", tokens_per_step},
-                {"losses", {{"dp", dp_run.losses}, {"baseline", base_losses}, {"oracle_f64", orc_losses}}}};
+                {"dataset", {{"path", data.path}, {"bytes", data.bytes.size()}, {"sha256", data.sha256}}},
+                {"oracle_factor", k},
+                {"losses", losses}};
     char line[256];
     std::snprintf(line, sizeof line,
                   "# train: dp=%d %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "
-                  "1 rank %.0f tokens/s; final loss %.4f (1 rank %.4f, f64 %.4f)",
+                  "final loss %.4f (1 rank %.4f, f64 %.4f)",
                   n, tokens_per_step / step.median, step.median * 1e3, comp.median * 1e3,
-                  comm.median * 1e3, tokens_per_step / base_step_s, dp_run.losses.back(),
-                  base_losses.back(), orc_losses.back());
+                  comm.median * 1e3, dp_run.losses.back(), ref_losses[0].back(), orc_losses.back());
     ctx.print(line);
     return res;
   }

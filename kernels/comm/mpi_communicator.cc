@@ -1,1 +1,343 @@
-// placeholder: written next
+// MpiCommunicator: Communicator over MPI on host buffers (see mpi_communicator.h for the
+// datatype mapping and in-place conventions). Every MPI return code is checked.
+#include "kernels/comm/mpi_communicator.h"
+
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "kernels/error.h"
+
+namespace dtb {
+namespace {
+
+/// "group 'world' (rank 1 of 4)", for error messages.
+std::string describe(const std::string& name, int rank, int size) {
+  return "group '" + name + "' (rank " + std::to_string(rank) + " of " + std::to_string(size) +
+         ")";
+}
+
+std::string mpi_failure(const std::string& call, const std::string& group, int rc) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "?");
+  return call + " failed on " + group + ": " + text + " (code " + std::to_string(rc) + ")";
+}
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+}  // namespace
+
+/// Aborts the job when an MPI call does not return MPI_SUCCESS, naming call and group.
+#define DTB_MPI_CHECK(expr, call, group)                                    \
+  do {                                                                      \
+    const int dtb_mpi_rc_ = (expr);                                         \
+    DTB_CHECK(dtb_mpi_rc_ == MPI_SUCCESS, mpi_failure(call, group, dtb_mpi_rc_)); \
+  } while (0)
+
+namespace {
+
+int int_count(size_t count, const char* call, const std::string& group) {
+  DTB_CHECK(count <= size_t(INT_MAX), std::string(call) + " on " + group + ": count " +
+                                          std::to_string(count) + " exceeds INT_MAX");
+  return int(count);
+}
+
+/// The MPI datatype of `t`. Half types travel as 2-byte integers, so reductions on them
+/// are refused.
+MPI_Datatype mpi_type(DType t, bool reduction, const char* call, const std::string& group) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::bf16:
+    case DType::f16:
+      DTB_CHECK(!reduction, std::string(call) + " on " + group + ": reduction on " +
+                                std::string(to_string(t)) + " is not supported by the MPI backend");
+      return MPI_UINT16_T;
+  }
+  DTB_CHECK(false, "unknown DType");
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  DTB_CHECK(false, "unknown ReduceOp");
+  return MPI_OP_NULL;
+}
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+void check_no_overlap(const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+                      const char* call, const std::string& group) {
+  DTB_CHECK(!overlap(send, send_bytes, recv, recv_bytes),
+            std::string(call) + " on " + group +
+                ": send and recv overlap but are not in the in-place layout");
+}
+
+void check_rank(int r, int size, const char* what, const char* call, const std::string& group) {
+  DTB_CHECK(r >= 0 && r < size, std::string(call) + " on " + group + ": " + what + " " +
+                                    std::to_string(r) + " out of range");
+}
+
+/// MPI arguments of a collective: the send argument (maybe MPI_IN_PLACE), the recv
+/// argument, and a copy to make after completion (in-place reduce_scatter).
+struct Plan {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  void* fix_dst = nullptr;
+  const void* fix_src = nullptr;
+  size_t fix_bytes = 0;
+};
+
+Plan plan_all_reduce(const void* send, void* recv, size_t bytes, const char* call,
+                     const std::string& group) {
+  if (send == recv) return {MPI_IN_PLACE, recv};
+  check_no_overlap(send, bytes, recv, bytes, call, group);
+  return {send, recv};
+}
+
+Plan plan_all_gather(const void* send, void* recv, size_t block_bytes, int rank, int size,
+                     const char* call, const std::string& group) {
+  if (send == static_cast<const char*>(recv) + rank * block_bytes) return {MPI_IN_PLACE, recv};
+  check_no_overlap(send, block_bytes, recv, size * block_bytes, call, group);
+  return {send, recv};
+}
+
+// MPI_IN_PLACE reduce_scatter_block takes the whole input in recvbuf and writes rank r's
+// block at its start; the fix-up copies it to block r (NCCL's in-place location).
+Plan plan_reduce_scatter(const void* send, void* recv, size_t block_bytes, int rank, int size,
+                         const char* call, const std::string& group) {
+  if (recv == static_cast<const char*>(send) + rank * block_bytes) {
+    void* whole = const_cast<void*>(send);
+    return {MPI_IN_PLACE, whole, recv, whole, rank == 0 ? 0 : block_bytes};
+  }
+  check_no_overlap(send, size * block_bytes, recv, block_bytes, call, group);
+  return {send, recv};
+}
+
+void apply_fixup(const Plan& p) {
+  if (p.fix_bytes > 0) std::memcpy(p.fix_dst, p.fix_src, p.fix_bytes);  // distinct blocks
+}
+
+/// A non-blocking collective in flight: wait() completes it with MPI_Wait.
+class MpiHandle final : public CommHandle {
+ public:
+  MpiHandle(MPI_Request req, std::string call, std::string group, Plan plan)
+      : req_(req), call_(std::move(call)), group_(std::move(group)), plan_(plan) {}
+  ~MpiHandle() override {
+    if (!done_ && !mpi_finalized()) wait();
+  }
+  void wait() override {
+    if (done_) return;
+    DTB_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait(" + call_ + ")", group_);
+    done_ = true;
+    apply_fixup(plan_);
+  }
+
+ private:
+  MPI_Request req_;
+  std::string call_, group_;
+  Plan plan_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
+    : comm_(comm), name_(std::move(name)) {
+  DTB_CHECK(comm_ != MPI_COMM_NULL, "MpiCommunicator '" + name_ + "': MPI_COMM_NULL");
+  const std::string group = "group '" + name_ + "'";
+  DTB_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+                group);
+  DTB_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", group);
+  DTB_MPI_CHECK(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", group);
+  DTB_MPI_CHECK(MPI_Comm_set_name(comm_, name_.c_str()), "MPI_Comm_set_name", group);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (comm_ != MPI_COMM_NULL && !mpi_finalized()) {
+    DTB_MPI_CHECK(MPI_Comm_free(&comm_), "MPI_Comm_free", describe(name_, rank_, size_));
+  }
+}
+
+void MpiCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
+                                 ReduceOp op) {
+  const char* call = "MPI_Allreduce";
+  const std::string g = describe(name_, rank_, size_);
+  const Plan p = plan_all_reduce(send, recv, count * dtype_size(dtype), call, g);
+  DTB_MPI_CHECK(MPI_Allreduce(p.send, p.recv, int_count(count, call, g),
+                              mpi_type(dtype, true, call, g), mpi_op(op), comm_),
+                call, g);
+}
+
+void MpiCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
+  const char* call = "MPI_Allgather";
+  const std::string g = describe(name_, rank_, size_);
+  const Plan p =
+      plan_all_gather(send, recv, send_count * dtype_size(dtype), rank_, size_, call, g);
+  const int n = int_count(send_count, call, g);
+  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  DTB_MPI_CHECK(MPI_Allgather(p.send, n, t, p.recv, n, t, comm_), call, g);
+}
+
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
+                                     DType dtype, ReduceOp op) {
+  const char* call = "MPI_Reduce_scatter_block";
+  const std::string g = describe(name_, rank_, size_);
+  const Plan p =
+      plan_reduce_scatter(send, recv, recv_count * dtype_size(dtype), rank_, size_, call, g);
+  DTB_MPI_CHECK(MPI_Reduce_scatter_block(p.send, p.recv, int_count(recv_count, call, g),
+                                         mpi_type(dtype, true, call, g), mpi_op(op), comm_),
+                call, g);
+  apply_fixup(p);
+}
+
+void MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
+  const char* call = "MPI_Bcast";
+  const std::string g = describe(name_, rank_, size_);
+  check_rank(root, size_, "root", call, g);
+  DTB_MPI_CHECK(MPI_Bcast(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), root,
+                          comm_),
+                call, g);
+}
+
+void MpiCommunicator::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
+  const char* call = "MPI_Send";
+  const std::string g = describe(name_, rank_, size_);
+  check_rank(peer, size_, "peer", call, g);
+  DTB_MPI_CHECK(MPI_Send(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), peer,
+                         tag, comm_),
+                call, g);
+}
+
+void MpiCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
+  const char* call = "MPI_Recv";
+  const std::string g = describe(name_, rank_, size_);
+  check_rank(peer, size_, "peer", call, g);
+  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  MPI_Status status;
+  DTB_MPI_CHECK(MPI_Recv(buf, int_count(count, call, g), t, peer, tag, comm_, &status), call, g);
+  int got = 0;
+  DTB_MPI_CHECK(MPI_Get_count(&status, t, &got), "MPI_Get_count", g);
+  DTB_CHECK(size_t(got) == count, std::string(call) + " on " + g + ": received " +
+                                      std::to_string(got) + " elements, expected " +
+                                      std::to_string(count));
+}
+
+void MpiCommunicator::sendrecv(const void* send, void* recv, size_t count, DType dtype,
+                               int send_peer, int recv_peer, int tag) {
+  const char* call = "MPI_Sendrecv";
+  const std::string g = describe(name_, rank_, size_);
+  check_rank(send_peer, size_, "send peer", call, g);
+  check_rank(recv_peer, size_, "recv peer", call, g);
+  const size_t bytes = count * dtype_size(dtype);
+  check_no_overlap(send, bytes, recv, bytes, call, g);
+  const int n = int_count(count, call, g);
+  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  MPI_Status status;
+  DTB_MPI_CHECK(MPI_Sendrecv(send, n, t, send_peer, tag, recv, n, t, recv_peer, tag, comm_,
+                             &status),
+                call, g);
+  int got = 0;
+  DTB_MPI_CHECK(MPI_Get_count(&status, t, &got), "MPI_Get_count", g);
+  DTB_CHECK(got == n, std::string(call) + " on " + g + ": received " + std::to_string(got) +
+                          " elements, expected " + std::to_string(n));
+}
+
+void MpiCommunicator::barrier() {
+  DTB_MPI_CHECK(MPI_Barrier(comm_), "MPI_Barrier", describe(name_, rank_, size_));
+}
+
+std::unique_ptr<CommHandle> MpiCommunicator::all_reduce_async(const void* send, void* recv,
+                                                              size_t count, DType dtype,
+                                                              ReduceOp op) {
+  const char* call = "MPI_Iallreduce";
+  std::string g = describe(name_, rank_, size_);
+  const Plan p = plan_all_reduce(send, recv, count * dtype_size(dtype), call, g);
+  MPI_Request req;
+  DTB_MPI_CHECK(MPI_Iallreduce(p.send, p.recv, int_count(count, call, g),
+                               mpi_type(dtype, true, call, g), mpi_op(op), comm_, &req),
+                call, g);
+  return std::make_unique<MpiHandle>(req, call, std::move(g), p);
+}
+
+std::unique_ptr<CommHandle> MpiCommunicator::all_gather_async(const void* send, void* recv,
+                                                              size_t send_count, DType dtype) {
+  const char* call = "MPI_Iallgather";
+  std::string g = describe(name_, rank_, size_);
+  const Plan p =
+      plan_all_gather(send, recv, send_count * dtype_size(dtype), rank_, size_, call, g);
+  const int n = int_count(send_count, call, g);
+  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  MPI_Request req;
+  DTB_MPI_CHECK(MPI_Iallgather(p.send, n, t, p.recv, n, t, comm_, &req), call, g);
+  return std::make_unique<MpiHandle>(req, call, std::move(g), p);
+}
+
+std::unique_ptr<CommHandle> MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
+                                                                  size_t recv_count, DType dtype,
+                                                                  ReduceOp op) {
+  const char* call = "MPI_Ireduce_scatter_block";
+  std::string g = describe(name_, rank_, size_);
+  const Plan p =
+      plan_reduce_scatter(send, recv, recv_count * dtype_size(dtype), rank_, size_, call, g);
+  MPI_Request req;
+  DTB_MPI_CHECK(MPI_Ireduce_scatter_block(p.send, p.recv, int_count(recv_count, call, g),
+                                          mpi_type(dtype, true, call, g), mpi_op(op), comm_,
+                                          &req),
+                call, g);
+  return std::make_unique<MpiHandle>(req, call, std::move(g), p);
+}
+
+std::unique_ptr<CommHandle> MpiCommunicator::broadcast_async(void* buf, size_t count,
+                                                             DType dtype, int root) {
+  const char* call = "MPI_Ibcast";
+  std::string g = describe(name_, rank_, size_);
+  check_rank(root, size_, "root", call, g);
+  MPI_Request req;
+  DTB_MPI_CHECK(MPI_Ibcast(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), root,
+                           comm_, &req),
+                call, g);
+  return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{buf, buf});
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
+  const std::string g = describe(name_, rank_, size_);
+  DTB_CHECK(color >= 0, "split of " + g + " into '" + name + "': color " +
+                            std::to_string(color) + " < 0");
+  MPI_Comm sub = MPI_COMM_NULL;
+  DTB_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split", g);
+  return std::make_unique<MpiCommunicator>(sub, name);
+}
+
+namespace {
+
+std::unique_ptr<Communicator> dup_of(MPI_Comm parent, const std::string& name) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  DTB_CHECK(initialized && !mpi_finalized(), "make_mpi_" + name + ": MPI is not initialised");
+  MPI_Comm comm = MPI_COMM_NULL;
+  DTB_MPI_CHECK(MPI_Comm_dup(parent, &comm), "MPI_Comm_dup", "group '" + name + "'");
+  return std::make_unique<MpiCommunicator>(comm, name);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world() { return dup_of(MPI_COMM_WORLD, "world"); }
+std::unique_ptr<Communicator> make_mpi_self() { return dup_of(MPI_COMM_SELF, "self"); }
+
+}  // namespace dtb

@@ -1,0 +1,82 @@
+// MpiCommunicator: the Communicator over an MPI communicator, on host buffers. Blocking
+// collectives map to MPI_Allreduce & co., async ones to MPI_I* with MPI_Wait in the handle.
+// In-place conventions are NCCL's (see communicator.h); every MPI call is checked and a
+// failure aborts the job naming the operation and the group.
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels/comm/communicator.h"
+
+namespace dtb {
+
+/// A Communicator that owns an MPI_Comm. The communicator's error handler is set to
+/// MPI_ERRORS_RETURN so that every failure comes back to DTB_CHECK, which aborts the job
+/// with `MPI_<Call> on group '<name>' (rank r of n): <MPI error string>`.
+///
+/// Datatypes: f32 -> MPI_FLOAT, f64 -> MPI_DOUBLE, i32 -> MPI_INT32_T. bf16 and f16 travel
+/// as MPI_UINT16_T in all_gather, broadcast, send/recv and sendrecv; a reduction on them
+/// aborts (no half-precision MPI reduction yet). Counts must fit in an int (aborts
+/// otherwise), as the MPI-3 C interface takes int counts.
+///
+/// In place (NCCL's conventions): all_reduce when send == recv; all_gather when
+/// send == recv + rank*send_count; reduce_scatter when recv == send + rank*recv_count.
+/// Any other overlap of send and recv aborts (MPI forbids aliased buffers).
+/// In-place reduce_scatter uses MPI_IN_PLACE, which leaves rank r's result at the start of
+/// the buffer; it is then copied to block r. Afterwards only block r is defined: the other
+/// blocks of the buffer are unspecified (block 0 may hold this rank's result), as with MPI.
+class MpiCommunicator final : public Communicator {
+ public:
+  /// Takes ownership of `comm` (freed in the destructor unless MPI is finalised).
+  /// `name` names the group in error messages. Aborts if comm is MPI_COMM_NULL.
+  MpiCommunicator(MPI_Comm comm, std::string name);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  std::string backend() const override { return "mpi"; }
+  /// The underlying MPI communicator (still owned by this object).
+  MPI_Comm comm() const { return comm_; }
+
+  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
+  void all_gather(const void* send, void* recv, size_t send_count, DType dtype) override;
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                      ReduceOp op) override;
+  void broadcast(void* buf, size_t count, DType dtype, int root) override;
+  void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) override;
+  /// Aborts if the matching message does not hold exactly `count` elements.
+  void recv(void* buf, size_t count, DType dtype, int peer, int tag = 0) override;
+  /// MPI_Sendrecv; send and recv must not overlap. Aborts on a short message, as recv().
+  void sendrecv(const void* send, void* recv, size_t count, DType dtype, int send_peer,
+                int recv_peer, int tag = 0) override;
+  void barrier() override;
+
+  /// The handles' wait() calls MPI_Wait (then, for in-place reduce_scatter, moves the
+  /// result to rank's block). A handle destroyed before wait() waits in its destructor, so
+  /// that the buffers are never released under a live request.
+  std::unique_ptr<CommHandle> all_reduce_async(const void* send, void* recv, size_t count,
+                                               DType dtype, ReduceOp op) override;
+  std::unique_ptr<CommHandle> all_gather_async(const void* send, void* recv, size_t send_count,
+                                               DType dtype) override;
+  std::unique_ptr<CommHandle> reduce_scatter_async(const void* send, void* recv,
+                                                   size_t recv_count, DType dtype,
+                                                   ReduceOp op) override;
+  std::unique_ptr<CommHandle> broadcast_async(void* buf, size_t count, DType dtype,
+                                              int root) override;
+
+  /// MPI_Comm_split. `color` must be >= 0 (every rank gets a group).
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace dtb

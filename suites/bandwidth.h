@@ -1,0 +1,69 @@
+// Bandwidth definitions and the timing engine of the collectives suite, as nccl-tests
+// defines them (doc/PERFORMANCE.md, src/common.cu, each src/*.cu *GetBw): which byte count S
+// a collective's bandwidth is computed from, algbw = S / t, busbw = algbw * bus factor, and
+// the time of one iteration = a batch's elapsed time / iterations, the max over ranks.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/comm/communicator.h"
+#include "suites/stats.h"
+
+namespace dtb {
+
+enum class CollectiveOp { all_reduce, all_gather, reduce_scatter, broadcast, sendrecv };
+
+/// Every CollectiveOp, in declaration order.
+const std::vector<CollectiveOp>& all_collective_ops();
+/// "all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv".
+std::string_view to_string(CollectiveOp op);
+/// The op named `name` (as to_string writes it). Throws InputError listing the valid names.
+CollectiveOp parse_collective_op(std::string_view name);
+
+/// busbw / algbw for `op` on `n` ranks (nccl-tests doc/PERFORMANCE.md): all_reduce 2(n-1)/n;
+/// all_gather and reduce_scatter (n-1)/n; broadcast and sendrecv 1. On one rank every op's
+/// factor is 0 (nothing crosses a bus, so busbw is 0; nccl-tests keeps 1 for sendrecv and
+/// broadcast there). Aborts if n < 1.
+double bus_factor(CollectiveOp op, int n);
+
+/// Algorithm bandwidth in GB/s (1 GB = 1e9 bytes, as nccl-tests): bytes / seconds / 1e9.
+/// Aborts if seconds <= 0.
+double algbw_GBps(size_t bytes, double seconds);
+
+/// Bus bandwidth in GB/s: algbw_GBps(bytes, seconds) * bus_factor(op, n).
+double busbw_GBps(CollectiveOp op, size_t bytes, double seconds, int n);
+
+/// The byte count S the bandwidths of `op` use (nccl-tests' *GetCollByteCount):
+/// all_reduce, broadcast, sendrecv: count * type_size (the buffer); all_gather:
+/// count * type_size * n with count the per-rank send count (the full gathered buffer);
+/// reduce_scatter: count * type_size * n with count the per-rank recv count (the full input).
+size_t bandwidth_bytes(CollectiveOp op, size_t per_rank_count, size_t type_size, int n);
+
+/// One line saying which S `op` uses, for reports, e.g. "S = full gathered buffer (recv)".
+std::string_view size_definition(CollectiveOp op);
+
+/// Iterations per timed batch for a message of `bytes`: `iters`, reduced so that
+/// iterations * bytes <= max_bytes_per_batch, and at least 1. A pure function of its
+/// arguments, so every rank agrees (a different count on one rank would deadlock).
+int iterations_for_size(int iters, size_t bytes, size_t max_bytes_per_batch);
+
+/// Per-iteration times of `repetitions` timed batches, each the max over ranks, seconds.
+struct TimedResult {
+  std::vector<double> per_iter_s;  // one per batch, in batch order
+  Summary summary;                 // of per_iter_s
+};
+
+/// Times `op` as nccl-tests does: `warmup` untimed calls, then `repetitions` batches of
+/// [barrier; t0; `iters` calls of op; t1], a batch's per-iteration time being
+/// (t1 - t0) / iters (steady_clock). The timed loop holds nothing but the op. After all
+/// batches one all_reduce(max) over `comm` gives each batch the slowest rank's time
+/// (nccl-tests averages over ranks by default; the max is its `-a 3`). Collective over
+/// comm: every rank must pass the same warmup, iters and repetitions. Aborts if warmup < 0,
+/// iters < 1 or repetitions < 1.
+TimedResult time_iterations(Communicator& comm, int warmup, int iters, int repetitions,
+                            const std::function<void()>& op);
+
+}  // namespace dtb
