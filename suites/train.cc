@@ -106,9 +106,9 @@ class TrainSuite : public Suite {
     model.init(cfg.seed);
     world.barrier();
     const TrainRun dp_run = train(model, data, cfg, world);
-    for (int s = 0; s < cfg.steps; s += std::max(1, cfg.steps / 10))
-      ctx.print(fmt_step(s, dp_run.losses[s]));
-    ctx.print(fmt_step(cfg.steps - 1, dp_run.losses.back()));
+    const int every = std::max(1, cfg.steps / 10);
+    for (int s = 0; s < cfg.steps; ++s)
+      if (s % every == 0 || s == cfg.steps - 1) ctx.print(fmt_step(s, dp_run.losses[s]));
 
     // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
     const size_t P = model.num_params();
