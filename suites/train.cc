@@ -82,6 +82,9 @@ class TrainSuite : public Suite {
   void validate(const json& section, const json& config, int world_size) const override {
     const GptConfig model = model_from_json(config.at("model"));
     validate_gpt_config(model);
+    if (model.V < 256)
+      throw InputError("model.V = " + std::to_string(model.V) +
+                       " is smaller than the byte-level vocabulary (256)");
     validate_train_config(train_from_json(section, config), model, world_size);
     if (double(section.at("lr")) <= 0) throw InputError("train.lr must be positive");
   }
