@@ -41,6 +41,7 @@ class LocalCommunicator final : public Communicator {
     std::memmove(recv, send, n * dtype_size(dtype));
   }
   void broadcast(void*, size_t, DType, int) override {}
+  void broadcast(const void*, void*, size_t, DType, int) override {}
   void send(const void*, size_t, DType, int, int) override { FAIL() << "no peer"; }
   void recv(void*, size_t, DType, int, int) override { FAIL() << "no peer"; }
   void sendrecv(const void* send, void* recv, size_t n, DType dtype, int, int, int) override {

@@ -25,14 +25,10 @@ std::string_view to_string(Placement p) {
   return p == Placement::in_place ? "in_place" : "out_of_place";
 }
 
-/// Whether the Communicator interface has `op` in placement `p`: broadcast(buf) exists
-/// only in place (NCCL's ncclBcast form), sendrecv only out of place (send and recv must
-/// not alias). The missing placement prints N/A and gets no record and no check.
-bool supported(CollectiveOp op, Placement p) {
-  if (op == CollectiveOp::broadcast) return p == Placement::in_place;
-  if (op == CollectiveOp::sendrecv) return p == Placement::out_of_place;
-  return true;
-}
+/// Whether the Communicator has `op` in placement `p`: every op has both (broadcast out of
+/// place is NCCL's ncclBroadcast, sendrecv in place is MPI_Sendrecv_replace). A placement
+/// without an implementation would print N/A and get no record and no check.
+bool supported(CollectiveOp, Placement) { return true; }
 
 /// A validated config section.
 struct Options {
@@ -152,7 +148,7 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
   }
   std::fill(recv, recv + recv_len, T(-1));  // never a valid result
   if (op == CollectiveOp::broadcast) {
-    if (me == kRoot) for (size_t i = 0; i < count; ++i) recv[i] = input<T>(kRoot, i);
+    if (me == kRoot) for (size_t i = 0; i < count; ++i) send[i] = input<T>(kRoot, i);
   } else {
     for (size_t i = 0; i < send_len; ++i) send[i] = input<T>(me, i);
   }
@@ -166,7 +162,9 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
     case CollectiveOp::reduce_scatter:
       call = [&] { c.reduce_scatter(send, recv, count, dt, ReduceOp::sum); };
       break;
-    case CollectiveOp::broadcast: call = [&] { c.broadcast(recv, count, dt, kRoot); }; break;
+    case CollectiveOp::broadcast:
+      call = [&] { c.broadcast(send, recv, count, dt, kRoot); };
+      break;
     case CollectiveOp::sendrecv:
       call = [&] { c.sendrecv(send, recv, count, dt, next, prev); };
       break;

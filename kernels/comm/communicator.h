@@ -41,13 +41,17 @@ class Communicator {
   /// In place when recv == send + rank*recv_count (NCCL's convention).
   virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                               ReduceOp op) = 0;
-  /// buf (count) on `root` is copied to every rank.
+  /// buf (count) on `root` is copied to every rank (in place; NCCL's ncclBcast).
   virtual void broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  /// Out of place (NCCL's ncclBroadcast): send (count) on `root` lands in every rank's recv;
+  /// send is read on the root only. send == recv is the in-place form.
+  virtual void broadcast(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
   /// Point-to-point; matched by (peer, tag).
   virtual void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) = 0;
   virtual void recv(void* buf, size_t count, DType dtype, int peer, int tag = 0) = 0;
   /// Sends `send` to send_peer while receiving `recv` from recv_peer, without deadlock
   /// (nccl-tests' sendrecv: a ring shift when send_peer = rank+1, recv_peer = rank-1).
+  /// In place when send == recv: the buffer is sent, then replaced by what arrives.
   virtual void sendrecv(const void* send, void* recv, size_t count, DType dtype, int send_peer,
                         int recv_peer, int tag = 0) = 0;
   virtual void barrier() = 0;

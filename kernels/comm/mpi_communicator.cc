@@ -215,6 +215,15 @@ void MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) 
                 call, g);
 }
 
+void MpiCommunicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
+  if (rank_ == root && send != recv) {
+    const size_t bytes = count * dtype_size(dtype);
+    check_no_overlap(send, bytes, recv, bytes, "MPI_Bcast", describe(name_, rank_, size_));
+    std::memcpy(recv, send, bytes);
+  }
+  broadcast(recv, count, dtype, root);
+}
+
 void MpiCommunicator::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
   const char* call = "MPI_Send";
   const std::string g = describe(name_, rank_, size_);
@@ -245,13 +254,18 @@ void MpiCommunicator::sendrecv(const void* send, void* recv, size_t count, DType
   check_rank(send_peer, size_, "send peer", call, g);
   check_rank(recv_peer, size_, "recv peer", call, g);
   const size_t bytes = count * dtype_size(dtype);
-  check_no_overlap(send, bytes, recv, bytes, call, g);
   const int n = int_count(count, call, g);
   const MPI_Datatype t = mpi_type(dtype, false, call, g);
   MPI_Status status;
-  DTB_MPI_CHECK(MPI_Sendrecv(send, n, t, send_peer, tag, recv, n, t, recv_peer, tag, comm_,
-                             &status),
-                call, g);
+  if (send == recv) {  // in place: MPI forbids aliased Sendrecv buffers, so _replace
+    DTB_MPI_CHECK(MPI_Sendrecv_replace(recv, n, t, send_peer, tag, recv_peer, tag, comm_, &status),
+                  "MPI_Sendrecv_replace", g);
+  } else {
+    check_no_overlap(send, bytes, recv, bytes, call, g);
+    DTB_MPI_CHECK(MPI_Sendrecv(send, n, t, send_peer, tag, recv, n, t, recv_peer, tag, comm_,
+                               &status),
+                  call, g);
+  }
   int got = 0;
   DTB_MPI_CHECK(MPI_Get_count(&status, t, &got), "MPI_Get_count", g);
   DTB_CHECK(got == n, std::string(call) + " on " + g + ": received " + std::to_string(got) +

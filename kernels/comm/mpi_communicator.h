@@ -48,6 +48,8 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                       ReduceOp op) override;
   void broadcast(void* buf, size_t count, DType dtype, int root) override;
+  /// The root copies send into recv (memcpy), then MPI_Bcast of recv.
+  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root) override;
   void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) override;
   /// Aborts if the matching message does not hold exactly `count` elements.
   void recv(void* buf, size_t count, DType dtype, int peer, int tag = 0) override;

@@ -157,6 +157,40 @@ TYPED_TEST(MpiTyped, Broadcast) {
   EXPECT_EQ(world_sum(wrong), 0);
 }
 
+// Out of place (ncclBroadcast): the root's send lands in every recv; send is untouched.
+TYPED_TEST(MpiTyped, BroadcastOutOfPlace) {
+  using T = TypeParam;
+  Communicator& c = *this->world_;
+  long wrong = 0;
+  for (size_t count : kCounts)
+    for (int root = 0; root < c.size(); ++root) {
+      std::vector<T> send(count, T(kSentinel)), recv(count, T(kSentinel));
+      if (c.rank() == root)
+        for (size_t i = 0; i < count; ++i) send[i] = input<T>(root, i);
+      c.broadcast(send.data(), recv.data(), count, this->kType, root);
+      for (size_t i = 0; i < count; ++i) {
+        wrong += recv[i] != input<T>(root, i);
+        wrong += send[i] != (c.rank() == root ? input<T>(root, i) : T(kSentinel));
+      }
+    }
+  EXPECT_EQ(world_sum(wrong), 0);
+}
+
+// In place: the buffer is sent to rank+1 and replaced by what rank-1 sent.
+TYPED_TEST(MpiTyped, SendRecvRingInPlace) {
+  using T = TypeParam;
+  Communicator& c = *this->world_;
+  const int n = c.size(), me = c.rank();
+  long wrong = 0;
+  for (size_t count : kCounts) {
+    std::vector<T> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = input<T>(me, i);
+    c.sendrecv(buf.data(), buf.data(), count, this->kType, (me + 1) % n, (me + n - 1) % n, 9);
+    for (size_t i = 0; i < count; ++i) wrong += buf[i] != input<T>((me + n - 1) % n, i);
+  }
+  EXPECT_EQ(world_sum(wrong), 0);
+}
+
 // nccl-tests' sendrecv: a ring shift, each rank sends to rank+1 and receives from rank-1.
 TYPED_TEST(MpiTyped, SendRecvRing) {
   using T = TypeParam;
