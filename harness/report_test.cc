@@ -2,6 +2,8 @@
 // files written atomically.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -32,7 +34,7 @@ TEST(Report, AggregatesSuitesChecksAndRecords) {
 
 TEST(Report, WritesAtomically) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(testing::TempDir()) / "dtb_report_test";
+  const fs::path dir = fs::path(testing::TempDir()) / ("dtb_report_test." + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string path = (dir / "r.json").string();
@@ -44,6 +46,7 @@ TEST(Report, WritesAtomically) {
   for (const auto& e : fs::directory_iterator(dir)) files += (void(e), 1);
   EXPECT_EQ(files, 1);  // no temp file left behind
   EXPECT_THROW(write_json_atomic("/proc/dtb-nope/r.json", {}), std::runtime_error);
+  fs::remove_all(dir);
 }
 
 }  // namespace dtb

@@ -2,6 +2,8 @@
 // of it (a DP rank's, a micro-batch's) is exactly those sequences of the whole.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -10,8 +12,11 @@
 
 namespace dtb {
 
+// A file of this test's own (ctest runs tests in parallel, and other checkouts may too).
 static std::string write_temp(const std::string& text) {
-  const std::string path = testing::TempDir() + "dtb_data_test.txt";
+  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  const std::string path = testing::TempDir() + "dtb_data_test." + info->name() + "." +
+                           std::to_string(getpid()) + ".txt";
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }

@@ -71,7 +71,7 @@ class Gpt {
 
   /// Forward over tokens (B,Tn) with next-token targets (B,Tn), Tn <= config().T, every id
   /// in [0, V). Returns the SUM over the B*Tn tokens of the cross-entropy loss (in double),
-  /// so callers choose the normaliser (the global token count, DESIGN numerics contract).
+  /// so callers choose the normaliser (the global token count, README.md numerics contract).
   double forward(const int32_t* tokens, const int32_t* targets, int B, int Tn);
   /// Per-token losses (B*Tn) of the last forward.
   const T* token_losses() const;

@@ -231,9 +231,9 @@ void print_line(SuiteContext& ctx, std::string line) {
 
 void print_header(SuiteContext& ctx, CollectiveOp op, int n) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "# %s: %s; busbw = algbw * %.4g (%d ranks)",
+  std::snprintf(buf, sizeof buf, "# %s: %s; busbw = algbw * %.4g (%d rank%s)",
                 std::string(to_string(op)).c_str(), std::string(size_definition(op)).c_str(),
-                bus_factor(op, n), n);
+                bus_factor(op, n), n, n == 1 ? "" : "s");
   ctx.print(buf);
   std::snprintf(buf, sizeof buf, "# %10s  %12s  %8s  %6s  %6s  %-31s  %-31s", "", "", "", "", "",
                 "|-------- out-of-place -------|", "|---------- in-place ---------|");
