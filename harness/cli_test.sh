@@ -37,6 +37,16 @@ printf '{"suites": []}' >"$tmp/no_suites.json"
 printf '[1, 2]' >"$tmp/not_object.json"
 printf 'x' >"$tmp/tiny.txt"
 : >"$tmp/empty.txt"
+printf '{"model": {"V": 50}}' >"$tmp/small_vocab.json"
+printf '{"model": {"L": 1000, "C": 65536, "NH": 1}}' >"$tmp/huge_model.json"
+printf '{"model": {"C": 4294967328}}' >"$tmp/wraps.json"
+printf '{"seed": 18446744073709551615}' >"$tmp/big_seed.json"
+printf '{"train": {"beta2": -3}}' >"$tmp/beta.json"
+printf '{"collectives": {"min_bytes": 8589934588, "max_bytes": 858993458800}}' >"$tmp/huge_msg.json"
+printf '{"name": "../x"}' >"$tmp/bad_name.json"
+python3 -c 'print("{\"train\": {\"steps\": " + "[" * 100000 + "]" * 100000 + "}}")' >"$tmp/deep.json"
+ln -s loop2 "$tmp/loop1"; ln -s loop1 "$tmp/loop2"
+mkfifo "$tmp/fifo"
 
 expect_error "unknown suite 'nosuch'" run --suites nosuch
 expect_error "did you mean 'train'" run --suites trian
@@ -50,7 +60,7 @@ expect_error "config file not found" run --config "$tmp/missing.json"
 expect_error "unknown config 'nosuchconfig'" run --config nosuchconfig
 expect_error "'train.steps' must be an integer" run --config "$tmp/wrong_type.json"
 expect_error "'train.steps' must be an integer" run --config "$tmp/float_for_int.json"
-expect_error "train.steps must be positive" run --config "$tmp/zero_steps.json"
+expect_error "train.steps = 0 is out of range" run --config "$tmp/zero_steps.json"
 expect_error "not divisible by data_parallel" run --config "$tmp/no_divide.json"
 expect_error "not divisible by NH" run --config "$tmp/heads.json"
 expect_error "train.seq_len = 65" run --config "$tmp/seq_len.json"
@@ -62,6 +72,25 @@ expect_error "data file not found" run --data "$tmp/missing.txt"
 expect_error "bytes; at least" run --data "$tmp/tiny.txt"
 expect_error "bytes; at least" run --data "$tmp/empty.txt"
 expect_error "output directory is not writable" run --output-dir /proc/dtbench-nope
+expect_error "model.V = 50 is out of range [256," run --config "$tmp/small_vocab.json"
+expect_error "more than this machine's memory" run --config "$tmp/huge_model.json"
+expect_error "model.C = 4294967328 is out of range" run --config "$tmp/wraps.json"
+expect_error "'seed' = 18446744073709551615 is out of range" run --config "$tmp/big_seed.json"
+expect_error "train.beta2 = -3 is out of range" run --config "$tmp/beta.json"
+expect_error "do not fit in this machine's memory" run --config "$tmp/huge_msg.json"
+expect_error "config key 'name' '../x' must be" run --config "$tmp/bad_name.json"
+expect_error "nests deeper than 64 levels" run --config "$tmp/deep.json"
+expect_error "config file not found" run --config "$tmp/loop1"
+expect_error "not a regular file" run --config "$tmp/fifo"
+expect_error "not a regular file" run --data "$tmp/fifo"
+expect_error "not a regular file" run --data /dev/zero
+expect_error "is not a regular file" run --data "$tmp"
+expect_error "--run-id 'a/b' must be" run --run-id a/b
+expect_error "--run-id '..' must be" run --run-id ..
+expect_error "--suites is empty" run --suites ""
+expect_error "--data is empty" run --data ""
+expect_error "has an empty suite name" run --suites train,
+expect_error "has an empty suite name" run --suites ,
 
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,6 +1,8 @@
 #include "harness/config.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,22 +26,46 @@ std::vector<std::string> config_names() {
   return names;
 }
 
+std::string printable(const std::string& s, size_t max_len) {
+  std::string out;
+  for (char c : s.substr(0, max_len)) out += (c >= 32 && c < 127) ? c : '?';
+  if (s.size() > max_len) out += "...";
+  return out;
+}
+
 std::string read_config_text(const std::string& name_or_path) {
-  const bool is_path = fs::exists(name_or_path) || name_or_path.find('/') != std::string::npos ||
+  if (name_or_path.empty()) throw InputError("--config is empty");
+  std::error_code ec;
+  const bool is_path = fs::exists(name_or_path, ec) || name_or_path.find('/') != std::string::npos ||
                        name_or_path.ends_with(".json");
   std::string path = is_path ? name_or_path : config_dir() + "/" + name_or_path + ".json";
-  if (!is_path && !fs::exists(path)) {
+  if (!is_path && !fs::exists(path, ec)) {
     const std::string near = nearest_name(name_or_path, config_names());
-    throw InputError("unknown config '" + name_or_path + "'" +
+    throw InputError("unknown config '" + printable(name_or_path) + "'" +
                      (near.empty() ? "" : " (did you mean '" + near + "'?)") +
                      "; named configs are listed by 'dtbench list'");
   }
-  if (fs::is_directory(path)) throw InputError("config " + path + " is a directory, not a file");
-  std::ifstream in(path);
-  if (!in) throw InputError("config file not found or unreadable: " + path);
+  const auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw InputError("config file not found or unreadable: " + printable(path));
+  if (fs::is_directory(st)) throw InputError("config " + printable(path) + " is a directory, not a file");
+  if (!fs::is_regular_file(st)) throw InputError("config " + printable(path) + " is not a regular file");
+  if (fs::file_size(path, ec) > (size_t(16) << 20)) throw InputError("config " + printable(path) + " is over 16 MiB");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("config file not found or unreadable: " + printable(path));
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) throw InputError("error reading config " + printable(path));
   return ss.str();
+}
+
+void check_file_stem(const std::string& s, const std::string& what) {
+  const bool ok = !s.empty() && s.size() <= 64 && s[0] != '.' &&
+                  std::all_of(s.begin(), s.end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+                  });
+  if (!ok)
+    throw InputError(what + " '" + printable(s) + "' must be 1-64 letters, digits, '.', '_' or '-', " +
+                     "not starting with '.'");
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -78,6 +104,14 @@ json top_defaults() {
   return d;
 }
 
+// A value for a message: short, printable, never the whole of a huge or deep value.
+std::string short_value(const json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "a list";
+  if (v.is_string()) return "\"" + printable(v.get<std::string>(), 40) + "\"";
+  return v.dump();
+}
+
 std::string type_name(const json& v) {
   if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
   if (v.is_number()) return "a number";
@@ -111,7 +145,7 @@ json merge(const json& defaults, const json& user, const std::string& where) {
   std::vector<std::string> names;
   for (const auto& [k, v] : defaults.items()) names.push_back(k);
   for (const auto& [k, v] : user.items()) {
-    const std::string path = where.empty() ? k : where + "." + k;
+    const std::string path = where.empty() ? printable(k) : where + "." + printable(k);
     if (!defaults.contains(k)) {
       const std::string near = nearest_name(k, names);
       throw InputError("unknown config key '" + path + "'" +
@@ -121,7 +155,13 @@ json merge(const json& defaults, const json& user, const std::string& where) {
     if (d.is_object()) {
       out[k] = merge(d, v, path);
     } else if (!type_fits(v, d)) {
-      throw InputError("config key '" + path + "' must be " + type_name(d) + ", got " + v.dump());
+      throw InputError("config key '" + path + "' must be " + type_name(d) + ", got " + short_value(v));
+    } else if (v.is_number_integer() || v.is_number_unsigned()) {
+      // Integers beyond 2^53 are not exact in most JSON readers, and none is needed here.
+      const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= (uint64_t(1) << 53)
+                                               : std::llabs(v.get<int64_t>()) <= (int64_t(1) << 53);
+      if (!fits) throw InputError("config key '" + path + "' = " + v.dump() + " is out of range");
+      out[k] = v;
     } else {
       out[k] = v;
     }
@@ -134,6 +174,8 @@ std::vector<std::string> split_names(const std::string& s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) out.push_back(item);
+  if (out.empty() || s.back() == ',' || std::find(out.begin(), out.end(), "") != out.end())
+    throw InputError("--suites '" + printable(s) + "' has an empty suite name");
   return out;
 }
 
@@ -144,13 +186,20 @@ json parse_config(const std::string& text, const std::string& origin,
                   int world_size) {
   json user;
   try {
-    user = json::parse(text);
+    // Deeply nested input is refused while parsing: nothing legitimate nests past 16.
+    constexpr int kMaxDepth = 64;
+    user = json::parse(text, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) throw InputError("config nests deeper than 64 levels");
+      return true;
+    });
   } catch (const json::parse_error& e) {
     std::string what = e.what();
     throw InputError("malformed JSON in config " + origin + ": " + what.substr(what.find(':') + 2));
   }
   json cfg = merge(top_defaults(), user, "");
   if (!suites_override.empty()) cfg["suites"] = split_names(suites_override);
+  for (const auto& s : cfg["suites"])
+    if (s.get<std::string>().empty()) throw InputError("config key 'suites' has an empty name");
   if (!data_override.empty()) cfg["data"] = data_override;
 
   std::vector<std::string> known;
@@ -174,6 +223,8 @@ json parse_config(const std::string& text, const std::string& origin,
   if (cfg["data"].get<std::string>().empty()) throw InputError("config key 'data' is empty");
   if (cfg["output_dir"].get<std::string>().empty())
     throw InputError("config key 'output_dir' is empty");
+  check_file_stem(cfg["name"], "config key 'name'");
+  gpt_config_from_json(cfg["model"]);  // range-checked even when no suite trains
   for (const auto& name : seen)
     suite_registry().at(name)()->validate(cfg[name], cfg, world_size);
   return cfg;

@@ -28,6 +28,13 @@ nlohmann::json parse_config(const std::string& text, const std::string& origin,
                             const std::string& suites_override, const std::string& data_override,
                             int world_size);
 
+/// Throws InputError unless `s` is a safe file-name stem (run ids, config names):
+/// 1-64 of [A-Za-z0-9._-], not starting with '.'. `what` names it in the message.
+void check_file_stem(const std::string& s, const std::string& what);
+
+/// `s` cut to max_len characters with non-printable ones replaced by '?', for messages.
+std::string printable(const std::string& s, size_t max_len = 200);
+
 /// Edit distance (Levenshtein) and the closest of `candidates` to `word` ("" if none is
 /// close enough to be a likely typo: distance > max(2, |word|/3)).
 size_t edit_distance(const std::string& a, const std::string& b);

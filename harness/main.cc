@@ -93,6 +93,7 @@ struct RunArgs {
 };
 
 int cmd_run(Communicator& world, const RunArgs& args) {
+  if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
   const std::string text = on_root(world, [&] { return read_config_text(args.config); });
   json cfg = parse_config(text, args.config, args.suites, args.data, world.size());
   if (!args.output_dir.empty()) cfg["output_dir"] = args.output_dir;
@@ -111,7 +112,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   });
   // The dataset: read on rank 0, sent to all (no shared file system assumed).
   Dataset data;
-  const int min_bytes = cfg["model"]["T"].get<int>() + 2;
+  const size_t min_bytes = cfg["model"]["T"].get<size_t>() + 2;
   std::string bytes = on_root(world, [&] {
     Dataset d = load_dataset(cfg["data"], min_bytes);
     return d.sha256 + std::string(d.bytes.begin(), d.bytes.end());
@@ -124,19 +125,30 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   const json context = make_context(cfg, &data, world, run_id);
   const std::string path = out_dir + "/" + run_id + ".json";
   json report;
+  bool write_failed = false;
   if (world.rank() == 0)
     std::printf("# dtbench %s: config %s, %d ranks, suites %s\n", run_id.c_str(),
                 cfg["name"].get<std::string>().c_str(), world.size(), cfg["suites"].dump().c_str());
   auto outcomes = run_suites(cfg, world, device, &data, [&](const std::vector<SuiteOutcome>& so) {
     if (world.rank() != 0) return;
     report = make_report(context, so);
-    write_json_atomic(path, report);
+    try {
+      write_json_atomic(path, report);
+    } catch (const std::exception& e) {
+      write_failed = true;
+      std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+    }
   });
   int code = 0;
   if (world.rank() == 0) {
-    write_json_atomic(out_dir + "/latest.json", report);
+    try {
+      write_json_atomic(out_dir + "/latest.json", report);
+    } catch (const std::exception& e) {
+      write_failed = true;
+      std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+    }
     print_summary(report, path);
-    code = report_passed(outcomes) ? 0 : 1;
+    code = report_passed(outcomes) && !write_failed ? 0 : 1;
   }
   world.broadcast(&code, 1, DType::i32, 0);
   return code;
@@ -164,6 +176,9 @@ int main(int argc, char** argv) {
     auto* list = app.add_subcommand("list", "list suites and named configs");
     try {
       app.parse(argc, argv);
+      for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id"})
+        if (run->count(opt) > 0 && run->get_option(opt)->as<std::string>().empty())
+          throw dtb::InputError(std::string(opt) + " is empty");
       if (*run) code = dtb::cmd_run(*world, args);
       else if (*list) code = dtb::cmd_list(*world);
     } catch (const CLI::ParseError& e) {
@@ -177,6 +192,9 @@ int main(int argc, char** argv) {
     } catch (const dtb::InputError& e) {
       if (root) std::fprintf(stderr, "dtbench: error: %s\n", e.what());
       code = dtb::kExitInput;
+    } catch (const std::exception& e) {  // not bad input: a failure of this machine or a bug
+      std::fprintf(stderr, "dtbench: rank %d: error: %s\n", world->rank(), e.what());
+      code = 1;
     }
   }
   MPI_Finalize();

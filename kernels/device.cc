@@ -1,5 +1,7 @@
 #include "kernels/device.h"
 
+#include <unistd.h>
+
 #include <new>
 
 #include "kernels/error.h"
@@ -20,6 +22,11 @@ std::string_view to_string(MemCategory c) {
 }
 
 std::string_view to_string(Tier t) { return t == Tier::device ? "device" : "host"; }
+
+size_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : 0;
+}
 
 void Device::reset_peaks() {
   stats_.peak = stats_.current;

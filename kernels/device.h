@@ -49,6 +49,9 @@ class Device {
   MemoryStats stats_;
 };
 
+/// Physical memory of this machine in bytes (sysconf), for "will it fit" checks of a config.
+size_t host_memory_bytes();
+
 /// Host memory through aligned operator new. Every byte is accounted in stats().
 class CpuDevice final : public Device {
  public:

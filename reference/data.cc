@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -26,12 +27,22 @@ static std::string sha256_hex(const std::vector<uint8_t>& bytes) {
 }
 
 Dataset load_dataset(const std::string& path, size_t min_bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw InputError("data file not found or unreadable: " + path);
+  if (!fs::is_regular_file(st)) throw InputError("data file " + path + " is not a regular file");
+  const size_t size = fs::file_size(path, ec);
+  if (ec) throw InputError("data file not found or unreadable: " + path);
+  if (size > kMaxDatasetBytes)
+    throw InputError("data file " + path + " is over 1 GiB (" + std::to_string(size) + " bytes)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("data file not found or unreadable: " + path);
   Dataset d;
   d.path = path;
-  d.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError("error reading data file: " + path);
+  d.bytes.resize(size);
+  in.read(reinterpret_cast<char*>(d.bytes.data()), std::streamsize(size));
+  if (in.gcount() != std::streamsize(size)) throw InputError("error reading data file: " + path);
   if (d.bytes.size() < min_bytes)
     throw InputError("data file " + path + " has " + std::to_string(d.bytes.size()) +
                      " bytes; at least " + std::to_string(min_bytes) + " are needed");

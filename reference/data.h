@@ -15,9 +15,13 @@ struct Dataset {
   std::string sha256;          // hex digest of the file
 };
 
+/// Largest dataset read whole into memory.
+inline constexpr size_t kMaxDatasetBytes = size_t(1) << 30;
+
 /// Reads a whole file as byte tokens and hashes it (SHA-256 via OpenSSL).
-/// Errors: throws InputError if the file is missing, unreadable, or shorter than
-/// `min_bytes` (a dataset must hold at least one sequence of T+1 tokens).
+/// Errors: throws InputError if the file is missing, unreadable, not a regular file (a
+/// directory, device or FIFO), over kMaxDatasetBytes, or shorter than `min_bytes` (a
+/// dataset must hold at least one sequence of T+1 tokens).
 Dataset load_dataset(const std::string& path, size_t min_bytes);
 
 /// Fills tokens and targets (n_seq, Tn) with sequences [first_seq, first_seq + n_seq) of

@@ -77,12 +77,20 @@ Options parse_options(const json& s) {
   const int64_t reps = get_int(s, "repetitions");
   if (min_b < 4) throw InputError("collectives.min_bytes: must be >= 4");
   if (min_b > max_b) throw InputError("collectives.min_bytes: greater than max_bytes");
+  // A rank holds at most two buffers of S bytes (send and recv); refuse what cannot fit.
+  if (const size_t ram = host_memory_bytes(); ram > 0 && 2.0 * double(max_b) > 0.8 * double(ram))
+    throw InputError("collectives.max_bytes = " + std::to_string(max_b) +
+                     ": two buffers of that size do not fit in this machine's memory (" +
+                     std::to_string(ram >> 20) + " MiB)");
   if (size_t(max_b) / dtype_size(o.dtype) > size_t(INT_MAX))
     throw InputError("collectives.max_bytes: more than INT_MAX elements per rank (MPI counts)");
   if (step < 2) throw InputError("collectives.step_factor: must be >= 2");
-  if (warmup < 0 || warmup > INT_MAX) throw InputError("collectives.warmup_iters: must be >= 0");
-  if (iters < 1 || iters > INT_MAX) throw InputError("collectives.iters: must be >= 1");
-  if (reps < 1 || reps > INT_MAX) throw InputError("collectives.repetitions: must be >= 1");
+  if (warmup < 0 || warmup > INT_MAX)
+    throw InputError("collectives.warmup_iters: must be in [0, " + std::to_string(INT_MAX) + "]");
+  if (iters < 1 || iters > INT_MAX)
+    throw InputError("collectives.iters: must be in [1, " + std::to_string(INT_MAX) + "]");
+  if (reps < 1 || reps > INT_MAX)
+    throw InputError("collectives.repetitions: must be in [1, " + std::to_string(INT_MAX) + "]");
   if (per_batch < 1) throw InputError("collectives.max_bytes_per_batch: must be >= 1");
   o.min_bytes = size_t(min_b), o.max_bytes = size_t(max_b), o.step_factor = size_t(step);
   o.max_bytes_per_batch = size_t(per_batch);

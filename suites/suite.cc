@@ -1,6 +1,7 @@
 #include "suites/suite.h"
 
 #include <cmath>
+#include <cstdint>
 #include <iostream>
 
 #include "kernels/error.h"
@@ -14,6 +15,38 @@ Check make_check(std::string name, double value, double tolerance, std::string d
   c.tolerance = tolerance;
   c.passed = value <= tolerance;  // false for NaN
   c.detail = std::move(detail);
+  return c;
+}
+
+int64_t int_in_range(const nlohmann::json& s, const std::string& key, const std::string& path,
+                     int64_t lo, int64_t hi) {
+  const nlohmann::json& v = s.at(key);
+  const bool in = v.is_number_integer() &&
+                  !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) &&
+                  v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!in)
+    throw InputError(path + " = " + v.dump() + " is out of range [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
+  return v.get<int64_t>();
+}
+
+double number_in_range(const nlohmann::json& s, const std::string& key, const std::string& path,
+                       double lo, double hi) {
+  const double x = s.at(key).get<double>();
+  if (!(x >= lo && x <= hi))
+    throw InputError(path + " = " + s.at(key).dump() + " is out of range [" + nlohmann::json(lo).dump() +
+                     ", " + nlohmann::json(hi).dump() + "]");
+  return x;
+}
+
+GptConfig gpt_config_from_json(const nlohmann::json& m) {
+  GptConfig c;
+  c.L = int(int_in_range(m, "L", "model.L", 1, 1024));
+  c.C = int(int_in_range(m, "C", "model.C", 1, 65536));
+  c.NH = int(int_in_range(m, "NH", "model.NH", 1, 65536));
+  c.T = int(int_in_range(m, "T", "model.T", 1, 1 << 20));
+  c.V = int(int_in_range(m, "V", "model.V", 256, 1 << 24));  // byte-level data: ids up to 255
+  validate_gpt_config(c);
   return c;
 }
 

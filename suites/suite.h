@@ -13,6 +13,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "reference/data.h"
+#include "reference/gpt.h"
 
 namespace dtb {
 
@@ -64,6 +65,16 @@ class Suite {
   /// a failure the harness records as the suite's error.
   virtual SuiteResult run(SuiteContext& ctx) = 0;
 };
+
+/// An integer config value in [lo, hi], or InputError naming `path` (e.g. "train.steps").
+int64_t int_in_range(const nlohmann::json& section, const std::string& key, const std::string& path,
+                     int64_t lo, int64_t hi);
+/// A number config value in [lo, hi] (finite), or InputError naming `path`.
+double number_in_range(const nlohmann::json& section, const std::string& key, const std::string& path,
+                       double lo, double hi);
+/// The run config's "model" section (L, C, NH, T, V) as a GptConfig, range-checked
+/// (V >= 256: the data is byte-level) and validated; InputError naming the key otherwise.
+GptConfig gpt_config_from_json(const nlohmann::json& model);
 
 using SuiteFactory = std::function<std::unique_ptr<Suite>()>;
 /// Name -> factory of every registered suite, sorted by name.

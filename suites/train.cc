@@ -34,29 +34,30 @@ double oracle_factor(int refs) { return refs >= 3 ? 10.0 : refs == 2 ? 25.0 : 64
 // deviation happens to be (near) zero.
 constexpr double kFloorUlps = 4.0 * 0x1.0p-24;
 
-GptConfig model_from_json(const json& m) {
-  GptConfig c;
-  c.L = m.at("L");
-  c.C = m.at("C");
-  c.NH = m.at("NH");
-  c.T = m.at("T");
-  c.V = m.at("V");
-  return c;
-}
-
 TrainConfig train_from_json(const json& s, const json& config) {
   TrainConfig t;
-  t.steps = s.at("steps");
-  t.global_batch = s.at("global_batch");
-  t.micro_batches = s.at("micro_batches");
-  t.seq_len = s.at("seq_len");
+  t.steps = int(int_in_range(s, "steps", "train.steps", 1, 1000000));
+  t.global_batch = int(int_in_range(s, "global_batch", "train.global_batch", 1, 1 << 20));
+  t.micro_batches = int(int_in_range(s, "micro_batches", "train.micro_batches", 1, 1 << 20));
+  t.seq_len = int(int_in_range(s, "seq_len", "train.seq_len", 1, 1 << 20));
   t.seed = config.at("seed").get<uint64_t>();
-  t.adamw.lr = s.at("lr");
-  t.adamw.beta1 = s.at("beta1");
-  t.adamw.beta2 = s.at("beta2");
-  t.adamw.eps = s.at("eps");
-  t.adamw.weight_decay = s.at("weight_decay");
+  t.adamw.lr = float(number_in_range(s, "lr", "train.lr", 1e-12, 1.0));
+  t.adamw.beta1 = float(number_in_range(s, "beta1", "train.beta1", 0.0, 0.999999));
+  t.adamw.beta2 = float(number_in_range(s, "beta2", "train.beta2", 0.0, 0.999999));
+  t.adamw.eps = float(number_in_range(s, "eps", "train.eps", 1e-30, 1.0));
+  t.adamw.weight_decay = float(number_in_range(s, "weight_decay", "train.weight_decay", 0.0, 1.0));
   return t;
+}
+
+// Bytes the suite holds at once on the busiest rank, which runs a float32 reference and
+// may run the float64 oracle: 4 copies of the parameters (weights, grads, Adam m and v) and
+// the activations of gpt.cc (per layer ~16 C + NH T values per token, plus 2 V + 4 C per
+// token at the head), all for the whole global batch, in float64 and float32.
+double train_memory_bytes(const GptConfig& m, const TrainConfig& t) {
+  const double tokens = double(t.global_batch) * t.seq_len;
+  const double acts = tokens * (double(m.L) * (16.0 * m.C + double(m.NH) * t.seq_len) + 3.0 * m.V + 8.0 * m.C);
+  const double floats = 4.0 * double(gpt_num_params(m)) + acts;
+  return floats * (8.0 + 4.0);
 }
 
 double rel_norm_diff(const double* a, const double* ref, size_t n) {
@@ -80,20 +81,21 @@ class TrainSuite : public Suite {
             {"weight_decay", 0.0}};
   }
   void validate(const json& section, const json& config, int world_size) const override {
-    const GptConfig model = model_from_json(config.at("model"));
-    validate_gpt_config(model);
-    if (model.V < 256)
-      throw InputError("model.V = " + std::to_string(model.V) +
-                       " is smaller than the byte-level vocabulary (256)");
-    validate_train_config(train_from_json(section, config), model, world_size);
-    if (double(section.at("lr")) <= 0) throw InputError("train.lr must be positive");
+    const GptConfig model = gpt_config_from_json(config.at("model"));
+    const TrainConfig train = train_from_json(section, config);
+    validate_train_config(train, model, world_size);
+    const double need = train_memory_bytes(model, train);
+    if (const size_t ram = host_memory_bytes(); ram > 0 && need > 0.8 * double(ram))
+      throw InputError("train: the model and batch need about " + std::to_string(int64_t(need / (1 << 20))) +
+                       " MiB per rank, more than this machine's memory (" +
+                       std::to_string(ram >> 20) + " MiB)");
   }
 
   SuiteResult run(SuiteContext& ctx) override {
     DTB_CHECK(ctx.dataset != nullptr, "train suite needs a dataset");
     const Dataset& data = *ctx.dataset;
     Communicator& world = ctx.world;
-    const GptConfig model_cfg = model_from_json(ctx.config.at("model"));
+    const GptConfig model_cfg = gpt_config_from_json(ctx.config.at("model"));
     const TrainConfig cfg = train_from_json(ctx.section, ctx.config);
     const int n = world.size();
     const double tokens_per_step = double(cfg.global_batch) * cfg.seq_len;
