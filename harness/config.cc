@@ -183,7 +183,7 @@ std::vector<std::string> split_names(const std::string& s) {
 
 json parse_config(const std::string& text, const std::string& origin,
                   const std::string& suites_override, const std::string& data_override,
-                  int world_size) {
+                  const WorldInfo& world) {
   json user;
   try {
     // Deeply nested input is refused while parsing: nothing legitimate nests past 16.
@@ -226,7 +226,7 @@ json parse_config(const std::string& text, const std::string& origin,
   check_file_stem(cfg["name"], "config key 'name'");
   gpt_config_from_json(cfg["model"]);  // range-checked even when no suite trains
   for (const auto& name : seen)
-    suite_registry().at(name)()->validate(cfg[name], cfg, world_size);
+    suite_registry().at(name)()->validate(cfg[name], cfg, world);
   return cfg;
 }
 

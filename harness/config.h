@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "suites/suite.h"
+
 namespace dtb {
 
 /// Directory of the named configurations (harness/configs in the source tree).
@@ -22,11 +24,11 @@ std::string read_config_text(const std::string& name_or_path);
 
 /// Parses config text, fills defaults (top level and each suite's defaults()), applies
 /// `suites_override` (comma-separated names, if non-empty) and `data_override`, and
-/// validates everything against `world_size` ranks. Returns the complete config.
+/// validates everything against `world` (its size and ranks per node). Returns the complete config.
 /// Errors: InputError with a one-line message naming the key and the problem.
 nlohmann::json parse_config(const std::string& text, const std::string& origin,
                             const std::string& suites_override, const std::string& data_override,
-                            int world_size);
+                            const WorldInfo& world);
 
 /// Throws InputError unless `s` is a safe file-name stem (run ids, config names):
 /// 1-64 of [A-Za-z0-9._-], not starting with '.'. `what` names it in the message.

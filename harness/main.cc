@@ -47,6 +47,19 @@ std::string on_root(Communicator& world, const std::function<std::string()>& fn)
   return payload;
 }
 
+// The most ranks sharing one node (MPI_COMM_TYPE_SHARED), over the world.
+int ranks_per_node(Communicator& world) {
+  MPI_Comm node;
+  DTB_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+                MPI_SUCCESS,
+            "MPI_Comm_split_type failed");
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  world.all_reduce(&n, &n, 1, DType::i32, ReduceOp::max);
+  return n;
+}
+
 std::string make_run_id(const std::string& config_name) {
   const std::time_t t = std::time(nullptr);
   char b[32];
@@ -93,10 +106,16 @@ struct RunArgs {
 };
 
 int cmd_run(Communicator& world, const RunArgs& args) {
-  if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
-  const std::string text = on_root(world, [&] { return read_config_text(args.config); });
-  json cfg = parse_config(text, args.config, args.suites, args.data, world.size());
-  if (!args.output_dir.empty()) cfg["output_dir"] = args.output_dir;
+  // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
+  // differ (another node's memory, say) cannot disagree about whether the run starts.
+  const int per_node = ranks_per_node(world);
+  json cfg = json::parse(on_root(world, [&] {
+    if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
+    json c = parse_config(read_config_text(args.config), args.config, args.suites, args.data,
+                          WorldInfo(world.size(), per_node));
+    if (!args.output_dir.empty()) c["output_dir"] = args.output_dir;
+    return c.dump();
+  }));
   const std::string out_dir = cfg["output_dir"];
   const std::string run_id = args.run_id.empty() ? make_run_id(cfg["name"]) : args.run_id;
   // The output directory must be writable before anything is measured.
@@ -122,7 +141,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   data.bytes.assign(bytes.begin() + 64, bytes.end());
 
   CpuDevice device;
-  const json context = make_context(cfg, &data, world, run_id);
+  const json context = make_context(cfg, &data, world, per_node, run_id);
   const std::string path = out_dir + "/" + run_id + ".json";
   json report;
   bool write_failed = false;
@@ -159,7 +178,11 @@ int cmd_run(Communicator& world, const RunArgs& args) {
 
 int main(int argc, char** argv) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS ||
+      provided < MPI_THREAD_FUNNELED) {
+    std::fprintf(stderr, "dtbench: error: MPI_Init_thread failed (thread level %d)\n", provided);
+    return 1;
+  }
   int code = 0;
   {
     auto world = dtb::make_mpi_world();
@@ -193,7 +216,9 @@ int main(int argc, char** argv) {
       if (root) std::fprintf(stderr, "dtbench: error: %s\n", e.what());
       code = dtb::kExitInput;
     } catch (const std::exception& e) {  // not bad input: a failure of this machine or a bug
-      std::fprintf(stderr, "dtbench: rank %d: error: %s\n", world->rank(), e.what());
+      // Other ranks may be waiting in a collective for this one: end the whole job.
+      if (world->size() > 1) dtb::fatal(__FILE__, __LINE__, std::string("error: ") + e.what());
+      std::fprintf(stderr, "dtbench: error: %s\n", e.what());
       code = 1;
     }
   }

@@ -1,18 +1,41 @@
-// main() for the multi-rank GoogleTest binary: MPI initialised around the tests, results
-// printed by rank 0 only, and a test that fails on any rank fails on all (the exit status
-// is the max over ranks), so ctest sees the failure wherever it happened.
+// main() for the multi-rank GoogleTest binary: MPI initialised around the tests, the full
+// output printed by rank 0 only, every other rank printing just its failed assertions
+// (prefixed with its rank), and a test that fails on any rank fails on all (the exit
+// status is the max over ranks), so ctest sees the failure wherever it happened.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdio>
+
+namespace {
+
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    const auto* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::fprintf(stderr, "[rank %d] %s.%s: %s:%d: %s\n", rank_, t ? t->test_suite_name() : "?",
+                 t ? t->name() : "?", r.file_name() ? r.file_name() : "?", r.line_number(),
+                 r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return 1;
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
   }
   int rc = RUN_ALL_TESTS();
   int worst = 0;

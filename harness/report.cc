@@ -46,16 +46,8 @@ json check_json(const Check& c, const std::string& suite) {
 
 }  // namespace
 
-json make_context(const json& config, const Dataset* dataset, Communicator& world,
-                  const std::string& run_id) {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int ranks_per_node = 1;
-  MPI_Comm_size(node, &ranks_per_node);
-  MPI_Comm_free(&node);
-  int max_per_node = ranks_per_node;
-  world.all_reduce(&max_per_node, &max_per_node, 1, DType::i32, ReduceOp::max);
-
+json make_context(const json& config, const Dataset* dataset, const Communicator& world,
+                  int ranks_per_node, const std::string& run_id) {
   char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   MPI_Get_library_version(mpi_version, &len);
@@ -64,8 +56,10 @@ json make_context(const json& config, const Dataset* dataset, Communicator& worl
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
   const std::string src = DTB_SOURCE_DIR;
-  std::string commit = shell_line("git -C '" + src + "' rev-parse HEAD 2>/dev/null");
-  if (!commit.empty() && !shell_line("git -C '" + src + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
+  // Only rank 0 forks (fork after MPI_Init is unsafe with some interconnects).
+  std::string commit =
+      world.rank() == 0 ? shell_line("git -C '" + src + "' rev-parse HEAD 2>/dev/null") : "";
+  if (world.rank() == 0 && !commit.empty() && !shell_line("git -C '" + src + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
     commit += "-dirty";
 #ifdef NDEBUG
   const char* build = "release";
@@ -85,7 +79,7 @@ json make_context(const json& config, const Dataset* dataset, Communicator& worl
               {"backend", "cpu"},
               {"devices", {"cpu"}},
               {"world_size", world.size()},
-              {"ranks_per_node", max_per_node},
+              {"ranks_per_node", ranks_per_node},
               {"comm_backend", world.backend()},
               {"mpi_version", mpi},
               {"blas_version", std::string(openblas_get_config())},

@@ -26,11 +26,12 @@ struct SuiteOutcome {
   SuiteResult result;
 };
 
-/// The report's `context`: date, host, git commit, build and backend, world size, ranks
-/// per node, MPI and BLAS versions, the full config, the dataset (path, bytes, sha256).
-/// Collective over `world` (ranks per node is counted with MPI_Comm_split_type).
+/// The report's `context`: date, host, git commit (read on rank 0 only), build and
+/// backend, world size, ranks per node, MPI and BLAS versions, the full config, the dataset
+/// (path, bytes, sha256). Not collective. Fields follow Google Benchmark's context names
+/// where one exists (date, host_name, num_cpus, library_build_type).
 nlohmann::json make_context(const nlohmann::json& config, const Dataset* dataset,
-                            Communicator& world, const std::string& run_id);
+                            const Communicator& world, int ranks_per_node, const std::string& run_id);
 
 /// The whole report from a context and the suites run so far.
 nlohmann::json make_report(const nlohmann::json& context, const std::vector<SuiteOutcome>& suites);

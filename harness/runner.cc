@@ -1,5 +1,6 @@
 #include "harness/runner.h"
 
+#include "kernels/error.h"
 #include "kernels/timer.h"
 
 namespace dtb {
@@ -25,6 +26,14 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
     } catch (const std::exception& e) {
       out.status = "error";
       out.error = e.what();
+      if (world.size() > 1) {
+        // The other ranks may be inside this suite's collectives, waiting for this one, and
+        // cannot be told; record what is known (rank 0 writes the report) and end the job.
+        outcomes.push_back(std::move(out));
+        if (world.rank() == 0) after_each(outcomes);
+        fatal(__FILE__, __LINE__, "suite '" + name + "' failed: " + e.what() +
+                                      "; ending the job so that no rank waits for this one");
+      }
     }
     out.duration_s = sw.elapsed();
     outcomes.push_back(std::move(out));

@@ -12,7 +12,9 @@
 namespace dtb {
 
 /// Runs config["suites"] in order. A suite that throws std::exception is recorded as
-/// "error" with its message and the run goes on. `after_each` is called on every rank
+/// "error" with its message; on one rank the run goes on, on several the job ends through
+/// the error sink (MPI_Abort) after rank 0 wrote what it has, since the other ranks may
+/// be blocked in the failed suite's collectives (a collective timeout comes later). `after_each` is called on every rank
 /// after each suite with the outcomes so far. Collective over `world`.
 std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Device& device,
                                      const Dataset* dataset,

@@ -77,11 +77,6 @@ Options parse_options(const json& s) {
   const int64_t reps = get_int(s, "repetitions");
   if (min_b < 4) throw InputError("collectives.min_bytes: must be >= 4");
   if (min_b > max_b) throw InputError("collectives.min_bytes: greater than max_bytes");
-  // A rank holds at most two buffers of S bytes (send and recv); refuse what cannot fit.
-  if (const size_t ram = host_memory_bytes(); ram > 0 && 2.0 * double(max_b) > 0.8 * double(ram))
-    throw InputError("collectives.max_bytes = " + std::to_string(max_b) +
-                     ": two buffers of that size do not fit in this machine's memory (" +
-                     std::to_string(ram >> 20) + " MiB)");
   if (size_t(max_b) / dtype_size(o.dtype) > size_t(INT_MAX))
     throw InputError("collectives.max_bytes: more than INT_MAX elements per rank (MPI counts)");
   if (step < 2) throw InputError("collectives.step_factor: must be >= 2");
@@ -278,8 +273,11 @@ class CollectivesSuite final : public Suite {
             {"in_place", true},
             {"out_of_place", true}};
   }
-  void validate(const json& section, const json& config, int world_size) const override {
-    parse_options(section);
+  void validate(const json& section, const json& config, const WorldInfo& world) const override {
+    const Options o = parse_options(section);
+    // A rank holds at most two buffers of S bytes (send and recv).
+    check_fits_in_memory(2.0 * double(o.max_bytes), world.ranks_per_node,
+                         "collectives.max_bytes = " + std::to_string(o.max_bytes));
   }
   SuiteResult run(SuiteContext& ctx) override;
 };

@@ -39,6 +39,15 @@ double number_in_range(const nlohmann::json& s, const std::string& key, const st
   return x;
 }
 
+void check_fits_in_memory(double bytes_per_rank, int ranks_per_node, const std::string& what) {
+  const size_t ram = host_memory_bytes();
+  if (ram == 0 || bytes_per_rank * ranks_per_node <= 0.8 * double(ram)) return;
+  throw InputError(what + ": needs about " + std::to_string(int64_t(bytes_per_rank / (1 << 20))) +
+                   " MiB per rank x " + std::to_string(ranks_per_node) +
+                   " ranks per node, more than this machine's memory (" +
+                   std::to_string(ram >> 20) + " MiB)");
+}
+
 GptConfig gpt_config_from_json(const nlohmann::json& m) {
   GptConfig c;
   c.L = int(int_in_range(m, "L", "model.L", 1, 1024));

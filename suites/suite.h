@@ -49,6 +49,14 @@ struct SuiteContext {
   void print(const std::string& line) const;
 };
 
+/// The process world a config is validated against: ranks in all, and the most ranks
+/// that share one node's memory. Converts from a plain world size (one rank per node).
+struct WorldInfo {
+  WorldInfo(int size_ = 1, int ranks_per_node_ = 1) : size(size_), ranks_per_node(ranks_per_node_) {}
+  int size;
+  int ranks_per_node;
+};
+
 class Suite {
  public:
   virtual ~Suite() = default;
@@ -57,10 +65,10 @@ class Suite {
   /// The suite's config section: every key it accepts with its default. Keys not listed
   /// are rejected by the harness, and a value must have its default's JSON type.
   virtual nlohmann::json defaults() const = 0;
-  /// Cross-key and range checks of a section (defaults filled); throws InputError naming
-  /// the key. `world_size` is the number of ranks the run has.
+  /// Cross-key and range checks of a section (defaults filled), including whether it fits
+  /// in memory with world.ranks_per_node ranks per node; throws InputError naming the key.
   virtual void validate(const nlohmann::json& section, const nlohmann::json& config,
-                        int world_size) const {}
+                        const WorldInfo& world) const {}
   /// Runs on every rank (collective over ctx.world). Errors: throws std::runtime_error for
   /// a failure the harness records as the suite's error.
   virtual SuiteResult run(SuiteContext& ctx) = 0;
@@ -75,6 +83,10 @@ double number_in_range(const nlohmann::json& section, const std::string& key, co
 /// The run config's "model" section (L, C, NH, T, V) as a GptConfig, range-checked
 /// (V >= 256: the data is byte-level) and validated; InputError naming the key otherwise.
 GptConfig gpt_config_from_json(const nlohmann::json& model);
+
+/// Throws InputError "<what>: needs about X MiB per rank, Y ranks per node, more than this
+/// machine's memory (Z MiB)" when bytes_per_rank * ranks_per_node exceeds 80% of RAM.
+void check_fits_in_memory(double bytes_per_rank, int ranks_per_node, const std::string& what);
 
 using SuiteFactory = std::function<std::unique_ptr<Suite>()>;
 /// Name -> factory of every registered suite, sorted by name.

@@ -166,18 +166,19 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
   DTB_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", group);
   DTB_MPI_CHECK(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", group);
   DTB_MPI_CHECK(MPI_Comm_set_name(comm_, name_.c_str()), "MPI_Comm_set_name", group);
+  desc_ = describe(name_, rank_, size_);
 }
 
 MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_NULL && !mpi_finalized()) {
-    DTB_MPI_CHECK(MPI_Comm_free(&comm_), "MPI_Comm_free", describe(name_, rank_, size_));
+    DTB_MPI_CHECK(MPI_Comm_free(&comm_), "MPI_Comm_free", desc_);
   }
 }
 
 void MpiCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
                                  ReduceOp op) {
   const char* call = "MPI_Allreduce";
-  const std::string g = describe(name_, rank_, size_);
+  const std::string& g = desc_;  // built once: nothing allocated per call
   const Plan p = plan_all_reduce(send, recv, count * dtype_size(dtype), call, g);
   DTB_MPI_CHECK(MPI_Allreduce(p.send, p.recv, int_count(count, call, g),
                               mpi_type(dtype, true, call, g), mpi_op(op), comm_),
@@ -186,7 +187,7 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, size_t count, DTy
 
 void MpiCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
   const char* call = "MPI_Allgather";
-  const std::string g = describe(name_, rank_, size_);
+  const std::string& g = desc_;  // built once: nothing allocated per call
   const Plan p =
       plan_all_gather(send, recv, send_count * dtype_size(dtype), rank_, size_, call, g);
   const int n = int_count(send_count, call, g);
@@ -197,7 +198,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, size_t send_count
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
                                      DType dtype, ReduceOp op) {
   const char* call = "MPI_Reduce_scatter_block";
-  const std::string g = describe(name_, rank_, size_);
+  const std::string& g = desc_;  // built once: nothing allocated per call
   const Plan p =
       plan_reduce_scatter(send, recv, recv_count * dtype_size(dtype), rank_, size_, call, g);
   DTB_MPI_CHECK(MPI_Reduce_scatter_block(p.send, p.recv, int_count(recv_count, call, g),
@@ -208,7 +209,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_c
 
 void MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
   const char* call = "MPI_Bcast";
-  const std::string g = describe(name_, rank_, size_);
+  const std::string& g = desc_;  // built once: nothing allocated per call
   check_rank(root, size_, "root", call, g);
   DTB_MPI_CHECK(MPI_Bcast(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), root,
                           comm_),
@@ -218,7 +219,7 @@ void MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) 
 void MpiCommunicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
   if (rank_ == root && send != recv) {
     const size_t bytes = count * dtype_size(dtype);
-    check_no_overlap(send, bytes, recv, bytes, "MPI_Bcast", describe(name_, rank_, size_));
+    check_no_overlap(send, bytes, recv, bytes, "MPI_Bcast", desc_);
     std::memcpy(recv, send, bytes);
   }
   broadcast(recv, count, dtype, root);
@@ -226,7 +227,7 @@ void MpiCommunicator::broadcast(const void* send, void* recv, size_t count, DTyp
 
 void MpiCommunicator::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
   const char* call = "MPI_Send";
-  const std::string g = describe(name_, rank_, size_);
+  const std::string& g = desc_;  // built once: nothing allocated per call
   check_rank(peer, size_, "peer", call, g);
   DTB_MPI_CHECK(MPI_Send(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), peer,
                          tag, comm_),
@@ -235,7 +236,7 @@ void MpiCommunicator::send(const void* buf, size_t count, DType dtype, int peer,
 
 void MpiCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
   const char* call = "MPI_Recv";
-  const std::string g = describe(name_, rank_, size_);
+  const std::string& g = desc_;  // built once: nothing allocated per call
   check_rank(peer, size_, "peer", call, g);
   const MPI_Datatype t = mpi_type(dtype, false, call, g);
   MPI_Status status;
@@ -250,7 +251,7 @@ void MpiCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int t
 void MpiCommunicator::sendrecv(const void* send, void* recv, size_t count, DType dtype,
                                int send_peer, int recv_peer, int tag) {
   const char* call = "MPI_Sendrecv";
-  const std::string g = describe(name_, rank_, size_);
+  const std::string& g = desc_;  // built once: nothing allocated per call
   check_rank(send_peer, size_, "send peer", call, g);
   check_rank(recv_peer, size_, "recv peer", call, g);
   const size_t bytes = count * dtype_size(dtype);
@@ -273,14 +274,14 @@ void MpiCommunicator::sendrecv(const void* send, void* recv, size_t count, DType
 }
 
 void MpiCommunicator::barrier() {
-  DTB_MPI_CHECK(MPI_Barrier(comm_), "MPI_Barrier", describe(name_, rank_, size_));
+  DTB_MPI_CHECK(MPI_Barrier(comm_), "MPI_Barrier", desc_);
 }
 
 std::unique_ptr<CommHandle> MpiCommunicator::all_reduce_async(const void* send, void* recv,
                                                               size_t count, DType dtype,
                                                               ReduceOp op) {
   const char* call = "MPI_Iallreduce";
-  std::string g = describe(name_, rank_, size_);
+  std::string g = desc_;
   const Plan p = plan_all_reduce(send, recv, count * dtype_size(dtype), call, g);
   MPI_Request req;
   DTB_MPI_CHECK(MPI_Iallreduce(p.send, p.recv, int_count(count, call, g),
@@ -292,7 +293,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::all_reduce_async(const void* send, 
 std::unique_ptr<CommHandle> MpiCommunicator::all_gather_async(const void* send, void* recv,
                                                               size_t send_count, DType dtype) {
   const char* call = "MPI_Iallgather";
-  std::string g = describe(name_, rank_, size_);
+  std::string g = desc_;
   const Plan p =
       plan_all_gather(send, recv, send_count * dtype_size(dtype), rank_, size_, call, g);
   const int n = int_count(send_count, call, g);
@@ -306,7 +307,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::reduce_scatter_async(const void* se
                                                                   size_t recv_count, DType dtype,
                                                                   ReduceOp op) {
   const char* call = "MPI_Ireduce_scatter_block";
-  std::string g = describe(name_, rank_, size_);
+  std::string g = desc_;
   const Plan p =
       plan_reduce_scatter(send, recv, recv_count * dtype_size(dtype), rank_, size_, call, g);
   MPI_Request req;
@@ -320,7 +321,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::reduce_scatter_async(const void* se
 std::unique_ptr<CommHandle> MpiCommunicator::broadcast_async(void* buf, size_t count,
                                                              DType dtype, int root) {
   const char* call = "MPI_Ibcast";
-  std::string g = describe(name_, rank_, size_);
+  std::string g = desc_;
   check_rank(root, size_, "root", call, g);
   MPI_Request req;
   DTB_MPI_CHECK(MPI_Ibcast(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), root,
@@ -330,7 +331,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::broadcast_async(void* buf, size_t c
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
-  const std::string g = describe(name_, rank_, size_);
+  const std::string& g = desc_;  // built once: nothing allocated per call
   DTB_CHECK(color >= 0, "split of " + g + " into '" + name + "': color " +
                             std::to_string(color) + " < 0");
   MPI_Comm sub = MPI_COMM_NULL;

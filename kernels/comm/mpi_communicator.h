@@ -79,6 +79,7 @@ class MpiCommunicator final : public Communicator {
   std::string name_;
   int rank_ = 0;
   int size_ = 1;
+  std::string desc_;  // "group 'name' (rank r of n)" for error messages
 };
 
 }  // namespace dtb
