@@ -1,3 +1,5 @@
+// Config parsing and validation: defaults from every suite, unknown keys with the nearest
+// name, types, integer ranges and nesting depth checked; see config.h.
 #include "harness/config.h"
 
 #include <algorithm>

@@ -103,6 +103,7 @@ int cmd_list(Communicator& world) {
 struct RunArgs {
   std::string config = "default";
   std::string suites, data, output_dir, run_id;
+  bool print_config = false;
 };
 
 int cmd_run(Communicator& world, const RunArgs& args) {
@@ -116,6 +117,10 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     if (!args.output_dir.empty()) c["output_dir"] = args.output_dir;
     return c.dump();
   }));
+  if (args.print_config) {  // every key with its value, defaults filled: a template to edit
+    if (world.rank() == 0) std::printf("%s\n", cfg.dump(2).c_str());
+    return 0;
+  }
   const std::string out_dir = cfg["output_dir"];
   const std::string run_id = args.run_id.empty() ? make_run_id(cfg["name"]) : args.run_id;
   // The output directory must be writable before anything is measured.
@@ -196,6 +201,8 @@ int main(int argc, char** argv) {
     run->add_option("--data", args.data, "training text file, overriding the config's");
     run->add_option("--output-dir", args.output_dir, "report directory (default: results)");
     run->add_option("--run-id", args.run_id, "report file name stem (default: date-time-config)");
+    run->add_flag("--print-config", args.print_config,
+                  "print the complete validated config (every key, defaults filled) and exit");
     auto* list = app.add_subcommand("list", "list suites and named configs");
     try {
       app.parse(argc, argv);

@@ -1,3 +1,5 @@
+// The JSON report: context (machine, versions, config, dataset), the records and checks of
+// every suite, and the atomic write; see report.h.
 #include "harness/report.h"
 
 #include <cblas.h>

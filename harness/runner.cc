@@ -1,3 +1,4 @@
+// The suite runner: each selected suite in turn on every rank, its outcome recorded.
 #include "harness/runner.h"
 
 #include "kernels/error.h"

@@ -1,3 +1,4 @@
+// CpuDevice and the per-category, per-tier accounting every Device shares.
 #include "kernels/device.h"
 
 #include <unistd.h>

@@ -11,12 +11,14 @@ namespace dtb {
 /// What an allocation holds; the memory suite and the analytic model use the same names.
 enum class MemCategory { param, grad, master_param, optimizer_state, activation, comm_buffer, workspace };
 inline constexpr int kNumMemCategories = 7;
+/// The category's name as reports and configs write it, e.g. "optimizer_state".
 std::string_view to_string(MemCategory c);
 
 /// Where an allocation lives: the accelerator (or, on CPU, main memory) or the host tier
 /// used by optimizer offload. On the CPU backend both are RAM but are accounted apart.
 enum class Tier { device, host };
 inline constexpr int kNumTiers = 2;
+/// "device" or "host".
 std::string_view to_string(Tier t);
 
 /// Current and peak bytes per (tier, category), plus the peak of each tier's total.
@@ -37,7 +39,11 @@ class Device {
   virtual ~Device() = default;
   virtual std::string name() const = 0;   // e.g. "cpu"
   virtual bool is_cpu() const = 0;
+  /// `bytes` of memory (64-byte aligned; bytes may be 0), accounted under (cat, tier).
+  /// Aborts through the error sink when the memory is not there.
   virtual void* allocate(size_t bytes, MemCategory cat, Tier tier) = 0;
+  /// Returns memory from allocate(); bytes, cat and tier must be those it was allocated
+  /// with (the accounting aborts on an underflow). A null ptr is ignored.
   virtual void deallocate(void* ptr, size_t bytes, MemCategory cat, Tier tier) = 0;
   const MemoryStats& stats() const { return stats_; }
   /// Peaks restart from the current bytes (e.g. between suites).

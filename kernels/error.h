@@ -1,5 +1,5 @@
 // The one error sink every layer uses, and the error type for bad user input.
-// Three kinds of failure, three paths (see shared STYLE): a broken invariant or a failed
+// Three kinds of failure, three paths: a broken invariant or a failed
 // library call aborts the job with one line (DTB_CHECK / fatal); bad user input throws
 // InputError, which the harness turns into one line and exit status 2; a failed check is
 // data in the report, not an error.

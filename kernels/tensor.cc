@@ -1,3 +1,4 @@
+// Tensor storage: one accounted allocation per tensor, freed when the last copy goes.
 #include "kernels/tensor.h"
 
 #include <cstring>

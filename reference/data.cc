@@ -1,3 +1,4 @@
+// Byte-level datasets: read whole, hashed, and sliced into the global batch of a step.
 #include "reference/data.h"
 
 #include <openssl/evp.h>

@@ -9,6 +9,7 @@
 
 namespace dtb {
 
+/// A training text as byte tokens (vocabulary 256), with where it came from.
 struct Dataset {
   std::string path;
   std::vector<uint8_t> bytes;  // the file's bytes = its tokens

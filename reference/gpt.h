@@ -36,6 +36,7 @@ struct ParamTensor {
 /// fcw (L,4C,C), fcb (L,4C), fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb (C).
 /// Linear weights are (out, in) as torch.nn.Linear. The LM head is wte (tied).
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& cfg);
+/// Number of parameters: V C + T C + L (12 C^2 + 13 C) + 2 C.
 size_t gpt_num_params(const GptConfig& cfg);
 
 /// Throws InputError when the config is not a valid model (C % NH != 0, sizes <= 0).
@@ -49,6 +50,10 @@ void validate_gpt_config(const GptConfig& cfg);
 template <typename T>
 void gpt_init_params(T* params, const GptConfig& cfg, uint64_t seed);
 
+/// The model in compute type T (float, or double for the oracle): parameters and their
+/// gradients in one flat buffer each (layout above), activations kept from forward for
+/// backward. Source: GPT-2 (Radford et al. 2019) as written in llm.c's train_gpt2.c,
+/// checked against PyTorch (reference/golden_test.cc). Not thread-safe.
 template <typename T>
 class Gpt {
  public:
@@ -67,15 +72,18 @@ class Gpt {
 
   /// gpt_init_params(params(), config(), seed).
   void init(uint64_t seed);
+  /// Sets every gradient to 0 (backward accumulates).
   void zero_grad();
 
   /// Forward over tokens (B,Tn) with next-token targets (B,Tn), Tn <= config().T, every id
   /// in [0, V). Returns the SUM over the B*Tn tokens of the cross-entropy loss (in double),
   /// so callers choose the normaliser (the global token count, README.md numerics contract).
+  /// Errors: B <= 0, Tn outside [1, T] or an id outside [0, V) abort through the error sink.
   double forward(const int32_t* tokens, const int32_t* targets, int B, int Tn);
   /// Per-token losses (B*Tn) of the last forward.
   const T* token_losses() const;
   /// Backward of the last forward: grads += d(loss_scale * sum of token losses)/d(params).
+  /// Aborts when no forward came first.
   void backward(T loss_scale);
 
  private:

@@ -1,3 +1,4 @@
+// SplitMix64 as a counter-based generator: uniform and normal draws by index.
 #include "reference/rng.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// Data-parallel training: gradients summed over micro-batches and DP ranks, scaled once
+// by the global token count, then AdamW.
 #include "reference/trainer.h"
 
 #include "kernels/timer.h"
@@ -20,6 +22,8 @@ void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int d
 template <typename T>
 double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,
                          Communicator& dp, StepTiming* timing) {
+  DTB_CHECK(cfg.micro_batches > 0 && cfg.global_batch % (dp.size() * cfg.micro_batches) == 0,
+            "compute_gradients: global batch does not divide over ranks and micro-batches");
   Stopwatch sw;
   const int per_rank = cfg.global_batch / dp.size();
   const int mb = per_rank / cfg.micro_batches;  // sequences per micro-batch

@@ -13,6 +13,8 @@
 
 namespace dtb {
 
+/// One training run's settings: steps, the global batch (sequences per step over all DP
+/// ranks) split into micro-batches per rank, the sequence length, the data seed and AdamW.
 struct TrainConfig {
   int steps = 10;
   int global_batch = 8;   // sequences per step, over all DP ranks
@@ -29,7 +31,7 @@ void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int d
 /// Time of one step on this rank, in seconds.
 struct StepTiming {
   double step_s = 0;     // wall time of the whole step
-  double compute_s = 0;  // forward + backward + optimizer
+  double compute_s = 0;  // batch assembly + forward + backward + optimizer
   double comm_s = 0;     // gradient and loss all-reduce
 };
 
@@ -37,7 +39,8 @@ struct StepTiming {
 /// first) on every DP rank: this rank's global_batch/dp sequences in `micro_batches`
 /// micro-batches, each backward scaled by 1/(global_batch*seq_len), then one SUM
 /// all-reduce of the gradients over `dp`. Returns the global mean loss (same on all
-/// ranks). `timing` (optional) gets compute and comm seconds added.
+/// ranks). `timing` (optional) gets compute and comm seconds added. Aborts when
+/// global_batch is not a multiple of dp.size() * micro_batches (validate_train_config first).
 template <typename T>
 double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,
                          Communicator& dp, StepTiming* timing = nullptr);
@@ -63,7 +66,9 @@ struct TrainRun {
   std::vector<StepTiming> timings;  // this rank's timings per step
 };
 
-/// Trains `model` (already initialised) for cfg.steps steps with DP over `dp`.
+/// Trains `model` (already initialised) for cfg.steps steps with DP over `dp`: per step
+/// compute_gradients, then AdamW on every rank (so DP replicas stay identical).
+/// Errors: InputError from validate_train_config when the batch does not divide.
 template <typename T>
 TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp);
 

@@ -82,7 +82,7 @@ TEST(DataParallel, GradientEqualsSingleRankWithWholeBatch) {
   auto world = make_mpi_world();
   auto self = make_mpi_self();
   TrainConfig cfg;
-  cfg.global_batch = 8;  // at 4 ranks: 2 sequences per rank, the trap of the issue
+  cfg.global_batch = 8;  // at 4 ranks: 2 sequences per rank; averaging twice gives 0.25
   cfg.micro_batches = 1;
   cfg.seq_len = 16;
   ASSERT_EQ(8 % world->size(), 0);

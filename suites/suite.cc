@@ -1,3 +1,4 @@
+// The suite registry, checks, Google Benchmark records, and config helpers suites share.
 #include "suites/suite.h"
 
 #include <cmath>

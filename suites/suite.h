@@ -2,6 +2,7 @@
 // itself by name (DTB_REGISTER_SUITE) and returns records (Google Benchmark's shape) and
 // checks. The harness owns config parsing, the report and the process world.
 #pragma once
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,7 +61,9 @@ struct WorldInfo {
 class Suite {
  public:
   virtual ~Suite() = default;
+  /// The registry name, used by --suites and as the first part of record names.
   virtual std::string name() const = 0;
+  /// One line for `dtbench list`: what the suite measures and checks.
   virtual std::string description() const = 0;
   /// The suite's config section: every key it accepts with its default. Keys not listed
   /// are rejected by the harness, and a value must have its default's JSON type.
@@ -94,6 +97,8 @@ const std::map<std::string, SuiteFactory>& suite_registry();
 /// Registers a factory; aborts on a duplicate name. Used through DTB_REGISTER_SUITE.
 bool register_suite(const std::string& name, SuiteFactory factory);
 
+/// Registers CLASS (a Suite with a default constructor) under NAME at static
+/// initialisation. The file must be in the dtb_suites OBJECT library, or the linker drops it.
 #define DTB_REGISTER_SUITE(NAME, CLASS) \
   static const bool dtb_registered_##CLASS = ::dtb::register_suite(NAME, [] { return std::make_unique<CLASS>(); })
 

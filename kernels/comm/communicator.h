@@ -15,17 +15,27 @@ namespace dtb {
 
 enum class ReduceOp { sum, max, min };
 
-/// An operation in flight. wait() blocks until it has completed on this rank.
+/// An operation in flight. wait() blocks until it has completed on this rank; a handle
+/// destroyed without wait() waits in its destructor.
 class CommHandle {
  public:
   virtual ~CommHandle() = default;
   virtual void wait() = 0;
 };
 
+/// A group of ranks and its collectives. Every operation is collective over the group
+/// (all ranks call it with the same counts, dtype, op and root) unless it says otherwise.
+/// Errors, for every operation: a failed library call, a count the backend cannot express
+/// (MPI: above INT_MAX elements), a reduction on a half type the backend cannot reduce,
+/// buffers that overlap other than in the documented in-place layout, or a root or peer
+/// outside [0, size()) abort the job through the error sink, naming group and operation.
+/// Semantics and in-place layouts are NCCL's (ncclAllReduce, ncclAllGather, ...).
 class Communicator {
  public:
   virtual ~Communicator() = default;
+  /// This rank's index in the group, in [0, size()).
   virtual int rank() const = 0;
+  /// Number of ranks in the group.
   virtual int size() const = 0;
   /// Name of the group (e.g. "world", "dp", "self"), used in error messages.
   virtual std::string name() const = 0;
@@ -46,14 +56,18 @@ class Communicator {
   /// Out of place (NCCL's ncclBroadcast): send (count) on `root` lands in every rank's recv;
   /// send is read on the root only. send == recv is the in-place form.
   virtual void broadcast(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
-  /// Point-to-point; matched by (peer, tag).
+  /// Point-to-point, not collective: blocks until buf (count) may be reused; matched with
+  /// the recv of `peer` by (peer, tag).
   virtual void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) = 0;
+  /// Point-to-point: blocks until buf (count) holds the message of `peer` with `tag`;
+  /// a message of another length aborts.
   virtual void recv(void* buf, size_t count, DType dtype, int peer, int tag = 0) = 0;
   /// Sends `send` to send_peer while receiving `recv` from recv_peer, without deadlock
   /// (nccl-tests' sendrecv: a ring shift when send_peer = rank+1, recv_peer = rank-1).
   /// In place when send == recv: the buffer is sent, then replaced by what arrives.
   virtual void sendrecv(const void* send, void* recv, size_t count, DType dtype, int send_peer,
                         int recv_peer, int tag = 0) = 0;
+  /// Returns once every rank of the group has entered it.
   virtual void barrier() = 0;
 
   /// Non-blocking forms: same semantics, completion at handle->wait(). Buffers must stay
