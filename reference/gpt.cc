@@ -3,9 +3,8 @@
 #include "reference/gpt.h"
 
 #include <cmath>
-#include <cstring>
 
-#include "kernels/cpu/ops.h"
+#include "kernels/ops.h"
 #include "reference/rng.h"
 
 namespace dtb {
@@ -100,22 +99,34 @@ enum Act {
 };
 
 template <typename T>
-Gpt<T>::Gpt(const GptConfig& cfg, Device& device) : cfg_(cfg), device_(device) {
+Gpt<T>::Gpt(const GptConfig& cfg, Device& device, Ops<T>* ops) : cfg_(cfg), device_(device), ops_(ops) {
   validate_gpt_config(cfg);
+  if (!ops_) {
+    DTB_CHECK(device.is_cpu(), "Gpt on a non-CPU device needs that backend's Ops");
+    owned_ops_ = std::make_unique<CpuOps<T>>();
+    ops_ = owned_ops_.get();
+  }
   layout_ = gpt_param_layout(cfg);
   num_params_ = gpt_num_params(cfg);
-  params_ = Tensor::zeros(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::param);
-  grads_ = Tensor::zeros(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::grad);
+  params_ = Tensor::empty(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::param);
+  grads_ = Tensor::empty(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::grad);
+  ops_->zero(params(), num_params_);
+  ops_->zero(grads(), num_params_);
 }
 
 template <typename T>
+Gpt<T>::~Gpt() = default;
+
+template <typename T>
 void Gpt<T>::init(uint64_t seed) {
-  gpt_init_params(params(), cfg_, seed);
+  std::vector<T> host(num_params_);  // initialised on the host, then copied to the backend
+  gpt_init_params(host.data(), cfg_, seed);
+  ops_->copy_from_host(params(), host.data(), num_params_ * sizeof(T));
 }
 
 template <typename T>
 void Gpt<T>::zero_grad() {
-  grads_.fill_zero();
+  ops_->zero(grads(), num_params_);
 }
 
 template <typename T>
@@ -135,6 +146,8 @@ void Gpt<T>::ensure_acts(int B, int Tn) {
     const auto cat = i >= kDRes ? MemCategory::workspace : MemCategory::activation;
     acts_.push_back(Tensor::empty(device_, shapes[i], dtype_of<T>(), cat));
   }
+  tokens_ = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
+  targets_ = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
   B_ = B;
   Tn_ = Tn;
 }
@@ -145,11 +158,13 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
   DTB_CHECK(B > 0 && Tn > 0 && Tn <= cfg_.T, "forward: sequence length out of range");
   ensure_acts(B, Tn);
   const size_t BT = size_t(B) * Tn;
-  tokens_copy_.assign(tokens, tokens + BT);
-  targets_copy_.assign(targets, targets + BT);
   for (size_t i = 0; i < BT; ++i)
     DTB_CHECK(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
               "forward: token id out of [0, V)");
+  int32_t* tok = tokens_.data<int32_t>();
+  int32_t* tgt = targets_.data<int32_t>();
+  ops_->copy_from_host(tok, tokens, BT * sizeof(int32_t));
+  ops_->copy_from_host(tgt, targets, BT * sizeof(int32_t));
   last_B_ = B;
   last_T_ = Tn;
   auto A = [&](int i) { return acts_[i].template data<T>(); };
@@ -158,7 +173,8 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
   enum { wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw,
          fcprojb, lnfw, lnfb };
 
-  cpu::encoder_forward(A(kEncoded), tokens, P(wte), P(wpe), B, Tn, C);
+  Ops<T>& ops = *ops_;
+  ops.encoder_forward(A(kEncoded), tok, P(wte), P(wpe), B, Tn, C);
   for (int l = 0; l < cfg_.L; ++l) {
     const T* x = l == 0 ? A(kEncoded) : A(kRes3) + size_t(l - 1) * BT * C;
     const size_t oC = size_t(l) * BT * C, oN = size_t(l) * BT;
@@ -173,35 +189,37 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
     T* fchg = A(kFchGelu) + 4 * oC;
     T* fcproj = A(kFcproj) + oC;
     T* res3 = A(kRes3) + oC;
-    cpu::layernorm_forward(ln1, A(kLn1Mean) + oN, A(kLn1Rstd) + oN, x, P(ln1w) + l * C,
+    ops.layernorm_forward(ln1, A(kLn1Mean) + oN, A(kLn1Rstd) + oN, x, P(ln1w) + l * C,
                            P(ln1b) + l * C, int(BT), C);
-    cpu::matmul_forward(qkv, ln1, P(qkvw) + size_t(l) * 3 * C * C, P(qkvb) + l * 3 * C, int(BT), C,
+    ops.matmul_forward(qkv, ln1, P(qkvw) + size_t(l) * 3 * C * C, P(qkvb) + l * 3 * C, int(BT), C,
                         3 * C);
-    cpu::attention_forward(atty, att, qkv, B, Tn, C, NH);
-    cpu::matmul_forward(attproj, atty, P(attprojw) + size_t(l) * C * C, P(attprojb) + l * C,
+    ops.attention_forward(atty, att, qkv, B, Tn, C, NH);
+    ops.matmul_forward(attproj, atty, P(attprojw) + size_t(l) * C * C, P(attprojb) + l * C,
                         int(BT), C, C);
-    cpu::residual_forward(res2, x, attproj, BT * C);
-    cpu::layernorm_forward(ln2, A(kLn2Mean) + oN, A(kLn2Rstd) + oN, res2, P(ln2w) + l * C,
+    ops.residual_forward(res2, x, attproj, BT * C);
+    ops.layernorm_forward(ln2, A(kLn2Mean) + oN, A(kLn2Rstd) + oN, res2, P(ln2w) + l * C,
                            P(ln2b) + l * C, int(BT), C);
-    cpu::matmul_forward(fch, ln2, P(fcw) + size_t(l) * 4 * C * C, P(fcb) + l * 4 * C, int(BT), C,
+    ops.matmul_forward(fch, ln2, P(fcw) + size_t(l) * 4 * C * C, P(fcb) + l * 4 * C, int(BT), C,
                         4 * C);
-    cpu::gelu_forward(fchg, fch, BT * 4 * C);
-    cpu::matmul_forward(fcproj, fchg, P(fcprojw) + size_t(l) * 4 * C * C, P(fcprojb) + l * C,
+    ops.gelu_forward(fchg, fch, BT * 4 * C);
+    ops.matmul_forward(fcproj, fchg, P(fcprojw) + size_t(l) * 4 * C * C, P(fcprojb) + l * C,
                         int(BT), 4 * C, C);
-    cpu::residual_forward(res3, res2, fcproj, BT * C);
+    ops.residual_forward(res3, res2, fcproj, BT * C);
   }
   const T* xL = A(kRes3) + size_t(cfg_.L - 1) * BT * C;
-  cpu::layernorm_forward(A(kLnf), A(kLnfMean), A(kLnfRstd), xL, P(lnfw), P(lnfb), int(BT), C);
-  cpu::matmul_forward(A(kLogits), A(kLnf), P(wte), static_cast<const T*>(nullptr), int(BT), C, V);
-  cpu::crossentropy_forward(A(kLosses), A(kProbs), A(kLogits), targets, int(BT), V);
+  ops.layernorm_forward(A(kLnf), A(kLnfMean), A(kLnfRstd), xL, P(lnfw), P(lnfb), int(BT), C);
+  ops.matmul_forward(A(kLogits), A(kLnf), P(wte), static_cast<const T*>(nullptr), int(BT), C, V);
+  ops.crossentropy_forward(A(kLosses), A(kProbs), A(kLogits), tgt, int(BT), V);
+  losses_host_.resize(BT);
+  ops.copy_to_host(losses_host_.data(), A(kLosses), BT * sizeof(T));
   double sum = 0;
-  for (size_t i = 0; i < BT; ++i) sum += double(A(kLosses)[i]);
+  for (size_t i = 0; i < BT; ++i) sum += double(losses_host_[i]);
   return sum;
 }
 
 template <typename T>
-const T* Gpt<T>::token_losses() const {
-  return acts_.at(kLosses).template data<T>();
+const std::vector<T>& Gpt<T>::token_losses() const {
+  return losses_host_;
 }
 
 template <typename T>
@@ -212,18 +230,21 @@ void Gpt<T>::backward(T loss_scale) {
   auto A = [&](int i) { return acts_[i].template data<T>(); };
   auto P = [&](int i) { return params() + layout_[i].offset; };
   auto G = [&](int i) { return grads() + layout_[i].offset; };
-  auto zero = [&](int i, size_t n) { std::memset(A(i), 0, n * sizeof(T)); };
+  Ops<T>& ops = *ops_;
+  auto zero = [&](int i, size_t n) { ops.zero(A(i), n); };
+  const int32_t* tok = tokens_.data<int32_t>();
+  const int32_t* tgt = targets_.data<int32_t>();
   enum { wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw,
          fcprojb, lnfw, lnfb };
 
   // LM head and final layernorm.
-  cpu::crossentropy_backward(A(kDLogits), A(kProbs), targets_copy_.data(), loss_scale, int(BT), V);
+  ops.crossentropy_backward(A(kDLogits), A(kProbs), tgt, loss_scale, int(BT), V);
   zero(kDLn, BT * C);
-  cpu::matmul_backward(A(kDLn), G(wte), static_cast<T*>(nullptr), A(kDLogits), A(kLnf), P(wte),
+  ops.matmul_backward(A(kDLn), G(wte), static_cast<T*>(nullptr), A(kDLogits), A(kLnf), P(wte),
                        int(BT), C, V);
   zero(kDRes, BT * C);
   const T* xL = A(kRes3) + size_t(cfg_.L - 1) * BT * C;
-  cpu::layernorm_backward(A(kDRes), G(lnfw), G(lnfb), A(kDLn), xL, P(lnfw), A(kLnfMean),
+  ops.layernorm_backward(A(kDRes), G(lnfw), G(lnfb), A(kDLn), xL, P(lnfw), A(kLnfMean),
                           A(kLnfRstd), int(BT), C);
 
   T* dres = A(kDRes);  // running gradient of the residual stream, updated in place
@@ -234,31 +255,31 @@ void Gpt<T>::backward(T loss_scale) {
     T* dfchg = A(kDBig);
     T* dfch = A(kDBig2);
     zero(kDBig, BT * 4 * C);
-    cpu::matmul_backward(dfchg, G(fcprojw) + size_t(l) * 4 * C * C, G(fcprojb) + l * C, dres,
+    ops.matmul_backward(dfchg, G(fcprojw) + size_t(l) * 4 * C * C, G(fcprojb) + l * C, dres,
                          A(kFchGelu) + 4 * oC, P(fcprojw) + size_t(l) * 4 * C * C, int(BT), 4 * C, C);
     zero(kDBig2, BT * 4 * C);
-    cpu::gelu_backward(dfch, A(kFch) + 4 * oC, dfchg, BT * 4 * C);
+    ops.gelu_backward(dfch, A(kFch) + 4 * oC, dfchg, BT * 4 * C);
     zero(kDLn, BT * C);
-    cpu::matmul_backward(A(kDLn), G(fcw) + size_t(l) * 4 * C * C, G(fcb) + l * 4 * C, dfch,
+    ops.matmul_backward(A(kDLn), G(fcw) + size_t(l) * 4 * C * C, G(fcb) + l * 4 * C, dfch,
                          A(kLn2) + oC, P(fcw) + size_t(l) * 4 * C * C, int(BT), C, 4 * C);
-    cpu::layernorm_backward(dres, G(ln2w) + l * C, G(ln2b) + l * C, A(kDLn), A(kRes2) + oC,
+    ops.layernorm_backward(dres, G(ln2w) + l * C, G(ln2b) + l * C, A(kDLn), A(kRes2) + oC,
                             P(ln2w) + l * C, A(kLn2Mean) + oN, A(kLn2Rstd) + oN, int(BT), C);
     // Attention branch: res2 = x + attproj(attention(qkv(ln1(x)))).
     T* datty = A(kDBig2);
     zero(kDBig2, BT * C);
-    cpu::matmul_backward(datty, G(attprojw) + size_t(l) * C * C, G(attprojb) + l * C, dres,
+    ops.matmul_backward(datty, G(attprojw) + size_t(l) * C * C, G(attprojb) + l * C, dres,
                          A(kAtty) + oC, P(attprojw) + size_t(l) * C * C, int(BT), C, C);
     T* dqkv = A(kDBig);
     zero(kDBig, BT * 3 * C);
-    cpu::attention_backward(dqkv, A(kDAttScratch), datty, A(kQkv) + 3 * oC,
+    ops.attention_backward(dqkv, A(kDAttScratch), datty, A(kQkv) + 3 * oC,
                             A(kAtt) + size_t(l) * B * NH * Tn * Tn, B, Tn, C, NH);
     zero(kDLn, BT * C);
-    cpu::matmul_backward(A(kDLn), G(qkvw) + size_t(l) * 3 * C * C, G(qkvb) + l * 3 * C, dqkv,
+    ops.matmul_backward(A(kDLn), G(qkvw) + size_t(l) * 3 * C * C, G(qkvb) + l * 3 * C, dqkv,
                          A(kLn1) + oC, P(qkvw) + size_t(l) * 3 * C * C, int(BT), C, 3 * C);
-    cpu::layernorm_backward(dres, G(ln1w) + l * C, G(ln1b) + l * C, A(kDLn), x, P(ln1w) + l * C,
+    ops.layernorm_backward(dres, G(ln1w) + l * C, G(ln1b) + l * C, A(kDLn), x, P(ln1w) + l * C,
                             A(kLn1Mean) + oN, A(kLn1Rstd) + oN, int(BT), C);
   }
-  cpu::encoder_backward(G(wte), G(wpe), dres, tokens_copy_.data(), B, Tn, C);
+  ops.encoder_backward(G(wte), G(wpe), dres, tok, B, Tn, C);
 }
 
 template class Gpt<float>;

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "kernels/ops.h"
 #include "kernels/tensor.h"
 
 namespace dtb {
@@ -58,13 +61,21 @@ template <typename T>
 class Gpt {
  public:
   /// Allocates parameters and gradients (categories param, grad) on `device`; activations
-  /// are allocated at the first forward of a given (B, T) (category activation).
-  Gpt(const GptConfig& cfg, Device& device);
+  /// are allocated at the first forward of a given (B, T) (category activation). `ops` is
+  /// the backend's op set, which must own `device`'s memory (not owned here); null on a
+  /// CPU device means CpuOps<T>. Errors: an invalid config throws InputError; a non-CPU
+  /// device without ops aborts.
+  Gpt(const GptConfig& cfg, Device& device, Ops<T>* ops = nullptr);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
 
   const GptConfig& config() const { return cfg_; }
   Device& device() const { return device_; }
+  Ops<T>& ops() const { return *ops_; }
   const std::vector<ParamTensor>& layout() const { return layout_; }
   size_t num_params() const { return num_params_; }
+  /// Parameters and gradients in the backend's memory (host memory on the CPU backend).
   T* params() { return params_.data<T>(); }
   T* grads() { return grads_.data<T>(); }
   const T* params() const { return params_.data<T>(); }
@@ -80,8 +91,8 @@ class Gpt {
   /// so callers choose the normaliser (the global token count, README.md numerics contract).
   /// Errors: B <= 0, Tn outside [1, T] or an id outside [0, V) abort through the error sink.
   double forward(const int32_t* tokens, const int32_t* targets, int B, int Tn);
-  /// Per-token losses (B*Tn) of the last forward.
-  const T* token_losses() const;
+  /// Per-token losses (B*Tn) of the last forward, on the host.
+  const std::vector<T>& token_losses() const;
   /// Backward of the last forward: grads += d(loss_scale * sum of token losses)/d(params).
   /// Aborts when no forward came first.
   void backward(T loss_scale);
@@ -96,7 +107,10 @@ class Gpt {
   std::vector<Tensor> acts_;  // activations and backward buffers, enum Act in gpt.cc
   int B_ = 0, Tn_ = 0;        // shape of the allocated activations
   int last_B_ = 0, last_T_ = 0;
-  std::vector<int32_t> tokens_copy_, targets_copy_;
+  Ops<T>* ops_ = nullptr;
+  std::unique_ptr<Ops<T>> owned_ops_;
+  Tensor tokens_, targets_;     // (B, Tn) ids of the last forward, in the backend's memory
+  std::vector<T> losses_host_;  // per-token losses of the last forward
 };
 
 extern template class Gpt<float>;

@@ -19,6 +19,25 @@ void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int d
                      " must be in [1, model.T = " + std::to_string(model.T) + "]");
 }
 
+namespace {
+
+// Sum of a host scalar over `comm`, through the backend's memory when it is not the host's
+// (NCCL reduces device buffers only).
+template <typename T>
+double all_reduce_scalar(Communicator& comm, Gpt<T>& model, double x) {
+  if (model.device().is_cpu()) {
+    comm.all_reduce(&x, &x, 1, DType::f64, ReduceOp::sum);
+    return x;
+  }
+  Tensor buf = Tensor::empty(model.device(), {1}, DType::f64, MemCategory::comm_buffer);
+  model.ops().copy_from_host(buf.raw(), &x, sizeof x);
+  comm.all_reduce(buf.raw(), buf.raw(), 1, DType::f64, ReduceOp::sum);
+  model.ops().copy_to_host(&x, buf.raw(), sizeof x);
+  return x;
+}
+
+}  // namespace
+
 template <typename T>
 double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,
                          Communicator& dp, StepTiming* timing) {
@@ -42,7 +61,7 @@ double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& 
   sw.restart();
   if (dp.size() > 1) {
     dp.all_reduce(model.grads(), model.grads(), model.num_params(), dtype_of<T>(), ReduceOp::sum);
-    dp.all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
+    loss_sum = all_reduce_scalar(dp, model, loss_sum);
   }
   if (timing) {
     timing->compute_s += compute;
@@ -52,22 +71,26 @@ double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& 
 }
 
 template <typename T>
-AdamW<T>::AdamW(size_t n, Device& device, const cpu::AdamWParams& hp)
-    : m_(Tensor::zeros(device, {int64_t(n)}, dtype_of<T>(), MemCategory::optimizer_state)),
-      v_(Tensor::zeros(device, {int64_t(n)}, dtype_of<T>(), MemCategory::optimizer_state)),
+AdamW<T>::AdamW(size_t n, Device& device, Ops<T>& ops, const cpu::AdamWParams& hp)
+    : m_(Tensor::empty(device, {int64_t(n)}, dtype_of<T>(), MemCategory::optimizer_state)),
+      v_(Tensor::empty(device, {int64_t(n)}, dtype_of<T>(), MemCategory::optimizer_state)),
+      ops_(ops),
       hp_(hp),
-      n_(n) {}
+      n_(n) {
+  ops_.zero(m_.template data<T>(), n);
+  ops_.zero(v_.template data<T>(), n);
+}
 
 template <typename T>
 void AdamW<T>::step(T* params, const T* grads) {
   ++t_;
-  cpu::adamw_update(params, grads, m_.template data<T>(), v_.template data<T>(), n_, hp_, t_);
+  ops_.adamw_update(params, grads, m_.template data<T>(), v_.template data<T>(), n_, hp_, t_);
 }
 
 template <typename T>
 TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp) {
   validate_train_config(cfg, model.config(), dp.size());
-  AdamW<T> opt(model.num_params(), model.device(), cfg.adamw);
+  AdamW<T> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
   TrainRun run;
   for (int s = 0; s < cfg.steps; ++s) {
     StepTiming tm;

@@ -45,17 +45,19 @@ template <typename T>
 double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,
                          Communicator& dp, StepTiming* timing = nullptr);
 
-/// AdamW state (m, v; category optimizer_state) for a model's parameters.
+/// AdamW state (m, v; category optimizer_state, zeroed) for n parameters on `device`,
+/// stepped with the backend's `ops` (torch.optim.AdamW semantics, kernels/cpu/ops.h).
 template <typename T>
 class AdamW {
  public:
-  AdamW(size_t n, Device& device, const cpu::AdamWParams& hp);
+  AdamW(size_t n, Device& device, Ops<T>& ops, const cpu::AdamWParams& hp);
   /// One step (t counts from 1 internally) on params from grads.
   void step(T* params, const T* grads);
   int t() const { return t_; }
 
  private:
   Tensor m_, v_;
+  Ops<T>& ops_;
   cpu::AdamWParams hp_;
   size_t n_;
   int t_ = 0;
