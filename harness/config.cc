@@ -101,6 +101,8 @@ json top_defaults() {
             {"seed", 1234},
             {"data", "/usr/share/games/fortunes/cookie"},
             {"output_dir", "results"},
+            {"backend", "cpu"},
+            {"comm_timeout_s", 300.0},
             {"model", {{"L", 2}, {"C", 64}, {"NH", 4}, {"T", 64}, {"V", 256}}}};
   for (const auto& [name, factory] : suite_registry()) d[name] = factory()->defaults();
   return d;
@@ -226,6 +228,9 @@ json parse_config(const std::string& text, const std::string& origin,
   if (cfg["output_dir"].get<std::string>().empty())
     throw InputError("config key 'output_dir' is empty");
   check_file_stem(cfg["name"], "config key 'name'");
+  if (cfg["backend"] != "cpu" && cfg["backend"] != "cuda")
+    throw InputError("config key 'backend' must be \"cpu\" or \"cuda\", got " + short_value(cfg["backend"]));
+  number_in_range(cfg, "comm_timeout_s", "comm_timeout_s", 1.0, 86400.0);
   gpt_config_from_json(cfg["model"]);  // range-checked even when no suite trains
   for (const auto& name : seen)
     suite_registry().at(name)()->validate(cfg[name], cfg, world);

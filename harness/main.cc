@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -60,6 +61,46 @@ int ranks_per_node(Communicator& world) {
   return n;
 }
 
+// This rank's index among the ranks of its node (which GPU it takes).
+int local_rank(Communicator& world) {
+  MPI_Comm node;
+  DTB_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+                MPI_SUCCESS,
+            "MPI_Comm_split_type failed");
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+// Runs `make` on every rank; if it throws InputError on any rank (no GPU there, say), every
+// rank throws the first such message, so all leave together.
+template <typename F>
+auto on_root_checked(Communicator& world, F make) -> decltype(make()) {
+  decltype(make()) made;
+  std::string why;
+  try {
+    made = make();
+  } catch (const InputError& e) {
+    why = e.what();
+  }
+  int failed = why.empty() ? 0 : 1, any = failed;
+  world.all_reduce(&any, &any, 1, DType::i32, ReduceOp::max);
+  if (any) {
+    // The lowest failing rank's message, broadcast from there through rank 0.
+    int who = failed ? world.rank() : world.size();
+    world.all_reduce(&who, &who, 1, DType::i32, ReduceOp::min);
+    std::string msg = world.rank() == who ? why : std::string();
+    int len = int(msg.size());
+    world.broadcast(&len, 1, DType::i32, who);
+    msg.resize((size_t(len) + 3) / 4 * 4);
+    if (len) world.broadcast(msg.data(), msg.size() / 4, DType::i32, who);
+    msg.resize(len);
+    throw InputError(msg + (world.size() > 1 ? " (rank " + std::to_string(who) + ")" : ""));
+  }
+  return made;
+}
+
 std::string make_run_id(const std::string& config_name) {
   const std::time_t t = std::time(nullptr);
   char b[32];
@@ -102,7 +143,7 @@ int cmd_list(Communicator& world) {
 
 struct RunArgs {
   std::string config = "default";
-  std::string suites, data, output_dir, run_id;
+  std::string suites, data, output_dir, run_id, backend;
   bool print_config = false;
 };
 
@@ -115,6 +156,11 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     json c = parse_config(read_config_text(args.config), args.config, args.suites, args.data,
                           WorldInfo(world.size(), per_node));
     if (!args.output_dir.empty()) c["output_dir"] = args.output_dir;
+    if (!args.backend.empty()) {
+      if (args.backend != "cpu" && args.backend != "cuda")
+        throw InputError("unknown backend '" + printable(args.backend) + "' (cpu or cuda)");
+      c["backend"] = args.backend;
+    }
     return c.dump();
   }));
   if (args.print_config) {  // every key with its value, defaults filled: a template to edit
@@ -145,15 +191,22 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   data.sha256 = bytes.substr(0, 64);
   data.bytes.assign(bytes.begin() + 64, bytes.end());
 
-  CpuDevice device;
-  const json context = make_context(cfg, &data, world, per_node, run_id);
+  // The backend: one GPU per rank (by its index on the node) on CUDA.
+  std::unique_ptr<Backend> backend;
+  if (cfg["backend"] == "cuda") {
+    backend = on_root_checked(world, [&] { return make_cuda_backend(local_rank(world)); });
+  } else {
+    backend = make_cpu_backend();
+  }
+  const auto device_world = backend->make_device_world(world, cfg["comm_timeout_s"].get<double>());
+  const json context = make_context(cfg, &data, world, per_node, run_id, *backend);
   const std::string path = out_dir + "/" + run_id + ".json";
   json report;
   bool write_failed = false;
   if (world.rank() == 0)
     std::printf("# dtbench %s: config %s, %d ranks, suites %s\n", run_id.c_str(),
                 cfg["name"].get<std::string>().c_str(), world.size(), cfg["suites"].dump().c_str());
-  auto outcomes = run_suites(cfg, world, device, &data, [&](const std::vector<SuiteOutcome>& so) {
+  auto outcomes = run_suites(cfg, world, *backend, device_world.get(), &data, [&](const std::vector<SuiteOutcome>& so) {
     if (world.rank() != 0) return;
     report = make_report(context, so);
     try {
@@ -201,12 +254,13 @@ int main(int argc, char** argv) {
     run->add_option("--data", args.data, "training text file, overriding the config's");
     run->add_option("--output-dir", args.output_dir, "report directory (default: results)");
     run->add_option("--run-id", args.run_id, "report file name stem (default: date-time-config)");
+    run->add_option("--backend", args.backend, "cpu or cuda, overriding the config's");
     run->add_flag("--print-config", args.print_config,
                   "print the complete validated config (every key, defaults filled) and exit");
     auto* list = app.add_subcommand("list", "list suites and named configs");
     try {
       app.parse(argc, argv);
-      for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id"})
+      for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id", "--backend"})
         if (run->count(opt) > 0 && run->get_option(opt)->as<std::string>().empty())
           throw dtb::InputError(std::string(opt) + " is empty");
       if (*run) code = dtb::cmd_run(*world, args);

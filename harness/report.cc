@@ -49,7 +49,7 @@ json check_json(const Check& c, const std::string& suite) {
 }  // namespace
 
 json make_context(const json& config, const Dataset* dataset, const Communicator& world,
-                  int ranks_per_node, const std::string& run_id) {
+                  int ranks_per_node, const std::string& run_id, Backend& backend) {
   char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   MPI_Get_library_version(mpi_version, &len);
@@ -78,8 +78,8 @@ json make_context(const json& config, const Dataset* dataset, const Communicator
               {"run_id", run_id},
               {"git_commit", commit.empty() ? "unknown" : commit},
               {"build_type", build},
-              {"backend", "cpu"},
-              {"devices", {"cpu"}},
+              {"backend", backend.name()},
+              {"devices", {backend.device_name()}},
               {"world_size", world.size()},
               {"ranks_per_node", ranks_per_node},
               {"comm_backend", world.backend()},

@@ -31,7 +31,8 @@ struct SuiteOutcome {
 /// (path, bytes, sha256). Not collective. Fields follow Google Benchmark's context names
 /// where one exists (date, host_name, num_cpus, library_build_type).
 nlohmann::json make_context(const nlohmann::json& config, const Dataset* dataset,
-                            const Communicator& world, int ranks_per_node, const std::string& run_id);
+                            const Communicator& world, int ranks_per_node, const std::string& run_id,
+                            Backend& backend);
 
 /// The whole report from a context and the suites run so far.
 nlohmann::json make_report(const nlohmann::json& context, const std::vector<SuiteOutcome>& suites);

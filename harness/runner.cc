@@ -6,14 +6,15 @@
 
 namespace dtb {
 
-std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Device& device,
-                                     const Dataset* dataset,
+std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
+                                     Communicator* device_world, const Dataset* dataset,
                                      const std::function<void(const std::vector<SuiteOutcome>&)>& after_each) {
   std::vector<SuiteOutcome> outcomes;
   for (const auto& s : config.at("suites")) {
     const std::string name = s.get<std::string>();
     auto suite = suite_registry().at(name)();
-    SuiteContext ctx{world, device, config, config.at(name), dataset};
+    Device& device = backend.device();
+    SuiteContext ctx{world, device, config, config.at(name), dataset, &backend, device_world};
     SuiteOutcome out;
     out.name = name;
     device.reset_peaks();

@@ -16,8 +16,8 @@ namespace dtb {
 /// the error sink (MPI_Abort) after rank 0 wrote what it has, since the other ranks may
 /// be blocked in the failed suite's collectives (a collective timeout comes later). `after_each` is called on every rank
 /// after each suite with the outcomes so far. Collective over `world`.
-std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Device& device,
-                                     const Dataset* dataset,
+std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
+                                     Communicator* device_world, const Dataset* dataset,
                                      const std::function<void(const std::vector<SuiteOutcome>&)>& after_each);
 
 }  // namespace dtb

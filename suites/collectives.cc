@@ -3,6 +3,7 @@
 // exact data check (#wrong) and the time per iteration, algbw and busbw (suites/bandwidth.h).
 // Printed as nccl-tests' table; recorded as one benchmark record per (op, S, placement).
 #include <algorithm>
+#include <cstring>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -125,10 +126,13 @@ struct Measurement {
 
 /// Allocates the buffers, fills them, runs the op once and counts wrong elements (summed
 /// over ranks), then times it. Buffers are freed on return, outside any timed region.
+/// The op runs on ctx.device_world (NCCL on device buffers on CUDA) when set, else on
+/// ctx.world; inputs are written and results read on the host, copied through the backend.
 template <typename T>
 Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t count,
                     Placement placement, int iterations) {
-  Communicator& c = ctx.world;
+  Communicator& c = ctx.device_world ? *ctx.device_world : ctx.world;
+  Communicator& host = ctx.world;  // barriers and host-side reductions
   const int n = c.size(), me = c.rank();
   const DType dt = o.dtype;
   const bool in_place = placement == Placement::in_place;
@@ -139,22 +143,30 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
     return Tensor::empty(ctx.device, {int64_t(elems)}, dt, MemCategory::comm_buffer);
   };
   // In place, one buffer: NCCL's layout (send = recv + me*count, recv = send + me*count).
-  Tensor a = alloc(scattered && in_place ? send_len : recv_len), b;
-  T *send = nullptr, *recv = nullptr;
-  if (!in_place) {
-    b = alloc(send_len);
-    recv = a.data<T>(), send = b.data<T>();
-  } else if (scattered) {
-    send = a.data<T>(), recv = send + me * count;
-  } else {
-    recv = a.data<T>(), send = gathered ? recv + me * count : recv;
-  }
-  std::fill(recv, recv + recv_len, T(-1));  // never a valid result
+  // Offsets (elements) of send and recv in buffer a, or send in b when out of place.
+  const size_t a_len = scattered && in_place ? send_len : recv_len;
+  size_t send_off = 0, recv_off = 0;
+  if (in_place && scattered) recv_off = me * count;
+  if (in_place && gathered) send_off = me * count;
+  Tensor a = alloc(a_len), b;
+  if (!in_place) b = alloc(send_len);
+  std::vector<T> ha(a_len), hb(in_place ? 0 : send_len);
+  T* hsend = in_place ? ha.data() + send_off : hb.data();
+  T* hrecv = ha.data() + recv_off;
+  std::fill(hrecv, hrecv + recv_len, T(-1));  // never a valid result
   if (op == CollectiveOp::broadcast) {
-    if (me == kRoot) for (size_t i = 0; i < count; ++i) send[i] = input<T>(kRoot, i);
+    if (me == kRoot) for (size_t i = 0; i < count; ++i) hsend[i] = input<T>(kRoot, i);
   } else {
-    for (size_t i = 0; i < send_len; ++i) send[i] = input<T>(me, i);
+    for (size_t i = 0; i < send_len; ++i) hsend[i] = input<T>(me, i);
   }
+  auto to_device = [&](Tensor& t, const std::vector<T>& h) {
+    if (ctx.backend) ctx.backend->copy_from_host(t.raw(), h.data(), h.size() * sizeof(T));
+    else std::memcpy(t.raw(), h.data(), h.size() * sizeof(T));
+  };
+  to_device(a, ha);
+  if (!in_place) to_device(b, hb);
+  T* send = in_place ? a.data<T>() + send_off : b.data<T>();
+  T* recv = a.data<T>() + recv_off;
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   std::function<void()> call;
   switch (op) {
@@ -174,6 +186,8 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
   }
 
   call();
+  if (ctx.backend) ctx.backend->copy_to_host(ha.data(), a.raw(), a_len * sizeof(T));
+  else std::memcpy(ha.data(), a.raw(), a_len * sizeof(T));
   int64_t wrong = 0;
   for (size_t j = 0; j < recv_len; ++j) {
     const size_t i = j % count;
@@ -185,16 +199,16 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
       case CollectiveOp::broadcast: want = input<T>(kRoot, i); break;
       case CollectiveOp::sendrecv: want = input<T>(prev, i); break;
     }
-    wrong += !(recv[j] == want);  // NaN counts as wrong
+    wrong += !(hrecv[j] == want);  // NaN counts as wrong
   }
   double total = double(wrong);
-  c.all_reduce(&total, &total, 1, DType::f64, ReduceOp::sum);
+  host.all_reduce(&total, &total, 1, DType::f64, ReduceOp::sum);
 
   Measurement m;
   m.ran = true;
   m.iterations = iterations;
   m.n_wrong = int64_t(total);
-  m.timed = time_iterations(c, o.warmup, iterations, o.repetitions, call);
+  m.timed = time_iterations(host, o.warmup, iterations, o.repetitions, call);
   return m;
 }
 

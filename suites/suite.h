@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/backend.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "reference/data.h"
@@ -46,6 +47,10 @@ struct SuiteContext {
   const nlohmann::json& config;   // the whole run config
   const nlohmann::json& section;  // config[suite name], every key present
   const Dataset* dataset = nullptr;  // the run's training text (config "data"), loaded once
+  Backend* backend = nullptr;        // what `device` belongs to; null means a CPU-only caller
+  /// Collectives on the backend's memory (NCCL on CUDA); null means `world` serves both.
+  /// `world` (MPI, host buffers) is for control: barriers, host-side reductions, results.
+  Communicator* device_world = nullptr;
   /// Prints a line on rank 0 only (others ignore it).
   void print(const std::string& line) const;
 };

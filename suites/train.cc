@@ -104,15 +104,23 @@ class TrainSuite : public Suite {
   json defaults() const override {
     return {{"steps", 200},     {"global_batch", 16}, {"micro_batches", 2}, {"seq_len", 64},
             {"lr", 1e-3},       {"beta1", 0.9},       {"beta2", 0.95},      {"eps", 1e-8},
-            {"weight_decay", 0.0}};
+            {"weight_decay", 0.0}, {"matmul_precision", "fp32"}, {"peak_tflops", 0.0}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const GptConfig model = gpt_config_from_json(config.at("model"));
     const TrainConfig train = train_from_json(section, config);
     validate_train_config(train, model, world.size);
-    // The references run side by side, one per rank, up to four at once on a node.
-    check_fits_in_memory(train_memory_bytes(model, train), std::min(world.ranks_per_node, 4),
-                         "train: the model and batch");
+    const std::string prec = section.at("matmul_precision");
+    if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
+      throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
+    if (config.value("backend", "cpu") == "cpu" && prec != "fp32")
+      throw InputError("train.matmul_precision: the cpu backend computes in fp32 only, not " + prec);
+    number_in_range(section, "peak_tflops", "train.peak_tflops", 0.0, 1e6);
+    // The references run side by side, one per rank, up to four at once on a node (on the
+    // CPU backend only; on a GPU the model lives in the GPU's memory).
+    if (config.value("backend", "cpu") == "cpu")
+      check_fits_in_memory(train_memory_bytes(model, train), std::min(world.ranks_per_node, 4),
+                           "train: the model and batch");
   }
 
   SuiteResult run(SuiteContext& ctx) override {
@@ -132,23 +140,38 @@ class TrainSuite : public Suite {
 
     // 1. The layout under test: DP over all ranks. First its gradient at step 0, compared
     // below before any optimizer step can blur it (Adam is blind to a gradient's scale).
-    Gpt<float> model(model_cfg, ctx.device);
+    // On another backend than the CPU the model runs there, its gradients all-reduced over
+    // the device world (NCCL), and only the throughput is measured: the references need the
+    // float64 oracle, which is the CPU's; the CUDA ops are checked against the CPU's by the
+    // CUDA tests instead.
+    Backend* be = ctx.backend;
+    const bool on_cpu = be == nullptr || be->name() == "cpu";
+    if (be) be->set_matmul_precision(ctx.section.at("matmul_precision"));
+    Communicator& dp = ctx.device_world ? *ctx.device_world : world;
+    Gpt<float> model(model_cfg, ctx.device, on_cpu ? nullptr : &be->ops());
+    auto to_host = [&](const float* p, size_t count) {
+      std::vector<float> h(count);
+      model.ops().copy_to_host(h.data(), p, count * sizeof(float));
+      return h;
+    };
     model.init(cfg.seed);
-    compute_gradients(model, data, cfg, 0, world);
-    const std::vector<double> dp_grads0(model.grads(), model.grads() + model.num_params());
+    compute_gradients(model, data, cfg, 0, dp);
+    const std::vector<float> grads0_f = to_host(model.grads(), model.num_params());
+    const std::vector<double> dp_grads0(grads0_f.begin(), grads0_f.end());
     world.barrier();
-    const TrainRun dp_run = train(model, data, cfg, world);
+    const TrainRun dp_run = train(model, data, cfg, dp);
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)
       if (s % every == 0 || s == cfg.steps - 1) ctx.print(fmt_step(s, dp_run.losses[s]));
 
     // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
     const size_t P = model.num_params();
-    std::vector<float> root_params(model.params(), model.params() + P);
+    const std::vector<float> my_params = to_host(model.params(), P);
+    std::vector<float> root_params = my_params;
     world.broadcast(root_params.data(), P, DType::f32, 0);
     double replica_diff = 0;
     for (size_t i = 0; i < P; ++i)
-      replica_diff = std::max(replica_diff, double(std::fabs(root_params[i] - model.params()[i])));
+      replica_diff = std::max(replica_diff, double(std::fabs(root_params[i] - my_params[i])));
     world.all_reduce(&replica_diff, &replica_diff, 1, DType::f64, ReduceOp::max);
 
     // 2. References on one rank each, the whole global batch per step: the float64 oracle
@@ -156,11 +179,11 @@ class TrainSuite : public Suite {
     // runs on rank j % n, so they run side by side; results go to rank 0.
     std::vector<int> ref_mbs;
     for (int mb : {1, 2, 4})
-      if (cfg.global_batch % mb == 0) ref_mbs.push_back(mb);
+      if (on_cpu && cfg.global_batch % mb == 0) ref_mbs.push_back(mb);
     const int refs = int(ref_mbs.size());
     std::vector<Reference> ref(refs + 1, Reference(cfg.steps, P));
     auto self = make_mpi_self();
-    for (int j = 0; j <= refs; ++j) {  // j == refs: the oracle
+    for (int j = 0; on_cpu && j <= refs; ++j) {  // j == refs: the oracle
       const int owner = j % n;
       if (world.rank() == owner) {
         TrainConfig single = cfg;
@@ -214,7 +237,27 @@ class TrainSuite : public Suite {
     for (int s = 0; s < cfg.steps; ++s) fraction.push_back(comm_s[s] / step_s[s]);
     rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
     rec["final_loss"] = dp_run.losses.back();
+    // Model FLOPs per token, forward and backward: 6 N for the weights plus 12 L C T for
+    // attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).
+    const double flops_per_token = 6.0 * double(P) + 12.0 * model_cfg.L * double(model_cfg.C) * cfg.seq_len;
+    const double model_tflops = flops_per_token * tokens_per_step / step.median / 1e12;
+    rec["backend"] = on_cpu ? "cpu" : be->name();
+    rec["model_flops_per_token"] = flops_per_token;
+    rec["model_tflops"] = model_tflops;
+    const double peak = ctx.section.at("peak_tflops");
+    if (peak > 0) rec["mfu"] = model_tflops / peak;
     res.benchmarks.push_back(rec);
+    if (!on_cpu) {
+      res.checks.push_back(make_check("train/dp_replicas_identical", replica_diff, 0.0,
+                                      "max |p_rank - p_rank0| over ranks, bitwise"));
+      res.data = {{"model", ctx.config.at("model")}, {"num_params", P}, {"losses", {{"dp", dp_run.losses}}}};
+      char line[200];
+      std::snprintf(line, sizeof line, "# train on %s: %.0f tokens/s, step %.2f ms, %.1f model TFLOP/s%s",
+                    be->device_name().c_str(), tokens_per_step / step.median, step.median * 1e3, model_tflops,
+                    peak > 0 ? (", MFU " + std::to_string(100 * model_tflops / peak).substr(0, 5) + "%").c_str() : "");
+      ctx.print(line);
+      return res;
+    }
 
     // Per-step loss: |dp - oracle| against k x the references' largest deviation so far
     // (deviations grow along the run, so the envelope up to step s is the scale at s).

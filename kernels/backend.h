@@ -1,0 +1,57 @@
+// Backend: what a run computes on — a Device, the model's float ops on it, its memory
+// copies and a GEMM timer — chosen by name ("cpu", "cuda") so the harness and suites are
+// written once. kernels/cpu/cpu_backend.cc and kernels/cuda/cuda_backend.cc implement it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/comm/communicator.h"
+#include "kernels/device.h"
+#include "kernels/ops.h"
+
+namespace dtb {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// "cpu" or "cuda".
+  virtual std::string name() const = 0;
+  /// Human-readable device name, e.g. "cpu" or "NVIDIA H200".
+  virtual std::string device_name() const = 0;
+  virtual Device& device() = 0;
+  virtual Ops<float>& ops() = 0;
+  /// Copies between host memory and the device's memory (memcpy on the CPU; cudaMemcpy,
+  /// complete on return, on CUDA).
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  /// Waits for all work queued on the device.
+  virtual void synchronize() = 0;
+  /// The GEMM precisions time_gemm() accepts: "fp32" everywhere; "tf32", "bf16", "fp16"
+  /// (fp32 accumulation) on CUDA.
+  virtual std::vector<std::string> gemm_precisions() const = 0;
+  /// Seconds per GEMM C (M,N) = A (M,K) @ B (K,N), row-major, at `precision`: `warmup`
+  /// untimed calls, then `iters` timed back to back, divided once (CUDA events on CUDA,
+  /// steady_clock on the CPU). Inputs are random in [-1, 1). Errors: an unsupported
+  /// precision throws std::invalid_argument; out of memory aborts.
+  virtual double time_gemm(int M, int N, int K, const std::string& precision, int warmup, int iters) = 0;
+  /// The precision ops().matmul_* use from now on, one of gemm_precisions() (inputs
+  /// rounded to it, fp32 accumulation). Errors: InputError for one this backend lacks.
+  virtual void set_matmul_precision(const std::string& precision) = 0;
+  /// The communicator for collectives on this backend's memory, built over `world` (MPI,
+  /// host buffers) — NCCL on CUDA, with a collective timeout of `timeout_s` seconds — or
+  /// null when `world` itself serves (the CPU). Collective over `world`.
+  virtual std::unique_ptr<Communicator> make_device_world(Communicator& world, double timeout_s) {
+    return nullptr;
+  }
+};
+
+/// The CPU backend: CpuDevice, CpuOps<float>, OpenBLAS sgemm.
+std::unique_ptr<Backend> make_cpu_backend();
+/// The CUDA backend on GPU `ordinal` (CudaDevice, CUDA ops, cuBLASLt), when dtbench was
+/// built with CUDA; otherwise, or without a usable GPU, throws InputError saying why.
+std::unique_ptr<Backend> make_cuda_backend(int ordinal);
+/// Backend names this build has: {"cpu"} or {"cpu", "cuda"}.
+std::vector<std::string> backend_names();
+
+}  // namespace dtb

@@ -1,0 +1,94 @@
+// The CUDA backend: one GPU (CudaDevice), its ops (CudaOps), cuBLASLt GEMMs timed with
+// CUDA events, and NCCL for collectives on its memory.
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/comm/nccl_communicator.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/ops.cuh"
+#include "kernels/error.h"
+
+namespace dtb {
+namespace {
+
+cuda::GemmPrecision parse_precision(const std::string& p) {
+  if (p == "fp32") return cuda::GemmPrecision::fp32;
+  if (p == "tf32") return cuda::GemmPrecision::tf32;
+  if (p == "bf16") return cuda::GemmPrecision::bf16;
+  if (p == "fp16") return cuda::GemmPrecision::fp16;
+  throw InputError("unknown GEMM precision '" + p + "' (fp32, tf32, bf16, fp16)");
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int ordinal) : device_(ordinal), ops_(device_, gemm_) {}
+  std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return device_.name(); }
+  Device& device() override { return device_; }
+  Ops<float>& ops() override { return ops_; }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { ops_.copy_from_host(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { ops_.copy_to_host(dst, src, bytes); }
+  void synchronize() override { device_.synchronize(); }
+  std::vector<std::string> gemm_precisions() const override { return {"fp32", "tf32", "bf16", "fp16"}; }
+  void set_matmul_precision(const std::string& p) override { ops_.set_precision(parse_precision(p)); }
+
+  double time_gemm(int M, int N, int K, const std::string& precision, int warmup, int iters) override {
+    const cuda::GemmPrecision p = parse_precision(precision);
+    const bool half = p == cuda::GemmPrecision::bf16 || p == cuda::GemmPrecision::fp16;
+    const DType in = p == cuda::GemmPrecision::bf16 ? DType::bf16 : p == cuda::GemmPrecision::fp16 ? DType::f16 : DType::f32;
+    const size_t na = size_t(M) * K, nb = size_t(K) * N;
+    // Random float inputs, cast on the GPU to the input type when it is a half type.
+    Tensor a32 = Tensor::empty(device_, {int64_t(na)}, DType::f32, MemCategory::workspace);
+    Tensor b32 = Tensor::empty(device_, {int64_t(nb)}, DType::f32, MemCategory::workspace);
+    Tensor c = Tensor::empty(device_, {M, N}, DType::f32, MemCategory::workspace);
+    std::mt19937 gen(1);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> h(std::max(na, nb));
+    for (auto& x : h) x = u(gen);
+    copy_from_host(a32.raw(), h.data(), na * sizeof(float));
+    copy_from_host(b32.raw(), h.data(), nb * sizeof(float));
+    Tensor a = a32, b = b32;
+    if (half) {
+      a = Tensor::empty(device_, {int64_t(na)}, in, MemCategory::workspace);
+      b = Tensor::empty(device_, {int64_t(nb)}, in, MemCategory::workspace);
+      cuda::cast(a.raw(), in, a32.raw(), DType::f32, na, device_.compute_stream());
+      cuda::cast(b.raw(), in, b32.raw(), DType::f32, nb, device_.compute_stream());
+    }
+    const cudaStream_t s = device_.compute_stream();
+    auto gemm = [&] {
+      gemm_.matmul(a.raw(), b.raw(), c.data<float>(), M, N, K, false, false, 1.f, 0.f, p, s);
+    };
+    for (int i = 0; i < warmup; ++i) gemm();
+    CudaTimer timer(s);
+    timer.start();
+    for (int i = 0; i < iters; ++i) gemm();
+    timer.stop();
+    return timer.seconds() / iters;
+  }
+
+  std::unique_ptr<Communicator> make_device_world(Communicator& world, double timeout_s) override {
+    return make_nccl_world(world, device_.compute_stream(), timeout_s);
+  }
+
+ private:
+  CudaDevice device_;
+  cuda::Gemm gemm_;
+  CudaOps ops_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
+  std::string why;
+  if (!cuda_available(&why)) throw InputError("backend 'cuda': " + why);
+  int count = 0;
+  DTB_CUDA_CHECK(cudaGetDeviceCount(&count));
+  return std::make_unique<CudaBackend>(ordinal % count);
+}
+
+std::vector<std::string> backend_names() { return {"cpu", "cuda"}; }
+
+}  // namespace dtb

@@ -1,0 +1,74 @@
+// CudaOps: each op forwards to its CUDA kernel or cuBLASLt GEMM on the compute stream.
+#include "kernels/cuda/cuda_ops.h"
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ops.cuh"
+
+namespace dtb {
+
+void CudaOps::zero(float* p, size_t n) { DTB_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), s())); }
+
+void CudaOps::copy_from_host(void* dst, const void* host_src, size_t bytes) {
+  if (!bytes) return;
+  DTB_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s()));
+  DTB_CUDA_CHECK(cudaStreamSynchronize(s()));  // the host buffer may be pageable and reused
+}
+
+void CudaOps::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  DTB_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s()));
+  DTB_CUDA_CHECK(cudaStreamSynchronize(s()));
+}
+
+void CudaOps::encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                              int Tn, int C) {
+  cuda::encoder_forward(out, tokens, wte, wpe, B, Tn, C, s());
+}
+void CudaOps::encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int Tn,
+                               int C) {
+  cuda::encoder_backward(dwte, dwpe, dout, tokens, B, Tn, C, s());
+}
+void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                const float* bias, int N, int C) {
+  cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, s());
+}
+void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* weight, const float* mean, const float* rstd, int N, int C) {
+  cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, s());
+}
+void CudaOps::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                             int OC) {
+  gemm_.matmul_forward(out, inp, weight, bias, N, C, OC, precision_, s());
+}
+void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, int N, int C, int OC) {
+  gemm_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, precision_, s());
+}
+void CudaOps::attention_forward(float* out, float* att, const float* qkv, int B, int Tn, int C, int NH) {
+  cuda::attention_forward(gemm_, out, att, qkv, B, Tn, C, NH, s());
+}
+void CudaOps::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                 const float* att, int B, int Tn, int C, int NH) {
+  cuda::attention_backward(gemm_, dqkv, scratch, dout, qkv, att, B, Tn, C, NH, s());
+}
+void CudaOps::gelu_forward(float* out, const float* inp, size_t n) { cuda::gelu_forward(out, inp, n, s()); }
+void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  cuda::gelu_backward(dinp, inp, dout, n, s());
+}
+void CudaOps::residual_forward(float* out, const float* a, const float* b, size_t n) {
+  cuda::residual_forward(out, a, b, n, s());
+}
+void CudaOps::crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
+                                   int N, int V) {
+  cuda::crossentropy_forward(losses, probs, logits, targets, N, V, s());
+}
+void CudaOps::crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                                    int N, int V) {
+  cuda::crossentropy_backward(dlogits, probs, targets, dloss, N, V, s());
+}
+void CudaOps::adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
+                           const cpu::AdamWParams& hp, int t) {
+  cuda::adamw_update(param, grad, m, v, n, hp, t, s());
+}
+
+}  // namespace dtb

@@ -1,0 +1,58 @@
+// CudaOps: the model's ops (kernels/ops.h) on one GPU — the kernels of kernels/cuda/ops.cuh
+// and the cuBLASLt GEMMs of kernels/cuda/gemm.h, enqueued on the device's compute stream.
+// float32 storage; the GEMMs' input precision is settable (fp32, tf32, bf16, fp16), always
+// with fp32 accumulation.
+#pragma once
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/ops.h"
+
+namespace dtb {
+
+class CudaOps final : public Ops<float> {
+ public:
+  /// Ops on `device`'s compute stream through `gemm` (neither owned; both must outlive this).
+  CudaOps(CudaDevice& device, cuda::Gemm& gemm) : device_(device), gemm_(gemm) {}
+  std::string backend() const override { return "cuda"; }
+  void set_precision(cuda::GemmPrecision p) { precision_ = p; }
+  cuda::GemmPrecision precision() const { return precision_; }
+
+  /// zero is a cudaMemsetAsync on the compute stream; the copies wait for the stream, so
+  /// a host buffer may be reused as soon as they return.
+  void zero(float* p, size_t n) override;
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+
+  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int Tn,
+                       int C) override;
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int Tn,
+                        int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int N, int C) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                      int OC) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int C, int OC) override;
+  void attention_forward(float* out, float* att, const float* qkv, int B, int Tn, int C, int NH) override;
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                          int B, int Tn, int C, int NH) override;
+  void gelu_forward(float* out, const float* inp, size_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override;
+  void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int N,
+                            int V) override;
+  void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss, int N,
+                             int V) override;
+  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const cpu::AdamWParams& hp,
+                    int t) override;
+
+ private:
+  cudaStream_t s() const { return device_.compute_stream(); }
+  CudaDevice& device_;
+  cuda::Gemm& gemm_;
+  cuda::GemmPrecision precision_ = cuda::GemmPrecision::fp32;
+};
+
+}  // namespace dtb

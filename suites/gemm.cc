@@ -1,0 +1,98 @@
+// The `gemm` suite: matrix-multiply throughput of this rank's device, the number every
+// other compute figure is read against. A square GEMM gives the measured peak per
+// precision; the FFN's two GEMMs (h -> 4h -> h over `tokens` rows) are reported as TFLOP/s
+// and as a fraction of that peak. FLOPs of C (M,N) = A (M,K) B (K,N): 2 M N K.
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "suites/stats.h"
+#include "suites/suite.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+class GemmSuite : public Suite {
+ public:
+  std::string name() const override { return "gemm"; }
+  std::string description() const override {
+    return "GEMM TFLOP/s per precision: square peak and the FFN's GEMMs at a hidden size";
+  }
+  json defaults() const override {
+    return {{"precisions", {"fp32"}}, {"hidden", 1024}, {"tokens", 1024}, {"peak_size", 2048},
+            {"warmup", 2},            {"iters", 5}};
+  }
+  void validate(const json& s, const json& config, const WorldInfo& world) const override {
+    const int64_t h = int_in_range(s, "hidden", "gemm.hidden", 1, 65536);
+    const int64_t n = int_in_range(s, "tokens", "gemm.tokens", 1, 1 << 20);
+    const int64_t p = int_in_range(s, "peak_size", "gemm.peak_size", 1, 65536);
+    int_in_range(s, "warmup", "gemm.warmup", 0, 1000);
+    int_in_range(s, "iters", "gemm.iters", 1, 100000);
+    if (s.at("precisions").empty()) throw InputError("gemm.precisions is empty");
+    for (const auto& x : s.at("precisions")) {
+      const std::string v = x.get<std::string>();
+      if (v != "fp32" && v != "tf32" && v != "bf16" && v != "fp16")
+        throw InputError("gemm.precisions: '" + v + "' is not one of fp32, tf32, bf16, fp16");
+    }
+    // The largest GEMM holds A, B and C in float32 at once.
+    const double ffn = 4.0 * (double(n) * h + 4.0 * h * h + 4.0 * n * h);
+    const double peak = 4.0 * 3.0 * double(p) * p;
+    if (config.value("backend", "cpu") == "cpu")  // a GPU holds them in its own memory
+      check_fits_in_memory(std::max(ffn, peak), world.ranks_per_node, "gemm: the matrices");
+  }
+
+  SuiteResult run(SuiteContext& ctx) override {
+    DTB_CHECK(ctx.backend != nullptr, "gemm suite needs a backend");
+    Backend& be = *ctx.backend;
+    const json& s = ctx.section;
+    const int h = s["hidden"], n = s["tokens"], p = s["peak_size"], warmup = s["warmup"], iters = s["iters"];
+    const auto supported = be.gemm_precisions();
+    SuiteResult res;
+    ctx.print("# gemm on " + be.device_name() + " (" + be.name() + "), slowest of " +
+              std::to_string(ctx.world.size()) + " rank(s); TFLOP/s = 2 M N K / t");
+    ctx.print("#  precision  GEMM                       M       N       K    time (ms)   TFLOP/s  of peak");
+    for (const auto& pj : s["precisions"]) {
+      const std::string prec = pj.get<std::string>();
+      if (std::find(supported.begin(), supported.end(), prec) == supported.end()) {
+        json rec = benchmark_record("gemm/peak/precision:" + prec, 0, 1, 0, 0, "ms");
+        rec["skipped"] = true;
+        rec["skip_message"] = "backend '" + be.name() + "' has no " + prec + " GEMM";
+        res.benchmarks.push_back(rec);
+        ctx.print("#  " + prec + ": skipped, " + rec["skip_message"].get<std::string>());
+        continue;
+      }
+      struct Shape { std::string name; int M, N, K; };
+      const Shape shapes[] = {{"peak", p, p, p}, {"ffn_fc1", n, 4 * h, h}, {"ffn_fc2", n, h, 4 * h}};
+      double peak_tflops = 0;
+      for (const Shape& sh : shapes) {
+        double t = be.time_gemm(sh.M, sh.N, sh.K, prec, warmup, iters);
+        ctx.world.all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);  // the slowest rank's
+        const double tflops = 2.0 * sh.M * double(sh.N) * sh.K / t / 1e12;
+        if (sh.name == "peak") peak_tflops = tflops;
+        const std::string key = sh.name == "peak" ? "gemm/peak/precision:" + prec + "/size:" + std::to_string(p)
+                                                  : "gemm/" + sh.name + "/precision:" + prec + "/hidden:" +
+                                                        std::to_string(h) + "/tokens:" + std::to_string(n);
+        json rec = benchmark_record(key, iters, 1, t, t, "ms");
+        rec["precision"] = prec;
+        rec["M"] = sh.M, rec["N"] = sh.N, rec["K"] = sh.K;
+        rec["tflops"] = tflops;
+        rec["fraction_of_peak"] = tflops / peak_tflops;
+        res.benchmarks.push_back(rec);
+        char line[160];
+        std::snprintf(line, sizeof line, "   %-9s  %-18s %7d %7d %7d %12.3f %9.2f %7.1f%%", prec.c_str(),
+                      sh.name.c_str(), sh.M, sh.N, sh.K, t * 1e3, tflops, 100 * tflops / peak_tflops);
+        ctx.print(line);
+      }
+    }
+    res.data = {{"device", be.device_name()}, {"backend", be.name()}};
+    return res;
+  }
+};
+
+}  // namespace
+
+DTB_REGISTER_SUITE("gemm", GemmSuite);
+
+}  // namespace dtb
