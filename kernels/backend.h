@@ -33,7 +33,7 @@ class Backend {
   /// Seconds per GEMM C (M,N) = A (M,K) @ B (K,N), row-major, at `precision`: `warmup`
   /// untimed calls, then `iters` timed back to back, divided once (CUDA events on CUDA,
   /// steady_clock on the CPU). Inputs are random in [-1, 1). Errors: an unsupported
-  /// precision throws std::invalid_argument; out of memory aborts.
+  /// precision throws InputError; out of memory aborts.
   virtual double time_gemm(int M, int N, int K, const std::string& precision, int warmup, int iters) = 0;
   /// The precision ops().matmul_* use from now on, one of gemm_precisions() (inputs
   /// rounded to it, fp32 accumulation). Errors: InputError for one this backend lacks.

@@ -24,6 +24,9 @@ class Ops {
   /// Memory: n elements set to 0; bytes copied between the host and the backend's memory
   /// (on the CPU backend both are host memory). Copies to the host are complete on return.
   virtual void zero(T* p, size_t n) = 0;
+  /// Returns when every op queued so far has finished (a no-op on the CPU, where ops run
+  /// when called): call it before reading a timer around queued work.
+  virtual void synchronize() {}
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
 

@@ -57,6 +57,7 @@ double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& 
     loss_sum += model.forward(tokens.data(), targets.data(), mb, Tn);
     model.backward(T(1.0 / global_tokens));  // the one division of the numerics contract
   }
+  model.ops().synchronize();  // queued GPU work belongs to this step's compute
   const double compute = sw.elapsed();
   sw.restart();
   if (dp.size() > 1) {
@@ -98,6 +99,7 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
     run.losses.push_back(compute_gradients(model, data, cfg, s, dp, &tm));
     Stopwatch opt_sw;
     opt.step(model.params(), model.grads());
+    model.ops().synchronize();
     tm.compute_s += opt_sw.elapsed();
     tm.step_s = step_sw.elapsed();
     run.timings.push_back(tm);

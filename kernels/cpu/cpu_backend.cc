@@ -31,7 +31,7 @@ class CpuBackend final : public Backend {
     if (precision != "fp32") throw InputError("the CPU backend computes matmuls in fp32 only, not " + precision);
   }
   double time_gemm(int M, int N, int K, const std::string& precision, int warmup, int iters) override {
-    if (precision != "fp32") throw std::invalid_argument("the CPU backend has no " + precision + " GEMM");
+    if (precision != "fp32") throw InputError("the CPU backend has no " + precision + " GEMM");
     Tensor a = Tensor::empty(device_, {M, K}, DType::f32, MemCategory::workspace);
     Tensor b = Tensor::empty(device_, {K, N}, DType::f32, MemCategory::workspace);
     Tensor c = Tensor::empty(device_, {M, N}, DType::f32, MemCategory::workspace);

@@ -31,7 +31,7 @@ class CudaBackend final : public Backend {
   Ops<float>& ops() override { return ops_; }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { ops_.copy_from_host(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { ops_.copy_to_host(dst, src, bytes); }
-  void synchronize() override { device_.synchronize(); }
+  void synchronize() override { DTB_CUDA_CHECK(cudaDeviceSynchronize()); }  // NCCL's streams too
   std::vector<std::string> gemm_precisions() const override { return {"fp32", "tf32", "bf16", "fp16"}; }
   void set_matmul_precision(const std::string& p) override { ops_.set_precision(parse_precision(p)); }
 

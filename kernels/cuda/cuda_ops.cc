@@ -8,6 +8,8 @@ namespace dtb {
 
 void CudaOps::zero(float* p, size_t n) { DTB_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), s())); }
 
+void CudaOps::synchronize() { DTB_CUDA_CHECK(cudaStreamSynchronize(s())); }
+
 void CudaOps::copy_from_host(void* dst, const void* host_src, size_t bytes) {
   if (!bytes) return;
   DTB_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s()));

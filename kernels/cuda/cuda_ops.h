@@ -20,6 +20,7 @@ class CudaOps final : public Ops<float> {
   /// zero is a cudaMemsetAsync on the compute stream; the copies wait for the stream, so
   /// a host buffer may be reused as soon as they return.
   void zero(float* p, size_t n) override;
+  void synchronize() override;
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
 
