@@ -48,35 +48,29 @@ std::string on_root(Communicator& world, const std::function<std::string()>& fn)
   return payload;
 }
 
-// The most ranks sharing one node (MPI_COMM_TYPE_SHARED), over the world.
-int ranks_per_node(Communicator& world) {
+// This rank's index on its node (which GPU it takes) and the most ranks sharing one node
+// over the world (MPI_COMM_TYPE_SHARED). Collective.
+struct NodePlace {
+  int local_rank = 0;
+  int ranks_per_node = 1;
+};
+NodePlace node_place(Communicator& world) {
   MPI_Comm node;
   DTB_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
                 MPI_SUCCESS,
             "MPI_Comm_split_type failed");
-  int n = 1;
-  MPI_Comm_size(node, &n);
+  NodePlace p;
+  MPI_Comm_rank(node, &p.local_rank);
+  MPI_Comm_size(node, &p.ranks_per_node);
   MPI_Comm_free(&node);
-  world.all_reduce(&n, &n, 1, DType::i32, ReduceOp::max);
-  return n;
-}
-
-// This rank's index among the ranks of its node (which GPU it takes).
-int local_rank(Communicator& world) {
-  MPI_Comm node;
-  DTB_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-                MPI_SUCCESS,
-            "MPI_Comm_split_type failed");
-  int r = 0;
-  MPI_Comm_rank(node, &r);
-  MPI_Comm_free(&node);
-  return r;
+  world.all_reduce(&p.ranks_per_node, &p.ranks_per_node, 1, DType::i32, ReduceOp::max);
+  return p;
 }
 
 // Runs `make` on every rank; if it throws InputError on any rank (no GPU there, say), every
 // rank throws the first such message, so all leave together.
 template <typename F>
-auto on_root_checked(Communicator& world, F make) -> decltype(make()) {
+auto make_on_every_rank(Communicator& world, F make) -> decltype(make()) {
   decltype(make()) made;
   std::string why;
   try {
@@ -150,7 +144,8 @@ struct RunArgs {
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
-  const int per_node = ranks_per_node(world);
+  const NodePlace place = node_place(world);
+  const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
     if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
     json c = parse_config(read_config_text(args.config), args.config, args.suites, args.data,
@@ -194,7 +189,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   // The backend: one GPU per rank (by its index on the node) on CUDA.
   std::unique_ptr<Backend> backend;
   if (cfg["backend"] == "cuda") {
-    backend = on_root_checked(world, [&] { return make_cuda_backend(local_rank(world)); });
+    backend = make_on_every_rank(world, [&] { return make_cuda_backend(place.local_rank); });
   } else {
     backend = make_cpu_backend();
   }

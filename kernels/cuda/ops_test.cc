@@ -31,64 +31,15 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/cuda_test_util.h"
 
 namespace dtb::cuda {
 namespace {
 
-using FVec = std::vector<float>;
-constexpr double kU = 1.0 / 16777216.0;  // 2^-24
+using namespace dtb::cuda::test_util;
 
 double tol_fp32(double k) { return 4.0 * kU * (std::sqrt(k) + 4.0); }
 
-template <typename T>
-class DevBuf {
- public:
-  explicit DevBuf(size_t n) : n_(n) {
-    if (n_) DTB_CUDA_CHECK(cudaMalloc(&p_, n_ * sizeof(T)));
-  }
-  explicit DevBuf(const std::vector<T>& h) : DevBuf(h.size()) { upload(h); }
-  ~DevBuf() {
-    if (p_) (void)cudaFree(p_);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  T* get() const { return p_; }
-  void upload(const std::vector<T>& h) {
-    if (n_) DTB_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void poison() {  // all-ones bytes: NaN as float
-    if (n_) DTB_CUDA_CHECK(cudaMemset(p_, 0xFF, n_ * sizeof(T)));
-  }
-  std::vector<T> download() const {
-    std::vector<T> h(n_);
-    if (n_) DTB_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-
- private:
-  size_t n_ = 0;
-  T* p_ = nullptr;
-};
-
-class Stream {
- public:
-  Stream() { DTB_CUDA_CHECK(cudaStreamCreate(&s_)); }
-  ~Stream() { (void)cudaStreamDestroy(s_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  operator cudaStream_t() const { return s_; }
-  void sync() const { DTB_CUDA_CHECK(cudaStreamSynchronize(s_)); }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-FVec uniform(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  FVec v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 std::vector<int32_t> ids(size_t n, int V, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> dist(0, V - 1);
