@@ -1,0 +1,76 @@
+// Rank <-> grid coordinates in tp-dp-pp order, group rank lists, and layout validation.
+#include "reference/process_grid.h"
+
+#include "kernels/error.h"
+
+namespace dtb {
+
+GridCoord grid_coord(int rank, const ParallelLayout& l) {
+  DTB_CHECK(rank >= 0 && rank < l.world(), "grid_coord: rank " + std::to_string(rank) + " outside the grid");
+  return {rank % l.tp, (rank / l.tp) % l.dp, rank / (l.tp * l.dp)};
+}
+
+int grid_rank(const GridCoord& c, const ParallelLayout& l) {
+  DTB_CHECK(c.tp >= 0 && c.tp < l.tp && c.dp >= 0 && c.dp < l.dp && c.pp >= 0 && c.pp < l.pp,
+            "grid_rank: coordinates outside the grid");
+  return c.tp + l.tp * (c.dp + l.dp * c.pp);
+}
+
+namespace {
+
+template <typename Set>
+std::vector<int> group_along(int rank, const ParallelLayout& l, int size, Set set) {
+  std::vector<int> ranks;
+  for (int i = 0; i < size; ++i) {
+    GridCoord c = grid_coord(rank, l);
+    set(c, i);
+    ranks.push_back(grid_rank(c, l));
+  }
+  return ranks;
+}
+
+std::string num(int x) { return std::to_string(x); }
+
+}  // namespace
+
+std::vector<int> tp_group(int rank, const ParallelLayout& l) {
+  return group_along(rank, l, l.tp, [](GridCoord& c, int i) { c.tp = i; });
+}
+std::vector<int> dp_group(int rank, const ParallelLayout& l) {
+  return group_along(rank, l, l.dp, [](GridCoord& c, int i) { c.dp = i; });
+}
+std::vector<int> pp_group(int rank, const ParallelLayout& l) {
+  return group_along(rank, l, l.pp, [](GridCoord& c, int i) { c.pp = i; });
+}
+
+void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_batch, int world_size) {
+  if (l.tp < 1 || l.dp < 1 || l.pp < 1 || l.micro_batches < 1 || l.virtual_stages < 1)
+    throw InputError("tensor_parallel, data_parallel, pipeline_parallel, micro_batches and virtual_stages must be >= 1");
+  if (l.world() != world_size)
+    throw InputError("tensor_parallel (" + num(l.tp) + ") x data_parallel (" + num(l.dp) + ") x pipeline_parallel (" +
+                     num(l.pp) + ") = " + num(l.world()) + " is not the world size " + num(world_size));
+  if (m.NH % l.tp != 0)
+    throw InputError("model.NH = " + num(m.NH) + " heads are not divisible by tensor_parallel = " + num(l.tp));
+  if (m.V % l.tp != 0)
+    throw InputError("model.V = " + num(m.V) + " (vocabulary) is not divisible by tensor_parallel = " + num(l.tp));
+  if (l.schedule != "gpipe" && l.schedule != "1f1b" && l.schedule != "interleaved")
+    throw InputError("unknown schedule '" + l.schedule + "' (gpipe, 1f1b, interleaved)");
+  if (l.schedule != "interleaved" && l.virtual_stages != 1)
+    throw InputError("virtual_stages = " + num(l.virtual_stages) + " needs schedule \"interleaved\", not \"" +
+                     l.schedule + "\"");
+  if (l.schedule == "interleaved") {
+    if (l.virtual_stages < 2)
+      throw InputError("schedule \"interleaved\" needs virtual_stages >= 2, got " + num(l.virtual_stages));
+    if (l.micro_batches % l.pp != 0)
+      throw InputError("schedule \"interleaved\" needs micro_batches (" + num(l.micro_batches) +
+                       ") to be a multiple of pipeline_parallel (" + num(l.pp) + ")");
+  }
+  if (m.L % (l.pp * l.virtual_stages) != 0)
+    throw InputError("model.L = " + num(m.L) + " layers are not divisible by pipeline_parallel (" + num(l.pp) +
+                     ") x virtual_stages (" + num(l.virtual_stages) + ")");
+  if (global_batch % (l.dp * l.micro_batches) != 0)
+    throw InputError("global batch " + num(global_batch) + " is not divisible by data_parallel (" + num(l.dp) +
+                     ") x micro_batches (" + num(l.micro_batches) + ")");
+}
+
+}  // namespace dtb
