@@ -14,6 +14,7 @@
 #include "harness/config.h"
 #include "harness/report.h"
 #include "harness/runner.h"
+#include "harness/trace.h"
 #include "kernels/error.h"
 
 namespace dtb {
@@ -138,6 +139,7 @@ int cmd_list(Communicator& world) {
 struct RunArgs {
   std::string config = "default";
   std::string suites, data, output_dir, run_id, backend;
+  std::string trace;  // Chrome trace JSON path, empty: none
   bool print_config = false;
 };
 
@@ -164,15 +166,23 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   }
   const std::string out_dir = cfg["output_dir"];
   const std::string run_id = args.run_id.empty() ? make_run_id(cfg["name"]) : args.run_id;
-  // The output directory must be writable before anything is measured.
-  on_root(world, [&] {
+  // The output directory (and the trace's) must be writable before anything is measured.
+  auto check_writable = [](const std::string& dir, const std::string& what) {
     std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    const std::string probe = out_dir + "/.dtbench-write-test";
+    fs::create_directories(dir, ec);
+    const std::string probe = dir + "/.dtbench-write-test";
     FILE* f = std::fopen(probe.c_str(), "w");
-    if (!f) throw InputError("output directory is not writable: " + out_dir);
+    if (!f) throw InputError(what + " is not writable: " + dir);
     std::fclose(f);
     fs::remove(probe, ec);
+  };
+  on_root(world, [&] {
+    check_writable(out_dir, "output directory");
+    if (!args.trace.empty()) {
+      if (fs::is_directory(args.trace)) throw InputError("--trace: '" + args.trace + "' is a directory");
+      const fs::path dir = fs::path(args.trace).parent_path();
+      check_writable(dir.empty() ? "." : dir.string(), "--trace directory");
+    }
     return std::string();
   });
   // The dataset: read on rank 0, sent to all (no shared file system assumed).
@@ -201,6 +211,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   if (world.rank() == 0)
     std::printf("# dtbench %s: config %s, %d ranks, suites %s\n", run_id.c_str(),
                 cfg["name"].get<std::string>().c_str(), world.size(), cfg["suites"].dump().c_str());
+  SpanRecorder spans(!args.trace.empty());  // disabled (records nothing) without --trace
   auto outcomes = run_suites(cfg, world, *backend, device_world.get(), &data, [&](const std::vector<SuiteOutcome>& so) {
     if (world.rank() != 0) return;
     report = make_report(context, so);
@@ -210,7 +221,19 @@ int cmd_run(Communicator& world, const RunArgs& args) {
       write_failed = true;
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
     }
-  });
+  }, &spans);
+  if (!args.trace.empty()) {
+    const auto per_rank = gather_spans(world, spans.spans());  // collective
+    if (world.rank() == 0) {
+      try {
+        write_chrome_trace(args.trace, per_rank);
+        std::printf("# trace: %s (open in https://ui.perfetto.dev)\n", args.trace.c_str());
+      } catch (const std::exception& e) {
+        write_failed = true;
+        std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+      }
+    }
+  }
   int code = 0;
   if (world.rank() == 0) {
     try {
@@ -250,12 +273,15 @@ int main(int argc, char** argv) {
     run->add_option("--output-dir", args.output_dir, "report directory (default: results)");
     run->add_option("--run-id", args.run_id, "report file name stem (default: date-time-config)");
     run->add_option("--backend", args.backend, "cpu or cuda, overriding the config's");
+    run->add_option("--trace", args.trace,
+                    "write per-rank spans of the train suite's run as Chrome trace JSON to FILE (Perfetto)")
+        ->type_name("FILE");
     run->add_flag("--print-config", args.print_config,
                   "print the complete validated config (every key, defaults filled) and exit");
     auto* list = app.add_subcommand("list", "list suites and named configs");
     try {
       app.parse(argc, argv);
-      for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id", "--backend"})
+      for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id", "--backend", "--trace"})
         if (run->count(opt) > 0 && run->get_option(opt)->as<std::string>().empty())
           throw dtb::InputError(std::string(opt) + " is empty");
       if (*run) code = dtb::cmd_run(*world, args);

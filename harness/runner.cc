@@ -8,13 +8,14 @@ namespace dtb {
 
 std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
                                      Communicator* device_world, const Dataset* dataset,
-                                     const std::function<void(const std::vector<SuiteOutcome>&)>& after_each) {
+                                     const std::function<void(const std::vector<SuiteOutcome>&)>& after_each,
+                                     SpanRecorder* spans) {
   std::vector<SuiteOutcome> outcomes;
   for (const auto& s : config.at("suites")) {
     const std::string name = s.get<std::string>();
     auto suite = suite_registry().at(name)();
     Device& device = backend.device();
-    SuiteContext ctx{world, device, config, config.at(name), dataset, &backend, device_world};
+    SuiteContext ctx{world, device, config, config.at(name), dataset, &backend, device_world, spans};
     SuiteOutcome out;
     out.name = name;
     device.reset_peaks();

@@ -15,9 +15,11 @@ namespace dtb {
 /// "error" with its message; on one rank the run goes on, on several the job ends through
 /// the error sink (MPI_Abort) after rank 0 wrote what it has, since the other ranks may
 /// be blocked in the failed suite's collectives (a collective timeout comes later). `after_each` is called on every rank
-/// after each suite with the outcomes so far. Collective over `world`.
+/// after each suite with the outcomes so far. `spans` (optional) is handed to every suite
+/// as SuiteContext::spans. Collective over `world`.
 std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
                                      Communicator* device_world, const Dataset* dataset,
-                                     const std::function<void(const std::vector<SuiteOutcome>&)>& after_each);
+                                     const std::function<void(const std::vector<SuiteOutcome>&)>& after_each,
+                                     SpanRecorder* spans = nullptr);
 
 }  // namespace dtb

@@ -40,9 +40,10 @@ double all_reduce_scalar(Communicator& comm, Gpt<T>& model, double x) {
 
 template <typename T>
 double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,
-                         Communicator& dp, StepTiming* timing) {
+                         Communicator& dp, StepTiming* timing, SpanRecorder* spans) {
   DTB_CHECK(cfg.micro_batches > 0 && cfg.global_batch % (dp.size() * cfg.micro_batches) == 0,
             "compute_gradients: global batch does not divide over ranks and micro-batches");
+  const bool recording = spans && spans->enabled();  // only then synchronise per span
   Stopwatch sw;
   const int per_rank = cfg.global_batch / dp.size();
   const int mb = per_rank / cfg.micro_batches;  // sequences per micro-batch
@@ -54,15 +55,23 @@ double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& 
   for (int m = 0; m < cfg.micro_batches; ++m) {
     const int first = dp.rank() * per_rank + m * mb;
     fill_batch(data, cfg.seed, step, cfg.global_batch, first, mb, Tn, tokens.data(), targets.data());
+    auto fwd = span_scope(spans, "compute.forward", step);
     loss_sum += model.forward(tokens.data(), targets.data(), mb, Tn);
+    if (recording) model.ops().synchronize();
+    fwd.end();
+    auto bwd = span_scope(spans, "compute.backward", step);
     model.backward(T(1.0 / global_tokens));  // the one division of the numerics contract
+    if (recording) model.ops().synchronize();
+    bwd.end();
   }
   model.ops().synchronize();  // queued GPU work belongs to this step's compute
   const double compute = sw.elapsed();
   sw.restart();
   if (dp.size() > 1) {
+    auto comm = span_scope(spans, "comm.all_reduce", step);
     dp.all_reduce(model.grads(), model.grads(), model.num_params(), dtype_of<T>(), ReduceOp::sum);
     loss_sum = all_reduce_scalar(dp, model, loss_sum);
+    if (recording) model.ops().synchronize();
   }
   if (timing) {
     timing->compute_s += compute;
@@ -89,31 +98,38 @@ void AdamW<T>::step(T* params, const T* grads) {
 }
 
 template <typename T>
-TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp) {
+TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp,
+               SpanRecorder* spans) {
   validate_train_config(cfg, model.config(), dp.size());
   AdamW<T> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
   TrainRun run;
   for (int s = 0; s < cfg.steps; ++s) {
     StepTiming tm;
+    auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
     Stopwatch step_sw;
-    run.losses.push_back(compute_gradients(model, data, cfg, s, dp, &tm));
+    run.losses.push_back(compute_gradients(model, data, cfg, s, dp, &tm, spans));
     Stopwatch opt_sw;
+    auto optim = span_scope(spans, "compute.optimizer", s);
     opt.step(model.params(), model.grads());
     model.ops().synchronize();
+    optim.end();
     tm.compute_s += opt_sw.elapsed();
     tm.step_s = step_sw.elapsed();
+    window.end();  // after the step's spans: fills its idle time
     run.timings.push_back(tm);
   }
   return run;
 }
 
 template double compute_gradients<float>(Gpt<float>&, const Dataset&, const TrainConfig&, int64_t,
-                                         Communicator&, StepTiming*);
+                                         Communicator&, StepTiming*, SpanRecorder*);
 template double compute_gradients<double>(Gpt<double>&, const Dataset&, const TrainConfig&, int64_t,
-                                          Communicator&, StepTiming*);
+                                          Communicator&, StepTiming*, SpanRecorder*);
 template class AdamW<float>;
 template class AdamW<double>;
-template TrainRun train<float>(Gpt<float>&, const Dataset&, const TrainConfig&, Communicator&);
-template TrainRun train<double>(Gpt<double>&, const Dataset&, const TrainConfig&, Communicator&);
+template TrainRun train<float>(Gpt<float>&, const Dataset&, const TrainConfig&, Communicator&,
+                               SpanRecorder*);
+template TrainRun train<double>(Gpt<double>&, const Dataset&, const TrainConfig&, Communicator&,
+                                SpanRecorder*);
 
 }  // namespace dtb

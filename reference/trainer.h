@@ -10,6 +10,7 @@
 #include "kernels/cpu/ops.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
+#include "reference/spans.h"
 
 namespace dtb {
 
@@ -39,11 +40,13 @@ struct StepTiming {
 /// first) on every DP rank: this rank's global_batch/dp sequences in `micro_batches`
 /// micro-batches, each backward scaled by 1/(global_batch*seq_len), then one SUM
 /// all-reduce of the gradients over `dp`. Returns the global mean loss (same on all
-/// ranks). `timing` (optional) gets compute and comm seconds added. Aborts when
+/// ranks). `timing` (optional) gets compute and comm seconds added. `spans` (optional) gets
+/// compute.forward and compute.backward per micro-batch and one comm.all_reduce (gradients
+/// and loss) for `step`, the device synchronised before each span ends. Aborts when
 /// global_batch is not a multiple of dp.size() * micro_batches (validate_train_config first).
 template <typename T>
 double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,
-                         Communicator& dp, StepTiming* timing = nullptr);
+                         Communicator& dp, StepTiming* timing = nullptr, SpanRecorder* spans = nullptr);
 
 /// AdamW state (m, v; category optimizer_state, zeroed) for n parameters on `device`,
 /// stepped with the backend's `ops` (torch.optim.AdamW semantics, kernels/cpu/ops.h).
@@ -69,9 +72,12 @@ struct TrainRun {
 };
 
 /// Trains `model` (already initialised) for cfg.steps steps with DP over `dp`: per step
-/// compute_gradients, then AdamW on every rank (so DP replicas stay identical).
+/// compute_gradients, then AdamW on every rank (so DP replicas stay identical). `spans`
+/// (optional) gets compute_gradients' spans, compute.optimizer and each step's window
+/// (steps 0 .. cfg.steps-1, idle filled).
 /// Errors: InputError from validate_train_config when the batch does not divide.
 template <typename T>
-TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp);
+TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp,
+               SpanRecorder* spans = nullptr);
 
 }  // namespace dtb

@@ -16,6 +16,7 @@
 #include "kernels/device.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
+#include "reference/spans.h"
 
 namespace dtb {
 
@@ -51,6 +52,9 @@ struct SuiteContext {
   /// Collectives on the backend's memory (NCCL on CUDA); null means `world` serves both.
   /// `world` (MPI, host buffers) is for control: barriers, host-side reductions, results.
   Communicator* device_world = nullptr;
+  /// Where a suite records its per-rank timing spans (`dtbench run --trace`); null or
+  /// disabled when no trace is asked for. The harness exports what it holds after the run.
+  SpanRecorder* spans = nullptr;
   /// Prints a line on rank 0 only (others ignore it).
   void print(const std::string& line) const;
 };

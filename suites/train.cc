@@ -95,6 +95,33 @@ double rel_norm_diff(const double* a, const double* ref, size_t n) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// The DP run's step breakdown from ctx.spans, when recorded (--trace): per span name, the
+// median over steps of the seconds the step's slowest rank (slowest[s], as for the step
+// times) spent in it, in ms; a name absent from a step counts 0 there. An empty object
+// when no spans were recorded. Collective over `world`; the result is rank 0's.
+json step_breakdown_ms(const SuiteContext& ctx, Communicator& world, const std::vector<int>& slowest) {
+  if (!ctx.spans || !ctx.spans->enabled()) return json::object();
+  const auto names = span_names();
+  const size_t K = names.size(), steps = slowest.size();
+  std::vector<double> mine(steps * K, -1.0);  // [step][name], -1: absent
+  for (size_t s = 0; s < steps; ++s)
+    for (const auto& [name, sec] : ctx.spans->breakdown(int64_t(s))) mine[s * K + span_name_index(name)] = sec;
+  std::vector<double> all(mine.size() * world.size());
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+  json out = json::object();
+  for (size_t k = 0; k < K; ++k) {
+    std::vector<double> per_step;
+    bool present = false;
+    for (size_t s = 0; s < steps; ++s) {
+      const double v = all[size_t(slowest[s]) * mine.size() + s * K + k];
+      present = present || v >= 0;
+      per_step.push_back(std::max(v, 0.0));
+    }
+    if (present) out[std::string(names[k])] = summarize(per_step).median * 1e3;
+  }
+  return out;
+}
+
 class TrainSuite : public Suite {
  public:
   std::string name() const override { return "train"; }
@@ -162,7 +189,7 @@ class TrainSuite : public Suite {
       dp_grads0.assign(g.begin(), g.end());
     }
     world.barrier();
-    const TrainRun dp_run = train(model, data, cfg, dp);
+    const TrainRun dp_run = train(model, data, cfg, dp, ctx.spans);  // spans: --trace
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)
       if (s % every == 0 || s == cfg.steps - 1) ctx.print(fmt_step(s, dp_run.losses[s]));
@@ -215,6 +242,7 @@ class TrainSuite : public Suite {
     std::vector<double> all(mine.size() * n);
     world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
     std::vector<double> step_s, compute_s, comm_s;
+    std::vector<int> slowest_rank;  // per step
     for (int s = 0; s < cfg.steps; ++s) {
       int slowest = 0;
       for (int r = 1; r < n; ++r)
@@ -223,7 +251,9 @@ class TrainSuite : public Suite {
       step_s.push_back(v[0]);
       compute_s.push_back(v[1]);
       comm_s.push_back(v[2]);
+      slowest_rank.push_back(slowest);
     }
+    const json breakdown = step_breakdown_ms(ctx, world, slowest_rank);  // collective
     if (world.rank() != 0) return res;  // rank 0 reports
 
     const Summary step = summarize(step_s), comp = summarize(compute_s), comm = summarize(comm_s);
@@ -239,6 +269,7 @@ class TrainSuite : public Suite {
     std::vector<double> fraction;
     for (int s = 0; s < cfg.steps; ++s) fraction.push_back(comm_s[s] / step_s[s]);
     rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
+    if (!breakdown.empty()) rec["step_breakdown_ms"] = breakdown;
     rec["final_loss"] = dp_run.losses.back();
     // Model FLOPs per token, forward and backward: 6 N for the weights plus 12 L C T for
     // attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).

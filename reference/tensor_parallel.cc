@@ -1,0 +1,183 @@
+// Megatron-LM's tensor-parallel mappings and linear layers; see tensor_parallel.h.
+// Each layer is one matmul op on its shard plus, in exactly one direction, one all-reduce
+// SUM over the TP group: ColumnParallelLinear in backward (dx), RowParallelLinear in
+// forward (the output) — the f / g pair of Shoeybi et al. 2019, Fig. 3.
+#include "reference/tensor_parallel.h"
+
+#include <utility>
+#include <vector>
+
+#include "kernels/error.h"
+#include "kernels/timer.h"
+#include "reference/rng.h"
+
+namespace dtb {
+namespace {
+
+/// All-reduce SUM of buf (count) in place over tp, timed into `stats` (may be null).
+/// The backend's queued compute is finished first, so the stopwatch sees only the
+/// collective (including the wait for the slowest peer). A group of one is bypassed,
+/// nothing called or counted (mappings.py: "Bypass the function if we are using only 1 GPU").
+template <typename T>
+void timed_all_reduce(Ops<T>& ops, Communicator& tp, T* buf, size_t count, CommStats* stats) {
+  if (tp.size() == 1) return;
+  ops.synchronize();
+  Stopwatch sw;
+  tp.all_reduce(buf, buf, count, dtype_of<T>(), ReduceOp::sum);
+  if (stats) {
+    stats->seconds += sw.elapsed();
+    stats->calls += 1;
+    stats->bytes += count * sizeof(T);
+  }
+}
+
+std::string divisibility_message(const std::string& cls, const std::string& name, const char* what,
+                                 int value, int tp) {
+  return cls + " '" + name + "': " + what + " = " + std::to_string(value) +
+         " is not divisible by the tensor-parallel size " + std::to_string(tp);
+}
+
+void check_sizes(const std::string& cls, const std::string& name, int C, int OC) {
+  if (C < 1 || OC < 1)
+    throw InputError(cls + " '" + name + "': needs C >= 1 and OC >= 1 (got C = " + std::to_string(C) +
+                     ", OC = " + std::to_string(OC) + ")");
+}
+
+/// Allocates a shard's parameter (initialised on the host, then copied to the backend's
+/// memory) and its zeroed gradient.
+template <typename T>
+std::pair<Tensor, Tensor> make_param(Ops<T>& ops, Device& device, const std::string& name, int64_t rows,
+                                     int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                                     double std, uint64_t seed, bool vector) {
+  const int64_t lr = r1 - r0, lc = c1 - c0;
+  std::vector<int64_t> shape = vector ? std::vector<int64_t>{lr * lc} : std::vector<int64_t>{lr, lc};
+  Tensor p = Tensor::empty(device, shape, dtype_of<T>(), MemCategory::param);
+  Tensor g = Tensor::empty(device, shape, dtype_of<T>(), MemCategory::grad);
+  std::vector<T> host(size_t(lr * lc));
+  init_parameter_slice(host.data(), name, rows, cols, r0, r1, c0, c1, std, seed);
+  ops.copy_from_host(p.raw(), host.data(), host.size() * sizeof(T));
+  ops.zero(g.data<T>(), size_t(g.numel()));
+  return {p, g};
+}
+
+}  // namespace
+
+template <typename T>
+void copy_to_tensor_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp, T* buf, size_t count,
+                                    CommStats* stats) {
+  if (pass == Pass::backward) timed_all_reduce(ops, tp, buf, count, stats);
+}
+
+template <typename T>
+void reduce_from_tensor_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp, T* buf, size_t count,
+                                        CommStats* stats) {
+  if (pass == Pass::forward) timed_all_reduce(ops, tp, buf, count, stats);
+}
+
+template <typename T>
+void init_parameter_slice(T* host, const std::string& name, int64_t rows, int64_t cols, int64_t r0,
+                          int64_t r1, int64_t c0, int64_t c1, double std, uint64_t seed) {
+  DTB_CHECK(0 <= r0 && r0 <= r1 && r1 <= rows && 0 <= c0 && c0 <= c1 && c1 <= cols,
+            "init_parameter_slice '" + name + "': slice [" + std::to_string(r0) + "," + std::to_string(r1) +
+                ") x [" + std::to_string(c0) + "," + std::to_string(c1) + ") outside (" +
+                std::to_string(rows) + ", " + std::to_string(cols) + ")");
+  const uint64_t stream = stream_id(name);
+  const int64_t lc = c1 - c0;
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t j = c0; j < c1; ++j) {
+      const uint64_t global = uint64_t(i * cols + j);
+      // Rounded through float, as gpt_init_params, so float and double shards agree.
+      host[(i - r0) * lc + (j - c0)] = std == 0 ? T(0) : T(float(std * random_normal(seed, stream, global)));
+    }
+}
+
+// ---- ColumnParallelLinear ----
+
+template <typename T>
+ColumnParallelLinear<T>::ColumnParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name,
+                                              int C, int OC, const LinearInit& init)
+    : ops_(ops), tp_(tp), name_(std::move(name)), C_(C), OC_(OC) {
+  check_sizes("ColumnParallelLinear", name_, C, OC);
+  if (OC % tp.size() != 0)
+    throw InputError(divisibility_message("ColumnParallelLinear", name_, "output features OC", OC, tp.size()));
+  const int r0 = out_offset(), r1 = r0 + local_out_features();
+  std::tie(w_, dw_) = make_param(ops, device, name_ + ".weight", OC, C, r0, r1, 0, C, init.weight_std,
+                                 init.seed, false);
+  std::tie(b_, db_) = make_param(ops, device, name_ + ".bias", 1, OC, 0, 1, r0, r1, init.bias_std,
+                                 init.seed, true);
+}
+
+template <typename T>
+void ColumnParallelLinear<T>::forward(T* out, const T* inp, int N) {
+  // f forward is the identity: the replicated input enters the region as is, uncommunicated.
+  ops_.matmul_forward(out, inp, w_.data<T>(), b_.data<T>(), N, C_, local_out_features());
+}
+
+template <typename T>
+void ColumnParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N) {
+  if (dinp) ops_.zero(dinp, size_t(N) * C_);  // matmul_backward accumulates; this is a write
+  ops_.matmul_backward(dinp, dw_.data<T>(), db_.data<T>(), dout, inp, w_.data<T>(), N, C_,
+                       local_out_features());
+  // f backward: each rank holds dout_r @ W_r, its share of dx; the sum over TP is dx.
+  if (dinp) copy_to_tensor_parallel_region<T>(Pass::backward, ops_, tp_, dinp, size_t(N) * C_, &stats_);
+}
+
+template <typename T>
+void ColumnParallelLinear<T>::zero_grad() {
+  ops_.zero(dw_.data<T>(), size_t(dw_.numel()));
+  ops_.zero(db_.data<T>(), size_t(db_.numel()));
+}
+
+// ---- RowParallelLinear ----
+
+template <typename T>
+RowParallelLinear<T>::RowParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name, int C,
+                                        int OC, const LinearInit& init)
+    : ops_(ops), tp_(tp), name_(std::move(name)), C_(C), OC_(OC) {
+  check_sizes("RowParallelLinear", name_, C, OC);
+  if (C % tp.size() != 0)
+    throw InputError(divisibility_message("RowParallelLinear", name_, "input features C", C, tp.size()));
+  const int c0 = in_offset(), c1 = c0 + local_in_features();
+  std::tie(w_, dw_) = make_param(ops, device, name_ + ".weight", OC, C, 0, OC, c0, c1, init.weight_std,
+                                 init.seed, false);
+  std::tie(b_, db_) = make_param(ops, device, name_ + ".bias", 1, OC, 0, 1, 0, OC, init.bias_std, init.seed,
+                                 true);
+}
+
+template <typename T>
+void RowParallelLinear<T>::forward(T* out, const T* inp, int N) {
+  ops_.matmul_forward(out, inp, w_.data<T>(), nullptr, N, local_in_features(), OC_);
+  // g forward: the partial products over this rank's C/tp input features are summed.
+  reduce_from_tensor_parallel_region<T>(Pass::forward, ops_, tp_, out, size_t(N) * OC_, &stats_);
+  // The replicated bias, added once after the reduction (layers.py: output = output_ + bias).
+  // Ops has no row-broadcast add, so one elementwise add per row (free on the CPU).
+  const T* b = b_.data<T>();
+  for (int n = 0; n < N; ++n) ops_.residual_forward(out + size_t(n) * OC_, out + size_t(n) * OC_, b, size_t(OC_));
+}
+
+template <typename T>
+void RowParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N) {
+  // g backward is the identity: dout is replicated already, nothing is communicated.
+  if (dinp) ops_.zero(dinp, size_t(N) * local_in_features());
+  ops_.matmul_backward(dinp, dw_.data<T>(), db_.data<T>(), dout, inp, w_.data<T>(), N, local_in_features(), OC_);
+}
+
+template <typename T>
+void RowParallelLinear<T>::zero_grad() {
+  ops_.zero(dw_.data<T>(), size_t(dw_.numel()));
+  ops_.zero(db_.data<T>(), size_t(db_.numel()));
+}
+
+#define DTB_INSTANTIATE_TP(T)                                                                              \
+  template void copy_to_tensor_parallel_region<T>(Pass, Ops<T>&, Communicator&, T*, size_t, CommStats*);     \
+  template void reduce_from_tensor_parallel_region<T>(Pass, Ops<T>&, Communicator&, T*, size_t, CommStats*); \
+  template void init_parameter_slice<T>(T*, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t, \
+                                        int64_t, double, uint64_t);                                          \
+  template class ColumnParallelLinear<T>;                                                                   \
+  template class RowParallelLinear<T>;
+
+DTB_INSTANTIATE_TP(float)
+DTB_INSTANTIATE_TP(double)
+#undef DTB_INSTANTIATE_TP
+
+}  // namespace dtb

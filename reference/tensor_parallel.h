@@ -1,0 +1,169 @@
+// Megatron-LM tensor parallelism (Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion
+// Parameter Language Models Using Model Parallelism", Sec. 3, Fig. 3): the conjugate
+// communication pair f / g (megatron/core/tensor_parallel/mappings.py) and the two sharded
+// linear layers (megatron/core/tensor_parallel/layers.py), on Ops<T> and a TP Communicator,
+// so they run unchanged on the CPU (host buffers, MPI) and on CUDA (device buffers, NCCL).
+//
+// Shape legend: N rows (tokens), C input features, OC output features, tp = TP group size,
+// r = this rank's index in the TP group. A weight is (OC, C) as torch.nn.Linear:
+// out = inp @ W^T + b.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/comm/communicator.h"
+#include "kernels/ops.h"
+#include "kernels/tensor.h"
+
+namespace dtb {
+
+/// Direction of a pass through a layer or a mapping.
+enum class Pass { forward, backward };
+
+/// Time and volume of the TP collectives a layer (or a caller) has issued, summed since
+/// the last reset: seconds by steady_clock around each blocking communicator call (after
+/// the backend has finished the queued compute, so compute is not counted; the time
+/// includes waiting for the slowest peer), the number of calls, and bytes all-reduced.
+struct CommStats {
+  double seconds = 0;
+  int64_t calls = 0;
+  size_t bytes = 0;
+  void reset() { *this = CommStats{}; }
+};
+
+/// f in Megatron's Fig. 3 (mappings.py `copy_to_tensor_model_parallel_region`,
+/// `_CopyToModelParallelRegion`): enters the TP region with a replicated activation.
+/// Forward: identity — `buf` (count elements) is left as is, nothing is communicated.
+/// Backward: `buf` holds this rank's partial gradient of the replicated input; it is
+/// all-reduced (SUM) in place over `tp`, so every TP rank ends with the full gradient.
+/// `ops` finishes queued work before the collective; `stats` (may be null) is charged.
+/// A TP group of one communicates nothing in either direction (Megatron's bypass).
+/// Errors: a failed collective aborts through the error sink (Communicator).
+template <typename T>
+void copy_to_tensor_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp, T* buf, size_t count,
+                                    CommStats* stats = nullptr);
+
+/// g in Megatron's Fig. 3 (mappings.py `reduce_from_tensor_model_parallel_region`,
+/// `_ReduceFromModelParallelRegion`), the conjugate of f: leaves the TP region.
+/// Forward: `buf` holds this rank's partial sum; it is all-reduced (SUM) in place over `tp`.
+/// Backward: identity — the output gradient is replicated and passes through untouched.
+/// Arguments and errors as copy_to_tensor_parallel_region.
+template <typename T>
+void reduce_from_tensor_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp, T* buf, size_t count,
+                                        CommStats* stats = nullptr);
+
+/// Sharding-invariant initialisation of a rectangular slice of a (rows, cols) row-major
+/// parameter named `name`: host[i * (c1 - c0) + j] = T(float(std * N(0,1))) drawn by
+/// random_normal(seed, stream_id(name), (r0 + i) * cols + (c0 + j)) — exactly the element
+/// gpt_init_params draws at that global index, so any shard equals the slice of the full
+/// tensor, bitwise. std == 0 gives zeros (GPT-2's biases). A vector is (1, n).
+/// `host` holds (r1 - r0) * (c1 - c0) elements. Aborts on a slice outside (rows, cols).
+template <typename T>
+void init_parameter_slice(T* host, const std::string& name, int64_t rows, int64_t cols, int64_t r0,
+                          int64_t r1, int64_t c0, int64_t c1, double std, uint64_t seed);
+
+/// How a layer's parameters start: N(0, weight_std) and N(0, bias_std) per element, drawn
+/// from `seed` with streams "<name>.weight" and "<name>.bias" over the FULL tensors' global
+/// indices (init_parameter_slice). bias_std = 0 gives a zero bias (GPT-2).
+struct LinearInit {
+  double weight_std = 0.02;
+  double bias_std = 0.0;
+  uint64_t seed = 0;
+};
+
+/// Y = X A + b with A split along its output features (Megatron layers.py
+/// `ColumnParallelLinear`, gather_output = False; paper eq. 3, A = [A_1, A_2]).
+/// Full weight W (OC, C), bias b (OC); rank r of the TP group holds rows
+/// [r OC/tp, (r+1) OC/tp) of W and the same slice of b: W_r (OC/tp, C), b_r (OC/tp).
+/// The input X (N, C) is replicated on the TP group; the output stays partitioned.
+/// Owns its shard's parameters (category param) and gradients (category grad) on `device`.
+template <typename T>
+class ColumnParallelLinear {
+ public:
+  /// `name` names the FULL layer (parameter streams "<name>.weight", "<name>.bias"), C and
+  /// OC its full sizes, `tp` its TP group (this rank's index is tp.rank()). `ops` and `tp`
+  /// must outlive the layer. Gradients start at zero.
+  /// Errors: InputError when C or OC < 1, or OC is not divisible by tp.size() (the message
+  /// names the layer and the numbers).
+  ColumnParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name, int C, int OC,
+                       const LinearInit& init);
+
+  /// out (N, OC/tp) = inp (N, C) @ W_r^T + b_r. Communicates nothing (f forward is identity).
+  void forward(T* out, const T* inp, int N);
+  /// Given dout (N, OC/tp), WRITES dinp (N, C) = sum over TP ranks of dout_r @ W_r (f
+  /// backward: one all-reduce SUM of N*C elements over tp; dinp is overwritten, since
+  /// accumulating would sum its old contents tp times), and ACCUMULATES dW_r += dout^T inp,
+  /// db_r += column sums of dout. dinp may be null (no dx computed, nothing communicated).
+  void backward(T* dinp, const T* dout, const T* inp, int N);
+
+  int in_features() const { return C_; }
+  int out_features() const { return OC_; }
+  /// OC / tp: this rank's output columns.
+  int local_out_features() const { return OC_ / tp_.size(); }
+  /// First row of the full weight this rank holds: r OC/tp.
+  int out_offset() const { return tp_.rank() * local_out_features(); }
+  const Tensor& weight() const { return w_; }       // (OC/tp, C)
+  const Tensor& bias() const { return b_; }         // (OC/tp)
+  const Tensor& weight_grad() const { return dw_; } // (OC/tp, C)
+  const Tensor& bias_grad() const { return db_; }   // (OC/tp)
+  void zero_grad();
+  /// TP communication of this layer since construction or the last comm_stats().reset().
+  CommStats& comm_stats() { return stats_; }
+
+ private:
+  Ops<T>& ops_;
+  Communicator& tp_;
+  std::string name_;
+  int C_, OC_;
+  Tensor w_, b_, dw_, db_;
+  CommStats stats_;
+};
+
+/// Y = X A + b with A split along its input features (Megatron layers.py
+/// `RowParallelLinear`, input_is_parallel = True; paper eq. 3, A = [A_1; A_2] and
+/// X = [X_1, X_2]). Full weight W (OC, C), bias b (OC); rank r holds columns
+/// [r C/tp, (r+1) C/tp) of W: W_r (OC, C/tp). The input is the partitioned activation
+/// X_r (N, C/tp) (e.g. a ColumnParallelLinear's output); the output is replicated.
+/// The bias is not partitioned (every TP rank holds all of it) and is added once, after
+/// the reduction, as Megatron does. Owns its parameters and gradients as
+/// ColumnParallelLinear.
+template <typename T>
+class RowParallelLinear {
+ public:
+  /// As ColumnParallelLinear's constructor. Errors: InputError when C or OC < 1, or C is not
+  /// divisible by tp.size() (the message names the layer and the numbers).
+  RowParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name, int C, int OC,
+                    const LinearInit& init);
+
+  /// out (N, OC) = sum over TP ranks of inp_r (N, C/tp) @ W_r^T, then + b: g forward, one
+  /// all-reduce SUM of N*OC elements over tp. `out` is identical on every TP rank.
+  void forward(T* out, const T* inp, int N);
+  /// Given the replicated dout (N, OC): WRITES dinp (N, C/tp) = dout @ W_r, ACCUMULATES
+  /// dW_r += dout^T inp_r and db += column sums of dout (the same on every TP rank).
+  /// Communicates nothing (g backward is identity). dinp may be null.
+  void backward(T* dinp, const T* dout, const T* inp, int N);
+
+  int in_features() const { return C_; }
+  int out_features() const { return OC_; }
+  /// C / tp: this rank's input columns.
+  int local_in_features() const { return C_ / tp_.size(); }
+  /// First column of the full weight this rank holds: r C/tp.
+  int in_offset() const { return tp_.rank() * local_in_features(); }
+  const Tensor& weight() const { return w_; }       // (OC, C/tp)
+  const Tensor& bias() const { return b_; }         // (OC), replicated
+  const Tensor& weight_grad() const { return dw_; } // (OC, C/tp)
+  const Tensor& bias_grad() const { return db_; }   // (OC), replicated
+  void zero_grad();
+  CommStats& comm_stats() { return stats_; }
+
+ private:
+  Ops<T>& ops_;
+  Communicator& tp_;
+  std::string name_;
+  int C_, OC_;
+  Tensor w_, b_, dw_, db_;
+  CommStats stats_;
+};
+
+}  // namespace dtb
