@@ -116,8 +116,9 @@ void print_summary(const json& report, const std::string& path) {
     if (b.value("op", "") == "all_reduce" && b["busbw_GBps"].get<double>() > best_busbw)
       best_busbw = b["busbw_GBps"], best_bytes = b["bytes"];
     if (b["name"].get<std::string>().starts_with("train/gpt/dp:"))
-      std::printf("train: %.0f tokens/s over %d ranks, step %.1f ms (comm %.0f%%), final loss %.3f\n",
-                  b["tokens_per_s"].get<double>(), b["dp"].get<int>(), b["real_time"].get<double>(),
+      std::printf("train: %.0f tokens/s over %d rank%s, step %.1f ms (comm %.0f%%), final loss %.3f\n",
+                  b["tokens_per_s"].get<double>(), b["dp"].get<int>(), b["dp"].get<int>() == 1 ? "" : "s",
+                  b["real_time"].get<double>(),
                   100 * b["comm_fraction"].get<double>(), b["final_loss"].get<double>());
   }
   if (best_busbw > 0)

@@ -50,7 +50,7 @@ class GemmSuite : public Suite {
     const int h = s["hidden"], n = s["tokens"], p = s["peak_size"], warmup = s["warmup"], iters = s["iters"];
     const auto supported = be.gemm_precisions();
     SuiteResult res;
-    ctx.print("# gemm on " + be.device_name() + " (" + be.name() + "), slowest of " +
+    ctx.print("# gemm on " + be.device_name() + (be.device_name() == be.name() ? "" : " (" + be.name() + ")") + ", slowest of " +
               std::to_string(ctx.world.size()) + " rank(s); TFLOP/s = 2 M N K / t");
     ctx.print("#  precision  GEMM                       M       N       K    time (ms)   TFLOP/s  of peak");
     for (const auto& pj : s["precisions"]) {
@@ -81,7 +81,7 @@ class GemmSuite : public Suite {
         rec["fraction_of_peak"] = tflops / peak_tflops;
         res.benchmarks.push_back(rec);
         char line[160];
-        std::snprintf(line, sizeof line, "   %-9s  %-18s %7d %7d %7d %12.3f %9.2f %7.1f%%", prec.c_str(),
+        std::snprintf(line, sizeof line, "   %-9s  %-18s %7d %7d %7d %12.3f %9.3f %7.1f%%", prec.c_str(),
                       sh.name.c_str(), sh.M, sh.N, sh.K, t * 1e3, tflops, 100 * tflops / peak_tflops);
         ctx.print(line);
       }
