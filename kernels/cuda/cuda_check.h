@@ -25,9 +25,12 @@
       ::dtb::fatal(__FILE__, __LINE__, std::string(#expr) + ": cuBLAS status " + std::to_string(int(dtb_s_))); \
   } while (0)
 
+// For calls that complete before returning. A collective on a non-blocking communicator
+// may return ncclInProgress, which needs polling (kernels/comm/nccl_communicator.cc), so
+// it is an error here.
 #define DTB_NCCL_CHECK(expr)                                                                  \
   do {                                                                                        \
     const ncclResult_t dtb_r_ = (expr);                                                       \
-    if (dtb_r_ != ncclSuccess && dtb_r_ != ncclInProgress)                                    \
+    if (dtb_r_ != ncclSuccess)                                                                \
       ::dtb::fatal(__FILE__, __LINE__, std::string(#expr) + ": " + ncclGetErrorString(dtb_r_)); \
   } while (0)
