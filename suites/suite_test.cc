@@ -10,7 +10,7 @@ namespace dtb {
 
 TEST(SuiteRegistry, HoldsEverySuite) {
   // A suite file that the linker dropped (not in the OBJECT library) would be missing here.
-  for (const char* name : {"collectives", "ffn_tp", "gemm", "train"}) {
+  for (const char* name : {"collectives", "ffn_tp", "gemm", "pipeline", "train"}) {
     ASSERT_TRUE(suite_registry().contains(name)) << name;
     auto s = suite_registry().at(name)();
     EXPECT_EQ(s->name(), name);

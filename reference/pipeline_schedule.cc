@@ -1,0 +1,134 @@
+// Pipeline schedules (GPipe, 1F1B, interleaved 1F1B) and their zero-communication
+// discrete-event simulation. See pipeline_schedule.h.
+#include "reference/pipeline_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/error.h"
+
+namespace dtb {
+
+void validate_pipeline(const std::string& schedule, int p, int m, int v) {
+  const std::string at = " (schedule '" + schedule + "', p " + std::to_string(p) + ", m " + std::to_string(m) +
+                         ", v " + std::to_string(v) + ")";
+  if (schedule != "gpipe" && schedule != "1f1b" && schedule != "interleaved")
+    throw InputError("pipeline schedule '" + schedule + "' is not one of gpipe, 1f1b, interleaved");
+  if (p < 1) throw InputError("pipeline stages p must be >= 1" + at);
+  if (m < 1) throw InputError("pipeline micro_batches m must be >= 1" + at);
+  if (schedule == "interleaved") {
+    if (v < 2) throw InputError("interleaved pipeline needs virtual_stages v >= 2" + at);
+    if (m % p != 0) throw InputError("interleaved pipeline needs micro_batches a multiple of p" + at);
+  } else if (v != 1) {
+    throw InputError("virtual_stages must be 1 outside the interleaved schedule" + at);
+  }
+}
+
+std::vector<PipeAction> pipeline_schedule(const std::string& schedule, int p, int m, int v, int stage) {
+  validate_pipeline(schedule, p, m, v);
+  if (stage < 0 || stage >= p)
+    throw InputError("pipeline stage " + std::to_string(stage) + " outside [0, " + std::to_string(p) + ")");
+  std::vector<PipeAction> out;
+  out.reserve(size_t(2) * m * v);
+  auto F = [&](int mb, int c) { out.push_back({PipeOp::forward, mb, c}); };
+  auto B = [&](int mb, int c) { out.push_back({PipeOp::backward, mb, c}); };
+  if (schedule == "gpipe") {
+    for (int i = 0; i < m; ++i) F(i, 0);
+    for (int i = 0; i < m; ++i) B(i, 0);
+    return out;
+  }
+  if (schedule == "1f1b") {
+    const int warmup = std::min(p - stage - 1, m), steady = m - warmup;
+    for (int i = 0; i < warmup; ++i) F(i, 0);
+    for (int i = 0; i < steady; ++i) F(warmup + i, 0), B(i, 0);
+    for (int i = steady; i < m; ++i) B(i, 0);
+    return out;
+  }
+  // Interleaved: Megatron's get_model_chunk_id / get_microbatch_id_in_model_chunk.
+  const int total = m * v, group = p * v;
+  auto mb_of = [&](int k) { return (k / group) * p + k % p; };
+  auto fwd_chunk = [&](int k) { return (k % group) / p; };
+  const int warmup = std::min(2 * (p - stage - 1) + (v - 1) * p, total), steady = total - warmup;
+  for (int k = 0; k < warmup; ++k) F(mb_of(k), fwd_chunk(k));
+  for (int k = 0; k < steady; ++k) {
+    F(mb_of(warmup + k), fwd_chunk(warmup + k));
+    B(mb_of(k), v - 1 - fwd_chunk(k));
+  }
+  for (int k = steady; k < total; ++k) B(mb_of(k), v - 1 - fwd_chunk(k));
+  return out;
+}
+
+double pipeline_bubble_theory(const std::string& schedule, int p, int m, int v) {
+  const double vm = schedule == "interleaved" ? double(v) * m : double(m);
+  return (p - 1.0) / (vm + p - 1.0);
+}
+
+PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, int v, double t_forward,
+                                     double t_backward) {
+  validate_pipeline(schedule, p, m, v);
+  if (!(std::isfinite(t_forward) && t_forward > 0 && std::isfinite(t_backward) && t_backward > 0))
+    throw InputError("simulate_pipeline: t_forward and t_backward must be finite and > 0");
+  const int V = p * v;  // virtual stages
+  std::vector<std::vector<PipeAction>> lists(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s) lists[size_t(s)] = pipeline_schedule(schedule, p, m, v, s);
+  // Completion times per (mb, virtual stage); < 0: not done yet.
+  std::vector<double> fdone(size_t(m) * V, -1), bdone(size_t(m) * V, -1);
+  auto at = [&](std::vector<double>& d, int mb, int vs) -> double& { return d[size_t(mb) * V + vs]; };
+  std::vector<size_t> next(size_t(p), 0);
+  std::vector<double> free_at(size_t(p), 0);
+  PipelineSimulation r;
+  r.busy.assign(size_t(p), 0);
+  r.peak_in_flight_chunks.assign(size_t(p), 0);
+  std::vector<int> in_flight(size_t(p), 0);
+  const double cf = t_forward / v, cb = t_backward / v;
+  size_t remaining = size_t(p) * 2 * m * v;
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int s = 0; s < p; ++s) {
+      auto& list = lists[size_t(s)];
+      while (next[size_t(s)] < list.size()) {
+        const PipeAction a = list[next[size_t(s)]];
+        const int vs = a.chunk * p + s;
+        double ready = free_at[size_t(s)];
+        if (a.op == PipeOp::forward) {
+          if (vs > 0) {
+            const double d = at(fdone, a.micro_batch, vs - 1);
+            if (d < 0) break;
+            ready = std::max(ready, d);
+          }
+        } else {
+          const double own = at(fdone, a.micro_batch, vs);
+          if (own < 0) break;
+          ready = std::max(ready, own);
+          if (vs < V - 1) {
+            const double d = at(bdone, a.micro_batch, vs + 1);
+            if (d < 0) break;
+            ready = std::max(ready, d);
+          }
+        }
+        const double cost = a.op == PipeOp::forward ? cf : cb;
+        free_at[size_t(s)] = ready + cost;
+        r.busy[size_t(s)] += cost;
+        at(a.op == PipeOp::forward ? fdone : bdone, a.micro_batch, vs) = ready + cost;
+        in_flight[size_t(s)] += a.op == PipeOp::forward ? 1 : -1;
+        r.peak_in_flight_chunks[size_t(s)] = std::max(r.peak_in_flight_chunks[size_t(s)], in_flight[size_t(s)]);
+        ++next[size_t(s)], --remaining, progressed = true;
+      }
+    }
+    if (!progressed) throw std::logic_error("simulate_pipeline: schedule '" + schedule + "' deadlocks");
+  }
+  r.makespan = *std::max_element(free_at.begin(), free_at.end());
+  double idle_sum = 0;
+  for (int s = 0; s < p; ++s) {
+    const double idle = r.makespan - r.busy[size_t(s)];
+    r.idle.push_back(idle);
+    r.stage_bubble.push_back(idle / r.makespan);
+    r.peak_in_flight.push_back(double(r.peak_in_flight_chunks[size_t(s)]) / v);
+    idle_sum += idle;
+  }
+  r.bubble = idle_sum / (p * r.makespan);
+  return r;
+}
+
+}  // namespace dtb

@@ -1,0 +1,75 @@
+// Pipeline-parallel schedules as data: the ordered forward/backward actions of one pipeline
+// rank under GPipe (Huang et al. 2019), 1F1B / PipeDream-Flush and interleaved 1F1B
+// (Narayanan et al. 2021; Megatron-LM's schedules.py), and a discrete-event simulator that
+// runs every rank's list with its data dependencies to give makespan, bubble and in-flight.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace dtb {
+
+enum class PipeOp { forward, backward };
+
+/// One compute action of a pipeline rank: the forward or backward of `micro_batch`
+/// (0..m-1) through model chunk `chunk` (0..v-1) of this rank. Chunk c of rank `stage`
+/// is virtual stage c * p + stage (Megatron's interleaved layer assignment); without
+/// interleaving chunk is 0 and the virtual stage is the rank.
+struct PipeAction {
+  PipeOp op = PipeOp::forward;
+  int micro_batch = 0;
+  int chunk = 0;
+  bool operator==(const PipeAction&) const = default;
+};
+
+/// Throws InputError naming the value unless: schedule is "gpipe", "1f1b" or "interleaved";
+/// p >= 1; m >= 1; v == 1 outside "interleaved", and for "interleaved" v >= 2 and m a
+/// multiple of p (Megatron-LM's requirement for its micro-batch groups).
+void validate_pipeline(const std::string& schedule, int p, int m, int v);
+
+/// The ordered compute actions of pipeline rank `stage` (0..p-1) for one step of m
+/// micro-batches (m * v forwards and m * v backwards):
+///  - "gpipe": F0..F(m-1), then B0..B(m-1). Backwards run in micro-batch order, as
+///    torch.distributed.pipelining's ScheduleGPipe does (GPipe's paper leaves the order
+///    open; with equal per-micro-batch costs the makespan is the same either way).
+///  - "1f1b": warm-up of min(p - stage - 1, m) forwards, then one forward / one backward
+///    until the forwards run out, then the remaining backwards (Megatron's
+///    forward_backward_pipelining_without_interleaving).
+///  - "interleaved": Megatron's forward_backward_pipelining_with_interleaving with v chunks:
+///    the k-th forward is chunk (k mod pv) / p of micro-batch (k / pv) p + k mod p (groups
+///    of p micro-batches per chunk), the k-th backward the same with chunk v - 1 - that;
+///    warm-up min(2 (p - stage - 1) + (v - 1) p, m v) forwards, then 1F1B, then cool-down.
+/// Errors: InputError from validate_pipeline, or for stage outside [0, p).
+std::vector<PipeAction> pipeline_schedule(const std::string& schedule, int p, int m, int v, int stage);
+
+/// What simulate_pipeline found. Times in the unit of t_forward / t_backward.
+struct PipelineSimulation {
+  double makespan = 0;               // first action start (0) to the last action's end
+  std::vector<double> busy;          // per stage: compute time, m (t_f + t_b)
+  std::vector<double> idle;          // per stage: makespan - busy
+  std::vector<double> stage_bubble;  // per stage: idle / makespan
+  double bubble = 0;                 // sum(idle) / (p makespan)
+  /// Per stage: the most forwards done whose backward has not run, in chunk activations
+  /// ((mb, chunk) pairs) and in micro-batch equivalents (chunks / v: a chunk holds 1/v of
+  /// the rank's layers, so its activations are 1/v of a micro-batch's).
+  std::vector<int> peak_in_flight_chunks;
+  std::vector<double> peak_in_flight;
+};
+
+/// Runs every stage's pipeline_schedule list in order, each action starting when its stage
+/// is free and its inputs are ready, with zero communication time: forward of (mb, virtual
+/// stage s) needs forward (mb, s - 1); backward (mb, s) needs forward (mb, s) and backward
+/// (mb, s + 1) (the last virtual stage's backward only its own forward). A chunk costs
+/// t_forward / v and t_backward / v (the rank's layers split evenly over its chunks).
+/// Balanced stages give bubble = (p - 1) / (m + p - 1) for gpipe and 1f1b and
+/// (p - 1) / (v m + p - 1) interleaved: the bubble (p - 1)(t_f + t_b) / v of Narayanan et
+/// al. 2021 Sec. 2.2 as a fraction of the whole step, not of the ideal time.
+/// Errors: InputError as pipeline_schedule, or for costs that are not finite and > 0;
+/// std::logic_error if the lists deadlock (a schedule bug).
+PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, int v, double t_forward,
+                                     double t_backward);
+
+/// The closed-form bubble fraction of the whole step: (p - 1) / (m + p - 1), or
+/// (p - 1) / (v m + p - 1) for "interleaved". No validation.
+double pipeline_bubble_theory(const std::string& schedule, int p, int m, int v);
+
+}  // namespace dtb

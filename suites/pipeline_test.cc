@@ -1,0 +1,78 @@
+// The pipeline suite through the registry on the whole world (2 and 4 ranks), small
+// section: a record per (schedule, p), theory and simulated bubble exactly the closed form.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kernels/comm/communicator.h"
+#include "suites/suite.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
+  auto world = make_mpi_world();
+  ASSERT_TRUE(suite_registry().contains("pipeline"));
+  auto suite = suite_registry().at("pipeline")();
+  json s = suite->defaults();
+  s["micro_batches"] = {4}, s["t_forward_us"] = 200, s["t_backward_us"] = 400, s["repetitions"] = 1;
+  s["activation_elems"] = 256;
+  const json config = {{"pipeline", s}};
+  suite->validate(s, config, WorldInfo(world->size()));
+  CpuDevice device;
+  SuiteContext ctx{*world, device, config, config.at("pipeline")};
+  const SuiteResult r = suite->run(ctx);
+
+  for (const char* sched : {"gpipe", "1f1b", "interleaved"})
+    for (int p : {2, 4}) {
+      const std::string name = std::string("pipeline/schedule:") + sched + "/p:" + std::to_string(p) + "/m:4";
+      const json* rec = nullptr;
+      for (const json& b : r.benchmarks)
+        if (b.at("name") == name) rec = &b;
+      ASSERT_NE(rec, nullptr) << name;
+      if (p > world->size()) {
+        EXPECT_TRUE(rec->value("skipped", false)) << name;
+        continue;
+      }
+      const int vm = std::string(sched) == "interleaved" ? 2 * 4 : 4;
+      const double theory = double(p - 1) / (vm + p - 1);
+      EXPECT_DOUBLE_EQ(rec->at("bubble_theory").get<double>(), theory) << name;
+      EXPECT_NEAR(rec->at("bubble_simulated").get<double>(), theory, 1e-12) << name;
+      const double measured = rec->at("bubble_measured");
+      EXPECT_GE(measured, 0.0);
+      EXPECT_LT(measured, 1.0);
+      EXPECT_EQ(rec->at("stage_bubble_measured").size(), size_t(p));
+      EXPECT_GT(rec->at("step_time_ms").at("median").get<double>(), 0.0);
+      const auto peaks = rec->at("peak_in_flight").get<std::vector<double>>();
+      ASSERT_EQ(peaks.size(), size_t(p));
+      if (std::string(sched) == "gpipe") {
+        EXPECT_EQ(peaks[0], 4.0);
+      }
+      if (std::string(sched) == "1f1b") {
+        EXPECT_EQ(peaks[0], double(std::min(p, 4)));
+      }
+    }
+  // The in-flight checks are deterministic and must pass; the timing checks depend on the
+  // machine (oversubscribed here), so only their presence is asserted.
+  for (const Check& c : r.checks)
+    if (c.name.ends_with("/in_flight")) {
+      EXPECT_TRUE(c.passed) << c.name << ": " << c.value;
+    }
+  EXPECT_FALSE(r.checks.empty());
+}
+
+TEST(PipelineSuite, ValidateRefusesBadValues) {
+  auto suite = suite_registry().at("pipeline")();
+  for (auto [key, val] : {std::pair{"schedules", json{"zb"}}, std::pair{"stages", json{0}},
+                          std::pair{"micro_batches", json::array()}, std::pair{"virtual_stages", json(1)},
+                          std::pair{"t_forward_us", json(0)}, std::pair{"repetitions", json(0)}}) {
+    json s = suite->defaults();
+    s[key] = val;
+    EXPECT_THROW(suite->validate(s, json::object(), WorldInfo(1)), InputError) << key;
+  }
+}
+
+}  // namespace
+}  // namespace dtb
