@@ -31,3 +31,21 @@ for b in r["benchmarks"]:
 assert r["checks"] and all(c["passed"] for c in r["checks"]), [c for c in r["checks"] if not c["passed"]]
 print(f"report ok: {len(r['benchmarks'])} records, {len(r['checks'])} checks passed")
 PY
+
+# A 1F1B pipeline run's trace: valid Chrome trace JSON with one track per rank, each with
+# forward, backward, send/recv and idle spans.
+printf '{"pipeline": {"schedules": ["1f1b"], "stages": [4], "micro_batches": [8]}}' >"$tmp/pp.json"
+"$mpirun" -np 4 --oversubscribe --bind-to none "$dtbench" run --config "$tmp/pp.json" --suites pipeline \
+  --output-dir "$tmp" --run-id pp --trace "$tmp/trace.json" >/dev/null
+python3 - "$tmp/trace.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+tracks = sorted(e["args"]["name"] for e in t["traceEvents"] if e.get("ph") == "M" and e["name"] == "thread_name")
+assert tracks == [f"rank {r}" for r in range(4)], tracks
+x = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+for r in range(4):
+    kinds = {e["name"] for e in x if e["tid"] == r}
+    assert {"compute.forward", "compute.backward", "idle"} <= kinds, (r, kinds)
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in x)
+print(f"1f1b trace ok: {len(x)} spans on 4 tracks")
+PY
