@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
     run->add_option("--run-id", args.run_id, "report file name stem (default: date-time-config)");
     run->add_option("--backend", args.backend, "cpu or cuda, overriding the config's");
     run->add_option("--trace", args.trace,
-                    "write per-rank spans of the train suite's run as Chrome trace JSON to FILE (Perfetto)")
+                    "write per-rank spans of the train and pipeline suites as Chrome trace JSON to FILE (Perfetto)")
         ->type_name("FILE");
     run->add_flag("--print-config", args.print_config,
                   "print the complete validated config (every key, defaults filled) and exit");
