@@ -57,6 +57,12 @@ class FaultyCommunicator final : public Communicator {
   std::unique_ptr<CommHandle> broadcast_async(void* b, size_t n, DType t, int root) override {
     return inner_.broadcast_async(b, n, t, root);
   }
+  std::unique_ptr<CommHandle> send_async(const void* b, size_t n, DType t, int peer, int tag) override {
+    return inner_.send_async(b, n, t, peer, tag);
+  }
+  std::unique_ptr<CommHandle> recv_async(void* b, size_t n, DType t, int peer, int tag) override {
+    return inner_.recv_async(b, n, t, peer, tag);
+  }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     return inner_.split(color, key, name);
   }

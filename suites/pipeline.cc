@@ -3,18 +3,15 @@
 // an activation message per hand-off); the measured bubble against the schedule's
 // zero-communication simulation and the closed form (Huang et al. 2019; Narayanan et al.
 // 2021), and the peak in-flight micro-batches (the activation-memory proxy).
-#include <mpi.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "kernels/comm/mpi_communicator.h"
+#include "kernels/comm/communicator.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
 #include "reference/pipeline_schedule.h"
@@ -63,7 +60,8 @@ Options parse(const json& s) {
   o.tb_s = 1e-6 * double(int_in_range(s, "t_backward_us", "pipeline.t_backward_us", 1, 1000000));
   o.elems = int(int_in_range(s, "activation_elems", "pipeline.activation_elems", 1, 1 << 24));
   o.reps = int(int_in_range(s, "repetitions", "pipeline.repetitions", 1, 1000));
-  // Message tags are 2 * (p v) * m + ...: keep them under MPI's guaranteed tag bound, 32767.
+  // Message tags are 2 * (p v) * m + ...: keep them under MPI's guaranteed tag bound, 32767
+  // (an MPI group matches by tag; NCCL ignores tags and matches in issue order per peer).
   const int pmax = *std::max_element(o.stages.begin(), o.stages.end());
   const int mmax = *std::max_element(o.micro_batches.begin(), o.micro_batches.end());
   if (2 * pmax * o.v * mmax > 32767)
@@ -84,9 +82,10 @@ void compute_for(double seconds) {
   }
 }
 
-/// One pipeline rank's view of a case: its action list, its group and the buffers.
+/// One pipeline rank's view of a case: its action list, its group and the buffers (host
+/// memory: the group is a host-buffer communicator such as MPI's).
 struct StageRun {
-  MPI_Comm comm;
+  Communicator* comm;
   int p, m, v, stage;
   std::vector<PipeAction> actions;
   std::vector<std::vector<float>> out;  // one send buffer per message this rank sends
@@ -96,31 +95,24 @@ struct StageRun {
   /// Tag of the message into virtual stage `vs` for micro-batch mb (dir 0 forward, 1 back).
   int tag(int dir, int vs, int mb) const { return (dir * p * v + vs) * m + mb; }
 
-  /// Receives (mb, into virtual stage vs, dir) from `src`. The wait for the message's
-  /// arrival (MPI_Iprobe loop) is idle; the copy (MPI_Recv) is comm.recv.
-  void receive(SpanRecorder& rec, int src, int dir, int vs, int mb) {
-    const int t = tag(dir, vs, mb);
-    MPI_Status st;
+  /// Receives (mb, into virtual stage vs, dir) from `src`: posts recv_async, then polls the
+  /// handle until the data is in `in`. The whole wait, the message's transfer included, is
+  /// idle (no span is recorded: SpanRecorder counts the gap as idle).
+  void receive(int src, int dir, int vs, int mb) {
+    auto h = comm->recv_async(in.data(), in.size(), DType::f32, src, tag(dir, vs, mb));
     // Polls with a yield in between, so a waiting rank hands its core to a computing one.
-    for (int flag = 0; !flag;) {
-      DTB_CHECK(MPI_Iprobe(src, t, comm, &flag, &st) == MPI_SUCCESS, "pipeline: MPI_Iprobe failed");
-      if (!flag) std::this_thread::yield();
-    }
-    const double t0 = now_seconds();
-    DTB_CHECK(MPI_Recv(in.data(), int(in.size()), MPI_FLOAT, src, t, comm, &st) == MPI_SUCCESS,
-              "pipeline: MPI_Recv failed");
-    rec.add("comm.recv", 0, t0, now_seconds());
+    while (!h->test()) std::this_thread::yield();
   }
-  /// Non-blocking send of this action's output (its own buffer, live until the step's
-  /// MPI_Waitall): a rank never blocks on a send, so the only waits are data dependencies.
-  void post(SpanRecorder& rec, std::vector<MPI_Request>& reqs, int dst, int dir, int vs, int mb) {
+  /// Non-blocking send of this action's output (its own buffer, live until the end of the
+  /// step, where every send is waited for): a rank never blocks on a send, so the only waits
+  /// are data dependencies. Copying the output and posting the send is comm.send.
+  void post(SpanRecorder& rec, std::vector<std::unique_ptr<CommHandle>>& sends, int dst, int dir,
+            int vs, int mb) {
     const double t0 = now_seconds();
-    std::vector<float>& b = out[reqs.size()];
+    std::vector<float>& b = out[sends.size()];
     std::copy(in.begin(), in.end(), b.begin());
     b[0] = float(mb);
-    reqs.emplace_back();
-    DTB_CHECK(MPI_Isend(b.data(), int(b.size()), MPI_FLOAT, dst, tag(dir, vs, mb), comm, &reqs.back()) == MPI_SUCCESS,
-              "pipeline: MPI_Isend failed");
+    sends.push_back(comm->send_async(b.data(), b.size(), DType::f32, dst, tag(dir, vs, mb)));
     rec.add("comm.send", 0, t0, now_seconds());
   }
 
@@ -128,32 +120,31 @@ struct StageRun {
   /// seconds from t0 to the end of the last action.
   double step(SpanRecorder& rec, double tf, double tb) {
     const int V = p * v, prev = (stage + p - 1) % p, next = (stage + 1) % p;
-    std::vector<MPI_Request> reqs;
-    reqs.reserve(out.size());
+    std::vector<std::unique_ptr<CommHandle>> sends;
+    sends.reserve(out.size());
     int in_flight = 0;
     peak_in_flight_chunks = 0;
     const double t0 = now_seconds();
     for (const PipeAction& a : actions) {
       const int vs = a.chunk * p + stage;
       if (a.op == PipeOp::forward) {
-        if (vs > 0) receive(rec, prev, 0, vs, a.micro_batch);
+        if (vs > 0) receive(prev, 0, vs, a.micro_batch);
         const double c0 = now_seconds();
         compute_for(tf / v);
         rec.add("compute.forward", 0, c0, now_seconds());
         peak_in_flight_chunks = std::max(peak_in_flight_chunks, ++in_flight);
-        if (vs < V - 1) post(rec, reqs, next, 0, vs + 1, a.micro_batch);
+        if (vs < V - 1) post(rec, sends, next, 0, vs + 1, a.micro_batch);
       } else {
-        if (vs < V - 1) receive(rec, next, 1, vs, a.micro_batch);
+        if (vs < V - 1) receive(next, 1, vs, a.micro_batch);
         const double c0 = now_seconds();
         compute_for(tb / v);
         rec.add("compute.backward", 0, c0, now_seconds());
         --in_flight;
-        if (vs > 0) post(rec, reqs, prev, 1, vs - 1, a.micro_batch);
+        if (vs > 0) post(rec, sends, prev, 1, vs - 1, a.micro_batch);
       }
     }
     const double elapsed = now_seconds() - t0;
-    DTB_CHECK(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE) == MPI_SUCCESS,
-              "pipeline: MPI_Waitall failed");
+    for (auto& h : sends) h->wait();  // the sends' buffers are reused by the next step
     return elapsed;
   }
 };
@@ -189,8 +180,9 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
   const int W = world.size(), me = world.rank();
   SuiteResult res;
   res.data = {{"bubble_definition",
-               "idle / step time: idle is time a stage neither computes nor copies a message (waiting for "
-               "data counts as idle, the copy as comm); step time = the pipeline's makespan"}};
+               "idle / step time: idle is time a stage neither computes nor posts a send (waiting for a "
+               "message, its transfer included, counts as idle; copying an output and posting its send "
+               "counts as comm); step time = the pipeline's makespan"}};
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "# pipeline: %d rank(s), t_f %.0f us, t_b %.0f us per micro-batch per stage, %d-float activations, "
@@ -216,8 +208,6 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
     const int G = W / p;
     const bool active = me < G * p;
     auto group = world.split(active ? me / p : G, me % p, "pp" + std::to_string(p));
-    auto* mpi = dynamic_cast<MpiCommunicator*>(group.get());
-    if (!mpi) throw std::runtime_error("pipeline suite: needs the MPI world (got backend '" + world.backend() + "')");
     for (const auto& s : o.schedules) {
       const int v = s == "interleaved" ? o.v : 1;
       for (const int m : o.micro_batches) {
@@ -229,7 +219,7 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
         }
         const PipelineSimulation sim = simulate_pipeline(s, p, m, v, o.tf_s, o.tb_s);
         const double theory = pipeline_bubble_theory(s, p, m, v);
-        StageRun run{mpi->comm(), p, m, v, me % p, {}, {}, std::vector<float>(size_t(o.elems), 1.0f), 0};
+        StageRun run{group.get(), p, m, v, me % p, {}, {}, std::vector<float>(size_t(o.elems), 1.0f), 0};
         if (active) {
           run.actions = pipeline_schedule(s, p, m, v, run.stage);
           run.out.assign(run.actions.size(), std::vector<float>(size_t(o.elems)));
@@ -293,12 +283,14 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
 
         // Tolerance 0.05 absolute on |measured - simulated| (both idle / step time). The
         // simulation has zero communication, so the run differs by its per-hand-off cost
-        // (Isend + 16 KiB copy + the polling receiver's wake-up, ~5-50 us with ranks sharing
-        // cores) on each action and the compute timer's error (< 1 us when the rank holds a
-        // core after its sleep). Per action that is <= 50 us against >= 250 us of compute
-        // (t_f / v at the defaults), and it adds to comm, not idle, except where it delays
-        // a waiting neighbour: measured - simulated stays a few hundredths. Measured at 4
-        // ranks on 2 cores (oversubscribed): 0.001 to 0.019 over the default cases. A pure
+        // (16 KiB copy + send_async, the transfer, and the polling receiver's wake-up, ~5-50 us
+        // with ranks sharing cores) on each action and the compute timer's error (< 1 us when
+        // the rank holds a core after its sleep). Per action that is <= 50 us against >= 250 us
+        // of compute (t_f / v at the defaults); the copy and post add to comm.send, the transfer
+        // and wake-up to the waiting receiver's idle (only where it already waits for the
+        // data): measured - simulated stays a few hundredths. Measured at 4 ranks on 2 cores
+        // (oversubscribed): 0.002 to 0.020 over the default cases (0.001 to 0.022 with the
+        // earlier probe-then-receive, whose copy counted as comm). A pure
         // busy-spin there overran by scheduler slices and was 0.06 to 0.41 off (see
         // compute_for); a real imbalance or a serialising schedule bug moves the bubble by
         // more than 0.05 at these m (one extra t_f + t_b per stage is >= 0.05 up to m 16).

@@ -21,6 +21,12 @@ class CommHandle {
  public:
   virtual ~CommHandle() = default;
   virtual void wait() = 0;
+  /// Non-blocking: true once the operation has completed on this rank (its buffers may then
+  /// be reused or read), false while it is in flight. Once it has returned true, wait()
+  /// returns at once, and so does a later test(). Errors abort as wait() does (MPI: MPI_Test;
+  /// NCCL: cudaEventQuery of the completion event and ncclCommGetAsyncError, which also
+  /// drives progress). Polling test() in a loop makes progress on both backends.
+  virtual bool test() = 0;
 };
 
 /// A group of ranks and its collectives. Every operation is collective over the group
@@ -81,6 +87,25 @@ class Communicator {
                                                            ReduceOp op) = 0;
   virtual std::unique_ptr<CommHandle> broadcast_async(void* buf, size_t count, DType dtype,
                                                       int root) = 0;
+
+  /// Non-blocking point-to-point, not collective: sends buf (count) to `peer`. Returns at
+  /// once; buf must stay valid and unmodified until the handle completes (test() true or
+  /// wait()). Matching: MPI pairs it with the recv of `peer` with the same `tag`
+  /// (MPI_Isend; messages with equal (peer, tag) match in order); NCCL has no tags, ignores
+  /// `tag` and matches sends and recvs between two ranks in issue order (ncclSend), so on
+  /// NCCL both sides must post in the same order. NCCL's send completes only once the peer's
+  /// recv has run (no eager sends). Errors as for every operation (a peer outside [0, size()),
+  /// a count MPI cannot express, a failed call abort); NCCL also aborts on a send to this
+  /// rank itself.
+  virtual std::unique_ptr<CommHandle> send_async(const void* buf, size_t count, DType dtype,
+                                                 int peer, int tag = 0) = 0;
+  /// Non-blocking point-to-point, not collective: receives the message of `peer` (count
+  /// elements) into buf. Returns at once; buf must not be read or written until the handle
+  /// completes. Matched as send_async (MPI_Irecv by (peer, tag); ncclRecv in issue order per
+  /// peer). On MPI a message of another length aborts at completion (as recv()); NCCL carries
+  /// no length, so a mismatch is not detected. NCCL aborts on a recv from this rank itself.
+  virtual std::unique_ptr<CommHandle> recv_async(void* buf, size_t count, DType dtype, int peer,
+                                                 int tag = 0) = 0;
 
   /// A sub-group: ranks with the same color, ordered by key (MPI_Comm_split semantics).
   /// Collective over this communicator.

@@ -133,25 +133,55 @@ void apply_fixup(const Plan& p) {
   if (p.fix_bytes > 0) std::memcpy(p.fix_dst, p.fix_src, p.fix_bytes);  // distinct blocks
 }
 
-/// A non-blocking collective in flight: wait() completes it with MPI_Wait.
+/// What a completed receive must hold: `count` elements of `type` (type MPI_DATATYPE_NULL:
+/// not a receive, nothing to check).
+struct RecvCheck {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  size_t count = 0;
+};
+
+/// A non-blocking operation in flight: wait() completes it with MPI_Wait, test() polls it
+/// with MPI_Test. On completion the plan's fix-up is applied and a receive's length checked.
 class MpiHandle final : public CommHandle {
  public:
-  MpiHandle(MPI_Request req, std::string call, std::string group, Plan plan)
-      : req_(req), call_(std::move(call)), group_(std::move(group)), plan_(plan) {}
+  MpiHandle(MPI_Request req, std::string call, std::string group, Plan plan,
+            RecvCheck check = {})
+      : req_(req), call_(std::move(call)), group_(std::move(group)), plan_(plan),
+        check_(check) {}
   ~MpiHandle() override {
     if (!done_ && !mpi_finalized()) wait();
   }
   void wait() override {
     if (done_) return;
-    DTB_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait(" + call_ + ")", group_);
-    done_ = true;
-    apply_fixup(plan_);
+    MPI_Status status;
+    DTB_MPI_CHECK(MPI_Wait(&req_, &status), "MPI_Wait(" + call_ + ")", group_);
+    complete(status);
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status status;
+    DTB_MPI_CHECK(MPI_Test(&req_, &flag, &status), "MPI_Test(" + call_ + ")", group_);
+    if (flag) complete(status);
+    return done_;
   }
 
  private:
+  void complete(const MPI_Status& status) {
+    done_ = true;
+    apply_fixup(plan_);
+    if (check_.type == MPI_DATATYPE_NULL) return;
+    int got = 0;
+    DTB_MPI_CHECK(MPI_Get_count(&status, check_.type, &got), "MPI_Get_count", group_);
+    DTB_CHECK(size_t(got) == check_.count, call_ + " on " + group_ + ": received " +
+                                               std::to_string(got) + " elements, expected " +
+                                               std::to_string(check_.count));
+  }
+
   MPI_Request req_;
   std::string call_, group_;
   Plan plan_;
+  RecvCheck check_;
   bool done_ = false;
 };
 
@@ -328,6 +358,29 @@ std::unique_ptr<CommHandle> MpiCommunicator::broadcast_async(void* buf, size_t c
                            comm_, &req),
                 call, g);
   return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{buf, buf});
+}
+
+std::unique_ptr<CommHandle> MpiCommunicator::send_async(const void* buf, size_t count,
+                                                        DType dtype, int peer, int tag) {
+  const char* call = "MPI_Isend";
+  std::string g = desc_;
+  check_rank(peer, size_, "peer", call, g);
+  MPI_Request req;
+  DTB_MPI_CHECK(MPI_Isend(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), peer,
+                          tag, comm_, &req),
+                call, g);
+  return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{});
+}
+
+std::unique_ptr<CommHandle> MpiCommunicator::recv_async(void* buf, size_t count, DType dtype,
+                                                        int peer, int tag) {
+  const char* call = "MPI_Irecv";
+  std::string g = desc_;
+  check_rank(peer, size_, "peer", call, g);
+  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  MPI_Request req;
+  DTB_MPI_CHECK(MPI_Irecv(buf, int_count(count, call, g), t, peer, tag, comm_, &req), call, g);
+  return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{}, RecvCheck{t, count});
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {

@@ -58,9 +58,10 @@ class MpiCommunicator final : public Communicator {
                 int recv_peer, int tag = 0) override;
   void barrier() override;
 
-  /// The handles' wait() calls MPI_Wait (then, for in-place reduce_scatter, moves the
-  /// result to rank's block). A handle destroyed before wait() waits in its destructor, so
-  /// that the buffers are never released under a live request.
+  /// The handles' wait() calls MPI_Wait and their test() MPI_Test; on completion (either
+  /// way) an in-place reduce_scatter's result is moved to rank's block. A handle destroyed
+  /// before completion waits in its destructor, so that the buffers are never released under
+  /// a live request.
   std::unique_ptr<CommHandle> all_reduce_async(const void* send, void* recv, size_t count,
                                                DType dtype, ReduceOp op) override;
   std::unique_ptr<CommHandle> all_gather_async(const void* send, void* recv, size_t send_count,
@@ -70,6 +71,14 @@ class MpiCommunicator final : public Communicator {
                                                    ReduceOp op) override;
   std::unique_ptr<CommHandle> broadcast_async(void* buf, size_t count, DType dtype,
                                               int root) override;
+  /// MPI_Isend, matched by (peer, tag).
+  std::unique_ptr<CommHandle> send_async(const void* buf, size_t count, DType dtype, int peer,
+                                         int tag = 0) override;
+  /// MPI_Irecv, matched by (peer, tag). On completion (wait() or test()) the received length
+  /// is checked with MPI_Get_count as in recv(): a shorter message aborts; a longer one is
+  /// MPI's truncation error, which aborts too.
+  std::unique_ptr<CommHandle> recv_async(void* buf, size_t count, DType dtype, int peer,
+                                         int tag = 0) override;
 
   /// MPI_Comm_split. `color` must be >= 0 (every rank gets a group).
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;

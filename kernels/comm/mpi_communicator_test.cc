@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 namespace dtb {
@@ -226,6 +227,66 @@ TYPED_TEST(MpiTyped, SendRecvPairs) {
       }
       for (size_t i = 0; i < count; ++i) wrong += in[i] != input<T>(peer, i);
     }
+  }
+  EXPECT_EQ(world_sum(wrong), 0);
+}
+
+// Non-blocking point-to-point in a ring: each rank posts a send to rank+1 and a recv from
+// rank-1, then polls both handles with test() until they report completion.
+TYPED_TEST(MpiTyped, AsyncSendRecvRingPolled) {
+  using T = TypeParam;
+  Communicator& c = *this->world_;
+  const int n = c.size(), me = c.rank();
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  long wrong = 0;
+  for (size_t count : kCounts) {
+    std::vector<T> send(count), recv(count, T(kSentinel));
+    for (size_t i = 0; i < count; ++i) send[i] = input<T>(me, i);
+    auto hs = c.send_async(send.data(), count, this->kType, next, 11);
+    auto hr = c.recv_async(recv.data(), count, this->kType, prev, 11);
+    bool sent = false, received = false;
+    while (!(sent && received)) {
+      if (!sent) sent = hs->test();
+      if (!received) received = hr->test();
+      std::this_thread::yield();
+    }
+    wrong += !hs->test() + !hr->test();  // stays true
+    hs->wait();                          // returns at once after test() was true
+    hr->wait();
+    for (size_t i = 0; i < count; ++i) wrong += recv[i] != input<T>(prev, i);
+  }
+  EXPECT_EQ(world_sum(wrong), 0);
+}
+
+// A recv posted before the matching send exists: odd ranks post their recv, then every rank
+// synchronises (so the recv is pending before the send is issued), then even ranks send.
+// Two messages with different tags are posted in reverse order and still match by tag.
+TYPED_TEST(MpiTyped, AsyncRecvPostedBeforeSend) {
+  using T = TypeParam;
+  Communicator& c = *this->world_;
+  const int me = c.rank(), peer = me ^ 1;
+  const bool paired = peer < c.size();
+  const size_t count = 65541;  // past the eager size: a rendezvous send
+  std::vector<T> a(count), b(count), ra(count, T(kSentinel)), rb(count, T(kSentinel));
+  for (size_t i = 0; i < count; ++i) a[i] = input<T>(me, i), b[i] = input<T>(me + 5, i);
+  std::unique_ptr<CommHandle> hra, hrb;
+  if (paired && me % 2 == 1) {
+    hrb = c.recv_async(rb.data(), count, this->kType, peer, 22);
+    hra = c.recv_async(ra.data(), count, this->kType, peer, 21);
+  }
+  long wrong = 0;
+  if (hra) wrong += hra->test() + hrb->test();  // nothing was sent yet
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (paired && me % 2 == 0) {
+    auto ha = c.send_async(a.data(), count, this->kType, peer, 21);
+    auto hb = c.send_async(b.data(), count, this->kType, peer, 22);
+    while (!ha->test() || !hb->test()) std::this_thread::yield();
+  }
+  if (hra) {
+    while (!hra->test()) std::this_thread::yield();
+    hrb->wait();
+    for (size_t i = 0; i < count; ++i)
+      wrong += (ra[i] != input<T>(peer, i)) + (rb[i] != input<T>(peer + 5, i));
   }
   EXPECT_EQ(world_sum(wrong), 0);
 }

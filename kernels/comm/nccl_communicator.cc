@@ -152,11 +152,11 @@ std::string uuid_text(const int32_t* words) {
 
 }  // namespace
 
-/// A collective in flight on the comm stream, completed by its own event.
+/// An operation in flight on the comm stream, completed by its own event.
 class NcclHandle final : public CommHandle {
  public:
   NcclHandle(NcclCommunicator* owner, NcclCommunicator::OpInfo op, cudaEvent_t done)
-      : owner_(owner), op_(op), done_(done) {}
+      : owner_(owner), op_(op), done_(done), issued_(NcclCommunicator::Clock::now()) {}
   ~NcclHandle() override {
     if (!waited_) wait();
     (void)cudaEventDestroy(done_);
@@ -167,11 +167,43 @@ class NcclHandle final : public CommHandle {
     owner_->wait_event(done_, op_, NcclCommunicator::Clock::now());
     waited_ = true;
   }
+  /// One poll of wait_event's loop: cudaEventQuery of the completion event, then (while it
+  /// is not ready) ncclCommGetAsyncError; an error, or more than timeout() seconds since the
+  /// operation was issued, aborts as in wait(). On completion the compute stream waits for
+  /// the event, as in wait().
+  bool test() override {
+    if (waited_) return true;
+    const cudaError_t e = cudaEventQuery(done_);
+    if (e == cudaErrorNotReady) {
+      clear_not_ready();
+      const ncclResult_t state = async_state(owner_->comm_);
+      const double waited = seconds_since(issued_);
+      if (state != ncclSuccess && state != ncclInProgress) {
+        owner_->fail(op_,
+                     "failed after " + fmt("%.1f", waited) + " s: " +
+                         nccl_error(state, owner_->comm_),
+                     __LINE__);
+      }
+      if (waited > owner_->timeout_s_) {
+        owner_->fail(op_, timeout_text(owner_->timeout_s_, waited), __LINE__);
+      }
+      return false;
+    }
+    if (e != cudaSuccess) {
+      owner_->fail(op_, std::string("failed: cudaEventQuery: ") + cudaGetErrorName(e) + ": " +
+                            cudaGetErrorString(e),
+                   __LINE__);
+    }
+    DTB_CUDA_CHECK(cudaStreamWaitEvent(owner_->compute_, done_, 0));
+    waited_ = true;
+    return true;
+  }
 
  private:
   NcclCommunicator* owner_;
   NcclCommunicator::OpInfo op_;
   cudaEvent_t done_;
+  NcclCommunicator::Clock::time_point issued_;
   bool waited_ = false;
 };
 
@@ -428,6 +460,25 @@ std::unique_ptr<CommHandle> NcclCommunicator::do_broadcast(const void* send, voi
 }
 
 void NcclCommunicator::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
+  do_send(buf, count, dtype, peer, false);
+}
+
+void NcclCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
+  do_recv(buf, count, dtype, peer, false);
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::send_async(const void* buf, size_t count,
+                                                         DType dtype, int peer, int tag) {
+  return do_send(buf, count, dtype, peer, true);
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::recv_async(void* buf, size_t count, DType dtype,
+                                                         int peer, int tag) {
+  return do_recv(buf, count, dtype, peer, true);
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::do_send(const void* buf, size_t count, DType dtype,
+                                                      int peer, bool async) {
   const OpInfo info{"ncclSend", count, dtype};
   check_rank(peer, "peer", info);
   if (peer == rank_) {
@@ -435,10 +486,12 @@ void NcclCommunicator::send(const void* buf, size_t count, DType dtype, int peer
          __LINE__);
   }
   const auto t0 = begin();
-  finish(ncclSend(buf, count, nccl_type(dtype), peer, comm_, comm_stream_), info, t0, false);
+  return finish(ncclSend(buf, count, nccl_type(dtype), peer, comm_, comm_stream_), info, t0,
+                async);
 }
 
-void NcclCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
+std::unique_ptr<CommHandle> NcclCommunicator::do_recv(void* buf, size_t count, DType dtype,
+                                                      int peer, bool async) {
   const OpInfo info{"ncclRecv", count, dtype};
   check_rank(peer, "peer", info);
   if (peer == rank_) {
@@ -446,7 +499,8 @@ void NcclCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int 
          __LINE__);
   }
   const auto t0 = begin();
-  finish(ncclRecv(buf, count, nccl_type(dtype), peer, comm_, comm_stream_), info, t0, false);
+  return finish(ncclRecv(buf, count, nccl_type(dtype), peer, comm_, comm_stream_), info, t0,
+                async);
 }
 
 void NcclCommunicator::sendrecv(const void* send, void* recv, size_t count, DType dtype,

@@ -125,6 +125,22 @@ class NcclCommunicator final : public Communicator {
                                                    ReduceOp op) override;
   std::unique_ptr<CommHandle> broadcast_async(void* buf, size_t count, DType dtype,
                                               int root) override;
+  /// ncclSend / ncclRecv, issued and completed as the async collectives above (a handle
+  /// whose wait() or test() completes it). `tag` is ignored: sends and recvs between two
+  /// ranks match in issue order, and a send completes only once the peer's recv has run.
+  /// Everything issued on this communicator runs in issue order on its one comm stream, so
+  /// two ranks that each post send_async before their recv_async (e.g. a ring) deadlock
+  /// until the timeout: order the posts (even ranks send first, odd ranks recv first) or use
+  /// sendrecv.
+  /// To or from this rank itself aborts, as send()/recv(). The handle's test() is one
+  /// non-blocking poll: cudaEventQuery of its completion event, then ncclCommGetAsyncError;
+  /// an asynchronous error, or more than timeout() seconds since the operation was issued,
+  /// aborts as a wait does; once complete, the compute stream waits for the event (as in
+  /// wait()).
+  std::unique_ptr<CommHandle> send_async(const void* buf, size_t count, DType dtype, int peer,
+                                         int tag = 0) override;
+  std::unique_ptr<CommHandle> recv_async(void* buf, size_t count, DType dtype, int peer,
+                                         int tag = 0) override;
 
   /// ncclCommSplit with config.blocking = 0, polled under the timeout. `color` must be >= 0
   /// (every rank gets a group; NCCL_SPLIT_NOCOLOR is not offered). The new communicator
@@ -163,6 +179,11 @@ class NcclCommunicator final : public Communicator {
                                                 DType dtype, ReduceOp op, bool async);
   std::unique_ptr<CommHandle> do_broadcast(const void* send, void* recv, size_t count,
                                            DType dtype, int root, bool async);
+  /// Point-to-point behind send/recv and their async forms (self-peer aborts).
+  std::unique_ptr<CommHandle> do_send(const void* buf, size_t count, DType dtype, int peer,
+                                      bool async);
+  std::unique_ptr<CommHandle> do_recv(void* buf, size_t count, DType dtype, int peer,
+                                      bool async);
   /// Aborts the communicator and ends the job with one line about `op`.
   [[noreturn]] void fail(const OpInfo& op, const std::string& why, int line);
   /// Aborts (as fail) unless 0 <= r < size(); `what` is "root", "peer", ...

@@ -352,6 +352,41 @@ TEST(NcclCommunicator, AsyncHandles) {
   EXPECT_EQ(0, world_sum(bad));
 }
 
+// Non-blocking send/recv in pairs (0,1), (2,3): even ranks post send then recv, odd ranks
+// recv then send (NCCL matches in issue order on one comm stream), polled with test().
+TEST(NcclCommunicator, AsyncSendRecvPairsPolled) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  if (!one_gpu_per_rank(&why)) GTEST_SKIP() << why;
+  World w;
+  Communicator& c = *w.nccl;
+  const int r = c.rank(), peer = r ^ 1;
+  long bad = 0;
+  if (peer < c.size()) {
+    const size_t count = 65541;
+    const cudaStream_t s = w.stream;
+    DeviceBuffer out(count * 4), in(count * 4);
+    upload(out.ptr, fill<float>(count, [&](size_t i) { return input(r, i); }), s);
+    upload(in.ptr, fill<float>(count, [](size_t) { return kSentinel; }), s);
+    std::unique_ptr<CommHandle> hs, hr;
+    if (r % 2 == 0) {
+      hs = c.send_async(out.ptr, count, DType::f32, peer);
+      hr = c.recv_async(in.ptr, count, DType::f32, peer);
+    } else {
+      hr = c.recv_async(in.ptr, count, DType::f32, peer);
+      hs = c.send_async(out.ptr, count, DType::f32, peer);
+    }
+    while (!hr->test()) {
+    }
+    while (!hs->test()) {
+    }
+    bad += !hr->test();  // stays true
+    hr->wait();          // returns at once
+    bad += wrong(download<float>(in.ptr, count, s), [&](size_t i) { return input(peer, i); });
+  }
+  EXPECT_EQ(0, world_sum(bad));
+}
+
 TEST(NcclCommunicator, SplitIntoOneRankGroups) {
   std::string why;
   if (!cuda_available(&why)) GTEST_SKIP() << why;
