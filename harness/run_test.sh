@@ -35,8 +35,14 @@ PY
 # A 1F1B pipeline run's trace: valid Chrome trace JSON with one track per rank, each with
 # forward, backward, send/recv and idle spans.
 printf '{"pipeline": {"schedules": ["1f1b"], "stages": [4], "micro_batches": [8]}}' >"$tmp/pp.json"
+# The bubble check compares timings with a simulation, and other tests load the machine
+# while this one runs: exit status 1 (a check failed) is accepted here, anything else not;
+# what is tested is the trace.
+rc=0
 "$mpirun" -np 4 --oversubscribe --bind-to none "$dtbench" run --config "$tmp/pp.json" --suites pipeline \
-  --output-dir "$tmp" --run-id pp --trace "$tmp/trace.json" >/dev/null
+  --output-dir "$tmp" --run-id pp --trace "$tmp/trace.json" >"$tmp/pp.log" 2>&1 || rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then cat "$tmp/pp.log"; exit 1; fi
+[ "$rc" -eq 0 ] || grep -E 'check .*FAIL|failed' "$tmp/pp.log" | head -3
 python3 - "$tmp/trace.json" <<'PY'
 import json, sys
 t = json.load(open(sys.argv[1]))
