@@ -41,12 +41,6 @@ struct Options {
   bool enabled(Placement p) const { return p == Placement::in_place ? in_place : out_of_place; }
 };
 
-int64_t get_int(const json& s, const char* key) {
-  if (!s.contains(key) || !s[key].is_number_integer())
-    throw InputError(std::string("collectives.") + key + ": expected an integer");
-  return s[key].get<int64_t>();
-}
-
 bool get_bool(const json& s, const char* key) {
   if (!s.contains(key) || !s[key].is_boolean())
     throw InputError(std::string("collectives.") + key + ": expected true or false");
@@ -72,22 +66,20 @@ Options parse_options(const json& s) {
   else if (dtype == "f64") o.dtype = DType::f64;
   else throw InputError("collectives.dtype: '" + dtype + "' is not supported (f32, f64)");
 
-  const int64_t min_b = get_int(s, "min_bytes"), max_b = get_int(s, "max_bytes");
-  const int64_t step = get_int(s, "step_factor"), per_batch = get_int(s, "max_bytes_per_batch");
-  const int64_t warmup = get_int(s, "warmup_iters"), iters = get_int(s, "iters");
-  const int64_t reps = get_int(s, "repetitions");
-  if (min_b < 4) throw InputError("collectives.min_bytes: must be >= 4");
-  if (min_b > max_b) throw InputError("collectives.min_bytes: greater than max_bytes");
+  // Counts are ints for MPI; byte sizes are limited by INT_MAX elements below.
+  const int64_t big = int64_t(1) << 53;
+  const int64_t min_b = int_in_range(s, "min_bytes", "collectives.min_bytes", 4, big);
+  const int64_t max_b = int_in_range(s, "max_bytes", "collectives.max_bytes", 4, big);
+  const int64_t step = int_in_range(s, "step_factor", "collectives.step_factor", 2, 1 << 20);
+  const int64_t per_batch = int_in_range(s, "max_bytes_per_batch", "collectives.max_bytes_per_batch", 1, big);
+  const int64_t warmup = int_in_range(s, "warmup_iters", "collectives.warmup_iters", 0, INT_MAX);
+  const int64_t iters = int_in_range(s, "iters", "collectives.iters", 1, INT_MAX);
+  const int64_t reps = int_in_range(s, "repetitions", "collectives.repetitions", 1, INT_MAX);
+  if (min_b > max_b)
+    throw InputError("collectives.min_bytes = " + std::to_string(min_b) + " is greater than max_bytes = " +
+                     std::to_string(max_b));
   if (size_t(max_b) / dtype_size(o.dtype) > size_t(INT_MAX))
     throw InputError("collectives.max_bytes: more than INT_MAX elements per rank (MPI counts)");
-  if (step < 2) throw InputError("collectives.step_factor: must be >= 2");
-  if (warmup < 0 || warmup > INT_MAX)
-    throw InputError("collectives.warmup_iters: must be in [0, " + std::to_string(INT_MAX) + "]");
-  if (iters < 1 || iters > INT_MAX)
-    throw InputError("collectives.iters: must be in [1, " + std::to_string(INT_MAX) + "]");
-  if (reps < 1 || reps > INT_MAX)
-    throw InputError("collectives.repetitions: must be in [1, " + std::to_string(INT_MAX) + "]");
-  if (per_batch < 1) throw InputError("collectives.max_bytes_per_batch: must be >= 1");
   o.min_bytes = size_t(min_b), o.max_bytes = size_t(max_b), o.step_factor = size_t(step);
   o.max_bytes_per_batch = size_t(per_batch);
   o.warmup = int(warmup), o.iters = int(iters), o.repetitions = int(reps);
