@@ -132,8 +132,11 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
   const float* d = dout + size_t(row) * C;
   const float m = mean[row], s = rstd[row];
   float g_mean = 0.0f, g_xhat_mean = 0.0f;
+  // Each product w*dout is rounded (__fmul_rn) before it is used, as on the CPU: a contracted
+  // fma(w, dout, -g_mean) keeps the product's rounding error, which rstd (up to 1/sqrt(eps) =
+  // 316 when a row's variance is 0, e.g. C = 1) turns into a gradient that should be 0.
   for (int i = lane; i < C; i += 32) {
-    const float g = weight[i] * d[i];
+    const float g = __fmul_rn(weight[i], d[i]);
     g_mean += g;
     g_xhat_mean += g * (x[i] - m) * s;
   }
@@ -142,7 +145,7 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
   float* dx = dinp + size_t(row) * C;
   for (int i = lane; i < C; i += 32) {
     const float xhat = (x[i] - m) * s;
-    dx[i] += (weight[i] * d[i] - g_mean - xhat * g_xhat_mean) * s;
+    dx[i] += (__fmul_rn(weight[i], d[i]) - g_mean - xhat * g_xhat_mean) * s;
   }
 }
 
