@@ -48,6 +48,19 @@ ram=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) * 1024 ))
 huge=$(( ram * 6 / 10 / 8 * 8 ))
 printf '{"collectives": {"dtype": "f64", "min_bytes": %d, "max_bytes": %d}}' "$huge" "$huge" >"$tmp/huge_msg.json"
 printf '{"name": "../x"}' >"$tmp/bad_name.json"
+# Layouts that cannot work (the conformance suite validates each layout against its own
+# size, so they are refused here on one rank; the train suite's against the world).
+printf '{"train": {"tensor_parallel": 2}}' >"$tmp/tp_world.json"
+printf '{"train": {"tensor_parallel": 2, "pipeline_parallel": 2, "data_parallel": 3}}' >"$tmp/product.json"
+printf '{"train": {"schedule": "zigzag"}}' >"$tmp/schedule.json"
+printf '{"train": {"virtual_stages": 2}}' >"$tmp/v_without_interleaved.json"
+printf '{"conformance": {"model": {"L": 4, "C": 48, "NH": 6, "T": 32, "V": 256}, "layouts": ["TP4"]}}' >"$tmp/heads_tp.json"
+printf '{"conformance": {"model": {"L": 5, "C": 64, "NH": 4, "T": 32, "V": 256}, "layouts": ["PP2"]}}' >"$tmp/layers_pp.json"
+printf '{"conformance": {"global_batch": 10, "micro_batches": 1, "layouts": ["DP4"]}}' >"$tmp/batch_dp.json"
+printf '{"conformance": {"micro_batches": 2, "layouts": ["PP4:interleaved:v2"]}}' >"$tmp/interleaved_m.json"
+printf '{"conformance": {"model": {"L": 4, "C": 64, "NH": 4, "T": 32, "V": 258}, "layouts": ["TP4"]}}' >"$tmp/vocab_tp.json"
+printf '{"conformance": {"layouts": ["PP4:interleaved:v3"]}}' >"$tmp/layers_v.json"
+printf '{"conformance": {"layouts": ["TP2xQP2"]}}' >"$tmp/bad_layout.json"
 python3 -c 'print("{\"train\": {\"steps\": " + "[" * 100000 + "]" * 100000 + "}}")' >"$tmp/deep.json"
 ln -s loop2 "$tmp/loop1"; ln -s loop1 "$tmp/loop2"
 mkfifo "$tmp/fifo"
@@ -99,6 +112,17 @@ expect_error "--suites is empty" run --suites ""
 expect_error "--data is empty" run --data ""
 expect_error "has an empty suite name" run --suites train,
 expect_error "has an empty suite name" run --suites ,
+expect_error "train: tensor_parallel (2) x pipeline_parallel (1) does not divide the world size 1" run --config "$tmp/tp_world.json"
+expect_error "train: tensor_parallel (2) x data_parallel (3) x pipeline_parallel (2) = 12 is not the world size 1" run --config "$tmp/product.json"
+expect_error "train: unknown schedule 'zigzag' (gpipe, 1f1b, interleaved)" run --config "$tmp/schedule.json"
+expect_error "virtual_stages = 2 needs schedule \"interleaved\"" run --config "$tmp/v_without_interleaved.json"
+expect_error "'TP4': model.NH = 6 heads are not divisible by tensor_parallel = 4" run --suites conformance --config "$tmp/heads_tp.json"
+expect_error "'PP2': model.L = 5 layers are not divisible by pipeline_parallel (2) x virtual_stages (1)" run --suites conformance --config "$tmp/layers_pp.json"
+expect_error "'DP4': global batch 10 is not divisible by data_parallel (4) x micro_batches (1)" run --suites conformance --config "$tmp/batch_dp.json"
+expect_error "needs micro_batches (2) to be a multiple of pipeline_parallel (4)" run --suites conformance --config "$tmp/interleaved_m.json"
+expect_error "model.V = 258 (vocabulary) is not divisible by tensor_parallel = 4" run --suites conformance --config "$tmp/vocab_tp.json"
+expect_error "model.L = 8 layers are not divisible by pipeline_parallel (4) x virtual_stages (3)" run --suites conformance --config "$tmp/layers_v.json"
+expect_error "conformance.layouts: 'TP2xQP2' has an unknown dimension at 'QP2'" run --suites conformance --config "$tmp/bad_layout.json"
 
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

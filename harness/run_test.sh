@@ -55,3 +55,42 @@ for r in range(4):
     assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in x)
 print(f"1f1b trace ok: {len(x)} spans on 4 tracks")
 PY
+
+# Layouts that do not divide, refused on 4 ranks before any rank computes: one line naming
+# the numbers, exit status 2 (the issue's traps: global batch 10 with DP 4, 6 heads with
+# TP 4, 5 layers with PP 2).
+refuse() {
+  local want="$1" cfg="$2" rc=0
+  printf '%s' "$cfg" >"$tmp/bad.json"
+  "$mpirun" -np 4 --oversubscribe --bind-to none "$dtbench" run --config "$tmp/bad.json" --suites train \
+    --output-dir "$tmp/bad" >"$tmp/bad.log" 2>&1 || rc=$?
+  if [ "$rc" -ne 2 ] || ! grep -qF -- "$want" "$tmp/bad.log" || [ -e "$tmp/bad/latest.json" ]; then
+    echo "FAIL: $cfg -> exit $rc, wanted '$want':"; cat "$tmp/bad.log"; exit 1
+  fi
+  echo "refused: $(grep -F -- "$want" "$tmp/bad.log")"
+}
+refuse "train: global batch 10 is not divisible by data_parallel (4) x micro_batches (1)" \
+  '{"train": {"global_batch": 10, "micro_batches": 1}}'
+refuse "train: model.NH = 6 heads are not divisible by tensor_parallel = 4" \
+  '{"model": {"L": 2, "C": 48, "NH": 6, "T": 64, "V": 256}, "train": {"tensor_parallel": 4}}'
+refuse "train: model.L = 5 layers are not divisible by pipeline_parallel (2) x virtual_stages (1)" \
+  '{"model": {"L": 5, "C": 64, "NH": 4, "T": 64, "V": 256}, "train": {"pipeline_parallel": 2}}'
+
+# A 1F1B training run with PP 2 x DP 2: every check passes and the trace has the schedule.
+printf '{"model": {"L": 2, "C": 32, "NH": 2, "T": 32, "V": 256}, "train": {"steps": 20, "global_batch": 8, "micro_batches": 2, "seq_len": 32, "lr": 0.003, "pipeline_parallel": 2}}' >"$tmp/pp_train.json"
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/pp_train.json" \
+  --suites train --output-dir "$tmp" --run-id pp-train --trace "$tmp/pp_train_trace.json" >"$tmp/pp_train.log" 2>&1 ||
+  { cat "$tmp/pp_train.log"; exit 1; }
+python3 - "$tmp/pp-train.json" "$tmp/pp_train_trace.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+rec = [b for b in r["benchmarks"] if b["name"].startswith("train/gpt/")]
+assert [b["name"] for b in rec] == ["train/gpt/tp:1/dp:2/pp:2/schedule:1f1b"], [b["name"] for b in rec]
+assert r["checks"] and all(c["passed"] for c in r["checks"]), [c for c in r["checks"] if not c["passed"]]
+t = json.load(open(sys.argv[2]))
+x = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+for rank in range(4):
+    kinds = {e["name"] for e in x if e["tid"] == rank}
+    assert {"compute.forward", "compute.backward", "comm.send", "comm.recv"} <= kinds, (rank, kinds)
+print(f"pp2 x dp2 1f1b training ok: {len(r['checks'])} checks passed, {len(x)} trace spans")
+PY

@@ -48,6 +48,21 @@ class Ops {
   virtual void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int N, int V) = 0;
   virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int V) = 0;
   virtual void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const cpu::AdamWParams& hp, int t) = 0;
+
+  // The sharded ops of tensor parallelism (vocabulary-parallel embedding and cross-entropy,
+  // the row-parallel bias): semantics in kernels/cpu/ops.h.
+  virtual void embedding_shard_forward(T* out, const int32_t* tokens, const T* wte_shard, const T* wpe, int B,
+                                       int Tn, int C, int v_begin, int v_end) = 0;
+  virtual void embedding_shard_backward(T* dwte_shard, T* dwpe, const T* dout, const int32_t* tokens, int B,
+                                        int Tn, int C, int v_begin, int v_end) = 0;
+  virtual void add_bias(T* out, const T* bias, int N, int OC) = 0;
+  virtual void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl) = 0;
+  virtual void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int32_t* targets, int N,
+                                       int Vl, int v_begin) = 0;
+  virtual void crossentropy_shard_forward(T* losses, T* probs, const T* logits, const T* maxes, const T* sums,
+                                          int N, int Vl) = 0;
+  virtual void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N,
+                                           int Vl, int v_begin) = 0;
 };
 
 /// The CPU backend: each op forwards to kernels/cpu/ops.h (OpenBLAS for the GEMMs).
@@ -99,6 +114,30 @@ class CpuOps final : public Ops<T> {
   }
   void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const cpu::AdamWParams& hp, int t) override {
     cpu::adamw_update(param, grad, m, v, n, hp, t);
+  }
+  void embedding_shard_forward(T* out, const int32_t* tokens, const T* wte_shard, const T* wpe, int B, int Tn,
+                               int C, int v_begin, int v_end) override {
+    cpu::embedding_shard_forward(out, tokens, wte_shard, wpe, B, Tn, C, v_begin, v_end);
+  }
+  void embedding_shard_backward(T* dwte_shard, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
+                                int v_begin, int v_end) override {
+    cpu::embedding_shard_backward(dwte_shard, dwpe, dout, tokens, B, Tn, C, v_begin, v_end);
+  }
+  void add_bias(T* out, const T* bias, int N, int OC) override { cpu::add_bias(out, bias, N, OC); }
+  void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl) override {
+    cpu::crossentropy_shard_max(maxes, logits, N, Vl);
+  }
+  void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int32_t* targets, int N, int Vl,
+                               int v_begin) override {
+    cpu::crossentropy_shard_sums(sums, logits, maxes, targets, N, Vl, v_begin);
+  }
+  void crossentropy_shard_forward(T* losses, T* probs, const T* logits, const T* maxes, const T* sums, int N,
+                                  int Vl) override {
+    cpu::crossentropy_shard_forward(losses, probs, logits, maxes, sums, N, Vl);
+  }
+  void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int Vl,
+                                   int v_begin) override {
+    cpu::crossentropy_shard_backward(dlogits, probs, targets, dloss, N, Vl, v_begin);
   }
 };
 

@@ -49,15 +49,38 @@ void check_fits_in_memory(double bytes_per_rank, int ranks_per_node, const std::
                    std::to_string(ram >> 20) + " MiB)");
 }
 
-GptConfig gpt_config_from_json(const nlohmann::json& m) {
+GptConfig gpt_config_from_json(const nlohmann::json& m, const std::string& path) {
   GptConfig c;
-  c.L = int(int_in_range(m, "L", "model.L", 1, 1024));
-  c.C = int(int_in_range(m, "C", "model.C", 1, 65536));
-  c.NH = int(int_in_range(m, "NH", "model.NH", 1, 65536));
-  c.T = int(int_in_range(m, "T", "model.T", 1, 1 << 20));
-  c.V = int(int_in_range(m, "V", "model.V", 256, 1 << 24));  // byte-level data: ids up to 255
+  c.L = int(int_in_range(m, "L", path + ".L", 1, 1024));
+  c.C = int(int_in_range(m, "C", path + ".C", 1, 65536));
+  c.NH = int(int_in_range(m, "NH", path + ".NH", 1, 65536));
+  c.T = int(int_in_range(m, "T", path + ".T", 1, 1 << 20));
+  c.V = int(int_in_range(m, "V", path + ".V", 256, 1 << 24));  // byte-level data: ids up to 255
   validate_gpt_config(c);
   return c;
+}
+
+ParallelLayout parallel_layout_from_json(const nlohmann::json& s, const std::string& path, const GptConfig& model,
+                                         int micro_batches, int global_batch, int world_size) {
+  ParallelLayout l;
+  l.tp = int(int_in_range(s, "tensor_parallel", path + ".tensor_parallel", 1, 1 << 16));
+  l.pp = int(int_in_range(s, "pipeline_parallel", path + ".pipeline_parallel", 1, 1 << 16));
+  l.dp = int(int_in_range(s, "data_parallel", path + ".data_parallel", 0, 1 << 20));
+  l.virtual_stages = int(int_in_range(s, "virtual_stages", path + ".virtual_stages", 1, 1024));
+  l.schedule = s.at("schedule").get<std::string>();
+  l.micro_batches = micro_batches;
+  if (l.dp == 0) {
+    if (world_size % (l.tp * l.pp) != 0)
+      throw InputError(path + ": tensor_parallel (" + std::to_string(l.tp) + ") x pipeline_parallel (" +
+                       std::to_string(l.pp) + ") does not divide the world size " + std::to_string(world_size));
+    l.dp = world_size / (l.tp * l.pp);
+  }
+  try {
+    validate_layout(l, model, global_batch, world_size);
+  } catch (const InputError& e) {
+    throw InputError(path + ": " + e.what());
+  }
+  return l;
 }
 
 void SuiteContext::print(const std::string& line) const {

@@ -16,6 +16,7 @@
 #include "kernels/device.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
+#include "reference/process_grid.h"
 #include "reference/spans.h"
 
 namespace dtb {
@@ -94,7 +95,15 @@ double number_in_range(const nlohmann::json& section, const std::string& key, co
                        double lo, double hi);
 /// The run config's "model" section (L, C, NH, T, V) as a GptConfig, range-checked
 /// (V >= 256: the data is byte-level) and validated; InputError naming the key otherwise.
-GptConfig gpt_config_from_json(const nlohmann::json& model);
+GptConfig gpt_config_from_json(const nlohmann::json& model, const std::string& path = "model");
+
+/// A section's training layout: tensor_parallel, pipeline_parallel, data_parallel (0: the
+/// world size / (tp pp)), schedule and virtual_stages, with the given micro-batches,
+/// refused unless it can train `model` on `world_size` ranks with `global_batch` sequences
+/// (validate_layout: divisibility of heads, vocabulary, layers, batch; product = world).
+/// Errors: InputError "<path>: <reason naming the numbers>".
+ParallelLayout parallel_layout_from_json(const nlohmann::json& section, const std::string& path,
+                                         const GptConfig& model, int micro_batches, int global_batch, int world_size);
 
 /// Throws InputError "<what>: needs about X MiB per rank, Y ranks per node, more than this
 /// machine's memory (Z MiB)" when bytes_per_rank * ranks_per_node exceeds 80% of RAM.

@@ -8,6 +8,7 @@
 
 #include "kernels/timer.h"
 #include "reference/trainer.h"
+#include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
 
@@ -15,65 +16,6 @@ namespace dtb {
 namespace {
 
 using nlohmann::json;
-
-// Tolerances from the float64 oracle (README.md, numerics contract). A float32 run's
-// deviation from the oracle is rounding error amplified by the training dynamics: Adam
-// turns a rounding-level change of a near-zero gradient into an update of size lr, so
-// after tens of steps every float32 run, the layout under test and the single-rank ones
-// alike, sits ~1e-3 (relative) from the oracle along a few unstable directions. The size
-// of a run's deviation is then a random draw: the ratio of two runs' deviations behaves
-// like |a|/|b| for independent Gaussians (a Cauchy tail, P(ratio > k) = (2/pi) atan(1/k)),
-// measured here from 0.5 to 3.4 over seven seeds. So the scale is the LARGEST deviation of
-// m single-rank float32 references that sum in different orders (micro-batches 1, 2, 4),
-// and P(|a| > k max(|b_1..m|)) ~ (2/pi)^(m/2) E|a|^m / k^m: for m = 3 and k = 10 that is
-// 8e-4, for m = 2 and k = 25 it is 6e-4, for m = 1 and k = 640 it is 1e-3. The per-step
-// checks of one run follow one trajectory, so they fail together or not at all: the rate
-// is per run, not per check (measured: the worst ratio over 20 seeds is in the README).
-// The step-0 gradient is compared too, before the dynamics: there every run's error is
-// plain rounding, a norm over many elements that does not scatter like a ratio of
-// Gaussians, and a wrong average (the gradient off by a factor: relative error >= 0.5)
-// misses its ~1e-6 tolerance by five orders of magnitude. Adam's update is nearly blind
-// to a gradient's scale, so the loss checks alone would not see that bug for some steps.
-double oracle_factor(int refs) { return refs >= 3 ? 10.0 : refs == 2 ? 25.0 : 640.0; }
-// Floors, for values where every reference's deviation happens to be (near) zero: a few
-// float32 ulps (u = 2^-24) relative for a tensor, and for a loss, the mean of N float32
-// token losses, the standard size of its rounding error, u |loss| / sqrt(N).
-constexpr double kUlp = 0x1.0p-24;
-constexpr double kFloorUlps = 4.0 * kUlp;
-
-// A single-rank reference run: its step-0 gradient, per-step losses and final parameters.
-struct Reference {
-  Reference(int steps, size_t P) : losses(steps), params(P), grads0(P) {}
-  std::vector<double> losses, params, grads0;
-};
-
-template <typename T>
-Reference run_reference(const GptConfig& model_cfg, Device& device, const Dataset& data,
-                        const TrainConfig& cfg, Communicator& self) {
-  Gpt<T> m(model_cfg, device);
-  m.init(cfg.seed);
-  compute_gradients(m, data, cfg, 0, self);  // leaves the parameters as initialised
-  Reference r(cfg.steps, m.num_params());
-  r.grads0.assign(m.grads(), m.grads() + m.num_params());
-  r.losses = train(m, data, cfg, self).losses;
-  r.params.assign(m.params(), m.params() + m.num_params());
-  return r;
-}
-
-TrainConfig train_from_json(const json& s, const json& config) {
-  TrainConfig t;
-  t.steps = int(int_in_range(s, "steps", "train.steps", 1, 1000000));
-  t.global_batch = int(int_in_range(s, "global_batch", "train.global_batch", 1, 1 << 20));
-  t.micro_batches = int(int_in_range(s, "micro_batches", "train.micro_batches", 1, 1 << 20));
-  t.seq_len = int(int_in_range(s, "seq_len", "train.seq_len", 1, 1 << 20));
-  t.seed = config.at("seed").get<uint64_t>();
-  t.adamw.lr = float(number_in_range(s, "lr", "train.lr", 1e-12, 1.0));
-  t.adamw.beta1 = float(number_in_range(s, "beta1", "train.beta1", 0.0, 0.999999));
-  t.adamw.beta2 = float(number_in_range(s, "beta2", "train.beta2", 0.0, 0.999999));
-  t.adamw.eps = float(number_in_range(s, "eps", "train.eps", 1e-30, 1.0));
-  t.adamw.weight_decay = float(number_in_range(s, "weight_decay", "train.weight_decay", 0.0, 1.0));
-  return t;
-}
 
 // Bytes the suite holds at once on the busiest rank, which runs a float32 reference and
 // may run the float64 oracle: 4 copies of the parameters (weights, grads, Adam m and v) and
@@ -84,15 +26,6 @@ double train_memory_bytes(const GptConfig& m, const TrainConfig& t) {
   const double acts = tokens * (double(m.L) * (16.0 * m.C + double(m.NH) * t.seq_len) + 3.0 * m.V + 8.0 * m.C);
   const double floats = 4.0 * double(gpt_num_params(m)) + acts;
   return floats * (8.0 + 4.0);
-}
-
-double rel_norm_diff(const double* a, const double* ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 // The DP run's step breakdown from ctx.spans, when recorded (--trace): per span name, the
@@ -131,12 +64,16 @@ class TrainSuite : public Suite {
   json defaults() const override {
     return {{"steps", 200},     {"global_batch", 16}, {"micro_batches", 2}, {"seq_len", 64},
             {"lr", 1e-3},       {"beta1", 0.9},       {"beta2", 0.95},      {"eps", 1e-8},
-            {"weight_decay", 0.0}, {"matmul_precision", "fp32"}, {"peak_tflops", 0.0}};
+            {"weight_decay", 0.0}, {"matmul_precision", "fp32"}, {"peak_tflops", 0.0},
+            {"tensor_parallel", 1}, {"pipeline_parallel", 1}, {"data_parallel", 0},
+            {"schedule", "1f1b"}, {"virtual_stages", 1}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const GptConfig model = gpt_config_from_json(config.at("model"));
-    const TrainConfig train = train_from_json(section, config);
-    validate_train_config(train, model, world.size);
+    const TrainConfig train = train_config_from_json(section, config, "train");
+    const ParallelLayout layout =
+        parallel_layout_from_json(section, "train", model, train.micro_batches, train.global_batch, world.size);
+    validate_train_config(train, model, layout.dp);
     const std::string prec = section.at("matmul_precision");
     if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
       throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
@@ -155,90 +92,77 @@ class TrainSuite : public Suite {
     const Dataset& data = *ctx.dataset;
     Communicator& world = ctx.world;
     const GptConfig model_cfg = gpt_config_from_json(ctx.config.at("model"));
-    const TrainConfig cfg = train_from_json(ctx.section, ctx.config);
+    const TrainConfig cfg = train_config_from_json(ctx.section, ctx.config, "train");
     const int n = world.size();
+    const ParallelLayout layout =
+        parallel_layout_from_json(ctx.section, "train", model_cfg, cfg.micro_batches, cfg.global_batch, n);
+    const bool dp_only = layout.tp == 1 && layout.pp == 1;
+    const std::string layout_name =
+        dp_only ? "dp:" + std::to_string(n)
+                : "tp:" + std::to_string(layout.tp) + "/dp:" + std::to_string(layout.dp) + "/pp:" +
+                      std::to_string(layout.pp) + "/schedule:" + layout.schedule +
+                      (layout.schedule == "interleaved" ? "/v:" + std::to_string(layout.virtual_stages) : "");
     const double tokens_per_step = double(cfg.global_batch) * cfg.seq_len;
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
-              " params, dp=" + std::to_string(n) + ", global batch " +
+              " params, " + (dp_only ? "dp=" + std::to_string(n) : layout_name) + ", global batch " +
               std::to_string(cfg.global_batch) + " x " + std::to_string(cfg.micro_batches) +
-              " micro-batches per rank, " + std::to_string(cfg.steps) + " steps");
+              " micro-batches per DP rank, " + std::to_string(cfg.steps) + " steps");
 
-    // 1. The layout under test: DP over all ranks. First its gradient at step 0, compared
-    // below before any optimizer step can blur it (Adam is blind to a gradient's scale).
-    // On another backend than the CPU the model runs there, its gradients all-reduced over
-    // the device world (NCCL), and only the throughput is measured: the references need the
-    // float64 oracle, which is the CPU's; the CUDA ops are checked against the CPU's by the
-    // CUDA tests instead.
+    // 1. The layout under test. First its gradient at step 0, compared below before any
+    // optimizer step can blur it (Adam is blind to a gradient's scale). On another backend
+    // than the CPU the model runs there, its collectives over the device world (NCCL), and
+    // only the throughput is measured: the references need the float64 oracle, which is the
+    // CPU's; the CUDA ops are checked against the CPU's by the CUDA tests instead.
     Backend* be = ctx.backend;
     const bool on_cpu = be == nullptr || be->name() == "cpu";
     if (be) be->set_matmul_precision(ctx.section.at("matmul_precision"));
-    Communicator& dp = ctx.device_world ? *ctx.device_world : world;
-    Gpt<float> model(model_cfg, ctx.device, on_cpu ? nullptr : &be->ops());
-    auto to_host = [&](const float* p, size_t count) {
-      std::vector<float> h(count);
-      model.ops().copy_to_host(h.data(), p, count * sizeof(float));
-      return h;
-    };
-    model.init(cfg.seed);
-    compute_gradients(model, data, cfg, 0, dp);
-    std::vector<double> dp_grads0;  // compared with the references, on the CPU only
-    if (on_cpu) {
-      const std::vector<float> g = to_host(model.grads(), model.num_params());
-      dp_grads0.assign(g.begin(), g.end());
+    Communicator& dev_comm = ctx.device_world ? *ctx.device_world : world;
+    LayoutOutcome run;
+    if (dp_only) {
+      Gpt<float> model(model_cfg, ctx.device, on_cpu ? nullptr : &be->ops());
+      auto to_host = [&](const float* p, size_t count) {
+        std::vector<float> h(count);
+        model.ops().copy_to_host(h.data(), p, count * sizeof(float));
+        return h;
+      };
+      model.init(cfg.seed);
+      compute_gradients(model, data, cfg, 0, dev_comm);
+      if (on_cpu) {
+        const std::vector<float> g = to_host(model.grads(), model.num_params());
+        run.grads0.assign(g.begin(), g.end());
+      }
+      world.barrier();
+      const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans);  // spans: --trace
+      run.losses = r.losses;
+      run.timings = r.timings;
+      // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
+      const size_t P = model.num_params();
+      const std::vector<float> my_params = to_host(model.params(), P);
+      std::vector<float> root_params = my_params;
+      world.broadcast(root_params.data(), P, DType::f32, 0);
+      for (size_t i = 0; i < P; ++i)
+        run.replica_params = std::max(run.replica_params, double(std::fabs(root_params[i] - my_params[i])));
+      world.all_reduce(&run.replica_params, &run.replica_params, 1, DType::f64, ReduceOp::max);
+      run.params.assign(my_params.begin(), my_params.end());
+    } else {
+      run = run_parallel_layout(model_cfg, layout, cfg, ctx.device, on_cpu ? nullptr : &be->ops(), world, dev_comm,
+                                data, /*gather=*/true, ctx.spans);
     }
-    world.barrier();
-    const TrainRun dp_run = train(model, data, cfg, dp, ctx.spans);  // spans: --trace
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)
-      if (s % every == 0 || s == cfg.steps - 1) ctx.print(fmt_step(s, dp_run.losses[s]));
-
-    // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
-    const size_t P = model.num_params();
-    const std::vector<float> my_params = to_host(model.params(), P);
-    std::vector<float> root_params = my_params;
-    world.broadcast(root_params.data(), P, DType::f32, 0);
-    double replica_diff = 0;
-    for (size_t i = 0; i < P; ++i)
-      replica_diff = std::max(replica_diff, double(std::fabs(root_params[i] - my_params[i])));
-    world.all_reduce(&replica_diff, &replica_diff, 1, DType::f64, ReduceOp::max);
+      if (s % every == 0 || s == cfg.steps - 1) ctx.print(fmt_step(s, run.losses[s]));
 
     // 2. References on one rank each, the whole global batch per step: the float64 oracle
-    // and float32 runs with 1, 2 and 4 micro-batches (those that divide the batch). Job j
-    // runs on rank j % n, so they run side by side; results go to rank 0.
-    std::vector<int> ref_mbs;
-    for (int mb : {1, 2, 4})
-      if (on_cpu && cfg.global_batch % mb == 0) ref_mbs.push_back(mb);
-    const int refs = int(ref_mbs.size());
-    std::vector<Reference> ref(refs + 1, Reference(cfg.steps, on_cpu ? P : 0));
-    auto self = make_mpi_self();
-    for (int j = 0; on_cpu && j <= refs; ++j) {  // j == refs: the oracle
-      const int owner = j % n;
-      if (world.rank() == owner) {
-        TrainConfig single = cfg;
-        single.micro_batches = j < refs ? ref_mbs[j] : 1;
-        ref[j] = j < refs ? run_reference<float>(model_cfg, ctx.device, data, single, *self)
-                          : run_reference<double>(model_cfg, ctx.device, data, single, *self);
-      }
-      if (owner != 0 && world.rank() == owner) {
-        world.send(ref[j].losses.data(), cfg.steps, DType::f64, 0, 3 * j);
-        world.send(ref[j].params.data(), P, DType::f64, 0, 3 * j + 1);
-        world.send(ref[j].grads0.data(), P, DType::f64, 0, 3 * j + 2);
-      } else if (owner != 0 && world.rank() == 0) {
-        world.recv(ref[j].losses.data(), cfg.steps, DType::f64, owner, 3 * j);
-        world.recv(ref[j].params.data(), P, DType::f64, owner, 3 * j + 1);
-        world.recv(ref[j].grads0.data(), P, DType::f64, owner, 3 * j + 2);
-      }
-    }
-    world.barrier();
-    const std::vector<double>& orc_losses = ref[refs].losses;
+    // and float32 runs with 1, 2 and 4 micro-batches (those that divide the batch).
+    const ReferenceSet refs = on_cpu ? run_references(model_cfg, ctx.device, data, cfg, world) : ReferenceSet{};
 
     SuiteResult res;
     // Timings: per step, the slowest rank's (it sets the pace), split as that rank saw it;
     // its communication time includes waiting for the others (exposed communication).
     std::vector<double> mine;
-    for (const auto& t : dp_run.timings) mine.insert(mine.end(), {t.step_s, t.compute_s, t.comm_s});
+    for (const auto& t : run.timings) mine.insert(mine.end(), {t.step_s, t.compute_s, t.comm_s});
     std::vector<double> all(mine.size() * n);
     world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
     std::vector<double> step_s, compute_s, comm_s;
@@ -256,10 +180,14 @@ class TrainSuite : public Suite {
     const json breakdown = step_breakdown_ms(ctx, world, slowest_rank);  // collective
     if (world.rank() != 0) return res;  // rank 0 reports
 
+    const size_t P = gpt_num_params(model_cfg);
     const Summary step = summarize(step_s), comp = summarize(compute_s), comm = summarize(comm_s);
-    json rec = benchmark_record("train/gpt/dp:" + std::to_string(n), cfg.steps, 1, step.median,
-                                step.median, "ms");
-    rec["dp"] = n;
+    json rec = benchmark_record("train/gpt/" + layout_name, cfg.steps, 1, step.median, step.median, "ms");
+    rec["dp"] = layout.dp;
+    rec["tp"] = layout.tp;
+    rec["pp"] = layout.pp;
+    rec["schedule"] = layout.schedule;
+    rec["virtual_stages"] = layout.virtual_stages;
     rec["steps"] = cfg.steps;
     rec["tokens_per_step"] = tokens_per_step;
     rec["tokens_per_s"] = tokens_per_step / step.median;
@@ -270,7 +198,7 @@ class TrainSuite : public Suite {
     for (int s = 0; s < cfg.steps; ++s) fraction.push_back(comm_s[s] / step_s[s]);
     rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
     if (!breakdown.empty()) rec["step_breakdown_ms"] = breakdown;
-    rec["final_loss"] = dp_run.losses.back();
+    rec["final_loss"] = run.losses.back();
     // Model FLOPs per token, forward and backward: 6 N for the weights plus 12 L C T for
     // attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).
     const double flops_per_token = 6.0 * double(P) + 12.0 * model_cfg.L * double(model_cfg.C) * cfg.seq_len;
@@ -281,17 +209,19 @@ class TrainSuite : public Suite {
     const double peak = ctx.section.at("peak_tflops");
     if (peak > 0) rec["mfu"] = model_tflops / peak;
     res.benchmarks.push_back(rec);
+    const std::string replica_detail =
+        dp_only ? "max |p_rank - p_rank0| over ranks, bitwise"
+                : "max |difference| between copies of a replicated parameter (TP, DP, tied wte), bitwise";
     if (!on_cpu) {
-      res.checks.push_back(make_check("train/dp_replicas_identical", replica_diff, 0.0,
-                                      "max |p_rank - p_rank0| over ranks, bitwise"));
+      res.checks.push_back(make_check("train/dp_replicas_identical", run.replica_params, 0.0, replica_detail));
       // The CUDA ops are checked against the CPU's by the CUDA tests; here, that the model
       // starts near the uniform loss ln V (GPT-2 init: logits ~0) and learns.
       res.checks.push_back(make_check("train/loss_step0_near_uniform",
-                                      std::fabs(dp_run.losses.front() - std::log(double(model_cfg.V))), 0.5,
+                                      std::fabs(run.losses.front() - std::log(double(model_cfg.V))), 0.5,
                                       "|loss_0 - ln V| <= 0.5"));
-      res.checks.push_back(make_check("train/loss_falls", dp_run.losses.back() / dp_run.losses.front(), 0.99,
+      res.checks.push_back(make_check("train/loss_falls", run.losses.back() / run.losses.front(), 0.99,
                                       "last loss / first loss <= 0.99"));
-      res.data = {{"model", ctx.config.at("model")}, {"num_params", P}, {"losses", {{"dp", dp_run.losses}}}};
+      res.data = {{"model", ctx.config.at("model")}, {"num_params", P}, {"losses", {{"dp", run.losses}}}};
       char line[200];
       std::snprintf(line, sizeof line, "# train on %s: %.0f tokens/s, step %.2f ms, %.1f model TFLOP/s%s",
                     be->device_name().c_str(), tokens_per_step / step.median, step.median * 1e3, model_tflops,
@@ -300,63 +230,38 @@ class TrainSuite : public Suite {
       return res;
     }
 
-    // Per-step loss: |dp - oracle| against k x the references' largest deviation so far
-    // (deviations grow along the run, so the envelope up to step s is the scale at s).
-    const double k = oracle_factor(refs);
-    const std::string how = "k=" + std::to_string(int(k)) + " x max deviation of " +
-                            std::to_string(refs) + " single-rank f32 references";
-    const double mean_floor = kUlp / std::sqrt(tokens_per_step);
-    double envelope = 0;
-    for (int s = 0; s < cfg.steps; ++s) {
-      for (int j = 0; j < refs; ++j) envelope = std::max(envelope, std::fabs(ref[j].losses[s] - orc_losses[s]));
-      const double dev = std::fabs(dp_run.losses[s] - orc_losses[s]);
-      const double tol = k * envelope + mean_floor * std::fabs(orc_losses[s]);
-      res.checks.push_back(make_check("train/loss/step:" + std::to_string(s), dev, tol,
-                                      "|loss_dp - loss_f64| <= " + how + " + u|loss|/sqrt(tokens)"));
-    }
-    // Per tensor, relative norm error against the oracle: the step-0 gradient (rounding
-    // only, no dynamics yet) and the final parameters.
-    const std::vector<double> dp_params(model.params(), model.params() + P);
-    auto tensor_checks = [&](const std::string& prefix, const std::vector<double>& dp,
-                             std::vector<double> Reference::*field) {
-      const std::vector<double>& orc = ref[refs].*field;
-      for (const auto& t : model.layout()) {
-        const double dev = rel_norm_diff(dp.data() + t.offset, orc.data() + t.offset, t.numel);
-        double scale = 0;
-        for (int j = 0; j < refs; ++j)
-          scale = std::max(scale, rel_norm_diff((ref[j].*field).data() + t.offset, orc.data() + t.offset, t.numel));
-        res.checks.push_back(make_check(prefix + t.name, dev, k * scale + kFloorUlps,
-                                        "||x_dp - x_f64|| / ||x_f64|| <= " + how + " + 4 ulp"));
-      }
-    };
-    tensor_checks("train/grads/step:0/", dp_grads0, &Reference::grads0);
-    tensor_checks("train/params/", dp_params, &Reference::params);
-    res.checks.push_back(make_check("train/dp_replicas_identical", replica_diff, 0.0,
-                                    "max |p_rank - p_rank0| over ranks, bitwise"));
+    for (Check& c : oracle_checks("train/", refs, model_cfg, tokens_per_step, run.losses, run.grads0, run.params))
+      res.checks.push_back(std::move(c));
+    res.checks.push_back(make_check(dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
+                                    run.replica_params, 0.0, replica_detail));
+    if (!dp_only)
+      res.checks.push_back(make_check("train/replicas_identical/grads/step:0", run.replica_grads0, 0.0,
+                                      "max |difference| between copies of a replicated gradient, bitwise"));
     // Learning: the mean of the last 10% of losses well below the uniform ln(256) = 5.55.
     const int tail = std::max(1, cfg.steps / 10);
     double tail_loss = 0;
-    for (int s = cfg.steps - tail; s < cfg.steps; ++s) tail_loss += dp_run.losses[s];
+    for (int s = cfg.steps - tail; s < cfg.steps; ++s) tail_loss += run.losses[s];
     tail_loss /= tail;
     const double uniform = std::log(double(model_cfg.V));
     res.checks.push_back(make_check("train/loss_below_uniform", tail_loss, 0.75 * uniform,
                                     "mean loss of the last 10% of steps <= 0.75 ln V"));
 
-    json losses = {{"dp", dp_run.losses}, {"oracle_f64", orc_losses}};
-    for (int j = 0; j < refs; ++j)
-      losses["single_rank_f32_micro_batches:" + std::to_string(ref_mbs[j])] = ref[j].losses;
+    json losses = {{dp_only ? "dp" : "layout", run.losses}, {"oracle_f64", refs.oracle.losses}};
+    for (size_t j = 0; j < refs.f32.size(); ++j)
+      losses["single_rank_f32_micro_batches:" + std::to_string(refs.micro_batches[j])] = refs.f32[j].losses;
     res.data = {{"model", ctx.config.at("model")},
                 {"num_params", P},
                 {"tokens_per_step", tokens_per_step},
                 {"dataset", {{"path", data.path}, {"bytes", data.bytes.size()}, {"sha256", data.sha256}}},
-                {"oracle_factor", k},
+                {"oracle_factor", refs.factor()},
                 {"losses", losses}};
     char line[256];
     std::snprintf(line, sizeof line,
-                  "# train: dp=%d %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "
+                  "# train: %s %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "
                   "final loss %.4f (1 rank %.4f, f64 %.4f)",
-                  n, tokens_per_step / step.median, step.median * 1e3, comp.median * 1e3,
-                  comm.median * 1e3, dp_run.losses.back(), ref[0].losses.back(), orc_losses.back());
+                  (dp_only ? "dp=" + std::to_string(n) : layout_name).c_str(), tokens_per_step / step.median,
+                  step.median * 1e3, comp.median * 1e3, comm.median * 1e3, run.losses.back(),
+                  refs.f32[0].losses.back(), refs.oracle.losses.back());
     ctx.print(line);
     return res;
   }

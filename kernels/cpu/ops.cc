@@ -59,6 +59,48 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, in
   }
 }
 
+template <typename T>
+void embedding_shard_forward(T* out, const int32_t* tokens, const T* wte_shard, const T* wpe, int B, int Tn,
+                             int C, int v_begin, int v_end) {
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < Tn; t++) {
+      T* o = out + (size_t(b) * Tn + t) * C;
+      const int32_t tok = tokens[size_t(b) * Tn + t];
+      const bool mine = tok >= v_begin && tok < v_end;
+      const T* we = mine ? wte_shard + size_t(tok - v_begin) * C : nullptr;
+      const T* pe = wpe ? wpe + size_t(t) * C : nullptr;
+      for (int i = 0; i < C; i++) o[i] = (we ? we[i] : T(0)) + (pe ? pe[i] : T(0));
+    }
+  }
+}
+
+template <typename T>
+void embedding_shard_backward(T* dwte_shard, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
+                              int v_begin, int v_end) {
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < Tn; t++) {
+      const T* d = dout + (size_t(b) * Tn + t) * C;
+      const int32_t tok = tokens[size_t(b) * Tn + t];
+      if (tok >= v_begin && tok < v_end) {
+        T* dwe = dwte_shard + size_t(tok - v_begin) * C;
+        for (int i = 0; i < C; i++) dwe[i] += d[i];
+      }
+      if (dwpe) {
+        T* dpe = dwpe + size_t(t) * C;
+        for (int i = 0; i < C; i++) dpe[i] += d[i];
+      }
+    }
+  }
+}
+
+template <typename T>
+void add_bias(T* out, const T* bias, int N, int OC) {
+  for (int n = 0; n < N; n++) {
+    T* o = out + size_t(n) * OC;
+    for (int i = 0; i < OC; i++) o[i] += bias[i];
+  }
+}
+
 // ---- layernorm ----
 
 template <typename T>
@@ -282,6 +324,52 @@ void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T
   }
 }
 
+template <typename T>
+void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl) {
+  for (int n = 0; n < N; n++) {
+    const T* l = logits + size_t(n) * Vl;
+    T mx = l[0];
+    for (int i = 1; i < Vl; i++) mx = std::max(mx, l[i]);
+    maxes[n] = mx;
+  }
+}
+
+template <typename T>
+void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int32_t* targets, int N, int Vl,
+                             int v_begin) {
+  for (int n = 0; n < N; n++) {
+    const T* l = logits + size_t(n) * Vl;
+    T sum = 0;
+    for (int i = 0; i < Vl; i++) sum += std::exp(l[i] - maxes[n]);
+    sums[n] = sum;
+    const int32_t j = targets[n] - v_begin;
+    sums[N + n] = j >= 0 && j < Vl ? l[j] : T(0);
+  }
+}
+
+template <typename T>
+void crossentropy_shard_forward(T* losses, T* probs, const T* logits, const T* maxes, const T* sums, int N, int Vl) {
+  for (int n = 0; n < N; n++) {
+    const T* l = logits + size_t(n) * Vl;
+    T* p = probs + size_t(n) * Vl;
+    const T inv = T(1) / sums[n];
+    for (int i = 0; i < Vl; i++) p[i] = std::exp(l[i] - maxes[n]) * inv;
+    losses[n] = std::log(sums[n]) - (sums[N + n] - maxes[n]);
+  }
+}
+
+template <typename T>
+void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int Vl,
+                                 int v_begin) {
+  for (int n = 0; n < N; n++) {
+    const T* p = probs + size_t(n) * Vl;
+    T* d = dlogits + size_t(n) * Vl;
+    for (int i = 0; i < Vl; i++) d[i] = p[i] * dloss;
+    const int32_t j = targets[n] - v_begin;
+    if (j >= 0 && j < Vl) d[j] = (p[j] - T(1)) * dloss;
+  }
+}
+
 // ---- AdamW ----
 
 template <typename T>
@@ -308,6 +396,13 @@ void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWPara
   template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);       \
   template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);            \
   template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);        \
+  template void embedding_shard_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, int, int); \
+  template void embedding_shard_backward<T>(T*, T*, const T*, const int32_t*, int, int, int, int, int);     \
+  template void add_bias<T>(T*, const T*, int, int);                                                     \
+  template void crossentropy_shard_max<T>(T*, const T*, int, int);                                       \
+  template void crossentropy_shard_sums<T>(T*, const T*, const T*, const int32_t*, int, int, int);       \
+  template void crossentropy_shard_forward<T>(T*, T*, const T*, const T*, const T*, int, int);           \
+  template void crossentropy_shard_backward<T>(T*, const T*, const int32_t*, T, int, int, int);          \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,        \
                                       const T*, int, int);                                       \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);              \

@@ -22,6 +22,26 @@ void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, 
 template <typename T>
 void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C);
 
+/// The vocabulary-parallel embedding's shard (Megatron-LM VocabParallelEmbedding, Shoeybi
+/// et al. 2019 Sec. 3): this rank holds rows [v_begin, v_end) of wte as wte_shard
+/// (v_end - v_begin, C). WRITES out (B,T,C) = (v_begin <= tok < v_end ? wte_shard[tok -
+/// v_begin] : 0) + (wpe ? wpe[t] : 0); summed over the TP group (one rank passing wpe) it
+/// is encoder_forward's output, bitwise (every other term is an exact zero). With
+/// v_begin = 0, v_end = V and wpe it is encoder_forward itself.
+template <typename T>
+void embedding_shard_forward(T* out, const int32_t* tokens, const T* wte_shard, const T* wpe, int B, int Tn,
+                             int C, int v_begin, int v_end);
+/// dwte_shard (v_end - v_begin, C) += dout rows of the tokens in [v_begin, v_end), in
+/// (b, t) order as encoder_backward; dwpe (T,C) += sum over b of dout unless dwpe is null.
+template <typename T>
+void embedding_shard_backward(T* dwte_shard, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
+                              int v_begin, int v_end);
+
+/// out (N, OC) += bias (OC) on every row (the replicated bias of a row-parallel linear,
+/// added once after its all-reduce).
+template <typename T>
+void add_bias(T* out, const T* bias, int N, int OC);
+
 /// LayerNorm over the last dim (eps 1e-5, as torch.nn.LayerNorm):
 /// out (N,C) = (inp - mean) * rstd * weight (C) + bias (C); saves mean (N) and rstd (N).
 template <typename T>
@@ -73,6 +93,29 @@ void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* t
 /// the same for every row (1 / global token count for a mean loss). WRITES, not accumulates.
 template <typename T>
 void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int V);
+
+/// Vocabulary-parallel cross-entropy (Megatron-LM cross_entropy.py
+/// _VocabParallelCrossEntropy): rank r holds logits (N, Vl) for vocabulary ids
+/// [v_begin, v_begin + Vl) and the full logits are never gathered. Three steps with two
+/// all-reduces between them:
+///   1. crossentropy_shard_max:  maxes (N) = row max of the shard        -> all-reduce MAX
+///   2. crossentropy_shard_sums: sums (2N) = [sum_j exp(l_nj - max_n) (N), the target's
+///      logit if it is in this shard, else 0 (N)]                         -> all-reduce SUM
+///   3. crossentropy_shard_forward: probs (N, Vl) = exp(l - max) / sum, WRITES losses (N)
+///      = log(sum) - (target logit - max).
+/// With one shard (v_begin 0, Vl V) the three are crossentropy_forward, bitwise.
+template <typename T>
+void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl);
+template <typename T>
+void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int32_t* targets, int N, int Vl,
+                             int v_begin);
+template <typename T>
+void crossentropy_shard_forward(T* losses, T* probs, const T* logits, const T* maxes, const T* sums, int N, int Vl);
+/// dlogits (N, Vl) = (probs - onehot(targets - v_begin)) * dloss, the one-hot only where the
+/// target lies in the shard. WRITES, as crossentropy_backward (which it is for one shard).
+template <typename T>
+void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int Vl,
+                                 int v_begin);
 
 /// Hyper-parameters of AdamW (Loshchilov & Hutter 2019), torch.optim.AdamW semantics:
 /// decoupled weight decay p -= lr * wd * p, then bias-corrected Adam.

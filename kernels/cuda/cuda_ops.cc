@@ -72,5 +72,29 @@ void CudaOps::adamw_update(float* param, const float* grad, float* m, float* v, 
                            const cpu::AdamWParams& hp, int t) {
   cuda::adamw_update(param, grad, m, v, n, hp, t, s());
 }
+void CudaOps::embedding_shard_forward(float* out, const int32_t* tokens, const float* wte_shard, const float* wpe,
+                                      int B, int Tn, int C, int v_begin, int v_end) {
+  cuda::embedding_shard_forward(out, tokens, wte_shard, wpe, B, Tn, C, v_begin, v_end, s());
+}
+void CudaOps::embedding_shard_backward(float* dwte_shard, float* dwpe, const float* dout, const int32_t* tokens,
+                                       int B, int Tn, int C, int v_begin, int v_end) {
+  cuda::embedding_shard_backward(dwte_shard, dwpe, dout, tokens, B, Tn, C, v_begin, v_end, s());
+}
+void CudaOps::add_bias(float* out, const float* bias, int N, int OC) { cuda::add_bias(out, bias, N, OC, s()); }
+void CudaOps::crossentropy_shard_max(float* maxes, const float* logits, int N, int Vl) {
+  cuda::crossentropy_shard_max(maxes, logits, N, Vl, s());
+}
+void CudaOps::crossentropy_shard_sums(float* sums, const float* logits, const float* maxes, const int32_t* targets,
+                                      int N, int Vl, int v_begin) {
+  cuda::crossentropy_shard_sums(sums, logits, maxes, targets, N, Vl, v_begin, s());
+}
+void CudaOps::crossentropy_shard_forward(float* losses, float* probs, const float* logits, const float* maxes,
+                                         const float* sums, int N, int Vl) {
+  cuda::crossentropy_shard_forward(losses, probs, logits, maxes, sums, N, Vl, s());
+}
+void CudaOps::crossentropy_shard_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                                          int N, int Vl, int v_begin) {
+  cuda::crossentropy_shard_backward(dlogits, probs, targets, dloss, N, Vl, v_begin, s());
+}
 
 }  // namespace dtb

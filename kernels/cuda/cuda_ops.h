@@ -48,6 +48,18 @@ class CudaOps final : public Ops<float> {
                              int V) override;
   void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const cpu::AdamWParams& hp,
                     int t) override;
+  void embedding_shard_forward(float* out, const int32_t* tokens, const float* wte_shard, const float* wpe, int B,
+                               int Tn, int C, int v_begin, int v_end) override;
+  void embedding_shard_backward(float* dwte_shard, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                                int Tn, int C, int v_begin, int v_end) override;
+  void add_bias(float* out, const float* bias, int N, int OC) override;
+  void crossentropy_shard_max(float* maxes, const float* logits, int N, int Vl) override;
+  void crossentropy_shard_sums(float* sums, const float* logits, const float* maxes, const int32_t* targets, int N,
+                               int Vl, int v_begin) override;
+  void crossentropy_shard_forward(float* losses, float* probs, const float* logits, const float* maxes,
+                                  const float* sums, int N, int Vl) override;
+  void crossentropy_shard_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss, int N,
+                                   int Vl, int v_begin) override;
 
  private:
   cudaStream_t s() const { return device_.compute_stream(); }

@@ -97,6 +97,70 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int 
   }
 }
 
+// ---- vocabulary-parallel embedding (this rank's rows [v_begin, v_end) of wte) ----
+
+// As encoder_forward with each term 0 where the CPU op uses 0: the token's row only when it
+// lies in the shard, wpe only when given. The add is always done, as on the CPU (bitwise).
+__global__ void embedding_shard_forward_kernel(float* out, const int32_t* tokens,
+                                               const float* wte_shard, const float* wpe, int T,
+                                               int C, int v_begin, int v_end, size_t n) {
+  for (size_t idx = thread_index(); idx < n; idx += thread_count()) {
+    const size_t bt = idx / C;
+    const int i = int(idx % C);
+    const int t = int(bt % T);
+    const int32_t tok = tokens[bt];
+    const float we =
+        tok >= v_begin && tok < v_end ? wte_shard[size_t(tok - v_begin) * C + i] : 0.0f;
+    const float pe = wpe ? wpe[size_t(t) * C + i] : 0.0f;
+    out[idx] = we + pe;
+  }
+}
+
+// dwte_shard without atomics: one block (kBlock threads) per position p = b*T + t. The block
+// of a position whose token is outside the shard, or occurred at an earlier position, leaves;
+// the block of the token's first position alone writes its row, adding the dout rows of
+// every position holding the token in position ((b, t)) order, as the CPU loop. One writer
+// and one order per row: deterministic and bitwise the CPU's. Positions are scanned
+// kBlock at a time; the hits of a chunk are compacted in order into shared memory (warp
+// ballots), then each thread adds them to its channels.
+__global__ void embedding_shard_backward_wte_kernel(float* dwte_shard, const float* dout,
+                                                    const int32_t* tokens, int BT, int C,
+                                                    int v_begin, int v_end) {
+  __shared__ int hits[kBlock];
+  __shared__ int warp_hits[kWarpsPerBlock];
+  const int p = blockIdx.x;
+  const int32_t tok = tokens[p];
+  if (tok < v_begin || tok >= v_end) return;  // the same for the whole block
+  for (int base = 0; base < p; base += kBlock) {
+    const int q = base + int(threadIdx.x);
+    if (__syncthreads_or(q < p && tokens[q] == tok)) return;  // not the first: all leave
+  }
+  float* dwe = dwte_shard + size_t(tok - v_begin) * C;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int base = p; base < BT; base += kBlock) {
+    const int q = base + int(threadIdx.x);
+    const bool hit = q < BT && tokens[q] == tok;
+    const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+    if (lane == 0) warp_hits[warp] = __popc(ballot);
+    __syncthreads();
+    int offset = 0, count = 0;  // hits of the warps before this one; of the whole chunk
+    for (int w = 0; w < kWarpsPerBlock; w++) {
+      offset += w < warp ? warp_hits[w] : 0;
+      count += warp_hits[w];
+    }
+    if (hit) hits[offset + __popc(ballot & ((1u << lane) - 1u))] = q;
+    __syncthreads();
+    if (count > 0) {  // the same for the whole block
+      for (int i = threadIdx.x; i < C; i += kBlock) {
+        float acc = dwe[i];
+        for (int k = 0; k < count; k++) acc += dout[size_t(hits[k]) * C + i];
+        dwe[i] = acc;
+      }
+    }
+    __syncthreads();  // hits and warp_hits are rewritten by the next chunk
+  }
+}
+
 // ---- layernorm ----
 
 // One warp per row: two-pass mean and biased variance, as the CPU op.
@@ -301,6 +365,64 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* probs,
   }
 }
 
+// ---- vocabulary-parallel cross-entropy: logits (N, Vl) for ids [v_begin, v_begin + Vl) ----
+
+// One block per row: the shard's row max (exact in any order).
+__global__ void crossentropy_shard_max_kernel(float* maxes, const float* logits, int Vl) {
+  const size_t row = blockIdx.x;
+  const float* l = logits + row * Vl;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < Vl; i += blockDim.x) mx = fmaxf(mx, l[i]);
+  mx = block_reduce<true>(mx);
+  if (threadIdx.x == 0) maxes[row] = mx;
+}
+
+// One block per row: sums[row] = sum of exp(l - max) (a fixed per-thread order, then the
+// block tree: deterministic, as crossentropy_forward); sums[N + row] = the target's logit
+// when it lies in the shard, else 0.
+__global__ void crossentropy_shard_sums_kernel(float* sums, const float* logits,
+                                               const float* maxes, const int32_t* targets,
+                                               int N, int Vl, int v_begin) {
+  const size_t row = blockIdx.x;
+  const float* l = logits + row * Vl;
+  const float mx = maxes[row];
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < Vl; i += blockDim.x) sum += expf(l[i] - mx);
+  sum = block_reduce<false>(sum);
+  if (threadIdx.x == 0) {
+    sums[row] = sum;
+    const int32_t j = targets[row] - v_begin;
+    sums[size_t(N) + row] = j >= 0 && j < Vl ? l[j] : 0.0f;
+  }
+}
+
+// One block per row: probs = exp(l - max) * (1 / sum); the loss log(sum) - (target logit -
+// max) from the all-reduced maxes and sums, as the CPU op (no product to contract).
+__global__ void crossentropy_shard_forward_kernel(float* losses, float* probs,
+                                                  const float* logits, const float* maxes,
+                                                  const float* sums, int N, int Vl) {
+  const size_t row = blockIdx.x;
+  const float* l = logits + row * Vl;
+  float* p = probs + row * Vl;
+  const float mx = maxes[row], sum = sums[row];
+  const float inv = 1.0f / sum;
+  for (int i = threadIdx.x; i < Vl; i += blockDim.x) p[i] = expf(l[i] - mx) * inv;
+  if (threadIdx.x == 0) losses[row] = logf(sum) - (sums[size_t(N) + row] - mx);
+}
+
+// Elementwise, as crossentropy_backward with the one-hot at target - v_begin (never hit when
+// the target is outside the shard, since 0 <= i < Vl).
+__global__ void crossentropy_shard_backward_kernel(float* dlogits, const float* probs,
+                                                   const int32_t* targets, float dloss, int Vl,
+                                                   int v_begin, size_t n) {
+  for (size_t idx = thread_index(); idx < n; idx += thread_count()) {
+    const size_t row = idx / Vl;
+    const int i = int(idx % Vl);
+    const float p = probs[idx];
+    dlogits[idx] = i == targets[row] - v_begin ? (p - 1.0f) * dloss : p * dloss;
+  }
+}
+
 // ---- AdamW ----
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, size_t n,
@@ -365,6 +487,35 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   DTB_LAUNCH_CHECK();
   encoder_backward_wpe_kernel<<<grid_for(size_t(T) * C), kBlock, 0, stream>>>(dwpe, dout, B, T, C);
   DTB_LAUNCH_CHECK();
+}
+
+void embedding_shard_forward(float* out, const int32_t* tokens, const float* wte_shard,
+                             const float* wpe, int B, int T, int C, int v_begin, int v_end,
+                             cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  const size_t n = size_t(B) * T * C;
+  embedding_shard_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, tokens, wte_shard, wpe,
+                                                                     T, C, v_begin, v_end, n);
+  DTB_LAUNCH_CHECK();
+}
+
+void embedding_shard_backward(float* dwte_shard, float* dwpe, const float* dout,
+                              const int32_t* tokens, int B, int T, int C, int v_begin, int v_end,
+                              cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  const size_t bt = size_t(B) * T;
+  DTB_CHECK(bt < (size_t(1) << 31), "embedding_shard_backward: too many positions: " +
+                                        std::to_string(bt));
+  if (v_begin < v_end) {
+    embedding_shard_backward_wte_kernel<<<unsigned(bt), kBlock, 0, stream>>>(
+        dwte_shard, dout, tokens, int(bt), C, v_begin, v_end);
+    DTB_LAUNCH_CHECK();
+  }
+  if (dwpe) {
+    encoder_backward_wpe_kernel<<<grid_for(size_t(T) * C), kBlock, 0, stream>>>(dwpe, dout, B, T,
+                                                                                C);
+    DTB_LAUNCH_CHECK();
+  }
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -492,6 +643,40 @@ void crossentropy_backward(float* dlogits, const float* probs, const int32_t* ta
   const size_t n = size_t(N) * V;
   crossentropy_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(dlogits, probs, targets,
                                                                    dloss, V, n);
+  DTB_LAUNCH_CHECK();
+}
+
+void crossentropy_shard_max(float* maxes, const float* logits, int N, int Vl,
+                            cudaStream_t stream) {
+  if (N <= 0 || Vl < 0) return;  // Vl 0: the CPU's writes (max: -inf, the MAX identity)
+  crossentropy_shard_max_kernel<<<unsigned(N), kCeBlock, 0, stream>>>(maxes, logits, Vl);
+  DTB_LAUNCH_CHECK();
+}
+
+void crossentropy_shard_sums(float* sums, const float* logits, const float* maxes,
+                             const int32_t* targets, int N, int Vl, int v_begin,
+                             cudaStream_t stream) {
+  if (N <= 0 || Vl < 0) return;  // Vl 0: the CPU's writes (max: -inf, the MAX identity)
+  crossentropy_shard_sums_kernel<<<unsigned(N), kCeBlock, 0, stream>>>(sums, logits, maxes,
+                                                                       targets, N, Vl, v_begin);
+  DTB_LAUNCH_CHECK();
+}
+
+void crossentropy_shard_forward(float* losses, float* probs, const float* logits,
+                                const float* maxes, const float* sums, int N, int Vl,
+                                cudaStream_t stream) {
+  if (N <= 0 || Vl < 0) return;  // Vl 0: the CPU's writes (max: -inf, the MAX identity)
+  crossentropy_shard_forward_kernel<<<unsigned(N), kCeBlock, 0, stream>>>(losses, probs, logits,
+                                                                          maxes, sums, N, Vl);
+  DTB_LAUNCH_CHECK();
+}
+
+void crossentropy_shard_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                 float dloss, int N, int Vl, int v_begin, cudaStream_t stream) {
+  if (N <= 0 || Vl <= 0) return;
+  const size_t n = size_t(N) * Vl;
+  crossentropy_shard_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(dlogits, probs, targets,
+                                                                         dloss, Vl, v_begin, n);
   DTB_LAUNCH_CHECK();
 }
 

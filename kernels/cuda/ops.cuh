@@ -32,6 +32,20 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                       int T, int C, cudaStream_t stream);
 
+/// The vocabulary-parallel embedding's shard (cpu::embedding_shard_forward): this rank holds
+/// rows [v_begin, v_end) of wte as wte_shard (v_end - v_begin, C). WRITES out (B,T,C) =
+/// (v_begin <= tok < v_end ? wte_shard[tok - v_begin] : 0) + (wpe ? wpe[t] : 0), bitwise the
+/// CPU's. wpe may be null.
+void embedding_shard_forward(float* out, const int32_t* tokens, const float* wte_shard,
+                             const float* wpe, int B, int T, int C, int v_begin, int v_end,
+                             cudaStream_t stream);
+/// dwte_shard (v_end - v_begin, C) += dout rows of the tokens in [v_begin, v_end), each row
+/// summed by one block in (b, t) order (no atomics: deterministic, bitwise the CPU's);
+/// dwpe (T,C) += sum over b of dout (in b order) unless dwpe is null.
+void embedding_shard_backward(float* dwte_shard, float* dwpe, const float* dout,
+                              const int32_t* tokens, int B, int T, int C, int v_begin, int v_end,
+                              cudaStream_t stream);
+
 /// LayerNorm over the last dim, eps 1e-5, two-pass variance (biased), one warp per row:
 /// out (N,C) = (inp - mean) * rstd * weight (C) + bias (C). WRITES out, mean (N), rstd (N).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -74,6 +88,27 @@ void crossentropy_forward(float* losses, float* probs, const float* logits,
 void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
                            float dloss, int N, int V, cudaStream_t stream);
 
+/// Vocabulary-parallel cross-entropy (cpu::crossentropy_shard_*, which documents the three
+/// steps and the all-reduces between them): logits (N, Vl) hold ids [v_begin, v_begin + Vl),
+/// targets (N) on device. One block per row for the first three; the sums are a fixed
+/// per-thread order then a block tree (deterministic, as crossentropy_forward).
+/// WRITES maxes (N) = row max of the shard (-inf where Vl is 0).
+void crossentropy_shard_max(float* maxes, const float* logits, int N, int Vl, cudaStream_t stream);
+/// WRITES sums (2N) = [sum_j exp(l_nj - maxes_n) (N), the target's logit if it lies in the
+/// shard, else 0 (N)].
+void crossentropy_shard_sums(float* sums, const float* logits, const float* maxes,
+                             const int32_t* targets, int N, int Vl, int v_begin,
+                             cudaStream_t stream);
+/// From the all-reduced maxes (N) and sums (2N): WRITES probs (N, Vl) = exp(l - max) / sum
+/// and losses (N) = log(sum) - (target logit - max).
+void crossentropy_shard_forward(float* losses, float* probs, const float* logits,
+                                const float* maxes, const float* sums, int N, int Vl,
+                                cudaStream_t stream);
+/// dlogits (N, Vl) = (probs - onehot(targets - v_begin)) * dloss, the one-hot only where the
+/// target lies in the shard. WRITES, bitwise the CPU's.
+void crossentropy_shard_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                 float dloss, int N, int Vl, int v_begin, cudaStream_t stream);
+
 /// One AdamW step (torch.optim.AdamW semantics, as cpu::adamw_update) at step t (1-based)
 /// over n elements: param, m, v updated in place from grad. The bias corrections
 /// 1 / (1 - beta^t) are computed on the host in double and passed to the kernel as float.
@@ -90,7 +125,8 @@ void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n,
 /// the previous value of) *count_dev, a device counter.
 void count_nonfinite(const float* x, size_t n, unsigned int* count_dev, cudaStream_t stream);
 
-/// out (N,OC) += bias (OC) broadcast over rows. (Used by Gemm::matmul_forward.)
+/// out (N,OC) += bias (OC) broadcast over rows, bitwise cpu::add_bias. (Used by
+/// Gemm::matmul_forward, and CudaOps::add_bias for the row-parallel linear's bias.)
 void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t stream);
 /// dst (OC) += column sums of x (N,OC), summed in row order per column (deterministic).
 /// (Used by Gemm::matmul_backward for dbias.)

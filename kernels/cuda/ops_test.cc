@@ -30,6 +30,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/cuda_test_util.h"
 
@@ -311,6 +312,309 @@ TEST(CudaOps, CrossEntropyMatchesCpu) {
     s.sync();
     EXPECT_EQ(rel_err(d_dlogits.download(), dlogits), 0.0);
   }
+}
+
+// ---- the sharded ops of tensor parallelism ----
+
+// A vocabulary shard [v_begin, v_end) of V ids, with or without wpe / dwpe. Tokens are drawn
+// from all of [0, V), so positions both inside and outside the shard occur.
+struct EmbShard {
+  int B, T, C, V, v_begin, v_end;
+  bool with_pe;
+};
+const EmbShard kEmbShards[] = {
+    {1, 1, 1, 1, 0, 1, true},       // the whole (one-id) vocabulary: encoder_forward
+    {1, 7, 65, 100, 33, 66, true},  // N = 7, Vl = 33, C = 65, v_begin > 0
+    {1, 7, 65, 100, 67, 100, false},
+    {2, 5, 48, 11, 4, 9, false},
+    {3, 33, 72, 7, 2, 5, true},           // many repeats of each id
+    {3, 200, 33, 5, 1, 3, true},          // B*T = 600 > 256: the backward's position chunks
+    {2, 300, 65, 1000, 100, 900, false},  // mostly distinct ids, over several chunks
+    {2, 5, 8, 10, 4, 4, true},            // an empty shard: only wpe
+};
+
+TEST(CudaOps, EmbeddingShardForwardMatchesCpu) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(13);
+  Stream s;
+  for (const EmbShard sh : kEmbShards) {
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << sh.B << " T=" << sh.T << " C=" << sh.C << " V=" << sh.V << " shard=["
+                 << sh.v_begin << "," << sh.v_end << ") wpe=" << sh.with_pe);
+    const size_t n = size_t(sh.B) * sh.T * sh.C;
+    const auto tok = ids(size_t(sh.B) * sh.T, sh.V, rng);
+    const FVec wte = uniform(size_t(sh.v_end - sh.v_begin) * sh.C, rng);
+    const FVec wpe = uniform(size_t(sh.T) * sh.C, rng);
+    FVec want(n);
+    cpu::embedding_shard_forward(want.data(), tok.data(), wte.data(),
+                                 sh.with_pe ? wpe.data() : nullptr, sh.B, sh.T, sh.C, sh.v_begin,
+                                 sh.v_end);
+    DevBuf<int32_t> d_tok(tok);
+    DevBuf<float> d_wte(wte), d_wpe(wpe), d_out(n);
+    d_out.poison();
+    embedding_shard_forward(d_out.get(), d_tok.get(), d_wte.get(),
+                            sh.with_pe ? d_wpe.get() : nullptr, sh.B, sh.T, sh.C, sh.v_begin,
+                            sh.v_end, s);
+    s.sync();
+    // One IEEE add per element (one term possibly an exact 0), the CPU's: exact.
+    EXPECT_EQ(rel_err(d_out.download(), want), 0.0);
+  }
+}
+
+TEST(CudaOps, EmbeddingShardBackwardMatchesCpuBitwise) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(14);
+  Stream s;
+  for (const EmbShard sh : kEmbShards) {
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << sh.B << " T=" << sh.T << " C=" << sh.C << " V=" << sh.V << " shard=["
+                 << sh.v_begin << "," << sh.v_end << ") dwpe=" << sh.with_pe);
+    const auto tok = ids(size_t(sh.B) * sh.T, sh.V, rng);
+    const FVec dout = uniform(size_t(sh.B) * sh.T * sh.C, rng);
+    FVec dwte = uniform(size_t(sh.v_end - sh.v_begin) * sh.C, rng),
+         dwpe = uniform(size_t(sh.T) * sh.C, rng);
+    const FVec dwpe0 = dwpe;
+    DevBuf<int32_t> d_tok(tok);
+    DevBuf<float> d_dout(dout), d_dwte(dwte), d_dwpe(dwpe);
+    cpu::embedding_shard_backward(dwte.data(), sh.with_pe ? dwpe.data() : nullptr, dout.data(),
+                                  tok.data(), sh.B, sh.T, sh.C, sh.v_begin, sh.v_end);
+    // A second GPU run from the same start (dwpe null there): the result may not depend on
+    // the run.
+    DevBuf<float> d_dwte2(d_dwte.download());
+    embedding_shard_backward(d_dwte.get(), sh.with_pe ? d_dwpe.get() : nullptr, d_dout.get(),
+                             d_tok.get(), sh.B, sh.T, sh.C, sh.v_begin, sh.v_end, s);
+    embedding_shard_backward(d_dwte2.get(), nullptr, d_dout.get(), d_tok.get(), sh.B, sh.T, sh.C,
+                             sh.v_begin, sh.v_end, s);
+    s.sync();
+    // Each row's adds in (b, t) order, as the CPU (no atomics): bitwise equal.
+    const FVec g = d_dwte.download(), g2 = d_dwte2.download();
+    EXPECT_EQ(rel_err(g, dwte), 0.0);
+    EXPECT_TRUE(g.empty() || std::memcmp(g.data(), g2.data(), g.size() * sizeof(float)) == 0);
+    // dwpe: the same adds in b order, exact; with dwpe null, untouched.
+    EXPECT_EQ(rel_err(d_dwpe.download(), sh.with_pe ? dwpe : dwpe0), 0.0);
+  }
+}
+
+TEST(CudaOps, AddBiasMatchesCpu) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(15);
+  Stream s;
+  for (const auto& [N, OC] : {std::pair{1, 1}, std::pair{7, 65}, std::pair{33, 768}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " OC=" << OC);
+    FVec out = uniform(size_t(N) * OC, rng);
+    const FVec bias = uniform(OC, rng);
+    DevBuf<float> d_out(out), d_bias(bias);
+    cpu::add_bias(out.data(), bias.data(), N, OC);
+    add_bias(d_out.get(), d_bias.get(), N, OC, s);
+    s.sync();
+    EXPECT_EQ(rel_err(d_out.download(), out), 0.0);  // one IEEE add: exact
+  }
+}
+
+// Cross-entropy over V ids split into shards at `bounds` (shard r = [bounds[r], bounds[r+1])).
+// Each GPU op is compared with the CPU op on the same inputs; the all-reduces between the
+// steps are done on the host (MAX; SUM in rank order) from the CPU's per-shard results.
+struct CeSplit {
+  int N, V;
+  std::vector<int> bounds;
+};
+
+TEST(CudaOps, CrossEntropyShardMatchesCpu) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(16);
+  Stream s;
+  const std::vector<CeSplit> splits = {
+      {1, 1, {0, 1}},                 // one shard: crossentropy_forward
+      {7, 100, {0, 33, 66, 100}},     // Vl = 33, 33, 34
+      {37, 129, {0, 64, 65, 129}},    // a one-id shard
+      {5, 50257, {0, 25129, 50257}},  // GPT-2's vocabulary over two ranks
+  };
+  for (const CeSplit& sp : splits) {
+    const int N = sp.N, V = sp.V, R = int(sp.bounds.size()) - 1;
+    SCOPED_TRACE(testing::Message() << "N=" << N << " V=" << V << " shards=" << R);
+    FVec logits = uniform(size_t(N) * V, rng, -5.0f, 5.0f);
+    for (int n = 0; n < N; n += 3) {  // +-300 rows, as CrossEntropyMatchesCpu
+      for (int i = 0; i < V; i++) logits[size_t(n) * V + i] += n % 2 ? -300.0f : 300.0f;
+    }
+    auto tgt = ids(N, V, rng);
+    tgt[0] = 0;          // the first id of shard 0 ...
+    tgt[N - 1] = V - 1;  // ... and the last of the last shard
+    DevBuf<int32_t> d_tgt(tgt);
+    // The shard's logits (N, Vl), copied out of the full rows.
+    auto shard_of = [&](const FVec& full, int r) {
+      const int b = sp.bounds[r], Vl = sp.bounds[r + 1] - b;
+      FVec out(size_t(N) * Vl);
+      for (int n = 0; n < N; n++) {
+        std::copy_n(full.begin() + size_t(n) * V + b, Vl, out.begin() + size_t(n) * Vl);
+      }
+      return out;
+    };
+    // Step 1, and the host's all-reduce MAX.
+    FVec maxes(N, -std::numeric_limits<float>::infinity());
+    for (int r = 0; r < R; r++) {
+      const int Vl = sp.bounds[r + 1] - sp.bounds[r];
+      SCOPED_TRACE(testing::Message() << "max, shard " << r);
+      const FVec l = shard_of(logits, r);
+      FVec want(N);
+      cpu::crossentropy_shard_max(want.data(), l.data(), N, Vl);
+      DevBuf<float> d_l(l), d_max(N);
+      d_max.poison();
+      crossentropy_shard_max(d_max.get(), d_l.get(), N, Vl, s);
+      s.sync();
+      EXPECT_EQ(rel_err(d_max.download(), want), 0.0);  // a max is exact in any order
+      for (int n = 0; n < N; n++) maxes[n] = std::max(maxes[n], want[n]);
+    }
+    // Step 2 from the global maxes, and the host's all-reduce SUM (rank order).
+    FVec sums(2 * size_t(N), 0.0f);
+    int in_shard = 0, outside = 0;
+    for (int r = 0; r < R; r++) {
+      const int v_begin = sp.bounds[r], Vl = sp.bounds[r + 1] - v_begin;
+      SCOPED_TRACE(testing::Message() << "sums, shard " << r);
+      for (int n = 0; n < N; n++)
+        (tgt[n] >= v_begin && tgt[n] < v_begin + Vl ? in_shard : outside)++;
+      const FVec l = shard_of(logits, r);
+      FVec want(2 * size_t(N));
+      cpu::crossentropy_shard_sums(want.data(), l.data(), maxes.data(), tgt.data(), N, Vl, v_begin);
+      DevBuf<float> d_l(l), d_max(maxes), d_sums(want.size());
+      d_sums.poison();
+      crossentropy_shard_sums(d_sums.get(), d_l.get(), d_max.get(), d_tgt.get(), N, Vl, v_begin, s);
+      s.sync();
+      const FVec got = d_sums.download();
+      // Vl-term sums of exp (<= 2 ulp each) in another order: tol_fp32(Vl).
+      EXPECT_LE(rel_err(FVec(got.begin(), got.begin() + N), FVec(want.begin(), want.begin() + N)),
+                tol_fp32(Vl));
+      // The target's logit or 0: a copy, exact.
+      EXPECT_EQ(rel_err(FVec(got.begin() + N, got.end()), FVec(want.begin() + N, want.end())), 0.0);
+      for (size_t i = 0; i < sums.size(); i++) sums[i] += want[i];
+    }
+    if (R > 1) {  // targets inside and outside some shard were both exercised
+      EXPECT_GT(in_shard, 0);
+      EXPECT_GT(outside, 0);
+    }
+    // Step 3 from the global maxes and sums, and the backward from the CPU probs.
+    const float dloss = 1.0f / float(N);
+    for (int r = 0; r < R; r++) {
+      const int v_begin = sp.bounds[r], Vl = sp.bounds[r + 1] - v_begin;
+      SCOPED_TRACE(testing::Message() << "forward/backward, shard " << r);
+      const FVec l = shard_of(logits, r);
+      FVec losses(N), probs(size_t(N) * Vl);
+      cpu::crossentropy_shard_forward(losses.data(), probs.data(), l.data(), maxes.data(),
+                                      sums.data(), N, Vl);
+      DevBuf<float> d_l(l), d_max(maxes), d_sums(sums), d_losses(N), d_probs(probs.size()),
+          d_dlogits(probs.size());
+      d_losses.poison();
+      d_probs.poison();
+      d_dlogits.poison();
+      crossentropy_shard_forward(d_losses.get(), d_probs.get(), d_l.get(), d_max.get(),
+                                 d_sums.get(), N, Vl, s);
+      s.sync();
+      // probs: exp (<= 2 ulp) times the same 1/sum, ~6u per element; losses: logf (<= 1 ulp)
+      // of the same sum plus one add of a term of the same sign, ~3u. tol_fp32(1) = 20u.
+      EXPECT_LE(rel_err(d_probs.download(), probs), tol_fp32(1));
+      EXPECT_LE(rel_err(d_losses.download(), losses), tol_fp32(1));
+
+      FVec dlogits(probs.size());
+      cpu::crossentropy_shard_backward(dlogits.data(), probs.data(), tgt.data(), dloss, N, Vl,
+                                       v_begin);
+      d_probs.upload(probs);
+      crossentropy_shard_backward(d_dlogits.get(), d_probs.get(), d_tgt.get(), dloss, N, Vl,
+                                  v_begin, s);
+      s.sync();
+      EXPECT_EQ(rel_err(d_dlogits.download(), dlogits), 0.0);  // one multiply (and subtract): exact
+    }
+  }
+}
+
+// The shard ops chained on the GPU through the Ops interface (CudaOps), the all-reduces on
+// the host, against the unsharded CPU cross-entropy and encoder: checks the forwarding and
+// that the pieces compose.
+TEST(CudaOps, ShardOpsThroughTheInterfaceComposeToTheUnshardedOps) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(17);
+  CudaDevice dev;
+  Gemm gemm;
+  CudaOps cuda_ops(dev, gemm);
+  Ops<float>& ops = cuda_ops;
+  const int B = 1, T = 7, N = B * T, C = 65, V = 100;
+  const std::vector<int> bounds = {0, 33, 66, 100};
+  const int R = int(bounds.size()) - 1;
+  const auto tok = ids(N, V, rng), tgt = ids(N, V, rng);
+  const FVec wte = uniform(size_t(V) * C, rng), wpe = uniform(size_t(T) * C, rng);
+  const FVec logits = uniform(size_t(N) * V, rng, -5.0f, 5.0f);
+  DevBuf<int32_t> d_tok(tok), d_tgt(tgt);
+
+  // Embedding: the shards' outputs (wpe on rank 0 only) summed on the host in rank order are
+  // encoder_forward's, bitwise (every other term is an exact 0).
+  FVec emb(size_t(N) * C, 0.0f), want_emb(emb.size());
+  cpu::encoder_forward(want_emb.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  DevBuf<float> d_wpe(wpe), d_out(emb.size());
+  for (int r = 0; r < R; r++) {
+    DevBuf<float> d_wte(
+        FVec(wte.begin() + size_t(bounds[r]) * C, wte.begin() + size_t(bounds[r + 1]) * C));
+    d_out.poison();
+    ops.embedding_shard_forward(d_out.get(), d_tok.get(), d_wte.get(),
+                                r == 0 ? d_wpe.get() : nullptr, B, T, C, bounds[r], bounds[r + 1]);
+    ops.synchronize();
+    const FVec part = d_out.download();
+    for (size_t i = 0; i < emb.size(); i++) emb[i] += part[i];
+  }
+  EXPECT_EQ(rel_err(emb, want_emb), 0.0);
+
+  // Cross-entropy: max, all-reduce MAX, sums, all-reduce SUM, forward; against the full op.
+  FVec want_losses(N), want_probs(size_t(N) * V);
+  cpu::crossentropy_forward(want_losses.data(), want_probs.data(), logits.data(), tgt.data(), N, V);
+  auto shard_of = [&](int r) {
+    const int Vl = bounds[r + 1] - bounds[r];
+    FVec out(size_t(N) * Vl);
+    for (int n = 0; n < N; n++) {
+      std::copy_n(logits.begin() + size_t(n) * V + bounds[r], Vl, out.begin() + size_t(n) * Vl);
+    }
+    return out;
+  };
+  FVec maxes(N, -std::numeric_limits<float>::infinity()), sums(2 * size_t(N), 0.0f);
+  DevBuf<float> d_max(N), d_sums(2 * size_t(N));
+  for (int r = 0; r < R; r++) {
+    DevBuf<float> d_l(shard_of(r));
+    ops.crossentropy_shard_max(d_max.get(), d_l.get(), N, bounds[r + 1] - bounds[r]);
+    ops.synchronize();
+    const FVec m = d_max.download();
+    for (int n = 0; n < N; n++) maxes[n] = std::max(maxes[n], m[n]);
+  }
+  d_max.upload(maxes);
+  for (int r = 0; r < R; r++) {
+    DevBuf<float> d_l(shard_of(r));
+    ops.crossentropy_shard_sums(d_sums.get(), d_l.get(), d_max.get(), d_tgt.get(), N,
+                                bounds[r + 1] - bounds[r], bounds[r]);
+    ops.synchronize();
+    const FVec part = d_sums.download();
+    for (size_t i = 0; i < sums.size(); i++) sums[i] += part[i];
+  }
+  d_sums.upload(sums);
+  FVec losses, probs(want_probs.size());
+  DevBuf<float> d_losses(N);
+  for (int r = 0; r < R; r++) {
+    const int Vl = bounds[r + 1] - bounds[r];
+    DevBuf<float> d_l(shard_of(r)), d_probs(size_t(N) * Vl);
+    d_losses.poison();
+    d_probs.poison();
+    ops.crossentropy_shard_forward(d_losses.get(), d_probs.get(), d_l.get(), d_max.get(),
+                                   d_sums.get(), N, Vl);
+    ops.synchronize();
+    const FVec p = d_probs.download();
+    for (int n = 0; n < N; n++)
+      std::copy_n(p.begin() + size_t(n) * Vl, Vl, probs.begin() + size_t(n) * V + bounds[r]);
+    const FVec l = d_losses.download();
+    if (r == 0) losses = l;
+    EXPECT_EQ(std::memcmp(l.data(), losses.data(), N * sizeof(float)), 0);  // every rank's the same
+  }
+  // V-term sums in another order (and split over shards), as CrossEntropyMatchesCpu.
+  EXPECT_LE(rel_err(probs, want_probs), tol_fp32(V));
+  EXPECT_LE(rel_err(losses, want_losses), tol_fp32(V));
 }
 
 TEST(CudaOps, AdamWMatchesCpu) {

@@ -1,0 +1,439 @@
+#include "reference/parallel_gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/error.h"
+#include "kernels/timer.h"
+
+namespace dtb {
+
+namespace {
+// Per-layer parameter tensors in gpt.h's order, and the index of each in LayerParams::o.
+enum { Pln1w, Pln1b, Pqkvw, Pqkvb, Pattprojw, Pattprojb, Pln2w, Pln2b, Pfcw, Pfcb, Pfcprojw, Pfcprojb };
+const char* const kLayerNames[12] = {"ln1w", "ln1b", "qkvw",  "qkvb", "attprojw", "attprojb",
+                                     "ln2w", "ln2b", "fcw",   "fcb",  "fcprojw",  "fcprojb"};
+
+// Activations of one (chunk, micro-batch): per-layer ones stacked over the chunk's Lc layers.
+enum Act {
+  kX0,  // chunk input (BT, C): the embedding's output or the received activation
+  kLn1, kLn1Mean, kLn1Rstd, kQkv, kAtty, kAtt, kAttproj, kRes2, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
+  kFcproj, kRes3,
+  kLnf, kLnfMean, kLnfRstd, kLogits, kProbs, kLosses, kMax, kSums,  // last chunk only
+  kNumActs
+};
+// Backward scratch, one set per rank (backwards run one at a time).
+enum Scratch { sDRes, sDLn, sDBig, sDBig2, sDAtt, sDLogits, sDMax, kNumScratch };
+}  // namespace
+
+template <typename T>
+struct ParallelGpt<T>::ActSet {
+  int B = 0, Tn = 0;
+  std::vector<Tensor> a;
+  Tensor tokens, targets;
+  T* p(int i) { return a[i].template data<T>(); }
+  int32_t* tok() { return tokens.data<int32_t>(); }
+  int32_t* tgt() { return targets.data<int32_t>(); }
+};
+
+template <typename T>
+ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device,
+                            Communicator& tp, Ops<T>* ops)
+    : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ops_(ops) {
+  validate_gpt_config(cfg);
+  DTB_CHECK(tp.size() == layout.tp, "ParallelGpt: the TP communicator's size is not layout.tp");
+  if (cfg.NH % layout.tp || cfg.V % layout.tp || cfg.L % (layout.pp * layout.virtual_stages))
+    throw InputError("ParallelGpt: layout tp " + std::to_string(layout.tp) + " pp " + std::to_string(layout.pp) +
+                     " x " + std::to_string(layout.virtual_stages) + " does not divide NH " +
+                     std::to_string(cfg.NH) + ", V " + std::to_string(cfg.V) + ", L " + std::to_string(cfg.L));
+  if (!ops_) {
+    DTB_CHECK(device.is_cpu(), "ParallelGpt on a non-CPU device needs that backend's Ops");
+    owned_ops_ = std::make_unique<CpuOps<T>>();
+    ops_ = owned_ops_.get();
+  }
+  coord_ = grid_coord(rank, layout);
+  const int tpn = layout.tp, r = coord_.tp, v = layout.virtual_stages;
+  Lc_ = cfg.L / (layout.pp * v);
+  Cl_ = cfg.C / tpn;
+  NHl_ = cfg.NH / tpn;
+  Vl_ = cfg.V / tpn;
+  const size_t C = cfg.C, Cl = Cl_;
+  std::map<std::string, size_t> full;  // full-buffer offset of each tensor
+  for (const auto& t : gpt_param_layout(cfg)) full[t.name] = t.offset;
+
+  bool holds_first = false, holds_last = false;
+  for (int c = 0; c < v; ++c) holds_first = holds_first || is_first(c), holds_last = holds_last || is_last(c);
+  if (holds_first || holds_last) {
+    wte_ = tensors_.size();
+    add_tensor("wte", -1, {{full["wte"] + size_t(r) * Vl_ * C, 0, size_t(Vl_) * C}}, false);
+    // The tied copy on the last stage is not the owner when the first stage is elsewhere.
+    tensors_.back().owner = tensors_.back().owner && (holds_first || layout.pp == 1);
+  }
+  if (holds_first) {
+    wpe_ = tensors_.size();
+    add_tensor("wpe", -1, {{full["wpe"], 0, size_t(cfg.T) * C}}, true);
+  }
+  layers_.resize(v);
+  for (int c = 0; c < v; ++c) {
+    for (int k = 0; k < Lc_; ++k) {
+      const size_t l = size_t(virtual_stage(c)) * Lc_ + k;
+      LayerParams lp;
+      for (int i = 0; i < 12; ++i) {
+        const std::string name = kLayerNames[i];
+        const size_t base = full[name];
+        std::vector<LocalTensor::Run> runs;
+        bool replicated = false;
+        switch (i) {
+          case Pqkvw:  // (3C, C): rows [k C + r Cl, k C + (r+1) Cl) of q, k and v
+            for (size_t b = 0; b < 3; ++b) runs.push_back({base + l * 3 * C * C + (b * C + r * Cl) * C, b * Cl * C, Cl * C});
+            break;
+          case Pqkvb:
+            for (size_t b = 0; b < 3; ++b) runs.push_back({base + l * 3 * C + b * C + r * Cl, b * Cl, Cl});
+            break;
+          case Pattprojw:  // (C, C): columns [r Cl, (r+1) Cl) of every row
+            for (size_t o = 0; o < C; ++o) runs.push_back({base + l * C * C + o * C + r * Cl, o * Cl, Cl});
+            break;
+          case Pfcw:  // (4C, C): rows [r 4Cl, (r+1) 4Cl)
+            runs.push_back({base + l * 4 * C * C + r * 4 * Cl * C, 0, 4 * Cl * C});
+            break;
+          case Pfcb:
+            runs.push_back({base + l * 4 * C + r * 4 * Cl, 0, 4 * Cl});
+            break;
+          case Pfcprojw:  // (C, 4C): columns [r 4Cl, (r+1) 4Cl) of every row
+            for (size_t o = 0; o < C; ++o) runs.push_back({base + l * 4 * C * C + o * 4 * C + r * 4 * Cl, o * 4 * Cl, 4 * Cl});
+            break;
+          default:  // ln1w ln1b attprojb ln2w ln2b fcprojb: (C), replicated over TP
+            runs.push_back({base + l * C, 0, C});
+            replicated = true;
+        }
+        lp.o[i] = num_params_;
+        add_tensor(name, int(l), std::move(runs), replicated);
+      }
+      layers_[c].push_back(lp);
+    }
+  }
+  if (holds_last) {
+    lnfw_ = tensors_.size();
+    add_tensor("lnfw", -1, {{full["lnfw"], 0, C}}, true);
+    lnfb_ = tensors_.size();
+    add_tensor("lnfb", -1, {{full["lnfb"], 0, C}}, true);
+  }
+  params_ = Tensor::empty(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::param);
+  grads_ = Tensor::empty(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::grad);
+  ops_->zero(params(), num_params_);
+  ops_->zero(grads(), num_params_);
+  live_.resize(v);
+  pool_.resize(v);
+}
+
+template <typename T>
+ParallelGpt<T>::~ParallelGpt() = default;
+
+template <typename T>
+void ParallelGpt<T>::add_tensor(const std::string& name, int layer, std::vector<LocalTensor::Run> runs,
+                                bool tp_replicated) {
+  LocalTensor t;
+  t.name = name;
+  t.layer = layer;
+  t.offset = num_params_;
+  for (const auto& run : runs) t.numel += run.n;
+  t.runs = std::move(runs);
+  t.owner = coord_.dp == 0 && (!tp_replicated || coord_.tp == 0);
+  num_params_ += t.numel;
+  tensors_.push_back(std::move(t));
+}
+
+template <typename T>
+T* ParallelGpt<T>::wte_grad() {
+  return wte_ ? grads() + tensors_[*wte_].offset : nullptr;
+}
+
+template <typename T>
+void ParallelGpt<T>::init(uint64_t seed) {
+  std::vector<T> full(gpt_num_params(cfg_)), mine(num_params_);
+  gpt_init_params(full.data(), cfg_, seed);
+  for (const auto& t : tensors_)
+    for (const auto& run : t.runs)
+      std::copy_n(full.data() + run.global, run.n, mine.data() + t.offset + run.local);
+  ops_->copy_from_host(params(), mine.data(), num_params_ * sizeof(T));
+}
+
+template <typename T>
+void ParallelGpt<T>::zero_grad() {
+  ops_->zero(grads(), num_params_);
+}
+
+template <typename T>
+typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int B, int Tn) {
+  DTB_CHECK(!live_[chunk].count(mb), "ParallelGpt: micro-batch already in flight in this chunk");
+  std::unique_ptr<ActSet> s;
+  auto& pool = pool_[chunk];
+  for (auto it = pool.begin(); it != pool.end(); ++it)
+    if ((*it)->B == B && (*it)->Tn == Tn) {
+      s = std::move(*it);
+      pool.erase(it);
+      break;
+    }
+  if (!s) {
+    s = std::make_unique<ActSet>();
+    s->B = B;
+    s->Tn = Tn;
+    const int64_t L = Lc_, b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
+    const bool last = is_last(chunk);
+    const std::vector<std::vector<int64_t>> shapes = {
+        {b, t, C},
+        {L, b, t, C}, {L, b, t}, {L, b, t}, {L, b, t, 3 * Cl}, {L, b, t, Cl}, {L, b, NH, t, t}, {L, b, t, C},
+        {L, b, t, C}, {L, b, t, C}, {L, b, t}, {L, b, t}, {L, b, t, 4 * Cl}, {L, b, t, 4 * Cl}, {L, b, t, C},
+        {L, b, t, C},
+        {b, t, C}, {b, t}, {b, t}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
+    for (int i = 0; i < kNumActs; ++i) {
+      const bool head = i >= kLnf;
+      s->a.push_back(head && !last ? Tensor()
+                                   : Tensor::empty(device_, shapes[i], dtype_of<T>(), MemCategory::activation));
+    }
+    s->tokens = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
+    s->targets = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
+  }
+  ActSet& ref = *s;
+  live_[chunk][mb] = std::move(s);
+  return ref;
+}
+
+template <typename T>
+void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
+  if (B == sB_ && Tn == sT_) return;
+  scratch_.clear();
+  const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
+  const std::vector<std::vector<int64_t>> shapes = {{b, t, C},      {b, t, C},  {b, t, 4 * Cl}, {b, t, 4 * Cl},
+                                                    {b, NH, t, t}, {b, t, V}, {b, t}};
+  for (const auto& s : shapes) scratch_.push_back(Tensor::empty(device_, s, dtype_of<T>(), MemCategory::workspace));
+  sB_ = B;
+  sT_ = Tn;
+}
+
+template <typename T>
+const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const int32_t* targets, const T* x,
+                                 int B, int Tn, double* loss_sum) {
+  DTB_CHECK(chunk >= 0 && chunk < chunks(), "ParallelGpt::forward: chunk out of range");
+  DTB_CHECK(B > 0 && Tn > 0 && Tn <= cfg_.T, "ParallelGpt::forward: sequence length out of range");
+  const int C = cfg_.C, Cl = Cl_, NH = NHl_, Vl = Vl_;
+  const size_t BT = size_t(B) * Tn;
+  const bool first = is_first(chunk), last = is_last(chunk);
+  ActSet& s = acquire(chunk, mb, B, Tn);
+  Ops<T>& ops = *ops_;
+  T* P = params();
+  const int v0 = coord_.tp * Vl, v1 = v0 + Vl;
+  auto check_ids = [&](const int32_t* ids) {
+    for (size_t i = 0; i < BT; ++i) DTB_CHECK(ids[i] >= 0 && ids[i] < cfg_.V, "forward: token id out of [0, V)");
+  };
+  if (first) {
+    check_ids(tokens);
+    ops.copy_from_host(s.tok(), tokens, BT * sizeof(int32_t));
+    // Vocabulary-parallel embedding: rows outside the shard are 0, wpe added on TP rank 0,
+    // then g (all-reduce SUM): each sum has one non-zero term per input, so it is exact.
+    ops.embedding_shard_forward(s.p(kX0), s.tok(), P + tensors_[*wte_].offset,
+                                coord_.tp == 0 ? P + tensors_[*wpe_].offset : nullptr, B, Tn, C, v0, v1);
+    reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, s.p(kX0), BT * C, &stats_);
+  } else {
+    DTB_CHECK(x != nullptr, "ParallelGpt::forward: a chunk after the first needs its input");
+    if (device_.is_cpu()) {
+      std::copy_n(x, BT * C, s.p(kX0));
+    } else {  // a device copy as 0 + x, which is exact
+      ops.zero(s.p(kX0), BT * C);
+      ops.residual_forward(s.p(kX0), s.p(kX0), x, BT * C);
+    }
+  }
+  if (last) {
+    check_ids(targets);
+    ops.copy_from_host(s.tgt(), targets, BT * sizeof(int32_t));
+  }
+  const bool tp1 = layout_.tp == 1;
+  for (int k = 0; k < Lc_; ++k) {
+    const LayerParams& lp = layers_[chunk][k];
+    auto W = [&](int i) { return P + lp.o[i]; };
+    const T* xin = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
+    const size_t oC = size_t(k) * BT * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * BT;
+    T* ln1 = s.p(kLn1) + oC;
+    T* qkv = s.p(kQkv) + 3 * oCl;
+    T* atty = s.p(kAtty) + oCl;
+    T* att = s.p(kAtt) + size_t(k) * B * NH * Tn * Tn;
+    T* attproj = s.p(kAttproj) + oC;
+    T* res2 = s.p(kRes2) + oC;
+    T* ln2 = s.p(kLn2) + oC;
+    T* fch = s.p(kFch) + 4 * oCl;
+    T* fchg = s.p(kFchGelu) + 4 * oCl;
+    T* fcproj = s.p(kFcproj) + oC;
+    T* res3 = s.p(kRes3) + oC;
+    ops.layernorm_forward(ln1, s.p(kLn1Mean) + oN, s.p(kLn1Rstd) + oN, xin, W(Pln1w), W(Pln1b), int(BT), C);
+    // f forward is the identity: ln1 is replicated.
+    ops.matmul_forward(qkv, ln1, W(Pqkvw), W(Pqkvb), int(BT), C, 3 * Cl);
+    ops.attention_forward(atty, att, qkv, B, Tn, Cl, NH);
+    // Row-parallel projection: partial sums, g forward, then the bias once (tp = 1: the
+    // bias inside the GEMM, exactly as gpt.cc).
+    ops.matmul_forward(attproj, atty, W(Pattprojw), tp1 ? W(Pattprojb) : nullptr, int(BT), Cl, C);
+    if (!tp1) {
+      reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, attproj, BT * C, &stats_);
+      ops.add_bias(attproj, W(Pattprojb), int(BT), C);
+    }
+    ops.residual_forward(res2, xin, attproj, BT * C);
+    ops.layernorm_forward(ln2, s.p(kLn2Mean) + oN, s.p(kLn2Rstd) + oN, res2, W(Pln2w), W(Pln2b), int(BT), C);
+    ops.matmul_forward(fch, ln2, W(Pfcw), W(Pfcb), int(BT), C, 4 * Cl);
+    ops.gelu_forward(fchg, fch, BT * 4 * Cl);
+    ops.matmul_forward(fcproj, fchg, W(Pfcprojw), tp1 ? W(Pfcprojb) : nullptr, int(BT), 4 * Cl, C);
+    if (!tp1) {
+      reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, fcproj, BT * C, &stats_);
+      ops.add_bias(fcproj, W(Pfcprojb), int(BT), C);
+    }
+    ops.residual_forward(res3, res2, fcproj, BT * C);
+  }
+  const T* out = Lc_ > 0 ? s.p(kRes3) + size_t(Lc_ - 1) * BT * C : s.p(kX0);
+  if (!last) return out;
+
+  // LM head on the wte shard; vocabulary-parallel cross-entropy.
+  ops.layernorm_forward(s.p(kLnf), s.p(kLnfMean), s.p(kLnfRstd), out, P + tensors_[*lnfw_].offset,
+                        P + tensors_[*lnfb_].offset, int(BT), C);
+  ops.matmul_forward(s.p(kLogits), s.p(kLnf), P + tensors_[*wte_].offset, static_cast<const T*>(nullptr), int(BT),
+                     C, Vl);
+  const int32_t* tgt = s.tgt();
+  ops.crossentropy_shard_max(s.p(kMax), s.p(kLogits), int(BT), Vl);
+  if (!tp1) {
+    ops.synchronize();
+    Stopwatch sw;
+    tp_.all_reduce(s.p(kMax), s.p(kMax), BT, dtype_of<T>(), ReduceOp::max);
+    stats_.seconds += sw.elapsed();
+    stats_.calls++;
+    stats_.bytes += BT * sizeof(T);
+  }
+  ops.crossentropy_shard_sums(s.p(kSums), s.p(kLogits), s.p(kMax), tgt, int(BT), Vl, v0);
+  reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, s.p(kSums), 2 * BT, &stats_);
+  ops.crossentropy_shard_forward(s.p(kLosses), s.p(kProbs), s.p(kLogits), s.p(kMax), s.p(kSums), int(BT), Vl);
+  std::vector<T> losses(BT);
+  ops.copy_to_host(losses.data(), s.p(kLosses), BT * sizeof(T));
+  double sum = 0;
+  for (T l : losses) sum += double(l);
+  if (loss_sum) *loss_sum = sum;
+  return nullptr;
+}
+
+template <typename T>
+const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale) {
+  DTB_CHECK(chunk >= 0 && chunk < chunks(), "ParallelGpt::backward: chunk out of range");
+  auto it = live_[chunk].find(mb);
+  DTB_CHECK(it != live_[chunk].end(), "ParallelGpt::backward: no forward of this micro-batch");
+  ActSet& s = *it->second;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, Vl = Vl_;
+  const size_t BT = size_t(B) * Tn;
+  ensure_scratch(B, Tn);
+  auto S = [&](int i) { return scratch_[i].template data<T>(); };
+  Ops<T>& ops = *ops_;
+  T* P = params();
+  T* G = grads();
+  const bool first = is_first(chunk), last = is_last(chunk);
+  const int v0 = coord_.tp * Vl;
+  T* dres = S(sDRes);  // the residual stream's gradient, replicated over TP
+  if (last) {
+    ops.crossentropy_shard_backward(S(sDLogits), s.p(kProbs), s.tgt(), loss_scale, int(BT), Vl, v0);
+    ops.zero(S(sDLn), BT * C);
+    ops.matmul_backward(S(sDLn), G + tensors_[*wte_].offset, static_cast<T*>(nullptr), S(sDLogits), s.p(kLnf),
+                        P + tensors_[*wte_].offset, int(BT), C, Vl);
+    // The head's input is replicated; its gradient is partial over the vocabulary shards.
+    copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
+    ops.zero(dres, BT * C);
+    const T* xL = Lc_ > 0 ? s.p(kRes3) + size_t(Lc_ - 1) * BT * C : s.p(kX0);
+    ops.layernorm_backward(dres, G + tensors_[*lnfw_].offset, G + tensors_[*lnfb_].offset, S(sDLn), xL,
+                           P + tensors_[*lnfw_].offset, s.p(kLnfMean), s.p(kLnfRstd), int(BT), C);
+  } else {
+    DTB_CHECK(dout != nullptr, "ParallelGpt::backward: a chunk before the last needs its output's gradient");
+    if (device_.is_cpu()) {
+      std::copy_n(dout, BT * C, dres);
+    } else {
+      ops.zero(dres, BT * C);
+      ops.residual_forward(dres, dres, dout, BT * C);
+    }
+  }
+  for (int k = Lc_ - 1; k >= 0; --k) {
+    const LayerParams& lp = layers_[chunk][k];
+    auto W = [&](int i) { return P + lp.o[i]; };
+    auto D = [&](int i) { return G + lp.o[i]; };
+    const T* xin = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
+    const size_t oC = size_t(k) * BT * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * BT;
+    // MLP branch; g backward (after fcproj) is the identity, f backward (before fc) sums.
+    T* dfchg = S(sDBig);
+    T* dfch = S(sDBig2);
+    ops.zero(dfchg, BT * 4 * Cl);
+    ops.matmul_backward(dfchg, D(Pfcprojw), D(Pfcprojb), dres, s.p(kFchGelu) + 4 * oCl, W(Pfcprojw), int(BT),
+                        4 * Cl, C);
+    ops.zero(dfch, BT * 4 * Cl);
+    ops.gelu_backward(dfch, s.p(kFch) + 4 * oCl, dfchg, BT * 4 * Cl);
+    ops.zero(S(sDLn), BT * C);
+    ops.matmul_backward(S(sDLn), D(Pfcw), D(Pfcb), dfch, s.p(kLn2) + oC, W(Pfcw), int(BT), C, 4 * Cl);
+    copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
+    ops.layernorm_backward(dres, D(Pln2w), D(Pln2b), S(sDLn), s.p(kRes2) + oC, W(Pln2w), s.p(kLn2Mean) + oN,
+                           s.p(kLn2Rstd) + oN, int(BT), C);
+    // Attention branch.
+    T* datty = S(sDBig2);
+    ops.zero(datty, BT * Cl);
+    ops.matmul_backward(datty, D(Pattprojw), D(Pattprojb), dres, s.p(kAtty) + oCl, W(Pattprojw), int(BT), Cl, C);
+    T* dqkv = S(sDBig);
+    ops.zero(dqkv, BT * 3 * Cl);
+    ops.attention_backward(dqkv, S(sDAtt), datty, s.p(kQkv) + 3 * oCl, s.p(kAtt) + size_t(k) * B * NH * Tn * Tn,
+                           B, Tn, Cl, NH);
+    ops.zero(S(sDLn), BT * C);
+    ops.matmul_backward(S(sDLn), D(Pqkvw), D(Pqkvb), dqkv, s.p(kLn1) + oC, W(Pqkvw), int(BT), C, 3 * Cl);
+    copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
+    ops.layernorm_backward(dres, D(Pln1w), D(Pln1b), S(sDLn), xin, W(Pln1w), s.p(kLn1Mean) + oN,
+                           s.p(kLn1Rstd) + oN, int(BT), C);
+  }
+  const T* result = dres;
+  if (first) {
+    // g forward's backward is the identity: dres is the full gradient on every TP rank.
+    ops.embedding_shard_backward(G + tensors_[*wte_].offset, G + tensors_[*wpe_].offset, dres,
+                                 s.tok(), B, Tn, C, v0, v0 + Vl);
+    result = nullptr;
+  }
+  pool_[chunk].push_back(std::move(it->second));
+  live_[chunk].erase(it);
+  return result;
+}
+
+template <typename T>
+std::vector<double> ParallelGpt<T>::gather(const T* local, Communicator& world) const {
+  std::vector<T> mine(num_params_);
+  ops_->copy_to_host(mine.data(), local, num_params_ * sizeof(T));
+  std::vector<double> full(gpt_num_params(cfg_), 0.0);
+  for (const auto& t : tensors_) {
+    if (!t.owner) continue;
+    for (const auto& run : t.runs)
+      for (size_t i = 0; i < run.n; ++i) full[run.global + i] = double(mine[t.offset + run.local + i]);
+  }
+  // One owner per element, zeros elsewhere: the sum is exact.
+  world.all_reduce(full.data(), full.data(), full.size(), DType::f64, ReduceOp::sum);
+  return full;
+}
+
+template <typename T>
+double ParallelGpt<T>::replica_max_diff(const T* local, Communicator& world) const {
+  std::vector<T> mine(num_params_);
+  ops_->copy_to_host(mine.data(), local, num_params_ * sizeof(T));
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> hi(gpt_num_params(cfg_), -inf), lo(hi.size(), inf);
+  for (const auto& t : tensors_)
+    for (const auto& run : t.runs)
+      for (size_t i = 0; i < run.n; ++i) {
+        const double x = double(mine[t.offset + run.local + i]);
+        hi[run.global + i] = x;
+        lo[run.global + i] = x;
+      }
+  world.all_reduce(hi.data(), hi.data(), hi.size(), DType::f64, ReduceOp::max);
+  world.all_reduce(lo.data(), lo.data(), lo.size(), DType::f64, ReduceOp::min);
+  double worst = 0;
+  for (size_t i = 0; i < hi.size(); ++i)
+    if (hi[i] > -inf) worst = std::max(worst, std::isnan(hi[i] - lo[i]) ? inf : hi[i] - lo[i]);
+  return worst;
+}
+
+template class ParallelGpt<float>;
+template class ParallelGpt<double>;
+
+}  // namespace dtb

@@ -1,0 +1,156 @@
+// The reference GPT sharded over a tensor-parallel group and split into pipeline stages:
+// this rank's share of the model of reference/gpt.h under a ParallelLayout. The math is
+// gpt.cc's, op for op; what changes is which rows and columns each rank holds and where
+// the TP collectives go (Megatron-LM, Shoeybi et al. 2019, Sec. 3 and Fig. 3):
+//
+//   attention: QKV column-parallel (each TP rank NH/tp whole heads: its slice of the q, k
+//              and v row blocks of qkvw), output projection row-parallel (bias added once,
+//              after the all-reduce);
+//   MLP:       fc column-parallel, fcproj row-parallel;
+//   embedding: vocabulary-parallel (rank r holds wte rows [r V/tp, (r+1) V/tp)), summed
+//              over TP; wpe, every LayerNorm and the row-parallel biases replicated;
+//   LM head:   the tied wte shard, logits (N, V/tp) never gathered: vocabulary-parallel
+//              cross-entropy (max and sum-exp all-reduced, Megatron's cross_entropy.py).
+//
+// Pipeline: the pp * v virtual stages hold L / (pp v) consecutive layers each; virtual
+// stage s = chunk * pp + pp_rank (Megatron's interleaved assignment, reference/
+// pipeline_schedule.h); the first holds the embedding, the last the final LayerNorm and
+// the LM head, so with pp > 1 the tied wte lives on two ranks (pp rank 0 and pp - 1) whose
+// gradients the trainer sums after the step's last backward (reference/parallel_trainer.h).
+//
+// With tp = 1 every op is gpt.cc's with the same arguments, so a chunk computes bitwise
+// what Gpt computes for its layers. Shape legend as gpt.h; Cl = C / tp, NHl = NH / tp,
+// Vl = V / tp, BT = B * Tn tokens of one micro-batch.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/comm/communicator.h"
+#include "kernels/ops.h"
+#include "kernels/tensor.h"
+#include "reference/gpt.h"
+#include "reference/process_grid.h"
+#include "reference/tensor_parallel.h"
+
+namespace dtb {
+
+/// One parameter tensor this rank holds: a slice of the full tensor `name` (gpt.h's
+/// layout) stored at [offset, offset + numel) of the rank's flat buffer, as contiguous
+/// runs of the full flat buffer. `owner` marks the one copy gathers read: a tensor
+/// replicated over TP (LayerNorm, wpe, row-parallel biases) is owned by TP rank 0, any
+/// tensor by DP rank 0, the tied wte by the first pipeline stage.
+struct LocalTensor {
+  std::string name;  // full tensor name, e.g. "qkvw"
+  int layer = -1;    // global layer, -1 outside the blocks
+  size_t offset = 0, numel = 0;
+  struct Run {
+    size_t global, local, n;  // full-buffer offset, offset in this tensor, length
+  };
+  std::vector<Run> runs;
+  bool owner = false;
+};
+
+template <typename T>
+class ParallelGpt {
+ public:
+  /// This rank's share of `cfg` under `layout` (validate_layout first), `rank` its world
+  /// rank (its grid coordinates follow, reference/process_grid.h), `tp` its TP group
+  /// (size layout.tp; must outlive the model). Parameters and gradients in one flat buffer
+  /// each (categories param, grad) on `device`; activations per (chunk, micro-batch) in
+  /// flight (category activation), backward scratch (workspace). `ops` as Gpt.
+  /// Errors: InputError when the layout does not divide the model (validate_layout).
+  ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device, Communicator& tp,
+              Ops<T>* ops = nullptr);
+  ~ParallelGpt();
+  ParallelGpt(const ParallelGpt&) = delete;
+  ParallelGpt& operator=(const ParallelGpt&) = delete;
+
+  const GptConfig& config() const { return cfg_; }
+  const ParallelLayout& layout() const { return layout_; }
+  const GridCoord& coord() const { return coord_; }
+  Ops<T>& ops() const { return *ops_; }
+  Device& device() const { return device_; }
+  /// Model chunks on this rank (layout.virtual_stages) and their virtual stages.
+  int chunks() const { return layout_.virtual_stages; }
+  int virtual_stage(int chunk) const { return chunk * layout_.pp + coord_.pp; }
+  bool is_first(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool is_last(int chunk) const { return virtual_stage(chunk) == layout_.pp * layout_.virtual_stages - 1; }
+
+  size_t num_params() const { return num_params_; }
+  T* params() { return params_.data<T>(); }
+  T* grads() { return grads_.data<T>(); }
+  const std::vector<LocalTensor>& tensors() const { return tensors_; }
+  /// The wte shard (Vl, C) and its gradient, or null when this rank holds neither the first
+  /// nor the last stage.
+  T* wte_grad();
+  size_t wte_numel() const { return wte_ ? tensors_[*wte_].numel : 0; }
+
+  /// Each held element set to gpt_init_params' value at its global index (the full model is
+  /// built on the host once: host memory of gpt_num_params(cfg) values).
+  void init(uint64_t seed);
+  void zero_grad();
+
+  /// Forward of micro-batch `mb` (B sequences of Tn tokens) through `chunk`.
+  /// The first chunk embeds `tokens` (host, B*Tn ids in [0, V)); another takes its input
+  /// activation `x` (BT, C) in the backend's memory (copied; the caller may reuse it).
+  /// The last chunk needs `targets` (host) and returns null, setting *loss_sum to the sum
+  /// of its BT token losses; another returns its output (BT, C), valid until the
+  /// micro-batch's backward. Errors: ids out of range or a micro-batch already in flight
+  /// in this chunk abort.
+  const T* forward(int chunk, int mb, const int32_t* tokens, const int32_t* targets, const T* x, int B, int Tn,
+                   double* loss_sum);
+  /// Backward of micro-batch `mb` through `chunk`: the last chunk starts from its loss
+  /// scaled by `loss_scale` (dout ignored); another takes the gradient of its output
+  /// `dout` (BT, C). Accumulates into grads(). Returns the gradient of the chunk's input
+  /// (BT, C), valid until the next backward, or null for the first chunk. Frees the
+  /// micro-batch's activations. Errors: no forward of (chunk, mb) aborts.
+  const T* backward(int chunk, int mb, const T* dout, T loss_scale);
+
+  /// The full model's flat buffer (gpt.h layout) from every rank's owned elements of
+  /// `local` (params() or grads() of each rank), on every rank of `world`, in double.
+  /// Collective over `world` (all ranks of the layout).
+  std::vector<double> gather(const T* local, Communicator& world) const;
+  /// Over every element held by more than one rank (TP-replicated tensors, DP replicas,
+  /// the tied wte's two copies), the largest |difference| between copies: 0 when every
+  /// copy is bitwise equal. Collective over `world`.
+  double replica_max_diff(const T* local, Communicator& world) const;
+  /// TP communication of this model since the last reset.
+  CommStats& comm_stats() { return stats_; }
+
+ private:
+  struct ActSet;
+  struct LayerParams {
+    size_t o[12];  // offsets of ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
+  };
+  ActSet& acquire(int chunk, int mb, int B, int Tn);
+  void add_tensor(const std::string& name, int layer, std::vector<LocalTensor::Run> runs, bool tp_replicated);
+  void ensure_scratch(int B, int Tn);
+
+  GptConfig cfg_;
+  ParallelLayout layout_;
+  GridCoord coord_;
+  Device& device_;
+  Communicator& tp_;
+  Ops<T>* ops_ = nullptr;
+  std::unique_ptr<Ops<T>> owned_ops_;
+  int Lc_ = 0, Cl_ = 0, NHl_ = 0, Vl_ = 0;  // layers per chunk, per-TP-rank sizes
+  std::vector<LocalTensor> tensors_;
+  size_t num_params_ = 0;
+  Tensor params_, grads_;
+  std::optional<size_t> wte_, wpe_, lnfw_, lnfb_;  // indices into tensors_
+  std::vector<std::vector<LayerParams>> layers_;   // [chunk][layer in chunk]
+  std::vector<std::map<int, std::unique_ptr<ActSet>>> live_;  // [chunk] mb -> activations
+  std::vector<std::vector<std::unique_ptr<ActSet>>> pool_;    // [chunk] freed, reusable
+  std::vector<Tensor> scratch_;
+  int sB_ = 0, sT_ = 0;
+  CommStats stats_;
+};
+
+extern template class ParallelGpt<float>;
+extern template class ParallelGpt<double>;
+
+}  // namespace dtb

@@ -1,0 +1,208 @@
+#include "reference/parallel_trainer.h"
+
+#include <map>
+
+#include "kernels/error.h"
+#include "kernels/timer.h"
+#include "reference/pipeline_schedule.h"
+
+namespace dtb {
+
+OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layout) {
+  const GridCoord c = grid_coord(world.rank(), layout);
+  // Color: the coordinates that stay fixed in the group; key: the one that varies.
+  OwnedGroups g;
+  g.tp = world.split(c.dp + layout.dp * c.pp, c.tp, "tp");
+  g.dp = world.split(c.tp + layout.tp * c.pp, c.dp, "dp");
+  g.pp = world.split(c.tp + layout.tp * c.dp, c.pp, "pp");
+  return g;
+}
+
+namespace {
+
+// Messages between pipeline ranks: tag (micro-batch, virtual stage, direction), unique
+// among the messages of one step between two ranks, below MPI's guaranteed 32767.
+int message_tag(int mb, int vstage, bool backward, int num_vstages) {
+  return ((mb * num_vstages + vstage) * 2 + (backward ? 1 : 0)) % 32768;
+}
+
+template <typename T>
+double all_reduce_scalar(Communicator& comm, ParallelGpt<T>& model, double x) {
+  if (model.device().is_cpu()) {
+    comm.all_reduce(&x, &x, 1, DType::f64, ReduceOp::sum);
+    return x;
+  }
+  Tensor buf = Tensor::empty(model.device(), {1}, DType::f64, MemCategory::comm_buffer);
+  model.ops().copy_from_host(buf.raw(), &x, sizeof x);
+  comm.all_reduce(buf.raw(), buf.raw(), 1, DType::f64, ReduceOp::sum);
+  model.ops().copy_to_host(&x, buf.raw(), sizeof x);
+  return x;
+}
+
+}  // namespace
+
+template <typename T>
+double parallel_compute_gradients(ParallelGpt<T>& model, const Dataset& data, const TrainConfig& cfg,
+                                  int64_t step, ParallelGroups& g, StepTiming* timing, SpanRecorder* spans) {
+  const ParallelLayout& L = model.layout();
+  const int p = L.pp, v = L.virtual_stages, m = cfg.micro_batches, dp = L.dp;
+  DTB_CHECK(m > 0 && cfg.global_batch % (dp * m) == 0,
+            "parallel_compute_gradients: global batch does not divide over DP ranks and micro-batches");
+  const bool recording = spans && spans->enabled();
+  Ops<T>& ops = model.ops();
+  const int me = g.pp.rank(), prev = (me - 1 + p) % p, next = (me + 1) % p;
+  const int per_rank = cfg.global_batch / dp, mbs = per_rank / m, Tn = cfg.seq_len;
+  const size_t BTC = size_t(mbs) * Tn * model.config().C;
+  const double global_tokens = double(cfg.global_batch) * Tn;
+  const int nv = p * v;
+  Stopwatch sw;
+  double comm_s = 0;
+  model.zero_grad();
+
+  std::vector<int32_t> tokens(size_t(mbs) * Tn), targets(size_t(mbs) * Tn);
+  auto fill = [&](int mb) {
+    const int first = model.coord().dp * per_rank + mb * mbs;
+    fill_batch(data, cfg.seed, step, cfg.global_batch, first, mbs, Tn, tokens.data(), targets.data());
+  };
+  // Outgoing messages stay alive until their sends complete (waited at the step's end).
+  struct Outgoing {
+    Tensor buf;
+    std::unique_ptr<CommHandle> handle;
+  };
+  std::vector<Outgoing> sent;
+  std::map<int, Tensor> local_box;  // p == 1: chunk-to-chunk hand-over on this rank, by tag
+  auto send = [&](const T* src, int tag, int peer) {
+    Tensor buf = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
+    if (model.device().is_cpu()) {
+      std::copy_n(src, BTC, buf.data<T>());
+    } else {  // a device copy as 0 + x, which is exact
+      ops.zero(buf.data<T>(), BTC);
+      ops.residual_forward(buf.data<T>(), buf.data<T>(), src, BTC);
+    }
+    if (peer == me) {
+      local_box[tag] = std::move(buf);
+      return;
+    }
+    ops.synchronize();
+    auto span = span_scope(spans, "comm.send", step);
+    Stopwatch c;
+    auto h = g.pp.send_async(buf.raw(), BTC, dtype_of<T>(), peer, tag);
+    comm_s += c.elapsed();
+    sent.push_back({std::move(buf), std::move(h)});
+  };
+  Tensor inbox = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
+  auto receive = [&](int tag, int peer) -> const T* {
+    if (peer == me) {
+      auto it = local_box.find(tag);
+      DTB_CHECK(it != local_box.end(), "pipeline: a chunk's input was not produced before its use");
+      inbox = std::move(it->second);
+      local_box.erase(it);
+      return inbox.data<T>();
+    }
+    auto span = span_scope(spans, "comm.recv", step);
+    Stopwatch c;
+    g.pp.recv(inbox.raw(), BTC, dtype_of<T>(), peer, tag);
+    comm_s += c.elapsed();
+    return inbox.data<T>();
+  };
+
+  double loss_sum = 0;
+  for (const PipeAction& a : pipeline_schedule(L.schedule, p, m, v, me)) {
+    const int vs = model.virtual_stage(a.chunk);
+    const bool first = model.is_first(a.chunk), last = model.is_last(a.chunk);
+    if (a.op == PipeOp::forward) {
+      const T* x = nullptr;
+      if (!first) x = receive(message_tag(a.micro_batch, vs, false, nv), prev);
+      if (first || last) fill(a.micro_batch);
+      auto span = span_scope(spans, "compute.forward", step);
+      double mb_loss = 0;
+      const T* out = model.forward(a.chunk, a.micro_batch, tokens.data(), targets.data(), x, mbs, Tn, &mb_loss);
+      if (recording) ops.synchronize();
+      span.end();
+      if (last) {
+        loss_sum += mb_loss;
+      } else {
+        send(out, message_tag(a.micro_batch, vs + 1, false, nv), next);
+      }
+    } else {
+      const T* dout = nullptr;
+      if (!last) dout = receive(message_tag(a.micro_batch, vs, true, nv), next);
+      auto span = span_scope(spans, "compute.backward", step);
+      const T* dx = model.backward(a.chunk, a.micro_batch, dout, T(1.0 / global_tokens));
+      if (recording) ops.synchronize();
+      span.end();
+      if (!first) send(dx, message_tag(a.micro_batch, vs - 1, true, nv), prev);
+    }
+  }
+  {
+    Stopwatch c;
+    for (auto& o : sent) o.handle->wait();
+    comm_s += c.elapsed();
+  }
+  ops.synchronize();
+  const double total_compute = sw.elapsed() - comm_s;
+  Stopwatch red;
+  {
+    auto span = span_scope(spans, "comm.all_reduce", step);
+    if (dp > 1) g.dp.all_reduce(model.grads(), model.grads(), model.num_params(), dtype_of<T>(), ReduceOp::sum);
+    // The tied embedding: the first stage's copy holds the input embedding's gradient, the
+    // last stage's the LM head's; each adds the other's (a + b on one side, b + a on the
+    // other: bitwise equal).
+    if (p > 1 && model.wte_grad() && (me == 0 || me == p - 1)) {
+      const size_t n = model.wte_numel();
+      Tensor other = Tensor::empty(model.device(), {int64_t(n)}, dtype_of<T>(), MemCategory::comm_buffer);
+      ops.synchronize();
+      const int peer = me == 0 ? p - 1 : 0;
+      g.pp.sendrecv(model.wte_grad(), other.raw(), n, dtype_of<T>(), peer, peer);
+      ops.residual_forward(model.wte_grad(), model.wte_grad(), other.data<T>(), n);
+    }
+    // The loss: summed by the last stage's ranks (TP rank 0 counts it once).
+    const bool counts = model.is_last(model.chunks() - 1) && model.coord().tp == 0;
+    loss_sum = all_reduce_scalar(g.world, model, counts ? loss_sum : 0.0);
+    ops.synchronize();
+  }
+  comm_s += red.elapsed();
+  if (timing) {
+    timing->compute_s += total_compute;
+    timing->comm_s += comm_s;
+  }
+  return loss_sum / global_tokens;
+}
+
+template <typename T>
+TrainRun parallel_train(ParallelGpt<T>& model, const Dataset& data, const TrainConfig& cfg, ParallelGroups& g,
+                        SpanRecorder* spans) {
+  ParallelLayout layout = model.layout();
+  layout.micro_batches = cfg.micro_batches;
+  validate_layout(layout, model.config(), cfg.global_batch, g.world.size());
+  validate_train_config(cfg, model.config(), layout.dp);
+  AdamW<T> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
+  TrainRun run;
+  for (int s = 0; s < cfg.steps; ++s) {
+    StepTiming tm;
+    auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
+    Stopwatch step_sw;
+    run.losses.push_back(parallel_compute_gradients(model, data, cfg, s, g, &tm, spans));
+    Stopwatch opt_sw;
+    auto optim = span_scope(spans, "compute.optimizer", s);
+    opt.step(model.params(), model.grads());
+    model.ops().synchronize();
+    optim.end();
+    tm.compute_s += opt_sw.elapsed();
+    tm.step_s = step_sw.elapsed();
+    window.end();
+    run.timings.push_back(tm);
+  }
+  return run;
+}
+
+template double parallel_compute_gradients<float>(ParallelGpt<float>&, const Dataset&, const TrainConfig&, int64_t,
+                                                  ParallelGroups&, StepTiming*, SpanRecorder*);
+template double parallel_compute_gradients<double>(ParallelGpt<double>&, const Dataset&, const TrainConfig&,
+                                                   int64_t, ParallelGroups&, StepTiming*, SpanRecorder*);
+template TrainRun parallel_train<float>(ParallelGpt<float>&, const Dataset&, const TrainConfig&, ParallelGroups&,
+                                        SpanRecorder*);
+template TrainRun parallel_train<double>(ParallelGpt<double>&, const Dataset&, const TrainConfig&,
+                                         ParallelGroups&, SpanRecorder*);
+
+}  // namespace dtb

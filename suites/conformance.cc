@@ -1,0 +1,236 @@
+// The `conformance` suite: the reference GPT trained on each parallel layout — tensor,
+// pipeline (GPipe, 1F1B, interleaved) and data parallel and their products — and every
+// one compared with the single-rank baseline and the float64 oracle under the numerics
+// contract (README.md; tolerances in suites/oracle.cc): per-step loss, step-0 gradient and
+// final parameters per tensor, and bitwise equality of every replicated copy (TP, DP, the
+// tied embedding). A layout of k ranks runs on world ranks 0..k-1 while the others wait; one
+// that needs more ranks than the world has is reported as skipped, not passed.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+#include "kernels/error.h"
+#include "suites/oracle.h"
+#include "suites/stats.h"
+#include "suites/suite.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+// The layouts the suite runs by default: TP 2 and 4; PP 2 and 4 under each schedule; the
+// products of two and of three dimensions, and DP 4 under TP 2 (8 ranks: each DP rank takes a
+// quarter of the batch, and gradients are summed over 4, not 8).
+const std::vector<std::string> kDefaultLayouts = {
+    "TP2", "TP4", "PP2:gpipe", "PP2:1f1b", "PP2:interleaved:v2", "PP4:gpipe", "PP4:1f1b", "PP4:interleaved:v2",
+    "TP2xDP2", "TP2xPP2", "PP2xDP2", "TP2xPP2xDP2", "TP2xDP4"};
+
+// "TP2xPP2xDP2[:schedule[:vN]]" (dimensions in any order, each at most once, case-insensitive;
+// schedule 1f1b and v1 by default) -> a layout. Throws InputError naming the string.
+ParallelLayout parse_layout(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return InputError("conformance.layouts: '" + text + "' " + why +
+                      " (expected e.g. \"TP2xPP2xDP2\", \"PP4:gpipe\", \"PP2:interleaved:v2\")");
+  };
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i)
+    if (i == text.size() || text[i] == ':') parts.push_back(text.substr(start, i - start)), start = i + 1;
+  if (parts.empty() || parts.size() > 3 || parts[0].empty()) throw bad("is not a layout");
+  ParallelLayout l;
+  bool seen[3] = {false, false, false};
+  std::string dims = parts[0];
+  for (char& c : dims) c = char(std::toupper(static_cast<unsigned char>(c)));
+  size_t pos = 0;
+  while (pos < dims.size()) {
+    const std::string dim = dims.substr(pos, 2);
+    const int which = dim == "TP" ? 0 : dim == "DP" ? 1 : dim == "PP" ? 2 : -1;
+    if (which < 0) throw bad("has an unknown dimension at '" + dims.substr(pos) + "' (TP, DP, PP)");
+    if (seen[which]) throw bad("names " + dim + " twice");
+    seen[which] = true;
+    pos += 2;
+    size_t end = pos;
+    while (end < dims.size() && std::isdigit(static_cast<unsigned char>(dims[end]))) ++end;
+    if (end == pos || end - pos > 4) throw bad("needs a size after " + dim);
+    const int size = std::stoi(dims.substr(pos, end - pos));
+    if (size < 1) throw bad("has " + dim + " size 0");
+    (which == 0 ? l.tp : which == 1 ? l.dp : l.pp) = size;
+    pos = end;
+    if (pos < dims.size()) {
+      if (dims[pos] != 'X') throw bad("joins dimensions with '" + std::string(1, dims[pos]) + "', not 'x'");
+      ++pos;
+      if (pos == dims.size()) throw bad("ends with 'x'");
+    }
+  }
+  if (parts.size() >= 2) l.schedule = parts[1];
+  if (parts.size() == 3) {
+    const std::string& v = parts[2];
+    if (v.size() < 2 || (v[0] != 'v' && v[0] != 'V') || v.size() > 5 ||
+        !std::all_of(v.begin() + 1, v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+      throw bad("has '" + v + "' where virtual stages \"vN\" go");
+    l.virtual_stages = std::stoi(v.substr(1));
+  }
+  return l;
+}
+
+std::vector<std::string> layout_names(const json& section) {
+  std::vector<std::string> names;
+  for (const auto& v : section.at("layouts")) {
+    if (!v.is_string()) throw InputError("conformance.layouts: every entry must be a string, got " + v.dump());
+    names.push_back(v.get<std::string>());
+  }
+  return names.empty() ? kDefaultLayouts : names;
+}
+
+// Bytes the busiest rank holds: the float64 oracle or a float32 reference (as train.cc
+// counts them: 4 parameter copies and the whole batch's activations) plus a layout's shard.
+double conformance_memory_bytes(const GptConfig& m, const TrainConfig& t) {
+  const double tokens = double(t.global_batch) * t.seq_len;
+  const double acts = tokens * (double(m.L) * (16.0 * m.C + double(m.NH) * t.seq_len) + 3.0 * m.V + 8.0 * m.C);
+  return (4.0 * double(gpt_num_params(m)) + acts) * (8.0 + 4.0 + 4.0);
+}
+
+class ConformanceSuite : public Suite {
+ public:
+  std::string name() const override { return "conformance"; }
+  std::string description() const override {
+    return "every parallel layout (TP, PP x schedules, DP and products) trained and checked against the "
+           "single-rank baseline and the float64 oracle";
+  }
+  json defaults() const override {
+    return {{"model", {{"L", 8}, {"C", 64}, {"NH", 4}, {"T", 32}, {"V", 256}}},
+            {"steps", 20},
+            {"global_batch", 16},
+            {"micro_batches", 4},
+            {"seq_len", 32},
+            {"lr", 1e-3},
+            {"beta1", 0.9},
+            {"beta2", 0.95},
+            {"eps", 1e-8},
+            {"weight_decay", 0.0},
+            {"layouts", json::array()}};
+  }
+  void validate(const json& section, const json& config, const WorldInfo& world) const override {
+    if (config.value("backend", "cpu") != "cpu")
+      throw InputError("conformance: compares layouts with the float64 oracle of the cpu backend; run it with "
+                       "--backend cpu");
+    const GptConfig model = gpt_config_from_json(section.at("model"), "conformance.model");
+    const TrainConfig cfg = train_config_from_json(section, config, "conformance");
+    if (cfg.seq_len > model.T)
+      throw InputError("conformance.seq_len = " + std::to_string(cfg.seq_len) + " exceeds conformance.model.T = " +
+                       std::to_string(model.T));
+    for (const std::string& text : layout_names(section)) {
+      ParallelLayout l = parse_layout(text);
+      l.micro_batches = cfg.micro_batches;
+      try {
+        validate_layout(l, model, cfg.global_batch, l.world());  // a larger world is skipped, not refused
+      } catch (const InputError& e) {
+        throw InputError("conformance.layouts: '" + text + "': " + e.what());
+      }
+    }
+    check_fits_in_memory(conformance_memory_bytes(model, cfg), std::min(world.ranks_per_node, 4),
+                         "conformance: the model and batch");
+  }
+
+  SuiteResult run(SuiteContext& ctx) override {
+    DTB_CHECK(ctx.dataset != nullptr, "conformance suite needs a dataset");
+    const Dataset& data = *ctx.dataset;
+    Communicator& world = ctx.world;
+    const GptConfig model = gpt_config_from_json(ctx.section.at("model"), "conformance.model");
+    const TrainConfig cfg = train_config_from_json(ctx.section, ctx.config, "conformance");
+    const double tokens_per_step = double(cfg.global_batch) * cfg.seq_len;
+    ctx.print("# conformance: GPT L=" + std::to_string(model.L) + " C=" + std::to_string(model.C) +
+              " NH=" + std::to_string(model.NH) + " V=" + std::to_string(model.V) + ", " +
+              std::to_string(gpt_num_params(model)) + " params, T=" + std::to_string(cfg.seq_len) +
+              ", global batch " + std::to_string(cfg.global_batch) + " in " + std::to_string(cfg.micro_batches) +
+              " micro-batches per DP rank, " + std::to_string(cfg.steps) + " steps, " +
+              std::to_string(world.size()) + " ranks");
+    const ReferenceSet refs = run_references(model, ctx.device, data, cfg, world);
+    ctx.print("# baseline: float64 oracle and " + std::to_string(refs.micro_batches.size()) +
+              " single-rank float32 runs; tolerance " + refs.how());
+    ctx.print("#  layout                 ranks  final loss   |dloss| max   worst check   checks   status");
+
+    SuiteResult res;
+    json skipped = json::array(), table = json::array();
+    for (const std::string& text : layout_names(ctx.section)) {
+      ParallelLayout l = parse_layout(text);
+      l.micro_batches = cfg.micro_batches;
+      const int k = l.world();
+      if (k > world.size()) {
+        skipped.push_back({{"layout", text}, {"needs_ranks", k}});
+        ctx.print("#  " + pad(text, 22) + " " + pad(std::to_string(k), 5) + "  skipped: needs " +
+                  std::to_string(k) + " ranks, the world has " + std::to_string(world.size()));
+        continue;
+      }
+      auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
+      LayoutOutcome out;
+      if (world.rank() < k) out = run_parallel_layout(model, l, cfg, ctx.device, nullptr, *sub, *sub, data, true);
+      world.barrier();
+      // Step times: the slowest rank's per step, from the layout's ranks.
+      std::vector<double> mine(cfg.steps, 0.0), all(size_t(cfg.steps) * world.size());
+      for (int s = 0; s < cfg.steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
+      world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+      if (world.rank() != 0) continue;
+      std::vector<double> step_s(cfg.steps, 0.0);
+      for (int r = 0; r < k; ++r)
+        for (int s = 0; s < cfg.steps; ++s) step_s[s] = std::max(step_s[s], all[size_t(r) * cfg.steps + s]);
+
+      const std::string prefix = "conformance/" + text + "/";
+      std::vector<Check> checks =
+          oracle_checks(prefix, refs, model, tokens_per_step, out.losses, out.grads0, out.params);
+      checks.push_back(make_check(prefix + "replicas_identical/grads/step:0", out.replica_grads0, 0.0,
+                                  "max |difference| between copies of a replicated gradient (TP, DP, tied wte), "
+                                  "bitwise"));
+      checks.push_back(make_check(prefix + "replicas_identical/params", out.replica_params, 0.0,
+                                  "max |difference| between copies of a replicated parameter, bitwise"));
+      int failed = 0;
+      double worst = 0, dloss = 0;
+      for (const Check& c : checks) {
+        failed += c.passed ? 0 : 1;
+        worst = std::max(worst, c.fraction());
+      }
+      for (int s = 0; s < cfg.steps; ++s) dloss = std::max(dloss, std::fabs(out.losses[s] - refs.oracle.losses[s]));
+      const Summary st = summarize(step_s);
+      json rec = benchmark_record("conformance/" + text, cfg.steps, 1, st.median, st.median, "ms");
+      rec["tp"] = l.tp;
+      rec["dp"] = l.dp;
+      rec["pp"] = l.pp;
+      rec["schedule"] = l.schedule;
+      rec["virtual_stages"] = l.virtual_stages;
+      rec["ranks"] = k;
+      rec["step_time_ms"] = to_json(st, 1e3);
+      rec["final_loss"] = out.losses.back();
+      rec["max_loss_deviation"] = dloss;
+      rec["worst_check_fraction"] = worst;
+      rec["checks"] = checks.size();
+      rec["checks_failed"] = failed;
+      res.benchmarks.push_back(rec);
+      table.push_back({{"layout", text}, {"losses", out.losses}});
+      char line[200];
+      std::snprintf(line, sizeof line, "   %-22s %5d  %10.6f   %11.3g   %11.3f   %6zu   %s", text.c_str(), k,
+                    out.losses.back(), dloss, worst, checks.size(), failed ? "FAILED" : "passed");
+      ctx.print(line);
+      for (Check& c : checks) res.checks.push_back(std::move(c));
+    }
+    if (world.rank() == 0) {
+      res.data = {{"model", ctx.section.at("model")},
+                  {"oracle_factor", refs.factor()},
+                  {"oracle_losses", refs.oracle.losses},
+                  {"layouts", table},
+                  {"skipped", skipped}};
+      ctx.print("# worst check: the largest value / tolerance over a layout's checks (<= 1 passes)");
+    }
+    return res;
+  }
+
+ private:
+  static std::string pad(const std::string& s, size_t n) { return s.size() >= n ? s : s + std::string(n - s.size(), ' '); }
+};
+
+}  // namespace
+
+DTB_REGISTER_SUITE("conformance", ConformanceSuite);
+
+}  // namespace dtb

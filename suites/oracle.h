@@ -1,0 +1,87 @@
+// The single-rank references and the float64 oracle that the train and conformance suites
+// compare every layout with (README.md, numerics contract), and the checks that do it.
+// The tolerance argument is train.cc's, in oracle.cc: a float32 run's deviation from the
+// oracle is scaled by the largest deviation of several single-rank float32 references.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/comm/communicator.h"
+#include "kernels/device.h"
+#include "reference/gpt.h"
+#include "reference/parallel_trainer.h"
+#include "reference/trainer.h"
+#include "suites/suite.h"
+
+namespace dtb {
+
+/// One single-rank run's step-0 gradient, per-step losses and final parameters, in double,
+/// over the full model (gpt.h layout).
+struct Reference {
+  Reference(int steps = 0, size_t P = 0) : losses(steps), params(P), grads0(P) {}
+  std::vector<double> losses, params, grads0;
+};
+
+/// The float32 references (micro-batches 1, 2 and 4, those that divide the global batch)
+/// and the float64 oracle, as rank 0 holds them after run_references.
+struct ReferenceSet {
+  std::vector<int> micro_batches;  // of each float32 reference
+  std::vector<Reference> f32;
+  Reference oracle;
+  /// k of the tolerance k x (largest reference deviation), from how many references there
+  /// are: 10 for 3, 25 for 2, 640 for 1 (derivation in oracle.cc).
+  double factor() const;
+  std::string how() const;  // "k=10 x max deviation of 3 single-rank f32 references"
+};
+
+/// A train section's TrainConfig: steps, global_batch, micro_batches, seq_len, lr, beta1,
+/// beta2, eps, weight_decay (range-checked, InputError naming "<path>.<key>"); the seed from
+/// the run config.
+TrainConfig train_config_from_json(const nlohmann::json& section, const nlohmann::json& config,
+                                   const std::string& path);
+
+/// Runs the references of `cfg` on one rank each (job j on rank j % world.size(), side by
+/// side) with the CPU ops, and collects them on rank 0 (other ranks get an empty set).
+/// Collective over `world`.
+ReferenceSet run_references(const GptConfig& model, Device& device, const Dataset& data, const TrainConfig& cfg,
+                            Communicator& world);
+
+/// ||a - ref|| / ||ref|| (||a - ref|| when ref is 0).
+double rel_norm_diff(const double* a, const double* ref, size_t n);
+
+/// A run's checks against the oracle, named "<prefix>loss/step:s", "<prefix>grads/step:0/
+/// <tensor>" (when grads0 is not empty) and "<prefix>params/<tensor>": per-step loss within
+/// k x the references' largest deviation so far + u |loss| / sqrt(tokens), each tensor's
+/// relative norm error within k x the references' largest + 4 ulp.
+std::vector<Check> oracle_checks(const std::string& prefix, const ReferenceSet& refs, const GptConfig& model,
+                                 double tokens_per_step, const std::vector<double>& losses,
+                                 const std::vector<double>& grads0, const std::vector<double>& params);
+
+}  // namespace dtb
+
+namespace dtb {
+
+/// What one run of a training layout produced, on rank 0 of its communicator: per-step
+/// global losses, this rank's timings, the full model's step-0 gradient and final
+/// parameters gathered from the shards (empty unless `gather`), and the largest difference
+/// between copies of a replicated element (ParallelGpt::replica_max_diff) of the step-0
+/// gradient and of the final parameters (0: bitwise equal).
+struct LayoutOutcome {
+  std::vector<double> losses;
+  std::vector<StepTiming> timings;
+  std::vector<double> grads0, params;
+  double replica_grads0 = 0, replica_params = 0;
+};
+
+/// Trains `model` on `layout` over `host` (an MPI communicator of layout.world() ranks,
+/// for the group splits' bookkeeping and the gathers) with the groups split from `comm`
+/// (the same ranks; NCCL on a GPU backend), `ops` null for the CPU: step 0's gradient
+/// first, then cfg.steps steps. Collective over `host`.
+/// Errors: InputError when the layout does not fit the model or batch (validate_layout).
+LayoutOutcome run_parallel_layout(const GptConfig& model, const ParallelLayout& layout, const TrainConfig& cfg,
+                                  Device& device, Ops<float>* ops, Communicator& host, Communicator& comm,
+                                  const Dataset& data, bool gather, SpanRecorder* spans = nullptr);
+
+}  // namespace dtb
