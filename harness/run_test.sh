@@ -94,3 +94,20 @@ for rank in range(4):
     assert {"compute.forward", "compute.backward", "comm.send", "comm.recv"} <= kinds, (rank, kinds)
 print(f"pp2 x dp2 1f1b training ok: {len(r['checks'])} checks passed, {len(x)} trace spans")
 PY
+
+# The conformance suite on 4 ranks: every layout of up to 4 ranks passes; the 8-rank ones
+# are reported as skipped, not passed.
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --suites conformance \
+  --output-dir "$tmp" --run-id conformance >"$tmp/conformance.log" 2>&1 || { cat "$tmp/conformance.log"; exit 1; }
+python3 - "$tmp/conformance.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = [s for s in r["suites"] if s["name"] == "conformance"][0]
+assert s["status"] == "passed", s
+ran = sorted(b["name"] for b in r["benchmarks"])
+skipped = sorted(x["layout"] for x in s["data"]["skipped"])
+assert skipped == ["TP2xDP4", "TP2xPP2xDP2"], skipped
+assert len(ran) == 11 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
+assert r["checks"] and all(c["passed"] for c in r["checks"])
+print(f"conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed, skipped {skipped}")
+PY

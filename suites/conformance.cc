@@ -150,7 +150,8 @@ class ConformanceSuite : public Suite {
     const ReferenceSet refs = run_references(model, ctx.device, data, cfg, world);
     ctx.print("# baseline: float64 oracle and " + std::to_string(refs.micro_batches.size()) +
               " single-rank float32 runs; tolerance " + refs.how());
-    ctx.print("#  layout                 ranks  final loss   |dloss| max   worst check   checks   status");
+    ctx.print("#  layout                 ranks  final loss   |dloss| max   worst check   checks   status   "
+              "peak activations per stage (KiB)");
 
     SuiteResult res;
     json skipped = json::array(), table = json::array();
@@ -169,13 +170,22 @@ class ConformanceSuite : public Suite {
       if (world.rank() < k) out = run_parallel_layout(model, l, cfg, ctx.device, nullptr, *sub, *sub, data, true);
       world.barrier();
       // Step times: the slowest rank's per step, from the layout's ranks.
-      std::vector<double> mine(cfg.steps, 0.0), all(size_t(cfg.steps) * world.size());
+      // Each rank sends its step times, then its stage and peak activation bytes.
+      const size_t per = size_t(cfg.steps) + 2;
+      std::vector<double> mine(per, 0.0), all(per * world.size());
       for (int s = 0; s < cfg.steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
+      mine[cfg.steps] = out.pp_rank;
+      mine[cfg.steps + 1] = out.peak_activation_bytes;
       world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
       if (world.rank() != 0) continue;
-      std::vector<double> step_s(cfg.steps, 0.0);
-      for (int r = 0; r < k; ++r)
-        for (int s = 0; s < cfg.steps; ++s) step_s[s] = std::max(step_s[s], all[size_t(r) * cfg.steps + s]);
+      std::vector<double> step_s(cfg.steps, 0.0), stage_peak(l.pp, 0.0);
+      for (int r = 0; r < k; ++r) {
+        for (int s = 0; s < cfg.steps; ++s) step_s[s] = std::max(step_s[s], all[r * per + s]);
+        const int stage = int(all[r * per + cfg.steps]);
+        stage_peak[stage] = std::max(stage_peak[stage], all[r * per + cfg.steps + 1]);
+      }
+      std::string peaks;
+      for (double b : stage_peak) peaks += (peaks.empty() ? "" : " ") + std::to_string(int(std::lround(b / 1024)));
 
       const std::string prefix = "conformance/" + text + "/";
       std::vector<Check> checks =
@@ -206,11 +216,12 @@ class ConformanceSuite : public Suite {
       rec["worst_check_fraction"] = worst;
       rec["checks"] = checks.size();
       rec["checks_failed"] = failed;
+      rec["peak_activation_bytes_per_stage"] = stage_peak;
       res.benchmarks.push_back(rec);
       table.push_back({{"layout", text}, {"losses", out.losses}});
-      char line[200];
-      std::snprintf(line, sizeof line, "   %-22s %5d  %10.6f   %11.3g   %11.3f   %6zu   %s", text.c_str(), k,
-                    out.losses.back(), dloss, worst, checks.size(), failed ? "FAILED" : "passed");
+      char line[300];
+      std::snprintf(line, sizeof line, "   %-22s %5d  %10.6f   %11.3g   %11.3f   %6zu   %s   %s", text.c_str(), k,
+                    out.losses.back(), dloss, worst, checks.size(), failed ? "FAILED" : "passed", peaks.c_str());
       ctx.print(line);
       for (Check& c : checks) res.checks.push_back(std::move(c));
     }

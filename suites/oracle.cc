@@ -168,7 +168,10 @@ LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayo
     out.replica_grads0 = m.replica_max_diff(m.grads(), host);
   }
   host.barrier();
+  device.reset_peaks();
   const TrainRun run = parallel_train(m, data, cfg, g, spans);
+  out.pp_rank = m.coord().pp;
+  out.peak_activation_bytes = double(device.stats().peak_bytes(Tier::device, MemCategory::activation));
   out.losses = run.losses;
   out.timings = run.timings;
   if (gather) {

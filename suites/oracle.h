@@ -73,12 +73,16 @@ struct LayoutOutcome {
   std::vector<StepTiming> timings;
   std::vector<double> grads0, params;
   double replica_grads0 = 0, replica_params = 0;
+  int pp_rank = 0;                     // this rank's pipeline stage
+  double peak_activation_bytes = 0;    // this rank's, over the training steps
 };
 
 /// Trains `model` on `layout` over `host` (an MPI communicator of layout.world() ranks,
 /// for the group splits' bookkeeping and the gathers) with the groups split from `comm`
 /// (the same ranks; NCCL on a GPU backend), `ops` null for the CPU: step 0's gradient
-/// first, then cfg.steps steps. Collective over `host`.
+/// first, then cfg.steps steps. Collective over `host`. The device's peaks are reset before
+/// training, so peak_activation_bytes is the stored activations' high-water mark under the
+/// schedule (category activation: GPipe holds m micro-batches, 1F1B at most p - stage).
 /// Errors: InputError when the layout does not fit the model or batch (validate_layout).
 LayoutOutcome run_parallel_layout(const GptConfig& model, const ParallelLayout& layout, const TrainConfig& cfg,
                                   Device& device, Ops<float>* ops, Communicator& host, Communicator& comm,

@@ -59,7 +59,7 @@ class TrainSuite : public Suite {
  public:
   std::string name() const override { return "train"; }
   std::string description() const override {
-    return "GPT on real text with data parallelism over all ranks vs the single-rank baseline";
+    return "GPT on real text on a tp x dp x pp layout (default: data parallel over all ranks) vs the single-rank baseline";
   }
   json defaults() const override {
     return {{"steps", 200},     {"global_batch", 16}, {"micro_batches", 2}, {"seq_len", 64},
