@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "reference/parallel_trainer.h"
 #include "reference/trainer.h"
 
 namespace dtb {
@@ -88,6 +89,50 @@ TEST(CudaGpt, TrainingStepsMatchCpu) {
   // can amplify to lr-sized steps in near-zero-gradient weights; the loss stays within
   // 1e-4 relative of the CPU's over so few steps (as trainer_test measures for DP).
   for (int s = 0; s < cfg.steps; ++s) EXPECT_NEAR(rg.losses[s], rc.losses[s], 1e-4 * rc.losses[s]) << s;
+}
+
+
+// The sharded model (reference/parallel_gpt.h) on the CUDA backend, one rank: plain, and
+// split into two chunks under the interleaved schedule (chunk 0 hands its activations to
+// chunk 1 on the same rank), against the CPU's single-rank model. Same tolerance and
+// reasoning as LossAndGradsMatchCpu: float32 sums in different orders on both sides.
+TEST(CudaGpt, ParallelGptOnOneGpuMatchesCpu) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  const GptConfig model{2, 64, 4, 32, 256};
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += "The quick brown fox jumps over the lazy dog; pack my box with five dozen jugs. ";
+  Dataset data;
+  data.bytes.assign(text.begin(), text.end());
+  TrainConfig cfg;
+  cfg.global_batch = 4;
+  cfg.micro_batches = 2;
+  cfg.seq_len = 32;
+  auto self = make_mpi_self();
+  CpuDevice cdev;
+  Gpt<float> cpu(model, cdev);
+  cpu.init(cfg.seed);
+  const double lc = compute_gradients(cpu, data, cfg, 0, *self);
+  const std::vector<float> gc(cpu.grads(), cpu.grads() + cpu.num_params());
+  CudaDevice gdev(0);
+  cuda::Gemm gemm;
+  CudaOps ops(gdev, gemm);
+  for (const char* schedule : {"1f1b", "interleaved"}) {
+    ParallelLayout layout;
+    layout.schedule = schedule;
+    layout.virtual_stages = std::string(schedule) == "interleaved" ? 2 : 1;
+    layout.micro_batches = cfg.micro_batches;
+    OwnedGroups og = make_parallel_groups(*self, layout);
+    ParallelGroups g{*self, *og.tp, *og.dp, *og.pp};
+    ParallelGpt<float> gpu(model, layout, 0, gdev, *og.tp, &ops);
+    gpu.init(cfg.seed);
+    const double lg = parallel_compute_gradients(gpu, data, cfg, 0, g);
+    const std::vector<double> full = gpu.gather(gpu.grads(), *self);
+    const std::vector<float> gg(full.begin(), full.end());
+    std::printf("cuda parallel gpt (%s) vs cpu loss: %.9f vs %.9f\n", schedule, lg, lc);
+    EXPECT_NEAR(lg, lc, 1e-6 * lc) << schedule;
+    for (const auto& t : cpu.layout()) EXPECT_LE(rel_diff(gg, gc, t.offset, t.numel), kTol) << schedule << " " << t.name;
+  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Tests of kernels/cpu/ops: every backward against central finite differences in double,
 // forwards against naive definitions and their invariants (causality, softmax sums), float
-// against double within rounding-error bounds, and AdamW against its formula. Each
-// tolerance sits beside its test with the error analysis behind it.
+// against double within rounding-error bounds, AdamW against its formula, and the vocabulary-
+// parallel (tensor-parallel shard) ops against the unsharded ones. Each tolerance sits beside
+// its test with the error analysis behind it.
 #include "kernels/cpu/ops.h"
 
 #include <gtest/gtest.h>
@@ -9,11 +10,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <iomanip>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace dtb::cpu {
@@ -640,6 +644,341 @@ TEST(AdamW, DecoupledWeightDecay) {
     EXPECT_EQ(v[i], 0.0);
     EXPECT_NEAR(p[i], p0[i] * (1 - double(hp.lr) * double(hp.weight_decay)), 1e-15);
   }
+}
+
+// ---------------------------------------------------------------- tensor-parallel shards
+
+// The vocabulary-parallel ops (Megatron-LM embedding and cross-entropy) against the
+// unsharded ops, in float and double. Most identities here are bitwise: the same roundings
+// of the same operands, or sums whose other terms are exact zeros. They are checked on the
+// bit patterns, since == would also pass -0 for +0.
+
+template <typename T>
+std::vector<T> cast(const Vec& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+// Asserts got and want hold the same bit patterns; on failure reports how many elements
+// differ and the first of them (in full precision).
+template <typename T>
+void expect_bitwise_eq(const std::string& what, const std::vector<T>& got,
+                       const std::vector<T>& want) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && bad++ == 0) first = i;
+  }
+  EXPECT_EQ(bad, size_t(0)) << what << ": " << bad << " of " << got.size()
+                            << " elements differ, first [" << first << "] "
+                            << std::setprecision(std::numeric_limits<T>::max_digits10) << got[first]
+                            << " vs " << want[first];
+}
+
+// Vocabulary splits for the composition tests: shard r holds ids [b[r], b[r+1]). V = 256 in
+// 2 and 4 equal shards (as Megatron splits), the odd V = 33 in 3 shards of 11, and 33 in
+// unequal shards with a one-id shard (Vl = 1, where the max and sum loops run once).
+const std::vector<std::vector<int>> kVocabSplits = {
+    {0, 128, 256}, {0, 64, 128, 192, 256}, {0, 11, 22, 33}, {0, 1, 21, 33}};
+
+std::string split_name(const std::vector<int>& b) {
+  std::string s = "V=";
+  s += std::to_string(b.back());
+  s += " split";
+  for (int x : b) {
+    s += ' ';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
+// n ids in [0, V) (n > 2 * shards): the first and last id of every shard (where an
+// off-by-one in a range test or offset shows), the last id of shard 0 twice (a repeated id,
+// whose gradient rows must accumulate), the rest uniform; shuffled.
+std::vector<int32_t> shard_ids(const std::vector<int>& bounds, size_t n, Rng& rng) {
+  std::vector<int32_t> ids = tokens(n, bounds.back(), rng);
+  size_t k = 0;
+  for (size_t r = 0; r + 1 < bounds.size(); r++) {
+    ids[k++] = bounds[r];
+    ids[k++] = bounds[r + 1] - 1;
+  }
+  ids[k] = ids[1];
+  std::shuffle(ids.begin(), ids.end(), rng);
+  return ids;
+}
+
+struct TypeName {
+  template <typename T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, float> ? "float" : "double";
+  }
+};
+using FloatAndDouble = ::testing::Types<float, double>;
+
+template <typename T>
+class EmbeddingShard : public ::testing::Test {};
+template <typename T>
+class CrossEntropyShard : public ::testing::Test {};
+template <typename T>
+class AddBias : public ::testing::Test {};
+TYPED_TEST_SUITE(EmbeddingShard, FloatAndDouble, TypeName);
+TYPED_TEST_SUITE(CrossEntropyShard, FloatAndDouble, TypeName);
+TYPED_TEST_SUITE(AddBias, FloatAndDouble, TypeName);
+
+// One shard holding the whole vocabulary, with wpe, is the encoder: the same sum we + pe per
+// element. Backward adds the same dout rows in the same (b, t) order to the same starting
+// gradients (non-zero, so a write instead of +=, or a lost repeated-token row, shows).
+TYPED_TEST(EmbeddingShard, OneShardIsEncoder) {
+  using T = TypeParam;
+  Rng rng(18);
+  const int B = 2, Tn = 5, C = 8, V = 11;
+  std::vector<int32_t> tok = tokens(B * Tn, V, rng);
+  tok[0] = 0;
+  tok[1] = V - 1;
+  tok[7] = tok[2];  // repeated token
+  const std::vector<T> wte = cast<T>(uniform(V * C, rng)), wpe = cast<T>(uniform(Tn * C, rng));
+  const std::vector<T> dout = cast<T>(uniform(B * Tn * C, rng));
+  std::vector<T> out(B * Tn * C, T(kNaN)), want(B * Tn * C);  // NaN: forward must WRITE
+  encoder_forward(want.data(), tok.data(), wte.data(), wpe.data(), B, Tn, C);
+  embedding_shard_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, Tn, C, 0, V);
+  expect_bitwise_eq("forward", out, want);
+
+  const std::vector<T> dwte0 = cast<T>(uniform(V * C, rng)), dwpe0 = cast<T>(uniform(Tn * C, rng));
+  std::vector<T> dwte = dwte0, dwpe = dwpe0, want_dwte = dwte0, want_dwpe = dwpe0;
+  encoder_backward(want_dwte.data(), want_dwpe.data(), dout.data(), tok.data(), B, Tn, C);
+  embedding_shard_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, Tn, C, 0, V);
+  expect_bitwise_eq("backward dwte", dwte, want_dwte);
+  expect_bitwise_eq("backward dwpe", dwpe, want_dwpe);
+  // A null dwpe skips only the position gradient.
+  std::vector<T> dwte_only = dwte0;
+  embedding_shard_backward<T>(dwte_only.data(), nullptr, dout.data(), tok.data(), B, Tn, C, 0, V);
+  expect_bitwise_eq("backward dwte, null dwpe", dwte_only, want_dwte);
+}
+
+// Shards compose into the encoder. Forward: summed over the shards in order (wpe given to
+// shard 0 only), each element is pe + we with every other term an exact zero (x + 0 == x),
+// so the sum is encoder_forward's we + pe bitwise. Backward: each wte row lives in exactly
+// one shard and receives the same dout rows in the same order, so the shards' dwte side by
+// side are encoder_backward's dwte; every shard's dwpe is its dwpe. Both start non-zero.
+TYPED_TEST(EmbeddingShard, ShardsCompose) {
+  using T = TypeParam;
+  Rng rng(19);
+  const int B = 2, Tn = 6, C = 8;
+  for (const std::vector<int>& bounds : kVocabSplits) {
+    SCOPED_TRACE(split_name(bounds));
+    const int V = bounds.back(), S = int(bounds.size()) - 1;
+    const std::vector<int32_t> tok = shard_ids(bounds, size_t(B) * Tn, rng);
+    const std::vector<T> wte = cast<T>(uniform(size_t(V) * C, rng)),
+                         wpe = cast<T>(uniform(Tn * C, rng));
+    const std::vector<T> dout = cast<T>(uniform(B * Tn * C, rng));
+    const std::vector<T> dwte0 = cast<T>(uniform(size_t(V) * C, rng)),
+                         dwpe0 = cast<T>(uniform(Tn * C, rng));
+    std::vector<T> want(B * Tn * C), want_dwte = dwte0, want_dwpe = dwpe0;
+    encoder_forward(want.data(), tok.data(), wte.data(), wpe.data(), B, Tn, C);
+    encoder_backward(want_dwte.data(), want_dwpe.data(), dout.data(), tok.data(), B, Tn, C);
+
+    std::vector<T> sum, dwte_cat;
+    for (int r = 0; r < S; r++) {
+      SCOPED_TRACE(::testing::Message() << "shard " << r);
+      const int vb = bounds[r], ve = bounds[r + 1];
+      const std::vector<T> shard(wte.begin() + size_t(vb) * C, wte.begin() + size_t(ve) * C);
+      std::vector<T> out(B * Tn * C, T(kNaN));
+      embedding_shard_forward(out.data(), tok.data(), shard.data(), r == 0 ? wpe.data() : nullptr,
+                              B, Tn, C, vb, ve);
+      if (r == 0) {
+        sum = out;
+      } else {
+        for (size_t i = 0; i < sum.size(); i++) sum[i] += out[i];
+      }
+      std::vector<T> dwte(dwte0.begin() + size_t(vb) * C, dwte0.begin() + size_t(ve) * C),
+          dwpe = dwpe0;
+      embedding_shard_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, Tn, C, vb, ve);
+      dwte_cat.insert(dwte_cat.end(), dwte.begin(), dwte.end());
+      expect_bitwise_eq("dwpe of this shard", dwpe, want_dwpe);
+    }
+    expect_bitwise_eq("forward summed over shards", sum, want);
+    expect_bitwise_eq("dwte concatenated over shards", dwte_cat, want_dwte);
+  }
+}
+
+// One shard (v_begin 0, Vl = V): the max, the same exp terms summed in the same order, the
+// same products and log: crossentropy_forward and crossentropy_backward bitwise.
+TYPED_TEST(CrossEntropyShard, OneShardIsCrossEntropy) {
+  using T = TypeParam;
+  Rng rng(20);
+  const int N = 9, V = 37;
+  const T dloss = T(0.37);
+  const std::vector<T> logits = cast<T>(uniform(N * V, rng, -5.0, 5.0));
+  std::vector<int32_t> tgt = tokens(N, V, rng);
+  tgt[0] = 0;
+  tgt[1] = V - 1;
+  std::vector<T> want_losses(N), want_probs(N * V), want_d(N * V);
+  crossentropy_forward(want_losses.data(), want_probs.data(), logits.data(), tgt.data(), N, V);
+  crossentropy_backward(want_d.data(), want_probs.data(), tgt.data(), dloss, N, V);
+
+  std::vector<T> maxes(N, T(kNaN)), sums(2 * N, T(kNaN)), losses(N, T(kNaN)), probs(N * V, T(kNaN));
+  std::vector<T> d(N * V, T(kNaN));  // every output is WRITTEN: the NaNs must go
+  crossentropy_shard_max(maxes.data(), logits.data(), N, V);
+  crossentropy_shard_sums(sums.data(), logits.data(), maxes.data(), tgt.data(), N, V, 0);
+  crossentropy_shard_forward(losses.data(), probs.data(), logits.data(), maxes.data(), sums.data(),
+                             N, V);
+  crossentropy_shard_backward(d.data(), probs.data(), tgt.data(), dloss, N, V, 0);
+  for (int n = 0; n < N; n++) {
+    const T* row = logits.data() + size_t(n) * V;
+    EXPECT_EQ(maxes[n], *std::max_element(row, row + V)) << n;
+    EXPECT_EQ(sums[N + n], row[tgt[n]]) << n;  // the target's logit
+  }
+  expect_bitwise_eq("losses", losses, want_losses);
+  expect_bitwise_eq("probs", probs, want_probs);
+  expect_bitwise_eq("dlogits", d, want_d);
+}
+
+// Shards compose into crossentropy_forward / _backward on the gathered logits, with the two
+// all-reduces emulated on the host (MAX, then SUM in shard order).
+//
+// Exact: the reduced max is the row max (max is exact in any order), so every term
+// e_j = exp(l_j - max) is the same rounded number as in the reference; the target logit
+// arrives as l_t + 0 + ... + 0 = l_t; every shard then computes the same losses; and the
+// backward's (p - onehot) * dloss are the same products as crossentropy_backward's on the
+// concatenated probs, hence bitwise.
+//
+// Not exact: s = sum_j e_j. The reference adds the V terms left to right; the shards add
+// their Vl terms, then the S partial sums. Either order is a recursive summation of positive
+// terms with error sum_k eps_k s_k, |eps_k| <= u (u = 2^-24 float, 2^-53 double), s_k <= s the
+// partial sums: at most (V - 1) u relative, adversarially (Higham, Accuracy and Stability of
+// Numerical Algorithms, Sec. 4.2). Modelling the eps_k as independent, zero-mean (uniform on
+// [-u, u]), each order's relative error has standard deviation u sqrt(sum_k (s_k/s)^2 / 3)
+// <= u sqrt(V / 3), and their difference <= u sqrt(2V / 3) ~ 0.8 u sqrt(V). We allow
+// delta = 4 sqrt(V) u, ~5 standard deviations (the adversarial 2 (V - 1) u would be 3x to 8x
+// looser at these V), and propagate it:
+//   loss = log(s) - (l_t - max): d log(s) = ds / s, so delta relative in s is delta absolute
+//     in the loss; log is within 1 ulp (<= 2 u |log s|) in each; the last subtraction rounds
+//     once in each (u |loss|): |loss_shard - loss_ref| <= (4 sqrt(V) + 4 |log s| + 2 |loss|) u.
+//   p = e_j * (1 / s): the reciprocals differ by delta plus a rounding in each, the products
+//     round once in each: |p_shard - p_ref| <= (4 sqrt(V) + 4) u p.
+// A wrong target, offset or normalisation errs by O(1), far beyond either.
+template <typename T>
+void check_crossentropy_split(const std::vector<int>& bounds, Rng& rng) {
+  const double u = std::numeric_limits<T>::epsilon() / 2;
+  const int N = 12, V = bounds.back(), S = int(bounds.size()) - 1;
+  const T dloss = T(0.37);
+  const std::vector<T> logits = cast<T>(uniform(size_t(N) * V, rng, -4.0, 4.0));
+  const std::vector<int32_t> tgt = shard_ids(bounds, N, rng);
+  std::vector<T> want_losses(N), want_probs(size_t(N) * V), want_d(size_t(N) * V);
+  crossentropy_forward(want_losses.data(), want_probs.data(), logits.data(), tgt.data(), N, V);
+
+  // Each rank's slice of the logits, and its step 1.
+  std::vector<std::vector<T>> shard(S);
+  std::vector<T> maxes(N);
+  for (int r = 0; r < S; r++) {
+    const int vb = bounds[r], Vl = bounds[r + 1] - vb;
+    int inside = 0;
+    for (int n = 0; n < N; n++) {
+      shard[r].insert(shard[r].end(), logits.begin() + size_t(n) * V + vb,
+                      logits.begin() + size_t(n) * V + vb + Vl);
+      inside += tgt[n] >= vb && tgt[n] < vb + Vl;
+    }
+    EXPECT_GT(inside, 0) << "shard " << r << " has no target";
+    EXPECT_LT(inside, N) << "shard " << r << " has every target";
+    std::vector<T> m(N, T(kNaN));
+    crossentropy_shard_max(m.data(), shard[r].data(), N, Vl);
+    for (int n = 0; n < N; n++) {
+      maxes[n] = r == 0 ? m[n] : std::max(maxes[n], m[n]);  // all-reduce MAX
+    }
+  }
+  // Step 2 and the SUM all-reduce.
+  std::vector<T> sums;
+  for (int r = 0; r < S; r++) {
+    std::vector<T> s(2 * N, T(kNaN));
+    crossentropy_shard_sums(s.data(), shard[r].data(), maxes.data(), tgt.data(), N,
+                            bounds[r + 1] - bounds[r], bounds[r]);
+    if (r == 0) {
+      sums = s;
+    } else {
+      for (int i = 0; i < 2 * N; i++) sums[i] += s[i];
+    }
+  }
+  for (int n = 0; n < N; n++) {
+    const T* row = logits.data() + size_t(n) * V;
+    EXPECT_EQ(maxes[n], *std::max_element(row, row + V)) << n;
+    EXPECT_EQ(sums[N + n], row[tgt[n]]) << n;
+  }
+  // Step 3 and the backward on every rank.
+  std::vector<T> losses0, probs_cat, d_cat;
+  for (int r = 0; r < S; r++) {
+    SCOPED_TRACE(::testing::Message() << "shard " << r);
+    const int vb = bounds[r], Vl = bounds[r + 1] - vb;
+    std::vector<T> losses(N, T(kNaN)), probs(size_t(N) * Vl, T(kNaN)), d(size_t(N) * Vl, T(kNaN));
+    crossentropy_shard_forward(losses.data(), probs.data(), shard[r].data(), maxes.data(),
+                               sums.data(), N, Vl);
+    crossentropy_shard_backward(d.data(), probs.data(), tgt.data(), dloss, N, Vl, vb);
+    if (r == 0) {
+      losses0 = losses;
+      probs_cat.assign(size_t(N) * V, T(kNaN));
+      d_cat.assign(size_t(N) * V, T(kNaN));
+    } else {
+      expect_bitwise_eq("losses vs shard 0's", losses, losses0);
+    }
+    for (int n = 0; n < N; n++) {
+      std::copy_n(probs.begin() + size_t(n) * Vl, Vl, probs_cat.begin() + size_t(n) * V + vb);
+      std::copy_n(d.begin() + size_t(n) * Vl, Vl, d_cat.begin() + size_t(n) * V + vb);
+    }
+  }
+  crossentropy_backward(want_d.data(), probs_cat.data(), tgt.data(), dloss, N, V);
+  expect_bitwise_eq("dlogits concatenated", d_cat, want_d);
+
+  double loss_err = 0, loss_ratio = 0, prob_ratio = 0;
+  for (int n = 0; n < N; n++) {
+    const double log_s = std::log(double(sums[n]));
+    const double tol =
+        (4 * std::sqrt(double(V)) + 4 * std::abs(log_s) + 2 * std::abs(double(want_losses[n]))) * u;
+    const double err = std::abs(double(losses0[n]) - double(want_losses[n]));
+    loss_err = std::max(loss_err, err);
+    loss_ratio = std::max(loss_ratio, err / tol);
+    for (int j = 0; j < V; j++) {
+      const double p = want_probs[size_t(n) * V + j];
+      const double pe = std::abs(double(probs_cat[size_t(n) * V + j]) - p);
+      prob_ratio = std::max(prob_ratio, pe / ((4 * std::sqrt(double(V)) + 4) * u * p + 1e-300));
+    }
+  }
+  std::printf("%s, %s: loss max err %.2f u (err / tol %.3f), probs err / tol %.3f\n",
+              split_name(bounds).c_str(), std::is_same_v<T, float> ? "float" : "double",
+              loss_err / u, loss_ratio, prob_ratio);
+  EXPECT_LE(loss_ratio, 1.0) << "losses";
+  EXPECT_LE(prob_ratio, 1.0) << "probs";
+}
+
+TYPED_TEST(CrossEntropyShard, ShardsCompose) {
+  Rng rng(21);
+  for (const std::vector<int>& bounds : kVocabSplits) {
+    SCOPED_TRACE(split_name(bounds));
+    check_crossentropy_split<TypeParam>(bounds, rng);
+  }
+}
+
+// add_bias: out + bias is one rounding, the same as the expected value's here, so exact for
+// any values; rows past N are left alone. With small integers every partial sum is an exact
+// integer (far below 2^24), so two calls add exactly 2 * bias: it accumulates, not writes.
+TYPED_TEST(AddBias, AddsToEveryRowAndAccumulates) {
+  using T = TypeParam;
+  Rng rng(22);
+  const int N = 5, OC = 7;  // N != OC: a row / column mix-up reads the wrong bias
+  const std::vector<T> out0 = cast<T>(uniform((N + 1) * OC, rng)), bias = cast<T>(uniform(OC, rng));
+  std::vector<T> out = out0, want = out0;
+  for (int n = 0; n < N; n++) {
+    for (int o = 0; o < OC; o++) want[n * OC + o] = out0[n * OC + o] + bias[o];
+  }
+  add_bias(out.data(), bias.data(), N, OC);
+  expect_bitwise_eq("once", out, want);
+
+  std::vector<T> iout(N * OC), ibias(OC), iwant(N * OC);
+  for (int o = 0; o < OC; o++) ibias[o] = T(3 * o - 10);
+  for (int i = 0; i < N * OC; i++) {
+    iout[i] = T(i - 17);
+    iwant[i] = T(i - 17 + 2 * (3 * (i % OC) - 10));
+  }
+  add_bias(iout.data(), ibias.data(), N, OC);
+  add_bias(iout.data(), ibias.data(), N, OC);
+  expect_bitwise_eq("twice", iout, iwant);
 }
 
 }  // namespace
