@@ -122,6 +122,7 @@ expect_error "'DP4': global batch 10 is not divisible by data_parallel (4) x mic
 expect_error "needs micro_batches (2) to be a multiple of pipeline_parallel (4)" run --suites conformance --config "$tmp/interleaved_m.json"
 expect_error "model.V = 258 (vocabulary) is not divisible by tensor_parallel = 4" run --suites conformance --config "$tmp/vocab_tp.json"
 expect_error "model.L = 8 layers are not divisible by pipeline_parallel (4) x virtual_stages (3)" run --suites conformance --config "$tmp/layers_v.json"
+expect_error "conformance: no layout fits 1 rank(s) (the smallest needs 2)" run --suites conformance
 expect_error "conformance.layouts: 'TP2xQP2' has an unknown dimension at 'QP2'" run --suites conformance --config "$tmp/bad_layout.json"
 
 echo "$((n - fails)) passed, $fails failed"

@@ -121,15 +121,21 @@ class ConformanceSuite : public Suite {
     if (cfg.seq_len > model.T)
       throw InputError("conformance.seq_len = " + std::to_string(cfg.seq_len) + " exceeds conformance.model.T = " +
                        std::to_string(model.T));
+    int smallest = 1 << 30;
     for (const std::string& text : layout_names(section)) {
       ParallelLayout l = parse_layout(text);
       l.micro_batches = cfg.micro_batches;
+      smallest = std::min(smallest, l.world());
       try {
         validate_layout(l, model, cfg.global_batch, l.world());  // a larger world is skipped, not refused
       } catch (const InputError& e) {
         throw InputError("conformance.layouts: '" + text + "': " + e.what());
       }
     }
+    // A run that checks nothing must not pass: refuse it.
+    if (smallest > world.size)
+      throw InputError("conformance: no layout fits " + std::to_string(world.size) + " rank(s) (the smallest needs " +
+                       std::to_string(smallest) + "); run it under mpirun -np 8 for every default layout");
     check_fits_in_memory(conformance_memory_bytes(model, cfg), std::min(world.ranks_per_node, 4),
                          "conformance: the model and batch");
   }
@@ -185,7 +191,10 @@ class ConformanceSuite : public Suite {
         stage_peak[stage] = std::max(stage_peak[stage], all[r * per + cfg.steps + 1]);
       }
       std::string peaks;
-      for (double b : stage_peak) peaks += (peaks.empty() ? "" : " ") + std::to_string(int(std::lround(b / 1024)));
+      for (double b : stage_peak) {
+        if (!peaks.empty()) peaks += ' ';
+        peaks += std::to_string(std::lround(b / 1024));
+      }
 
       const std::string prefix = "conformance/" + text + "/";
       std::vector<Check> checks =
