@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "harness/config.h"
+#include "harness/memory_cli.h"
 #include "harness/report.h"
 #include "harness/runner.h"
 #include "harness/trace.h"
@@ -280,6 +281,8 @@ int main(int argc, char** argv) {
     run->add_flag("--print-config", args.print_config,
                   "print the complete validated config (every key, defaults filled) and exit");
     auto* list = app.add_subcommand("list", "list suites and named configs");
+    dtb::MemoryArgs memory_args;
+    auto* memory = dtb::add_memory_subcommand(app, memory_args);
     try {
       app.parse(argc, argv);
       for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id", "--backend", "--trace"})
@@ -287,6 +290,7 @@ int main(int argc, char** argv) {
           throw dtb::InputError(std::string(opt) + " is empty");
       if (*run) code = dtb::cmd_run(*world, args);
       else if (*list) code = dtb::cmd_list(*world);
+      else if (*memory) code = dtb::cmd_memory(*memory, memory_args, root);
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) {
         if (root) app.exit(e);

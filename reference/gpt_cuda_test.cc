@@ -125,9 +125,10 @@ TEST(CudaGpt, ParallelGptOnOneGpuMatchesCpu) {
     OwnedGroups og = make_parallel_groups(*self, layout);
     ParallelGroups g{*self, *og.tp, *og.dp, *og.pp};
     ParallelGpt<float> gpu(model, layout, 0, gdev, *og.tp, &ops);
-    gpu.init(cfg.seed);
-    const double lg = parallel_compute_gradients(gpu, data, cfg, 0, g);
-    const std::vector<double> full = gpu.gather(gpu.grads(), *self);
+    ZeroEngine<float> engine(gpu, ZeroConfig{}, *og.dp, cfg.adamw);
+    engine.load(gpu.initial_params(cfg.seed));
+    const double lg = parallel_compute_gradients(gpu, engine, data, cfg, 0, g);
+    const std::vector<double> full = gpu.gather(engine.full_grads(), *self);
     const std::vector<float> gg(full.begin(), full.end());
     std::printf("cuda parallel gpt (%s) vs cpu loss: %.9f vs %.9f\n", schedule, lg, lc);
     EXPECT_NEAR(lg, lc, 1e-6 * lc) << schedule;

@@ -64,21 +64,29 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
 
   bool holds_first = false, holds_last = false;
   for (int c = 0; c < v; ++c) holds_first = holds_first || is_first(c), holds_last = holds_last || is_last(c);
+  auto open_unit = [&](const std::string& name) {
+    units_.push_back({name, num_params_, 0});
+    return int(units_.size()) - 1;
+  };
+  auto close_unit = [&] { units_.back().n = num_params_ - units_.back().begin; };
   if (holds_first || holds_last) {
-    wte_ = tensors_.size();
+    wte_unit_ = open_unit("wte");
     add_tensor("wte", -1, {{full["wte"] + size_t(r) * Vl_ * C, 0, size_t(Vl_) * C}}, false);
     // The tied copy on the last stage is not the owner when the first stage is elsewhere.
     tensors_.back().owner = tensors_.back().owner && (holds_first || layout.pp == 1);
+    close_unit();
   }
   if (holds_first) {
-    wpe_ = tensors_.size();
+    wpe_unit_ = open_unit("wpe");
     add_tensor("wpe", -1, {{full["wpe"], 0, size_t(cfg.T) * C}}, true);
+    close_unit();
   }
   layers_.resize(v);
   for (int c = 0; c < v; ++c) {
     for (int k = 0; k < Lc_; ++k) {
       const size_t l = size_t(virtual_stage(c)) * Lc_ + k;
       LayerParams lp;
+      lp.unit = open_unit("layer." + std::to_string(l));
       for (int i = 0; i < 12; ++i) {
         const std::string name = kLayerNames[i];
         const size_t base = full[name];
@@ -107,22 +115,19 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
             runs.push_back({base + l * C, 0, C});
             replicated = true;
         }
-        lp.o[i] = num_params_;
+        lp.o[i] = num_params_ - units_[lp.unit].begin;
         add_tensor(name, int(l), std::move(runs), replicated);
       }
+      close_unit();
       layers_[c].push_back(lp);
     }
   }
   if (holds_last) {
-    lnfw_ = tensors_.size();
+    lnf_unit_ = open_unit("lnf");
     add_tensor("lnfw", -1, {{full["lnfw"], 0, C}}, true);
-    lnfb_ = tensors_.size();
     add_tensor("lnfb", -1, {{full["lnfb"], 0, C}}, true);
+    close_unit();
   }
-  params_ = Tensor::empty(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::param);
-  grads_ = Tensor::empty(device, {int64_t(num_params_)}, dtype_of<T>(), MemCategory::grad);
-  ops_->zero(params(), num_params_);
-  ops_->zero(grads(), num_params_);
   live_.resize(v);
   pool_.resize(v);
 }
@@ -145,23 +150,19 @@ void ParallelGpt<T>::add_tensor(const std::string& name, int layer, std::vector<
 }
 
 template <typename T>
-T* ParallelGpt<T>::wte_grad() {
-  return wte_ ? grads() + tensors_[*wte_].offset : nullptr;
+ParamStore<T>& ParallelGpt<T>::store() const {
+  DTB_CHECK(store_ != nullptr, "ParallelGpt: no parameter store attached");
+  return *store_;
 }
 
 template <typename T>
-void ParallelGpt<T>::init(uint64_t seed) {
+std::vector<T> ParallelGpt<T>::initial_params(uint64_t seed) const {
   std::vector<T> full(gpt_num_params(cfg_)), mine(num_params_);
   gpt_init_params(full.data(), cfg_, seed);
   for (const auto& t : tensors_)
     for (const auto& run : t.runs)
       std::copy_n(full.data() + run.global, run.n, mine.data() + t.offset + run.local);
-  ops_->copy_from_host(params(), mine.data(), num_params_ * sizeof(T));
-}
-
-template <typename T>
-void ParallelGpt<T>::zero_grad() {
-  ops_->zero(grads(), num_params_);
+  return mine;
 }
 
 template <typename T>
@@ -222,7 +223,7 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   const bool first = is_first(chunk), last = is_last(chunk);
   ActSet& s = acquire(chunk, mb, B, Tn);
   Ops<T>& ops = *ops_;
-  T* P = params();
+  ParamStore<T>& st = store();
   const int v0 = coord_.tp * Vl, v1 = v0 + Vl;
   auto check_ids = [&](const int32_t* ids) {
     for (size_t i = 0; i < BT; ++i) DTB_CHECK(ids[i] >= 0 && ids[i] < cfg_.V, "forward: token id out of [0, V)");
@@ -232,8 +233,10 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     ops.copy_from_host(s.tok(), tokens, BT * sizeof(int32_t));
     // Vocabulary-parallel embedding: rows outside the shard are 0, wpe added on TP rank 0,
     // then g (all-reduce SUM): each sum has one non-zero term per input, so it is exact.
-    ops.embedding_shard_forward(s.p(kX0), s.tok(), P + tensors_[*wte_].offset,
-                                coord_.tp == 0 ? P + tensors_[*wpe_].offset : nullptr, B, Tn, C, v0, v1);
+    ops.embedding_shard_forward(s.p(kX0), s.tok(), st.param(wte_unit_), coord_.tp == 0 ? st.param(wpe_unit_) : nullptr,
+                                B, Tn, C, v0, v1);
+    st.release_param(wte_unit_);
+    if (coord_.tp == 0) st.release_param(wpe_unit_);
     reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, s.p(kX0), BT * C, &stats_);
   } else {
     DTB_CHECK(x != nullptr, "ParallelGpt::forward: a chunk after the first needs its input");
@@ -251,7 +254,8 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   const bool tp1 = layout_.tp == 1;
   for (int k = 0; k < Lc_; ++k) {
     const LayerParams& lp = layers_[chunk][k];
-    auto W = [&](int i) { return P + lp.o[i]; };
+    T* up = st.param(lp.unit);
+    auto W = [&](int i) { return up + lp.o[i]; };
     const T* xin = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
     const size_t oC = size_t(k) * BT * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * BT;
     T* ln1 = s.p(kLn1) + oC;
@@ -286,15 +290,17 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
       ops.add_bias(fcproj, W(Pfcprojb), int(BT), C);
     }
     ops.residual_forward(res3, res2, fcproj, BT * C);
+    st.release_param(lp.unit);
   }
   const T* out = Lc_ > 0 ? s.p(kRes3) + size_t(Lc_ - 1) * BT * C : s.p(kX0);
   if (!last) return out;
 
   // LM head on the wte shard; vocabulary-parallel cross-entropy.
-  ops.layernorm_forward(s.p(kLnf), s.p(kLnfMean), s.p(kLnfRstd), out, P + tensors_[*lnfw_].offset,
-                        P + tensors_[*lnfb_].offset, int(BT), C);
-  ops.matmul_forward(s.p(kLogits), s.p(kLnf), P + tensors_[*wte_].offset, static_cast<const T*>(nullptr), int(BT),
-                     C, Vl);
+  const T* lnf = st.param(lnf_unit_);
+  ops.layernorm_forward(s.p(kLnf), s.p(kLnfMean), s.p(kLnfRstd), out, lnf, lnf + C, int(BT), C);
+  st.release_param(lnf_unit_);
+  ops.matmul_forward(s.p(kLogits), s.p(kLnf), st.param(wte_unit_), static_cast<const T*>(nullptr), int(BT), C, Vl);
+  st.release_param(wte_unit_);
   const int32_t* tgt = s.tgt();
   ops.crossentropy_shard_max(s.p(kMax), s.p(kLogits), int(BT), Vl);
   if (!tp1) {
@@ -327,22 +333,29 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale
   ensure_scratch(B, Tn);
   auto S = [&](int i) { return scratch_[i].template data<T>(); };
   Ops<T>& ops = *ops_;
-  T* P = params();
-  T* G = grads();
+  ParamStore<T>& st = store();
   const bool first = is_first(chunk), last = is_last(chunk);
   const int v0 = coord_.tp * Vl;
+  // The wte unit's gradient is complete for this micro-batch after its last use: the
+  // embedding's backward when this rank holds the first stage, else the LM head's.
+  const bool holds_first = wpe_unit_ >= 0;
   T* dres = S(sDRes);  // the residual stream's gradient, replicated over TP
   if (last) {
     ops.crossentropy_shard_backward(S(sDLogits), s.p(kProbs), s.tgt(), loss_scale, int(BT), Vl, v0);
     ops.zero(S(sDLn), BT * C);
-    ops.matmul_backward(S(sDLn), G + tensors_[*wte_].offset, static_cast<T*>(nullptr), S(sDLogits), s.p(kLnf),
-                        P + tensors_[*wte_].offset, int(BT), C, Vl);
+    ops.matmul_backward(S(sDLn), st.grad(wte_unit_), static_cast<T*>(nullptr), S(sDLogits), s.p(kLnf),
+                        st.param(wte_unit_), int(BT), C, Vl);
+    st.release_param(wte_unit_);
+    if (!holds_first) st.grad_done(wte_unit_);
     // The head's input is replicated; its gradient is partial over the vocabulary shards.
     copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
     ops.zero(dres, BT * C);
     const T* xL = Lc_ > 0 ? s.p(kRes3) + size_t(Lc_ - 1) * BT * C : s.p(kX0);
-    ops.layernorm_backward(dres, G + tensors_[*lnfw_].offset, G + tensors_[*lnfb_].offset, S(sDLn), xL,
-                           P + tensors_[*lnfw_].offset, s.p(kLnfMean), s.p(kLnfRstd), int(BT), C);
+    T* dlnf = st.grad(lnf_unit_);
+    ops.layernorm_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.p(kLnfMean), s.p(kLnfRstd),
+                           int(BT), C);
+    st.release_param(lnf_unit_);
+    st.grad_done(lnf_unit_);
   } else {
     DTB_CHECK(dout != nullptr, "ParallelGpt::backward: a chunk before the last needs its output's gradient");
     if (device_.is_cpu()) {
@@ -354,8 +367,10 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale
   }
   for (int k = Lc_ - 1; k >= 0; --k) {
     const LayerParams& lp = layers_[chunk][k];
-    auto W = [&](int i) { return P + lp.o[i]; };
-    auto D = [&](int i) { return G + lp.o[i]; };
+    T* up = st.param(lp.unit);
+    T* ug = st.grad(lp.unit);
+    auto W = [&](int i) { return up + lp.o[i]; };
+    auto D = [&](int i) { return ug + lp.o[i]; };
     const T* xin = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
     const size_t oC = size_t(k) * BT * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * BT;
     // MLP branch; g backward (after fcproj) is the identity, f backward (before fc) sums.
@@ -384,12 +399,15 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale
     copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
     ops.layernorm_backward(dres, D(Pln1w), D(Pln1b), S(sDLn), xin, W(Pln1w), s.p(kLn1Mean) + oN,
                            s.p(kLn1Rstd) + oN, int(BT), C);
+    st.release_param(lp.unit);
+    st.grad_done(lp.unit);
   }
   const T* result = dres;
   if (first) {
     // g forward's backward is the identity: dres is the full gradient on every TP rank.
-    ops.embedding_shard_backward(G + tensors_[*wte_].offset, G + tensors_[*wpe_].offset, dres,
-                                 s.tok(), B, Tn, C, v0, v0 + Vl);
+    ops.embedding_shard_backward(st.grad(wte_unit_), st.grad(wpe_unit_), dres, s.tok(), B, Tn, C, v0, v0 + Vl);
+    st.grad_done(wte_unit_);
+    st.grad_done(wpe_unit_);
     result = nullptr;
   }
   pool_[chunk].push_back(std::move(it->second));
@@ -398,9 +416,8 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale
 }
 
 template <typename T>
-std::vector<double> ParallelGpt<T>::gather(const T* local, Communicator& world) const {
-  std::vector<T> mine(num_params_);
-  ops_->copy_to_host(mine.data(), local, num_params_ * sizeof(T));
+std::vector<double> ParallelGpt<T>::gather(const std::vector<T>& mine, Communicator& world) const {
+  DTB_CHECK(mine.size() == num_params_, "ParallelGpt::gather: not this rank's local parameter count");
   std::vector<double> full(gpt_num_params(cfg_), 0.0);
   for (const auto& t : tensors_) {
     if (!t.owner) continue;
@@ -413,9 +430,8 @@ std::vector<double> ParallelGpt<T>::gather(const T* local, Communicator& world) 
 }
 
 template <typename T>
-double ParallelGpt<T>::replica_max_diff(const T* local, Communicator& world) const {
-  std::vector<T> mine(num_params_);
-  ops_->copy_to_host(mine.data(), local, num_params_ * sizeof(T));
+double ParallelGpt<T>::replica_max_diff(const std::vector<T>& mine, Communicator& world) const {
+  DTB_CHECK(mine.size() == num_params_, "ParallelGpt::replica_max_diff: not this rank's local parameter count");
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> hi(gpt_num_params(cfg_), -inf), lo(hi.size(), inf);
   for (const auto& t : tensors_)

@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,14 +53,39 @@ struct LocalTensor {
   bool owner = false;
 };
 
+/// A contiguous range [begin, begin + n) of a rank's local flat parameter layout that is
+/// used as a whole: the wte shard, wpe, one transformer layer (its 12 tensors), the final
+/// LayerNorm. ZeRO shards, gathers and reduces unit by unit (reference/zero.h).
+struct ParamUnit {
+  std::string name;  // "wte", "wpe", "layer.<l>", "lnf"
+  size_t begin = 0, n = 0;
+};
+
+/// Where a ParallelGpt's parameters and gradients live, unit by unit: the model asks for a
+/// unit's parameters before it uses them and its gradients before it accumulates into them,
+/// and says when it is done. reference/zero.h implements it for ZeRO stages 0-3.
+template <typename T>
+class ParamStore {
+ public:
+  virtual ~ParamStore() = default;
+  /// The unit's n parameters in the backend's memory, valid until release_param(unit).
+  virtual T* param(int unit) = 0;
+  virtual void release_param(int unit) { (void)unit; }
+  /// The unit's n gradients (backward accumulates into them), valid until grad_done(unit).
+  virtual T* grad(int unit) = 0;
+  /// This micro-batch's backward is done with the unit's gradients.
+  virtual void grad_done(int unit) { (void)unit; }
+};
+
 template <typename T>
 class ParallelGpt {
  public:
   /// This rank's share of `cfg` under `layout` (validate_layout first), `rank` its world
   /// rank (its grid coordinates follow, reference/process_grid.h), `tp` its TP group
-  /// (size layout.tp; must outlive the model). Parameters and gradients in one flat buffer
-  /// each (categories param, grad) on `device`; activations per (chunk, micro-batch) in
-  /// flight (category activation), backward scratch (workspace). `ops` as Gpt.
+  /// (size layout.tp; must outlive the model). The model holds the layout of its parameters
+  /// (tensors(), units()); their storage is a ParamStore attached before the first forward
+  /// (reference/zero.h). Activations per (chunk, micro-batch) in flight (category
+  /// activation), backward scratch (workspace) on `device`. `ops` as Gpt.
   /// Errors: InputError when the layout does not divide the model (validate_layout).
   ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device, Communicator& tp,
               Ops<T>* ops = nullptr);
@@ -80,19 +104,20 @@ class ParallelGpt {
   bool is_first(int chunk) const { return virtual_stage(chunk) == 0; }
   bool is_last(int chunk) const { return virtual_stage(chunk) == layout_.pp * layout_.virtual_stages - 1; }
 
+  /// Elements of this rank's local flat layout (the sum of its units).
   size_t num_params() const { return num_params_; }
-  T* params() { return params_.data<T>(); }
-  T* grads() { return grads_.data<T>(); }
   const std::vector<LocalTensor>& tensors() const { return tensors_; }
-  /// The wte shard (Vl, C) and its gradient, or null when this rank holds neither the first
+  const std::vector<ParamUnit>& units() const { return units_; }
+  /// The unit holding the wte shard (Vl, C), or -1 when this rank holds neither the first
   /// nor the last stage.
-  T* wte_grad();
-  size_t wte_numel() const { return wte_ ? tensors_[*wte_].numel : 0; }
+  int wte_unit() const { return wte_unit_; }
+  /// Attaches the storage (not owned; must outlive the model's use).
+  void attach(ParamStore<T>* store) { store_ = store; }
 
-  /// Each held element set to gpt_init_params' value at its global index (the full model is
-  /// built on the host once: host memory of gpt_num_params(cfg) values).
-  void init(uint64_t seed);
-  void zero_grad();
+  /// This rank's local parameters (num_params() values, local flat order) as gpt_init_params
+  /// sets them: each held element its value at the global index (the full model is built on
+  /// the host once: host memory of gpt_num_params(cfg) values).
+  std::vector<T> initial_params(uint64_t seed) const;
 
   /// Forward of micro-batch `mb` (B sequences of Tn tokens) through `chunk`.
   /// The first chunk embeds `tokens` (host, B*Tn ids in [0, V)); another takes its input
@@ -111,21 +136,24 @@ class ParallelGpt {
   const T* backward(int chunk, int mb, const T* dout, T loss_scale);
 
   /// The full model's flat buffer (gpt.h layout) from every rank's owned elements of
-  /// `local` (params() or grads() of each rank), on every rank of `world`, in double.
+  /// `local` (each rank's num_params() values on the host, e.g. its full parameters or
+  /// gradients from the store), on every rank of `world`, in double.
   /// Collective over `world` (all ranks of the layout).
-  std::vector<double> gather(const T* local, Communicator& world) const;
+  std::vector<double> gather(const std::vector<T>& local, Communicator& world) const;
   /// Over every element held by more than one rank (TP-replicated tensors, DP replicas,
-  /// the tied wte's two copies), the largest |difference| between copies: 0 when every
-  /// copy is bitwise equal. Collective over `world`.
-  double replica_max_diff(const T* local, Communicator& world) const;
+  /// the tied wte's two copies), the largest |difference| between copies of `local`: 0 when
+  /// every copy is bitwise equal. Collective over `world`.
+  double replica_max_diff(const std::vector<T>& local, Communicator& world) const;
   /// TP communication of this model since the last reset.
   CommStats& comm_stats() { return stats_; }
 
  private:
   struct ActSet;
   struct LayerParams {
-    size_t o[12];  // offsets of ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
+    int unit = 0;
+    size_t o[12];  // offsets within the unit of ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
   };
+  ParamStore<T>& store() const;
   ActSet& acquire(int chunk, int mb, int B, int Tn);
   void add_tensor(const std::string& name, int layer, std::vector<LocalTensor::Run> runs, bool tp_replicated);
   void ensure_scratch(int B, int Tn);
@@ -139,9 +167,10 @@ class ParallelGpt {
   std::unique_ptr<Ops<T>> owned_ops_;
   int Lc_ = 0, Cl_ = 0, NHl_ = 0, Vl_ = 0;  // layers per chunk, per-TP-rank sizes
   std::vector<LocalTensor> tensors_;
+  std::vector<ParamUnit> units_;
   size_t num_params_ = 0;
-  Tensor params_, grads_;
-  std::optional<size_t> wte_, wpe_, lnfw_, lnfb_;  // indices into tensors_
+  ParamStore<T>* store_ = nullptr;
+  int wte_unit_ = -1, wpe_unit_ = -1, lnf_unit_ = -1;  // lnf unit: lnfw at 0, lnfb at C
   std::vector<std::vector<LayerParams>> layers_;   // [chunk][layer in chunk]
   std::vector<std::map<int, std::unique_ptr<ActSet>>> live_;  // [chunk] mb -> activations
   std::vector<std::vector<std::unique_ptr<ActSet>>> pool_;    // [chunk] freed, reusable

@@ -42,8 +42,9 @@ double all_reduce_scalar(Communicator& comm, ParallelGpt<T>& model, double x) {
 }  // namespace
 
 template <typename T>
-double parallel_compute_gradients(ParallelGpt<T>& model, const Dataset& data, const TrainConfig& cfg,
-                                  int64_t step, ParallelGroups& g, StepTiming* timing, SpanRecorder* spans) {
+double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data,
+                                  const TrainConfig& cfg, int64_t step, ParallelGroups& g, StepTiming* timing,
+                                  SpanRecorder* spans) {
   const ParallelLayout& L = model.layout();
   const int p = L.pp, v = L.virtual_stages, m = cfg.micro_batches, dp = L.dp;
   DTB_CHECK(m > 0 && cfg.global_batch % (dp * m) == 0,
@@ -57,7 +58,8 @@ double parallel_compute_gradients(ParallelGpt<T>& model, const Dataset& data, co
   const int nv = p * v;
   Stopwatch sw;
   double comm_s = 0;
-  model.zero_grad();
+  engine.zero_grad();
+  const double engine_comm0 = engine.comm_stats().seconds;
 
   std::vector<int32_t> tokens(size_t(mbs) * Tn), targets(size_t(mbs) * Tn);
   auto fill = [&](int mb) {
@@ -140,22 +142,18 @@ double parallel_compute_gradients(ParallelGpt<T>& model, const Dataset& data, co
     comm_s += c.elapsed();
   }
   ops.synchronize();
+  // Reduce-scatters issued during the backward (ZeRO 2-3) and stage-3 gathers are DP
+  // communication inside the compute loop.
+  comm_s += engine.comm_stats().seconds - engine_comm0;
   const double total_compute = sw.elapsed() - comm_s;
   Stopwatch red;
   {
-    auto span = span_scope(spans, "comm.all_reduce", step);
-    if (dp > 1) g.dp.all_reduce(model.grads(), model.grads(), model.num_params(), dtype_of<T>(), ReduceOp::sum);
+    auto span = span_scope(spans, engine.config().stage >= 2 ? "comm.reduce_scatter" : "comm.all_reduce", step);
+    engine.finish_gradients();
     // The tied embedding: the first stage's copy holds the input embedding's gradient, the
     // last stage's the LM head's; each adds the other's (a + b on one side, b + a on the
     // other: bitwise equal).
-    if (p > 1 && model.wte_grad() && (me == 0 || me == p - 1)) {
-      const size_t n = model.wte_numel();
-      Tensor other = Tensor::empty(model.device(), {int64_t(n)}, dtype_of<T>(), MemCategory::comm_buffer);
-      ops.synchronize();
-      const int peer = me == 0 ? p - 1 : 0;
-      g.pp.sendrecv(model.wte_grad(), other.raw(), n, dtype_of<T>(), peer, peer);
-      ops.residual_forward(model.wte_grad(), model.wte_grad(), other.data<T>(), n);
-    }
+    if (p > 1 && model.wte_unit() >= 0 && (me == 0 || me == p - 1)) engine.add_tied_gradient(g.pp, me == 0 ? p - 1 : 0);
     // The loss: summed by the last stage's ranks (TP rank 0 counts it once).
     const bool counts = model.is_last(model.chunks() - 1) && model.coord().tp == 0;
     loss_sum = all_reduce_scalar(g.world, model, counts ? loss_sum : 0.0);
@@ -170,22 +168,21 @@ double parallel_compute_gradients(ParallelGpt<T>& model, const Dataset& data, co
 }
 
 template <typename T>
-TrainRun parallel_train(ParallelGpt<T>& model, const Dataset& data, const TrainConfig& cfg, ParallelGroups& g,
-                        SpanRecorder* spans) {
+TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data, const TrainConfig& cfg,
+                        ParallelGroups& g, SpanRecorder* spans) {
   ParallelLayout layout = model.layout();
   layout.micro_batches = cfg.micro_batches;
   validate_layout(layout, model.config(), cfg.global_batch, g.world.size());
   validate_train_config(cfg, model.config(), layout.dp);
-  AdamW<T> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
   TrainRun run;
   for (int s = 0; s < cfg.steps; ++s) {
     StepTiming tm;
     auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
     Stopwatch step_sw;
-    run.losses.push_back(parallel_compute_gradients(model, data, cfg, s, g, &tm, spans));
+    run.losses.push_back(parallel_compute_gradients(model, engine, data, cfg, s, g, &tm, spans));
     Stopwatch opt_sw;
     auto optim = span_scope(spans, "compute.optimizer", s);
-    opt.step(model.params(), model.grads());
+    engine.step();
     model.ops().synchronize();
     optim.end();
     tm.compute_s += opt_sw.elapsed();
@@ -196,13 +193,15 @@ TrainRun parallel_train(ParallelGpt<T>& model, const Dataset& data, const TrainC
   return run;
 }
 
-template double parallel_compute_gradients<float>(ParallelGpt<float>&, const Dataset&, const TrainConfig&, int64_t,
-                                                  ParallelGroups&, StepTiming*, SpanRecorder*);
-template double parallel_compute_gradients<double>(ParallelGpt<double>&, const Dataset&, const TrainConfig&,
-                                                   int64_t, ParallelGroups&, StepTiming*, SpanRecorder*);
-template TrainRun parallel_train<float>(ParallelGpt<float>&, const Dataset&, const TrainConfig&, ParallelGroups&,
-                                        SpanRecorder*);
-template TrainRun parallel_train<double>(ParallelGpt<double>&, const Dataset&, const TrainConfig&,
-                                         ParallelGroups&, SpanRecorder*);
+template double parallel_compute_gradients<float>(ParallelGpt<float>&, ZeroEngine<float>&, const Dataset&,
+                                                  const TrainConfig&, int64_t, ParallelGroups&, StepTiming*,
+                                                  SpanRecorder*);
+template double parallel_compute_gradients<double>(ParallelGpt<double>&, ZeroEngine<double>&, const Dataset&,
+                                                   const TrainConfig&, int64_t, ParallelGroups&, StepTiming*,
+                                                   SpanRecorder*);
+template TrainRun parallel_train<float>(ParallelGpt<float>&, ZeroEngine<float>&, const Dataset&, const TrainConfig&,
+                                        ParallelGroups&, SpanRecorder*);
+template TrainRun parallel_train<double>(ParallelGpt<double>&, ZeroEngine<double>&, const Dataset&,
+                                         const TrainConfig&, ParallelGroups&, SpanRecorder*);
 
 }  // namespace dtb

@@ -173,7 +173,7 @@ class ConformanceSuite : public Suite {
       }
       auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
       LayoutOutcome out;
-      if (world.rank() < k) out = run_parallel_layout(model, l, cfg, ctx.device, nullptr, *sub, *sub, data, true);
+      if (world.rank() < k) out = run_parallel_layout(model, l, cfg, ZeroConfig{}, ctx.device, nullptr, *sub, *sub, data, true);
       world.barrier();
       // Step times: the slowest rank's per step, from the layout's ranks.
       // Each rank sends its step times, then its stage and peak activation bytes.

@@ -152,31 +152,34 @@ std::vector<Check> oracle_checks(const std::string& prefix, const ReferenceSet& 
 namespace dtb {
 
 LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
-                                  Device& device, Ops<float>* ops, Communicator& host, Communicator& comm,
-                                  const Dataset& data, bool gather, SpanRecorder* spans) {
+                                  const ZeroConfig& zero, Device& device, Ops<float>* ops, Communicator& host,
+                                  Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans) {
   ParallelLayout l = layout;
   l.micro_batches = cfg.micro_batches;
   validate_layout(l, model_cfg, cfg.global_batch, comm.size());
   OwnedGroups og = make_parallel_groups(comm, l);
   ParallelGroups g{comm, *og.tp, *og.dp, *og.pp};
   ParallelGpt<float> m(model_cfg, l, comm.rank(), device, *og.tp, ops);
-  m.init(cfg.seed);
+  ZeroEngine<float> engine(m, zero, *og.dp, cfg.adamw);
+  engine.load(m.initial_params(cfg.seed));
   LayoutOutcome out;
-  parallel_compute_gradients(m, data, cfg, 0, g);  // leaves the parameters as initialised
+  parallel_compute_gradients(m, engine, data, cfg, 0, g);  // leaves the parameters as initialised
   if (gather) {
-    out.grads0 = m.gather(m.grads(), host);
-    out.replica_grads0 = m.replica_max_diff(m.grads(), host);
+    const std::vector<float> g0 = engine.full_grads();
+    out.grads0 = m.gather(g0, host);
+    out.replica_grads0 = m.replica_max_diff(g0, host);
   }
   host.barrier();
   device.reset_peaks();
-  const TrainRun run = parallel_train(m, data, cfg, g, spans);
+  const TrainRun run = parallel_train(m, engine, data, cfg, g, spans);
   out.pp_rank = m.coord().pp;
   out.peak_activation_bytes = double(device.stats().peak_bytes(Tier::device, MemCategory::activation));
   out.losses = run.losses;
   out.timings = run.timings;
   if (gather) {
-    out.params = m.gather(m.params(), host);
-    out.replica_params = m.replica_max_diff(m.params(), host);
+    const std::vector<float> p = engine.full_params();
+    out.params = m.gather(p, host);
+    out.replica_params = m.replica_max_diff(p, host);
   }
   return out;
 }

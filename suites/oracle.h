@@ -77,7 +77,7 @@ struct LayoutOutcome {
   double peak_activation_bytes = 0;    // this rank's, over the training steps
 };
 
-/// Trains `model` on `layout` over `host` (an MPI communicator of layout.world() ranks,
+/// Trains `model` on `layout` with ZeRO settings `zero` over `host` (an MPI communicator of layout.world() ranks,
 /// for the group splits' bookkeeping and the gathers) with the groups split from `comm`
 /// (the same ranks; NCCL on a GPU backend), `ops` null for the CPU: step 0's gradient
 /// first, then cfg.steps steps. Collective over `host`. The device's peaks are reset before
@@ -85,7 +85,7 @@ struct LayoutOutcome {
 /// schedule (category activation: GPipe holds m micro-batches, 1F1B at most p - stage).
 /// Errors: InputError when the layout does not fit the model or batch (validate_layout).
 LayoutOutcome run_parallel_layout(const GptConfig& model, const ParallelLayout& layout, const TrainConfig& cfg,
-                                  Device& device, Ops<float>* ops, Communicator& host, Communicator& comm,
-                                  const Dataset& data, bool gather, SpanRecorder* spans = nullptr);
+                                  const ZeroConfig& zero, Device& device, Ops<float>* ops, Communicator& host,
+                                  Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans = nullptr);
 
 }  // namespace dtb

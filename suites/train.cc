@@ -147,7 +147,7 @@ class TrainSuite : public Suite {
       world.all_reduce(&run.replica_params, &run.replica_params, 1, DType::f64, ReduceOp::max);
       run.params.assign(my_params.begin(), my_params.end());
     } else {
-      run = run_parallel_layout(model_cfg, layout, cfg, ctx.device, on_cpu ? nullptr : &be->ops(), world, dev_comm,
+      run = run_parallel_layout(model_cfg, layout, cfg, ZeroConfig{}, ctx.device, on_cpu ? nullptr : &be->ops(), world, dev_comm,
                                 data, /*gather=*/true, ctx.spans);
     }
     const int every = std::max(1, cfg.steps / 10);

@@ -1,0 +1,477 @@
+#include "harness/memory_cli.h"
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <numeric>
+
+#include "harness/config.h"
+#include "kernels/error.h"
+#include "reference/memory_model.h"
+
+namespace dtb {
+
+using nlohmann::json;
+
+const std::vector<NamedModel>& named_models() {
+  static const std::vector<NamedModel> models = {
+      {"gpt2-124m", {12, 768, 12, 1024, 50257}, "GPT-2 small (Radford et al. 2019)"},
+      {"1b", {20, 2048, 16, 2048, 50257}, "GPT-3 XL's width (Brown et al. 2020), 20 layers, 16 heads of 128"},
+      {"3b", {36, 2560, 20, 2048, 50257}, "GPT-3 2.7B's width, 36 layers, 20 heads of 128"},
+      {"10b", {32, 5120, 40, 2048, 50257}, "GPT-3 13B's width, 32 layers, 40 heads of 128"},
+      {"gpt3-175b", {96, 12288, 96, 2048, 50257}, "GPT-3 175B (Brown et al. 2020, Table 2.1)"},
+  };
+  return models;
+}
+
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+constexpr const char* kCats[] = {"param", "grad", "master_param", "optimizer_state", "activation", "workspace"};
+constexpr MemCategory kCatIds[] = {MemCategory::param,           MemCategory::grad,       MemCategory::master_param,
+                                   MemCategory::optimizer_state, MemCategory::activation, MemCategory::workspace};
+
+std::string fmt(const char* f, ...) {
+  char b[1024];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(b, sizeof b, f, ap);
+  va_end(ap);
+  return b;
+}
+
+std::string commas(uint64_t x) {
+  std::string s = std::to_string(x), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+bool given(const CLI::App& sub, const char* opt) { return sub.count(opt) > 0; }
+
+void positive(const CLI::App& sub, const char* opt, long long v, long long min = 1) {
+  if (given(sub, opt) && v < min) throw InputError(std::string(opt) + " must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+}
+
+template <typename Num>
+json bytes_json(const MemoryBytes<Num>& m, Tier t) {
+  json j = json::object();
+  for (size_t i = 0; i < std::size(kCats); ++i) j[kCats[i]] = m.get(t, kCatIds[i]);
+  j["total"] = m.total(t);
+  return j;
+}
+
+json rule(const std::string& rule, const std::string& plan, bool holds) {
+  return {{"rule", rule}, {"plan", plan}, {"holds", holds}};
+}
+
+// --params: the ZeRO paper's model-state table and DeepSpeed's estimators.
+json params_plan(const CLI::App& sub, const MemoryArgs& a) {
+  for (const char* opt : {"--model", "--layers", "--hidden", "--heads", "--vocab", "--seq", "--virtual-stages",
+                          "--schedule", "--micro-batches", "--micro-batch-size", "--recompute"})
+    if (given(sub, opt))
+      throw InputError(std::string("--params plans model states only (the ZeRO paper's accounting); ") + opt +
+                       " needs a model (--model or --layers/--hidden/--heads)");
+  if (a.tp != 1 || a.pp != 1)
+    throw InputError("--params plans data parallelism only (ZeRO over --dp); give a model for --tp/--pp");
+  if (!(a.params >= 1) || !std::isfinite(a.params)) throw InputError("--params must be >= 1");
+  positive(sub, "--dp", a.dp);
+  const Precision p = parse_precision(a.precision);
+  const Offload off = parse_offload(a.offload);
+  zero_model_states(a.params, p, a.zero_stage, a.dp, off);  // validates stage and offload
+  const int gpn = a.gpus_per_node > 0 ? a.gpus_per_node : std::gcd(a.dp, 8);
+  if (given(sub, "--gpus-per-node") && (a.gpus_per_node < 1 || a.dp % a.gpus_per_node != 0))
+    throw InputError("--gpus-per-node " + std::to_string(a.gpus_per_node) + " does not divide --dp " +
+                     std::to_string(a.dp));
+  const int nodes = a.dp / gpn;
+
+  json j;
+  j["mode"] = "params";
+  j["params"] = a.params;
+  j["precision"] = to_string(p);
+  j["dp"] = a.dp;
+  j["zero_stage"] = a.zero_stage;
+  j["offload_optimizer"] = to_string(off);
+  const StateBytesPerParam k = state_bytes_per_param(p);
+  j["bytes_per_param"] = {{"param", k.param}, {"grad", k.grad}, {"master_param", k.master_param},
+                          {"optimizer_state", k.optimizer_state}, {"total", k.total()}};
+  const char* names[4] = {"DP", "P_os", "P_os+g", "P_os+g+p"};
+  for (int z = 0; z < 4; ++z) {
+    const MemoryBytes<double> m = zero_model_states(a.params, p, z, a.dp);
+    j["zero_stages"].push_back({{"stage", z}, {"name", names[z]}, {"device_bytes", bytes_json(m, Tier::device)}});
+  }
+  if (off == Offload::cpu) {
+    const MemoryBytes<double> m = zero_model_states(a.params, p, a.zero_stage, a.dp, off);
+    j["offload"] = {{"stage", a.zero_stage}, {"device_bytes", bytes_json(m, Tier::device)},
+                    {"host_bytes", bytes_json(m, Tier::host)}};
+  }
+  json ds;
+  ds["gpus_per_node"] = gpn;
+  ds["num_nodes"] = nodes;
+  for (bool o : {true, false}) {
+    const DeepSpeedEstimate e = deepspeed_zero2_estimate(a.params, gpn, nodes, o);
+    ds["zero2"].push_back({{"offload_optimizer", o ? "cpu" : "none"}, {"legacy", false}, {"cpu_bytes", e.cpu_bytes},
+                           {"gpu_bytes", e.gpu_bytes}});
+  }
+  // DeepSpeed's docs (memory.rst) still print the formula before 18: 4P + 16P/N.
+  const DeepSpeedEstimate old = deepspeed_zero2_estimate(a.params, gpn, nodes, false, 1.5, true);
+  ds["zero2"].push_back(
+      {{"offload_optimizer", "none"}, {"legacy", true}, {"cpu_bytes", old.cpu_bytes}, {"gpu_bytes", old.gpu_bytes}});
+  if (a.largest_layer_params >= 0) {
+    ds["largest_layer_params"] = a.largest_layer_params;
+    for (auto [o, op] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}})
+      for (bool zi : {true, false}) {
+        const DeepSpeedEstimate e = deepspeed_zero3_estimate(a.params, a.largest_layer_params, gpn, nodes, o, op, zi);
+        ds["zero3"].push_back({{"offload_param", op ? "cpu" : "none"}, {"offload_optimizer", o ? "cpu" : "none"},
+                               {"zero_init", zi}, {"cpu_bytes", e.cpu_bytes}, {"gpu_bytes", e.gpu_bytes}});
+      }
+  }
+  j["deepspeed"] = ds;
+  const double mine = zero_model_states(a.params, p, 2, a.dp).total(Tier::device);
+  const double theirs = deepspeed_zero2_estimate(a.params, gpn, nodes, false).gpu_bytes;
+  j["rules_of_thumb"].push_back(rule(
+      "16 B/param of model state (ZeRO paper: 2 + 2 + K, K = 12)",
+      p == Precision::fp32 ? "fp32 Adam: 4 param + 4 grad + 8 Adam m, v = 16 B/param; no separate fp32 master copy "
+                             "(AdamW updates the fp32 weights themselves), so K = 8 and the weights are 4 bytes"
+                           : "mixed precision: 2 param + 2 grad + 4 fp32 master + 8 Adam m, v = 16 B/param",
+      true));
+  j["rules_of_thumb"].push_back(rule(
+      "DeepSpeed ZeRO-2 GPU estimate 2 + 18/N B/param (2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam)",
+      fmt("ZeRO-2 here %.2f GiB vs DeepSpeed %.2f GiB: DeepSpeed counts fp16 and fp32 gradients, the paper a 16-bit "
+          "gradient shard only",
+          mine / kGiB, theirs / kGiB),
+      std::abs(mine - theirs) < 0.005 * mine));
+  return j;
+}
+
+GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* name, json* notes) {
+  const bool shape = given(sub, "--layers") || given(sub, "--hidden") || given(sub, "--heads") || given(sub, "--vocab");
+  GptConfig m;
+  if (given(sub, "--model")) {
+    if (shape) throw InputError("give --model NAME or the shape (--layers --hidden --heads --vocab), not both");
+    std::vector<std::string> names;
+    const NamedModel* found = nullptr;
+    for (const NamedModel& nm : named_models()) {
+      names.push_back(nm.name);
+      if (nm.name == a.model) found = &nm;
+    }
+    if (!found) {
+      const std::string near = nearest_name(a.model, names);
+      std::string all;
+      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+      throw InputError("unknown model '" + printable(a.model) + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") +
+                       "; named models: " + all);
+    }
+    m = found->cfg;
+    *name = found->name;
+    // Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by).
+    if (a.tp >= 1 && m.V % a.tp != 0) {
+      const int q = 128 * a.tp, padded = (m.V + q - 1) / q * q;
+      notes->push_back(fmt("vocabulary padded %d -> %d (a multiple of 128 x tp, as Megatron-LM pads it) so that it "
+                           "divides over TP %d",
+                           m.V, padded, a.tp));
+      m.V = padded;
+    }
+  } else {
+    if (!given(sub, "--layers") || !given(sub, "--hidden") || !given(sub, "--heads"))
+      throw InputError("give --model NAME, or --layers, --hidden and --heads (with --vocab, --seq), or --params P");
+    m.L = a.layers;
+    m.C = a.hidden;
+    m.NH = a.heads;
+    m.V = given(sub, "--vocab") ? a.vocab : 50257;
+    m.T = given(sub, "--seq") ? a.seq : 1024;
+    *name = "custom";
+  }
+  for (auto [opt, v] : {std::pair{"--layers", a.layers}, std::pair{"--hidden", a.hidden}, std::pair{"--heads", a.heads},
+                        std::pair{"--vocab", a.vocab}, std::pair{"--seq", a.seq}})
+    positive(sub, opt, v);
+  validate_gpt_config(m);
+  return m;
+}
+
+json model_plan(const CLI::App& sub, const MemoryArgs& a) {
+  if (given(sub, "--largest-layer-params") || given(sub, "--gpus-per-node"))
+    throw InputError("--largest-layer-params and --gpus-per-node go with --params (DeepSpeed's estimators)");
+  for (auto [opt, v] : {std::pair{"--tp", a.tp}, std::pair{"--pp", a.pp}, std::pair{"--dp", a.dp},
+                        std::pair{"--virtual-stages", a.virtual_stages}, std::pair{"--micro-batches", a.micro_batches},
+                        std::pair{"--micro-batch-size", a.micro_batch_size}})
+    positive(sub, opt, v);
+  json notes = json::array();
+  std::string name;
+  PlanConfig c;
+  c.model = resolve_model(sub, a, &name, &notes);
+  c.layout.tp = a.tp;
+  c.layout.pp = a.pp;
+  c.layout.dp = a.dp;
+  c.layout.schedule = a.schedule;
+  c.layout.virtual_stages = a.virtual_stages;
+  c.layout.micro_batches = a.micro_batches > 0 ? a.micro_batches : a.pp;
+  if (a.micro_batches <= 0 && a.pp > 1)
+    notes.push_back(fmt("%d micro-batches per step (default: pp, the fewest that fill the pipeline)", a.pp));
+  c.micro_batch_size = a.micro_batch_size;
+  c.seq_len = given(sub, "--seq") ? a.seq : 0;
+  c.zero_stage = a.zero_stage;
+  c.offload_optimizer = parse_offload(a.offload);
+  c.precision = parse_precision(a.precision);
+  c.recompute = parse_recompute(a.recompute);
+  validate_plan(c);
+  const std::vector<RankPlan> stages = plan_stages(c);
+  const GptConfig& m = c.model;
+  const uint64_t total = gpt_num_params(m);
+
+  json j;
+  j["mode"] = "plan";
+  j["model"] = {{"name", name}, {"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T}, {"V", m.V}, {"params", total}};
+  const ParallelLayout& l = c.layout;
+  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"world", l.world()}, {"schedule", l.schedule},
+                 {"virtual_stages", l.virtual_stages}, {"micro_batches", l.micro_batches},
+                 {"micro_batch_size", c.micro_batch_size}, {"seq_len", c.tokens()},
+                 {"global_batch", c.global_batch()}, {"zero_stage", c.zero_stage},
+                 {"offload_optimizer", to_string(c.offload_optimizer)}, {"precision", to_string(c.precision)},
+                 {"recompute", to_string(c.recompute)}};
+  size_t busiest = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const RankPlan& r = stages[i];
+    if (r.device_total() > stages[busiest].device_total()) busiest = i;
+    j["stages"].push_back({{"pp_rank", r.pp_rank}, {"tp_rank", r.tp_rank}, {"params", r.N}, {"shard_params", r.S},
+                           {"activation_sets", r.activation_sets},
+                           {"activation_set_bytes", r.activation_set_bytes},
+                           {"device_bytes", bytes_json(r.mem, Tier::device)},
+                           {"host_bytes", bytes_json(r.mem, Tier::host)}});
+  }
+  const RankPlan& b = stages[busiest];
+  j["busiest_stage"] = b.pp_rank;
+  j["busiest_device_bytes"] = b.device_total();
+
+  // Beside ours: Korthikanti's per-layer activations and Megatron's weight + optimizer.
+  const double ours_layer = double(layer_activation_floats(c) * (c.precision == Precision::fp32 ? 4 : 2));
+  const double kor = korthikanti_layer_activation_bytes(m, c.tokens(), c.micro_batch_size, l.tp, c.recompute);
+  const double meg = megatron_weight_and_optimizer_bytes(m, l.tp, l.pp, l.dp, c.zero_stage >= 1);
+  j["layer_activation_bytes"] = ours_layer;
+  j["korthikanti_layer_activation_bytes"] = kor;
+  j["megatron_weight_and_optimizer_bytes"] = meg;
+
+  // Rules of thumb against the exact plan of the busiest rank.
+  const StateBytesPerParam k = state_bytes_per_param(c.precision);
+  const double N = double(b.N);
+  const double states = double(b.mem.model_states(Tier::device) + b.mem.model_states(Tier::host));
+  const MemoryBytes<double> paper_states = zero_model_states(N, c.precision, c.zero_stage, l.dp, c.offload_optimizer);
+  const double paper = paper_states.total(Tier::device) + paper_states.total(Tier::host);
+  const bool fp32 = c.precision == Precision::fp32;
+  std::string zero_note;
+  if (c.zero_stage > 0)
+    zero_note = fmt(" (ZeRO-%d over DP %d: the paper's %.3f%s)", c.zero_stage, l.dp, paper / N,
+                    std::abs(states - paper) < 0.5 ? "" : "; the rest is the padding of the shards");
+  j["rules_of_thumb"].push_back(rule(
+      "16 B/param of model state",
+      fmt("%s; this plan: %.3f B per held parameter over the %s held by stage %d%s",
+          fp32 ? "fp32 Adam: 4 param + 4 grad + 8 Adam m, v = 16, with no separate master copy (AdamW updates the "
+                 "fp32 weights themselves)"
+               : "mixed precision: 2 param + 2 grad + 4 fp32 master + 8 Adam m, v = 16",
+          states / N, commas(b.N).c_str(), b.pp_rank, zero_note.c_str()),
+      std::abs(states / N - 16) < 0.005));
+  const double opt_ratio = (k.master_param + k.optimizer_state) / 4.0;
+  j["rules_of_thumb"].push_back(rule(
+      "optimizer state = 3x the weights",
+      fp32 ? fmt("only with a separate fp32 master copy (mixed precision: 4 master + 8 Adam = 3x 4-byte weights); fp32 "
+                 "Adam keeps m and v only: %.0fx the weights",
+                 opt_ratio)
+           : fmt("mixed precision: 4 fp32 master + 8 Adam = %.0fx the fp32 weights (%.0fx the 16-bit ones held)", opt_ratio,
+                 (k.master_param + k.optimizer_state) / k.param),
+      !fp32));
+  const double even = double(total) / (l.tp * l.pp);
+  j["rules_of_thumb"].push_back(rule(
+      "each rank holds params / (TP x PP)",
+      fmt("%s / %d = %s; stage %d holds %s (%+.1f%%)%s", commas(total).c_str(), l.tp * l.pp,
+          commas(uint64_t(std::llround(even))).c_str(), b.pp_rank, commas(b.N).c_str(), 100 * (N / even - 1),
+          l.tp * l.pp == 1 ? ""
+                           : ": the tied embedding sits on the first and the last stage, wpe on the first, and "
+                             "LayerNorms and row-parallel biases are replicated over TP"),
+      std::abs(N / even - 1) < 0.01));
+  j["rules_of_thumb"].push_back(rule(
+      "activations per layer s b h (34 + 5 a s / h) bytes (Korthikanti et al. 2022, 16-bit; TP: 10 + 24/t + 5as/(ht))",
+      fmt("%.3f GiB per layer and micro-batch here vs %.3f GiB by the formula (x%.2f): the reference GPT keeps %s "
+          "activations, both LayerNorm outputs and the softmax output, and has no dropout",
+          ours_layer / kGiB, kor / kGiB, ours_layer / kor, fp32 ? "fp32" : "16-bit"),
+      std::abs(ours_layer / kor - 1) < 0.05));
+  const double first_states = double(stages[0].mem.model_states(Tier::device) + stages[0].mem.model_states(Tier::host));
+  j["rules_of_thumb"].push_back(rule(
+      "Megatron-LM theoretical weight + optimizer: 18 B/param (6 + 12/DP distributed), bf16 with fp32 main grads",
+      fmt("%.2f GiB for stage 0 vs %.2f GiB here: Megatron adds fp32 main gradients, omits biases and wpe", meg / kGiB,
+          first_states / kGiB),
+      std::abs(meg / first_states - 1) < 0.05));
+  const std::string sched = l.schedule;
+  const int want_sets = sched == "gpipe" ? l.micro_batches : std::min(l.pp, l.micro_batches);
+  if (sched != "interleaved")
+    j["rules_of_thumb"].push_back(rule(
+        sched == "gpipe" ? "GPipe holds all m micro-batches' activations" : "1F1B holds at most p micro-batches' activations",
+        fmt("stage 0 holds %d activation sets (m %d, p %d)", stages[0].activation_sets[0], l.micro_batches, l.pp),
+        stages[0].activation_sets[0] == want_sets));
+
+  if (!fp32)
+    notes.push_back(std::string(to_string(c.precision)) +
+                    " is planned: the trainer runs fp32 only; activations and scratch counted at 2 bytes");
+  if (c.recompute != Recompute::none)
+    notes.push_back("recompute " + std::string(to_string(c.recompute)) +
+                    " is planned (Korthikanti et al. 2022): the trainer does not recompute yet");
+  notes.push_back("comm_buffer (pipeline messages, ZeRO's gathered units and buckets) is transient and not planned");
+  j["notes"] = notes;
+  return j;
+}
+
+std::string size_cell(double bytes, double unit) { return bytes == 0 ? "0" : fmt("%.2f", bytes / unit); }
+
+}  // namespace
+
+CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
+  std::string models;
+  for (const NamedModel& m : named_models())
+    models += fmt("\n  %-10s L%d C%d NH%d T%d V%d: %s parameters (%s)", m.name.c_str(), m.cfg.L, m.cfg.C, m.cfg.NH,
+                  m.cfg.T, m.cfg.V, commas(gpt_num_params(m.cfg)).c_str(), m.source.c_str());
+  auto* s = app.add_subcommand("memory", "plan a configuration's per-rank memory without running it");
+  s->footer("Named models (tied embedding, learned positions; V padded to a multiple of 128 x tp when tp does "
+            "not divide it):" + models +
+            "\nbf16/fp16 and recompute are planned (the trainer runs fp32 without recompute today).");
+  s->add_option("--model", a.model, "named model (see below)");
+  s->add_option("--layers", a.layers, "L layers");
+  s->add_option("--hidden", a.hidden, "C channels");
+  s->add_option("--heads", a.heads, "NH attention heads");
+  s->add_option("--vocab", a.vocab, "V vocabulary (default 50257)");
+  s->add_option("--seq", a.seq, "sequence length Tn (default the model's T; a custom model's T, default 1024)");
+  s->add_option("--params", a.params, "P parameters: model states only, ZeRO paper and DeepSpeed (e.g. 7.5e9)");
+  s->add_option("--largest-layer-params", a.largest_layer_params, "with --params: for DeepSpeed's ZeRO-3 estimate");
+  s->add_option("--gpus-per-node", a.gpus_per_node, "with --params: for DeepSpeed's estimates (default gcd(dp, 8))");
+  s->add_option("--tp", a.tp, "tensor-parallel size (default 1)");
+  s->add_option("--pp", a.pp, "pipeline-parallel size (default 1)");
+  s->add_option("--dp", a.dp, "data-parallel size (default 1)");
+  s->add_option("--virtual-stages", a.virtual_stages, "model chunks per pipeline rank (interleaved; default 1)");
+  s->add_option("--schedule", a.schedule, "gpipe, 1f1b or interleaved (default 1f1b)");
+  s->add_option("--micro-batches", a.micro_batches, "micro-batches per step and DP rank (default pp)");
+  s->add_option("--micro-batch-size", a.micro_batch_size, "sequences per micro-batch (default 1)");
+  s->add_option("--zero-stage", a.zero_stage, "ZeRO stage 0-3 (default 0)");
+  s->add_option("--offload-optimizer", a.offload, "none or cpu (ZeRO stages 1-3)");
+  s->add_option("--precision", a.precision, "fp32, bf16 or fp16 (default fp32)");
+  s->add_option("--recompute", a.recompute, "none, full or selective (default none)");
+  s->add_flag("--json", a.json, "print the plan as JSON");
+  return s;
+}
+
+json memory_plan_json(const CLI::App& sub, const MemoryArgs& a) {
+  return given(sub, "--params") ? params_plan(sub, a) : model_plan(sub, a);
+}
+
+std::string memory_plan_text(const json& j) {
+  std::string o;
+  if (j["mode"] == "params") {
+    const double P = j["params"];
+    o += fmt("dtbench memory: %s parameters, model states only (ZeRO paper's accounting), %s, DP %d\n",
+             commas(uint64_t(std::llround(P))).c_str(), j["precision"].get<std::string>().c_str(), j["dp"].get<int>());
+    const json& k = j["bytes_per_param"];
+    o += fmt("bytes per parameter: param %g + grad %g + master_param %g + optimizer_state %g = %g\n\n",
+             k["param"].get<double>(), k["grad"].get<double>(), k["master_param"].get<double>(),
+             k["optimizer_state"].get<double>(), k["total"].get<double>());
+    o += fmt("%-14s %10s %10s %13s %16s %12s %12s\n", "ZeRO stage", "param", "grad", "master_param", "optimizer_state",
+             "total GB", "total GiB");
+    for (const json& z : j["zero_stages"]) {
+      const json& d = z["device_bytes"];
+      const int st = z["stage"];
+      o += fmt("%-14s %10.3g %10.3g %13.3g %16.3g %12.3g %12.3g%s\n",
+               fmt("%d (%s)", st, z["name"].get<std::string>().c_str()).c_str(), d["param"].get<double>() / 1e9,
+               d["grad"].get<double>() / 1e9, d["master_param"].get<double>() / 1e9,
+               d["optimizer_state"].get<double>() / 1e9, d["total"].get<double>() / 1e9,
+               d["total"].get<double>() / kGiB, st == j["zero_stage"].get<int>() ? "  <- --zero-stage" : "");
+    }
+    o += "(GB = 1e9 bytes per rank, as the paper; its Fig. 1, 7.5B parameters, 64 ranks, K = 12: 120, 31.4, 16.6, "
+         "1.88 GB)\n";
+    if (j.contains("offload")) {
+      const json& f = j["offload"];
+      o += fmt("with offload_optimizer cpu at stage %d: device %.3g GB (16-bit params and grads), host %.3g GB (fp32 "
+               "master, Adam m, v and fp32 grads of the shard)\n",
+               f["stage"].get<int>(), f["device_bytes"]["total"].get<double>() / 1e9,
+               f["host_bytes"]["total"].get<double>() / 1e9);
+    }
+    const json& ds = j["deepspeed"];
+    o += fmt("\nDeepSpeed's estimators (model states, GB = 2^30 bytes as DeepSpeed prints; %d node%s x %d GPUs):\n",
+             ds["num_nodes"].get<int>(), ds["num_nodes"].get<int>() > 1 ? "s" : "", ds["gpus_per_node"].get<int>());
+    o += "  per CPU  |  per GPU |   Options\n";
+    for (const json& e : ds["zero2"])
+      o += fmt(" %7.2fGB | %6.2fGB | ZeRO-2 offload_optimizer=%s%s\n", e["cpu_bytes"].get<double>() / kGiB,
+               e["gpu_bytes"].get<double>() / kGiB, e["offload_optimizer"].get<std::string>().c_str(),
+               e["legacy"].get<bool>() ? "  (the docs' formula, 4P + 16P/N, before DeepSpeed changed it to 2P + 18P/N)"
+                                       : "");
+    if (ds.contains("zero3")) {
+      for (const json& e : ds["zero3"])
+        o += fmt(" %7.2fGB | %6.2fGB | ZeRO-3 offload_param=%s, offload_optimizer=%s, zero_init=%d\n",
+                 e["cpu_bytes"].get<double>() / kGiB, e["gpu_bytes"].get<double>() / kGiB,
+                 e["offload_param"].get<std::string>().c_str(), e["offload_optimizer"].get<std::string>().c_str(),
+                 e["zero_init"].get<bool>() ? 1 : 0);
+    } else {
+      o += "  (ZeRO-3 needs --largest-layer-params)\n";
+    }
+  } else {
+    const json& m = j["model"];
+    const json& l = j["layout"];
+    o += fmt("dtbench memory: %s (L %d, C %d, NH %d, T %d, V %d): %s parameters\n", m["name"].get<std::string>().c_str(),
+             m["L"].get<int>(), m["C"].get<int>(), m["NH"].get<int>(), m["T"].get<int>(), m["V"].get<int>(),
+             commas(m["params"].get<uint64_t>()).c_str());
+    o += fmt("layout: TP %d x PP %d x DP %d = %d ranks, %s%s, %d micro-batch%s of %d sequence%s x %d tokens per DP "
+             "rank (global batch %lld); ZeRO %d, offload_optimizer %s, %s, recompute %s\n",
+             l["tp"].get<int>(), l["pp"].get<int>(), l["dp"].get<int>(), l["world"].get<int>(),
+             l["schedule"].get<std::string>().c_str(),
+             l["virtual_stages"].get<int>() > 1 ? fmt(" v %d", l["virtual_stages"].get<int>()).c_str() : "",
+             l["micro_batches"].get<int>(), l["micro_batches"].get<int>() == 1 ? "" : "es",
+             l["micro_batch_size"].get<int>(), l["micro_batch_size"].get<int>() == 1 ? "" : "s", l["seq_len"].get<int>(),
+             l["global_batch"].get<long long>(),
+             l["zero_stage"].get<int>(), l["offload_optimizer"].get<std::string>().c_str(),
+             l["precision"].get<std::string>().c_str(), l["recompute"].get<std::string>().c_str());
+    const double busiest = j["busiest_device_bytes"].get<double>();
+    const bool gib = busiest >= kGiB;
+    const double unit = gib ? kGiB : 1048576.0;
+    const char* uname = gib ? "GiB (2^30 bytes)" : "MiB (2^20 bytes)";
+    o += fmt("\nper-rank memory in %s, one row per pipeline stage (TP rank 0; every TP rank holds the same):\n", uname);
+    o += fmt("%-5s %15s %-6s %9s %9s %12s %15s %10s %9s %9s  %s\n", "stage", "params", "tier", "param", "grad",
+             "master_param", "optimizer_state", "activation", "workspace", "total", "sets in flight");
+    bool host = false;
+    for (const json& s : j["stages"]) host = host || s["host_bytes"]["total"].get<double>() > 0;
+    for (const json& s : j["stages"]) {
+      std::string sets;
+      for (const auto& n : s["activation_sets"]) sets += (sets.empty() ? "" : "+") + std::to_string(n.get<int>());
+      for (const char* tier : {"device", "host"}) {
+        if (tier == std::string("host") && !host) continue;
+        const json& b = s[std::string(tier) + "_bytes"];
+        const bool dev = tier == std::string("device");
+        o += fmt("%-5s %15s %-6s", dev ? std::to_string(s["pp_rank"].get<int>()).c_str() : "",
+                 dev ? commas(s["params"].get<uint64_t>()).c_str() : "", tier);
+        const int w[6] = {9, 9, 12, 15, 10, 9};
+        for (size_t i = 0; i < 6; ++i) o += fmt(" %*s", w[i], size_cell(b[kCats[i]].get<double>(), unit).c_str());
+        o += fmt(" %9s  %s\n", size_cell(b["total"].get<double>(), unit).c_str(), dev ? sets.c_str() : "");
+      }
+    }
+    o += fmt("busiest rank: stage %d, %.2f GiB (%.2f GB) on the device\n", j["busiest_stage"].get<int>(),
+             busiest / kGiB, busiest / 1e9);
+  }
+  o += "\nrules of thumb against this plan:\n";
+  for (const json& r : j["rules_of_thumb"])
+    o += fmt("  [%s] %s\n        %s\n", r["holds"].get<bool>() ? "holds" : "differs", r["rule"].get<std::string>().c_str(),
+             r["plan"].get<std::string>().c_str());
+  if (j.contains("notes") && !j["notes"].empty()) o += "notes:\n";
+  if (j.contains("notes"))
+    for (const json& n : j["notes"]) o += "  - " + n.get<std::string>() + "\n";
+  return o;
+}
+
+int cmd_memory(const CLI::App& sub, const MemoryArgs& a, bool print) {
+  const json j = memory_plan_json(sub, a);
+  if (print) {
+    if (a.json) {
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::fputs(memory_plan_text(j).c_str(), stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace dtb

@@ -1,0 +1,53 @@
+// `dtbench memory`: plans a configuration's per-rank memory without running it
+// (reference/memory_model.h), prints a per-stage breakdown by category and tier and where
+// the usual rules of thumb differ from the exact accounting, or JSON with --json.
+// With --params P: model states only, the ZeRO paper's four stages and DeepSpeed's estimators.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "reference/gpt.h"
+
+namespace dtb {
+
+/// A named model shape. Parameters: gpt_num_params (tied embedding, learned positions).
+struct NamedModel {
+  std::string name;
+  GptConfig cfg;
+  std::string source;  // where the shape comes from
+};
+/// gpt2-124m (L12 C768 NH12 T1024 V50257: 124,439,808), 1b (L20 C2048 NH16 T2048:
+/// 1,114,290,176), 3b (L36 C2560 NH20 T2048: 2,966,259,200), 10b (L32 C5120 NH40 T2048:
+/// 10,336,271,360), gpt3-175b (L96 C12288 NH96 T2048: 174,604,259,328); V 50257 (GPT-2's BPE).
+const std::vector<NamedModel>& named_models();
+
+/// The options of `dtbench memory`, as given (sentinels: 0 or empty = not given).
+struct MemoryArgs {
+  std::string model;
+  int layers = 0, hidden = 0, heads = 0, vocab = 0, seq = 0;
+  double params = -1;  // --params: paper-level mode when >= 0
+  double largest_layer_params = -1;
+  int tp = 1, pp = 1, dp = 1, virtual_stages = 1, micro_batches = 0, micro_batch_size = 1;
+  int zero_stage = 0, gpus_per_node = 0;
+  std::string schedule = "1f1b", offload = "none", precision = "fp32", recompute = "none";
+  bool json = false;
+};
+
+/// Adds the `memory` subcommand with its options bound to `args` (which must outlive `app`).
+CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& args);
+
+/// The plan as JSON (the document --json prints). `sub` tells which options were given.
+/// Errors: InputError naming the bad value (unknown model, with the nearest name; a layout
+/// that does not divide; zero stage outside 0-3; offload with stage 0; sizes below 1).
+nlohmann::json memory_plan_json(const CLI::App& sub, const MemoryArgs& args);
+/// The human-readable report of a memory_plan_json document.
+std::string memory_plan_text(const nlohmann::json& plan);
+
+/// Runs the subcommand: prints the text report (or JSON) to stdout when `print`. Returns 0.
+/// Errors: as memory_plan_json.
+int cmd_memory(const CLI::App& sub, const MemoryArgs& args, bool print);
+
+}  // namespace dtb

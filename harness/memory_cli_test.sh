@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# `dtbench memory`: the ZeRO paper's four numbers (Fig. 1: 7.5B parameters, 64 ranks, K = 12:
+# 120, 31.4, 16.6, 1.88 GB per rank), DeepSpeed's ZeRO-2 estimate for t5-3b, a planned layout
+# whose JSON adds up, and bad input ending with one line on stderr and exit status 2.
+# Usage: memory_cli_test.sh PATH/TO/dtbench
+set -u
+dtbench="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0; n=0
+
+check() {  # check NAME COMMAND...: passes when COMMAND exits 0
+  local name="$1"; shift
+  n=$((n + 1))
+  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+
+"$dtbench" memory --params 7.5e9 --dp 64 --precision fp16 >"$tmp/zero.txt" 2>&1
+"$dtbench" memory --params 7.5e9 --dp 64 --precision fp16 --json >"$tmp/zero.json" 2>&1
+check "ZeRO Fig. 1 in JSON: 120, 31.4, 16.6, 1.88 GB" python3 - "$tmp/zero.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+got = [z["device_bytes"]["total"] / 1e9 for z in j["zero_stages"]]
+assert got == [120.0, 31.40625, 16.640625, 1.875], got
+assert ["%.0f" % got[0], "%.1f" % got[1], "%.1f" % got[2], "%.2f" % got[3]] == ["120", "31.4", "16.6", "1.88"]
+PY
+check "ZeRO Fig. 1 in the table" python3 - "$tmp/zero.txt" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l[:1] in "0123" and "(" in l.split()[1]]
+assert [r[6] for r in rows] == ["120", "31.4", "16.6", "1.88"], rows
+PY
+
+"$dtbench" memory --params 2851598336 --dp 8 >"$tmp/t5.txt" 2>&1
+check "DeepSpeed ZeRO-2, t5-3b on 8 GPUs: 127.48GB | 5.31GB offloaded, 15.93GB in the docs' formula" \
+  grep -q "127.48GB |   5.31GB | ZeRO-2 offload_optimizer=cpu" "$tmp/t5.txt"
+check "DeepSpeed docs' 15.93GB" grep -q "127.48GB |  15.93GB | ZeRO-2 offload_optimizer=none  (the docs'" "$tmp/t5.txt"
+
+"$dtbench" memory --model 10b --tp 2 --pp 2 --dp 2 --json >"$tmp/10b.json" 2>&1
+check "10b on TP2 x PP2 x DP2: categories add up, 16 B/param, 1F1B sets 2 and 1" python3 - "$tmp/10b.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert len(j["stages"]) == 2
+for s in j["stages"]:
+    d = s["device_bytes"]
+    assert d["total"] == sum(v for k, v in d.items() if k != "total")
+    states = d["param"] + d["grad"] + d["master_param"] + d["optimizer_state"]
+    assert states == 16 * s["params"], (states, s["params"])
+    assert d["master_param"] == 0 and s["host_bytes"]["total"] == 0
+assert [s["activation_sets"] for s in j["stages"]] == [[2], [1]]
+assert j["busiest_stage"] == 0
+PY
+
+"$dtbench" memory --model gpt2-124m >"$tmp/gpt2.txt" 2>&1
+check "gpt2-124m has 124,439,808 parameters" grep -q "124,439,808 parameters" "$tmp/gpt2.txt"
+"$dtbench" memory --help >"$tmp/help.txt" 2>&1
+check "--help lists gpt3-175b with its count" grep -q "gpt3-175b.*174,604,259,328 parameters" "$tmp/help.txt"
+
+expect_error() {  # expect_error WANTED_SUBSTRING ARGS...
+  local want="$1"; shift
+  n=$((n + 1))
+  "$dtbench" memory "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$? lines
+  lines=$(wc -l <"$tmp/err")
+  if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -qF -- "$want" "$tmp/err"; then
+    echo "FAIL: dtbench memory $* -> exit $rc, $lines stderr lines, wanted '$want':"; cat "$tmp/err"
+    fails=$((fails + 1))
+  else
+    echo "ok: dtbench memory $* -> $(cat "$tmp/err")"
+  fi
+}
+expect_error "unknown model 'gpt2-125m' (did you mean gpt2-124m?)" --model gpt2-125m
+expect_error "heads are not divisible by tensor_parallel = 3" --model 10b --tp 3
+expect_error "layers are not divisible by pipeline_parallel (3)" --model 10b --pp 3
+expect_error "zero stage 4 is not 0, 1, 2 or 3" --model 10b --zero-stage 4
+expect_error "offload_optimizer cpu needs ZeRO stage 1, 2 or 3" --model 10b --offload-optimizer cpu
+expect_error "--layers must be >= 1, got -2" --layers -2 --hidden 64 --heads 4
+expect_error "--micro-batch-size must be >= 1" --model 1b --micro-batch-size 0
+expect_error "seq_len 4096 is outside [1, T = 2048]" --model 1b --seq 4096
+expect_error "unknown precision 'fp8'" --model 1b --precision fp8
+expect_error "unknown recompute 'some'" --model 1b --recompute some
+expect_error "give --model NAME, or --layers, --hidden and --heads" --hidden 64
+expect_error "not both" --model 1b --layers 4
+expect_error "--params must be >= 1" --params -5
+expect_error "give a model for --tp/--pp" --params 1e9 --tp 2
+expect_error "needs micro_batches (3) to be a multiple of pipeline_parallel (2)" --model 1b --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 3
+expect_error "C = 65 is not divisible by NH = 4" --layers 2 --hidden 65 --heads 4
+
+echo "$((n - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]

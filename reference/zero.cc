@@ -1,0 +1,393 @@
+#include "reference/zero.h"
+
+#include <algorithm>
+
+#include "kernels/error.h"
+#include "kernels/timer.h"
+
+namespace dtb {
+
+void validate_zero(const ZeroConfig& c) {
+  if (c.stage < 0 || c.stage > 3) throw InputError("zero_stage = " + std::to_string(c.stage) + " is not 0, 1, 2 or 3");
+  if (c.reduce_bucket_size < 1 || c.allgather_bucket_size < 1)
+    throw InputError("reduce_bucket_size and allgather_bucket_size must be >= 1 element");
+  if (c.offload_optimizer && c.stage < 1)
+    throw InputError("offload_optimizer \"cpu\" needs zero_stage 1, 2 or 3 (as DeepSpeed), not 0");
+}
+
+// One reduce-scatter in flight: its units, their offsets in the bucket, the buffers.
+template <typename T>
+struct ZeroEngine<T>::Pending {
+  std::vector<int> units;
+  std::vector<size_t> offsets;  // of each unit's shard in the bucket (recv) layout
+  size_t total = 0;             // elements per rank
+  Tensor send, recv;
+  std::vector<Tensor> unit_grads;  // kept alive until the reduce-scatter completes
+  std::unique_ptr<CommHandle> handle;
+};
+
+namespace {
+template <typename T>
+void device_copy(Ops<T>& ops, Device& dev, T* dst, const T* src, size_t n) {
+  if (n == 0) return;
+  if (dev.is_cpu()) {
+    std::copy_n(src, n, dst);
+  } else {  // 0 + x, which is exact
+    ops.zero(dst, n);
+    ops.residual_forward(dst, dst, src, n);
+  }
+}
+}  // namespace
+
+template <typename T>
+ZeroEngine<T>::ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communicator& dp,
+                          const cpu::AdamWParams& hp)
+    : model_(model), cfg_(cfg), dp_(dp), hp_(hp), ops_(model.ops()), device_(model.device()) {
+  validate_zero(cfg);
+  d_ = dp.rank();
+  n_dp_ = dp.size();
+  const auto& units = model.units();
+  for (const ParamUnit& u : units) {
+    shard_off_.push_back(shard_total_);
+    shard_.push_back(cfg.stage >= 1 ? zero_shard_size(u.n, n_dp_) : u.n);
+    shard_total_ += shard_.back();
+  }
+  const int64_t N = int64_t(model.num_params()), S = int64_t(shard_total_);
+  auto make = [&](int64_t n, MemCategory c, Tier tier = Tier::device) {
+    Tensor t = Tensor::empty(device_, {n}, dtype_of<T>(), c, tier);
+    if (tier == Tier::device) {
+      ops_.zero(t.data<T>(), size_t(n));
+    } else {
+      std::fill_n(t.data<T>(), size_t(n), T(0));
+    }
+    return t;
+  };
+  if (cfg.stage < 3) full_param_ = make(N, MemCategory::param);
+  if (cfg.stage < 2) full_grad_ = make(N, MemCategory::grad);
+  if (cfg.stage == 3) shard_param_ = make(S, MemCategory::param);
+  if (cfg.stage >= 2) shard_grad_ = make(S, MemCategory::grad);
+  const int64_t moments = cfg.stage == 0 ? N : S;
+  const Tier opt_tier = cfg.offload_optimizer ? Tier::host : Tier::device;
+  m_ = make(moments, MemCategory::optimizer_state, opt_tier);
+  v_ = make(moments, MemCategory::optimizer_state, opt_tier);
+  if (cfg.offload_optimizer) {
+    host_master_ = make(S, MemCategory::master_param, Tier::host);
+    host_grad_ = make(S, MemCategory::grad, Tier::host);
+  }
+  model.attach(this);
+}
+
+template <typename T>
+ZeroEngine<T>::~ZeroEngine() {
+  for (auto& p : pending_)
+    if (p->handle) p->handle->wait();
+  model_.attach(nullptr);
+}
+
+template <typename T>
+size_t ZeroEngine<T>::own_count(int unit) const {
+  const size_t n = model_.units()[unit].n, s = shard_[unit], first = size_t(d_) * s;
+  if (cfg_.stage == 0) return n;
+  return first >= n ? 0 : std::min(s, n - first);
+}
+
+template <typename T>
+T* ZeroEngine<T>::full_param_ptr(int unit) {
+  return full_param_.data<T>() + model_.units()[unit].begin;
+}
+
+template <typename T>
+T* ZeroEngine<T>::param(int unit) {
+  if (cfg_.stage < 3) return full_param_ptr(unit);
+  auto it = gathered_.find(unit);
+  if (it != gathered_.end()) {
+    it->second.second++;
+    return it->second.first.template data<T>();
+  }
+  const size_t s = shard_[unit];
+  Tensor full = Tensor::empty(device_, {int64_t(s) * n_dp_}, dtype_of<T>(), MemCategory::comm_buffer);
+  ops_.synchronize();
+  Stopwatch sw;
+  dp_.all_gather(shard_param_.data<T>() + shard_off_[unit], full.data<T>(), s, dtype_of<T>());
+  stats_.seconds += sw.elapsed();
+  stats_.calls++;
+  stats_.bytes += s * n_dp_ * sizeof(T);
+  T* p = full.data<T>();
+  gathered_.emplace(unit, std::make_pair(std::move(full), 1));
+  return p;
+}
+
+template <typename T>
+void ZeroEngine<T>::release_param(int unit) {
+  if (cfg_.stage < 3) return;
+  auto it = gathered_.find(unit);
+  DTB_CHECK(it != gathered_.end(), "ZeroEngine: release of a parameter unit not gathered");
+  if (--it->second.second == 0) {
+    ops_.synchronize();  // queued ops may still read it
+    gathered_.erase(it);
+  }
+}
+
+template <typename T>
+T* ZeroEngine<T>::grad(int unit) {
+  if (cfg_.stage < 2) return full_grad_.data<T>() + model_.units()[unit].begin;
+  if (std::find(bucket_.begin(), bucket_.end(), unit) != bucket_.end()) reduce_bucket();  // reused: flush first
+  auto it = unit_grad_.find(unit);
+  if (it != unit_grad_.end()) return it->second.template data<T>();
+  const size_t padded = shard_[unit] * n_dp_;
+  Tensor g = Tensor::empty(device_, {int64_t(padded)}, dtype_of<T>(), MemCategory::comm_buffer);
+  ops_.zero(g.data<T>(), padded);
+  T* p = g.data<T>();
+  unit_grad_.emplace(unit, std::move(g));
+  return p;
+}
+
+template <typename T>
+void ZeroEngine<T>::grad_done(int unit) {
+  if (cfg_.stage < 2) return;
+  if (std::find(bucket_.begin(), bucket_.end(), unit) != bucket_.end()) return;
+  bucket_.push_back(unit);
+  bucket_elems_ += shard_[unit] * n_dp_;
+  if (bucket_elems_ >= cfg_.reduce_bucket_size) reduce_bucket();
+}
+
+template <typename T>
+void ZeroEngine<T>::reduce_bucket() {
+  if (bucket_.empty()) return;
+  auto p = std::make_unique<Pending>();
+  p->units = bucket_;
+  for (int u : bucket_) {
+    p->offsets.push_back(p->total);
+    p->total += shard_[u];
+  }
+  for (int u : bucket_) {
+    auto it = unit_grad_.find(u);
+    DTB_CHECK(it != unit_grad_.end(), "ZeroEngine: a unit's gradient reduced twice");
+    p->unit_grads.push_back(std::move(it->second));
+    unit_grad_.erase(it);
+  }
+  if (p->units.size() == 1) {
+    p->send = std::move(p->unit_grads[0]);  // one unit is rank-major already
+  } else {                                  // rank r's block: each unit's r-th shard, in order
+    p->send = Tensor::empty(device_, {int64_t(p->total) * n_dp_}, dtype_of<T>(), MemCategory::comm_buffer);
+    for (int r = 0; r < n_dp_; ++r)
+      for (size_t i = 0; i < p->units.size(); ++i) {
+        const size_t s = shard_[p->units[i]];
+        device_copy(ops_, device_, p->send.template data<T>() + size_t(r) * p->total + p->offsets[i],
+                    p->unit_grads[i].template data<T>() + size_t(r) * s, s);
+      }
+    p->unit_grads.clear();
+  }
+  p->recv = Tensor::empty(device_, {int64_t(p->total)}, dtype_of<T>(), MemCategory::comm_buffer);
+  bucket_.clear();
+  bucket_elems_ = 0;
+  ops_.synchronize();
+  Stopwatch sw;
+  if (cfg_.overlap_comm) {
+    p->handle = dp_.reduce_scatter_async(p->send.raw(), p->recv.raw(), p->total, dtype_of<T>(), ReduceOp::sum);
+  } else {
+    dp_.reduce_scatter(p->send.raw(), p->recv.raw(), p->total, dtype_of<T>(), ReduceOp::sum);
+  }
+  stats_.seconds += sw.elapsed();
+  stats_.calls++;
+  stats_.bytes += p->total * n_dp_ * sizeof(T);
+  pending_.push_back(std::move(p));
+  // Complete in order; with overlap_comm keep the newest in flight while the backward goes on.
+  const size_t keep = cfg_.overlap_comm ? 1 : 0;
+  while (pending_.size() > keep) {
+    complete(*pending_.front());
+    pending_.erase(pending_.begin());
+  }
+}
+
+template <typename T>
+void ZeroEngine<T>::complete(Pending& p) {
+  if (p.handle) {
+    Stopwatch sw;
+    p.handle->wait();
+    stats_.seconds += sw.elapsed();
+    p.handle.reset();
+  }
+  for (size_t i = 0; i < p.units.size(); ++i) {
+    T* acc = shard_grad_.data<T>() + shard_off_[p.units[i]];
+    ops_.residual_forward(acc, acc, p.recv.template data<T>() + p.offsets[i], shard_[p.units[i]]);
+  }
+  ops_.synchronize();
+}
+
+template <typename T>
+void ZeroEngine<T>::load(const std::vector<T>& local) {
+  DTB_CHECK(local.size() == model_.num_params(), "ZeroEngine::load: not this rank's parameter count");
+  const auto& units = model_.units();
+  std::vector<T> shard(shard_total_, T(0));
+  if (cfg_.stage >= 1)
+    for (size_t u = 0; u < units.size(); ++u) {
+      const size_t k = own_count(int(u));
+      std::copy_n(local.data() + units[u].begin + size_t(d_) * shard_[u], k, shard.data() + shard_off_[u]);
+    }
+  if (cfg_.stage < 3) {
+    ops_.copy_from_host(full_param_.data<T>(), local.data(), local.size() * sizeof(T));
+  } else {
+    ops_.copy_from_host(shard_param_.data<T>(), shard.data(), shard.size() * sizeof(T));
+  }
+  if (cfg_.offload_optimizer) std::copy(shard.begin(), shard.end(), host_master_.data<T>());
+}
+
+template <typename T>
+void ZeroEngine<T>::zero_grad() {
+  DTB_CHECK(pending_.empty() && bucket_.empty() && unit_grad_.empty(), "ZeroEngine: zero_grad inside a backward");
+  if (cfg_.stage < 2) {
+    ops_.zero(full_grad_.data<T>(), model_.num_params());
+  } else {
+    ops_.zero(shard_grad_.data<T>(), shard_total_);
+  }
+}
+
+template <typename T>
+void ZeroEngine<T>::finish_gradients() {
+  if (cfg_.stage >= 2) {
+    reduce_bucket();
+    while (!pending_.empty()) {
+      complete(*pending_.front());
+      pending_.erase(pending_.begin());
+    }
+    DTB_CHECK(unit_grad_.empty(), "ZeroEngine: a unit's gradient was never reduced");
+    return;
+  }
+  if (n_dp_ == 1) return;
+  ops_.synchronize();
+  Stopwatch sw;
+  // All-reduce in buckets of reduce_bucket_size elements.
+  T* g = full_grad_.data<T>();
+  const size_t N = model_.num_params();
+  for (size_t off = 0; off < N; off += cfg_.reduce_bucket_size) {
+    const size_t n = std::min(cfg_.reduce_bucket_size, N - off);
+    dp_.all_reduce(g + off, g + off, n, dtype_of<T>(), ReduceOp::sum);
+    stats_.calls++;
+    stats_.bytes += n * sizeof(T);
+  }
+  stats_.seconds += sw.elapsed();
+}
+
+template <typename T>
+void ZeroEngine<T>::add_tied_gradient(Communicator& pp, int peer) {
+  const int u = model_.wte_unit();
+  DTB_CHECK(u >= 0, "ZeroEngine: this rank holds no tied embedding");
+  T* g = cfg_.stage < 2 ? full_grad_.data<T>() + model_.units()[u].begin : shard_grad_.data<T>() + shard_off_[u];
+  const size_t n = cfg_.stage < 2 ? model_.units()[u].n : shard_[u];
+  Tensor other = Tensor::empty(device_, {int64_t(n)}, dtype_of<T>(), MemCategory::comm_buffer);
+  ops_.synchronize();
+  pp.sendrecv(g, other.raw(), n, dtype_of<T>(), peer, peer);
+  ops_.residual_forward(g, g, other.data<T>(), n);
+}
+
+template <typename T>
+void ZeroEngine<T>::gather_params_into_full() {
+  const auto& units = model_.units();
+  size_t u0 = 0;
+  while (u0 < units.size()) {  // buckets of whole units up to allgather_bucket_size elements
+    size_t u1 = u0, total = 0;
+    while (u1 < units.size() && (u1 == u0 || (total + shard_[u1]) * n_dp_ <= cfg_.allgather_bucket_size))
+      total += shard_[u1++];
+    Tensor send = Tensor::empty(device_, {int64_t(total)}, dtype_of<T>(), MemCategory::comm_buffer);
+    Tensor recv = Tensor::empty(device_, {int64_t(total) * n_dp_}, dtype_of<T>(), MemCategory::comm_buffer);
+    ops_.zero(send.data<T>(), total);
+    size_t off = 0;
+    for (size_t u = u0; u < u1; ++u) {
+      device_copy(ops_, device_, send.data<T>() + off, full_param_ptr(int(u)) + size_t(d_) * shard_[u],
+                  own_count(int(u)));
+      off += shard_[u];
+    }
+    ops_.synchronize();
+    Stopwatch sw;
+    dp_.all_gather(send.raw(), recv.raw(), total, dtype_of<T>());
+    stats_.seconds += sw.elapsed();
+    stats_.calls++;
+    stats_.bytes += total * n_dp_ * sizeof(T);
+    for (int r = 0; r < n_dp_; ++r) {
+      off = 0;
+      for (size_t u = u0; u < u1; ++u) {
+        const size_t n = units[u].n, s = shard_[u], first = size_t(r) * s;
+        const size_t k = first >= n ? 0 : std::min(s, n - first);
+        if (r != d_) device_copy(ops_, device_, full_param_ptr(int(u)) + first, recv.data<T>() + size_t(r) * total + off, k);
+        off += s;
+      }
+    }
+    ops_.synchronize();
+    u0 = u1;
+  }
+}
+
+template <typename T>
+void ZeroEngine<T>::step() {
+  ++t_;
+  const auto& units = model_.units();
+  if (cfg_.stage == 0) {
+    ops_.adamw_update(full_param_.data<T>(), full_grad_.data<T>(), m_.data<T>(), v_.data<T>(), model_.num_params(),
+                      hp_, t_);
+    ops_.synchronize();
+    return;
+  }
+  // This rank's shard of unit u: its parameters and its reduced gradient, wherever they are.
+  auto my_param = [&](size_t u) {
+    return cfg_.stage == 3 ? shard_param_.data<T>() + shard_off_[u] : full_param_ptr(int(u)) + size_t(d_) * shard_[u];
+  };
+  auto my_grad = [&](size_t u) {
+    return cfg_.stage >= 2 ? shard_grad_.data<T>() + shard_off_[u]
+                           : full_grad_.data<T>() + units[u].begin + size_t(d_) * shard_[u];
+  };
+  if (cfg_.offload_optimizer) {
+    // Gradients down, AdamW on the CPU over the host shard (padding stays 0), parameters up.
+    for (size_t u = 0; u < units.size(); ++u)
+      ops_.copy_to_host(host_grad_.data<T>() + shard_off_[u], my_grad(u), own_count(int(u)) * sizeof(T));
+    cpu::adamw_update(host_master_.data<T>(), host_grad_.data<T>(), m_.data<T>(), v_.data<T>(), shard_total_, hp_,
+                      t_);
+    for (size_t u = 0; u < units.size(); ++u)
+      ops_.copy_from_host(my_param(u), host_master_.data<T>() + shard_off_[u], own_count(int(u)) * sizeof(T));
+  } else {
+    for (size_t u = 0; u < units.size(); ++u)
+      ops_.adamw_update(my_param(u), my_grad(u), m_.data<T>() + shard_off_[u], v_.data<T>() + shard_off_[u],
+                        own_count(int(u)), hp_, t_);
+  }
+  ops_.synchronize();
+  if (cfg_.stage < 3) gather_params_into_full();
+}
+
+template <typename T>
+std::vector<T> ZeroEngine<T>::full_params() {
+  std::vector<T> out(model_.num_params());
+  if (cfg_.stage < 3) {
+    ops_.copy_to_host(out.data(), full_param_.data<T>(), out.size() * sizeof(T));
+    return out;
+  }
+  const auto& units = model_.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const T* p = param(int(u));
+    ops_.copy_to_host(out.data() + units[u].begin, p, units[u].n * sizeof(T));
+    release_param(int(u));
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<T> ZeroEngine<T>::full_grads() {
+  std::vector<T> out(model_.num_params());
+  if (cfg_.stage < 2) {
+    ops_.copy_to_host(out.data(), full_grad_.data<T>(), out.size() * sizeof(T));
+    return out;
+  }
+  const auto& units = model_.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const size_t s = shard_[u];
+    Tensor full = Tensor::empty(device_, {int64_t(s) * n_dp_}, dtype_of<T>(), MemCategory::comm_buffer);
+    ops_.synchronize();
+    dp_.all_gather(shard_grad_.data<T>() + shard_off_[u], full.data<T>(), s, dtype_of<T>());
+    ops_.copy_to_host(out.data() + units[u].begin, full.data<T>(), units[u].n * sizeof(T));
+  }
+  return out;
+}
+
+template class ZeroEngine<float>;
+template class ZeroEngine<double>;
+
+}  // namespace dtb

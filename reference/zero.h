@@ -1,0 +1,134 @@
+// ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+// Parameter Models", Sec. 5) over the DP group, as the ParamStore of a ParallelGpt: where
+// the rank's parameters, gradients and AdamW moments live, how gradients are reduced over
+// DP and how the optimizer step runs.
+//
+//   stage 0: every DP rank holds everything; gradients all-reduced (DDP).
+//   stage 1: AdamW moments sharded; gradients all-reduced; each rank updates its shard of
+//            the parameters, which are then all-gathered.
+//   stage 2: gradients sharded too: each unit's gradient is reduce-scattered after every
+//            micro-batch's backward through it (DeepSpeed stage 2) into the rank's shard.
+//   stage 3: parameters sharded too: a unit's parameters are all-gathered before its
+//            forward and its backward, and freed after.
+//   offload_optimizer: the fp32 master shard and the moments live in the host tier and the
+//            AdamW step runs there on the CPU (ZeRO-Offload, Ren et al. 2021): the gradient
+//            shard moved down, the updated parameter shard moved up. Stages 1-3.
+//
+// Sharding is per unit (ParamUnit: wte, wpe, each layer, the final LayerNorm), as FSDP's
+// flat parameters: a unit of n elements is padded to dp * ceil(n / dp) and DP rank d holds
+// elements [d s, (d+1) s), s = ceil(n / dp). Gradients and parameters move in buckets of
+// whole units of up to reduce_bucket_size / allgather_bucket_size elements (DeepSpeed's
+// names and units), and with overlap_comm the reduce-scatters are issued without waiting,
+// completed at the end of the backward.
+//
+// Memory categories (kernels/device.h): param, grad, optimizer_state and master_param for
+// the persistent state; comm_buffer for the transient full copies (a stage-3 unit gathered
+// for use, a stage-2/3 unit's gradient before its reduce-scatter, bucket buffers).
+// In fp32 training AdamW updates the weights themselves: there is no master copy on the
+// device; with offload the host's fp32 shard is the master.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/comm/communicator.h"
+#include "kernels/cpu/ops.h"
+#include "reference/parallel_gpt.h"
+#include "reference/tensor_parallel.h"
+
+namespace dtb {
+
+/// ZeRO settings, DeepSpeed's `zero_optimization` names.
+struct ZeroConfig {
+  int stage = 0;                                 // 0-3
+  bool offload_optimizer = false;                // offload_optimizer: cpu
+  size_t reduce_bucket_size = 500'000'000;       // elements per reduce-scatter / all-reduce
+  size_t allgather_bucket_size = 500'000'000;    // elements per parameter all-gather
+  bool overlap_comm = false;                     // reduce-scatters overlap the backward
+};
+
+/// Throws InputError naming the value unless stage is 0-3, buckets >= 1, and offload has
+/// stage >= 1 (DeepSpeed offloads stages 1-3).
+void validate_zero(const ZeroConfig& cfg);
+
+/// ceil(n / dp): a unit's shard per DP rank.
+inline size_t zero_shard_size(size_t n, int dp) { return (n + size_t(dp) - 1) / size_t(dp); }
+
+template <typename T>
+class ZeroEngine final : public ParamStore<T> {
+ public:
+  /// Storage for `model`'s units on its device (attached to the model here), sharded over
+  /// `dp` (this rank's DP group; must outlive the engine) per `cfg`, with AdamW `hp`.
+  /// Parameters start at 0: load() them. Errors: InputError from validate_zero.
+  ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communicator& dp, const cpu::AdamWParams& hp);
+  ~ZeroEngine() override;
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+  // ParamStore
+  T* param(int unit) override;
+  void release_param(int unit) override;
+  T* grad(int unit) override;
+  void grad_done(int unit) override;
+
+  const ZeroConfig& config() const { return cfg_; }
+  /// Sets the rank's parameters from num_params() host values (local flat order; each DP
+  /// rank passes the same values). Stage 3 keeps its shard of each unit.
+  void load(const std::vector<T>& local);
+  /// Gradients to 0, at the start of a step.
+  void zero_grad();
+  /// After the step's last backward: completes pending reduce-scatters (stages 2-3) or
+  /// all-reduces the gradients over DP (stages 0-1).
+  void finish_gradients();
+  /// Sums the tied wte's gradient (this rank's full copy, or its shard at stages 2-3) with
+  /// the same of `peer` in `pp` (a + b on one side, b + a on the other: bitwise equal).
+  void add_tied_gradient(Communicator& pp, int peer);
+  /// One AdamW step (t counts from 1) on this rank's share, then the parameter all-gather
+  /// (stages 1-2); with offload, on the CPU from the host tier.
+  void step();
+  /// The rank's full local parameters / reduced gradients on the host (num_params()
+  /// values): stage 3 all-gathers the parameter shards, stages 2-3 the gradient shards.
+  /// Collective over the DP group.
+  std::vector<T> full_params();
+  std::vector<T> full_grads();
+  /// DP communication of this engine since the last reset (gradient reductions and
+  /// parameter gathers).
+  CommStats& comm_stats() { return stats_; }
+  /// Elements this rank stores per unit: the shard s_u (stages >= 1) and their sum.
+  size_t shard_elements() const { return shard_total_; }
+
+ private:
+  struct Pending;
+  void reduce_bucket();
+  void complete(Pending& p);
+  void gather_params_into_full();
+  T* full_param_ptr(int unit);
+  size_t own_count(int unit) const;  // elements of the unit this rank's shard covers
+
+  ParallelGpt<T>& model_;
+  ZeroConfig cfg_;
+  Communicator& dp_;
+  cpu::AdamWParams hp_;
+  Ops<T>& ops_;
+  Device& device_;
+  int d_ = 0, n_dp_ = 1, t_ = 0;
+  std::vector<size_t> shard_, shard_off_;  // per unit: s_u and its offset in the shard arrays
+  size_t shard_total_ = 0;
+  Tensor full_param_, full_grad_;          // stages 0-2: N params; stages 0-1: N grads
+  Tensor shard_param_, shard_grad_;        // stage 3: S params; stages 2-3: S grads
+  Tensor m_, v_;                           // moments: N (stage 0) or S, device or host tier
+  Tensor host_master_, host_grad_;         // offload: S each, host tier
+  std::map<int, std::pair<Tensor, int>> gathered_;  // stage 3: unit -> (full copy, uses)
+  std::map<int, Tensor> unit_grad_;                 // stages 2-3: unit -> full gradient
+  std::vector<int> bucket_;                         // stages 2-3: units waiting to reduce
+  size_t bucket_elems_ = 0;
+  std::vector<std::unique_ptr<Pending>> pending_;
+  CommStats stats_;
+};
+
+extern template class ZeroEngine<float>;
+extern template class ZeroEngine<double>;
+
+}  // namespace dtb
