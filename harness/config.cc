@@ -28,13 +28,6 @@ std::vector<std::string> config_names() {
   return names;
 }
 
-std::string printable(const std::string& s, size_t max_len) {
-  std::string out;
-  for (char c : s.substr(0, max_len)) out += (c >= 32 && c < 127) ? c : '?';
-  if (s.size() > max_len) out += "...";
-  return out;
-}
-
 std::string read_config_text(const std::string& name_or_path) {
   if (name_or_path.empty()) throw InputError("--config is empty");
   std::error_code ec;
@@ -187,7 +180,7 @@ std::vector<std::string> split_names(const std::string& s) {
 
 json parse_config(const std::string& text, const std::string& origin,
                   const std::string& suites_override, const std::string& data_override,
-                  const WorldInfo& world) {
+                  const WorldInfo& world, const std::string& backend_override) {
   json user;
   try {
     // Deeply nested input is refused while parsing: nothing legitimate nests past 16.
@@ -205,6 +198,11 @@ json parse_config(const std::string& text, const std::string& origin,
   for (const auto& s : cfg["suites"])
     if (s.get<std::string>().empty()) throw InputError("config key 'suites' has an empty name");
   if (!data_override.empty()) cfg["data"] = data_override;
+  if (!backend_override.empty()) {  // before the suites validate: their checks depend on it
+    if (backend_override != "cpu" && backend_override != "cuda")
+      throw InputError("unknown backend '" + printable(backend_override) + "' (cpu or cuda)");
+    cfg["backend"] = backend_override;
+  }
 
   std::vector<std::string> known;
   for (const auto& [name, f] : suite_registry()) known.push_back(name);

@@ -23,19 +23,19 @@ std::vector<std::string> config_names();
 std::string read_config_text(const std::string& name_or_path);
 
 /// Parses config text, fills defaults (top level and each suite's defaults()), applies
-/// `suites_override` (comma-separated names, if non-empty) and `data_override`, and
-/// validates everything against `world` (its size and ranks per node). Returns the complete config.
+/// `suites_override` (comma-separated names, if non-empty), `data_override` and
+/// `backend_override` ("cpu" or "cuda", if non-empty) before validating everything against
+/// `world` (its size and ranks per node). Returns the complete config.
 /// Errors: InputError with a one-line message naming the key and the problem.
 nlohmann::json parse_config(const std::string& text, const std::string& origin,
                             const std::string& suites_override, const std::string& data_override,
-                            const WorldInfo& world);
+                            const WorldInfo& world, const std::string& backend_override = "");
 
 /// Throws InputError unless `s` is a safe file-name stem (run ids, config names):
 /// 1-64 of [A-Za-z0-9._-], not starting with '.'. `what` names it in the message.
 void check_file_stem(const std::string& s, const std::string& what);
 
-/// `s` cut to max_len characters with non-printable ones replaced by '?', for messages.
-std::string printable(const std::string& s, size_t max_len = 200);
+// printable() (a value cut and escaped for a one-line message) is in kernels/error.h.
 
 /// Edit distance (Levenshtein) and the closest of `candidates` to `word` ("" if none is
 /// close enough to be a likely typo: distance > max(2, |word|/3)).

@@ -153,13 +153,8 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   json cfg = json::parse(on_root(world, [&] {
     if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
     json c = parse_config(read_config_text(args.config), args.config, args.suites, args.data,
-                          WorldInfo(world.size(), per_node));
+                          WorldInfo(world.size(), per_node), args.backend);
     if (!args.output_dir.empty()) c["output_dir"] = args.output_dir;
-    if (!args.backend.empty()) {
-      if (args.backend != "cpu" && args.backend != "cuda")
-        throw InputError("unknown backend '" + printable(args.backend) + "' (cpu or cuda)");
-      c["backend"] = args.backend;
-    }
     return c.dump();
   }));
   if (args.print_config) {  // every key with its value, defaults filled: a template to edit

@@ -23,4 +23,11 @@ namespace dtb {
   std::abort();
 }
 
+std::string printable(const std::string& s, size_t max_len) {
+  std::string out;
+  for (char c : s.substr(0, max_len)) out += (c >= 32 && c < 127) ? c : '?';
+  if (s.size() > max_len) out += "...";
+  return out;
+}
+
 }  // namespace dtb

@@ -11,6 +11,10 @@ namespace dtb {
 
 /// Bad user input: a malformed config, an unknown option, a missing file, a layout that
 /// does not divide. The harness prints `dtbench: error: <what>` and exits with status 2.
+/// `s` cut to max_len characters with non-printable ones replaced by '?', for one-line
+/// error messages that quote user input.
+std::string printable(const std::string& s, size_t max_len = 200);
+
 struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };

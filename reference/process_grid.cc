@@ -29,7 +29,7 @@ std::vector<int> group_along(int rank, const ParallelLayout& l, int size, Set se
   return ranks;
 }
 
-std::string num(int x) { return std::to_string(x); }
+std::string num(int64_t x) { return std::to_string(x); }
 
 }  // namespace
 
@@ -54,10 +54,10 @@ void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_bat
   if (m.V % l.tp != 0)
     throw InputError("model.V = " + num(m.V) + " (vocabulary) is not divisible by tensor_parallel = " + num(l.tp));
   if (l.schedule != "gpipe" && l.schedule != "1f1b" && l.schedule != "interleaved")
-    throw InputError("unknown schedule '" + l.schedule + "' (gpipe, 1f1b, interleaved)");
+    throw InputError("unknown schedule '" + printable(l.schedule, 40) + "' (gpipe, 1f1b, interleaved)");
   if (l.schedule != "interleaved" && l.virtual_stages != 1)
     throw InputError("virtual_stages = " + num(l.virtual_stages) + " needs schedule \"interleaved\", not \"" +
-                     l.schedule + "\"");
+                     printable(l.schedule, 40) + "\"");
   if (l.schedule == "interleaved") {
     if (l.virtual_stages < 2)
       throw InputError("schedule \"interleaved\" needs virtual_stages >= 2, got " + num(l.virtual_stages));
@@ -65,10 +65,10 @@ void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_bat
       throw InputError("schedule \"interleaved\" needs micro_batches (" + num(l.micro_batches) +
                        ") to be a multiple of pipeline_parallel (" + num(l.pp) + ")");
   }
-  if (m.L % (l.pp * l.virtual_stages) != 0)
+  if (m.L % (int64_t(l.pp) * l.virtual_stages) != 0)
     throw InputError("model.L = " + num(m.L) + " layers are not divisible by pipeline_parallel (" + num(l.pp) +
                      ") x virtual_stages (" + num(l.virtual_stages) + ")");
-  if (global_batch % (l.dp * l.micro_batches) != 0)
+  if (global_batch % (int64_t(l.dp) * l.micro_batches) != 0)
     throw InputError("global batch " + num(global_batch) + " is not divisible by data_parallel (" + num(l.dp) +
                      ") x micro_batches (" + num(l.micro_batches) + ")");
 }

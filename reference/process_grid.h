@@ -7,6 +7,7 @@
 //   TP groups [0,1] [2,3] ... [14,15]; DP groups [0,2] [1,3] [4,6] ... [13,15];
 //   PP groups [0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15].
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,8 @@ struct ParallelLayout {
   int micro_batches = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
-  int world() const { return tp * dp * pp; }
+  /// tp * dp * pp, in 64 bits: sizes from a config can overflow an int.
+  int64_t world() const { return int64_t(tp) * dp * pp; }
 };
 
 /// A rank's place in the grid.

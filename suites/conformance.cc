@@ -31,7 +31,7 @@ const std::vector<std::string> kDefaultLayouts = {
 // schedule 1f1b and v1 by default) -> a layout. Throws InputError naming the string.
 ParallelLayout parse_layout(const std::string& text) {
   auto bad = [&](const std::string& why) {
-    return InputError("conformance.layouts: '" + text + "' " + why +
+    return InputError("conformance.layouts: '" + printable(text, 40) + "' " + why +
                       " (expected e.g. \"TP2xPP2xDP2\", \"PP4:gpipe\", \"PP2:interleaved:v2\")");
   };
   std::vector<std::string> parts;
@@ -47,7 +47,7 @@ ParallelLayout parse_layout(const std::string& text) {
   while (pos < dims.size()) {
     const std::string dim = dims.substr(pos, 2);
     const int which = dim == "TP" ? 0 : dim == "DP" ? 1 : dim == "PP" ? 2 : -1;
-    if (which < 0) throw bad("has an unknown dimension at '" + dims.substr(pos) + "' (TP, DP, PP)");
+    if (which < 0) throw bad("has an unknown dimension at '" + printable(dims.substr(pos), 20) + "' (TP, DP, PP)");
     if (seen[which]) throw bad("names " + dim + " twice");
     seen[which] = true;
     pos += 2;
@@ -59,7 +59,7 @@ ParallelLayout parse_layout(const std::string& text) {
     (which == 0 ? l.tp : which == 1 ? l.dp : l.pp) = size;
     pos = end;
     if (pos < dims.size()) {
-      if (dims[pos] != 'X') throw bad("joins dimensions with '" + std::string(1, dims[pos]) + "', not 'x'");
+      if (dims[pos] != 'X') throw bad("joins dimensions with '" + printable(std::string(1, dims[pos])) + "', not 'x'");
       ++pos;
       if (pos == dims.size()) throw bad("ends with 'x'");
     }
@@ -69,7 +69,7 @@ ParallelLayout parse_layout(const std::string& text) {
     const std::string& v = parts[2];
     if (v.size() < 2 || (v[0] != 'v' && v[0] != 'V') || v.size() > 5 ||
         !std::all_of(v.begin() + 1, v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
-      throw bad("has '" + v + "' where virtual stages \"vN\" go");
+      throw bad("has '" + printable(v, 20) + "' where virtual stages \"vN\" go");
     l.virtual_stages = std::stoi(v.substr(1));
   }
   return l;
@@ -121,15 +121,24 @@ class ConformanceSuite : public Suite {
     if (cfg.seq_len > model.T)
       throw InputError("conformance.seq_len = " + std::to_string(cfg.seq_len) + " exceeds conformance.model.T = " +
                        std::to_string(model.T));
-    int smallest = 1 << 30;
+    int64_t smallest = int64_t(1) << 62;
+    std::vector<std::string> seen;
     for (const std::string& text : layout_names(section)) {
       ParallelLayout l = parse_layout(text);
       l.micro_batches = cfg.micro_batches;
+      const std::string key = std::to_string(l.tp) + "/" + std::to_string(l.dp) + "/" + std::to_string(l.pp) + "/" +
+                              l.schedule + "/" + std::to_string(l.virtual_stages);
+      if (std::find(seen.begin(), seen.end(), key) != seen.end())
+        throw InputError("conformance.layouts: '" + printable(text, 40) + "' is listed twice");
+      seen.push_back(key);
+      if (l.world() > (1 << 20))
+        throw InputError("conformance.layouts: '" + printable(text, 40) + "' needs " + std::to_string(l.world()) +
+                         " ranks, more than 2^20");
       smallest = std::min(smallest, l.world());
       try {
-        validate_layout(l, model, cfg.global_batch, l.world());  // a larger world is skipped, not refused
+        validate_layout(l, model, cfg.global_batch, int(l.world()));  // a larger world is skipped, not refused
       } catch (const InputError& e) {
-        throw InputError("conformance.layouts: '" + text + "': " + e.what());
+        throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
       }
     }
     // A run that checks nothing must not pass: refuse it.
@@ -164,13 +173,14 @@ class ConformanceSuite : public Suite {
     for (const std::string& text : layout_names(ctx.section)) {
       ParallelLayout l = parse_layout(text);
       l.micro_batches = cfg.micro_batches;
-      const int k = l.world();
-      if (k > world.size()) {
+      if (l.world() > world.size()) {
+        const int64_t k = l.world();
         skipped.push_back({{"layout", text}, {"needs_ranks", k}});
         ctx.print("#  " + pad(text, 22) + " " + pad(std::to_string(k), 5) + "  skipped: needs " +
                   std::to_string(k) + " ranks, the world has " + std::to_string(world.size()));
         continue;
       }
+      const int k = int(l.world());
       auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
       LayoutOutcome out;
       if (world.rank() < k) out = run_parallel_layout(model, l, cfg, ZeroConfig{}, ctx.device, nullptr, *sub, *sub, data, true);

@@ -68,9 +68,17 @@ ParallelLayout parallel_layout_from_json(const nlohmann::json& s, const std::str
   l.dp = int(int_in_range(s, "data_parallel", path + ".data_parallel", 0, 1 << 20));
   l.virtual_stages = int(int_in_range(s, "virtual_stages", path + ".virtual_stages", 1, 1024));
   l.schedule = s.at("schedule").get<std::string>();
+  if (int64_t(l.tp) * l.pp > world_size)
+    throw InputError(path + ": tensor_parallel (" + std::to_string(l.tp) + ") x pipeline_parallel (" +
+                     std::to_string(l.pp) + ") = " + std::to_string(int64_t(l.tp) * l.pp) + " exceeds the world size " +
+                     std::to_string(world_size));
+  if (l.world() > world_size)
+    throw InputError(path + ": tensor_parallel (" + std::to_string(l.tp) + ") x data_parallel (" +
+                     std::to_string(l.dp) + ") x pipeline_parallel (" + std::to_string(l.pp) + ") = " +
+                     std::to_string(l.world()) + " is not the world size " + std::to_string(world_size));
   l.micro_batches = micro_batches;
   if (l.dp == 0) {
-    if (world_size % (l.tp * l.pp) != 0)
+    if (world_size % (int64_t(l.tp) * l.pp) != 0)
       throw InputError(path + ": tensor_parallel (" + std::to_string(l.tp) + ") x pipeline_parallel (" +
                        std::to_string(l.pp) + ") does not divide the world size " + std::to_string(world_size));
     l.dp = world_size / (l.tp * l.pp);
