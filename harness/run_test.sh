@@ -107,7 +107,25 @@ assert s["status"] == "passed", s
 ran = sorted(b["name"] for b in r["benchmarks"])
 skipped = sorted(x["layout"] for x in s["data"]["skipped"])
 assert skipped == ["TP2xDP4", "TP2xPP2xDP2"], skipped
-assert len(ran) == 11 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
+assert len(ran) == 25 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
 assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed, skipped {skipped}")
+PY
+
+# The memory suite on 4 ranks: every rank's state, activation and scratch bytes equal the
+# analytic model's, for DP, ZeRO 1-3, offload, TP 2 and PP 2.
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --suites memory \
+  --output-dir "$tmp" --run-id memory >"$tmp/memory.log" 2>&1 || { cat "$tmp/memory.log"; exit 1; }
+python3 - "$tmp/memory.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+names = {b["name"].split("/")[1] for b in r["benchmarks"]}
+want = {"DP4", "DP4:zero1", "DP4:zero2", "DP4:zero3", "DP4:zero2:offload", "DP4:zero3:offload", "TP2xDP2", "PP2xDP2"}
+assert names == want, names
+for b in r["benchmarks"]:
+    for k, v in b.items():
+        if k.startswith("predicted_"):
+            assert b["measured_" + k[len("predicted_"):]] == v, (b["name"], k)
+assert r["checks"] and all(c["passed"] for c in r["checks"])
+print(f"memory on 4 ranks ok: {len(r['benchmarks'])} rank rows, {len(r['checks'])} exact checks")
 PY

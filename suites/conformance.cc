@@ -25,20 +25,32 @@ using nlohmann::json;
 // quarter of the batch, and gradients are summed over 4, not 8).
 const std::vector<std::string> kDefaultLayouts = {
     "TP2", "TP4", "PP2:gpipe", "PP2:1f1b", "PP2:interleaved:v2", "PP4:gpipe", "PP4:1f1b", "PP4:interleaved:v2",
-    "TP2xDP2", "TP2xPP2", "PP2xDP2", "TP2xPP2xDP2", "TP2xDP4"};
+    "TP2xDP2", "TP2xPP2", "PP2xDP2", "TP2xPP2xDP2", "TP2xDP4",
+    // ZeRO 1, 2, 3 and offload, alone and with TP 2 or PP 2 (Rajbhandari et al. 2020).
+    "DP2", "DP2:zero1", "DP2:zero2", "DP2:zero3", "DP2:zero2:offload", "DP2:zero3:offload",
+    "TP2xDP2:zero1", "TP2xDP2:zero2", "TP2xDP2:zero3", "TP2xDP2:zero2:offload",
+    "PP2xDP2:zero1", "PP2xDP2:zero2", "PP2xDP2:zero3", "PP2xDP2:zero3:offload"};
 
-// "TP2xPP2xDP2[:schedule[:vN]]" (dimensions in any order, each at most once, case-insensitive;
-// schedule 1f1b and v1 by default) -> a layout. Throws InputError naming the string.
-ParallelLayout parse_layout(const std::string& text) {
+// A layout and its ZeRO settings.
+struct LayoutSpec {
+  ParallelLayout l;
+  ZeroConfig z;
+};
+
+// "TP2xPP2xDP2[:option...]" -> a layout: dimensions in any order, each at most once,
+// case-insensitive; options a schedule (gpipe, 1f1b, interleaved; 1f1b by default), "vN"
+// virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer cpu), each at most
+// once. Throws InputError naming the string.
+LayoutSpec parse_layout(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return InputError("conformance.layouts: '" + printable(text, 40) + "' " + why +
-                      " (expected e.g. \"TP2xPP2xDP2\", \"PP4:gpipe\", \"PP2:interleaved:v2\")");
+                      " (expected e.g. \"TP2xPP2xDP2\", \"PP4:gpipe\", \"PP2:interleaved:v2\", \"DP2:zero3:offload\")");
   };
   std::vector<std::string> parts;
   size_t start = 0;
   for (size_t i = 0; i <= text.size(); ++i)
     if (i == text.size() || text[i] == ':') parts.push_back(text.substr(start, i - start)), start = i + 1;
-  if (parts.empty() || parts.size() > 3 || parts[0].empty()) throw bad("is not a layout");
+  if (parts.empty() || parts.size() > 5 || parts[0].empty()) throw bad("is not a layout");
   ParallelLayout l;
   bool seen[3] = {false, false, false};
   std::string dims = parts[0];
@@ -64,15 +76,35 @@ ParallelLayout parse_layout(const std::string& text) {
       if (pos == dims.size()) throw bad("ends with 'x'");
     }
   }
-  if (parts.size() >= 2) l.schedule = parts[1];
-  if (parts.size() == 3) {
-    const std::string& v = parts[2];
-    if (v.size() < 2 || (v[0] != 'v' && v[0] != 'V') || v.size() > 5 ||
-        !std::all_of(v.begin() + 1, v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
-      throw bad("has '" + printable(v, 20) + "' where virtual stages \"vN\" go");
-    l.virtual_stages = std::stoi(v.substr(1));
+  LayoutSpec spec;
+  bool seen_opt[4] = {false, false, false, false};  // schedule, v, zero, offload
+  auto digits_after = [](const std::string& o, size_t k) {
+    return o.size() > k && o.size() <= k + 4 &&
+           std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& o = parts[i];
+    int which;
+    if (o == "gpipe" || o == "1f1b" || o == "interleaved") {
+      which = 0;
+      l.schedule = o;
+    } else if ((o[0] == 'v' || o[0] == 'V') && digits_after(o, 1)) {
+      which = 1;
+      l.virtual_stages = std::stoi(o.substr(1));
+    } else if (o.rfind("zero", 0) == 0 && digits_after(o, 4)) {
+      which = 2;
+      spec.z.stage = std::stoi(o.substr(4));
+    } else if (o == "offload") {
+      which = 3;
+      spec.z.offload_optimizer = true;
+    } else {
+      throw bad("has an unknown option '" + printable(o, 20) + "' (gpipe, 1f1b, interleaved, vN, zeroN, offload)");
+    }
+    if (seen_opt[which]) throw bad("repeats an option ('" + printable(o, 20) + "')");
+    seen_opt[which] = true;
   }
-  return l;
+  spec.l = l;
+  return spec;
 }
 
 std::vector<std::string> layout_names(const json& section) {
@@ -124,10 +156,17 @@ class ConformanceSuite : public Suite {
     int64_t smallest = int64_t(1) << 62;
     std::vector<std::string> seen;
     for (const std::string& text : layout_names(section)) {
-      ParallelLayout l = parse_layout(text);
+      const LayoutSpec spec = parse_layout(text);
+      ParallelLayout l = spec.l;
       l.micro_batches = cfg.micro_batches;
+      try {
+        validate_zero(spec.z);
+      } catch (const InputError& e) {
+        throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
+      }
       const std::string key = std::to_string(l.tp) + "/" + std::to_string(l.dp) + "/" + std::to_string(l.pp) + "/" +
-                              l.schedule + "/" + std::to_string(l.virtual_stages);
+                              l.schedule + "/" + std::to_string(l.virtual_stages) + "/" + std::to_string(spec.z.stage) +
+                              (spec.z.offload_optimizer ? "/offload" : "");
       if (std::find(seen.begin(), seen.end(), key) != seen.end())
         throw InputError("conformance.layouts: '" + printable(text, 40) + "' is listed twice");
       seen.push_back(key);
@@ -171,7 +210,8 @@ class ConformanceSuite : public Suite {
     SuiteResult res;
     json skipped = json::array(), table = json::array();
     for (const std::string& text : layout_names(ctx.section)) {
-      ParallelLayout l = parse_layout(text);
+      const LayoutSpec spec = parse_layout(text);
+      ParallelLayout l = spec.l;
       l.micro_batches = cfg.micro_batches;
       if (l.world() > world.size()) {
         const int64_t k = l.world();
@@ -183,7 +223,7 @@ class ConformanceSuite : public Suite {
       const int k = int(l.world());
       auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
       LayoutOutcome out;
-      if (world.rank() < k) out = run_parallel_layout(model, l, cfg, ZeroConfig{}, ctx.device, nullptr, *sub, *sub, data, true);
+      if (world.rank() < k) out = run_parallel_layout(model, l, cfg, spec.z, ctx.device, nullptr, *sub, *sub, data, true);
       world.barrier();
       // Step times: the slowest rank's per step, from the layout's ranks.
       // Each rank sends its step times, then its stage and peak activation bytes.
@@ -228,6 +268,8 @@ class ConformanceSuite : public Suite {
       rec["pp"] = l.pp;
       rec["schedule"] = l.schedule;
       rec["virtual_stages"] = l.virtual_stages;
+      rec["zero_stage"] = spec.z.stage;
+      rec["offload_optimizer"] = spec.z.offload_optimizer ? "cpu" : "none";
       rec["ranks"] = k;
       rec["step_time_ms"] = to_json(st, 1e3);
       rec["final_loss"] = out.losses.back();

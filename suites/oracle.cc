@@ -159,6 +159,8 @@ LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayo
   validate_layout(l, model_cfg, cfg.global_batch, comm.size());
   OwnedGroups og = make_parallel_groups(comm, l);
   ParallelGroups g{comm, *og.tp, *og.dp, *og.pp};
+  device.reset_peaks();
+  const MemoryStats before = device.stats();
   ParallelGpt<float> m(model_cfg, l, comm.rank(), device, *og.tp, ops);
   ZeroEngine<float> engine(m, zero, *og.dp, cfg.adamw);
   engine.load(m.initial_params(cfg.seed));
@@ -170,10 +172,14 @@ LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayo
     out.replica_grads0 = m.replica_max_diff(g0, host);
   }
   host.barrier();
-  device.reset_peaks();
   const TrainRun run = parallel_train(m, engine, data, cfg, g, spans);
   out.pp_rank = m.coord().pp;
-  out.peak_activation_bytes = double(device.stats().peak_bytes(Tier::device, MemCategory::activation));
+  out.tp_rank = m.coord().tp;
+  const MemoryStats& after = device.stats();
+  for (int t = 0; t < kNumTiers; ++t)
+    for (int c = 0; c < kNumMemCategories; ++c)
+      out.peak_bytes[t][c] = double(after.peak[t][c]) - double(before.current[t][c]);
+  out.peak_activation_bytes = out.peak_bytes[int(Tier::device)][int(MemCategory::activation)];
   out.losses = run.losses;
   out.timings = run.timings;
   if (gather) {
@@ -182,6 +188,39 @@ LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayo
     out.replica_params = m.replica_max_diff(p, host);
   }
   return out;
+}
+
+}  // namespace dtb
+
+namespace dtb {
+
+std::vector<double> slowest_step_times(const LayoutOutcome& out, Communicator& world) {
+  std::vector<double> mine;
+  for (const auto& t : out.timings) mine.push_back(t.step_s);
+  std::vector<double> all(mine.size() * world.size());
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+  std::vector<double> slowest(mine.size(), 0.0);
+  for (int r = 0; r < world.size(); ++r)
+    for (size_t s = 0; s < mine.size(); ++s) slowest[s] = std::max(slowest[s], all[r * mine.size() + s]);
+  return slowest;
+}
+
+TimedDpSetup timed_dp_setup(const nlohmann::json& s, const nlohmann::json& config, const std::string& path,
+                            int world_size) {
+  TimedDpSetup t;
+  t.model = gpt_config_from_json(s.at("model"), path + ".model");
+  t.cfg.steps = int(int_in_range(s, "steps", path + ".steps", 2, 100000));
+  t.cfg.micro_batches = int(int_in_range(s, "micro_batches", path + ".micro_batches", 1, 1024));
+  const int mbs = int(int_in_range(s, "micro_batch_size", path + ".micro_batch_size", 1, 1 << 16));
+  t.cfg.seq_len = int(int_in_range(s, "seq_len", path + ".seq_len", 1, 1 << 20));
+  if (t.cfg.seq_len > t.model.T)
+    throw InputError(path + ".seq_len = " + std::to_string(t.cfg.seq_len) + " exceeds " + path + ".model.T = " +
+                     std::to_string(t.model.T));
+  t.cfg.global_batch = mbs * world_size * t.cfg.micro_batches;
+  t.cfg.seed = config.at("seed").get<uint64_t>();
+  t.layout.dp = world_size;
+  t.layout.micro_batches = t.cfg.micro_batches;
+  return t;
 }
 
 }  // namespace dtb

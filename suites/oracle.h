@@ -3,6 +3,7 @@
 // The tolerance argument is train.cc's, in oracle.cc: a float32 run's deviation from the
 // oracle is scaled by the largest deviation of several single-rank float32 references.
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -73,8 +74,11 @@ struct LayoutOutcome {
   std::vector<StepTiming> timings;
   std::vector<double> grads0, params;
   double replica_grads0 = 0, replica_params = 0;
-  int pp_rank = 0;                     // this rank's pipeline stage
+  int pp_rank = 0, tp_rank = 0;        // this rank's pipeline stage and TP rank
   double peak_activation_bytes = 0;    // this rank's, over the training steps
+  /// This rank's peak bytes per (tier, category) from the model's construction to the end
+  /// of training, above what was allocated before (the device's accounting).
+  std::array<std::array<double, kNumMemCategories>, kNumTiers> peak_bytes{};
 };
 
 /// Trains `model` on `layout` with ZeRO settings `zero` over `host` (an MPI communicator of layout.world() ranks,
@@ -87,5 +91,25 @@ struct LayoutOutcome {
 LayoutOutcome run_parallel_layout(const GptConfig& model, const ParallelLayout& layout, const TrainConfig& cfg,
                                   const ZeroConfig& zero, Device& device, Ops<float>* ops, Communicator& host,
                                   Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans = nullptr);
+
+}  // namespace dtb
+
+namespace dtb {
+
+/// Per step, the slowest rank's step time in seconds (it sets the pace), on every rank of
+/// `world` (which ran `out`'s layout). Collective over `world`.
+std::vector<double> slowest_step_times(const LayoutOutcome& out, Communicator& world);
+
+/// The model, TrainConfig and DP-over-every-rank layout that the offload and overlap suites
+/// time: section keys model {L, C, NH, T, V}, steps, micro_batches, micro_batch_size,
+/// seq_len (global batch = micro_batch_size x world x micro_batches), the run's seed.
+/// Errors: InputError naming "<path>.<key>".
+struct TimedDpSetup {
+  GptConfig model;
+  TrainConfig cfg;
+  ParallelLayout layout;
+};
+TimedDpSetup timed_dp_setup(const nlohmann::json& section, const nlohmann::json& config, const std::string& path,
+                            int world_size);
 
 }  // namespace dtb

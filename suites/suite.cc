@@ -91,6 +91,25 @@ ParallelLayout parallel_layout_from_json(const nlohmann::json& s, const std::str
   return l;
 }
 
+ZeroConfig zero_config_from_json(const nlohmann::json& s, const std::string& path) {
+  ZeroConfig z;
+  z.stage = int(int_in_range(s, "zero_stage", path + ".zero_stage", 0, 3));
+  const std::string off = s.at("offload_optimizer").get<std::string>();
+  if (off != "none" && off != "cpu")
+    throw InputError(path + ".offload_optimizer: '" + printable(off, 40) + "' is not \"none\" or \"cpu\"");
+  z.offload_optimizer = off == "cpu";
+  z.reduce_bucket_size = size_t(int_in_range(s, "reduce_bucket_size", path + ".reduce_bucket_size", 1, int64_t(1) << 40));
+  z.allgather_bucket_size =
+      size_t(int_in_range(s, "allgather_bucket_size", path + ".allgather_bucket_size", 1, int64_t(1) << 40));
+  z.overlap_comm = s.at("overlap_comm").get<bool>();
+  try {
+    validate_zero(z);
+  } catch (const InputError& e) {
+    throw InputError(path + ": " + e.what());
+  }
+  return z;
+}
+
 void SuiteContext::print(const std::string& line) const {
   if (world.rank() == 0) std::cout << line << '\n' << std::flush;
 }

@@ -17,6 +17,7 @@
 #include "reference/data.h"
 #include "reference/gpt.h"
 #include "reference/process_grid.h"
+#include "reference/zero.h"
 #include "reference/spans.h"
 
 namespace dtb {
@@ -104,6 +105,11 @@ GptConfig gpt_config_from_json(const nlohmann::json& model, const std::string& p
 /// Errors: InputError "<path>: <reason naming the numbers>".
 ParallelLayout parallel_layout_from_json(const nlohmann::json& section, const std::string& path,
                                          const GptConfig& model, int micro_batches, int global_batch, int world_size);
+
+/// A section's ZeRO keys, DeepSpeed's names: zero_stage (0-3), offload_optimizer ("none" or
+/// "cpu"), reduce_bucket_size and allgather_bucket_size (elements, >= 1), overlap_comm.
+/// Errors: InputError "<path>.<key>: <reason>" (validate_zero).
+ZeroConfig zero_config_from_json(const nlohmann::json& section, const std::string& path);
 
 /// Throws InputError "<what>: needs about X MiB per rank, Y ranks per node, more than this
 /// machine's memory (Z MiB)" when bytes_per_rank * ranks_per_node exceeds 80% of RAM.

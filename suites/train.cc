@@ -66,7 +66,9 @@ class TrainSuite : public Suite {
             {"lr", 1e-3},       {"beta1", 0.9},       {"beta2", 0.95},      {"eps", 1e-8},
             {"weight_decay", 0.0}, {"matmul_precision", "fp32"}, {"peak_tflops", 0.0},
             {"tensor_parallel", 1}, {"pipeline_parallel", 1}, {"data_parallel", 0},
-            {"schedule", "1f1b"}, {"virtual_stages", 1}};
+            {"schedule", "1f1b"}, {"virtual_stages", 1},
+            {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
+            {"allgather_bucket_size", 500000000}, {"overlap_comm", false}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const GptConfig model = gpt_config_from_json(config.at("model"));
@@ -74,6 +76,7 @@ class TrainSuite : public Suite {
     const ParallelLayout layout =
         parallel_layout_from_json(section, "train", model, train.micro_batches, train.global_batch, world.size);
     validate_train_config(train, model, layout.dp);
+    zero_config_from_json(section, "train");
     const std::string prec = section.at("matmul_precision");
     if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
       throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
@@ -96,12 +99,16 @@ class TrainSuite : public Suite {
     const int n = world.size();
     const ParallelLayout layout =
         parallel_layout_from_json(ctx.section, "train", model_cfg, cfg.micro_batches, cfg.global_batch, n);
-    const bool dp_only = layout.tp == 1 && layout.pp == 1;
+    const ZeroConfig zero = zero_config_from_json(ctx.section, "train");
+    // Plain DP (reference/trainer.h) unless the layout or ZeRO needs the sharded model.
+    const bool dp_only = layout.tp == 1 && layout.pp == 1 && zero.stage == 0;
     const std::string layout_name =
         dp_only ? "dp:" + std::to_string(n)
                 : "tp:" + std::to_string(layout.tp) + "/dp:" + std::to_string(layout.dp) + "/pp:" +
                       std::to_string(layout.pp) + "/schedule:" + layout.schedule +
-                      (layout.schedule == "interleaved" ? "/v:" + std::to_string(layout.virtual_stages) : "");
+                      (layout.schedule == "interleaved" ? "/v:" + std::to_string(layout.virtual_stages) : "") +
+                      (zero.stage > 0 ? "/zero:" + std::to_string(zero.stage) : "") +
+                      (zero.offload_optimizer ? "/offload:cpu" : "");
     const double tokens_per_step = double(cfg.global_batch) * cfg.seq_len;
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
@@ -147,7 +154,7 @@ class TrainSuite : public Suite {
       world.all_reduce(&run.replica_params, &run.replica_params, 1, DType::f64, ReduceOp::max);
       run.params.assign(my_params.begin(), my_params.end());
     } else {
-      run = run_parallel_layout(model_cfg, layout, cfg, ZeroConfig{}, ctx.device, on_cpu ? nullptr : &be->ops(), world, dev_comm,
+      run = run_parallel_layout(model_cfg, layout, cfg, zero, ctx.device, on_cpu ? nullptr : &be->ops(), world, dev_comm,
                                 data, /*gather=*/true, ctx.spans);
     }
     const int every = std::max(1, cfg.steps / 10);
@@ -188,6 +195,8 @@ class TrainSuite : public Suite {
     rec["pp"] = layout.pp;
     rec["schedule"] = layout.schedule;
     rec["virtual_stages"] = layout.virtual_stages;
+    rec["zero_stage"] = zero.stage;
+    rec["offload_optimizer"] = zero.offload_optimizer ? "cpu" : "none";
     rec["steps"] = cfg.steps;
     rec["tokens_per_step"] = tokens_per_step;
     rec["tokens_per_s"] = tokens_per_step / step.median;
