@@ -29,6 +29,21 @@ class Ops {
   virtual void synchronize() {}
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  /// Copies between the backend's memory and pinned host memory (Tier::host) that run on a
+  /// stream of their own, after the work queued so far, so they overlap compute (ZeRO-
+  /// Offload's transfers). Each returns a ticket for wait_copy(); wait_copies() waits for
+  /// every copy started. The host buffer must stay untouched until its copy is waited for.
+  /// On the CPU backend the copy happens at once and the tickets are complete.
+  virtual int64_t copy_to_host_async(void* host_dst, const void* src, size_t bytes) {
+    copy_to_host(host_dst, src, bytes);
+    return 0;
+  }
+  virtual int64_t copy_from_host_async(void* dst, const void* host_src, size_t bytes) {
+    copy_from_host(dst, host_src, bytes);
+    return 0;
+  }
+  virtual void wait_copy(int64_t ticket) { (void)ticket; }
+  virtual void wait_copies() {}
 
   virtual void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C) = 0;
   virtual void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C) = 0;

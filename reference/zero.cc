@@ -337,13 +337,21 @@ void ZeroEngine<T>::step() {
                            : full_grad_.data<T>() + units[u].begin + size_t(d_) * shard_[u];
   };
   if (cfg_.offload_optimizer) {
-    // Gradients down, AdamW on the CPU over the host shard (padding stays 0), parameters up.
+    // Every unit's gradient shard goes down on the copy stream; AdamW runs on the CPU for a
+    // unit as soon as its gradient is there (over the padded shard: padding stays 0), and the
+    // unit's updated parameters go up while the next unit's AdamW runs (ZeRO-Offload's
+    // pipelined transfers). Elementwise, so the same values as one call over the shard.
+    std::vector<int64_t> down(units.size());
     for (size_t u = 0; u < units.size(); ++u)
-      ops_.copy_to_host(host_grad_.data<T>() + shard_off_[u], my_grad(u), own_count(int(u)) * sizeof(T));
-    cpu::adamw_update(host_master_.data<T>(), host_grad_.data<T>(), m_.data<T>(), v_.data<T>(), shard_total_, hp_,
-                      t_);
-    for (size_t u = 0; u < units.size(); ++u)
-      ops_.copy_from_host(my_param(u), host_master_.data<T>() + shard_off_[u], own_count(int(u)) * sizeof(T));
+      down[u] = ops_.copy_to_host_async(host_grad_.data<T>() + shard_off_[u], my_grad(u), own_count(int(u)) * sizeof(T));
+    for (size_t u = 0; u < units.size(); ++u) {
+      ops_.wait_copy(down[u]);
+      const size_t o = shard_off_[u];
+      cpu::adamw_update(host_master_.data<T>() + o, host_grad_.data<T>() + o, m_.data<T>() + o, v_.data<T>() + o,
+                        shard_[u], hp_, t_);
+      ops_.copy_from_host_async(my_param(u), host_master_.data<T>() + o, own_count(int(u)) * sizeof(T));
+    }
+    ops_.wait_copies();
   } else {
     for (size_t u = 0; u < units.size(); ++u)
       ops_.adamw_update(my_param(u), my_grad(u), m_.data<T>() + shard_off_[u], v_.data<T>() + shard_off_[u],

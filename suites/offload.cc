@@ -2,9 +2,14 @@
 // with data parallelism over every rank at a ZeRO stage, with offload_optimizer none and
 // cpu alternately (repetitions, medians of the slowest rank's step times): the step-time
 // slowdown of offloading, and the device-tier bytes it saves (the AdamW moments and, for
-// fp32, nothing else: the host keeps the fp32 master shard and a gradient copy). Checks:
-// the bytes saved are the analytic model's (exact), and offloading changes no result (the
-// same CPU AdamW runs either way on this backend: losses bitwise equal).
+// fp32, nothing else: the host keeps the fp32 master shard and a gradient copy). On the
+// CUDA backend the host tier is pinned memory and the transfers run on their own stream,
+// overlapping the CPU's AdamW. Checks: the bytes saved are the analytic model's (exact),
+// and offloading changes no result beyond the rounding of another AdamW implementation:
+// over the first 7 steps, losses within 1e-6 relative (the bound and its reason are the
+// overlap suite's; on the CPU backend the same AdamW code runs either way and the
+// difference is 0).
+#include <algorithm>
 #include <cstdio>
 
 #include "kernels/error.h"
@@ -36,8 +41,6 @@ class OffloadSuite : public Suite {
             {"zero_stage", 2}, {"repetitions", 3}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
-    if (config.value("backend", "cpu") != "cpu")
-      throw InputError("offload: runs on the cpu backend here (the GPU's pinned-memory path is not timed yet)");
     const TimedDpSetup t = timed_dp_setup(section, config, "offload", world.size);
     int_in_range(section, "zero_stage", "offload.zero_stage", 1, 3);
     int_in_range(section, "repetitions", "offload.repetitions", 1, 100);
@@ -48,6 +51,9 @@ class OffloadSuite : public Suite {
   SuiteResult run(SuiteContext& ctx) override {
     DTB_CHECK(ctx.dataset != nullptr, "offload suite needs a dataset");
     Communicator& world = ctx.world;
+    Backend* be = ctx.backend;
+    const bool on_cpu = be == nullptr || be->name() == "cpu";
+    Communicator& comm = ctx.device_world ? *ctx.device_world : world;
     const TimedDpSetup t = timed_dp_setup(ctx.section, ctx.config, "offload", world.size());
     const int stage = int(ctx.section.at("zero_stage").get<int64_t>());
     const int reps = int(ctx.section.at("repetitions").get<int64_t>());
@@ -63,8 +69,8 @@ class OffloadSuite : public Suite {
         ZeroConfig z;
         z.stage = stage;
         z.offload_optimizer = off == 1;
-        last[off] = run_parallel_layout(t.model, t.layout, t.cfg, z, ctx.device, nullptr, world, world, *ctx.dataset,
-                                        false);
+        last[off] = run_parallel_layout(t.model, t.layout, t.cfg, z, ctx.device, on_cpu ? nullptr : &be->ops(), world,
+                                        comm, *ctx.dataset, false);
         const std::vector<double> st = slowest_step_times(last[off], world);
         times[off].insert(times[off].end(), st.begin() + 1, st.end());  // step 0 allocates
       }
@@ -101,10 +107,10 @@ class OffloadSuite : public Suite {
     res.checks.push_back(make_check("offload/device_bytes_saved", std::fabs((b0 - b1) - (plan_none - plan_cpu)), 0.0,
                                     "|measured - analytic| device model-state bytes saved, exact"));
     double loss_diff = 0;
-    for (size_t i = 0; i < last[0].losses.size(); ++i)
-      loss_diff = std::max(loss_diff, std::fabs(last[0].losses[i] - last[1].losses[i]));
-    res.checks.push_back(make_check("offload/losses_unchanged", loss_diff, 0.0,
-                                    "max |loss(offload) - loss(no offload)| per step: the same CPU AdamW, bitwise"));
+    for (size_t i = 0; i < std::min<size_t>(last[0].losses.size(), 7); ++i)
+      loss_diff = std::max(loss_diff, std::fabs(last[0].losses[i] - last[1].losses[i]) / last[0].losses[i]);
+    res.checks.push_back(make_check("offload/losses_unchanged", loss_diff, 1e-6,
+                                    "max |loss(offload) - loss(none)| / loss over the first 7 steps <= 1e-6"));
     char line[300];
     std::snprintf(line, sizeof line,
                   "   offload_optimizer none: step %.2f ms, device model states %.1f KiB\n"

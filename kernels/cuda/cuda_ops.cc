@@ -22,6 +22,47 @@ void CudaOps::copy_to_host(void* host_dst, const void* src, size_t bytes) {
   DTB_CUDA_CHECK(cudaStreamSynchronize(s()));
 }
 
+int64_t CudaOps::start_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (!copy_stream_) DTB_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  cudaEvent_t after_compute, done;
+  DTB_CUDA_CHECK(cudaEventCreateWithFlags(&after_compute, cudaEventDisableTiming));
+  DTB_CUDA_CHECK(cudaEventRecord(after_compute, s()));
+  DTB_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, after_compute, 0));
+  DTB_CUDA_CHECK(cudaEventDestroy(after_compute));  // released once the wait is done
+  if (bytes) DTB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream_));
+  DTB_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  DTB_CUDA_CHECK(cudaEventRecord(done, copy_stream_));
+  copy_events_.push_back(done);
+  return int64_t(copy_events_.size()) - 1;
+}
+
+int64_t CudaOps::copy_to_host_async(void* host_dst, const void* src, size_t bytes) {
+  return start_copy(host_dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+int64_t CudaOps::copy_from_host_async(void* dst, const void* host_src, size_t bytes) {
+  return start_copy(dst, host_src, bytes, cudaMemcpyHostToDevice);
+}
+
+void CudaOps::wait_copy(int64_t ticket) {
+  DTB_CHECK(ticket >= 0 && size_t(ticket) < copy_events_.size(), "CudaOps::wait_copy: unknown ticket");
+  DTB_CUDA_CHECK(cudaEventSynchronize(copy_events_[size_t(ticket)]));
+}
+
+void CudaOps::wait_copies() {
+  if (!copy_stream_) return;
+  DTB_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  for (cudaEvent_t e : copy_events_) DTB_CUDA_CHECK(cudaEventDestroy(e));
+  copy_events_.clear();
+}
+
+CudaOps::~CudaOps() {
+  if (!copy_stream_) return;
+  cudaStreamSynchronize(copy_stream_);
+  for (cudaEvent_t e : copy_events_) cudaEventDestroy(e);
+  cudaStreamDestroy(copy_stream_);
+}
+
 void CudaOps::encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                               int Tn, int C) {
   cuda::encoder_forward(out, tokens, wte, wpe, B, Tn, C, s());

@@ -3,6 +3,7 @@
 // float32 storage; the GEMMs' input precision is settable (fp32, tf32, bf16, fp16), always
 // with fp32 accumulation.
 #pragma once
+#include <vector>
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/ops.h"
@@ -23,6 +24,14 @@ class CudaOps final : public Ops<float> {
   void synchronize() override;
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  /// On a copy stream of their own (created at the first use), each after an event recorded
+  /// on the compute stream; a ticket is an event recorded after the copy. wait_copies()
+  /// also makes the compute stream's later work wait for the copies to the device.
+  int64_t copy_to_host_async(void* host_dst, const void* src, size_t bytes) override;
+  int64_t copy_from_host_async(void* dst, const void* host_src, size_t bytes) override;
+  void wait_copy(int64_t ticket) override;
+  void wait_copies() override;
+  ~CudaOps() override;
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int Tn,
                        int C) override;
@@ -63,6 +72,9 @@ class CudaOps final : public Ops<float> {
 
  private:
   cudaStream_t s() const { return device_.compute_stream(); }
+  int64_t start_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  cudaStream_t copy_stream_ = nullptr;
+  std::vector<cudaEvent_t> copy_events_;  // ticket i: copy_events_[i]
   CudaDevice& device_;
   cuda::Gemm& gemm_;
   cuda::GemmPrecision precision_ = cuda::GemmPrecision::fp32;
