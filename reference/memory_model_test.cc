@@ -294,9 +294,12 @@ TEST(MemoryModelPlan, MatchesParallelGptAllocations) {
   // the stage's schedule runs (the rank's forwards and backwards with stand-in inputs):
   // every category's peak, byte for byte.
   struct L { int tp, pp, v, m; const char* s; };
+  // Each recompute setting too: the measured activation and workspace bytes are the plan's.
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
   for (const L& l : {L{1, 1, 1, 2, "1f1b"}, L{2, 1, 1, 3, "gpipe"}, L{1, 2, 1, 4, "1f1b"}, L{2, 4, 1, 4, "gpipe"},
                      L{4, 2, 1, 3, "1f1b"}, L{1, 2, 2, 4, "interleaved"}, L{2, 2, 2, 2, "interleaved"}}) {
-    const PlanConfig c = small_plan(l.tp, l.pp, 1, l.s, l.v, l.m);
+    PlanConfig c = small_plan(l.tp, l.pp, 1, l.s, l.v, l.m);
+    c.recompute = rc;
     const int B = c.micro_batch_size, Tn = c.seq_len;
     const size_t BT = size_t(B) * Tn;
     std::vector<int32_t> ids(BT);
@@ -305,10 +308,12 @@ TEST(MemoryModelPlan, MatchesParallelGptAllocations) {
     for (int t = 0; t < l.tp; ++t)
       for (int p = 0; p < l.pp; ++p) {
         SCOPED_TRACE("tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " v " + std::to_string(l.v) +
-                     " " + l.s + ", rank (" + std::to_string(t) + ", " + std::to_string(p) + ")");
+                     " " + l.s + ", rank (" + std::to_string(t) + ", " + std::to_string(p) + "), recompute " +
+                     std::string(to_string(rc)));
         CpuDevice dev;
         CopyComm tp(t, l.tp), dp(0, 1);
         ParallelGpt<float> model(c.model, c.layout, grid_rank(GridCoord{t, 0, p}, c.layout), dev, tp);
+        model.set_recompute(rc);
         ZeroEngine<float> store(model, ZeroConfig{}, dp, cpu::AdamWParams{});
         for (const PipeAction& a : pipeline_schedule(l.s, l.pp, l.m, l.v, p)) {
           if (a.op == PipeOp::forward) {

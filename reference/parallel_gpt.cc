@@ -180,18 +180,22 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
     s = std::make_unique<ActSet>();
     s->B = B;
     s->Tn = Tn;
-    const int64_t L = Lc_, b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
-    const bool last = is_last(chunk);
+    const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
+    const bool last = is_last(chunk), full = recompute_ == Recompute::full;
+    // Layers' stacks: none keeps every activation of every layer; selective all but the
+    // attention matrix; full only each layer's input (x0, then res3 of the layer before)
+    // and, in the last chunk, the last layer's output for the head.
+    const int64_t L = full ? 0 : Lc_, La = recompute_ == Recompute::none ? Lc_ : 0;
+    const int64_t Lres = full ? Lc_ - 1 + (last ? 1 : 0) : Lc_;
     const std::vector<std::vector<int64_t>> shapes = {
         {b, t, C},
-        {L, b, t, C}, {L, b, t}, {L, b, t}, {L, b, t, 3 * Cl}, {L, b, t, Cl}, {L, b, NH, t, t}, {L, b, t, C},
+        {L, b, t, C}, {L, b, t}, {L, b, t}, {L, b, t, 3 * Cl}, {L, b, t, Cl}, {La, b, NH, t, t}, {L, b, t, C},
         {L, b, t, C}, {L, b, t, C}, {L, b, t}, {L, b, t}, {L, b, t, 4 * Cl}, {L, b, t, 4 * Cl}, {L, b, t, C},
-        {L, b, t, C},
+        {Lres, b, t, C},
         {b, t, C}, {b, t}, {b, t}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
     for (int i = 0; i < kNumActs; ++i) {
-      const bool head = i >= kLnf;
-      s->a.push_back(head && !last ? Tensor()
-                                   : Tensor::empty(device_, shapes[i], dtype_of<T>(), MemCategory::activation));
+      const bool skip = (i >= kLnf && !last) || shapes[i][0] == 0;
+      s->a.push_back(skip ? Tensor() : Tensor::empty(device_, shapes[i], dtype_of<T>(), MemCategory::activation));
     }
     s->tokens = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
     s->targets = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
@@ -206,11 +210,75 @@ void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
   if (B == sB_ && Tn == sT_) return;
   scratch_.clear();
   const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
-  const std::vector<std::vector<int64_t>> shapes = {{b, t, C},      {b, t, C},  {b, t, 4 * Cl}, {b, t, 4 * Cl},
-                                                    {b, NH, t, t}, {b, t, V}, {b, t}};
+  std::vector<std::vector<int64_t>> shapes = {{b, t, C},      {b, t, C},  {b, t, 4 * Cl}, {b, t, 4 * Cl},
+                                              {b, NH, t, t}, {b, t, V}, {b, t}};
+  // Recompute buffers after the backward scratch: selective, one attention matrix; full, one
+  // layer's activations (kLn1 .. kRes3), where the forward and its recomputation write.
+  if (recompute_ == Recompute::selective) shapes.push_back({b, NH, t, t});
+  if (recompute_ == Recompute::full)
+    for (const auto& sh : std::vector<std::vector<int64_t>>{{b, t, C}, {b, t}, {b, t}, {b, t, 3 * Cl}, {b, t, Cl},
+                                                            {b, NH, t, t}, {b, t, C}, {b, t, C}, {b, t, C}, {b, t},
+                                                            {b, t}, {b, t, 4 * Cl}, {b, t, 4 * Cl}, {b, t, C},
+                                                            {b, t, C}})
+      shapes.push_back(sh);
   for (const auto& s : shapes) scratch_.push_back(Tensor::empty(device_, s, dtype_of<T>(), MemCategory::workspace));
   sB_ = B;
   sT_ = Tn;
+}
+
+template <typename T>
+typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, bool last_chunk) {
+  const size_t BT = size_t(s.B) * s.Tn, C = cfg_.C, Cl = Cl_, att = size_t(s.B) * NHl_ * s.Tn * s.Tn;
+  LayerActs a;
+  auto R = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<T>(); };
+  if (recompute_ == Recompute::full) {  // everything in the one-layer scratch set but the kept inputs
+    a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
+    a.ln1 = R(kLn1), a.ln1_mean = R(kLn1Mean), a.ln1_rstd = R(kLn1Rstd), a.qkv = R(kQkv), a.atty = R(kAtty);
+    a.att = R(kAtt), a.attproj = R(kAttproj), a.res2 = R(kRes2), a.ln2 = R(kLn2), a.ln2_mean = R(kLn2Mean);
+    a.ln2_rstd = R(kLn2Rstd), a.fch = R(kFch), a.fchg = R(kFchGelu), a.fcproj = R(kFcproj);
+    a.res3 = k < Lc_ - 1 || last_chunk ? s.p(kRes3) + size_t(k) * BT * C : R(kRes3);
+    return a;
+  }
+  const size_t oC = size_t(k) * BT * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * BT;
+  a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
+  a.ln1 = s.p(kLn1) + oC, a.ln1_mean = s.p(kLn1Mean) + oN, a.ln1_rstd = s.p(kLn1Rstd) + oN;
+  a.qkv = s.p(kQkv) + 3 * oCl, a.atty = s.p(kAtty) + oCl;
+  a.att = recompute_ == Recompute::selective ? scratch_[kNumScratch].template data<T>() : s.p(kAtt) + size_t(k) * att;
+  a.attproj = s.p(kAttproj) + oC, a.res2 = s.p(kRes2) + oC, a.ln2 = s.p(kLn2) + oC;
+  a.ln2_mean = s.p(kLn2Mean) + oN, a.ln2_rstd = s.p(kLn2Rstd) + oN;
+  a.fch = s.p(kFch) + 4 * oCl, a.fchg = s.p(kFchGelu) + 4 * oCl, a.fcproj = s.p(kFcproj) + oC;
+  a.res3 = s.p(kRes3) + oC;
+  return a;
+}
+
+template <typename T>
+void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn) {
+  Ops<T>& ops = *ops_;
+  const int C = cfg_.C, Cl = Cl_, NH = NHl_;
+  const size_t BT = size_t(B) * Tn;
+  const bool tp1 = layout_.tp == 1;
+  auto W = [&](int i) { return up + lp.o[i]; };
+  ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, W(Pln1w), W(Pln1b), int(BT), C);
+  // f forward is the identity: ln1 is replicated.
+  ops.matmul_forward(a.qkv, a.ln1, W(Pqkvw), W(Pqkvb), int(BT), C, 3 * Cl);
+  ops.attention_forward(a.atty, a.att, a.qkv, B, Tn, Cl, NH);
+  // Row-parallel projection: partial sums, g forward, then the bias once (tp = 1: the bias
+  // inside the GEMM, exactly as gpt.cc).
+  ops.matmul_forward(a.attproj, a.atty, W(Pattprojw), tp1 ? W(Pattprojb) : nullptr, int(BT), Cl, C);
+  if (!tp1) {
+    reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, a.attproj, BT * C, &stats_);
+    ops.add_bias(a.attproj, W(Pattprojb), int(BT), C);
+  }
+  ops.residual_forward(a.res2, a.x, a.attproj, BT * C);
+  ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(BT), C);
+  ops.matmul_forward(a.fch, a.ln2, W(Pfcw), W(Pfcb), int(BT), C, 4 * Cl);
+  ops.gelu_forward(a.fchg, a.fch, BT * 4 * Cl);
+  ops.matmul_forward(a.fcproj, a.fchg, W(Pfcprojw), tp1 ? W(Pfcprojb) : nullptr, int(BT), 4 * Cl, C);
+  if (!tp1) {
+    reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, a.fcproj, BT * C, &stats_);
+    ops.add_bias(a.fcproj, W(Pfcprojb), int(BT), C);
+  }
+  ops.residual_forward(a.res3, a.res2, a.fcproj, BT * C);
 }
 
 template <typename T>
@@ -218,10 +286,11 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
                                  int B, int Tn, double* loss_sum) {
   DTB_CHECK(chunk >= 0 && chunk < chunks(), "ParallelGpt::forward: chunk out of range");
   DTB_CHECK(B > 0 && Tn > 0 && Tn <= cfg_.T, "ParallelGpt::forward: sequence length out of range");
-  const int C = cfg_.C, Cl = Cl_, NH = NHl_, Vl = Vl_;
+  const int C = cfg_.C, Vl = Vl_;
   const size_t BT = size_t(B) * Tn;
   const bool first = is_first(chunk), last = is_last(chunk);
   ActSet& s = acquire(chunk, mb, B, Tn);
+  ensure_scratch(B, Tn);  // the recompute buffers are written in forward too
   Ops<T>& ops = *ops_;
   ParamStore<T>& st = store();
   const int v0 = coord_.tp * Vl, v1 = v0 + Vl;
@@ -251,48 +320,13 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     check_ids(targets);
     ops.copy_from_host(s.tgt(), targets, BT * sizeof(int32_t));
   }
-  const bool tp1 = layout_.tp == 1;
   for (int k = 0; k < Lc_; ++k) {
     const LayerParams& lp = layers_[chunk][k];
-    T* up = st.param(lp.unit);
-    auto W = [&](int i) { return up + lp.o[i]; };
-    const T* xin = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
-    const size_t oC = size_t(k) * BT * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * BT;
-    T* ln1 = s.p(kLn1) + oC;
-    T* qkv = s.p(kQkv) + 3 * oCl;
-    T* atty = s.p(kAtty) + oCl;
-    T* att = s.p(kAtt) + size_t(k) * B * NH * Tn * Tn;
-    T* attproj = s.p(kAttproj) + oC;
-    T* res2 = s.p(kRes2) + oC;
-    T* ln2 = s.p(kLn2) + oC;
-    T* fch = s.p(kFch) + 4 * oCl;
-    T* fchg = s.p(kFchGelu) + 4 * oCl;
-    T* fcproj = s.p(kFcproj) + oC;
-    T* res3 = s.p(kRes3) + oC;
-    ops.layernorm_forward(ln1, s.p(kLn1Mean) + oN, s.p(kLn1Rstd) + oN, xin, W(Pln1w), W(Pln1b), int(BT), C);
-    // f forward is the identity: ln1 is replicated.
-    ops.matmul_forward(qkv, ln1, W(Pqkvw), W(Pqkvb), int(BT), C, 3 * Cl);
-    ops.attention_forward(atty, att, qkv, B, Tn, Cl, NH);
-    // Row-parallel projection: partial sums, g forward, then the bias once (tp = 1: the
-    // bias inside the GEMM, exactly as gpt.cc).
-    ops.matmul_forward(attproj, atty, W(Pattprojw), tp1 ? W(Pattprojb) : nullptr, int(BT), Cl, C);
-    if (!tp1) {
-      reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, attproj, BT * C, &stats_);
-      ops.add_bias(attproj, W(Pattprojb), int(BT), C);
-    }
-    ops.residual_forward(res2, xin, attproj, BT * C);
-    ops.layernorm_forward(ln2, s.p(kLn2Mean) + oN, s.p(kLn2Rstd) + oN, res2, W(Pln2w), W(Pln2b), int(BT), C);
-    ops.matmul_forward(fch, ln2, W(Pfcw), W(Pfcb), int(BT), C, 4 * Cl);
-    ops.gelu_forward(fchg, fch, BT * 4 * Cl);
-    ops.matmul_forward(fcproj, fchg, W(Pfcprojw), tp1 ? W(Pfcprojb) : nullptr, int(BT), 4 * Cl, C);
-    if (!tp1) {
-      reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, fcproj, BT * C, &stats_);
-      ops.add_bias(fcproj, W(Pfcprojb), int(BT), C);
-    }
-    ops.residual_forward(res3, res2, fcproj, BT * C);
+    const T* up = st.param(lp.unit);
+    layer_forward(layer_acts(s, k, last), up, lp, B, Tn);
     st.release_param(lp.unit);
   }
-  const T* out = Lc_ > 0 ? s.p(kRes3) + size_t(Lc_ - 1) * BT * C : s.p(kX0);
+  const T* out = layer_acts(s, Lc_ - 1, last).res3;  // full recompute, not last: in scratch
   if (!last) return out;
 
   // LM head on the wte shard; vocabulary-parallel cross-entropy.
@@ -303,7 +337,7 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   st.release_param(wte_unit_);
   const int32_t* tgt = s.tgt();
   ops.crossentropy_shard_max(s.p(kMax), s.p(kLogits), int(BT), Vl);
-  if (!tp1) {
+  if (layout_.tp > 1) {
     ops.synchronize();
     Stopwatch sw;
     tp_.all_reduce(s.p(kMax), s.p(kMax), BT, dtype_of<T>(), ReduceOp::max);
@@ -350,7 +384,7 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale
     // The head's input is replicated; its gradient is partial over the vocabulary shards.
     copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
     ops.zero(dres, BT * C);
-    const T* xL = Lc_ > 0 ? s.p(kRes3) + size_t(Lc_ - 1) * BT * C : s.p(kX0);
+    const T* xL = layer_acts(s, Lc_ - 1, true).res3;
     T* dlnf = st.grad(lnf_unit_);
     ops.layernorm_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.p(kLnfMean), s.p(kLnfRstd),
                            int(BT), C);
@@ -371,34 +405,35 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale
     T* ug = st.grad(lp.unit);
     auto W = [&](int i) { return up + lp.o[i]; };
     auto D = [&](int i) { return ug + lp.o[i]; };
-    const T* xin = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
-    const size_t oC = size_t(k) * BT * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * BT;
+    const LayerActs a = layer_acts(s, k, last);
+    // Full recompute: the layer's forward again from its kept input, the same ops on the
+    // same values, so every activation is bitwise the first forward's.
+    if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn);
     // MLP branch; g backward (after fcproj) is the identity, f backward (before fc) sums.
     T* dfchg = S(sDBig);
     T* dfch = S(sDBig2);
     ops.zero(dfchg, BT * 4 * Cl);
-    ops.matmul_backward(dfchg, D(Pfcprojw), D(Pfcprojb), dres, s.p(kFchGelu) + 4 * oCl, W(Pfcprojw), int(BT),
-                        4 * Cl, C);
+    ops.matmul_backward(dfchg, D(Pfcprojw), D(Pfcprojb), dres, a.fchg, W(Pfcprojw), int(BT), 4 * Cl, C);
     ops.zero(dfch, BT * 4 * Cl);
-    ops.gelu_backward(dfch, s.p(kFch) + 4 * oCl, dfchg, BT * 4 * Cl);
+    ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
     ops.zero(S(sDLn), BT * C);
-    ops.matmul_backward(S(sDLn), D(Pfcw), D(Pfcb), dfch, s.p(kLn2) + oC, W(Pfcw), int(BT), C, 4 * Cl);
+    ops.matmul_backward(S(sDLn), D(Pfcw), D(Pfcb), dfch, a.ln2, W(Pfcw), int(BT), C, 4 * Cl);
     copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
-    ops.layernorm_backward(dres, D(Pln2w), D(Pln2b), S(sDLn), s.p(kRes2) + oC, W(Pln2w), s.p(kLn2Mean) + oN,
-                           s.p(kLn2Rstd) + oN, int(BT), C);
+    ops.layernorm_backward(dres, D(Pln2w), D(Pln2b), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(BT), C);
     // Attention branch.
     T* datty = S(sDBig2);
     ops.zero(datty, BT * Cl);
-    ops.matmul_backward(datty, D(Pattprojw), D(Pattprojb), dres, s.p(kAtty) + oCl, W(Pattprojw), int(BT), Cl, C);
+    ops.matmul_backward(datty, D(Pattprojw), D(Pattprojb), dres, a.atty, W(Pattprojw), int(BT), Cl, C);
     T* dqkv = S(sDBig);
+    // Selective recompute: the attention core's softmax again from the kept qkv (its output
+    // into dqkv's buffer before that is zeroed; the kept atty is not touched).
+    if (recompute_ == Recompute::selective) ops.attention_forward(dqkv, a.att, a.qkv, B, Tn, Cl, NH);
     ops.zero(dqkv, BT * 3 * Cl);
-    ops.attention_backward(dqkv, S(sDAtt), datty, s.p(kQkv) + 3 * oCl, s.p(kAtt) + size_t(k) * B * NH * Tn * Tn,
-                           B, Tn, Cl, NH);
+    ops.attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.att, B, Tn, Cl, NH);
     ops.zero(S(sDLn), BT * C);
-    ops.matmul_backward(S(sDLn), D(Pqkvw), D(Pqkvb), dqkv, s.p(kLn1) + oC, W(Pqkvw), int(BT), C, 3 * Cl);
+    ops.matmul_backward(S(sDLn), D(Pqkvw), D(Pqkvb), dqkv, a.ln1, W(Pqkvw), int(BT), C, 3 * Cl);
     copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
-    ops.layernorm_backward(dres, D(Pln1w), D(Pln1b), S(sDLn), xin, W(Pln1w), s.p(kLn1Mean) + oN,
-                           s.p(kLn1Rstd) + oN, int(BT), C);
+    ops.layernorm_backward(dres, D(Pln1w), D(Pln1b), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(BT), C);
     st.release_param(lp.unit);
     st.grad_done(lp.unit);
   }

@@ -32,6 +32,7 @@
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
 #include "reference/gpt.h"
+#include "reference/memory_model.h"
 #include "reference/process_grid.h"
 #include "reference/tensor_parallel.h"
 
@@ -113,6 +114,13 @@ class ParallelGpt {
   int wte_unit() const { return wte_unit_; }
   /// Attaches the storage (not owned; must outlive the model's use).
   void attach(ParamStore<T>* store) { store_ = store; }
+  /// Activation checkpointing (Korthikanti et al. 2022): none keeps every activation;
+  /// selective drops each layer's attention matrix and recomputes it from the kept qkv in
+  /// backward; full keeps only each layer's input and recomputes the layer in backward.
+  /// The recomputation runs the same ops on the same values, so losses and gradients are
+  /// bitwise those of none. Set before the first forward.
+  void set_recompute(Recompute r) { recompute_ = r; }
+  Recompute recompute() const { return recompute_; }
 
   /// This rank's local parameters (num_params() values, local flat order) as gpt_init_params
   /// sets them: each held element its value at the global index (the full model is built on
@@ -123,8 +131,8 @@ class ParallelGpt {
   /// The first chunk embeds `tokens` (host, B*Tn ids in [0, V)); another takes its input
   /// activation `x` (BT, C) in the backend's memory (copied; the caller may reuse it).
   /// The last chunk needs `targets` (host) and returns null, setting *loss_sum to the sum
-  /// of its BT token losses; another returns its output (BT, C), valid until the
-  /// micro-batch's backward. Errors: ids out of range or a micro-batch already in flight
+  /// of its BT token losses; another returns its output (BT, C), valid until the next
+  /// forward or backward on this rank (under full recompute it is in scratch). Errors: ids out of range or a micro-batch already in flight
   /// in this chunk abort.
   const T* forward(int chunk, int mb, const int32_t* tokens, const int32_t* targets, const T* x, int B, int Tn,
                    double* loss_sum);
@@ -149,11 +157,20 @@ class ParallelGpt {
 
  private:
   struct ActSet;
+  // Where one layer's activations are, for its forward and backward (the kept stacks, or
+  // the recompute scratch).
+  struct LayerActs {
+    const T* x = nullptr;
+    T *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg,
+        *fcproj, *res3;
+  };
   struct LayerParams {
     int unit = 0;
     size_t o[12];  // offsets within the unit of ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
   };
   ParamStore<T>& store() const;
+  LayerActs layer_acts(ActSet& s, int k, bool last_chunk);
+  void layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn);
   ActSet& acquire(int chunk, int mb, int B, int Tn);
   void add_tensor(const std::string& name, int layer, std::vector<LocalTensor::Run> runs, bool tp_replicated);
   void ensure_scratch(int B, int Tn);
@@ -170,6 +187,7 @@ class ParallelGpt {
   std::vector<ParamUnit> units_;
   size_t num_params_ = 0;
   ParamStore<T>* store_ = nullptr;
+  Recompute recompute_ = Recompute::none;
   int wte_unit_ = -1, wpe_unit_ = -1, lnf_unit_ = -1;  // lnf unit: lnfw at 0, lnfb at C
   std::vector<std::vector<LayerParams>> layers_;   // [chunk][layer in chunk]
   std::vector<std::map<int, std::unique_ptr<ActSet>>> live_;  // [chunk] mb -> activations
