@@ -67,6 +67,8 @@ printf '{"conformance": {"layouts": ["DP4096", "TP2"], "micro_batches": 1048576,
 printf '{"conformance": {"layouts": ["TP2\\nPP2"]}}' >"$tmp/newline_layout.json"
 printf '{"conformance": {"layouts": ["TP2", "tp2"]}}' >"$tmp/dup_layout.json"
 printf '{"backend": "cuda", "train": {"matmul_precision": "bf16"}}' >"$tmp/cuda_bf16.json"
+printf '{"train": {"recompute": "partial"}}' >"$tmp/recompute.json"
+printf '{"conformance": {"layouts": ["TP2:full:selective"]}}' >"$tmp/recompute_twice.json"
 python3 -c 'print("{\"train\": {\"steps\": " + "[" * 100000 + "]" * 100000 + "}}")' >"$tmp/deep.json"
 ln -s loop2 "$tmp/loop1"; ln -s loop1 "$tmp/loop2"
 mkfifo "$tmp/fifo"
@@ -135,6 +137,8 @@ expect_error "global batch 1048576 is not divisible by data_parallel (4096) x mi
 expect_error "conformance.layouts: 'TP2?PP2'" run --suites conformance --config "$tmp/newline_layout.json"
 expect_error "conformance.layouts: 'tp2' is listed twice" run --suites conformance --config "$tmp/dup_layout.json"
 expect_error "train.matmul_precision: the cpu backend computes in fp32 only, not bf16" run --config "$tmp/cuda_bf16.json" --backend cpu
+expect_error "train.recompute: 'partial' is not none, selective or full" run --config "$tmp/recompute.json"
+expect_error "conformance.layouts: 'TP2:full:selective' repeats an option ('selective')" run --suites conformance --config "$tmp/recompute_twice.json"
 expect_error "conformance.layouts: 'TP2xQP2' has an unknown dimension at 'QP2'" run --suites conformance --config "$tmp/bad_layout.json"
 
 echo "$((n - fails)) passed, $fails failed"

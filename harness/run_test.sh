@@ -107,7 +107,7 @@ assert s["status"] == "passed", s
 ran = sorted(b["name"] for b in r["benchmarks"])
 skipped = sorted(x["layout"] for x in s["data"]["skipped"])
 assert skipped == ["TP2xDP4", "TP2xPP2xDP2"], skipped
-assert len(ran) == 25 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
+assert len(ran) == 29 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
 assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed, skipped {skipped}")
 PY

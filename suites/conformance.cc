@@ -29,18 +29,21 @@ const std::vector<std::string> kDefaultLayouts = {
     // ZeRO 1, 2, 3 and offload, alone and with TP 2 or PP 2 (Rajbhandari et al. 2020).
     "DP2", "DP2:zero1", "DP2:zero2", "DP2:zero3", "DP2:zero2:offload", "DP2:zero3:offload",
     "TP2xDP2:zero1", "TP2xDP2:zero2", "TP2xDP2:zero3", "TP2xDP2:zero2:offload",
-    "PP2xDP2:zero1", "PP2xDP2:zero2", "PP2xDP2:zero3", "PP2xDP2:zero3:offload"};
+    "PP2xDP2:zero1", "PP2xDP2:zero2", "PP2xDP2:zero3", "PP2xDP2:zero3:offload",
+    // Activation checkpointing with TP and PP (Korthikanti et al. 2022).
+    "TP2xPP2:full", "TP2xPP2:selective", "PP2:interleaved:v2:full", "DP2:zero3:full"};
 
 // A layout and its ZeRO settings.
 struct LayoutSpec {
   ParallelLayout l;
   ZeroConfig z;
+  Recompute recompute = Recompute::none;
 };
 
 // "TP2xPP2xDP2[:option...]" -> a layout: dimensions in any order, each at most once,
 // case-insensitive; options a schedule (gpipe, 1f1b, interleaved; 1f1b by default), "vN"
-// virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer cpu), each at most
-// once. Throws InputError naming the string.
+// virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer cpu), "full" or
+// "selective" recompute, each at most once. Throws InputError naming the string.
 LayoutSpec parse_layout(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return InputError("conformance.layouts: '" + printable(text, 40) + "' " + why +
@@ -77,7 +80,7 @@ LayoutSpec parse_layout(const std::string& text) {
     }
   }
   LayoutSpec spec;
-  bool seen_opt[4] = {false, false, false, false};  // schedule, v, zero, offload
+  bool seen_opt[5] = {false, false, false, false, false};  // schedule, v, zero, offload, recompute
   auto digits_after = [](const std::string& o, size_t k) {
     return o.size() > k && o.size() <= k + 4 &&
            std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
@@ -97,8 +100,12 @@ LayoutSpec parse_layout(const std::string& text) {
     } else if (o == "offload") {
       which = 3;
       spec.z.offload_optimizer = true;
+    } else if (o == "full" || o == "selective") {
+      which = 4;
+      spec.recompute = o == "full" ? Recompute::full : Recompute::selective;
     } else {
-      throw bad("has an unknown option '" + printable(o, 20) + "' (gpipe, 1f1b, interleaved, vN, zeroN, offload)");
+      throw bad("has an unknown option '" + printable(o, 20) +
+                "' (gpipe, 1f1b, interleaved, vN, zeroN, offload, full, selective)");
     }
     if (seen_opt[which]) throw bad("repeats an option ('" + printable(o, 20) + "')");
     seen_opt[which] = true;
@@ -166,7 +173,8 @@ class ConformanceSuite : public Suite {
       }
       const std::string key = std::to_string(l.tp) + "/" + std::to_string(l.dp) + "/" + std::to_string(l.pp) + "/" +
                               l.schedule + "/" + std::to_string(l.virtual_stages) + "/" + std::to_string(spec.z.stage) +
-                              (spec.z.offload_optimizer ? "/offload" : "");
+                              (spec.z.offload_optimizer ? "/offload" : "") + "/" +
+                              std::string(to_string(spec.recompute));
       if (std::find(seen.begin(), seen.end(), key) != seen.end())
         throw InputError("conformance.layouts: '" + printable(text, 40) + "' is listed twice");
       seen.push_back(key);
@@ -223,7 +231,8 @@ class ConformanceSuite : public Suite {
       const int k = int(l.world());
       auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
       LayoutOutcome out;
-      if (world.rank() < k) out = run_parallel_layout(model, l, cfg, spec.z, ctx.device, nullptr, *sub, *sub, data, true);
+      if (world.rank() < k) out = run_parallel_layout(model, l, cfg, spec.z, ctx.device, nullptr, *sub, *sub, data, true, nullptr,
+                                                      spec.recompute);
       world.barrier();
       // Step times: the slowest rank's per step, from the layout's ranks.
       // Each rank sends its step times, then its stage and peak activation bytes.
@@ -270,6 +279,7 @@ class ConformanceSuite : public Suite {
       rec["virtual_stages"] = l.virtual_stages;
       rec["zero_stage"] = spec.z.stage;
       rec["offload_optimizer"] = spec.z.offload_optimizer ? "cpu" : "none";
+      rec["recompute"] = std::string(to_string(spec.recompute));
       rec["ranks"] = k;
       rec["step_time_ms"] = to_json(st, 1e3);
       rec["final_loss"] = out.losses.back();

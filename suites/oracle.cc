@@ -153,7 +153,8 @@ namespace dtb {
 
 LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
                                   const ZeroConfig& zero, Device& device, Ops<float>* ops, Communicator& host,
-                                  Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans) {
+                                  Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans,
+                                  Recompute recompute) {
   ParallelLayout l = layout;
   l.micro_batches = cfg.micro_batches;
   validate_layout(l, model_cfg, cfg.global_batch, comm.size());
@@ -162,6 +163,7 @@ LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayo
   device.reset_peaks();
   const MemoryStats before = device.stats();
   ParallelGpt<float> m(model_cfg, l, comm.rank(), device, *og.tp, ops);
+  m.set_recompute(recompute);
   ZeroEngine<float> engine(m, zero, *og.dp, cfg.adamw);
   engine.load(m.initial_params(cfg.seed));
   LayoutOutcome out;

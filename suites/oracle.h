@@ -90,7 +90,8 @@ struct LayoutOutcome {
 /// Errors: InputError when the layout does not fit the model or batch (validate_layout).
 LayoutOutcome run_parallel_layout(const GptConfig& model, const ParallelLayout& layout, const TrainConfig& cfg,
                                   const ZeroConfig& zero, Device& device, Ops<float>* ops, Communicator& host,
-                                  Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans = nullptr);
+                                  Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans = nullptr,
+                                  Recompute recompute = Recompute::none);
 
 }  // namespace dtb
 

@@ -110,6 +110,13 @@ ZeroConfig zero_config_from_json(const nlohmann::json& s, const std::string& pat
   return z;
 }
 
+Recompute parse_recompute_key(const nlohmann::json& s, const std::string& path) {
+  const std::string r = s.at("recompute").get<std::string>();
+  for (Recompute x : {Recompute::none, Recompute::selective, Recompute::full})
+    if (r == to_string(x)) return x;
+  throw InputError(path + ".recompute: '" + printable(r, 40) + "' is not none, selective or full");
+}
+
 void SuiteContext::print(const std::string& line) const {
   if (world.rank() == 0) std::cout << line << '\n' << std::flush;
 }

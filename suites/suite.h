@@ -17,6 +17,7 @@
 #include "reference/data.h"
 #include "reference/gpt.h"
 #include "reference/process_grid.h"
+#include "reference/memory_model.h"
 #include "reference/zero.h"
 #include "reference/spans.h"
 
@@ -110,6 +111,10 @@ ParallelLayout parallel_layout_from_json(const nlohmann::json& section, const st
 /// "cpu"), reduce_bucket_size and allgather_bucket_size (elements, >= 1), overlap_comm.
 /// Errors: InputError "<path>.<key>: <reason>" (validate_zero).
 ZeroConfig zero_config_from_json(const nlohmann::json& section, const std::string& path);
+
+/// A section's "recompute" key: none, selective or full; InputError "<path>.recompute: ..."
+/// otherwise.
+Recompute parse_recompute_key(const nlohmann::json& section, const std::string& path);
 
 /// Throws InputError "<what>: needs about X MiB per rank, Y ranks per node, more than this
 /// machine's memory (Z MiB)" when bytes_per_rank * ranks_per_node exceeds 80% of RAM.

@@ -68,7 +68,7 @@ class TrainSuite : public Suite {
             {"tensor_parallel", 1}, {"pipeline_parallel", 1}, {"data_parallel", 0},
             {"schedule", "1f1b"}, {"virtual_stages", 1},
             {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
-            {"allgather_bucket_size", 500000000}, {"overlap_comm", false}};
+            {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const GptConfig model = gpt_config_from_json(config.at("model"));
@@ -77,6 +77,7 @@ class TrainSuite : public Suite {
         parallel_layout_from_json(section, "train", model, train.micro_batches, train.global_batch, world.size);
     validate_train_config(train, model, layout.dp);
     zero_config_from_json(section, "train");
+    parse_recompute_key(section, "train");
     const std::string prec = section.at("matmul_precision");
     if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
       throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
@@ -100,15 +101,17 @@ class TrainSuite : public Suite {
     const ParallelLayout layout =
         parallel_layout_from_json(ctx.section, "train", model_cfg, cfg.micro_batches, cfg.global_batch, n);
     const ZeroConfig zero = zero_config_from_json(ctx.section, "train");
-    // Plain DP (reference/trainer.h) unless the layout or ZeRO needs the sharded model.
-    const bool dp_only = layout.tp == 1 && layout.pp == 1 && zero.stage == 0;
+    const Recompute recompute = parse_recompute_key(ctx.section, "train");
+    // Plain DP (reference/trainer.h) unless the layout, ZeRO or recompute needs the sharded model.
+    const bool dp_only = layout.tp == 1 && layout.pp == 1 && zero.stage == 0 && recompute == Recompute::none;
     const std::string layout_name =
         dp_only ? "dp:" + std::to_string(n)
                 : "tp:" + std::to_string(layout.tp) + "/dp:" + std::to_string(layout.dp) + "/pp:" +
                       std::to_string(layout.pp) + "/schedule:" + layout.schedule +
                       (layout.schedule == "interleaved" ? "/v:" + std::to_string(layout.virtual_stages) : "") +
                       (zero.stage > 0 ? "/zero:" + std::to_string(zero.stage) : "") +
-                      (zero.offload_optimizer ? "/offload:cpu" : "");
+                      (zero.offload_optimizer ? "/offload:cpu" : "") +
+                      (recompute != Recompute::none ? "/recompute:" + std::string(to_string(recompute)) : "");
     const double tokens_per_step = double(cfg.global_batch) * cfg.seq_len;
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
@@ -155,7 +158,7 @@ class TrainSuite : public Suite {
       run.params.assign(my_params.begin(), my_params.end());
     } else {
       run = run_parallel_layout(model_cfg, layout, cfg, zero, ctx.device, on_cpu ? nullptr : &be->ops(), world, dev_comm,
-                                data, /*gather=*/true, ctx.spans);
+                                data, /*gather=*/true, ctx.spans, recompute);
     }
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)
@@ -197,6 +200,7 @@ class TrainSuite : public Suite {
     rec["virtual_stages"] = layout.virtual_stages;
     rec["zero_stage"] = zero.stage;
     rec["offload_optimizer"] = zero.offload_optimizer ? "cpu" : "none";
+    rec["recompute"] = std::string(to_string(recompute));
     rec["steps"] = cfg.steps;
     rec["tokens_per_step"] = tokens_per_step;
     rec["tokens_per_s"] = tokens_per_step / step.median;
