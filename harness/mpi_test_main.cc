@@ -6,22 +6,27 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <string>
 
 namespace {
 
 class FailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit FailurePrinter(int rank) : rank_(rank) {}
+  // The test's name is kept here: asking UnitTest for the current test from inside
+  // OnTestPartResult would take a lock GoogleTest already holds there (a deadlock).
+  void OnTestStart(const ::testing::TestInfo& t) override {
+    name_ = std::string(t.test_suite_name()) + "." + t.name();
+  }
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    const auto* t = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr, "[rank %d] %s.%s: %s:%d: %s\n", rank_, t ? t->test_suite_name() : "?",
-                 t ? t->name() : "?", r.file_name() ? r.file_name() : "?", r.line_number(),
-                 r.summary());
+    std::fprintf(stderr, "[rank %d] %s: %s:%d: %s\n", rank_, name_.c_str(), r.file_name() ? r.file_name() : "?",
+                 r.line_number(), r.summary());
   }
 
  private:
   int rank_;
+  std::string name_ = "?";
 };
 
 }  // namespace

@@ -71,6 +71,7 @@ class Ops {
   virtual void embedding_shard_backward(T* dwte_shard, T* dwpe, const T* dout, const int32_t* tokens, int B,
                                         int Tn, int C, int v_begin, int v_end) = 0;
   virtual void add_bias(T* out, const T* bias, int N, int OC) = 0;
+  virtual void scale(T* x, T a, size_t n) = 0;
   virtual void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl) = 0;
   virtual void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int32_t* targets, int N,
                                        int Vl, int v_begin) = 0;
@@ -139,6 +140,7 @@ class CpuOps final : public Ops<T> {
     cpu::embedding_shard_backward(dwte_shard, dwpe, dout, tokens, B, Tn, C, v_begin, v_end);
   }
   void add_bias(T* out, const T* bias, int N, int OC) override { cpu::add_bias(out, bias, N, OC); }
+  void scale(T* x, T a, size_t n) override { cpu::scale(x, a, n); }
   void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl) override {
     cpu::crossentropy_shard_max(maxes, logits, N, Vl);
   }

@@ -74,6 +74,7 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
     add_tensor("wte", -1, {{full["wte"] + size_t(r) * Vl_ * C, 0, size_t(Vl_) * C}}, false);
     // The tied copy on the last stage is not the owner when the first stage is elsewhere.
     tensors_.back().owner = tensors_.back().owner && (holds_first || layout.pp == 1);
+    tensors_.back().primary = tensors_.back().primary && (holds_first || layout.pp == 1);
     close_unit();
   }
   if (holds_first) {
@@ -144,7 +145,8 @@ void ParallelGpt<T>::add_tensor(const std::string& name, int layer, std::vector<
   t.offset = num_params_;
   for (const auto& run : runs) t.numel += run.n;
   t.runs = std::move(runs);
-  t.owner = coord_.dp == 0 && (!tp_replicated || coord_.tp == 0);
+  t.primary = !tp_replicated || coord_.tp == 0;
+  t.owner = coord_.dp == 0 && t.primary;
   num_params_ += t.numel;
   tensors_.push_back(std::move(t));
 }

@@ -52,6 +52,9 @@ struct LocalTensor {
   };
   std::vector<Run> runs;
   bool owner = false;
+  /// The copy that counts once per DP replica: owner without the DP-rank-0 condition (for
+  /// ZeRO's sharded gradients, whose DP ranks hold disjoint shards).
+  bool primary = false;
 };
 
 /// A contiguous range [begin, begin + n) of a rank's local flat parameter layout that is

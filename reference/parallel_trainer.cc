@@ -1,5 +1,6 @@
 #include "reference/parallel_trainer.h"
 
+#include <cmath>
 #include <map>
 
 #include "kernels/error.h"
@@ -15,6 +16,7 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
   g.tp = world.split(c.dp + layout.dp * c.pp, c.tp, "tp");
   g.dp = world.split(c.tp + layout.tp * c.pp, c.dp, "dp");
   g.pp = world.split(c.tp + layout.tp * c.dp, c.pp, "pp");
+  g.pp_backward = world.split(c.tp + layout.tp * c.dp, c.pp, "pp-backward");
   return g;
 }
 
@@ -44,7 +46,7 @@ double all_reduce_scalar(Communicator& comm, ParallelGpt<T>& model, double x) {
 template <typename T>
 double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data,
                                   const TrainConfig& cfg, int64_t step, ParallelGroups& g, StepTiming* timing,
-                                  SpanRecorder* spans) {
+                                  SpanRecorder* spans, double loss_scale) {
   const ParallelLayout& L = model.layout();
   const int p = L.pp, v = L.virtual_stages, m = cfg.micro_batches, dp = L.dp;
   DTB_CHECK(m > 0 && cfg.global_batch % (dp * m) == 0,
@@ -73,7 +75,8 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   };
   std::vector<Outgoing> sent;
   std::map<int, Tensor> local_box;  // p == 1: chunk-to-chunk hand-over on this rank, by tag
-  auto send = [&](const T* src, int tag, int peer) {
+  Communicator& pp_bwd = g.pp_backward ? *g.pp_backward : g.pp;
+  auto send = [&](const T* src, int tag, int peer, Communicator& comm) {
     Tensor buf = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
     if (model.device().is_cpu()) {
       std::copy_n(src, BTC, buf.data<T>());
@@ -88,12 +91,12 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     ops.synchronize();
     auto span = span_scope(spans, "comm.send", step);
     Stopwatch c;
-    auto h = g.pp.send_async(buf.raw(), BTC, dtype_of<T>(), peer, tag);
+    auto h = comm.send_async(buf.raw(), BTC, dtype_of<T>(), peer, tag);
     comm_s += c.elapsed();
     sent.push_back({std::move(buf), std::move(h)});
   };
   Tensor inbox = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
-  auto receive = [&](int tag, int peer) -> const T* {
+  auto receive = [&](int tag, int peer, Communicator& comm) -> const T* {
     if (peer == me) {
       auto it = local_box.find(tag);
       DTB_CHECK(it != local_box.end(), "pipeline: a chunk's input was not produced before its use");
@@ -103,7 +106,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     }
     auto span = span_scope(spans, "comm.recv", step);
     Stopwatch c;
-    g.pp.recv(inbox.raw(), BTC, dtype_of<T>(), peer, tag);
+    comm.recv(inbox.raw(), BTC, dtype_of<T>(), peer, tag);
     comm_s += c.elapsed();
     return inbox.data<T>();
   };
@@ -114,7 +117,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     const bool first = model.is_first(a.chunk), last = model.is_last(a.chunk);
     if (a.op == PipeOp::forward) {
       const T* x = nullptr;
-      if (!first) x = receive(message_tag(a.micro_batch, vs, false, nv), prev);
+      if (!first) x = receive(message_tag(a.micro_batch, vs, false, nv), prev, g.pp);
       if (first || last) fill(a.micro_batch);
       auto span = span_scope(spans, "compute.forward", step);
       double mb_loss = 0;
@@ -124,16 +127,16 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
       if (last) {
         loss_sum += mb_loss;
       } else {
-        send(out, message_tag(a.micro_batch, vs + 1, false, nv), next);
+        send(out, message_tag(a.micro_batch, vs + 1, false, nv), next, g.pp);
       }
     } else {
       const T* dout = nullptr;
-      if (!last) dout = receive(message_tag(a.micro_batch, vs, true, nv), next);
+      if (!last) dout = receive(message_tag(a.micro_batch, vs, true, nv), next, pp_bwd);
       auto span = span_scope(spans, "compute.backward", step);
-      const T* dx = model.backward(a.chunk, a.micro_batch, dout, T(1.0 / global_tokens));
+      const T* dx = model.backward(a.chunk, a.micro_batch, dout, T(loss_scale / global_tokens));
       if (recording) ops.synchronize();
       span.end();
-      if (!first) send(dx, message_tag(a.micro_batch, vs - 1, true, nv), prev);
+      if (!first) send(dx, message_tag(a.micro_batch, vs - 1, true, nv), prev, pp_bwd);
     }
   }
   {
@@ -168,6 +171,30 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
 }
 
 template <typename T>
+StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cfg, LossScaler* scaler,
+                                    ParallelGroups& g) {
+  StepOutcome out;
+  const bool scaling = scaler && scaler->config().enabled;
+  out.loss_scale = scaling ? scaler->scale() : 1.0;
+  if (scaling) {
+    double inf = engine.local_nonfinite() ? 1.0 : 0.0;
+    g.world.all_reduce(&inf, &inf, 1, DType::f64, ReduceOp::max);  // every rank, every group
+    out.skipped = inf > 0;
+    scaler->update(out.skipped);
+    if (out.skipped) return out;
+    engine.scale_grads(T(1.0 / out.loss_scale));  // unscale before clipping (GradScaler.unscale_)
+  }
+  if (cfg.grad_clip > 0) {
+    double sq = engine.owned_grad_sq_norm();
+    g.world.all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+    out.grad_norm = std::sqrt(sq);
+    engine.scale_grads(T(clip_coefficient(out.grad_norm, cfg.grad_clip)));
+  }
+  engine.step();
+  return out;
+}
+
+template <typename T>
 TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data, const TrainConfig& cfg,
                         ParallelGroups& g, SpanRecorder* spans) {
   ParallelLayout layout = model.layout();
@@ -175,14 +202,20 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
   validate_layout(layout, model.config(), cfg.global_batch, g.world.size());
   validate_train_config(cfg, model.config(), layout.dp);
   TrainRun run;
+  LossScaler scaler(cfg.loss_scaler);
   for (int s = 0; s < cfg.steps; ++s) {
     StepTiming tm;
     auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
     Stopwatch step_sw;
-    run.losses.push_back(parallel_compute_gradients(model, engine, data, cfg, s, g, &tm, spans));
+    run.losses.push_back(parallel_compute_gradients(model, engine, data, cfg, s, g, &tm, spans, scaler.scale()));
     Stopwatch opt_sw;
     auto optim = span_scope(spans, "compute.optimizer", s);
-    engine.step();
+    const StepOutcome o = parallel_optimizer_step(engine, cfg, &scaler, g);
+    if (cfg.grad_clip > 0) run.grad_norms.push_back(o.grad_norm);
+    if (cfg.loss_scaler.enabled) {
+      run.loss_scales.push_back(o.loss_scale);
+      run.skipped.push_back(o.skipped ? 1 : 0);
+    }
     model.ops().synchronize();
     optim.end();
     tm.compute_s += opt_sw.elapsed();
@@ -195,10 +228,14 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
 
 template double parallel_compute_gradients<float>(ParallelGpt<float>&, ZeroEngine<float>&, const Dataset&,
                                                   const TrainConfig&, int64_t, ParallelGroups&, StepTiming*,
-                                                  SpanRecorder*);
+                                                  SpanRecorder*, double);
 template double parallel_compute_gradients<double>(ParallelGpt<double>&, ZeroEngine<double>&, const Dataset&,
                                                    const TrainConfig&, int64_t, ParallelGroups&, StepTiming*,
-                                                   SpanRecorder*);
+                                                   SpanRecorder*, double);
+template StepOutcome parallel_optimizer_step<float>(ZeroEngine<float>&, const TrainConfig&, LossScaler*,
+                                                    ParallelGroups&);
+template StepOutcome parallel_optimizer_step<double>(ZeroEngine<double>&, const TrainConfig&, LossScaler*,
+                                                     ParallelGroups&);
 template TrainRun parallel_train<float>(ParallelGpt<float>&, ZeroEngine<float>&, const Dataset&, const TrainConfig&,
                                         ParallelGroups&, SpanRecorder*);
 template TrainRun parallel_train<double>(ParallelGpt<double>&, ZeroEngine<double>&, const Dataset&,

@@ -14,6 +14,7 @@
 
 #include "kernels/comm/communicator.h"
 #include "reference/data.h"
+#include "reference/loss_scaler.h"
 #include "reference/parallel_gpt.h"
 #include "reference/spans.h"
 #include "reference/trainer.h"
@@ -28,11 +29,17 @@ struct ParallelGroups {
   Communicator& tp;
   Communicator& dp;
   Communicator& pp;
+  /// The PP group again, for the backward direction's messages (activation gradients), or
+  /// null to use `pp` for both. NCCL runs a communicator's sends and receives in issue order
+  /// on one stream, so with one communicator a 1F1B rank's queued forward send could wait
+  /// behind a backward receive and deadlock; one communicator per direction keeps each
+  /// direction's messages in order and the two independent (MPI needs neither).
+  Communicator* pp_backward = nullptr;
 };
 
 /// Builds the TP, DP and PP groups of `world` for `layout` by splitting it (collective).
 struct OwnedGroups {
-  std::unique_ptr<Communicator> tp, dp, pp;
+  std::unique_ptr<Communicator> tp, dp, pp, pp_backward;
 };
 OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layout);
 
@@ -44,10 +51,31 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
 /// and communication seconds added; `spans` (optional) compute.forward/backward per action,
 /// comm.send/recv for pipeline messages, comm.all_reduce for the reductions.
 /// Errors: aborts when the batch does not divide (validate_layout first).
+/// `loss_scale` multiplies the loss before backward (dynamic loss scaling: the gradients come
+/// out scaled by it).
 template <typename T>
 double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data,
                                   const TrainConfig& cfg, int64_t step, ParallelGroups& groups,
-                                  StepTiming* timing = nullptr, SpanRecorder* spans = nullptr);
+                                  StepTiming* timing = nullptr, SpanRecorder* spans = nullptr,
+                                  double loss_scale = 1.0);
+
+/// What the optimizer step did.
+struct StepOutcome {
+  bool skipped = false;   // an inf or NaN gradient on some rank: no update anywhere
+  double grad_norm = 0;   // the global norm after unscaling (computed when clipping)
+  double loss_scale = 1;  // the scale the step's gradients carried
+};
+
+/// The optimizer step after parallel_compute_gradients (loss scaled by scaler->scale() when
+/// given): every rank agrees whether any rank holds an inf or NaN gradient (an all-reduce MAX
+/// over the world, so no rank decides alone and none waits for a collective the others
+/// skip); if so every rank skips the update and the scaler backs off. Otherwise the
+/// gradients are unscaled, clipped by the global norm (cfg.grad_clip > 0: each element
+/// counted once over TP, PP and DP shards) and the engine steps; the scaler counts a good
+/// step. Collective over groups.world.
+template <typename T>
+StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cfg, LossScaler* scaler,
+                                    ParallelGroups& groups);
 
 /// Trains `model` (its engine loaded) for cfg.steps steps: parallel_compute_gradients,
 /// then the engine's AdamW step (elementwise, so every replica stays identical).

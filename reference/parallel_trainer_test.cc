@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "kernels/device.h"
@@ -75,7 +76,8 @@ std::vector<ParallelLayout> layouts_of(int n) {
   auto add = [&](int tp, int dp, int pp, const char* sched, int v) {
     ParallelLayout l;
     l.tp = tp, l.dp = dp, l.pp = pp, l.schedule = sched, l.virtual_stages = v;
-    if (l.world() == n) out.push_back(l);
+    // Only layouts of the world's size that divide the model (heads, layers).
+    if (l.world() == n && kModel.NH % tp == 0 && kModel.L % (pp * v) == 0) out.push_back(l);
   };
   for (const char* s : {"gpipe", "1f1b"}) add(1, 1, n, s, 1);
   add(1, 1, 2, "interleaved", 2);
@@ -379,6 +381,124 @@ TEST(Recompute, FullAndSelectiveAreBitwiseNone) {
         EXPECT_EQ(differ, 0u);
       }
     }
+  }
+}
+
+}  // namespace
+}  // namespace dtb
+
+namespace dtb {
+namespace {
+
+// The skip trap: a skip decided per rank deadlocks or desynchronises. Under ZeRO 1 with DP
+// over the world, an inf only in rank 1's gradient, then a NaN only in rank 1's: every rank
+// skips both steps and halves the scale twice, no rank steps AdamW (their step counters
+// agree) and the parameters stay bitwise what they were, equal on every rank; the next,
+// clean step updates everyone alike. No hang.
+TEST(LossScaling, AnInfOnOneRankSkipsTheStepEverywhere) {
+  auto w = world();
+  TrainConfig cfg;
+  cfg.global_batch = 4 * w->size();
+  cfg.micro_batches = 1;
+  cfg.seq_len = 16;
+  cfg.loss_scaler.enabled = true;
+  ParallelLayout l;
+  l.dp = w->size();
+  CpuDevice dev;
+  OwnedGroups og = make_parallel_groups(*w, l);
+  ParallelGroups g{*w, *og.tp, *og.dp, *og.pp};
+  ParallelGpt<float> m(kModel, l, w->rank(), dev, *og.tp);
+  ZeroConfig z;
+  z.stage = 1;
+  ZeroEngine<float> engine(m, z, *og.dp, cfg.adamw);
+  engine.load(m.initial_params(cfg.seed));
+  LossScaler scaler(cfg.loss_scaler);
+  const std::vector<float> before = engine.full_params();
+  const float poison[2] = {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (int s = 0; s < 2; ++s) {
+    parallel_compute_gradients(m, engine, test_data(), cfg, s, g, nullptr, nullptr, scaler.scale());
+    if (w->rank() == 1 % w->size()) engine.set_held_grad(7, poison[s]);
+    const StepOutcome o = parallel_optimizer_step(engine, cfg, &scaler, g);
+    EXPECT_TRUE(o.skipped) << "step " << s;
+    EXPECT_EQ(scaler.scale(), 65536.0 / (s == 0 ? 2 : 4));
+    EXPECT_EQ(engine.steps_taken(), 0);
+    EXPECT_EQ(engine.full_params(), before);
+    EXPECT_EQ(m.replica_max_diff(engine.full_params(), *w), 0.0);
+  }
+  parallel_compute_gradients(m, engine, test_data(), cfg, 2, g, nullptr, nullptr, scaler.scale());
+  const StepOutcome o = parallel_optimizer_step(engine, cfg, &scaler, g);
+  EXPECT_FALSE(o.skipped);
+  EXPECT_EQ(engine.steps_taken(), 1);
+  EXPECT_NE(engine.full_params(), before);
+  EXPECT_EQ(m.replica_max_diff(engine.full_params(), *w), 0.0);
+  EXPECT_EQ(scaler.skipped_steps(), 2);
+}
+
+// Gradient clipping by global norm over TP, PP and DP shards: the norm the sharded trainer
+// computes (each element counted once) equals the single-rank model's gradient norm, on
+// every layout of the world's size and every ZeRO stage, in double: the same squares summed
+// in another order, a relative difference of ~1e-16 x sqrt(terms); 1e-12 bounds it, while a
+// replicated tensor counted twice (or a shard missed) changes the norm by 1e-3 or more.
+TEST(GradClip, GlobalNormCountsEveryElementOnce) {
+  auto w = world();
+  TrainConfig cfg;
+  cfg.global_batch = 8;
+  cfg.micro_batches = 4;
+  cfg.seq_len = 16;
+  cfg.grad_clip = 1e-3;  // far below the norm: the gradients are scaled
+  double base_loss = 0;
+  const std::vector<double> base = baseline_grads<double>(cfg, &base_loss);
+  double sq = 0;
+  for (double x : base) sq += x * x;
+  const double base_norm = std::sqrt(sq);
+  for (const ParallelLayout& l : layouts_of(w->size())) {
+    if (cfg.global_batch % (l.dp * cfg.micro_batches) || cfg.micro_batches % l.pp) continue;
+    for (int stage : {0, 2, 3}) {
+      SCOPED_TRACE(describe(l) + " zero " + std::to_string(stage));
+      CpuDevice dev;
+      OwnedGroups og = make_parallel_groups(*w, l);
+      ParallelGroups g{*w, *og.tp, *og.dp, *og.pp};
+      ParallelGpt<double> m(kModel, l, w->rank(), dev, *og.tp);
+      ZeroConfig z;
+      z.stage = stage;
+      ZeroEngine<double> engine(m, z, *og.dp, cfg.adamw);
+      engine.load(m.initial_params(cfg.seed));
+      parallel_compute_gradients(m, engine, test_data(), cfg, 0, g);
+      const StepOutcome o = parallel_optimizer_step(engine, cfg, nullptr, g);
+      EXPECT_LE(std::fabs(o.grad_norm - base_norm), 1e-12 * base_norm);
+    }
+  }
+}
+
+// Clipped training follows the single-rank clipped run (reference/trainer.h), in double:
+// the bound and its reason are TrainingFollowsTheSingleRankRun's.
+TEST(GradClip, ClippedTrainingFollowsTheSingleRankRun) {
+  auto w = world();
+  TrainConfig cfg;
+  cfg.steps = 3;
+  cfg.global_batch = 4;
+  cfg.micro_batches = 2;
+  cfg.seq_len = 16;
+  cfg.grad_clip = 0.05;
+  ParallelLayout l;
+  l.tp = 2;
+  l.pp = w->size() / 2;
+  CpuDevice dev;
+  Gpt<double> base(kModel, dev);
+  base.init(cfg.seed);
+  auto self = make_mpi_self();
+  const TrainRun ref = train(base, test_data(), cfg, *self);
+  OwnedGroups og = make_parallel_groups(*w, l);
+  ParallelGroups g{*w, *og.tp, *og.dp, *og.pp};
+  ParallelGpt<double> m(kModel, l, w->rank(), dev, *og.tp);
+  ZeroEngine<double> engine(m, ZeroConfig{}, *og.dp, cfg.adamw);
+  engine.load(m.initial_params(cfg.seed));
+  const TrainRun run = parallel_train(m, engine, test_data(), cfg, g);
+  ASSERT_EQ(run.grad_norms.size(), ref.grad_norms.size());
+  for (int s = 0; s < cfg.steps; ++s) {
+    EXPECT_GT(ref.grad_norms[s], cfg.grad_clip);  // clipping is active
+    EXPECT_LE(std::fabs(run.grad_norms[s] - ref.grad_norms[s]), 1e-10 * ref.grad_norms[s]);
+    EXPECT_LE(std::fabs(run.losses[s] - ref.losses[s]), 1e-10 * ref.losses[s]);
   }
 }
 

@@ -3,6 +3,7 @@
 // global batch, so each micro-batch's backward is scaled by 1 / (global tokens) once and
 // the DP gradient all-reduce is a plain SUM — never an average by a guessed world size.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "kernels/cpu/ops.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
+#include "reference/loss_scaler.h"
 #include "reference/spans.h"
 
 namespace dtb {
@@ -23,6 +25,11 @@ struct TrainConfig {
   int seq_len = 64;       // Tn, <= model T
   uint64_t seed = 1234;   // data order (the weights use the same seed, see Gpt::init)
   cpu::AdamWParams adamw;
+  /// Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_): when > 0, every
+  /// gradient is multiplied by min(1, grad_clip / (||g|| + 1e-6)) before the step.
+  double grad_clip = 0.0;
+  /// Dynamic loss scaling (reference/loss_scaler.h); the sharded trainer only.
+  LossScalerConfig loss_scaler;
 };
 
 /// Throws InputError when the batch does not divide: global_batch must be a multiple of
@@ -69,7 +76,14 @@ class AdamW {
 struct TrainRun {
   std::vector<double> losses;       // global mean loss per step
   std::vector<StepTiming> timings;  // this rank's timings per step
+  std::vector<double> grad_norms;   // global gradient norm per step (after unscaling), when clipping
+  std::vector<double> loss_scales;  // the loss scale used at each step, when loss scaling
+  std::vector<int> skipped;         // 1 where the step was skipped (inf or NaN gradient)
 };
+
+/// PyTorch's clip_grad_norm_ coefficient for a global gradient norm: min(1, max_norm /
+/// (norm + 1e-6)).
+inline double clip_coefficient(double norm, double max_norm) { return std::min(1.0, max_norm / (norm + 1e-6)); }
 
 /// Trains `model` (already initialised) for cfg.steps steps with DP over `dp`: per step
 /// compute_gradients, then AdamW on every rank (so DP replicas stay identical). `spans`

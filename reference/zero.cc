@@ -1,6 +1,7 @@
 #include "reference/zero.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/error.h"
 #include "kernels/timer.h"
@@ -393,6 +394,59 @@ std::vector<T> ZeroEngine<T>::full_grads() {
     ops_.copy_to_host(out.data() + units[u].begin, full.data<T>(), units[u].n * sizeof(T));
   }
   return out;
+}
+
+template <typename T>
+std::vector<T> ZeroEngine<T>::held_grads() {
+  const bool full = cfg_.stage < 2;
+  std::vector<T> h(full ? model_.num_params() : shard_total_);
+  ops_.copy_to_host(h.data(), full ? full_grad_.data<T>() : shard_grad_.data<T>(), h.size() * sizeof(T));
+  return h;
+}
+
+template <typename T>
+bool ZeroEngine<T>::local_nonfinite() {
+  for (T g : held_grads())
+    if (!std::isfinite(g)) return true;
+  return false;
+}
+
+template <typename T>
+double ZeroEngine<T>::owned_grad_sq_norm() {
+  const std::vector<T> h = held_grads();
+  const size_t N = model_.num_params();
+  std::vector<char> counts(N, 0);  // per local element: whether this rank counts it
+  for (const LocalTensor& t : model_.tensors())
+    if (cfg_.stage < 2 ? t.owner : t.primary) std::fill_n(counts.begin() + long(t.offset), t.numel, char(1));
+  double sum = 0;
+  if (cfg_.stage < 2) {
+    for (size_t i = 0; i < N; ++i)
+      if (counts[i]) sum += double(h[i]) * double(h[i]);
+    return sum;
+  }
+  const auto& units = model_.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const size_t first = units[u].begin + size_t(d_) * shard_[u];
+    for (size_t j = 0; j < own_count(int(u)); ++j)
+      if (counts[first + j]) sum += double(h[shard_off_[u] + j]) * double(h[shard_off_[u] + j]);
+  }
+  return sum;
+}
+
+template <typename T>
+void ZeroEngine<T>::scale_grads(T a) {
+  if (cfg_.stage < 2) {
+    ops_.scale(full_grad_.data<T>(), a, model_.num_params());
+  } else {
+    ops_.scale(shard_grad_.data<T>(), a, shard_total_);
+  }
+}
+
+template <typename T>
+void ZeroEngine<T>::set_held_grad(size_t index, T value) {
+  T* g = cfg_.stage < 2 ? full_grad_.data<T>() : shard_grad_.data<T>();
+  DTB_CHECK(index < (cfg_.stage < 2 ? model_.num_params() : shard_total_), "set_held_grad: index out of range");
+  ops_.copy_from_host(g + index, &value, sizeof(T));
 }
 
 template class ZeroEngine<float>;

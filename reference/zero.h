@@ -93,11 +93,26 @@ class ZeroEngine final : public ParamStore<T> {
   /// Collective over the DP group.
   std::vector<T> full_params();
   std::vector<T> full_grads();
+  /// Whether any gradient element this rank holds (all of them at stages 0-1, its shard at
+  /// 2-3) is inf or NaN. Local; the caller agrees on it across ranks.
+  bool local_nonfinite();
+  /// Sum of squares of the reduced gradient elements this rank counts for the global norm:
+  /// each element once over the whole grid (TP-replicated tensors on TP rank 0, the tied wte
+  /// on the first stage, DP replicas on DP rank 0 at stages 0-1, every shard at 2-3). Local,
+  /// in double; the caller sums it over the world.
+  double owned_grad_sq_norm();
+  /// Every gradient element this rank holds *= a (unscaling, clipping).
+  void scale_grads(T a);
+  /// Fault injection for tests: sets element `index` of the gradient this rank holds (the
+  /// full local gradient at stages 0-1, the shard at 2-3) to `value`.
+  void set_held_grad(size_t index, T value);
   /// DP communication of this engine since the last reset (gradient reductions and
   /// parameter gathers).
   CommStats& comm_stats() { return stats_; }
   /// Elements this rank stores per unit: the shard s_u (stages >= 1) and their sum.
   size_t shard_elements() const { return shard_total_; }
+  /// AdamW steps taken (skipped steps do not count).
+  int steps_taken() const { return t_; }
 
  private:
   struct Pending;
@@ -106,6 +121,7 @@ class ZeroEngine final : public ParamStore<T> {
   void gather_params_into_full();
   T* full_param_ptr(int unit);
   size_t own_count(int unit) const;  // elements of the unit this rank's shard covers
+  std::vector<T> held_grads();       // the gradient this rank holds, on the host
 
   ParallelGpt<T>& model_;
   ZeroConfig cfg_;

@@ -159,7 +159,7 @@ LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayo
   l.micro_batches = cfg.micro_batches;
   validate_layout(l, model_cfg, cfg.global_batch, comm.size());
   OwnedGroups og = make_parallel_groups(comm, l);
-  ParallelGroups g{comm, *og.tp, *og.dp, *og.pp};
+  ParallelGroups g{comm, *og.tp, *og.dp, *og.pp, og.pp_backward.get()};
   device.reset_peaks();
   const MemoryStats before = device.stats();
   ParallelGpt<float> m(model_cfg, l, comm.rank(), device, *og.tp, ops);
@@ -184,6 +184,9 @@ LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayo
   out.peak_activation_bytes = out.peak_bytes[int(Tier::device)][int(MemCategory::activation)];
   out.losses = run.losses;
   out.timings = run.timings;
+  out.grad_norms = run.grad_norms;
+  out.loss_scales = run.loss_scales;
+  out.skipped = run.skipped;
   if (gather) {
     const std::vector<float> p = engine.full_params();
     out.params = m.gather(p, host);

@@ -72,6 +72,8 @@ namespace dtb {
 struct LayoutOutcome {
   std::vector<double> losses;
   std::vector<StepTiming> timings;
+  std::vector<double> grad_norms, loss_scales;  // per step, when clipping / loss scaling
+  std::vector<int> skipped;
   std::vector<double> grads0, params;
   double replica_grads0 = 0, replica_params = 0;
   int pp_rank = 0, tp_rank = 0;        // this rank's pipeline stage and TP rank

@@ -68,16 +68,19 @@ class TrainSuite : public Suite {
             {"tensor_parallel", 1}, {"pipeline_parallel", 1}, {"data_parallel", 0},
             {"schedule", "1f1b"}, {"virtual_stages", 1},
             {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
-            {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"}};
+            {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},
+            {"grad_clip", 0.0}, {"loss_scale", "none"}, {"loss_scale_init", 65536.0},
+            {"loss_scale_growth_interval", 2000}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const GptConfig model = gpt_config_from_json(config.at("model"));
-    const TrainConfig train = train_config_from_json(section, config, "train");
+    TrainConfig train = train_config_from_json(section, config, "train");
     const ParallelLayout layout =
         parallel_layout_from_json(section, "train", model, train.micro_batches, train.global_batch, world.size);
     validate_train_config(train, model, layout.dp);
     zero_config_from_json(section, "train");
     parse_recompute_key(section, "train");
+    apply_stability_keys(section, train);
     const std::string prec = section.at("matmul_precision");
     if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
       throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
@@ -96,14 +99,16 @@ class TrainSuite : public Suite {
     const Dataset& data = *ctx.dataset;
     Communicator& world = ctx.world;
     const GptConfig model_cfg = gpt_config_from_json(ctx.config.at("model"));
-    const TrainConfig cfg = train_config_from_json(ctx.section, ctx.config, "train");
+    TrainConfig cfg = train_config_from_json(ctx.section, ctx.config, "train");
     const int n = world.size();
     const ParallelLayout layout =
         parallel_layout_from_json(ctx.section, "train", model_cfg, cfg.micro_batches, cfg.global_batch, n);
     const ZeroConfig zero = zero_config_from_json(ctx.section, "train");
     const Recompute recompute = parse_recompute_key(ctx.section, "train");
+    apply_stability_keys(ctx.section, cfg);
     // Plain DP (reference/trainer.h) unless the layout, ZeRO or recompute needs the sharded model.
-    const bool dp_only = layout.tp == 1 && layout.pp == 1 && zero.stage == 0 && recompute == Recompute::none;
+    const bool dp_only = layout.tp == 1 && layout.pp == 1 && zero.stage == 0 && recompute == Recompute::none &&
+                         !cfg.loss_scaler.enabled;
     const std::string layout_name =
         dp_only ? "dp:" + std::to_string(n)
                 : "tp:" + std::to_string(layout.tp) + "/dp:" + std::to_string(layout.dp) + "/pp:" +
@@ -212,6 +217,12 @@ class TrainSuite : public Suite {
     rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
     if (!breakdown.empty()) rec["step_breakdown_ms"] = breakdown;
     rec["final_loss"] = run.losses.back();
+    if (!run.loss_scales.empty()) {
+      int skipped = 0;
+      for (int k : run.skipped) skipped += k;
+      rec["skipped_steps"] = skipped;
+      rec["final_loss_scale"] = run.loss_scales.back();
+    }
     // Model FLOPs per token, forward and backward: 6 N for the weights plus 12 L C T for
     // attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).
     const double flops_per_token = 6.0 * double(P) + 12.0 * model_cfg.L * double(model_cfg.C) * cfg.seq_len;
@@ -268,6 +279,8 @@ class TrainSuite : public Suite {
                 {"dataset", {{"path", data.path}, {"bytes", data.bytes.size()}, {"sha256", data.sha256}}},
                 {"oracle_factor", refs.factor()},
                 {"losses", losses}};
+    if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
+    if (!run.grad_norms.empty()) res.data["grad_norms"] = run.grad_norms;
     char line[256];
     std::snprintf(line, sizeof line,
                   "# train: %s %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "
@@ -280,6 +293,18 @@ class TrainSuite : public Suite {
   }
 
  private:
+  // grad_clip (0: off) and dynamic loss scaling (loss_scale "none" or "dynamic", with
+  // GradScaler's init scale and growth interval) into `t`. InputError naming the key.
+  static void apply_stability_keys(const json& s, TrainConfig& t) {
+    t.grad_clip = number_in_range(s, "grad_clip", "train.grad_clip", 0.0, 1e30);
+    const std::string ls = s.at("loss_scale").get<std::string>();
+    if (ls != "none" && ls != "dynamic")
+      throw InputError("train.loss_scale: '" + printable(ls, 40) + "' is not \"none\" or \"dynamic\"");
+    t.loss_scaler.enabled = ls == "dynamic";
+    t.loss_scaler.init_scale = number_in_range(s, "loss_scale_init", "train.loss_scale_init", 1e-30, 0x1.0p127);
+    t.loss_scaler.growth_interval =
+        int(int_in_range(s, "loss_scale_growth_interval", "train.loss_scale_growth_interval", 1, 1 << 30));
+  }
   static std::string fmt_step(int s, double loss) {
     char b[64];
     std::snprintf(b, sizeof b, "  step %5d  loss %.6f", s, loss);

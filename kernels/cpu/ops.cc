@@ -94,6 +94,11 @@ void embedding_shard_backward(T* dwte_shard, T* dwpe, const T* dout, const int32
 }
 
 template <typename T>
+void scale(T* x, T a, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+
+template <typename T>
 void add_bias(T* out, const T* bias, int N, int OC) {
   for (int n = 0; n < N; n++) {
     T* o = out + size_t(n) * OC;
@@ -399,6 +404,7 @@ void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWPara
   template void embedding_shard_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, int, int); \
   template void embedding_shard_backward<T>(T*, T*, const T*, const int32_t*, int, int, int, int, int);     \
   template void add_bias<T>(T*, const T*, int, int);                                                     \
+  template void scale<T>(T*, T, size_t);                                                                 \
   template void crossentropy_shard_max<T>(T*, const T*, int, int);                                       \
   template void crossentropy_shard_sums<T>(T*, const T*, const T*, const int32_t*, int, int, int);       \
   template void crossentropy_shard_forward<T>(T*, T*, const T*, const T*, const T*, int, int);           \

@@ -37,6 +37,11 @@ template <typename T>
 void embedding_shard_backward(T* dwte_shard, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
                               int v_begin, int v_end);
 
+/// x (n) *= a, elementwise (a rounded product per element): loss-scale unscaling, gradient
+/// clipping.
+template <typename T>
+void scale(T* x, T a, size_t n);
+
 /// out (N, OC) += bias (OC) on every row (the replicated bias of a row-parallel linear,
 /// added once after its all-reduce).
 template <typename T>

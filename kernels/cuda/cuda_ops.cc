@@ -98,6 +98,8 @@ void CudaOps::gelu_forward(float* out, const float* inp, size_t n) { cuda::gelu_
 void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
   cuda::gelu_backward(dinp, inp, dout, n, s());
 }
+void CudaOps::scale(float* x, float a, size_t n) { cuda::scale(x, a, n, s()); }
+
 void CudaOps::residual_forward(float* out, const float* a, const float* b, size_t n) {
   cuda::residual_forward(out, a, b, n, s());
 }

@@ -51,6 +51,7 @@ class CudaOps final : public Ops<float> {
   void gelu_forward(float* out, const float* inp, size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void residual_forward(float* out, const float* a, const float* b, size_t n) override;
+  void scale(float* x, float a, size_t n) override;
   void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int N,
                             int V) override;
   void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss, int N,

@@ -332,6 +332,10 @@ __global__ void residual_forward_kernel(float* out, const float* a, const float*
   for (size_t i = thread_index(); i < n; i += thread_count()) out[i] = a[i] + b[i];
 }
 
+__global__ void scale_kernel(float* x, float a, size_t n) {
+  for (size_t i = thread_index(); i < n; i += thread_count()) x[i] = __fmul_rn(x[i], a);
+}
+
 // ---- cross-entropy ----
 
 constexpr int kCeBlock = 512;
@@ -626,6 +630,12 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
 void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   residual_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, a, b, n);
+  DTB_LAUNCH_CHECK();
+}
+
+void scale(float* x, float a, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, a, n);
   DTB_LAUNCH_CHECK();
 }
 

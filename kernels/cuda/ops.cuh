@@ -77,6 +77,8 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
 
 /// out = a + b, elementwise over n. WRITES out (which may alias a or b).
 void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
+/// x (n) *= a, as cpu::scale.
+void scale(float* x, float a, size_t n, cudaStream_t stream);
 
 /// Softmax cross-entropy per row, one block per row. logits (N,V), targets (N) on device.
 /// WRITES probs (N,V) = softmax(logits) and losses (N) = log-sum-exp - logit[target]
