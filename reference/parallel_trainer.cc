@@ -28,19 +28,6 @@ int message_tag(int mb, int vstage, bool backward, int num_vstages) {
   return ((mb * num_vstages + vstage) * 2 + (backward ? 1 : 0)) % 32768;
 }
 
-template <typename T>
-double all_reduce_scalar(Communicator& comm, ParallelGpt<T>& model, double x) {
-  if (model.device().is_cpu()) {
-    comm.all_reduce(&x, &x, 1, DType::f64, ReduceOp::sum);
-    return x;
-  }
-  Tensor buf = Tensor::empty(model.device(), {1}, DType::f64, MemCategory::comm_buffer);
-  model.ops().copy_from_host(buf.raw(), &x, sizeof x);
-  comm.all_reduce(buf.raw(), buf.raw(), 1, DType::f64, ReduceOp::sum);
-  model.ops().copy_to_host(&x, buf.raw(), sizeof x);
-  return x;
-}
-
 }  // namespace
 
 template <typename T>
@@ -159,7 +146,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     if (p > 1 && model.wte_unit() >= 0 && (me == 0 || me == p - 1)) engine.add_tied_gradient(g.pp, me == 0 ? p - 1 : 0);
     // The loss: summed by the last stage's ranks (TP rank 0 counts it once).
     const bool counts = model.is_last(model.chunks() - 1) && model.coord().tp == 0;
-    loss_sum = all_reduce_scalar(g.world, model, counts ? loss_sum : 0.0);
+    loss_sum = all_reduce_host_scalar(g.world, model.device(), model.ops(), counts ? loss_sum : 0.0);
     ops.synchronize();
   }
   comm_s += red.elapsed();
@@ -177,16 +164,16 @@ StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cf
   const bool scaling = scaler && scaler->config().enabled;
   out.loss_scale = scaling ? scaler->scale() : 1.0;
   if (scaling) {
-    double inf = engine.local_nonfinite() ? 1.0 : 0.0;
-    g.world.all_reduce(&inf, &inf, 1, DType::f64, ReduceOp::max);  // every rank, every group
-    out.skipped = inf > 0;
+    // Every rank, every group: the count of ranks that saw an inf or NaN (through the
+    // backend's memory on NCCL, which reduces device buffers only).
+    const double infs = all_reduce_host_scalar(g.world, engine.device(), engine.ops(), engine.local_nonfinite() ? 1.0 : 0.0);
+    out.skipped = infs > 0;
     scaler->update(out.skipped);
     if (out.skipped) return out;
     engine.scale_grads(T(1.0 / out.loss_scale));  // unscale before clipping (GradScaler.unscale_)
   }
   if (cfg.grad_clip > 0) {
-    double sq = engine.owned_grad_sq_norm();
-    g.world.all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+    const double sq = all_reduce_host_scalar(g.world, engine.device(), engine.ops(), engine.owned_grad_sq_norm());
     out.grad_norm = std::sqrt(sq);
     engine.scale_grads(T(clip_coefficient(out.grad_norm, cfg.grad_clip)));
   }

@@ -21,24 +21,22 @@ void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int d
                      " must be in [1, model.T = " + std::to_string(model.T) + "]");
 }
 
-namespace {
-
 // Sum of a host scalar over `comm`, through the backend's memory when it is not the host's
 // (NCCL reduces device buffers only).
 template <typename T>
-double all_reduce_scalar(Communicator& comm, Gpt<T>& model, double x) {
-  if (model.device().is_cpu()) {
+double all_reduce_host_scalar(Communicator& comm, Device& device, Ops<T>& ops, double x) {
+  if (device.is_cpu()) {
     comm.all_reduce(&x, &x, 1, DType::f64, ReduceOp::sum);
     return x;
   }
-  Tensor buf = Tensor::empty(model.device(), {1}, DType::f64, MemCategory::comm_buffer);
-  model.ops().copy_from_host(buf.raw(), &x, sizeof x);
+  Tensor buf = Tensor::empty(device, {1}, DType::f64, MemCategory::comm_buffer);
+  ops.copy_from_host(buf.raw(), &x, sizeof x);
   comm.all_reduce(buf.raw(), buf.raw(), 1, DType::f64, ReduceOp::sum);
-  model.ops().copy_to_host(&x, buf.raw(), sizeof x);
+  ops.copy_to_host(&x, buf.raw(), sizeof x);
   return x;
 }
-
-}  // namespace
+template double all_reduce_host_scalar<float>(Communicator&, Device&, Ops<float>&, double);
+template double all_reduce_host_scalar<double>(Communicator&, Device&, Ops<double>&, double);
 
 template <typename T>
 double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,
@@ -72,7 +70,7 @@ double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& 
   if (dp.size() > 1) {
     auto comm = span_scope(spans, "comm.all_reduce", step);
     dp.all_reduce(model.grads(), model.grads(), model.num_params(), dtype_of<T>(), ReduceOp::sum);
-    loss_sum = all_reduce_scalar(dp, model, loss_sum);
+    loss_sum = all_reduce_host_scalar(dp, model.device(), model.ops(), loss_sum);
     if (recording) model.ops().synchronize();
   }
   if (timing) {

@@ -36,6 +36,12 @@ struct TrainConfig {
 /// dp * micro_batches, seq_len in [1, model T].
 void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int dp);
 
+/// The sum over `comm` of a host double `x` (one per rank), through a one-element buffer in
+/// `device`'s memory when that is not the host's (NCCL reduces device buffers only).
+/// Collective over `comm`; a failed collective aborts through the error sink.
+template <typename T>
+double all_reduce_host_scalar(Communicator& comm, Device& device, Ops<T>& ops, double x);
+
 /// Time of one step on this rank, in seconds.
 struct StepTiming {
   double step_s = 0;     // wall time of the whole step

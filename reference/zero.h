@@ -74,6 +74,8 @@ class ZeroEngine final : public ParamStore<T> {
   void grad_done(int unit) override;
 
   const ZeroConfig& config() const { return cfg_; }
+  Device& device() const { return device_; }
+  Ops<T>& ops() const { return ops_; }
   /// Sets the rank's parameters from num_params() host values (local flat order; each DP
   /// rank passes the same values). Stage 3 keeps its shard of each unit.
   void load(const std::vector<T>& local);
