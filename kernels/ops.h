@@ -81,6 +81,20 @@ class Ops {
                                            int Vl, int v_begin) = 0;
 };
 
+/// dst = src, n elements, both in the backend's memory (non-overlapping): std::copy on the
+/// CPU backend; elsewhere 0 + src through zero and residual_forward, which is exact (adding
+/// 0 changes no float but -0), so a device copy needs no op of its own.
+template <typename T>
+void copy_within(Ops<T>& ops, T* dst, const T* src, size_t n) {
+  if (n == 0) return;
+  if (ops.backend() == "cpu") {
+    std::copy_n(src, n, dst);
+  } else {
+    ops.zero(dst, n);
+    ops.residual_forward(dst, dst, src, n);
+  }
+}
+
 /// The CPU backend: each op forwards to kernels/cpu/ops.h (OpenBLAS for the GEMMs).
 template <typename T>
 class CpuOps final : public Ops<T> {

@@ -311,12 +311,7 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, s.p(kX0), BT * C, &stats_);
   } else {
     DTB_CHECK(x != nullptr, "ParallelGpt::forward: a chunk after the first needs its input");
-    if (device_.is_cpu()) {
-      std::copy_n(x, BT * C, s.p(kX0));
-    } else {  // a device copy as 0 + x, which is exact
-      ops.zero(s.p(kX0), BT * C);
-      ops.residual_forward(s.p(kX0), s.p(kX0), x, BT * C);
-    }
+    copy_within(ops, s.p(kX0), x, BT * C);
   }
   if (last) {
     check_ids(targets);
@@ -394,12 +389,7 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale
     st.grad_done(lnf_unit_);
   } else {
     DTB_CHECK(dout != nullptr, "ParallelGpt::backward: a chunk before the last needs its output's gradient");
-    if (device_.is_cpu()) {
-      std::copy_n(dout, BT * C, dres);
-    } else {
-      ops.zero(dres, BT * C);
-      ops.residual_forward(dres, dres, dout, BT * C);
-    }
+    copy_within(ops, dres, dout, BT * C);
   }
   for (int k = Lc_ - 1; k >= 0; --k) {
     const LayerParams& lp = layers_[chunk][k];

@@ -65,12 +65,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   Communicator& pp_bwd = g.pp_backward ? *g.pp_backward : g.pp;
   auto send = [&](const T* src, int tag, int peer, Communicator& comm) {
     Tensor buf = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
-    if (model.device().is_cpu()) {
-      std::copy_n(src, BTC, buf.data<T>());
-    } else {  // a device copy as 0 + x, which is exact
-      ops.zero(buf.data<T>(), BTC);
-      ops.residual_forward(buf.data<T>(), buf.data<T>(), src, BTC);
-    }
+    copy_within(ops, buf.data<T>(), src, BTC);
     if (peer == me) {
       local_box[tag] = std::move(buf);
       return;

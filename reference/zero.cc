@@ -27,18 +27,6 @@ struct ZeroEngine<T>::Pending {
   std::unique_ptr<CommHandle> handle;
 };
 
-namespace {
-template <typename T>
-void device_copy(Ops<T>& ops, Device& dev, T* dst, const T* src, size_t n) {
-  if (n == 0) return;
-  if (dev.is_cpu()) {
-    std::copy_n(src, n, dst);
-  } else {  // 0 + x, which is exact
-    ops.zero(dst, n);
-    ops.residual_forward(dst, dst, src, n);
-  }
-}
-}  // namespace
 
 template <typename T>
 ZeroEngine<T>::ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communicator& dp,
@@ -174,7 +162,7 @@ void ZeroEngine<T>::reduce_bucket() {
     for (int r = 0; r < n_dp_; ++r)
       for (size_t i = 0; i < p->units.size(); ++i) {
         const size_t s = shard_[p->units[i]];
-        device_copy(ops_, device_, p->send.template data<T>() + size_t(r) * p->total + p->offsets[i],
+        copy_within(ops_, p->send.template data<T>() + size_t(r) * p->total + p->offsets[i],
                     p->unit_grads[i].template data<T>() + size_t(r) * s, s);
       }
     p->unit_grads.clear();
@@ -295,7 +283,7 @@ void ZeroEngine<T>::gather_params_into_full() {
     ops_.zero(send.data<T>(), total);
     size_t off = 0;
     for (size_t u = u0; u < u1; ++u) {
-      device_copy(ops_, device_, send.data<T>() + off, full_param_ptr(int(u)) + size_t(d_) * shard_[u],
+      copy_within(ops_, send.data<T>() + off, full_param_ptr(int(u)) + size_t(d_) * shard_[u],
                   own_count(int(u)));
       off += shard_[u];
     }
@@ -310,7 +298,7 @@ void ZeroEngine<T>::gather_params_into_full() {
       for (size_t u = u0; u < u1; ++u) {
         const size_t n = units[u].n, s = shard_[u], first = size_t(r) * s;
         const size_t k = first >= n ? 0 : std::min(s, n - first);
-        if (r != d_) device_copy(ops_, device_, full_param_ptr(int(u)) + first, recv.data<T>() + size_t(r) * total + off, k);
+        if (r != d_) copy_within(ops_, full_param_ptr(int(u)) + first, recv.data<T>() + size_t(r) * total + off, k);
         off += s;
       }
     }
@@ -415,9 +403,12 @@ template <typename T>
 double ZeroEngine<T>::owned_grad_sq_norm() {
   const std::vector<T> h = held_grads();
   const size_t N = model_.num_params();
-  std::vector<char> counts(N, 0);  // per local element: whether this rank counts it
-  for (const LocalTensor& t : model_.tensors())
-    if (cfg_.stage < 2 ? t.owner : t.primary) std::fill_n(counts.begin() + long(t.offset), t.numel, char(1));
+  if (norm_mask_.empty()) {  // per local element: whether this rank counts it (built once)
+    norm_mask_.assign(N, 0);
+    for (const LocalTensor& t : model_.tensors())
+      if (cfg_.stage < 2 ? t.owner : t.primary) std::fill_n(norm_mask_.begin() + long(t.offset), t.numel, char(1));
+  }
+  const std::vector<char>& counts = norm_mask_;
   double sum = 0;
   if (cfg_.stage < 2) {
     for (size_t i = 0; i < N; ++i)

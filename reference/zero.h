@@ -124,6 +124,7 @@ class ZeroEngine final : public ParamStore<T> {
   T* full_param_ptr(int unit);
   size_t own_count(int unit) const;  // elements of the unit this rank's shard covers
   std::vector<T> held_grads();       // the gradient this rank holds, on the host
+  std::vector<char> norm_mask_;      // owned_grad_sq_norm's per-element mask, built at its first call
 
   ParallelGpt<T>& model_;
   ZeroConfig cfg_;
