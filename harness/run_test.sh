@@ -95,8 +95,8 @@ for rank in range(4):
 print(f"pp2 x dp2 1f1b training ok: {len(r['checks'])} checks passed, {len(x)} trace spans")
 PY
 
-# The conformance suite on 4 ranks: every layout of up to 4 ranks passes; the 8-rank ones
-# are reported as skipped, not passed.
+# The conformance suite on 4 ranks, in fp32, bf16 and fp16: every layout of up to 4 ranks
+# passes in each precision; the 8-rank ones are reported as skipped, not passed.
 "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --suites conformance \
   --output-dir "$tmp" --run-id conformance >"$tmp/conformance.log" 2>&1 || { cat "$tmp/conformance.log"; exit 1; }
 python3 - "$tmp/conformance.json" <<'PY'
@@ -106,10 +106,37 @@ s = [s for s in r["suites"] if s["name"] == "conformance"][0]
 assert s["status"] == "passed", s
 ran = sorted(b["name"] for b in r["benchmarks"])
 skipped = sorted(x["layout"] for x in s["data"]["skipped"])
-assert skipped == ["TP2xDP4", "TP2xPP2xDP2"], skipped
-assert len(ran) == 29 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
+want_skipped = sorted(l + p for l in ["TP2xDP4", "TP2xPP2xDP2"] for p in ["", ":bf16", ":fp16"])
+assert skipped == want_skipped, skipped
+assert len(ran) == 3 * 29 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
+assert sorted({b["precision"] for b in r["benchmarks"]}) == ["bf16", "fp16", "fp32"]
+# Half layouts carry the stated bounds of the fp32 trajectory; recompute layouts the bitwise
+# comparison with their layout without recompute, in every precision.
+names = [c["name"] for c in r["checks"]]
+assert sum(n.endswith("loss_vs_fp32/tail_mean") for n in names) == 2 * 29, names
+assert sum("/recompute_bitwise_vs/" in n for n in names) == 3 * 4, [n for n in names if "recompute_bitwise" in n]
 assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed, skipped {skipped}")
+PY
+
+# The precision suite on 4 ranks: fp32, bf16, fp16, the fp32-communication variants and the
+# forced overflow, each row present; the overflow skips steps and backs off to a finite scale.
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --suites precision \
+  --output-dir "$tmp" --run-id precision >"$tmp/precision.log" 2>&1 || { cat "$tmp/precision.log"; exit 1; }
+python3 - "$tmp/precision.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = [s for s in r["suites"] if s["name"] == "precision"][0]
+assert s["status"] == "passed", s
+rows = {b["name"]: b for b in r["benchmarks"]}
+want = ["precision/" + n for n in ["fp32", "bf16", "bf16/comm:fp32", "fp16", "fp16/comm:fp32", "fp16/forced_overflow"]]
+assert sorted(rows) == sorted(want), sorted(rows)
+o = rows["precision/fp16/forced_overflow"]
+assert o["skipped_steps"] >= 1 and o["loss_scales"][0] > o["loss_scales"][-1], o["loss_scales"]
+assert rows["precision/bf16/comm:fp32"]["dp_comm_bytes_per_step"] == 2 * rows["precision/bf16"]["dp_comm_bytes_per_step"]
+assert all(c["passed"] for c in r["checks"]) and len(r["checks"]) >= 20
+print(f"precision on 4 ranks ok: {len(rows)} rows, {len(r['checks'])} checks passed, "
+      f"forced overflow skipped {o['skipped_steps']} steps")
 PY
 
 # The memory suite on 4 ranks: every rank's state, activation and scratch bytes equal the

@@ -11,12 +11,21 @@
 #include <string>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/error.h"
+#include "kernels/half.h"
 
 namespace dtb {
 
+//
+// Mixed precision: T is the storage type of parameters, activations and gradients; A =
+// acc_t<T> (kernels/half.h) is what an op computes in and what keeps the statistics that
+// must not be rounded to T: LayerNorm mean/rstd, per-token losses, the cross-entropy's max
+// and sum-exp, the loss scale, the AdamW moments and the master weights. A = T for float and
+// double, so those instantiations are unchanged by it.
 template <typename T>
 class Ops {
  public:
+  using A = acc_t<T>;
   virtual ~Ops() = default;
   /// "cpu" or "cuda".
   virtual std::string backend() const = 0;
@@ -47,10 +56,10 @@ class Ops {
 
   virtual void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C) = 0;
   virtual void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C) = 0;
-  virtual void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N,
+  virtual void layernorm_forward(T* out, A* mean, A* rstd, const T* inp, const T* weight, const T* bias, int N,
                                  int C) = 0;
   virtual void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                                  const T* mean, const T* rstd, int N, int C) = 0;
+                                  const A* mean, const A* rstd, int N, int C) = 0;
   virtual void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) = 0;
   virtual void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                                int C, int OC) = 0;
@@ -60,9 +69,14 @@ class Ops {
   virtual void gelu_forward(T* out, const T* inp, size_t n) = 0;
   virtual void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) = 0;
   virtual void residual_forward(T* out, const T* a, const T* b, size_t n) = 0;
-  virtual void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int N, int V) = 0;
-  virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int V) = 0;
-  virtual void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const cpu::AdamWParams& hp, int t) = 0;
+  virtual void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N, int V) = 0;
+  virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, A dloss, int N, int V) = 0;
+  virtual void adamw_update(T* param, const T* grad, A* m, A* v, size_t n, const cpu::AdamWParams& hp, int t) = 0;
+  /// Mixed precision's optimizer step (Micikevicius et al. 2018 Sec. 3.1): AdamW on the fp32
+  /// `master` (n) from `grad` (n, T, read as A) with the A moments m, v, then param (n) =
+  /// master rounded to T. Errors: the default throws InputError (a backend without the recipe).
+  virtual void adamw_update_master(T* param, A* master, const T* grad, A* m, A* v, size_t n,
+                                   const cpu::AdamWParams& hp, int t);
 
   // The sharded ops of tensor parallelism (vocabulary-parallel embedding and cross-entropy,
   // the row-parallel bias): semantics in kernels/cpu/ops.h.
@@ -71,15 +85,20 @@ class Ops {
   virtual void embedding_shard_backward(T* dwte_shard, T* dwpe, const T* dout, const int32_t* tokens, int B,
                                         int Tn, int C, int v_begin, int v_end) = 0;
   virtual void add_bias(T* out, const T* bias, int N, int OC) = 0;
-  virtual void scale(T* x, T a, size_t n) = 0;
-  virtual void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl) = 0;
-  virtual void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int32_t* targets, int N,
+  virtual void scale(T* x, A a, size_t n) = 0;
+  virtual void crossentropy_shard_max(A* maxes, const T* logits, int N, int Vl) = 0;
+  virtual void crossentropy_shard_sums(A* sums, const T* logits, const A* maxes, const int32_t* targets, int N,
                                        int Vl, int v_begin) = 0;
-  virtual void crossentropy_shard_forward(T* losses, T* probs, const T* logits, const T* maxes, const T* sums,
+  virtual void crossentropy_shard_forward(A* losses, T* probs, const T* logits, const A* maxes, const A* sums,
                                           int N, int Vl) = 0;
-  virtual void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N,
+  virtual void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targets, A dloss, int N,
                                            int Vl, int v_begin) = 0;
 };
+
+template <typename T>
+void Ops<T>::adamw_update_master(T*, A*, const T*, A*, A*, size_t, const cpu::AdamWParams&, int) {
+  throw InputError("the " + backend() + " backend has no mixed-precision optimizer step (fp32 master weights)");
+}
 
 /// dst = src, n elements, both in the backend's memory (non-overlapping): std::copy on the
 /// CPU backend; elsewhere 0 + src through zero and residual_forward, which is exact (adding

@@ -10,6 +10,7 @@
 
 #include "kernels/device.h"
 #include "kernels/error.h"
+#include "kernels/half.h"
 
 namespace dtb {
 
@@ -21,11 +22,13 @@ size_t dtype_size(DType t);
 /// "f32", "f64", "bf16", "f16", "i32" (the names configs and reports use).
 std::string_view to_string(DType t);
 
-/// The DType of a C++ element type (float, double, int32_t).
+/// The DType of a C++ element type (float, double, bf16, fp16, int32_t).
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<bf16>() { return DType::bf16; }
+template <> constexpr DType dtype_of<fp16>() { return DType::f16; }
 
 /// A contiguous, row-major buffer of numel(shape) elements of one DType on one Device,
 /// accounted under one (category, tier). Copies share the storage (shared ownership); the

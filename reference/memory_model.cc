@@ -23,8 +23,15 @@ void check_zero(int zero_stage, Offload offload) {
                      "shard), not stage 0");
 }
 
-// Bytes of one activation or workspace element: fp32, or 16-bit under a mixed recipe (planned).
+// Bytes of one activation or workspace element: fp32, or 16-bit under a mixed recipe, except
+// the statistics kept in fp32 (LayerNorm mean and rstd, the cross-entropy's max, sum-exp and
+// losses: ParallelGpt's acc_t<T> slots, as llm.c and Megatron-LM).
 u64 act_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
+// Of a stored activation set: the fp32 statistics' elements (4 BT per kept layer, 6 BT at the head).
+u64 stat_floats(const PlanConfig& c, bool last_chunk) {
+  const u64 BT = u64(c.micro_batch_size) * u64(c.tokens()), Lc = u64(c.model.L) / u64(c.layout.pp * c.layout.virtual_stages);
+  return (c.recompute == Recompute::full ? 0 : Lc * 4 * BT) + (last_chunk ? 6 * BT : 0);
+}
 
 // Elements of one transformer layer's stored activations in ParallelGpt::acquire: ln1 (BT,C),
 // its mean and rstd (2BT), qkv (BT,3Cl), atty (BT,Cl), att (B,NHl,Tn,Tn), attproj, res2,
@@ -284,10 +291,11 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
   MemoryBytes<u64>& m = r.mem;
   m.at(Tier::device, kParam) = pb * (z >= 3 ? S : N);
   m.at(Tier::device, kGrad) = pb * (z >= 2 ? S : N);
-  if (c.offload_optimizer == Offload::cpu) {  // the fp32 copies CPU AdamW works on
+  if (c.offload_optimizer == Offload::cpu) {  // the fp32 master and moments CPU AdamW works on
     m.at(Tier::host, kMaster) = 4 * S;
     m.at(Tier::host, kOptim) = 8 * S;
-    m.at(Tier::host, kGrad) = 4 * S;
+    m.at(Tier::host, kGrad) = pb * S;            // the gradient shard moved down, in its own type
+    m.at(Tier::host, kParam) = mixed ? 2 * S : 0;  // the rounded parameters going up (mixed)
   } else {
     m.at(Tier::device, kMaster) = mixed ? 4 * opt_elems : 0;
     m.at(Tier::device, kOptim) = 8 * opt_elems;
@@ -299,11 +307,13 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
   const int nv = l.pp * l.virtual_stages;
   for (int ch = 0; ch < l.virtual_stages; ++ch) {
     const bool last = ch * l.pp + pp_rank == nv - 1;
-    const u64 set = activation_set_floats(c, last) * ab + 2 * BT * 4;  // + token and target ids (int32)
+    const u64 stats = stat_floats(c, last);
+    const u64 set = (activation_set_floats(c, last) - stats) * ab + stats * 4 + 2 * BT * 4;  // + token, target ids
     r.activation_set_bytes.push_back(set);
     m.at(Tier::device, kAct) += u64(r.activation_sets[size_t(ch)]) * set;
   }
-  r.workspace_bytes = workspace_floats(c) * ab;
+  const u64 ws_stats = c.recompute == Recompute::full ? 4 * BT : 0;  // the recomputed layer's LayerNorm statistics
+  r.workspace_bytes = (workspace_floats(c) - ws_stats) * ab + ws_stats * 4;
   m.at(Tier::device, kWork) = r.workspace_bytes;
   return r;
 }

@@ -21,10 +21,10 @@ namespace dtb {
 
 /// Training precision recipe. fp32: fp32 weights, gradients and Adam moments, no master
 /// copy (Adam updates the weights themselves). bf16 / fp16 (Micikevicius et al. 2018):
-/// 16-bit weights and gradients, fp32 master weights and moments. Only fp32 is implemented
-/// by the trainer; the others are planned.
+/// 16-bit weights and gradients, fp32 master weights and moments (the sharded trainer:
+/// reference/zero.h, kernels/half.h).
 enum class Precision { fp32, bf16, fp16 };
-/// Activation recompute (Korthikanti et al. 2022). Not implemented by the trainer: planned.
+/// Activation recompute (Korthikanti et al. 2022): ParallelGpt::set_recompute.
 enum class Recompute { none, full, selective };
 /// Where the optimizer state and its fp32 working copies live (DeepSpeed offload_optimizer).
 enum class Offload { none, cpu };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
 
@@ -23,6 +24,12 @@ enum Act {
   kLnf, kLnfMean, kLnfRstd, kLogits, kProbs, kLosses, kMax, kSums,  // last chunk only
   kNumActs
 };
+// The activations kept in the accumulation type A (LayerNorm statistics, the cross-entropy's
+// max, sum-exp and per-token losses: fp32 under mixed precision, as llm.c and Megatron-LM).
+bool is_stat(int act) {
+  return act == kLn1Mean || act == kLn1Rstd || act == kLn2Mean || act == kLn2Rstd || act == kLnfMean ||
+         act == kLnfRstd || act == kLosses || act == kMax || act == kSums;
+}
 // Backward scratch, one set per rank (backwards run one at a time).
 enum Scratch { sDRes, sDLn, sDBig, sDBig2, sDAtt, sDLogits, sDMax, kNumScratch };
 }  // namespace
@@ -33,6 +40,7 @@ struct ParallelGpt<T>::ActSet {
   std::vector<Tensor> a;
   Tensor tokens, targets;
   T* p(int i) { return a[i].template data<T>(); }
+  acc_t<T>* pa(int i) { return a[i].template data<acc_t<T>>(); }
   int32_t* tok() { return tokens.data<int32_t>(); }
   int32_t* tgt() { return targets.data<int32_t>(); }
 };
@@ -49,7 +57,11 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
                      std::to_string(cfg.NH) + ", V " + std::to_string(cfg.V) + ", L " + std::to_string(cfg.L));
   if (!ops_) {
     DTB_CHECK(device.is_cpu(), "ParallelGpt on a non-CPU device needs that backend's Ops");
-    owned_ops_ = std::make_unique<CpuOps<T>>();
+    if constexpr (is_half_v<T>) {
+      owned_ops_ = std::make_unique<HalfCpuOps<T>>();
+    } else {
+      owned_ops_ = std::make_unique<CpuOps<T>>();
+    }
     ops_ = owned_ops_.get();
   }
   coord_ = grid_coord(rank, layout);
@@ -159,11 +171,14 @@ ParamStore<T>& ParallelGpt<T>::store() const {
 
 template <typename T>
 std::vector<T> ParallelGpt<T>::initial_params(uint64_t seed) const {
-  std::vector<T> full(gpt_num_params(cfg_)), mine(num_params_);
+  // Half storage: the fp32 initialisation rounded to T (Megatron-LM builds the model in fp32,
+  // then casts it; the master weights are made from the cast parameters).
+  std::vector<acc_t<T>> full(gpt_num_params(cfg_));
+  std::vector<T> mine(num_params_);
   gpt_init_params(full.data(), cfg_, seed);
   for (const auto& t : tensors_)
     for (const auto& run : t.runs)
-      std::copy_n(full.data() + run.global, run.n, mine.data() + t.offset + run.local);
+      convert(mine.data() + t.offset + run.local, full.data() + run.global, run.n);
   return mine;
 }
 
@@ -197,7 +212,8 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
         {b, t, C}, {b, t}, {b, t}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
     for (int i = 0; i < kNumActs; ++i) {
       const bool skip = (i >= kLnf && !last) || shapes[i][0] == 0;
-      s->a.push_back(skip ? Tensor() : Tensor::empty(device_, shapes[i], dtype_of<T>(), MemCategory::activation));
+      const DType dt = is_stat(i) ? dtype_of<acc_t<T>>() : dtype_of<T>();
+      s->a.push_back(skip ? Tensor() : Tensor::empty(device_, shapes[i], dt, MemCategory::activation));
     }
     s->tokens = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
     s->targets = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
@@ -217,13 +233,18 @@ void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
   // Recompute buffers after the backward scratch: selective, one attention matrix; full, one
   // layer's activations (kLn1 .. kRes3), where the forward and its recomputation write.
   if (recompute_ == Recompute::selective) shapes.push_back({b, NH, t, t});
-  if (recompute_ == Recompute::full)
-    for (const auto& sh : std::vector<std::vector<int64_t>>{{b, t, C}, {b, t}, {b, t}, {b, t, 3 * Cl}, {b, t, Cl},
-                                                            {b, NH, t, t}, {b, t, C}, {b, t, C}, {b, t, C}, {b, t},
-                                                            {b, t}, {b, t, 4 * Cl}, {b, t, 4 * Cl}, {b, t, C},
-                                                            {b, t, C}})
-      shapes.push_back(sh);
-  for (const auto& s : shapes) scratch_.push_back(Tensor::empty(device_, s, dtype_of<T>(), MemCategory::workspace));
+  std::vector<DType> types(shapes.size(), dtype_of<T>());
+  if (recompute_ == Recompute::full) {
+    const std::vector<std::vector<int64_t>> layer = {{b, t, C},     {b, t},    {b, t},    {b, t, 3 * Cl}, {b, t, Cl},
+                                                     {b, NH, t, t}, {b, t, C}, {b, t, C}, {b, t, C},      {b, t},
+                                                     {b, t},        {b, t, 4 * Cl}, {b, t, 4 * Cl}, {b, t, C}, {b, t, C}};
+    for (size_t i = 0; i < layer.size(); ++i) {  // kLn1 .. kRes3
+      shapes.push_back(layer[i]);
+      types.push_back(is_stat(kLn1 + int(i)) ? dtype_of<acc_t<T>>() : dtype_of<T>());
+    }
+  }
+  for (size_t i = 0; i < shapes.size(); ++i)
+    scratch_.push_back(Tensor::empty(device_, shapes[i], types[i], MemCategory::workspace));
   sB_ = B;
   sT_ = Tn;
 }
@@ -233,21 +254,22 @@ typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, 
   const size_t BT = size_t(s.B) * s.Tn, C = cfg_.C, Cl = Cl_, att = size_t(s.B) * NHl_ * s.Tn * s.Tn;
   LayerActs a;
   auto R = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<T>(); };
+  auto RA = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<acc_t<T>>(); };
   if (recompute_ == Recompute::full) {  // everything in the one-layer scratch set but the kept inputs
     a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
-    a.ln1 = R(kLn1), a.ln1_mean = R(kLn1Mean), a.ln1_rstd = R(kLn1Rstd), a.qkv = R(kQkv), a.atty = R(kAtty);
-    a.att = R(kAtt), a.attproj = R(kAttproj), a.res2 = R(kRes2), a.ln2 = R(kLn2), a.ln2_mean = R(kLn2Mean);
-    a.ln2_rstd = R(kLn2Rstd), a.fch = R(kFch), a.fchg = R(kFchGelu), a.fcproj = R(kFcproj);
+    a.ln1 = R(kLn1), a.ln1_mean = RA(kLn1Mean), a.ln1_rstd = RA(kLn1Rstd), a.qkv = R(kQkv), a.atty = R(kAtty);
+    a.att = R(kAtt), a.attproj = R(kAttproj), a.res2 = R(kRes2), a.ln2 = R(kLn2), a.ln2_mean = RA(kLn2Mean);
+    a.ln2_rstd = RA(kLn2Rstd), a.fch = R(kFch), a.fchg = R(kFchGelu), a.fcproj = R(kFcproj);
     a.res3 = k < Lc_ - 1 || last_chunk ? s.p(kRes3) + size_t(k) * BT * C : R(kRes3);
     return a;
   }
   const size_t oC = size_t(k) * BT * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * BT;
   a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
-  a.ln1 = s.p(kLn1) + oC, a.ln1_mean = s.p(kLn1Mean) + oN, a.ln1_rstd = s.p(kLn1Rstd) + oN;
+  a.ln1 = s.p(kLn1) + oC, a.ln1_mean = s.pa(kLn1Mean) + oN, a.ln1_rstd = s.pa(kLn1Rstd) + oN;
   a.qkv = s.p(kQkv) + 3 * oCl, a.atty = s.p(kAtty) + oCl;
   a.att = recompute_ == Recompute::selective ? scratch_[kNumScratch].template data<T>() : s.p(kAtt) + size_t(k) * att;
   a.attproj = s.p(kAttproj) + oC, a.res2 = s.p(kRes2) + oC, a.ln2 = s.p(kLn2) + oC;
-  a.ln2_mean = s.p(kLn2Mean) + oN, a.ln2_rstd = s.p(kLn2Rstd) + oN;
+  a.ln2_mean = s.pa(kLn2Mean) + oN, a.ln2_rstd = s.pa(kLn2Rstd) + oN;
   a.fch = s.p(kFch) + 4 * oCl, a.fchg = s.p(kFchGelu) + 4 * oCl, a.fcproj = s.p(kFcproj) + oC;
   a.res3 = s.p(kRes3) + oC;
   return a;
@@ -328,33 +350,37 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
 
   // LM head on the wte shard; vocabulary-parallel cross-entropy.
   const T* lnf = st.param(lnf_unit_);
-  ops.layernorm_forward(s.p(kLnf), s.p(kLnfMean), s.p(kLnfRstd), out, lnf, lnf + C, int(BT), C);
+  ops.layernorm_forward(s.p(kLnf), s.pa(kLnfMean), s.pa(kLnfRstd), out, lnf, lnf + C, int(BT), C);
   st.release_param(lnf_unit_);
   ops.matmul_forward(s.p(kLogits), s.p(kLnf), st.param(wte_unit_), static_cast<const T*>(nullptr), int(BT), C, Vl);
   st.release_param(wte_unit_);
   const int32_t* tgt = s.tgt();
-  ops.crossentropy_shard_max(s.p(kMax), s.p(kLogits), int(BT), Vl);
-  if (layout_.tp > 1) {
+  using A = acc_t<T>;
+  ops.crossentropy_shard_max(s.pa(kMax), s.p(kLogits), int(BT), Vl);
+  // The max and the sum-exp travel in A (fp32 under mixed precision).
+  auto tp_all_reduce = [&](A* buf, size_t n, ReduceOp op) {
+    if (layout_.tp == 1) return;
     ops.synchronize();
     Stopwatch sw;
-    tp_.all_reduce(s.p(kMax), s.p(kMax), BT, dtype_of<T>(), ReduceOp::max);
+    tp_.all_reduce(buf, buf, n, dtype_of<A>(), op);
     stats_.seconds += sw.elapsed();
     stats_.calls++;
-    stats_.bytes += BT * sizeof(T);
-  }
-  ops.crossentropy_shard_sums(s.p(kSums), s.p(kLogits), s.p(kMax), tgt, int(BT), Vl, v0);
-  reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, s.p(kSums), 2 * BT, &stats_);
-  ops.crossentropy_shard_forward(s.p(kLosses), s.p(kProbs), s.p(kLogits), s.p(kMax), s.p(kSums), int(BT), Vl);
-  std::vector<T> losses(BT);
-  ops.copy_to_host(losses.data(), s.p(kLosses), BT * sizeof(T));
+    stats_.bytes += n * sizeof(A);
+  };
+  tp_all_reduce(s.pa(kMax), BT, ReduceOp::max);
+  ops.crossentropy_shard_sums(s.pa(kSums), s.p(kLogits), s.pa(kMax), tgt, int(BT), Vl, v0);
+  tp_all_reduce(s.pa(kSums), 2 * BT, ReduceOp::sum);
+  ops.crossentropy_shard_forward(s.pa(kLosses), s.p(kProbs), s.p(kLogits), s.pa(kMax), s.pa(kSums), int(BT), Vl);
+  std::vector<A> losses(BT);
+  ops.copy_to_host(losses.data(), s.pa(kLosses), BT * sizeof(A));
   double sum = 0;
-  for (T l : losses) sum += double(l);
+  for (A l : losses) sum += double(l);
   if (loss_sum) *loss_sum = sum;
   return nullptr;
 }
 
 template <typename T>
-const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale) {
+const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> loss_scale) {
   DTB_CHECK(chunk >= 0 && chunk < chunks(), "ParallelGpt::backward: chunk out of range");
   auto it = live_[chunk].find(mb);
   DTB_CHECK(it != live_[chunk].end(), "ParallelGpt::backward: no forward of this micro-batch");
@@ -383,7 +409,7 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, T loss_scale
     ops.zero(dres, BT * C);
     const T* xL = layer_acts(s, Lc_ - 1, true).res3;
     T* dlnf = st.grad(lnf_unit_);
-    ops.layernorm_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.p(kLnfMean), s.p(kLnfRstd),
+    ops.layernorm_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.pa(kLnfMean), s.pa(kLnfRstd),
                            int(BT), C);
     st.release_param(lnf_unit_);
     st.grad_done(lnf_unit_);
@@ -478,5 +504,7 @@ double ParallelGpt<T>::replica_max_diff(const std::vector<T>& mine, Communicator
 
 template class ParallelGpt<float>;
 template class ParallelGpt<double>;
+template class ParallelGpt<bf16>;
+template class ParallelGpt<fp16>;
 
 }  // namespace dtb

@@ -19,7 +19,10 @@
 // gradients the trainer sums after the step's last backward (reference/parallel_trainer.h).
 //
 // With tp = 1 every op is gpt.cc's with the same arguments, so a chunk computes bitwise
-// what Gpt computes for its layers. Shape legend as gpt.h; Cl = C / tp, NHl = NH / tp,
+// what Gpt computes for its layers. T is the storage type: float, double (the oracle), or
+// bf16 / fp16 for mixed precision, where parameters, activations and gradients are T and
+// the LayerNorm statistics, token losses and the cross-entropy's max and sum-exp are
+// acc_t<T> = float (kernels/ops.h), as are the TP all-reduces of that max and sum. Shape legend as gpt.h; Cl = C / tp, NHl = NH / tp,
 // Vl = V / tp, BT = B * Tn tokens of one micro-batch.
 #pragma once
 #include <cstdint>
@@ -144,7 +147,7 @@ class ParallelGpt {
   /// `dout` (BT, C). Accumulates into grads(). Returns the gradient of the chunk's input
   /// (BT, C), valid until the next backward, or null for the first chunk. Frees the
   /// micro-batch's activations. Errors: no forward of (chunk, mb) aborts.
-  const T* backward(int chunk, int mb, const T* dout, T loss_scale);
+  const T* backward(int chunk, int mb, const T* dout, acc_t<T> loss_scale);
 
   /// The full model's flat buffer (gpt.h layout) from every rank's owned elements of
   /// `local` (each rank's num_params() values on the host, e.g. its full parameters or
@@ -164,8 +167,8 @@ class ParallelGpt {
   // the recompute scratch).
   struct LayerActs {
     const T* x = nullptr;
-    T *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg,
-        *fcproj, *res3;
+    T *ln1, *qkv, *atty, *att, *attproj, *res2, *ln2, *fch, *fchg, *fcproj, *res3;
+    acc_t<T> *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
   };
   struct LayerParams {
     int unit = 0;
@@ -202,5 +205,7 @@ class ParallelGpt {
 
 extern template class ParallelGpt<float>;
 extern template class ParallelGpt<double>;
+extern template class ParallelGpt<bf16>;
+extern template class ParallelGpt<fp16>;
 
 }  // namespace dtb

@@ -115,7 +115,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
       const T* dout = nullptr;
       if (!last) dout = receive(message_tag(a.micro_batch, vs, true, nv), next, pp_bwd);
       auto span = span_scope(spans, "compute.backward", step);
-      const T* dx = model.backward(a.chunk, a.micro_batch, dout, T(loss_scale / global_tokens));
+      const T* dx = model.backward(a.chunk, a.micro_batch, dout, acc_t<T>(loss_scale / global_tokens));
       if (recording) ops.synchronize();
       span.end();
       if (!first) send(dx, message_tag(a.micro_batch, vs - 1, true, nv), prev, pp_bwd);
@@ -165,12 +165,12 @@ StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cf
     out.skipped = infs > 0;
     scaler->update(out.skipped);
     if (out.skipped) return out;
-    engine.scale_grads(T(1.0 / out.loss_scale));  // unscale before clipping (GradScaler.unscale_)
+    engine.scale_grads(acc_t<T>(1.0 / out.loss_scale));  // unscale before clipping (GradScaler.unscale_)
   }
   if (cfg.grad_clip > 0) {
     const double sq = all_reduce_host_scalar(g.world, engine.device(), engine.ops(), engine.owned_grad_sq_norm());
     out.grad_norm = std::sqrt(sq);
-    engine.scale_grads(T(clip_coefficient(out.grad_norm, cfg.grad_clip)));
+    engine.scale_grads(acc_t<T>(clip_coefficient(out.grad_norm, cfg.grad_clip)));
   }
   engine.step();
   return out;
@@ -208,19 +208,16 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
   return run;
 }
 
-template double parallel_compute_gradients<float>(ParallelGpt<float>&, ZeroEngine<float>&, const Dataset&,
-                                                  const TrainConfig&, int64_t, ParallelGroups&, StepTiming*,
-                                                  SpanRecorder*, double);
-template double parallel_compute_gradients<double>(ParallelGpt<double>&, ZeroEngine<double>&, const Dataset&,
-                                                   const TrainConfig&, int64_t, ParallelGroups&, StepTiming*,
-                                                   SpanRecorder*, double);
-template StepOutcome parallel_optimizer_step<float>(ZeroEngine<float>&, const TrainConfig&, LossScaler*,
-                                                    ParallelGroups&);
-template StepOutcome parallel_optimizer_step<double>(ZeroEngine<double>&, const TrainConfig&, LossScaler*,
-                                                     ParallelGroups&);
-template TrainRun parallel_train<float>(ParallelGpt<float>&, ZeroEngine<float>&, const Dataset&, const TrainConfig&,
-                                        ParallelGroups&, SpanRecorder*);
-template TrainRun parallel_train<double>(ParallelGpt<double>&, ZeroEngine<double>&, const Dataset&,
-                                         const TrainConfig&, ParallelGroups&, SpanRecorder*);
+#define DTB_INSTANTIATE_PARALLEL_TRAINER(T)                                                                     \
+  template double parallel_compute_gradients<T>(ParallelGpt<T>&, ZeroEngine<T>&, const Dataset&, const TrainConfig&, \
+                                                int64_t, ParallelGroups&, StepTiming*, SpanRecorder*, double);      \
+  template StepOutcome parallel_optimizer_step<T>(ZeroEngine<T>&, const TrainConfig&, LossScaler*, ParallelGroups&); \
+  template TrainRun parallel_train<T>(ParallelGpt<T>&, ZeroEngine<T>&, const Dataset&, const TrainConfig&,          \
+                                      ParallelGroups&, SpanRecorder*);
+DTB_INSTANTIATE_PARALLEL_TRAINER(float)
+DTB_INSTANTIATE_PARALLEL_TRAINER(double)
+DTB_INSTANTIATE_PARALLEL_TRAINER(bf16)
+DTB_INSTANTIATE_PARALLEL_TRAINER(fp16)
+#undef DTB_INSTANTIATE_PARALLEL_TRAINER
 
 }  // namespace dtb

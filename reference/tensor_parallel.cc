@@ -179,5 +179,11 @@ void RowParallelLinear<T>::zero_grad() {
 DTB_INSTANTIATE_TP(float)
 DTB_INSTANTIATE_TP(double)
 #undef DTB_INSTANTIATE_TP
+// Mixed precision: the sharded GPT's mappings on half-precision activations (the layers
+// above are fp32/fp64 building blocks of the ffn_tp suite).
+template void copy_to_tensor_parallel_region<bf16>(Pass, Ops<bf16>&, Communicator&, bf16*, size_t, CommStats*);
+template void reduce_from_tensor_parallel_region<bf16>(Pass, Ops<bf16>&, Communicator&, bf16*, size_t, CommStats*);
+template void copy_to_tensor_parallel_region<fp16>(Pass, Ops<fp16>&, Communicator&, fp16*, size_t, CommStats*);
+template void reduce_from_tensor_parallel_region<fp16>(Pass, Ops<fp16>&, Communicator&, fp16*, size_t, CommStats*);
 
 }  // namespace dtb

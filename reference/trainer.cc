@@ -37,6 +37,8 @@ double all_reduce_host_scalar(Communicator& comm, Device& device, Ops<T>& ops, d
 }
 template double all_reduce_host_scalar<float>(Communicator&, Device&, Ops<float>&, double);
 template double all_reduce_host_scalar<double>(Communicator&, Device&, Ops<double>&, double);
+template double all_reduce_host_scalar<bf16>(Communicator&, Device&, Ops<bf16>&, double);
+template double all_reduce_host_scalar<fp16>(Communicator&, Device&, Ops<fp16>&, double);
 
 template <typename T>
 double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step,

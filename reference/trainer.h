@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/comm/communicator.h"
@@ -12,6 +13,7 @@
 #include "reference/data.h"
 #include "reference/gpt.h"
 #include "reference/loss_scaler.h"
+#include "reference/memory_model.h"
 #include "reference/spans.h"
 
 namespace dtb {
@@ -30,6 +32,11 @@ struct TrainConfig {
   double grad_clip = 0.0;
   /// Dynamic loss scaling (reference/loss_scaler.h); the sharded trainer only.
   LossScalerConfig loss_scaler;
+  /// The precision recipe (Micikevicius et al. 2018): fp32, or bf16 / fp16 parameters,
+  /// activations and gradients with fp32 accumulation, master weights and Adam moments
+  /// (kernels/half.h, reference/zero.h); the sharded trainer's runs (suites/oracle.h run_parallel_layout)
+  /// only: the single-rank Gpt trainer computes in its template type.
+  Precision precision = Precision::fp32;
 };
 
 /// Throws InputError when the batch does not divide: global_batch must be a multiple of

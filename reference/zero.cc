@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/error.h"
+#include "kernels/half.h"
 #include "kernels/timer.h"
 
 namespace dtb {
@@ -42,26 +44,37 @@ ZeroEngine<T>::ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communic
     shard_total_ += shard_.back();
   }
   const int64_t N = int64_t(model.num_params()), S = int64_t(shard_total_);
-  auto make = [&](int64_t n, MemCategory c, Tier tier = Tier::device) {
-    Tensor t = Tensor::empty(device_, {n}, dtype_of<T>(), c, tier);
-    if (tier == Tier::device) {
+  if (comm_wide() && !device_.is_cpu())
+    throw InputError("communication_data_type \"fp32\" with half-precision gradients needs the cpu backend");
+  // Zero-filled: all-zero bytes are 0.0 in every float type.
+  auto make_as = [&](DType dt, int64_t n, MemCategory c, Tier tier) {
+    Tensor t = Tensor::empty(device_, {n}, dt, c, tier);
+    if (tier == Tier::device && dt == dtype_of<T>()) {
       ops_.zero(t.data<T>(), size_t(n));
+    } else if (tier == Tier::device) {
+      const std::vector<char> zeros(t.bytes(), 0);
+      ops_.copy_from_host(t.raw(), zeros.data(), zeros.size());
     } else {
-      std::fill_n(t.data<T>(), size_t(n), T(0));
+      std::memset(t.raw(), 0, t.bytes());
     }
     return t;
   };
+  auto make = [&](int64_t n, MemCategory c, Tier tier = Tier::device) { return make_as(dtype_of<T>(), n, c, tier); };
+  auto make_a = [&](int64_t n, MemCategory c, Tier tier = Tier::device) { return make_as(dtype_of<A>(), n, c, tier); };
   if (cfg.stage < 3) full_param_ = make(N, MemCategory::param);
   if (cfg.stage < 2) full_grad_ = make(N, MemCategory::grad);
   if (cfg.stage == 3) shard_param_ = make(S, MemCategory::param);
   if (cfg.stage >= 2) shard_grad_ = make(S, MemCategory::grad);
   const int64_t moments = cfg.stage == 0 ? N : S;
   const Tier opt_tier = cfg.offload_optimizer ? Tier::host : Tier::device;
-  m_ = make(moments, MemCategory::optimizer_state, opt_tier);
-  v_ = make(moments, MemCategory::optimizer_state, opt_tier);
+  m_ = make_a(moments, MemCategory::optimizer_state, opt_tier);
+  v_ = make_a(moments, MemCategory::optimizer_state, opt_tier);
   if (cfg.offload_optimizer) {
-    host_master_ = make(S, MemCategory::master_param, Tier::host);
+    host_master_ = make_a(S, MemCategory::master_param, Tier::host);
     host_grad_ = make(S, MemCategory::grad, Tier::host);
+    if (is_half_v<T>) host_param_ = make(S, MemCategory::param, Tier::host);
+  } else if (is_half_v<T>) {
+    master_ = make_a(moments, MemCategory::master_param);
   }
   model.attach(this);
 }
@@ -155,31 +168,37 @@ void ZeroEngine<T>::reduce_bucket() {
     p->unit_grads.push_back(std::move(it->second));
     unit_grad_.erase(it);
   }
-  if (p->units.size() == 1) {
+  // The wire type: T, or fp32 widened on the host (communication_data_type "fp32").
+  const DType ct = comm_wide() ? DType::f32 : dtype_of<T>();
+  if (p->units.size() == 1 && !comm_wide()) {
     p->send = std::move(p->unit_grads[0]);  // one unit is rank-major already
   } else {                                  // rank r's block: each unit's r-th shard, in order
-    p->send = Tensor::empty(device_, {int64_t(p->total) * n_dp_}, dtype_of<T>(), MemCategory::comm_buffer);
+    p->send = Tensor::empty(device_, {int64_t(p->total) * n_dp_}, ct, MemCategory::comm_buffer);
     for (int r = 0; r < n_dp_; ++r)
       for (size_t i = 0; i < p->units.size(); ++i) {
-        const size_t s = shard_[p->units[i]];
-        copy_within(ops_, p->send.template data<T>() + size_t(r) * p->total + p->offsets[i],
-                    p->unit_grads[i].template data<T>() + size_t(r) * s, s);
+        const size_t s = shard_[p->units[i]], at = size_t(r) * p->total + p->offsets[i];
+        const T* src = p->unit_grads[i].template data<T>() + size_t(r) * s;
+        if (comm_wide()) {
+          convert(p->send.template data<float>() + at, src, s);
+        } else {
+          copy_within(ops_, p->send.template data<T>() + at, src, s);
+        }
       }
     p->unit_grads.clear();
   }
-  p->recv = Tensor::empty(device_, {int64_t(p->total)}, dtype_of<T>(), MemCategory::comm_buffer);
+  p->recv = Tensor::empty(device_, {int64_t(p->total)}, ct, MemCategory::comm_buffer);
   bucket_.clear();
   bucket_elems_ = 0;
   ops_.synchronize();
   Stopwatch sw;
   if (cfg_.overlap_comm) {
-    p->handle = dp_.reduce_scatter_async(p->send.raw(), p->recv.raw(), p->total, dtype_of<T>(), ReduceOp::sum);
+    p->handle = dp_.reduce_scatter_async(p->send.raw(), p->recv.raw(), p->total, ct, ReduceOp::sum);
   } else {
-    dp_.reduce_scatter(p->send.raw(), p->recv.raw(), p->total, dtype_of<T>(), ReduceOp::sum);
+    dp_.reduce_scatter(p->send.raw(), p->recv.raw(), p->total, ct, ReduceOp::sum);
   }
   stats_.seconds += sw.elapsed();
   stats_.calls++;
-  stats_.bytes += p->total * n_dp_ * sizeof(T);
+  stats_.bytes += p->total * n_dp_ * dtype_size(ct);
   pending_.push_back(std::move(p));
   // Complete in order; with overlap_comm keep the newest in flight while the backward goes on.
   const size_t keep = cfg_.overlap_comm ? 1 : 0;
@@ -199,7 +218,12 @@ void ZeroEngine<T>::complete(Pending& p) {
   }
   for (size_t i = 0; i < p.units.size(); ++i) {
     T* acc = shard_grad_.data<T>() + shard_off_[p.units[i]];
-    ops_.residual_forward(acc, acc, p.recv.template data<T>() + p.offsets[i], shard_[p.units[i]]);
+    if (comm_wide()) {  // the fp32 sum added and rounded to T once (host memory: comm_wide needs the cpu)
+      const float* r = p.recv.template data<float>() + p.offsets[i];
+      for (size_t j = 0; j < shard_[p.units[i]]; ++j) acc[j] = T(float(acc[j]) + r[j]);
+    } else {
+      ops_.residual_forward(acc, acc, p.recv.template data<T>() + p.offsets[i], shard_[p.units[i]]);
+    }
   }
   ops_.synchronize();
 }
@@ -219,7 +243,15 @@ void ZeroEngine<T>::load(const std::vector<T>& local) {
   } else {
     ops_.copy_from_host(shard_param_.data<T>(), shard.data(), shard.size() * sizeof(T));
   }
-  if (cfg_.offload_optimizer) std::copy(shard.begin(), shard.end(), host_master_.data<T>());
+  // The master copy: the loaded values widened (exact), as Megatron-LM makes its fp32 main
+  // params from the model's half params.
+  if (cfg_.offload_optimizer) convert(host_master_.data<A>(), shard.data(), shard.size());
+  if (master_.defined()) {
+    const std::vector<T>& src = cfg_.stage == 0 ? local : shard;
+    std::vector<A> wide(src.size());
+    convert(wide.data(), src.data(), src.size());
+    ops_.copy_from_host(master_.raw(), wide.data(), wide.size() * sizeof(A));
+  }
 }
 
 template <typename T>
@@ -245,16 +277,27 @@ void ZeroEngine<T>::finish_gradients() {
   }
   if (n_dp_ == 1) return;
   ops_.synchronize();
-  Stopwatch sw;
   // All-reduce in buckets of reduce_bucket_size elements.
   T* g = full_grad_.data<T>();
   const size_t N = model_.num_params();
-  for (size_t off = 0; off < N; off += cfg_.reduce_bucket_size) {
-    const size_t n = std::min(cfg_.reduce_bucket_size, N - off);
-    dp_.all_reduce(g + off, g + off, n, dtype_of<T>(), ReduceOp::sum);
-    stats_.calls++;
+  for (size_t off = 0; off < N; off += cfg_.reduce_bucket_size) dp_all_reduce(g + off, std::min(cfg_.reduce_bucket_size, N - off));
+}
+
+template <typename T>
+void ZeroEngine<T>::dp_all_reduce(T* buf, size_t n) {
+  Stopwatch sw;
+  if (comm_wide()) {  // widened on the host (comm_wide needs the cpu), summed in fp32, rounded once
+    Tensor wide = Tensor::empty(device_, {int64_t(n)}, DType::f32, MemCategory::comm_buffer);
+    float* w = wide.data<float>();
+    convert(w, buf, n);
+    dp_.all_reduce(w, w, n, DType::f32, ReduceOp::sum);
+    convert(buf, w, n);
+    stats_.bytes += n * sizeof(float);
+  } else {
+    dp_.all_reduce(buf, buf, n, dtype_of<T>(), ReduceOp::sum);
     stats_.bytes += n * sizeof(T);
   }
+  stats_.calls++;
   stats_.seconds += sw.elapsed();
 }
 
@@ -311,9 +354,18 @@ template <typename T>
 void ZeroEngine<T>::step() {
   ++t_;
   const auto& units = model_.units();
+  A* m = m_.data<A>();
+  A* v = v_.data<A>();
+  // AdamW on n elements of this rank's share at offset o of the optimizer arrays.
+  auto adamw = [&](T* param, const T* grad, size_t o, size_t n) {
+    if (master_.defined()) {
+      ops_.adamw_update_master(param, master_.data<A>() + o, grad, m + o, v + o, n, hp_, t_);
+    } else {
+      ops_.adamw_update(param, grad, m + o, v + o, n, hp_, t_);
+    }
+  };
   if (cfg_.stage == 0) {
-    ops_.adamw_update(full_param_.data<T>(), full_grad_.data<T>(), m_.data<T>(), v_.data<T>(), model_.num_params(),
-                      hp_, t_);
+    adamw(full_param_.data<T>(), full_grad_.data<T>(), 0, model_.num_params());
     ops_.synchronize();
     return;
   }
@@ -335,16 +387,22 @@ void ZeroEngine<T>::step() {
       down[u] = ops_.copy_to_host_async(host_grad_.data<T>() + shard_off_[u], my_grad(u), own_count(int(u)) * sizeof(T));
     for (size_t u = 0; u < units.size(); ++u) {
       ops_.wait_copy(down[u]);
-      const size_t o = shard_off_[u];
-      cpu::adamw_update(host_master_.data<T>() + o, host_grad_.data<T>() + o, m_.data<T>() + o, v_.data<T>() + o,
-                        shard_[u], hp_, t_);
-      ops_.copy_from_host_async(my_param(u), host_master_.data<T>() + o, own_count(int(u)) * sizeof(T));
+      const size_t o = shard_off_[u], n = shard_[u];
+      A* master = host_master_.data<A>() + o;
+      if constexpr (is_half_v<T>) {  // widen the gradient, step the fp32 master, round the parameters
+        widened_.resize(std::max(widened_.size(), n));
+        convert(widened_.data(), host_grad_.data<T>() + o, n);
+        cpu::adamw_update(master, widened_.data(), m + o, v + o, n, hp_, t_);
+        convert(host_param_.data<T>() + o, master, n);
+        ops_.copy_from_host_async(my_param(u), host_param_.data<T>() + o, own_count(int(u)) * sizeof(T));
+      } else {
+        cpu::adamw_update(master, host_grad_.data<T>() + o, m + o, v + o, n, hp_, t_);
+        ops_.copy_from_host_async(my_param(u), master, own_count(int(u)) * sizeof(T));
+      }
     }
     ops_.wait_copies();
   } else {
-    for (size_t u = 0; u < units.size(); ++u)
-      ops_.adamw_update(my_param(u), my_grad(u), m_.data<T>() + shard_off_[u], v_.data<T>() + shard_off_[u],
-                        own_count(int(u)), hp_, t_);
+    for (size_t u = 0; u < units.size(); ++u) adamw(my_param(u), my_grad(u), shard_off_[u], own_count(int(u)));
   }
   ops_.synchronize();
   if (cfg_.stage < 3) gather_params_into_full();
@@ -425,7 +483,7 @@ double ZeroEngine<T>::owned_grad_sq_norm() {
 }
 
 template <typename T>
-void ZeroEngine<T>::scale_grads(T a) {
+void ZeroEngine<T>::scale_grads(A a) {
   if (cfg_.stage < 2) {
     ops_.scale(full_grad_.data<T>(), a, model_.num_params());
   } else {
@@ -442,5 +500,7 @@ void ZeroEngine<T>::set_held_grad(size_t index, T value) {
 
 template class ZeroEngine<float>;
 template class ZeroEngine<double>;
+template class ZeroEngine<bf16>;
+template class ZeroEngine<fp16>;
 
 }  // namespace dtb

@@ -26,6 +26,16 @@
 // for use, a stage-2/3 unit's gradient before its reduce-scatter, bucket buffers).
 // In fp32 training AdamW updates the weights themselves: there is no master copy on the
 // device; with offload the host's fp32 shard is the master.
+//
+// Mixed precision (T = bf16 or fp16; Micikevicius et al. 2018, ZeRO paper Sec. 3.1's K = 12):
+// parameters and gradients in T (2 + 2 bytes), the fp32 master copy of what the rank updates
+// (N at stage 0, its shard S at stages 1-3) and the fp32 moments (4 + 4 + 4 bytes):
+// AdamW runs on the master from the T gradient and the parameters are the master rounded to
+// T. With offload the master and moments are in the host tier; the T gradient shard moves
+// down, is widened to fp32 on the host, and the rounded T parameters move up (ZeRO-Offload).
+// Gradients are reduced over DP in T (half the bytes of fp32, one rounding per reduction
+// step) or, with communication_data_type "fp32" (DeepSpeed's key), widened to fp32, reduced
+// and rounded to T once.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -47,6 +57,7 @@ struct ZeroConfig {
   size_t reduce_bucket_size = 500'000'000;       // elements per reduce-scatter / all-reduce
   size_t allgather_bucket_size = 500'000'000;    // elements per parameter all-gather
   bool overlap_comm = false;                     // reduce-scatters overlap the backward
+  bool fp32_communication = false;               // communication_data_type "fp32" (half T only)
 };
 
 /// Throws InputError naming the value unless stage is 0-3, buckets >= 1, and offload has
@@ -59,6 +70,7 @@ inline size_t zero_shard_size(size_t n, int dp) { return (n + size_t(dp) - 1) / 
 template <typename T>
 class ZeroEngine final : public ParamStore<T> {
  public:
+  using A = acc_t<T>;  // master weights, moments and the scalars: fp32 under mixed precision
   /// Storage for `model`'s units on its device (attached to the model here), sharded over
   /// `dp` (this rank's DP group; must outlive the engine) per `cfg`, with AdamW `hp`.
   /// Parameters start at 0: load() them. Errors: InputError from validate_zero.
@@ -104,7 +116,7 @@ class ZeroEngine final : public ParamStore<T> {
   /// in double; the caller sums it over the world.
   double owned_grad_sq_norm();
   /// Every gradient element this rank holds *= a (unscaling, clipping).
-  void scale_grads(T a);
+  void scale_grads(A a);
   /// Fault injection for tests: sets element `index` of the gradient this rank holds (the
   /// full local gradient at stages 0-1, the shard at 2-3) to `value`.
   void set_held_grad(size_t index, T value);
@@ -137,8 +149,15 @@ class ZeroEngine final : public ParamStore<T> {
   size_t shard_total_ = 0;
   Tensor full_param_, full_grad_;          // stages 0-2: N params; stages 0-1: N grads
   Tensor shard_param_, shard_grad_;        // stage 3: S params; stages 2-3: S grads
-  Tensor m_, v_;                           // moments: N (stage 0) or S, device or host tier
-  Tensor host_master_, host_grad_;         // offload: S each, host tier
+  Tensor m_, v_;                           // moments (A): N (stage 0) or S, device or host tier
+  Tensor master_;                          // half T without offload: A master, N (stage 0) or S
+  Tensor host_master_, host_grad_;         // offload: S each, host tier (A master, T gradient)
+  Tensor host_param_;                      // offload with half T: the rounded S parameters going up
+  std::vector<A> widened_;                 // offload with half T: one unit's gradient in A (host)
+  bool comm_wide() const { return is_half_v<T> && cfg_.fp32_communication; }
+  // Over DP: all-reduce (stages 0-1) of buf (n), or reduce-scatter of send (n_dp * n) into
+  // recv (n), in T or widened to fp32 per comm_wide(); counts the bytes.
+  void dp_all_reduce(T* buf, size_t n);
   std::map<int, std::pair<Tensor, int>> gathered_;  // stage 3: unit -> (full copy, uses)
   std::map<int, Tensor> unit_grad_;                 // stages 2-3: unit -> full gradient
   std::vector<int> bucket_;                         // stages 2-3: units waiting to reduce
@@ -149,5 +168,7 @@ class ZeroEngine final : public ParamStore<T> {
 
 extern template class ZeroEngine<float>;
 extern template class ZeroEngine<double>;
+extern template class ZeroEngine<bf16>;
+extern template class ZeroEngine<fp16>;
 
 }  // namespace dtb

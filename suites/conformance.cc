@@ -5,10 +5,15 @@
 // final parameters per tensor, and bitwise equality of every replicated copy (TP, DP, the
 // tied embedding). A layout of k ranks runs on world ranks 0..k-1 while the others wait; one
 // that needs more ranks than the world has is reported as skipped, not passed.
+// Every layout runs in each precision of `precisions` (fp32, bf16, fp16: kernels/half.h),
+// against the single-rank runs of the same precision; a half-precision layout is also held
+// to a stated bound of the fp32 trajectory, and a recompute layout to bitwise equality with
+// the same layout without recompute.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "kernels/error.h"
 #include "suites/oracle.h"
@@ -149,7 +154,8 @@ class ConformanceSuite : public Suite {
             {"beta2", 0.95},
             {"eps", 1e-8},
             {"weight_decay", 0.0},
-            {"layouts", json::array()}};
+            {"layouts", json::array()},
+            {"precisions", {"fp32", "bf16", "fp16"}}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     if (config.value("backend", "cpu") != "cpu")
@@ -157,6 +163,7 @@ class ConformanceSuite : public Suite {
                        "--backend cpu");
     const GptConfig model = gpt_config_from_json(section.at("model"), "conformance.model");
     const TrainConfig cfg = train_config_from_json(section, config, "conformance");
+    precisions(section);
     if (cfg.seq_len > model.T)
       throw InputError("conformance.seq_len = " + std::to_string(cfg.seq_len) + " exceeds conformance.model.T = " +
                        std::to_string(model.T));
@@ -201,30 +208,52 @@ class ConformanceSuite : public Suite {
     const Dataset& data = *ctx.dataset;
     Communicator& world = ctx.world;
     const GptConfig model = gpt_config_from_json(ctx.section.at("model"), "conformance.model");
-    const TrainConfig cfg = train_config_from_json(ctx.section, ctx.config, "conformance");
-    const double tokens_per_step = double(cfg.global_batch) * cfg.seq_len;
+    const TrainConfig cfg32 = train_config_from_json(ctx.section, ctx.config, "conformance");
+    const double tokens_per_step = double(cfg32.global_batch) * cfg32.seq_len;
+    const TrainConfig& cfg = cfg32;
     ctx.print("# conformance: GPT L=" + std::to_string(model.L) + " C=" + std::to_string(model.C) +
               " NH=" + std::to_string(model.NH) + " V=" + std::to_string(model.V) + ", " +
               std::to_string(gpt_num_params(model)) + " params, T=" + std::to_string(cfg.seq_len) +
               ", global batch " + std::to_string(cfg.global_batch) + " in " + std::to_string(cfg.micro_batches) +
               " micro-batches per DP rank, " + std::to_string(cfg.steps) + " steps, " +
               std::to_string(world.size()) + " ranks");
-    const ReferenceSet refs = run_references(model, ctx.device, data, cfg, world);
-    ctx.print("# baseline: float64 oracle and " + std::to_string(refs.micro_batches.size()) +
-              " single-rank float32 runs; tolerance " + refs.how());
-    ctx.print("#  layout                 ranks  final loss   |dloss| max   worst check   checks   status   "
-              "peak activations per stage (KiB)");
-
     SuiteResult res;
     json skipped = json::array(), table = json::array();
-    for (const std::string& text : layout_names(ctx.section)) {
-      const LayoutSpec spec = parse_layout(text);
+    // Outcomes kept for the recompute comparison: (precision, layout) -> losses, params.
+    std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> kept;
+    const std::vector<std::string> names = layout_names(ctx.section);
+    auto base_of = [](const std::string& text) {  // the layout without its recompute option
+      for (const char* opt : {":full", ":selective"}) {
+        const size_t at = text.find(opt);
+        if (at != std::string::npos) return text.substr(0, at) + text.substr(at + std::string(opt).size());
+      }
+      return std::string();
+    };
+    std::vector<double> oracle_losses;
+    double factor = 0;
+    for (const Precision prec : precisions(ctx.section)) {
+    TrainConfig pcfg = cfg32;
+    pcfg.precision = prec;
+    pcfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
+    const TrainConfig& cfg = pcfg;
+    const std::string suffix = prec == Precision::fp32 ? "" : ":" + std::string(to_string(prec));
+    const ReferenceSet refs = run_references(model, ctx.device, data, cfg, world);
+    oracle_losses = refs.oracle.losses;  // float64: the same for every precision
+    factor = refs.factor();
+    ctx.print("# " + std::string(to_string(prec)) + " baseline: float64 oracle and " +
+              std::to_string(refs.micro_batches.size()) + " single-rank " + std::string(to_string(prec)) +
+              " runs; tolerance " + refs.how());
+    ctx.print("#  layout                       ranks  final loss   |dloss| max   worst check   checks   status   "
+              "peak activations per stage (KiB)");
+    for (const std::string& layout_text : names) {
+      const std::string text = layout_text + suffix;
+      const LayoutSpec spec = parse_layout(layout_text);
       ParallelLayout l = spec.l;
       l.micro_batches = cfg.micro_batches;
       if (l.world() > world.size()) {
         const int64_t k = l.world();
         skipped.push_back({{"layout", text}, {"needs_ranks", k}});
-        ctx.print("#  " + pad(text, 22) + " " + pad(std::to_string(k), 5) + "  skipped: needs " +
+        ctx.print("#  " + pad(text, 28) + " " + pad(std::to_string(k), 5) + "  skipped: needs " +
                   std::to_string(k) + " ranks, the world has " + std::to_string(world.size()));
         continue;
       }
@@ -263,6 +292,26 @@ class ConformanceSuite : public Suite {
                                   "bitwise"));
       checks.push_back(make_check(prefix + "replicas_identical/params", out.replica_params, 0.0,
                                   "max |difference| between copies of a replicated parameter, bitwise"));
+      if (prec != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
+        for (Check& c : half_vs_fp32_checks(prefix, prec, out.losses, refs.oracle.losses)) checks.push_back(std::move(c));
+      // Recompute: the same ops on the same values, so bitwise the layout without it. Either
+      // may run first: compare when the second of a pair is done.
+      const std::string base = base_of(layout_text);
+      std::vector<std::string> partners;
+      if (!base.empty()) partners.push_back(base + suffix);
+      for (const std::string& n : names)
+        if (base_of(n) == layout_text) partners.push_back(n + suffix);
+      if (!partners.empty()) kept[text] = {out.losses, out.params};
+      for (const std::string& other_name : partners) {
+        auto it = kept.find(other_name);
+        if (it == kept.end()) continue;
+        double d = 0;
+        for (size_t i = 0; i < out.losses.size(); ++i) d = std::max(d, std::fabs(out.losses[i] - it->second.first[i]));
+        for (size_t i = 0; i < out.params.size(); ++i) d = std::max(d, std::fabs(out.params[i] - it->second.second[i]));
+        checks.push_back(make_check(prefix + "recompute_bitwise_vs/" + other_name, d, 0.0,
+                                    "max |difference| of losses and final parameters between recompute and none, "
+                                    "bitwise (the recomputation runs the same ops on the same values)"));
+      }
       int failed = 0;
       double worst = 0, dloss = 0;
       for (const Check& c : checks) {
@@ -280,6 +329,7 @@ class ConformanceSuite : public Suite {
       rec["zero_stage"] = spec.z.stage;
       rec["offload_optimizer"] = spec.z.offload_optimizer ? "cpu" : "none";
       rec["recompute"] = std::string(to_string(spec.recompute));
+      rec["precision"] = std::string(to_string(prec));
       rec["ranks"] = k;
       rec["step_time_ms"] = to_json(st, 1e3);
       rec["final_loss"] = out.losses.back();
@@ -289,17 +339,18 @@ class ConformanceSuite : public Suite {
       rec["checks_failed"] = failed;
       rec["peak_activation_bytes_per_stage"] = stage_peak;
       res.benchmarks.push_back(rec);
-      table.push_back({{"layout", text}, {"losses", out.losses}});
+      table.push_back({{"layout", text}, {"precision", to_string(prec)}, {"losses", out.losses}});
       char line[300];
-      std::snprintf(line, sizeof line, "   %-22s %5d  %10.6f   %11.3g   %11.3f   %6zu   %s   %s", text.c_str(), k,
+      std::snprintf(line, sizeof line, "   %-28s %5d  %10.6f   %11.3g   %11.3f   %6zu   %s   %s", text.c_str(), k,
                     out.losses.back(), dloss, worst, checks.size(), failed ? "FAILED" : "passed", peaks.c_str());
       ctx.print(line);
       for (Check& c : checks) res.checks.push_back(std::move(c));
     }
+    }
     if (world.rank() == 0) {
       res.data = {{"model", ctx.section.at("model")},
-                  {"oracle_factor", refs.factor()},
-                  {"oracle_losses", refs.oracle.losses},
+                  {"oracle_factor", factor},
+                  {"oracle_losses", oracle_losses},
                   {"layouts", table},
                   {"skipped", skipped}};
       ctx.print("# worst check: the largest value / tolerance over a layout's checks (<= 1 passes)");
@@ -309,6 +360,21 @@ class ConformanceSuite : public Suite {
 
  private:
   static std::string pad(const std::string& s, size_t n) { return s.size() >= n ? s : s + std::string(n - s.size(), ' '); }
+  static std::vector<Precision> precisions(const json& section) {
+    std::vector<Precision> out;
+    const json& list = section.at("precisions");
+    if (!list.is_array() || list.empty())
+      throw InputError("conformance.precisions: a non-empty list of fp32, bf16, fp16");
+    for (const auto& v : list) {
+      const std::string p = v.is_string() ? v.get<std::string>() : v.dump();
+      if (p != "fp32" && p != "bf16" && p != "fp16")
+        throw InputError("conformance.precisions: '" + printable(p, 40) + "' is not fp32, bf16 or fp16");
+      if (std::find(out.begin(), out.end(), parse_precision(p)) != out.end())
+        throw InputError("conformance.precisions: '" + p + "' is listed twice");
+      out.push_back(parse_precision(p));
+    }
+    return out;
+  }
 };
 
 }  // namespace

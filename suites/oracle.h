@@ -25,16 +25,20 @@ struct Reference {
   std::vector<double> losses, params, grads0;
 };
 
-/// The float32 references (micro-batches 1, 2 and 4, those that divide the global batch)
-/// and the float64 oracle, as rank 0 holds them after run_references.
+/// The single-rank references in the run's precision (micro-batches 1, 2 and 4, those that
+/// divide the global batch) and the float64 oracle, as rank 0 holds them after
+/// run_references.
 struct ReferenceSet {
-  std::vector<int> micro_batches;  // of each float32 reference
-  std::vector<Reference> f32;
+  std::vector<int> micro_batches;  // of each single-rank reference
+  std::vector<Reference> single;
   Reference oracle;
+  Precision precision = Precision::fp32;  // of the single-rank references
+  /// Unit roundoff of the precision's storage: 2^-24 (fp32), 2^-8 (bf16), 2^-11 (fp16).
+  double unit_roundoff() const;
   /// k of the tolerance k x (largest reference deviation), from how many references there
   /// are: 10 for 3, 25 for 2, 640 for 1 (derivation in oracle.cc).
   double factor() const;
-  std::string how() const;  // "k=10 x max deviation of 3 single-rank f32 references"
+  std::string how() const;  // "k=10 x max deviation of 3 single-rank fp32 references"
 };
 
 /// A train section's TrainConfig: steps, global_batch, micro_batches, seq_len, lr, beta1,
@@ -44,7 +48,9 @@ TrainConfig train_config_from_json(const nlohmann::json& section, const nlohmann
                                    const std::string& path);
 
 /// Runs the references of `cfg` on one rank each (job j on rank j % world.size(), side by
-/// side) with the CPU ops, and collects them on rank 0 (other ranks get an empty set).
+/// side) with the CPU ops, and collects them on rank 0 (other ranks get an empty set):
+/// fp32 through the single-rank Gpt<float>, bf16 / fp16 through the sharded model on a
+/// one-rank layout (which with tp = 1 runs gpt.cc's ops); the oracle is Gpt<double>.
 /// Collective over `world`.
 ReferenceSet run_references(const GptConfig& model, Device& device, const Dataset& data, const TrainConfig& cfg,
                             Communicator& world);
@@ -59,6 +65,14 @@ double rel_norm_diff(const double* a, const double* ref, size_t n);
 std::vector<Check> oracle_checks(const std::string& prefix, const ReferenceSet& refs, const GptConfig& model,
                                  double tokens_per_step, const std::vector<double>& losses,
                                  const std::vector<double>& grads0, const std::vector<double>& params);
+
+/// A bf16 / fp16 run's losses against the fp32 trajectory `ref` (the float64 oracle or an
+/// fp32 run of the same model, data and steps), the stated bounds of the mixed-precision
+/// recipe (derivation in oracle.cc): "<prefix>loss_vs_fp32/step:0", |loss_0 - ref_0| <= u
+/// |ref_0| with u the precision's unit roundoff; "<prefix>loss_vs_fp32/tail_mean", the mean
+/// loss over the last quarter of the steps within 2^-4 (6.25%) of ref's, relative.
+std::vector<Check> half_vs_fp32_checks(const std::string& prefix, Precision precision,
+                                       const std::vector<double>& losses, const std::vector<double>& ref);
 
 }  // namespace dtb
 
@@ -75,6 +89,7 @@ struct LayoutOutcome {
   std::vector<double> grad_norms, loss_scales;  // per step, when clipping / loss scaling
   std::vector<int> skipped;
   std::vector<double> grads0, params;
+  double dp_comm_bytes = 0;  // this rank's DP gradient/parameter traffic over the run (ZeroEngine)
   double replica_grads0 = 0, replica_params = 0;
   int pp_rank = 0, tp_rank = 0;        // this rank's pipeline stage and TP rank
   double peak_activation_bytes = 0;    // this rank's, over the training steps
@@ -83,7 +98,8 @@ struct LayoutOutcome {
   std::array<std::array<double, kNumMemCategories>, kNumTiers> peak_bytes{};
 };
 
-/// Trains `model` on `layout` with ZeRO settings `zero` over `host` (an MPI communicator of layout.world() ranks,
+/// Trains `model` on `layout` in cfg.precision (fp32; bf16 / fp16 on the CPU backend only,
+/// InputError otherwise) with ZeRO settings `zero` over `host` (an MPI communicator of layout.world() ranks,
 /// for the group splits' bookkeeping and the gathers) with the groups split from `comm`
 /// (the same ranks; NCCL on a GPU backend), `ops` null for the CPU: step 0's gradient
 /// first, then cfg.steps steps. Collective over `host`. The device's peaks are reset before

@@ -117,6 +117,35 @@ Recompute parse_recompute_key(const nlohmann::json& s, const std::string& path) 
   throw InputError(path + ".recompute: '" + printable(r, 40) + "' is not none, selective or full");
 }
 
+void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainConfig& t, ZeroConfig* z) {
+  if (s.contains("precision")) {
+    const std::string p = s.at("precision").get<std::string>();
+    if (p != "fp32" && p != "bf16" && p != "fp16")
+      throw InputError(path + ".precision: '" + printable(p, 40) + "' is not fp32, bf16 or fp16");
+    t.precision = parse_precision(p);
+  }
+  if (s.contains("grad_clip")) t.grad_clip = number_in_range(s, "grad_clip", path + ".grad_clip", 0.0, 1e30);
+  if (s.contains("loss_scale")) {
+    const std::string ls = s.at("loss_scale").get<std::string>();
+    if (ls != "none" && ls != "dynamic" && ls != "auto")
+      throw InputError(path + ".loss_scale: '" + printable(ls, 40) + "' is not \"auto\", \"none\" or \"dynamic\"");
+    t.loss_scaler.enabled = ls == "dynamic" || (ls == "auto" && t.precision == Precision::fp16);
+  }
+  if (s.contains("loss_scale_init"))
+    t.loss_scaler.init_scale = number_in_range(s, "loss_scale_init", path + ".loss_scale_init", 1e-30, 0x1.0p127);
+  if (s.contains("loss_scale_growth_interval"))
+    t.loss_scaler.growth_interval =
+        int(int_in_range(s, "loss_scale_growth_interval", path + ".loss_scale_growth_interval", 1, 1 << 30));
+  if (z && s.contains("communication_data_type")) {
+    const std::string c = s.at("communication_data_type").get<std::string>();
+    const std::string mine(to_string(t.precision));
+    if (c != "auto" && c != "fp32" && c != mine)
+      throw InputError(path + ".communication_data_type: '" + printable(c, 40) + "' is not \"auto\", \"fp32\" or " +
+                       "the run's precision \"" + mine + "\" (gradients are reduced in their own type or in fp32)");
+    z->fp32_communication = c == "fp32" && t.precision != Precision::fp32;
+  }
+}
+
 void SuiteContext::print(const std::string& line) const {
   if (world.rank() == 0) std::cout << line << '\n' << std::flush;
 }

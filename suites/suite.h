@@ -20,6 +20,7 @@
 #include "reference/memory_model.h"
 #include "reference/zero.h"
 #include "reference/spans.h"
+#include "reference/trainer.h"
 
 namespace dtb {
 
@@ -115,6 +116,13 @@ ZeroConfig zero_config_from_json(const nlohmann::json& section, const std::strin
 /// A section's "recompute" key: none, selective or full; InputError "<path>.recompute: ..."
 /// otherwise.
 Recompute parse_recompute_key(const nlohmann::json& section, const std::string& path);
+
+/// A section's training-recipe keys into `t` (and `z`, when given), each only where the
+/// section has it: precision (fp32, bf16, fp16), loss_scale ("auto": dynamic for fp16,
+/// none otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval,
+/// grad_clip (0: off) and communication_data_type (DeepSpeed's key: "auto", the gradients'
+/// type; "fp32"; or the run's half type). Errors: InputError "<path>.<key>: <reason>".
+void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t, ZeroConfig* z);
 
 /// Throws InputError "<what>: needs about X MiB per rank, Y ranks per node, more than this
 /// machine's memory (Z MiB)" when bytes_per_rank * ranks_per_node exceeds 80% of RAM.

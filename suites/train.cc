@@ -69,8 +69,8 @@ class TrainSuite : public Suite {
             {"schedule", "1f1b"}, {"virtual_stages", 1},
             {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
             {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},
-            {"grad_clip", 0.0}, {"loss_scale", "none"}, {"loss_scale_init", 65536.0},
-            {"loss_scale_growth_interval", 2000}};
+            {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},
+            {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"communication_data_type", "auto"}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const GptConfig model = gpt_config_from_json(config.at("model"));
@@ -78,9 +78,12 @@ class TrainSuite : public Suite {
     const ParallelLayout layout =
         parallel_layout_from_json(section, "train", model, train.micro_batches, train.global_batch, world.size);
     validate_train_config(train, model, layout.dp);
-    zero_config_from_json(section, "train");
+    ZeroConfig zero = zero_config_from_json(section, "train");
     parse_recompute_key(section, "train");
-    apply_stability_keys(section, train);
+    apply_recipe_keys(section, "train", train, &zero);
+    if (train.precision != Precision::fp32 && config.value("backend", "cpu") != "cpu")
+      throw InputError("train.precision: " + std::string(to_string(train.precision)) +
+                       " runs on the cpu backend only (the cuda backend stores fp32)");
     const std::string prec = section.at("matmul_precision");
     if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
       throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
@@ -103,12 +106,12 @@ class TrainSuite : public Suite {
     const int n = world.size();
     const ParallelLayout layout =
         parallel_layout_from_json(ctx.section, "train", model_cfg, cfg.micro_batches, cfg.global_batch, n);
-    const ZeroConfig zero = zero_config_from_json(ctx.section, "train");
+    ZeroConfig zero = zero_config_from_json(ctx.section, "train");
     const Recompute recompute = parse_recompute_key(ctx.section, "train");
-    apply_stability_keys(ctx.section, cfg);
+    apply_recipe_keys(ctx.section, "train", cfg, &zero);
     // Plain DP (reference/trainer.h) unless the layout, ZeRO or recompute needs the sharded model.
     const bool dp_only = layout.tp == 1 && layout.pp == 1 && zero.stage == 0 && recompute == Recompute::none &&
-                         !cfg.loss_scaler.enabled;
+                         !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
     const std::string layout_name =
         dp_only ? "dp:" + std::to_string(n)
                 : "tp:" + std::to_string(layout.tp) + "/dp:" + std::to_string(layout.dp) + "/pp:" +
@@ -116,7 +119,8 @@ class TrainSuite : public Suite {
                       (layout.schedule == "interleaved" ? "/v:" + std::to_string(layout.virtual_stages) : "") +
                       (zero.stage > 0 ? "/zero:" + std::to_string(zero.stage) : "") +
                       (zero.offload_optimizer ? "/offload:cpu" : "") +
-                      (recompute != Recompute::none ? "/recompute:" + std::string(to_string(recompute)) : "");
+                      (recompute != Recompute::none ? "/recompute:" + std::string(to_string(recompute)) : "") +
+                      (cfg.precision != Precision::fp32 ? "/precision:" + std::string(to_string(cfg.precision)) : "");
     const double tokens_per_step = double(cfg.global_batch) * cfg.seq_len;
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
@@ -206,6 +210,7 @@ class TrainSuite : public Suite {
     rec["zero_stage"] = zero.stage;
     rec["offload_optimizer"] = zero.offload_optimizer ? "cpu" : "none";
     rec["recompute"] = std::string(to_string(recompute));
+    rec["precision"] = std::string(to_string(cfg.precision));
     rec["steps"] = cfg.steps;
     rec["tokens_per_step"] = tokens_per_step;
     rec["tokens_per_s"] = tokens_per_step / step.median;
@@ -256,6 +261,9 @@ class TrainSuite : public Suite {
 
     for (Check& c : oracle_checks("train/", refs, model_cfg, tokens_per_step, run.losses, run.grads0, run.params))
       res.checks.push_back(std::move(c));
+    if (cfg.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
+      for (Check& c : half_vs_fp32_checks("train/", cfg.precision, run.losses, refs.oracle.losses))
+        res.checks.push_back(std::move(c));
     res.checks.push_back(make_check(dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
                                     run.replica_params, 0.0, replica_detail));
     if (!dp_only)
@@ -271,8 +279,9 @@ class TrainSuite : public Suite {
                                     "mean loss of the last 10% of steps <= 0.75 ln V"));
 
     json losses = {{dp_only ? "dp" : "layout", run.losses}, {"oracle_f64", refs.oracle.losses}};
-    for (size_t j = 0; j < refs.f32.size(); ++j)
-      losses["single_rank_f32_micro_batches:" + std::to_string(refs.micro_batches[j])] = refs.f32[j].losses;
+    for (size_t j = 0; j < refs.single.size(); ++j)
+      losses["single_rank_" + std::string(to_string(refs.precision)) + "_micro_batches:" +
+             std::to_string(refs.micro_batches[j])] = refs.single[j].losses;
     res.data = {{"model", ctx.config.at("model")},
                 {"num_params", P},
                 {"tokens_per_step", tokens_per_step},
@@ -287,24 +296,12 @@ class TrainSuite : public Suite {
                   "final loss %.4f (1 rank %.4f, f64 %.4f)",
                   (dp_only ? "dp=" + std::to_string(n) : layout_name).c_str(), tokens_per_step / step.median,
                   step.median * 1e3, comp.median * 1e3, comm.median * 1e3, run.losses.back(),
-                  refs.f32[0].losses.back(), refs.oracle.losses.back());
+                  refs.single[0].losses.back(), refs.oracle.losses.back());
     ctx.print(line);
     return res;
   }
 
  private:
-  // grad_clip (0: off) and dynamic loss scaling (loss_scale "none" or "dynamic", with
-  // GradScaler's init scale and growth interval) into `t`. InputError naming the key.
-  static void apply_stability_keys(const json& s, TrainConfig& t) {
-    t.grad_clip = number_in_range(s, "grad_clip", "train.grad_clip", 0.0, 1e30);
-    const std::string ls = s.at("loss_scale").get<std::string>();
-    if (ls != "none" && ls != "dynamic")
-      throw InputError("train.loss_scale: '" + printable(ls, 40) + "' is not \"none\" or \"dynamic\"");
-    t.loss_scaler.enabled = ls == "dynamic";
-    t.loss_scaler.init_scale = number_in_range(s, "loss_scale_init", "train.loss_scale_init", 1e-30, 0x1.0p127);
-    t.loss_scaler.growth_interval =
-        int(int_in_range(s, "loss_scale_growth_interval", "train.loss_scale_growth_interval", 1, 1 << 30));
-  }
   static std::string fmt_step(int s, double loss) {
     char b[64];
     std::snprintf(b, sizeof b, "  step %5d  loss %.6f", s, loss);

@@ -32,10 +32,11 @@ class CommHandle {
 /// A group of ranks and its collectives. Every operation is collective over the group
 /// (all ranks call it with the same counts, dtype, op and root) unless it says otherwise.
 /// Errors, for every operation: a failed library call, a count the backend cannot express
-/// (MPI: above INT_MAX elements), a reduction on a half type the backend cannot reduce,
-/// buffers that overlap other than in the documented in-place layout, or a root or peer
+/// (MPI: above INT_MAX elements), buffers that overlap other than in the documented in-place layout, or a root or peer
 /// outside [0, size()) abort the job through the error sink, naming group and operation.
-/// Semantics and in-place layouts are NCCL's (ncclAllReduce, ncclAllGather, ...).
+/// Semantics and in-place layouts are NCCL's (ncclAllReduce, ncclAllGather, ...). Half types
+/// (bf16, f16) reduce element by element in fp32, rounded back to the half type at each step
+/// of the backend's algorithm (NCCL natively; MPI through user-defined operations).
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -1,14 +1,17 @@
 // MpiCommunicator: Communicator over MPI on host buffers (see mpi_communicator.h for the
-// datatype mapping and in-place conventions). Every MPI return code is checked.
+// datatype mapping and in-place conventions). Every MPI return code is checked. The half
+// types reduce through user-defined MPI operations (half_op below).
 #include "kernels/comm/mpi_communicator.h"
 
 #include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/error.h"
+#include "kernels/half.h"
 
 namespace dtb {
 namespace {
@@ -49,30 +52,143 @@ int int_count(size_t count, const char* call, const std::string& group) {
   return int(count);
 }
 
-/// The MPI datatype of `t`. Half types travel as 2-byte integers, so reductions on them
-/// are refused.
-MPI_Datatype mpi_type(DType t, bool reduction, const char* call, const std::string& group) {
+/// The MPI datatype of `t`. The half types travel as MPI_UINT16_T (MPI has no half
+/// types); reductions on them use the user-defined operations of half_op().
+MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::f32: return MPI_FLOAT;
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::bf16:
-    case DType::f16:
-      DTB_CHECK(!reduction, std::string(call) + " on " + group + ": reduction on " +
-                                std::string(to_string(t)) + " is not supported by the MPI backend");
-      return MPI_UINT16_T;
+    case DType::f16: return MPI_UINT16_T;
   }
   DTB_CHECK(false, "unknown DType");
   return MPI_DATATYPE_NULL;
 }
 
-MPI_Op mpi_op(ReduceOp op) {
+// ---- Reductions on the half types ----
+//
+// MPI has no bf16 or fp16, so each (format, ReduceOp) gets a user-defined operation on
+// MPI_UINT16_T words (distinct operations, since the function must know the format).
+// Every one is commutative bitwise, op(a, b) == op(b, a) for all bit patterns, which is
+// what keeps an all_reduce bitwise equal on every rank: MPI_Op_create(commute = 1) lets
+// the library combine partial results in either operand order, as with MPI_SUM on floats.
+//   sum: float(a) + float(b), rounded to the format to nearest even (kernels/half.h). The
+//        float sum is exact or rounds once at 24 bits, and 24 >= 2p + 2 (p = 8 bf16, 11
+//        fp16), so rounding it again to p bits gives the correctly rounded half sum (double
+//        rounding is innocuous then: Figueroa, "When is double rounding innocuous?", 1995).
+//        A NaN result (a NaN operand, or inf + -inf) is the canonical quiet NaN (bf16 0x7fc0,
+//        fp16 0x7e00), as the float NaN's payload would depend on the operand order.
+//   max, min: IEEE 754-2008 maxNum / minNum (C's fmaxf / fminf): one of the operands, bits
+//        unchanged; a NaN operand is ignored (both NaN: the canonical NaN); -0 < +0.
+// Over n ranks the combination is some tree of n-1 such operations, so a sum is within
+// (n-1) roundings of the exact one; which tree is the library's choice.
+
+constexpr uint16_t kBf16Nan = 0x7fc0, kFp16Nan = 0x7e00;
+
+template <typename H> constexpr uint16_t canonical_nan() {
+  return std::is_same_v<H, bf16> ? kBf16Nan : kFp16Nan;
+}
+
+template <typename H, ReduceOp kOp> uint16_t half_combine(uint16_t a, uint16_t b) {
+  const float x = H::from_bits(a), y = H::from_bits(b);
+  if constexpr (kOp == ReduceOp::sum) {
+    const float s = x + y;
+    return s != s ? canonical_nan<H>() : H(s).bits;
+  } else {
+    if (x != x) return y != y ? canonical_nan<H>() : b;
+    if (y != y) return a;
+    // Equal values have equal bits except +0 and -0: max keeps +0 (a & b clears the sign
+    // unless both are -0), min keeps -0 (a | b).
+    if (x == y) return kOp == ReduceOp::max ? uint16_t(a & b) : uint16_t(a | b);
+    return (x > y) == (kOp == ReduceOp::max) ? a : b;
+  }
+}
+
+/// The MPI_User_function: inout[i] = in[i] op inout[i], i < *len, on MPI_UINT16_T words.
+template <typename H, ReduceOp kOp>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype* /*type: MPI_UINT16_T*/) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = half_combine<H, kOp>(a[i], b[i]);
+}
+
+/// The six operations, [format: 0 bf16, 1 fp16][ReduceOp: sum, max, min].
+struct HalfOps {
+  MPI_Op op[2][3] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
+                     {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
+};
+
+/// Frees the operations. The delete callback of an attribute on MPI_COMM_SELF, which
+/// MPI_Finalize deletes first, while MPI is still fully usable (MPI-3.1 section 8.7.1, the
+/// standard's finalize hook). Returns the first failing MPI_Op_free's code, which MPI
+/// passes on as MPI_Finalize's error.
+int free_half_ops(MPI_Comm, int, void* attr, void*) {
+  auto* ops = static_cast<HalfOps*>(attr);
+  int first_error = MPI_SUCCESS;
+  for (auto& row : ops->op)
+    for (MPI_Op& op : row)
+      if (op != MPI_OP_NULL) {
+        const int rc = MPI_Op_free(&op);
+        if (rc != MPI_SUCCESS && first_error == MPI_SUCCESS) first_error = rc;
+        op = MPI_OP_NULL;
+      }
+  return first_error;
+}
+
+/// Creates the six operations and registers free_half_ops to run in MPI_Finalize. Aborts
+/// if an MPI call fails, naming `call` and `group` (the collective that needed them).
+HalfOps create_half_ops(const char* call, const std::string& group) {
+  const std::string where = std::string(call) + " (half-precision reduction)";
+  HalfOps ops;
+  MPI_User_function* const fns[2][3] = {
+      {half_reduce<bf16, ReduceOp::sum>, half_reduce<bf16, ReduceOp::max>,
+       half_reduce<bf16, ReduceOp::min>},
+      {half_reduce<fp16, ReduceOp::sum>, half_reduce<fp16, ReduceOp::max>,
+       half_reduce<fp16, ReduceOp::min>}};
+  for (int f = 0; f < 2; ++f)
+    for (int o = 0; o < 3; ++o)
+      DTB_MPI_CHECK(MPI_Op_create(fns[f][o], /*commute=*/1, &ops.op[f][o]),
+                    "MPI_Op_create for " + where, group);
+  return ops;
+}
+
+/// The user-defined operation reducing half type `t` with `op`, created on first use
+/// (C++ static initialisation: once per process, thread-safe) and freed in MPI_Finalize.
+MPI_Op half_op(DType t, ReduceOp op, const char* call, const std::string& group) {
+  static HalfOps ops;
+  static const bool ready = [&] {
+    ops = create_half_ops(call, group);
+    // free_half_ops runs in MPI_Finalize as the delete callback of an attribute on
+    // MPI_COMM_SELF. The keyval is freed at once: the attribute stays until deleted
+    // (MPI-3.1 section 6.7.2).
+    int keyval = MPI_KEYVAL_INVALID;
+    DTB_MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_half_ops, &keyval, nullptr),
+                  "MPI_Comm_create_keyval", group);
+    DTB_MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, &ops), "MPI_Comm_set_attr", group);
+    DTB_MPI_CHECK(MPI_Comm_free_keyval(&keyval), "MPI_Comm_free_keyval", group);
+    return true;
+  }();
+  (void)ready;
+  const int f = t == DType::bf16 ? 0 : 1;
+  const int o = op == ReduceOp::sum ? 0 : op == ReduceOp::max ? 1 : 2;
+  const MPI_Op result = ops.op[f][o];
+  DTB_CHECK(result != MPI_OP_NULL, std::string(call) + " on " + group +
+                                       ": half-precision operations already freed (MPI_Finalize)");
+  return result;
+}
+
+/// The MPI operation reducing `t` with `op`: MPI's own for f32, f64, i32; a user-defined
+/// one (half_op) for bf16 and f16.
+MPI_Op mpi_op(ReduceOp op, DType t, const char* call, const std::string& group) {
+  DTB_CHECK(op == ReduceOp::sum || op == ReduceOp::max || op == ReduceOp::min,
+            std::string(call) + " on " + group + ": unknown ReduceOp");
+  if (t == DType::bf16 || t == DType::f16) return half_op(t, op, call, group);
   switch (op) {
     case ReduceOp::sum: return MPI_SUM;
     case ReduceOp::max: return MPI_MAX;
     case ReduceOp::min: return MPI_MIN;
   }
-  DTB_CHECK(false, "unknown ReduceOp");
   return MPI_OP_NULL;
 }
 
@@ -211,7 +327,7 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, size_t count, DTy
   const std::string& g = desc_;  // built once: nothing allocated per call
   const Plan p = plan_all_reduce(send, recv, count * dtype_size(dtype), call, g);
   DTB_MPI_CHECK(MPI_Allreduce(p.send, p.recv, int_count(count, call, g),
-                              mpi_type(dtype, true, call, g), mpi_op(op), comm_),
+                              mpi_type(dtype), mpi_op(op, dtype, call, g), comm_),
                 call, g);
 }
 
@@ -221,7 +337,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, size_t send_count
   const Plan p =
       plan_all_gather(send, recv, send_count * dtype_size(dtype), rank_, size_, call, g);
   const int n = int_count(send_count, call, g);
-  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  const MPI_Datatype t = mpi_type(dtype);
   DTB_MPI_CHECK(MPI_Allgather(p.send, n, t, p.recv, n, t, comm_), call, g);
 }
 
@@ -232,7 +348,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_c
   const Plan p =
       plan_reduce_scatter(send, recv, recv_count * dtype_size(dtype), rank_, size_, call, g);
   DTB_MPI_CHECK(MPI_Reduce_scatter_block(p.send, p.recv, int_count(recv_count, call, g),
-                                         mpi_type(dtype, true, call, g), mpi_op(op), comm_),
+                                         mpi_type(dtype), mpi_op(op, dtype, call, g), comm_),
                 call, g);
   apply_fixup(p);
 }
@@ -241,7 +357,7 @@ void MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) 
   const char* call = "MPI_Bcast";
   const std::string& g = desc_;  // built once: nothing allocated per call
   check_rank(root, size_, "root", call, g);
-  DTB_MPI_CHECK(MPI_Bcast(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), root,
+  DTB_MPI_CHECK(MPI_Bcast(buf, int_count(count, call, g), mpi_type(dtype), root,
                           comm_),
                 call, g);
 }
@@ -259,7 +375,7 @@ void MpiCommunicator::send(const void* buf, size_t count, DType dtype, int peer,
   const char* call = "MPI_Send";
   const std::string& g = desc_;  // built once: nothing allocated per call
   check_rank(peer, size_, "peer", call, g);
-  DTB_MPI_CHECK(MPI_Send(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), peer,
+  DTB_MPI_CHECK(MPI_Send(buf, int_count(count, call, g), mpi_type(dtype), peer,
                          tag, comm_),
                 call, g);
 }
@@ -268,7 +384,7 @@ void MpiCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int t
   const char* call = "MPI_Recv";
   const std::string& g = desc_;  // built once: nothing allocated per call
   check_rank(peer, size_, "peer", call, g);
-  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  const MPI_Datatype t = mpi_type(dtype);
   MPI_Status status;
   DTB_MPI_CHECK(MPI_Recv(buf, int_count(count, call, g), t, peer, tag, comm_, &status), call, g);
   int got = 0;
@@ -286,7 +402,7 @@ void MpiCommunicator::sendrecv(const void* send, void* recv, size_t count, DType
   check_rank(recv_peer, size_, "recv peer", call, g);
   const size_t bytes = count * dtype_size(dtype);
   const int n = int_count(count, call, g);
-  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  const MPI_Datatype t = mpi_type(dtype);
   MPI_Status status;
   if (send == recv) {  // in place: MPI forbids aliased Sendrecv buffers, so _replace
     DTB_MPI_CHECK(MPI_Sendrecv_replace(recv, n, t, send_peer, tag, recv_peer, tag, comm_, &status),
@@ -315,7 +431,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::all_reduce_async(const void* send, 
   const Plan p = plan_all_reduce(send, recv, count * dtype_size(dtype), call, g);
   MPI_Request req;
   DTB_MPI_CHECK(MPI_Iallreduce(p.send, p.recv, int_count(count, call, g),
-                               mpi_type(dtype, true, call, g), mpi_op(op), comm_, &req),
+                               mpi_type(dtype), mpi_op(op, dtype, call, g), comm_, &req),
                 call, g);
   return std::make_unique<MpiHandle>(req, call, std::move(g), p);
 }
@@ -327,7 +443,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::all_gather_async(const void* send, 
   const Plan p =
       plan_all_gather(send, recv, send_count * dtype_size(dtype), rank_, size_, call, g);
   const int n = int_count(send_count, call, g);
-  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  const MPI_Datatype t = mpi_type(dtype);
   MPI_Request req;
   DTB_MPI_CHECK(MPI_Iallgather(p.send, n, t, p.recv, n, t, comm_, &req), call, g);
   return std::make_unique<MpiHandle>(req, call, std::move(g), p);
@@ -342,7 +458,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::reduce_scatter_async(const void* se
       plan_reduce_scatter(send, recv, recv_count * dtype_size(dtype), rank_, size_, call, g);
   MPI_Request req;
   DTB_MPI_CHECK(MPI_Ireduce_scatter_block(p.send, p.recv, int_count(recv_count, call, g),
-                                          mpi_type(dtype, true, call, g), mpi_op(op), comm_,
+                                          mpi_type(dtype), mpi_op(op, dtype, call, g), comm_,
                                           &req),
                 call, g);
   return std::make_unique<MpiHandle>(req, call, std::move(g), p);
@@ -354,7 +470,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::broadcast_async(void* buf, size_t c
   std::string g = desc_;
   check_rank(root, size_, "root", call, g);
   MPI_Request req;
-  DTB_MPI_CHECK(MPI_Ibcast(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), root,
+  DTB_MPI_CHECK(MPI_Ibcast(buf, int_count(count, call, g), mpi_type(dtype), root,
                            comm_, &req),
                 call, g);
   return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{buf, buf});
@@ -366,7 +482,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::send_async(const void* buf, size_t 
   std::string g = desc_;
   check_rank(peer, size_, "peer", call, g);
   MPI_Request req;
-  DTB_MPI_CHECK(MPI_Isend(buf, int_count(count, call, g), mpi_type(dtype, false, call, g), peer,
+  DTB_MPI_CHECK(MPI_Isend(buf, int_count(count, call, g), mpi_type(dtype), peer,
                           tag, comm_, &req),
                 call, g);
   return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{});
@@ -377,7 +493,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::recv_async(void* buf, size_t count,
   const char* call = "MPI_Irecv";
   std::string g = desc_;
   check_rank(peer, size_, "peer", call, g);
-  const MPI_Datatype t = mpi_type(dtype, false, call, g);
+  const MPI_Datatype t = mpi_type(dtype);
   MPI_Request req;
   DTB_MPI_CHECK(MPI_Irecv(buf, int_count(count, call, g), t, peer, tag, comm_, &req), call, g);
   return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{}, RecvCheck{t, count});

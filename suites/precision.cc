@@ -1,0 +1,227 @@
+// The `precision` suite: the mixed-precision recipes (Micikevicius et al. 2018; kernels/half.h,
+// reference/zero.h) on one model and one data stream, with data parallelism over every rank:
+//
+//   fp32                       the baseline
+//   bf16, fp16                 half parameters, activations and gradients, fp32 master weights
+//                              and moments; fp16 with dynamic loss scaling (GradScaler)
+//   bf16/fp16 + fp32 comm      the same with the DP gradient reduction widened to fp32
+//                              (DeepSpeed's communication_data_type): twice the bytes, one
+//                              rounding instead of one per reduction step
+//   fp16 forced overflow       loss_scale_init far above what fp16 holds: the first steps'
+//                              gradients overflow, every rank skips them and the scale backs off
+//
+// Per run: step time (median of the slowest rank's, after the first step, over alternating
+// repetitions) and its speedup over fp32, final loss and the largest loss deviation from
+// the fp32 run, bytes of DP gradient traffic, persistent model-state bytes per parameter, the
+// loss-scale trajectory and skipped steps. Checks: the half runs' losses stay within the
+// conformance suite's stated bounds of fp32 (suites/oracle.h half_vs_fp32_checks); the fp32-comm
+// variants move exactly twice the bytes; every loss-scale trajectory is the one GradScaler's
+// rule gives for its skipped steps (replayed through reference/loss_scaler.h), and the forced
+// overflow skips at least one step and then trains; the model-state bytes are the analytic
+// model's (reference/memory_model.h), exactly.
+//
+// On the CPU backend half storage is emulated (each op widens its inputs to fp32 and rounds
+// its outputs): the numerics are the GPU recipe's, the speed is not — the conversions cost
+// time and no op runs faster in half. The speedup column says what this machine gives.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "kernels/error.h"
+#include "reference/loss_scaler.h"
+#include "reference/memory_model.h"
+#include "suites/oracle.h"
+#include "suites/stats.h"
+#include "suites/suite.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+struct Variant {
+  std::string name;
+  Precision precision = Precision::fp32;
+  bool fp32_comm = false;
+  double loss_scale_init = 0;  // 0: GradScaler's 2^16 (fp16 only)
+};
+
+double model_state_bytes(const LayoutOutcome& o, Tier tier) {
+  const auto& d = o.peak_bytes[int(tier)];
+  return d[int(MemCategory::param)] + d[int(MemCategory::grad)] + d[int(MemCategory::master_param)] +
+         d[int(MemCategory::optimizer_state)];
+}
+
+class PrecisionSuite : public Suite {
+ public:
+  std::string name() const override { return "precision"; }
+  std::string description() const override {
+    return "fp32 vs bf16 vs fp16 (fp32 master weights, dynamic loss scaling): step time, loss deviation, "
+           "loss-scale trajectory, forced overflow, fp32 vs half gradient all-reduce";
+  }
+  json defaults() const override {
+    return {{"model", {{"L", 4}, {"C", 128}, {"NH", 4}, {"T", 64}, {"V", 256}}},
+            {"steps", 30}, {"micro_batches", 2}, {"micro_batch_size", 2}, {"seq_len", 64},
+            {"zero_stage", 0}, {"repetitions", 2},
+            {"loss_scale_growth_interval", 10}, {"overflow_loss_scale_init", 0x1.0p24}};
+  }
+  void validate(const json& section, const json& config, const WorldInfo& world) const override {
+    if (config.value("backend", "cpu") != "cpu")
+      throw InputError("precision: bf16 and fp16 run on the cpu backend only (the cuda backend stores fp32); run it "
+                       "with --backend cpu");
+    const TimedDpSetup t = timed_dp_setup(section, config, "precision", world.size);
+    int_in_range(section, "zero_stage", "precision.zero_stage", 0, 3);
+    int_in_range(section, "repetitions", "precision.repetitions", 1, 100);
+    int_in_range(section, "loss_scale_growth_interval", "precision.loss_scale_growth_interval", 1, 1 << 30);
+    number_in_range(section, "overflow_loss_scale_init", "precision.overflow_loss_scale_init", 1.0, 0x1.0p127);
+    validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
+    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "precision: the model");
+  }
+
+  SuiteResult run(SuiteContext& ctx) override {
+    DTB_CHECK(ctx.dataset != nullptr, "precision suite needs a dataset");
+    Communicator& world = ctx.world;
+    const TimedDpSetup t = timed_dp_setup(ctx.section, ctx.config, "precision", world.size());
+    const int reps = int(ctx.section.at("repetitions").get<int64_t>());
+    const int growth = int(ctx.section.at("loss_scale_growth_interval").get<int64_t>());
+    const double overflow_init = ctx.section.at("overflow_loss_scale_init").get<double>();
+    ZeroConfig zero;
+    zero.stage = int(ctx.section.at("zero_stage").get<int64_t>());
+    const std::vector<Variant> variants = {{"fp32", Precision::fp32},
+                                           {"bf16", Precision::bf16},
+                                           {"bf16/comm:fp32", Precision::bf16, true},
+                                           {"fp16", Precision::fp16},
+                                           {"fp16/comm:fp32", Precision::fp16, true},
+                                           {"fp16/forced_overflow", Precision::fp16, false, overflow_init}};
+    ctx.print("# precision: GPT L=" + std::to_string(t.model.L) + " C=" + std::to_string(t.model.C) + ", " +
+              std::to_string(gpt_num_params(t.model)) + " params, DP " + std::to_string(world.size()) + ", ZeRO " +
+              std::to_string(zero.stage) + ", " + std::to_string(t.cfg.steps) + " steps x " + std::to_string(reps) +
+              " repetitions alternating; fp16 loss scale from 2^16, x2 after " + std::to_string(growth) +
+              " good steps, x0.5 and skip on inf/NaN");
+    const size_t V = variants.size();
+    std::vector<std::vector<double>> times(V);
+    std::vector<LayoutOutcome> last(V);
+    for (int r = 0; r < reps; ++r)
+      for (size_t i = 0; i < V; ++i) {
+        TrainConfig cfg = t.cfg;
+        cfg.precision = variants[i].precision;
+        cfg.loss_scaler.enabled = cfg.precision == Precision::fp16;
+        cfg.loss_scaler.growth_interval = growth;
+        if (variants[i].loss_scale_init > 0) cfg.loss_scaler.init_scale = variants[i].loss_scale_init;
+        ZeroConfig z = zero;
+        z.fp32_communication = variants[i].fp32_comm;
+        last[i] = run_parallel_layout(t.model, t.layout, cfg, z, ctx.device, nullptr, world, world, *ctx.dataset, false);
+        const std::vector<double> st = slowest_step_times(last[i], world);
+        times[i].insert(times[i].end(), st.begin() + 1, st.end());  // step 0 allocates
+      }
+    SuiteResult res;
+    if (world.rank() != 0) return res;
+
+    const LayoutOutcome& base = last[0];
+    const Summary s32 = summarize(times[0]);
+    PlanConfig pc;
+    pc.model = t.model;
+    pc.layout = t.layout;
+    pc.zero_stage = zero.stage;
+    pc.seq_len = t.cfg.seq_len;
+    pc.micro_batch_size = t.cfg.global_batch / (world.size() * t.cfg.micro_batches);
+    const double P = double(plan_rank(pc, 0, 0).N);
+    ctx.print("#  run                    step ms  speedup  final loss  tail dloss/loss  max |dloss|/loss  DP bytes/step  "
+              "state B/param  skipped  loss scale first -> last");
+    for (size_t i = 0; i < V; ++i) {
+      const Variant& v = variants[i];
+      const LayoutOutcome& o = last[i];
+      const Summary s = summarize(times[i]);
+      double dev = 0;
+      for (size_t k = 0; k < o.losses.size(); ++k)
+        dev = std::max(dev, std::fabs(o.losses[k] - base.losses[k]) / std::fabs(base.losses[k]));
+      const size_t n = o.losses.size(), tail = std::max<size_t>(1, n / 4);
+      double ta = 0, tb = 0;
+      for (size_t k = n - tail; k < n; ++k) ta += o.losses[k], tb += base.losses[k];
+      const double tail_dev = (ta - tb) / tb;
+      int skipped = 0;
+      for (int k : o.skipped) skipped += k;
+      const double dp_bytes = o.dp_comm_bytes / double(t.cfg.steps + 1);  // + the untimed step-0 gradient
+      const double state = model_state_bytes(o, Tier::device) + model_state_bytes(o, Tier::host);
+      json rec = benchmark_record("precision/" + v.name, int64_t(times[i].size()), reps, s.median, s.median, "ms");
+      rec["precision"] = std::string(to_string(v.precision));
+      rec["communication_data_type"] = v.fp32_comm || v.precision == Precision::fp32 ? "fp32" : to_string(v.precision);
+      rec["step_time_ms"] = to_json(s, 1e3);
+      rec["speedup_over_fp32"] = s32.median / s.median;
+      rec["final_loss"] = o.losses.back();
+      rec["max_loss_deviation_from_fp32"] = dev;  // per step, relative: spikes included
+      rec["tail_mean_loss_deviation_from_fp32"] = tail_dev;  // signed, relative, last quarter of the steps
+      rec["dp_comm_bytes_per_step"] = dp_bytes;
+      rec["model_state_bytes_per_param"] = state / P;
+      rec["losses"] = o.losses;
+      if (!o.loss_scales.empty()) {
+        rec["loss_scales"] = o.loss_scales;
+        rec["skipped_steps"] = skipped;
+      }
+      res.benchmarks.push_back(rec);
+      char line[300];
+      std::snprintf(line, sizeof line, "   %-22s %8.2f  %6.2fx  %10.6f  %+15.4f  %16.3g  %13.0f  %13.1f  %7d  %s",
+                    v.name.c_str(), s.median * 1e3, s32.median / s.median, o.losses.back(), tail_dev, dev, dp_bytes,
+                    state / P, skipped,
+                    o.loss_scales.empty()
+                        ? "-"
+                        : (fmt_scale(o.loss_scales.front()) + " -> " + fmt_scale(o.loss_scales.back())).c_str());
+      ctx.print(line);
+
+      const std::string prefix = "precision/" + v.name + "/";
+      if (v.precision != Precision::fp32 && v.loss_scale_init == 0)  // the conformance suite's bounds
+        for (Check& c : half_vs_fp32_checks(prefix, v.precision, o.losses, base.losses)) res.checks.push_back(std::move(c));
+      if (v.fp32_comm && world.size() > 1 && zero.stage == 0)  // (stages 1-3 also gather parameters, in T)
+        res.checks.push_back(make_check(prefix + "comm_bytes_ratio", std::fabs(o.dp_comm_bytes / last[i - 1].dp_comm_bytes - 2.0),
+                                        0.0, "|fp32-comm bytes / half-comm bytes - 2|, exact"));
+      if (!o.loss_scales.empty()) {
+        // The trajectory GradScaler's rule gives for these skips, replayed.
+        LossScalerConfig lc;
+        lc.enabled = true;
+        lc.growth_interval = growth;
+        lc.init_scale = v.loss_scale_init > 0 ? v.loss_scale_init : lc.init_scale;
+        LossScaler replay(lc);
+        double off = 0;
+        for (size_t k = 0; k < o.loss_scales.size(); ++k) {
+          off = std::max(off, std::fabs(o.loss_scales[k] - replay.scale()));
+          replay.update(o.skipped[k] != 0);
+        }
+        res.checks.push_back(make_check(prefix + "loss_scale_trajectory", off, 0.0,
+                                        "max |scale - GradScaler rule replayed on the skipped steps|, exact"));
+      }
+      if (v.loss_scale_init > 0) {
+        res.checks.push_back(make_check(prefix + "skipped_steps", skipped >= 1 ? 0.0 : 1.0, 0.0,
+                                        "at least one skipped step (0 when so)"));
+        res.checks.push_back(make_check(prefix + "trains_after_backoff", o.losses.back() / o.losses.front(), 0.99,
+                                        "last loss / first loss <= 0.99"));
+      }
+      // Model states against the analytic model (rank 0's: the busiest with wte, every DP rank
+      // equal up to padding).
+      pc.precision = v.precision;
+      const RankPlan plan = plan_rank(pc, 0, 0);
+      const double predicted = double(plan.mem.model_states(Tier::device)) + double(plan.mem.model_states(Tier::host));
+      res.checks.push_back(make_check(prefix + "model_state_bytes", std::fabs(state - predicted), 0.0,
+                                      "|measured - analytic| persistent model-state bytes (param, grad, master, "
+                                      "optimizer), exact"));
+    }
+    ctx.print("# speedup: fp32 step time / this one (the cpu emulates half storage: conversions, no faster op); tail "
+              "dloss/loss: mean loss over the last quarter of the steps vs fp32's; state B/param: param + grad + "
+              "master + Adam moments per parameter");
+    return res;
+  }
+
+ private:
+  static std::string fmt_scale(double s) {
+    const int e = int(std::lround(std::log2(s)));
+    if (std::ldexp(1.0, e) == s) return "2^" + std::to_string(e);
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", s);
+    return b;
+  }
+};
+
+}  // namespace
+
+DTB_REGISTER_SUITE("precision", PrecisionSuite);
+
+}  // namespace dtb
