@@ -70,6 +70,7 @@ printf '{"backend": "cuda", "train": {"matmul_precision": "bf16"}}' >"$tmp/cuda_
 printf '{"train": {"recompute": "partial"}}' >"$tmp/recompute.json"
 printf '{"conformance": {"layouts": ["TP2:full:selective"]}}' >"$tmp/recompute_twice.json"
 printf '{"train": {"precision": "fp8"}}' >"$tmp/precision.json"
+printf '{"kernels": {"filter": ""}}' >"$tmp/kernels_empty.json"
 printf '{"train": {"precision": "bf16", "communication_data_type": "fp16"}}' >"$tmp/comm_dtype.json"
 printf '{"train": {"loss_scale": "static"}}' >"$tmp/loss_scale.json"
 printf '{"conformance": {"precisions": ["bf16", "bf16"]}}' >"$tmp/precisions_twice.json"
@@ -151,6 +152,10 @@ expect_error "train.loss_scale: 'static' is not \"auto\", \"none\" or \"dynamic\
 expect_error "conformance.precisions: 'bf16' is listed twice" run --suites conformance --config "$tmp/precisions_twice.json"
 expect_error "conformance.precisions: a non-empty list of fp32, bf16, fp16" run --suites conformance --config "$tmp/precisions_empty.json"
 expect_error "precision: bf16 and fp16 run on the cpu backend only" run --config "$tmp/precision_cuda.json"
+expect_error "sweep.layouts: 'TP2': needs 2 ranks; a sweep runs every layout on all 1" run --sweep TP2
+expect_error "--sweep and --suites do not go together" run --sweep --suites train
+expect_error "--sweep: an empty layout in 'DP1,,TP1'" run --sweep DP1,,TP1
+expect_error "kernels.filter: empty" run --suites kernels --config "$tmp/kernels_empty.json"
 expect_error "conformance.layouts: 'TP2xQP2' has an unknown dimension at 'QP2'" run --suites conformance --config "$tmp/bad_layout.json"
 
 echo "$((n - fails)) passed, $fails failed"

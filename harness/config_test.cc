@@ -2,6 +2,8 @@
 // name, types and layouts checked. (The command-line half is harness/cli_test.sh.)
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "harness/config.h"
 #include "kernels/error.h"
 
@@ -16,9 +18,13 @@ static std::string error_of(const std::string& text, int world = 4, const std::s
   return "";
 }
 
-TEST(Config, NamedConfigsParseAtFourRanks) {
+// Every named config validates at the world size it is written for: 4 ranks, but the
+// cluster cases (8 and 32 GPUs).
+TEST(Config, NamedConfigsParseAtTheirWorldSize) {
+  const std::map<std::string, int> world = {{"10b-tp2-pp2-dp2", 8}, {"3b-tp4-pp2-dp4-zero1", 32}};
   for (const auto& name : config_names()) {
-    const auto cfg = parse_config(read_config_text(name), name, "", "", 4);
+    const int n = world.count(name) ? world.at(name) : 4;
+    const auto cfg = parse_config(read_config_text(name), name, "", "", WorldInfo(n, n));
     EXPECT_TRUE(cfg.contains("train")) << name;
     EXPECT_TRUE(cfg["collectives"].contains("max_bytes")) << name;
   }

@@ -134,7 +134,16 @@ int cmd_list(Communicator& world) {
   std::printf("suites:\n");
   for (const auto& [name, f] : suite_registry()) std::printf("  %-14s %s\n", name.c_str(), f()->description().c_str());
   std::printf("configs (%s):\n", config_dir().c_str());
-  for (const auto& n : config_names()) std::printf("  %s\n", n.c_str());
+  for (const auto& n : config_names()) {
+    std::string what;
+    try {  // the description, when the file is a JSON object that has one
+      const json c = json::parse(read_config_text(n));
+      if (c.is_object() && c.contains("description") && c["description"].is_string()) what = c["description"];
+    } catch (const std::exception&) {
+      what = "(unreadable: dtbench run --config " + n + " says why)";
+    }
+    std::printf("  %-22s %s\n", n.c_str(), what.c_str());
+  }
   return 0;
 }
 
@@ -143,7 +152,36 @@ struct RunArgs {
   std::string suites, data, output_dir, run_id, backend;
   std::string trace;  // Chrome trace JSON path, empty: none
   bool print_config = false;
+  bool sweep = false;        // --sweep: run the sweep suite only
+  std::string sweep_layouts;  // its comma-separated layouts, empty: every layout that fits
 };
+
+// --sweep [LAYOUTS]: the config text with suites = ["sweep"] and, when given, sweep.layouts
+// set. A text that is not a JSON object is returned as is (parse_config reports it).
+std::string apply_sweep(const std::string& text, const RunArgs& args) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception&) {
+    return text;
+  }
+  if (!j.is_object()) return text;
+  j["suites"] = json::array({"sweep"});
+  if (!args.sweep_layouts.empty()) {
+    json list = json::array();
+    size_t start = 0;
+    const std::string& l = args.sweep_layouts;
+    for (size_t i = 0; i <= l.size(); ++i)
+      if (i == l.size() || l[i] == ',') {
+        if (i == start) throw InputError("--sweep: an empty layout in '" + printable(l, 60) + "'");
+        list.push_back(l.substr(start, i - start));
+        start = i + 1;
+      }
+    if (!j.contains("sweep") || !j["sweep"].is_object()) j["sweep"] = json::object();
+    j["sweep"]["layouts"] = list;
+  }
+  return j.dump();
+}
 
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
@@ -152,8 +190,10 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
     if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
-    json c = parse_config(read_config_text(args.config), args.config, args.suites, args.data,
-                          WorldInfo(world.size(), per_node), args.backend);
+    if (args.sweep && !args.suites.empty()) throw InputError("--sweep and --suites do not go together");
+    std::string text = read_config_text(args.config);
+    if (args.sweep) text = apply_sweep(text, args);
+    json c = parse_config(text, args.config, args.suites, args.data, WorldInfo(world.size(), per_node), args.backend);
     if (!args.output_dir.empty()) c["output_dir"] = args.output_dir;
     return c.dump();
   }));
@@ -275,6 +315,12 @@ int main(int argc, char** argv) {
         ->type_name("FILE");
     run->add_flag("--print-config", args.print_config,
                   "print the complete validated config (every key, defaults filled) and exit");
+    run->add_option("--sweep", args.sweep_layouts,
+                    "run the sweep suite only: the config's model on each layout of the world's ranks (e.g. "
+                    "TP2xDP2,PP2xDP2:gpipe,DP4:zero2), or on every layout that fits when none are given; one "
+                    "report row per layout")
+        ->expected(0, 1)
+        ->type_name("[LAYOUTS]");
     auto* list = app.add_subcommand("list", "list suites and named configs");
     dtb::MemoryArgs memory_args;
     auto* memory = dtb::add_memory_subcommand(app, memory_args);
@@ -283,6 +329,7 @@ int main(int argc, char** argv) {
       for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id", "--backend", "--trace"})
         if (run->count(opt) > 0 && run->get_option(opt)->as<std::string>().empty())
           throw dtb::InputError(std::string(opt) + " is empty");
+      args.sweep = run->count("--sweep") > 0;
       if (*run) code = dtb::cmd_run(*world, args);
       else if (*list) code = dtb::cmd_list(*world);
       else if (*memory) code = dtb::cmd_memory(*memory, memory_args, root);

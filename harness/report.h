@@ -14,7 +14,9 @@
 
 namespace dtb {
 
-inline constexpr int kReportSchemaVersion = 1;
+/// The report format's version: harness/report.schema.json describes exactly this one. Bump
+/// both together on any incompatible change (the schema's description says which).
+inline constexpr int kReportSchemaVersion = 2;
 
 /// How one suite ended. status: "passed" (ran, every check passed), "failed" (a check
 /// failed), "error" (threw; `error` holds the message), "skipped".

@@ -156,3 +156,51 @@ for b in r["benchmarks"]:
 assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"memory on 4 ranks ok: {len(r['benchmarks'])} rank rows, {len(r['checks'])} exact checks")
 PY
+
+# The sweep (dtbench run --sweep) over every 4-rank layout of the default model: one row per
+# layout, each with throughput, peak bytes, bubble and communication share; and a given list.
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --sweep \
+  --output-dir "$tmp" --run-id sweep >"$tmp/sweep.log" 2>&1 || { cat "$tmp/sweep.log"; exit 1; }
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --sweep TP2xDP2,DP4:zero3 \
+  --output-dir "$tmp" --run-id sweep2 >"$tmp/sweep2.log" 2>&1 || { cat "$tmp/sweep2.log"; exit 1; }
+python3 - "$tmp/sweep.json" "$tmp/sweep2.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = {b["layout"]: b for b in r["benchmarks"]}
+for want in ["DP4", "DP4:zero1", "DP4:zero2", "DP4:zero3", "TP2xDP2", "TP4", "PP2xDP2:1f1b", "PP2xDP2:gpipe",
+             "TP2xPP2:1f1b", "TP2xPP2:gpipe"]:
+    assert want in rows, (want, sorted(rows))
+for b in rows.values():
+    assert b["tokens_per_s"] > 0 and b["peak_bytes_per_rank"] > 0 and 0 <= b["comm_fraction"] <= 1, b
+    assert b["bubble_theory"] == (0.2 if b["pp"] == 2 else 0.0), b  # (p-1)/(m+p-1), m = 4
+na = {x["layout"] for x in r["suites"][0]["data"]["not_applicable"]}
+assert "PP4:1f1b" in na, na  # 2 layers do not split over 4 stages
+r2 = json.load(open(sys.argv[2]))
+assert [b["layout"] for b in r2["benchmarks"]] == ["TP2xDP2", "DP4:zero3"], r2["benchmarks"]
+print(f"sweep on 4 ranks ok: {len(rows)} layouts, {len(na)} not applicable")
+PY
+
+# The named configs validate at the world sizes they are written for (without running).
+for cw in "10b-tp2-pp2-dp2 8" "3b-tp4-pp2-dp4-zero1 32" "ffn8192-tp4 4" "quick 4"; do
+  set -- $cw
+  "$mpirun" -np "$2" --oversubscribe --bind-to none "$dtbench" run --config "$1" --print-config >"$tmp/cfg.log" 2>&1 ||
+    { echo "FAIL: config $1 at $2 ranks:"; tail -3 "$tmp/cfg.log"; exit 1; }
+  echo "config $1 validates at $2 ranks"
+done
+
+# The kernels suite: Google Benchmark's runs folded into the report, one record per
+# benchmark with its counters and per-repetition samples.
+printf '{"kernels": {"filter": "AdamW|LayernormForward", "min_time_s": 0.01, "repetitions": 2}}' >"$tmp/kernels_cfg.json"
+"$mpirun" -np 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/kernels_cfg.json" \
+  --suites kernels --output-dir "$tmp" --run-id kernels >"$tmp/kernels.log" 2>&1 || { cat "$tmp/kernels.log"; exit 1; }
+python3 - "$tmp/kernels.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+names = sorted(b["name"] for b in r["benchmarks"])
+assert names == ["kernels/BM_AdamW/120576", "kernels/BM_AdamW/4194304", "kernels/BM_LayernormForward/1024/64",
+                 "kernels/BM_LayernormForward/2048/384"], names
+for b in r["benchmarks"]:
+    assert b["bytes/s"] > 0 and b["real_time"] > 0 and b["real_time_stats"]["n"] == 2, b
+    assert len(b["real_time_stats"]["samples"]) == 2, b
+print(f"kernels ok: {len(names)} benchmarks folded into the report")
+PY

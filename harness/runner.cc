@@ -1,18 +1,73 @@
 // The suite runner: each selected suite in turn on every rank, its outcome recorded.
 #include "harness/runner.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "kernels/error.h"
 #include "kernels/timer.h"
+#include "reference/progress.h"
 
 namespace dtb {
+namespace {
+
+// Rank 0's live progress line on a terminal: "[suite i/n name] step s/S, elapsed, ~left",
+// redrawn at most 4 times a second; the estimate assumes the loop's remaining steps take
+// as long as its steps so far (a loop restarts when a step 1 is reported).
+class TerminalProgress final : public ProgressSink {
+ public:
+  void begin_suite(int index, int total, const std::string& name) {
+    prefix_ = "[suite " + std::to_string(index) + "/" + std::to_string(total) + " " + name + "]";
+    suite_start_ = now_seconds();
+    draw("running");
+  }
+  void step(int64_t done, int64_t total) override {
+    const double now = now_seconds();
+    if (done <= 1) loop_start_ = now - 1e-9;  // a new training loop
+    if (now - last_draw_ < 0.25 && done < total) return;
+    const double per = (now - loop_start_) / double(done);
+    char b[160];
+    std::snprintf(b, sizeof b, "step %lld/%lld, %.1f s elapsed, ~%.0f s left in this loop", (long long)done,
+                  (long long)total, now - suite_start_, per * double(total - done));
+    draw(b);
+  }
+  void clear() override {
+    if (!shown_) return;
+    std::fputs("\r\033[K", stdout);
+    std::fflush(stdout);
+    shown_ = false;
+  }
+
+ private:
+  void draw(const std::string& what) {
+    std::fprintf(stdout, "\r\033[K%s %s", prefix_.c_str(), what.c_str());
+    std::fflush(stdout);
+    shown_ = true;
+    last_draw_ = now_seconds();
+  }
+  std::string prefix_;
+  double suite_start_ = 0, loop_start_ = 0, last_draw_ = -1;
+  bool shown_ = false;
+};
+
+}  // namespace
 
 std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
                                      Communicator* device_world, const Dataset* dataset,
                                      const std::function<void(const std::vector<SuiteOutcome>&)>& after_each,
                                      SpanRecorder* spans) {
   std::vector<SuiteOutcome> outcomes;
+  // Progress: a live line on rank 0 when its output is a terminal; one line per suite always.
+  TerminalProgress live;
+  const bool tty = world.rank() == 0 && isatty(fileno(stdout));
+  ProgressSink* previous = tty ? set_progress_sink(&live) : nullptr;
+  const int n_suites = int(config.at("suites").size());
+  int index = 0;
   for (const auto& s : config.at("suites")) {
     const std::string name = s.get<std::string>();
+    ++index;
+    if (tty) live.begin_suite(index, n_suites, name);
     auto suite = suite_registry().at(name)();
     Device& device = backend.device();
     SuiteContext ctx{world, device, config, config.at(name), dataset, &backend, device_world, spans};
@@ -39,9 +94,18 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
       }
     }
     out.duration_s = sw.elapsed();
+    if (world.rank() == 0) {
+      clear_progress();
+      int passed = 0;
+      for (const auto& c : out.result.checks) passed += c.passed ? 1 : 0;
+      std::printf("# [%d/%d] %s: %s in %.1f s, %d/%zu checks\n", index, n_suites, name.c_str(), out.status.c_str(),
+                  out.duration_s, passed, out.result.checks.size());
+      std::fflush(stdout);
+    }
     outcomes.push_back(std::move(out));
     after_each(outcomes);
   }
+  if (tty) set_progress_sink(previous);
   return outcomes;
 }
 

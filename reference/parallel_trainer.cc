@@ -5,6 +5,7 @@
 
 #include "kernels/error.h"
 #include "kernels/timer.h"
+#include "reference/progress.h"
 #include "reference/pipeline_schedule.h"
 
 namespace dtb {
@@ -48,7 +49,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   Stopwatch sw;
   double comm_s = 0;
   engine.zero_grad();
-  const double engine_comm0 = engine.comm_stats().seconds;
+  const double engine_comm0 = engine.comm_stats().seconds, tp_comm0 = model.comm_stats().seconds;
 
   std::vector<int32_t> tokens(size_t(mbs) * Tn), targets(size_t(mbs) * Tn);
   auto fill = [&](int mb) {
@@ -127,9 +128,10 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     comm_s += c.elapsed();
   }
   ops.synchronize();
-  // Reduce-scatters issued during the backward (ZeRO 2-3) and stage-3 gathers are DP
-  // communication inside the compute loop.
+  // Reduce-scatters issued during the backward (ZeRO 2-3), stage-3 gathers and the TP
+  // all-reduces are communication inside the compute loop.
   comm_s += engine.comm_stats().seconds - engine_comm0;
+  comm_s += model.comm_stats().seconds - tp_comm0;  // TP all-reduces inside forward and backward
   const double total_compute = sw.elapsed() - comm_s;
   Stopwatch red;
   {
@@ -204,6 +206,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
     tm.step_s = step_sw.elapsed();
     window.end();
     run.timings.push_back(tm);
+    report_progress(s + 1, cfg.steps);
   }
   return run;
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/timer.h"
+#include "reference/progress.h"
 
 namespace dtb {
 
@@ -127,6 +128,7 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
     tm.step_s = step_sw.elapsed();
     window.end();  // after the step's spans: fills its idle time
     run.timings.push_back(tm);
+    report_progress(s + 1, cfg.steps);
   }
   return run;
 }

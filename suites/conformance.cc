@@ -38,87 +38,6 @@ const std::vector<std::string> kDefaultLayouts = {
     // Activation checkpointing with TP and PP (Korthikanti et al. 2022).
     "TP2xPP2:full", "TP2xPP2:selective", "PP2:interleaved:v2:full", "DP2:zero3:full"};
 
-// A layout and its ZeRO settings.
-struct LayoutSpec {
-  ParallelLayout l;
-  ZeroConfig z;
-  Recompute recompute = Recompute::none;
-};
-
-// "TP2xPP2xDP2[:option...]" -> a layout: dimensions in any order, each at most once,
-// case-insensitive; options a schedule (gpipe, 1f1b, interleaved; 1f1b by default), "vN"
-// virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer cpu), "full" or
-// "selective" recompute, each at most once. Throws InputError naming the string.
-LayoutSpec parse_layout(const std::string& text) {
-  auto bad = [&](const std::string& why) {
-    return InputError("conformance.layouts: '" + printable(text, 40) + "' " + why +
-                      " (expected e.g. \"TP2xPP2xDP2\", \"PP4:gpipe\", \"PP2:interleaved:v2\", \"DP2:zero3:offload\")");
-  };
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t i = 0; i <= text.size(); ++i)
-    if (i == text.size() || text[i] == ':') parts.push_back(text.substr(start, i - start)), start = i + 1;
-  if (parts.empty() || parts.size() > 5 || parts[0].empty()) throw bad("is not a layout");
-  ParallelLayout l;
-  bool seen[3] = {false, false, false};
-  std::string dims = parts[0];
-  for (char& c : dims) c = char(std::toupper(static_cast<unsigned char>(c)));
-  size_t pos = 0;
-  while (pos < dims.size()) {
-    const std::string dim = dims.substr(pos, 2);
-    const int which = dim == "TP" ? 0 : dim == "DP" ? 1 : dim == "PP" ? 2 : -1;
-    if (which < 0) throw bad("has an unknown dimension at '" + printable(dims.substr(pos), 20) + "' (TP, DP, PP)");
-    if (seen[which]) throw bad("names " + dim + " twice");
-    seen[which] = true;
-    pos += 2;
-    size_t end = pos;
-    while (end < dims.size() && std::isdigit(static_cast<unsigned char>(dims[end]))) ++end;
-    if (end == pos || end - pos > 4) throw bad("needs a size after " + dim);
-    const int size = std::stoi(dims.substr(pos, end - pos));
-    if (size < 1) throw bad("has " + dim + " size 0");
-    (which == 0 ? l.tp : which == 1 ? l.dp : l.pp) = size;
-    pos = end;
-    if (pos < dims.size()) {
-      if (dims[pos] != 'X') throw bad("joins dimensions with '" + printable(std::string(1, dims[pos])) + "', not 'x'");
-      ++pos;
-      if (pos == dims.size()) throw bad("ends with 'x'");
-    }
-  }
-  LayoutSpec spec;
-  bool seen_opt[5] = {false, false, false, false, false};  // schedule, v, zero, offload, recompute
-  auto digits_after = [](const std::string& o, size_t k) {
-    return o.size() > k && o.size() <= k + 4 &&
-           std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-  };
-  for (size_t i = 1; i < parts.size(); ++i) {
-    const std::string& o = parts[i];
-    int which;
-    if (o == "gpipe" || o == "1f1b" || o == "interleaved") {
-      which = 0;
-      l.schedule = o;
-    } else if ((o[0] == 'v' || o[0] == 'V') && digits_after(o, 1)) {
-      which = 1;
-      l.virtual_stages = std::stoi(o.substr(1));
-    } else if (o.rfind("zero", 0) == 0 && digits_after(o, 4)) {
-      which = 2;
-      spec.z.stage = std::stoi(o.substr(4));
-    } else if (o == "offload") {
-      which = 3;
-      spec.z.offload_optimizer = true;
-    } else if (o == "full" || o == "selective") {
-      which = 4;
-      spec.recompute = o == "full" ? Recompute::full : Recompute::selective;
-    } else {
-      throw bad("has an unknown option '" + printable(o, 20) +
-                "' (gpipe, 1f1b, interleaved, vN, zeroN, offload, full, selective)");
-    }
-    if (seen_opt[which]) throw bad("repeats an option ('" + printable(o, 20) + "')");
-    seen_opt[which] = true;
-  }
-  spec.l = l;
-  return spec;
-}
-
 std::vector<std::string> layout_names(const json& section) {
   std::vector<std::string> names;
   for (const auto& v : section.at("layouts")) {
@@ -170,7 +89,7 @@ class ConformanceSuite : public Suite {
     int64_t smallest = int64_t(1) << 62;
     std::vector<std::string> seen;
     for (const std::string& text : layout_names(section)) {
-      const LayoutSpec spec = parse_layout(text);
+      const LayoutSpec spec = parse_layout_spec(text, "conformance.layouts");
       ParallelLayout l = spec.l;
       l.micro_batches = cfg.micro_batches;
       try {
@@ -247,7 +166,7 @@ class ConformanceSuite : public Suite {
               "peak activations per stage (KiB)");
     for (const std::string& layout_text : names) {
       const std::string text = layout_text + suffix;
-      const LayoutSpec spec = parse_layout(layout_text);
+      const LayoutSpec spec = parse_layout_spec(layout_text, "conformance.layouts");
       ParallelLayout l = spec.l;
       l.micro_batches = cfg.micro_batches;
       if (l.world() > world.size()) {

@@ -238,6 +238,7 @@ LayoutOutcome run_layout_as(const GptConfig& model_cfg, const ParallelLayout& la
   for (int t = 0; t < kNumTiers; ++t)
     for (int c = 0; c < kNumMemCategories; ++c)
       out.peak_bytes[t][c] = double(after.peak[t][c]) - double(before.current[t][c]);
+  for (int t = 0; t < kNumTiers; ++t) out.peak_total_bytes[t] = double(after.peak_total[t]) - double(before.current_total[t]);
   out.peak_activation_bytes = out.peak_bytes[int(Tier::device)][int(MemCategory::activation)];
   out.losses = run.losses;
   out.timings = run.timings;

@@ -96,6 +96,9 @@ struct LayoutOutcome {
   /// This rank's peak bytes per (tier, category) from the model's construction to the end
   /// of training, above what was allocated before (the device's accounting).
   std::array<std::array<double, kNumMemCategories>, kNumTiers> peak_bytes{};
+  /// This rank's peak of all categories together per tier (the simultaneous high-water
+  /// mark, at most the sum of the per-category peaks), above what was allocated before.
+  std::array<double, kNumTiers> peak_total_bytes{};
 };
 
 /// Trains `model` on `layout` in cfg.precision (fp32; bf16 / fp16 on the CPU backend only,

@@ -1,5 +1,6 @@
 // Summary statistics of repeated measurements (seconds or any unit): n, median, min,
-// max, mean, sample standard deviation. Enough for a comparison to tell noise from change.
+// max, mean, sample standard deviation, and the samples themselves in measurement order, so
+// that a comparison (scripts/compare.py) can test whether two runs differ beyond noise.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,7 @@ namespace dtb {
 struct Summary {
   int n = 0;
   double median = 0, min = 0, max = 0, mean = 0, stddev = 0;
+  std::vector<double> samples;  // as measured, in order
 };
 
 /// Summarises `xs` (copied, so the caller's order is kept). Empty input gives n = 0 and zeros.
@@ -19,6 +21,7 @@ struct Summary {
 inline Summary summarize(std::vector<double> xs) {
   Summary s;
   s.n = int(xs.size());
+  s.samples = xs;
   if (xs.empty()) return s;
   std::sort(xs.begin(), xs.end());
   s.min = xs.front();
@@ -34,10 +37,14 @@ inline Summary summarize(std::vector<double> xs) {
   return s;
 }
 
-/// {"n", "median", "min", "max", "mean", "stddev"} each multiplied by `scale` (e.g. 1e6 for us).
+/// {"n", "median", "min", "max", "mean", "stddev", "samples"}, each value multiplied by
+/// `scale` (e.g. 1e6 for us).
 inline nlohmann::json to_json(const Summary& s, double scale = 1.0) {
+  std::vector<double> samples;
+  for (double x : s.samples) samples.push_back(x * scale);
   return {{"n", s.n},           {"median", s.median * scale}, {"min", s.min * scale},
-          {"max", s.max * scale}, {"mean", s.mean * scale},   {"stddev", s.stddev * scale}};
+          {"max", s.max * scale}, {"mean", s.mean * scale},   {"stddev", s.stddev * scale},
+          {"samples", samples}};
 }
 
 }  // namespace dtb

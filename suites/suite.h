@@ -113,6 +113,20 @@ ParallelLayout parallel_layout_from_json(const nlohmann::json& section, const st
 /// Errors: InputError "<path>.<key>: <reason>" (validate_zero).
 ZeroConfig zero_config_from_json(const nlohmann::json& section, const std::string& path);
 
+/// A layout with its ZeRO settings and recompute, as the conformance and sweep suites name it.
+struct LayoutSpec {
+  ParallelLayout l;
+  ZeroConfig z;
+  Recompute recompute = Recompute::none;
+};
+
+/// "TP2xPP2xDP2[:option...]" -> a layout: dimensions TP, DP, PP in any order, each at most
+/// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved; 1f1b
+/// by default), "vN" virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer
+/// cpu), "full" or "selective" recompute, each at most once. Divisibility is not checked
+/// here (validate_layout). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
+LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
+
 /// A section's "recompute" key: none, selective or full; InputError "<path>.recompute: ..."
 /// otherwise.
 Recompute parse_recompute_key(const nlohmann::json& section, const std::string& path);

@@ -1,5 +1,7 @@
 // Google Benchmark microbenchmarks of the CPU ops at the reference model's shapes, with
-// FLOP/s and byte/s counters. A benchmark, not a test: `build/dtb_kernel_bench`.
+// FLOP/s and byte/s counters. A benchmark, not a test: registered here, run standalone by
+// `build/dtb_kernel_bench` (ops_bench_main.cc) or inside a run by the `kernels` suite
+// (suites/kernels.cc), which folds them into the report.
 // Shape legend as in ops.h: B batch, T sequence, C channels, NH heads, V vocabulary.
 #include <benchmark/benchmark.h>
 
@@ -89,5 +91,3 @@ void BM_AdamW(benchmark::State& st) {
 BENCHMARK(BM_AdamW)->Arg(120576)->Arg(1 << 22);
 
 }  // namespace
-
-BENCHMARK_MAIN();

@@ -1,0 +1,340 @@
+#!/usr/bin/python3
+"""Tests scripts/report.py end to end: dtbench runs two small configs (4 ranks with a trace:
+collectives, train, ffn_tp, pipeline, memory, gemm; 2 ranks: conformance, precision,
+recompute, offload, overlap), then report.py renders them. Checks that the Markdown, the HTML
+and every plot expected for the suites present are written, that the HTML is self-contained
+(images embedded as data URIs, nothing fetched from elsewhere), that failed checks are listed
+in their own section before the suites (a report is doctored to have exactly one), that suites
+it does not know get a table, that the sweep and kernels suites (run when this dtbench has them,
+and as hand-made records) get theirs, and that a missing or
+malformed report or trace gives exit status 2 and one line on stderr.
+
+Usage: /usr/bin/python3 scripts/report_test.py PATH/TO/dtbench PATH/TO/mpiexec
+(ctest `report_script`). Takes about 20 s on 2 cores.
+"""
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPORT_PY = HERE / "report.py"
+PYTHON = "/usr/bin/python3"
+DATA = "/usr/share/games/fortunes/cookie"
+DTBENCH = MPIEXEC = None
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# Small enough for seconds on 2 cores; every suite's records and data are there all the same.
+CONFIG_A = {
+    "name": "report-test-a",
+    "suites": ["collectives", "train", "ffn_tp", "pipeline", "memory", "gemm"],
+    "seed": 7, "data": DATA,
+    "model": {"L": 1, "C": 32, "NH": 2, "T": 32, "V": 256},
+    "collectives": {"ops": ["all_reduce", "all_gather"], "max_bytes": 65536, "step_factor": 4, "iters": 2,
+                    "repetitions": 2},
+    "train": {"steps": 8, "global_batch": 8, "micro_batches": 2, "seq_len": 32},
+    "ffn_tp": {"hidden": 64, "tokens": 64, "warmup": 1, "iters": 2, "repetitions": 2},
+    "pipeline": {"schedules": ["gpipe", "1f1b", "interleaved"], "stages": [2, 4], "micro_batches": [4, 8],
+                 "repetitions": 1, "t_forward_us": 300, "t_backward_us": 600, "activation_elems": 256},
+    "memory": {"model": {"L": 2, "C": 32, "NH": 2, "T": 16, "V": 256}, "seq_len": 16, "steps": 1},
+    "gemm": {"hidden": 64, "tokens": 64, "peak_size": 128, "iters": 2, "warmup": 1},
+}
+TINY = {"L": 1, "C": 32, "NH": 2, "T": 16, "V": 256}
+CONFIG_B = {
+    "name": "report-test-b",
+    "suites": ["conformance", "precision", "recompute", "offload", "overlap"],
+    "seed": 7, "data": DATA,
+    "model": {"L": 1, "C": 32, "NH": 2, "T": 32, "V": 256},
+    "conformance": {"model": {"L": 2, "C": 32, "NH": 2, "T": 16, "V": 256}, "steps": 4, "global_batch": 8,
+                    "micro_batches": 2, "seq_len": 16, "layouts": ["TP2", "PP2:1f1b", "DP2:zero2"],
+                    "precisions": ["fp32", "bf16"]},
+    "precision": {"model": TINY, "seq_len": 16, "steps": 6, "repetitions": 1, "micro_batch_size": 1},
+    "recompute": {"model": TINY, "seq_len": 16, "steps": 3, "repetitions": 1, "micro_batch_size": 1},
+    "offload": {"model": TINY, "seq_len": 16, "steps": 3, "repetitions": 1},
+    "overlap": {"model": TINY, "seq_len": 16, "steps": 3, "repetitions": 1, "bucket_sizes": [1000, 100000]},
+}
+# The sweep and kernels suites, run when this dtbench has them (`dtbench list`).
+CONFIG_C = {
+    "name": "report-test-c", "suites": ["sweep", "kernels"], "seed": 7, "data": DATA,
+    "model": {"L": 2, "C": 32, "NH": 2, "T": 32, "V": 256},
+    "sweep": {"steps": 3, "global_batch": 8, "micro_batches": 2, "seq_len": 32},
+    "kernels": {"min_time_s": 0.01, "repetitions": 1},
+}
+# Plots report.py must write for each suite present (file STEM-NAME.png).
+EXPECTED_A = {"busbw", "train-loss", "step-breakdown", "tp-scaling", "bubble", "memory", "timeline", "timeline-train"}
+EXPECTED_B = {"conformance-loss", "precision-loss", "step-times-precision", "step-times-recompute",
+              "step-times-offload", "step-times-overlap"}
+
+
+def dtbench_run(tmp, name, config, np, trace=False):
+    cfg = tmp / f"{name}-config.json"
+    cfg.write_text(json.dumps(config))
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
+    cmd = [MPIEXEC, "-np", str(np), "--oversubscribe", "--bind-to", "none", DTBENCH, "run", "--config", str(cfg),
+           "--output-dir", str(tmp / "results"), "--run-id", name]
+    if trace:
+        cmd += ["--trace", str(tmp / "results" / f"{name}-trace.json")]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    # 1: a check failed (timing checks such as the pipeline bubble may, on a loaded machine); the
+    # report is written all the same, and a failed check is what report.py must show.
+    if p.returncode not in (0, 1):
+        raise RuntimeError(f"dtbench {name} exited {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return tmp / "results" / f"{name}.json"
+
+
+def render(*args):
+    return subprocess.run([PYTHON, str(REPORT_PY), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def plots_of(directory, stem):
+    return {p.name[len(stem) + 1:-4] for p in Path(directory).glob(f"{stem}-*.png")}
+
+
+class ReportScript(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="report_test."))
+        cls.report_a = dtbench_run(cls.tmp, "a", CONFIG_A, 4, trace=True)
+        cls.trace_a = cls.tmp / "results" / "a-trace.json"
+        cls.report_b = dtbench_run(cls.tmp, "b", CONFIG_B, 2)
+        cls.out_a = render(cls.report_a, "--trace", cls.trace_a)
+        cls.out_b = render(cls.report_b, "--out-dir", cls.tmp / "out-b")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def assert_ok(self, p):
+        self.assertEqual(p.returncode, 0, f"report.py failed:\n{p.stdout}\n{p.stderr}")
+        self.assertNotIn("warning", p.stderr, p.stderr)
+
+    def assert_self_contained(self, html_path, pngs):
+        html = html_path.read_text(encoding="utf-8")
+        # Nothing loaded from elsewhere: no http(s) or protocol-relative src/href/url(), no script
+        # or stylesheet link; every <img> is a data: URI.
+        self.assertIsNone(re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I), "external reference")
+        self.assertIsNone(re.search(r"url\(\s*['\"]?\s*(https?:)?//", html, re.I), "external CSS url()")
+        self.assertIsNone(re.search(r"<script\b|<link\b|<iframe\b|@import", html, re.I), "script, link or import")
+        self.assertNotRegex(html, r"https?://")
+        srcs = re.findall(r"<img\b[^>]*\bsrc=\"([^\"]*)\"", html)
+        self.assertEqual(len(srcs), len(pngs), "one embedded image per PNG written")
+        for s in srcs:
+            self.assertTrue(s.startswith("data:image/png;base64,"), s[:60])
+            self.assertTrue(base64.b64decode(s.split(",", 1)[1]).startswith(PNG_MAGIC))
+        for p in pngs:  # each PNG written is the one embedded
+            self.assertIn(base64.b64encode(p.read_bytes()).decode("ascii"), html, p.name)
+        self.assertTrue(html.rstrip().endswith("</html>"))
+        return html
+
+    # --- the two real runs
+
+    def test_run_a_files_and_plots(self):
+        self.assert_ok(self.out_a)
+        d = self.report_a.parent
+        for ext in ("md", "html"):
+            self.assertTrue((d / f"a.{ext}").is_file(), ext)
+        self.assertEqual(plots_of(d, "a"), EXPECTED_A)
+        pngs = sorted(d.glob("a-*.png"))
+        for p in pngs:
+            self.assertTrue(p.read_bytes().startswith(PNG_MAGIC), p.name)
+            self.assertIn(str(p), self.out_a.stdout)  # report.py lists what it wrote
+        self.assert_self_contained(d / "a.html", pngs)
+        md = (d / "a.md").read_text(encoding="utf-8")
+        for p in pngs:
+            self.assertIn(f"]({p.name})", md)  # Markdown links the PNGs beside it
+
+    def test_run_a_content(self):
+        md = (self.report_a.parent / "a.md").read_text(encoding="utf-8")
+        r = json.loads(self.report_a.read_text())
+        ctx = r["context"]
+        head = md.split("## Suites")[0]
+        for v in (ctx["run_id"], ctx["date"], ctx["host_name"], ctx["backend"], ctx["git_commit"], "report-test-a"):
+            self.assertIn(str(v), head)
+        self.assertRegex(head, r"\d+ of \d+ checks passed")
+        order = [md.index(f"\n## {s}\n") for s in ("Suites", "collectives", "train", "ffn_tp", "pipeline", "memory",
+                                                    "gemm", "Timeline (trace)")]
+        self.assertEqual(order, sorted(order), "sections in report order")
+        for s in r["suites"]:
+            self.assertIn(f"[{s['name']}](#{s['name']})", md)
+        # nccl-tests columns, train and pipeline tables
+        for text in ("busbw (GB/s)", "algbw (GB/s)", "#wrong", "tokens/s", "comm share", "theory", "measured",
+                     "speedup", "efficiency", "device param", "TFLOP/s"):
+            self.assertIn(text, md)
+        for b in r["benchmarks"]:
+            if b["name"].startswith("pipeline/") and not b.get("skipped"):
+                self.assertRegex(md, rf"\| {b['schedule']} \| {b['p']} \| {b['m']} \|")
+        # the timeline is of a recognised pipeline case
+        self.assertRegex(md, r"Pipeline timeline: 1f1b, p = 4, m = 8")
+
+    def test_run_b_files_and_plots(self):
+        self.assert_ok(self.out_b)
+        d = self.tmp / "out-b"
+        self.assertEqual(plots_of(d, "b"), EXPECTED_B)
+        self.assertFalse((self.report_b.parent / "b.md").exists(), "--out-dir is where it writes")
+        self.assert_self_contained(d / "b.html", sorted(d.glob("b-*.png")))
+        md = (d / "b.md").read_text(encoding="utf-8")
+        for text in ("TP2", "PP2:1f1b", "DP2:zero2", "Δloss\\| vs f64", "worst check", "loss scale",
+                     "time overhead", "device bytes saved", "gain (off / on)"):
+            self.assertIn(text, md)
+
+    def test_failed_checks_listed_first(self):
+        r = json.loads(self.report_b.read_text())
+        for c in r["checks"]:  # every check passes, then one fails
+            c["passed"], c["value"] = True, min(c["value"], c["tolerance"])
+        for s in r["suites"]:
+            s["status"] = "passed"
+            s["checks_passed"] = s["checks_total"]
+        bad = next(c for c in r["checks"] if c["name"].startswith("conformance/TP2/loss/step:1"))
+        bad.update(passed=False, value=bad["tolerance"] * 3, fraction_of_tolerance=3.0)
+        conf = next(s for s in r["suites"] if s["name"] == "conformance")
+        conf["status"], conf["checks_passed"] = "failed", conf["checks_total"] - 1
+        path = self.tmp / "doctored.json"
+        path.write_text(json.dumps(r))
+        self.assert_ok(render(path))
+        md = (self.tmp / "doctored.md").read_text(encoding="utf-8")
+        html = (self.tmp / "doctored.html").read_text(encoding="utf-8")
+        self.assertIn("**FAILED**", md.split("## Suites")[0])
+        self.assertIn("**1 failed**", md)
+        self.assertIn("## Failed checks (1)", md)
+        failed = md.index("## Failed checks")
+        self.assertLess(md.index("## Suites"), failed)
+        self.assertLess(failed, md.index("\n## conformance\n"), "failed checks come before the suites")
+        section = md[failed:md.index("\n## conformance\n")]
+        self.assertIn(f"`{bad['name']}`", section)
+        self.assertIn("| 3 |", section)  # value / tolerance
+        self.assertIn(bad["name"], html[html.index("Failed checks"):html.index('id="conformance"')])
+        self.assertIn('class="alert"', html)
+        # and a report where everything passed has no such section
+        bad.update(passed=True, value=0.0, fraction_of_tolerance=0.0)
+        conf["status"] = "passed"
+        path.write_text(json.dumps(r))
+        self.assert_ok(render(path))
+        md = (self.tmp / "doctored.md").read_text(encoding="utf-8")
+        self.assertNotIn("## Failed checks", md)
+        self.assertIn("**PASSED**", md)
+
+    def test_unknown_and_future_suites(self):
+        r = json.loads(self.report_a.read_text())
+        rec = {"run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1, "iterations": 5}
+        r["suites"] += [{"name": n, "status": "passed", "duration_s": 1.0, "checks_passed": 0, "checks_total": 0,
+                         "data": {}, "error": None} for n in ("sweep", "kernels")]
+        r["suites"].append({"name": "mystery", "status": "error", "duration_s": 0.5, "checks_passed": 0,
+                            "checks_total": 0, "data": {"anything": [1, 2]}, "error": "it threw"})
+        for lay, tps in (("DP4", 3000.0), ("TP2xDP2", 2500.0), ("PP2xDP2:1f1b", 2100.0)):
+            r["benchmarks"].append(dict(rec, name=f"sweep/{lay}", run_name=f"sweep/{lay}", real_time=10.0,
+                                        cpu_time=10.0, time_unit="ms", layout=lay, ranks=4, tokens_per_s=tps,
+                                        step_time_ms={"n": 5, "median": 10.0, "min": 9.0, "max": 12.0, "mean": 10.0,
+                                                      "stddev": 1.0},
+                                        peak_bytes_per_rank=3 * 2 ** 20, bubble=0.2 if "PP" in lay else None,
+                                        comm_fraction=0.3))
+        r["benchmarks"] += [
+            dict(rec, name="kernels/matmul/n:1024", run_name="kernels/matmul/n:1024", real_time=1234.5,
+                 cpu_time=1230.0, time_unit="us", FLOPS=1.74e12),
+            dict(rec, name="kernels/layernorm/n:4096", run_name="kernels/layernorm/n:4096", real_time=45.2,
+                 cpu_time=45.0, time_unit="us", bytes_per_second=3.2e10),
+            dict(rec, name="mystery/thing/x:1", run_name="mystery/thing/x:1", real_time=1.0, cpu_time=1.0,
+                 time_unit="s", widgets_per_s=42.5, colour="blue", nested={"a": 1},
+                 latency_ms={"n": 3, "median": 2.5, "min": 2.0, "max": 3.0}),
+        ]
+        path = self.tmp / "future.json"
+        path.write_text(json.dumps(r))
+        self.assert_ok(render(path))
+        md = (self.tmp / "future.md").read_text(encoding="utf-8")
+        sweep = md[md.index("\n## sweep\n"):md.index("\n## kernels\n")]
+        for text in ("| layout | ranks | tokens/s | step (ms) | peak bytes per rank | bubble | comm share |",
+                     "`DP4`", "`TP2xDP2`", "`PP2xDP2:1f1b`", "3 MiB", "| 20.0% |"):
+            self.assertIn(text, sweep)
+        kernels = md[md.index("\n## kernels\n"):md.index("\n## mystery\n")]
+        for text in ("`matmul/n:1024`", "1.74 TFLOP/s", "32 GB/s", "real time", "us"):
+            self.assertIn(text, kernels)
+        mystery = md[md.index("\n## mystery\n"):]
+        for text in ("it threw", "`thing/x:1`", "widgets_per_s", "42.5", "blue", "latency_ms (median)", "2.5"):
+            self.assertIn(text, mystery)
+        self.assertIn("mystery error", md.split("## Suites")[0])
+
+    def test_suite_of_another_shape_falls_back(self):
+        r = json.loads(self.report_a.read_text())
+        for b in r["benchmarks"]:
+            if b["name"].startswith("ffn_tp/"):
+                b["tp"] = "not a number"
+        path = self.tmp / "odd.json"
+        path.write_text(json.dumps(r))
+        p = render(path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("ffn_tp: could not render", p.stderr)
+        md = (self.tmp / "odd.md").read_text(encoding="utf-8")
+        self.assertIn("generic table instead", md)
+        self.assertNotIn("odd-tp-scaling.png", md)
+
+    def test_sweep_and_kernels_suites(self):
+        listed = subprocess.run([DTBENCH, "list"], capture_output=True, text=True, timeout=60).stdout
+        have = [s for s in ("sweep", "kernels") if re.search(rf"^\s+{s}\s", listed, re.M)]
+        if not have:
+            self.skipTest("this dtbench has no sweep or kernels suite")
+        config = dict(CONFIG_C, suites=have)
+        report = dtbench_run(self.tmp, "c", config, 4)
+        out = self.tmp / "out-c"
+        self.assert_ok(render(report, "--out-dir", out))
+        md = (out / "c.md").read_text(encoding="utf-8")
+        r = json.loads(report.read_text())
+        if "sweep" in have:
+            self.assertIn("sweep", plots_of(out, "c"))
+            sweep = md[md.index("\n## sweep\n"):]
+            self.assertIn("| layout | ranks | TP×DP×PP | tokens/s | step (ms) | peak bytes per rank |", sweep)
+            for b in r["benchmarks"]:
+                if b["name"].startswith("sweep/"):
+                    self.assertIn(f"`{b['layout']}`", sweep)
+        if "kernels" in have:
+            kernels = md[md.index("\n## kernels\n"):]
+            self.assertIn("| kernel | iterations | real time | CPU time |", kernels)
+            for b in r["benchmarks"]:
+                if b["name"].startswith("kernels/"):
+                    self.assertIn(f"`{b['name'][len('kernels/'):]}`", kernels)
+        self.assert_self_contained(out / "c.html", sorted(out.glob("c-*.png")))
+
+    # --- bad input: exit 2, one line
+
+    def assert_bad(self, args, words):
+        p = render(*args)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertTrue(lines[0].startswith("report.py: error: "), lines[0])
+        for w in words:
+            self.assertIn(w, lines[0])
+        self.assertEqual(p.stdout, "")
+
+    def test_bad_input(self):
+        bad = self.tmp / "bad"
+        bad.mkdir(exist_ok=True)
+        missing = bad / "nope.json"
+        self.assert_bad([missing], ["does not exist", "nope.json"])
+        (bad / "trunc.json").write_text(self.report_a.read_text()[:500])
+        self.assert_bad([bad / "trunc.json"], ["not valid JSON", "trunc.json"])
+        (bad / "list.json").write_text("[1, 2]")
+        self.assert_bad([bad / "list.json"], ["not a dtbench report"])
+        (bad / "partial.json").write_text(json.dumps({"context": {}, "benchmarks": []}))
+        self.assert_bad([bad / "partial.json"], ["no suites, checks"])
+        (bad / "types.json").write_text(json.dumps({"context": {}, "benchmarks": {}, "suites": [], "checks": []}))
+        self.assert_bad([bad / "types.json"], ["'benchmarks' must be a JSON array"])
+        self.assert_bad([bad], ["is a directory"])
+        self.assert_bad([self.report_a, "--trace", missing], ["trace", "does not exist"])
+        (bad / "trace.json").write_text('{"traceEvents": 3}')
+        self.assert_bad([self.report_a, "--trace", bad / "trace.json"], ["not a Chrome trace"])
+        self.assert_bad([], ["report"])  # no argument at all
+        self.assert_bad([self.report_a, "--bogus"], ["--bogus"])
+        self.assertEqual(list(bad.glob("*.md")) + list(bad.glob("*.png")), [], "nothing written on bad input")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        print("usage: report_test.py PATH/TO/dtbench PATH/TO/mpiexec", file=sys.stderr)
+        sys.exit(2)
+    DTBENCH, MPIEXEC = sys.argv[1], sys.argv[2]
+    unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=2)

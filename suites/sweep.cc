@@ -1,0 +1,243 @@
+// The `sweep` suite (`dtbench run --sweep`): one model trained on each of a list of
+// layouts over the whole world, one report row per layout, so a report compares them side
+// by side — the question "which layout should we use for this model on these ranks".
+// Per layout: step time (median of the slowest rank's, steps after the first) and tokens/s,
+// the busiest rank's peak device bytes (all categories together, and per category), the
+// pipeline bubble of the schedule's closed form beside the measured idle share of the
+// ranks' step time, and the communication share (comm.* spans: TP all-reduces, pipeline
+// sends and receives including the wait for a peer, DP reductions). By default every layout
+// of the world's ranks that fits the model: each factorisation tp x pp x dp, pipelines under
+// 1F1B, GPipe and (where the layers and micro-batches allow) interleaved 1F1B, and pure DP at
+// ZeRO 0-3. Correctness is the conformance suite's job; here the rows are measurements, and
+// the only check is that each layout trained (every rank's losses finite).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "kernels/error.h"
+#include "reference/pipeline_schedule.h"
+#include "suites/oracle.h"
+#include "suites/stats.h"
+#include "suites/suite.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+// The layouts the default sweep considers for `world` ranks (before the model's and the
+// batch's divisibility filter them).
+std::vector<std::string> candidate_layouts(int world) {
+  std::vector<std::string> out;
+  for (int tp = 1; tp <= world; ++tp) {
+    if (world % tp) continue;
+    for (int pp = 1; pp <= world / tp; ++pp) {
+      if ((world / tp) % pp) continue;
+      const int dp = world / (tp * pp);
+      std::string dims;
+      auto add_dim = [&](const char* n, int k) {
+        if (k == 1) return;
+        if (!dims.empty()) dims += "x";
+        dims += n + std::to_string(k);
+      };
+      add_dim("TP", tp);
+      add_dim("PP", pp);
+      add_dim("DP", dp);
+      if (dims.empty()) dims = "DP1";
+      if (pp == 1) {
+        out.push_back(dims);
+        if (tp == 1 && dp > 1)
+          for (int z = 1; z <= 3; ++z) out.push_back(dims + ":zero" + std::to_string(z));
+      } else {
+        for (const char* s : {"1f1b", "gpipe", "interleaved:v2"}) out.push_back(dims + ":" + s);
+      }
+    }
+  }
+  return out;
+}
+
+struct Setup {
+  GptConfig model;
+  TrainConfig cfg;
+};
+
+Setup setup_from(const json& section, const json& config) {
+  Setup s;
+  s.model = gpt_config_from_json(config.at("model"));
+  s.cfg.steps = int(int_in_range(section, "steps", "sweep.steps", 2, 100000));
+  s.cfg.global_batch = int(int_in_range(section, "global_batch", "sweep.global_batch", 1, 1 << 20));
+  s.cfg.micro_batches = int(int_in_range(section, "micro_batches", "sweep.micro_batches", 1, 1 << 16));
+  s.cfg.seq_len = int(int_in_range(section, "seq_len", "sweep.seq_len", 1, 1 << 20));
+  s.cfg.seed = config.at("seed").get<uint64_t>();
+  if (s.cfg.seq_len > s.model.T)
+    throw InputError("sweep.seq_len = " + std::to_string(s.cfg.seq_len) + " exceeds model.T = " +
+                     std::to_string(s.model.T));
+  apply_recipe_keys(section, "sweep", s.cfg, nullptr);
+  return s;
+}
+
+// The layouts to run: the section's list (each must use every rank and fit the model), or
+// every candidate that fits. `skipped` gets the candidates left out with the reason.
+std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int world, json* skipped) {
+  std::vector<std::string> names;
+  for (const auto& v : section.at("layouts")) {
+    if (!v.is_string()) throw InputError("sweep.layouts: every entry must be a string, got " + v.dump());
+    names.push_back(v.get<std::string>());
+  }
+  const bool given = !names.empty();
+  if (!given) names = candidate_layouts(world);
+  std::vector<std::string> out;
+  for (const std::string& n : names) {
+    const LayoutSpec spec = parse_layout_spec(n, "sweep.layouts");
+    ParallelLayout l = spec.l;
+    l.micro_batches = st.cfg.micro_batches;
+    try {
+      if (l.world() != world)
+        throw InputError("needs " + std::to_string(l.world()) + " ranks; a sweep runs every layout on all " +
+                         std::to_string(world));
+      validate_layout(l, st.model, st.cfg.global_batch, world);
+      validate_zero(spec.z);
+    } catch (const InputError& e) {
+      if (given) throw InputError("sweep.layouts: '" + printable(n, 40) + "': " + e.what());
+      if (skipped) skipped->push_back({{"layout", n}, {"reason", e.what()}});
+      continue;
+    }
+    if (std::find(out.begin(), out.end(), n) != out.end())
+      throw InputError("sweep.layouts: '" + printable(n, 40) + "' is listed twice");
+    out.push_back(n);
+  }
+  if (out.empty())
+    throw InputError("sweep: no layout of " + std::to_string(world) + " rank(s) fits the model and batch" +
+                     (given ? "" : " (every candidate was refused: see the conformance suite's layout rules)"));
+  return out;
+}
+
+class SweepSuite : public Suite {
+ public:
+  std::string name() const override { return "sweep"; }
+  std::string description() const override {
+    return "one model on each layout of the world's ranks (dtbench run --sweep): tokens/s, peak memory per rank, "
+           "bubble, communication share, a row per layout";
+  }
+  json defaults() const override {
+    return {{"steps", 6}, {"global_batch", 16}, {"micro_batches", 4}, {"seq_len", 64},
+            {"precision", "fp32"}, {"layouts", json::array()}};
+  }
+  void validate(const json& section, const json& config, const WorldInfo& world) const override {
+    const Setup st = setup_from(section, config);
+    if (st.cfg.precision != Precision::fp32 && config.value("backend", "cpu") != "cpu")
+      throw InputError("sweep.precision: " + std::string(to_string(st.cfg.precision)) +
+                       " runs on the cpu backend only (the cuda backend stores fp32)");
+    sweep_layouts(section, st, world.size, nullptr);
+    check_fits_in_memory(20.0 * double(gpt_num_params(st.model)), world.ranks_per_node, "sweep: the model");
+  }
+
+  SuiteResult run(SuiteContext& ctx) override {
+    DTB_CHECK(ctx.dataset != nullptr, "sweep suite needs a dataset");
+    Communicator& world = ctx.world;
+    Backend* be = ctx.backend;
+    const bool on_cpu = be == nullptr || be->name() == "cpu";
+    Communicator& comm = ctx.device_world ? *ctx.device_world : world;
+    const Setup st = setup_from(ctx.section, ctx.config);
+    json skipped = json::array();
+    const std::vector<std::string> layouts = sweep_layouts(ctx.section, st, world.size(), &skipped);
+    const double tokens = double(st.cfg.global_batch) * st.cfg.seq_len;
+    ctx.print("# sweep: GPT L=" + std::to_string(st.model.L) + " C=" + std::to_string(st.model.C) + " NH=" +
+              std::to_string(st.model.NH) + " V=" + std::to_string(st.model.V) + ", " +
+              std::to_string(gpt_num_params(st.model)) + " params, " + std::string(to_string(st.cfg.precision)) + ", global batch " +
+              std::to_string(st.cfg.global_batch) + " x T " + std::to_string(st.cfg.seq_len) + ", " +
+              std::to_string(st.cfg.micro_batches) + " micro-batches per DP rank, " + std::to_string(st.cfg.steps) +
+              " steps, " + std::to_string(world.size()) + " ranks; " + std::to_string(layouts.size()) + " layouts");
+    ctx.print("#  layout                      tokens/s   step ms   peak MiB/rank   bubble (theory)   idle    comm");
+    SuiteResult res;
+    for (const std::string& text : layouts) {
+      const LayoutSpec spec = parse_layout_spec(text, "sweep.layouts");
+      SpanRecorder rec(true);
+      const LayoutOutcome out = run_parallel_layout(st.model, spec.l, st.cfg, spec.z, ctx.device,
+                                                    on_cpu ? nullptr : &be->ops(), world, comm, *ctx.dataset,
+                                                    /*gather=*/false, &rec, spec.recompute);
+      const std::vector<double> slowest = slowest_step_times(out, world);
+      // This rank's shares of its step time, over the steps after the first: idle from the
+      // spans (gaps between compute and messages), communication from the trainer's
+      // timing (TP all-reduces, pipeline messages incl. the wait, DP reductions and gathers).
+      double step_sum = 0, idle = 0, comm_s = 0;
+      for (int s = 1; s < st.cfg.steps; ++s) {
+        step_sum += out.timings[size_t(s)].step_s;
+        comm_s += out.timings[size_t(s)].comm_s;
+        const auto b = rec.breakdown(s);
+        if (b.count("idle")) idle += b.at("idle");
+      }
+      std::vector<double> mine = {step_sum > 0 ? idle / step_sum : 0.0, step_sum > 0 ? comm_s / step_sum : 0.0,
+                                  out.peak_total_bytes[int(Tier::device)], out.peak_total_bytes[int(Tier::host)]};
+      for (int c = 0; c < kNumMemCategories; ++c) mine.push_back(out.peak_bytes[int(Tier::device)][c]);
+      double finite_losses = 1;
+      for (double l : out.losses) finite_losses = std::isfinite(l) ? finite_losses : 0;
+      mine.push_back(finite_losses);
+      std::vector<double> all(mine.size() * world.size());
+      world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+      if (world.rank() != 0) continue;
+      const size_t K = mine.size();
+      double idle_mean = 0, comm_mean = 0, peak = 0, host_peak = 0;
+      int busiest = 0;
+      bool finite = true;
+      for (int r = 0; r < world.size(); ++r) {
+        const double* v = &all[size_t(r) * K];
+        idle_mean += v[0] / world.size();
+        comm_mean += v[1] / world.size();
+        if (v[2] > peak) peak = v[2], busiest = r;
+        host_peak = std::max(host_peak, v[3]);
+        finite = finite && v[K - 1] == 1;
+      }
+      json by_cat = json::object();
+      for (int c = 0; c < kNumMemCategories; ++c)
+        by_cat[std::string(to_string(MemCategory(c)))] = all[size_t(busiest) * K + 4 + size_t(c)];
+      const Summary t = summarize(std::vector<double>(slowest.begin() + 1, slowest.end()));  // step 0 allocates
+      const ParallelLayout& l = spec.l;
+      const int m = st.cfg.micro_batches;
+      const double bubble = l.pp > 1 ? pipeline_bubble_theory(l.schedule, l.pp, m, l.virtual_stages) : 0.0;
+      json rec_json = benchmark_record("sweep/" + text, t.n, 1, t.median, t.median, "ms");
+      rec_json["layout"] = text;
+      rec_json["ranks"] = world.size();
+      rec_json["tp"] = l.tp;
+      rec_json["pp"] = l.pp;
+      rec_json["dp"] = l.dp;
+      rec_json["schedule"] = l.schedule;
+      rec_json["virtual_stages"] = l.virtual_stages;
+      rec_json["zero_stage"] = spec.z.stage;
+      rec_json["offload_optimizer"] = spec.z.offload_optimizer ? "cpu" : "none";
+      rec_json["recompute"] = std::string(to_string(spec.recompute));
+      rec_json["precision"] = std::string(to_string(st.cfg.precision));
+      rec_json["micro_batches"] = m;
+      rec_json["step_time_ms"] = to_json(t, 1e3);
+      rec_json["tokens_per_s"] = tokens / t.median;
+      rec_json["peak_bytes_per_rank"] = peak;
+      rec_json["peak_host_bytes_per_rank"] = host_peak;
+      rec_json["busiest_rank"] = busiest;
+      rec_json["peak_bytes_by_category"] = by_cat;
+      rec_json["bubble_theory"] = bubble;
+      rec_json["idle_fraction"] = idle_mean;
+      rec_json["comm_fraction"] = comm_mean;
+      rec_json["final_loss"] = out.losses.back();
+      res.benchmarks.push_back(rec_json);
+      res.checks.push_back(make_check("sweep/" + text + "/trained", finite ? 0.0 : 1.0, 0.0,
+                                      "every rank's losses finite (0 when so)"));
+      char line[300];
+      std::snprintf(line, sizeof line, "   %-26s %9.0f  %8.2f  %14.2f  %16.3f  %6.3f  %6.3f", text.c_str(),
+                    tokens / t.median, t.median * 1e3, peak / (1024.0 * 1024.0), bubble, idle_mean, comm_mean);
+      ctx.print(line);
+    }
+    if (world.rank() == 0) {
+      res.data = {{"model", ctx.config.at("model")}, {"layouts", layouts}, {"not_applicable", skipped}};
+      ctx.print("# step: median of the slowest rank's step time after the first; peak: the busiest rank's device "
+                "bytes, all categories at once; idle and comm: shares of the ranks' step time (mean over ranks; "
+                "a pipeline receive counts its wait as comm)");
+    }
+    return res;
+  }
+};
+
+}  // namespace
+
+DTB_REGISTER_SUITE("sweep", SweepSuite);
+
+}  // namespace dtb
