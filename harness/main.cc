@@ -2,11 +2,13 @@
 // writes the JSON report; `dtbench list` lists suites and named configs. Bad input ends
 // with one line on stderr and exit status 2; a failed check with exit status 1.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -152,6 +154,7 @@ struct RunArgs {
   std::string suites, data, output_dir, run_id, backend;
   std::string trace;  // Chrome trace JSON path, empty: none
   bool print_config = false;
+  std::string progress = "auto";  // --progress auto|on|off
   bool sweep = false;        // --sweep: run the sweep suite only
   std::string sweep_layouts;  // its comma-separated layouts, empty: every layout that fits
 };
@@ -181,6 +184,18 @@ std::string apply_sweep(const std::string& text, const RunArgs& args) {
     j["sweep"]["layouts"] = list;
   }
   return j.dump();
+}
+
+// Whether rank 0 keeps a live progress line: "on", "off", or "auto": when its standard
+// output is a terminal and no MPI launcher started it (Open MPI hands its ranks a
+// pseudo-terminal even when mpirun's own output goes to a file, so under a launcher a
+// terminal cannot be told from a log; scripts/run says "on" when its output is a terminal).
+bool live_progress(const std::string& mode) {
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
+    if (std::getenv(v)) return false;
+  return isatty(fileno(stdout)) != 0;
 }
 
 int cmd_run(Communicator& world, const RunArgs& args) {
@@ -258,7 +273,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
       write_failed = true;
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
     }
-  }, &spans);
+  }, &spans, live_progress(args.progress));
   if (!args.trace.empty()) {
     const auto per_rank = gather_spans(world, spans.spans());  // collective
     if (world.rank() == 0) {
@@ -315,6 +330,11 @@ int main(int argc, char** argv) {
         ->type_name("FILE");
     run->add_flag("--print-config", args.print_config,
                   "print the complete validated config (every key, defaults filled) and exit");
+    run->add_option("--progress", args.progress,
+                    "a live progress line on rank 0: auto (when its output is a terminal and no MPI launcher "
+                    "started it), on, off (default auto; the last one given counts)")
+        ->check(CLI::IsMember({"auto", "on", "off"}))
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     run->add_option("--sweep", args.sweep_layouts,
                     "run the sweep suite only: the config's model on each layout of the world's ranks (e.g. "
                     "TP2xDP2,PP2xDP2:gpipe,DP4:zero2), or on every layout that fits when none are given; one "

@@ -1,8 +1,6 @@
 // The suite runner: each selected suite in turn on every rank, its outcome recorded.
 #include "harness/runner.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 
 #include "kernels/error.h"
@@ -56,11 +54,11 @@ class TerminalProgress final : public ProgressSink {
 std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
                                      Communicator* device_world, const Dataset* dataset,
                                      const std::function<void(const std::vector<SuiteOutcome>&)>& after_each,
-                                     SpanRecorder* spans) {
+                                     SpanRecorder* spans, bool live_progress) {
   std::vector<SuiteOutcome> outcomes;
-  // Progress: a live line on rank 0 when its output is a terminal; one line per suite always.
+  // Progress: a live line on rank 0 when asked; one line per suite always.
   TerminalProgress live;
-  const bool tty = world.rank() == 0 && isatty(fileno(stdout));
+  const bool tty = world.rank() == 0 && live_progress;
   ProgressSink* previous = tty ? set_progress_sink(&live) : nullptr;
   const int n_suites = int(config.at("suites").size());
   int index = 0;

@@ -16,10 +16,12 @@ namespace dtb {
 /// the error sink (MPI_Abort) after rank 0 wrote what it has, since the other ranks may
 /// be blocked in the failed suite's collectives (a collective timeout comes later). `after_each` is called on every rank
 /// after each suite with the outcomes so far. `spans` (optional) is handed to every suite
-/// as SuiteContext::spans. Collective over `world`.
+/// as SuiteContext::spans. Rank 0 prints one line per suite as it ends; with
+/// `live_progress` it also keeps a live line (suite, training step, elapsed, estimate) for
+/// a terminal. Collective over `world`.
 std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
                                      Communicator* device_world, const Dataset* dataset,
                                      const std::function<void(const std::vector<SuiteOutcome>&)>& after_each,
-                                     SpanRecorder* spans = nullptr);
+                                     SpanRecorder* spans = nullptr, bool live_progress = false);
 
 }  // namespace dtb
