@@ -120,7 +120,7 @@ class SweepSuite : public Suite {
            "bubble, communication share, a row per layout";
   }
   json defaults() const override {
-    return {{"steps", 6}, {"global_batch", 16}, {"micro_batches", 4}, {"seq_len", 64},
+    return {{"steps", 20}, {"global_batch", 16}, {"micro_batches", 4}, {"seq_len", 64},
             {"precision", "fp32"}, {"layouts", json::array()}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
