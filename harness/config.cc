@@ -192,6 +192,9 @@ json parse_config(const std::string& text, const std::string& origin,
   } catch (const json::parse_error& e) {
     std::string what = e.what();
     throw InputError("malformed JSON in config " + origin + ": " + what.substr(what.find(':') + 2));
+  } catch (const json::out_of_range& e) {  // e.g. a number beyond double's range (1e400)
+    std::string what = e.what();
+    throw InputError("config " + origin + ": " + what.substr(what.find(']') + 2));
   }
   json cfg = merge(top_defaults(), user, "");
   if (!suites_override.empty()) cfg["suites"] = split_names(suites_override);

@@ -267,8 +267,9 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   auto outcomes = run_suites(cfg, world, *backend, device_world.get(), &data, [&](const std::vector<SuiteOutcome>& so) {
     if (world.rank() != 0) return;
     report = make_report(context, so);
-    try {
+    try {  // the report and its latest.json copy after every suite: an aborted run keeps both
       write_json_atomic(path, report);
+      write_json_atomic(out_dir + "/latest.json", report);
     } catch (const std::exception& e) {
       write_failed = true;
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
@@ -288,12 +289,6 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   }
   int code = 0;
   if (world.rank() == 0) {
-    try {
-      write_json_atomic(out_dir + "/latest.json", report);
-    } catch (const std::exception& e) {
-      write_failed = true;
-      std::fprintf(stderr, "dtbench: error: %s\n", e.what());
-    }
     print_summary(report, path);
     code = report_passed(outcomes) && !write_failed ? 0 : 1;
   }

@@ -312,10 +312,8 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
 
   if (!fp32)
     notes.push_back(std::string(to_string(c.precision)) +
-                    " is planned: the trainer runs fp32 only; activations and scratch counted at 2 bytes");
-  if (c.recompute != Recompute::none)
-    notes.push_back("recompute " + std::string(to_string(c.recompute)) +
-                    " is planned (Korthikanti et al. 2022): the trainer does not recompute yet");
+                    " as the trainer stores it: parameters, gradients, activations and scratch in 2 bytes; LayerNorm "
+                    "statistics, token losses, master weights and Adam moments in fp32");
   notes.push_back("comm_buffer (pipeline messages, ZeRO's gathered units and buckets) is transient and not planned");
   j["notes"] = notes;
   return j;
@@ -333,7 +331,7 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   auto* s = app.add_subcommand("memory", "plan a configuration's per-rank memory without running it");
   s->footer("Named models (tied embedding, learned positions; V padded to a multiple of 128 x tp when tp does "
             "not divide it):" + models +
-            "\nbf16/fp16 and recompute are planned (the trainer runs fp32 without recompute today).");
+            "\nThe plan is the trainer's own accounting (measured equal in the memory and precision suites' checks).");
   s->add_option("--model", a.model, "named model (see below)");
   s->add_option("--layers", a.layers, "L layers");
   s->add_option("--hidden", a.hidden, "C channels");

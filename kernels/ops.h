@@ -73,10 +73,13 @@ class Ops {
   virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, A dloss, int N, int V) = 0;
   virtual void adamw_update(T* param, const T* grad, A* m, A* v, size_t n, const cpu::AdamWParams& hp, int t) = 0;
   /// Mixed precision's optimizer step (Micikevicius et al. 2018 Sec. 3.1): AdamW on the fp32
-  /// `master` (n) from `grad` (n, T, read as A) with the A moments m, v, then param (n) =
-  /// master rounded to T. Errors: the default throws InputError (a backend without the recipe).
+  /// `master` (n) from `grad` (n, T) widened to A and multiplied by `grad_scale` in A (the
+  /// loss scale's unscaling and the clipping coefficient, applied in fp32 as PyTorch's
+  /// GradScaler.unscale_ does to fp32 gradients: in T a scaled gradient's small values would
+  /// underflow), with the A moments m, v; then param (n) = master rounded to T.
+  /// Errors: the default throws InputError (a backend without the recipe).
   virtual void adamw_update_master(T* param, A* master, const T* grad, A* m, A* v, size_t n,
-                                   const cpu::AdamWParams& hp, int t);
+                                   const cpu::AdamWParams& hp, int t, A grad_scale = A(1));
 
   // The sharded ops of tensor parallelism (vocabulary-parallel embedding and cross-entropy,
   // the row-parallel bias): semantics in kernels/cpu/ops.h.
@@ -96,7 +99,7 @@ class Ops {
 };
 
 template <typename T>
-void Ops<T>::adamw_update_master(T*, A*, const T*, A*, A*, size_t, const cpu::AdamWParams&, int) {
+void Ops<T>::adamw_update_master(T*, A*, const T*, A*, A*, size_t, const cpu::AdamWParams&, int, A) {
   throw InputError("the " + backend() + " backend has no mixed-precision optimizer step (fp32 master weights)");
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/timer.h"
@@ -72,7 +73,10 @@ ZeroEngine<T>::ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communic
   if (cfg.offload_optimizer) {
     host_master_ = make_a(S, MemCategory::master_param, Tier::host);
     host_grad_ = make(S, MemCategory::grad, Tier::host);
-    if (is_half_v<T>) host_param_ = make(S, MemCategory::param, Tier::host);
+    if constexpr (is_half_v<T>) {
+      host_param_ = make(S, MemCategory::param, Tier::host);
+      host_ops_ = std::make_unique<HalfCpuOps<T>>();
+    }
   } else if (is_half_v<T>) {
     master_ = make_a(moments, MemCategory::master_param);
   }
@@ -257,6 +261,7 @@ void ZeroEngine<T>::load(const std::vector<T>& local) {
 template <typename T>
 void ZeroEngine<T>::zero_grad() {
   DTB_CHECK(pending_.empty() && bucket_.empty() && unit_grad_.empty(), "ZeroEngine: zero_grad inside a backward");
+  grad_multiplier_ = A(1);
   if (cfg_.stage < 2) {
     ops_.zero(full_grad_.data<T>(), model_.num_params());
   } else {
@@ -359,7 +364,7 @@ void ZeroEngine<T>::step() {
   // AdamW on n elements of this rank's share at offset o of the optimizer arrays.
   auto adamw = [&](T* param, const T* grad, size_t o, size_t n) {
     if (master_.defined()) {
-      ops_.adamw_update_master(param, master_.data<A>() + o, grad, m + o, v + o, n, hp_, t_);
+      ops_.adamw_update_master(param, master_.data<A>() + o, grad, m + o, v + o, n, hp_, t_, grad_multiplier_);
     } else {
       ops_.adamw_update(param, grad, m + o, v + o, n, hp_, t_);
     }
@@ -390,10 +395,8 @@ void ZeroEngine<T>::step() {
       const size_t o = shard_off_[u], n = shard_[u];
       A* master = host_master_.data<A>() + o;
       if constexpr (is_half_v<T>) {  // widen the gradient, step the fp32 master, round the parameters
-        widened_.resize(std::max(widened_.size(), n));
-        convert(widened_.data(), host_grad_.data<T>() + o, n);
-        cpu::adamw_update(master, widened_.data(), m + o, v + o, n, hp_, t_);
-        convert(host_param_.data<T>() + o, master, n);
+        host_ops_->adamw_update_master(host_param_.data<T>() + o, master, host_grad_.data<T>() + o, m + o, v + o, n,
+                                       hp_, t_, grad_multiplier_);
         ops_.copy_from_host_async(my_param(u), host_param_.data<T>() + o, own_count(int(u)) * sizeof(T));
       } else {
         cpu::adamw_update(master, host_grad_.data<T>() + o, m + o, v + o, n, hp_, t_);
@@ -467,23 +470,33 @@ double ZeroEngine<T>::owned_grad_sq_norm() {
       if (cfg_.stage < 2 ? t.owner : t.primary) std::fill_n(norm_mask_.begin() + long(t.offset), t.numel, char(1));
   }
   const std::vector<char>& counts = norm_mask_;
+  // The gradient the optimizer will see: in a half type, widened and multiplied by the
+  // pending factor in fp32 (as adamw_update_master does).
+  auto g = [&](size_t i) {
+    if constexpr (is_half_v<T>) return double(float(h[i]) * grad_multiplier_);
+    return double(h[i]);
+  };
   double sum = 0;
   if (cfg_.stage < 2) {
     for (size_t i = 0; i < N; ++i)
-      if (counts[i]) sum += double(h[i]) * double(h[i]);
+      if (counts[i]) sum += g(i) * g(i);
     return sum;
   }
   const auto& units = model_.units();
   for (size_t u = 0; u < units.size(); ++u) {
     const size_t first = units[u].begin + size_t(d_) * shard_[u];
     for (size_t j = 0; j < own_count(int(u)); ++j)
-      if (counts[first + j]) sum += double(h[shard_off_[u] + j]) * double(h[shard_off_[u] + j]);
+      if (counts[first + j]) sum += g(shard_off_[u] + j) * g(shard_off_[u] + j);
   }
   return sum;
 }
 
 template <typename T>
 void ZeroEngine<T>::scale_grads(A a) {
+  if constexpr (is_half_v<T>) {
+    grad_multiplier_ *= a;
+    return;
+  }
   if (cfg_.stage < 2) {
     ops_.scale(full_grad_.data<T>(), a, model_.num_params());
   } else {

@@ -115,7 +115,11 @@ class ZeroEngine final : public ParamStore<T> {
   /// on the first stage, DP replicas on DP rank 0 at stages 0-1, every shard at 2-3). Local,
   /// in double; the caller sums it over the world.
   double owned_grad_sq_norm();
-  /// Every gradient element this rank holds *= a (unscaling, clipping).
+  /// Every gradient element this rank holds *= a (unscaling, clipping). In fp32/fp64 the
+  /// stored gradients are multiplied; in a half type the factor is kept in fp32 and applied
+  /// as the optimizer widens the gradients (and to owned_grad_sq_norm), since unscaling in
+  /// the half type itself would flush a scaled gradient's small values to zero (fp16: below
+  /// 2^-24). zero_grad() resets it to 1.
   void scale_grads(A a);
   /// Fault injection for tests: sets element `index` of the gradient this rank holds (the
   /// full local gradient at stages 0-1, the shard at 2-3) to `value`.
@@ -151,9 +155,10 @@ class ZeroEngine final : public ParamStore<T> {
   Tensor shard_param_, shard_grad_;        // stage 3: S params; stages 2-3: S grads
   Tensor m_, v_;                           // moments (A): N (stage 0) or S, device or host tier
   Tensor master_;                          // half T without offload: A master, N (stage 0) or S
+  A grad_multiplier_ = A(1);               // half T: the pending scale_grads factors, in A
   Tensor host_master_, host_grad_;         // offload: S each, host tier (A master, T gradient)
   Tensor host_param_;                      // offload with half T: the rounded S parameters going up
-  std::vector<A> widened_;                 // offload with half T: one unit's gradient in A (host)
+  std::unique_ptr<Ops<T>> host_ops_;       // offload with half T: the CPU's ops for the host-tier step
   bool comm_wide() const { return is_half_v<T> && cfg_.fp32_communication; }
   // Over DP: all-reduce (stages 0-1) of buf (n), or reduce-scatter of send (n_dp * n) into
   // recv (n), in T or widened to fp32 per comm_wide(); counts the bytes.

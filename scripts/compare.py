@@ -182,12 +182,17 @@ class InputError(Exception):
 
 
 # ------------------------------------------------------------------------------------ loading
+def _refuse_constant(name):
+    """JSON has no NaN or Infinity (Python's parser accepts them; dtbench writes null)."""
+    raise json.JSONDecodeError(f"{name} is not JSON (dtbench writes null for a non-finite number)", name, 0)
+
+
 def load_report(path):
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     try:
         with open(path, encoding="utf-8") as f:
-            report = json.load(f)
+            report = json.load(f, parse_constant=_refuse_constant)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: malformed JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -693,6 +698,15 @@ def main(argv=None):
             print(json.dumps({"output_version": OUTPUT_VERSION, "exit_code": 2, "error": str(e)}))
         return 2
 
+    suites_present = {str(b.get("name", "")).split("/", 1)[0] for r in (base, new) for b in r["benchmarks"]}
+    unknown = sorted(set(suite_thresholds) - suites_present)
+    if unknown:
+        print(f"compare.py: --suite-threshold names {', '.join(unknown)}, which neither report has records of "
+              f"(they have: {', '.join(sorted(suites_present)) or 'none'})", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"output_version": OUTPUT_VERSION, "exit_code": 2, "error": "unknown suite in "
+                              "--suite-threshold"}))
+        return 2
     args.suite_thresholds = suite_thresholds
     res = compare(base, new, args.threshold, args.alpha, suite_thresholds)
     regressed = (any(r["regression"] for r in res["rows"]) or res["checks"]["regressions"]

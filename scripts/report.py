@@ -54,8 +54,10 @@ def load_json(path, what):
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read {what} '{path}': {e}")
+    def refuse(name):  # JSON has no NaN or Infinity (dtbench writes null for a non-finite number)
+        raise json.JSONDecodeError(f"{name} is not JSON", name, 0)
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=refuse)
     except json.JSONDecodeError as e:
         raise InputError(f"{what} '{path}' is not valid JSON ({e})")
 
@@ -1778,6 +1780,12 @@ def main(argv=None):
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     stem = Path(args.report).stem
+    inputs = {Path(args.report).resolve()} | ({Path(args.trace).resolve()} if args.trace else set())
+    clash = [p for p in (out_dir / f"{stem}.md", out_dir / f"{stem}.html") if p.resolve() in inputs]
+    if clash:
+        print(f"{PROG}: error: the output {clash[0]} would overwrite an input; rename the report to end in .json "
+              "or pass --out-dir", file=sys.stderr)
+        return 2
     for old in out_dir.glob(f"{glob_escape(stem)}-*.png"):  # plots of an earlier rendering that may not recur
         if re.fullmatch(re.escape(stem) + r"-(busbw|tp-scaling|bubble|memory|conformance-loss|train-loss|"
                         r"step-breakdown|precision-loss|step-times-[a-z_]+|sweep|timeline|timeline-train)\.png", old.name):

@@ -23,10 +23,16 @@ class InputError(Exception):
     """A file that cannot be read or is not JSON."""
 
 
+def _refuse_constant(name):
+    """JSON has no NaN or Infinity; Python's parser accepts them, a dtbench report never holds
+    them (the writer turns non-finite numbers into null)."""
+    raise json.JSONDecodeError(f"{name} is not JSON (dtbench writes null for a non-finite number)", name, 0)
+
+
 def load_json(path):
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, parse_constant=_refuse_constant)
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:

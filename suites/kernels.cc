@@ -14,6 +14,7 @@
 #include <thread>
 #include <cstdio>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,11 @@ class KernelsSuite : public Suite {
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const std::string f = section.at("filter");
     if (f.empty()) throw InputError("kernels.filter: empty (\".\" runs every benchmark)");
+    try {  // Google Benchmark matches names with POSIX extended regular expressions
+      std::regex re(f.front() == '-' ? f.substr(1) : f, std::regex::extended);
+    } catch (const std::regex_error& e) {
+      throw InputError("kernels.filter: '" + printable(f, 40) + "' is not a regular expression (" + e.what() + ")");
+    }
     number_in_range(section, "min_time_s", "kernels.min_time_s", 0.001, 60.0);
     int_in_range(section, "repetitions", "kernels.repetitions", 1, 100);
   }
@@ -87,7 +93,11 @@ class KernelsSuite : public Suite {
       benchmark::Initialize(&argc, argv.data());
       CollectingReporter rep;
       const size_t ran = benchmark::RunSpecifiedBenchmarks(&rep, filter);
-      if (ran == 0) throw std::runtime_error("kernels: no benchmark matches filter '" + filter + "'");
+      // A filter that matches nothing is a failed check, not an exception: the other ranks
+      // wait below, and an exception on one rank would end the job.
+      res.checks.push_back(make_check("kernels/matched", ran > 0 ? 0.0 : 1.0, 0.0,
+                                      "kernels.filter '" + printable(filter, 40) + "' matches at least one benchmark (0 "
+                                      "when it does)"));
       ctx.print("# kernels: " + std::to_string(ran) + " benchmark runs (" + std::string(reps + 2) + ", " +
                 std::string(min_time + 2) + "); time and counters = median over repetitions");
       ctx.print("#  benchmark                                   time        unit   counters");

@@ -11,6 +11,7 @@
 // ZeRO 0-3. Correctness is the conformance suite's job; here the rows are measurements, and
 // the only check is that each layout trained (every rank's losses finite).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -86,6 +87,15 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
   }
   const bool given = !names.empty();
   if (!given) names = candidate_layouts(world);
+  // One spelling per layout, as records are named and compared: dimensions upper case
+  // (TP2xDP2), options lower case (gpipe, zero2).
+  for (std::string& n : names) {
+    const size_t colon = std::min(n.find(':'), n.size());
+    for (size_t i = 0; i < n.size(); ++i) {
+      const unsigned char c = static_cast<unsigned char>(n[i]);
+      n[i] = char(i < colon ? (std::toupper(c) == 'X' ? 'x' : std::toupper(c)) : std::tolower(c));
+    }
+  }
   std::vector<std::string> out;
   for (const std::string& n : names) {
     const LayoutSpec spec = parse_layout_spec(n, "sweep.layouts");
@@ -228,6 +238,9 @@ class SweepSuite : public Suite {
     }
     if (world.rank() == 0) {
       res.data = {{"model", ctx.config.at("model")}, {"layouts", layouts}, {"not_applicable", skipped}};
+      for (const auto& x : skipped)
+        ctx.print("#  not applicable: " + x.at("layout").get<std::string>() + " (" + x.at("reason").get<std::string>() +
+                  ")");
       ctx.print("# step: median of the slowest rank's step time after the first; peak: the busiest rank's device "
                 "bytes, all categories at once; idle and comm: shares of the ranks' step time (mean over ranks; "
                 "a pipeline receive counts its wait as comm)");

@@ -572,12 +572,14 @@ void HalfCpuOps<H>::adamw_update(H* param, const H* grad, A* m, A* v, size_t n, 
 
 template <typename H>
 void HalfCpuOps<H>::adamw_update_master(H* param, A* master, const H* grad, A* m, A* v, size_t n,
-                                        const cpu::AdamWParams& hp, int t) {
+                                        const cpu::AdamWParams& hp, int t, A grad_scale) {
   const size_t c = std::min(n, kChunk);
   float* g = buf(0, c);
   for (size_t i0 = 0; i0 < n; i0 += c) {
     const size_t k = std::min(c, n - i0);
     convert_to_float(g, grad + i0, k);
+    if (grad_scale != 1.0f)
+      for (size_t i = 0; i < k; ++i) g[i] *= grad_scale;
     cpu::adamw_update<float>(master + i0, g, m + i0, v + i0, k, hp, t);
     convert_from_float(param + i0, master + i0, k);
   }

@@ -48,8 +48,9 @@ namespace dtb {
 ///     param (between 2^-9 and 2^-8 of |param| in bf16, 2^-12 and 2^-11 in fp16) rounds
 ///     back to the old value and is lost, every step: Adam's step is about lr, so lr = 1e-3
 ///     never moves a bf16 weight of 1. Mixed precision uses adamw_update_master instead.
-///   - adamw_update_master(param, master, grad, m, v, n, hp, t): cpu::adamw_update<float>
-///     on the fp32 master from float(grad), then param[i] = round(master[i]): the master
+///   - adamw_update_master(param, master, grad, m, v, n, hp, t, grad_scale):
+///     cpu::adamw_update<float> on the fp32 master from float(grad) * grad_scale (one fp32
+///     product; exact when grad_scale is 1), then param[i] = round(master[i]): the master
 ///     accumulates the small updates the H copy cannot hold (Micikevicius et al. Sec. 3.1).
 ///   - the cross-entropy shard ops take and return their A maxes, sums and losses as they
 ///     are (only logits, probs and dlogits are H).
@@ -97,7 +98,7 @@ class HalfCpuOps final : public Ops<H> {
   void crossentropy_backward(H* dlogits, const H* probs, const int32_t* targets, A dloss, int N, int V) override;
   void adamw_update(H* param, const H* grad, A* m, A* v, size_t n, const cpu::AdamWParams& hp, int t) override;
   void adamw_update_master(H* param, A* master, const H* grad, A* m, A* v, size_t n, const cpu::AdamWParams& hp,
-                           int t) override;
+                           int t, A grad_scale = A(1)) override;
   void embedding_shard_forward(H* out, const int32_t* tokens, const H* wte_shard, const H* wpe, int B, int Tn,
                                int C, int v_begin, int v_end) override;
   void embedding_shard_backward(H* dwte_shard, H* dwpe, const H* dout, const int32_t* tokens, int B, int Tn, int C,
