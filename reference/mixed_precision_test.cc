@@ -18,21 +18,11 @@
 #include "reference/loss_scaler.h"
 #include "reference/memory_model.h"
 #include "reference/parallel_trainer.h"
+#include "reference/test_dataset.h"
 #include "suites/oracle.h"
 
 namespace dtb {
 namespace {
-
-Dataset test_data() {
-  std::string text;
-  for (int i = 0; i < 40; ++i)
-    text += "It was the best of times, it was the worst of times, it was the age of wisdom, "
-            "it was the age of foolishness. ";
-  Dataset d;
-  d.path = "inline";
-  d.bytes.assign(text.begin(), text.end());
-  return d;
-}
 
 // parallel_trainer_test.cc's model: 4 layers (PP 2 or 4), 4 heads (TP 2 or 4), V 256.
 const GptConfig kModel{4, 32, 4, 16, 256};

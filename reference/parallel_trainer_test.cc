@@ -9,21 +9,11 @@
 
 #include "kernels/device.h"
 #include "reference/parallel_trainer.h"
+#include "reference/test_dataset.h"
 #include "reference/trainer.h"
 
 namespace dtb {
 namespace {
-
-Dataset test_data() {
-  std::string text;
-  for (int i = 0; i < 40; ++i)
-    text += "It was the best of times, it was the worst of times, it was the age of wisdom, "
-            "it was the age of foolishness. ";
-  Dataset d;
-  d.path = "inline";
-  d.bytes.assign(text.begin(), text.end());
-  return d;
-}
 
 // 4 layers (PP 4, or PP 2 with 2 virtual stages), 4 heads (TP 4), V 256 (divisible by 4).
 const GptConfig kModel{4, 32, 4, 16, 256};

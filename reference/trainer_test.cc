@@ -7,22 +7,11 @@
 #include <cstdio>
 #include <fstream>
 
+#include "reference/test_dataset.h"
 #include "reference/trainer.h"
 
 namespace dtb {
 namespace {
-
-Dataset test_data() {
-  // Real English text, byte-level; the same on every rank.
-  std::string text;
-  for (int i = 0; i < 40; ++i)
-    text += "It was the best of times, it was the worst of times, it was the age of wisdom, "
-            "it was the age of foolishness. ";
-  Dataset d;
-  d.path = "inline";
-  d.bytes.assign(text.begin(), text.end());
-  return d;
-}
 
 double norm(const float* g, size_t n) {
   double s = 0;
