@@ -127,14 +127,13 @@ class ConformanceSuite : public Suite {
     const Dataset& data = *ctx.dataset;
     Communicator& world = ctx.world;
     const GptConfig model = gpt_config_from_json(ctx.section.at("model"), "conformance.model");
-    const TrainConfig cfg32 = train_config_from_json(ctx.section, ctx.config, "conformance");
-    const double tokens_per_step = double(cfg32.global_batch) * cfg32.seq_len;
-    const TrainConfig& cfg = cfg32;
+    const TrainConfig base = train_config_from_json(ctx.section, ctx.config, "conformance");
+    const double tokens_per_step = double(base.global_batch) * base.seq_len;
     ctx.print("# conformance: GPT L=" + std::to_string(model.L) + " C=" + std::to_string(model.C) +
               " NH=" + std::to_string(model.NH) + " V=" + std::to_string(model.V) + ", " +
-              std::to_string(gpt_num_params(model)) + " params, T=" + std::to_string(cfg.seq_len) +
-              ", global batch " + std::to_string(cfg.global_batch) + " in " + std::to_string(cfg.micro_batches) +
-              " micro-batches per DP rank, " + std::to_string(cfg.steps) + " steps, " +
+              std::to_string(gpt_num_params(model)) + " params, T=" + std::to_string(base.seq_len) +
+              ", global batch " + std::to_string(base.global_batch) + " in " + std::to_string(base.micro_batches) +
+              " micro-batches per DP rank, " + std::to_string(base.steps) + " steps, " +
               std::to_string(world.size()) + " ranks");
     SuiteResult res;
     json skipped = json::array(), table = json::array();
@@ -150,121 +149,122 @@ class ConformanceSuite : public Suite {
     };
     std::vector<double> oracle_losses;
     double factor = 0;
+    Reference oracle;  // the float64 oracle, run once (rank 0's): the same for every precision
+    bool have_oracle = false;  // on every rank, so that every rank skips the oracle's job alike
     for (const Precision prec : precisions(ctx.section)) {
-    TrainConfig pcfg = cfg32;
-    pcfg.precision = prec;
-    pcfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
-    const TrainConfig& cfg = pcfg;
-    const std::string suffix = prec == Precision::fp32 ? "" : ":" + std::string(to_string(prec));
-    const ReferenceSet refs = run_references(model, ctx.device, data, cfg, world);
-    oracle_losses = refs.oracle.losses;  // float64: the same for every precision
-    factor = refs.factor();
-    ctx.print("# " + std::string(to_string(prec)) + " baseline: float64 oracle and " +
-              std::to_string(refs.micro_batches.size()) + " single-rank " + std::string(to_string(prec)) +
-              " runs; tolerance " + refs.how());
-    ctx.print("#  layout                       ranks  final loss   |dloss| max   worst check   checks   status   "
-              "peak activations per stage (KiB)");
-    for (const std::string& layout_text : names) {
-      const std::string text = layout_text + suffix;
-      const LayoutSpec spec = parse_layout_spec(layout_text, "conformance.layouts");
-      ParallelLayout l = spec.l;
-      l.micro_batches = cfg.micro_batches;
-      if (l.world() > world.size()) {
-        const int64_t k = l.world();
-        skipped.push_back({{"layout", text}, {"needs_ranks", k}});
-        ctx.print("#  " + pad(text, 28) + " " + pad(std::to_string(k), 5) + "  skipped: needs " +
-                  std::to_string(k) + " ranks, the world has " + std::to_string(world.size()));
-        continue;
-      }
-      const int k = int(l.world());
-      auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
-      LayoutOutcome out;
-      if (world.rank() < k) out = run_parallel_layout(model, l, cfg, spec.z, ctx.device, nullptr, *sub, *sub, data, true, nullptr,
-                                                      spec.recompute);
-      world.barrier();
-      // Step times: the slowest rank's per step, from the layout's ranks.
-      // Each rank sends its step times, then its stage and peak activation bytes.
-      const size_t per = size_t(cfg.steps) + 2;
-      std::vector<double> mine(per, 0.0), all(per * world.size());
-      for (int s = 0; s < cfg.steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
-      mine[cfg.steps] = out.pp_rank;
-      mine[cfg.steps + 1] = out.peak_activation_bytes;
-      world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
-      if (world.rank() != 0) continue;
-      std::vector<double> step_s(cfg.steps, 0.0), stage_peak(l.pp, 0.0);
-      for (int r = 0; r < k; ++r) {
-        for (int s = 0; s < cfg.steps; ++s) step_s[s] = std::max(step_s[s], all[r * per + s]);
-        const int stage = int(all[r * per + cfg.steps]);
-        stage_peak[stage] = std::max(stage_peak[stage], all[r * per + cfg.steps + 1]);
-      }
-      std::string peaks;
-      for (double b : stage_peak) {
-        if (!peaks.empty()) peaks += ' ';
-        peaks += std::to_string(std::lround(b / 1024));
-      }
+      TrainConfig cfg = base;
+      cfg.precision = prec;
+      cfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
+      const std::string suffix = prec == Precision::fp32 ? "" : ":" + std::string(to_string(prec));
+      const ReferenceSet refs = run_references(model, ctx.device, data, cfg, world, have_oracle ? &oracle : nullptr);
+      if (!have_oracle) oracle = refs.oracle, oracle_losses = refs.oracle.losses, have_oracle = true;
+      factor = refs.factor();
+      ctx.print("# " + std::string(to_string(prec)) + " baseline: float64 oracle and " +
+                std::to_string(refs.micro_batches.size()) + " single-rank " + std::string(to_string(prec)) +
+                " runs; tolerance " + refs.how());
+      ctx.print("#  layout                       ranks  final loss   |dloss| max   worst check   checks   status   "
+                "peak activations per stage (KiB)");
+      for (const std::string& layout_text : names) {
+        const std::string text = layout_text + suffix;
+        const LayoutSpec spec = parse_layout_spec(layout_text, "conformance.layouts");
+        ParallelLayout l = spec.l;
+        l.micro_batches = cfg.micro_batches;
+        if (l.world() > world.size()) {
+          const int64_t k = l.world();
+          skipped.push_back({{"layout", text}, {"needs_ranks", k}});
+          ctx.print("#  " + pad(text, 28) + " " + pad(std::to_string(k), 5) + "  skipped: needs " +
+                    std::to_string(k) + " ranks, the world has " + std::to_string(world.size()));
+          continue;
+        }
+        const int k = int(l.world());
+        auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
+        LayoutOutcome out;
+        if (world.rank() < k) out = run_parallel_layout(model, l, cfg, spec.z, ctx.device, nullptr, *sub, *sub, data, true, nullptr,
+                                                        spec.recompute);
+        world.barrier();
+        // Step times: the slowest rank's per step, from the layout's ranks.
+        // Each rank sends its step times, then its stage and peak activation bytes.
+        const size_t per = size_t(cfg.steps) + 2;
+        std::vector<double> mine(per, 0.0), all(per * world.size());
+        for (int s = 0; s < cfg.steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
+        mine[cfg.steps] = out.pp_rank;
+        mine[cfg.steps + 1] = out.peak_activation_bytes;
+        world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+        if (world.rank() != 0) continue;
+        std::vector<double> step_s(cfg.steps, 0.0), stage_peak(l.pp, 0.0);
+        for (int r = 0; r < k; ++r) {
+          for (int s = 0; s < cfg.steps; ++s) step_s[s] = std::max(step_s[s], all[r * per + s]);
+          const int stage = int(all[r * per + cfg.steps]);
+          stage_peak[stage] = std::max(stage_peak[stage], all[r * per + cfg.steps + 1]);
+        }
+        std::string peaks;
+        for (double b : stage_peak) {
+          if (!peaks.empty()) peaks += ' ';
+          peaks += std::to_string(std::lround(b / 1024));
+        }
 
-      const std::string prefix = "conformance/" + text + "/";
-      std::vector<Check> checks =
-          oracle_checks(prefix, refs, model, tokens_per_step, out.losses, out.grads0, out.params);
-      checks.push_back(make_check(prefix + "replicas_identical/grads/step:0", out.replica_grads0, 0.0,
-                                  "max |difference| between copies of a replicated gradient (TP, DP, tied wte), "
-                                  "bitwise"));
-      checks.push_back(make_check(prefix + "replicas_identical/params", out.replica_params, 0.0,
-                                  "max |difference| between copies of a replicated parameter, bitwise"));
-      if (prec != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
-        for (Check& c : half_vs_fp32_checks(prefix, prec, out.losses, refs.oracle.losses)) checks.push_back(std::move(c));
-      // Recompute: the same ops on the same values, so bitwise the layout without it. Either
-      // may run first: compare when the second of a pair is done.
-      const std::string base = base_of(layout_text);
-      std::vector<std::string> partners;
-      if (!base.empty()) partners.push_back(base + suffix);
-      for (const std::string& n : names)
-        if (base_of(n) == layout_text) partners.push_back(n + suffix);
-      if (!partners.empty()) kept[text] = {out.losses, out.params};
-      for (const std::string& other_name : partners) {
-        auto it = kept.find(other_name);
-        if (it == kept.end()) continue;
-        double d = 0;
-        for (size_t i = 0; i < out.losses.size(); ++i) d = std::max(d, std::fabs(out.losses[i] - it->second.first[i]));
-        for (size_t i = 0; i < out.params.size(); ++i) d = std::max(d, std::fabs(out.params[i] - it->second.second[i]));
-        checks.push_back(make_check(prefix + "recompute_bitwise_vs/" + other_name, d, 0.0,
-                                    "max |difference| of losses and final parameters between recompute and none, "
-                                    "bitwise (the recomputation runs the same ops on the same values)"));
+        const std::string prefix = "conformance/" + text + "/";
+        std::vector<Check> checks =
+            oracle_checks(prefix, refs, model, tokens_per_step, out.losses, out.grads0, out.params);
+        checks.push_back(make_check(prefix + "replicas_identical/grads/step:0", out.replica_grads0, 0.0,
+                                    "max |difference| between copies of a replicated gradient (TP, DP, tied wte), "
+                                    "bitwise"));
+        checks.push_back(make_check(prefix + "replicas_identical/params", out.replica_params, 0.0,
+                                    "max |difference| between copies of a replicated parameter, bitwise"));
+        if (prec != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
+          for (Check& c : half_vs_fp32_checks(prefix, prec, out.losses, refs.oracle.losses)) checks.push_back(std::move(c));
+        // Recompute: the same ops on the same values, so bitwise the layout without it. Either
+        // may run first: compare when the second of a pair is done.
+        const std::string base = base_of(layout_text);
+        std::vector<std::string> partners;
+        if (!base.empty()) partners.push_back(base + suffix);
+        for (const std::string& n : names)
+          if (base_of(n) == layout_text) partners.push_back(n + suffix);
+        if (!partners.empty()) kept[text] = {out.losses, out.params};
+        for (const std::string& other_name : partners) {
+          auto it = kept.find(other_name);
+          if (it == kept.end()) continue;
+          double d = 0;
+          for (size_t i = 0; i < out.losses.size(); ++i) d = std::max(d, std::fabs(out.losses[i] - it->second.first[i]));
+          for (size_t i = 0; i < out.params.size(); ++i) d = std::max(d, std::fabs(out.params[i] - it->second.second[i]));
+          checks.push_back(make_check(prefix + "recompute_bitwise_vs/" + other_name, d, 0.0,
+                                      "max |difference| of losses and final parameters between recompute and none, "
+                                      "bitwise (the recomputation runs the same ops on the same values)"));
+        }
+        int failed = 0;
+        double worst = 0, dloss = 0;
+        for (const Check& c : checks) {
+          failed += c.passed ? 0 : 1;
+          worst = std::max(worst, c.fraction());
+        }
+        for (int s = 0; s < cfg.steps; ++s) dloss = std::max(dloss, std::fabs(out.losses[s] - refs.oracle.losses[s]));
+        const Summary st = summarize(step_s);
+        json rec = benchmark_record("conformance/" + text, cfg.steps, 1, st.median, st.median, "ms");
+        rec["tp"] = l.tp;
+        rec["dp"] = l.dp;
+        rec["pp"] = l.pp;
+        rec["schedule"] = l.schedule;
+        rec["virtual_stages"] = l.virtual_stages;
+        rec["zero_stage"] = spec.z.stage;
+        rec["offload_optimizer"] = spec.z.offload_optimizer ? "cpu" : "none";
+        rec["recompute"] = std::string(to_string(spec.recompute));
+        rec["precision"] = std::string(to_string(prec));
+        rec["ranks"] = k;
+        rec["step_time_ms"] = to_json(st, 1e3);
+        rec["final_loss"] = out.losses.back();
+        rec["max_loss_deviation"] = dloss;
+        rec["worst_check_fraction"] = worst;
+        rec["checks"] = checks.size();
+        rec["checks_failed"] = failed;
+        rec["peak_activation_bytes_per_stage"] = stage_peak;
+        res.benchmarks.push_back(rec);
+        table.push_back({{"layout", text}, {"precision", to_string(prec)}, {"losses", out.losses}});
+        char line[300];
+        std::snprintf(line, sizeof line, "   %-28s %5d  %10.6f   %11.3g   %11.3f   %6zu   %s   %s", text.c_str(), k,
+                      out.losses.back(), dloss, worst, checks.size(), failed ? "FAILED" : "passed", peaks.c_str());
+        ctx.print(line);
+        for (Check& c : checks) res.checks.push_back(std::move(c));
       }
-      int failed = 0;
-      double worst = 0, dloss = 0;
-      for (const Check& c : checks) {
-        failed += c.passed ? 0 : 1;
-        worst = std::max(worst, c.fraction());
-      }
-      for (int s = 0; s < cfg.steps; ++s) dloss = std::max(dloss, std::fabs(out.losses[s] - refs.oracle.losses[s]));
-      const Summary st = summarize(step_s);
-      json rec = benchmark_record("conformance/" + text, cfg.steps, 1, st.median, st.median, "ms");
-      rec["tp"] = l.tp;
-      rec["dp"] = l.dp;
-      rec["pp"] = l.pp;
-      rec["schedule"] = l.schedule;
-      rec["virtual_stages"] = l.virtual_stages;
-      rec["zero_stage"] = spec.z.stage;
-      rec["offload_optimizer"] = spec.z.offload_optimizer ? "cpu" : "none";
-      rec["recompute"] = std::string(to_string(spec.recompute));
-      rec["precision"] = std::string(to_string(prec));
-      rec["ranks"] = k;
-      rec["step_time_ms"] = to_json(st, 1e3);
-      rec["final_loss"] = out.losses.back();
-      rec["max_loss_deviation"] = dloss;
-      rec["worst_check_fraction"] = worst;
-      rec["checks"] = checks.size();
-      rec["checks_failed"] = failed;
-      rec["peak_activation_bytes_per_stage"] = stage_peak;
-      res.benchmarks.push_back(rec);
-      table.push_back({{"layout", text}, {"precision", to_string(prec)}, {"losses", out.losses}});
-      char line[300];
-      std::snprintf(line, sizeof line, "   %-28s %5d  %10.6f   %11.3g   %11.3f   %6zu   %s   %s", text.c_str(), k,
-                    out.losses.back(), dloss, worst, checks.size(), failed ? "FAILED" : "passed", peaks.c_str());
-      ctx.print(line);
-      for (Check& c : checks) res.checks.push_back(std::move(c));
-    }
     }
     if (world.rank() == 0) {
       res.data = {{"model", ctx.section.at("model")},

@@ -52,8 +52,11 @@ TrainConfig train_config_from_json(const nlohmann::json& section, const nlohmann
 /// fp32 through the single-rank Gpt<float>, bf16 / fp16 through the sharded model on a
 /// one-rank layout (which with tp = 1 runs gpt.cc's ops); the oracle is Gpt<double>.
 /// Collective over `world`.
+/// `oracle` (optional): a float64 oracle of the same model, data and steps from an earlier
+/// call (rank 0's), used instead of running it again (it does not depend on cfg.precision);
+/// every rank must pass one or none alike.
 ReferenceSet run_references(const GptConfig& model, Device& device, const Dataset& data, const TrainConfig& cfg,
-                            Communicator& world);
+                            Communicator& world, const Reference* oracle = nullptr);
 
 /// ||a - ref|| / ||ref|| (||a - ref|| when ref is 0).
 double rel_norm_diff(const double* a, const double* ref, size_t n);
