@@ -42,6 +42,11 @@ printf '{"model": {"L": 1000, "C": 65536, "NH": 1}}' >"$tmp/huge_model.json"
 printf '{"model": {"C": 4294967328}}' >"$tmp/wraps.json"
 printf '{"seed": 18446744073709551615}' >"$tmp/big_seed.json"
 printf '{"train": {"beta2": -3}}' >"$tmp/beta.json"
+printf '{"comm_timeout_s": 0}' >"$tmp/comm_timeout.json"
+printf '{"suites": ["train"], "train": {"steps": 20, "checkpoint_every": 5}}' >"$tmp/ckpt_no_dir.json"
+printf '{"suites": ["train"], "train": {"resume_from": "latest"}}' >"$tmp/resume_no_dir.json"
+printf '{"suites": ["train"], "train": {"checkpoint_dir": "%s/ck", "checkpoint_every": -1}}' "$tmp" >"$tmp/ckpt_every.json"
+printf '{"suites": ["train"], "train": {"resume_from": "%s/nonexistent"}}' "$tmp" >"$tmp/resume_missing.json"
 # Two f64 buffers of 0.6 x RAM do not fit (0.8 x RAM is the limit), if that size is
 # within MPI's int counts (RAM up to 28 GiB).
 ram=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) * 1024 ))
@@ -105,10 +110,17 @@ expect_error "bytes; at least" run --data "$tmp/tiny.txt"
 expect_error "bytes; at least" run --data "$tmp/empty.txt"
 expect_error "output directory is not writable" run --output-dir /proc/dtbench-nope
 expect_error "model.V = 50 is out of range [256," run --config "$tmp/small_vocab.json"
-expect_error "more than this machine's memory" run --config "$tmp/huge_model.json"
+expect_error "more than this machine's memory allows" run --config "$tmp/huge_model.json"
+expect_error "bytes available to the run (80% of" run --config "$tmp/huge_model.json"
+expect_error "; --force runs it anyway" run --config "$tmp/huge_model.json"
 expect_error "model.C = 4294967328 is out of range" run --config "$tmp/wraps.json"
 expect_error "'seed' = 18446744073709551615 is out of range" run --config "$tmp/big_seed.json"
 expect_error "train.beta2 = -3 is out of range" run --config "$tmp/beta.json"
+expect_error "comm_timeout_s = 0 is out of range [1.0," run --config "$tmp/comm_timeout.json"
+expect_error "train.checkpoint_every = 5 needs train.checkpoint_dir (where to save)" run --config "$tmp/ckpt_no_dir.json"
+expect_error "train.resume_from \"latest\" needs train.checkpoint_dir (where to look)" run --config "$tmp/resume_no_dir.json"
+expect_error "train.checkpoint_every = -1 is out of range [0, 1000000]" run --config "$tmp/ckpt_every.json"
+expect_error "nonexistent' is not a checkpoint step directory (no such directory)" run --config "$tmp/resume_missing.json"
 if [ "$huge" -le $(( 2147483647 * 8 )) ]; then
   expect_error "more than this machine's memory" run --config "$tmp/huge_msg.json"
 else
@@ -157,6 +169,19 @@ expect_error "--sweep and --suites do not go together" run --sweep --suites trai
 expect_error "--sweep: an empty layout in 'DP1,,TP1'" run --sweep DP1,,TP1
 expect_error "kernels.filter: empty" run --suites kernels --config "$tmp/kernels_empty.json"
 expect_error "conformance.layouts: 'TP2xQP2' has an unknown dimension at 'QP2'" run --suites conformance --config "$tmp/bad_layout.json"
+
+# --force: the memory refusal becomes one warning line and the run goes on (here only as
+# far as printing the config, so nothing is allocated).
+n=$((n + 1))
+"$dtbench" run --config "$tmp/huge_model.json" --force --print-config >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q "dtbench: warning: .*more than this machine's memory allows.*running anyway (--force)" "$tmp/err" ||
+   ! grep -q '"L": 1000' "$tmp/out"; then
+  echo "FAIL: --force did not turn the memory refusal into a warning (exit $rc):"; cat "$tmp/err"
+  fails=$((fails + 1))
+else
+  echo "ok: dtbench run --force -> exit 0, $(cat "$tmp/err")"
+fi
 
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

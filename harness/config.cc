@@ -28,6 +28,22 @@ std::vector<std::string> config_names() {
   return names;
 }
 
+std::string read_input_file(const std::string& path, const std::string& what, size_t max_bytes) {
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw InputError(what + " file not found or unreadable: " + printable(path));
+  if (fs::is_directory(st)) throw InputError(what + " " + printable(path) + " is a directory, not a file");
+  if (!fs::is_regular_file(st)) throw InputError(what + " " + printable(path) + " is not a regular file");
+  if (fs::file_size(path, ec) > max_bytes)
+    throw InputError(what + " " + printable(path) + " is over " + std::to_string(max_bytes >> 20) + " MiB");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(what + " file not found or unreadable: " + printable(path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw InputError("error reading " + what + " " + printable(path));
+  return ss.str();
+}
+
 std::string read_config_text(const std::string& name_or_path) {
   if (name_or_path.empty()) throw InputError("--config is empty");
   std::error_code ec;
@@ -40,17 +56,57 @@ std::string read_config_text(const std::string& name_or_path) {
                      (near.empty() ? "" : " (did you mean '" + near + "'?)") +
                      "; named configs are listed by 'dtbench list'");
   }
-  const auto st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) throw InputError("config file not found or unreadable: " + printable(path));
-  if (fs::is_directory(st)) throw InputError("config " + printable(path) + " is a directory, not a file");
-  if (!fs::is_regular_file(st)) throw InputError("config " + printable(path) + " is not a regular file");
-  if (fs::file_size(path, ec) > (size_t(16) << 20)) throw InputError("config " + printable(path) + " is over 16 MiB");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("config file not found or unreadable: " + printable(path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw InputError("error reading config " + printable(path));
-  return ss.str();
+  return read_input_file(path, "config", size_t(16) << 20);
+}
+
+json parse_json_input(const std::string& text, const std::string& what) {
+  // Nothing legitimate nests past 16 (a report's config section is 4 deep).
+  constexpr int kMaxDepth = 64;
+  try {
+    return json::parse(text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) throw InputError(what + " nests deeper than 64 levels");
+      return true;
+    });
+  } catch (const json::parse_error& e) {
+    std::string msg = e.what();
+    throw InputError("malformed JSON in " + what + ": " + msg.substr(msg.find(':') + 2));
+  } catch (const json::exception& e) {  // out_of_range: a number beyond double's range (1e400)
+    std::string msg = e.what();
+    throw InputError(what + ": " + msg.substr(msg.find(']') + 2));
+  }
+}
+
+void check_utf8(const std::string& s, const std::string& what) {
+  try {
+    (void)json(s).dump();
+  } catch (const json::type_error&) {
+    throw InputError(what + " '" + printable(s, 60) + "' is not valid UTF-8");
+  }
+}
+
+std::string apply_sweep(const std::string& text, const std::string& layouts) {
+  json j;
+  try {
+    j = parse_json_input(text, "config");
+  } catch (const InputError&) {
+    return text;
+  }
+  if (!j.is_object()) return text;
+  j["suites"] = json::array({"sweep"});
+  if (!layouts.empty()) {
+    check_utf8(layouts, "--sweep");
+    json list = json::array();
+    size_t start = 0;
+    for (size_t i = 0; i <= layouts.size(); ++i)
+      if (i == layouts.size() || layouts[i] == ',') {
+        if (i == start) throw InputError("--sweep: an empty layout in '" + printable(layouts, 60) + "'");
+        list.push_back(layouts.substr(start, i - start));
+        start = i + 1;
+      }
+    if (!j.contains("sweep") || !j["sweep"].is_object()) j["sweep"] = json::object();
+    j["sweep"]["layouts"] = list;
+  }
+  return j.dump();
 }
 
 void check_file_stem(const std::string& s, const std::string& what) {
@@ -78,11 +134,15 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
   size_t best_d = SIZE_MAX;
+  const size_t limit = std::max<size_t>(2, word.size() / 3);
   for (const auto& c : candidates) {
+    // The distance is at least the length difference: a long word (a pasted value) costs
+    // nothing instead of |word| x |c| steps.
+    if ((word.size() > c.size() ? word.size() - c.size() : c.size() - word.size()) > limit) continue;
     const size_t d = edit_distance(word, c);
     if (d < best_d) best_d = d, best = c;
   }
-  return best_d <= std::max<size_t>(2, word.size() / 3) ? best : "";
+  return best_d <= limit ? best : "";
 }
 
 namespace {
@@ -181,21 +241,12 @@ std::vector<std::string> split_names(const std::string& s) {
 json parse_config(const std::string& text, const std::string& origin,
                   const std::string& suites_override, const std::string& data_override,
                   const WorldInfo& world, const std::string& backend_override) {
-  json user;
-  try {
-    // Deeply nested input is refused while parsing: nothing legitimate nests past 16.
-    constexpr int kMaxDepth = 64;
-    user = json::parse(text, [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxDepth) throw InputError("config nests deeper than 64 levels");
-      return true;
-    });
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    throw InputError("malformed JSON in config " + origin + ": " + what.substr(what.find(':') + 2));
-  } catch (const json::out_of_range& e) {  // e.g. a number beyond double's range (1e400)
-    std::string what = e.what();
-    throw InputError("config " + origin + ": " + what.substr(what.find(']') + 2));
-  }
+  const json user = parse_json_input(text, "config " + origin);
+  // The overrides come from the command line, where any bytes may stand; the config they
+  // go into is dumped (sent to the ranks, written in the report) and must stay UTF-8.
+  check_utf8(suites_override, "--suites");
+  check_utf8(data_override, "--data");
+  check_utf8(backend_override, "--backend");
   json cfg = merge(top_defaults(), user, "");
   if (!suites_override.empty()) cfg["suites"] = split_names(suites_override);
   for (const auto& s : cfg["suites"])
@@ -217,11 +268,11 @@ json parse_config(const std::string& text, const std::string& origin,
       const std::string near = nearest_name(name, known);
       std::string list;
       for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      throw InputError("unknown suite '" + name + "'" +
+      throw InputError("unknown suite '" + printable(name, 60) + "'" +
                        (near.empty() ? "" : " (did you mean '" + near + "'?)") + "; suites: " + list);
     }
     if (std::find(seen.begin(), seen.end(), name) != seen.end())
-      throw InputError("suite '" + name + "' selected twice");
+      throw InputError("suite '" + printable(name, 60) + "' selected twice");
     seen.push_back(name);
   }
   if (cfg["seed"].get<int64_t>() < 0) throw InputError("config key 'seed' must be >= 0");

@@ -17,6 +17,29 @@ std::string config_dir();
 /// Names of the named configurations, sorted.
 std::vector<std::string> config_names();
 
+/// The text of the file at `path`, refused unless it is a readable regular file of at most
+/// `max_bytes`. `what` names it in messages ("config", "report").
+/// Errors: InputError "<what> file not found or unreadable: <path>", "<what> <path> is a
+/// directory, not a file", "... is not a regular file", "... is over N MiB".
+std::string read_input_file(const std::string& path, const std::string& what, size_t max_bytes);
+
+/// Parses JSON that a user hands in (a config, a report), refusing nesting deeper than 64
+/// levels while parsing: nlohmann's dump, comparison and copy recurse, so a deep document
+/// would overflow the stack later. `what` names the input ("config quick", "report r.json").
+/// Errors: InputError "malformed JSON in <what>: <reason>", "<what> nests deeper than 64
+/// levels", "<what>: <reason>" (a number beyond double's range).
+nlohmann::json parse_json_input(const std::string& text, const std::string& what);
+
+/// Throws InputError "<what> '<s, printable>' is not valid UTF-8" unless `s` is (a JSON
+/// string must be; nlohmann's dump throws on anything else).
+void check_utf8(const std::string& s, const std::string& what);
+
+/// `dtbench run --sweep [LAYOUTS]`: the config text with suites = ["sweep"] and, when
+/// `layouts` (comma-separated) is non-empty, sweep.layouts set to them. A text that is not
+/// a JSON object, or that parse_json_input refuses, is returned as is (parse_config says
+/// why). Errors: InputError for an empty layout or one that is not UTF-8.
+std::string apply_sweep(const std::string& text, const std::string& layouts);
+
 /// Reads the text of a config: `name_or_path` is a file path if it names an existing file
 /// or contains '/' or ends in ".json", else a name in config_dir().
 /// Errors: InputError when the file is missing or unreadable.

@@ -2,9 +2,13 @@
 // name, types and layouts checked. (The command-line half is harness/cli_test.sh.)
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "harness/config.h"
+#include "harness/fuzz/config_input.h"
 #include "kernels/error.h"
 
 namespace dtb {
@@ -67,6 +71,71 @@ TEST(Config, MissingNamedConfig) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("did you mean 'default'"), std::string::npos) << e.what();
   }
+}
+
+// `dtbench run --sweep [LAYOUTS]`: the text rewritten to run the sweep suite only.
+TEST(Config, ApplySweep) {
+  const auto j = nlohmann::json::parse(apply_sweep(R"({"seed": 7})", "TP2xDP2,DP4:zero2"));
+  EXPECT_EQ(j["suites"], nlohmann::json({"sweep"}));
+  EXPECT_EQ(j["sweep"]["layouts"], nlohmann::json({"TP2xDP2", "DP4:zero2"}));
+  EXPECT_EQ(j["seed"], 7);
+  EXPECT_FALSE(nlohmann::json::parse(apply_sweep("{}", ""))["sweep"].contains("layouts"));
+  EXPECT_EQ(apply_sweep("[1]", "DP4"), "[1]");  // not an object: parse_config says why
+  EXPECT_THROW(apply_sweep("{}", "DP4,,TP2"), InputError);
+}
+
+// Overrides come from the command line, where any bytes stand; the config must stay UTF-8
+// (it is dumped to reach the ranks) and a message must stay one printable line.
+TEST(Config, OverridesMustBeUtf8) {
+  EXPECT_EQ(error_of("{}", 4, "collectives,\xff"), "--suites 'collectives,?' is not valid UTF-8");
+  EXPECT_EQ(error_of("{}", 4, "tr\nain"),
+            "unknown suite 'tr?ain' (did you mean 'train'?); suites: collectives, conformance, ffn_tp, gemm, "
+            "kernels, memory, offload, overlap, pipeline, precision, recompute, sweep, train");
+  try {
+    parse_config("{}", "t", "", "/tmp/\xc3" "(", 4);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "--data '/tmp/?(' is not valid UTF-8");
+  }
+  EXPECT_NO_THROW(check_utf8("caf\xc3\xa9", "x"));
+}
+
+// A long unknown key is answered at once: candidates whose length alone rules them out are
+// not compared (edit distance is |a| x |b| steps).
+TEST(Config, LongUnknownKeyIsCheap) {
+  EXPECT_EQ(nearest_name(std::string(1 << 20, 'a'), {"collectives", "train"}), "");
+  EXPECT_EQ(nearest_name("trainn", {"collectives", "train"}), "train");
+  EXPECT_EQ(error_of("{\"" + std::string(300, 'k') + "\": 1}"), "unknown config key '" + std::string(200, 'k') + "...'");
+}
+
+// The config fuzzer's findings (harness/fuzz/regressions/config, replayed by scripts/fuzz):
+// each file through the fuzzer's path, with the one line dtbench now answers. Before the
+// fixes: a stack overflow in --sweep's re-serialisation of a deep config, and nlohmann's
+// type_error (exit 1, not 2) dumping a config holding a non-UTF-8 --data or --sweep.
+TEST(Config, FuzzRegressions) {
+  const std::map<std::string, std::string> expected = {
+      {"sweep-deep-nesting.txt", "config fuzz nests deeper than 64 levels"},
+      {"data-not-utf8.txt", "--data '?' is not valid UTF-8"},
+      {"sweep-layouts-not-utf8.txt", "--sweep 'DP4,?(' is not valid UTF-8"},
+  };
+  namespace fs = std::filesystem;
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(std::string(DTB_SOURCE_DIR) + "/harness/fuzz/regressions/config")) {
+    const std::string name = e.path().filename().string();
+    ASSERT_TRUE(expected.count(name)) << name << ": a regression without its expected message here";
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string error;
+    try {
+      fuzz::run_config_input(text.str());
+    } catch (const InputError& ex) {
+      error = ex.what();
+    }
+    EXPECT_EQ(error, expected.at(name)) << name;
+    ++files;
+  }
+  EXPECT_EQ(files, expected.size());
 }
 
 }  // namespace dtb

@@ -12,13 +12,16 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 
 #include "harness/config.h"
 #include "harness/memory_cli.h"
 #include "harness/report.h"
 #include "harness/runner.h"
 #include "harness/trace.h"
+#include "kernels/comm/watchdog.h"
 #include "kernels/error.h"
+#include "kernels/timer.h"
 
 namespace dtb {
 namespace {
@@ -106,31 +109,6 @@ std::string make_run_id(const std::string& config_name) {
   return std::string(b) + "-" + config_name;
 }
 
-void print_summary(const json& report, const std::string& path) {
-  std::printf("\n%-14s %-8s %10s %9s\n", "suite", "status", "time (s)", "checks");
-  for (const auto& s : report["suites"]) {
-    std::printf("%-14s %-8s %10.1f %4d/%-4d\n", s["name"].get<std::string>().c_str(),
-                s["status"].get<std::string>().c_str(), s["duration_s"].get<double>(),
-                s["checks_passed"].get<int>(), s["checks_total"].get<int>());
-    if (!s["error"].is_null()) std::printf("  error: %s\n", s["error"].get<std::string>().c_str());
-  }
-  double best_busbw = 0, best_bytes = 0;
-  for (const auto& b : report["benchmarks"]) {
-    if (b.value("op", "") == "all_reduce" && b["busbw_GBps"].get<double>() > best_busbw)
-      best_busbw = b["busbw_GBps"], best_bytes = b["bytes"];
-    if (b["name"].get<std::string>().starts_with("train/gpt/dp:"))
-      std::printf("train: %.0f tokens/s over %d rank%s, step %.1f ms (comm %.0f%%), final loss %.3f\n",
-                  b["tokens_per_s"].get<double>(), b["dp"].get<int>(), b["dp"].get<int>() == 1 ? "" : "s",
-                  b["real_time"].get<double>(),
-                  100 * b["comm_fraction"].get<double>(), b["final_loss"].get<double>());
-  }
-  if (best_busbw > 0)
-    std::printf("all_reduce: peak busbw %.2f GB/s at %.0f B\n", best_busbw, best_bytes);
-  int failed = 0;
-  for (const auto& c : report["checks"]) failed += !c["passed"].get<bool>();
-  std::printf("checks: %zu, failed: %d\nreport: %s\n", report["checks"].size(), failed, path.c_str());
-}
-
 int cmd_list(Communicator& world) {
   if (world.rank() != 0) return 0;
   std::printf("suites:\n");
@@ -149,42 +127,24 @@ int cmd_list(Communicator& world) {
   return 0;
 }
 
+// `dtbench summary REPORT`: the summary `dtbench run` prints at its end, for a report on
+// disk (the one a killed run left, say). Reads no collective: each rank reads the file.
+int cmd_summary(const std::string& path, bool root) {
+  const ReportSummary s = read_report_file(path);
+  if (root) dtb::print_summary(s, path);
+  return s.passed() ? 0 : 1;
+}
+
 struct RunArgs {
   std::string config = "default";
   std::string suites, data, output_dir, run_id, backend;
   std::string trace;  // Chrome trace JSON path, empty: none
   bool print_config = false;
+  bool force = false;  // --force: run even when a suite's memory estimate exceeds 80% of RAM
   std::string progress = "auto";  // --progress auto|on|off
   bool sweep = false;        // --sweep: run the sweep suite only
   std::string sweep_layouts;  // its comma-separated layouts, empty: every layout that fits
 };
-
-// --sweep [LAYOUTS]: the config text with suites = ["sweep"] and, when given, sweep.layouts
-// set. A text that is not a JSON object is returned as is (parse_config reports it).
-std::string apply_sweep(const std::string& text, const RunArgs& args) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception&) {
-    return text;
-  }
-  if (!j.is_object()) return text;
-  j["suites"] = json::array({"sweep"});
-  if (!args.sweep_layouts.empty()) {
-    json list = json::array();
-    size_t start = 0;
-    const std::string& l = args.sweep_layouts;
-    for (size_t i = 0; i <= l.size(); ++i)
-      if (i == l.size() || l[i] == ',') {
-        if (i == start) throw InputError("--sweep: an empty layout in '" + printable(l, 60) + "'");
-        list.push_back(l.substr(start, i - start));
-        start = i + 1;
-      }
-    if (!j.contains("sweep") || !j["sweep"].is_object()) j["sweep"] = json::object();
-    j["sweep"]["layouts"] = list;
-  }
-  return j.dump();
-}
 
 // Whether rank 0 keeps a live progress line: "on", "off", or "auto": when its standard
 // output is a terminal and no MPI launcher started it (Open MPI hands its ranks a
@@ -201,14 +161,16 @@ bool live_progress(const std::string& mode) {
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
+  set_memory_check_forced(args.force);
   const NodePlace place = node_place(world);
   const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
     if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
     if (args.sweep && !args.suites.empty()) throw InputError("--sweep and --suites do not go together");
     std::string text = read_config_text(args.config);
-    if (args.sweep) text = apply_sweep(text, args);
+    if (args.sweep) text = apply_sweep(text, args.sweep_layouts);
     json c = parse_config(text, args.config, args.suites, args.data, WorldInfo(world.size(), per_node), args.backend);
+    check_utf8(args.output_dir, "--output-dir");
     if (!args.output_dir.empty()) c["output_dir"] = args.output_dir;
     return c.dump();
   }));
@@ -255,6 +217,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   } else {
     backend = make_cpu_backend();
   }
+  set_comm_timeout(cfg["comm_timeout_s"].get<double>());
   const auto device_world = backend->make_device_world(world, cfg["comm_timeout_s"].get<double>());
   const json context = make_context(cfg, &data, world, per_node, run_id, *backend);
   const std::string path = out_dir + "/" + run_id + ".json";
@@ -264,12 +227,57 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     std::printf("# dtbench %s: config %s, %d ranks, suites %s\n", run_id.c_str(),
                 cfg["name"].get<std::string>().c_str(), world.size(), cfg["suites"].dump().c_str());
   SpanRecorder spans(!args.trace.empty());  // disabled (records nothing) without --trace
+  // The report on disk always holds the suites that finished and, while one runs, that one
+  // marked "error" as unfinished: a run killed outright (SIGKILL, a node lost) leaves that.
+  // When the run ends early with a chance to say why (a collective past comm_timeout_s,
+  // SIGINT, SIGTERM, a fatal error), the termination hook rewrites it with the reason.
+  std::recursive_mutex finished_mu;  // recursive: fatal() on the main thread inside after_each runs the hook
+  std::vector<SuiteOutcome> finished;
+  Stopwatch suite_clock;
+  // Rank 0, under finished_mu: the report of `so`, plus the next suite (if any) as unfinished
+  // with `why`; returns the report of `so` alone.
+  auto write_reports = [&](const std::vector<SuiteOutcome>& so, const std::string& why) {
+    std::vector<SuiteOutcome> on_disk = so;
+    if (so.size() < cfg["suites"].size()) {
+      SuiteOutcome running;
+      running.name = cfg["suites"][so.size()].get<std::string>();
+      running.status = "error";
+      running.error = why;
+      running.duration_s = suite_clock.elapsed();
+      on_disk.push_back(std::move(running));
+    }
+    const json r = make_report(context, on_disk);
+    write_json_atomic(path, r);
+    write_json_atomic(out_dir + "/latest.json", r);
+  };
+  const std::string unfinished =
+      "unfinished: the run was in this suite when the report was last written (if the run has ended, it was "
+      "killed here)";
+  set_termination_hook([&](const std::string& why) {
+    if (world.rank() != 0) return;
+    std::lock_guard<std::recursive_mutex> lock(finished_mu);
+    write_reports(finished, why);
+  });
+  struct HookReset {
+    ~HookReset() { set_termination_hook({}); }
+  } hook_reset;
+  if (world.rank() == 0) {
+    std::lock_guard<std::recursive_mutex> lock(finished_mu);
+    try {
+      write_reports({}, unfinished);
+    } catch (const std::exception& e) {
+      write_failed = true;
+      std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+    }
+  }
   auto outcomes = run_suites(cfg, world, *backend, device_world.get(), &data, [&](const std::vector<SuiteOutcome>& so) {
     if (world.rank() != 0) return;
+    std::lock_guard<std::recursive_mutex> lock(finished_mu);  // held while writing: the hook writes the same files
+    finished = so;
+    suite_clock.restart();
     report = make_report(context, so);
-    try {  // the report and its latest.json copy after every suite: an aborted run keeps both
-      write_json_atomic(path, report);
-      write_json_atomic(out_dir + "/latest.json", report);
+    try {  // after every suite: what finished, and the next suite as unfinished
+      write_reports(so, unfinished);
     } catch (const std::exception& e) {
       write_failed = true;
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
@@ -289,7 +297,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   }
   int code = 0;
   if (world.rank() == 0) {
-    print_summary(report, path);
+    print_summary(summarize_report(report, path), path);
     code = report_passed(outcomes) && !write_failed ? 0 : 1;
   }
   world.broadcast(&code, 1, DType::i32, 0);
@@ -300,6 +308,9 @@ int cmd_run(Communicator& world, const RunArgs& args) {
 }  // namespace dtb
 
 int main(int argc, char** argv) {
+  // SIGINT and SIGTERM go to the communication watchdog's thread only (it writes what
+  // finished, then exits); blocked here, before MPI starts threads that would inherit them.
+  dtb::block_termination_signals();
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS ||
       provided < MPI_THREAD_FUNNELED) {
@@ -309,6 +320,7 @@ int main(int argc, char** argv) {
   int code = 0;
   {
     auto world = dtb::make_mpi_world();
+    dtb::start_comm_watchdog(MPI_COMM_WORLD, dtb::kDefaultCommTimeout);
     const bool root = world->rank() == 0;
     CLI::App app{"dtbench: benchmark and conformance suite for distributed LLM training", "dtbench"};
     app.require_subcommand(1);
@@ -323,6 +335,9 @@ int main(int argc, char** argv) {
     run->add_option("--trace", args.trace,
                     "write per-rank spans of the train and pipeline suites as Chrome trace JSON to FILE (Perfetto)")
         ->type_name("FILE");
+    run->add_flag("--force", args.force,
+                  "run even when a suite's memory estimate exceeds 80% of this machine's memory (refused "
+                  "otherwise, before anything is allocated)");
     run->add_flag("--print-config", args.print_config,
                   "print the complete validated config (every key, defaults filled) and exit");
     run->add_option("--progress", args.progress,
@@ -337,6 +352,10 @@ int main(int argc, char** argv) {
         ->expected(0, 1)
         ->type_name("[LAYOUTS]");
     auto* list = app.add_subcommand("list", "list suites and named configs");
+    std::string summary_path;
+    auto* summary = app.add_subcommand(
+        "summary", "print the end-of-run summary of a report (e.g. results/latest.json); exit 1 if a suite failed");
+    summary->add_option("REPORT", summary_path, "report JSON file")->required();
     dtb::MemoryArgs memory_args;
     auto* memory = dtb::add_memory_subcommand(app, memory_args);
     try {
@@ -347,6 +366,7 @@ int main(int argc, char** argv) {
       args.sweep = run->count("--sweep") > 0;
       if (*run) code = dtb::cmd_run(*world, args);
       else if (*list) code = dtb::cmd_list(*world);
+      else if (*summary) code = dtb::cmd_summary(summary_path, root);
       else if (*memory) code = dtb::cmd_memory(*memory, memory_args, root);
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) {
@@ -366,6 +386,7 @@ int main(int argc, char** argv) {
       code = 1;
     }
   }
+  dtb::stop_comm_watchdog();
   MPI_Finalize();
   return code;
 }

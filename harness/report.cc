@@ -1,18 +1,25 @@
 // The JSON report: context (machine, versions, config, dataset), the records and checks of
-// every suite, and the atomic write; see report.h.
+// every suite, the atomic write, and the reader behind the summary (`dtbench run` prints it
+// at its end, `dtbench summary` for a report on disk); see report.h.
 #include "harness/report.h"
 
 #include <cblas.h>
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include "harness/config.h"
+#include "kernels/error.h"
 
 namespace dtb {
 
@@ -122,6 +129,175 @@ bool report_passed(const std::vector<SuiteOutcome>& suites) {
   for (const auto& s : suites)
     if (s.status != "passed" && s.status != "skipped") return false;
   return true;
+}
+
+namespace {
+
+// The report reader's checks. Each names the place ("suites[2].status") and the problem;
+// `Where` carries the report's name for the message.
+struct Where {
+  const std::string& source;
+  [[noreturn]] void fail(const std::string& at, const std::string& problem) const {
+    throw InputError("report " + printable(source) + ": " + at + " " + problem);
+  }
+  const json& field(const json& obj, const char* key, const std::string& at) const {
+    const auto it = obj.find(key);
+    if (it == obj.end()) fail(at, std::string("has no '") + key + "'");
+    return *it;
+  }
+  const json& list(const json& obj, const char* key) const {
+    const json& v = field(obj, key, "the top level");
+    if (!v.is_array()) fail(key, "must be a list");
+    return v;
+  }
+  const std::string& string(const json& obj, const char* key, const std::string& at) const {
+    const json& v = field(obj, key, at);
+    if (!v.is_string()) fail(at + "." + key, "must be a string");
+    return v.get_ref<const std::string&>();
+  }
+  // A measured figure: a number, or null (nlohmann writes NaN and infinity as null) read as NaN.
+  double figure(const json& obj, const char* key, const std::string& at) const {
+    const json& v = field(obj, key, at);
+    if (v.is_null()) return NAN;
+    if (!v.is_number()) fail(at + "." + key, "must be a number or null");
+    return v.get<double>();
+  }
+  int64_t count(const json& obj, const char* key, const std::string& at, int64_t lo) const {
+    const json& v = field(obj, key, at);
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT64_MAX) : v.is_number_integer();
+    if (!fits || v.get<int64_t>() < lo)
+      fail(at + "." + key, "must be an integer >= " + std::to_string(lo) + ", got " + printable(v.dump(), 40));
+    return v.get<int64_t>();
+  }
+};
+
+// Control characters out (a report is data: its strings must not drive the terminal);
+// UTF-8 passes.
+std::string terminal_safe(const std::string& s) {
+  std::string out = s;
+  for (char& c : out)
+    if ((c >= 0 && c < 32) || c == 127) c = '?';
+  return out;
+}
+
+void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void appendf(std::string& out, const char* fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) {
+    const size_t at = out.size();
+    out.resize(at + size_t(n) + 1);
+    std::vsnprintf(out.data() + at, size_t(n) + 1, fmt, ap2);
+    out.resize(at + size_t(n));
+  }
+  va_end(ap2);
+}
+
+}  // namespace
+
+bool ReportSummary::passed() const {
+  return std::none_of(suites.begin(), suites.end(),
+                      [](const SuiteLine& s) { return s.status == "failed" || s.status == "error"; });
+}
+
+ReportSummary summarize_report(const json& report, const std::string& source) {
+  const Where w{source};
+  if (!report.is_object()) w.fail("the top level", "must be an object, got " + printable(report.dump(), 40));
+  const json& version = w.field(report, "schema_version", "the top level");
+  if (!version.is_number_integer() || version.get<int64_t>() != kReportSchemaVersion)
+    w.fail("schema_version", printable(version.dump(), 40) + " is not " + std::to_string(kReportSchemaVersion) +
+                                 ", the version this dtbench reads");
+  if (!w.field(report, "context", "the top level").is_object()) w.fail("context", "must be an object");
+  const json& benchmarks = w.list(report, "benchmarks");
+  const json& suites = w.list(report, "suites");
+  const json& checks = w.list(report, "checks");
+
+  ReportSummary out;
+  for (size_t i = 0; i < suites.size(); ++i) {
+    const std::string at = "suites[" + std::to_string(i) + "]";
+    const json& s = suites[i];
+    if (!s.is_object()) w.fail(at, "must be an object");
+    SuiteLine line;
+    line.name = w.string(s, "name", at);
+    if (line.name.empty()) w.fail(at + ".name", "is empty");
+    line.status = w.string(s, "status", at);
+    if (line.status != "passed" && line.status != "failed" && line.status != "error" && line.status != "skipped")
+      w.fail(at + ".status", "must be passed, failed, error or skipped, got \"" + printable(line.status, 40) + "\"");
+    line.duration_s = w.figure(s, "duration_s", at);
+    line.checks_passed = w.count(s, "checks_passed", at, 0);
+    line.checks_total = w.count(s, "checks_total", at, 0);
+    if (line.checks_passed > line.checks_total)
+      w.fail(at, "has checks_passed " + std::to_string(line.checks_passed) + " > checks_total " +
+                     std::to_string(line.checks_total));
+    if (!w.field(s, "data", at).is_object()) w.fail(at + ".data", "must be an object");
+    const json& error = w.field(s, "error", at);
+    if (error.is_string()) line.error = error.get<std::string>();
+    else if (!error.is_null()) w.fail(at + ".error", "must be a string or null");
+    out.suites.push_back(std::move(line));
+  }
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const std::string at = "checks[" + std::to_string(i) + "]";
+    const json& c = checks[i];
+    if (!c.is_object()) w.fail(at, "must be an object");
+    w.string(c, "name", at);
+    const json& passed = w.field(c, "passed", at);
+    if (!passed.is_boolean()) w.fail(at + ".passed", "must be true or false");
+    out.checks_failed += !passed.get<bool>();
+  }
+  out.checks = checks.size();
+  for (size_t i = 0; i < benchmarks.size(); ++i) {
+    const std::string at = "benchmarks[" + std::to_string(i) + "]";
+    const json& b = benchmarks[i];
+    if (!b.is_object()) w.fail(at, "must be an object");
+    const std::string& name = w.string(b, "name", at);
+    if (b.contains("op") && w.string(b, "op", at) == "all_reduce") {
+      const double busbw = w.figure(b, "busbw_GBps", at), bytes = w.figure(b, "bytes", at);
+      if (busbw > out.peak_busbw_GBps) out.peak_busbw_GBps = busbw, out.peak_busbw_bytes = bytes;
+    }
+    if (name.starts_with("train/gpt/dp:")) {
+      TrainLine t;
+      t.dp = w.count(b, "dp", at, 1);
+      t.tokens_per_s = w.figure(b, "tokens_per_s", at);
+      t.step_ms = w.figure(b, "real_time", at);
+      t.comm_fraction = w.figure(b, "comm_fraction", at);
+      t.final_loss = w.figure(b, "final_loss", at);
+      out.train.push_back(t);
+    }
+  }
+  return out;
+}
+
+ReportSummary read_report(const std::string& text, const std::string& source) {
+  return summarize_report(parse_json_input(text, "report " + printable(source)), source);
+}
+
+ReportSummary read_report_file(const std::string& path) {
+  return read_report(read_input_file(path, "report", size_t(1) << 30), path);
+}
+
+std::string format_summary(const ReportSummary& s, const std::string& path) {
+  std::string out;
+  appendf(out, "\n%-14s %-8s %10s %9s\n", "suite", "status", "time (s)", "checks");
+  for (const auto& line : s.suites) {
+    appendf(out, "%-14s %-8s %10.1f %4lld/%-4lld\n", terminal_safe(line.name).c_str(), line.status.c_str(),
+            line.duration_s, (long long)line.checks_passed, (long long)line.checks_total);
+    if (line.error) appendf(out, "  error: %s\n", terminal_safe(*line.error).c_str());
+  }
+  for (const auto& t : s.train)
+    appendf(out, "train: %.0f tokens/s over %lld rank%s, step %.1f ms (comm %.0f%%), final loss %.3f\n",
+            t.tokens_per_s, (long long)t.dp, t.dp == 1 ? "" : "s", t.step_ms, 100 * t.comm_fraction, t.final_loss);
+  if (s.peak_busbw_GBps > 0)
+    appendf(out, "all_reduce: peak busbw %.2f GB/s at %.0f B\n", s.peak_busbw_GBps, s.peak_busbw_bytes);
+  appendf(out, "checks: %zu, failed: %zu\nreport: %s\n", s.checks, s.checks_failed, terminal_safe(path).c_str());
+  return out;
+}
+
+void print_summary(const ReportSummary& s, const std::string& path) {
+  std::fputs(format_summary(s, path).c_str(), stdout);
+  std::fflush(stdout);
 }
 
 void write_json_atomic(const std::string& path, const json& j) {

@@ -1,8 +1,10 @@
 // The JSON report of a run (README.md, "The report"): Google Benchmark's {context,
 // benchmarks[]} shape, so its tools/compare.py reads two dtbench reports, plus `suites`
 // and `checks`. Written by rank 0, atomically (temp file + rename), after every suite so
-// that what finished is never lost.
+// that what finished is never lost; read back for its summary (`dtbench summary`).
 #pragma once
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,54 @@ nlohmann::json make_report(const nlohmann::json& context, const std::vector<Suit
 
 /// True when no suite failed or errored (so the exit status is 0).
 bool report_passed(const std::vector<SuiteOutcome>& suites);
+
+/// One line of the end-of-run summary: a report's suites[] entry.
+struct SuiteLine {
+  std::string name, status;  // status: passed, failed, error, skipped
+  double duration_s = 0;
+  int64_t checks_passed = 0, checks_total = 0;
+  std::optional<std::string> error;  // the report's message, when it has one (status error)
+};
+
+/// A pure data-parallel training record (`train/gpt/dp:N`): the summary's train line.
+struct TrainLine {
+  int64_t dp = 1;
+  double tokens_per_s = 0, step_ms = 0, comm_fraction = 0;
+  double final_loss = 0;  // NaN where the report holds null (not finite)
+};
+
+/// What the end-of-run summary shows of a report (print_summary).
+struct ReportSummary {
+  std::vector<SuiteLine> suites;
+  std::vector<TrainLine> train;
+  double peak_busbw_GBps = 0, peak_busbw_bytes = 0;  // all_reduce's best record; 0: none
+  size_t checks = 0, checks_failed = 0;
+  /// True when no suite failed or errored (report_passed's rule; `dtbench summary` exits 0).
+  bool passed() const;
+};
+
+/// The summary of a report (make_report's shape), its structure checked as far as the
+/// summary reads it: schema_version == kReportSchemaVersion; context an object; benchmarks,
+/// suites and checks lists of objects; each suite's name, status, duration_s,
+/// checks_passed <= checks_total, data and error; each check's name and passed; the fields
+/// of the all_reduce and train/gpt/dp records the summary shows. `source` names the report.
+/// Errors: InputError "report <source>: <where> <problem>", one line.
+ReportSummary summarize_report(const nlohmann::json& report, const std::string& source);
+
+/// A report's text parsed (nesting bounded: parse_json_input) and summarized. Errors:
+/// InputError, one line naming `source`: malformed JSON, too deep, or summarize_report's.
+ReportSummary read_report(const std::string& text, const std::string& source);
+
+/// The file at `path` (at most 1 GiB) read and summarized; InputError when unreadable.
+ReportSummary read_report_file(const std::string& path);
+
+/// The summary `dtbench run` prints at its end and `dtbench summary` prints for a report
+/// on disk: one line per suite (errors under it), the training and all_reduce headline
+/// figures, the check count and the report's path. Names and messages from the report are
+/// printed through printable().
+std::string format_summary(const ReportSummary& s, const std::string& path);
+/// format_summary to stdout.
+void print_summary(const ReportSummary& s, const std::string& path);
 
 /// Writes `j` to `path` atomically: a temp file in the same directory, then rename(2).
 /// Errors: throws std::runtime_error naming the path when it cannot be written.

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "kernels/comm/watchdog.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
 #include "reference/progress.h"
@@ -87,6 +88,7 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
         // cannot be told; record what is known (rank 0 writes the report) and end the job.
         outcomes.push_back(std::move(out));
         if (world.rank() == 0) after_each(outcomes);
+        set_termination_hook({});  // the report already holds this suite's error
         fatal(__FILE__, __LINE__, "suite '" + name + "' failed: " + e.what() +
                                       "; ending the job so that no rank waits for this one");
       }

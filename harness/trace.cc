@@ -53,7 +53,7 @@ std::vector<std::vector<Span>> gather_spans(Communicator& world, const std::vect
   out.resize(n);
   out[0] = mine;
   for (int r = 1; r < n; ++r) {
-    std::vector<double> theirs(size_t(counts[r]));
+    std::vector<double> theirs(static_cast<size_t>(counts[r]));  // not size_t(...): clang reads a declaration
     if (counts[r] > 0) world.recv(theirs.data(), theirs.size(), DType::f64, r, kGatherTag);
     out[r] = spans_from_doubles(theirs);
   }

@@ -1,5 +1,8 @@
-// The error sink: one line naming rank, host, file and line, then the whole job ends.
+// The error sink: one line naming rank, host, file and line, the report written with the
+// running suite marked, then the whole job ends.
 #include "kernels/error.h"
+
+#include "kernels/comm/watchdog.h"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -19,6 +22,7 @@ namespace dtb {
   gethostname(host, sizeof host - 1);
   std::fprintf(stderr, "dtbench: rank %d %s %s:%d: %s\n", rank, host, file, line, what.c_str());
   std::fflush(stderr);
+  run_termination_hook(what);  // the report, with the running suite marked (watchdog.h)
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }

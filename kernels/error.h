@@ -19,8 +19,10 @@ struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Prints `dtbench: rank R host file:line: what` to stderr and ends the job: with
-/// MPI_Abort when MPI is initialised (so no other rank hangs), else std::abort.
+/// Prints `dtbench: rank R host file:line: what` to stderr, runs the termination hook
+/// (kernels/comm/watchdog.h: the harness writes the report with the running suite marked)
+/// and ends the job: with MPI_Abort when MPI is initialised (so no other rank hangs), else
+/// std::abort.
 [[noreturn]] void fatal(const char* file, int line, const std::string& what);
 
 }  // namespace dtb

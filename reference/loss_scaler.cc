@@ -18,8 +18,26 @@ void validate_loss_scaler(const LossScalerConfig& c) {
     throw InputError("loss scaler growth_interval = " + std::to_string(c.growth_interval) + " must be >= 1");
 }
 
+void validate_loss_scaler_state(const LossScalerConfig& c, const LossScalerState& s) {
+  if (!(s.scale > 0) || !std::isfinite(float(s.scale)))
+    throw InputError("loss scaler state: scale = " + std::to_string(s.scale) + " must be positive and finite in float32");
+  if (s.growth_tracker < 0 || s.growth_tracker >= c.growth_interval)
+    throw InputError("loss scaler state: growth tracker = " + std::to_string(s.growth_tracker) +
+                     " is outside [0, growth_interval = " + std::to_string(c.growth_interval) + ")");
+  if (s.skipped < 0) throw InputError("loss scaler state: skipped steps = " + std::to_string(s.skipped) + " < 0");
+}
+
 LossScaler::LossScaler(const LossScalerConfig& cfg) : cfg_(cfg), scale_(cfg.init_scale) {
   if (cfg.enabled) validate_loss_scaler(cfg);
+}
+
+void LossScaler::set_state(const LossScalerState& s) {
+  DTB_CHECK(s.scale > 0 && std::isfinite(float(s.scale)) && s.growth_tracker >= 0 &&
+                s.growth_tracker < cfg_.growth_interval && s.skipped >= 0,
+            "LossScaler::set_state: an invalid state (validate_loss_scaler_state first)");
+  scale_ = s.scale;
+  growth_tracker_ = s.growth_tracker;
+  skipped_ = s.skipped;
 }
 
 void LossScaler::update(bool found_inf) {

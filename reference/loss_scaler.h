@@ -23,6 +23,18 @@ struct LossScalerConfig {
 /// 0 < backoff_factor < 1, growth_interval >= 1.
 void validate_loss_scaler(const LossScalerConfig& cfg);
 
+/// What a LossScaler holds between steps, as a training checkpoint saves it
+/// (reference/checkpoint.h; GradScaler.state_dict(): scale, _growth_tracker).
+struct LossScalerState {
+  double scale = 65536.0;      // the current scale (the stored one, also when disabled)
+  int64_t growth_tracker = 0;  // good steps in a row since the last growth or backoff
+  int64_t skipped = 0;         // steps skipped so far (inf or NaN gradients)
+};
+
+/// Throws InputError naming the value unless `s` can continue a scaler of `cfg`: scale > 0
+/// and finite in float32, 0 <= growth_tracker < growth_interval, skipped >= 0.
+void validate_loss_scaler_state(const LossScalerConfig& cfg, const LossScalerState& s);
+
 class LossScaler {
  public:
   explicit LossScaler(const LossScalerConfig& cfg);
@@ -34,6 +46,12 @@ class LossScaler {
   void update(bool found_inf);
   int64_t skipped_steps() const { return skipped_; }
   int64_t good_steps_in_a_row() const { return growth_tracker_; }
+  /// The state to checkpoint: with set_state() on a scaler of the same config, the next
+  /// update() and scale() are bitwise those of this one.
+  LossScalerState state() const { return {scale_, growth_tracker_, skipped_}; }
+  /// Continues from a checkpointed state (validate_loss_scaler_state first: an invalid
+  /// state aborts).
+  void set_state(const LossScalerState& s);
 
  private:
   LossScalerConfig cfg_;

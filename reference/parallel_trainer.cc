@@ -180,14 +180,18 @@ StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cf
 
 template <typename T>
 TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data, const TrainConfig& cfg,
-                        ParallelGroups& g, SpanRecorder* spans) {
+                        ParallelGroups& g, SpanRecorder* spans, const TrainLoop& loop) {
   ParallelLayout layout = model.layout();
   layout.micro_batches = cfg.micro_batches;
   validate_layout(layout, model.config(), cfg.global_batch, g.world.size());
   validate_train_config(cfg, model.config(), layout.dp);
+  if (loop.first_step < 0 || loop.first_step > cfg.steps)
+    throw InputError("first step " + std::to_string(loop.first_step) + " is outside [0, steps = " +
+                     std::to_string(cfg.steps) + "]");
   TrainRun run;
-  LossScaler scaler(cfg.loss_scaler);
-  for (int s = 0; s < cfg.steps; ++s) {
+  LossScaler own_scaler(cfg.loss_scaler);
+  LossScaler& scaler = loop.scaler ? *loop.scaler : own_scaler;
+  for (int s = int(loop.first_step); s < cfg.steps; ++s) {
     StepTiming tm;
     auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
     Stopwatch step_sw;
@@ -206,6 +210,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
     tm.step_s = step_sw.elapsed();
     window.end();
     run.timings.push_back(tm);
+    if (loop.after_step) loop.after_step(s + 1, scaler, run);
     report_progress(s + 1, cfg.steps);
   }
   return run;
@@ -216,7 +221,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
                                                 int64_t, ParallelGroups&, StepTiming*, SpanRecorder*, double);      \
   template StepOutcome parallel_optimizer_step<T>(ZeroEngine<T>&, const TrainConfig&, LossScaler*, ParallelGroups&); \
   template TrainRun parallel_train<T>(ParallelGpt<T>&, ZeroEngine<T>&, const Dataset&, const TrainConfig&,          \
-                                      ParallelGroups&, SpanRecorder*);
+                                      ParallelGroups&, SpanRecorder*, const TrainLoop&);
 DTB_INSTANTIATE_PARALLEL_TRAINER(float)
 DTB_INSTANTIATE_PARALLEL_TRAINER(double)
 DTB_INSTANTIATE_PARALLEL_TRAINER(bf16)

@@ -10,6 +10,7 @@
 // contract), so every layout computes the single-rank baseline's step.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/comm/communicator.h"
@@ -77,11 +78,28 @@ template <typename T>
 StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cfg, LossScaler* scaler,
                                     ParallelGroups& groups);
 
-/// Trains `model` (its engine loaded) for cfg.steps steps: parallel_compute_gradients,
-/// then the engine's AdamW step (elementwise, so every replica stays identical).
-/// Errors: InputError from validate_layout / validate_train_config.
+/// Where a parallel_train run starts and what it calls between steps: what resuming from a
+/// training checkpoint (reference/checkpoint.h) and saving one every N steps need.
+struct TrainLoop {
+  /// The first step to run (the data position: step s's batch is a pure function of the
+  /// dataset, seed and s); steps [first_step, cfg.steps) run. 0: a fresh run.
+  int64_t first_step = 0;
+  /// The run's loss scaler (e.g. restored from a checkpoint), updated in place; null: a
+  /// fresh one from cfg.loss_scaler.
+  LossScaler* scaler = nullptr;
+  /// Called on every rank after each step's optimizer step with the number of steps done
+  /// (s + 1), the scaler and what the run recorded so far (its steps only); e.g. saves a
+  /// checkpoint (collective: every rank calls it at the same steps). Null: nothing.
+  std::function<void(int64_t steps_done, const LossScaler& scaler, const TrainRun& so_far)> after_step;
+};
+
+/// Trains `model` (its engine loaded) for steps [loop.first_step, cfg.steps):
+/// parallel_compute_gradients, then the engine's AdamW step (elementwise, so every replica
+/// stays identical), then loop.after_step. The TrainRun holds the steps run, in order
+/// (losses[i] is step first_step + i's). Errors: InputError from validate_layout /
+/// validate_train_config, or when first_step is outside [0, cfg.steps].
 template <typename T>
 TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data, const TrainConfig& cfg,
-                        ParallelGroups& groups, SpanRecorder* spans = nullptr);
+                        ParallelGroups& groups, SpanRecorder* spans = nullptr, const TrainLoop& loop = {});
 
 }  // namespace dtb

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
@@ -509,6 +510,74 @@ void ZeroEngine<T>::set_held_grad(size_t index, T value) {
   T* g = cfg_.stage < 2 ? full_grad_.data<T>() : shard_grad_.data<T>();
   DTB_CHECK(index < (cfg_.stage < 2 ? model_.num_params() : shard_total_), "set_held_grad: index out of range");
   ops_.copy_from_host(g + index, &value, sizeof(T));
+}
+
+template <typename T>
+ZeroStateShape ZeroEngine<T>::state_shape() const {
+  ZeroStateShape sh;
+  sh.params = cfg_.stage < 3 ? model_.num_params() : shard_total_;
+  sh.moments = size_t(m_.numel());
+  if (host_master_.defined()) sh.master = size_t(host_master_.numel());
+  if (master_.defined()) sh.master = size_t(master_.numel());
+  return sh;
+}
+
+namespace {
+// Host <-> tensor bytes: a host-tier tensor directly, a device one through the ops.
+template <typename T>
+void tensor_to_host(Ops<T>& ops, void* dst, const Tensor& t) {
+  if (t.tier() == Tier::host) {
+    std::memcpy(dst, t.raw(), t.bytes());
+  } else {
+    ops.copy_to_host(dst, t.raw(), t.bytes());
+  }
+}
+template <typename T>
+void tensor_from_host(Ops<T>& ops, Tensor& t, const void* src) {
+  if (t.tier() == Tier::host) {
+    std::memcpy(t.raw(), src, t.bytes());
+  } else {
+    ops.copy_from_host(t.raw(), src, t.bytes());
+  }
+}
+}  // namespace
+
+template <typename T>
+ZeroState<T> ZeroEngine<T>::export_state() {
+  DTB_CHECK(pending_.empty() && bucket_.empty() && unit_grad_.empty() && gathered_.empty(),
+            "ZeroEngine::export_state inside a step");
+  const ZeroStateShape sh = state_shape();
+  ZeroState<T> s;
+  s.params.resize(sh.params);
+  s.master.resize(sh.master);
+  s.m.resize(sh.moments);
+  s.v.resize(sh.moments);
+  s.t = t_;
+  ops_.synchronize();
+  tensor_to_host(ops_, s.params.data(), cfg_.stage < 3 ? full_param_ : shard_param_);
+  if (host_master_.defined()) tensor_to_host(ops_, s.master.data(), host_master_);
+  if (master_.defined()) tensor_to_host(ops_, s.master.data(), master_);
+  tensor_to_host(ops_, s.m.data(), m_);
+  tensor_to_host(ops_, s.v.data(), v_);
+  return s;
+}
+
+template <typename T>
+void ZeroEngine<T>::import_state(const ZeroState<T>& s) {
+  DTB_CHECK(pending_.empty() && bucket_.empty() && unit_grad_.empty() && gathered_.empty(),
+            "ZeroEngine::import_state inside a step");
+  const ZeroStateShape sh = state_shape();
+  DTB_CHECK(s.params.size() == sh.params && s.master.size() == sh.master && s.m.size() == sh.moments &&
+                s.v.size() == sh.moments && s.t >= 0 && s.t <= std::numeric_limits<int>::max(),
+            "ZeroEngine::import_state: a state of another shape (validate against state_shape() first)");
+  ops_.synchronize();
+  tensor_from_host(ops_, cfg_.stage < 3 ? full_param_ : shard_param_, s.params.data());
+  if (host_master_.defined()) tensor_from_host(ops_, host_master_, s.master.data());
+  if (master_.defined()) tensor_from_host(ops_, master_, s.master.data());
+  tensor_from_host(ops_, m_, s.m.data());
+  tensor_from_host(ops_, v_, s.v.data());
+  t_ = int(s.t);
+  ops_.synchronize();
 }
 
 template class ZeroEngine<float>;

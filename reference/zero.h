@@ -67,6 +67,26 @@ void validate_zero(const ZeroConfig& cfg);
 /// ceil(n / dp): a unit's shard per DP rank.
 inline size_t zero_shard_size(size_t n, int dp) { return (n + size_t(dp) - 1) / size_t(dp); }
 
+/// The persistent state one rank's ZeroEngine holds between steps: what a training
+/// checkpoint saves and restores (reference/checkpoint.h; DeepSpeed's per-rank
+/// zero_pp_rank_*_optim_states files hold the same). A = acc_t<T>. Sizes: ZeroEngine::
+/// state_shape(). Everything else the engine holds (gradients, bucket and gather buffers,
+/// the pending unscale/clip factor) is rebuilt within every step.
+template <typename T>
+struct ZeroState {
+  using A = acc_t<T>;
+  std::vector<T> params;  // stages 0-2: the full local parameters (num_params()); stage 3: the shard (S)
+  std::vector<A> master;  // the fp32 master weights when held (half T: N at stage 0, else S; offload: S); else empty
+  std::vector<A> m, v;    // AdamW moments: N at stage 0, S at stages 1-3 (padding included)
+  int64_t t = 0;          // AdamW steps taken (the bias correction's t)
+};
+
+/// Element counts of a ZeroState for one engine (0 master: none held).
+struct ZeroStateShape {
+  size_t params = 0, master = 0, moments = 0;
+  bool operator==(const ZeroStateShape&) const = default;
+};
+
 template <typename T>
 class ZeroEngine final : public ParamStore<T> {
  public:
@@ -131,6 +151,18 @@ class ZeroEngine final : public ParamStore<T> {
   size_t shard_elements() const { return shard_total_; }
   /// AdamW steps taken (skipped steps do not count).
   int steps_taken() const { return t_; }
+  /// The element counts export_state() returns and import_state() needs, for validating a
+  /// checkpoint before anything is modified.
+  ZeroStateShape state_shape() const;
+  /// A host copy of this rank's persistent state (ZeroState): parameters as stored (full
+  /// local at stages 0-2, the shard at 3), master weights, moments, t. Local, not
+  /// collective; call between steps (not inside a backward: aborts).
+  ZeroState<T> export_state();
+  /// Replaces this rank's persistent state with `s` (from export_state() of an engine of
+  /// the same model, layout, stage, offload and T, e.g. through a checkpoint), so the next
+  /// step() is bitwise the exported engine's next step. Sizes must be state_shape()'s
+  /// (aborts otherwise: validate first). Local, not collective; between steps.
+  void import_state(const ZeroState<T>& s);
 
  private:
   struct Pending;

@@ -138,9 +138,14 @@ Recompute parse_recompute_key(const nlohmann::json& section, const std::string& 
 /// type; "fp32"; or the run's half type). Errors: InputError "<path>.<key>: <reason>".
 void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t, ZeroConfig* z);
 
-/// Throws InputError "<what>: needs about X MiB per rank, Y ranks per node, more than this
-/// machine's memory (Z MiB)" when bytes_per_rank * ranks_per_node exceeds 80% of RAM.
+/// Refuses a run before it allocates: throws InputError "<what>: predicted B bytes (X MiB)
+/// per rank x Y ranks per node, more than this machine's memory allows: A bytes available
+/// to the run (80% of Z MiB); --force runs it anyway" when bytes_per_rank (the suite's
+/// analytic estimate, bytes) * ranks_per_node exceeds 80% of physical RAM. After
+/// set_memory_check_forced(true) (`dtbench run --force`) it prints that as a warning instead.
 void check_fits_in_memory(double bytes_per_rank, int ranks_per_node, const std::string& what);
+/// Whether check_fits_in_memory warns (true) or refuses (false, the default). Process-wide.
+void set_memory_check_forced(bool forced);
 
 using SuiteFactory = std::function<std::unique_ptr<Suite>()>;
 /// Name -> factory of every registered suite, sorted by name.

@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <limits>
 
+#include <filesystem>
+
 #include "kernels/timer.h"
+#include "reference/checkpoint.h"
 #include "reference/trainer.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
@@ -32,13 +35,15 @@ double train_memory_bytes(const GptConfig& m, const TrainConfig& t) {
 // median over steps of the seconds the step's slowest rank (slowest[s], as for the step
 // times) spent in it, in ms; a name absent from a step counts 0 there. An empty object
 // when no spans were recorded. Collective over `world`; the result is rank 0's.
-json step_breakdown_ms(const SuiteContext& ctx, Communicator& world, const std::vector<int>& slowest) {
+json step_breakdown_ms(const SuiteContext& ctx, Communicator& world, const std::vector<int>& slowest,
+                       int64_t first_step = 0) {
   if (!ctx.spans || !ctx.spans->enabled()) return json::object();
   const auto names = span_names();
   const size_t K = names.size(), steps = slowest.size();
   std::vector<double> mine(steps * K, -1.0);  // [step][name], -1: absent
   for (size_t s = 0; s < steps; ++s)
-    for (const auto& [name, sec] : ctx.spans->breakdown(int64_t(s))) mine[s * K + span_name_index(name)] = sec;
+    for (const auto& [name, sec] : ctx.spans->breakdown(first_step + int64_t(s)))
+      mine[s * K + span_name_index(name)] = sec;
   std::vector<double> all(mine.size() * world.size());
   world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
   json out = json::object();
@@ -53,6 +58,221 @@ json step_breakdown_ms(const SuiteContext& ctx, Communicator& world, const std::
     if (present) out[std::string(names[k])] = summarize(per_step).median * 1e3;
   }
   return out;
+}
+
+// Training checkpoints (reference/checkpoint.h): the section's checkpoint_dir,
+// checkpoint_every and resume_from. With any of them the layout runs on the sharded
+// trainer (ZeroEngine holds the state a checkpoint saves), also for plain DP.
+struct CheckpointPlan {
+  std::string dir;          // "" : none
+  int every = 0;            // save after every `every` steps; 0: never
+  std::string resume_from;  // "": a fresh run; "latest": dir's latest checkpoint (fresh when none); a step directory
+  bool on() const { return !dir.empty() || !resume_from.empty(); }
+};
+
+CheckpointPlan checkpoint_plan_from_json(const json& s) {
+  CheckpointPlan p;
+  p.dir = s.at("checkpoint_dir").get<std::string>();
+  p.every = int(int_in_range(s, "checkpoint_every", "train.checkpoint_every", 0, 1000000));
+  p.resume_from = s.at("resume_from").get<std::string>();
+  if (p.every > 0 && p.dir.empty())
+    throw InputError("train.checkpoint_every = " + std::to_string(p.every) +
+                     " needs train.checkpoint_dir (where to save)");
+  if (p.resume_from == "latest" && p.dir.empty())
+    throw InputError("train.resume_from \"latest\" needs train.checkpoint_dir (where to look)");
+  std::error_code ec;
+  if (!p.dir.empty() && std::filesystem::exists(p.dir, ec) && !std::filesystem::is_directory(p.dir, ec))
+    throw InputError("train.checkpoint_dir: '" + printable(p.dir) + "' is not a directory");
+  return p;
+}
+
+// The step directory the plan resumes from ("" for a fresh run); InputError
+// "train.resume_from: ..." when it names none.
+std::string resume_step_dir(const CheckpointPlan& p) {
+  try {
+    return resolve_resume(p.dir, p.resume_from);
+  } catch (const InputError& e) {
+    throw InputError("train.resume_from: " + std::string(e.what()));
+  }
+}
+
+CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
+                                      const TrainConfig& cfg, const std::string& dataset_sha256) {
+  CheckpointRunInfo r;
+  r.layout = layout;
+  r.zero_stage = zero.stage;
+  r.offload_optimizer = zero.offload_optimizer;
+  r.precision = cfg.precision;
+  r.model = model;
+  r.seed = cfg.seed;
+  r.dataset_sha256 = dataset_sha256;
+  r.global_batch = cfg.global_batch;
+  r.seq_len = cfg.seq_len;
+  r.loss_scaling = cfg.loss_scaler.enabled;
+  return r;
+}
+
+// The run's record of the steps done, kept in each checkpoint's manifest ("history") so a
+// resumed run reports its whole loss curve: per step the loss, and the loss scale and
+// skip with loss scaling, the gradient norm with clipping (null where not finite).
+struct History {
+  std::vector<double> losses, loss_scales, grad_norms;
+  std::vector<int> skipped;
+};
+
+json numbers_to_json(const std::vector<double>& v) {
+  json a = json::array();
+  for (double x : v) a.push_back(std::isfinite(x) ? json(x) : json(nullptr));
+  return a;
+}
+
+json history_to_json(const History& h) {
+  return {{"losses", numbers_to_json(h.losses)},
+          {"loss_scales", numbers_to_json(h.loss_scales)},
+          {"grad_norms", numbers_to_json(h.grad_norms)},
+          {"skipped", h.skipped}};
+}
+
+// A manifest's history of `steps` steps, as a run of `cfg` records it. Errors: InputError
+// naming the checkpoint when it is missing or of another length.
+History history_from_json(const json& m, int64_t steps, const TrainConfig& cfg, const std::string& step_dir) {
+  const std::string bad = "checkpoint " + printable(step_dir) + ": manifest.json's history does not hold the " +
+                          std::to_string(steps) + " steps the train suite records";
+  History h;
+  auto numbers = [&](const char* key, size_t n, std::vector<double>& out) {
+    const json& a = m.contains("history") && m["history"].is_object() ? m["history"].value(key, json()) : json();
+    if (!a.is_array() || a.size() != n) throw InputError(bad);
+    for (const json& x : a) {
+      if (!x.is_null() && !x.is_number()) throw InputError(bad);
+      out.push_back(x.is_null() ? std::numeric_limits<double>::quiet_NaN() : x.get<double>());
+    }
+  };
+  numbers("losses", size_t(steps), h.losses);
+  numbers("loss_scales", cfg.loss_scaler.enabled ? size_t(steps) : 0, h.loss_scales);
+  numbers("grad_norms", cfg.grad_clip > 0 ? size_t(steps) : 0, h.grad_norms);
+  std::vector<double> skipped;
+  numbers("skipped", cfg.loss_scaler.enabled ? size_t(steps) : 0, skipped);
+  for (double x : skipped) h.skipped.push_back(x != 0 ? 1 : 0);
+  return h;
+}
+
+// What checkpointing did in a run: its report's data.checkpoint.
+struct CheckpointRecord {
+  std::string resumed_from;  // the step directory, "" for a fresh run
+  int64_t first_step = 0;    // steps taken from the checkpoint = the first step run here
+  std::vector<int64_t> saved;
+  json to_json(const CheckpointPlan& p, int steps) const {
+    return {{"dir", p.dir},
+            {"every", p.every},
+            {"resume_from", p.resume_from},
+            {"resumed_from", resumed_from},
+            {"resumed_at_step", first_step},
+            {"steps_run", steps - first_step},
+            {"saved_at_steps", saved}};
+  }
+};
+
+// run_parallel_layout's training (suites/oracle.h) with checkpoints: resumed from
+// plan.resume_from (the steps before it taken from the checkpoint's history; no step-0
+// gradient then) and saving one every plan.every steps. Collective over `host`.
+template <typename T>
+LayoutOutcome run_checkpointed_as(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
+                                  const ZeroConfig& zero, Recompute recompute, Device& device, Ops<T>* ops,
+                                  Communicator& host, Communicator& comm, const Dataset& data, SpanRecorder* spans,
+                                  const CheckpointPlan& plan, const SuiteContext& ctx, CheckpointRecord* rec) {
+  ParallelLayout l = layout;
+  l.micro_batches = cfg.micro_batches;
+  validate_layout(l, model_cfg, cfg.global_batch, comm.size());
+  OwnedGroups og = make_parallel_groups(comm, l);
+  ParallelGroups g{comm, *og.tp, *og.dp, *og.pp, og.pp_backward.get()};
+  ParallelGpt<T> m(model_cfg, l, comm.rank(), device, *og.tp, ops);
+  m.set_recompute(recompute);
+  ZeroEngine<T> engine(m, zero, *og.dp, cfg.adamw);
+  engine.load(m.initial_params(cfg.seed));
+  const CheckpointRunInfo info = checkpoint_run_info(model_cfg, l, zero, cfg, data.sha256);
+  LossScaler scaler(cfg.loss_scaler);
+  TrainLoop loop;
+  loop.scaler = &scaler;
+  LayoutOutcome out;
+  History before;  // the steps taken from the checkpoint
+  const std::string step_dir = resume_step_dir(plan);
+  if (!step_dir.empty()) {
+    const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host);
+    json m_hist;
+    m_hist["history"] = p.history;
+    before = history_from_json(m_hist, p.next_step, cfg, step_dir);  // the same manifest on every rank
+    if (p.next_step >= cfg.steps)
+      throw InputError("train.resume_from: checkpoint " + step_dir + " is at step " + std::to_string(p.next_step) +
+                       ", leaving no step of train.steps = " + std::to_string(cfg.steps) + " to run");
+    loop.first_step = p.next_step;
+    rec->resumed_from = step_dir;
+    rec->first_step = p.next_step;
+    ctx.print("# train: resumed from " + step_dir + ": steps " + std::to_string(p.next_step) + " to " +
+              std::to_string(cfg.steps - 1) + " run here, the loss curve before from the checkpoint");
+  } else {
+    if (plan.resume_from == "latest") ctx.print("# train: no checkpoint in " + plan.dir + " yet: a fresh run");
+    parallel_compute_gradients(m, engine, data, cfg, 0, g);  // leaves the parameters as initialised
+    const std::vector<T> g0 = engine.full_grads();
+    out.grads0 = m.gather(g0, host);
+    out.replica_grads0 = m.replica_max_diff(g0, host);
+  }
+  host.barrier();
+  loop.after_step = [&](int64_t done, const LossScaler& s, const TrainRun& so_far) {
+    if (plan.every <= 0 || done % plan.every != 0) return;
+    History h = before;
+    h.losses.insert(h.losses.end(), so_far.losses.begin(), so_far.losses.end());
+    h.loss_scales.insert(h.loss_scales.end(), so_far.loss_scales.begin(), so_far.loss_scales.end());
+    h.grad_norms.insert(h.grad_norms.end(), so_far.grad_norms.begin(), so_far.grad_norms.end());
+    h.skipped.insert(h.skipped.end(), so_far.skipped.begin(), so_far.skipped.end());
+    TrainProgress p;
+    p.next_step = done;
+    p.scaler = s.state();
+    p.history = history_to_json(h);
+    const std::string saved = save_checkpoint(plan.dir, info, engine, p, host);
+    rec->saved.push_back(done);
+    if (host.rank() == 0) {
+      uintmax_t bytes = 0;
+      std::error_code ec;
+      for (int r = 0; r < host.size(); ++r)
+        bytes += std::filesystem::file_size(std::filesystem::path(saved) / ("rank-" + std::to_string(r) + ".bin"), ec);
+      ctx.print("# train: checkpoint " + saved + " saved (" + std::to_string(bytes) + " bytes in " +
+                std::to_string(host.size()) + " rank files)");
+    }
+  };
+  const TrainRun run = parallel_train(m, engine, data, cfg, g, spans, loop);
+  out.pp_rank = m.coord().pp;
+  out.tp_rank = m.coord().tp;
+  out.losses = before.losses;
+  out.losses.insert(out.losses.end(), run.losses.begin(), run.losses.end());
+  out.loss_scales = before.loss_scales;
+  out.loss_scales.insert(out.loss_scales.end(), run.loss_scales.begin(), run.loss_scales.end());
+  out.grad_norms = before.grad_norms;
+  out.grad_norms.insert(out.grad_norms.end(), run.grad_norms.begin(), run.grad_norms.end());
+  out.skipped = before.skipped;
+  out.skipped.insert(out.skipped.end(), run.skipped.begin(), run.skipped.end());
+  out.timings = run.timings;  // the steps run here only
+  out.dp_comm_bytes = double(engine.comm_stats().bytes);
+  const std::vector<T> p = engine.full_params();
+  out.params = m.gather(p, host);
+  out.replica_params = m.replica_max_diff(p, host);
+  return out;
+}
+
+LayoutOutcome run_checkpointed(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
+                               const ZeroConfig& zero, Recompute recompute, Device& device, Ops<float>* ops,
+                               Communicator& host, Communicator& comm, const Dataset& data, SpanRecorder* spans,
+                               const CheckpointPlan& plan, const SuiteContext& ctx, CheckpointRecord* rec) {
+  switch (cfg.precision) {
+    case Precision::bf16:
+      return run_checkpointed_as<bf16>(model_cfg, layout, cfg, zero, recompute, device, nullptr, host, comm, data,
+                                       spans, plan, ctx, rec);
+    case Precision::fp16:
+      return run_checkpointed_as<fp16>(model_cfg, layout, cfg, zero, recompute, device, nullptr, host, comm, data,
+                                       spans, plan, ctx, rec);
+    default:
+      return run_checkpointed_as<float>(model_cfg, layout, cfg, zero, recompute, device, ops, host, comm, data, spans,
+                                        plan, ctx, rec);
+  }
 }
 
 class TrainSuite : public Suite {
@@ -70,7 +290,8 @@ class TrainSuite : public Suite {
             {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
             {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},
             {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},
-            {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"communication_data_type", "auto"}};
+            {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"communication_data_type", "auto"},
+            {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const GptConfig model = gpt_config_from_json(config.at("model"));
@@ -95,6 +316,19 @@ class TrainSuite : public Suite {
     if (config.value("backend", "cpu") == "cpu")
       check_fits_in_memory(train_memory_bytes(model, train), std::min(world.ranks_per_node, 4),
                            "train: the model and batch");
+    // Checkpoints: the keys, and a checkpoint to resume from checked against this run (all
+    // but the dataset, which is read later, and the rank files, which each rank checks).
+    const CheckpointPlan plan = checkpoint_plan_from_json(section);
+    const std::string step_dir = resume_step_dir(plan);
+    if (!step_dir.empty()) {
+      const json m = check_checkpoint_manifest(step_dir, checkpoint_run_info(model, layout, zero, train, ""));
+      const int64_t k = m.at("step").get<int64_t>();
+      if (k >= train.steps)
+        throw InputError("train.resume_from: checkpoint " + printable(step_dir) + " is at step " + std::to_string(k) +
+                         ", leaving no step of train.steps = " + std::to_string(train.steps) + " to run");
+      history_from_json(m, k, train, step_dir);
+      check_checkpoint_files(step_dir, m);  // sizes only; each rank checks its checksum when loading
+    }
   }
 
   SuiteResult run(SuiteContext& ctx) override {
@@ -109,9 +343,11 @@ class TrainSuite : public Suite {
     ZeroConfig zero = zero_config_from_json(ctx.section, "train");
     const Recompute recompute = parse_recompute_key(ctx.section, "train");
     apply_recipe_keys(ctx.section, "train", cfg, &zero);
-    // Plain DP (reference/trainer.h) unless the layout, ZeRO or recompute needs the sharded model.
-    const bool dp_only = layout.tp == 1 && layout.pp == 1 && zero.stage == 0 && recompute == Recompute::none &&
-                         !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
+    const CheckpointPlan plan = checkpoint_plan_from_json(ctx.section);
+    CheckpointRecord checkpoints;
+    // Plain DP (reference/trainer.h) unless the layout, ZeRO, recompute or checkpoints need the sharded model.
+    const bool dp_only = !plan.on() && layout.tp == 1 && layout.pp == 1 && zero.stage == 0 &&
+                         recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
     const std::string layout_name =
         dp_only ? "dp:" + std::to_string(n)
                 : "tp:" + std::to_string(layout.tp) + "/dp:" + std::to_string(layout.dp) + "/pp:" +
@@ -165,10 +401,15 @@ class TrainSuite : public Suite {
         run.replica_params = std::max(run.replica_params, double(std::fabs(root_params[i] - my_params[i])));
       world.all_reduce(&run.replica_params, &run.replica_params, 1, DType::f64, ReduceOp::max);
       run.params.assign(my_params.begin(), my_params.end());
+    } else if (plan.on()) {
+      run = run_checkpointed(model_cfg, layout, cfg, zero, recompute, ctx.device, on_cpu ? nullptr : &be->ops(), world,
+                             dev_comm, data, ctx.spans, plan, ctx, &checkpoints);
     } else {
       run = run_parallel_layout(model_cfg, layout, cfg, zero, ctx.device, on_cpu ? nullptr : &be->ops(), world, dev_comm,
                                 data, /*gather=*/true, ctx.spans, recompute);
     }
+    // Steps run here (all but those a resumed run took from its checkpoint): their timings.
+    const int first = int(checkpoints.first_step), timed = int(run.timings.size());
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)
       if (s % every == 0 || s == cfg.steps - 1) ctx.print(fmt_step(s, run.losses[s]));
@@ -186,7 +427,7 @@ class TrainSuite : public Suite {
     world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
     std::vector<double> step_s, compute_s, comm_s;
     std::vector<int> slowest_rank;  // per step
-    for (int s = 0; s < cfg.steps; ++s) {
+    for (int s = 0; s < timed; ++s) {
       int slowest = 0;
       for (int r = 1; r < n; ++r)
         if (all[r * mine.size() + 3 * s] > all[slowest * mine.size() + 3 * s]) slowest = r;
@@ -196,12 +437,12 @@ class TrainSuite : public Suite {
       comm_s.push_back(v[2]);
       slowest_rank.push_back(slowest);
     }
-    const json breakdown = step_breakdown_ms(ctx, world, slowest_rank);  // collective
+    const json breakdown = step_breakdown_ms(ctx, world, slowest_rank, first);  // collective
     if (world.rank() != 0) return res;  // rank 0 reports
 
     const size_t P = gpt_num_params(model_cfg);
     const Summary step = summarize(step_s), comp = summarize(compute_s), comm = summarize(comm_s);
-    json rec = benchmark_record("train/gpt/" + layout_name, cfg.steps, 1, step.median, step.median, "ms");
+    json rec = benchmark_record("train/gpt/" + layout_name, timed, 1, step.median, step.median, "ms");
     rec["dp"] = layout.dp;
     rec["tp"] = layout.tp;
     rec["pp"] = layout.pp;
@@ -218,7 +459,7 @@ class TrainSuite : public Suite {
     rec["compute_time_ms"] = to_json(comp, 1e3);
     rec["comm_time_ms"] = to_json(comm, 1e3);
     std::vector<double> fraction;
-    for (int s = 0; s < cfg.steps; ++s) fraction.push_back(comm_s[s] / step_s[s]);
+    for (int s = 0; s < timed; ++s) fraction.push_back(comm_s[s] / step_s[s]);
     rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
     if (!breakdown.empty()) rec["step_breakdown_ms"] = breakdown;
     rec["final_loss"] = run.losses.back();
@@ -251,6 +492,7 @@ class TrainSuite : public Suite {
       res.checks.push_back(make_check("train/loss_falls", run.losses.back() / run.losses.front(), 0.99,
                                       "last loss / first loss <= 0.99"));
       res.data = {{"model", ctx.config.at("model")}, {"num_params", P}, {"losses", {{"dp", run.losses}}}};
+      if (plan.on()) res.data["checkpoint"] = checkpoints.to_json(plan, cfg.steps);
       char line[200];
       std::snprintf(line, sizeof line, "# train on %s: %.0f tokens/s, step %.2f ms, %.1f model TFLOP/s%s",
                     be->device_name().c_str(), tokens_per_step / step.median, step.median * 1e3, model_tflops,
@@ -266,7 +508,7 @@ class TrainSuite : public Suite {
         res.checks.push_back(std::move(c));
     res.checks.push_back(make_check(dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
                                     run.replica_params, 0.0, replica_detail));
-    if (!dp_only)
+    if (!dp_only && !run.grads0.empty())  // a resumed run has no step-0 gradient
       res.checks.push_back(make_check("train/replicas_identical/grads/step:0", run.replica_grads0, 0.0,
                                       "max |difference| between copies of a replicated gradient, bitwise"));
     // Learning: the mean of the last 10% of losses well below the uniform ln(256) = 5.55.
@@ -290,6 +532,7 @@ class TrainSuite : public Suite {
                 {"losses", losses}};
     if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
     if (!run.grad_norms.empty()) res.data["grad_norms"] = run.grad_norms;
+    if (plan.on()) res.data["checkpoint"] = checkpoints.to_json(plan, cfg.steps);
     char line[256];
     std::snprintf(line, sizeof line,
                   "# train: %s %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "

@@ -3,6 +3,8 @@
 // types reduce through user-defined MPI operations (half_op below).
 #include "kernels/comm/mpi_communicator.h"
 
+#include "kernels/comm/watchdog.h"
+
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -260,17 +262,20 @@ struct RecvCheck {
 /// with MPI_Test. On completion the plan's fix-up is applied and a receive's length checked.
 class MpiHandle final : public CommHandle {
  public:
-  MpiHandle(MPI_Request req, std::string call, std::string group, Plan plan,
-            RecvCheck check = {})
+  MpiHandle(MPI_Request req, std::string call, std::string group, Plan plan, uint64_t group_id, CommOp op,
+            int peer = -1, RecvCheck check = {})
       : req_(req), call_(std::move(call)), group_(std::move(group)), plan_(plan),
-        check_(check) {}
+        check_(check), group_id_(group_id), op_(op), peer_(peer) {}
   ~MpiHandle() override {
     if (!done_ && !mpi_finalized()) wait();
   }
   void wait() override {
     if (done_) return;
     MPI_Status status;
-    DTB_MPI_CHECK(MPI_Wait(&req_, &status), "MPI_Wait(" + call_ + ")", group_);
+    {
+      CommOpScope on_board(group_id_, async_wait(op_), peer_);
+      DTB_MPI_CHECK(MPI_Wait(&req_, &status), "MPI_Wait(" + call_ + ")", group_);
+    }
     complete(status);
   }
   bool test() override {
@@ -298,6 +303,9 @@ class MpiHandle final : public CommHandle {
   std::string call_, group_;
   Plan plan_;
   RecvCheck check_;
+  uint64_t group_id_;
+  CommOp op_;
+  int peer_;
   bool done_ = false;
 };
 
@@ -313,6 +321,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
   DTB_MPI_CHECK(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", group);
   DTB_MPI_CHECK(MPI_Comm_set_name(comm_, name_.c_str()), "MPI_Comm_set_name", group);
   desc_ = describe(name_, rank_, size_);
+  group_id_ = describe_comm_group(comm_, name_).id;
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -326,6 +335,7 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, size_t count, DTy
   const char* call = "MPI_Allreduce";
   const std::string& g = desc_;  // built once: nothing allocated per call
   const Plan p = plan_all_reduce(send, recv, count * dtype_size(dtype), call, g);
+  CommOpScope on_board(group_id_, CommOp::all_reduce, -1);
   DTB_MPI_CHECK(MPI_Allreduce(p.send, p.recv, int_count(count, call, g),
                               mpi_type(dtype), mpi_op(op, dtype, call, g), comm_),
                 call, g);
@@ -338,6 +348,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, size_t send_count
       plan_all_gather(send, recv, send_count * dtype_size(dtype), rank_, size_, call, g);
   const int n = int_count(send_count, call, g);
   const MPI_Datatype t = mpi_type(dtype);
+  CommOpScope on_board(group_id_, CommOp::all_gather, -1);
   DTB_MPI_CHECK(MPI_Allgather(p.send, n, t, p.recv, n, t, comm_), call, g);
 }
 
@@ -347,6 +358,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_c
   const std::string& g = desc_;  // built once: nothing allocated per call
   const Plan p =
       plan_reduce_scatter(send, recv, recv_count * dtype_size(dtype), rank_, size_, call, g);
+  CommOpScope on_board(group_id_, CommOp::reduce_scatter, -1);
   DTB_MPI_CHECK(MPI_Reduce_scatter_block(p.send, p.recv, int_count(recv_count, call, g),
                                          mpi_type(dtype), mpi_op(op, dtype, call, g), comm_),
                 call, g);
@@ -357,6 +369,7 @@ void MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) 
   const char* call = "MPI_Bcast";
   const std::string& g = desc_;  // built once: nothing allocated per call
   check_rank(root, size_, "root", call, g);
+  CommOpScope on_board(group_id_, CommOp::broadcast, -1);
   DTB_MPI_CHECK(MPI_Bcast(buf, int_count(count, call, g), mpi_type(dtype), root,
                           comm_),
                 call, g);
@@ -375,6 +388,7 @@ void MpiCommunicator::send(const void* buf, size_t count, DType dtype, int peer,
   const char* call = "MPI_Send";
   const std::string& g = desc_;  // built once: nothing allocated per call
   check_rank(peer, size_, "peer", call, g);
+  CommOpScope on_board(group_id_, CommOp::send, peer);
   DTB_MPI_CHECK(MPI_Send(buf, int_count(count, call, g), mpi_type(dtype), peer,
                          tag, comm_),
                 call, g);
@@ -386,6 +400,7 @@ void MpiCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int t
   check_rank(peer, size_, "peer", call, g);
   const MPI_Datatype t = mpi_type(dtype);
   MPI_Status status;
+  CommOpScope on_board(group_id_, CommOp::recv, peer);
   DTB_MPI_CHECK(MPI_Recv(buf, int_count(count, call, g), t, peer, tag, comm_, &status), call, g);
   int got = 0;
   DTB_MPI_CHECK(MPI_Get_count(&status, t, &got), "MPI_Get_count", g);
@@ -404,6 +419,7 @@ void MpiCommunicator::sendrecv(const void* send, void* recv, size_t count, DType
   const int n = int_count(count, call, g);
   const MPI_Datatype t = mpi_type(dtype);
   MPI_Status status;
+  CommOpScope on_board(group_id_, CommOp::sendrecv, recv_peer);
   if (send == recv) {  // in place: MPI forbids aliased Sendrecv buffers, so _replace
     DTB_MPI_CHECK(MPI_Sendrecv_replace(recv, n, t, send_peer, tag, recv_peer, tag, comm_, &status),
                   "MPI_Sendrecv_replace", g);
@@ -420,6 +436,7 @@ void MpiCommunicator::sendrecv(const void* send, void* recv, size_t count, DType
 }
 
 void MpiCommunicator::barrier() {
+  CommOpScope on_board(group_id_, CommOp::barrier, -1);
   DTB_MPI_CHECK(MPI_Barrier(comm_), "MPI_Barrier", desc_);
 }
 
@@ -433,7 +450,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::all_reduce_async(const void* send, 
   DTB_MPI_CHECK(MPI_Iallreduce(p.send, p.recv, int_count(count, call, g),
                                mpi_type(dtype), mpi_op(op, dtype, call, g), comm_, &req),
                 call, g);
-  return std::make_unique<MpiHandle>(req, call, std::move(g), p);
+  return std::make_unique<MpiHandle>(req, call, std::move(g), p, group_id_, CommOp::all_reduce);
 }
 
 std::unique_ptr<CommHandle> MpiCommunicator::all_gather_async(const void* send, void* recv,
@@ -446,7 +463,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::all_gather_async(const void* send, 
   const MPI_Datatype t = mpi_type(dtype);
   MPI_Request req;
   DTB_MPI_CHECK(MPI_Iallgather(p.send, n, t, p.recv, n, t, comm_, &req), call, g);
-  return std::make_unique<MpiHandle>(req, call, std::move(g), p);
+  return std::make_unique<MpiHandle>(req, call, std::move(g), p, group_id_, CommOp::all_gather);
 }
 
 std::unique_ptr<CommHandle> MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
@@ -461,7 +478,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::reduce_scatter_async(const void* se
                                           mpi_type(dtype), mpi_op(op, dtype, call, g), comm_,
                                           &req),
                 call, g);
-  return std::make_unique<MpiHandle>(req, call, std::move(g), p);
+  return std::make_unique<MpiHandle>(req, call, std::move(g), p, group_id_, CommOp::reduce_scatter);
 }
 
 std::unique_ptr<CommHandle> MpiCommunicator::broadcast_async(void* buf, size_t count,
@@ -473,7 +490,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::broadcast_async(void* buf, size_t c
   DTB_MPI_CHECK(MPI_Ibcast(buf, int_count(count, call, g), mpi_type(dtype), root,
                            comm_, &req),
                 call, g);
-  return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{buf, buf});
+  return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{buf, buf}, group_id_, CommOp::broadcast);
 }
 
 std::unique_ptr<CommHandle> MpiCommunicator::send_async(const void* buf, size_t count,
@@ -485,7 +502,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::send_async(const void* buf, size_t 
   DTB_MPI_CHECK(MPI_Isend(buf, int_count(count, call, g), mpi_type(dtype), peer,
                           tag, comm_, &req),
                 call, g);
-  return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{});
+  return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{}, group_id_, CommOp::send, peer);
 }
 
 std::unique_ptr<CommHandle> MpiCommunicator::recv_async(void* buf, size_t count, DType dtype,
@@ -496,7 +513,7 @@ std::unique_ptr<CommHandle> MpiCommunicator::recv_async(void* buf, size_t count,
   const MPI_Datatype t = mpi_type(dtype);
   MPI_Request req;
   DTB_MPI_CHECK(MPI_Irecv(buf, int_count(count, call, g), t, peer, tag, comm_, &req), call, g);
-  return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{}, RecvCheck{t, count});
+  return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{}, group_id_, CommOp::recv, peer, RecvCheck{t, count});
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
@@ -504,6 +521,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const s
   DTB_CHECK(color >= 0, "split of " + g + " into '" + name + "': color " +
                             std::to_string(color) + " < 0");
   MPI_Comm sub = MPI_COMM_NULL;
+  CommOpScope on_board(group_id_, CommOp::split, -1);
   DTB_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split", g);
   return std::make_unique<MpiCommunicator>(sub, name);
 }

@@ -1,7 +1,8 @@
 // MpiCommunicator: the Communicator over an MPI communicator, on host buffers. Blocking
 // collectives map to MPI_Allreduce & co., async ones to MPI_I* with MPI_Wait in the handle.
 // In-place conventions are NCCL's (see communicator.h); every MPI call is checked and a
-// failure aborts the job naming the operation and the group.
+// failure aborts the job naming the operation and the group. Every call is published on the
+// communication watchdog's board (watchdog.h), which ends a call that outlives the timeout.
 #pragma once
 #include <mpi.h>
 
@@ -99,6 +100,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::string desc_;  // "group 'name' (rank r of n)" for error messages
+  uint64_t group_id_ = 0;  // the group's id on the communication watchdog's board (watchdog.h)
 };
 
 }  // namespace dtb
