@@ -249,9 +249,6 @@ void watch(Board* b) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
-  // Blocked here too, for programs that did not call block_termination_signals() (the
-  // tests): stop_comm_watchdog's wake-up must not take the default action.
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   uint32_t reported = 1;  // the version of the call last reported (odd: none)
   while (!st.stop.load()) {
     const double timeout = st.timeout_s.load();
@@ -386,7 +383,16 @@ void start_comm_watchdog(MPI_Comm world, double timeout_s) {
   st.board = b;
   st.stop = false;
   g_slot.store(b->mine);
+  // The thread is born with SIGINT and SIGTERM blocked (a thread inherits its creator's
+  // mask), so stop_comm_watchdog's wake-up can never take the default action, even in a
+  // program that did not call block_termination_signals() and stops it at once.
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, &old);
   st.thread = std::thread(watch, b);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 void set_comm_timeout(double timeout_s) {
