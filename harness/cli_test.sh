@@ -47,6 +47,8 @@ printf '{"suites": ["train"], "train": {"steps": 20, "checkpoint_every": 5}}' >"
 printf '{"suites": ["train"], "train": {"resume_from": "latest"}}' >"$tmp/resume_no_dir.json"
 printf '{"suites": ["train"], "train": {"checkpoint_dir": "%s/ck", "checkpoint_every": -1}}' "$tmp" >"$tmp/ckpt_every.json"
 printf '{"suites": ["train"], "train": {"resume_from": "%s/nonexistent"}}' "$tmp" >"$tmp/resume_missing.json"
+printf '{"suites": ["train"], "train": {"steps": 10, "checkpoint_every": 5, "checkpoint_dir": "/proc/dtbench-nope"}}' >"$tmp/ckpt_unwritable.json"
+mkdir -p "$tmp/out_latest_dir/latest.json"
 # Two f64 buffers of 0.6 x RAM do not fit (0.8 x RAM is the limit), if that size is
 # within MPI's int counts (RAM up to 28 GiB).
 ram=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) * 1024 ))
@@ -121,6 +123,9 @@ expect_error "train.checkpoint_every = 5 needs train.checkpoint_dir (where to sa
 expect_error "train.resume_from \"latest\" needs train.checkpoint_dir (where to look)" run --config "$tmp/resume_no_dir.json"
 expect_error "train.checkpoint_every = -1 is out of range [0, 1000000]" run --config "$tmp/ckpt_every.json"
 expect_error "nonexistent' is not a checkpoint step directory (no such directory)" run --config "$tmp/resume_missing.json"
+expect_error "train.checkpoint_dir is not writable: '/proc/dtbench-nope'" run --config "$tmp/ckpt_unwritable.json"
+expect_error "latest.json exists and is not a regular file" run --config smoke --output-dir "$tmp/out_latest_dir"
+expect_error "--run-id 'latest' is reserved" run --config smoke --run-id latest
 if [ "$huge" -le $(( 2147483647 * 8 )) ]; then
   expect_error "more than this machine's memory" run --config "$tmp/huge_msg.json"
 else

@@ -166,6 +166,8 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
     if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
+    if (args.run_id == "latest")
+      throw InputError("--run-id 'latest' is reserved: every run also writes <output-dir>/latest.json");
     if (args.sweep && !args.suites.empty()) throw InputError("--sweep and --suites do not go together");
     std::string text = read_config_text(args.config);
     if (args.sweep) text = apply_sweep(text, args.sweep_layouts);
@@ -179,7 +181,10 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     return 0;
   }
   const std::string out_dir = cfg["output_dir"];
-  const std::string run_id = args.run_id.empty() ? make_run_id(cfg["name"]) : args.run_id;
+  std::string run_id = args.run_id.empty() ? make_run_id(cfg["name"]) : args.run_id;
+  if (args.run_id.empty())  // two runs started in the same second: the later one gets "-2", "-3", ...
+    for (int k = 2; k < 1000 && fs::exists(out_dir + "/" + run_id + ".json"); ++k)
+      run_id = make_run_id(cfg["name"]) + "-" + std::to_string(k);
   // The output directory (and the trace's) must be writable before anything is measured.
   auto check_writable = [](const std::string& dir, const std::string& what) {
     std::error_code ec;
@@ -192,6 +197,11 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   };
   on_root(world, [&] {
     check_writable(out_dir, "output directory");
+    for (const std::string& f : {out_dir + "/latest.json", out_dir + "/" + run_id + ".json"}) {
+      std::error_code ec;
+      if (fs::exists(f, ec) && !fs::is_regular_file(f, ec))
+        throw InputError("report path " + f + " exists and is not a regular file");
+    }
     if (!args.trace.empty()) {
       if (fs::is_directory(args.trace)) throw InputError("--trace: '" + args.trace + "' is a directory");
       const fs::path dir = fs::path(args.trace).parent_path();

@@ -158,6 +158,19 @@ V field(const json& m, const std::string& where, const char* a, const char* b = 
   }
 }
 
+// An int field of the manifest (a layout or model size), in [0, 2^30]: a larger value must
+// not wrap to a small one that matches the run.
+int int_field(const json& m, const std::string& where, const char* a, const char* b = nullptr) {
+  (void)field<int64_t>(m, where, a, b);  // present and an integer
+  const json& j = b ? m.at(a).at(b) : m.at(a);
+  const bool in = !(j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(1) << 30) && j.get<int64_t>() >= 0 &&
+                  j.get<int64_t>() <= int64_t(1) << 30;
+  if (!in)
+    throw InputError("checkpoint " + where + ": manifest.json's '" + (b ? std::string(a) + "." + b : std::string(a)) +
+                     "' = " + j.dump() + " is out of range [0, 1073741824]");
+  return int(j.get<int64_t>());
+}
+
 std::string describe_model(const GptConfig& c) {
   return "L=" + std::to_string(c.L) + " C=" + std::to_string(c.C) + " NH=" + std::to_string(c.NH) +
          " T=" + std::to_string(c.T) + " V=" + std::to_string(c.V);
@@ -314,12 +327,12 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
     throw InputError("checkpoint " + where + ": format version " + std::to_string(version) +
                      " is not supported (this build reads " + std::to_string(kCheckpointFormatVersion) + ")");
   CheckpointRunInfo saved;
-  saved.layout.tp = int(field<int64_t>(m, where, "layout", "tp"));
-  saved.layout.dp = int(field<int64_t>(m, where, "layout", "dp"));
-  saved.layout.pp = int(field<int64_t>(m, where, "layout", "pp"));
-  saved.layout.virtual_stages = int(field<int64_t>(m, where, "layout", "virtual_stages"));
+  saved.layout.tp = int_field(m, where, "layout", "tp");
+  saved.layout.dp = int_field(m, where, "layout", "dp");
+  saved.layout.pp = int_field(m, where, "layout", "pp");
+  saved.layout.virtual_stages = int_field(m, where, "layout", "virtual_stages");
   saved.layout.schedule = field<std::string>(m, where, "layout", "schedule");
-  saved.zero_stage = int(field<int64_t>(m, where, "layout", "zero_stage"));
+  saved.zero_stage = int_field(m, where, "layout", "zero_stage");
   saved.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
   const std::string prec = field<std::string>(m, where, "layout", "precision");
   const auto world = field<int64_t>(m, where, "world_size");
@@ -341,11 +354,11 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   if (prec != precision_name(run.precision))
     throw InputError(me + "precision " + printable(prec, 16) + " does not match this run's " +
                      precision_name(run.precision));
-  saved.model.L = int(field<int64_t>(m, where, "model", "L"));
-  saved.model.C = int(field<int64_t>(m, where, "model", "C"));
-  saved.model.NH = int(field<int64_t>(m, where, "model", "NH"));
-  saved.model.T = int(field<int64_t>(m, where, "model", "T"));
-  saved.model.V = int(field<int64_t>(m, where, "model", "V"));
+  saved.model.L = int_field(m, where, "model", "L");
+  saved.model.C = int_field(m, where, "model", "C");
+  saved.model.NH = int_field(m, where, "model", "NH");
+  saved.model.T = int_field(m, where, "model", "T");
+  saved.model.V = int_field(m, where, "model", "V");
   if (describe_model(saved.model) != describe_model(run.model))
     throw InputError(me + "model " + describe_model(saved.model) + " does not match this run's " +
                      describe_model(run.model));

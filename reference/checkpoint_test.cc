@@ -355,6 +355,14 @@ TEST(Checkpoint, RefusesDamagedFiles) {
        [&](const std::string& d) { fs::remove(fs::path(d) / "manifest.json"); }},
       {"unreadable manifest", "manifest.json is unreadable",
        [&](const std::string& d) { std::ofstream(fs::path(d) / "manifest.json") << "{\"format_version\": 1,"; }},
+      // 2^32 + dp would wrap to this run's dp in an int: refused as out of range instead.
+      {"a layout size past int", "manifest.json's 'layout.dp' = " + std::to_string((int64_t(1) << 32) + n) +
+                                     " is out of range [0, 1073741824]",
+       [&](const std::string& d) {
+         nlohmann::json m = nlohmann::json::parse(std::ifstream(fs::path(d) / "manifest.json"));
+         m["layout"]["dp"] = (int64_t(1) << 32) + n;
+         std::ofstream(fs::path(d) / "manifest.json") << m.dump();
+       }},
   };
   for (size_t i = 0; i < damages.size(); ++i) {
     SCOPED_TRACE(damages[i].what);

@@ -226,20 +226,23 @@ std::string timeout_message(const Board& b, const SlotView& v, double timeout_s)
   return msg;
 }
 
-void run_hook(const std::string& why) {
+// Runs the termination hook once per process; true when one was set and returned normally.
+bool run_hook(const std::string& why) {
   static std::atomic<bool> ran{false};
-  if (ran.exchange(true)) return;
+  if (ran.exchange(true)) return false;
   State& st = state();
   std::function<void(const std::string&)> hook;
   {
     std::lock_guard<std::mutex> lock(st.mu);
     hook = st.hook;
   }
-  if (!hook) return;
+  if (!hook) return false;
   try {
     hook(why);
+    return true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtbench: error: while ending the run: %s\n", e.what());
+    return false;
   }
 }
 
@@ -258,12 +261,12 @@ void watch(Board* b) {
     const int sig = sigtimedwait(&set, &info, &ts);
     if (st.stop.load()) break;  // stop_comm_watchdog's wake-up (a SIGTERM to this thread)
     if (sig == SIGINT || sig == SIGTERM) {
-      const std::string why = std::string("ended by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-                              " while this suite ran (a signal to the job, or the launcher ending it after another "
-                              "rank failed)";
-      run_hook(why);
+      const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      const std::string cause = " (a signal to the job, or the launcher ending it after another rank failed)";
+      const bool written = run_hook("ended by " + name + " while this suite ran" + cause);
       if (b->world_rank == 0) {
-        std::fprintf(stderr, "dtbench: error: %s; the report holds the suites that finished\n", why.c_str());
+        std::fprintf(stderr, "dtbench: error: ended by %s%s%s\n", name.c_str(), cause.c_str(),
+                     written ? "; the report holds the suites that finished" : "");
         std::fflush(stderr);
       }
       std::_Exit(128 + sig);
@@ -423,7 +426,7 @@ void set_termination_hook(std::function<void(const std::string&)> hook) {
   state().hook = std::move(hook);
 }
 
-void run_termination_hook(const std::string& why) { run_hook(why); }
+void run_termination_hook(const std::string& why) { (void)run_hook(why); }
 
 void set_timeout_handler(std::function<void(const std::string&)> handler) {
   std::lock_guard<std::mutex> lock(state().mu);
