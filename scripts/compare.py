@@ -251,8 +251,17 @@ def compatibility(base, new):
         if k in CONFIG_NOT_COMPARED or (k in sections and k not in compared):
             continue
         _flat_diff(bcfg.get(k, "<absent>"), ncfg.get(k, "<absent>"), f"config.{k}", diffs)
-    refuse += diffs
+    # A key that one report lacks (added by a later dtbench) set to its off value in the
+    # other ("", 0, false, null, "none") configures nothing: a note, not a refusal.
+    for d in diffs:
+        (notes if _absent_and_off(d[1], d[2]) else refuse).append(d)
     return refuse, notes
+
+
+def _absent_and_off(a, b):
+    """True when one of a, b is "<absent>" and the other an off value."""
+    off = lambda v: v is None or v is False or v == "" or v == "none" or (_is_number(v) and v == 0)
+    return (a == "<absent>" and off(b)) or (b == "<absent>" and off(a))
 
 
 def _short(v, width=40):

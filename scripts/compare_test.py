@@ -267,6 +267,8 @@ class RealReports(unittest.TestCase):
             "config.collectives.max_bytes": lambda r: r["context"]["config"]["collectives"].update(max_bytes=1024),
             "config.conformance.layouts": lambda r: r["context"]["config"]["conformance"].update(layouts=["TP2"]),
             "config.seed": lambda r: r["context"]["config"].update(seed=1),
+            # A key the other report lacks, set to something that configures: refused.
+            "config.train.new_every": lambda r: r["context"]["config"]["train"].update(new_every=5),
         }
         for field, change in cases.items():
             with self.subTest(field=field):
@@ -283,6 +285,12 @@ class RealReports(unittest.TestCase):
         rc, out, err = compare(self.reports[0], other)
         self.assertEqual(rc, 0, out + err)
         self.assertIn("note: context differs (not refused): host_name", out)
+        # Nor a key one report lacks (a later version added it) at its off value.
+        other = self.doctored("ctx_new_keys", lambda r: r["context"]["config"]["train"].update(
+            new_dir="", new_every=0, new_flag=False, new_mode="none"))
+        rc, out, err = compare(self.reports[0], other)
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("config.train.new_every <absent> vs 0", out)
 
     def test_bad_input(self):
         missing = self.dir / "no-such-report.json"

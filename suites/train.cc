@@ -169,8 +169,10 @@ struct CheckpointRecord {
   std::string resumed_from;  // the step directory, "" for a fresh run
   int64_t first_step = 0;    // steps taken from the checkpoint = the first step run here
   std::vector<int64_t> saved;
+  std::string save_error;  // the first failed save (every rank agrees); later saves are skipped
   json to_json(const CheckpointPlan& p, int steps) const {
-    return {{"dir", p.dir},
+    return {{"save_error", save_error.empty() ? json(nullptr) : json(save_error)},
+            {"dir", p.dir},
             {"every", p.every},
             {"resume_from", p.resume_from},
             {"resumed_from", resumed_from},
@@ -236,7 +238,15 @@ LayoutOutcome run_checkpointed_as(const GptConfig& model_cfg, const ParallelLayo
     p.next_step = done;
     p.scaler = s.state();
     p.history = history_to_json(h);
-    const std::string saved = save_checkpoint(plan.dir, info, engine, p, host);
+    if (!rec->save_error.empty()) return;
+    std::string saved;
+    try {  // a failed save (a full disk) is agreed by every rank: training goes on, measured
+      saved = save_checkpoint(plan.dir, info, engine, p, host);
+    } catch (const InputError& e) {
+      rec->save_error = e.what();
+      ctx.print("# train: checkpoint save failed, training goes on without saving: " + rec->save_error);
+      return;
+    }
     rec->saved.push_back(done);
     if (host.rank() == 0) {
       uintmax_t bytes = 0;
@@ -501,6 +511,10 @@ class TrainSuite : public Suite {
                                       "last loss / first loss <= 0.99"));
       res.data = {{"model", ctx.config.at("model")}, {"num_params", P}, {"losses", {{"dp", run.losses}}}};
       if (plan.on()) res.data["checkpoint"] = checkpoints.to_json(plan, cfg.steps);
+      if (plan.every > 0)
+        res.checks.push_back(make_check("train/checkpoints_saved", checkpoints.save_error.empty() ? 0.0 : 1.0, 0.0,
+                                        checkpoints.save_error.empty() ? "every save completed"
+                                                                       : "a save failed: " + checkpoints.save_error));
       char line[200];
       std::snprintf(line, sizeof line, "# train on %s: %.0f tokens/s, step %.2f ms, %.1f model TFLOP/s%s",
                     be->device_name().c_str(), tokens_per_step / step.median, step.median * 1e3, model_tflops,
@@ -541,6 +555,10 @@ class TrainSuite : public Suite {
     if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
     if (!run.grad_norms.empty()) res.data["grad_norms"] = run.grad_norms;
     if (plan.on()) res.data["checkpoint"] = checkpoints.to_json(plan, cfg.steps);
+    if (plan.every > 0)
+      res.checks.push_back(make_check("train/checkpoints_saved", checkpoints.save_error.empty() ? 0.0 : 1.0, 0.0,
+                                      checkpoints.save_error.empty() ? "every save completed"
+                                                                     : "a save failed: " + checkpoints.save_error));
     char line[256];
     std::snprintf(line, sizeof line,
                   "# train: %s %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "
