@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <numbers>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -564,15 +566,43 @@ TEST(FloatVsDouble, Forwards) {
     const double tol = (2 * hs * S + 2 * 2 * S + 2 * T + 4) * u * vmax;
     expect_within("attention", f, d, Vec(d.size(), tol));
   }
-  {  // gelu: x^3, the tanh argument and tanh (libm, <= 2 ulp) each err a few u relative; since
-     // |a sech^2(a)| <= 0.45 and |gelu| <= |x|, |err| <= 8 u |x| covers every step.
-    const size_t n = 1000;
-    Vec x = uniform_f(n, rng, -6.0, 6.0), d(n), bound(n);
+  {  // gelu = x / (1 + e), e = exp(-2z) (kernels/cpu/ops.cc): z = s (x + c x^3) errs <= 3u
+     // relative, so -2z errs <= 6u |z| absolute, a relative error of e of 6u|z|; the float exp
+     // adds <= 4u, 1 + e, the reciprocal and the product u each. d gelu / d(ln e) =
+     // -x sig (1 - sig) = -x sech^2(z) / 4 and |z sech^2 z| <= 0.45, so the exponent's error
+     // costs <= 0.7 u |x| and the exp's <= u |x|; with the 3 roundings (<= |gelu| <= |x|
+     // each) |err| <= 8 u |x| covers every step. Inputs to +-10 reach the clamp's side
+     // (|2z| > 87 from |x| ~ 9.3).
+    const size_t n = 100000;
+    Vec x = uniform_f(n, rng, -10.0, 10.0), d(n), bound(n);
     FVec f(n);
     gelu_forward(d.data(), x.data(), n);
     gelu_forward(f.data(), to_float(x).data(), n);
     for (size_t i = 0; i < n; i++) bound[i] = 8 * u * std::abs(x[i]) + 1e-30;
     expect_within("gelu", f, d, bound);
+    // The backward: grad = sig + 2 x e sig^2 z' (z' = s (1 + 3c x^2)). sig errs <= (6|z| + 6) u
+    // relative (e as above, then 1 + e and the reciprocal), the second term <= (6|z| + 14) u
+    // (e again, sig twice, 5 products, z' 2u); the sum and the += into dinp (0 here) add u of
+    // each. So |err| <= (6|z| + 16) u (|sig| + |second term|), both taken in double.
+    Vec dout = uniform_f(n, rng, -1.0, 1.0), dd(n, 0.0);
+    FVec df(n, 0.0f);
+    gelu_backward(dd.data(), x.data(), dout.data(), n);
+    gelu_backward(df.data(), to_float(x).data(), to_float(dout).data(), n);
+    const double s = std::sqrt(2.0 / std::numbers::pi), c = 0.044715;
+    for (size_t i = 0; i < n; i++) {
+      const double xi = double(float(x[i])), z = s * (xi + c * xi * xi * xi), e = std::exp(-2 * z);
+      const double sig = 1 / (1 + e), t2 = 2 * xi * e * sig * sig * s * (1 + 3 * c * xi * xi);
+      bound[i] = (6 * std::abs(z) + 16) * u * (std::abs(sig) + std::abs(t2)) * std::abs(dout[i]) + 1e-30;
+    }
+    expect_within("gelu backward", df, dd, bound);
+    // Non-finite inputs stay non-finite (what loss scaling's overflow check looks for):
+    // gelu(+inf) = inf, NaN -> NaN (and -inf -> -inf / e^88 = -inf).
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    FVec special = {nan, std::numeric_limits<float>::infinity(), 0.0f, -0.0f}, out(4);
+    gelu_forward(out.data(), special.data(), 4);
+    EXPECT_TRUE(std::isnan(out[0]));
+    EXPECT_EQ(out[1], std::numeric_limits<float>::infinity());
+    EXPECT_EQ(out[2], 0.0f);
   }
   {  // crossentropy: l - max errs u |l - max| (in the exponent: relative in each term), the
      // sum of V terms V u, log adds u |loss|. |loss err| <= (V + 4 + 2 range + |loss|) u.
