@@ -186,17 +186,8 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     for (int k = 2; k < 1000 && fs::exists(out_dir + "/" + run_id + ".json"); ++k)
       run_id = make_run_id(cfg["name"]) + "-" + std::to_string(k);
   // The output directory (and the trace's) must be writable before anything is measured.
-  auto check_writable = [](const std::string& dir, const std::string& what) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    const std::string probe = dir + "/.dtbench-write-test";
-    FILE* f = std::fopen(probe.c_str(), "w");
-    if (!f) throw InputError(what + " is not writable: " + dir);
-    std::fclose(f);
-    fs::remove(probe, ec);
-  };
   on_root(world, [&] {
-    check_writable(out_dir, "output directory");
+    check_dir_writable(out_dir, "output directory");
     for (const std::string& f : {out_dir + "/latest.json", out_dir + "/" + run_id + ".json"}) {
       std::error_code ec;
       if (fs::exists(f, ec) && !fs::is_regular_file(f, ec))
@@ -205,7 +196,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     if (!args.trace.empty()) {
       if (fs::is_directory(args.trace)) throw InputError("--trace: '" + args.trace + "' is a directory");
       const fs::path dir = fs::path(args.trace).parent_path();
-      check_writable(dir.empty() ? "." : dir.string(), "--trace directory");
+      check_dir_writable(dir.empty() ? "." : dir.string(), "--trace directory");
     }
     return std::string();
   });
@@ -245,7 +236,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   std::vector<SuiteOutcome> finished;
   Stopwatch suite_clock;
   // Rank 0, under finished_mu: the report of `so`, plus the next suite (if any) as unfinished
-  // with `why`; returns the report of `so` alone.
+  // with `why`, written to the run's report and latest.json.
   auto write_reports = [&](const std::vector<SuiteOutcome>& so, const std::string& why) {
     std::vector<SuiteOutcome> on_disk = so;
     if (so.size() < cfg["suites"].size()) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "kernels/error.h"
@@ -63,6 +64,16 @@ void check_fits_in_memory(double bytes_per_rank, int ranks_per_node, const std::
   if (!g_memory_check_forced) throw InputError(text + "; --force runs it anyway");
   static std::atomic<int> warned{0};
   if (warned++ < 8) std::fprintf(stderr, "dtbench: warning: %s; running anyway (--force)\n", text.c_str());
+}
+
+void check_dir_writable(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string probe = dir + "/.dtbench-write-test";
+  FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f) throw InputError(what + " is not writable: '" + printable(dir) + "'");
+  std::fclose(f);
+  std::filesystem::remove(probe, ec);
 }
 
 GptConfig gpt_config_from_json(const nlohmann::json& m, const std::string& path) {

@@ -144,6 +144,11 @@ void apply_recipe_keys(const nlohmann::json& section, const std::string& path, T
 /// analytic estimate, bytes) * ranks_per_node exceeds 80% of physical RAM. After
 /// set_memory_check_forced(true) (`dtbench run --force`) it prints that as a warning instead.
 void check_fits_in_memory(double bytes_per_rank, int ranks_per_node, const std::string& what);
+
+/// Creates directory `dir` (and its parents) if needed and checks that a file can be
+/// created in it (a probe file, removed again). Errors: InputError "<what> is not writable:
+/// '<dir>'". Used before anything is measured, for every directory a run will write.
+void check_dir_writable(const std::string& dir, const std::string& what);
 /// Whether check_fits_in_memory warns (true) or refuses (false, the default). Process-wide.
 void set_memory_check_forced(bool forced);
 

@@ -83,14 +83,7 @@ CheckpointPlan checkpoint_plan_from_json(const json& s) {
   std::error_code ec;
   if (!p.dir.empty() && std::filesystem::exists(p.dir, ec) && !std::filesystem::is_directory(p.dir, ec))
     throw InputError("train.checkpoint_dir: '" + printable(p.dir) + "' is not a directory");
-  if (p.every > 0) {  // it will be written: writable now, before anything is measured
-    std::filesystem::create_directories(p.dir, ec);
-    const std::string probe = p.dir + "/.dtbench-write-test";
-    FILE* f = std::fopen(probe.c_str(), "w");
-    if (!f) throw InputError("train.checkpoint_dir is not writable: '" + printable(p.dir) + "'");
-    std::fclose(f);
-    std::filesystem::remove(probe, ec);
-  }
+  if (p.every > 0) check_dir_writable(p.dir, "train.checkpoint_dir");  // before anything is measured
   return p;
 }
 
