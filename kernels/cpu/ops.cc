@@ -190,11 +190,110 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   }
 }
 
+// ---- shared by softmax, cross-entropy and GELU ----
+
+namespace {
+
+// exp(a) for GELU's sigmoid and the softmaxes, with a clamped to [-80, 80] and NaN passed through. e^+-80
+// (5.5e34, 1.8e-35) and 1 / (1 + e^80) are finite and normal: e * sig^2 below is never
+// inf * 0, and no value the loops compute is subnormal, not even the constants the compiler
+// folds for clamped lanes and blends in (a subnormal operand or result costs a microcode
+// assist: with the clamp at 88, whose 1 / (1 + e^88) = 6e-39 is subnormal, the forward ran
+// at 4.3 ns an element whatever its input, 1.7 ns with flush-to-zero set). The clamp moves
+// gelu and its gradient by less than |x| e^-80 (a few 1e-33 for |x| <= 10). float: branch-free so
+// that the compiler vectorises the loops calling it (libm's expf and tanhf are calls, 16 ns
+// an element here): a = n ln2 + r by Cody-Waite (ln2 in two parts, n rounded to nearest by
+// the 1.5 * 2^23 trick, so |r| <= ln2/2 and the reduction is exact to ~u), e^r by Cephes'
+// expf polynomial (degree 6; relative error < 2e-7 on that interval, S. Moshier, Cephes
+// Mathematical Library, expf.c), 2^n placed in the exponent bits (n in [-126, 127]). The
+// result is within 4 u (u = 2^-24) of e^a relative; FloatVsDouble.Forwards (ops_test.cc)
+// holds float GELU, its backward, attention and cross-entropy to bounds that count those 4 u,
+// against double on libm's exp. In a softmax the argument is x - max <= 0, and the clamp
+// gives e^-80 = 1.8e-35 where exp would give less: below u of the sum (>= 1).
+// double: libm's exp of the clamped argument.
+inline float exp_clamped(float a) {
+  a = a < -80.0f ? -80.0f : (a > 80.0f ? 80.0f : a);  // NaN fails both tests and stays NaN
+  constexpr float kMagic = 12582912.0f;              // 1.5 * 2^23
+  const float nf = (a * 1.44269504088896341f + kMagic) - kMagic;  // round(a / ln2)
+  const float r = (a - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t n = std::bit_cast<int32_t>(nf + kMagic) - std::bit_cast<int32_t>(kMagic);
+  return p * std::bit_cast<float>(uint32_t(n + 127) << 23);
+}
+inline double exp_clamped(double a) { return std::exp(a < -700.0 ? -700.0 : (a > 700.0 ? 700.0 : a)); }
+
+
+// Sums and maxima over kLanes interleaved partial results, combined pairwise at the end: each
+// partial result is in order, so the loops vectorise without reassociating anything the
+// compiler may not (no -ffast-math). A sum of n terms errs <= (n / kLanes + 3) u sum |x|
+// (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 4.4 for each partial
+// sum, then 3 levels of pairwise sums), below the n u of one running sum.
+constexpr int kLanes = 8;
+
+template <typename T>
+T combine_sums(const T* acc) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+template <typename T>
+T sum_of(const T* x, int n) {
+  T acc[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; j++) acc[j] += x[i + j];
+  for (; i < n; i++) acc[0] += x[i];
+  return combine_sums(acc);
+}
+
+// max of x[0, n), n >= 1. A NaN is dropped, as by std::max (the sum of exps that follows
+// turns it into a NaN loss).
+template <typename T>
+T max_of(const T* x, int n) {
+  T mx = x[0];
+  if (n >= kLanes) {
+    T acc[kLanes];
+    for (int j = 0; j < kLanes; j++) acc[j] = x[j];
+    int i = kLanes;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int j = 0; j < kLanes; j++) acc[j] = std::max(acc[j], x[i + j]);
+    for (; i < n; i++) acc[0] = std::max(acc[0], x[i]);
+    mx = acc[0];
+    for (int j = 1; j < kLanes; j++) mx = std::max(mx, acc[j]);
+  } else {
+    for (int i = 1; i < n; i++) mx = std::max(mx, x[i]);
+  }
+  return mx;
+}
+
+// out[i] = exp(x[i] - shift) for i < n (out may be x), returning their sum: the softmax's
+// numerators and denominator. With shift = max x every argument is <= 0 and the sum >= 1.
+template <typename T>
+T exp_shifted(T* out, const T* x, int n, T shift) {
+  for (int i = 0; i < n; i++) out[i] = exp_clamped(x[i] - shift);
+  return sum_of(out, n);
+}
+
+}  // namespace
+
 // ---- attention ----
 // Per (b, h) everything is a (T, hs) or (T, T) matrix whose rows are strided by 3C (qkv),
-// C (out, dout) or T (att), so each product is one gemm with the stride as leading dim.
-// The score gemm also fills the masked upper triangle (twice the minimal flops), which is
-// cheap at T <= 256 and keeps the code a plain gemm; the mask then zeroes it.
+// C (out, dout) or T (att), so each product is a gemm with the stride as leading dim. Causal:
+// only the lower triangle of att is needed, so the products run over row (or column) blocks
+// of kAttBlock positions, each only as far as the diagonal block: block i of rows meets
+// key positions [0, (i + 1) kAttBlock) only. At T = 256 that is 5/8 of the full T x T flops
+// (4 blocks), against the full product's 8/8 whose upper half the mask then discards. The
+// entries above the diagonal are written as exact zeros by the softmax (and its backward),
+// so every row of att is whole for the caller, and the products never read past them.
+
+namespace {
+constexpr int kAttBlock = 64;
+}
 
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
@@ -207,23 +306,26 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
       const T* k = q + C;
       const T* v = q + 2 * C;
       T* a = att + (size_t(b) * NH + h) * Tn * Tn;
-      gemm(false, true, Tn, Tn, hs, scale, q, C3, k, C3, T(0), a, Tn);  // preatt = q k^T * scale
+      for (int r0 = 0; r0 < Tn; r0 += kAttBlock) {  // preatt = q k^T * scale, up to the diagonal
+        const int rows = std::min(kAttBlock, Tn - r0);
+        gemm(false, true, rows, r0 + rows, hs, scale, q + size_t(r0) * C3, C3, k, C3, T(0),
+             a + size_t(r0) * Tn, Tn);
+      }
       for (int t = 0; t < Tn; t++) {
         T* row = a + size_t(t) * Tn;
-        T mx = row[0];
-        for (int t2 = 1; t2 <= t; t2++) mx = std::max(mx, row[t2]);
-        T sum = 0;
-        for (int t2 = 0; t2 <= t; t2++) {
-          row[t2] = std::exp(row[t2] - mx);
-          sum += row[t2];
-        }
+        const T sum = exp_shifted(row, row, t + 1, max_of(row, t + 1));
         const T inv = T(1) / sum;  // sum >= 1 (the max term is exp(0))
         for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv;
         for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = T(0);
       }
-      // out = att @ v; the exact zeros above the diagonal keep later positions out of it.
-      gemm(false, false, Tn, hs, Tn, T(1), a, Tn, v, C3, T(0),
-           out + size_t(b) * Tn * C + size_t(h) * hs, C);
+      // out = att @ v, each row block over the positions up to its diagonal block (the
+      // zeros past the diagonal inside that block keep later positions out).
+      T* o = out + size_t(b) * Tn * C + size_t(h) * hs;
+      for (int r0 = 0; r0 < Tn; r0 += kAttBlock) {
+        const int rows = std::min(kAttBlock, Tn - r0);
+        gemm(false, false, rows, hs, r0 + rows, T(1), a + size_t(r0) * Tn, Tn, v, C3, T(0),
+             o + size_t(r0) * C, C);
+      }
     }
   }
 }
@@ -246,8 +348,18 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const 
       const T* a = att + (size_t(b) * NH + h) * Tn * Tn;
       const T* d = dout + size_t(b) * Tn * C + size_t(h) * hs;
       T* da = scratch + (size_t(b) * NH + h) * Tn * Tn;
-      gemm(false, true, Tn, Tn, hs, T(1), d, C, v, C3, T(0), da, Tn);  // datt = dout v^T
-      gemm(true, false, Tn, hs, Tn, T(1), a, Tn, d, C, T(1), dv, C3);  // dv += att^T dout
+      // Row block [r0, r0 + rows) of datt, dq; column block [c0, c0 + cols) of dv, dk, which
+      // only rows from c0 on reach (att and dpre are zero above the diagonal).
+      for (int r0 = 0; r0 < Tn; r0 += kAttBlock) {  // datt = dout v^T
+        const int rows = std::min(kAttBlock, Tn - r0);
+        gemm(false, true, rows, r0 + rows, hs, T(1), d + size_t(r0) * C, C, v, C3, T(0),
+             da + size_t(r0) * Tn, Tn);
+      }
+      for (int c0 = 0; c0 < Tn; c0 += kAttBlock) {  // dv += att^T dout
+        const int cols = std::min(kAttBlock, Tn - c0);
+        gemm(true, false, cols, hs, Tn - c0, T(1), a + size_t(c0) * Tn + c0, Tn, d + size_t(c0) * C, C,
+             T(1), dv + size_t(c0) * C3, C3);
+      }
       // Softmax backward in place: dpre[t2] = att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3]).
       for (int t = 0; t < Tn; t++) {
         const T* arow = a + size_t(t) * Tn;
@@ -258,49 +370,21 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const 
         for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = T(0);
       }
       // preatt = scale * q k^T, so dq += scale * dpre k and dk += scale * dpre^T q.
-      gemm(false, false, Tn, hs, Tn, scale, da, Tn, k, C3, T(1), dq, C3);
-      gemm(true, false, Tn, hs, Tn, scale, da, Tn, q, C3, T(1), dk, C3);
+      for (int r0 = 0; r0 < Tn; r0 += kAttBlock) {
+        const int rows = std::min(kAttBlock, Tn - r0);
+        gemm(false, false, rows, hs, r0 + rows, scale, da + size_t(r0) * Tn, Tn, k, C3, T(1),
+             dq + size_t(r0) * C3, C3);
+      }
+      for (int c0 = 0; c0 < Tn; c0 += kAttBlock) {
+        const int cols = std::min(kAttBlock, Tn - c0);
+        gemm(true, false, cols, hs, Tn - c0, scale, da + size_t(c0) * Tn + c0, Tn, q + size_t(c0) * C3,
+             C3, T(1), dk + size_t(c0) * C3, C3);
+      }
     }
   }
 }
 
 // ---- gelu ----
-
-namespace {
-
-// exp(a) for GELU's sigmoid, with a clamped to [-80, 80] and NaN passed through. e^+-80
-// (5.5e34, 1.8e-35) and 1 / (1 + e^80) are finite and normal: e * sig^2 below is never
-// inf * 0, and no value the loops compute is subnormal, not even the constants the compiler
-// folds for clamped lanes and blends in (a subnormal operand or result costs a microcode
-// assist: with the clamp at 88, whose 1 / (1 + e^88) = 6e-39 is subnormal, the forward ran
-// at 4.3 ns an element whatever its input, 1.7 ns with flush-to-zero set). The clamp moves
-// gelu and its gradient by less than |x| e^-80 (a few 1e-33 for |x| <= 10). float: branch-free so
-// that the compiler vectorises the loops calling it (libm's expf and tanhf are calls, 16 ns
-// an element here): a = n ln2 + r by Cody-Waite (ln2 in two parts, n rounded to nearest by
-// the 1.5 * 2^23 trick, so |r| <= ln2/2 and the reduction is exact to ~u), e^r by Cephes'
-// expf polynomial (degree 6; relative error < 2e-7 on that interval, S. Moshier, Cephes
-// Mathematical Library, expf.c), 2^n placed in the exponent bits (n in [-126, 127]). The
-// result is within 4 u (u = 2^-24) of e^a relative; FloatVsDouble.Forwards (ops_test.cc)
-// holds float GELU and its backward to the bounds that follow, against double on libm's exp.
-// double: libm's exp of the clamped argument.
-inline float exp_clamped(float a) {
-  a = a < -80.0f ? -80.0f : (a > 80.0f ? 80.0f : a);  // NaN fails both tests and stays NaN
-  constexpr float kMagic = 12582912.0f;              // 1.5 * 2^23
-  const float nf = (a * 1.44269504088896341f + kMagic) - kMagic;  // round(a / ln2)
-  const float r = (a - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t n = std::bit_cast<int32_t>(nf + kMagic) - std::bit_cast<int32_t>(kMagic);
-  return p * std::bit_cast<float>(uint32_t(n + 127) << 23);
-}
-inline double exp_clamped(double a) { return std::exp(a < -700.0 ? -700.0 : (a > 700.0 ? 700.0 : a)); }
-
-}  // namespace
 
 // GELU (tanh form) as x * sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3), since
 // 0.5 (1 + tanh z) = 1 / (1 + e^-2z): one exponential, no cancellation where tanh z -> -1.
@@ -344,13 +428,8 @@ void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* t
   for (int n = 0; n < N; n++) {
     const T* l = logits + size_t(n) * V;
     T* p = probs + size_t(n) * V;
-    T mx = l[0];
-    for (int i = 1; i < V; i++) mx = std::max(mx, l[i]);
-    T sum = 0;
-    for (int i = 0; i < V; i++) {
-      p[i] = std::exp(l[i] - mx);
-      sum += p[i];
-    }
+    const T mx = max_of(l, V);
+    const T sum = exp_shifted(p, l, V, mx);
     const T inv = T(1) / sum;
     for (int i = 0; i < V; i++) p[i] *= inv;
     // -log p[target] = log(sum) - (l[target] - mx): stays finite and accurate when
@@ -373,10 +452,7 @@ void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T
 template <typename T>
 void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl) {
   for (int n = 0; n < N; n++) {
-    const T* l = logits + size_t(n) * Vl;
-    T mx = l[0];
-    for (int i = 1; i < Vl; i++) mx = std::max(mx, l[i]);
-    maxes[n] = mx;
+    maxes[n] = max_of(logits + size_t(n) * Vl, Vl);
   }
 }
 
@@ -385,8 +461,9 @@ void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int
                              int v_begin) {
   for (int n = 0; n < N; n++) {
     const T* l = logits + size_t(n) * Vl;
-    T sum = 0;
-    for (int i = 0; i < Vl; i++) sum += std::exp(l[i] - maxes[n]);
+    T sum = 0;  // in blocks through a buffer on the stack (the logits stay as they are)
+    T buf[256];
+    for (int i0 = 0; i0 < Vl; i0 += 256) sum += exp_shifted(buf, l + i0, std::min(256, Vl - i0), maxes[n]);
     sums[n] = sum;
     const int32_t j = targets[n] - v_begin;
     sums[N + n] = j >= 0 && j < Vl ? l[j] : T(0);
@@ -399,7 +476,7 @@ void crossentropy_shard_forward(T* losses, T* probs, const T* logits, const T* m
     const T* l = logits + size_t(n) * Vl;
     T* p = probs + size_t(n) * Vl;
     const T inv = T(1) / sums[n];
-    for (int i = 0; i < Vl; i++) p[i] = std::exp(l[i] - maxes[n]) * inv;
+    for (int i = 0; i < Vl; i++) p[i] = exp_clamped(l[i] - maxes[n]) * inv;
     losses[n] = std::log(sums[n]) - (sums[N + n] - maxes[n]);
   }
 }
