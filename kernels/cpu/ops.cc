@@ -28,6 +28,31 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const d
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// Sums and maxima over kLanes interleaved partial results, combined pairwise at the end: each
+// partial result is in order, so the loops vectorise without reassociating anything the
+// compiler may not (no -ffast-math). A term passes through at most n / kLanes + kLanes - 1
+// additions in its partial sum (the tail's terms go to the first) and 3 pairwise ones, and a
+// sum of n terms has only n - 1 inexact additions in all, so it errs <= min(n - 1, n / kLanes
+// + kLanes + 2) u sum |x| (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed.,
+// eq. 4.4 for each path): never more than one running sum's (n - 1) u.
+constexpr int kLanes = 8;
+
+template <typename T>
+T combine_sums(const T* acc) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// sum_{i < n} term(i), over kLanes partial sums (term is inlined: the loop vectorises).
+template <typename T, typename F>
+T sum_over(int n, F term) {
+  T acc[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; j++) acc[j] += term(i + j);
+  for (; i < n; i++) acc[0] += term(i);
+  return combine_sums(acc);
+}
+
 }  // namespace
 
 // ---- encoder ----
@@ -118,12 +143,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
     const T* x = inp + size_t(n) * C;
     // Two passes (mean, then centred squares) rather than E[x^2] - m^2, which cancels
     // catastrophically in float when |mean| >> std.
-    T m = 0;
-    for (int i = 0; i < C; i++) m += x[i];
-    m /= C;
-    T var = 0;
-    for (int i = 0; i < C; i++) var += (x[i] - m) * (x[i] - m);
-    var /= C;  // biased, as torch
+    const T m = sum_over<T>(C, [x](int i) { return x[i]; }) / T(C);
+    const T var = sum_over<T>(C, [x, m](int i) { return (x[i] - m) * (x[i] - m); }) / T(C);  // biased, as torch
     const T s = T(1) / std::sqrt(var + eps);
     T* o = out + size_t(n) * C;
     for (int i = 0; i < C; i++) o[i] = (x[i] - m) * s * weight[i] + bias[i];
@@ -141,14 +162,9 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     const T m = mean[n], s = rstd[n];
     // With xhat = (x - m) * s and g = weight * dout, the input gradient is
     // s * (g - mean(g) - xhat * mean(g * xhat)): the two means are the paths through m and s.
-    T g_mean = 0, g_xhat_mean = 0;
-    for (int i = 0; i < C; i++) {
-      const T g = weight[i] * d[i];
-      g_mean += g;
-      g_xhat_mean += g * (x[i] - m) * s;
-    }
-    g_mean /= C;
-    g_xhat_mean /= C;
+    const T g_mean = sum_over<T>(C, [weight, d](int i) { return weight[i] * d[i]; }) / T(C);
+    const T g_xhat_mean =
+        sum_over<T>(C, [weight, d, x, m, s](int i) { return weight[i] * d[i] * (x[i] - m) * s; }) / T(C);
     T* dx = dinp + size_t(n) * C;
     for (int i = 0; i < C; i++) {
       const T xhat = (x[i] - m) * s;
@@ -229,26 +245,9 @@ inline float exp_clamped(float a) {
 inline double exp_clamped(double a) { return std::exp(a < -700.0 ? -700.0 : (a > 700.0 ? 700.0 : a)); }
 
 
-// Sums and maxima over kLanes interleaved partial results, combined pairwise at the end: each
-// partial result is in order, so the loops vectorise without reassociating anything the
-// compiler may not (no -ffast-math). A sum of n terms errs <= (n / kLanes + 3) u sum |x|
-// (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 4.4 for each partial
-// sum, then 3 levels of pairwise sums), below the n u of one running sum.
-constexpr int kLanes = 8;
-
-template <typename T>
-T combine_sums(const T* acc) {
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 template <typename T>
 T sum_of(const T* x, int n) {
-  T acc[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; j++) acc[j] += x[i + j];
-  for (; i < n; i++) acc[0] += x[i];
-  return combine_sums(acc);
+  return sum_over<T>(n, [x](int i) { return x[i]; });
 }
 
 // max of x[0, n), n >= 1. A NaN is dropped, as by std::max (the sum of exps that follows
@@ -364,8 +363,7 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const 
       for (int t = 0; t < Tn; t++) {
         const T* arow = a + size_t(t) * Tn;
         T* row = da + size_t(t) * Tn;
-        T dot = 0;
-        for (int t2 = 0; t2 <= t; t2++) dot += arow[t2] * row[t2];
+        const T dot = sum_over<T>(t + 1, [arow, row](int t2) { return arow[t2] * row[t2]; });
         for (int t2 = 0; t2 <= t; t2++) row[t2] = arow[t2] * (row[t2] - dot);
         for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = T(0);
       }
