@@ -12,6 +12,21 @@
 #include <cstdint>
 #include <numbers>
 
+// The loops of the hot ops in two builds, picked once per process by the CPU (GCC's
+// target_clones, an ifunc): x86-64-v3 (AVX2, FMA: 8 floats a vector, as in every x86 server
+// since 2013) and the baseline (SSE2). This file is built with -ffp-contract=off (no a * b + c
+// fused into one rounding) and every reduction has its order written out (sum_over), so the
+// clones differ in vector width only and give bitwise the same results.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DTB_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define DTB_VECTOR_CLONES
+#endif
+// The helpers the clones call, and the lambdas they pass, must be inlined into each clone to
+// be compiled for its target (GCC does not inline across differing targets by itself).
+#define DTB_INLINE __attribute__((always_inline)) inline
+#define DTB_INLINE_LAMBDA __attribute__((always_inline))
+
 namespace dtb::cpu {
 namespace {
 
@@ -38,13 +53,13 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const d
 constexpr int kLanes = 8;
 
 template <typename T>
-T combine_sums(const T* acc) {
+DTB_INLINE T combine_sums(const T* acc) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 // sum_{i < n} term(i), over kLanes partial sums (term is inlined: the loop vectorises).
 template <typename T, typename F>
-T sum_over(int n, F term) {
+DTB_INLINE T sum_over(int n, F term) {
   T acc[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -136,15 +151,15 @@ void add_bias(T* out, const T* bias, int N, int OC) {
 // ---- layernorm ----
 
 template <typename T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+DTB_VECTOR_CLONES void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int N, int C) {
   const T eps = T(1e-5);
   for (int n = 0; n < N; n++) {
     const T* x = inp + size_t(n) * C;
     // Two passes (mean, then centred squares) rather than E[x^2] - m^2, which cancels
     // catastrophically in float when |mean| >> std.
-    const T m = sum_over<T>(C, [x](int i) { return x[i]; }) / T(C);
-    const T var = sum_over<T>(C, [x, m](int i) { return (x[i] - m) * (x[i] - m); }) / T(C);  // biased, as torch
+    const T m = sum_over<T>(C, [x](int i) DTB_INLINE_LAMBDA { return x[i]; }) / T(C);
+    const T var = sum_over<T>(C, [x, m](int i) DTB_INLINE_LAMBDA { return (x[i] - m) * (x[i] - m); }) / T(C);  // biased, as torch
     const T s = T(1) / std::sqrt(var + eps);
     T* o = out + size_t(n) * C;
     for (int i = 0; i < C; i++) o[i] = (x[i] - m) * s * weight[i] + bias[i];
@@ -154,7 +169,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+DTB_VECTOR_CLONES void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int N, int C) {
   for (int n = 0; n < N; n++) {
     const T* x = inp + size_t(n) * C;
@@ -162,9 +177,9 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     const T m = mean[n], s = rstd[n];
     // With xhat = (x - m) * s and g = weight * dout, the input gradient is
     // s * (g - mean(g) - xhat * mean(g * xhat)): the two means are the paths through m and s.
-    const T g_mean = sum_over<T>(C, [weight, d](int i) { return weight[i] * d[i]; }) / T(C);
+    const T g_mean = sum_over<T>(C, [weight, d](int i) DTB_INLINE_LAMBDA { return weight[i] * d[i]; }) / T(C);
     const T g_xhat_mean =
-        sum_over<T>(C, [weight, d, x, m, s](int i) { return weight[i] * d[i] * (x[i] - m) * s; }) / T(C);
+        sum_over<T>(C, [weight, d, x, m, s](int i) DTB_INLINE_LAMBDA { return weight[i] * d[i] * (x[i] - m) * s; }) / T(C);
     T* dx = dinp + size_t(n) * C;
     for (int i = 0; i < C; i++) {
       const T xhat = (x[i] - m) * s;
@@ -191,7 +206,7 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 }
 
 template <typename T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+DTB_VECTOR_CLONES void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC) {
   if (N <= 0 || OC <= 0) return;
   if (C > 0) {
@@ -227,7 +242,7 @@ namespace {
 // against double on libm's exp. In a softmax the argument is x - max <= 0, and the clamp
 // gives e^-80 = 1.8e-35 where exp would give less: below u of the sum (>= 1).
 // double: libm's exp of the clamped argument.
-inline float exp_clamped(float a) {
+DTB_INLINE float exp_clamped(float a) {
   a = a < -80.0f ? -80.0f : (a > 80.0f ? 80.0f : a);  // NaN fails both tests and stays NaN
   constexpr float kMagic = 12582912.0f;              // 1.5 * 2^23
   const float nf = (a * 1.44269504088896341f + kMagic) - kMagic;  // round(a / ln2)
@@ -242,18 +257,18 @@ inline float exp_clamped(float a) {
   const int32_t n = std::bit_cast<int32_t>(nf + kMagic) - std::bit_cast<int32_t>(kMagic);
   return p * std::bit_cast<float>(uint32_t(n + 127) << 23);
 }
-inline double exp_clamped(double a) { return std::exp(a < -700.0 ? -700.0 : (a > 700.0 ? 700.0 : a)); }
+DTB_INLINE double exp_clamped(double a) { return std::exp(a < -700.0 ? -700.0 : (a > 700.0 ? 700.0 : a)); }
 
 
 template <typename T>
-T sum_of(const T* x, int n) {
-  return sum_over<T>(n, [x](int i) { return x[i]; });
+DTB_INLINE T sum_of(const T* x, int n) {
+  return sum_over<T>(n, [x](int i) DTB_INLINE_LAMBDA { return x[i]; });
 }
 
 // max of x[0, n), n >= 1. A NaN is dropped, as by std::max (the sum of exps that follows
 // turns it into a NaN loss).
 template <typename T>
-T max_of(const T* x, int n) {
+DTB_INLINE T max_of(const T* x, int n) {
   T mx = x[0];
   if (n >= kLanes) {
     T acc[kLanes];
@@ -273,7 +288,7 @@ T max_of(const T* x, int n) {
 // out[i] = exp(x[i] - shift) for i < n (out may be x), returning their sum: the softmax's
 // numerators and denominator. With shift = max x every argument is <= 0 and the sum >= 1.
 template <typename T>
-T exp_shifted(T* out, const T* x, int n, T shift) {
+DTB_INLINE T exp_shifted(T* out, const T* x, int n, T shift) {
   for (int i = 0; i < n; i++) out[i] = exp_clamped(x[i] - shift);
   return sum_of(out, n);
 }
@@ -295,7 +310,7 @@ constexpr int kAttBlock = 64;
 }
 
 template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
+DTB_VECTOR_CLONES void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
@@ -330,7 +345,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 }
 
 template <typename T>
-void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
+DTB_VECTOR_CLONES void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
                         int Tn, int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
@@ -363,7 +378,7 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const 
       for (int t = 0; t < Tn; t++) {
         const T* arow = a + size_t(t) * Tn;
         T* row = da + size_t(t) * Tn;
-        const T dot = sum_over<T>(t + 1, [arow, row](int t2) { return arow[t2] * row[t2]; });
+        const T dot = sum_over<T>(t + 1, [arow, row](int t2) DTB_INLINE_LAMBDA { return arow[t2] * row[t2]; });
         for (int t2 = 0; t2 <= t; t2++) row[t2] = arow[t2] * (row[t2] - dot);
         for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = T(0);
       }
@@ -389,7 +404,7 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const 
 // The backward uses 1 + tanh z = 2 sig and sech^2 z = 4 sig (1 - sig) = 4 e sig^2 (e = e^-2z),
 // exact where sig -> 1 (1 - sig would cancel there).
 template <typename T>
-void gelu_forward(T* out, const T* inp, size_t n) {
+DTB_VECTOR_CLONES void gelu_forward(T* out, const T* inp, size_t n) {
   const T s = T(std::sqrt(2.0 / std::numbers::pi));
   for (size_t i = 0; i < n; i++) {
     const T x = inp[i];
@@ -399,7 +414,7 @@ void gelu_forward(T* out, const T* inp, size_t n) {
 }
 
 template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
+DTB_VECTOR_CLONES void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
   const T s = T(std::sqrt(2.0 / std::numbers::pi));
   for (size_t i = 0; i < n; i++) {
     const T x = inp[i];
@@ -414,14 +429,14 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
 // ---- residual ----
 
 template <typename T>
-void residual_forward(T* out, const T* a, const T* b, size_t n) {
+DTB_VECTOR_CLONES void residual_forward(T* out, const T* a, const T* b, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 // ---- cross-entropy ----
 
 template <typename T>
-void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int N,
+DTB_VECTOR_CLONES void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int N,
                           int V) {
   for (int n = 0; n < N; n++) {
     const T* l = logits + size_t(n) * V;
@@ -437,7 +452,7 @@ void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* t
 }
 
 template <typename T>
-void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N,
+DTB_VECTOR_CLONES void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N,
                            int V) {
   for (int n = 0; n < N; n++) {
     const T* p = probs + size_t(n) * V;
@@ -455,7 +470,7 @@ void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl) {
 }
 
 template <typename T>
-void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int32_t* targets, int N, int Vl,
+DTB_VECTOR_CLONES void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int32_t* targets, int N, int Vl,
                              int v_begin) {
   for (int n = 0; n < N; n++) {
     const T* l = logits + size_t(n) * Vl;
@@ -469,7 +484,7 @@ void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int
 }
 
 template <typename T>
-void crossentropy_shard_forward(T* losses, T* probs, const T* logits, const T* maxes, const T* sums, int N, int Vl) {
+DTB_VECTOR_CLONES void crossentropy_shard_forward(T* losses, T* probs, const T* logits, const T* maxes, const T* sums, int N, int Vl) {
   for (int n = 0; n < N; n++) {
     const T* l = logits + size_t(n) * Vl;
     T* p = probs + size_t(n) * Vl;
@@ -494,7 +509,7 @@ void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targ
 // ---- AdamW ----
 
 template <typename T>
-void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams& hp, int t) {
+DTB_VECTOR_CLONES void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams& hp, int t) {
   const T lr = hp.lr, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps;
   const T decay = T(1) - lr * T(hp.weight_decay);
   // Bias corrections in double: 1 - beta2^t is a small difference of numbers near 1.
