@@ -5,6 +5,7 @@
 // its test with the error analysis behind it.
 #include "kernels/cpu/ops.h"
 
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -167,9 +168,15 @@ TEST(FiniteDifference, Matmul) {
   EXPECT_LE(err, kFdTol);
 }
 
-TEST(FiniteDifference, Attention) {
+// T = 150 spans three of the ops' 64-position blocks, the last one partial (kernels/cpu/ops.cc,
+// kAttBlock): the products run per block up to the diagonal. There L sums 2400 products, |L|
+// <= ~300, so rounding gives ~7e-9 relative: kFdTol still holds with two orders of margin.
+class AttentionT : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Blocks, AttentionT, ::testing::Values(5, 150));
+
+TEST_P(AttentionT, FiniteDifference) {
   Rng rng(4);
-  const int B = 2, T = 5, C = 8, NH = 2;
+  const int B = 2, T = GetParam(), C = 8, NH = 2;
   // U(-1.5, 1.5) gives scaled scores up to ~+-4, so the softmax is far from uniform and the
   // gradient's softmax path matters; L''' stays O(10).
   Vec qkv = uniform(B * T * 3 * C, rng, -1.5, 1.5), dout = uniform(B * T * C, rng);
@@ -340,9 +347,16 @@ TEST(Forward, LayernormMatchesDefinition) {
   }
 }
 
-TEST(Forward, AttentionMatchesDefinition) {
+// Tolerances (u = 2^-53): a score sums hs products, |q k| <= 4, scaled by 1/sqrt(hs) = 1/2,
+// so it errs <= hs u 16 / 2 = 32 u absolute, a relative error of exp's result; the max shift,
+// exp and the normalisation over <= T terms add (T + 4) u relative; att <= 1. Both sides err
+// so: |att err| <= 2 (32 + T + 4) u, and out, a convex combination of |v| <= 2, twice that
+// again (its own T-term sum adds T u |v|). T = 6: 1.6e-14 and 6.4e-14; T = 150: 4.8e-14 and
+// 1.9e-13 (three blocks of the op's, kernels/cpu/ops.cc).
+TEST_P(AttentionT, MatchesDefinition) {
   Rng rng(13);
-  const int B = 2, T = 6, C = 12, NH = 3, hs = C / NH;
+  const int B = 2, T = GetParam() == 5 ? 6 : GetParam(), C = 12, NH = 3, hs = C / NH;
+  const double u = 0x1p-53, tol_att = 2 * (32 + T + 4) * u, tol_out = 2 * 2 * tol_att;
   Vec qkv = uniform(B * T * 3 * C, rng, -2.0, 2.0), out(B * T * C), att(B * NH * T * T);
   attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   auto at = [&](int b, int t, int part, int h, int i) {
@@ -362,10 +376,10 @@ TEST(Forward, AttentionMatchesDefinition) {
         for (int i = 0; i < hs; i++) {
           double o = 0;
           for (int t2 = 0; t2 <= t; t2++) o += p[t2] / z * at(b, t2, 2, h, i);
-          EXPECT_NEAR(out[(b * T + t) * C + h * hs + i], o, 1e-13);
+          EXPECT_NEAR(out[(b * T + t) * C + h * hs + i], o, tol_out);
         }
         for (int t2 = 0; t2 <= t; t2++) {
-          EXPECT_NEAR(att[((b * NH + h) * T + t) * T + t2], p[t2] / z, 1e-14);
+          EXPECT_NEAR(att[((b * NH + h) * T + t) * T + t2], p[t2] / z, tol_att);
         }
       }
     }
@@ -402,6 +416,35 @@ TEST(Attention, CausalMask) {
       EXPECT_NE(out[(b * T + t + 1) * C], out2[(b * T + t + 1) * C]);
     }
   }
+}
+
+template <typename T>
+void expect_bitwise_eq(const std::string& what, const std::vector<T>& got, const std::vector<T>& want);
+
+// With OpenBLAS allowed 2 threads, attention runs its (batch, head) pairs on 2 threads, each
+// pair's products on one OpenBLAS thread (kernels/cpu/ops.cc, for_each_head): the results
+// must be bitwise those of 1 thread, in float, forward and backward, across 4 blocks (the
+// last partial). Big enough to be threaded: 2 B NH T^2 hs = 3.1e7 flops >= the 2e7 cut.
+TEST(Attention, TwoThreadsBitwiseAsOne) {
+  Rng rng(15);
+  const int B = 4, T = 200, C = 96, NH = 3;
+  const FVec qkv = to_float(uniform(B * T * 3 * C, rng, -2.0, 2.0)), dout = to_float(uniform(B * T * C, rng));
+  auto run = [&](int threads, FVec& out, FVec& dqkv) {
+    openblas_set_num_threads(threads);
+    FVec att(B * NH * T * T), scratch(B * NH * T * T);
+    out.assign(B * T * C, 0.0f);
+    dqkv.assign(qkv.size(), 0.0f);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  };
+  const int saved = openblas_get_num_threads();
+  FVec out1, d1, out2, d2;
+  run(1, out1, d1);
+  run(2, out2, d2);
+  EXPECT_EQ(openblas_get_num_threads(), 2);  // the region restores OpenBLAS's count
+  openblas_set_num_threads(saved);
+  expect_bitwise_eq("attention forward, 2 threads", out2, out1);
+  expect_bitwise_eq("attention backward, 2 threads", d2, d1);
 }
 
 TEST(Gelu, Properties) {
