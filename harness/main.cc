@@ -20,6 +20,7 @@
 #include "harness/runner.h"
 #include "harness/trace.h"
 #include "kernels/comm/watchdog.h"
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
 
@@ -309,6 +310,8 @@ int cmd_run(Communicator& world, const RunArgs& args) {
 }  // namespace dtb
 
 int main(int argc, char** argv) {
+  // OpenBLAS's idle threads spin briefly (may re-execute this program, so first of all).
+  dtb::set_blas_thread_timeout(argv);
   // SIGINT and SIGTERM go to the communication watchdog's thread only (it writes what
   // finished, then exits); blocked here, before MPI starts threads that would inherit them.
   dtb::block_termination_signals();
