@@ -12,9 +12,13 @@ namespace dtb {
 /// and 3.7 ms (one run each of the issue-9 configs' forward, backward and AdamW; 16, 20 and
 /// 24 were tried: 16 was best or within 2%). OpenBLAS reads the variable once, as it loads
 /// (`driver/others/openblas_env.c`), so when it is unset and OpenBLAS may use more than one
-/// thread, this sets it and re-executes /proc/self/exe with the same argv; otherwise it returns.
-/// Call it first in main(), before MPI_Init and before any thread starts. A user's value is
-/// kept. Raises nothing: if the re-execution fails, the program goes on with OpenBLAS's default.
+/// thread, this sets it and re-executes this program (/proc/self/exe's target) with the same
+/// argv; otherwise it returns. Not under valgrind (LD_PRELOAD holds its vgpreload library), nor
+/// when /proc/self/exe is another program than argv[0] names (the loader, under `ld.so
+/// PROGRAM`): those keep OpenBLAS's default. Call it first in
+/// main(), before MPI_Init and before the program starts threads of its own (OpenBLAS's
+/// workers, started as it loads, end with the exec). A user's value is kept. Raises nothing:
+/// if the re-execution fails, the program goes on with OpenBLAS's default.
 void set_blas_thread_timeout(char** argv);
 
 }  // namespace dtb

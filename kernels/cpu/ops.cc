@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstdint>
 #include <numbers>
+#include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 // The loops of the hot ops in two builds, picked once per process by the CPU (GCC's
@@ -234,7 +236,8 @@ namespace {
 // folds for clamped lanes and blends in (a subnormal operand or result costs a microcode
 // assist: with the clamp at 88, whose 1 / (1 + e^88) = 6e-39 is subnormal, the forward ran
 // at 4.3 ns an element whatever its input, 1.7 ns with flush-to-zero set). The clamp moves
-// gelu and its gradient by less than |x| e^-80 (a few 1e-33 for |x| <= 10). float: branch-free so
+// gelu by less than |x| e^-80 (a few 1e-33 for |x| <= 10; gelu_backward drops its second
+// term where the exponent is clamped). float: branch-free so
 // that the compiler vectorises the loops calling it (libm's expf and tanhf are calls, 16 ns
 // an element here): a = n ln2 + r by Cody-Waite (ln2 in two parts, n rounded to nearest by
 // the 1.5 * 2^23 trick, so |r| <= ln2/2 and the reduction is exact to ~u), e^r by Cephes'
@@ -245,6 +248,10 @@ namespace {
 // against double on libm's exp. In a softmax the argument is x - max <= 0, and the clamp
 // gives e^-80 = 1.8e-35 where exp would give less: below u of the sum (>= 1).
 // double: libm's exp of the clamped argument.
+template <typename T>
+constexpr T exp_clamp_bound() {
+  return std::is_same_v<T, float> ? T(80) : T(700);
+}
 DTB_INLINE float exp_clamped(float a) {
   a = a < -80.0f ? -80.0f : (a > 80.0f ? 80.0f : a);  // NaN fails both tests and stays NaN
   constexpr float kMagic = 12582912.0f;              // 1.5 * 2^23
@@ -296,6 +303,20 @@ DTB_INLINE T exp_shifted(T* out, const T* x, int n, T shift) {
   return sum_of(out, n);
 }
 
+// The sum of exp(x[i] - shift) over a vocabulary row, in blocks of kExpBlock terms (each an
+// exp_shifted sum, the blocks added in order), writing the terms to out when out is not null
+// and otherwise through a buffer on the stack. crossentropy_forward and the vocabulary shards'
+// sums both sum this way, so one shard is bitwise the unsharded op at any V.
+constexpr int kExpBlock = 256;
+template <typename T>
+DTB_INLINE T exp_shifted_blocks(T* out, const T* x, int n, T shift) {
+  T sum = 0;
+  T buf[kExpBlock];
+  for (int i0 = 0; i0 < n; i0 += kExpBlock)
+    sum += exp_shifted(out ? out + i0 : buf, x + i0, std::min(kExpBlock, n - i0), shift);
+  return sum;
+}
+
 
 // Runs fn(b, h) for every (batch row, head) pair: on one thread in order, or, when OpenBLAS
 // may use n > 1 threads (OPENBLAS_NUM_THREADS), on n threads taking pairs in turn, each pair's
@@ -303,8 +324,11 @@ DTB_INLINE T exp_shifted(T* out, const T* x, int n, T shift) {
 // shape) are too small for OpenBLAS to split well: attention forward at that shape ran slower
 // on 2 OpenBLAS threads than on 1 (7.6 against 6.5 ms, `dtb_kernel_bench
 // --benchmark_filter=Attention`). A pair's arithmetic does not depend on the thread that runs
-// it, so the results are bitwise those of one thread. OpenBLAS's thread count is one global:
-// set to 1 for the region and restored after (no other BLAS call runs meanwhile).
+// it, so the results are bitwise those of one thread. OpenBLAS's thread count is one global
+// in its pthreads build (Debian's libopenblas0-pthread): set to 1 for the region and restored
+// after; no other thread calls BLAS meanwhile (the communication watchdog does not), and
+// attention is not called concurrently. (In an OpenMP build the count is per calling thread
+// and the helpers would not see the 1.)
 // Small problems stay on one thread: below ~2e7 flops (2 B NH T^2 hs, a fraction of a
 // millisecond) starting a thread (tens of microseconds) costs more than it saves (the tiny
 // config's attention, 4e6 flops, ran slower on 2 threads).
@@ -318,6 +342,10 @@ void for_each_head(int B, int NH, int Tn, int hs, F fn) {
     for (int i = 0; i < pairs; i++) fn(i / NH, i % NH);
     return;
   }
+  struct RestoreBlasThreads {  // also when a thread cannot be started
+    int n;
+    ~RestoreBlasThreads() { openblas_set_num_threads(n); }
+  } restore{blas_threads};
   openblas_set_num_threads(1);
   std::atomic<int> next{0};
   auto work = [&] {
@@ -325,10 +353,14 @@ void for_each_head(int B, int NH, int Tn, int hs, F fn) {
   };
   std::vector<std::thread> helpers;
   helpers.reserve(size_t(threads - 1));
-  for (int t = 1; t < threads; t++) helpers.emplace_back(work);
+  try {
+    for (int t = 1; t < threads; t++) helpers.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads to be had (a process or pids limit): the ones started and this one
+    // share the pairs; the result is the same.
+  }
   work();
   for (auto& th : helpers) th.join();
-  openblas_set_num_threads(blas_threads);
 }
 
 }  // namespace
@@ -468,10 +500,15 @@ DTB_VECTOR_CLONES void gelu_backward(T* dinp, const T* inp, const T* dout, size_
   const T s = T(std::sqrt(2.0 / std::numbers::pi));
   for (size_t i = 0; i < n; i++) {
     const T x = inp[i];
-    const T e = exp_clamped(T(-2) * s * (x + T(0.044715) * x * x * x));
+    const T a = T(-2) * s * (x + T(0.044715) * x * x * x);
+    const T e = exp_clamped(a);
     const T sig = T(1) / (T(1) + e);
-    // d/dx [x sig(2z)] = sig + x * 2 sig (1 - sig) * z', z' = s (1 + 3 * 0.044715 x^2).
-    const T grad = sig + T(2) * x * (e * sig * sig) * s * (T(1) + T(3 * 0.044715) * x * x);
+    // d/dx [x sig(2z)] = sig + x * 2 sig (1 - sig) * z', z' = s (1 + 3 * 0.044715 x^2). Where
+    // the exponent is clamped (|2z| >= the clamp) the second term is 0 in exact arithmetic
+    // (below 1e-30 at the clamp, and falling like x^3 e^(-2z) beyond it), but the clamped e
+    // would make it grow like x^3 e^-80: it is dropped there. NaN fails both tests: NaN.
+    const T t2 = T(2) * x * (e * sig * sig) * s * (T(1) + T(3 * 0.044715) * x * x);
+    const T grad = sig + (a > -exp_clamp_bound<T>() && a < exp_clamp_bound<T>() ? t2 : T(0));
     dinp[i] += grad * dout[i];
   }
 }
@@ -492,7 +529,7 @@ DTB_VECTOR_CLONES void crossentropy_forward(T* losses, T* probs, const T* logits
     const T* l = logits + size_t(n) * V;
     T* p = probs + size_t(n) * V;
     const T mx = max_of(l, V);
-    const T sum = exp_shifted(p, l, V, mx);
+    const T sum = exp_shifted_blocks(p, l, V, mx);
     const T inv = T(1) / sum;
     for (int i = 0; i < V; i++) p[i] *= inv;
     // -log p[target] = log(sum) - (l[target] - mx): stays finite and accurate when
@@ -524,10 +561,7 @@ DTB_VECTOR_CLONES void crossentropy_shard_sums(T* sums, const T* logits, const T
                              int v_begin) {
   for (int n = 0; n < N; n++) {
     const T* l = logits + size_t(n) * Vl;
-    T sum = 0;  // in blocks through a buffer on the stack (the logits stay as they are)
-    T buf[256];
-    for (int i0 = 0; i0 < Vl; i0 += 256) sum += exp_shifted(buf, l + i0, std::min(256, Vl - i0), maxes[n]);
-    sums[n] = sum;
+    sums[n] = exp_shifted_blocks(static_cast<T*>(nullptr), l, Vl, maxes[n]);  // the logits stay as they are
     const int32_t j = targets[n] - v_begin;
     sums[N + n] = j >= 0 && j < Vl ? l[j] : T(0);
   }

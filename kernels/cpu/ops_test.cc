@@ -348,15 +348,17 @@ TEST(Forward, LayernormMatchesDefinition) {
 }
 
 // Tolerances (u = 2^-53): a score sums hs products, |q k| <= 4, scaled by 1/sqrt(hs) = 1/2,
-// so it errs <= hs u 16 / 2 = 32 u absolute, a relative error of exp's result; the max shift,
-// exp and the normalisation over <= T terms add (T + 4) u relative; att <= 1. Both sides err
-// so: |att err| <= 2 (32 + T + 4) u, and out, a convex combination of |v| <= 2, twice that
-// again (its own T-term sum adds T u |v|). T = 6: 1.6e-14 and 6.4e-14; T = 150: 4.8e-14 and
-// 1.9e-13 (three blocks of the op's, kernels/cpu/ops.cc).
+// so it errs <= hs u 16 / 2 = 32 u absolute, and subtracting the max adds u |s - max| <= 16 u:
+// 48 u, a relative error of exp's result, which enters numerator and normaliser alike. exp and
+// the normalisation over <= T terms add (T + 3) u relative; att <= 1, so |att err| <= (2 48 +
+// T + 3) u per side, twice that between the two sides: tol_att = 2 (99 + T) u (T = 6: 2.4e-14,
+// T = 150: 5.5e-14). out = sum att v with |v| <= 2 and sum att = 1: per side |err| <= 2 (99 +
+// T) u + 2 T u, both sides: tol_out = 4 (99 + 2 T) u (T = 6: 4.7e-14; T = 150: 1.8e-13). T 150
+// spans three of the op's 64-position blocks (kernels/cpu/ops.cc).
 TEST_P(AttentionT, MatchesDefinition) {
   Rng rng(13);
   const int B = 2, T = GetParam() == 5 ? 6 : GetParam(), C = 12, NH = 3, hs = C / NH;
-  const double u = 0x1p-53, tol_att = 2 * (32 + T + 4) * u, tol_out = 2 * 2 * tol_att;
+  const double u = 0x1p-53, tol_att = 2 * (99 + T) * u, tol_out = 4 * (99 + 2 * T) * u;
   Vec qkv = uniform(B * T * 3 * C, rng, -2.0, 2.0), out(B * T * C), att(B * NH * T * T);
   attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   auto at = [&](int b, int t, int part, int h, int i) {
@@ -461,6 +463,21 @@ TEST(Gelu, Properties) {
     // a wrong constant (e.g. missing sqrt(2/pi) or 0.044715) breaks this by > 1e-2.
     const double exact = 0.5 * x[i] * std::erfc(-x[i] / std::sqrt(2.0));
     EXPECT_NEAR(y[i], exact, 1e-3);
+  }
+  // Far out the derivative is 1 (x -> +inf) or 0 (x -> -inf): 1 exactly and 0 to within the
+  // clamp's e^-80 (float; e^-700 double), once the exponent is clamped (the second term would
+  // otherwise grow like x^3 e^-80).
+  for (const double big : {1e6, 3e9, 1e13, 1e20}) {
+    Vec xd = {big, -big}, dd(2, 0.0), ones = {1.0, 1.0};
+    gelu_backward(dd.data(), xd.data(), ones.data(), 2);
+    EXPECT_EQ(dd[0], 1.0) << big;
+    EXPECT_GE(dd[1], 0.0) << big;
+    EXPECT_LE(dd[1], std::exp(-700.0) * (1 + 1e-12)) << big;
+    FVec xf = {float(big), float(-big)}, df(2, 0.0f), onesf = {1.0f, 1.0f};
+    gelu_backward(df.data(), xf.data(), onesf.data(), 2);
+    EXPECT_EQ(df[0], 1.0f) << big;
+    EXPECT_GE(df[1], 0.0f) << big;
+    EXPECT_LE(df[1], std::exp(-80.0f) * 1.0001f) << big;
   }
 }
 
@@ -618,9 +635,10 @@ TEST(FloatVsDouble, Forwards) {
      // -x sig (1 - sig) = -x sech^2(z) / 4 and |z sech^2 z| <= 0.45, so the exponent's error
      // costs <= 0.7 u |x| and the exp's <= u |x|; with the 3 roundings (<= |gelu| <= |x|
      // each) |err| <= 8 u |x| covers every step. Inputs to +-10 reach the clamp's side
-     // (|2z| > 80 from |x| ~ 9.1), where float clamps the exponent at 80 and double at 700:
-     // gelu then differs by <= |x| e^-80 < 2e-34, and the backward (below) by <= sig + 2|x|
-     // e^-80 s (1 + 3c x^2) < 5e-33, both under the 1e-30 floor of the bounds.
+     // (|2z| > 80 from |x| ~ 9.67), where float clamps the exponent at 80 and double at 700:
+     // gelu then differs by <= |x| e^-80 < 2e-34, and the backward (below), which drops its
+     // second term there, by <= e^-80 + 2|x| e^-80 s (1 + 3c x^2) < 5e-33: both under the
+     // 1e-30 floor of the bounds.
     const size_t n = 100000;
     Vec x = uniform_f(n, rng, -10.0, 10.0), d(n), bound(n);
     FVec f(n);
@@ -881,10 +899,14 @@ TYPED_TEST(EmbeddingShard, ShardsCompose) {
 
 // One shard (v_begin 0, Vl = V): the max, the same exp terms summed in the same order, the
 // same products and log: crossentropy_forward and crossentropy_backward bitwise.
+// V 37 and 1000: the sums run in blocks of 256 terms (kernels/cpu/ops.cc, exp_shifted_blocks),
+// so 1000 spans four blocks, the last partial.
 TYPED_TEST(CrossEntropyShard, OneShardIsCrossEntropy) {
   using T = TypeParam;
   Rng rng(20);
-  const int N = 9, V = 37;
+  for (const int V : {37, 1000}) {
+  SCOPED_TRACE("V = " + std::to_string(V));
+  const int N = 9;
   const T dloss = T(0.37);
   const std::vector<T> logits = cast<T>(uniform(N * V, rng, -5.0, 5.0));
   std::vector<int32_t> tgt = tokens(N, V, rng);
@@ -909,6 +931,7 @@ TYPED_TEST(CrossEntropyShard, OneShardIsCrossEntropy) {
   expect_bitwise_eq("losses", losses, want_losses);
   expect_bitwise_eq("probs", probs, want_probs);
   expect_bitwise_eq("dlogits", d, want_d);
+  }
 }
 
 // Shards compose into crossentropy_forward / _backward on the gathered logits, with the two
