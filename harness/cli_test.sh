@@ -174,6 +174,14 @@ expect_error "--sweep and --suites do not go together" run --sweep --suites trai
 expect_error "--sweep: an empty layout in 'DP1,,TP1'" run --sweep DP1,,TP1
 expect_error "kernels.filter: empty" run --suites kernels --config "$tmp/kernels_empty.json"
 expect_error "conformance.layouts: 'TP2xQP2' has an unknown dimension at 'QP2'" run --suites conformance --config "$tmp/bad_layout.json"
+# dtbench claims: a missing, malformed or non-report --report, a bad catalog.
+expect_error "--report $tmp/nonexistent.json: no such file" claims --report "$tmp/nonexistent.json"
+expect_error "not a regular file" claims --report "$tmp"
+expect_error "malformed JSON" claims --report "$tmp/malformed.json"
+expect_error "not a dtbench report" claims --report "$tmp/not_object.json"
+expect_error "claims catalog $tmp/malformed.json: malformed JSON" claims --catalog "$tmp/malformed.json"
+printf '{"claims": [{"id": 1, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic", "evaluator": "nosuch", "tolerance": 0.1}]}' >"$tmp/bad_catalog.json"
+expect_error "unknown evaluator 'nosuch'" claims --catalog "$tmp/bad_catalog.json"
 
 # --force: the memory refusal becomes one warning line and the run goes on (here only as
 # far as printing the config, so nothing is allocated).

@@ -11,9 +11,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 
+#include "harness/claims.h"
 #include "harness/config.h"
 #include "harness/memory_cli.h"
 #include "harness/report.h"
@@ -134,6 +136,45 @@ int cmd_summary(const std::string& path, bool root) {
   const ReportSummary s = read_report_file(path);
   if (root) dtb::print_summary(s, path);
   return s.passed() ? 0 : 1;
+}
+
+// `dtbench claims`: every catalog entry evaluated (harness/claims.h), the measured column from
+// REPORT's records when --report is given. Prints the table, or the JSON with --json; --output
+// also writes the JSON (scripts/report.py renders it). Exit 2 on a bad catalog or report.
+struct ClaimsArgs {
+  std::string catalog, report, output;
+  bool json = false;
+};
+
+int cmd_claims(const ClaimsArgs& a, bool root) {
+  const nlohmann::json catalog = load_claims_catalog(a.catalog.empty() ? default_claims_catalog() : a.catalog);
+  nlohmann::json report;
+  if (!a.report.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(a.report, ec))
+      throw InputError("--report " + a.report + (std::filesystem::exists(a.report, ec) ? ": not a regular file" : ": no such file"));
+    std::ifstream f(a.report);
+    if (!f) throw InputError("--report " + a.report + ": cannot open");
+    try {
+      report = nlohmann::json::parse(f);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InputError("--report " + a.report + ": malformed JSON (" + e.what() + ")");
+    }
+    if (!report.is_object() || !report.contains("benchmarks") || !report["benchmarks"].is_array())
+      throw InputError("--report " + a.report + ": not a dtbench report (no \"benchmarks\" array)");
+  }
+  const std::vector<ClaimResult> rows = evaluate_claims(catalog, a.report.empty() ? nullptr : &report);
+  nlohmann::json out = claims_to_json(rows);
+  out["catalog"] = a.catalog.empty() ? default_claims_catalog() : a.catalog;
+  out["report"] = a.report.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.report);
+  if (!root) return 0;
+  if (!a.output.empty()) {
+    std::ofstream f(a.output);
+    if (!(f << out.dump(1) << "\n")) throw InputError("--output " + a.output + ": cannot write");
+  }
+  if (a.json) std::printf("%s\n", out.dump(1).c_str());
+  else std::printf("%s", format_claims_table(rows).c_str());
+  return 0;
 }
 
 struct RunArgs {
@@ -362,6 +403,13 @@ int main(int argc, char** argv) {
     summary->add_option("REPORT", summary_path, "report JSON file")->required();
     dtb::MemoryArgs memory_args;
     auto* memory = dtb::add_memory_subcommand(app, memory_args);
+    dtb::ClaimsArgs claims_args;
+    auto* claims = app.add_subcommand(
+        "claims", "check the field's rules of thumb (harness/claims.json) against dtbench's models and a report");
+    claims->add_option("--report", claims_args.report, "a dtbench report whose suites give the measured column");
+    claims->add_option("--catalog", claims_args.catalog, "claims catalog JSON (default: harness/claims.json)");
+    claims->add_option("--output", claims_args.output, "also write the evaluated claims as JSON to FILE")->type_name("FILE");
+    claims->add_flag("--json", claims_args.json, "print JSON instead of the table");
     try {
       app.parse(argc, argv);
       for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id", "--backend", "--trace"})
@@ -372,6 +420,7 @@ int main(int argc, char** argv) {
       else if (*list) code = dtb::cmd_list(*world);
       else if (*summary) code = dtb::cmd_summary(summary_path, root);
       else if (*memory) code = dtb::cmd_memory(*memory, memory_args, root);
+      else if (*claims) code = dtb::cmd_claims(claims_args, root);
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) {
         if (root) app.exit(e);

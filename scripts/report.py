@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Renders a dtbench report (results/<run-id>.json) as Markdown and a self-contained HTML page.
 
-Usage: scripts/report.py REPORT.json [--trace TRACE.json] [--out-dir DIR]
+Usage: scripts/report.py REPORT.json [--trace TRACE.json] [--claims CLAIMS.json] [--out-dir DIR]
 
 Writes, next to the report (or in DIR), files named after the report's stem:
   STEM.md          tables, with the plots linked as PNG files beside it
@@ -13,12 +13,15 @@ Writes, next to the report (or in DIR), files named after the report's stem:
                    (precision, recompute, offload, overlap), -sweep (sweep), -timeline and
                    -timeline-train (from --trace)
 
-Sections: header (run, machine, pass/fail counts), the suites, the failed checks, then one
+Sections: header (run, machine, pass/fail counts), the suites, the failed checks, with
+--claims the rules of thumb (the JSON of `dtbench claims --output FILE`: one row per claim with
+its conditions, the claimed, computed and measured figures, the verdict and why), then one
 section per suite in the report's order. Suites it does not know get a table of their records'
 scalar fields. Needs Debian's /usr/bin/python3 (matplotlib, numpy).
 
 Exit status: 0 when the files were written (whether or not the run passed); 2 for bad input
-(a missing or malformed report or trace, an unwritable output directory), said in one line.
+(a missing or malformed report, trace or claims file, an unwritable output directory), said in
+one line.
 """
 import argparse
 import base64
@@ -83,6 +86,33 @@ def load_report(path):
         if not isinstance(c, dict) or not isinstance(c.get("name"), str):
             raise InputError(f"report '{path}': checks[{i}] has no name")
     return r
+
+
+CLAIM_FIELDS = ("claim", "conditions", "predicted", "computed", "measured", "verdict", "why")
+
+
+def load_claims(path):
+    """The JSON of `dtbench claims --output FILE`: {"kind": "claims", "version": 1, "catalog", "report",
+    "claims": [{"id", "claim", "conditions", "method", "predicted", "computed", "measured", "verdict", "why",
+    "values"}...]}."""
+    c = load_json(path, "claims file")
+    if not isinstance(c, dict) or c.get("kind") != "claims":
+        raise InputError(f"claims file '{path}' is not the output of `dtbench claims --output FILE` "
+                         f"(a JSON object with \"kind\": \"claims\")")
+    if not isinstance(c.get("claims"), list):
+        raise InputError(f"claims file '{path}': 'claims' must be a JSON array")
+    for i, e in enumerate(c["claims"]):
+        if not isinstance(e, dict):
+            raise InputError(f"claims file '{path}': claims[{i}] is not a JSON object")
+        if isinstance(e.get("id"), bool) or not isinstance(e.get("id"), int):
+            raise InputError(f"claims file '{path}': claims[{i}] has no integer id")
+        bad = [k for k in CLAIM_FIELDS if not isinstance(e.get(k), str)]
+        if bad:
+            raise InputError(f"claims file '{path}': claim {e['id']} has no {', '.join(bad)} (strings)")
+    for k in ("catalog", "report"):
+        if c.get(k) is not None and not isinstance(c[k], str):
+            raise InputError(f"claims file '{path}': '{k}' must be a string or null")
+    return c
 
 
 def load_trace(path):
@@ -241,10 +271,11 @@ class Doc:
     def bullets(self, items):
         self.blocks.append(("ul", list(items)))
 
-    def table(self, headers, rows, align=None, row_cls=None):
-        """rows: lists of cell strings (already formatted; `code` and **bold** allowed)."""
+    def table(self, headers, rows, align=None, row_cls=None, cls=None):
+        """rows: lists of cell strings (already formatted; `code` and **bold** allowed). cls: the HTML table's
+        class (`wrap`: cells wrap, for columns of sentences)."""
         align = align or ["l"] + [column_align([r[i] for r in rows if i < len(r)]) for i in range(1, len(headers))]
-        self.blocks.append(("table", headers, rows, align, row_cls or [None] * len(rows)))
+        self.blocks.append(("table", headers, rows, align, row_cls or [None] * len(rows), cls))
 
     def img(self, path, alt, caption):
         self.blocks.append(("img", path, alt, caption))
@@ -280,7 +311,7 @@ def render_md(doc):
         elif kind == "alert":
             out.append("> " + b[1].replace("\n", "\n> "))
         elif kind == "table":
-            _, headers, rows, align, _ = b
+            _, headers, rows, align, _, _ = b
             lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |",
                      "|" + "|".join("---:" if a == "r" else ":---:" if a == "c" else "---" for a in align) + "|"]
             for r in rows:
@@ -314,6 +345,9 @@ table{border-collapse:collapse;margin:.8em 0;font-size:.88em;display:block;overf
 th,td{border:1px solid #d0d7de;padding:.25em .6em;white-space:nowrap}th{background:#f6f8fa}
 td.r{text-align:right;font-variant-numeric:tabular-nums}td.c{text-align:center}
 tr.fail td{background:#ffebe9}tr.skip td{color:#6e7781}tr.error td{background:#fff8c5}
+tr.pass td{background:#dafbe1}tr.warn td{background:#fff8c5}
+table.wrap td{white-space:normal;vertical-align:top;min-width:9em}table.wrap td:first-child{min-width:16em}
+table.wrap td.c{white-space:nowrap}
 code{background:#f6f8fa;padding:.1em .3em;border-radius:3px;font-size:.92em}
 figure{margin:1.2em 0}figure img{max-width:100%;border:1px solid #d0d7de}
 figcaption{font-size:.9em;color:#57606a;margin-top:.3em}
@@ -340,8 +374,9 @@ def render_html(doc, title):
             cls = "alert ok" if b[2] == "ok" else "alert"
             out.append(f'<div class="{cls}">{html_inline(b[1])}</div>')
         elif kind == "table":
-            _, headers, rows, align, row_cls = b
-            t = ["<table><thead><tr>" + "".join(f"<th>{html_inline(h)}</th>" for h in headers) + "</tr></thead><tbody>"]
+            _, headers, rows, align, row_cls, tcls = b
+            tc = f' class="{tcls}"' if tcls else ""
+            t = [f"<table{tc}><thead><tr>" + "".join(f"<th>{html_inline(h)}</th>" for h in headers) + "</tr></thead><tbody>"]
             for r, cls in zip(rows, row_cls):
                 c = f' class="{cls}"' if cls else ""
                 t.append(f"<tr{c}>" + "".join(
@@ -422,10 +457,11 @@ GB_KEYS = {"name", "run_name", "run_type", "repetitions", "repetition_index", "t
 
 
 class Renderer:
-    def __init__(self, report, spans, out_dir, stem, report_path):
+    def __init__(self, report, spans, out_dir, stem, report_path, claims=None):
         self.r = report
         self.ctx = report["context"]
         self.spans = spans
+        self.claims = claims
         self.out_dir = out_dir
         self.stem = stem
         self.report_path = report_path
@@ -457,6 +493,8 @@ class Renderer:
         self.header()
         self.suite_table()
         self.failures()
+        if self.claims is not None:
+            self.claims_section()
         names = [s["name"] for s in self.r["suites"]]
         for s in self.r["suites"]:
             self.suite_section(s)
@@ -560,6 +598,35 @@ class Renderer:
                     align=["l", "r", "r", "r", "l"], row_cls=["fail"] * len(rows))
             if len(failed) > limit:
                 d.p(f"… and {len(failed) - limit} more failed checks (the report's `checks` has them all).")
+
+    # Verdicts of `dtbench claims` and their row styles: holds green, differs as a failed check,
+    # holds only if yellow, cannot measure here grey as a skipped suite.
+    VERDICT_CLS = {"holds": "pass", "differs": "fail", "holds only if": "warn", "cannot measure here": "skip"}
+
+    def claims_section(self):
+        d, c = self.doc, self.claims
+        d.h(2, "Rules of thumb (dtbench claims)", "claims")
+        rows = c["claims"]
+        if not rows:
+            d.p("The claims file holds no claims.", "note")
+            return
+        tally = defaultdict(int)
+        for e in rows:
+            tally[e["verdict"]] += 1
+        order = [v for v in self.VERDICT_CLS if v in tally] + sorted(v for v in tally if v not in self.VERDICT_CLS)
+        src = f" from `{c['catalog']}`" if c.get("catalog") else ""
+        d.p(f"`dtbench claims` checked {plural(len(rows), 'rule')} of thumb{src}: "
+            + ", ".join(f"{tally[v]} {v}" for v in order) + ". *Computed here*: dtbench's analytic memory model and "
+            "pipeline formulas under the claim's conditions (where the claim is silent, the conditions say what "
+            "dtbench assumed). " + (f"*Measured here*: from the suites of `{c['report']}`; " if c.get("report") else
+                                    "*Measured here*: no report was given (`dtbench claims --report FILE`); ")
+            + "a claim that needs hardware this machine lacks is evaluated analytically and marked *cannot measure "
+            "here*.")
+        d.table(["claim", "conditions", "claimed", "computed here", "measured here", "verdict", "why"],
+                [[f"**{e['id']}.** {e['claim']}", e["conditions"], e["predicted"], e["computed"], e["measured"],
+                  e["verdict"], e["why"]] for e in rows],
+                align=["l", "l", "l", "l", "l", "c", "l"], row_cls=[self.VERDICT_CLS.get(e["verdict"]) for e in rows],
+                cls="wrap")
 
     def suite_section(self, s):
         name = s["name"]
@@ -1764,11 +1831,14 @@ def main(argv=None):
     ap = Parser(prog=PROG, description="Renders a dtbench report as Markdown and self-contained HTML with plots.")
     ap.add_argument("report", help="the report JSON (results/<run-id>.json)")
     ap.add_argument("--trace", help="a Chrome trace from `dtbench run --trace FILE`: adds the pipeline timeline")
+    ap.add_argument("--claims", metavar="FILE", help="the JSON of `dtbench claims --output FILE`: adds the rules of "
+                    "thumb section")
     ap.add_argument("--out-dir", help="where to write (default: the report's directory)")
     args = ap.parse_args(argv)
     try:
         report = load_report(args.report)
         spans = load_trace(args.trace) if args.trace else None
+        claims = load_claims(args.claims) if args.claims else None
         out_dir = Path(args.out_dir) if args.out_dir else Path(args.report).resolve().parent
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -1780,7 +1850,7 @@ def main(argv=None):
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     stem = Path(args.report).stem
-    inputs = {Path(args.report).resolve()} | ({Path(args.trace).resolve()} if args.trace else set())
+    inputs = {Path(x).resolve() for x in (args.report, args.trace, args.claims) if x}
     clash = [p for p in (out_dir / f"{stem}.md", out_dir / f"{stem}.html") if p.resolve() in inputs]
     if clash:
         print(f"{PROG}: error: the output {clash[0]} would overwrite an input; rename the report to end in .json "
@@ -1790,7 +1860,7 @@ def main(argv=None):
         if re.fullmatch(re.escape(stem) + r"-(busbw|tp-scaling|bubble|memory|conformance-loss|train-loss|"
                         r"step-breakdown|precision-loss|step-times-[a-z_]+|sweep|timeline|timeline-train)\.png", old.name):
             old.unlink()
-    r = Renderer(report, spans, out_dir, stem, args.report)
+    r = Renderer(report, spans, out_dir, stem, args.report, claims)
     doc = r.build()
     title = f"dtbench report: {report['context'].get('run_id') or stem}"
     md_path, html_path = out_dir / f"{stem}.md", out_dir / f"{stem}.html"

@@ -6,13 +6,16 @@ and every plot expected for the suites present are written, that the HTML is sel
 (images embedded as data URIs, nothing fetched from elsewhere), that failed checks are listed
 in their own section before the suites (a report is doctored to have exactly one), that suites
 it does not know get a table, that the sweep and kernels suites (run when this dtbench has them,
-and as hand-made records) get theirs, and that a missing or
-malformed report or trace gives exit status 2 and one line on stderr.
+and as hand-made records) get theirs, that --claims adds the rules of thumb section (the JSON
+of `dtbench claims --output FILE` when this dtbench has the command, and a hand-made one) with
+one row per claim after the suite table and the failed checks, and that a missing or malformed
+report, trace or claims file gives exit status 2 and one line on stderr.
 
 Usage: /usr/bin/python3 scripts/report_test.py PATH/TO/dtbench PATH/TO/mpiexec
 (ctest `report_script`). Takes about 20 s on 2 cores.
 """
 import base64
+import html as htmllib
 import json
 import os
 import re
@@ -70,6 +73,53 @@ CONFIG_C = {
 EXPECTED_A = {"busbw", "train-loss", "step-breakdown", "tp-scaling", "bubble", "memory", "timeline", "timeline-train"}
 EXPECTED_B = {"conformance-loss", "precision-loss", "step-times-precision", "step-times-recompute",
               "step-times-offload", "step-times-overlap"}
+
+# A claims file as `dtbench claims --output FILE` writes it, one claim per verdict and one with a
+# verdict report.py does not know; text with characters Markdown and HTML must escape.
+HAND_CLAIMS = {
+    "kind": "claims", "version": 1, "catalog": "harness/claims.json", "report": "results/hand.json",
+    "claims": [
+        {"id": 1, "claim": "Optimizer state is three times the weights.", "conditions": "Adam | fp32",
+         "method": "analytic", "predicted": "ratio 3", "computed": "fp32 2x; mixed 6x", "measured": "analytic only",
+         "verdict": "differs", "why": "no recipe keeps a 4 B copy beside 4 B weights", "values": {"fp32": 2}},
+        {"id": 2, "claim": "fp16 gradients halve the bytes.", "conditions": "same all-reduce", "method": "both",
+         "predicted": "x0.5", "computed": "4 -> 2 B", "measured": "all_reduce <here> & there",
+         "verdict": "holds", "why": "exactly", "values": {}},
+        {"id": 7, "claim": "The bubble stays under 10%.", "conditions": "p = 4", "method": "both",
+         "predicted": "< 10%", "computed": "m >= 28", "measured": "pipeline suite: 0.31",
+         "verdict": "holds only if", "why": "m >= 9 (p - 1) + 1", "values": {}},
+        {"id": 9, "claim": "TP4 runs 3.2x faster.", "conditions": "4 GPUs", "method": "suite",
+         "predicted": "3.2x", "computed": "81% efficiency", "measured": "needs 4 GPUs",
+         "verdict": "cannot measure here", "why": "no GPU on this machine", "values": {}},
+        {"id": 10, "claim": "A claim judged by a later dtbench.", "conditions": "none", "method": "analytic",
+         "predicted": "1", "computed": "1", "measured": "analytic only", "verdict": "untested", "why": "new",
+         "values": {}},
+    ],
+}
+VERDICT_CLS = {"holds": "pass", "differs": "fail", "holds only if": "warn", "cannot measure here": "skip"}
+CLAIMS_H2 = "## Rules of thumb (dtbench claims)"
+
+
+def md_cell(text):
+    return str(text).replace("|", "\\|")
+
+
+def claims_section_md(md):
+    """The rules of thumb section of a rendered page, up to the next section."""
+    start = md.index("\n" + CLAIMS_H2 + "\n")
+    end = md.find("\n## ", start + 1)
+    return md[start:end if end >= 0 else len(md)]
+
+
+def claims_rows_html(page):
+    """(class, cells) of each body row of the table under <h2 id="claims">."""
+    start = page.index('<h2 id="claims">')
+    table = page[page.index("<table", start):page.index("</table>", start)]
+    body = table[table.index("<tbody>"):]
+    rows = []
+    for m in re.finditer(r"<tr(?: class=\"([^\"]*)\")?>(.*?)</tr>", body):
+        rows.append((m.group(1), re.findall(r"<td[^>]*>(.*?)</td>", m.group(2))))
+    return rows
 
 
 def dtbench_run(tmp, name, config, np, trace=False):
@@ -171,6 +221,7 @@ class ReportScript(unittest.TestCase):
                 self.assertRegex(md, rf"\| {b['schedule']} \| {b['p']} \| {b['m']} \|")
         # the timeline is of a recognised pipeline case
         self.assertRegex(md, r"Pipeline timeline: 1f1b, p = 4, m = 8")
+        self.assertNotIn("Rules of thumb", md, "no claims section without --claims")
 
     def test_run_b_files_and_plots(self):
         self.assert_ok(self.out_b)
@@ -298,6 +349,80 @@ class ReportScript(unittest.TestCase):
                     self.assertIn(f"`{b['name'][len('kernels/'):]}`", kernels)
         self.assert_self_contained(out / "c.html", sorted(out.glob("c-*.png")))
 
+    # --- claims (--claims)
+
+    def assert_claims_rendered(self, md, page, claims):
+        """One row per claim, in order, every column as the claims file has it, each verdict styled."""
+        section = claims_section_md(md)
+        table = [ln for ln in section.splitlines() if ln.startswith("| ")]
+        self.assertEqual(table[0], "| claim | conditions | claimed | computed here | measured here | verdict | why |")
+        rows = table[1:]
+        self.assertEqual(len(rows), len(claims), "one Markdown row per claim")
+        for row, c in zip(rows, claims):
+            cells = [md_cell(c[k]) for k in ("conditions", "predicted", "computed", "measured", "verdict", "why")]
+            self.assertEqual(row, f"| **{c['id']}.** {md_cell(c['claim'])} | " + " | ".join(cells) + " |")
+        hrows = claims_rows_html(page)
+        self.assertEqual(len(hrows), len(claims), "one HTML row per claim")
+        for (cls, cells), c in zip(hrows, claims):
+            self.assertEqual(cls, VERDICT_CLS.get(c["verdict"]), c["verdict"])
+            self.assertEqual(cells[0], f"<strong>{c['id']}.</strong> " + htmllib.escape(c["claim"], quote=False))
+            self.assertEqual(cells[1:], [htmllib.escape(c[k], quote=False) for k in
+                                         ("conditions", "predicted", "computed", "measured", "verdict", "why")])
+        return section
+
+    def test_claims_from_dtbench(self):
+        if subprocess.run([DTBENCH, "claims", "--help"], capture_output=True, timeout=60).returncode != 0:
+            self.skipTest("this dtbench has no claims command")
+        path = self.tmp / "claims.json"
+        p = subprocess.run([DTBENCH, "claims", "--report", str(self.report_a), "--output", str(path)],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        claims = json.loads(path.read_text())
+        self.assertEqual(claims["kind"], "claims")
+        self.assertGreater(len(claims["claims"]), 0)
+        out = self.tmp / "out-claims"
+        self.assert_ok(render(self.report_a, "--claims", path, "--out-dir", out))
+        md = (out / "a.md").read_text(encoding="utf-8")
+        page = self.assert_self_contained(out / "a.html", sorted(out.glob("a-*.png")))
+        section = self.assert_claims_rendered(md, page, claims["claims"])
+        # after the header and the suite table, before the first suite's section
+        self.assertLess(md.index("\n## Suites\n"), md.index(CLAIMS_H2))
+        self.assertLess(md.index(CLAIMS_H2), md.index("\n## collectives\n"))
+        self.assertIn(f"`{self.report_a}`", section, "names the report the measured column is from")
+        self.assertIn(f"checked {len(claims['claims'])} rules of thumb", section)
+        self.assertIn(f"{sum(c['verdict'] == 'holds only if' for c in claims['claims'])} holds only if", section)
+
+    def test_claims_hand_written(self):
+        d = self.tmp / "claims-hand"
+        d.mkdir(exist_ok=True)
+        (d / "claims.json").write_text(json.dumps(HAND_CLAIMS))
+        report = {"context": {"run_id": "claims-hand"}, "schema_version": 1,
+                  "suites": [{"name": "mystery", "status": "failed", "duration_s": 1.0, "checks_passed": 0,
+                              "checks_total": 1, "data": {}, "error": None}],
+                  "checks": [{"name": "mystery/x", "suite": "mystery", "passed": False, "value": 2.0,
+                              "tolerance": 1.0, "fraction_of_tolerance": 2.0}],
+                  "benchmarks": [{"name": "mystery/thing", "run_type": "iteration", "real_time": 1.0,
+                                  "cpu_time": 1.0, "time_unit": "s"}]}
+        (d / "hand.json").write_text(json.dumps(report))
+        self.assert_ok(render(d / "hand.json", "--claims", d / "claims.json"))
+        md = (d / "hand.md").read_text(encoding="utf-8")
+        page = (d / "hand.html").read_text(encoding="utf-8")
+        section = self.assert_claims_rendered(md, page, HAND_CLAIMS["claims"])
+        self.assertIn("Adam \\| fp32", section)  # a | in a cell is escaped, not a column
+        self.assertIn("all_reduce &lt;here&gt; &amp; there", page)
+        self.assertNotIn("<here>", page)
+        self.assertIn("5 rules of thumb from `harness/claims.json`: 1 holds, 1 differs, 1 holds only if, "
+                      "1 cannot measure here, 1 untested.", section)
+        self.assertIn("`results/hand.json`", section)
+        # suite table, failed checks, rules of thumb, then the suites
+        order = [md.index(h) for h in ("\n## Suites\n", "\n## Failed checks (1)\n", CLAIMS_H2, "\n## mystery\n")]
+        self.assertEqual(order, sorted(order))
+        # no claims: the section says so
+        (d / "none.json").write_text(json.dumps(dict(HAND_CLAIMS, claims=[], report=None)))
+        self.assert_ok(render(d / "hand.json", "--claims", d / "none.json"))
+        md = (d / "hand.md").read_text(encoding="utf-8")
+        self.assertIn("The claims file holds no claims.", claims_section_md(md))
+
     # --- bad input: exit 2, one line
 
     def assert_bad(self, args, words):
@@ -329,6 +454,21 @@ class ReportScript(unittest.TestCase):
         self.assert_bad([self.report_a, "--trace", bad / "trace.json"], ["not a Chrome trace"])
         self.assert_bad([], ["report"])  # no argument at all
         self.assert_bad([self.report_a, "--bogus"], ["--bogus"])
+        # claims files: missing, not JSON, not claims (a report), claims not a list, a claim lacking fields
+        out = ["--out-dir", bad]
+        self.assert_bad([self.report_a, "--claims", missing, *out], ["claims file", "does not exist", "nope.json"])
+        (bad / "claims-trunc.json").write_text(json.dumps(HAND_CLAIMS)[:300])
+        self.assert_bad([self.report_a, "--claims", bad / "claims-trunc.json", *out], ["claims file", "not valid JSON"])
+        self.assert_bad([self.report_a, "--claims", self.report_a, *out], ["is not the output of `dtbench claims"])
+        (bad / "claims-kind.json").write_text(json.dumps(dict(HAND_CLAIMS, kind="report")))
+        self.assert_bad([self.report_a, "--claims", bad / "claims-kind.json", *out], ['"kind": "claims"'])
+        (bad / "claims-obj.json").write_text(json.dumps(dict(HAND_CLAIMS, claims={"1": {}})))
+        self.assert_bad([self.report_a, "--claims", bad / "claims-obj.json", *out], ["'claims' must be a JSON array"])
+        entry = {k: v for k, v in HAND_CLAIMS["claims"][0].items() if k != "verdict"}
+        (bad / "claims-entry.json").write_text(json.dumps(dict(HAND_CLAIMS, claims=[entry])))
+        self.assert_bad([self.report_a, "--claims", bad / "claims-entry.json", *out], ["claim 1 has no verdict"])
+        (bad / "claims-id.json").write_text(json.dumps(dict(HAND_CLAIMS, claims=[dict(entry, verdict="holds", id="1")])))
+        self.assert_bad([self.report_a, "--claims", bad / "claims-id.json", *out], ["claims[0] has no integer id"])
         self.assertEqual(list(bad.glob("*.md")) + list(bad.glob("*.png")), [], "nothing written on bad input")
 
 

@@ -1,0 +1,216 @@
+// Tests of harness/claims: the catalog's analytic verdicts with their inputs and arithmetic
+// worked by hand here (each expected number from the formula beside it, not from a run), the
+// measured column from a synthetic report, and the catalog's validation.
+#include "harness/claims.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "harness/memory_cli.h"
+#include "kernels/error.h"
+#include "reference/gpt.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+const json& catalog() {
+  static const json c = load_claims_catalog(default_claims_catalog());
+  return c;
+}
+
+std::map<int, ClaimResult> evaluate(const json* report = nullptr) {
+  std::map<int, ClaimResult> by_id;
+  for (ClaimResult& r : evaluate_claims(catalog(), report)) by_id[r.id] = r;
+  return by_id;
+}
+
+double params_of(const std::string& name) {
+  for (const NamedModel& m : named_models())
+    if (m.name == name) return double(gpt_num_params(m.cfg));
+  ADD_FAILURE() << name;
+  return 0;
+}
+
+TEST(Claims, EveryClaimHasAVerdictAndAReason) {
+  const auto rows = evaluate();
+  ASSERT_EQ(rows.size(), 16u);
+  const std::set<std::string> verdicts = {"holds", "differs", "holds only if", "cannot measure here"};
+  for (const auto& [id, r] : rows) {
+    EXPECT_TRUE(verdicts.count(r.verdict)) << id << ": " << r.verdict;
+    EXPECT_FALSE(r.why.empty()) << id;
+    EXPECT_FALSE(r.computed.empty()) << id;
+    EXPECT_FALSE(r.measured.empty()) << id;
+    EXPECT_EQ(r.why.find('\n'), std::string::npos) << id << ": the reason is one line";
+  }
+}
+
+// Claims 1-3: model states. fp32 Adam keeps 4 (weights) + 8 (m, v) + 4 (grads) = 16 B/param;
+// mixed precision 2 + (4 master + 8) + 2 = 16. The claims' 4 + 12 + 4 mixes the two.
+TEST(Claims, ModelStatesAndOptimizerRatio) {
+  const auto rows = evaluate();
+  const double P1 = params_of("1b"), P10 = params_of("10b");
+  EXPECT_EQ(rows.at(1).verdict, "differs");
+  EXPECT_DOUBLE_EQ(rows.at(1).values["fp32_states_gb"].get<double>(), 16 * P1 / 1e9);
+  EXPECT_DOUBLE_EQ(rows.at(1).values["claimed_states_gb"].get<double>(), 20.0);
+  EXPECT_NEAR(rows.at(1).values["claimed_bytes_per_param"]["optimizer"].get<double>(), 12e9 / P1, 1e-12);
+  // Activations are linear in the batch: doubling it doubles them exactly (the claim's second half).
+  EXPECT_DOUBLE_EQ(rows.at(1).values["activations_doubled_batch_gb"].get<double>(),
+                   2 * rows.at(1).values["activations_gb"].get<double>());
+  EXPECT_EQ(rows.at(2).verdict, "differs");  // 40 + 120 + 20: 3.9 + 11.6 + 1.9 B/param, no recipe's
+  EXPECT_DOUBLE_EQ(rows.at(2).values["fp32_states_gb"].get<double>(), 16 * P10 / 1e9);
+  EXPECT_EQ(rows.at(3).verdict, "differs");
+  EXPECT_DOUBLE_EQ(rows.at(3).values["fp32_ratio"].get<double>(), 2.0);   // 8 / 4
+  EXPECT_DOUBLE_EQ(rows.at(3).values["mixed_ratio"].get<double>(), 6.0);  // 12 / 2
+}
+
+// Claim 4: plain DP replicates the model states; ring all-reduce t = 2 (n-1)/n S / busbw.
+TEST(Claims, DataParallelAllReduce) {
+  const auto rows = evaluate();
+  const ClaimResult& r = rows.at(4);
+  const double S = 4 * params_of("1b");
+  EXPECT_EQ(r.values["states_dp1_bytes"].get<double>(), r.values["states_dpn_bytes"].get<double>());
+  EXPECT_NEAR(r.values["time_nvlink_s"].get<double>(), 1.75 * S / 240e9, 1e-12);
+  EXPECT_NEAR(r.values["busbw_needed_GBps"].get<double>(), 1.75 * S / 0.05 / 1e9, 1e-9);
+  EXPECT_LT(r.values["time_nvlink_s"].get<double>(), 0.05);
+  EXPECT_GT(r.values["time_internode_s"].get<double>(), 0.05);
+  EXPECT_EQ(r.verdict, "holds only if");
+}
+
+// Claims 5 and 14: bubble (p-1)/(m+p-1). Under 10% at p 4 needs m > 27: m = 28 gives 3/31.
+// Over 25% beyond p 4 (and not at p 4) only for m = 9 to 11.
+TEST(Claims, PipelineBubble) {
+  const auto rows = evaluate();
+  EXPECT_EQ(rows.at(5).values["micro_batches_needed"].get<int>(), 28);
+  EXPECT_DOUBLE_EQ(rows.at(5).values["bubble_at_needed"].get<double>(), 3.0 / 31.0);
+  EXPECT_EQ(rows.at(5).verdict, "holds only if");
+  EXPECT_EQ(rows.at(14).values["m_where_p_is_the_edge"].get<int>(), 9);  // 3/12 = 25%, p 5: 4/13
+  EXPECT_EQ(rows.at(14).values["m_last"].get<int>(), 11);                 // p 5: 4/15 > 25% >= 3/14; m 12: 4/16
+  EXPECT_EQ(rows.at(14).verdict, "holds only if");
+}
+
+// Claim 7: each rank holds 1/4 of the blocks plus half the (vocabulary-parallel) tied
+// embedding on both end stages: above 1/4 by about emb/2 - emb/4.
+TEST(Claims, WeightShareUnderTpPp) {
+  const auto rows = evaluate();
+  const double busiest = rows.at(7).values["share_busiest"].get<double>();
+  EXPECT_GT(busiest, 0.25);
+  EXPECT_LT(busiest, 0.25 + 0.5 * 50304.0 * 2048 / params_of("1b"));
+  EXPECT_EQ(rows.at(7).verdict, "holds only if");
+}
+
+// Claim 8: mixed precision model states 16 B/param; stage 1 keeps 4 + 12/dp, stage 2
+// 2 + 14/dp. DP 8: 16/5.5 and 16/3.75; both within 10% of 4x and 8x first at DP 64
+// (16/4.1875 = 3.82, 16/2.21875 = 7.21).
+TEST(Claims, ZeroSavings) {
+  const auto rows = evaluate();
+  EXPECT_NEAR(rows.at(8).values["stage1_saving"].get<double>(), 16 / 5.5, 1e-12);
+  EXPECT_NEAR(rows.at(8).values["stage2_saving"].get<double>(), 16 / 3.75, 1e-12);
+  EXPECT_EQ(rows.at(8).values["dp_needed"].get<int>(), 64);
+  EXPECT_EQ(rows.at(8).verdict, "holds only if");
+}
+
+// Claim 12: per layer (recompute none) 6 BT C + 4 BT + 12 BT C + B NH T^2 floats; full keeps
+// BT C; selective drops the B NH T^2 scores. 1b (C 2048, NH 16), B 1, T 2048.
+TEST(Claims, Recompute) {
+  const auto rows = evaluate();
+  const double BT = 2048, C = 2048, NH = 16, T = 2048;
+  const double none = 18 * BT * C + 4 * BT + NH * T * T;
+  EXPECT_NEAR(rows.at(12).values["full_saving"].get<double>(), 1 - BT * C / none, 1e-12);
+  EXPECT_NEAR(rows.at(12).values["selective_saving"].get<double>(), NH * T * T / none, 1e-12);
+  EXPECT_EQ(rows.at(12).verdict, "holds only if");
+}
+
+// Claim 16: 3 MW x 90 d x 24 h = 6480 MWh; x $0.10/kWh = $648,000; 10,000 x 400 W = 4 MW;
+// 6 x 175e9 x 300e9 = 3.15e23 FLOPs at 10,000 x 312e12 FLOP/s = 1.17 days.
+TEST(Claims, Energy) {
+  const auto rows = evaluate();
+  const ClaimResult& r = rows.at(16);
+  EXPECT_DOUBLE_EQ(r.values["kwh"].get<double>(), 6.48e6);
+  EXPECT_NEAR(r.values["usd"].get<double>(), 648000, 1e-6);
+  EXPECT_DOUBLE_EQ(r.values["gpu_megawatts"].get<double>(), 4.0);
+  EXPECT_NEAR(r.values["days_at_peak"].get<double>(), 3.15e23 / 3.12e18 / 86400, 1e-9);
+  EXPECT_EQ(r.verdict, "holds only if");  // the arithmetic, not the 3 MW for 10,000 GPUs
+}
+
+// The measured column from a report: the largest out-of-place all_reduce gives claim 4's
+// time here (1.75 x 4.46 GB / busbw) and, with the next smaller size, claim 15's time ratio.
+TEST(Claims, MeasuredFromReport) {
+  json report = {{"context", {{"world_size", 4}}}, {"benchmarks", json::array()}};
+  auto ar = [](double bytes, double us, double busbw) {
+    return json{{"name", "collectives/all_reduce/bytes:" + std::to_string(int64_t(bytes)) + "/placement:out_of_place"},
+                {"op", "all_reduce"}, {"placement", "out_of_place"}, {"bytes", bytes}, {"real_time", us},
+                {"busbw_GBps", busbw}};
+  };
+  report["benchmarks"].push_back(ar(1 << 20, 600.0, 2.0));
+  report["benchmarks"].push_back(ar(1 << 21, 1000.0, 4.0));
+  report["benchmarks"].push_back({{"name", "pipeline/1f1b/p:4/m:8"}, {"schedule", "1f1b"}, {"p", 4}, {"m", 8},
+                                  {"bubble_measured", 0.3}, {"bubble_theory", 3.0 / 11}});
+  const auto rows = evaluate(&report);
+  EXPECT_NEAR(rows.at(4).values["time_here_s"].get<double>(), 1.75 * 4 * params_of("1b") / 4e9, 1e-9);
+  EXPECT_DOUBLE_EQ(rows.at(15).values["time_ratio_here"].get<double>(), 0.6);
+  EXPECT_DOUBLE_EQ(rows.at(15).values["bytes_ratio_here"].get<double>(), 0.5);
+  EXPECT_NE(rows.at(5).measured.find("p 4 m 8: 0.300"), std::string::npos) << rows.at(5).measured;
+  EXPECT_NE(rows.at(10).measured.find("no overlap records"), std::string::npos) << rows.at(10).measured;
+}
+
+std::string write_catalog(const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/claims_catalog.json";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Claims, CatalogValidation) {
+  const std::string ok_entry =
+      R"({"id": 1, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic", "evaluator": "optimizer_ratio",
+          "tolerance": 0.1, "inputs": {"ratio": 2}})";
+  EXPECT_NO_THROW(load_claims_catalog(write_catalog(R"({"claims": [)" + ok_entry + "]}")));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{", "malformed JSON"},
+      {R"({"claim": []})", "\"claims\" array"},
+      {R"({"claims": [)" + ok_entry + "," + ok_entry + "]}", "duplicate id"},
+      {R"({"claims": [{"id": 2, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "no_such", "tolerance": 0.1}]})", "unknown evaluator 'no_such'"},
+      {R"({"claims": [{"id": 2, "claim": "c", "figures": "f", "conditions": "k", "method": "guess",
+           "evaluator": "energy", "tolerance": 0.1}]})", "method 'guess'"},
+      {R"({"claims": [{"id": 2, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "energy", "tolerance": 0}]})", "tolerance"},
+      {R"({"claims": [{"id": 2, "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "energy", "tolerance": 0.1}]})", "\"claim\" must be a string"}};
+  for (const auto& [text, want] : bad) {
+    try {
+      load_claims_catalog(write_catalog(text));
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(load_claims_catalog(::testing::TempDir() + "/no/such/catalog.json"), InputError);
+}
+
+// Adding a claim is adding an entry: a 17th one, reusing an evaluator, is evaluated too; a
+// missing input is an InputError naming it.
+TEST(Claims, AddingAnEntry) {
+  json cat = catalog();
+  cat["claims"].push_back({{"id", 17}, {"claim", "Adam's state is twice the fp32 weights."}, {"figures", "2x"},
+                           {"conditions", "fp32"}, {"method", "analytic"}, {"evaluator", "optimizer_ratio"},
+                           {"tolerance", 0.05}, {"inputs", {{"ratio", 2}}}});
+  const auto rows = evaluate_claims(cat, nullptr);
+  ASSERT_EQ(rows.size(), 17u);
+  EXPECT_EQ(rows.back().verdict, "holds");
+  cat["claims"].back()["inputs"] = json::object();
+  try {
+    evaluate_claims(cat, nullptr);
+    ADD_FAILURE() << "missing input accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'ratio'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dtb
