@@ -138,6 +138,27 @@ TEST(Claims, Energy) {
   EXPECT_EQ(r.verdict, "holds only if");  // the arithmetic, not the 3 MW for 10,000 GPUs
 }
 
+// The rest of the arithmetic: claim 6's speedup 12.3 / 3.8 over 4; claim 9's 8 GB at 12 B/param
+// of master + m + v; claim 10's gain g = k / (1 - k) for a hidden share k; claim 11's 3b / (tp pp)
+// parameters and a plan far below 13.5 GB once ZeRO-1 and bf16 apply; claim 13's peak ratios;
+// claim 15's bytes.
+TEST(Claims, RemainingArithmetic) {
+  const auto rows = evaluate();
+  EXPECT_NEAR(rows.at(6).values["efficiency"].get<double>(), 12.3 / 3.8 / 4, 1e-12);
+  EXPECT_EQ(rows.at(6).verdict, "cannot measure here");
+  EXPECT_NEAR(rows.at(9).values["params_implied"].get<double>(), 8e9 / 12, 1e-3);
+  EXPECT_NEAR(rows.at(10).values["comm_share_low"].get<double>(), 0.15 / 1.15, 1e-12);
+  EXPECT_NEAR(rows.at(10).values["comm_share_high"].get<double>(), 0.2 / 1.2, 1e-12);
+  EXPECT_NEAR(rows.at(11).values["params_per_gpu"].get<double>(), params_of("3b") / 8 * 1.0, 2e7);  // padded V
+  EXPECT_LT(rows.at(11).values["plan_total_gb"].get<double>(), 13.5 * 0.8);
+  EXPECT_EQ(rows.at(11).verdict, "differs");
+  EXPECT_DOUBLE_EQ(rows.at(13).values["peak_ratio_fp32"].get<double>(), 16.0);
+  EXPECT_DOUBLE_EQ(rows.at(13).values["peak_ratio_tf32"].get<double>(), 2.0);
+  EXPECT_EQ(rows.at(13).verdict, "cannot measure here");
+  EXPECT_DOUBLE_EQ(rows.at(15).values["byte_ratio"].get<double>(), 0.5);
+  EXPECT_EQ(rows.at(15).verdict, "holds");
+}
+
 // The measured column from a report: the largest out-of-place all_reduce gives claim 4's
 // time here (1.75 x 4.46 GB / busbw) and, with the next smaller size, claim 15's time ratio.
 TEST(Claims, MeasuredFromReport) {
