@@ -254,12 +254,21 @@ void bubble(const json& in, double, const Measured& ms, ClaimResult& r) {
                 (1.0 - bound) / bound, p, m_need);
   }
   if (!ms.pipeline.empty()) {
-    std::string s;
+    // The deepest pipeline the report ran, 1F1B where it ran it, over its micro-batch counts.
+    int pmax = 0;
+    bool one_f_one_b = false;
+    for (const json& b : ms.pipeline) pmax = std::max(pmax, b.value("p", 0));
+    for (const json& b : ms.pipeline) one_f_one_b |= b.value("p", 0) == pmax && b.value("schedule", "") == "1f1b";
+    const std::string sched = one_f_one_b ? "1f1b" : ms.pipeline.front().value("schedule", "?");
+    std::vector<const json*> rows;
     for (const json& b : ms.pipeline)
-      if (s.size() < 200)
-        s += fmt("%s%s p %d m %d: %.3f (theory %.3f)", s.empty() ? "" : "; ", b.value("schedule", "?").c_str(),
-                 b.value("p", 0), b.value("m", 0), b["bubble_measured"].get<double>(), b.value("bubble_theory", 0.0));
-    r.measured = "pipeline suite: " + s;
+      if (b.value("p", 0) == pmax && b.value("schedule", "") == sched && b.value("virtual_stages", 1) == 1) rows.push_back(&b);
+    std::sort(rows.begin(), rows.end(), [](const json* a, const json* b) { return a->value("m", 0) < b->value("m", 0); });
+    std::string s;
+    for (const json* b : rows)
+      s += fmt("%sm %d: %.3f (theory %.3f)", s.empty() ? "" : "; ", b->value("m", 0), (*b)["bubble_measured"].get<double>(),
+               b->value("bubble_theory", 0.0));
+    r.measured = fmt("pipeline suite, %s p %d: ", sched.c_str(), pmax) + s;
   } else {
     r.measured = ms.have ? "not measured: the report has no pipeline records" : kNoReport;
   }
