@@ -182,6 +182,15 @@ expect_error "not a dtbench report" claims --report "$tmp/not_object.json"
 expect_error "claims catalog $tmp/malformed.json: malformed JSON" claims --catalog "$tmp/malformed.json"
 printf '{"claims": [{"id": 1, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic", "evaluator": "nosuch", "tolerance": 0.1}]}' >"$tmp/bad_catalog.json"
 expect_error "unknown evaluator 'nosuch'" claims --catalog "$tmp/bad_catalog.json"
+# dtbench validate: bad usage before anything runs.
+expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
+expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many
+expect_error "--expect: nodes given twice" validate --expect nodes=1,nodes=2
+expect_error "--expect: 'device' is not key=value" validate --expect device
+expect_error "--level long is not available yet" validate --level long
+expect_error "--level 'fast' is not one of quick, medium, long, burnin" validate --level fast
+expect_error "--ranks-per-node 3 does not divide the 1 ranks" validate --ranks-per-node 3
+expect_error "--backend 'gpu' is not cpu or cuda" validate --backend gpu
 
 # --force: the memory refusal becomes one warning line and the run goes on (here only as
 # far as printing the config, so nothing is allocated).

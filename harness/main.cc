@@ -21,6 +21,7 @@
 #include "harness/report.h"
 #include "harness/runner.h"
 #include "harness/trace.h"
+#include "harness/validate.h"
 #include "kernels/comm/watchdog.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/error.h"
@@ -403,6 +404,18 @@ int main(int argc, char** argv) {
     summary->add_option("REPORT", summary_path, "report JSON file")->required();
     dtb::MemoryArgs memory_args;
     auto* memory = dtb::add_memory_subcommand(app, memory_args);
+    dtb::ValidateArgs validate_args;
+    auto* validate = app.add_subcommand(
+        "validate", "check a cluster: inventory and consistency of every rank and node (--level quick), exit 1 naming "
+                    "a defective node");
+    validate->add_option("--level", validate_args.level, "quick (the levels medium, long, burnin are not built yet)");
+    validate->add_option("--expect", validate_args.expect,
+                         "expectations, e.g. nodes=2,ranks_per_node=8,device=H200,cores=64,memory_gb=500,gpus_per_node=8");
+    validate->add_option("--ranks-per-node", validate_args.ranks_per_node,
+                         "emulate nodes of N consecutive ranks on one machine (for tests)");
+    validate->add_option("--backend", validate_args.backend, "cpu or cuda (the device each rank reports)");
+    validate->add_option("--output", validate_args.output, "the JSON report (default results/validate.json)");
+    validate->add_flag("--werror", validate_args.werror, "warnings fail the node they name");
     dtb::ClaimsArgs claims_args;
     auto* claims = app.add_subcommand(
         "claims", "check the field's rules of thumb (harness/claims.json) against dtbench's models and a report");
@@ -421,6 +434,7 @@ int main(int argc, char** argv) {
       else if (*summary) code = dtb::cmd_summary(summary_path, root);
       else if (*memory) code = dtb::cmd_memory(*memory, memory_args, root);
       else if (*claims) code = dtb::cmd_claims(claims_args, root);
+      else if (*validate) code = dtb::cmd_validate(*world, validate_args);
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) {
         if (root) app.exit(e);

@@ -204,3 +204,30 @@ for b in r["benchmarks"]:
     assert len(b["real_time_stats"]["samples"]) == 2, b
 print(f"kernels ok: {len(names)} benchmarks folded into the report")
 PY
+
+# dtbench validate --level quick on 4 ranks as 2 emulated nodes: accepted with matching
+# expectations (exit 0); a device nobody has, or a node size nobody has, makes every node
+# defective (exit 1), named in the report with the rule's detail.
+"$mpirun" -np 4 --oversubscribe --bind-to none "$dtbench" validate --ranks-per-node 2 \
+  --expect nodes=2,ranks_per_node=2,cores=1 --output "$tmp/validate_ok.json" >"$tmp/validate.log" 2>&1 ||
+  { echo "FAIL: validate with matching expectations:"; cat "$tmp/validate.log"; exit 1; }
+rc=0
+"$mpirun" -np 4 --oversubscribe --bind-to none "$dtbench" validate --ranks-per-node 2 \
+  --expect device=no-such-device --output "$tmp/validate_bad.json" >"$tmp/validate_bad.log" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] || { echo "FAIL: validate with a device nobody has exited $rc, not 1:"; cat "$tmp/validate_bad.log"; exit 1; }
+python3 - "$tmp/validate_ok.json" "$tmp/validate_bad.json" <<'PY'
+import json, sys
+ok, bad = (json.load(open(p)) for p in sys.argv[1:3])
+assert ok["kind"] == "validate" and ok["verdict"] == "accepted" and ok["exit_status"] == 0, ok["verdict"]
+assert [n["node"].rsplit("/", 1)[1] for n in ok["nodes"]] == ["node0", "node1"], ok["nodes"]
+assert [n["ranks"] for n in ok["nodes"]] == [[0, 1], [2, 3]] and all(n["accepted"] for n in ok["nodes"])
+assert {c["name"]: c["status"] for c in ok["checks"]}["expect/nodes"] == "pass"
+assert len(ok["inventory"]) == 4 and all(r["cores"] >= 1 and r["memory_bytes"] > 0 for r in ok["inventory"])
+assert bad["verdict"] == "defective" and bad["exit_status"] == 1
+dev = [c for c in bad["checks"] if c["name"] == "expect/device"][0]
+assert dev["status"] == "fail" and dev["ranks"] == [0, 1, 2, 3], dev
+for n in bad["nodes"]:
+    assert not n["accepted"] and n["violations"][0]["check"] == "expect/device", n
+    assert "expected 'no-such-device'" in n["violations"][0]["detail"], n
+print("validate quick ok: 2 emulated nodes accepted, then both defective on a device expectation")
+PY

@@ -1,0 +1,436 @@
+#include "harness/validate.h"
+
+#include <cblas.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "harness/report.h"
+#include "kernels/backend.h"
+#include "kernels/error.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+const std::map<std::string, bool> kExpectKeys = {  // key -> numeric
+    {"nodes", true}, {"ranks_per_node", true}, {"gpus_per_node", true},
+    {"device", false}, {"cores", true}, {"memory_gb", true}};
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return s;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      std::string v = line.substr(line.find(':') + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  return "";
+}
+
+double mem_total_bytes() {
+  std::ifstream f("/proc/meminfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("MemTotal:", 0) == 0) return std::stod(line.substr(9)) * 1024.0;
+  return 0;
+}
+
+// Every rank's string, in rank order: lengths by all_reduce max, then the strings padded to
+// whole i32 words through one all_gather.
+std::vector<std::string> all_gather_strings(Communicator& world, const std::string& s) {
+  int len = int(s.size());
+  world.all_reduce(&len, &len, 1, DType::i32, ReduceOp::max);
+  const size_t words = (size_t(len) + 4) / 4;  // + the terminating 0
+  std::vector<int32_t> mine(words, 0), all(words * size_t(world.size()), 0);
+  std::memcpy(mine.data(), s.data(), s.size());
+  world.all_gather(mine.data(), all.data(), words, DType::i32);
+  std::vector<std::string> out;
+  for (int r = 0; r < world.size(); ++r) out.emplace_back(reinterpret_cast<const char*>(all.data() + size_t(r) * words));
+  return out;
+}
+
+// 2 -> "2", 2.5 -> "2.5".
+std::string num_str(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+// The value most ranks report for `key` (ties: the lowest rank's).
+json majority(const std::vector<json>& inv, const std::string& key) {
+  std::map<std::string, int> count;
+  for (const json& r : inv) count[r.value(key, json()).dump()]++;
+  std::string best = inv.front().value(key, json()).dump();
+  for (const json& r : inv)
+    if (count[r.value(key, json()).dump()] > count[best]) best = r.value(key, json()).dump();
+  return json::parse(best);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parse_expectations(const std::string& spec) {
+  std::map<std::string, std::string> out;
+  if (spec.empty()) return out;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string item = spec.substr(start, end - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InputError("--expect: '" + item + "' is not key=value (keys: nodes, ranks_per_node, gpus_per_node, device, "
+                       "cores, memory_gb)");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const auto k = kExpectKeys.find(key);
+    if (k == kExpectKeys.end())
+      throw InputError("--expect: unknown key '" + key + "' (keys: nodes, ranks_per_node, gpus_per_node, device, cores, "
+                       "memory_gb)");
+    if (value.empty()) throw InputError("--expect: " + key + " has an empty value");
+    if (k->second) {
+      char* e = nullptr;
+      const double v = std::strtod(value.c_str(), &e);
+      if (e == value.c_str() || *e != '\0' || !std::isfinite(v) || v < 0)
+        throw InputError("--expect: " + key + "=" + value + " is not a non-negative number");
+    }
+    if (!out.emplace(key, value).second) throw InputError("--expect: " + key + " given twice");
+    start = end + 1;
+  }
+  return out;
+}
+
+json rank_inventory(int rank, int node_index, int local_rank, bool emulated, const std::string& device,
+                    const std::string& backend) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(mpi_version, &len);
+  std::string mpi(mpi_version, size_t(len));
+  if (auto nl = mpi.find_first_of(",\n"); nl != std::string::npos) mpi = mpi.substr(0, nl);
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const double mem = mem_total_bytes();
+  const std::string cpu = cpu_model();
+  return {{"rank", rank},
+          {"host", host},
+          {"node", emulated ? std::string(host) + "/node" + std::to_string(node_index) : std::string(host)},
+          {"node_index", node_index},
+          {"local_rank", local_rank},
+          {"cpu_model", cpu.empty() ? json(nullptr) : json(cpu)},
+          {"cores", cores > 0 ? json(cores) : json(nullptr)},
+          {"memory_bytes", mem > 0 ? json(mem) : json(nullptr)},
+          {"backend", backend},
+          {"device", device.empty() ? json(nullptr) : json(device)},
+          {"mpi_version", mpi},
+          {"blas_version", std::string(openblas_get_config())}};
+}
+
+std::vector<ValidateCheck> quick_checks(const std::vector<json>& inv, const std::map<std::string, std::string>& expect) {
+  std::vector<ValidateCheck> checks;
+  std::map<std::string, std::vector<int>> nodes;  // node -> ranks
+  std::vector<std::string> node_order;
+  for (const json& r : inv) {
+    const std::string n = r.value("node", "?");
+    if (!nodes.count(n)) node_order.push_back(n);
+    nodes[n].push_back(r.value("rank", -1));
+  }
+  auto node_of = [&](int rank) { return inv[size_t(rank)].value("node", "?"); };
+
+  // Ranks per node: the same on every node.
+  {
+    std::map<size_t, int> count;
+    for (const auto& [n, rs] : nodes) count[rs.size()]++;
+    size_t common = nodes.at(node_order.front()).size();
+    for (const auto& [c, k] : count)
+      if (k > count[common]) common = c;
+    ValidateCheck c{"consistency/ranks_per_node", "pass", "", {}, {}, {{"ranks_per_node", common}}, {}};
+    for (const std::string& n : node_order)
+      if (nodes[n].size() != common) {
+        c.nodes.push_back(n), c.ranks.insert(c.ranks.end(), nodes[n].begin(), nodes[n].end());
+        c.node_detail[n] = std::to_string(nodes[n].size()) + " ranks, most nodes " + std::to_string(common);
+      }
+    if (c.nodes.empty()) {
+      c.detail = std::to_string(nodes.size()) + " nodes of " + std::to_string(common) + " ranks";
+    } else {
+      c.status = "fail";
+      c.detail = "node " + c.nodes.front() + " has " + std::to_string(nodes[c.nodes.front()].size()) +
+                 " ranks, most nodes " + std::to_string(common);
+    }
+    checks.push_back(c);
+  }
+  // The same device, CPU model, cores, MPI and BLAS on every rank (the majority's value).
+  for (const char* key : {"device", "cpu_model", "cores", "mpi_version", "blas_version"}) {
+    const json want = majority(inv, key);
+    ValidateCheck c{std::string("consistency/") + key, "pass", "", {}, {}, {{"majority", want}}, {}};
+    for (const json& r : inv)
+      if (r.value(key, json()) != want) {
+        const int rank = r.value("rank", -1);
+        c.ranks.push_back(rank);
+        if (std::find(c.nodes.begin(), c.nodes.end(), node_of(rank)) == c.nodes.end()) c.nodes.push_back(node_of(rank));
+        c.values["rank " + std::to_string(rank)] = r.value(key, json());
+        const json v = r.value(key, json());
+        std::string& d = c.node_detail[node_of(rank)];
+        d += (d.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " has " +
+             (v.is_string() ? v.get<std::string>() : v.dump()) + ", the others " +
+             (want.is_string() ? want.get<std::string>() : want.dump());
+      }
+    if (want.is_null()) {
+      c.status = c.ranks.empty() ? "skip" : "fail";
+      c.detail = c.ranks.empty() ? std::string(key) + " could not be read on any rank" : "differs between ranks";
+    } else if (c.ranks.empty()) {
+      c.detail = "all " + std::to_string(inv.size()) + " ranks: " + (want.is_string() ? want.get<std::string>() : want.dump());
+    } else {
+      c.status = "fail";
+      const json& odd = inv[size_t(c.ranks.front())].value(key, json());
+      c.detail = "rank " + std::to_string(c.ranks.front()) + " (node " + node_of(c.ranks.front()) + ") has " +
+                 (odd.is_string() ? odd.get<std::string>() : odd.dump()) + ", the others " +
+                 (want.is_string() ? want.get<std::string>() : want.dump()) +
+                 (c.ranks.size() > 1 ? " (ranks " + join_ranks(c.ranks) + ")" : "");
+    }
+    checks.push_back(c);
+  }
+  // Memory per node: within 5% of the median node (warn), 20% (fail).
+  {
+    std::vector<double> mem;
+    for (const std::string& n : node_order) mem.push_back(inv[size_t(nodes[n].front())].value("memory_bytes", 0.0));
+    std::vector<double> sorted = mem;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    ValidateCheck c{"consistency/memory", "pass", "", {}, {}, {{"median_bytes", median}}, {}};
+    double worst = 0;
+    for (size_t i = 0; i < node_order.size(); ++i) {
+      const double dev = median > 0 ? std::abs(mem[i] - median) / median : 1.0;
+      if (dev > 0.05) {
+        c.nodes.push_back(node_order[i]), c.values[node_order[i]] = mem[i];
+        c.node_detail[node_order[i]] = std::to_string(int64_t(mem[i] / 1e9)) + " GB, " +
+                                       std::to_string(int(std::lround(100 * dev))) + "% from the median node's " +
+                                       std::to_string(int64_t(median / 1e9)) + " GB";
+      }
+      if (dev > worst) worst = dev;
+    }
+    c.status = worst > 0.20 ? "fail" : worst > 0.05 ? "warn" : "pass";
+    c.detail = c.nodes.empty() ? "every node within 5% of the median " + std::to_string(int64_t(median / 1e9)) + " GB"
+                               : "node " + c.nodes.front() + " is " + std::to_string(int(std::lround(100 * worst))) +
+                                     "% from the median node's memory";
+    checks.push_back(c);
+  }
+  // The expectations.
+  for (const auto& [key, value] : expect) {
+    ValidateCheck c{"expect/" + key, "pass", "", {}, {}, {{"expected", value}}, {}};
+    auto per_node = [&](auto measure, auto ok, const std::string& what) {
+      for (const std::string& n : node_order) {
+        const double v = measure(n);
+        c.values[n] = v;
+        if (!ok(v)) c.nodes.push_back(n), c.node_detail[n] = num_str(v) + ", expected " + what;
+      }
+      c.status = c.nodes.empty() ? "pass" : "fail";
+      c.detail = c.nodes.empty() ? "every node: " + what
+                                 : "node " + c.nodes.front() + ": " + c.node_detail[c.nodes.front()];
+    };
+    const double want = kExpectKeys.at(key) ? std::stod(value) : 0.0;
+    if (key == "nodes") {
+      c.values["nodes"] = nodes.size();
+      c.status = double(nodes.size()) == want ? "pass" : "fail";
+      c.detail = std::to_string(nodes.size()) + " nodes, expected " + value;
+    } else if (key == "ranks_per_node") {
+      per_node([&](const std::string& n) { return double(nodes[n].size()); }, [&](double v) { return v == want; },
+               value + " ranks");
+    } else if (key == "gpus_per_node") {
+      per_node(
+          [&](const std::string& n) { return inv[size_t(nodes[n].front())].value("backend", "") == "cuda" ? double(nodes[n].size()) : 0.0; },
+          [&](double v) { return v == want; }, value + " GPUs (one a rank on the cuda backend; 0 on cpu)");
+    } else if (key == "cores") {
+      per_node([&](const std::string& n) { return inv[size_t(nodes[n].front())].value("cores", 0.0); },
+               [&](double v) { return v >= want; }, "at least " + value + " cores");
+    } else if (key == "memory_gb") {
+      per_node([&](const std::string& n) { return inv[size_t(nodes[n].front())].value("memory_bytes", 0.0) / 1e9; },
+               [&](double v) { return v >= want; }, "at least " + value + " GB");
+    } else if (key == "device") {
+      for (const json& r : inv) {
+        const json d = r.value("device", json());
+        if (!d.is_string() || lower(d.get<std::string>()).find(lower(value)) == std::string::npos) {
+          const int rank = r.value("rank", -1);
+          c.ranks.push_back(rank);
+          if (std::find(c.nodes.begin(), c.nodes.end(), node_of(rank)) == c.nodes.end()) c.nodes.push_back(node_of(rank));
+          std::string& dd = c.node_detail[node_of(rank)];
+          dd += (dd.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " has " +
+                (d.is_string() ? d.get<std::string>() : "no device") + ", expected '" + value + "'";
+        }
+      }
+      c.status = c.ranks.empty() ? "pass" : "fail";
+      const json first = c.ranks.empty() ? json() : inv[size_t(c.ranks.front())].value("device", json());
+      c.detail = c.ranks.empty() ? "every rank's device matches '" + value + "'"
+                                 : "rank " + std::to_string(c.ranks.front()) + " (node " + node_of(c.ranks.front()) +
+                                       ") has " + (first.is_string() ? first.get<std::string>() : "no device") +
+                                       ", expected '" + value + "'" +
+                                       (c.ranks.size() > 1 ? " (ranks " + join_ranks(c.ranks) + ")" : "");
+    }
+    checks.push_back(c);
+  }
+  return checks;
+}
+
+namespace {
+int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std::vector<ValidateCheck>& checks,
+                 std::chrono::steady_clock::time_point t0);
+}  // namespace
+
+int cmd_validate(Communicator& world, const ValidateArgs& a) {
+  const bool root = world.rank() == 0;
+  if (a.level != "quick") {
+    if (a.level == "medium" || a.level == "long" || a.level == "burnin")
+      throw InputError("--level " + a.level + " is not available yet: only quick (inventory and consistency) is built");
+    throw InputError("--level '" + a.level + "' is not one of quick, medium, long, burnin");
+  }
+  if (a.backend != "cpu" && a.backend != "cuda") throw InputError("--backend '" + a.backend + "' is not cpu or cuda");
+  const auto expect = parse_expectations(a.expect);
+  if (a.ranks_per_node < 0) throw InputError("--ranks-per-node must be positive");
+  if (a.ranks_per_node > 0 && world.size() % a.ranks_per_node != 0)
+    throw InputError("--ranks-per-node " + std::to_string(a.ranks_per_node) + " does not divide the " +
+                     std::to_string(world.size()) + " ranks");
+  const auto t0 = std::chrono::steady_clock::now();
+  if (root)
+    std::printf("# validate quick: inventory and consistency of %d ranks%s; expected a few seconds\n", world.size(),
+                a.ranks_per_node > 0 ? (", emulated nodes of " + std::to_string(a.ranks_per_node) + " ranks (for tests)").c_str() : "");
+  std::fflush(stdout);
+
+  // Where this rank sits: emulated nodes, or the ranks sharing memory (MPI_COMM_TYPE_SHARED).
+  int node_index = 0, local_rank = 0;
+  const bool emulated = a.ranks_per_node > 0;
+  if (emulated) {
+    node_index = world.rank() / a.ranks_per_node;
+    local_rank = world.rank() % a.ranks_per_node;
+  } else {
+    MPI_Comm node;
+    DTB_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS,
+              "MPI_Comm_split_type failed");
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_free(&node);
+  }
+  std::string device, device_error;
+  if (a.backend == "cpu") {
+    device = "cpu: " + cpu_model();
+  } else {
+    try {
+      device = make_cuda_backend(local_rank)->device_name();
+    } catch (const std::exception& e) {
+      device_error = e.what();
+    }
+  }
+  json mine = rank_inventory(world.rank(), node_index, local_rank, emulated, device, a.backend);
+  if (!device_error.empty()) mine["device_error"] = device_error;
+  std::vector<json> inv;
+  for (const std::string& s : all_gather_strings(world, mine.dump())) inv.push_back(json::parse(s));
+  // Real nodes are numbered by first appearance of their host.
+  if (!emulated) {
+    std::map<std::string, int> index;
+    for (json& r : inv) r["node_index"] = index.emplace(r["node"].get<std::string>(), int(index.size())).first->second;
+  }
+  const std::vector<ValidateCheck> checks = quick_checks(inv, expect);
+  // Rank 0 decides, prints and writes; every rank returns its exit status.
+  int code = 0;
+  if (root) {
+    try {
+      code = report_quick(a, inv, checks, t0);
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+      code = 2;  // bad input, as dtbench exits for it
+    }
+  }
+  world.broadcast(&code, 1, DType::i32, 0);
+  return code;
+}
+
+namespace {
+
+int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std::vector<ValidateCheck>& checks,
+                 std::chrono::steady_clock::time_point t0) {
+
+  // Per node: accepted unless a failed check (or a warning, with --werror) names it.
+  std::vector<std::string> node_order;
+  for (const json& r : inv)
+    if (std::find(node_order.begin(), node_order.end(), r["node"].get<std::string>()) == node_order.end())
+      node_order.push_back(r["node"]);
+  auto bad = [&](const ValidateCheck& c) { return c.status == "fail" || (a.werror && c.status == "warn"); };
+  json nodes = json::array();
+  bool world_failed = false;
+  for (const ValidateCheck& c : checks)
+    if (bad(c) && c.nodes.empty()) world_failed = true;
+  int defective = 0;
+  for (const std::string& n : node_order) {
+    json violations = json::array(), ranks = json::array();
+    for (const json& r : inv)
+      if (r["node"] == n) ranks.push_back(r["rank"]);
+    for (const ValidateCheck& c : checks)
+      if ((c.status == "fail" || c.status == "warn") && std::find(c.nodes.begin(), c.nodes.end(), n) != c.nodes.end())
+        violations.push_back({{"check", c.name},
+                              {"status", c.status},
+                              {"detail", c.node_detail.count(n) ? c.node_detail.at(n) : c.detail},
+                              {"values", c.values}});
+    bool accepted = true;
+    for (const ValidateCheck& c : checks)
+      if (bad(c) && std::find(c.nodes.begin(), c.nodes.end(), n) != c.nodes.end()) accepted = false;
+    defective += accepted ? 0 : 1;
+    nodes.push_back({{"node", n}, {"ranks", ranks}, {"accepted", accepted}, {"violations", violations}});
+  }
+  const int code = defective > 0 || world_failed ? 1 : 0;
+  json jchecks = json::array();
+  for (const ValidateCheck& c : checks)
+    jchecks.push_back({{"name", c.name}, {"status", c.status}, {"detail", c.detail}, {"nodes", c.nodes},
+                       {"ranks", c.ranks}, {"values", c.values}});
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const json out = {{"kind", "validate"},
+                    {"version", 1},
+                    {"level", a.level},
+                    {"levels_run", {"quick"}},
+                    {"expect", parse_expectations(a.expect)},
+                    {"emulated_ranks_per_node", a.ranks_per_node > 0 ? json(a.ranks_per_node) : json(nullptr)},
+                    {"world_size", inv.size()},
+                    {"duration_s", secs},
+                    {"inventory", inv},
+                    {"checks", jchecks},
+                    {"nodes", nodes},
+                    {"verdict", code == 0 ? "accepted" : "defective"},
+                    {"exit_status", code}};
+  for (const ValidateCheck& c : checks)
+    std::printf("  %-8s %-28s %s\n", c.status.c_str(), c.name.c_str(), c.detail.c_str());
+  for (const json& n : nodes) {
+    std::printf("node %s (ranks %s): %s\n", n["node"].get<std::string>().c_str(), n["ranks"].dump().c_str(),
+                n["accepted"].get<bool>() ? "accepted" : "DEFECTIVE");
+    for (const json& v : n["violations"])
+      std::printf("    %s %s: %s\n", v["status"].get<std::string>().c_str(), v["check"].get<std::string>().c_str(),
+                  v["detail"].get<std::string>().c_str());
+  }
+  try {
+    const std::filesystem::path p(a.output);
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+    write_json_atomic(a.output, out);
+  } catch (const std::exception& e) {
+    throw InputError(std::string("--output: ") + e.what());
+  }
+  std::printf("validate quick: %zu of %zu nodes accepted; %.1f s; report %s\n", node_order.size() - size_t(defective),
+              node_order.size(), secs, a.output.c_str());
+  return code;
+}
+
+}  // namespace
+
+}  // namespace dtb
