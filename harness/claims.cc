@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <set>
+
+#include <fmt/printf.h>
 
 #include "harness/memory_cli.h"
 #include "kernels/error.h"
@@ -25,13 +26,10 @@ namespace {
 using nlohmann::json;
 constexpr double kGB = 1e9;
 
-std::string fmt(const char* f, ...) {
-  char b[1024];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(b, sizeof b, f, ap);
-  va_end(ap);
-  return b;
+// printf-style formatting through the fmt library (no fixed buffer to overflow).
+template <typename... Args>
+std::string fmt(const char* f, const Args&... args) {
+  return ::fmt::sprintf(f, args...);
 }
 
 GptConfig model_named(const std::string& name) {
