@@ -187,10 +187,15 @@ expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many
 expect_error "--expect: nodes given twice" validate --expect nodes=1,nodes=2
 expect_error "--expect: 'device' is not key=value" validate --expect device
-expect_error "--level long is not available yet" validate --level long
+expect_error "--level long is not available yet: quick and medium are built" validate --level long
 expect_error "--level 'fast' is not one of quick, medium, long, burnin" validate --level fast
 expect_error "--ranks-per-node 3 does not divide the 1 ranks" validate --ranks-per-node 3
 expect_error "--backend 'gpu' is not cpu or cuda" validate --backend gpu
+expect_error "--inject: rank 5 is not in [0, 1)" validate --level medium --inject 5:compute:2
+expect_error "--inject: 'memory' is not a fault this build injects" validate --level medium --inject 0:memory:2
+expect_error "--inject: factor '0.5' is not a number >= 1" validate --level medium --inject 0:compute:0.5
+expect_error "--inject: 'x' is not RANK:compute:FACTOR" validate --level medium --inject x
+expect_error "--tolerance must be in (0, 1)" validate --level medium --tolerance 1.5
 
 # --force: the memory refusal becomes one warning line and the run goes on (here only as
 # far as printing the config, so nothing is allocated).

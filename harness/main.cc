@@ -408,7 +408,9 @@ int main(int argc, char** argv) {
     auto* validate = app.add_subcommand(
         "validate", "check a cluster: inventory and consistency of every rank and node (--level quick), exit 1 naming "
                     "a defective node");
-    validate->add_option("--level", validate_args.level, "quick (the levels medium, long, burnin are not built yet)");
+    validate->add_option("--level", validate_args.level,
+                         "quick (inventory, consistency) or medium (also each rank's GEMM and memory bandwidth); long and "
+                         "burnin are not built yet");
     validate->add_option("--expect", validate_args.expect,
                          "expectations, e.g. nodes=2,ranks_per_node=8,device=H200,cores=64,memory_gb=500,gpus_per_node=8");
     validate->add_option("--ranks-per-node", validate_args.ranks_per_node,
@@ -416,6 +418,10 @@ int main(int argc, char** argv) {
     validate->add_option("--backend", validate_args.backend, "cpu or cuda (the device each rank reports)");
     validate->add_option("--output", validate_args.output, "the JSON report (default results/validate.json)");
     validate->add_flag("--werror", validate_args.werror, "warnings fail the node they name");
+    validate->add_option("--tolerance", validate_args.tolerance,
+                         "medium: a rank more than this fraction below the fleet median fails (half of it warns)");
+    validate->add_option("--inject", validate_args.inject,
+                         "FOR TESTS ONLY: RANK:compute:FACTOR runs that rank's compute measurements FACTOR times slower");
     dtb::ClaimsArgs claims_args;
     auto* claims = app.add_subcommand(
         "claims", "check the field's rules of thumb (harness/claims.json) against dtbench's models and a report");

@@ -231,3 +231,28 @@ for n in bad["nodes"]:
     assert "expected 'no-such-device'" in n["violations"][0]["detail"], n
 print("validate quick ok: 2 emulated nodes accepted, then both defective on a device expectation")
 PY
+
+# Level medium: each rank's GEMM and triad against the fleet median. Clean, both emulated nodes
+# are accepted; with rank 3's compute slowed 2x (the test-only --inject), node 1 is defective,
+# naming rank 3, the metric and the rule, and node 0 stays accepted. Tolerance 0.4 (a 2x slower
+# rank is 50% below the median): ctest runs other tests beside this one.
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level medium \
+  --ranks-per-node 2 --tolerance 0.4 --output "$tmp/validate_medium.json" >"$tmp/validate_m.log" 2>&1 ||
+  { echo "FAIL: validate medium, clean:"; cat "$tmp/validate_m.log"; exit 1; }
+rc=0
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level medium \
+  --ranks-per-node 2 --tolerance 0.4 --inject 3:compute:2 --output "$tmp/validate_slow.json" >"$tmp/validate_s.log" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] || { echo "FAIL: validate medium with rank 3 slowed exited $rc, not 1:"; cat "$tmp/validate_s.log"; exit 1; }
+python3 - "$tmp/validate_medium.json" "$tmp/validate_slow.json" <<'PY'
+import json, sys
+ok, slow = (json.load(open(p)) for p in sys.argv[1:3])
+assert ok["verdict"] == "accepted" and ok["levels_run"] == ["quick", "medium"], ok["verdict"]
+g = [c for c in ok["checks"] if c["name"] == "compute/gemm_gflops"][0]
+assert g["status"] in ("pass", "warn") and g["values"]["median"] > 0, g
+assert slow["verdict"] == "defective" and slow["injected_fault"] == "3:compute:2"
+n0, n1 = slow["nodes"]
+assert n0["accepted"] and not n1["accepted"], slow["nodes"]
+v = [x for x in n1["violations"] if x["check"] == "compute/gemm_gflops"][0]
+assert v["status"] == "fail" and "rank 3 " in v["detail"] and "below the median" in v["detail"], v
+print("validate medium ok: clean accepted; rank 3 slowed 2x ->", v["detail"])
+PY

@@ -288,6 +288,120 @@ std::vector<ValidateCheck> quick_checks(const std::vector<json>& inv, const std:
   return checks;
 }
 
+Injection parse_injection(const std::string& spec, int world_size) {
+  Injection inj;
+  if (spec.empty()) return inj;
+  const size_t a = spec.find(':'), b = spec.find(':', a == std::string::npos ? a : a + 1);
+  char* e = nullptr;
+  const std::string rank = a == std::string::npos ? spec : spec.substr(0, a);
+  const long r = std::strtol(rank.c_str(), &e, 10);
+  if (a == std::string::npos || b == std::string::npos || rank.empty() || *e != '\0')
+    throw InputError("--inject: '" + spec + "' is not RANK:compute:FACTOR");
+  if (r < 0 || r >= world_size)
+    throw InputError("--inject: rank " + rank + " is not in [0, " + std::to_string(world_size) + ")");
+  if (spec.substr(a + 1, b - a - 1) != "compute")
+    throw InputError("--inject: '" + spec.substr(a + 1, b - a - 1) + "' is not a fault this build injects (compute)");
+  const std::string f = spec.substr(b + 1);
+  const double factor = std::strtod(f.c_str(), &e);
+  if (f.empty() || *e != '\0' || !std::isfinite(factor) || factor < 1)
+    throw InputError("--inject: factor '" + f + "' is not a number >= 1");
+  inj.rank = int(r);
+  inj.compute = factor;
+  return inj;
+}
+
+ValidateCheck fleet_median_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
+                                 const std::vector<std::string>& nodes, double tolerance) {
+  std::vector<double> sorted = value;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  ValidateCheck c{name, "pass", "", {}, {}, {{"median", median}, {"unit", unit}, {"tolerance", tolerance}}, {}};
+  double worst = 0;
+  int worst_rank = -1;
+  for (size_t r = 0; r < n; ++r) {
+    const double drop = median > 0 ? 1.0 - value[r] / median : 1.0;
+    c.values["rank " + std::to_string(r)] = value[r];
+    if (drop > tolerance / 2) {
+      c.ranks.push_back(int(r));
+      if (std::find(c.nodes.begin(), c.nodes.end(), nodes[r]) == c.nodes.end()) c.nodes.push_back(nodes[r]);
+      std::string& d = c.node_detail[nodes[r]];
+      d += (d.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " " + num_str(value[r]) + " " + unit +
+           ", " + std::to_string(int(std::lround(100 * drop))) + "% below the median " + num_str(median) + " (rule: " +
+           (drop > tolerance ? "fail" : "warn") + " beyond " + std::to_string(int(std::lround(100 * (drop > tolerance ? tolerance : tolerance / 2)))) +
+           "% below the fleet median)";
+    }
+    if (drop > worst) worst = drop, worst_rank = int(r);
+  }
+  c.status = worst > tolerance ? "fail" : worst > tolerance / 2 ? "warn" : "pass";
+  c.detail = c.ranks.empty() ? "every rank within " + std::to_string(int(std::lround(50 * tolerance))) + "% of the median " +
+                                   num_str(median) + " " + unit
+                             : c.node_detail[nodes[size_t(worst_rank)]];
+  return c;
+}
+
+namespace {
+
+// Spins until `until` (a slowed rank keeps its core busy, as a slower device would).
+void spin_until(std::chrono::steady_clock::time_point until) {
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+// Best of `reps` timed runs of fn, each stretched to `factor` times its length (injection).
+template <typename F>
+double best_seconds(int reps, double factor, F fn) {
+  double best = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    const auto dt = std::chrono::steady_clock::now() - t0;
+    if (factor > 1) spin_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(dt * factor));
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// This rank's compute: sgemm FLOP/s at 1024^3 (OpenBLAS, the threads OPENBLAS_NUM_THREADS
+// gives) and a STREAM triad's bytes/s over 3 x 32 MiB (beyond a 32 MiB L3), each the best of 3
+// repetitions per call; the buffers are allocated and touched once.
+struct ComputeProbe {
+  static constexpr int n = 1024;
+  static constexpr size_t m = size_t(8) << 20;
+  std::vector<float> a = std::vector<float>(size_t(n) * n, 1.0f), b = std::vector<float>(size_t(n) * n, 0.5f),
+                     c = std::vector<float>(size_t(n) * n, 0.0f);
+  std::vector<float> x = std::vector<float>(m, 1.0f), y = std::vector<float>(m, 2.0f), z = std::vector<float>(m, 0.0f);
+
+  std::pair<double, double> measure(double factor) {
+    auto gemm = [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    };
+    auto triad = [&] {
+      for (size_t i = 0; i < m; ++i) z[i] = x[i] + 3.0f * y[i];
+    };
+    gemm();  // warm-up (OpenBLAS's buffers, the caches)
+    const double tg = best_seconds(3, factor, gemm);
+    triad();
+    const double tt = best_seconds(3, factor, triad);
+    return {2.0 * n * n * double(n) / tg / 1e9, 12.0 * double(m) / tt / 1e9};
+  }
+};
+
+// A barrier whose waiting ranks sleep between polls (MPI_Ibarrier, MPI_Test, 200 us naps):
+// MPI's own barrier spins, and on a host whose ranks take turns the spinning ranks would take
+// the cores from the one being measured (rank 0's GEMM measured 31% low so).
+void sleeping_barrier() {
+  MPI_Request req;
+  DTB_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req) == MPI_SUCCESS, "MPI_Ibarrier failed");
+  for (int done = 0;;) {
+    DTB_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS, "MPI_Test failed");
+    if (done) return;
+    usleep(200);
+  }
+}
+
+}  // namespace
+
 namespace {
 int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std::vector<ValidateCheck>& checks,
                  std::chrono::steady_clock::time_point t0);
@@ -295,11 +409,13 @@ int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std:
 
 int cmd_validate(Communicator& world, const ValidateArgs& a) {
   const bool root = world.rank() == 0;
-  if (a.level != "quick") {
-    if (a.level == "medium" || a.level == "long" || a.level == "burnin")
-      throw InputError("--level " + a.level + " is not available yet: only quick (inventory and consistency) is built");
+  if (a.level != "quick" && a.level != "medium") {
+    if (a.level == "long" || a.level == "burnin")
+      throw InputError("--level " + a.level + " is not available yet: quick and medium are built");
     throw InputError("--level '" + a.level + "' is not one of quick, medium, long, burnin");
   }
+  if (!(a.tolerance > 0 && a.tolerance < 1)) throw InputError("--tolerance must be in (0, 1)");
+  const Injection inj = parse_injection(a.inject, world.size());
   if (a.backend != "cpu" && a.backend != "cuda") throw InputError("--backend '" + a.backend + "' is not cpu or cuda");
   const auto expect = parse_expectations(a.expect);
   if (a.ranks_per_node < 0) throw InputError("--ranks-per-node must be positive");
@@ -307,9 +423,17 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     throw InputError("--ranks-per-node " + std::to_string(a.ranks_per_node) + " does not divide the " +
                      std::to_string(world.size()) + " ranks");
   const auto t0 = std::chrono::steady_clock::now();
-  if (root)
-    std::printf("# validate quick: inventory and consistency of %d ranks%s; expected a few seconds\n", world.size(),
+  if (root) {
+    std::printf("# validate %s: inventory and consistency of %d ranks%s", a.level.c_str(), world.size(),
                 a.ranks_per_node > 0 ? (", emulated nodes of " + std::to_string(a.ranks_per_node) + " ranks (for tests)").c_str() : "");
+    if (a.level == "medium")
+      std::printf("; then each rank's GEMM and memory bandwidth, the ranks of a host one at a time: expected about 0.5 s "
+                  "a rank of the most populated host");
+    else
+      std::printf("; expected a few seconds");
+    std::printf("%s\n", inj.rank >= 0 ? ("; TEST FAULT: rank " + std::to_string(inj.rank) + " compute x" +
+                                          num_str(inj.compute) + " slower").c_str() : "");
+  }
   std::fflush(stdout);
 
   // Where this rank sits: emulated nodes, or the ranks sharing memory (MPI_COMM_TYPE_SHARED).
@@ -344,7 +468,42 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     std::map<std::string, int> index;
     for (json& r : inv) r["node_index"] = index.emplace(r["node"].get<std::string>(), int(index.size())).first->second;
   }
-  const std::vector<ValidateCheck> checks = quick_checks(inv, expect);
+  std::vector<ValidateCheck> checks = quick_checks(inv, expect);
+  if (a.level == "medium") {
+    // The ranks of one host take turns (they share its cores and memory); hosts run at once.
+    int turn = 0, turns = 1;
+    std::map<std::string, int> per_host;
+    for (const json& r : inv) {
+      const int k = per_host[r.value("host", "?")]++;
+      if (r.value("rank", -1) == world.rank()) turn = k;
+      turns = std::max(turns, k + 1);
+    }
+    // Three rounds of turns, each rank's best over them: a neighbour's burst of load spoils one
+    // round's figure, not the rank's.
+    std::pair<double, double> mine_c{0, 0};
+    ComputeProbe probe;
+    for (int round = 0; round < 3; ++round)
+      for (int t = 0; t < turns; ++t) {
+        sleeping_barrier();
+        if (t == turn) {
+          const auto m = probe.measure(world.rank() == inj.rank ? inj.compute : 1.0);
+          mine_c = {std::max(mine_c.first, m.first), std::max(mine_c.second, m.second)};
+        }
+      }
+    sleeping_barrier();
+    std::vector<double> both = {mine_c.first, mine_c.second}, all(2 * size_t(world.size()));
+    world.all_gather(both.data(), all.data(), 2, DType::f64);
+    std::vector<double> gemm, triad;
+    std::vector<std::string> node;
+    for (int r = 0; r < world.size(); ++r) {
+      gemm.push_back(all[2 * size_t(r)]), triad.push_back(all[2 * size_t(r) + 1]);
+      node.push_back(inv[size_t(r)].value("node", "?"));
+    }
+    checks.push_back(fleet_median_check("compute/gemm_gflops", "GFLOP/s", gemm, node, a.tolerance));
+    checks.push_back(fleet_median_check("compute/triad_GBps", "GB/s", triad, node, a.tolerance));
+    checks.push_back({"collectives/intra_node", "skip", "not built yet (level medium measures compute only so far)",
+                      {}, {}, json::object(), {}});
+  }
   // Rank 0 decides, prints and writes; every rank returns its exit status.
   int code = 0;
   if (root) {
@@ -400,7 +559,8 @@ int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std:
   const json out = {{"kind", "validate"},
                     {"version", 1},
                     {"level", a.level},
-                    {"levels_run", {"quick"}},
+                    {"levels_run", a.level == "medium" ? json{"quick", "medium"} : json{"quick"}},
+                    {"injected_fault", a.inject.empty() ? json(nullptr) : json(a.inject)},
                     {"expect", parse_expectations(a.expect)},
                     {"emulated_ranks_per_node", a.ranks_per_node > 0 ? json(a.ranks_per_node) : json(nullptr)},
                     {"world_size", inv.size()},
@@ -426,7 +586,7 @@ int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std:
   } catch (const std::exception& e) {
     throw InputError(std::string("--output: ") + e.what());
   }
-  std::printf("validate quick: %zu of %zu nodes accepted; %.1f s; report %s\n", node_order.size() - size_t(defective),
+  std::printf("validate %s: %zu of %zu nodes accepted; %.1f s; report %s\n", a.level.c_str(), node_order.size() - size_t(defective),
               node_order.size(), secs, a.output.c_str());
   return code;
 }

@@ -2,10 +2,12 @@
 //
 // Built so far: --level quick, the inventory of every rank and node (host, node, CPU model,
 // cores, memory, device, MPI and BLAS versions) and its consistency across nodes, checked
-// against --expect before anything expensive runs. Nodes can be emulated on one machine
-// (--ranks-per-node N groups consecutive ranks, for tests). The levels that measure (medium:
-// per-rank compute and collectives within a node; long: pairs across nodes and the trainer;
-// burnin) are refused with exit 2 until they exist.
+// against --expect before anything expensive runs; and --level medium's per-rank compute: GEMM
+// FLOP/s and STREAM-triad bandwidth on every rank (the ranks of one host one at a time, hosts
+// at once; best of the repetitions), each rank against the fleet median. Nodes can be emulated
+// on one machine (--ranks-per-node N groups consecutive ranks) and one rank's compute slowed
+// (--inject), both for tests. Not built yet: medium's collectives within a node, the long and
+// burnin levels (refused with exit 2), baselines and rules files.
 //
 // Verdicts: each check is pass, warn, fail, skip (with its reason) or not_run; a node is
 // accepted when no failed check names it. Exit status: 0 every node accepted (warnings too,
@@ -28,6 +30,8 @@ struct ValidateArgs {
   std::string backend = "cpu";
   std::string output = "results/validate.json";
   bool werror = false;
+  double tolerance = 0.3;   // medium: a rank below (1 - tolerance) x the fleet median fails
+  std::string inject;       // "RANK:compute:FACTOR": tests only (parse_injection)
 };
 
 /// One check's outcome. status: "pass", "warn", "fail", "skip" or "not_run"; detail says why
@@ -39,6 +43,22 @@ struct ValidateCheck {
   nlohmann::json values = nlohmann::json::object();
   std::map<std::string, std::string> node_detail;  // per named node: what is wrong there
 };
+
+/// A test-only fault: rank `rank` runs its compute measurements `compute` times slower (it
+/// spins for (compute - 1) x each timed repetition inside the timing). Parsed from
+/// "RANK:compute:FACTOR" (FACTOR >= 1); InputError otherwise. Documented as for tests only.
+struct Injection {
+  int rank = -1;
+  double compute = 1.0;
+};
+Injection parse_injection(const std::string& spec, int world_size);
+
+/// Level medium's rule over one metric measured on every rank (higher is better): a rank below
+/// (1 - tolerance) x the median of all ranks fails, below (1 - tolerance / 2) x warns; the
+/// check names each such rank, its node, value, the median and the deviation. `nodes[r]` is
+/// rank r's node.
+ValidateCheck fleet_median_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
+                                 const std::vector<std::string>& nodes, double tolerance);
 
 /// The --expect keys and what they compare: nodes (number of nodes), ranks_per_node (every
 /// node's), gpus_per_node (ranks per node on the cuda backend, one GPU each; 0 on cpu), device

@@ -82,5 +82,33 @@ TEST(ValidateQuick, ExpectationsParse) {
     EXPECT_THROW(parse_expectations(bad), InputError) << bad;
 }
 
+// Level medium's rule: below (1 - tol) x the median fails, below (1 - tol/2) warns. Ranks
+// 100, 100, 100, 50 (median 100): rank 3 is 50% below, a failure at tol 0.3, naming node b.
+TEST(ValidateMedium, FleetMedianRule) {
+  const std::vector<std::string> nodes = {"a", "a", "b", "b"};
+  const ValidateCheck slow = fleet_median_check("compute/gemm_gflops", "GFLOP/s", {100, 100, 100, 50}, nodes, 0.3);
+  EXPECT_EQ(slow.status, "fail");
+  EXPECT_EQ(slow.ranks, std::vector<int>{3});
+  EXPECT_EQ(slow.nodes, std::vector<std::string>{"b"});
+  EXPECT_DOUBLE_EQ(slow.values["median"].get<double>(), 100.0);
+  EXPECT_NE(slow.node_detail.at("b").find("rank 3 50 GFLOP/s, 50% below the median 100"), std::string::npos)
+      << slow.node_detail.at("b");
+  // 20% below: beyond half the tolerance (15%), within it: a warning.
+  EXPECT_EQ(fleet_median_check("m", "u", {100, 100, 100, 80}, nodes, 0.3).status, "warn");
+  EXPECT_EQ(fleet_median_check("m", "u", {100, 100, 95, 90}, nodes, 0.3).status, "pass");
+  // The median of an even count is the mean of the middle two: {40, 100, 100, 100} -> 100.
+  EXPECT_DOUBLE_EQ(fleet_median_check("m", "u", {40, 100, 100, 100}, nodes, 0.3).values["median"].get<double>(), 100.0);
+}
+
+TEST(ValidateMedium, InjectionParses) {
+  const Injection i = parse_injection("3:compute:2", 4);
+  EXPECT_EQ(i.rank, 3);
+  EXPECT_DOUBLE_EQ(i.compute, 2.0);
+  EXPECT_EQ(parse_injection("", 4).rank, -1);
+  for (const char* bad : {"4:compute:2", "-1:compute:2", "x:compute:2", "3:comm:2", "3:compute:0.5", "3:compute:", "3",
+                          "3:compute"})
+    EXPECT_THROW(parse_injection(bad, 4), InputError) << bad;
+}
+
 }  // namespace
 }  // namespace dtb
