@@ -187,7 +187,7 @@ expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many
 expect_error "--expect: nodes given twice" validate --expect nodes=1,nodes=2
 expect_error "--expect: 'device' is not key=value" validate --expect device
-expect_error "--level long is not available yet: quick and medium are built" validate --level long
+expect_error "--level burnin is not available yet: quick, medium and long are built" validate --level burnin
 expect_error "--level 'fast' is not one of quick, medium, long, burnin" validate --level fast
 expect_error "--ranks-per-node 3 does not divide the 1 ranks" validate --ranks-per-node 3
 expect_error "--backend 'gpu' is not cpu or cuda" validate --backend gpu

@@ -409,8 +409,8 @@ int main(int argc, char** argv) {
         "validate", "check a cluster: inventory and consistency of every rank and node (--level quick), exit 1 naming "
                     "a defective node");
     validate->add_option("--level", validate_args.level,
-                         "quick (inventory, consistency) or medium (also each rank's GEMM and memory bandwidth); long and "
-                         "burnin are not built yet");
+                         "quick (inventory, consistency), medium (also each rank's GEMM and memory bandwidth) or long "
+                         "(also every pair's send/recv bandwidth); burnin is not built yet");
     validate->add_option("--expect", validate_args.expect,
                          "expectations, e.g. nodes=2,ranks_per_node=8,device=H200,cores=64,memory_gb=500,gpus_per_node=8");
     validate->add_option("--ranks-per-node", validate_args.ranks_per_node,
@@ -421,7 +421,8 @@ int main(int argc, char** argv) {
     validate->add_option("--tolerance", validate_args.tolerance,
                          "medium: a rank more than this fraction below the fleet median fails (half of it warns)");
     validate->add_option("--inject", validate_args.inject,
-                         "FOR TESTS ONLY: RANK:compute:FACTOR runs that rank's compute measurements FACTOR times slower");
+                         "FOR TESTS ONLY: RANK:compute:FACTOR or RANK:comm:FACTOR runs that rank's compute measurements "
+                         "or point-to-point transfers FACTOR times slower");
     dtb::ClaimsArgs claims_args;
     auto* claims = app.add_subcommand(
         "claims", "check the field's rules of thumb (harness/claims.json) against dtbench's models and a report");

@@ -256,3 +256,28 @@ v = [x for x in n1["violations"] if x["check"] == "compute/gemm_gflops"][0]
 assert v["status"] == "fail" and "rank 3 " in v["detail"] and "below the median" in v["detail"], v
 print("validate medium ok: clean accepted; rank 3 slowed 2x ->", v["detail"])
 PY
+
+# Level long: every pair's send/recv bandwidth (round-robin), each rank's median over its
+# partners against the fleet median. Clean, both nodes are accepted; with rank 3's transfers
+# slowed 2x (--inject 3:comm:2), node 1 alone is defective, the pair check naming rank 3.
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level long \
+  --ranks-per-node 2 --tolerance 0.4 --output "$tmp/validate_long.json" >"$tmp/validate_l.log" 2>&1 ||
+  { echo "FAIL: validate long, clean:"; cat "$tmp/validate_l.log"; exit 1; }
+rc=0
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level long \
+  --ranks-per-node 2 --tolerance 0.4 --inject 3:comm:2 --output "$tmp/validate_comm.json" >"$tmp/validate_c.log" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] || { echo "FAIL: validate long with rank 3's transfers slowed exited $rc, not 1:"; cat "$tmp/validate_c.log"; exit 1; }
+python3 - "$tmp/validate_long.json" "$tmp/validate_comm.json" <<'PY'
+import json, sys
+ok, slow = (json.load(open(p)) for p in sys.argv[1:3])
+assert ok["verdict"] == "accepted" and ok["levels_run"] == ["quick", "medium", "long"], ok["verdict"]
+pairs = [c for c in ok["checks"] if c["name"] == "pairs/sendrecv_GBps"][0]
+m = pairs["values"]["matrix_GBps"]
+assert len(m) == 4 and all(m[i][j] > 0 for i in range(4) for j in range(4) if i != j), m
+assert all(abs(m[i][j] - m[j][i]) <= 0.5 * max(m[i][j], m[j][i]) for i in range(4) for j in range(4)), m
+n0, n1 = slow["nodes"]
+assert n0["accepted"] and not n1["accepted"], slow["nodes"]
+v = [x for x in n1["violations"] if x["check"] == "pairs/sendrecv_GBps"][0]
+assert v["status"] == "fail" and "rank 3 " in v["detail"] and "rank 2 " not in v["detail"], v
+print("validate long ok: clean accepted; rank 3's transfers slowed 2x ->", v["detail"])
+PY

@@ -299,15 +299,34 @@ Injection parse_injection(const std::string& spec, int world_size) {
     throw InputError("--inject: '" + spec + "' is not RANK:compute:FACTOR");
   if (r < 0 || r >= world_size)
     throw InputError("--inject: rank " + rank + " is not in [0, " + std::to_string(world_size) + ")");
-  if (spec.substr(a + 1, b - a - 1) != "compute")
-    throw InputError("--inject: '" + spec.substr(a + 1, b - a - 1) + "' is not a fault this build injects (compute)");
+  const std::string kind = spec.substr(a + 1, b - a - 1);
+  if (kind != "compute" && kind != "comm")
+    throw InputError("--inject: '" + kind + "' is not a fault this build injects (compute, comm)");
   const std::string f = spec.substr(b + 1);
   const double factor = std::strtod(f.c_str(), &e);
   if (f.empty() || *e != '\0' || !std::isfinite(factor) || factor < 1)
     throw InputError("--inject: factor '" + f + "' is not a number >= 1");
   inj.rank = int(r);
-  inj.compute = factor;
+  (kind == "compute" ? inj.compute : inj.comm) = factor;
   return inj;
+}
+
+std::vector<std::vector<std::pair<int, int>>> pair_rounds(int n) {
+  // Circle method: position 0 fixed, the others rotate; with odd n a dummy (n) sits out.
+  const int m = n % 2 ? n + 1 : n;
+  std::vector<int> pos(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i) pos[size_t(i)] = i;
+  std::vector<std::vector<std::pair<int, int>>> rounds;
+  for (int r = 0; r < m - 1; ++r) {
+    std::vector<std::pair<int, int>> pairs;
+    for (int i = 0; i < m / 2; ++i) {
+      const int a = pos[size_t(i)], b = pos[size_t(m - 1 - i)];
+      if (a < n && b < n) pairs.emplace_back(std::min(a, b), std::max(a, b));
+    }
+    rounds.push_back(pairs);
+    std::rotate(pos.begin() + 1, pos.end() - 1, pos.end());
+  }
+  return rounds;
 }
 
 ValidateCheck fleet_median_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
@@ -400,6 +419,28 @@ void sleeping_barrier() {
   }
 }
 
+// Bidirectional point-to-point bandwidth with `partner`: MPI_Sendrecv of `bytes` each way,
+// then a 0-byte handshake (so a rank slowed by `factor` delays both sides' clocks), best of 5
+// after a warm-up; (2 bytes) / seconds in GB/s.
+double pair_bandwidth(int partner, size_t bytes, double factor) {
+  std::vector<char> sbuf(bytes, 1), rbuf(bytes);
+  double best = 1e300;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    DTB_CHECK(MPI_Sendrecv(sbuf.data(), int(bytes), MPI_BYTE, partner, 7, rbuf.data(), int(bytes), MPI_BYTE, partner, 7,
+                           MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS,
+              "MPI_Sendrecv failed");
+    const auto dt = std::chrono::steady_clock::now() - t0;
+    if (factor > 1) spin_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(dt * factor));
+    char x = 0, y = 0;
+    DTB_CHECK(MPI_Sendrecv(&x, 1, MPI_BYTE, partner, 8, &y, 1, MPI_BYTE, partner, 8, MPI_COMM_WORLD,
+                           MPI_STATUS_IGNORE) == MPI_SUCCESS,
+              "MPI_Sendrecv failed");
+    if (rep > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * double(bytes) / best / 1e9;
+}
+
 }  // namespace
 
 namespace {
@@ -409,9 +450,9 @@ int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std:
 
 int cmd_validate(Communicator& world, const ValidateArgs& a) {
   const bool root = world.rank() == 0;
-  if (a.level != "quick" && a.level != "medium") {
-    if (a.level == "long" || a.level == "burnin")
-      throw InputError("--level " + a.level + " is not available yet: quick and medium are built");
+  if (a.level != "quick" && a.level != "medium" && a.level != "long") {
+    if (a.level == "burnin")
+      throw InputError("--level burnin is not available yet: quick, medium and long are built");
     throw InputError("--level '" + a.level + "' is not one of quick, medium, long, burnin");
   }
   if (!(a.tolerance > 0 && a.tolerance < 1)) throw InputError("--tolerance must be in (0, 1)");
@@ -426,13 +467,16 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
   if (root) {
     std::printf("# validate %s: inventory and consistency of %d ranks%s", a.level.c_str(), world.size(),
                 a.ranks_per_node > 0 ? (", emulated nodes of " + std::to_string(a.ranks_per_node) + " ranks (for tests)").c_str() : "");
-    if (a.level == "medium")
+    if (a.level == "medium" || a.level == "long")
       std::printf("; then each rank's GEMM and memory bandwidth, the ranks of a host one at a time: expected about 0.5 s "
                   "a rank of the most populated host");
+    if (a.level == "long")
+      std::printf("; then every pair's send/recv bandwidth, n - 1 rounds of n / 2 pairs at once: about 0.05 s a round");
     else
       std::printf("; expected a few seconds");
-    std::printf("%s\n", inj.rank >= 0 ? ("; TEST FAULT: rank " + std::to_string(inj.rank) + " compute x" +
-                                          num_str(inj.compute) + " slower").c_str() : "");
+    std::printf("%s\n", inj.rank >= 0 ? ("; TEST FAULT: rank " + std::to_string(inj.rank) + " " +
+                                          (inj.comm > 1 ? "communication x" + num_str(inj.comm)
+                                                        : "compute x" + num_str(inj.compute)) + " slower").c_str() : "");
   }
   std::fflush(stdout);
 
@@ -469,7 +513,8 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     for (json& r : inv) r["node_index"] = index.emplace(r["node"].get<std::string>(), int(index.size())).first->second;
   }
   std::vector<ValidateCheck> checks = quick_checks(inv, expect);
-  if (a.level == "medium") {
+  const bool medium = a.level == "medium" || a.level == "long";
+  if (medium) {
     // The ranks of one host take turns (they share its cores and memory); hosts run at once.
     int turn = 0, turns = 1;
     std::map<std::string, int> per_host;
@@ -503,6 +548,62 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     checks.push_back(fleet_median_check("compute/triad_GBps", "GB/s", triad, node, a.tolerance));
     checks.push_back({"collectives/intra_node", "skip", "not built yet (level medium measures compute only so far)",
                       {}, {}, json::object(), {}});
+  }
+  if (a.level == "long" && world.size() > 1) {
+    // Every pair once, round-robin (n - 1 rounds of n / 2 pairs at once): each rank's
+    // bidirectional bandwidth with each partner; a rank's figure is the median over its
+    // partners, so one slow link (or one slow rank) shows at its own ranks, not at all of
+    // theirs. 4 MiB each way.
+    const size_t bytes = size_t(4) << 20;
+    std::vector<double> row(size_t(world.size()), 0.0);
+    // Pairs of a round that share a host take turns (slots), as ranks do for compute: two
+    // transfers through one host's memory would measure each other.
+    auto host = [&](int r) { return inv[size_t(r)].value("host", "?"); };
+    for (const auto& round : pair_rounds(world.size())) {
+      std::vector<int> slot(round.size(), 0);
+      int slots = 1;
+      for (size_t i = 0; i < round.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+          const std::set<std::string> hi = {host(round[i].first), host(round[i].second)};
+          if (hi.count(host(round[j].first)) || hi.count(host(round[j].second))) slot[i] = std::max(slot[i], slot[j] + 1);
+        }
+        slots = std::max(slots, slot[i] + 1);
+      }
+      for (int k = 0; k < slots; ++k) {
+        sleeping_barrier();
+        for (size_t i = 0; i < round.size(); ++i) {
+          const auto [x, y] = round[i];
+          if (slot[i] == k && (x == world.rank() || y == world.rank())) {
+            const int partner = x == world.rank() ? y : x;
+            row[size_t(partner)] = pair_bandwidth(partner, bytes, world.rank() == inj.rank ? inj.comm : 1.0);
+          }
+        }
+      }
+    }
+    sleeping_barrier();
+    std::vector<double> matrix(row.size() * row.size());
+    world.all_gather(row.data(), matrix.data(), row.size(), DType::f64);
+    std::vector<double> per_rank;
+    std::vector<std::string> node;
+    json m = json::array();
+    for (int r = 0; r < world.size(); ++r) {
+      std::vector<double> v;
+      json mr = json::array();
+      for (int p = 0; p < world.size(); ++p) {
+        mr.push_back(matrix[size_t(r) * row.size() + size_t(p)]);
+        if (p != r) v.push_back(matrix[size_t(r) * row.size() + size_t(p)]);
+      }
+      std::sort(v.begin(), v.end());
+      per_rank.push_back(v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+      node.push_back(inv[size_t(r)].value("node", "?"));
+      m.push_back(mr);
+    }
+    ValidateCheck c = fleet_median_check("pairs/sendrecv_GBps", "GB/s", per_rank, node, a.tolerance);
+    c.values["matrix_GBps"] = m;
+    c.values["bytes"] = bytes;
+    checks.push_back(c);
+    checks.push_back({"train/world", "skip", "not built yet (level long runs the pair sweep only so far)", {}, {},
+                      json::object(), {}});
   }
   // Rank 0 decides, prints and writes; every rank returns its exit status.
   int code = 0;
@@ -559,7 +660,9 @@ int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std:
   const json out = {{"kind", "validate"},
                     {"version", 1},
                     {"level", a.level},
-                    {"levels_run", a.level == "medium" ? json{"quick", "medium"} : json{"quick"}},
+                    {"levels_run", a.level == "long"     ? json{"quick", "medium", "long"}
+                                   : a.level == "medium" ? json{"quick", "medium"}
+                                                         : json{"quick"}},
                     {"injected_fault", a.inject.empty() ? json(nullptr) : json(a.inject)},
                     {"expect", parse_expectations(a.expect)},
                     {"emulated_ranks_per_node", a.ranks_per_node > 0 ? json(a.ranks_per_node) : json(nullptr)},

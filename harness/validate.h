@@ -2,12 +2,14 @@
 //
 // Built so far: --level quick, the inventory of every rank and node (host, node, CPU model,
 // cores, memory, device, MPI and BLAS versions) and its consistency across nodes, checked
-// against --expect before anything expensive runs; and --level medium's per-rank compute: GEMM
+// against --expect before anything expensive runs; --level medium's per-rank compute: GEMM
 // FLOP/s and STREAM-triad bandwidth on every rank (the ranks of one host one at a time, hosts
-// at once; best of the repetitions), each rank against the fleet median. Nodes can be emulated
-// on one machine (--ranks-per-node N groups consecutive ranks) and one rank's compute slowed
-// (--inject), both for tests. Not built yet: medium's collectives within a node, the long and
-// burnin levels (refused with exit 2), baselines and rules files.
+// at once; best of the repetitions), each rank against the fleet median; and --level long's
+// pair sweep: every pair's send/recv bandwidth, round-robin, each rank's median over its
+// partners against the fleet median. Nodes can be emulated on one machine (--ranks-per-node N
+// groups consecutive ranks) and one rank's compute or transfers slowed (--inject), both for
+// tests. Not built yet: medium's collectives within a node, long's trainer run, burnin
+// (refused with exit 2), baselines and rules files.
 //
 // Verdicts: each check is pass, warn, fail, skip (with its reason) or not_run; a node is
 // accepted when no failed check names it. Exit status: 0 every node accepted (warnings too,
@@ -44,13 +46,21 @@ struct ValidateCheck {
   std::map<std::string, std::string> node_detail;  // per named node: what is wrong there
 };
 
-/// A test-only fault: rank `rank` runs its compute measurements `compute` times slower (it
-/// spins for (compute - 1) x each timed repetition inside the timing). Parsed from
-/// "RANK:compute:FACTOR" (FACTOR >= 1); InputError otherwise. Documented as for tests only.
+/// A test-only fault: rank `rank` runs its compute measurements `compute` times slower, or its
+/// point-to-point transfers `comm` times slower (it spins for (FACTOR - 1) x each timed
+/// repetition inside the timing; for a transfer, before a closing handshake both sides wait
+/// for). Parsed from "RANK:compute:FACTOR" or "RANK:comm:FACTOR" (FACTOR >= 1); InputError
+/// otherwise. Documented as for tests only.
 struct Injection {
   int rank = -1;
   double compute = 1.0;
+  double comm = 1.0;  // "RANK:comm:FACTOR": that rank's point-to-point transfers FACTOR times slower
 };
+
+/// The round-robin schedule of all pairs among n ranks (the circle method): n - 1 rounds of
+/// n / 2 disjoint pairs (n even; odd n: n rounds, one rank idle in each). Every pair meets
+/// exactly once. n >= 1.
+std::vector<std::vector<std::pair<int, int>>> pair_rounds(int n);
 Injection parse_injection(const std::string& spec, int world_size);
 
 /// Level medium's rule over one metric measured on every rank (higher is better): a rank below

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "kernels/error.h"
 
 namespace dtb {
@@ -105,9 +107,34 @@ TEST(ValidateMedium, InjectionParses) {
   EXPECT_EQ(i.rank, 3);
   EXPECT_DOUBLE_EQ(i.compute, 2.0);
   EXPECT_EQ(parse_injection("", 4).rank, -1);
-  for (const char* bad : {"4:compute:2", "-1:compute:2", "x:compute:2", "3:comm:2", "3:compute:0.5", "3:compute:", "3",
+  for (const char* bad : {"4:compute:2", "-1:compute:2", "x:compute:2", "3:disk:2", "3:compute:0.5", "3:compute:", "3",
                           "3:compute"})
     EXPECT_THROW(parse_injection(bad, 4), InputError) << bad;
+}
+
+// Round-robin pairs: every pair exactly once, no rank twice in a round; n - 1 rounds for even
+// n, n for odd (one rank sits each out).
+TEST(ValidateLong, PairRoundsMeetEveryPairOnce) {
+  for (int n : {1, 2, 3, 4, 5, 8}) {
+    const auto rounds = pair_rounds(n);
+    std::set<std::pair<int, int>> met;
+    for (const auto& round : rounds) {
+      std::set<int> busy;
+      for (const auto& [a, b] : round) {
+        EXPECT_LT(a, b);
+        EXPECT_TRUE(busy.insert(a).second && busy.insert(b).second) << "n " << n << ": a rank twice in a round";
+        EXPECT_TRUE(met.insert({a, b}).second) << "n " << n << ": pair " << a << "," << b << " twice";
+      }
+    }
+    EXPECT_EQ(met.size(), size_t(n * (n - 1) / 2)) << n;
+    if (n > 1) {
+      EXPECT_EQ(rounds.size(), size_t(n % 2 ? n : n - 1)) << n;
+    }
+  }
+  const Injection c = parse_injection("2:comm:3", 4);
+  EXPECT_EQ(c.rank, 2);
+  EXPECT_DOUBLE_EQ(c.comm, 3.0);
+  EXPECT_DOUBLE_EQ(c.compute, 1.0);
 }
 
 }  // namespace
