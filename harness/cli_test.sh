@@ -196,6 +196,9 @@ expect_error "--inject: 'memory' is not a fault this build injects" validate --l
 expect_error "--inject: factor '0.5' is not a number >= 1" validate --level medium --inject 0:compute:0.5
 expect_error "--inject: 'x' is not RANK:compute:FACTOR" validate --level medium --inject x
 expect_error "--tolerance must be in (0, 1)" validate --level medium --tolerance 1.5
+expect_error "--baseline $tmp/nonexistent.json: no such file" validate --baseline "$tmp/nonexistent.json"
+expect_error "malformed JSON" validate --baseline "$tmp/malformed.json"
+expect_error "not a validate baseline" validate --baseline "$tmp/not_object.json"
 
 # --force: the memory refusal becomes one warning line and the run goes on (here only as
 # far as printing the config, so nothing is allocated).

@@ -418,6 +418,12 @@ int main(int argc, char** argv) {
     validate->add_option("--backend", validate_args.backend, "cpu or cuda (the device each rank reports)");
     validate->add_option("--output", validate_args.output, "the JSON report (default results/validate.json)");
     validate->add_flag("--werror", validate_args.werror, "warnings fail the node they name");
+    validate->add_option("--make-baseline", validate_args.make_baseline,
+                         "write a baseline (metric -> value, outliers removed) from this run's metrics to FILE")
+        ->type_name("FILE");
+    validate->add_option("--baseline", validate_args.baseline,
+                         "judge every rank also against this baseline; a metric it has and this run lacks fails")
+        ->type_name("FILE");
     validate->add_option("--tolerance", validate_args.tolerance,
                          "medium: a rank more than this fraction below the fleet median fails (half of it warns)");
     validate->add_option("--inject", validate_args.inject,

@@ -329,34 +329,85 @@ std::vector<std::vector<std::pair<int, int>>> pair_rounds(int n) {
   return rounds;
 }
 
-ValidateCheck fleet_median_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
-                                 const std::vector<std::string>& nodes, double tolerance) {
-  std::vector<double> sorted = value;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  ValidateCheck c{name, "pass", "", {}, {}, {{"median", median}, {"unit", unit}, {"tolerance", tolerance}}, {}};
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A rank below (1 - tolerance) x reference fails, below (1 - tolerance / 2) x warns; `what`
+// names the reference in the messages ("the median", "the baseline").
+ValidateCheck below_reference_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
+                                    const std::vector<std::string>& nodes, double tolerance, double reference,
+                                    const std::string& what, const std::string& rule) {
+  ValidateCheck c{name, "pass", "", {}, {}, {{"reference", reference}, {"unit", unit}, {"tolerance", tolerance}}, {}};
   double worst = 0;
   int worst_rank = -1;
-  for (size_t r = 0; r < n; ++r) {
-    const double drop = median > 0 ? 1.0 - value[r] / median : 1.0;
+  for (size_t r = 0; r < value.size(); ++r) {
+    const double drop = reference > 0 ? 1.0 - value[r] / reference : 1.0;
     c.values["rank " + std::to_string(r)] = value[r];
     if (drop > tolerance / 2) {
       c.ranks.push_back(int(r));
       if (std::find(c.nodes.begin(), c.nodes.end(), nodes[r]) == c.nodes.end()) c.nodes.push_back(nodes[r]);
       std::string& d = c.node_detail[nodes[r]];
       d += (d.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " " + num_str(value[r]) + " " + unit +
-           ", " + std::to_string(int(std::lround(100 * drop))) + "% below the median " + num_str(median) + " (rule: " +
-           (drop > tolerance ? "fail" : "warn") + " beyond " + std::to_string(int(std::lround(100 * (drop > tolerance ? tolerance : tolerance / 2)))) +
-           "% below the fleet median)";
+           ", " + std::to_string(int(std::lround(100 * drop))) + "% below " + what + " " + num_str(reference) +
+           " (rule: " + (drop > tolerance ? "fail" : "warn") + " beyond " +
+           std::to_string(int(std::lround(100 * (drop > tolerance ? tolerance : tolerance / 2)))) + "% below " + rule + ")";
     }
     if (drop > worst) worst = drop, worst_rank = int(r);
   }
   c.status = worst > tolerance ? "fail" : worst > tolerance / 2 ? "warn" : "pass";
-  c.detail = c.ranks.empty() ? "every rank within " + std::to_string(int(std::lround(50 * tolerance))) + "% of the median " +
-                                   num_str(median) + " " + unit
+  c.detail = c.ranks.empty() ? "every rank within " + std::to_string(int(std::lround(50 * tolerance))) + "% of " + what +
+                                   " " + num_str(reference) + " " + unit
                              : c.node_detail[nodes[size_t(worst_rank)]];
   return c;
+}
+
+}  // namespace
+
+ValidateCheck fleet_median_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
+                                 const std::vector<std::string>& nodes, double tolerance) {
+  const double median = median_of(value);
+  ValidateCheck c = below_reference_check(name, unit, value, nodes, tolerance, median, "the median", "the fleet median");
+  c.values["median"] = median;
+  return c;
+}
+
+double baseline_value(std::vector<double> v) {
+  // Iterative outlier removal: drop what lies beyond 3 MADs (at least 1% of the median) from
+  // the median, until nothing is dropped; the median of what stays.
+  for (;;) {
+    const double m = median_of(v);
+    std::vector<double> dev;
+    for (double x : v) dev.push_back(std::abs(x - m));
+    const double cut = 3.0 * std::max(median_of(dev), 0.01 * std::abs(m));
+    std::vector<double> kept;
+    for (double x : v)
+      if (std::abs(x - m) <= cut) kept.push_back(x);
+    if (kept.size() == v.size() || kept.empty()) return m;
+    v = kept;
+  }
+}
+
+std::vector<ValidateCheck> baseline_checks(const json& baseline, const std::map<std::string, Metric>& measured,
+                                           const std::vector<std::string>& nodes, double tolerance) {
+  std::vector<ValidateCheck> out;
+  for (const auto& [name, entry] : baseline.at("metrics").items()) {
+    const auto it = measured.find(name);
+    if (it == measured.end()) {
+      out.push_back({"baseline/" + name, "fail",
+                     "missing: the baseline has " + name + ", this run measured none (a level too low, or a test that "
+                     "could not run)",
+                     {}, {}, {{"baseline", entry.value("value", 0.0)}}, {}});
+      continue;
+    }
+    out.push_back(below_reference_check("baseline/" + name, it->second.unit, it->second.per_rank, nodes, tolerance,
+                                        entry.value("value", 0.0), "the baseline", "the baseline"));
+  }
+  return out;
 }
 
 namespace {
@@ -420,22 +471,32 @@ void sleeping_barrier() {
 }
 
 // Bidirectional point-to-point bandwidth with `partner`: MPI_Sendrecv of `bytes` each way,
-// then a 0-byte handshake (so a rank slowed by `factor` delays both sides' clocks), best of 5
-// after a warm-up; (2 bytes) / seconds in GB/s.
+// then both sides swap their transfer times (a 1-double handshake), best of 10 after a warm-up;
+// (2 bytes) / seconds in GB/s. `factor` > 1 (--inject, both sides of a pair with the slowed
+// rank) emulates a link that many times slower: both sides spin until factor x the longer of
+// the two transfer times has passed since the start, then swap once more.
 double pair_bandwidth(int partner, size_t bytes, double factor) {
   std::vector<char> sbuf(bytes, 1), rbuf(bytes);
   double best = 1e300;
-  for (int rep = 0; rep < 6; ++rep) {
+  auto swap = [&](double mine) {
+    double theirs = 0;
+    DTB_CHECK(MPI_Sendrecv(&mine, 1, MPI_DOUBLE, partner, 8, &theirs, 1, MPI_DOUBLE, partner, 8, MPI_COMM_WORLD,
+                           MPI_STATUS_IGNORE) == MPI_SUCCESS,
+              "MPI_Sendrecv failed");
+    return theirs;
+  };
+  for (int rep = 0; rep < 11; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     DTB_CHECK(MPI_Sendrecv(sbuf.data(), int(bytes), MPI_BYTE, partner, 7, rbuf.data(), int(bytes), MPI_BYTE, partner, 7,
                            MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS,
               "MPI_Sendrecv failed");
-    const auto dt = std::chrono::steady_clock::now() - t0;
-    if (factor > 1) spin_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(dt * factor));
-    char x = 0, y = 0;
-    DTB_CHECK(MPI_Sendrecv(&x, 1, MPI_BYTE, partner, 8, &y, 1, MPI_BYTE, partner, 8, MPI_COMM_WORLD,
-                           MPI_STATUS_IGNORE) == MPI_SUCCESS,
-              "MPI_Sendrecv failed");
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double longer = std::max(dt, swap(dt));
+    if (factor > 1) {
+      spin_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(factor * longer)));
+      swap(0.0);
+    }
     if (rep > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return 2.0 * double(bytes) / best / 1e9;
@@ -457,6 +518,23 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
   }
   if (!(a.tolerance > 0 && a.tolerance < 1)) throw InputError("--tolerance must be in (0, 1)");
   const Injection inj = parse_injection(a.inject, world.size());
+  json baseline;
+  if (!a.baseline.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(a.baseline, ec)) throw InputError("--baseline " + a.baseline + ": no such file");
+    std::ifstream f(a.baseline);
+    try {
+      baseline = json::parse(f);
+    } catch (const json::parse_error& e) {
+      throw InputError("--baseline " + a.baseline + ": malformed JSON (" + e.what() + ")");
+    }
+    if (!baseline.is_object() || baseline.value("kind", "") != "validate-baseline" || !baseline.contains("metrics") ||
+        !baseline["metrics"].is_object())
+      throw InputError("--baseline " + a.baseline + ": not a validate baseline (kind \"validate-baseline\")");
+    for (const auto& [k, v] : baseline["metrics"].items())
+      if (!v.is_object() || !v.contains("value") || !v["value"].is_number())
+        throw InputError("--baseline " + a.baseline + ": metric " + k + " has no numeric \"value\"");
+  }
   if (a.backend != "cpu" && a.backend != "cuda") throw InputError("--backend '" + a.backend + "' is not cpu or cuda");
   const auto expect = parse_expectations(a.expect);
   if (a.ranks_per_node < 0) throw InputError("--ranks-per-node must be positive");
@@ -513,6 +591,7 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     for (json& r : inv) r["node_index"] = index.emplace(r["node"].get<std::string>(), int(index.size())).first->second;
   }
   std::vector<ValidateCheck> checks = quick_checks(inv, expect);
+  std::map<std::string, Metric> metrics;  // per rank, for baselines
   const bool medium = a.level == "medium" || a.level == "long";
   if (medium) {
     // The ranks of one host take turns (they share its cores and memory); hosts run at once.
@@ -546,6 +625,8 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     }
     checks.push_back(fleet_median_check("compute/gemm_gflops", "GFLOP/s", gemm, node, a.tolerance));
     checks.push_back(fleet_median_check("compute/triad_GBps", "GB/s", triad, node, a.tolerance));
+    metrics["compute/gemm_gflops"] = {"GFLOP/s", gemm};
+    metrics["compute/triad_GBps"] = {"GB/s", triad};
     checks.push_back({"collectives/intra_node", "skip", "not built yet (level medium measures compute only so far)",
                       {}, {}, json::object(), {}});
   }
@@ -559,6 +640,9 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     // Pairs of a round that share a host take turns (slots), as ranks do for compute: two
     // transfers through one host's memory would measure each other.
     auto host = [&](int r) { return inv[size_t(r)].value("host", "?"); };
+    // Two sweeps, each pair's best: where ranks share cores, one sweep's figure for a pair can
+    // depend on where the scheduler put its two ranks at that moment.
+    for (int sweep = 0; sweep < 2; ++sweep)
     for (const auto& round : pair_rounds(world.size())) {
       std::vector<int> slot(round.size(), 0);
       int slots = 1;
@@ -575,7 +659,9 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
           const auto [x, y] = round[i];
           if (slot[i] == k && (x == world.rank() || y == world.rank())) {
             const int partner = x == world.rank() ? y : x;
-            row[size_t(partner)] = pair_bandwidth(partner, bytes, world.rank() == inj.rank ? inj.comm : 1.0);
+            const bool slowed = world.rank() == inj.rank || partner == inj.rank;
+            row[size_t(partner)] =
+                std::max(row[size_t(partner)], pair_bandwidth(partner, bytes, slowed ? inj.comm : 1.0));
           }
         }
       }
@@ -599,17 +685,49 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
       m.push_back(mr);
     }
     ValidateCheck c = fleet_median_check("pairs/sendrecv_GBps", "GB/s", per_rank, node, a.tolerance);
+    metrics["pairs/sendrecv_GBps"] = {"GB/s", per_rank};
     c.values["matrix_GBps"] = m;
     c.values["bytes"] = bytes;
     checks.push_back(c);
     checks.push_back({"train/world", "skip", "not built yet (level long runs the pair sweep only so far)", {}, {},
                       json::object(), {}});
   }
+  std::vector<std::string> node_of_rank;
+  for (const json& r : inv) node_of_rank.push_back(r.value("node", "?"));
+  const json platform = majority(inv, "device");
+  if (!a.baseline.empty()) {
+    if (baseline.value("platform", json()) != platform)
+      checks.push_back({"baseline/platform", "fail",
+                        "the baseline is for " + baseline.value("platform", json()).dump() + ", this run's devices are " +
+                            platform.dump(),
+                        {}, {}, json::object(), {}});
+    for (ValidateCheck& c : baseline_checks(baseline, metrics, node_of_rank, a.tolerance)) checks.push_back(std::move(c));
+  }
+  bool baseline_unwritten = false;
+  if (!a.make_baseline.empty() && root) {
+    json m = json::object();
+    for (const auto& [name, metric] : metrics)
+      m[name] = {{"value", baseline_value(metric.per_rank)}, {"unit", metric.unit}, {"ranks", metric.per_rank.size()}};
+    const json b = {{"kind", "validate-baseline"}, {"version", 1}, {"platform", platform}, {"level", a.level},
+                    {"method", "per metric: the median of the ranks' values after iterative removal of those beyond 3 "
+                               "MADs (at least 1% of the median)"},
+                    {"metrics", m}};
+    try {
+      const std::filesystem::path bp(a.make_baseline);
+      if (bp.has_parent_path()) std::filesystem::create_directories(bp.parent_path());
+      write_json_atomic(a.make_baseline, b);
+      std::printf("baseline of %zu metrics written to %s\n", m.size(), a.make_baseline.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtbench: error: --make-baseline: %s\n", e.what());
+      baseline_unwritten = true;
+    }
+  }
   // Rank 0 decides, prints and writes; every rank returns its exit status.
   int code = 0;
   if (root) {
     try {
       code = report_quick(a, inv, checks, t0);
+      if (baseline_unwritten) code = 2;
     } catch (const InputError& e) {
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
       code = 2;  // bad input, as dtbench exits for it
@@ -689,8 +807,12 @@ int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std:
   } catch (const std::exception& e) {
     throw InputError(std::string("--output: ") + e.what());
   }
-  std::printf("validate %s: %zu of %zu nodes accepted; %.1f s; report %s\n", a.level.c_str(), node_order.size() - size_t(defective),
-              node_order.size(), secs, a.output.c_str());
+  int world_fails = 0;
+  for (const ValidateCheck& c : checks) world_fails += bad(c) && c.nodes.empty() ? 1 : 0;
+  std::printf("validate %s: %zu of %zu nodes accepted%s; %.1f s; report %s\n", a.level.c_str(),
+              node_order.size() - size_t(defective), node_order.size(),
+              world_fails ? ("; " + std::to_string(world_fails) + " failed checks about the whole run").c_str() : "", secs,
+              a.output.c_str());
   return code;
 }
 

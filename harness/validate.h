@@ -34,7 +34,20 @@ struct ValidateArgs {
   bool werror = false;
   double tolerance = 0.3;   // medium: a rank below (1 - tolerance) x the fleet median fails
   std::string inject;       // "RANK:compute:FACTOR": tests only (parse_injection)
+  std::string make_baseline;  // write a baseline from this run's metrics to this file
+  std::string baseline;       // judge this run's metrics against this baseline file too
 };
+
+/// One metric measured on every rank (higher is better), in rank order.
+struct Metric {
+  std::string unit;
+  std::vector<double> per_rank;
+};
+
+/// A baseline's value for one metric from a healthy run's per-rank values: iterative outlier
+/// removal (drop values beyond 3 MADs, at least 1% of the median, from the median, until none
+/// is dropped), then the median of the rest. Deterministic for the same inputs.
+double baseline_value(std::vector<double> per_rank);
 
 /// One check's outcome. status: "pass", "warn", "fail", "skip" or "not_run"; detail says why
 /// in one line; nodes and ranks name what it is about (empty: the whole world).
@@ -46,11 +59,12 @@ struct ValidateCheck {
   std::map<std::string, std::string> node_detail;  // per named node: what is wrong there
 };
 
-/// A test-only fault: rank `rank` runs its compute measurements `compute` times slower, or its
-/// point-to-point transfers `comm` times slower (it spins for (FACTOR - 1) x each timed
-/// repetition inside the timing; for a transfer, before a closing handshake both sides wait
-/// for). Parsed from "RANK:compute:FACTOR" or "RANK:comm:FACTOR" (FACTOR >= 1); InputError
-/// otherwise. Documented as for tests only.
+/// A test-only fault: rank `rank` runs its compute measurements `compute` times slower (it
+/// spins for (FACTOR - 1) x each timed repetition inside the timing), or its point-to-point
+/// transfers `comm` times slower (both sides of each pair with it stretch every timed transfer
+/// to FACTOR times the longer side's, as a link that many times slower would). Parsed from
+/// "RANK:compute:FACTOR" or "RANK:comm:FACTOR" (FACTOR >= 1); InputError otherwise.
+/// Documented as for tests only.
 struct Injection {
   int rank = -1;
   double compute = 1.0;
@@ -69,6 +83,12 @@ Injection parse_injection(const std::string& spec, int world_size);
 /// rank r's node.
 ValidateCheck fleet_median_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
                                  const std::vector<std::string>& nodes, double tolerance);
+
+/// Checks against a baseline file ({"kind": "validate-baseline", "platform", "metrics": {name:
+/// {"value", "unit"}}}): per metric, a rank below (1 - tolerance) x the baseline fails (half of
+/// it warns); a metric the baseline has and this run did not measure fails ("missing").
+std::vector<ValidateCheck> baseline_checks(const nlohmann::json& baseline, const std::map<std::string, Metric>& measured,
+                                           const std::vector<std::string>& nodes, double tolerance);
 
 /// The --expect keys and what they compare: nodes (number of nodes), ranks_per_node (every
 /// node's), gpus_per_node (ranks per node on the cuda backend, one GPU each; 0 on cpu), device

@@ -137,5 +137,28 @@ TEST(ValidateLong, PairRoundsMeetEveryPairOnce) {
   EXPECT_DOUBLE_EQ(c.compute, 1.0);
 }
 
+// Baselines: the outlier (rank 3 at half speed) is removed before the median; a rank 50% below
+// the baseline fails; a metric the baseline has and the run lacks fails as missing.
+TEST(ValidateBaseline, OutliersRemovedAndMissingMetricsFail) {
+  EXPECT_DOUBLE_EQ(baseline_value({100, 102, 98, 50}), 100.0);  // median of {98, 100, 102}
+  EXPECT_DOUBLE_EQ(baseline_value({100, 100, 100, 100}), 100.0);
+  EXPECT_DOUBLE_EQ(baseline_value({7}), 7.0);
+  const json base = {{"kind", "validate-baseline"},
+                     {"metrics", {{"compute/gemm_gflops", {{"value", 100.0}, {"unit", "GFLOP/s"}}},
+                                  {"pairs/sendrecv_GBps", {{"value", 10.0}, {"unit", "GB/s"}}}}}};
+  const std::vector<std::string> nodes = {"a", "a", "b", "b"};
+  const std::map<std::string, Metric> measured = {{"compute/gemm_gflops", {"GFLOP/s", {101, 99, 100, 50}}}};
+  const auto checks = baseline_checks(base, measured, nodes, 0.3);
+  ASSERT_EQ(checks.size(), 2u);
+  const ValidateCheck& g = checks[0].name == "baseline/compute/gemm_gflops" ? checks[0] : checks[1];
+  const ValidateCheck& p = checks[0].name == "baseline/pairs/sendrecv_GBps" ? checks[0] : checks[1];
+  EXPECT_EQ(g.status, "fail");
+  EXPECT_EQ(g.ranks, std::vector<int>{3});
+  EXPECT_NE(g.node_detail.at("b").find("50% below the baseline 100"), std::string::npos) << g.node_detail.at("b");
+  EXPECT_EQ(p.status, "fail");
+  EXPECT_NE(p.detail.find("missing"), std::string::npos) << p.detail;
+  EXPECT_TRUE(p.nodes.empty());  // about the run, not a node
+}
+
 }  // namespace
 }  // namespace dtb
