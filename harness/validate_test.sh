@@ -37,18 +37,26 @@ for n in bad["nodes"]:
 print("validate quick ok: 2 emulated nodes accepted, then both defective on a device expectation")
 PY
 
+# clean_then_slowed LEVEL FAULT TAG: validate at LEVEL clean (must exit 0) and with the test-only
+# --inject FAULT (must exit 1), writing $tmp/TAG_clean.json and $tmp/TAG_slow.json. Tolerance
+# 0.4: a 2x slower rank is 50% below the median, and a clean rank on this oversubscribed
+# machine stays well within 40% of it when no other test runs (RUN_SERIAL).
+clean_then_slowed() {
+  local level="$1" fault="$2" tag="$3" rc=0
+  "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level "$level" \
+    --ranks-per-node 2 --tolerance 0.4 --output "$tmp/${tag}_clean.json" >"$tmp/${tag}_clean.log" 2>&1 ||
+    { echo "FAIL: validate $level, clean:"; cat "$tmp/${tag}_clean.log"; exit 1; }
+  "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level "$level" \
+    --ranks-per-node 2 --tolerance 0.4 --inject "$fault" --output "$tmp/${tag}_slow.json" >"$tmp/${tag}_slow.log" 2>&1 ||
+    rc=$?
+  [ "$rc" -eq 1 ] || { echo "FAIL: validate $level --inject $fault exited $rc, not 1:"; cat "$tmp/${tag}_slow.log"; exit 1; }
+}
+
 # Level medium: each rank's GEMM and triad against the fleet median. Clean, both emulated nodes
-# are accepted; with rank 3's compute slowed 2x (the test-only --inject), node 1 is defective,
-# naming rank 3, the metric and the rule, and node 0 stays accepted. Tolerance 0.4 (a 2x slower
-# rank is 50% below the median): ctest runs other tests beside this one.
-"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level medium \
-  --ranks-per-node 2 --tolerance 0.4 --output "$tmp/validate_medium.json" >"$tmp/validate_m.log" 2>&1 ||
-  { echo "FAIL: validate medium, clean:"; cat "$tmp/validate_m.log"; exit 1; }
-rc=0
-"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level medium \
-  --ranks-per-node 2 --tolerance 0.4 --inject 3:compute:2 --output "$tmp/validate_slow.json" >"$tmp/validate_s.log" 2>&1 || rc=$?
-[ "$rc" -eq 1 ] || { echo "FAIL: validate medium with rank 3 slowed exited $rc, not 1:"; cat "$tmp/validate_s.log"; exit 1; }
-python3 - "$tmp/validate_medium.json" "$tmp/validate_slow.json" <<'PY'
+# are accepted; with rank 3's compute slowed 2x, node 1 is defective, naming rank 3, the metric
+# and the rule, and node 0 stays accepted.
+clean_then_slowed medium 3:compute:2 medium
+python3 - "$tmp/medium_clean.json" "$tmp/medium_slow.json" <<'PY'
 import json, sys
 ok, slow = (json.load(open(p)) for p in sys.argv[1:3])
 assert ok["verdict"] == "accepted" and ok["levels_run"] == ["quick", "medium"], ok["verdict"]
@@ -64,15 +72,9 @@ PY
 
 # Level long: every pair's send/recv bandwidth (round-robin), each rank's median over its
 # partners against the fleet median. Clean, both nodes are accepted; with rank 3's transfers
-# slowed 2x (--inject 3:comm:2), node 1 alone is defective, the pair check naming rank 3.
-"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level long \
-  --ranks-per-node 2 --tolerance 0.4 --output "$tmp/validate_long.json" >"$tmp/validate_l.log" 2>&1 ||
-  { echo "FAIL: validate long, clean:"; cat "$tmp/validate_l.log"; exit 1; }
-rc=0
-"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --level long \
-  --ranks-per-node 2 --tolerance 0.4 --inject 3:comm:2 --output "$tmp/validate_comm.json" >"$tmp/validate_c.log" 2>&1 || rc=$?
-[ "$rc" -eq 1 ] || { echo "FAIL: validate long with rank 3's transfers slowed exited $rc, not 1:"; cat "$tmp/validate_c.log"; exit 1; }
-python3 - "$tmp/validate_long.json" "$tmp/validate_comm.json" <<'PY'
+# slowed 2x, node 1 alone is defective, the pair check naming rank 3.
+clean_then_slowed long 3:comm:2 long
+python3 - "$tmp/long_clean.json" "$tmp/long_slow.json" <<'PY'
 import json, sys
 ok, slow = (json.load(open(p)) for p in sys.argv[1:3])
 assert ok["verdict"] == "accepted" and ok["levels_run"] == ["quick", "medium", "long"], ok["verdict"]
