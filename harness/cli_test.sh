@@ -187,7 +187,16 @@ expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many
 expect_error "--expect: nodes given twice" validate --expect nodes=1,nodes=2
 expect_error "--expect: 'device' is not key=value" validate --expect device
-expect_error "--level burnin is not available yet: quick, medium and long are built" validate --level burnin
+expect_error "--duration must be a positive number of seconds" validate --level burnin --duration 0
+expect_error "--check-timeout must be a positive number of seconds" validate --check-timeout -1
+expect_error "--inject: rank 1 is not in [0, 1)" validate --level medium --inject 1:hang
+expect_error "--rules $tmp/nonexistent.json: no such file" validate --rules "$tmp/nonexistent.json"
+expect_error "--rules $tmp/malformed.json: malformed JSON" validate --rules "$tmp/malformed.json"
+expect_error "--rules $tmp/not_object.json: not a validate rules file" validate --rules "$tmp/not_object.json"
+printf '{"kind": "validate-rules", "rules": [{"name": "g", "type": "baseline_drop", "metric": "compute/gemm_gflops", "fail": 0.3}]}' >"$tmp/rules_base.json"
+expect_error "rule 'g' (baseline_drop) needs --baseline" validate --rules "$tmp/rules_base.json"
+printf '{"kind": "validate-rules", "rules": [{"name": "g", "type": "min", "metric": "gemm", "fail": 1}]}' >"$tmp/rules_metric.json"
+expect_error "rule 'g': unknown metric 'gemm'" validate --rules "$tmp/rules_metric.json"
 expect_error "--level 'fast' is not one of quick, medium, long, burnin" validate --level fast
 expect_error "--ranks-per-node 3 does not divide the 1 ranks" validate --ranks-per-node 3
 expect_error "--backend 'gpu' is not cpu or cuda" validate --backend gpu

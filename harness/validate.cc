@@ -8,13 +8,17 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 
 #include "harness/report.h"
+#include "harness/validate_train.h"
 #include "kernels/backend.h"
+#include "kernels/comm/watchdog.h"
 #include "kernels/error.h"
 
 namespace dtb {
@@ -295,13 +299,20 @@ Injection parse_injection(const std::string& spec, int world_size) {
   char* e = nullptr;
   const std::string rank = a == std::string::npos ? spec : spec.substr(0, a);
   const long r = std::strtol(rank.c_str(), &e, 10);
+  if (a != std::string::npos && b == std::string::npos && spec.substr(a + 1) == "hang" && !rank.empty() && *e == '\0') {
+    if (r < 0 || r >= world_size)
+      throw InputError("--inject: rank " + rank + " is not in [0, " + std::to_string(world_size) + ")");
+    inj.rank = int(r);
+    inj.hang = true;
+    return inj;
+  }
   if (a == std::string::npos || b == std::string::npos || rank.empty() || *e != '\0')
     throw InputError("--inject: '" + spec + "' is not RANK:compute:FACTOR");
   if (r < 0 || r >= world_size)
     throw InputError("--inject: rank " + rank + " is not in [0, " + std::to_string(world_size) + ")");
   const std::string kind = spec.substr(a + 1, b - a - 1);
   if (kind != "compute" && kind != "comm")
-    throw InputError("--inject: '" + kind + "' is not a fault this build injects (compute, comm)");
+    throw InputError("--inject: '" + kind + "' is not a fault this build injects (compute, comm, hang)");
   const std::string f = spec.substr(b + 1);
   const double factor = std::strtod(f.c_str(), &e);
   if (f.empty() || *e != '\0' || !std::isfinite(factor) || factor < 1)
@@ -337,43 +348,272 @@ double median_of(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// A rank below (1 - tolerance) x reference fails, below (1 - tolerance / 2) x warns; `what`
-// names the reference in the messages ("the median", "the baseline").
-ValidateCheck below_reference_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
-                                    const std::vector<std::string>& nodes, double tolerance, double reference,
-                                    const std::string& what, const std::string& rule) {
-  ValidateCheck c{name, "pass", "", {}, {}, {{"reference", reference}, {"unit", unit}, {"tolerance", tolerance}}, {}};
-  double worst = 0;
-  int worst_rank = -1;
-  for (size_t r = 0; r < value.size(); ++r) {
-    const double drop = reference > 0 ? 1.0 - value[r] / reference : 1.0;
-    c.values["rank " + std::to_string(r)] = value[r];
-    if (drop > tolerance / 2) {
-      c.ranks.push_back(int(r));
-      if (std::find(c.nodes.begin(), c.nodes.end(), nodes[r]) == c.nodes.end()) c.nodes.push_back(nodes[r]);
-      std::string& d = c.node_detail[nodes[r]];
-      d += (d.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " " + num_str(value[r]) + " " + unit +
-           ", " + std::to_string(int(std::lround(100 * drop))) + "% below " + what + " " + num_str(reference) +
-           " (rule: " + (drop > tolerance ? "fail" : "warn") + " beyond " +
-           std::to_string(int(std::lround(100 * (drop > tolerance ? tolerance : tolerance / 2)))) + "% below " + rule + ")";
-    }
-    if (drop > worst) worst = drop, worst_rank = int(r);
+std::string pct(double f) { return std::to_string(int(std::lround(100 * f))) + "%"; }
+
+// One rule's outcome on every rank: "pass", "warn" or "fail" and, where not pass, one line.
+struct RankOutcomes {
+  std::vector<std::string> status, text;
+};
+
+// Folds per-rank outcomes into a check: the worst status, the ranks and nodes not passing, each
+// node's lines; `all_pass` is the detail when every rank passes.
+ValidateCheck fold(const std::string& name, const RankOutcomes& o, const std::vector<std::string>& nodes,
+                   const std::string& all_pass, json values) {
+  ValidateCheck c{name, "pass", all_pass, {}, {}, std::move(values), {}};
+  std::string worst_text;
+  for (size_t r = 0; r < o.status.size(); ++r) {
+    if (o.status[r] == "pass") continue;
+    c.ranks.push_back(int(r));
+    if (std::find(c.nodes.begin(), c.nodes.end(), nodes[r]) == c.nodes.end()) c.nodes.push_back(nodes[r]);
+    std::string& d = c.node_detail[nodes[r]];
+    d += (d.empty() ? "" : "; ") + o.text[r];
+    if (o.status[r] == "fail" && c.status != "fail") c.status = "fail", worst_text = o.text[r];
+    if (o.status[r] == "warn" && c.status == "pass") c.status = "warn", worst_text = o.text[r];
   }
-  c.status = worst > tolerance ? "fail" : worst > tolerance / 2 ? "warn" : "pass";
-  c.detail = c.ranks.empty() ? "every rank within " + std::to_string(int(std::lround(50 * tolerance))) + "% of " + what +
-                                   " " + num_str(reference) + " " + unit
-                             : c.node_detail[nodes[size_t(worst_rank)]];
+  if (c.status != "pass") c.detail = worst_text;
   return c;
 }
 
+// A metric's worse-than fraction against a reference: how far below it (higher is better) or
+// above it (lower is better); 1 (or more) when the reference is not positive.
+double worse_by(double value, double reference, bool higher_is_better) {
+  if (!(reference > 0)) return 1.0;
+  return higher_is_better ? 1.0 - value / reference : value / reference - 1.0;
+}
+
+// The outcomes of a drop rule (fleet_drop, baseline_drop) against `reference`, which `what`
+// names ("the median", "the baseline").
+RankOutcomes drop_outcomes(const ValidateRule& rule, const Metric& m, double reference, const std::string& what) {
+  RankOutcomes o;
+  for (size_t r = 0; r < m.per_rank.size(); ++r) {
+    const double w = worse_by(m.per_rank[r], reference, m.higher_is_better);
+    const bool fail = w > rule.fail, warn = rule.warn > 0 && w > rule.warn;
+    o.status.push_back(fail ? "fail" : warn ? "warn" : "pass");
+    o.text.push_back(fail || warn ? "rank " + std::to_string(r) + " " + num_str(m.per_rank[r]) + " " + m.unit + ", " +
+                                        pct(w) + (m.higher_is_better ? " below " : " above ") + what + " " +
+                                        num_str(reference) + " (rule " + rule.name + ": " + (fail ? "fail" : "warn") +
+                                        " beyond " + pct(fail ? rule.fail : rule.warn) +
+                                        (m.higher_is_better ? " below " : " above ") +
+                                        (rule.type == "fleet_drop" ? "the fleet median" : "the baseline") + ")"
+                                  : "");
+  }
+  return o;
+}
+
+// The outcomes of an absolute bound (min: fail below `fail`, warn below `warn`; max: above).
+RankOutcomes bound_outcomes(const ValidateRule& rule, const Metric& m) {
+  RankOutcomes o;
+  const bool is_min = rule.type == "min";
+  for (size_t r = 0; r < m.per_rank.size(); ++r) {
+    const double v = m.per_rank[r];
+    const bool fail = is_min ? v < rule.fail : v > rule.fail;
+    const bool warn = rule.has_warn && (is_min ? v < rule.warn : v > rule.warn);
+    o.status.push_back(fail ? "fail" : warn ? "warn" : "pass");
+    o.text.push_back(fail || warn ? "rank " + std::to_string(r) + " " + num_str(v) + " " + m.unit + (is_min ? " < " : " > ") +
+                                        num_str(fail ? rule.fail : rule.warn) + " (rule " + rule.name + ": " +
+                                        (fail ? "fail" : "warn") + (is_min ? " below " : " above ") +
+                                        num_str(fail ? rule.fail : rule.warn) + " " + m.unit + ")"
+                                  : "");
+  }
+  return o;
+}
+
+const std::set<std::string> kRuleTypes = {"fleet_drop", "baseline_drop", "min", "max", "k_of"};
+
 }  // namespace
+
+const std::map<std::string, MetricInfo>& validate_metrics() {
+  static const std::map<std::string, MetricInfo> m = {
+      {"compute/gemm_gflops", {"GFLOP/s", true, true, "medium", "sgemm 1024^3 on each rank, best of 3 rounds"}},
+      {"compute/triad_GBps", {"GB/s", true, true, "medium", "STREAM triad over 3 x 32 MiB on each rank"}},
+      {"copy/h2d_GBps", {"GB/s", true, true, "medium", "pinned host-to-device copy of 64 MiB (cuda backend)"}},
+      {"copy/d2h_GBps", {"GB/s", true, true, "medium", "pinned device-to-host copy of 64 MiB (cuda backend)"}},
+      {"node/sendrecv_GBps", {"GB/s", true, true, "medium",
+                              "send/recv bandwidth with the other ranks of its node, 4 MiB, median over partners"}},
+      {"node/allreduce_busbw_GBps", {"GB/s", true, true, "medium",
+                                     "all-reduce of 16 MiB within each node, busbw (its node's, on each rank)"}},
+      {"pairs/sendrecv_GBps", {"GB/s", true, true, "long",
+                               "send/recv bandwidth with every other rank, 4 MiB, median over partners"}},
+      {"groups/allreduce_busbw_GBps", {"GB/s", true, true, "long",
+                                       "all-reduce of 16 MiB within each group of 2 nodes, busbw (its group's)"}},
+      {"world/allreduce_busbw_GBps", {"GB/s", true, false, "long", "all-reduce of 16 MiB over every rank, busbw"}},
+      {"train/tokens_per_s", {"tokens/s", true, true, "long", "data-parallel reference GPT steps on every rank"}},
+  };
+  return m;
+}
+
+std::vector<ValidateRule> parse_rules(const json& doc, const std::string& where) {
+  auto bad = [&](const std::string& what) { return InputError(where + ": " + what); };
+  if (!doc.is_object() || doc.value("kind", "") != "validate-rules" || !doc.contains("rules") || !doc["rules"].is_array())
+    throw bad("not a validate rules file ({\"kind\": \"validate-rules\", \"rules\": [...]})");
+  std::vector<ValidateRule> rules;
+  std::set<std::string> names;
+  for (const json& j : doc["rules"]) {
+    if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || j["name"].get<std::string>().empty())
+      throw bad("a rule without a \"name\"");
+    ValidateRule r;
+    r.name = j["name"];
+    auto rb = [&](const std::string& what) { return bad("rule '" + r.name + "': " + what); };
+    if (!names.insert(r.name).second) throw rb("the name is used twice");
+    for (const auto& [k, v] : j.items())
+      if (k != "name" && k != "type" && k != "metric" && k != "fail" && k != "warn" && k != "k" && k != "of")
+        throw rb("unknown key '" + k + "' (name, type, metric, fail, warn, k, of)");
+    r.type = j.value("type", "");
+    if (!kRuleTypes.count(r.type))
+      throw rb("type '" + r.type + "' is not one of fleet_drop, baseline_drop, min, max, k_of");
+    if (r.type == "k_of") {
+      if (!j.contains("k") || !j["k"].is_number_integer() || !j.contains("of") || !j["of"].is_array() || j["of"].empty())
+        throw rb("k_of needs an integer \"k\" and a list \"of\" of rule names");
+      r.k = j["k"];
+      for (const json& n : j["of"]) {
+        if (!n.is_string()) throw rb("\"of\" must list rule names");
+        r.of.push_back(n);
+      }
+      if (r.k < 1 || size_t(r.k) > r.of.size())
+        throw rb("k " + std::to_string(r.k) + " is not in [1, " + std::to_string(r.of.size()) + "]");
+    } else {
+      r.metric = j.value("metric", "");
+      if (!validate_metrics().count(r.metric)) throw rb("unknown metric '" + r.metric + "'");
+      if (!j.contains("fail") || !j["fail"].is_number()) throw rb("needs a numeric \"fail\" threshold");
+      r.fail = j["fail"];
+      r.has_warn = j.contains("warn");
+      if (r.has_warn && !j["warn"].is_number()) throw rb("\"warn\" must be a number");
+      if (r.has_warn) r.warn = j["warn"];
+      const bool drop = r.type == "fleet_drop" || r.type == "baseline_drop";
+      if (drop && !(r.fail > 0 && r.fail < 1)) throw rb("a drop's \"fail\" must be a fraction in (0, 1)");
+      if (drop && r.has_warn && !(r.warn > 0 && r.warn < r.fail)) throw rb("\"warn\" must be in (0, fail)");
+      if (r.type == "min" && r.has_warn && r.warn < r.fail) throw rb("a min rule's \"warn\" must be >= its \"fail\"");
+      if (r.type == "max" && r.has_warn && r.warn > r.fail) throw rb("a max rule's \"warn\" must be <= its \"fail\"");
+      if (!r.has_warn && drop) r.warn = -1;
+    }
+    rules.push_back(r);
+  }
+  for (const ValidateRule& r : rules)
+    for (const std::string& n : r.of) {
+      const auto it = std::find_if(rules.begin(), rules.end(), [&](const ValidateRule& x) { return x.name == n; });
+      if (it == rules.end()) throw bad("rule '" + r.name + "': \"of\" names no rule '" + n + "'");
+      if (it->type == "k_of") throw bad("rule '" + r.name + "': \"of\" names another k_of ('" + n + "')");
+    }
+  return rules;
+}
+
+std::vector<ValidateRule> default_rules(const std::map<std::string, Metric>& measured, const json& baseline,
+                                        double tolerance) {
+  std::vector<ValidateRule> rules;
+  for (const auto& [name, m] : measured) {
+    const auto it = validate_metrics().find(name);
+    if (it != validate_metrics().end() && it->second.per_rank)
+      rules.push_back({name, "fleet_drop", name, tolerance, tolerance / 2, true, 0, {}});
+  }
+  if (baseline.is_object())
+    for (const auto& [name, entry] : baseline.at("metrics").items())
+      rules.push_back({"baseline/" + name, "baseline_drop", name, tolerance, tolerance / 2, true, 0, {}});
+  return rules;
+}
+
+std::vector<ValidateCheck> evaluate_rules(const std::vector<ValidateRule>& rules,
+                                          const std::map<std::string, Metric>& measured, const json& baseline,
+                                          const std::vector<std::string>& nodes) {
+  std::vector<ValidateCheck> out;
+  std::map<std::string, RankOutcomes> outcomes;  // rules that ran, for k_of
+  std::set<std::string> inputs, missing;
+  for (const ValidateRule& r : rules) inputs.insert(r.of.begin(), r.of.end());
+  for (const ValidateRule& r : rules) {
+    if (r.type == "k_of") continue;
+    const auto it = measured.find(r.metric);
+    const json* base = nullptr;
+    if (r.type == "baseline_drop") {
+      if (!baseline.is_object()) throw InputError("rule '" + r.name + "' (baseline_drop) needs --baseline");
+      const json& bm = baseline.at("metrics");
+      if (bm.contains(r.metric)) base = &bm.at(r.metric);
+    }
+    json values = {{"rule", r.name}, {"type", r.type}, {"metric", r.metric}, {"fail", r.fail}};
+    if (r.has_warn && r.warn > 0) values["warn"] = r.warn;
+    if (it == measured.end() || (r.type == "baseline_drop" && base == nullptr)) {
+      const std::string why = it == measured.end()
+                                  ? "missing: this run measured no " + r.metric +
+                                        " (a level too low, or a test that could not run); rule " + r.name + " fails"
+                                  : "missing: the baseline has no " + r.metric + "; rule " + r.name + " fails";
+      ValidateCheck c{r.name, "fail", why, {}, {}, values, {}};
+      if (base) c.values["baseline"] = base->value("value", 0.0);
+      // A missing metric fails the run, a k_of's input too.
+      missing.insert(r.name);
+      out.push_back(c);
+      continue;
+    }
+    const Metric& m = it->second;
+    for (size_t i = 0; i < m.per_rank.size(); ++i) values["rank " + std::to_string(i)] = m.per_rank[i];
+    RankOutcomes o;
+    std::string all_pass;
+    if (r.type == "fleet_drop") {
+      const double med = median_of(m.per_rank);
+      values["median"] = med;
+      values["reference"] = med;
+      o = drop_outcomes(r, m, med, "the median");
+      all_pass = "every rank within " + pct(r.has_warn && r.warn > 0 ? r.warn : r.fail) + " of the median " +
+                 num_str(med) + " " + m.unit;
+    } else if (r.type == "baseline_drop") {
+      const double b = base->value("value", 0.0);
+      values["baseline"] = b;
+      values["reference"] = b;
+      o = drop_outcomes(r, m, b, "the baseline");
+      all_pass = "every rank within " + pct(r.has_warn && r.warn > 0 ? r.warn : r.fail) + " of the baseline " +
+                 num_str(b) + " " + m.unit;
+    } else {
+      o = bound_outcomes(r, m);
+      all_pass = "every rank " + std::string(r.type == "min" ? ">= " : "<= ") + num_str(r.fail) + " " + m.unit;
+    }
+    values["unit"] = m.unit;
+    ValidateCheck c = fold(r.name, o, nodes, all_pass, values);
+    if (inputs.count(r.name)) {
+      c.counts = false;  // judged through the k_of rules that name it
+      c.detail = "(input of a k_of rule) " + c.detail;
+    }
+    outcomes[r.name] = o;
+    out.push_back(c);
+  }
+  for (const ValidateRule& r : rules) {
+    if (r.type != "k_of") continue;
+    json values = {{"rule", r.name}, {"type", "k_of"}, {"k", r.k}, {"of", r.of}};
+    std::vector<std::string> gone;
+    for (const std::string& n : r.of)
+      if (missing.count(n)) gone.push_back(n);
+    if (!gone.empty()) {
+      out.push_back({r.name, "fail", "rule " + gone.front() + " could not be judged (its metric is missing), so " +
+                                         r.name + " fails", {}, {}, values, {}});
+      continue;
+    }
+    RankOutcomes o;
+    const size_t n = nodes.size();
+    for (size_t rank = 0; rank < n; ++rank) {
+      int fails = 0, warns = 0;
+      std::string why;
+      for (const std::string& in : r.of) {
+        const RankOutcomes& x = outcomes.at(in);
+        if (rank >= x.status.size()) continue;
+        fails += x.status[rank] == "fail";
+        warns += x.status[rank] != "pass";
+        if (x.status[rank] != "pass") why += (why.empty() ? "" : "; ") + x.text[rank];
+      }
+      const bool fail = fails >= r.k, warn = !fail && warns >= r.k;
+      o.status.push_back(fail ? "fail" : warn ? "warn" : "pass");
+      o.text.push_back(fail || warn ? "rank " + std::to_string(rank) + ": " + std::to_string(fail ? fails : warns) +
+                                          " of " + std::to_string(r.of.size()) + " rules " +
+                                          (fail ? "failed" : "warned or failed") + " (rule " + r.name + ": fail when " +
+                                          std::to_string(r.k) + " fail): " + why
+                                    : "");
+    }
+    out.push_back(fold(r.name, o, nodes,
+                       "no rank fails " + std::to_string(r.k) + " of " + std::to_string(r.of.size()) + " rules", values));
+  }
+  return out;
+}
 
 ValidateCheck fleet_median_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
                                  const std::vector<std::string>& nodes, double tolerance) {
-  const double median = median_of(value);
-  ValidateCheck c = below_reference_check(name, unit, value, nodes, tolerance, median, "the median", "the fleet median");
-  c.values["median"] = median;
-  return c;
+  return evaluate_rules({{name, "fleet_drop", name, tolerance, tolerance / 2, true, 0, {}}},
+                        {{name, {unit, value, true}}}, json(), nodes)
+      .front();
 }
 
 double baseline_value(std::vector<double> v) {
@@ -394,20 +634,10 @@ double baseline_value(std::vector<double> v) {
 
 std::vector<ValidateCheck> baseline_checks(const json& baseline, const std::map<std::string, Metric>& measured,
                                            const std::vector<std::string>& nodes, double tolerance) {
-  std::vector<ValidateCheck> out;
-  for (const auto& [name, entry] : baseline.at("metrics").items()) {
-    const auto it = measured.find(name);
-    if (it == measured.end()) {
-      out.push_back({"baseline/" + name, "fail",
-                     "missing: the baseline has " + name + ", this run measured none (a level too low, or a test that "
-                     "could not run)",
-                     {}, {}, {{"baseline", entry.value("value", 0.0)}}, {}});
-      continue;
-    }
-    out.push_back(below_reference_check("baseline/" + name, it->second.unit, it->second.per_rank, nodes, tolerance,
-                                        entry.value("value", 0.0), "the baseline", "the baseline"));
-  }
-  return out;
+  std::vector<ValidateRule> rules;
+  for (const auto& [name, entry] : baseline.at("metrics").items())
+    rules.push_back({"baseline/" + name, "baseline_drop", name, tolerance, tolerance / 2, true, 0, {}});
+  return evaluate_rules(rules, measured, baseline, nodes);
 }
 
 namespace {
@@ -457,77 +687,388 @@ struct ComputeProbe {
   }
 };
 
-// A barrier whose waiting ranks sleep between polls (MPI_Ibarrier, MPI_Test, 200 us naps):
-// MPI's own barrier spins, and on a host whose ranks take turns the spinning ranks would take
-// the cores from the one being measured (rank 0's GEMM measured 31% low so).
-void sleeping_barrier() {
-  MPI_Request req;
-  DTB_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req) == MPI_SUCCESS, "MPI_Ibarrier failed");
+// A check that did not finish in time: rank 0 names the ranks that never arrived.
+struct CheckTimeout {
+  std::string check;
+  std::vector<int> ranks;
+  double seconds = 0;
+};
+
+// The ranks' barrier between the steps of a check (a turn, a round of pairs), with the check's
+// timeout. Each rank sends its arrival to rank 0 and sleeps in 200 us naps until rank 0 releases
+// it (MPI's own barrier spins, and on a host whose ranks take turns the spinning ranks would take
+// the cores from the one being measured: rank 0's GEMM measured 31% low so). Rank 0 waits for
+// every arrival at most `timeout_s` seconds from its own; then it throws CheckTimeout naming the
+// ranks still missing. A rank that rank 0 does not release within 2 x timeout + 10 s (rank 0
+// itself hung) ends with exit status 3 and one line. On a private duplicate of MPI_COMM_WORLD.
+class Steps {
+ public:
+  explicit Steps(double timeout_s) : timeout_(timeout_s) {
+    DTB_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_) == MPI_SUCCESS, "MPI_Comm_dup failed");
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  Steps(const Steps&) = delete;
+  Steps& operator=(const Steps&) = delete;
+  ~Steps() { MPI_Comm_free(&comm_); }
+  double timeout() const { return timeout_; }
+  std::chrono::steady_clock::time_point deadline() const {
+    return std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_));
+  }
+
+  void arrive(const std::string& check) {
+    int token = 1;
+    if (rank_ != 0) {
+      DTB_CHECK(MPI_Send(&token, 1, MPI_INT, 0, kArrive, comm_) == MPI_SUCCESS, "MPI_Send failed");
+      MPI_Request req;
+      DTB_CHECK(MPI_Irecv(&token, 1, MPI_INT, 0, kRelease, comm_, &req) == MPI_SUCCESS, "MPI_Irecv failed");
+      const auto give_up = std::chrono::steady_clock::now() +
+                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               std::chrono::duration<double>(2 * timeout_ + 10));
+      for (int done = 0;;) {
+        DTB_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS, "MPI_Test failed");
+        if (done) return;
+        if (std::chrono::steady_clock::now() > give_up) {
+          std::fprintf(stderr, "dtbench: error: validate: rank %d: rank 0 did not release check %s within %s s\n", rank_,
+                       check.c_str(), num_str(2 * timeout_ + 10).c_str());
+          std::fflush(stderr);
+          std::_Exit(3);
+        }
+        usleep(1000);
+      }
+    }
+    std::vector<MPI_Request> req(size_t(size_ > 0 ? size_ - 1 : 0));
+    std::vector<int> tokens(req.size());
+    for (int r = 1; r < size_; ++r)
+      DTB_CHECK(MPI_Irecv(&tokens[size_t(r - 1)], 1, MPI_INT, r, kArrive, comm_, &req[size_t(r - 1)]) == MPI_SUCCESS,
+                "MPI_Irecv failed");
+    const auto until = deadline();
+    for (int all = 0;;) {
+      DTB_CHECK(MPI_Testall(int(req.size()), req.data(), &all, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "MPI_Testall failed");
+      if (all) break;
+      if (std::chrono::steady_clock::now() > until) {
+        CheckTimeout t{check, {}, timeout_};
+        for (size_t i = 0; i < req.size(); ++i) {
+          int done = 0;
+          MPI_Test(&req[i], &done, MPI_STATUS_IGNORE);
+          if (!done) t.ranks.push_back(int(i) + 1);
+        }
+        throw t;
+      }
+      usleep(1000);
+    }
+    for (int r = 1; r < size_; ++r)
+      DTB_CHECK(MPI_Send(&token, 1, MPI_INT, r, kRelease, comm_) == MPI_SUCCESS, "MPI_Send failed");
+  }
+
+ private:
+  static constexpr int kArrive = 11, kRelease = 12;
+  double timeout_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+};
+
+// Sends `bytes` from s to `partner` and receives as many into r (nonblocking, polled until done
+// or `until`). False when the deadline passed: the buffers then stay with MPI (leaked: the run
+// ends at the next step's barrier).
+bool exchange(int partner, std::vector<char>& s, std::vector<char>& r, size_t bytes, int tag,
+              std::chrono::steady_clock::time_point until) {
+  MPI_Request req[2];
+  DTB_CHECK(MPI_Irecv(r.data(), int(bytes), MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req[0]) == MPI_SUCCESS,
+            "MPI_Irecv failed");
+  DTB_CHECK(MPI_Isend(s.data(), int(bytes), MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req[1]) == MPI_SUCCESS,
+            "MPI_Isend failed");
   for (int done = 0;;) {
-    DTB_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS, "MPI_Test failed");
-    if (done) return;
-    usleep(200);
+    DTB_CHECK(MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "MPI_Testall failed");
+    if (done) return true;
+    if (std::chrono::steady_clock::now() > until) {
+      new std::vector<char>(std::move(s));  // still MPI's
+      new std::vector<char>(std::move(r));
+      return false;
+    }
   }
 }
 
-// Bidirectional point-to-point bandwidth with `partner`: MPI_Sendrecv of `bytes` each way,
-// then both sides swap their transfer times (a 1-double handshake), best of 10 after a warm-up;
-// (2 bytes) / seconds in GB/s. `factor` > 1 (--inject, both sides of a pair with the slowed
-// rank) emulates a link that many times slower: both sides spin until factor x the longer of
-// the two transfer times has passed since the start, then swap once more.
-double pair_bandwidth(int partner, size_t bytes, double factor) {
-  std::vector<char> sbuf(bytes, 1), rbuf(bytes);
-  double best = 1e300;
-  auto swap = [&](double mine) {
-    double theirs = 0;
-    DTB_CHECK(MPI_Sendrecv(&mine, 1, MPI_DOUBLE, partner, 8, &theirs, 1, MPI_DOUBLE, partner, 8, MPI_COMM_WORLD,
-                           MPI_STATUS_IGNORE) == MPI_SUCCESS,
-              "MPI_Sendrecv failed");
-    return theirs;
+// The message sizes of the pair sweeps, bytes each way: latency, middle, bandwidth (the last is
+// the bandwidth metric's). The alpha-beta fit uses all three.
+const std::vector<size_t> kPairSizes = {8, size_t(64) << 10, size_t(4) << 20};
+
+// The best time of a bidirectional exchange of each of kPairSizes with `partner` (11 repetitions,
+// the first a warm-up), seconds; both sides swap their times after each (an 8-byte exchange) so
+// both keep the longer. `factor` > 1 (--inject, both sides of a pair with the slowed rank)
+// emulates a link that many times slower: both sides spin until factor x the longer time has
+// passed since the start, then swap once more. Empty when a transfer did not finish by `until`.
+std::vector<double> pair_times(int partner, double factor, std::chrono::steady_clock::time_point until) {
+  std::vector<double> best;
+  std::vector<char> sbuf(kPairSizes.back(), 1), rbuf(kPairSizes.back());
+  std::vector<char> mine(sizeof(double)), theirs(sizeof(double));
+  auto swap = [&](double t) {
+    std::memcpy(mine.data(), &t, sizeof t);
+    if (!exchange(partner, mine, theirs, sizeof t, 8, until)) return -1.0;
+    double v;
+    std::memcpy(&v, theirs.data(), sizeof v);
+    return v;
   };
-  for (int rep = 0; rep < 11; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    DTB_CHECK(MPI_Sendrecv(sbuf.data(), int(bytes), MPI_BYTE, partner, 7, rbuf.data(), int(bytes), MPI_BYTE, partner, 7,
-                           MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS,
-              "MPI_Sendrecv failed");
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double longer = std::max(dt, swap(dt));
-    if (factor > 1) {
-      spin_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(factor * longer)));
-      swap(0.0);
+  for (size_t bytes : kPairSizes) {
+    double b = 1e300;
+    for (int rep = 0; rep < 11; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!exchange(partner, sbuf, rbuf, bytes, 7, until)) return {};
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double other = swap(dt);
+      if (other < 0) return {};
+      if (factor > 1) {
+        spin_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(factor * std::max(dt, other))));
+        if (swap(0.0) < 0) return {};
+      }
+      if (rep > 0) b = std::min(b, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+    best.push_back(b);
+  }
+  return best;
+}
+
+// A sweep of pairs: rounds of disjoint pairs (world ranks); pairs of a round that share a host
+// take turns (slots), as ranks do for compute: two transfers through one host's memory would
+// measure each other. Three sweeps, each pair's best: where ranks share cores, one sweep's figure
+// for a pair can depend on where the scheduler put its two ranks at that moment. Returns this
+// rank's best time with each partner per size ([size][partner], 0: not a partner) and the
+// partners whose transfers timed out.
+struct PairSweep {
+  std::vector<std::vector<double>> seconds;
+  std::vector<int> timed_out;
+};
+PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& rounds, const std::vector<json>& inv,
+                      const Injection& inj, Steps& steps, const std::string& check, int rank) {
+  const size_t n = inv.size();
+  PairSweep out{std::vector<std::vector<double>>(kPairSizes.size(), std::vector<double>(n, 0.0)), {}};
+  auto host = [&](int r) { return inv[size_t(r)].value("host", "?"); };
+  auto run = [&](const std::vector<std::vector<std::pair<int, int>>>& rs) {
+    for (const auto& round : rs) {
+      std::vector<int> slot(round.size(), 0);
+      int slots = 1;
+      for (size_t i = 0; i < round.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+          const std::set<std::string> hi = {host(round[i].first), host(round[i].second)};
+          if (hi.count(host(round[j].first)) || hi.count(host(round[j].second))) slot[i] = std::max(slot[i], slot[j] + 1);
+        }
+        slots = std::max(slots, slot[i] + 1);
+      }
+      for (int k = 0; k < slots; ++k) {
+        steps.arrive(check);
+        for (size_t i = 0; i < round.size(); ++i) {
+          const auto [x, y] = round[i];
+          if (slot[i] != k || (x != rank && y != rank)) continue;
+          const int partner = x == rank ? y : x;
+          const bool slowed = rank == inj.rank || partner == inj.rank;
+          const std::vector<double> t = pair_times(partner, slowed ? inj.comm : 1.0, steps.deadline());
+          if (t.empty()) {
+            out.timed_out.push_back(partner);
+            continue;
+          }
+          for (size_t s = 0; s < t.size(); ++s) {
+            double& cell = out.seconds[s][size_t(partner)];
+            cell = cell > 0 ? std::min(cell, t[s]) : t[s];
+          }
+        }
+      }
+    }
+  };
+  for (int sweep = 0; sweep < 3; ++sweep) run(rounds);
+  // Retest before blaming: a pair more than 25% slower than the upper quartile is measured again,
+  // twice, after a 100 ms pause of every rank, keeping its best. Two ranks that the scheduler
+  // put on one core for a while measure half their bandwidth for that while (seen on a 2-core
+  // machine running 4 ranks: one pair in three runs at half speed in all three sweeps, a
+  // moment later at full speed); a slow link or rank measures slow again.
+  for (int retest = 0; retest < 2; ++retest) {
+    steps.arrive(check);
+    std::vector<double> m(n * n);
+    DTB_CHECK(MPI_Allgather(out.seconds.back().data(), int(n), MPI_DOUBLE, m.data(), int(n), MPI_DOUBLE,
+                            MPI_COMM_WORLD) == MPI_SUCCESS,
+              "MPI_Allgather failed");
+    std::vector<std::pair<int, int>> measured;
+    std::vector<double> t;
+    for (size_t x = 0; x < n; ++x)
+      for (size_t y = x + 1; y < n; ++y)
+        if (m[x * n + y] > 0 && m[y * n + x] > 0) {
+          measured.emplace_back(int(x), int(y));
+          t.push_back(std::max(m[x * n + y], m[y * n + x]));
+        }
+    // The reference is the upper quartile's time, not the median's: a slow rank's pairs (n - 1
+    // of them) would otherwise pull the median down to their own speed.
+    std::vector<double> sorted = t;
+    std::sort(sorted.begin(), sorted.end());
+    const double ref = sorted.empty() ? 0.0 : sorted[sorted.size() / 4];
+    std::vector<std::vector<std::pair<int, int>>> again;  // the suspects, packed into disjoint rounds
+    for (size_t i = 0; i < measured.size(); ++i) {
+      if (!(t[i] > ref / 0.75)) continue;
+      const int x = measured[i].first, y = measured[i].second;
+      auto fits = [&](const std::vector<std::pair<int, int>>& r) {
+        return std::none_of(r.begin(), r.end(), [&](const auto& q) {
+          return q.first == x || q.second == x || q.first == y || q.second == y;
+        });
+      };
+      auto it = std::find_if(again.begin(), again.end(), fits);
+      if (it == again.end()) again.push_back({measured[i]});
+      else it->push_back(measured[i]);
+    }
+    if (again.empty()) break;
+    usleep(100000);
+    run(again);
+  }
+  steps.arrive(check);
+  return out;
+}
+
+}  // namespace
+
+// The latency-bandwidth model t(n) = alpha + n / beta fitted by weighted least squares to
+// (bytes, seconds) points (Hockney's model, the alpha-beta of the MPI literature), each point
+// weighted by 1 / t^2 so that the residuals are relative: plain least squares lets the
+// largest message's microseconds of noise swamp the smallest's whole time, and alpha came out
+// negative so. Alpha in seconds, beta in bytes/s. Needs two distinct sizes; {0, 0} otherwise.
+std::pair<double, double> fit_alpha_beta(const std::vector<std::pair<double, double>>& pts) {
+  double s = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : pts) {
+    const double w = y > 0 ? 1.0 / (y * y) : 0.0;
+    s += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
+  }
+  const double den = s * sxx - sx * sx;
+  if (pts.size() < 2 || !(den > 0)) return {0, 0};
+  const double slope = (s * sxy - sx * sy) / den;
+  return {(sy - slope * sx) / s, slope > 0 ? 1.0 / slope : 0.0};
+}
+
+namespace {
+
+// An all-reduce over `comm` (the ranks of a node, or the world): `busbw` of a 16 MiB float sum,
+// best of 5 after a warm-up, 2 (n - 1) / n x bytes / seconds (nccl-tests' bus bandwidth, GB/s);
+// and each rank's arrival: 15 iterations of a fixed piece of work (sgemm 768^3, about 8 ms a core, stretched by the
+// test-only compute fault) then an 8-byte all-reduce, each rank timing its wait inside it. The
+// last to arrive waits least, so rank r's lateness in an iteration is the longest wait less its
+// own: a measure free of clock offsets between hosts. lag_ms: each rank's median lateness,
+// work_ms: the median time of the work, both in comm's rank order.
+struct CollectiveProbe {
+  double busbw = 0;
+  std::vector<double> lag_ms;
+  double work_ms = 0;
+};
+CollectiveProbe probe_allreduce(MPI_Comm comm, double factor) {
+  int n = 1;
+  MPI_Comm_size(comm, &n);
+  CollectiveProbe p;
+  const size_t count = size_t(4) << 20;
+  std::vector<float> buf(count, 1.0f);
+  double best = 1e300;
+  for (int rep = 0; rep < 6; ++rep) {
+    MPI_Barrier(comm);
+    const auto t0 = std::chrono::steady_clock::now();
+    DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(count), MPI_FLOAT, MPI_SUM, comm) == MPI_SUCCESS,
+              "MPI_Allreduce failed");
     if (rep > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  return 2.0 * double(bytes) / best / 1e9;
+  p.busbw = n > 1 ? 2.0 * (n - 1) / n * double(count * sizeof(float)) / best / 1e9 : 0.0;
+  const int w = 768, iters = 15;
+  std::vector<float> a(size_t(w) * w, 0.5f), b(size_t(w) * w, 0.25f), c(size_t(w) * w);
+  std::vector<double> waits(iters), works(iters);
+  MPI_Barrier(comm);
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, w, w, w, 1.0f, a.data(), w, b.data(), w, 0.0f, c.data(), w);
+    const auto dt = std::chrono::steady_clock::now() - t0;
+    if (factor > 1) spin_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(dt * factor));
+    const auto t1 = std::chrono::steady_clock::now();
+    works[size_t(i)] = std::chrono::duration<double>(t1 - t0).count();
+    double x = 1;
+    DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_SUCCESS, "MPI_Allreduce failed");
+    waits[size_t(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  }
+  std::vector<double> all(size_t(n) * iters), all_work(size_t(n) * iters);
+  MPI_Allgather(waits.data(), iters, MPI_DOUBLE, all.data(), iters, MPI_DOUBLE, comm);
+  MPI_Allgather(works.data(), iters, MPI_DOUBLE, all_work.data(), iters, MPI_DOUBLE, comm);
+  for (int r = 0; r < n; ++r) {
+    std::vector<double> late;
+    for (int i = 0; i < iters; ++i) {
+      double longest = 0;
+      for (int q = 0; q < n; ++q) longest = std::max(longest, all[size_t(q) * iters + size_t(i)]);
+      late.push_back(longest - all[size_t(r) * iters + size_t(i)]);
+    }
+    p.lag_ms.push_back(1e3 * median_of(late));
+  }
+  p.work_ms = 1e3 * median_of(all_work);
+  return p;
+}
+
+// The arrival check of one collective: a rank later than the earliest by more than `tolerance` x
+// the median work time between collectives (and by more than 0.2 ms) is a straggler: it fails,
+// named with its lateness; half of that warns. `ranks` maps comm ranks to world ranks.
+void arrival_outcomes(const CollectiveProbe& p, const std::vector<int>& ranks, double tolerance,
+                      std::vector<std::string>& status, std::vector<std::string>& text, json& lag) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    const double limit = std::max(tolerance * p.work_ms, 0.2);
+    const double l = p.lag_ms[i];
+    lag["rank " + std::to_string(r)] = l;
+    const bool fail = l > limit, warn = l > limit / 2;
+    status[size_t(r)] = fail ? "fail" : warn ? "warn" : "pass";
+    text[size_t(r)] = fail || warn ? "rank " + std::to_string(r) + " arrives " + num_str(l) + " ms after the first" +
+                                         " (median of 15), the work between collectives taking " + num_str(p.work_ms) +
+                                         " ms (rule: " + (fail ? "fail" : "warn") + " beyond " +
+                                         num_str(fail ? limit : limit / 2) + " ms, " +
+                                         pct(fail ? tolerance : tolerance / 2) + " of the work)"
+                                   : "";
+  }
 }
 
 }  // namespace
 
 namespace {
-int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std::vector<ValidateCheck>& checks,
-                 std::chrono::steady_clock::time_point t0);
+
+struct ReportExtra {
+  bool incomplete = false;
+  std::vector<std::string> levels_run;
+  json rules = json::array();
+  int loops = 1;
+};
+int write_verdict(const ValidateArgs& a, const std::vector<json>& inv, const std::vector<ValidateCheck>& checks,
+                  std::chrono::steady_clock::time_point t0, const ReportExtra& extra);
+
+// Reads a JSON file for --baseline or --rules: InputError naming the option and file.
+json read_json_file(const std::string& option, const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw InputError(option + " " + path + ": no such file");
+  std::ifstream f(path);
+  try {
+    return json::parse(f);
+  } catch (const json::parse_error& e) {
+    throw InputError(option + " " + path + ": malformed JSON (" + e.what() + ")");
+  }
+}
+
+// The checks of one pass over the measuring levels, and the metrics it measured.
+struct ValidatePass {
+  std::vector<ValidateCheck> checks;
+  std::map<std::string, Metric> metrics;
+};
+
+// The worse of two statuses: fail > warn > pass > skip.
+int severity(const std::string& s) { return s == "fail" ? 3 : s == "warn" ? 2 : s == "pass" ? 1 : 0; }
+
 }  // namespace
 
 int cmd_validate(Communicator& world, const ValidateArgs& a) {
   const bool root = world.rank() == 0;
-  if (a.level != "quick" && a.level != "medium" && a.level != "long") {
-    if (a.level == "burnin")
-      throw InputError("--level burnin is not available yet: quick, medium and long are built");
+  if (a.level != "quick" && a.level != "medium" && a.level != "long" && a.level != "burnin")
     throw InputError("--level '" + a.level + "' is not one of quick, medium, long, burnin");
-  }
   if (!(a.tolerance > 0 && a.tolerance < 1)) throw InputError("--tolerance must be in (0, 1)");
+  if (!(a.check_timeout > 0)) throw InputError("--check-timeout must be a positive number of seconds");
+  if (!(a.duration > 0)) throw InputError("--duration must be a positive number of seconds");
   const Injection inj = parse_injection(a.inject, world.size());
   json baseline;
   if (!a.baseline.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(a.baseline, ec)) throw InputError("--baseline " + a.baseline + ": no such file");
-    std::ifstream f(a.baseline);
-    try {
-      baseline = json::parse(f);
-    } catch (const json::parse_error& e) {
-      throw InputError("--baseline " + a.baseline + ": malformed JSON (" + e.what() + ")");
-    }
+    baseline = read_json_file("--baseline", a.baseline);
     if (!baseline.is_object() || baseline.value("kind", "") != "validate-baseline" || !baseline.contains("metrics") ||
         !baseline["metrics"].is_object())
       throw InputError("--baseline " + a.baseline + ": not a validate baseline (kind \"validate-baseline\")");
@@ -535,28 +1076,42 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
       if (!v.is_object() || !v.contains("value") || !v["value"].is_number())
         throw InputError("--baseline " + a.baseline + ": metric " + k + " has no numeric \"value\"");
   }
+  std::vector<ValidateRule> file_rules;
+  if (!a.rules.empty()) {
+    file_rules = parse_rules(read_json_file("--rules", a.rules), "--rules " + a.rules);
+    for (const ValidateRule& r : file_rules)
+      if (r.type == "baseline_drop" && a.baseline.empty())
+        throw InputError("--rules " + a.rules + ": rule '" + r.name + "' (baseline_drop) needs --baseline");
+  }
   if (a.backend != "cpu" && a.backend != "cuda") throw InputError("--backend '" + a.backend + "' is not cpu or cuda");
   const auto expect = parse_expectations(a.expect);
   if (a.ranks_per_node < 0) throw InputError("--ranks-per-node must be positive");
   if (a.ranks_per_node > 0 && world.size() % a.ranks_per_node != 0)
     throw InputError("--ranks-per-node " + std::to_string(a.ranks_per_node) + " does not divide the " +
                      std::to_string(world.size()) + " ranks");
+  const bool medium = a.level != "quick", long_level = a.level == "long" || a.level == "burnin";
   const auto t0 = std::chrono::steady_clock::now();
   if (root) {
     std::printf("# validate %s: inventory and consistency of %d ranks%s", a.level.c_str(), world.size(),
                 a.ranks_per_node > 0 ? (", emulated nodes of " + std::to_string(a.ranks_per_node) + " ranks (for tests)").c_str() : "");
-    if (a.level == "medium" || a.level == "long")
-      std::printf("; then each rank's GEMM and memory bandwidth, the ranks of a host one at a time: expected about 0.5 s "
-                  "a rank of the most populated host");
-    if (a.level == "long")
-      std::printf("; then every pair's send/recv bandwidth, n - 1 rounds of n / 2 pairs at once: about 0.05 s a round");
-    else
-      std::printf("; expected a few seconds");
+    if (medium)
+      std::printf("; then each rank's GEMM, memory bandwidth and host-device copies, the ranks of a host one at a "
+                  "time (about 0.5 s a rank of the most populated host), the send/recv pairs and an all-reduce "
+                  "within each node");
+    if (long_level)
+      std::printf("; then every pair's send/recv (n - 1 rounds of n / 2 pairs, about 0.1 s a round), an all-reduce "
+                  "over the world and a few training steps");
+    if (a.level == "burnin") std::printf("; looped for %s s", num_str(a.duration).c_str());
+    if (!long_level) std::printf("; expected a few seconds");
+    std::printf("; each step of a check times out after %s s", num_str(a.check_timeout).c_str());
     std::printf("%s\n", inj.rank >= 0 ? ("; TEST FAULT: rank " + std::to_string(inj.rank) + " " +
-                                          (inj.comm > 1 ? "communication x" + num_str(inj.comm)
-                                                        : "compute x" + num_str(inj.compute)) + " slower").c_str() : "");
+                                          (inj.hang ? std::string("hangs in its compute")
+                                           : inj.comm > 1 ? "communication x" + num_str(inj.comm)
+                                                          : "compute x" + num_str(inj.compute)) + " slower").c_str()
+                                      : "");
   }
   std::fflush(stdout);
+  set_comm_timeout(a.check_timeout);
 
   // Where this rank sits: emulated nodes, or the ranks sharing memory (MPI_COMM_TYPE_SHARED).
   int node_index = 0, local_rank = 0;
@@ -572,11 +1127,13 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     MPI_Comm_free(&node);
   }
   std::string device, device_error;
+  std::unique_ptr<Backend> gpu;
   if (a.backend == "cpu") {
     device = "cpu: " + cpu_model();
   } else {
     try {
-      device = make_cuda_backend(local_rank)->device_name();
+      gpu = make_cuda_backend(local_rank);
+      device = gpu->device_name();
     } catch (const std::exception& e) {
       device_error = e.what();
     }
@@ -589,126 +1146,514 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
   if (!emulated) {
     std::map<std::string, int> index;
     for (json& r : inv) r["node_index"] = index.emplace(r["node"].get<std::string>(), int(index.size())).first->second;
+    node_index = inv[size_t(world.rank())]["node_index"];
   }
-  std::vector<ValidateCheck> checks = quick_checks(inv, expect);
-  std::map<std::string, Metric> metrics;  // per rank, for baselines
-  const bool medium = a.level == "medium" || a.level == "long";
-  if (medium) {
-    // The ranks of one host take turns (they share its cores and memory); hosts run at once.
-    int turn = 0, turns = 1;
-    std::map<std::string, int> per_host;
-    for (const json& r : inv) {
-      const int k = per_host[r.value("host", "?")]++;
-      if (r.value("rank", -1) == world.rank()) turn = k;
-      turns = std::max(turns, k + 1);
-    }
-    // Three rounds of turns, each rank's best over them: a neighbour's burst of load spoils one
-    // round's figure, not the rank's.
-    std::pair<double, double> mine_c{0, 0};
-    ComputeProbe probe;
-    for (int round = 0; round < 3; ++round)
-      for (int t = 0; t < turns; ++t) {
-        sleeping_barrier();
-        if (t == turn) {
-          const auto m = probe.measure(world.rank() == inj.rank ? inj.compute : 1.0);
-          mine_c = {std::max(mine_c.first, m.first), std::max(mine_c.second, m.second)};
-        }
-      }
-    sleeping_barrier();
-    std::vector<double> both = {mine_c.first, mine_c.second}, all(2 * size_t(world.size()));
-    world.all_gather(both.data(), all.data(), 2, DType::f64);
-    std::vector<double> gemm, triad;
-    std::vector<std::string> node;
-    for (int r = 0; r < world.size(); ++r) {
-      gemm.push_back(all[2 * size_t(r)]), triad.push_back(all[2 * size_t(r) + 1]);
-      node.push_back(inv[size_t(r)].value("node", "?"));
-    }
-    checks.push_back(fleet_median_check("compute/gemm_gflops", "GFLOP/s", gemm, node, a.tolerance));
-    checks.push_back(fleet_median_check("compute/triad_GBps", "GB/s", triad, node, a.tolerance));
-    metrics["compute/gemm_gflops"] = {"GFLOP/s", gemm};
-    metrics["compute/triad_GBps"] = {"GB/s", triad};
-    checks.push_back({"collectives/intra_node", "skip", "not built yet (level medium measures compute only so far)",
-                      {}, {}, json::object(), {}});
-  }
-  if (a.level == "long" && world.size() > 1) {
-    // Every pair once, round-robin (n - 1 rounds of n / 2 pairs at once): each rank's
-    // bidirectional bandwidth with each partner; a rank's figure is the median over its
-    // partners, so one slow link (or one slow rank) shows at its own ranks, not at all of
-    // theirs. 4 MiB each way.
-    const size_t bytes = size_t(4) << 20;
-    std::vector<double> row(size_t(world.size()), 0.0);
-    // Pairs of a round that share a host take turns (slots), as ranks do for compute: two
-    // transfers through one host's memory would measure each other.
-    auto host = [&](int r) { return inv[size_t(r)].value("host", "?"); };
-    // Two sweeps, each pair's best: where ranks share cores, one sweep's figure for a pair can
-    // depend on where the scheduler put its two ranks at that moment.
-    for (int sweep = 0; sweep < 2; ++sweep)
-    for (const auto& round : pair_rounds(world.size())) {
-      std::vector<int> slot(round.size(), 0);
-      int slots = 1;
-      for (size_t i = 0; i < round.size(); ++i) {
-        for (size_t j = 0; j < i; ++j) {
-          const std::set<std::string> hi = {host(round[i].first), host(round[i].second)};
-          if (hi.count(host(round[j].first)) || hi.count(host(round[j].second))) slot[i] = std::max(slot[i], slot[j] + 1);
-        }
-        slots = std::max(slots, slot[i] + 1);
-      }
-      for (int k = 0; k < slots; ++k) {
-        sleeping_barrier();
-        for (size_t i = 0; i < round.size(); ++i) {
-          const auto [x, y] = round[i];
-          if (slot[i] == k && (x == world.rank() || y == world.rank())) {
-            const int partner = x == world.rank() ? y : x;
-            const bool slowed = world.rank() == inj.rank || partner == inj.rank;
-            row[size_t(partner)] =
-                std::max(row[size_t(partner)], pair_bandwidth(partner, bytes, slowed ? inj.comm : 1.0));
-          }
-        }
-      }
-    }
-    sleeping_barrier();
-    std::vector<double> matrix(row.size() * row.size());
-    world.all_gather(row.data(), matrix.data(), row.size(), DType::f64);
-    std::vector<double> per_rank;
-    std::vector<std::string> node;
-    json m = json::array();
-    for (int r = 0; r < world.size(); ++r) {
-      std::vector<double> v;
-      json mr = json::array();
-      for (int p = 0; p < world.size(); ++p) {
-        mr.push_back(matrix[size_t(r) * row.size() + size_t(p)]);
-        if (p != r) v.push_back(matrix[size_t(r) * row.size() + size_t(p)]);
-      }
-      std::sort(v.begin(), v.end());
-      per_rank.push_back(v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-      node.push_back(inv[size_t(r)].value("node", "?"));
-      m.push_back(mr);
-    }
-    ValidateCheck c = fleet_median_check("pairs/sendrecv_GBps", "GB/s", per_rank, node, a.tolerance);
-    metrics["pairs/sendrecv_GBps"] = {"GB/s", per_rank};
-    c.values["matrix_GBps"] = m;
-    c.values["bytes"] = bytes;
-    checks.push_back(c);
-    checks.push_back({"train/world", "skip", "not built yet (level long runs the pair sweep only so far)", {}, {},
-                      json::object(), {}});
-  }
+  const int n = world.size(), me = world.rank();
   std::vector<std::string> node_of_rank;
   for (const json& r : inv) node_of_rank.push_back(r.value("node", "?"));
-  const json platform = majority(inv, "device");
+  auto host = [&](int r) { return inv[size_t(r)].value("host", "?"); };
+  std::vector<ValidateCheck> checks = quick_checks(inv, expect);
+  ReportExtra extra;
+  extra.levels_run = {"quick"};
+
+  // The checks of the measuring levels, in order: a timed-out check names its missing ranks;
+  // the ones after it are not_run.
+  std::vector<std::string> planned;
+  if (medium) planned = {"compute", "copy", "node/sendrecv", "node/allreduce"};
+  if (long_level) planned.insert(planned.end(), {"pairs", "groups/allreduce", "world/allreduce", "train"});
+  // What the communication watchdog's termination hook reads (a timeout inside an MPI call, or
+  // SIGTERM/SIGINT): the check running and the checks so far, under `progress_mu`.
+  std::mutex progress_mu;
+  std::string current;
+  auto begin_check = [&](const std::string& name) {
+    std::lock_guard<std::mutex> lock(progress_mu);
+    current = name;
+  };
+  Steps steps(a.check_timeout);
+  // This rank's turn among the ranks of its host: they share its cores and memory.
+  int turn = 0, turns = 1;
+  {
+    std::map<std::string, int> per_host;
+    for (int r = 0; r < n; ++r) {
+      const int k = per_host[host(r)]++;
+      if (r == me) turn = k;
+      turns = std::max(turns, k + 1);
+    }
+  }
+  auto gather = [&](std::vector<double> mine_v) {
+    std::vector<double> all(mine_v.size() * size_t(n));
+    world.all_gather(mine_v.data(), all.data(), mine_v.size(), DType::f64);
+    return all;
+  };
+  auto matrix_json = [&](const std::vector<double>& m, size_t bytes) {
+    json j = json::array();
+    for (int r = 0; r < n; ++r) {
+      json row = json::array();
+      for (int p = 0; p < n; ++p) {
+        const double t = m[size_t(r) * size_t(n) + size_t(p)];
+        row.push_back(t > 0 ? 2.0 * double(bytes) / t / 1e9 : 0.0);
+      }
+      j.push_back(row);
+    }
+    return j;
+  };
+  // Per rank: the median over its partners (those with a time) of 2 x bytes / seconds, GB/s.
+  auto median_bw = [&](const std::vector<double>& m, size_t bytes) {
+    std::vector<double> out;
+    for (int r = 0; r < n; ++r) {
+      std::vector<double> v;
+      for (int p = 0; p < n; ++p)
+        if (p != r && m[size_t(r) * size_t(n) + size_t(p)] > 0)
+          v.push_back(2.0 * double(bytes) / m[size_t(r) * size_t(n) + size_t(p)] / 1e9);
+      out.push_back(median_of(v));
+    }
+    return out;
+  };
+  // Alpha-beta per link class over the measured pairs of `m_by_size` ([size][r * n + p]).
+  auto alpha_beta = [&](const std::vector<std::vector<double>>& m_by_size, const std::string& name) {
+    json classes = json::object();
+    std::string text;
+    for (const std::string cls : {"intra-node", "inter-node"}) {
+      std::vector<std::pair<double, double>> pts;
+      for (size_t s = 0; s < kPairSizes.size(); ++s) {
+        std::vector<double> t;
+        for (int r = 0; r < n; ++r)
+          for (int p = r + 1; p < n; ++p) {
+            const bool intra = node_of_rank[size_t(r)] == node_of_rank[size_t(p)];
+            const double x = m_by_size[s][size_t(r) * size_t(n) + size_t(p)];
+            if (x > 0 && intra == (cls == "intra-node")) t.push_back(x);
+          }
+        if (!t.empty()) pts.emplace_back(double(kPairSizes[s]), median_of(t));
+      }
+      if (pts.size() < 2) continue;
+      const auto [alpha, beta] = fit_alpha_beta(pts);
+      json p = json::array();
+      for (const auto& [b, t] : pts) p.push_back({{"bytes", b}, {"seconds", t}});
+      classes[cls] = {{"alpha_us", alpha * 1e6}, {"beta_GBps", beta / 1e9}, {"points", p}};
+      text += (text.empty() ? "" : "; ") + cls + ": alpha " + num_str(alpha * 1e6) + " us, beta " + num_str(beta / 1e9) +
+              " GB/s each way";
+    }
+    return ValidateCheck{name, classes.empty() ? "skip" : "pass",
+                         classes.empty() ? "no pairs measured" : "t(n) = alpha + n / beta, relative least squares over " +
+                                                                      std::to_string(kPairSizes.size()) +
+                                                                      " sizes of each pair's best: " + text,
+                         {}, {}, {{"classes", classes}}, {}};
+  };
+
+  // Why arrival times cannot attribute a straggler here, or "": a host running more ranks at
+  // once than it has cores (the world's collective: all its ranks; a node's: its largest node,
+  // as a host's nodes take turns). Their arrival order is then the OS scheduler's.
+  auto crowded = [&](bool world_wide) -> std::string {
+    std::map<std::string, int> at_once;
+    std::map<int, int> node_size;
+    for (int r = 0; r < n; ++r) ++node_size[inv[size_t(r)].value("node_index", 0)];
+    for (int r = 0; r < n; ++r) {
+      int& c = at_once[host(r)];
+      c = world_wide ? c + 1 : std::max(c, node_size[inv[size_t(r)].value("node_index", 0)]);
+    }
+    for (const auto& [h, k] : at_once) {
+      int cores = 0;
+      for (int r = 0; r < n; ++r)
+        if (host(r) == h) cores = inv[size_t(r)].value("cores", 0);
+      if (cores > 0 && k > cores)
+        return "host " + h + " runs " + std::to_string(k) + " ranks at once on " + std::to_string(cores) +
+               " cores, so their arrival order is the OS scheduler's";
+    }
+    return "";
+  };
+
+  // The pass being measured, which the termination hook also reads.
+  ValidatePass pass;
+  auto add_check = [&](ValidatePass& out, ValidateCheck c) {
+    std::lock_guard<std::mutex> lock(progress_mu);
+    out.checks.push_back(std::move(c));
+  };
+
+  // One pass over the measuring levels.
+  auto measure = [&](ValidatePass& out) {
+    if (!medium) return;
+    // compute: the ranks of a host one at a time, hosts at once; three rounds, each rank's best.
+    begin_check("compute");
+    {
+      std::pair<double, double> best{0, 0};
+      ComputeProbe probe;
+      for (int round = 0; round < 3; ++round)
+        for (int t = 0; t < turns; ++t) {
+          steps.arrive(current);
+          if (t != turn) continue;
+          if (me == inj.rank && inj.hang)
+            for (;;) sleep(1);  // the test-only hang: never arrives at the next step
+          const double f = me == inj.rank ? inj.compute : 1.0;
+          std::pair<double, double> m = probe.measure(f);
+          if (gpu) {  // the device's GEMM instead of the host's (bf16 in, fp32 accumulate)
+            const int k = 8192;
+            m.first = 2.0 * k * double(k) * k / (gpu->time_gemm(k, k, k, "bf16", 2, 5) * f) / 1e9;
+          }
+          best = {std::max(best.first, m.first), std::max(best.second, m.second)};
+        }
+      steps.arrive(current);
+      const auto all = gather({best.first, best.second});
+      Metric gemm{"GFLOP/s", {}, true}, triad{"GB/s", {}, true};
+      for (int r = 0; r < n; ++r) gemm.per_rank.push_back(all[2 * size_t(r)]), triad.per_rank.push_back(all[2 * size_t(r) + 1]);
+      out.metrics["compute/gemm_gflops"] = gemm;
+      out.metrics["compute/triad_GBps"] = triad;
+    }
+    // copy: host <-> device on GPUs, one GPU of a host at a time.
+    begin_check("copy");
+    if (!gpu) {
+      add_check(out, {"copy/host_device", "skip", "the " + a.backend + " backend has no device memory to copy to",
+                            {}, {}, json::object(), {}});
+    } else {
+      std::pair<double, double> bw{0, 0};
+      const size_t bytes = size_t(64) << 20;
+      for (int t = 0; t < turns; ++t) {
+        steps.arrive(current);
+        if (t != turn) continue;
+        std::vector<char> h(bytes, 1);
+        void* d = gpu->device().allocate(bytes, MemCategory::workspace, Tier::device);
+        const double f = me == inj.rank ? inj.compute : 1.0;
+        const double up = best_seconds(5, f, [&] { gpu->copy_from_host(d, h.data(), bytes); });
+        const double down = best_seconds(5, f, [&] { gpu->copy_to_host(h.data(), d, bytes); });
+        gpu->device().deallocate(d, bytes, MemCategory::workspace, Tier::device);
+        bw = {double(bytes) / up / 1e9, double(bytes) / down / 1e9};
+      }
+      steps.arrive(current);
+      const auto all = gather({bw.first, bw.second});
+      Metric h2d{"GB/s", {}, true}, d2h{"GB/s", {}, true};
+      for (int r = 0; r < n; ++r) h2d.per_rank.push_back(all[2 * size_t(r)]), d2h.per_rank.push_back(all[2 * size_t(r) + 1]);
+      out.metrics["copy/h2d_GBps"] = h2d;
+      out.metrics["copy/d2h_GBps"] = d2h;
+    }
+    // node/sendrecv: the rank x rank matrix within each node (each node's round-robin, at once).
+    begin_check("node/sendrecv");
+    {
+      std::map<int, std::vector<int>> members;
+      for (int r = 0; r < n; ++r) members[inv[size_t(r)].value("node_index", 0)].push_back(r);
+      std::vector<std::vector<std::pair<int, int>>> rounds;
+      for (const auto& [node, ranks] : members) {
+        const auto local = pair_rounds(int(ranks.size()));
+        if (rounds.size() < local.size()) rounds.resize(local.size());
+        for (size_t k = 0; k < local.size(); ++k)
+          for (const auto& [x, y] : local[k]) rounds[k].emplace_back(ranks[size_t(x)], ranks[size_t(y)]);
+      }
+      const PairSweep sw = sweep_pairs(rounds, inv, inj, steps, current, me);
+      std::vector<std::vector<double>> m;
+      for (const auto& row : sw.seconds) m.push_back(gather(row));
+      const size_t big = kPairSizes.back();
+      bool any = false;
+      for (const auto& [node, ranks] : members) any = any || ranks.size() > 1;
+      if (!any) {
+        add_check(out, {"node/sendrecv", "skip", "one rank per node: no pairs within a node", {}, {},
+                              json::object(), {}});
+      } else {
+        out.metrics["node/sendrecv_GBps"] = {"GB/s", median_bw(m.back(), big), true};
+        ValidateCheck mat{"node/sendrecv_matrix", "pass",
+                          "each node's rank x rank send/recv bandwidth, " + std::to_string(big >> 20) +
+                              " MiB each way (2 x bytes / seconds, GB/s; 0: not in one node)",
+                          {}, {}, {{"matrix_GBps", matrix_json(m.back(), big)}, {"bytes", big}}, {}};
+        add_check(out, mat);
+        add_check(out, alpha_beta(m, "node/alpha_beta"));
+      }
+    }
+    // node/allreduce: each node's all-reduce (bus bandwidth, arrival times); nodes sharing a
+    // host (emulated) take turns.
+    begin_check("node/allreduce");
+    {
+      MPI_Comm node_comm;
+      DTB_CHECK(MPI_Comm_split(MPI_COMM_WORLD, node_index, me, &node_comm) == MPI_SUCCESS, "MPI_Comm_split failed");
+      int node_size = 1;
+      MPI_Comm_size(node_comm, &node_size);
+      std::map<std::string, std::vector<int>> nodes_on_host;
+      for (int r = 0; r < n; ++r) {
+        auto& v = nodes_on_host[host(r)];
+        const int ni = inv[size_t(r)].value("node_index", 0);
+        if (std::find(v.begin(), v.end(), ni) == v.end()) v.push_back(ni);
+      }
+      const auto& mine_nodes = nodes_on_host[host(me)];
+      const int node_turn = int(std::find(mine_nodes.begin(), mine_nodes.end(), node_index) - mine_nodes.begin());
+      int node_turns = 1;
+      for (const auto& [h, v] : nodes_on_host) node_turns = std::max(node_turns, int(v.size()));
+      CollectiveProbe p;
+      for (int t = 0; t < node_turns; ++t) {
+        steps.arrive(current);
+        if (t == node_turn && node_size > 1) p = probe_allreduce(node_comm, me == inj.rank ? inj.compute : 1.0);
+      }
+      steps.arrive(current);
+      int local = 0;
+      MPI_Comm_rank(node_comm, &local);
+      MPI_Comm_free(&node_comm);
+      const auto all = gather({p.busbw, p.lag_ms.empty() ? 0.0 : p.lag_ms[size_t(local)], p.work_ms});
+      if (node_size > 1) {
+        Metric bus{"GB/s", {}, true};
+        std::vector<std::string> st(static_cast<size_t>(n), "pass"), tx(static_cast<size_t>(n));
+        json lag = json::object();
+        for (int r = 0; r < n; ++r) {
+          bus.per_rank.push_back(all[3 * size_t(r)]);
+          CollectiveProbe one{0, {all[3 * size_t(r) + 1]}, all[3 * size_t(r) + 2]};
+          std::vector<std::string> s1(static_cast<size_t>(n)), t1(static_cast<size_t>(n));
+          arrival_outcomes(one, {r}, a.tolerance, s1, t1, lag);
+          st[size_t(r)] = s1[size_t(r)], tx[size_t(r)] = t1[size_t(r)];
+        }
+        out.metrics["node/allreduce_busbw_GBps"] = bus;
+        if (const std::string why = crowded(false); !why.empty())
+          add_check(out, {"node/arrival", "skip", why, {}, {}, {{"lag_ms", lag}}, {}});
+        else
+          add_check(out, fold("node/arrival", RankOutcomes{st, tx}, node_of_rank,
+                                  "no straggler: every rank reaches its node's all-reduce within " +
+                                      pct(a.tolerance) + " of the work between collectives of the first",
+                                  {{"lag_ms", lag}}));
+      } else {
+        add_check(out, {"node/allreduce", "skip", "one rank per node: no collective within a node", {}, {},
+                              json::object(), {}});
+      }
+    }
+    if (!long_level) return;
+    // pairs: every pair once, round-robin; each rank's median over its partners.
+    begin_check("pairs");
+    if (n > 1) {
+      const PairSweep sw = sweep_pairs(pair_rounds(n), inv, inj, steps, current, me);
+      std::vector<std::vector<double>> m;
+      for (const auto& row : sw.seconds) m.push_back(gather(row));
+      const size_t big = kPairSizes.back();
+      out.metrics["pairs/sendrecv_GBps"] = {"GB/s", median_bw(m.back(), big), true};
+      add_check(out, {"pairs/sendrecv_matrix", "pass",
+                            "every pair's send/recv bandwidth, " + std::to_string(big >> 20) + " MiB each way (GB/s)",
+                            {}, {}, {{"matrix_GBps", matrix_json(m.back(), big)}, {"bytes", big}}, {}});
+      add_check(out, alpha_beta(m, "pairs/alpha_beta"));
+    }
+    // groups/allreduce: nodes in groups of two (nodes 2k and 2k + 1, as under one leaf switch
+    // when the hostfile lists them so), each group's all-reduce at once (groups sharing a host
+    // take turns); each group's busbw against the other groups'.
+    begin_check("groups/allreduce");
+    {
+      int nodes = 0;
+      for (const json& r : inv) nodes = std::max(nodes, r.value("node_index", 0) + 1);
+      if (nodes < 4) {
+        add_check(out, {"groups/allreduce", "skip",
+                        "fewer than 4 nodes: groups of 2 nodes would be fewer than 2 to compare", {}, {},
+                        json::object(), {}});
+      } else {
+        const int group = node_index / 2;
+        MPI_Comm gcomm;
+        DTB_CHECK(MPI_Comm_split(MPI_COMM_WORLD, group, me, &gcomm) == MPI_SUCCESS, "MPI_Comm_split failed");
+        std::map<std::string, std::vector<int>> groups_on_host;
+        for (int r = 0; r < n; ++r) {
+          auto& v = groups_on_host[host(r)];
+          const int g = inv[size_t(r)].value("node_index", 0) / 2;
+          if (std::find(v.begin(), v.end(), g) == v.end()) v.push_back(g);
+        }
+        const auto& mine_g = groups_on_host[host(me)];
+        const int g_turn = int(std::find(mine_g.begin(), mine_g.end(), group) - mine_g.begin());
+        int g_turns = 1;
+        for (const auto& [h, v] : groups_on_host) g_turns = std::max(g_turns, int(v.size()));
+        CollectiveProbe p;
+        for (int t = 0; t < g_turns; ++t) {
+          steps.arrive("groups/allreduce");
+          if (t == g_turn) p = probe_allreduce(gcomm, me == inj.rank ? inj.compute : 1.0);
+        }
+        steps.arrive("groups/allreduce");
+        MPI_Comm_free(&gcomm);
+        const auto all = gather({p.busbw});
+        out.metrics["groups/allreduce_busbw_GBps"] = {"GB/s", all, true};
+      }
+    }
+    // world/allreduce: every rank at once, bus bandwidth and arrival times.
+    begin_check("world/allreduce");
+    if (n > 1) {
+      steps.arrive(current);
+      const CollectiveProbe p = probe_allreduce(MPI_COMM_WORLD, me == inj.rank ? inj.compute : 1.0);
+      steps.arrive(current);
+      out.metrics["world/allreduce_busbw_GBps"] = {"GB/s", std::vector<double>(size_t(n), p.busbw), true};
+      std::vector<std::string> st(static_cast<size_t>(n), "pass"), tx(static_cast<size_t>(n));
+      std::vector<int> ranks(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) ranks[size_t(r)] = r;
+      json lag = json::object();
+      arrival_outcomes(p, ranks, a.tolerance, st, tx, lag);
+      if (const std::string why = crowded(true); !why.empty())
+        add_check(out, {"world/arrival", "skip", why, {}, {}, {{"lag_ms", lag}, {"work_ms", p.work_ms}}, {}});
+      else
+        add_check(out, fold("world/arrival", RankOutcomes{st, tx}, node_of_rank,
+                                "no straggler: every rank reaches the world's all-reduce within " + pct(a.tolerance) +
+                                    " of the work between collectives (" + num_str(p.work_ms) + " ms) of the first",
+                                {{"lag_ms", lag}, {"work_ms", p.work_ms}, {"busbw_GBps", p.busbw}}));
+    }
+    // train: a few data-parallel steps of the reference GPT on the whole world.
+    begin_check("train");
+    {
+      steps.arrive(current);
+      const TrainProbe tp = validate_train_steps(world, 6, me == inj.rank ? inj.compute : 1.0);
+      steps.arrive(current);
+      const double tokens = tp.step_seconds > 0 ? tp.tokens_per_s * tp.step_seconds : 0;
+      // This rank's own speed: tokens over its compute time (wall; CPU time on a host with more
+      // ranks than cores, where wall time counts the waits for a core).
+      const bool by_cpu = !crowded(true).empty();
+      const double own = by_cpu ? tp.compute_cpu_seconds : tp.compute_seconds;
+      const auto all = gather({own > 0 ? tokens / own : 0.0, double(tp.param_hash >> 32),
+                               double(tp.param_hash & 0xffffffffu), tp.step_seconds});
+      Metric tps{"tokens/s", {}, true};
+      std::vector<int> differ;
+      for (int r = 0; r < n; ++r) {
+        tps.per_rank.push_back(all[4 * size_t(r)]);
+        if (all[4 * size_t(r) + 1] != all[1] || all[4 * size_t(r) + 2] != all[2]) differ.push_back(r);
+      }
+      out.metrics["train/tokens_per_s"] = tps;
+      ValidateCheck c{"train/world", "pass", "", {}, {}, {{"model", tp.model}, {"steps", tp.steps},
+                      {"first_loss", tp.first_loss}, {"last_loss", tp.last_loss}, {"step_seconds", tp.step_seconds},
+                      {"tokens_per_s_from", by_cpu ? "compute CPU time" : "compute wall time"}}, {}};
+      if (!tp.finite) {
+        c.status = "fail", c.detail = "a loss was not finite";
+      } else if (!differ.empty()) {
+        c.status = "fail", c.ranks = differ;
+        for (int r : differ) {
+          if (std::find(c.nodes.begin(), c.nodes.end(), node_of_rank[size_t(r)]) == c.nodes.end())
+            c.nodes.push_back(node_of_rank[size_t(r)]);
+          c.node_detail[node_of_rank[size_t(r)]] += "rank " + std::to_string(r) + "'s parameters differ from rank 0's ";
+        }
+        c.detail = "after " + std::to_string(tp.steps) + " steps, ranks " + join_ranks(differ) +
+                   " hold other parameters than rank 0 (data-parallel replicas must stay bitwise equal)";
+      } else if (!(tp.last_loss < tp.first_loss)) {
+        c.status = "fail";
+        c.detail = "the loss did not fall: " + num_str(tp.first_loss) + " to " + num_str(tp.last_loss);
+      } else {
+        c.detail = tp.model + ": loss " + num_str(tp.first_loss) + " to " + num_str(tp.last_loss) + " in " +
+                   std::to_string(tp.steps) + " steps, replicas bitwise equal, " + num_str(1e3 * tp.step_seconds) +
+                   " ms a step";
+      }
+      add_check(out, c);
+    }
+    begin_check("");
+  };
+
+  // Rank 0 writes what it has when the watchdog ends the run (it names the call and the ranks;
+  // the check running fails with its line, the ones after it are not_run): exit 3, incomplete.
+  auto incomplete = [&](std::vector<ValidateCheck> so_far, const ValidateCheck& failed) {
+    so_far.push_back(failed);
+    bool after = false;
+    for (const std::string& s : planned) {
+      if (after) so_far.push_back({s, "not_run", "not run: check " + failed.name + " did not finish", {}, {}, json::object(), {}});
+      after = after || s == failed.name;
+    }
+    ReportExtra e = extra;
+    e.incomplete = true;
+    write_verdict(a, inv, so_far, t0, e);
+  };
+  if (root)
+    set_termination_hook([&](const std::string& why) {
+      std::vector<ValidateCheck> so_far;
+      std::string running;
+      {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        so_far = checks;
+        so_far.insert(so_far.end(), pass.checks.begin(), pass.checks.end());
+        running = current;
+      }
+      incomplete(so_far, {running.empty() ? "validate" : running, "fail", why, {}, {}, json::object(), {}});
+    });
+  struct HookReset {
+    ~HookReset() { set_termination_hook({}); }
+  } hook_reset;
+  std::map<std::string, Metric> metrics;
+  int loops = 0;
+  try {
+    if (medium) {
+      const auto start = std::chrono::steady_clock::now();
+      for (;;) {
+        {
+          std::lock_guard<std::mutex> lock(progress_mu);
+          pass = ValidatePass{};
+        }
+        ValidatePass& p = pass;
+        measure(p);
+        ++loops;
+        // Burnin keeps each rank's worst figure of every loop and each check's worst outcome.
+        for (auto& [name, m] : p.metrics) {
+          auto it = metrics.find(name);
+          if (it == metrics.end()) {
+            metrics[name] = m;
+            continue;
+          }
+          for (size_t r = 0; r < m.per_rank.size(); ++r)
+            it->second.per_rank[r] = m.higher_is_better ? std::min(it->second.per_rank[r], m.per_rank[r])
+                                                        : std::max(it->second.per_rank[r], m.per_rank[r]);
+        }
+        {
+          std::lock_guard<std::mutex> lock(progress_mu);
+          for (ValidateCheck& c : p.checks) {
+            auto it = std::find_if(checks.begin(), checks.end(), [&](const ValidateCheck& x) { return x.name == c.name; });
+            if (it == checks.end()) checks.push_back(std::move(c));
+            else if (severity(c.status) > severity(it->status)) *it = std::move(c);
+          }
+          p.checks.clear();
+        }
+        double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        world.broadcast(&elapsed, 1, DType::f64, 0);  // one decision for every rank
+        if (a.level != "burnin" || elapsed >= a.duration) break;
+      }
+    }
+  } catch (const CheckTimeout& t) {
+    // Rank 0 alone throws: it names the ranks, writes what it has and ends the job (exit 3).
+    ValidateCheck c{t.check, "fail", "", {}, t.ranks, {{"timeout_s", t.seconds}}, {}};
+    for (int r : t.ranks) {
+      const std::string& nd = node_of_rank[size_t(r)];
+      if (std::find(c.nodes.begin(), c.nodes.end(), nd) == c.nodes.end()) c.nodes.push_back(nd);
+      c.node_detail[nd] += (c.node_detail[nd].empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
+                           " did not finish a step of check " + t.check + " within the " + num_str(t.seconds) +
+                           " s timeout (hung, or far too slow)";
+    }
+    c.detail = (t.ranks.size() == 1 ? "rank " : "ranks ") + join_ranks(t.ranks) + " did not finish a step of check " + t.check + " within " +
+               num_str(t.seconds) + " s (hung, or far too slow); the run is incomplete";
+    set_termination_hook({});  // this path writes the report itself
+    try {
+      std::vector<ValidateCheck> so_far = checks;
+      so_far.insert(so_far.end(), pass.checks.begin(), pass.checks.end());
+      incomplete(so_far, c);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+    }
+    std::fprintf(stderr, "dtbench: error: validate: %s\n", c.detail.c_str());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    return 3;
+  }
+  if (medium) extra.levels_run.push_back("medium");
+  if (long_level) extra.levels_run.push_back("long");
+  if (a.level == "burnin") extra.levels_run.push_back("burnin");
+  extra.loops = std::max(loops, 1);
+
+  // The rules: a rules file's, or the defaults (the fleet median, and the baseline when given).
+  const std::vector<ValidateRule> rules = a.rules.empty() ? default_rules(metrics, baseline, a.tolerance) : file_rules;
+  for (ValidateCheck& c : evaluate_rules(rules, metrics, baseline, node_of_rank)) checks.push_back(std::move(c));
   if (!a.baseline.empty()) {
+    const json platform = majority(inv, "device");
     if (baseline.value("platform", json()) != platform)
       checks.push_back({"baseline/platform", "fail",
                         "the baseline is for " + baseline.value("platform", json()).dump() + ", this run's devices are " +
                             platform.dump(),
                         {}, {}, json::object(), {}});
-    for (ValidateCheck& c : baseline_checks(baseline, metrics, node_of_rank, a.tolerance)) checks.push_back(std::move(c));
+    // A metric the baseline has and this run lacks fails, whatever the rules name.
+    if (!a.rules.empty())
+      for (const auto& [name, entry] : baseline["metrics"].items())
+        if (!metrics.count(name))
+          checks.push_back({"baseline/" + name, "fail",
+                            "missing: the baseline has " + name + ", this run measured none (a level too low, or a "
+                            "test that could not run)",
+                            {}, {}, {{"baseline", entry.value("value", 0.0)}}, {}});
+  }
+  for (const ValidateRule& r : rules) {
+    json j = {{"name", r.name}, {"type", r.type}};
+    if (r.type == "k_of") j["k"] = r.k, j["of"] = r.of;
+    else j["metric"] = r.metric, j["fail"] = r.fail;
+    if (r.has_warn && r.warn > 0) j["warn"] = r.warn;
+    extra.rules.push_back(j);
   }
   bool baseline_unwritten = false;
   if (!a.make_baseline.empty() && root) {
     json m = json::object();
     for (const auto& [name, metric] : metrics)
       m[name] = {{"value", baseline_value(metric.per_rank)}, {"unit", metric.unit}, {"ranks", metric.per_rank.size()}};
-    const json b = {{"kind", "validate-baseline"}, {"version", 1}, {"platform", platform}, {"level", a.level},
+    const json b = {{"kind", "validate-baseline"}, {"version", 1}, {"platform", majority(inv, "device")},
+                    {"level", a.level},
                     {"method", "per metric: the median of the ranks' values after iterative removal of those beyond 3 "
                                "MADs (at least 1% of the median)"},
                     {"metrics", m}};
@@ -726,7 +1671,7 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
   int code = 0;
   if (root) {
     try {
-      code = report_quick(a, inv, checks, t0);
+      code = write_verdict(a, inv, checks, t0, extra);
       if (baseline_unwritten) code = 2;
     } catch (const InputError& e) {
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
@@ -739,15 +1684,18 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
 
 namespace {
 
-int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std::vector<ValidateCheck>& checks,
-                 std::chrono::steady_clock::time_point t0) {
+int write_verdict(const ValidateArgs& a, const std::vector<json>& inv, const std::vector<ValidateCheck>& checks,
+                  std::chrono::steady_clock::time_point t0, const ReportExtra& extra) {
 
   // Per node: accepted unless a failed check (or a warning, with --werror) names it.
   std::vector<std::string> node_order;
   for (const json& r : inv)
     if (std::find(node_order.begin(), node_order.end(), r["node"].get<std::string>()) == node_order.end())
       node_order.push_back(r["node"]);
-  auto bad = [&](const ValidateCheck& c) { return c.status == "fail" || (a.werror && c.status == "warn"); };
+  // A check that could not run fails; an input of a k_of rule gives no verdict of its own.
+  auto bad = [&](const ValidateCheck& c) {
+    return c.counts && (c.status == "fail" || c.status == "not_run" || (a.werror && c.status == "warn"));
+  };
   json nodes = json::array();
   bool world_failed = false;
   for (const ValidateCheck& c : checks)
@@ -758,29 +1706,38 @@ int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std:
     for (const json& r : inv)
       if (r["node"] == n) ranks.push_back(r["rank"]);
     for (const ValidateCheck& c : checks)
-      if ((c.status == "fail" || c.status == "warn") && std::find(c.nodes.begin(), c.nodes.end(), n) != c.nodes.end())
-        violations.push_back({{"check", c.name},
-                              {"status", c.status},
-                              {"detail", c.node_detail.count(n) ? c.node_detail.at(n) : c.detail},
-                              {"values", c.values}});
+      if (c.counts && (c.status == "fail" || c.status == "warn") &&
+          std::find(c.nodes.begin(), c.nodes.end(), n) != c.nodes.end()) {
+        json v = {{"check", c.name},
+                  {"status", c.status},
+                  {"detail", c.node_detail.count(n) ? c.node_detail.at(n) : c.detail},
+                  {"values", c.values}};
+        for (const char* k : {"rule", "metric", "baseline", "median", "reference"})
+          if (c.values.contains(k)) v[k] = c.values[k];
+        violations.push_back(v);
+      }
     bool accepted = true;
     for (const ValidateCheck& c : checks)
       if (bad(c) && std::find(c.nodes.begin(), c.nodes.end(), n) != c.nodes.end()) accepted = false;
     defective += accepted ? 0 : 1;
     nodes.push_back({{"node", n}, {"ranks", ranks}, {"accepted", accepted}, {"violations", violations}});
   }
-  const int code = defective > 0 || world_failed ? 1 : 0;
+  const int code = extra.incomplete ? 3 : defective > 0 || world_failed ? 1 : 0;
   json jchecks = json::array();
   for (const ValidateCheck& c : checks)
     jchecks.push_back({{"name", c.name}, {"status", c.status}, {"detail", c.detail}, {"nodes", c.nodes},
-                       {"ranks", c.ranks}, {"values", c.values}});
+                       {"ranks", c.ranks}, {"values", c.values}, {"counts", c.counts}});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const json out = {{"kind", "validate"},
                     {"version", 1},
                     {"level", a.level},
-                    {"levels_run", a.level == "long"     ? json{"quick", "medium", "long"}
-                                   : a.level == "medium" ? json{"quick", "medium"}
-                                                         : json{"quick"}},
+                    {"levels_run", extra.levels_run},
+                    {"loops", extra.loops},
+                    {"check_timeout_s", a.check_timeout},
+                    {"tolerance", a.tolerance},
+                    {"rules_file", a.rules.empty() ? json(nullptr) : json(a.rules)},
+                    {"rules", extra.rules},
+                    {"baseline", a.baseline.empty() ? json(nullptr) : json(a.baseline)},
                     {"injected_fault", a.inject.empty() ? json(nullptr) : json(a.inject)},
                     {"expect", parse_expectations(a.expect)},
                     {"emulated_ranks_per_node", a.ranks_per_node > 0 ? json(a.ranks_per_node) : json(nullptr)},
@@ -789,10 +1746,11 @@ int report_quick(const ValidateArgs& a, const std::vector<json>& inv, const std:
                     {"inventory", inv},
                     {"checks", jchecks},
                     {"nodes", nodes},
-                    {"verdict", code == 0 ? "accepted" : "defective"},
+                    {"verdict", code == 0 ? "accepted" : code == 3 ? "incomplete" : "defective"},
                     {"exit_status", code}};
   for (const ValidateCheck& c : checks)
-    std::printf("  %-8s %-28s %s\n", c.status.c_str(), c.name.c_str(), c.detail.c_str());
+    std::printf("  %-8s %-28s %s\n", c.status.c_str(), c.name.c_str(),
+                c.name.find("matrix") != std::string::npos ? (c.detail + " (in the report)").c_str() : c.detail.c_str());
   for (const json& n : nodes) {
     std::printf("node %s (ranks %s): %s\n", n["node"].get<std::string>().c_str(), n["ranks"].dump().c_str(),
                 n["accepted"].get<bool>() ? "accepted" : "DEFECTIVE");

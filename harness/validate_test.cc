@@ -160,5 +160,121 @@ TEST(ValidateBaseline, OutliersRemovedAndMissingMetricsFail) {
   EXPECT_TRUE(p.nodes.empty());  // about the run, not a node
 }
 
+// Rules files: the fixed vocabulary parses, and each mistake is named.
+TEST(ValidateRules, ParseAndRefuse) {
+  const json ok = {{"kind", "validate-rules"},
+                   {"rules",
+                    {{{"name", "gemm-base"}, {"type", "baseline_drop"}, {"metric", "compute/gemm_gflops"}, {"fail", 0.4}},
+                     {{"name", "gemm-fleet"}, {"type", "fleet_drop"}, {"metric", "compute/gemm_gflops"}, {"fail", 0.4},
+                      {"warn", 0.2}},
+                     {{"name", "gemm-min"}, {"type", "min"}, {"metric", "compute/gemm_gflops"}, {"fail", 10}, {"warn", 20}},
+                     {{"name", "gemm"}, {"type", "k_of"}, {"k", 2}, {"of", {"gemm-base", "gemm-fleet"}}}}}};
+  const auto rules = parse_rules(ok, "r.json");
+  ASSERT_EQ(rules.size(), 4u);
+  EXPECT_EQ(rules[3].of, (std::vector<std::string>{"gemm-base", "gemm-fleet"}));
+  EXPECT_DOUBLE_EQ(rules[1].warn, 0.2);
+  auto with = [&](const json& rule) {
+    json d = ok;
+    d["rules"].push_back(rule);
+    return d;
+  };
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json::array(), "not a validate rules file"},
+      {with({{"name", "x"}, {"type", "median"}, {"metric", "compute/gemm_gflops"}, {"fail", 0.3}}), "type 'median'"},
+      {with({{"name", "x"}, {"type", "min"}, {"metric", "compute/gflops"}, {"fail", 1}}), "unknown metric 'compute/gflops'"},
+      {with({{"name", "x"}, {"type", "fleet_drop"}, {"metric", "compute/gemm_gflops"}, {"fail", 1.5}}), "fraction in (0, 1)"},
+      {with({{"name", "x"}, {"type", "fleet_drop"}, {"metric", "compute/gemm_gflops"}, {"fail", 0.3}, {"warn", 0.5}}),
+       "\"warn\" must be in (0, fail)"},
+      {with({{"name", "x"}, {"type", "min"}, {"metric", "compute/gemm_gflops"}, {"fail", 10}, {"warn", 5}}), ">= its \"fail\""},
+      {with({{"name", "x"}, {"type", "min"}, {"metric", "compute/gemm_gflops"}}), "numeric \"fail\""},
+      {with({{"name", "gemm"}, {"type", "min"}, {"metric", "compute/gemm_gflops"}, {"fail", 1}}), "used twice"},
+      {with({{"name", "x"}, {"type", "k_of"}, {"k", 3}, {"of", {"gemm-base", "gemm-fleet"}}}), "k 3 is not in [1, 2]"},
+      {with({{"name", "x"}, {"type", "k_of"}, {"k", 1}, {"of", {"nope"}}}), "names no rule 'nope'"},
+      {with({{"name", "x"}, {"type", "k_of"}, {"k", 1}, {"of", {"gemm"}}}), "another k_of"},
+      {with({{"name", "x"}, {"type", "min"}, {"metric", "compute/gemm_gflops"}, {"fail", 1}, {"limit", 2}}),
+       "unknown key 'limit'"},
+  };
+  for (const auto& [doc, what] : bad) {
+    try {
+      parse_rules(doc, "r.json");
+      ADD_FAILURE() << "accepted: " << doc.dump();
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("r.json: ", 0), 0u) << e.what();
+    }
+  }
+}
+
+// k of these rules: rank 3 at half speed fails both the baseline drop and the fleet median, so
+// the k_of (2 of 2) fails naming it; the whole fleet 45% below the baseline (a drift the
+// baseline alone would flag on every rank) fails one rule of two and passes; the inputs give no
+// verdict of their own. Absolute bounds: min fails below, max above.
+TEST(ValidateRules, KOfAndBounds) {
+  const json base = {{"kind", "validate-baseline"}, {"metrics", {{"compute/gemm_gflops", {{"value", 100.0}}}}}};
+  const std::vector<ValidateRule> rules = {
+      {"base", "baseline_drop", "compute/gemm_gflops", 0.4, -1, false, 0, {}},
+      {"fleet", "fleet_drop", "compute/gemm_gflops", 0.4, -1, false, 0, {}},
+      {"gemm", "k_of", "", 0, -1, false, 2, {"base", "fleet"}}};
+  const std::vector<std::string> nodes = {"a", "a", "b", "b"};
+  auto run = [&](std::vector<double> v) {
+    return evaluate_rules(rules, {{"compute/gemm_gflops", {"GFLOP/s", v, true}}}, base, nodes);
+  };
+  const auto slow = run({100, 98, 101, 50});
+  ASSERT_EQ(slow.size(), 3u);
+  EXPECT_EQ(slow[0].name, "base");
+  EXPECT_FALSE(slow[0].counts);
+  EXPECT_FALSE(slow[1].counts);
+  EXPECT_EQ(slow[2].name, "gemm");
+  EXPECT_EQ(slow[2].status, "fail");
+  EXPECT_EQ(slow[2].ranks, std::vector<int>{3});
+  EXPECT_EQ(slow[2].nodes, std::vector<std::string>{"b"});
+  const std::string& d = slow[2].node_detail.at("b");
+  EXPECT_NE(d.find("rank 3: 2 of 2 rules failed"), std::string::npos) << d;
+  EXPECT_NE(d.find("50% below the baseline 100"), std::string::npos) << d;
+  EXPECT_NE(d.find("below the median 99"), std::string::npos) << d;
+  const auto drift = run({55, 54, 56, 55});
+  EXPECT_EQ(drift[0].status, "fail");  // every rank 44-46% below the baseline
+  EXPECT_EQ(drift[2].status, "pass") << drift[2].detail;
+  // A bound: min 60 fails rank 3 at 50; max over a lower-is-better metric.
+  const auto b = evaluate_rules({{"floor", "min", "compute/gemm_gflops", 60, 90, true, 0, {}}},
+                                {{"compute/gemm_gflops", {"GFLOP/s", {100, 80, 100, 50}, true}}}, json(), nodes);
+  EXPECT_EQ(b[0].status, "fail");
+  EXPECT_EQ(b[0].ranks, (std::vector<int>{1, 3}));  // 80 < 90 warns, 50 < 60 fails
+  EXPECT_NE(b[0].node_detail.at("a").find("rank 1 80 GFLOP/s < 90 (rule floor: warn"), std::string::npos)
+      << b[0].node_detail.at("a");
+  // Missing metric: the rule fails about the run, and so does the k_of that needs it.
+  const auto missing = evaluate_rules(rules, {}, base, nodes);
+  EXPECT_EQ(missing[0].status, "fail");
+  EXPECT_TRUE(missing[0].nodes.empty());
+  EXPECT_NE(missing[0].detail.find("missing"), std::string::npos);
+  EXPECT_EQ(missing[2].status, "fail");
+  EXPECT_NE(missing[2].detail.find("could not be judged"), std::string::npos) << missing[2].detail;
+  // baseline_drop without a baseline is bad usage.
+  EXPECT_THROW(evaluate_rules(rules, {{"compute/gemm_gflops", {"GFLOP/s", {1, 1, 1, 1}, true}}}, json(), nodes),
+               InputError);
+}
+
+// Hockney's model recovers alpha and beta from exact points; fewer than two sizes: {0, 0}.
+TEST(ValidateLong, AlphaBetaFit) {
+  const double alpha = 5e-6, beta = 10e9;
+  std::vector<std::pair<double, double>> pts;
+  for (double n : {8.0, 65536.0, 4194304.0}) pts.emplace_back(n, alpha + n / beta);
+  const auto [a, b] = fit_alpha_beta(pts);
+  EXPECT_NEAR(a, alpha, 1e-12);  // exact data: rounding of ~1e-3 s sums, relative 1e-15
+  EXPECT_NEAR(b, beta, beta * 1e-9);
+  EXPECT_EQ(fit_alpha_beta({{8.0, 1e-6}}), (std::pair<double, double>{0, 0}));
+  // 1% noise on the largest message (4 us of its 420): residuals are relative, so alpha moves by
+  // about 1% of itself (the 8-byte point, t = alpha + 0.8 ns, pins it), not by the microseconds
+  // an unweighted fit would shift it (it went negative so on a real sweep).
+  pts.back().second *= 1.01;
+  const auto [a1, b1] = fit_alpha_beta(pts);
+  EXPECT_NEAR(a1, alpha, 0.05 * alpha);
+  EXPECT_NEAR(b1, beta, 0.02 * beta);
+  const Injection h = parse_injection("2:hang", 4);
+  EXPECT_TRUE(h.hang);
+  EXPECT_EQ(h.rank, 2);
+  EXPECT_THROW(parse_injection("4:hang", 4), InputError);
+}
+
 }  // namespace
 }  // namespace dtb

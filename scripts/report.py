@@ -2,6 +2,7 @@
 """Renders a dtbench report (results/<run-id>.json) as Markdown and a self-contained HTML page.
 
 Usage: scripts/report.py REPORT.json [--trace TRACE.json] [--claims CLAIMS.json] [--out-dir DIR]
+       scripts/report.py VALIDATE.json [--out-dir DIR]
 
 Writes, next to the report (or in DIR), files named after the report's stem:
   STEM.md          tables, with the plots linked as PNG files beside it
@@ -19,9 +20,16 @@ its conditions, the claimed, computed and measured figures, the verdict and why)
 section per suite in the report's order. Suites it does not know get a table of their records'
 scalar fields. Needs Debian's /usr/bin/python3 (matplotlib, numpy).
 
+The JSON report of `dtbench validate` ("kind": "validate", e.g. results/validate.json) gives
+STEM.md and STEM.html, no plots: the level and verdict, an alert naming the defective nodes,
+the run (world size, nodes, levels run, duration, a test-only fault injection, emulated nodes),
+then the nodes (accepted or DEFECTIVE, each node's violations), the checks, the rules when the
+report has them, each pair bandwidth matrix (values.matrix_GBps) and the inventory.
+
 Exit status: 0 when the files were written (whether or not the run passed); 2 for bad input
-(a missing or malformed report, trace or claims file, an unwritable output directory), said in
-one line.
+(a missing or malformed report, trace or claims file, a validate report without checks or
+nodes, --trace or --claims with a validate report, an unwritable output directory), said in one
+line.
 """
 import argparse
 import base64
@@ -65,8 +73,12 @@ def load_json(path, what):
         raise InputError(f"{what} '{path}' is not valid JSON ({e})")
 
 
-def load_report(path):
-    r = load_json(path, "report")
+def load_report(path, r=None):
+    """A dtbench run report (results/<run-id>.json): takes its path and, when already loaded, its JSON value r;
+    returns r. Raises InputError (one line) when it is not an object with context, suites, checks and
+    benchmarks."""
+    if r is None:
+        r = load_json(path, "report")
     if not isinstance(r, dict):
         raise InputError(f"report '{path}' is not a dtbench report (a JSON object with context, suites, "
                          f"checks and benchmarks)")
@@ -113,6 +125,53 @@ def load_claims(path):
         if c.get(k) is not None and not isinstance(c[k], str):
             raise InputError(f"claims file '{path}': '{k}' must be a string or null")
     return c
+
+
+def is_validate(obj):
+    """True when a loaded JSON value is the report of `dtbench validate` (an object with "kind": "validate")."""
+    return isinstance(obj, dict) and obj.get("kind") == "validate"
+
+
+def load_validate(path, v=None):
+    """The JSON report of `dtbench validate` (`--output`, default results/validate.json): {"kind": "validate",
+    "version": 1, "level", "levels_run", "injected_fault", "expect", "emulated_ranks_per_node", "world_size",
+    "duration_s", "inventory": [{"rank", "node", ...}...], "checks": [{"name", "status", "detail", "nodes",
+    "ranks", "values"}...], "nodes": [{"node", "ranks", "accepted", "violations": [{"check", "status", "detail",
+    "values"}...]}...], "verdict", "exit_status"}, optionally with "rules" and "baseline". Takes the path and,
+    when already loaded, its JSON value v; returns v. Raises InputError (one line) when "checks" or "nodes" is
+    missing or not an array of objects with a name, a check has no status, a node's violations, the inventory
+    or the rules are not arrays of objects, or the verdict is not a string; keys it does not know are left
+    alone."""
+    if v is None:
+        v = load_json(path, "validate report")
+    if not is_validate(v):
+        raise InputError(f"validate report '{path}' is not the output of `dtbench validate` "
+                         f"(a JSON object with \"kind\": \"validate\")")
+    missing = [k for k in ("checks", "nodes") if k not in v]
+    if missing:
+        raise InputError(f"validate report '{path}' is not a complete `dtbench validate` report: "
+                         f"no {', '.join(missing)}")
+    for k in ("checks", "nodes"):
+        if not isinstance(v[k], list):
+            raise InputError(f"validate report '{path}': '{k}' must be a JSON array")
+    for i, c in enumerate(v["checks"]):
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            raise InputError(f"validate report '{path}': checks[{i}] has no name")
+        if not isinstance(c.get("status"), str):
+            raise InputError(f"validate report '{path}': check {c['name']} has no status (a string)")
+    for i, n in enumerate(v["nodes"]):
+        if not isinstance(n, dict) or not isinstance(n.get("node"), str):
+            raise InputError(f"validate report '{path}': nodes[{i}] has no node name")
+        viol = n.get("violations", [])
+        if not isinstance(viol, list) or not all(isinstance(x, dict) for x in viol):
+            raise InputError(f"validate report '{path}': node {n['node']}: 'violations' must be a JSON array of "
+                             f"objects")
+    for k in ("inventory", "rules"):
+        if v.get(k) is not None and (not isinstance(v[k], list) or not all(isinstance(x, dict) for x in v[k])):
+            raise InputError(f"validate report '{path}': '{k}' must be a JSON array of objects")
+    if v.get("verdict") is not None and not isinstance(v["verdict"], str):
+        raise InputError(f"validate report '{path}': 'verdict' must be a string")
+    return v
 
 
 def load_trace(path):
@@ -1692,6 +1751,196 @@ class Renderer:
 
 
 # ---------------------------------------------------------------------------------------------
+# The report of `dtbench validate`
+
+
+VALIDATE_STATUS_CLS = {"pass": "pass", "warn": "warn", "fail": "fail", "skip": "skip", "not_run": "skip",
+                       "error": "error"}
+VALIDATE_STATUS_ORDER = ["fail", "warn", "pass", "skip", "not_run"]
+
+
+def validate_status(status):
+    """A check's or violation's status as a cell: `fail` in bold, `not_run` as 'not run', others as they are."""
+    s = str(status)
+    return "**fail**" if s == "fail" else "not run" if s == "not_run" else s
+
+
+def validate_value(x):
+    """A violation's value, reference or deviation (any JSON value) as text: numbers by fmt, strings as they
+    are, anything else as compact JSON."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return fmt(x)
+    return json.dumps(x, separators=(",", ":"))
+
+
+def validate_ranks(ranks):
+    """A node's or check's ranks (a JSON array of rank numbers) as '2, 3'; '–' when there are none."""
+    if not isinstance(ranks, list) or not ranks:
+        return "–"
+    return ", ".join(validate_value(r) for r in ranks)
+
+
+def validate_violation(v):
+    """One violation of a node ({"check", "status", "detail"}, maybe "rule", "metric", "value", "reference",
+    "deviation") as a bullet: 'status `check`: detail (rule ..., metric ...: value ..., reference ...,
+    deviation ...)'."""
+    text = f"{validate_status(v.get('status', '?'))} `{v.get('check', '?')}`: {v.get('detail') or '–'}"
+    extra = []
+    if v.get("rule") is not None:
+        extra.append(f"rule `{validate_value(v['rule'])}`")
+    if v.get("metric") is not None:
+        extra.append(f"metric `{validate_value(v['metric'])}`")
+    for k in ("value", "reference", "deviation"):
+        if v.get(k) is not None:
+            extra.append(f"{k} {validate_value(v[k])}")
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def validate_matrix(values, ranks):
+    """The rows of a check's pair bandwidth matrix (values["matrix_GBps"]: n rows of n GB/s, rank i's figure
+    with partner j; diagonal 0) for Doc.table: [headers, rows], rank numbers as the first column and as the
+    column headers, 1 decimal, – on the diagonal and for entries that are not numbers; the ranks the check
+    names (ranks) in bold. None when the matrix is not a JSON array of arrays."""
+    m = values.get("matrix_GBps")
+    if not isinstance(m, list) or not m or not all(isinstance(row, list) for row in m):
+        return None
+    n = max(len(m), max(len(row) for row in m))
+    named = {r for r in ranks if isinstance(r, int)} if isinstance(ranks, list) else set()
+    headers = ["rank"] + [f"**{j}**" if j in named else str(j) for j in range(n)]
+    rows = []
+    for i, row in enumerate(m):
+        cells = [f"**{i}**" if i in named else str(i)]
+        for j in range(n):
+            x = num(row[j]) if j < len(row) else None
+            cells.append("–" if i == j or x is None or not math.isfinite(x) else f"{x:.1f}")
+        rows.append(cells)
+    return headers, rows
+
+
+def validate_page(v):
+    """The page for a `dtbench validate` report v (as load_validate returns it): a Doc with, in order, the
+    title (level and verdict), an alert when the verdict is not accepted (the defective nodes and their count),
+    the run in a paragraph, the nodes (table and each node's violations), the checks, the rules when present,
+    the pair bandwidth matrices when present, and the inventory. A node without "accepted": true counts as
+    defective."""
+    d = Doc()
+    nodes, checks = v["nodes"], v["checks"]
+    verdict = v.get("verdict") or "unknown"
+    shown = "accepted" if verdict == "accepted" else verdict.upper()
+    d.h(1, f"dtbench validate, level {v.get('level', '?')}: {shown}")
+    defective = [n for n in nodes if n.get("accepted") is not True]
+    exit_status = v.get("exit_status")
+    tail = f" (exit status {exit_status})" if isinstance(exit_status, int) and not isinstance(exit_status, bool) else ""
+    if verdict == "accepted":
+        warned = sum(1 for c in checks if c.get("status") == "warn")
+        d.alert(f"**ACCEPTED**: all {plural(len(nodes), 'node')} accepted"
+                + (f" ({plural(warned, 'check')} warned)" if warned else "") + tail, "ok")
+    else:
+        if defective:
+            what = (f"{len(defective)} of {plural(len(nodes), 'node')} defective: "
+                    + ", ".join(f"`{n['node']}`" for n in defective))
+        else:
+            what = f"no node defective (of {len(nodes)})"
+        world_failed = [c["name"] for c in checks if c.get("status") == "fail" and not c.get("nodes")]
+        if world_failed:
+            what += "; failed about the whole world: " + ", ".join(f"`{c}`" for c in world_failed)
+        not_run = [c["name"] for c in checks if c.get("status") == "not_run"]
+        if not_run:
+            what += f"; {plural(len(not_run), 'check')} not run: " + ", ".join(f"`{c}`" for c in not_run)
+        lead = {"incomplete": "the validation did not finish"}.get(verdict)
+        d.alert(f"**{verdict.upper()}**: " + (f"{lead}; " if lead else "") + what + tail)
+
+    parts = []
+    world = v.get("world_size")
+    parts.append(f"{validate_value(world) if world is not None else '?'} ranks on {plural(len(nodes), 'node')}")
+    rpn = v.get("emulated_ranks_per_node")
+    if rpn is not None:
+        parts[-1] += f" (emulated nodes of {validate_value(rpn)} ranks each, for tests)"
+    levels = v.get("levels_run")
+    if isinstance(levels, list) and levels:
+        parts.append("levels run: " + ", ".join(str(x) for x in levels))
+    if num(v.get("duration_s")) is not None:
+        parts.append(f"took {fmt_duration(num(v['duration_s']), 's')}")
+    expect = v.get("expect")
+    if isinstance(expect, dict) and expect:
+        parts.append("expected: " + ", ".join(f"`{k}={validate_value(x)}`" for k, x in expect.items()))
+    if isinstance(v.get("baseline"), str):
+        parts.append(f"baseline `{v['baseline']}`")
+    if v.get("injected_fault") is not None:
+        parts.append(f"**test-only fault injection** `{validate_value(v['injected_fault'])}`")
+    d.p("; ".join(parts) + ".")
+
+    d.h(2, "Nodes", "nodes")
+    d.p(f"{len(nodes) - len(defective)} of {plural(len(nodes), 'node')} accepted.")
+    if nodes:
+        rows, cls = [], []
+        for n in nodes:
+            ok = n.get("accepted") is True
+            viol = n.get("violations") or []
+            rows.append([f"`{n['node']}`", validate_ranks(n.get("ranks")), "accepted" if ok else "**DEFECTIVE**",
+                         str(len(viol))])
+            cls.append("pass" if ok else "fail")
+        d.table(["node", "ranks", "verdict", "violations"], rows, align=["l", "l", "l", "r"], row_cls=cls)
+    for n in nodes:
+        viol = n.get("violations") or []
+        if viol:
+            d.p(f"**`{n['node']}`** (ranks {validate_ranks(n.get('ranks'))}): {plural(len(viol), 'violation')}")
+            d.bullets(validate_violation(x) for x in viol)
+
+    d.h(2, "Checks", "checks")
+    counts = defaultdict(int)
+    for c in checks:
+        counts[c["status"]] += 1
+    order = [s for s in VALIDATE_STATUS_ORDER if s in counts] + sorted(s for s in counts if s not in VALIDATE_STATUS_ORDER)
+    d.p(f"{plural(len(checks), 'check')}" + (": " + ", ".join(f"{counts[s]} {validate_status(s).strip('*')}"
+                                                              for s in order) if checks else "") + ".")
+    if checks:
+        d.table(["status", "check", "detail"],
+                [[validate_status(c["status"]), f"`{c['name']}`", str(c.get("detail") or "–")] for c in checks],
+                align=["l", "l", "l"], row_cls=[VALIDATE_STATUS_CLS.get(c["status"]) for c in checks])
+
+    rules = v.get("rules") or []
+    if rules:
+        d.h(2, "Rules", "rules")
+        rows = []
+        for r in rules:
+            rest = "; ".join(f"{k}: {validate_value(x)}" for k, x in r.items() if k not in ("name", "type"))
+            rows.append([f"`{validate_value(r.get('name'))}`", validate_value(r.get("type")), rest or "–"])
+        d.table(["rule", "type", "parameters"], rows, align=["l", "l", "l"])
+
+    for c in checks:
+        values = c.get("values")
+        if not isinstance(values, dict) or "matrix_GBps" not in values:
+            continue
+        d.h(2, f"Pair bandwidth: `{c['name']}`", anchor("matrix-" + c["name"]))
+        t = validate_matrix(values, c.get("ranks"))
+        if t is None:
+            d.p("Its matrix_GBps is not an array of rows; not shown.", "note")
+            continue
+        size = num(values.get("bytes"))
+        d.p("GB/s, 1 decimal: row a rank, column its partner" + (f", {fmt_bytes(size)} messages" if size else "")
+            + "; – on the diagonal. In bold: the ranks the check names.", "note")
+        d.table(t[0], t[1], align=["l"] + ["r"] * (len(t[0]) - 1))
+
+    d.h(2, "Inventory", "inventory")
+    inv = v.get("inventory") or []
+    if not inv:
+        d.p("The report holds no inventory.", "note")
+    else:
+        rows = []
+        for e in inv:
+            mem = num(e.get("memory_bytes"))
+            rows.append([validate_value(e.get("rank")), f"`{e['node']}`" if e.get("node") is not None else "–",
+                         validate_value(e.get("device")), validate_value(e.get("cores")),
+                         "–" if mem is None else f"{mem / 1e9:.1f}", validate_value(e.get("mpi_version")),
+                         validate_value(e.get("blas_version"))])
+        d.table(["rank", "node", "device", "cores", "memory (GB)", "MPI", "BLAS"], rows,
+                align=["r", "l", "l", "r", "r", "l", "l"])
+        d.p("Memory in GB of 10^9 bytes.", "note")
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
 # Helpers over the data
 
 
@@ -1829,14 +2078,20 @@ class Parser(argparse.ArgumentParser):
 
 def main(argv=None):
     ap = Parser(prog=PROG, description="Renders a dtbench report as Markdown and self-contained HTML with plots.")
-    ap.add_argument("report", help="the report JSON (results/<run-id>.json)")
+    ap.add_argument("report", help="the report JSON (results/<run-id>.json), or the JSON of `dtbench validate` "
+                    "(results/validate.json)")
     ap.add_argument("--trace", help="a Chrome trace from `dtbench run --trace FILE`: adds the pipeline timeline")
     ap.add_argument("--claims", metavar="FILE", help="the JSON of `dtbench claims --output FILE`: adds the rules of "
                     "thumb section")
     ap.add_argument("--out-dir", help="where to write (default: the report's directory)")
     args = ap.parse_args(argv)
     try:
-        report = load_report(args.report)
+        raw = load_json(args.report, "report")
+        validate = load_validate(args.report, raw) if is_validate(raw) else None
+        if validate is not None and (args.trace or args.claims):
+            raise InputError(f"--trace and --claims go with a run report, not with the validate report "
+                             f"'{args.report}'")
+        report = load_report(args.report, raw) if validate is None else None
         spans = load_trace(args.trace) if args.trace else None
         claims = load_claims(args.claims) if args.claims else None
         out_dir = Path(args.out_dir) if args.out_dir else Path(args.report).resolve().parent
@@ -1860,10 +2115,17 @@ def main(argv=None):
         if re.fullmatch(re.escape(stem) + r"-(busbw|tp-scaling|bubble|memory|conformance-loss|train-loss|"
                         r"step-breakdown|precision-loss|step-times-[a-z_]+|sweep|timeline|timeline-train)\.png", old.name):
             old.unlink()
+    md_path, html_path = out_dir / f"{stem}.md", out_dir / f"{stem}.html"
+    if validate is not None:
+        doc = validate_page(validate)
+        md_path.write_text(render_md(doc), encoding="utf-8")
+        html_path.write_text(render_html(doc, f"dtbench validate: level {validate.get('level', '?')}"),
+                             encoding="utf-8")
+        print(f"{md_path}\n{html_path}")
+        return 0
     r = Renderer(report, spans, out_dir, stem, args.report, claims)
     doc = r.build()
     title = f"dtbench report: {report['context'].get('run_id') or stem}"
-    md_path, html_path = out_dir / f"{stem}.md", out_dir / f"{stem}.html"
     md_path.write_text(render_md(doc), encoding="utf-8")
     html_path.write_text(render_html(doc, title), encoding="utf-8")
     for w in r.warnings:
