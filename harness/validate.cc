@@ -180,8 +180,15 @@ std::vector<ValidateCheck> quick_checks(const std::vector<json>& inv, const std:
     }
     checks.push_back(c);
   }
-  // The same device, CPU model, cores, MPI and BLAS on every rank (the majority's value).
-  for (const char* key : {"device", "cpu_model", "cores", "mpi_version", "blas_version"}) {
+  // The same device, CPU model, cores, MPI and BLAS on every rank (the majority's value); and,
+  // where the ranks have GPUs, the same driver, CUDA runtime, NCCL and device memory.
+  for (const char* key : {"device", "cpu_model", "cores", "mpi_version", "blas_version", "driver_version",
+                          "cuda_runtime_version", "nccl_version", "device_memory_bytes"}) {
+    const bool gpu_key = std::string(key).find("version") != std::string::npos && std::string(key) != "mpi_version" &&
+                         std::string(key) != "blas_version";
+    if ((gpu_key || std::string(key) == "device_memory_bytes") &&
+        std::none_of(inv.begin(), inv.end(), [&](const json& r) { return r.contains(key); }))
+      continue;  // no GPU on any rank
     const json want = majority(inv, key);
     ValidateCheck c{std::string("consistency/") + key, "pass", "", {}, {}, {{"majority", want}}, {}};
     for (const json& r : inv)
@@ -208,6 +215,26 @@ std::vector<ValidateCheck> quick_checks(const std::vector<json>& inv, const std:
                  (odd.is_string() ? odd.get<std::string>() : odd.dump()) + ", the others " +
                  (want.is_string() ? want.get<std::string>() : want.dump()) +
                  (c.ranks.size() > 1 ? " (ranks " + join_ranks(c.ranks) + ")" : "");
+    }
+    checks.push_back(c);
+  }
+  // One GPU per rank: two ranks of a node on one device (a launcher's wrong mapping) would share
+  // it and measure each other.
+  if (std::any_of(inv.begin(), inv.end(), [](const json& r) { return r.contains("device_pci_bus_id"); })) {
+    ValidateCheck c{"consistency/device_ids", "pass", "every rank of a node on its own device", {}, {}, json::object(), {}};
+    for (const std::string& n : node_order) {
+      std::map<std::string, std::vector<int>> by_bus;
+      for (int r : nodes[n])
+        by_bus[inv[size_t(r)].value("device_pci_bus_id", "unknown")].push_back(r);
+      for (const auto& [bus, ranks] : by_bus)
+        if (ranks.size() > 1 || bus == "unknown") {
+          c.status = "fail";
+          c.ranks.insert(c.ranks.end(), ranks.begin(), ranks.end());
+          if (std::find(c.nodes.begin(), c.nodes.end(), n) == c.nodes.end()) c.nodes.push_back(n);
+          std::string& d = c.node_detail[n];
+          d += (d.empty() ? "" : "; ") + std::string("ranks ") + join_ranks(ranks) + " on device " + bus;
+          c.detail = "node " + n + ": ranks " + join_ranks(ranks) + " on device " + bus;
+        }
     }
     checks.push_back(c);
   }
@@ -1140,6 +1167,8 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
   }
   json mine = rank_inventory(world.rank(), node_index, local_rank, emulated, device, a.backend);
   if (!device_error.empty()) mine["device_error"] = device_error;
+  if (gpu)
+    for (const auto& [k, v] : gpu->device_inventory()) mine[k] = v;
   std::vector<json> inv;
   for (const std::string& s : all_gather_strings(world, mine.dump())) inv.push_back(json::parse(s));
   // Real nodes are numbered by first appearance of their host.

@@ -2,8 +2,9 @@
 //
 // Levels, each including the one before:
 //  - quick: the inventory of every rank and node (host, node, CPU model, cores, memory, device,
-//    MPI and BLAS versions) and its consistency across nodes, checked against --expect before
-//    anything expensive runs.
+//    MPI and BLAS versions; on GPUs the device's PCI bus id, UUID and memory, the driver, CUDA
+//    runtime and NCCL versions) and its consistency across nodes (no two ranks of a node on one
+//    device), checked against --expect before anything expensive runs.
 //  - medium: each rank's compute (GEMM FLOP/s, STREAM-triad bandwidth; the ranks of one host one
 //    at a time), host<->device copies (cuda backend; skipped with its reason on cpu), each node's
 //    rank x rank send/recv matrix and its all-reduce (bus bandwidth and each rank's arrival).

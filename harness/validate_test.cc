@@ -69,6 +69,28 @@ TEST(ValidateQuick, UnevenNodesAndMissedExpectations) {
   EXPECT_EQ(find(checks, "expect/gpus_per_node").status, "fail");  // cpu backend: 0 GPUs
 }
 
+// GPU ranks: the driver, CUDA and NCCL versions must agree, and no two ranks of a node may share
+// a device; without GPUs these checks are absent, not skipped.
+TEST(ValidateQuick, GpuVersionsAndDeviceIds) {
+  EXPECT_THROW(find(quick_checks(fleet(), {}), "consistency/driver_version"), std::runtime_error);
+  auto inv = fleet();
+  for (json& r : inv) {
+    r["driver_version"] = "12.4", r["nccl_version"] = "2.21.5", r["cuda_runtime_version"] = "12.4";
+    r["device_pci_bus_id"] = "0000:0" + std::to_string(r["rank"].get<int>() % 2) + ":00.0";
+  }
+  inv[2]["nccl_version"] = "2.18.1";
+  inv[3]["device_pci_bus_id"] = inv[2]["device_pci_bus_id"];  // node b: ranks 2 and 3 on one GPU
+  const auto checks = quick_checks(inv, {});
+  EXPECT_EQ(find(checks, "consistency/driver_version").status, "pass");
+  const ValidateCheck& nccl = find(checks, "consistency/nccl_version");
+  EXPECT_EQ(nccl.status, "fail");
+  EXPECT_EQ(nccl.ranks, std::vector<int>{2});
+  const ValidateCheck& ids = find(checks, "consistency/device_ids");
+  EXPECT_EQ(ids.status, "fail");
+  EXPECT_EQ(ids.nodes, std::vector<std::string>{"b"});
+  EXPECT_EQ(ids.ranks, (std::vector<int>{2, 3}));
+}
+
 TEST(ValidateQuick, UnreadableFieldsAreSkippedNotPassed) {
   auto inv = fleet();
   for (json& r : inv) r["cpu_model"] = nullptr;

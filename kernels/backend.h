@@ -2,6 +2,7 @@
 // copies and a GEMM timer — chosen by name ("cpu", "cuda") so the harness and suites are
 // written once. kernels/cpu/cpu_backend.cc and kernels/cuda/cuda_backend.cc implement it.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,12 @@ class Backend {
   virtual std::string name() const = 0;
   /// Human-readable device name, e.g. "cpu" or "NVIDIA H200".
   virtual std::string device_name() const = 0;
+  /// What identifies the device and its software, for `dtbench validate`'s inventory: on CUDA
+  /// "device_ordinal", "device_pci_bus_id" (cudaDeviceGetPCIBusId), "device_uuid",
+  /// "device_memory_bytes" (cudaMemGetInfo's total), "driver_version" and "cuda_runtime_version"
+  /// (cudaDriverGetVersion, cudaRuntimeGetVersion, as "12.4"), "nccl_version" (ncclGetVersion,
+  /// as "2.21.5"); empty on the CPU. Errors: none; what a call cannot read is left out.
+  virtual std::map<std::string, std::string> device_inventory() const { return {}; }
   virtual Device& device() = 0;
   virtual Ops<float>& ops() = 0;
   /// Copies between host memory and the device's memory (memcpy on the CPU; cudaMemcpy,

@@ -1,8 +1,11 @@
 // The CUDA backend: one GPU (CudaDevice), its ops (CudaOps), cuBLASLt GEMMs timed with
 // CUDA events, and NCCL for collectives on its memory.
+#include <cstdio>
 #include <random>
 #include <stdexcept>
 #include <vector>
+
+#include <nccl.h>
 
 #include "kernels/backend.h"
 #include "kernels/comm/nccl_communicator.h"
@@ -27,6 +30,30 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int ordinal) : device_(ordinal), ops_(device_, gemm_) {}
   std::string name() const override { return "cuda"; }
   std::string device_name() const override { return device_.name(); }
+  std::map<std::string, std::string> device_inventory() const override {
+    std::map<std::string, std::string> out;
+    const int ord = device_.ordinal();
+    out["device_ordinal"] = std::to_string(ord);
+    char bus[32] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, ord) == cudaSuccess) out["device_pci_bus_id"] = bus;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, ord) == cudaSuccess) {
+      char uuid[64];
+      const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+      std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                    u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+      out["device_uuid"] = uuid;
+    }
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) out["device_memory_bytes"] = std::to_string(total_b);
+    auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); };
+    int v = 0;
+    if (cudaDriverGetVersion(&v) == cudaSuccess) out["driver_version"] = version(v);
+    if (cudaRuntimeGetVersion(&v) == cudaSuccess) out["cuda_runtime_version"] = version(v);
+    if (ncclGetVersion(&v) == ncclSuccess)  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch (>= 2.9)
+      out["nccl_version"] = std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
+    return out;
+  }
   Device& device() override { return device_; }
   Ops<float>& ops() override { return ops_; }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { ops_.copy_from_host(dst, src, bytes); }
