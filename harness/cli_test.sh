@@ -187,8 +187,31 @@ expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many
 expect_error "--expect: nodes given twice" validate --expect nodes=1,nodes=2
 expect_error "--expect: 'device' is not key=value" validate --expect device
-expect_error "--duration must be a positive number of seconds" validate --level burnin --duration 0
-expect_error "--check-timeout must be a positive number of seconds" validate --check-timeout -1
+expect_error "--duration must be a number of seconds in (0, 1e7]" validate --level burnin --duration 0
+expect_error "--check-timeout must be a number of seconds in [1, 1e6]" validate --check-timeout -1
+expect_error "--check-timeout must be a number of seconds in [1, 1e6]" validate --check-timeout inf
+expect_error "--inject: 'hang' takes no factor (RANK:hang)" validate --inject 0:hang:3
+expect_error "--expect: nodes=1.5 is not a whole number >= 1" validate --expect nodes=1.5
+expect_error "--make-baseline needs --level medium or higher" validate --make-baseline "$tmp/b.json"
+expect_error "--make-baseline with --inject would make the injected fault the baseline" validate --level medium --make-baseline "$tmp/b.json" --inject 0:compute:2
+expect_error "--make-baseline and --output are the same file" validate --level medium --make-baseline "$tmp/same.json" --output "$tmp/same.json"
+mkdir -p "$tmp/adir"
+expect_error "--output $tmp/adir: exists and is not a regular file" validate --output "$tmp/adir"
+expect_error "--rules $tmp/adir: is a directory, not a file" validate --rules "$tmp/adir"
+printf '{"kind": "validate-rules", "rules": []}' >"$tmp/rules_empty.json"
+expect_error "no rules: an empty list would judge nothing" validate --rules "$tmp/rules_empty.json"
+printf '{"kind": "validate-rules", "rules": [{"name": "g", "type": 3, "metric": "compute/gemm_gflops", "fail": 1}]}' >"$tmp/rules_type.json"
+expect_error "rule 'g': needs a \"type\" (a string)" validate --rules "$tmp/rules_type.json"
+printf '{"kind": "validate-rules", "rules": [{"name": "g", "type": "min", "metric": "compute/gemm_gflops", "fail": 1e999}]}' >"$tmp/rules_big.json"
+expect_error "malformed JSON" validate --rules "$tmp/rules_big.json"
+printf '{"kind": "validate-rules", "rules": [{"name": "a", "type": "min", "metric": "compute/gemm_gflops", "fail": 1}, {"name": "k", "type": "k_of", "k": 4294967297, "of": ["a"]}]}' >"$tmp/rules_k.json"
+expect_error "rule 'k': k 4294967297 is not in [1, 1]" validate --rules "$tmp/rules_k.json"
+printf '{"kind": "validate-baseline", "metrics": {"compute/gemm_gflops": {"value": 0}}}' >"$tmp/base_zero.json"
+expect_error "metric compute/gemm_gflops has no positive numeric \"value\"" validate --baseline "$tmp/base_zero.json"
+printf '{"kind": "validate-baseline", "metrics": {"compute/gemm_gflops": {"value": 0.1, "unit": "TFLOP/s"}}}' >"$tmp/base_unit.json"
+expect_error "metric compute/gemm_gflops is in \"TFLOP/s\", dtbench measures it in GFLOP/s" validate --baseline "$tmp/base_unit.json"
+printf '{"kind": "validate-baseline", "metrics": {}}' >"$tmp/base_empty.json"
+expect_error "no metrics: it would judge nothing" validate --baseline "$tmp/base_empty.json"
 expect_error "--inject: rank 1 is not in [0, 1)" validate --level medium --inject 1:hang
 expect_error "--rules $tmp/nonexistent.json: no such file" validate --rules "$tmp/nonexistent.json"
 expect_error "--rules $tmp/malformed.json: malformed JSON" validate --rules "$tmp/malformed.json"

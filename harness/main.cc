@@ -35,29 +35,6 @@ namespace fs = std::filesystem;
 
 constexpr int kExitInput = 2;
 
-// Runs `fn` on rank 0 and broadcasts its string result; an InputError on rank 0 is
-// rethrown on every rank, so all ranks leave together with the same message.
-std::string on_root(Communicator& world, const std::function<std::string()>& fn) {
-  std::string payload;
-  int ok = 1;
-  if (world.rank() == 0) {
-    try {
-      payload = fn();
-    } catch (const InputError& e) {
-      ok = 0;
-      payload = e.what();
-    }
-  }
-  DTB_CHECK(payload.size() < (size_t(1) << 31), "payload over 2 GiB");
-  int len = int(payload.size());
-  world.broadcast(&ok, 1, DType::i32, 0);
-  world.broadcast(&len, 1, DType::i32, 0);
-  payload.resize((size_t(len) + 3) / 4 * 4);  // moved as 4-byte words
-  if (len) world.broadcast(payload.data(), payload.size() / 4, DType::i32, 0);
-  payload.resize(len);
-  if (!ok) throw InputError(payload);
-  return payload;
-}
 
 // This rank's index on its node (which GPU it takes) and the most ranks sharing one node
 // over the world (MPI_COMM_TYPE_SHARED). Collective.

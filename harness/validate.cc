@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <set>
 
@@ -114,6 +115,10 @@ std::map<std::string, std::string> parse_expectations(const std::string& spec) {
       const double v = std::strtod(value.c_str(), &e);
       if (e == value.c_str() || *e != '\0' || !std::isfinite(v) || v < 0)
         throw InputError("--expect: " + key + "=" + value + " is not a non-negative number");
+      const bool count = key == "nodes" || key == "ranks_per_node" || key == "gpus_per_node" || key == "cores";
+      if (count && (v != std::floor(v) || (key != "gpus_per_node" && v < 1)))
+        throw InputError("--expect: " + key + "=" + value + " is not a whole number" +
+                         (key != "gpus_per_node" ? " >= 1" : ""));
     }
     if (!out.emplace(key, value).second) throw InputError("--expect: " + key + " given twice");
     start = end + 1;
@@ -251,6 +256,7 @@ std::vector<ValidateCheck> quick_checks(const std::vector<json>& inv, const std:
       const double dev = median > 0 ? std::abs(mem[i] - median) / median : 1.0;
       if (dev > 0.05) {
         c.nodes.push_back(node_order[i]), c.values[node_order[i]] = mem[i];
+        c.node_status[node_order[i]] = dev > 0.20 ? "fail" : "warn";
         c.node_detail[node_order[i]] = std::to_string(int64_t(mem[i] / 1e9)) + " GB, " +
                                        std::to_string(int(std::lround(100 * dev))) + "% from the median node's " +
                                        std::to_string(int64_t(median / 1e9)) + " GB";
@@ -339,7 +345,8 @@ Injection parse_injection(const std::string& spec, int world_size) {
     throw InputError("--inject: rank " + rank + " is not in [0, " + std::to_string(world_size) + ")");
   const std::string kind = spec.substr(a + 1, b - a - 1);
   if (kind != "compute" && kind != "comm")
-    throw InputError("--inject: '" + kind + "' is not a fault this build injects (compute, comm, hang)");
+    throw InputError(kind == "hang" ? "--inject: 'hang' takes no factor (RANK:hang)"
+                                    : "--inject: '" + kind + "' is not a fault this build injects (compute, comm, hang)");
   const std::string f = spec.substr(b + 1);
   const double factor = std::strtod(f.c_str(), &e);
   if (f.empty() || *e != '\0' || !std::isfinite(factor) || factor < 1)
@@ -394,6 +401,8 @@ ValidateCheck fold(const std::string& name, const RankOutcomes& o, const std::ve
     if (std::find(c.nodes.begin(), c.nodes.end(), nodes[r]) == c.nodes.end()) c.nodes.push_back(nodes[r]);
     std::string& d = c.node_detail[nodes[r]];
     d += (d.empty() ? "" : "; ") + o.text[r];
+    std::string& ns = c.node_status[nodes[r]];
+    if (ns != "fail") ns = o.status[r];
     if (o.status[r] == "fail" && c.status != "fail") c.status = "fail", worst_text = o.text[r];
     if (o.status[r] == "warn" && c.status == "pass") c.status = "warn", worst_text = o.text[r];
   }
@@ -453,14 +462,22 @@ const std::map<std::string, MetricInfo>& validate_metrics() {
   static const std::map<std::string, MetricInfo> m = {
       {"compute/gemm_gflops", {"GFLOP/s", true, true, "medium", "sgemm 1024^3 on each rank, best of 3 rounds"}},
       {"compute/triad_GBps", {"GB/s", true, true, "medium", "STREAM triad over 3 x 32 MiB on each rank"}},
-      {"copy/h2d_GBps", {"GB/s", true, true, "medium", "pinned host-to-device copy of 64 MiB (cuda backend)"}},
-      {"copy/d2h_GBps", {"GB/s", true, true, "medium", "pinned device-to-host copy of 64 MiB (cuda backend)"}},
+      {"copy/h2d_GBps", {"GB/s", true, true, "medium", "host-to-device copy of 64 MiB from pageable memory (cuda)"}},
+      {"copy/d2h_GBps", {"GB/s", true, true, "medium", "device-to-host copy of 64 MiB to pageable memory (cuda)"}},
       {"node/sendrecv_GBps", {"GB/s", true, true, "medium",
-                              "send/recv bandwidth with the other ranks of its node, 4 MiB, median over partners"}},
+                              "send/recv bandwidth with the other ranks of its node, 4 MiB each way, both directions "
+                              "counted (2 x bytes / s), median over partners"}},
       {"node/allreduce_busbw_GBps", {"GB/s", true, true, "medium",
                                      "all-reduce of 16 MiB within each node, busbw (its node's, on each rank)"}},
+      {"node/arrival_late_pct", {"% of the work", false, true, "medium",
+                                 "how late each rank reaches its node's all-reduce after the first, median of 15, "
+                                 "as a share of the work between them", false}},
+      {"world/arrival_late_pct", {"% of the work", false, true, "long",
+                                  "how late each rank reaches the world's all-reduce after the first, median of 15, "
+                                  "as a share of the work between them", false}},
       {"pairs/sendrecv_GBps", {"GB/s", true, true, "long",
-                               "send/recv bandwidth with every other rank, 4 MiB, median over partners"}},
+                               "send/recv bandwidth with every other rank, 4 MiB each way, both directions counted "
+                               "(2 x bytes / s), median over partners"}},
       {"groups/allreduce_busbw_GBps", {"GB/s", true, true, "long",
                                        "all-reduce of 16 MiB within each group of 2 nodes, busbw (its group's)"}},
       {"world/allreduce_busbw_GBps", {"GB/s", true, false, "long", "all-reduce of 16 MiB over every rank, busbw"}},
@@ -469,10 +486,25 @@ const std::map<std::string, MetricInfo>& validate_metrics() {
   return m;
 }
 
+namespace {
+std::vector<ValidateRule> parse_rules_unchecked(const json& doc, const std::string& where);
+}  // namespace
+
 std::vector<ValidateRule> parse_rules(const json& doc, const std::string& where) {
+  try {
+    return parse_rules_unchecked(doc, where);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    throw InputError(where + ": " + e.what());
+  }
+}
+
+namespace {
+std::vector<ValidateRule> parse_rules_unchecked(const json& doc, const std::string& where) {
   auto bad = [&](const std::string& what) { return InputError(where + ": " + what); };
-  if (!doc.is_object() || doc.value("kind", "") != "validate-rules" || !doc.contains("rules") || !doc["rules"].is_array())
+  if (!doc.is_object() || !doc.contains("kind") || doc["kind"] != "validate-rules" || !doc.contains("rules") ||
+      !doc["rules"].is_array())
     throw bad("not a validate rules file ({\"kind\": \"validate-rules\", \"rules\": [...]})");
+  if (doc["rules"].empty()) throw bad("no rules: an empty list would judge nothing");
   std::vector<ValidateRule> rules;
   std::set<std::string> names;
   for (const json& j : doc["rules"]) {
@@ -480,31 +512,46 @@ std::vector<ValidateRule> parse_rules(const json& doc, const std::string& where)
       throw bad("a rule without a \"name\"");
     ValidateRule r;
     r.name = j["name"];
+    if (r.name.find_first_of("\n\r\t") != std::string::npos) throw bad("a rule name with a control character");
     auto rb = [&](const std::string& what) { return bad("rule '" + r.name + "': " + what); };
     if (!names.insert(r.name).second) throw rb("the name is used twice");
-    for (const auto& [k, v] : j.items())
+    const bool is_k_of = j.contains("type") && j["type"] == "k_of";
+    for (const auto& [k, v] : j.items()) {
       if (k != "name" && k != "type" && k != "metric" && k != "fail" && k != "warn" && k != "k" && k != "of")
         throw rb("unknown key '" + k + "' (name, type, metric, fail, warn, k, of)");
+      if (is_k_of && (k == "metric" || k == "fail" || k == "warn"))
+        throw rb("'" + k + "' does not apply to a k_of rule (name, type, k, of)");
+      if (!is_k_of && (k == "k" || k == "of")) throw rb("'" + k + "' applies to k_of rules only");
+    }
+    if (!j.contains("type") || !j["type"].is_string()) throw rb("needs a \"type\" (a string)");
     r.type = j.value("type", "");
     if (!kRuleTypes.count(r.type))
       throw rb("type '" + r.type + "' is not one of fleet_drop, baseline_drop, min, max, k_of");
     if (r.type == "k_of") {
       if (!j.contains("k") || !j["k"].is_number_integer() || !j.contains("of") || !j["of"].is_array() || j["of"].empty())
         throw rb("k_of needs an integer \"k\" and a list \"of\" of rule names");
-      r.k = j["k"];
+      const long long k = j["k"].is_number_unsigned() && j["k"].get<unsigned long long>() > (1ull << 40)
+                              ? (1ll << 40)
+                              : j["k"].get<long long>();
+      if (k < 1 || size_t(k) > j["of"].size())
+        throw rb("k " + j["k"].dump() + " is not in [1, " + std::to_string(j["of"].size()) + "]");
+      r.k = int(k);
       for (const json& n : j["of"]) {
         if (!n.is_string()) throw rb("\"of\" must list rule names");
+        if (std::find(r.of.begin(), r.of.end(), n.get<std::string>()) != r.of.end())
+          throw rb("\"of\" names '" + n.get<std::string>() + "' twice");
         r.of.push_back(n);
       }
-      if (r.k < 1 || size_t(r.k) > r.of.size())
-        throw rb("k " + std::to_string(r.k) + " is not in [1, " + std::to_string(r.of.size()) + "]");
     } else {
-      r.metric = j.value("metric", "");
+      if (!j.contains("metric") || !j["metric"].is_string()) throw rb("needs a \"metric\" (a string)");
+      r.metric = j["metric"];
       if (!validate_metrics().count(r.metric)) throw rb("unknown metric '" + r.metric + "'");
-      if (!j.contains("fail") || !j["fail"].is_number()) throw rb("needs a numeric \"fail\" threshold");
+      if (!j.contains("fail") || !j["fail"].is_number() || !std::isfinite(j["fail"].get<double>()))
+        throw rb("needs a numeric \"fail\" threshold");
       r.fail = j["fail"];
       r.has_warn = j.contains("warn");
-      if (r.has_warn && !j["warn"].is_number()) throw rb("\"warn\" must be a number");
+      if (r.has_warn && (!j["warn"].is_number() || !std::isfinite(j["warn"].get<double>())))
+        throw rb("\"warn\" must be a number");
       if (r.has_warn) r.warn = j["warn"];
       const bool drop = r.type == "fleet_drop" || r.type == "baseline_drop";
       if (drop && !(r.fail > 0 && r.fail < 1)) throw rb("a drop's \"fail\" must be a fraction in (0, 1)");
@@ -523,14 +570,18 @@ std::vector<ValidateRule> parse_rules(const json& doc, const std::string& where)
     }
   return rules;
 }
+}  // namespace
 
 std::vector<ValidateRule> default_rules(const std::map<std::string, Metric>& measured, const json& baseline,
                                         double tolerance) {
   std::vector<ValidateRule> rules;
   for (const auto& [name, m] : measured) {
     const auto it = validate_metrics().find(name);
-    if (it != validate_metrics().end() && it->second.per_rank)
+    if (it == validate_metrics().end() || !it->second.per_rank) continue;
+    if (it->second.higher_is_better)
       rules.push_back({name, "fleet_drop", name, tolerance, tolerance / 2, true, 0, {}});
+    else  // lateness: near 0 when healthy, so an absolute bound, not a ratio to the median
+      rules.push_back({name, "max", name, 100 * tolerance, 50 * tolerance, true, 0, {}});
   }
   if (baseline.is_object())
     for (const auto& [name, entry] : baseline.at("metrics").items())
@@ -591,6 +642,8 @@ std::vector<ValidateCheck> evaluate_rules(const std::vector<ValidateRule>& rules
       all_pass = "every rank " + std::string(r.type == "min" ? ">= " : "<= ") + num_str(r.fail) + " " + m.unit;
     }
     values["unit"] = m.unit;
+    if (m.extra.is_object())
+      for (const auto& [k, v] : m.extra.items()) values[k] = v;
     ValidateCheck c = fold(r.name, o, nodes, all_pass, values);
     if (inputs.count(r.name)) {
       c.counts = false;  // judged through the k_of rules that name it
@@ -644,7 +697,7 @@ ValidateCheck fleet_median_check(const std::string& name, const std::string& uni
 }
 
 double baseline_value(std::vector<double> v) {
-  // Iterative outlier removal: drop what lies beyond 3 MADs (at least 1% of the median) from
+  // Iterative outlier removal: drop what lies more than 3 x max(MAD, 1% of the median) from
   // the median, until nothing is dropped; the median of what stays.
   for (;;) {
     const double m = median_of(v);
@@ -714,20 +767,26 @@ struct ComputeProbe {
   }
 };
 
-// A check that did not finish in time: rank 0 names the ranks that never arrived.
+// A check that did not finish in time: rank 0 names the ranks that never arrived, or the two
+// ranks of a transfer that did not complete (`pair`: "transfer between rank 1 and rank 3").
 struct CheckTimeout {
   std::string check;
   std::vector<int> ranks;
   double seconds = 0;
+  std::string pair;
 };
 
 // The ranks' barrier between the steps of a check (a turn, a round of pairs), with the check's
-// timeout. Each rank sends its arrival to rank 0 and sleeps in 200 us naps until rank 0 releases
-// it (MPI's own barrier spins, and on a host whose ranks take turns the spinning ranks would take
-// the cores from the one being measured: rank 0's GEMM measured 31% low so). Rank 0 waits for
+// timeout. Each rank sends its arrival to rank 0 and sleeps in naps growing from 0.1 to 5 ms until
+// rank 0 releases it (MPI's own barrier spins, and on a host whose ranks take turns the spinning
+// ranks would take the cores from the one being measured: rank 0's GEMM measured 31% low so; with
+// 1 ms naps throughout, the waking ranks still made a measured rank late at the all-reduce). Rank 0 waits for
 // every arrival at most `timeout_s` seconds from its own; then it throws CheckTimeout naming the
-// ranks still missing. A rank that rank 0 does not release within 2 x timeout + 10 s (rank 0
-// itself hung) ends with exit status 3 and one line. On a private duplicate of MPI_COMM_WORLD.
+// ranks still missing. An arrival may report a partner whose transfer timed out (`stuck_with`);
+// rank 0 then throws CheckTimeout naming the pair. A rank that rank 0 does not release within
+// 2 x timeout + 10 s (rank 0 itself hung) ends with exit status 3 and one line. On a private
+// duplicate of MPI_COMM_WORLD; the receives rank 0 leaves pending on a timeout stay valid (they
+// are members, and the job ends right after).
 class Steps {
  public:
   explicit Steps(double timeout_s) : timeout_(timeout_s) {
@@ -744,8 +803,8 @@ class Steps {
            std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_));
   }
 
-  void arrive(const std::string& check) {
-    int token = 1;
+  void arrive(const std::string& check, int stuck_with = -1) {
+    int token = stuck_with + 2;  // 1: arrived; 2 + p: arrived, a transfer with rank p timed out
     if (rank_ != 0) {
       DTB_CHECK(MPI_Send(&token, 1, MPI_INT, 0, kArrive, comm_) == MPI_SUCCESS, "MPI_Send failed");
       MPI_Request req;
@@ -753,7 +812,7 @@ class Steps {
       const auto give_up = std::chrono::steady_clock::now() +
                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                std::chrono::duration<double>(2 * timeout_ + 10));
-      for (int done = 0;;) {
+      for (int done = 0, nap = 100;; nap = std::min(2 * nap, kMaxNapUs)) {
         DTB_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS, "MPI_Test failed");
         if (done) return;
         if (std::chrono::steady_clock::now() > give_up) {
@@ -762,28 +821,38 @@ class Steps {
           std::fflush(stderr);
           std::_Exit(3);
         }
-        usleep(1000);
+        usleep(useconds_t(nap));
       }
     }
-    std::vector<MPI_Request> req(size_t(size_ > 0 ? size_ - 1 : 0));
-    std::vector<int> tokens(req.size());
+    req_.assign(size_t(size_ > 0 ? size_ - 1 : 0), MPI_REQUEST_NULL);
+    tokens_.assign(req_.size(), 0);
     for (int r = 1; r < size_; ++r)
-      DTB_CHECK(MPI_Irecv(&tokens[size_t(r - 1)], 1, MPI_INT, r, kArrive, comm_, &req[size_t(r - 1)]) == MPI_SUCCESS,
+      DTB_CHECK(MPI_Irecv(&tokens_[size_t(r - 1)], 1, MPI_INT, r, kArrive, comm_, &req_[size_t(r - 1)]) == MPI_SUCCESS,
                 "MPI_Irecv failed");
     const auto until = deadline();
-    for (int all = 0;;) {
-      DTB_CHECK(MPI_Testall(int(req.size()), req.data(), &all, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "MPI_Testall failed");
+    for (int all = 0, nap = 100;; nap = std::min(2 * nap, kMaxNapUs)) {
+      DTB_CHECK(MPI_Testall(int(req_.size()), req_.data(), &all, MPI_STATUSES_IGNORE) == MPI_SUCCESS,
+                "MPI_Testall failed");
       if (all) break;
       if (std::chrono::steady_clock::now() > until) {
-        CheckTimeout t{check, {}, timeout_};
-        for (size_t i = 0; i < req.size(); ++i) {
+        CheckTimeout t{check, {}, timeout_, ""};
+        for (size_t i = 0; i < req_.size(); ++i) {
           int done = 0;
-          MPI_Test(&req[i], &done, MPI_STATUS_IGNORE);
+          MPI_Test(&req_[i], &done, MPI_STATUS_IGNORE);
           if (!done) t.ranks.push_back(int(i) + 1);
         }
         throw t;
       }
-      usleep(1000);
+      usleep(useconds_t(nap));
+    }
+    // A transfer that timed out: name its two ranks (the lower-numbered reporter first).
+    for (int r = 0; r < size_; ++r) {
+      const int p = (r == 0 ? token : tokens_[size_t(r - 1)]) - 2;
+      if (p >= 0) {
+        CheckTimeout t{check, {std::min(r, p), std::max(r, p)}, timeout_, ""};
+        t.pair = "a transfer between rank " + std::to_string(t.ranks[0]) + " and rank " + std::to_string(t.ranks[1]);
+        throw t;
+      }
     }
     for (int r = 1; r < size_; ++r)
       DTB_CHECK(MPI_Send(&token, 1, MPI_INT, r, kRelease, comm_) == MPI_SUCCESS, "MPI_Send failed");
@@ -791,9 +860,12 @@ class Steps {
 
  private:
   static constexpr int kArrive = 11, kRelease = 12;
+  static constexpr int kMaxNapUs = 5000;
   double timeout_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::vector<MPI_Request> req_;
+  std::vector<int> tokens_;
 };
 
 // Sends `bytes` from s to `partner` and receives as many into r (nonblocking, polled until done
@@ -822,10 +894,11 @@ bool exchange(int partner, std::vector<char>& s, std::vector<char>& r, size_t by
 const std::vector<size_t> kPairSizes = {8, size_t(64) << 10, size_t(4) << 20};
 
 // The best time of a bidirectional exchange of each of kPairSizes with `partner` (11 repetitions,
-// the first a warm-up), seconds; both sides swap their times after each (an 8-byte exchange) so
-// both keep the longer. `factor` > 1 (--inject, both sides of a pair with the slowed rank)
-// emulates a link that many times slower: both sides spin until factor x the longer time has
-// passed since the start, then swap once more. Empty when a transfer did not finish by `until`.
+// the first a warm-up), seconds: each side times its own transfer, then both swap their times
+// (an 8-byte exchange, not timed) and keep the longer. `factor` > 1 (--inject, both sides of a
+// pair with the slowed rank) emulates a link that many times slower: the time is factor x the
+// longer, and both sides spin until it has passed since the start, then swap once more (so the
+// next transfer starts together). Empty when a transfer did not finish by `until`.
 std::vector<double> pair_times(int partner, double factor, std::chrono::steady_clock::time_point until) {
   std::vector<double> best;
   std::vector<char> sbuf(kPairSizes.back(), 1), rbuf(kPairSizes.back());
@@ -850,7 +923,8 @@ std::vector<double> pair_times(int partner, double factor, std::chrono::steady_c
                             std::chrono::duration<double>(factor * std::max(dt, other))));
         if (swap(0.0) < 0) return {};
       }
-      if (rep > 0) b = std::min(b, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      // The longer side's transfer (both sides keep the same figure), stretched by the fault.
+      if (rep > 0) b = std::min(b, std::max(dt, other) * std::max(factor, 1.0));
     }
     best.push_back(b);
   }
@@ -861,16 +935,17 @@ std::vector<double> pair_times(int partner, double factor, std::chrono::steady_c
 // take turns (slots), as ranks do for compute: two transfers through one host's memory would
 // measure each other. Three sweeps, each pair's best: where ranks share cores, one sweep's figure
 // for a pair can depend on where the scheduler put its two ranks at that moment. Returns this
-// rank's best time with each partner per size ([size][partner], 0: not a partner) and the
-// partners whose transfers timed out.
+// rank's best time with each partner per size ([size][partner], 0: not a partner). A transfer
+// that does not finish within the check's timeout is reported at the next step's barrier, where
+// rank 0 ends the run naming the pair (CheckTimeout).
 struct PairSweep {
   std::vector<std::vector<double>> seconds;
-  std::vector<int> timed_out;
 };
 PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& rounds, const std::vector<json>& inv,
                       const Injection& inj, Steps& steps, const std::string& check, int rank) {
   const size_t n = inv.size();
-  PairSweep out{std::vector<std::vector<double>>(kPairSizes.size(), std::vector<double>(n, 0.0)), {}};
+  PairSweep out{std::vector<std::vector<double>>(kPairSizes.size(), std::vector<double>(n, 0.0))};
+  int stuck = -1;  // the partner of a transfer that timed out
   auto host = [&](int r) { return inv[size_t(r)].value("host", "?"); };
   auto run = [&](const std::vector<std::vector<std::pair<int, int>>>& rs) {
     for (const auto& round : rs) {
@@ -884,7 +959,7 @@ PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& round
         slots = std::max(slots, slot[i] + 1);
       }
       for (int k = 0; k < slots; ++k) {
-        steps.arrive(check);
+        steps.arrive(check, stuck);
         for (size_t i = 0; i < round.size(); ++i) {
           const auto [x, y] = round[i];
           if (slot[i] != k || (x != rank && y != rank)) continue;
@@ -892,7 +967,7 @@ PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& round
           const bool slowed = rank == inj.rank || partner == inj.rank;
           const std::vector<double> t = pair_times(partner, slowed ? inj.comm : 1.0, steps.deadline());
           if (t.empty()) {
-            out.timed_out.push_back(partner);
+            stuck = partner;
             continue;
           }
           for (size_t s = 0; s < t.size(); ++s) {
@@ -910,11 +985,14 @@ PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& round
   // machine running 4 ranks: one pair in three runs at half speed in all three sweeps, a
   // moment later at full speed); a slow link or rank measures slow again.
   for (int retest = 0; retest < 2; ++retest) {
-    steps.arrive(check);
+    steps.arrive(check, stuck);
     std::vector<double> m(n * n);
-    DTB_CHECK(MPI_Allgather(out.seconds.back().data(), int(n), MPI_DOUBLE, m.data(), int(n), MPI_DOUBLE,
-                            MPI_COMM_WORLD) == MPI_SUCCESS,
-              "MPI_Allgather failed");
+    {
+      CommOpScope watched(describe_comm_group(MPI_COMM_WORLD, "world").id, CommOp::all_gather);
+      DTB_CHECK(MPI_Allgather(out.seconds.back().data(), int(n), MPI_DOUBLE, m.data(), int(n), MPI_DOUBLE,
+                              MPI_COMM_WORLD) == MPI_SUCCESS,
+                "MPI_Allgather failed");
+    }
     std::vector<std::pair<int, int>> measured;
     std::vector<double> t;
     for (size_t x = 0; x < n; ++x)
@@ -945,7 +1023,7 @@ PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& round
     usleep(100000);
     run(again);
   }
-  steps.arrive(check);
+  steps.arrive(check, stuck);
   return out;
 }
 
@@ -982,7 +1060,9 @@ struct CollectiveProbe {
   std::vector<double> lag_ms;
   double work_ms = 0;
 };
-CollectiveProbe probe_allreduce(MPI_Comm comm, double factor) {
+CollectiveProbe probe_allreduce(MPI_Comm comm, const std::string& name, double factor) {
+  // On the communication watchdog's board, so a rank hung inside these calls is named.
+  const uint64_t gid = describe_comm_group(comm, name).id;
   int n = 1;
   MPI_Comm_size(comm, &n);
   CollectiveProbe p;
@@ -990,17 +1070,30 @@ CollectiveProbe probe_allreduce(MPI_Comm comm, double factor) {
   std::vector<float> buf(count, 1.0f);
   double best = 1e300;
   for (int rep = 0; rep < 6; ++rep) {
-    MPI_Barrier(comm);
+    {
+      CommOpScope watched(gid, CommOp::barrier);
+      MPI_Barrier(comm);
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(count), MPI_FLOAT, MPI_SUM, comm) == MPI_SUCCESS,
-              "MPI_Allreduce failed");
+    {
+      CommOpScope watched(gid, CommOp::all_reduce);
+      DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(count), MPI_FLOAT, MPI_SUM, comm) == MPI_SUCCESS,
+                "MPI_Allreduce failed");
+    }
     if (rep > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  {  // the collective's time is its slowest member's: every rank reports the same busbw
+    CommOpScope watched(gid, CommOp::all_reduce);
+    DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, comm) == MPI_SUCCESS, "MPI_Allreduce failed");
   }
   p.busbw = n > 1 ? 2.0 * (n - 1) / n * double(count * sizeof(float)) / best / 1e9 : 0.0;
   const int w = 768, iters = 15;
   std::vector<float> a(size_t(w) * w, 0.5f), b(size_t(w) * w, 0.25f), c(size_t(w) * w);
   std::vector<double> waits(iters), works(iters);
-  MPI_Barrier(comm);
+  {
+    CommOpScope watched(gid, CommOp::barrier);
+    MPI_Barrier(comm);
+  }
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, w, w, w, 1.0f, a.data(), w, b.data(), w, 0.0f, c.data(), w);
@@ -1009,12 +1102,20 @@ CollectiveProbe probe_allreduce(MPI_Comm comm, double factor) {
     const auto t1 = std::chrono::steady_clock::now();
     works[size_t(i)] = std::chrono::duration<double>(t1 - t0).count();
     double x = 1;
-    DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_SUCCESS, "MPI_Allreduce failed");
+    {
+      CommOpScope watched(gid, CommOp::all_reduce);
+      DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_SUCCESS, "MPI_Allreduce failed");
+    }
     waits[size_t(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   std::vector<double> all(size_t(n) * iters), all_work(size_t(n) * iters);
-  MPI_Allgather(waits.data(), iters, MPI_DOUBLE, all.data(), iters, MPI_DOUBLE, comm);
-  MPI_Allgather(works.data(), iters, MPI_DOUBLE, all_work.data(), iters, MPI_DOUBLE, comm);
+  {
+    CommOpScope watched(gid, CommOp::all_gather);
+    DTB_CHECK(MPI_Allgather(waits.data(), iters, MPI_DOUBLE, all.data(), iters, MPI_DOUBLE, comm) == MPI_SUCCESS &&
+                  MPI_Allgather(works.data(), iters, MPI_DOUBLE, all_work.data(), iters, MPI_DOUBLE, comm) ==
+                      MPI_SUCCESS,
+              "MPI_Allgather failed");
+  }
   for (int r = 0; r < n; ++r) {
     std::vector<double> late;
     for (int i = 0; i < iters; ++i) {
@@ -1028,32 +1129,12 @@ CollectiveProbe probe_allreduce(MPI_Comm comm, double factor) {
   return p;
 }
 
-// The arrival check of one collective: a rank later than the earliest by more than `tolerance` x
-// the median work time between collectives (and by more than 0.2 ms) is a straggler: it fails,
-// named with its lateness; half of that warns. `ranks` maps comm ranks to world ranks.
-void arrival_outcomes(const CollectiveProbe& p, const std::vector<int>& ranks, double tolerance,
-                      std::vector<std::string>& status, std::vector<std::string>& text, json& lag) {
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const int r = ranks[i];
-    const double limit = std::max(tolerance * p.work_ms, 0.2);
-    const double l = p.lag_ms[i];
-    lag["rank " + std::to_string(r)] = l;
-    const bool fail = l > limit, warn = l > limit / 2;
-    status[size_t(r)] = fail ? "fail" : warn ? "warn" : "pass";
-    text[size_t(r)] = fail || warn ? "rank " + std::to_string(r) + " arrives " + num_str(l) + " ms after the first" +
-                                         " (median of 15), the work between collectives taking " + num_str(p.work_ms) +
-                                         " ms (rule: " + (fail ? "fail" : "warn") + " beyond " +
-                                         num_str(fail ? limit : limit / 2) + " ms, " +
-                                         pct(fail ? tolerance : tolerance / 2) + " of the work)"
-                                   : "";
-  }
-}
-
 }  // namespace
 
 namespace {
 
 struct ReportExtra {
+  json metrics = json::object();  // every metric measured: unit, direction, per-rank values
   bool incomplete = false;
   std::vector<std::string> levels_run;
   json rules = json::array();
@@ -1062,16 +1143,48 @@ struct ReportExtra {
 int write_verdict(const ValidateArgs& a, const std::vector<json>& inv, const std::vector<ValidateCheck>& checks,
                   std::chrono::steady_clock::time_point t0, const ReportExtra& extra);
 
-// Reads a JSON file for --baseline or --rules: InputError naming the option and file.
-json read_json_file(const std::string& option, const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw InputError(option + " " + path + ": no such file");
-  std::ifstream f(path);
+// Reads a JSON file for --baseline or --rules on rank 0 (the other ranks may have no shared
+// filesystem) and parses it on every rank: InputError on every rank, naming the option and file.
+json read_json_file(Communicator& world, const std::string& option, const std::string& path) {
+  const std::string text = on_root(world, [&] {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw InputError(option + " " + path + ": is a directory, not a file");
+    if (!std::filesystem::exists(path, ec)) throw InputError(option + " " + path + ": no such file");
+    if (!std::filesystem::is_regular_file(path, ec)) throw InputError(option + " " + path + ": not a regular file");
+    std::ifstream f(path, std::ios::binary);
+    std::string t((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (!f.good() && !f.eof()) throw InputError(option + " " + path + ": cannot read it");
+    return t;
+  });
   try {
-    return json::parse(f);
-  } catch (const json::parse_error& e) {
+    return json::parse(text);
+  } catch (const json::exception& e) {  // parse errors, numbers beyond a double
     throw InputError(option + " " + path + ": malformed JSON (" + e.what() + ")");
   }
+}
+
+// Refuses, before anything is measured, an output path dtbench could not write or would
+// destroy: an existing directory, symlink, FIFO or device (the report is written to a temporary
+// file renamed over the path), or a parent that is not a directory. Checked on rank 0, which
+// writes; InputError on every rank.
+void check_output_path(Communicator& world, const std::string& option, const std::string& path) {
+  on_root(world, [&] {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (path.empty()) throw InputError(option + " is empty");
+    const fs::file_status st = fs::symlink_status(path, ec);
+    if (fs::exists(st) && !fs::is_regular_file(st))
+      throw InputError(option + " " + path + ": exists and is not a regular file (a directory, link, FIFO or device)");
+    for (fs::path p = fs::path(path).parent_path(); !p.empty(); p = p.parent_path()) {
+      const fs::file_status ps = fs::status(p, ec);
+      if (fs::exists(ps)) {
+        if (!fs::is_directory(ps)) throw InputError(option + " " + path + ": " + p.string() + " is not a directory");
+        break;
+      }
+      if (p == p.parent_path()) break;
+    }
+    return std::string();
+  });
 }
 
 // The checks of one pass over the measuring levels, and the metrics it measured.
@@ -1090,22 +1203,44 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
   if (a.level != "quick" && a.level != "medium" && a.level != "long" && a.level != "burnin")
     throw InputError("--level '" + a.level + "' is not one of quick, medium, long, burnin");
   if (!(a.tolerance > 0 && a.tolerance < 1)) throw InputError("--tolerance must be in (0, 1)");
-  if (!(a.check_timeout > 0)) throw InputError("--check-timeout must be a positive number of seconds");
-  if (!(a.duration > 0)) throw InputError("--duration must be a positive number of seconds");
+  if (!(a.check_timeout >= 1 && a.check_timeout <= 1e6))
+    throw InputError("--check-timeout must be a number of seconds in [1, 1e6]");
+  if (!(a.duration > 0 && a.duration <= 1e7)) throw InputError("--duration must be a number of seconds in (0, 1e7]");
+  if (!a.make_baseline.empty() && a.level == "quick")
+    throw InputError("--make-baseline needs --level medium or higher: level quick measures no metric");
+  if (!a.make_baseline.empty() && !a.inject.empty())
+    throw InputError("--make-baseline with --inject would make the injected fault the baseline");
+  {
+    std::error_code ec1, ec2;
+    if (!a.make_baseline.empty() && std::filesystem::weakly_canonical(a.make_baseline, ec1) ==
+                                        std::filesystem::weakly_canonical(a.output, ec2))
+      throw InputError("--make-baseline and --output are the same file, " + a.output);
+  }
+  check_output_path(world, "--output", a.output);
+  if (!a.make_baseline.empty()) check_output_path(world, "--make-baseline", a.make_baseline);
   const Injection inj = parse_injection(a.inject, world.size());
   json baseline;
   if (!a.baseline.empty()) {
-    baseline = read_json_file("--baseline", a.baseline);
-    if (!baseline.is_object() || baseline.value("kind", "") != "validate-baseline" || !baseline.contains("metrics") ||
-        !baseline["metrics"].is_object())
-      throw InputError("--baseline " + a.baseline + ": not a validate baseline (kind \"validate-baseline\")");
-    for (const auto& [k, v] : baseline["metrics"].items())
-      if (!v.is_object() || !v.contains("value") || !v["value"].is_number())
-        throw InputError("--baseline " + a.baseline + ": metric " + k + " has no numeric \"value\"");
+    baseline = read_json_file(world, "--baseline", a.baseline);
+    const std::string where = "--baseline " + a.baseline + ": ";
+    if (!baseline.is_object() || !baseline.contains("kind") || baseline["kind"] != "validate-baseline" ||
+        !baseline.contains("metrics") || !baseline["metrics"].is_object())
+      throw InputError(where + "not a validate baseline (kind \"validate-baseline\")");
+    if (baseline["metrics"].empty()) throw InputError(where + "no metrics: it would judge nothing");
+    for (const auto& [k, v] : baseline["metrics"].items()) {
+      const auto info = validate_metrics().find(k);
+      if (info == validate_metrics().end()) throw InputError(where + "unknown metric '" + k + "'");
+      if (!v.is_object() || !v.contains("value") || !v["value"].is_number() || !std::isfinite(v["value"].get<double>()) ||
+          !(v["value"].get<double>() > 0))
+        throw InputError(where + "metric " + k + " has no positive numeric \"value\"");
+      if (v.contains("unit") && v["unit"] != info->second.unit)
+        throw InputError(where + "metric " + k + " is in " + v["unit"].dump() + ", dtbench measures it in " +
+                         info->second.unit);
+    }
   }
   std::vector<ValidateRule> file_rules;
   if (!a.rules.empty()) {
-    file_rules = parse_rules(read_json_file("--rules", a.rules), "--rules " + a.rules);
+    file_rules = parse_rules(read_json_file(world, "--rules", a.rules), "--rules " + a.rules);
     for (const ValidateRule& r : file_rules)
       if (r.type == "baseline_drop" && a.baseline.empty())
         throw InputError("--rules " + a.rules + ": rule '" + r.name + "' (baseline_drop) needs --baseline");
@@ -1133,8 +1268,8 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     std::printf("; each step of a check times out after %s s", num_str(a.check_timeout).c_str());
     std::printf("%s\n", inj.rank >= 0 ? ("; TEST FAULT: rank " + std::to_string(inj.rank) + " " +
                                           (inj.hang ? std::string("hangs in its compute")
-                                           : inj.comm > 1 ? "communication x" + num_str(inj.comm)
-                                                          : "compute x" + num_str(inj.compute)) + " slower").c_str()
+                                           : inj.comm > 1 ? "communication x" + num_str(inj.comm) + " slower"
+                                                          : "compute x" + num_str(inj.compute) + " slower")).c_str()
                                       : "");
   }
   std::fflush(stdout);
@@ -1178,6 +1313,13 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     node_index = inv[size_t(world.rank())]["node_index"];
   }
   const int n = world.size(), me = world.rank();
+  if (emulated)  // the same decision on every rank: all hold the inventory
+    for (int r = 0; r < n; ++r)
+      if (inv[size_t(r)].value("host", "") != inv[size_t(r - r % a.ranks_per_node)].value("host", ""))
+        throw InputError("--ranks-per-node " + std::to_string(a.ranks_per_node) + ": emulated node " +
+                         std::to_string(r / a.ranks_per_node) + " spans hosts " +
+                         inv[size_t(r - r % a.ranks_per_node)].value("host", "") + " and " +
+                         inv[size_t(r)].value("host", "") + " (an emulated node must sit on one host)");
   std::vector<std::string> node_of_rank;
   for (const json& r : inv) node_of_rank.push_back(r.value("node", "?"));
   auto host = [&](int r) { return inv[size_t(r)].value("host", "?"); };
@@ -1297,6 +1439,10 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     std::lock_guard<std::mutex> lock(progress_mu);
     out.checks.push_back(std::move(c));
   };
+  auto add_metric = [&](ValidatePass& out, const std::string& name, Metric m) {
+    std::lock_guard<std::mutex> lock(progress_mu);
+    out.metrics[name] = std::move(m);
+  };
 
   // One pass over the measuring levels.
   auto measure = [&](ValidatePass& out) {
@@ -1324,12 +1470,28 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
       const auto all = gather({best.first, best.second});
       Metric gemm{"GFLOP/s", {}, true}, triad{"GB/s", {}, true};
       for (int r = 0; r < n; ++r) gemm.per_rank.push_back(all[2 * size_t(r)]), triad.per_rank.push_back(all[2 * size_t(r) + 1]);
-      out.metrics["compute/gemm_gflops"] = gemm;
-      out.metrics["compute/triad_GBps"] = triad;
+      add_metric(out, "compute/gemm_gflops", gemm);
+      add_metric(out, "compute/triad_GBps", triad);
     }
     // copy: host <-> device on GPUs, one GPU of a host at a time.
     begin_check("copy");
-    if (!gpu) {
+    // Every rank takes the same branch: a rank whose GPU could not be opened makes the check
+    // fail for all, naming it (its error is in the inventory), instead of skipping steps alone.
+    int with_gpu = gpu ? 1 : 0;
+    world.all_reduce(&with_gpu, &with_gpu, 1, DType::i32, ReduceOp::min);
+    if (a.backend == "cuda" && !with_gpu) {
+      ValidateCheck c{"copy/host_device", "fail", "", {}, {}, json::object(), {}};
+      for (int r = 0; r < n; ++r)
+        if (inv[size_t(r)].contains("device_error")) {
+          c.ranks.push_back(r);
+          const std::string& nd = node_of_rank[size_t(r)];
+          if (std::find(c.nodes.begin(), c.nodes.end(), nd) == c.nodes.end()) c.nodes.push_back(nd);
+          c.node_detail[nd] += (c.node_detail[nd].empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
+                               " has no usable GPU: " + inv[size_t(r)].value("device_error", std::string());
+        }
+      c.detail = "ranks " + join_ranks(c.ranks) + " have no usable GPU, so no copies were measured";
+      add_check(out, c);
+    } else if (!with_gpu) {
       add_check(out, {"copy/host_device", "skip", "the " + a.backend + " backend has no device memory to copy to",
                             {}, {}, json::object(), {}});
     } else {
@@ -1350,8 +1512,8 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
       const auto all = gather({bw.first, bw.second});
       Metric h2d{"GB/s", {}, true}, d2h{"GB/s", {}, true};
       for (int r = 0; r < n; ++r) h2d.per_rank.push_back(all[2 * size_t(r)]), d2h.per_rank.push_back(all[2 * size_t(r) + 1]);
-      out.metrics["copy/h2d_GBps"] = h2d;
-      out.metrics["copy/d2h_GBps"] = d2h;
+      add_metric(out, "copy/h2d_GBps", h2d);
+      add_metric(out, "copy/d2h_GBps", d2h);
     }
     // node/sendrecv: the rank x rank matrix within each node (each node's round-robin, at once).
     begin_check("node/sendrecv");
@@ -1375,7 +1537,7 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
         add_check(out, {"node/sendrecv", "skip", "one rank per node: no pairs within a node", {}, {},
                               json::object(), {}});
       } else {
-        out.metrics["node/sendrecv_GBps"] = {"GB/s", median_bw(m.back(), big), true};
+        add_metric(out, "node/sendrecv_GBps", {"GB/s", median_bw(m.back(), big), true});
         ValidateCheck mat{"node/sendrecv_matrix", "pass",
                           "each node's rank x rank send/recv bandwidth, " + std::to_string(big >> 20) +
                               " MiB each way (2 x bytes / seconds, GB/s; 0: not in one node)",
@@ -1405,35 +1567,36 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
       CollectiveProbe p;
       for (int t = 0; t < node_turns; ++t) {
         steps.arrive(current);
-        if (t == node_turn && node_size > 1) p = probe_allreduce(node_comm, me == inj.rank ? inj.compute : 1.0);
+        if (t == node_turn && node_size > 1) p = probe_allreduce(node_comm, "validate node " + std::to_string(node_index), me == inj.rank ? inj.compute : 1.0);
       }
       steps.arrive(current);
       int local = 0;
       MPI_Comm_rank(node_comm, &local);
       MPI_Comm_free(&node_comm);
       const auto all = gather({p.busbw, p.lag_ms.empty() ? 0.0 : p.lag_ms[size_t(local)], p.work_ms});
-      if (node_size > 1) {
-        Metric bus{"GB/s", {}, true};
-        std::vector<std::string> st(static_cast<size_t>(n), "pass"), tx(static_cast<size_t>(n));
-        json lag = json::object();
+      // Decided from the inventory, the same on every rank: the check needs every node to have
+      // two ranks or more (a one-rank node has no collective to measure).
+      std::map<int, int> node_sizes;
+      for (const json& r : inv) ++node_sizes[r.value("node_index", 0)];
+      const bool all_multi = std::all_of(node_sizes.begin(), node_sizes.end(), [](const auto& e) { return e.second > 1; });
+      if (all_multi) {
+        Metric bus{"GB/s", {}, true}, late{"% of the work", {}, false};
+        json lag = json::object(), work = json::object();
         for (int r = 0; r < n; ++r) {
           bus.per_rank.push_back(all[3 * size_t(r)]);
-          CollectiveProbe one{0, {all[3 * size_t(r) + 1]}, all[3 * size_t(r) + 2]};
-          std::vector<std::string> s1(static_cast<size_t>(n)), t1(static_cast<size_t>(n));
-          arrival_outcomes(one, {r}, a.tolerance, s1, t1, lag);
-          st[size_t(r)] = s1[size_t(r)], tx[size_t(r)] = t1[size_t(r)];
+          const double l = all[3 * size_t(r) + 1], w = all[3 * size_t(r) + 2];
+          late.per_rank.push_back(w > 0 ? 100.0 * l / w : 0.0);
+          lag["rank " + std::to_string(r)] = l, work["rank " + std::to_string(r)] = w;
         }
-        out.metrics["node/allreduce_busbw_GBps"] = bus;
+        add_metric(out, "node/allreduce_busbw_GBps", bus);
+        late.extra = {{"lateness_ms", lag}, {"node_work_ms", work}};
         if (const std::string why = crowded(false); !why.empty())
-          add_check(out, {"node/arrival", "skip", why, {}, {}, {{"lag_ms", lag}}, {}});
+          add_check(out, {"node/arrival", "skip", why, {}, {}, late.extra, {}});
         else
-          add_check(out, fold("node/arrival", RankOutcomes{st, tx}, node_of_rank,
-                                  "no straggler: every rank reaches its node's all-reduce within " +
-                                      pct(a.tolerance) + " of the work between collectives of the first",
-                                  {{"lag_ms", lag}}));
+          add_metric(out, "node/arrival_late_pct", late);
       } else {
-        add_check(out, {"node/allreduce", "skip", "one rank per node: no collective within a node", {}, {},
-                              json::object(), {}});
+        add_check(out, {"node/allreduce", "skip", "a node with one rank: no collective within it to compare", {},
+                        {}, json::object(), {}});
       }
     }
     if (!long_level) return;
@@ -1444,9 +1607,10 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
       std::vector<std::vector<double>> m;
       for (const auto& row : sw.seconds) m.push_back(gather(row));
       const size_t big = kPairSizes.back();
-      out.metrics["pairs/sendrecv_GBps"] = {"GB/s", median_bw(m.back(), big), true};
+      add_metric(out, "pairs/sendrecv_GBps", {"GB/s", median_bw(m.back(), big), true});
       add_check(out, {"pairs/sendrecv_matrix", "pass",
-                            "every pair's send/recv bandwidth, " + std::to_string(big >> 20) + " MiB each way (GB/s)",
+                            "every pair's send/recv bandwidth, " + std::to_string(big >> 20) +
+                                " MiB each way, both directions counted (2 x bytes / seconds, GB/s)",
                             {}, {}, {{"matrix_GBps", matrix_json(m.back(), big)}, {"bytes", big}}, {}});
       add_check(out, alpha_beta(m, "pairs/alpha_beta"));
     }
@@ -1478,33 +1642,32 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
         CollectiveProbe p;
         for (int t = 0; t < g_turns; ++t) {
           steps.arrive("groups/allreduce");
-          if (t == g_turn) p = probe_allreduce(gcomm, me == inj.rank ? inj.compute : 1.0);
+          if (t == g_turn) p = probe_allreduce(gcomm, "validate group " + std::to_string(group), me == inj.rank ? inj.compute : 1.0);
         }
         steps.arrive("groups/allreduce");
         MPI_Comm_free(&gcomm);
         const auto all = gather({p.busbw});
-        out.metrics["groups/allreduce_busbw_GBps"] = {"GB/s", all, true};
+        add_metric(out, "groups/allreduce_busbw_GBps", {"GB/s", all, true});
       }
     }
     // world/allreduce: every rank at once, bus bandwidth and arrival times.
     begin_check("world/allreduce");
     if (n > 1) {
       steps.arrive(current);
-      const CollectiveProbe p = probe_allreduce(MPI_COMM_WORLD, me == inj.rank ? inj.compute : 1.0);
+      const CollectiveProbe p = probe_allreduce(MPI_COMM_WORLD, "world", me == inj.rank ? inj.compute : 1.0);
       steps.arrive(current);
-      out.metrics["world/allreduce_busbw_GBps"] = {"GB/s", std::vector<double>(size_t(n), p.busbw), true};
-      std::vector<std::string> st(static_cast<size_t>(n), "pass"), tx(static_cast<size_t>(n));
-      std::vector<int> ranks(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r) ranks[size_t(r)] = r;
+      add_metric(out, "world/allreduce_busbw_GBps", {"GB/s", std::vector<double>(size_t(n), p.busbw), true});
+      Metric late{"% of the work", {}, false};
       json lag = json::object();
-      arrival_outcomes(p, ranks, a.tolerance, st, tx, lag);
+      for (int r = 0; r < n; ++r) {
+        late.per_rank.push_back(p.work_ms > 0 ? 100.0 * p.lag_ms[size_t(r)] / p.work_ms : 0.0);
+        lag["rank " + std::to_string(r)] = p.lag_ms[size_t(r)];
+      }
+      late.extra = {{"lateness_ms", lag}, {"work_ms", p.work_ms}, {"busbw_GBps", p.busbw}};
       if (const std::string why = crowded(true); !why.empty())
-        add_check(out, {"world/arrival", "skip", why, {}, {}, {{"lag_ms", lag}, {"work_ms", p.work_ms}}, {}});
+        add_check(out, {"world/arrival", "skip", why, {}, {}, late.extra, {}});
       else
-        add_check(out, fold("world/arrival", RankOutcomes{st, tx}, node_of_rank,
-                                "no straggler: every rank reaches the world's all-reduce within " + pct(a.tolerance) +
-                                    " of the work between collectives (" + num_str(p.work_ms) + " ms) of the first",
-                                {{"lag_ms", lag}, {"work_ms", p.work_ms}, {"busbw_GBps", p.busbw}}));
+        add_metric(out, "world/arrival_late_pct", late);
     }
     // train: a few data-parallel steps of the reference GPT on the whole world.
     begin_check("train");
@@ -1525,7 +1688,7 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
         tps.per_rank.push_back(all[4 * size_t(r)]);
         if (all[4 * size_t(r) + 1] != all[1] || all[4 * size_t(r) + 2] != all[2]) differ.push_back(r);
       }
-      out.metrics["train/tokens_per_s"] = tps;
+      add_metric(out, "train/tokens_per_s", tps);
       ValidateCheck c{"train/world", "pass", "", {}, {}, {{"model", tp.model}, {"steps", tp.steps},
                       {"first_loss", tp.first_loss}, {"last_loss", tp.last_loss}, {"step_seconds", tp.step_seconds},
                       {"tokens_per_s_from", by_cpu ? "compute CPU time" : "compute wall time"}}, {}};
@@ -1555,34 +1718,79 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
 
   // Rank 0 writes what it has when the watchdog ends the run (it names the call and the ranks;
   // the check running fails with its line, the ones after it are not_run): exit 3, incomplete.
-  auto incomplete = [&](std::vector<ValidateCheck> so_far, const ValidateCheck& failed) {
+  int loops = 0;  // whole passes over the measuring levels (burnin: more than one)
+  std::map<std::string, Metric> metrics;  // each rank's worst figure over the finished loops
+  // The report of a run that ended early: the checks so far, the failed one, the rest not_run,
+  // and the metrics measured so far judged by the rules (`done`: finished loops' metrics merged
+  // with those of the loop that was running).
+  auto incomplete = [&](std::vector<ValidateCheck> so_far, const ValidateCheck& failed,
+                        const std::map<std::string, Metric>& done) {
+    // A check measured again in a later burnin loop appears once: its latest outcome.
+    std::vector<ValidateCheck> once;
+    for (auto it = so_far.rbegin(); it != so_far.rend(); ++it)
+      if (std::none_of(once.begin(), once.end(), [&](const ValidateCheck& c) { return c.name == it->name; }))
+        once.insert(once.begin(), *it);
+    so_far = once;
     so_far.push_back(failed);
     bool after = false;
-    for (const std::string& s : planned) {
-      if (after) so_far.push_back({s, "not_run", "not run: check " + failed.name + " did not finish", {}, {}, json::object(), {}});
+    for (const std::string& s : planned) {  // after a whole loop, every check has run once
+      if (after && loops == 0)
+        so_far.push_back({s, "not_run", "not run: check " + failed.name + " did not finish", {}, {}, json::object(), {}});
       after = after || s == failed.name;
     }
     ReportExtra e = extra;
     e.incomplete = true;
+    if (loops > 0) {
+      e.levels_run = {"quick", "medium"};
+      if (long_level) e.levels_run.push_back("long");
+      if (a.level == "burnin") e.levels_run.push_back("burnin");
+      e.loops = loops;
+    }
+    if (!done.empty()) {
+      try {
+        const auto rules = a.rules.empty() ? default_rules(done, baseline, a.tolerance) : file_rules;
+        for (ValidateCheck& c : evaluate_rules(rules, done, baseline, node_of_rank))
+          if (c.detail.rfind("missing", 0) != 0 && c.detail.find("could not be judged") == std::string::npos)
+            so_far.push_back(std::move(c));  // a metric not measured yet: the run ended first, not_run says so
+      } catch (const std::exception&) {
+      }
+      for (const auto& [name, m] : done)
+        e.metrics[name] = {{"unit", m.unit}, {"higher_is_better", m.higher_is_better}, {"per_rank", m.per_rank}};
+    }
     write_verdict(a, inv, so_far, t0, e);
+  };
+  // The metrics of the finished loops, each rank's worse figure where the running loop has one too.
+  auto measured_so_far = [&]() {
+    std::map<std::string, Metric> done = metrics;
+    for (const auto& [name, m] : pass.metrics) {
+      auto it = done.find(name);
+      if (it == done.end()) {
+        done[name] = m;
+        continue;
+      }
+      for (size_t r = 0; r < m.per_rank.size() && r < it->second.per_rank.size(); ++r)
+        it->second.per_rank[r] = m.higher_is_better ? std::min(it->second.per_rank[r], m.per_rank[r])
+                                                    : std::max(it->second.per_rank[r], m.per_rank[r]);
+    }
+    return done;
   };
   if (root)
     set_termination_hook([&](const std::string& why) {
       std::vector<ValidateCheck> so_far;
+      std::map<std::string, Metric> done;
       std::string running;
       {
         std::lock_guard<std::mutex> lock(progress_mu);
         so_far = checks;
         so_far.insert(so_far.end(), pass.checks.begin(), pass.checks.end());
+        done = measured_so_far();
         running = current;
       }
-      incomplete(so_far, {running.empty() ? "validate" : running, "fail", why, {}, {}, json::object(), {}});
+      incomplete(so_far, {running.empty() ? "validate" : running, "fail", why, {}, {}, json::object(), {}}, done);
     });
   struct HookReset {
     ~HookReset() { set_termination_hook({}); }
   } hook_reset;
-  std::map<std::string, Metric> metrics;
-  int loops = 0;
   try {
     if (medium) {
       const auto start = std::chrono::steady_clock::now();
@@ -1593,26 +1801,18 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
         }
         ValidatePass& p = pass;
         measure(p);
-        ++loops;
         // Burnin keeps each rank's worst figure of every loop and each check's worst outcome.
-        for (auto& [name, m] : p.metrics) {
-          auto it = metrics.find(name);
-          if (it == metrics.end()) {
-            metrics[name] = m;
-            continue;
-          }
-          for (size_t r = 0; r < m.per_rank.size(); ++r)
-            it->second.per_rank[r] = m.higher_is_better ? std::min(it->second.per_rank[r], m.per_rank[r])
-                                                        : std::max(it->second.per_rank[r], m.per_rank[r]);
-        }
         {
           std::lock_guard<std::mutex> lock(progress_mu);
+          metrics = measured_so_far();
           for (ValidateCheck& c : p.checks) {
             auto it = std::find_if(checks.begin(), checks.end(), [&](const ValidateCheck& x) { return x.name == c.name; });
             if (it == checks.end()) checks.push_back(std::move(c));
             else if (severity(c.status) > severity(it->status)) *it = std::move(c);
           }
           p.checks.clear();
+          p.metrics.clear();
+          ++loops;
         }
         double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         world.broadcast(&elapsed, 1, DType::f64, 0);  // one decision for every rank
@@ -1622,20 +1822,23 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
   } catch (const CheckTimeout& t) {
     // Rank 0 alone throws: it names the ranks, writes what it has and ends the job (exit 3).
     ValidateCheck c{t.check, "fail", "", {}, t.ranks, {{"timeout_s", t.seconds}}, {}};
+    const std::string what = t.pair.empty() ? "did not finish a step of check " + t.check
+                                            : "(" + t.pair + " in check " + t.check + ") did not finish";
     for (int r : t.ranks) {
       const std::string& nd = node_of_rank[size_t(r)];
       if (std::find(c.nodes.begin(), c.nodes.end(), nd) == c.nodes.end()) c.nodes.push_back(nd);
-      c.node_detail[nd] += (c.node_detail[nd].empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
-                           " did not finish a step of check " + t.check + " within the " + num_str(t.seconds) +
-                           " s timeout (hung, or far too slow)";
+      c.node_detail[nd] += (c.node_detail[nd].empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " " +
+                           what + " within the " + num_str(t.seconds) + " s timeout (hung, or far too slow)";
     }
-    c.detail = (t.ranks.size() == 1 ? "rank " : "ranks ") + join_ranks(t.ranks) + " did not finish a step of check " + t.check + " within " +
-               num_str(t.seconds) + " s (hung, or far too slow); the run is incomplete";
+    c.detail = !t.pair.empty() ? t.pair + " in check " + t.check + " did not finish within " + num_str(t.seconds) +
+                                     " s (a hung rank or a dead link); the run is incomplete"
+                               : (t.ranks.size() == 1 ? "rank " : "ranks ") + join_ranks(t.ranks) + " " + what +
+                                     " within " + num_str(t.seconds) + " s (hung, or far too slow); the run is incomplete";
     set_termination_hook({});  // this path writes the report itself
     try {
       std::vector<ValidateCheck> so_far = checks;
       so_far.insert(so_far.end(), pass.checks.begin(), pass.checks.end());
-      incomplete(so_far, c);
+      incomplete(so_far, c, measured_so_far());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
     }
@@ -1645,6 +1848,9 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     MPI_Abort(MPI_COMM_WORLD, 3);
     return 3;
   }
+  // From here the main thread writes `checks` and `extra` without the lock, and writes the
+  // verdict itself: no hook from now on.
+  set_termination_hook({});
   if (medium) extra.levels_run.push_back("medium");
   if (long_level) extra.levels_run.push_back("long");
   if (a.level == "burnin") extra.levels_run.push_back("burnin");
@@ -1669,6 +1875,10 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
                             "test that could not run)",
                             {}, {}, {{"baseline", entry.value("value", 0.0)}}, {}});
   }
+  for (const auto& [name, m] : metrics) {
+    extra.metrics[name] = {{"unit", m.unit}, {"higher_is_better", m.higher_is_better}, {"per_rank", m.per_rank}};
+    if (m.extra.is_object()) extra.metrics[name]["extra"] = m.extra;
+  }
   for (const ValidateRule& r : rules) {
     json j = {{"name", r.name}, {"type", r.type}};
     if (r.type == "k_of") j["k"] = r.k, j["of"] = r.of;
@@ -1676,15 +1886,31 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     if (r.has_warn && r.warn > 0) j["warn"] = r.warn;
     extra.rules.push_back(j);
   }
-  bool baseline_unwritten = false;
-  if (!a.make_baseline.empty() && root) {
+  // Rank 0 decides, prints and writes; every rank returns its exit status.
+  int code = 0;
+  if (root) {
+    try {
+      code = write_verdict(a, inv, checks, t0, extra);
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+      code = 2;  // bad input, as dtbench exits for it
+    }
+  }
+  // A baseline comes from an accepted run only: a defective node's figures would pull it down
+  // and let the next slow node pass.
+  if (!a.make_baseline.empty() && root && code != 0) {
+    std::fprintf(stderr, "dtbench: error: --make-baseline: not written, the run was not accepted (exit %d)\n", code);
+  } else if (!a.make_baseline.empty() && root) {
     json m = json::object();
-    for (const auto& [name, metric] : metrics)
+    for (const auto& [name, metric] : metrics) {
+      const auto info = validate_metrics().find(name);
+      if (info != validate_metrics().end() && !info->second.baseline) continue;  // judged by absolute bounds
       m[name] = {{"value", baseline_value(metric.per_rank)}, {"unit", metric.unit}, {"ranks", metric.per_rank.size()}};
+    }
     const json b = {{"kind", "validate-baseline"}, {"version", 1}, {"platform", majority(inv, "device")},
                     {"level", a.level},
-                    {"method", "per metric: the median of the ranks' values after iterative removal of those beyond 3 "
-                               "MADs (at least 1% of the median)"},
+                    {"method", "per metric: the median of the ranks' values after iterative removal of those more than 3 "
+                               "x max(MAD, 1% of the median) from the median"},
                     {"metrics", m}};
     try {
       const std::filesystem::path bp(a.make_baseline);
@@ -1693,18 +1919,7 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
       std::printf("baseline of %zu metrics written to %s\n", m.size(), a.make_baseline.c_str());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "dtbench: error: --make-baseline: %s\n", e.what());
-      baseline_unwritten = true;
-    }
-  }
-  // Rank 0 decides, prints and writes; every rank returns its exit status.
-  int code = 0;
-  if (root) {
-    try {
-      code = write_verdict(a, inv, checks, t0, extra);
-      if (baseline_unwritten) code = 2;
-    } catch (const InputError& e) {
-      std::fprintf(stderr, "dtbench: error: %s\n", e.what());
-      code = 2;  // bad input, as dtbench exits for it
+      code = 2;
     }
   }
   world.broadcast(&code, 1, DType::i32, 0);
@@ -1722,8 +1937,14 @@ int write_verdict(const ValidateArgs& a, const std::vector<json>& inv, const std
     if (std::find(node_order.begin(), node_order.end(), r["node"].get<std::string>()) == node_order.end())
       node_order.push_back(r["node"]);
   // A check that could not run fails; an input of a k_of rule gives no verdict of its own.
-  auto bad = [&](const ValidateCheck& c) {
-    return c.counts && (c.status == "fail" || c.status == "not_run" || (a.werror && c.status == "warn"));
+  auto bad_status = [&](const std::string& st) {
+    return st == "fail" || st == "not_run" || (a.werror && st == "warn");
+  };
+  auto bad = [&](const ValidateCheck& c) { return c.counts && bad_status(c.status); };
+  // The check's status at node n (a check failing for one node may only warn for another).
+  auto status_at = [](const ValidateCheck& c, const std::string& n) {
+    const auto it = c.node_status.find(n);
+    return it == c.node_status.end() ? c.status : it->second;
   };
   json nodes = json::array();
   bool world_failed = false;
@@ -1735,10 +1956,10 @@ int write_verdict(const ValidateArgs& a, const std::vector<json>& inv, const std
     for (const json& r : inv)
       if (r["node"] == n) ranks.push_back(r["rank"]);
     for (const ValidateCheck& c : checks)
-      if (c.counts && (c.status == "fail" || c.status == "warn") &&
+      if (c.counts && (status_at(c, n) == "fail" || status_at(c, n) == "warn") &&
           std::find(c.nodes.begin(), c.nodes.end(), n) != c.nodes.end()) {
         json v = {{"check", c.name},
-                  {"status", c.status},
+                  {"status", status_at(c, n)},
                   {"detail", c.node_detail.count(n) ? c.node_detail.at(n) : c.detail},
                   {"values", c.values}};
         for (const char* k : {"rule", "metric", "baseline", "median", "reference"})
@@ -1747,7 +1968,8 @@ int write_verdict(const ValidateArgs& a, const std::vector<json>& inv, const std
       }
     bool accepted = true;
     for (const ValidateCheck& c : checks)
-      if (bad(c) && std::find(c.nodes.begin(), c.nodes.end(), n) != c.nodes.end()) accepted = false;
+      if (c.counts && bad_status(status_at(c, n)) && std::find(c.nodes.begin(), c.nodes.end(), n) != c.nodes.end())
+        accepted = false;
     defective += accepted ? 0 : 1;
     nodes.push_back({{"node", n}, {"ranks", ranks}, {"accepted", accepted}, {"violations", violations}});
   }
@@ -1766,6 +1988,7 @@ int write_verdict(const ValidateArgs& a, const std::vector<json>& inv, const std
                     {"tolerance", a.tolerance},
                     {"rules_file", a.rules.empty() ? json(nullptr) : json(a.rules)},
                     {"rules", extra.rules},
+                    {"metrics", extra.metrics},
                     {"baseline", a.baseline.empty() ? json(nullptr) : json(a.baseline)},
                     {"injected_fault", a.inject.empty() ? json(nullptr) : json(a.inject)},
                     {"expect", parse_expectations(a.expect)},

@@ -53,6 +53,7 @@ struct Metric {
   std::string unit;
   std::vector<double> per_rank;
   bool higher_is_better = true;
+  nlohmann::json extra = nullptr;  // more values for the report (e.g. lateness in ms), or null
 };
 
 /// What dtbench validate knows about a metric it can measure: unit, direction, whether its
@@ -63,6 +64,7 @@ struct MetricInfo {
   bool higher_is_better = true;
   bool per_rank = true;
   std::string level, how;
+  bool baseline = true;  // false: judged by absolute bounds, so --make-baseline leaves it out
 };
 /// Every metric by name ("compute/gemm_gflops", "pairs/sendrecv_GBps", ...): the vocabulary of
 /// baselines and rules files.
@@ -74,7 +76,8 @@ const std::map<std::string, MetricInfo>& validate_metrics();
 ///  - baseline_drop: the same against the baseline file's value for the metric.
 ///  - min / max: a rank below (min) or above (max) the absolute `fail` fails; `warn` likewise.
 ///  - k_of: a rank fails when at least `k` of the rules `of` fail for it (warns when k of them
-///    warn or fail); the rules it names are then its inputs and give no verdict of their own.
+///    warn or fail); the rules it names are then its inputs and give no verdict of their own,
+///    except that an input whose metric is missing fails the run (and the k_of with it).
 /// A rule over a metric the run did not measure (or the baseline lacks) fails: missing = fail.
 struct ValidateRule {
   std::string name, type, metric;
@@ -87,17 +90,18 @@ struct ValidateRule {
 /// A rules file: {"kind": "validate-rules", "version": 1, "rules": [{"name", "type", "metric",
 /// "fail", "warn"} or {"name", "type": "k_of", "k", "of": [names]}]}. Errors: InputError naming
 /// `where`, the rule and the problem (unknown type, key or metric, thresholds out of range, k
-/// out of [1, len(of)], a name used twice, "of" naming no rule or another k_of).
+/// out of [1, len(of)], a name used twice, "of" naming no rule, a rule twice or another k_of).
 std::vector<ValidateRule> parse_rules(const nlohmann::json& doc, const std::string& where);
 
 /// The rules without a rules file: fleet_drop at (tolerance, tolerance / 2) for every measured
-/// per-rank metric, named as the metric; with a baseline (a JSON object, else null), also
+/// per-rank metric, named as the metric (for the lateness metrics, lower is better and healthy
+/// is near 0: max at 100 x tolerance, 50 x tolerance percent of the work); with a baseline (a JSON object, else null), also
 /// baseline_drop for every metric it has, named "baseline/<metric>".
 std::vector<ValidateRule> default_rules(const std::map<std::string, Metric>& measured,
                                         const nlohmann::json& baseline, double tolerance);
 
 /// A baseline's value for one metric from a healthy run's per-rank values: iterative outlier
-/// removal (drop values beyond 3 MADs, at least 1% of the median, from the median, until none
+/// removal (drop values more than 3 x max(MAD, 1% of the median) from the median, until none
 /// is dropped), then the median of the rest. Deterministic for the same inputs.
 double baseline_value(std::vector<double> per_rank);
 
@@ -110,6 +114,9 @@ struct ValidateCheck {
   nlohmann::json values = nlohmann::json::object();
   std::map<std::string, std::string> node_detail;  // per named node: what is wrong there
   bool counts = true;  // false: an input of a k_of rule, which gives the verdict instead
+  /// Per named node, its own status where it differs from the check's (the check fails for
+  /// one node's rank and only warns for another's: that node is warned, not failed).
+  std::map<std::string, std::string> node_status = {};
 };
 
 /// Each rule as a check (named as the rule; values: the rule, each rank's value, the median or

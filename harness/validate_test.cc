@@ -213,6 +213,10 @@ TEST(ValidateRules, ParseAndRefuse) {
       {with({{"name", "x"}, {"type", "k_of"}, {"k", 3}, {"of", {"gemm-base", "gemm-fleet"}}}), "k 3 is not in [1, 2]"},
       {with({{"name", "x"}, {"type", "k_of"}, {"k", 1}, {"of", {"nope"}}}), "names no rule 'nope'"},
       {with({{"name", "x"}, {"type", "k_of"}, {"k", 1}, {"of", {"gemm"}}}), "another k_of"},
+      {with({{"name", "x"}, {"type", "k_of"}, {"k", 2}, {"of", {"gemm-base", "gemm-base"}}}), "names 'gemm-base' twice"},
+      {with({{"name", "x"}, {"type", "k_of"}, {"k", 1}, {"of", {"gemm-base"}}, {"fail", 1}}), "does not apply to a k_of"},
+      {with({{"name", "x"}, {"type", "min"}, {"metric", "compute/gemm_gflops"}, {"fail", 1}, {"k", 1}}), "k_of rules only"},
+      {{{"kind", "validate-rules"}, {"rules", json::array()}}, "no rules"},
       {with({{"name", "x"}, {"type", "min"}, {"metric", "compute/gemm_gflops"}, {"fail", 1}, {"limit", 2}}),
        "unknown key 'limit'"},
   };
@@ -254,6 +258,12 @@ TEST(ValidateRules, KOfAndBounds) {
   EXPECT_NE(d.find("rank 3: 2 of 2 rules failed"), std::string::npos) << d;
   EXPECT_NE(d.find("50% below the baseline 100"), std::string::npos) << d;
   EXPECT_NE(d.find("below the median 99"), std::string::npos) << d;
+  // A check that fails for one node's rank and warns for another's: each node gets its own.
+  const auto mixed = evaluate_rules({{"fleet", "fleet_drop", "compute/gemm_gflops", 0.4, 0.2, true, 0, {}}},
+                                    {{"compute/gemm_gflops", {"GFLOP/s", {100, 60, 100, 40}, true}}}, base, nodes);
+  EXPECT_EQ(mixed[0].status, "fail");  // median 80: rank 1 25% below (warn), rank 3 50% below (fail)
+  EXPECT_EQ(mixed[0].node_status.at("a"), "warn");
+  EXPECT_EQ(mixed[0].node_status.at("b"), "fail");
   const auto drift = run({55, 54, 56, 55});
   EXPECT_EQ(drift[0].status, "fail");  // every rank 44-46% below the baseline
   EXPECT_EQ(drift[2].status, "pass") << drift[2].detail;

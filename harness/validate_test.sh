@@ -50,9 +50,15 @@ expect_exit() {  # expect_exit CODE LOG ARGS...
   [ "$rc" -eq "$want" ] || { echo "FAIL: validate $* exited $rc, not $want:"; cat "$log"; exit 1; }
 }
 
-# Level long, clean, making a baseline: every check of levels medium and long runs and passes
-# (the device copies are skipped on the cpu backend, with their reason), both nodes accepted.
-expect_exit 0 "$tmp/b0.log" --level long --tolerance 0.4 --make-baseline "$tmp/baseline.json" --output "$tmp/b0.json"
+# Level long, clean, making a baseline: every check of levels medium and long runs (the device
+# copies are skipped on the cpu backend, with their reason), every metric is measured, both nodes
+# are accepted. Judged by an absolute floor only: this run is the baseline's source, and its
+# timing checks are tested below against the baseline (a clean run on this 2-core machine under
+# outside load has measured a rank's lateness at 150 % of the work).
+printf '{"kind": "validate-rules", "rules": [{"name": "floor", "type": "min", "metric": "compute/gemm_gflops", "fail": 1}]}' \
+  >"$tmp/floor.json"
+expect_exit 0 "$tmp/b0.log" --level long --rules "$tmp/floor.json" --make-baseline "$tmp/baseline.json" \
+  --output "$tmp/b0.json"
 python3 - "$tmp/b0.json" "$tmp/baseline.json" <<'PY'
 import json, sys
 ok, base = (json.load(open(p)) for p in sys.argv[1:3])
@@ -62,9 +68,12 @@ assert st["copy/host_device"] == "skip", st
 # 4 ranks at once on 2 cores: the world's arrival order is the scheduler's, so that check is
 # skipped with its reason; a node's 2 ranks (the nodes take turns) fit the cores.
 assert st["world/arrival"] == "skip" and "cores" in [c for c in ok["checks"] if c["name"] == "world/arrival"][0]["detail"]
-for name in ["node/sendrecv_matrix", "node/alpha_beta", "node/arrival", "pairs/sendrecv_matrix", "pairs/alpha_beta",
-             "train/world", "compute/gemm_gflops", "pairs/sendrecv_GBps", "train/tokens_per_s"]:
-    assert st[name] in ("pass", "warn"), (name, st[name])
+for name in ["node/sendrecv_matrix", "node/alpha_beta", "pairs/sendrecv_matrix", "pairs/alpha_beta", "train/world",
+             "floor"]:
+    assert st[name] == "pass", (name, st[name])
+assert set(ok["metrics"]) == {"compute/gemm_gflops", "compute/triad_GBps", "node/sendrecv_GBps", "node/arrival_late_pct",
+    "node/allreduce_busbw_GBps", "pairs/sendrecv_GBps", "world/allreduce_busbw_GBps", "train/tokens_per_s"}, ok["metrics"]
+assert all(len(m["per_rank"]) == 4 and min(m["per_rank"]) >= 0 for m in ok["metrics"].values()), ok["metrics"]
 by = {c["name"]: c for c in ok["checks"]}
 m = by["pairs/sendrecv_matrix"]["values"]["matrix_GBps"]
 assert len(m) == 4 and all(m[i][j] > 0 for i in range(4) for j in range(4) if i != j), m
@@ -157,6 +166,20 @@ assert "rank 3 did not finish a step of check compute" in open(sys.argv[2]).read
 print("validate hang ok:", c["detail"])
 PY
 
+# A transfer that never finishes (rank 1's transfers stretched 300x, beyond the 2 s timeout): the
+# pair is named, the run ends incomplete (exit 3) with the report written.
+expect_exit 3 "$tmp/p.log" --level medium --check-timeout 2 --inject 1:comm:300 --output "$tmp/p.json"
+python3 - "$tmp/p.json" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))
+c = [c for c in run["checks"] if c["name"] == "node/sendrecv"][0]
+assert run["verdict"] == "incomplete" and c["status"] == "fail" and c["ranks"] == [0, 1], c
+assert "a transfer between rank 0 and rank 1" in c["detail"], c["detail"]
+assert [x["status"] for x in run["checks"] if x["name"] == "node/allreduce"] == ["not_run"], run["checks"]
+assert not run["nodes"][0]["accepted"] and run["nodes"][1]["accepted"], run["nodes"]
+print("validate pair timeout ok:", c["detail"])
+PY
+
 # Arrival times attribute a straggler: 2 ranks as 2 nodes, one core each. Clean, no straggler;
 # rank 1's compute slowed 2x, it arrives at the world's all-reduce late and the check names it
 # (the GEMM check too). A plain 2-rank run, not emulated: its own mpirun.
@@ -170,11 +193,12 @@ done
 python3 - "$tmp/a.json" "$tmp/a_slow.json" <<'PY'
 import json, sys
 ok, slow = (json.load(open(p)) for p in sys.argv[1:3])
-arr = lambda r: [c for c in r["checks"] if c["name"] == "world/arrival"][0]
+arr = lambda r: [c for c in r["checks"] if c["name"] == "world/arrival_late_pct"][0]
 assert arr(ok)["status"] == "pass", arr(ok)
 a = arr(slow)
 assert a["status"] == "fail" and a["ranks"] == [1], a
-assert a["values"]["lag_ms"]["rank 1"] > a["values"]["work_ms"] * 0.4 > a["values"]["lag_ms"]["rank 0"], a["values"]
+v = a["values"]
+assert v["rank 1"] > 40 > v["rank 0"] and v["lateness_ms"]["rank 1"] > 0.4 * v["work_ms"], v
 n0, n1 = slow["nodes"]
 assert n0["accepted"] and not n1["accepted"], slow["nodes"]
 print("validate arrival ok:", a["detail"])
@@ -182,9 +206,7 @@ PY
 
 # Burnin: the long level looped for --duration seconds (6: a loop takes about 3 s here, so at least
 # 2 loops), each rank's worst figure over the loops.
-# Judged by an absolute floor only: what is tested here is the looping (the fleet rules are above).
-printf '{"kind": "validate-rules", "rules": [{"name": "floor", "type": "min", "metric": "compute/gemm_gflops", "fail": 1}]}' \
-  >"$tmp/floor.json"
+# Judged by the absolute floor only: what is tested here is the looping.
 expect_exit 0 "$tmp/burn.log" --level burnin --duration 6 --rules "$tmp/floor.json" --output "$tmp/burn.json"
 python3 - "$tmp/burn.json" <<'PY'
 import json, sys

@@ -6,6 +6,7 @@
 // Counts are in elements of `dtype`; buffers are host pointers for MPI.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -112,6 +113,12 @@ class Communicator {
   /// Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 };
+
+/// Runs `fn` on rank 0 of `world` and broadcasts its string result (e.g. a file rank 0 read, so
+/// that ranks without a shared filesystem see it too); an InputError thrown by fn on rank 0 is
+/// rethrown on every rank with the same message, so all ranks leave together. Collective over
+/// `world`. Errors: a result of 2 GiB or more aborts.
+std::string on_root(Communicator& world, const std::function<std::string()>& fn);
 
 /// The MPI world (MPI_COMM_WORLD duplicated) and a size-1 group of this rank alone
 /// (MPI_COMM_SELF duplicated), for the single-rank baseline. MPI must be initialised.

@@ -542,4 +542,26 @@ std::unique_ptr<Communicator> dup_of(MPI_Comm parent, const std::string& name) {
 std::unique_ptr<Communicator> make_mpi_world() { return dup_of(MPI_COMM_WORLD, "world"); }
 std::unique_ptr<Communicator> make_mpi_self() { return dup_of(MPI_COMM_SELF, "self"); }
 
+std::string on_root(Communicator& world, const std::function<std::string()>& fn) {
+  std::string payload;
+  int ok = 1;
+  if (world.rank() == 0) {
+    try {
+      payload = fn();
+    } catch (const InputError& e) {
+      ok = 0;
+      payload = e.what();
+    }
+  }
+  DTB_CHECK(payload.size() < (size_t(1) << 31), "payload over 2 GiB");
+  int len = int(payload.size());
+  world.broadcast(&ok, 1, DType::i32, 0);
+  world.broadcast(&len, 1, DType::i32, 0);
+  payload.resize((size_t(len) + 3) / 4 * 4);  // moved as 4-byte words
+  if (len) world.broadcast(payload.data(), payload.size() / 4, DType::i32, 0);
+  payload.resize(len);
+  if (!ok) throw InputError(payload);
+  return payload;
+}
+
 }  // namespace dtb
