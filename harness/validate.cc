@@ -1444,6 +1444,17 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     out.metrics[name] = std::move(m);
   };
 
+  // Two per-rank figures of this rank, gathered into the metrics `first` and `second` (units
+  // from validate_metrics()). Collective.
+  auto add_two_metrics = [&](ValidatePass& out, std::pair<double, double> mine_v, const std::string& first,
+                             const std::string& second) {
+    const auto all = gather({mine_v.first, mine_v.second});
+    Metric m1{validate_metrics().at(first).unit, {}, true}, m2{validate_metrics().at(second).unit, {}, true};
+    for (int r = 0; r < n; ++r) m1.per_rank.push_back(all[2 * size_t(r)]), m2.per_rank.push_back(all[2 * size_t(r) + 1]);
+    add_metric(out, first, m1);
+    add_metric(out, second, m2);
+  };
+
   // One pass over the measuring levels.
   auto measure = [&](ValidatePass& out) {
     if (!medium) return;
@@ -1467,11 +1478,7 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
           best = {std::max(best.first, m.first), std::max(best.second, m.second)};
         }
       steps.arrive(current);
-      const auto all = gather({best.first, best.second});
-      Metric gemm{"GFLOP/s", {}, true}, triad{"GB/s", {}, true};
-      for (int r = 0; r < n; ++r) gemm.per_rank.push_back(all[2 * size_t(r)]), triad.per_rank.push_back(all[2 * size_t(r) + 1]);
-      add_metric(out, "compute/gemm_gflops", gemm);
-      add_metric(out, "compute/triad_GBps", triad);
+      add_two_metrics(out, best, "compute/gemm_gflops", "compute/triad_GBps");
     }
     // copy: host <-> device on GPUs, one GPU of a host at a time.
     begin_check("copy");
@@ -1509,11 +1516,7 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
         bw = {double(bytes) / up / 1e9, double(bytes) / down / 1e9};
       }
       steps.arrive(current);
-      const auto all = gather({bw.first, bw.second});
-      Metric h2d{"GB/s", {}, true}, d2h{"GB/s", {}, true};
-      for (int r = 0; r < n; ++r) h2d.per_rank.push_back(all[2 * size_t(r)]), d2h.per_rank.push_back(all[2 * size_t(r) + 1]);
-      add_metric(out, "copy/h2d_GBps", h2d);
-      add_metric(out, "copy/d2h_GBps", d2h);
+      add_two_metrics(out, bw, "copy/h2d_GBps", "copy/d2h_GBps");
     }
     // node/sendrecv: the rank x rank matrix within each node (each node's round-robin, at once).
     begin_check("node/sendrecv");

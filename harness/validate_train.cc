@@ -31,9 +31,9 @@ double cpu_seconds() {
 // time since arm() is the step's batch assembly, forward and backward (wall and this
 // process's CPU time). With factor > 1 (the test-only slowed rank) it first spins for
 // (factor - 1) x that wall time, keeping its core busy as a slower device would.
-class StepCommunicator final : public Communicator {
+class StepCommunicator final : public ForwardingCommunicator {
  public:
-  StepCommunicator(Communicator& inner, double factor) : inner_(inner), factor_(factor) {}
+  StepCommunicator(Communicator& inner, double factor) : ForwardingCommunicator(inner), factor_(factor) {}
   void arm() {
     armed_ = true;
     fwd_bwd_cpu_ = -1, spin_s_ = 0, spin_cpu_ = 0;
@@ -46,10 +46,6 @@ class StepCommunicator final : public Communicator {
   double spin_seconds() const { return spin_s_; }
   double spin_cpu() const { return spin_cpu_; }
 
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string name() const override { return inner_.name(); }
-  std::string backend() const override { return inner_.backend(); }
   void all_reduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
     if (armed_) {
       armed_ = false;
@@ -66,42 +62,8 @@ class StepCommunicator final : public Communicator {
     }
     inner_.all_reduce(s, r, n, t, op);
   }
-  void all_gather(const void* s, void* r, size_t n, DType t) override { inner_.all_gather(s, r, n, t); }
-  void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
-    inner_.reduce_scatter(s, r, n, t, op);
-  }
-  void broadcast(void* b, size_t n, DType t, int root) override { inner_.broadcast(b, n, t, root); }
-  void broadcast(const void* s, void* r, size_t n, DType t, int root) override { inner_.broadcast(s, r, n, t, root); }
-  void send(const void* b, size_t n, DType t, int peer, int tag) override { inner_.send(b, n, t, peer, tag); }
-  void recv(void* b, size_t n, DType t, int peer, int tag) override { inner_.recv(b, n, t, peer, tag); }
-  void sendrecv(const void* s, void* r, size_t n, DType t, int sp, int rp, int tag) override {
-    inner_.sendrecv(s, r, n, t, sp, rp, tag);
-  }
-  void barrier() override { inner_.barrier(); }
-  std::unique_ptr<CommHandle> all_reduce_async(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
-    return inner_.all_reduce_async(s, r, n, t, op);
-  }
-  std::unique_ptr<CommHandle> all_gather_async(const void* s, void* r, size_t n, DType t) override {
-    return inner_.all_gather_async(s, r, n, t);
-  }
-  std::unique_ptr<CommHandle> reduce_scatter_async(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
-    return inner_.reduce_scatter_async(s, r, n, t, op);
-  }
-  std::unique_ptr<CommHandle> broadcast_async(void* b, size_t n, DType t, int root) override {
-    return inner_.broadcast_async(b, n, t, root);
-  }
-  std::unique_ptr<CommHandle> send_async(const void* b, size_t n, DType t, int peer, int tag) override {
-    return inner_.send_async(b, n, t, peer, tag);
-  }
-  std::unique_ptr<CommHandle> recv_async(void* b, size_t n, DType t, int peer, int tag) override {
-    return inner_.recv_async(b, n, t, peer, tag);
-  }
-  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
-    return inner_.split(color, key, name);
-  }
 
  private:
-  Communicator& inner_;
   double factor_;
   bool armed_ = false;
   double cpu0_ = 0, fwd_bwd_cpu_ = -1, spin_s_ = 0, spin_cpu_ = 0;

@@ -16,59 +16,18 @@ using nlohmann::json;
 /// Forwards everything to `inner`, except that a SUM all_reduce of floats is multiplied by
 /// `scale` afterwards (an averaging bug), and, when `corrupt` is set, rank 1 flips one
 /// element of every all_reduce result (a bad link).
-class FaultyCommunicator final : public Communicator {
+class FaultyCommunicator final : public ForwardingCommunicator {
  public:
   FaultyCommunicator(Communicator& inner, float scale, bool corrupt)
-      : inner_(inner), scale_(scale), corrupt_(corrupt) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string name() const override { return inner_.name(); }
-  std::string backend() const override { return inner_.backend(); }
+      : ForwardingCommunicator(inner), scale_(scale), corrupt_(corrupt) {}
   void all_reduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
     inner_.all_reduce(s, r, n, t, op);
     if (t == DType::f32 && op == ReduceOp::sum && scale_ != 1.0f)
       for (size_t i = 0; i < n; ++i) static_cast<float*>(r)[i] *= scale_;
     if (corrupt_ && rank() == 1 && n > 0 && t == DType::f32) static_cast<float*>(r)[n / 2] += 1.0f;
   }
-  void all_gather(const void* s, void* r, size_t n, DType t) override { inner_.all_gather(s, r, n, t); }
-  void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
-    inner_.reduce_scatter(s, r, n, t, op);
-  }
-  void broadcast(void* b, size_t n, DType t, int root) override { inner_.broadcast(b, n, t, root); }
-  void broadcast(const void* s, void* r, size_t n, DType t, int root) override {
-    inner_.broadcast(s, r, n, t, root);
-  }
-  void send(const void* b, size_t n, DType t, int peer, int tag) override { inner_.send(b, n, t, peer, tag); }
-  void recv(void* b, size_t n, DType t, int peer, int tag) override { inner_.recv(b, n, t, peer, tag); }
-  void sendrecv(const void* s, void* r, size_t n, DType t, int sp, int rp, int tag) override {
-    inner_.sendrecv(s, r, n, t, sp, rp, tag);
-  }
-  void barrier() override { inner_.barrier(); }
-  std::unique_ptr<CommHandle> all_reduce_async(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
-    return inner_.all_reduce_async(s, r, n, t, op);
-  }
-  std::unique_ptr<CommHandle> all_gather_async(const void* s, void* r, size_t n, DType t) override {
-    return inner_.all_gather_async(s, r, n, t);
-  }
-  std::unique_ptr<CommHandle> reduce_scatter_async(const void* s, void* r, size_t n, DType t,
-                                                   ReduceOp op) override {
-    return inner_.reduce_scatter_async(s, r, n, t, op);
-  }
-  std::unique_ptr<CommHandle> broadcast_async(void* b, size_t n, DType t, int root) override {
-    return inner_.broadcast_async(b, n, t, root);
-  }
-  std::unique_ptr<CommHandle> send_async(const void* b, size_t n, DType t, int peer, int tag) override {
-    return inner_.send_async(b, n, t, peer, tag);
-  }
-  std::unique_ptr<CommHandle> recv_async(void* b, size_t n, DType t, int peer, int tag) override {
-    return inner_.recv_async(b, n, t, peer, tag);
-  }
-  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
-    return inner_.split(color, key, name);
-  }
 
  private:
-  Communicator& inner_;
   float scale_;
   bool corrupt_;
 };

@@ -114,6 +114,55 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 };
 
+/// Forwards every operation to `inner` (which must outlive it): the base of a communicator
+/// that changes one or two operations (a test's fault injection, a probe that times the
+/// gradient all-reduce) and leaves the rest as they are. Errors: those of `inner`.
+class ForwardingCommunicator : public Communicator {
+ public:
+  explicit ForwardingCommunicator(Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string name() const override { return inner_.name(); }
+  std::string backend() const override { return inner_.backend(); }
+  void all_reduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override { inner_.all_reduce(s, r, n, t, op); }
+  void all_gather(const void* s, void* r, size_t n, DType t) override { inner_.all_gather(s, r, n, t); }
+  void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    inner_.reduce_scatter(s, r, n, t, op);
+  }
+  void broadcast(void* b, size_t n, DType t, int root) override { inner_.broadcast(b, n, t, root); }
+  void broadcast(const void* s, void* r, size_t n, DType t, int root) override { inner_.broadcast(s, r, n, t, root); }
+  void send(const void* b, size_t n, DType t, int peer, int tag) override { inner_.send(b, n, t, peer, tag); }
+  void recv(void* b, size_t n, DType t, int peer, int tag) override { inner_.recv(b, n, t, peer, tag); }
+  void sendrecv(const void* s, void* r, size_t n, DType t, int sp, int rp, int tag) override {
+    inner_.sendrecv(s, r, n, t, sp, rp, tag);
+  }
+  void barrier() override { inner_.barrier(); }
+  std::unique_ptr<CommHandle> all_reduce_async(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    return inner_.all_reduce_async(s, r, n, t, op);
+  }
+  std::unique_ptr<CommHandle> all_gather_async(const void* s, void* r, size_t n, DType t) override {
+    return inner_.all_gather_async(s, r, n, t);
+  }
+  std::unique_ptr<CommHandle> reduce_scatter_async(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    return inner_.reduce_scatter_async(s, r, n, t, op);
+  }
+  std::unique_ptr<CommHandle> broadcast_async(void* b, size_t n, DType t, int root) override {
+    return inner_.broadcast_async(b, n, t, root);
+  }
+  std::unique_ptr<CommHandle> send_async(const void* b, size_t n, DType t, int peer, int tag) override {
+    return inner_.send_async(b, n, t, peer, tag);
+  }
+  std::unique_ptr<CommHandle> recv_async(void* b, size_t n, DType t, int peer, int tag) override {
+    return inner_.recv_async(b, n, t, peer, tag);
+  }
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    return inner_.split(color, key, name);
+  }
+
+ protected:
+  Communicator& inner_;
+};
+
 /// Runs `fn` on rank 0 of `world` and broadcasts its string result (e.g. a file rank 0 read, so
 /// that ranks without a shared filesystem see it too); an InputError thrown by fn on rank 0 is
 /// rethrown on every rank with the same message, so all ranks leave together. Collective over
