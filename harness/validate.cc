@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <set>
@@ -1455,6 +1456,30 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
     add_metric(out, second, m2);
   };
 
+  // An all-reduce probe on `comm`, one communicator per group of ranks (a node, a group of
+  // nodes; group_of(rank) names it): the groups sharing a host take turns, groups on different
+  // hosts run at once; a step of `check` between turns. MPI_COMM_NULL: this rank only takes the
+  // turns (its group has no collective to measure). Collective over the world.
+  auto probe_in_turns = [&](MPI_Comm comm, const std::string& name, const std::string& check,
+                            const std::function<int(int)>& group_of) {
+    std::map<std::string, std::vector<int>> groups_on_host;
+    for (int r = 0; r < n; ++r) {
+      auto& v = groups_on_host[host(r)];
+      if (std::find(v.begin(), v.end(), group_of(r)) == v.end()) v.push_back(group_of(r));
+    }
+    const auto& mine_g = groups_on_host[host(me)];
+    const int my_turn = int(std::find(mine_g.begin(), mine_g.end(), group_of(me)) - mine_g.begin());
+    int turns_g = 1;
+    for (const auto& [h, v] : groups_on_host) turns_g = std::max(turns_g, int(v.size()));
+    CollectiveProbe p;
+    for (int t = 0; t < turns_g; ++t) {
+      steps.arrive(check);
+      if (t == my_turn && comm != MPI_COMM_NULL) p = probe_allreduce(comm, name, me == inj.rank ? inj.compute : 1.0);
+    }
+    steps.arrive(check);
+    return p;
+  };
+
   // One pass over the measuring levels.
   auto measure = [&](ValidatePass& out) {
     if (!medium) return;
@@ -1557,22 +1582,9 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
       DTB_CHECK(MPI_Comm_split(MPI_COMM_WORLD, node_index, me, &node_comm) == MPI_SUCCESS, "MPI_Comm_split failed");
       int node_size = 1;
       MPI_Comm_size(node_comm, &node_size);
-      std::map<std::string, std::vector<int>> nodes_on_host;
-      for (int r = 0; r < n; ++r) {
-        auto& v = nodes_on_host[host(r)];
-        const int ni = inv[size_t(r)].value("node_index", 0);
-        if (std::find(v.begin(), v.end(), ni) == v.end()) v.push_back(ni);
-      }
-      const auto& mine_nodes = nodes_on_host[host(me)];
-      const int node_turn = int(std::find(mine_nodes.begin(), mine_nodes.end(), node_index) - mine_nodes.begin());
-      int node_turns = 1;
-      for (const auto& [h, v] : nodes_on_host) node_turns = std::max(node_turns, int(v.size()));
-      CollectiveProbe p;
-      for (int t = 0; t < node_turns; ++t) {
-        steps.arrive(current);
-        if (t == node_turn && node_size > 1) p = probe_allreduce(node_comm, "validate node " + std::to_string(node_index), me == inj.rank ? inj.compute : 1.0);
-      }
-      steps.arrive(current);
+      const CollectiveProbe p = probe_in_turns(node_size > 1 ? node_comm : MPI_COMM_NULL,
+                                               "validate node " + std::to_string(node_index), current,
+                                               [&](int r) { return inv[size_t(r)].value("node_index", 0); });
       int local = 0;
       MPI_Comm_rank(node_comm, &local);
       MPI_Comm_free(&node_comm);
@@ -1632,22 +1644,8 @@ int cmd_validate(Communicator& world, const ValidateArgs& a) {
         const int group = node_index / 2;
         MPI_Comm gcomm;
         DTB_CHECK(MPI_Comm_split(MPI_COMM_WORLD, group, me, &gcomm) == MPI_SUCCESS, "MPI_Comm_split failed");
-        std::map<std::string, std::vector<int>> groups_on_host;
-        for (int r = 0; r < n; ++r) {
-          auto& v = groups_on_host[host(r)];
-          const int g = inv[size_t(r)].value("node_index", 0) / 2;
-          if (std::find(v.begin(), v.end(), g) == v.end()) v.push_back(g);
-        }
-        const auto& mine_g = groups_on_host[host(me)];
-        const int g_turn = int(std::find(mine_g.begin(), mine_g.end(), group) - mine_g.begin());
-        int g_turns = 1;
-        for (const auto& [h, v] : groups_on_host) g_turns = std::max(g_turns, int(v.size()));
-        CollectiveProbe p;
-        for (int t = 0; t < g_turns; ++t) {
-          steps.arrive("groups/allreduce");
-          if (t == g_turn) p = probe_allreduce(gcomm, "validate group " + std::to_string(group), me == inj.rank ? inj.compute : 1.0);
-        }
-        steps.arrive("groups/allreduce");
+        const CollectiveProbe p = probe_in_turns(gcomm, "validate group " + std::to_string(group), "groups/allreduce",
+                                                 [&](int r) { return inv[size_t(r)].value("node_index", 0) / 2; });
         MPI_Comm_free(&gcomm);
         const auto all = gather({p.busbw});
         add_metric(out, "groups/allreduce_busbw_GBps", {"GB/s", all, true});
