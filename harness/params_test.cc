@@ -105,9 +105,10 @@ void check_key(const Suite& s, const std::string& name, const json& context, con
     EXPECT_EQ(s.params_json(cfg[name], cfg, kWorld), p) << where << " = " << v.dump();
     if (p != p0) ++changed;
   }
-  if (accepted > 0 && !kNoEffect.contains(where))
+  if (accepted > 0 && !kNoEffect.contains(where)) {
     EXPECT_GT(changed, 0) << where << ": " << accepted << " accepted value(s) and none changes the run's typed "
                           << "parameters: the key is read outside Params::parse, or not at all";
+  }
 }
 
 TEST(SuiteParams, ValidationAndRunReadEveryKeyAlike) {

@@ -124,6 +124,17 @@ bool fp32_communication_from_json(const json& s, const std::string& path, Precis
   return c == "fp32" && p != Precision::fp32;
 }
 
+LayoutSpec layout_from_json(const json& s, const std::string& path, const GptConfig& model, int micro_batches,
+                            int global_batch, int world_size) {
+  LayoutSpec spec;
+  spec.l = parallel_layout_from_json(s, path, model, micro_batches, global_batch, world_size);
+  spec.z = zero_config_from_json(s, path);
+  spec.recompute = parse_recompute_key(s, path);
+  spec.precision = precision_from_json(s, path);
+  spec.z.fp32_communication = fp32_communication_from_json(s, path, spec.precision);
+  return spec;
+}
+
 namespace {
 // A layout spec's dimensions ("TP2xPP2", upper case) into `l`; `bad` makes the error.
 template <typename Bad>

@@ -75,6 +75,12 @@ Precision precision_from_json(const nlohmann::json& section, const std::string& 
 /// fp32 run). Errors: InputError "<path>.communication_data_type: ...".
 bool fp32_communication_from_json(const nlohmann::json& section, const std::string& path, Precision p);
 
+/// A config section's whole layout, the config-key form's one parser: the parallel layout
+/// (parallel_layout_from_json), the ZeRO keys (zero_config_from_json), recompute, precision
+/// and communication_data_type (into z.fp32_communication), in that order. Errors: as theirs.
+LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& path, const GptConfig& model,
+                            int micro_batches, int global_batch, int world_size);
+
 /// "TP2xPP2xDP2[:option...]" -> a layout: dimensions TP, DP, PP in any order, each at most
 /// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved; 1f1b
 /// by default), "vN" virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer

@@ -82,7 +82,7 @@ GptConfig gpt_config_from_json(const nlohmann::json& m, const std::string& path)
   return c;
 }
 
-void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainConfig& t, ZeroConfig* z) {
+void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainConfig& t) {
   if (s.contains(spelling(LayoutKey::precision).config_key)) t.precision = precision_from_json(s, path);
   if (s.contains("grad_clip")) t.grad_clip = number_in_range(s, "grad_clip", path + ".grad_clip", 0.0, 1e30);
   if (s.contains("loss_scale")) {
@@ -96,8 +96,6 @@ void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainCo
   if (s.contains("loss_scale_growth_interval"))
     t.loss_scaler.growth_interval =
         int(int_in_range(s, "loss_scale_growth_interval", path + ".loss_scale_growth_interval", 1, 1 << 30));
-  if (z && s.contains(spelling(LayoutKey::comm_type).config_key))
-    z->fp32_communication = fp32_communication_from_json(s, path, t.precision);
 }
 
 nlohmann::json to_json(const GptConfig& m) {

@@ -13,6 +13,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/comm/communicator.h"
+#include "kernels/comm/watchdog.h"
 #include "kernels/device.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
@@ -52,7 +53,7 @@ struct SuiteResult {
 /// harness gives the watchdog and the device communicators.
 struct RunOptions {
   bool force = false;
-  double comm_timeout_s = 300.0;
+  double comm_timeout_s = kDefaultCommTimeout;
 };
 
 /// The process world a config is validated against: ranks in all, and the most ranks
@@ -130,12 +131,12 @@ GptConfig gpt_config_from_json(const nlohmann::json& model, const std::string& p
 nlohmann::json to_json(const GptConfig& m);
 nlohmann::json to_json(const TrainConfig& t);
 
-/// A section's training-recipe keys into `t` (and `z`, when given), each only where the
-/// section has it: precision (fp32, bf16, fp16), loss_scale ("auto": dynamic for fp16,
-/// none otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval,
-/// grad_clip (0: off) and communication_data_type (DeepSpeed's key: "auto", the gradients'
-/// type; "fp32"; or the run's half type). Errors: InputError "<path>.<key>: <reason>".
-void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t, ZeroConfig* z);
+/// A section's training-recipe keys into `t`, each only where the section has it: precision
+/// (fp32, bf16, fp16: precision_from_json), loss_scale ("auto": dynamic for fp16, none
+/// otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval and grad_clip
+/// (0: off). communication_data_type is the layout's (layout_from_json).
+/// Errors: InputError "<path>.<key>: <reason>".
+void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t);
 
 /// Refuses a run before it allocates: throws InputError "<what>: predicted B bytes (X MiB)
 /// per rank x Y ranks per node, more than this machine's memory allows: A bytes available

@@ -76,7 +76,7 @@ Setup setup_from(const json& section, const json& config) {
   if (s.cfg.seq_len > s.model.T)
     throw InputError("sweep.seq_len = " + std::to_string(s.cfg.seq_len) + " exceeds model.T = " +
                      std::to_string(s.model.T));
-  apply_recipe_keys(section, "sweep", s.cfg, nullptr);
+  apply_recipe_keys(section, "sweep", s.cfg);
   return s;
 }
 

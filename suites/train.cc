@@ -308,12 +308,10 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.model = gpt_config_from_json(config.at("model"));
   TrainConfig& train = p.cfg;
   train = train_config_from_json(section, config, "train");
-  p.spec.l = parallel_layout_from_json(section, "train", p.model, train.micro_batches, train.global_batch, world.size);
+  p.spec = layout_from_json(section, "train", p.model, train.micro_batches, train.global_batch, world.size);
   validate_train_config(train, p.model, p.spec.l.dp);
-  p.spec.z = zero_config_from_json(section, "train");
-  p.spec.recompute = parse_recompute_key(section, "train");
-  apply_recipe_keys(section, "train", train, &p.spec.z);
-  p.spec.precision = train.precision;
+  train.precision = p.spec.precision;
+  apply_recipe_keys(section, "train", train);  // loss scaling and clipping (precision: the same)
   const bool cpu = config.value("backend", "cpu") == "cpu";
   if (train.precision != Precision::fp32 && !cpu)
     throw InputError("train.precision: " + std::string(to_string(train.precision)) +
