@@ -1,4 +1,4 @@
-// The JSON report of a run (README.md, "The report"): Google Benchmark's {context,
+// The JSON report of a run (docs/report.md): Google Benchmark's {context,
 // benchmarks[]} shape, so its tools/compare.py reads two dtbench reports, plus `suites`
 // and `checks`. Written by rank 0, atomically (temp file + rename), after every suite so
 // that what finished is never lost; read back for its summary (`dtbench summary`).
