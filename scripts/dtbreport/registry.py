@@ -19,7 +19,7 @@ ENV = "DTB_SUITE_PATH"
 
 
 class RegistryError(Exception):
-    """A suite module that breaks the contract above (no SUITE, a name taken twice, a metric declared twice)."""
+    """A suite module that breaks the contract above (no SUITE, a name taken twice, a common metric redeclared)."""
 
 
 def extra_dirs():
@@ -57,21 +57,21 @@ def suites():
     return _suites(tuple(str(d) for d in [PACKAGE_SUITES] + extra_dirs()))
 
 
-def metrics():
-    """{field: metrics.Metric} for every record field that is a metric: the common ones (metrics.py) and
-    each suite's METRICS. Raises RegistryError when two places declare the same field."""
-    return _metrics(tuple(suites()))
+def metrics(suite=None):
+    """{field: metrics.Metric} for the record fields of SUITE that are metrics: the common ones (metrics.py)
+    and the suite's METRICS. For a suite without a module (or None), the common ones and every suite's, the
+    first suite's declaration of a field winning. Raises RegistryError when a suite redeclares a common one."""
+    return _metrics(tuple(suites()), suite if suite in suites() else None)
 
 
 @functools.lru_cache(maxsize=None)
-def _metrics(names):
+def _metrics(names, suite):
     out = dict(common.METRICS)
-    where = {f: "dtbreport/metrics.py" for f in out}
-    for name, mod in suites().items():
-        for f, m in getattr(mod, "METRICS", {}).items():
-            if f in out:
-                raise RegistryError(f"metric {f} is declared by suite {name} and by {where[f]}")
-            out[f], where[f] = m, f"suite {name}"
+    for name in ([suite] if suite is not None else names):
+        for f, m in getattr(suites()[name], "METRICS", {}).items():
+            if f in common.METRICS:
+                raise RegistryError(f"metric {f} of suite {name} is already declared in dtbreport/metrics.py")
+            out.setdefault(f, m)
     return out
 
 
@@ -106,3 +106,9 @@ def schema_fragments():
                 raise RegistryError(f"{path}: the schema fragment of suite {name} is already {out[name]}")
             out[name] = path
     return out
+
+
+def unit(field, suite=None):
+    """The unit a metric is declared with (metrics.py or SUITE's METRICS), for a column header: 'ms' for
+    step_time_ms. Raises KeyError for a field that is not a metric."""
+    return metrics(suite)[field].unit

@@ -7,6 +7,7 @@ from collections import OrderedDict, defaultdict
 from ..fmt import fmt, fmt_bytes, num
 from ..metrics import HIGHER, INFO, LOWER, metric
 from ..plot import bytes_axis, colors, plt
+from ..registry import unit
 
 SUITE = "collectives"
 PLOTS = ("busbw",)
@@ -44,7 +45,8 @@ def render(r, recs, cs, data):
         headers = ["size", "count"]
         for p in places:
             tag = "out-of-place" if p == "out_of_place" else "in-place"
-            headers += [f"{tag} time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"]
+            headers += [f"{tag} time ({unit('time_us', SUITE)})", f"algbw ({unit('algbw_GBps', SUITE)})",
+                        f"busbw ({unit('busbw_GBps', SUITE)})", "#wrong"]
         rows, cls = [], []
         for size in sorted(sizes):
             row = [fmt_bytes(size), fmt(next(iter(sizes[size].values())).get("count"))]

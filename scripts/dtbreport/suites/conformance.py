@@ -9,6 +9,7 @@ from collections import OrderedDict, defaultdict
 from ..fmt import fmt, fmt_timing, num, record_tail
 from ..metrics import INFO, LOWER, metric
 from ..plot import colors, loss_tolerance, plt
+from ..registry import unit
 
 SUITE = "conformance"
 PLOTS = ("conformance-loss",)
@@ -76,7 +77,7 @@ def render(r, recs, cs, data):
                      fmt_timing(b.get("step_time_ms"), 3)])
         cls.append("fail" if failed else None)
     d.table(["layout", "precision", "ranks", "TP×DP×PP", "final loss", "max |Δloss| vs f64",
-             "worst check (value/tol)", "checks", "status", "step (ms)"], rows, row_cls=cls)
+             "worst check (value/tol)", "checks", "status", f"step ({unit('step_time_ms', SUITE)})"], rows, row_cls=cls)
     d.p("max |Δloss|: the largest |loss − loss of the float64 oracle| over the steps; worst check: the largest "
         "value / tolerance over the layout's checks (<= 1 passes). Step times are the layout's k ranks' while "
         "the world's other ranks wait for them: compare them only between layouts of the same rank count.",

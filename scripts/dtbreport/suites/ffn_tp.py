@@ -6,6 +6,7 @@ from collections import defaultdict
 from ..fmt import fmt, fmt_pct, fmt_timing, num
 from ..metrics import HIGHER, LOWER, metric
 from ..plot import plt
+from ..registry import unit
 
 SUITE = "ffn_tp"
 PLOTS = ("tp-scaling",)
@@ -35,7 +36,7 @@ def render(r, recs, cs, data):
     headers = ["TP"]
     for p in passes:
         t = "fwd" if p == "forward" else "fwd+bwd"
-        headers += [f"{t} (ms)", f"{t} speedup", f"{t} efficiency", f"{t} comm share"]
+        headers += [f"{t} ({unit('time_ms', SUITE)})", f"{t} speedup", f"{t} efficiency", f"{t} comm share"]
     headers.append("idle ranks")
     rows = []
     for tp in sorted(by):

@@ -4,6 +4,7 @@ the measured square GEMM. No plot.
 
 from ..fmt import fmt, fmt_pct, num, record_tail
 from ..metrics import HIGHER, INFO, metric
+from ..registry import unit
 
 SUITE = "gemm"
 PLOTS = ()
@@ -25,7 +26,8 @@ def render(r, recs, cs, data):
                      fmt(b.get("N")), fmt(b.get("K")), fmt(num(b.get("real_time")), 4) + " " + str(b.get("time_unit", "")),
                      fmt(num(b.get("tflops")), 4), fmt_pct(num(b.get("fraction_of_peak")))])
         cls.append(None)
-    r.doc.table(["GEMM", "precision", "M", "N", "K", "time", "TFLOP/s", "of the square GEMM"], rows, row_cls=cls)
+    r.doc.table(["GEMM", "precision", "M", "N", "K", "time", unit("tflops", SUITE), "of the square GEMM"], rows,
+                row_cls=cls)
     dev = data.get("device")
     r.doc.p(f"TFLOP/s = 2 M N K / time, slowest rank{f', on {dev}' if dev else ''}. The last column is "
                "relative to the measured square (`peak`) GEMM of the same precision, not to the hardware's "

@@ -5,6 +5,7 @@ slowdown and bytes saved per variant, and the step-times chart (-step-times-offl
 from ..fmt import fmt, fmt_bytes, fmt_timing, num, record_tail
 from ..metrics import INFO, LOWER, metric
 from ..plot import plot_step_times
+from ..registry import unit
 
 SUITE = "offload"
 PLOTS = ("step-times-offload",)
@@ -24,6 +25,6 @@ def render(r, recs, cs, data):
                      fmt_bytes(num(b.get("device_model_state_bytes"))), fmt_bytes(num(b.get("host_model_state_bytes"))),
                      f"{fmt(num(b.get('slowdown')), 3)}×" if "slowdown" in b else "–",
                      fmt_bytes(num(b.get("device_bytes_saved"))) if "device_bytes_saved" in b else "–"])
-    r.doc.table(["variant", "step (ms)", "device model states", "host model states", "slowdown",
-                    "device bytes saved"], rows)
+    r.doc.table(["variant", f"step ({unit('step_time_ms', SUITE)})", "device model states", "host model states",
+                 "slowdown", "device bytes saved"], rows)
     plot_step_times(r, "offload", recs, "variant")

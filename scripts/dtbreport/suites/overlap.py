@@ -6,6 +6,7 @@ from collections import OrderedDict
 from ..fmt import fmt, fmt_bytes, fmt_timing, num, parse_name_fields
 from ..metrics import HIGHER, metric
 from ..plot import plot_step_times
+from ..registry import unit
 
 SUITE = "overlap"
 PLOTS = ("step-times-overlap",)
@@ -28,10 +29,11 @@ def render(r, recs, cs, data):
         rows.append([str(z), fmt_bytes(num(bucket) * 4) + f" ({fmt(bucket)} elements)" if num(bucket) else "–",
                      fmt_timing(off.get("step_time_ms")), fmt_timing(on.get("step_time_ms")),
                      f"{fmt(num(on.get('gain')), 3)}×" if "gain" in on else "–"])
-    r.doc.table(["ZeRO stage", "reduce bucket (fp32)", "overlap off: step (ms)", "overlap on: step (ms)",
-                    "gain (off / on)"], rows)
-    plot_step_times(r, 
-        "overlap", recs, "reduce bucket and overlap_comm",
+    step = f"step ({unit('step_time_ms', SUITE)})"
+    r.doc.table(["ZeRO stage", "reduce bucket (fp32)", f"overlap off: {step}", f"overlap on: {step}",
+                 "gain (off / on)"], rows)
+    plot_step_times(
+        r, "overlap", recs, "reduce bucket and overlap_comm",
         label=lambda b: (f"bucket {fmt(num(b.get('reduce_bucket_size')))}, overlap "
                          f"{'on' if parse_name_fields(b['name']).get('overlap_comm') == 'true' else 'off'}"),
         color=lambda b: "#dd8452" if parse_name_fields(b["name"]).get("overlap_comm") == "true" else "#4c72b0")

@@ -6,6 +6,7 @@ from collections import OrderedDict
 from ..fmt import fmt, fmt_timing, num, record_tail, stat
 from ..metrics import INFO, LOWER, metric
 from ..plot import colors, plt
+from ..registry import unit
 
 SUITE = "pipeline"
 PLOTS = ("bubble",)
@@ -45,8 +46,9 @@ def render(r, recs, cs, data):
                      fmt(b.get("peak_in_flight"), 3),
                      "FAILED: " + ", ".join(bad) if bad else "passed"])
         cls.append("fail" if bad else None)
-    d.table(["schedule", "p", "m", "v", "theory", "simulated", "measured (min–max)", "step (ms)",
-             "simulated step (ms)", "peak in-flight per stage", "checks"], rows,
+    d.table(["schedule", "p", "m", "v", "theory", "simulated", "measured (min–max)",
+             f"step ({unit('step_time_ms', SUITE)})",
+             f"simulated step ({unit('step_time_simulated_ms', SUITE)})", "peak in-flight per stage", "checks"], rows,
             align=["l"] + ["r"] * 9 + ["l"], row_cls=cls)
     if skipped:
         d.p("Not run: " + "; ".join(f"`{record_tail(b['name'], 'pipeline')}` ({b.get('skip_message', '')})"

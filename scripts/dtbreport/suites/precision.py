@@ -6,6 +6,7 @@ import math
 from ..fmt import fmt, fmt_bytes, fmt_timing, num, record_tail
 from ..metrics import HIGHER, INFO, LOWER, metric
 from ..plot import colors, plot_step_times, plt
+from ..registry import unit
 
 SUITE = "precision"
 PLOTS = ("precision-loss", "step-times-precision")
@@ -43,7 +44,8 @@ def render(r, recs, cs, data):
                      fmt(num(b.get("tail_mean_loss_deviation_from_fp32")), 3),
                      fmt_bytes(num(b.get("dp_comm_bytes_per_step"))), fmt(num(b.get("model_state_bytes_per_param"))),
                      fmt(b.get("skipped_steps")), scale])
-    d.table(["variant", "precision", "grad all-reduce type", "step (ms)", "speedup vs fp32", "final loss",
+    d.table(["variant", "precision", "grad all-reduce type", f"step ({unit('step_time_ms', SUITE)})", "speedup vs fp32",
+             "final loss",
              "max |Δloss|/loss vs fp32", "tail mean Δloss/loss", "DP bytes/step", "state bytes/param",
              "skipped steps", "loss scale first → last"], rows)
     d.p("Deviations are relative to the fp32 run's loss at the same step: max over steps of |Δ|/loss (spikes "

@@ -5,6 +5,7 @@ recompute mode, measured and predicted, and the step-times chart (-step-times-re
 from ..fmt import fmt_pct, fmt_timing, num, pair_bytes, record_tail
 from ..metrics import INFO, LOWER, metric
 from ..plot import plot_step_times
+from ..registry import unit
 
 SUITE = "recompute"
 PLOTS = ("step-times-recompute",)
@@ -28,7 +29,7 @@ def render(r, recs, cs, data):
                      pair_bytes(b, "activation_bytes", "predicted_activation_bytes"),
                      fmt_pct(num(b.get("activation_saving"))),
                      pair_bytes(b, "workspace_bytes", "predicted_workspace_bytes")])
-    r.doc.table(["recompute", "step (ms)", "time overhead", "predicted extra FLOPs", "activation peak (pred.)",
-                    "activation saving", "workspace peak (pred.)"], rows)
+    r.doc.table(["recompute", f"step ({unit('step_time_ms', SUITE)})", "time overhead", "predicted extra FLOPs",
+                 "activation peak (pred.)", "activation saving", "workspace peak (pred.)"], rows)
     r.doc.p("Rank 0's bytes; overhead and saving are against `none`.", "note")
     plot_step_times(r, "recompute", recs, "recompute")

@@ -5,6 +5,7 @@ bubble, idle and comm shares) and the throughput and memory bars (-sweep).
 from ..fmt import drop_empty_columns, fmt, fmt_bytes, fmt_pct, fmt_timing, num, record_tail
 from ..metrics import INFO, LOWER, metric
 from ..plot import MEM_CATS, MEM_COLORS, byte_unit, plt
+from ..registry import unit
 
 SUITE = "sweep"
 PLOTS = ("sweep",)
@@ -24,7 +25,8 @@ def render(r, recs, cs, data):
     failed = {c["name"].split("/")[1] for c in cs if not c.get("passed") and c["name"].count("/") >= 2}
     theory = any("bubble" not in b and "bubble_theory" in b for b in recs)
     host = any(num(b.get("peak_host_bytes_per_rank")) for b in recs)
-    headers = ["layout", "ranks", "TP×DP×PP", "tokens/s", "step (ms)", "peak bytes per rank"]
+    headers = ["layout", "ranks", "TP×DP×PP", unit("tokens_per_s", SUITE), f"step ({unit('step_time_ms', SUITE)})",
+               "peak bytes per rank"]
     headers += ["peak host bytes"] if host else []
     headers += ["bubble (theory)" if theory else "bubble", "idle share", "comm share", "final loss"]
     rows, cls = [], []

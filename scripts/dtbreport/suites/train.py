@@ -5,6 +5,7 @@ breakdown bars (-step-breakdown) and the loss curve against the float64 oracle (
 from ..fmt import fmt, fmt_pct, fmt_timing, num, record_tail, stat
 from ..metrics import HIGHER, INFO, LOWER, metric
 from ..plot import SPAN_COLORS, SPAN_ORDER, colors, loss_tolerance, plt
+from ..registry import unit
 
 SUITE = "train"
 PLOTS = ("step-breakdown", "train-loss")
@@ -37,8 +38,10 @@ def render(r, recs, cs, data):
                      fmt(num(b.get("comm_time_ms"))), fmt_pct(num(b.get("comm_fraction"))),
                      fmt(num(b.get("model_tflops")), 3), fmt_pct(num(b.get("mfu"))) if "mfu" in b else "–",
                      fmt(num(b.get("final_loss")), 6)])
-    d.table(["layout", "TP×DP×PP", "tokens/s", "step (ms): median (min–max)", "compute (ms)", "comm (ms)",
-             "comm share", "model TFLOP/s", "MFU", "final loss"], rows)
+    d.table(["layout", "TP×DP×PP", unit("tokens_per_s", SUITE),
+             f"step ({unit('step_time_ms', SUITE)}): median (min–max)",
+             f"compute ({unit('compute_time_ms', SUITE)})", f"comm ({unit('comm_time_ms', SUITE)})",
+             "comm share", f"model {unit('model_tflops', SUITE)}", "MFU", "final loss"], rows)
     notes = ["Times are the slowest rank's per step, medians over the steps; comm includes waiting for the "
              "other ranks (exposed communication). The medians of compute and comm need not add up to the "
              "step's median."]
