@@ -21,6 +21,8 @@ PARAMETERS = {"bus_factor", "bytes", "count", "dtype", "op", "placement", "size_
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     d = r.doc
     ops = OrderedDict()
     for b in recs:

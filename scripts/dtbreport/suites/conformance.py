@@ -54,6 +54,8 @@ def strip_precision(layout):
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     d = r.doc
     recs = [b for b in recs if not b.get("skipped")]
     model = data.get("model")

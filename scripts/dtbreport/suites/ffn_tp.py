@@ -20,6 +20,8 @@ PARAMETERS = {"hidden", "pass", "tokens", "tp_all_reduces_per_iteration"}
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     d = r.doc
     recs = [b for b in recs if not b.get("skipped") and "tp" in b]
     if not recs:

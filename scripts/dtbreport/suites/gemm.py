@@ -16,6 +16,8 @@ PARAMETERS = {"K", "M", "N"}
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     rows, cls = [], []
     for b in recs:
         if b.get("skipped"):

@@ -17,6 +17,8 @@ METRICS = {
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     if not recs:
         return r.generic("kernels", recs)
     core = {"iterations", "real_time", "cpu_time", "time_unit", "error_occurred", "error_message", "label",

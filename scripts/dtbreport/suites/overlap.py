@@ -17,6 +17,8 @@ PARAMETERS = {"reduce_bucket_size"}
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     recs = [b for b in recs if not b.get("skipped")]
     by = OrderedDict()
     for b in recs:

@@ -24,6 +24,8 @@ PARAMETERS = {"m", "p", "pipelines", "t_backward_us", "t_forward_us"}
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     d = r.doc
     run = [b for b in recs if not b.get("skipped") and "schedule" in b]
     skipped = [b for b in recs if b.get("skipped")]

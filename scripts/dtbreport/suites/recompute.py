@@ -21,6 +21,8 @@ METRICS = {
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     recs = [b for b in recs if not b.get("skipped")]
     rows = []
     for b in recs:

@@ -19,6 +19,8 @@ PARAMETERS = {"layout", "micro_batches", "peak_bytes_by_category"}
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     recs = [b for b in recs if not b.get("skipped")]
     if not recs:
         return r.generic("sweep", recs)

@@ -20,6 +20,8 @@ PARAMETERS = {"backend", "model_flops_per_token", "step_breakdown_ms", "steps", 
 
 
 def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
     d = r.doc
     recs = [b for b in recs if not b.get("skipped")]
     if not recs:
