@@ -16,6 +16,14 @@ struct Summary {
   std::vector<double> samples;  // as measured, in order
 };
 
+/// The median of `xs`: the middle value, or the mean of the two middle values of an even
+/// count; 0 for an empty input (as summarize's).
+inline double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n == 0 ? 0.0 : n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
 /// Summarises `xs` (copied, so the caller's order is kept). Empty input gives n = 0 and zeros.
 /// The median of an even count is the mean of the two middle values.
 inline Summary summarize(std::vector<double> xs) {
