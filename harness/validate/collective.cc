@@ -8,7 +8,6 @@
 #include <map>
 
 #include "harness/validate/faults.h"
-#include "kernels/comm/watchdog.h"
 #include "kernels/error.h"
 #include "suites/stats.h"
 
@@ -16,40 +15,25 @@ namespace dtb {
 
 using nlohmann::json;
 
-CollectiveProbe probe_allreduce(MPI_Comm comm, const std::string& name, double factor) {
-  // On the communication watchdog's board, so a rank hung inside these calls is named.
-  const uint64_t gid = describe_comm_group(comm, name).id;
-  int n = 1;
-  MPI_Comm_size(comm, &n);
+CollectiveProbe probe_allreduce(Communicator& comm, double factor) {
+  const int n = comm.size();
   CollectiveProbe p;
   const size_t count = size_t(4) << 20;
   std::vector<float> buf(count, 1.0f);
   double best = 1e300;
   for (int rep = 0; rep < 6; ++rep) {
-    {
-      CommOpScope watched(gid, CommOp::barrier);
-      MPI_Barrier(comm);
-    }
+    comm.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    {
-      CommOpScope watched(gid, CommOp::all_reduce);
-      DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(count), MPI_FLOAT, MPI_SUM, comm) == MPI_SUCCESS,
-                "MPI_Allreduce failed");
-    }
+    comm.all_reduce(buf.data(), buf.data(), count, DType::f32, ReduceOp::sum);
     if (rep > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  {  // the collective's time is its slowest member's: every rank reports the same busbw
-    CommOpScope watched(gid, CommOp::all_reduce);
-    DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, comm) == MPI_SUCCESS, "MPI_Allreduce failed");
-  }
+  // The collective's time is its slowest member's: every rank reports the same busbw.
+  comm.all_reduce(&best, &best, 1, DType::f64, ReduceOp::max);
   p.busbw = n > 1 ? 2.0 * (n - 1) / n * double(count * sizeof(float)) / best / 1e9 : 0.0;
   const int w = 768, iters = 15;
   std::vector<float> a(size_t(w) * w, 0.5f), b(size_t(w) * w, 0.25f), c(size_t(w) * w);
   std::vector<double> waits(iters), works(iters);
-  {
-    CommOpScope watched(gid, CommOp::barrier);
-    MPI_Barrier(comm);
-  }
+  comm.barrier();
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, w, w, w, 1.0f, a.data(), w, b.data(), w, 0.0f, c.data(), w);
@@ -58,20 +42,12 @@ CollectiveProbe probe_allreduce(MPI_Comm comm, const std::string& name, double f
     const auto t1 = std::chrono::steady_clock::now();
     works[size_t(i)] = std::chrono::duration<double>(t1 - t0).count();
     double x = 1;
-    {
-      CommOpScope watched(gid, CommOp::all_reduce);
-      DTB_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_SUCCESS, "MPI_Allreduce failed");
-    }
+    comm.all_reduce(&x, &x, 1, DType::f64, ReduceOp::sum);
     waits[size_t(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   std::vector<double> all(size_t(n) * iters), all_work(size_t(n) * iters);
-  {
-    CommOpScope watched(gid, CommOp::all_gather);
-    DTB_CHECK(MPI_Allgather(waits.data(), iters, MPI_DOUBLE, all.data(), iters, MPI_DOUBLE, comm) == MPI_SUCCESS &&
-                  MPI_Allgather(works.data(), iters, MPI_DOUBLE, all_work.data(), iters, MPI_DOUBLE, comm) ==
-                      MPI_SUCCESS,
-              "MPI_Allgather failed");
-  }
+  comm.all_gather(waits.data(), all.data(), iters, DType::f64);
+  comm.all_gather(works.data(), all_work.data(), iters, DType::f64);
   for (int r = 0; r < n; ++r) {
     std::vector<double> late;
     for (int i = 0; i < iters; ++i) {

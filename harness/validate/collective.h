@@ -3,12 +3,12 @@
 // arrival cannot attribute a straggler on a crowded host. Levels medium (each node, groups of
 // nodes) and long (the world) use them.
 #pragma once
-#include <mpi.h>
-
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "kernels/comm/communicator.h"
 
 namespace dtb {
 
@@ -24,7 +24,9 @@ struct CollectiveProbe {
   std::vector<double> lag_ms;
   double work_ms = 0;
 };
-CollectiveProbe probe_allreduce(MPI_Comm comm, const std::string& name, double factor);
+/// Collective over `comm`: every call is the Communicator's, so the watchdog names a rank hung
+/// in one by `comm`'s group.
+CollectiveProbe probe_allreduce(Communicator& comm, double factor);
 
 /// Why arrival times cannot attribute a straggler here, or "": a host running more ranks at
 /// once than it has cores (the world's collective: all its ranks; a node's: its largest node,

@@ -1,8 +1,6 @@
 // Level long of `dtbench validate`: every pair's send/recv (round-robin), the all-reduce of
 // groups of two nodes and of the world (bus bandwidth, arrival), and a few data-parallel
 // training steps of the reference GPT (harness/validate_train.h).
-#include <mpi.h>
-
 #include <algorithm>
 
 #include "harness/validate/collective.h"
@@ -22,7 +20,7 @@ using namespace validate_detail;
 void check_pairs(ValidateRun& run) {
   run.begin_check("pairs");
   if (run.n <= 1) return;
-  const PairSweep sw = sweep_pairs(pair_rounds(run.n), run.inv, run.inj, *run.steps, run.current, run.me);
+  const PairSweep sw = sweep_pairs(run.world, pair_rounds(run.n), run.inv, run.inj, *run.steps, run.current);
   std::vector<std::vector<double>> m;
   for (const auto& row : sw.seconds) m.push_back(run.gather(row));
   const size_t big = kPairSizes.back();
@@ -47,11 +45,9 @@ void check_groups_allreduce(ValidateRun& run) {
     return;
   }
   const int group = run.node_index / 2;
-  MPI_Comm gcomm;
-  DTB_CHECK(MPI_Comm_split(MPI_COMM_WORLD, group, run.me, &gcomm) == MPI_SUCCESS, "MPI_Comm_split failed");
-  const CollectiveProbe p = probe_in_turns(run, gcomm, "validate group " + std::to_string(group), "groups/allreduce",
+  const auto gcomm = run.world.split(group, run.me, "validate group " + std::to_string(group));
+  const CollectiveProbe p = probe_in_turns(run, gcomm.get(), "groups/allreduce",
                                            [&](int r) { return run.node_index_of(r) / 2; });
-  MPI_Comm_free(&gcomm);
   const auto all = run.gather({p.busbw});
   run.add_metric("groups/allreduce_busbw_GBps", {"GB/s", all, true});
 }
@@ -61,7 +57,7 @@ void check_world_allreduce(ValidateRun& run) {
   run.begin_check("world/allreduce");
   if (run.n <= 1) return;
   run.steps->arrive(run.current);
-  const CollectiveProbe p = probe_allreduce(MPI_COMM_WORLD, "world", run.compute_factor());
+  const CollectiveProbe p = probe_allreduce(run.world, run.compute_factor());
   run.steps->arrive(run.current);
   run.add_metric("world/allreduce_busbw_GBps", {"GB/s", std::vector<double>(size_t(run.n), p.busbw), true});
   Metric late{"% of the work", {}, false};

@@ -1,7 +1,6 @@
 // Level medium of `dtbench validate`: each rank's compute and host-device copies (the ranks
 // of a host one at a time), each node's send/recv matrix and its all-reduce (bus bandwidth
 // and arrival). Also the quick level's checks and the burnin loop, which compose the levels.
-#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -101,7 +100,7 @@ void check_node_sendrecv(ValidateRun& run) {
     for (size_t k = 0; k < local.size(); ++k)
       for (const auto& [x, y] : local[k]) rounds[k].emplace_back(ranks[size_t(x)], ranks[size_t(y)]);
   }
-  const PairSweep sw = sweep_pairs(rounds, run.inv, run.inj, *run.steps, run.current, run.me);
+  const PairSweep sw = sweep_pairs(run.world, rounds, run.inv, run.inj, *run.steps, run.current);
   std::vector<std::vector<double>> m;
   for (const auto& row : sw.seconds) m.push_back(run.gather(row));
   const size_t big = kPairSizes.back();
@@ -121,7 +120,7 @@ void check_node_sendrecv(ValidateRun& run) {
 
 }  // namespace
 
-CollectiveProbe probe_in_turns(ValidateRun& run, MPI_Comm comm, const std::string& name, const std::string& check,
+CollectiveProbe probe_in_turns(ValidateRun& run, Communicator* comm, const std::string& check,
                                const std::function<int(int)>& group_of) {
   std::map<std::string, std::vector<int>> groups_on_host;
   for (int r = 0; r < run.n; ++r) {
@@ -135,7 +134,7 @@ CollectiveProbe probe_in_turns(ValidateRun& run, MPI_Comm comm, const std::strin
   CollectiveProbe p;
   for (int t = 0; t < turns_g; ++t) {
     run.steps->arrive(check);
-    if (t == my_turn && comm != MPI_COMM_NULL) p = probe_allreduce(comm, name, run.compute_factor());
+    if (t == my_turn && comm != nullptr) p = probe_allreduce(*comm, run.compute_factor());
   }
   run.steps->arrive(check);
   return p;
@@ -147,16 +146,11 @@ namespace {
 // (emulated) take turns.
 void check_node_allreduce(ValidateRun& run) {
   run.begin_check("node/allreduce");
-  MPI_Comm node_comm;
-  DTB_CHECK(MPI_Comm_split(MPI_COMM_WORLD, run.node_index, run.me, &node_comm) == MPI_SUCCESS, "MPI_Comm_split failed");
-  int node_size = 1;
-  MPI_Comm_size(node_comm, &node_size);
-  const CollectiveProbe p = probe_in_turns(run, node_size > 1 ? node_comm : MPI_COMM_NULL,
-                                           "validate node " + std::to_string(run.node_index), run.current,
+  // Named on the watchdog's board, so a rank hung inside its calls is named with its node.
+  const auto node = run.world.split(run.node_index, run.me, "validate node " + std::to_string(run.node_index));
+  const CollectiveProbe p = probe_in_turns(run, node->size() > 1 ? node.get() : nullptr, run.current,
                                            [&](int r) { return run.node_index_of(r); });
-  int local = 0;
-  MPI_Comm_rank(node_comm, &local);
-  MPI_Comm_free(&node_comm);
+  const int local = node->rank();
   const auto all = run.gather({p.busbw, p.lag_ms.empty() ? 0.0 : p.lag_ms[size_t(local)], p.work_ms});
   // Decided from the inventory, the same on every rank: the check needs every node to have
   // two ranks or more (a one-rank node has no collective to measure).

@@ -37,9 +37,9 @@ std::vector<std::string> planned_checks(const ValidateArgs& args);
 
 /// An all-reduce probe on `comm`, one communicator per group of ranks (a node, a group of
 /// nodes; group_of(rank) names it): the groups sharing a host take turns, groups on different
-/// hosts run at once; a step of `check` between turns. MPI_COMM_NULL: this rank only takes the
+/// hosts run at once; a step of `check` between turns. Null `comm`: this rank only takes the
 /// turns (its group has no collective to measure). Collective over the world.
-CollectiveProbe probe_in_turns(ValidateRun& run, MPI_Comm comm, const std::string& name, const std::string& check,
+CollectiveProbe probe_in_turns(ValidateRun& run, Communicator* comm, const std::string& check,
                                const std::function<int(int)>& group_of);
 
 }  // namespace dtb

@@ -2,7 +2,6 @@
 // sweeps of pair rounds with retests, bandwidth matrices and the alpha-beta fit.
 #include "harness/validate/pairs.h"
 
-#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +9,6 @@
 #include <set>
 
 #include "harness/validate/format.h"
-#include "kernels/comm/watchdog.h"
 #include "kernels/error.h"
 #include "suites/stats.h"
 
@@ -56,21 +54,23 @@ std::pair<double, double> fit_alpha_beta(const std::vector<std::pair<double, dou
 
 namespace {
 
-// Sends `bytes` from s to `partner` and receives as many into r (nonblocking, polled until done
-// or `until`). False when the deadline passed: the buffers then stay with MPI (leaked: the run
-// ends at the next step's barrier).
-bool exchange(int partner, std::vector<char>& s, std::vector<char>& r, size_t bytes, int tag,
+// Sends `bytes` (a multiple of 4: they travel as i32 words) from s to `partner` of `world` and
+// receives as many into r: recv_async and send_async, polled with test() until both are done or
+// `until` (no call stays on the watchdog's board meanwhile, so the step's timeout, not the
+// watchdog, names a stuck pair). False when the deadline passed: the handles and buffers are
+// then abandoned, never waited for (leaked: the run ends at the next step's barrier).
+bool exchange(Communicator& world, int partner, std::vector<char>& s, std::vector<char>& r, size_t bytes, int tag,
               std::chrono::steady_clock::time_point until) {
-  MPI_Request req[2];
-  DTB_CHECK(MPI_Irecv(r.data(), int(bytes), MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req[0]) == MPI_SUCCESS,
-            "MPI_Irecv failed");
-  DTB_CHECK(MPI_Isend(s.data(), int(bytes), MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req[1]) == MPI_SUCCESS,
-            "MPI_Isend failed");
-  for (int done = 0;;) {
-    DTB_CHECK(MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "MPI_Testall failed");
-    if (done) return true;
+  DTB_CHECK(bytes % 4 == 0 && bytes <= s.size() && bytes <= r.size(), "validate: exchange of " + std::to_string(bytes) +
+                                                                          " bytes");
+  auto rq = world.recv_async(r.data(), bytes / 4, DType::i32, partner, tag);
+  auto sq = world.send_async(s.data(), bytes / 4, DType::i32, partner, tag);
+  for (;;) {
+    const bool received = rq->test(), sent = sq->test();
+    if (received && sent) return true;
     if (std::chrono::steady_clock::now() > until) {
-      new std::vector<char>(std::move(s));  // still MPI's
+      (void)rq.release(), (void)sq.release();  // still in flight: never waited for
+      new std::vector<char>(std::move(s));     // still the library's
       new std::vector<char>(std::move(r));
       return false;
     }
@@ -83,13 +83,13 @@ bool exchange(int partner, std::vector<char>& s, std::vector<char>& r, size_t by
 // pair with the slowed rank) emulates a link that many times slower: the time is factor x the
 // longer, and both sides spin until it has passed since the start, then swap once more (so the
 // next transfer starts together). Empty when a transfer did not finish by `until`.
-std::vector<double> pair_times(int partner, double factor, std::chrono::steady_clock::time_point until) {
+std::vector<double> pair_times(Communicator& world, int partner, double factor, std::chrono::steady_clock::time_point until) {
   std::vector<double> best;
   std::vector<char> sbuf(kPairSizes.back(), 1), rbuf(kPairSizes.back());
   std::vector<char> mine(sizeof(double)), theirs(sizeof(double));
   auto swap = [&](double t) {
     std::memcpy(mine.data(), &t, sizeof t);
-    if (!exchange(partner, mine, theirs, sizeof t, 8, until)) return -1.0;
+    if (!exchange(world, partner, mine, theirs, sizeof t, 8, until)) return -1.0;
     double v;
     std::memcpy(&v, theirs.data(), sizeof v);
     return v;
@@ -98,7 +98,7 @@ std::vector<double> pair_times(int partner, double factor, std::chrono::steady_c
     double b = 1e300;
     for (int rep = 0; rep < 11; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
-      if (!exchange(partner, sbuf, rbuf, bytes, 7, until)) return {};
+      if (!exchange(world, partner, sbuf, rbuf, bytes, 7, until)) return {};
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double other = swap(dt);
       if (other < 0) return {};
@@ -117,8 +117,9 @@ std::vector<double> pair_times(int partner, double factor, std::chrono::steady_c
 
 }  // namespace
 
-PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& rounds, const std::vector<json>& inv,
-                      const Injection& inj, Steps& steps, const std::string& check, int rank) {
+PairSweep sweep_pairs(Communicator& world, const std::vector<std::vector<std::pair<int, int>>>& rounds,
+                      const std::vector<json>& inv, const Injection& inj, Steps& steps, const std::string& check) {
+  const int rank = world.rank();
   const size_t n = inv.size();
   PairSweep out{std::vector<std::vector<double>>(kPairSizes.size(), std::vector<double>(n, 0.0))};
   int stuck = -1;  // the partner of a transfer that timed out
@@ -141,7 +142,7 @@ PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& round
           if (slot[i] != k || (x != rank && y != rank)) continue;
           const int partner = x == rank ? y : x;
           const bool slowed = rank == inj.rank || partner == inj.rank;
-          const std::vector<double> t = pair_times(partner, slowed ? inj.comm : 1.0, steps.deadline());
+          const std::vector<double> t = pair_times(world, partner, slowed ? inj.comm : 1.0, steps.deadline());
           if (t.empty()) {
             stuck = partner;
             continue;
@@ -163,12 +164,7 @@ PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& round
   for (int retest = 0; retest < 2; ++retest) {
     steps.arrive(check, stuck);
     std::vector<double> m(n * n);
-    {
-      CommOpScope watched(describe_comm_group(MPI_COMM_WORLD, "world").id, CommOp::all_gather);
-      DTB_CHECK(MPI_Allgather(out.seconds.back().data(), int(n), MPI_DOUBLE, m.data(), int(n), MPI_DOUBLE,
-                              MPI_COMM_WORLD) == MPI_SUCCESS,
-                "MPI_Allgather failed");
-    }
+    world.all_gather(out.seconds.back().data(), m.data(), n, DType::f64);
     std::vector<std::pair<int, int>> measured;
     std::vector<double> t;
     for (size_t x = 0; x < n; ++x)

@@ -14,6 +14,7 @@
 #include "harness/validate/check.h"
 #include "harness/validate/faults.h"
 #include "harness/validate/steps.h"
+#include "kernels/comm/communicator.h"
 
 namespace dtb {
 
@@ -47,8 +48,11 @@ struct PairSweep {
 /// moment; then slow pairs are retested. A transfer that does not finish within the check's
 /// timeout is reported at the next step's barrier, where rank 0 ends the run naming the pair
 /// (CheckTimeout). Collective over the world (every rank takes every step).
-PairSweep sweep_pairs(const std::vector<std::vector<std::pair<int, int>>>& rounds, const std::vector<nlohmann::json>& inv,
-                      const Injection& inj, Steps& steps, const std::string& check, int rank);
+/// The transfers are send_async/recv_async on `world` (its ranks are the pairs'), the retest's
+/// figures an all_gather over it.
+PairSweep sweep_pairs(Communicator& world, const std::vector<std::vector<std::pair<int, int>>>& rounds,
+                      const std::vector<nlohmann::json>& inv, const Injection& inj, Steps& steps,
+                      const std::string& check);
 
 /// The n x n matrix `m` of seconds (r * n + p) as bandwidths, 2 x bytes / seconds in GB/s
 /// (both directions counted; 0 where no time).

@@ -2,7 +2,7 @@
 // and the bookkeeping of what has been measured.
 #include "harness/validate/run.h"
 
-#include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -11,23 +11,33 @@
 #include "kernels/error.h"
 
 namespace dtb {
+namespace {
 
 using nlohmann::json;
 
+// This rank's index among the ranks on its host, in world-rank order (the order of
+// MPI_COMM_TYPE_SHARED's split with key 0, from the hosts' names). Collective.
+int rank_on_host(Communicator& world) {
+  char name[256] = "?";
+  gethostname(name, sizeof name - 1);
+  const std::vector<std::string> hosts = all_gather_strings(world, name);
+  int k = 0;
+  for (int r = 0; r < world.rank(); ++r) k += hosts[size_t(r)] == hosts[size_t(world.rank())] ? 1 : 0;
+  return k;
+}
+
+}  // namespace
+
 ValidateRun::ValidateRun(Communicator& w, const ValidateArgs& a, const Injection& injection)
     : world(w), args(a), inj(injection), n(w.size()), me(w.rank()) {
-  // Where this rank sits: emulated nodes, or the ranks sharing memory (MPI_COMM_TYPE_SHARED).
+  // Where this rank sits: emulated nodes, or its index among the ranks of its host.
   int local_rank = 0;
   const bool emulated = a.ranks_per_node > 0;
   if (emulated) {
     node_index = me / a.ranks_per_node;
     local_rank = me % a.ranks_per_node;
   } else {
-    MPI_Comm node;
-    DTB_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS,
-              "MPI_Comm_split_type failed");
-    MPI_Comm_rank(node, &local_rank);
-    MPI_Comm_free(&node);
+    local_rank = rank_on_host(world);
   }
   std::string device, device_error;
   if (a.backend == "cpu") {
@@ -59,7 +69,7 @@ ValidateRun::ValidateRun(Communicator& w, const ValidateArgs& a, const Injection
                          inv[size_t(r - r % a.ranks_per_node)].value("host", "") + " and " +
                          inv[size_t(r)].value("host", "") + " (an emulated node must sit on one host)");
   for (const json& r : inv) node_of_rank.push_back(r.value("node", "?"));
-  steps = std::make_unique<Steps>(a.check_timeout);
+  steps = std::make_unique<Steps>(world, a.check_timeout);
   // This rank's turn among the ranks of its host: they share its cores and memory.
   std::map<std::string, int> per_host;
   for (int r = 0; r < n; ++r) {
