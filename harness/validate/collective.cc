@@ -1,14 +1,14 @@
 // The collective probes of `dtbench validate` (see collective.h).
 #include "harness/validate/collective.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <map>
 
 #include "harness/validate/faults.h"
+#include "harness/validate/compute.h"
 #include "kernels/error.h"
+#include "suites/bandwidth.h"
 #include "suites/stats.h"
 
 namespace dtb {
@@ -29,14 +29,14 @@ CollectiveProbe probe_allreduce(Communicator& comm, double factor) {
   }
   // The collective's time is its slowest member's: every rank reports the same busbw.
   comm.all_reduce(&best, &best, 1, DType::f64, ReduceOp::max);
-  p.busbw = n > 1 ? 2.0 * (n - 1) / n * double(count * sizeof(float)) / best / 1e9 : 0.0;
+  p.busbw = n > 1 ? busbw_GBps(CollectiveOp::all_reduce, count * sizeof(float), best, n) : 0.0;  // 2 (n - 1) / n x algbw
   const int w = 768, iters = 15;
   std::vector<float> a(size_t(w) * w, 0.5f), b(size_t(w) * w, 0.25f), c(size_t(w) * w);
   std::vector<double> waits(iters), works(iters);
   comm.barrier();
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, w, w, w, 1.0f, a.data(), w, b.data(), w, 0.0f, c.data(), w);
+    host_sgemm(w, a.data(), b.data(), c.data());
     const auto dt = std::chrono::steady_clock::now() - t0;
     if (factor > 1) spin_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(dt * factor));
     const auto t1 = std::chrono::steady_clock::now();

@@ -8,6 +8,9 @@
 
 namespace dtb {
 
+/// C (n,n) = A (n,n) B (n,n) in float32, row-major, on this host (OpenBLAS sgemm).
+void host_sgemm(int n, const float* a, const float* b, float* c);
+
 /// This rank's compute: sgemm FLOP/s at 1024^3 (OpenBLAS, the threads OPENBLAS_NUM_THREADS
 /// gives) and a STREAM triad's bytes/s over 3 x 32 MiB (beyond a 32 MiB L3), each the best of 3
 /// repetitions per call; the buffers are allocated and touched once.

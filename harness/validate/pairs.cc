@@ -10,6 +10,7 @@
 
 #include "harness/validate/format.h"
 #include "kernels/error.h"
+#include "suites/bandwidth.h"
 #include "suites/stats.h"
 
 namespace dtb {
@@ -206,7 +207,7 @@ json bandwidth_matrix_json(const std::vector<double>& m, int n, size_t bytes) {
     json row = json::array();
     for (int p = 0; p < n; ++p) {
       const double t = m[size_t(r) * size_t(n) + size_t(p)];
-      row.push_back(t > 0 ? 2.0 * double(bytes) / t / 1e9 : 0.0);
+      row.push_back(t > 0 ? algbw_GBps(2 * bytes, t) : 0.0);  // both directions
     }
     j.push_back(row);
   }
@@ -219,7 +220,7 @@ std::vector<double> median_bandwidth(const std::vector<double>& m, int n, size_t
     std::vector<double> v;
     for (int p = 0; p < n; ++p)
       if (p != r && m[size_t(r) * size_t(n) + size_t(p)] > 0)
-        v.push_back(2.0 * double(bytes) / m[size_t(r) * size_t(n) + size_t(p)] / 1e9);
+        v.push_back(algbw_GBps(2 * bytes, m[size_t(r) * size_t(n) + size_t(p)]));
     out.push_back(median(v));
   }
   return out;

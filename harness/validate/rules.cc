@@ -331,17 +331,7 @@ ValidateCheck fleet_median_check(const std::string& name, const std::string& uni
 double baseline_value(std::vector<double> v) {
   // Iterative outlier removal: drop what lies more than 3 x max(MAD, 1% of the median) from
   // the median, until nothing is dropped; the median of what stays.
-  for (;;) {
-    const double m = median(v);
-    std::vector<double> dev;
-    for (double x : v) dev.push_back(std::abs(x - m));
-    const double cut = 3.0 * std::max(median(dev), 0.01 * std::abs(m));
-    std::vector<double> kept;
-    for (double x : v)
-      if (std::abs(x - m) <= cut) kept.push_back(x);
-    if (kept.size() == v.size() || kept.empty()) return m;
-    v = kept;
-  }
+  return median_without_outliers(std::move(v), 3.0, 0.01);
 }
 
 std::vector<ValidateCheck> baseline_checks(const json& baseline, const std::map<std::string, Metric>& measured,
