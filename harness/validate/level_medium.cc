@@ -1,16 +1,14 @@
 // Level medium of `dtbench validate`: each rank's compute and host-device copies (the ranks
 // of a host one at a time), each node's send/recv matrix and its all-reduce (bus bandwidth
-// and arrival). Also the quick level's checks and the burnin loop, which compose the levels.
+// and arrival), and the turns of an all-reduce probe that level long's groups take too.
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <functional>
 
 #include "harness/validate/collective.h"
 #include "harness/validate/compute.h"
 #include "harness/validate/format.h"
-#include "harness/validate/inventory.h"
 #include "harness/validate/levels.h"
 #include "harness/validate/pairs.h"
 #include "kernels/error.h"
@@ -179,58 +177,13 @@ void check_node_allreduce(ValidateRun& run) {
     run.add_metric("node/arrival_late_pct", late);
 }
 
-// The worse of two statuses: fail > warn > pass > skip.
-int severity(const std::string& s) { return s == "fail" ? 3 : s == "warn" ? 2 : s == "pass" ? 1 : 0; }
-
 }  // namespace
-
-void quick_level(ValidateRun& run, const std::map<std::string, std::string>& expect) {
-  run.checks = quick_checks(run.inv, expect);
-}
 
 void medium_level(ValidateRun& run) {
   check_compute(run);
   check_copy(run);
   check_node_sendrecv(run);
   check_node_allreduce(run);
-}
-
-std::vector<std::string> planned_checks(const ValidateArgs& args) {
-  std::vector<std::string> planned;
-  if (args.level != "quick") planned = {"compute", "copy", "node/sendrecv", "node/allreduce"};
-  if (args.level == "long" || args.level == "burnin")
-    planned.insert(planned.end(), {"pairs", "groups/allreduce", "world/allreduce", "train"});
-  return planned;
-}
-
-void burnin_level(ValidateRun& run) {
-  if (!run.medium()) return;
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(run.mu);
-      run.pass = ValidatePass{};
-    }
-    medium_level(run);
-    if (run.long_level()) long_level(run);
-    // Burnin keeps each rank's worst figure of every loop and each check's worst outcome.
-    {
-      std::lock_guard<std::mutex> lock(run.mu);
-      run.metrics = run.measured_so_far();
-      for (ValidateCheck& c : run.pass.checks) {
-        auto it = std::find_if(run.checks.begin(), run.checks.end(),
-                               [&](const ValidateCheck& x) { return x.name == c.name; });
-        if (it == run.checks.end()) run.checks.push_back(std::move(c));
-        else if (severity(c.status) > severity(it->status)) *it = std::move(c);
-      }
-      run.pass.checks.clear();
-      run.pass.metrics.clear();
-      ++run.loops;
-    }
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    run.world.broadcast(&elapsed, 1, DType::f64, 0);  // one decision for every rank
-    if (run.args.level != "burnin" || elapsed >= run.args.duration) break;
-  }
 }
 
 }  // namespace dtb

@@ -3,10 +3,10 @@
 // all-reduce), long (every pair, groups of nodes, the world's all-reduce, training steps) and
 // burnin (the measuring levels looped). Each records into the ValidateRun (run.h).
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
-
-#include <functional>
+#include <vector>
 
 #include "harness/validate/collective.h"
 #include "harness/validate/run.h"
