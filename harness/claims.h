@@ -5,7 +5,7 @@
 // The catalog (harness/claims.json) is data: one entry per claim with the statement in our
 // words, the figures it quotes, the conditions it assumes, the method (analytic, suite or
 // both), the evaluator that checks it and the relative tolerance for "holds". Adding a claim
-// is adding an entry, and, when no evaluator fits, one function in claims.cc's table.
+// is adding an entry, and, when no evaluator fits, one function in claims_evaluators.cc's table.
 #pragma once
 #include <string>
 #include <vector>
@@ -31,7 +31,7 @@ struct ClaimResult {
 
 /// Reads and checks a catalog: a JSON object {"claims": [entry...]}, each entry with integer
 /// "id" (unique), strings "claim", "figures", "conditions", "method" (analytic | suite |
-/// both), "evaluator" (a name claims.cc knows), number "tolerance" (> 0, relative) and an
+/// both), "evaluator" (a name claims_evaluators.cc knows), number "tolerance" (> 0, relative) and an
 /// optional object "inputs". Errors: InputError naming the file and the entry.
 nlohmann::json load_claims_catalog(const std::string& path);
 

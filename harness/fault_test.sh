@@ -72,7 +72,7 @@ scenario() {
   [ "$rc" -ne 0 ] || fail "$name" "exit status 0"
   if [ -n "$want_status" ] && [ "$rc" -ne "$want_status" ]; then fail "$name" "exit status $rc, wanted $want_status"; fi
   /usr/bin/python3 "$here/../scripts/validate_report.py" "$out/latest.json" >/dev/null ||
-    fail "$name" "the report does not validate against harness/report.schema.json"
+    fail "$name" "the report does not validate against the report schema (scripts/validate_report.py)"
   local verdict
   verdict=$(/usr/bin/python3 - "$out/latest.json" "$want" <<'EOF'
 import json, re, sys

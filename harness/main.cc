@@ -382,43 +382,7 @@ int main(int argc, char** argv) {
     dtb::MemoryArgs memory_args;
     auto* memory = dtb::add_memory_subcommand(app, memory_args);
     dtb::ValidateArgs validate_args;
-    auto* validate = app.add_subcommand(
-        "validate", "check a cluster and name its defective nodes: inventory and consistency (quick), each rank's "
-                    "compute, copies and its node's links and collectives (medium), every pair, the world's all-reduce "
-                    "and training steps (long), looped (burnin); exit 0 all accepted, 1 defective, 2 bad usage, 3 "
-                    "incomplete");
-    validate->add_option("--level", validate_args.level,
-                         "quick (inventory, consistency), medium (also each rank's GEMM, memory bandwidth and host-device "
-                         "copies, send/recv and all-reduce within each node), long (also every pair's send/recv, the "
-                         "world's all-reduce, training steps) or burnin (long, looped for --duration)");
-    validate->add_option("--expect", validate_args.expect,
-                         "expectations, e.g. nodes=2,ranks_per_node=8,device=H200,cores=64,memory_gb=500,gpus_per_node=8");
-    validate->add_option("--ranks-per-node", validate_args.ranks_per_node,
-                         "emulate nodes of N consecutive ranks on one machine (for tests)");
-    validate->add_option("--backend", validate_args.backend, "cpu or cuda (the device each rank reports)");
-    validate->add_option("--output", validate_args.output, "the JSON report (default results/validate.json)");
-    validate->add_flag("--werror", validate_args.werror, "warnings fail the node they name");
-    validate->add_option("--make-baseline", validate_args.make_baseline,
-                         "write a baseline (metric -> value, outliers removed) from this run's metrics to FILE")
-        ->type_name("FILE");
-    validate->add_option("--baseline", validate_args.baseline,
-                         "judge every rank also against this baseline; a metric it has and this run lacks fails")
-        ->type_name("FILE");
-    validate->add_option("--tolerance", validate_args.tolerance,
-                         "the default rules: a rank more than this fraction worse than the fleet median (or the "
-                         "baseline) fails, half of it warns; a straggler arrives later than this fraction of the work "
-                         "between collectives (default 0.3)");
-    validate->add_option("--rules", validate_args.rules,
-                         "judge the metrics by this rules file (fleet_drop, baseline_drop, min, max, k_of) instead of "
-                         "the default rules")
-        ->type_name("FILE");
-    validate->add_option("--check-timeout", validate_args.check_timeout,
-                         "seconds a step of a check may take; then the ranks that did not finish are named and the "
-                         "run ends incomplete, exit 3 (default 300)");
-    validate->add_option("--duration", validate_args.duration, "burnin: seconds to loop the long level for (default 600)");
-    validate->add_option("--inject", validate_args.inject,
-                         "FOR TESTS ONLY: RANK:compute:FACTOR or RANK:comm:FACTOR runs that rank's compute measurements "
-                         "or point-to-point transfers FACTOR times slower; RANK:hang stops that rank in its compute");
+    auto* validate = dtb::add_validate_subcommand(app, validate_args);
     dtb::ClaimsArgs claims_args;
     auto* claims = app.add_subcommand(
         "claims", "check the field's rules of thumb (harness/claims.json) against dtbench's models and a report");

@@ -1,4 +1,4 @@
-// The JSON report of a run (README.md, "The report"): Google Benchmark's {context,
+// The JSON report of a run (docs/report.md): Google Benchmark's {context,
 // benchmarks[]} shape, so its tools/compare.py reads two dtbench reports, plus `suites`
 // and `checks`. Written by rank 0, atomically (temp file + rename), after every suite so
 // that what finished is never lost; read back for its summary (`dtbench summary`).
@@ -16,8 +16,9 @@
 
 namespace dtb {
 
-/// The report format's version: harness/report.schema.json describes exactly this one. Bump
-/// both together on any incompatible change (the schema's description says which).
+/// The report format's version: the report schema (harness/report.schema.json, the shell, with
+/// each suite's suites/<suite>.schema.json; scripts/validate_report.py --print-schema) describes
+/// exactly this one. Bump both together on any incompatible change (the schema's description says which).
 inline constexpr int kReportSchemaVersion = 2;
 
 /// How one suite ended. status: "passed" (ran, every check passed), "failed" (a check

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end: `dtbench run --config smoke` on 4 ranks writes a report with the shape
-# README.md gives, every suite passed, the all-reduce bus factor 1.5 and no wrong element.
+# docs/report.md gives, every suite passed, the all-reduce bus factor 1.5 and no wrong element.
 # Usage: run_test.sh PATH/TO/dtbench PATH/TO/mpirun
 set -euo pipefail
 dtbench="$1"; mpirun="$2"

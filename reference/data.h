@@ -1,5 +1,5 @@
 // Training data: a text file tokenised byte-level (vocabulary 256), and the
-// sharding-invariant global batch of each step (README.md, numerics contract): the batch
+// sharding-invariant global batch of each step (docs/numerics.md): the batch
 // at step s is a pure function of (dataset, seed, s), and a DP rank or a micro-batch takes
 // a contiguous slice of its sequences.
 #pragma once

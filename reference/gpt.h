@@ -88,7 +88,7 @@ class Gpt {
 
   /// Forward over tokens (B,Tn) with next-token targets (B,Tn), Tn <= config().T, every id
   /// in [0, V). Returns the SUM over the B*Tn tokens of the cross-entropy loss (in double),
-  /// so callers choose the normaliser (the global token count, README.md numerics contract).
+  /// so callers choose the normaliser (the global token count, docs/numerics.md).
   /// Errors: B <= 0, Tn outside [1, T] or an id outside [0, V) abort through the error sink.
   double forward(const int32_t* tokens, const int32_t* targets, int B, int Tn);
   /// Per-token losses (B*Tn) of the last forward, on the host.

@@ -6,8 +6,8 @@
 // tied embedding's two copies summed between the first and the last pipeline stage after
 // the last micro-batch's backward (Megatron-LM's embedding group) — and steps AdamW on the
 // rank's share of the parameters (ZeroEngine::step). The loss is the global batch's mean, the
-// one division by the global token count done in each backward (README.md, numerics
-// contract), so every layout computes the single-rank baseline's step.
+// one division by the global token count done in each backward (docs/numerics.md),
+// so every layout computes the single-rank baseline's step.
 #pragma once
 #include <cstdint>
 #include <functional>

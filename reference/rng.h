@@ -1,6 +1,6 @@
 // Counter-based random numbers: every value is a pure function of (seed, stream, counter),
 // with no state, so a shard of a tensor or of a batch draws exactly the values the
-// single-rank run draws at the same global index (README.md, numerics contract).
+// single-rank run draws at the same global index (docs/numerics.md).
 // The mixer is SplitMix64 (Steele, Lea & Flood 2014), which passes BigCrush as a hash
 // of a counter.
 #pragma once

@@ -1,5 +1,5 @@
 // Data-parallel training of the reference GPT with gradient accumulation over
-// micro-batches (README.md, numerics contract): the loss is the mean over every token of the
+// micro-batches (docs/numerics.md): the loss is the mean over every token of the
 // global batch, so each micro-batch's backward is scaled by 1 / (global tokens) once and
 // the DP gradient all-reduce is a plain SUM — never an average by a guessed world size.
 #pragma once

@@ -1,5 +1,5 @@
 // Data parallelism and gradient accumulation divide once, by the global token count
-// (README.md, numerics contract). Runs in the multi-rank binary (2 and 4 ranks).
+// (docs/numerics.md). Runs in the multi-rank binary (2 and 4 ranks).
 #include <gtest/gtest.h>
 #include <mpi.h>
 

@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""Validates dtbench reports against the report schema (harness/report.schema.json).
+"""Validates dtbench reports against the report schema, assembled from its shell (harness/report.schema.json)
+and each suite's fragment (suites/<suite>.schema.json, and those in $DTB_SUITE_PATH: scripts/dtbreport/schema.py).
 
 Usage: scripts/validate_report.py [--schema SCHEMA.json] REPORT.json...
+       scripts/validate_report.py [--schema SCHEMA.json] --print-schema
 
 Prints one line per error, `REPORT: /json/pointer (record or check name): message`, and one
 line `REPORT: valid` per valid report. Exit status: 0 when every report is valid, 1 when any
 is invalid, 2 when a report or the schema cannot be read or parsed (one line saying why).
+--schema FILE: a whole schema instead of the assembled one; --print-schema prints the schema and exits.
 Needs python3-jsonschema (4.x, Draft 2020-12): run it with /usr/bin/python3.
 """
 import argparse
@@ -15,7 +18,9 @@ from pathlib import Path
 
 import jsonschema
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "harness" / "report.schema.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dtbreport import schema as assembler  # noqa: E402
+
 MAX_MESSAGE = 240  # characters of one error message (jsonschema quotes whole values)
 
 
@@ -41,13 +46,25 @@ def load_json(path):
         raise InputError(f"{path}: not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
 
 
-def load_validator(schema_path=SCHEMA_PATH):
-    """The Draft 2020-12 validator of the schema at schema_path. Errors: InputError."""
-    schema = load_json(schema_path)
+def load_schema(schema_path=None):
+    """The schema at schema_path, or (None) the assembled one. Errors: InputError."""
+    if schema_path is not None:
+        return load_json(schema_path)
+    try:
+        return assembler.assemble()
+    except assembler.SchemaError as e:
+        raise InputError(str(e)) from None
+
+
+def load_validator(schema_path=None):
+    """The Draft 2020-12 validator of the schema at schema_path, or (None) of the assembled schema.
+    Errors: InputError."""
+    schema = load_schema(schema_path)
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as e:
-        raise InputError(f"{schema_path}: not a valid JSON Schema: {e.message}") from None
+        where = schema_path or "the assembled report schema"
+        raise InputError(f"{where}: not a valid JSON Schema: {e.message}") from None
     return jsonschema.Draft202012Validator(schema)
 
 
@@ -88,14 +105,21 @@ def errors(validator, report):
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--schema", default=str(SCHEMA_PATH), help="the schema (default: %(default)s)")
-    parser.add_argument("reports", nargs="+", metavar="REPORT.json")
+    parser.add_argument("--schema", help="a whole schema (default: the shell harness/report.schema.json with "
+                        "every suite's fragment)")
+    parser.add_argument("--print-schema", action="store_true", help="print the schema as JSON and exit")
+    parser.add_argument("reports", nargs="*", metavar="REPORT.json")
     args = parser.parse_args(argv)
+    if not args.reports and not args.print_schema:
+        parser.error("the following arguments are required: REPORT.json")
     try:
         validator = load_validator(args.schema)
     except InputError as e:
         print(f"validate_report: {e}", file=sys.stderr)
         return 2
+    if args.print_schema:
+        print(json.dumps(validator.schema, indent=2, ensure_ascii=False))
+        return 0
     version = schema_version(validator)
     invalid = unreadable = False
     for path in args.reports:

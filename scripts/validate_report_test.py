@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""ctest report_schema: every report validates against harness/report.schema.json.
+"""ctest report_schema: every report validates against the report schema (the shell
+harness/report.schema.json with each suite's fragment, suites/<suite>.schema.json).
 
 Usage: validate_report_test.py PATH/TO/dtbench PATH/TO/mpiexec [unittest options]
 
@@ -9,7 +10,8 @@ Usage: validate_report_test.py PATH/TO/dtbench PATH/TO/mpiexec [unittest options
 (b) Validates every report committed under results/baselines/.
 (c) Negative cases: an unknown field at each level, a missing field, a wrong type, an
     unknown suite: each must be rejected, at the right place.
-Also checks the schema itself (Draft 2020-12, its version = kReportSchemaVersion) and the
+Also checks the schema itself (Draft 2020-12, its version = kReportSchemaVersion), that every
+suite dtbench registers has its schema fragment and its Python module and nothing else does, and the
 exit status of scripts/validate_report.py. About 25 s on 2 cores (the quick config is most of it).
 """
 import copy
@@ -25,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import validate_report  # noqa: E402
+from dtbreport import registry, schema as assembler  # noqa: E402
 
 DTBENCH = MPIEXEC = None  # from argv
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
@@ -119,13 +122,17 @@ def run_dtbench(workdir, name, ranks, config_path, extra):
     return p.returncode, p.stdout, report if report.exists() else None
 
 
+# A suite's line in `dtbench list` (its first block): two spaces, the name, its description.
+SUITES_OF_LIST = re.compile(r"^  ([a-z][a-z0-9_]*)\b", re.M)
+
+
 def error_lines(validator, report):
     return [f"{where}: {msg}" for where, msg in validate_report.errors(validator, report)]
 
 
 class Schema(unittest.TestCase):
     def test_schema_is_valid_draft_2020_12(self):
-        schema = json.loads((ROOT / "harness" / "report.schema.json").read_text())
+        schema = assembler.assemble()
         self.assertEqual(schema["$schema"], "https://json-schema.org/draft/2020-12/schema")
         validate_report.load_validator()  # check_schema raises on an invalid schema
 
@@ -134,12 +141,24 @@ class Schema(unittest.TestCase):
         m = re.search(r"kReportSchemaVersion\s*=\s*(\d+)", header)
         self.assertIsNotNone(m, "kReportSchemaVersion not found in harness/report.h")
         version = int(m.group(1))
-        schema = json.loads((ROOT / "harness" / "report.schema.json").read_text())
+        schema = assembler.assemble()
         self.assertEqual(schema["properties"]["schema_version"]["const"], version,
                          "harness/report.schema.json describes another version than kReportSchemaVersion")
         self.assertEqual(schema["$defs"]["context"]["properties"]["schema_version"]["const"], version)
         self.assertTrue(schema["$id"].endswith(":" + str(version)), schema["$id"])
         self.assertIn("schema version " + str(version), schema["title"])
+
+    def test_every_suite_has_its_fragment_and_module(self):
+        listed = subprocess.run([DTBENCH, "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                timeout=60, env=ENV)
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        registered = set(SUITES_OF_LIST.findall(listed.stdout.split("configs (")[0]))
+        self.assertTrue(registered, listed.stdout)
+        fragments = {name for name, _ in assembler.fragments()}
+        self.assertEqual(fragments, registered, "suites/<suite>.schema.json against `dtbench list`")
+        self.assertEqual(set(registry.suites()), registered, "scripts/dtbreport/suites/ against `dtbench list`")
+        names = assembler.assemble()["$defs"]["suite_outcome"]["properties"]["name"]["enum"]
+        self.assertEqual(set(names), registered)
 
 
 class FreshReports(unittest.TestCase):

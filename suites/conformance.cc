@@ -1,7 +1,7 @@
 // The `conformance` suite: the reference GPT trained on each parallel layout — tensor,
 // pipeline (GPipe, 1F1B, interleaved) and data parallel and their products — and every
 // one compared with the single-rank baseline and the float64 oracle under the numerics
-// contract (README.md; tolerances in suites/oracle.cc): per-step loss, step-0 gradient and
+// contract (docs/numerics.md; tolerances in suites/oracle.cc): per-step loss, step-0 gradient and
 // final parameters per tensor, and bitwise equality of every replicated copy (TP, DP, the
 // tied embedding). A layout of k ranks runs on world ranks 0..k-1 while the others wait; one
 // that needs more ranks than the world has is reported as skipped, not passed.

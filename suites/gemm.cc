@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "suites/gemm_rate.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
 
@@ -88,7 +89,7 @@ class GemmSuite : public Suite {
       for (const Shape& sh : shapes) {
         double t = be.time_gemm(sh.M, sh.N, sh.K, prec, warmup, iters);
         ctx.world.all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);  // the slowest rank's
-        const double tflops = 2.0 * sh.M * double(sh.N) * sh.K / t / 1e12;
+        const double tflops = gemm_flops(sh.M, sh.N, sh.K) / t / 1e12;
         if (sh.name == "peak") peak_tflops = tflops;
         const std::string key = sh.name == "peak" ? "gemm/peak/precision:" + prec + "/size:" + std::to_string(p)
                                                   : "gemm/" + sh.name + "/precision:" + prec + "/hidden:" +

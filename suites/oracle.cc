@@ -4,7 +4,7 @@
 
 namespace dtb {
 
-// Tolerances from the float64 oracle (README.md, numerics contract). A float32 run's
+// Tolerances from the float64 oracle (docs/numerics.md). A float32 run's
 // deviation from the oracle is rounding error amplified by the training dynamics: Adam
 // turns a rounding-level change of a near-zero gradient into an update of size lr, so
 // after tens of steps every float32 run, the layout under test and the single-rank ones
@@ -16,7 +16,7 @@ namespace dtb {
 // and P(|a| > k max(|b_1..m|)) ~ (2/pi)^(m/2) E|a|^m / k^m: for m = 3 and k = 10 that is
 // 8e-4, for m = 2 and k = 25 it is 6e-4, for m = 1 and k = 640 it is 1e-3. The per-step
 // checks of one run follow one trajectory, so they fail together or not at all: the rate
-// is per run, not per check (measured: the worst ratio over 20 seeds is in the README).
+// is per run, not per check (measured: the worst ratio over 20 seeds: results/logs/numerics.md).
 // The step-0 gradient is compared too, before the dynamics: there every run's error is
 // plain rounding, a norm over many elements that does not scatter like a ratio of
 // Gaussians, and a wrong average (the gradient off by a factor: relative error >= 0.5)

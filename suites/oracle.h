@@ -1,5 +1,5 @@
 // The single-rank references and the float64 oracle that the train and conformance suites
-// compare every layout with (README.md, numerics contract), and the checks that do it.
+// compare every layout with (docs/numerics.md), and the checks that do it.
 // The tolerance argument is train.cc's, in oracle.cc: a float32 run's deviation from the
 // oracle is scaled by the largest deviation of several single-rank float32 references.
 #pragma once

@@ -1,6 +1,7 @@
 // Summary statistics of repeated measurements (seconds or any unit): n, median, min,
 // max, mean, sample standard deviation, and the samples themselves in measurement order, so
-// that a comparison (scripts/compare.py) can test whether two runs differ beyond noise.
+// that a comparison (scripts/compare.py) can test whether two runs differ beyond noise; and a
+// median robust to outliers (iterative MAD removal), for baselines.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,33 @@ struct Summary {
   double median = 0, min = 0, max = 0, mean = 0, stddev = 0;
   std::vector<double> samples;  // as measured, in order
 };
+
+/// The median of `xs`: the middle value, or the mean of the two middle values of an even
+/// count; 0 for an empty input (as summarize's).
+inline double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n == 0 ? 0.0 : n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
+/// The median of `xs` after iterative outlier removal: values farther than k x max(MAD,
+/// floor x |median|) from the median (MAD: the median absolute deviation) are dropped and the
+/// median taken again, until nothing is dropped; then the median of what stays. The floor keeps
+/// a tight cluster (MAD near 0) from dropping values that differ by noise alone. Deterministic
+/// for the same inputs; 0 for an empty input. dtbench validate's baselines use k = 3, floor = 1%.
+inline double median_without_outliers(std::vector<double> xs, double k = 3.0, double floor = 0.01) {
+  for (;;) {
+    const double m = median(xs);
+    std::vector<double> dev;
+    for (double x : xs) dev.push_back(std::abs(x - m));
+    const double cut = k * std::max(median(dev), floor * std::abs(m));
+    std::vector<double> kept;
+    for (double x : xs)
+      if (std::abs(x - m) <= cut) kept.push_back(x);
+    if (kept.size() == xs.size() || kept.empty()) return m;
+    xs = kept;
+  }
+}
 
 /// Summarises `xs` (copied, so the caller's order is kept). Empty input gives n = 0 and zeros.
 /// The median of an even count is the mean of the two middle values.

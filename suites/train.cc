@@ -1,7 +1,7 @@
 // The `train` suite: the reference GPT trained with data parallelism over every rank on
 // real text, then the single-rank baseline (same seed, data and global batch) and the
-// float64 oracle, and the conformance checks that compare them (README.md, numerics
-// contract). Reports tokens/s and the step time split into compute and communication.
+// float64 oracle, and the conformance checks that compare them (docs/numerics.md).
+// Reports tokens/s and the step time split into compute and communication.
 #include <cmath>
 #include <cstdio>
 #include <limits>

@@ -1,7 +1,7 @@
-// Tests of harness/validate's level quick: the checks over synthetic inventories (a rank with
-// another CPU, a node with less memory or fewer ranks, expectations met and missed) and the
-// --expect parser. The 4-rank run with emulated nodes is in harness/run_test.sh.
-#include "harness/validate.h"
+// Tests of validate's rules (harness/validate/rules.h): the fleet-median rule, baselines (the
+// outliers removed, missing metrics failing), rules files parsed and refused, k_of and
+// absolute bounds.
+#include "harness/validate/rules.h"
 
 #include <gtest/gtest.h>
 
@@ -13,98 +13,6 @@ namespace dtb {
 namespace {
 
 using nlohmann::json;
-
-// ranks x {node, cpu, cores, memory}: two emulated nodes of two ranks, all alike.
-std::vector<json> fleet() {
-  std::vector<json> inv;
-  for (int r = 0; r < 4; ++r)
-    inv.push_back({{"rank", r}, {"node", r < 2 ? "a" : "b"}, {"device", "cpu: X"}, {"cpu_model", "X"}, {"cores", 8},
-                   {"memory_bytes", 64e9}, {"mpi_version", "mpi 1"}, {"blas_version", "blas 1"}, {"backend", "cpu"}});
-  return inv;
-}
-
-const ValidateCheck& find(const std::vector<ValidateCheck>& cs, const std::string& name) {
-  for (const ValidateCheck& c : cs)
-    if (c.name == name) return c;
-  throw std::runtime_error("no check " + name);
-}
-
-TEST(ValidateQuick, AHealthyFleetPasses) {
-  const auto checks = quick_checks(fleet(), parse_expectations("nodes=2,ranks_per_node=2,device=x,cores=8,memory_gb=60"));
-  for (const ValidateCheck& c : checks) EXPECT_EQ(c.status, "pass") << c.name << ": " << c.detail;
-  EXPECT_EQ(checks.size(), 7u + 5u);  // 7 consistency checks, 5 expectations
-}
-
-TEST(ValidateQuick, TheOddRankAndNodeAreNamed) {
-  auto inv = fleet();
-  inv[3]["cpu_model"] = "Y";
-  inv[2]["memory_bytes"] = 64e9 * 0.9;  // node b's first rank stands for the node: 10% less
-  const auto checks = quick_checks(inv, {});
-  const ValidateCheck& cpu = find(checks, "consistency/cpu_model");
-  EXPECT_EQ(cpu.status, "fail");
-  EXPECT_EQ(cpu.ranks, std::vector<int>{3});
-  EXPECT_EQ(cpu.nodes, std::vector<std::string>{"b"});
-  EXPECT_NE(cpu.detail.find("rank 3 (node b) has Y, the others X"), std::string::npos) << cpu.detail;
-  const ValidateCheck& mem = find(checks, "consistency/memory");
-  EXPECT_EQ(mem.status, "warn");  // 5% < 10% <= 20%
-  EXPECT_EQ(mem.nodes, std::vector<std::string>{"b"});
-  inv[2]["memory_bytes"] = 64e9 * 0.7;
-  EXPECT_EQ(find(quick_checks(inv, {}), "consistency/memory").status, "fail");
-}
-
-TEST(ValidateQuick, UnevenNodesAndMissedExpectations) {
-  auto inv = fleet();
-  inv.push_back(inv[3]);
-  inv[4]["rank"] = 4;  // node b now has 3 ranks
-  const auto checks = quick_checks(inv, parse_expectations("nodes=3,cores=16,device=H200,gpus_per_node=8"));
-  const ValidateCheck& rpn = find(checks, "consistency/ranks_per_node");
-  EXPECT_EQ(rpn.status, "fail");  // 2 and 3: the tie goes to the first node's count
-  EXPECT_EQ(rpn.nodes, std::vector<std::string>{"b"});
-  EXPECT_EQ(find(checks, "expect/nodes").status, "fail");
-  const ValidateCheck& cores = find(checks, "expect/cores");
-  EXPECT_EQ(cores.status, "fail");
-  EXPECT_EQ(cores.nodes, (std::vector<std::string>{"a", "b"}));
-  EXPECT_EQ(cores.node_detail.at("a"), "8, expected at least 16 cores");
-  EXPECT_EQ(find(checks, "expect/device").ranks, (std::vector<int>{0, 1, 2, 3, 4}));
-  EXPECT_EQ(find(checks, "expect/gpus_per_node").status, "fail");  // cpu backend: 0 GPUs
-}
-
-// GPU ranks: the driver, CUDA and NCCL versions must agree, and no two ranks of a node may share
-// a device; without GPUs these checks are absent, not skipped.
-TEST(ValidateQuick, GpuVersionsAndDeviceIds) {
-  EXPECT_THROW(find(quick_checks(fleet(), {}), "consistency/driver_version"), std::runtime_error);
-  auto inv = fleet();
-  for (json& r : inv) {
-    r["driver_version"] = "12.4", r["nccl_version"] = "2.21.5", r["cuda_runtime_version"] = "12.4";
-    r["device_pci_bus_id"] = "0000:0" + std::to_string(r["rank"].get<int>() % 2) + ":00.0";
-  }
-  inv[2]["nccl_version"] = "2.18.1";
-  inv[3]["device_pci_bus_id"] = inv[2]["device_pci_bus_id"];  // node b: ranks 2 and 3 on one GPU
-  const auto checks = quick_checks(inv, {});
-  EXPECT_EQ(find(checks, "consistency/driver_version").status, "pass");
-  const ValidateCheck& nccl = find(checks, "consistency/nccl_version");
-  EXPECT_EQ(nccl.status, "fail");
-  EXPECT_EQ(nccl.ranks, std::vector<int>{2});
-  const ValidateCheck& ids = find(checks, "consistency/device_ids");
-  EXPECT_EQ(ids.status, "fail");
-  EXPECT_EQ(ids.nodes, std::vector<std::string>{"b"});
-  EXPECT_EQ(ids.ranks, (std::vector<int>{2, 3}));
-}
-
-TEST(ValidateQuick, UnreadableFieldsAreSkippedNotPassed) {
-  auto inv = fleet();
-  for (json& r : inv) r["cpu_model"] = nullptr;
-  EXPECT_EQ(find(quick_checks(inv, {}), "consistency/cpu_model").status, "skip");
-}
-
-TEST(ValidateQuick, ExpectationsParse) {
-  const auto e = parse_expectations("gpus_per_node=8,device=H200,memory_gb=1.5e3");
-  EXPECT_EQ(e.at("device"), "H200");
-  EXPECT_EQ(e.at("memory_gb"), "1.5e3");
-  EXPECT_TRUE(parse_expectations("").empty());
-  for (const char* bad : {"gpus=8", "nodes", "=3", "cores=", "cores=-1", "cores=many", "nodes=1,nodes=2", "nodes=1,"})
-    EXPECT_THROW(parse_expectations(bad), InputError) << bad;
-}
 
 // Level medium's rule: below (1 - tol) x the median fails, below (1 - tol/2) warns. Ranks
 // 100, 100, 100, 50 (median 100): rank 3 is 50% below, a failure at tol 0.3, naming node b.
@@ -122,41 +30,6 @@ TEST(ValidateMedium, FleetMedianRule) {
   EXPECT_EQ(fleet_median_check("m", "u", {100, 100, 95, 90}, nodes, 0.3).status, "pass");
   // The median of an even count is the mean of the middle two: {40, 100, 100, 100} -> 100.
   EXPECT_DOUBLE_EQ(fleet_median_check("m", "u", {40, 100, 100, 100}, nodes, 0.3).values["median"].get<double>(), 100.0);
-}
-
-TEST(ValidateMedium, InjectionParses) {
-  const Injection i = parse_injection("3:compute:2", 4);
-  EXPECT_EQ(i.rank, 3);
-  EXPECT_DOUBLE_EQ(i.compute, 2.0);
-  EXPECT_EQ(parse_injection("", 4).rank, -1);
-  for (const char* bad : {"4:compute:2", "-1:compute:2", "x:compute:2", "3:disk:2", "3:compute:0.5", "3:compute:", "3",
-                          "3:compute"})
-    EXPECT_THROW(parse_injection(bad, 4), InputError) << bad;
-}
-
-// Round-robin pairs: every pair exactly once, no rank twice in a round; n - 1 rounds for even
-// n, n for odd (one rank sits each out).
-TEST(ValidateLong, PairRoundsMeetEveryPairOnce) {
-  for (int n : {1, 2, 3, 4, 5, 8}) {
-    const auto rounds = pair_rounds(n);
-    std::set<std::pair<int, int>> met;
-    for (const auto& round : rounds) {
-      std::set<int> busy;
-      for (const auto& [a, b] : round) {
-        EXPECT_LT(a, b);
-        EXPECT_TRUE(busy.insert(a).second && busy.insert(b).second) << "n " << n << ": a rank twice in a round";
-        EXPECT_TRUE(met.insert({a, b}).second) << "n " << n << ": pair " << a << "," << b << " twice";
-      }
-    }
-    EXPECT_EQ(met.size(), size_t(n * (n - 1) / 2)) << n;
-    if (n > 1) {
-      EXPECT_EQ(rounds.size(), size_t(n % 2 ? n : n - 1)) << n;
-    }
-  }
-  const Injection c = parse_injection("2:comm:3", 4);
-  EXPECT_EQ(c.rank, 2);
-  EXPECT_DOUBLE_EQ(c.comm, 3.0);
-  EXPECT_DOUBLE_EQ(c.compute, 1.0);
 }
 
 // Baselines: the outlier (rank 3 at half speed) is removed before the median; a rank 50% below
@@ -284,28 +157,6 @@ TEST(ValidateRules, KOfAndBounds) {
   // baseline_drop without a baseline is bad usage.
   EXPECT_THROW(evaluate_rules(rules, {{"compute/gemm_gflops", {"GFLOP/s", {1, 1, 1, 1}, true}}}, json(), nodes),
                InputError);
-}
-
-// Hockney's model recovers alpha and beta from exact points; fewer than two sizes: {0, 0}.
-TEST(ValidateLong, AlphaBetaFit) {
-  const double alpha = 5e-6, beta = 10e9;
-  std::vector<std::pair<double, double>> pts;
-  for (double n : {8.0, 65536.0, 4194304.0}) pts.emplace_back(n, alpha + n / beta);
-  const auto [a, b] = fit_alpha_beta(pts);
-  EXPECT_NEAR(a, alpha, 1e-12);  // exact data: rounding of ~1e-3 s sums, relative 1e-15
-  EXPECT_NEAR(b, beta, beta * 1e-9);
-  EXPECT_EQ(fit_alpha_beta({{8.0, 1e-6}}), (std::pair<double, double>{0, 0}));
-  // 1% noise on the largest message (4 us of its 420): residuals are relative, so alpha moves by
-  // about 1% of itself (the 8-byte point, t = alpha + 0.8 ns, pins it), not by the microseconds
-  // an unweighted fit would shift it (it went negative so on a real sweep).
-  pts.back().second *= 1.01;
-  const auto [a1, b1] = fit_alpha_beta(pts);
-  EXPECT_NEAR(a1, alpha, 0.05 * alpha);
-  EXPECT_NEAR(b1, beta, 0.02 * beta);
-  const Injection h = parse_injection("2:hang", 4);
-  EXPECT_TRUE(h.hang);
-  EXPECT_EQ(h.rank, 2);
-  EXPECT_THROW(parse_injection("4:hang", 4), InputError);
 }
 
 }  // namespace

@@ -1,0 +1,36 @@
+// The evaluators of `dtbench claims` (harness/claims.h), one function per kind of claim:
+// (the entry's inputs, its tolerance, what a report measured) -> the row's computed figures,
+// measured column and verdict. Internal to claims.cc and claims_evaluators.cc; adding an
+// evaluator is one function and one line in claims_evaluators.cc's table.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/claims.h"
+
+namespace dtb::claims_impl {
+
+/// What a report measured, as the evaluators read it (claims.cc measured_from).
+struct Measured {
+  bool have = false;
+  // all_reduce, out of place: the largest message and the next smaller one.
+  double ar_bytes = 0, ar_busbw = 0, ar_time_us = 0, ar_small_bytes = 0, ar_small_time_us = 0;
+  int ar_ranks = 0;
+  std::vector<nlohmann::json> pipeline, overlap, recompute;
+};
+
+/// The measured column when no report was given.
+extern const char* const kNoReport;
+
+/// Fills r's computed, measured, verdict, why and values from the entry's inputs `in` and its
+/// relative tolerance `tol`. Errors: InputError naming a missing or mistyped input.
+using Evaluator = std::function<void(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r)>;
+
+/// Evaluator name (the catalog's "evaluator") -> function.
+const std::map<std::string, Evaluator>& evaluators();
+
+}  // namespace dtb::claims_impl

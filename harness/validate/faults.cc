@@ -1,0 +1,42 @@
+// The --inject parser (test-only faults of `dtbench validate`; see faults.h).
+#include "harness/validate/faults.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "kernels/error.h"
+
+namespace dtb {
+
+Injection parse_injection(const std::string& spec, int world_size) {
+  Injection inj;
+  if (spec.empty()) return inj;
+  const size_t a = spec.find(':'), b = spec.find(':', a == std::string::npos ? a : a + 1);
+  char* e = nullptr;
+  const std::string rank = a == std::string::npos ? spec : spec.substr(0, a);
+  const long r = std::strtol(rank.c_str(), &e, 10);
+  if (a != std::string::npos && b == std::string::npos && spec.substr(a + 1) == "hang" && !rank.empty() && *e == '\0') {
+    if (r < 0 || r >= world_size)
+      throw InputError("--inject: rank " + rank + " is not in [0, " + std::to_string(world_size) + ")");
+    inj.rank = int(r);
+    inj.hang = true;
+    return inj;
+  }
+  if (a == std::string::npos || b == std::string::npos || rank.empty() || *e != '\0')
+    throw InputError("--inject: '" + spec + "' is not RANK:compute:FACTOR");
+  if (r < 0 || r >= world_size)
+    throw InputError("--inject: rank " + rank + " is not in [0, " + std::to_string(world_size) + ")");
+  const std::string kind = spec.substr(a + 1, b - a - 1);
+  if (kind != "compute" && kind != "comm")
+    throw InputError(kind == "hang" ? "--inject: 'hang' takes no factor (RANK:hang)"
+                                    : "--inject: '" + kind + "' is not a fault this build injects (compute, comm, hang)");
+  const std::string f = spec.substr(b + 1);
+  const double factor = std::strtod(f.c_str(), &e);
+  if (f.empty() || *e != '\0' || !std::isfinite(factor) || factor < 1)
+    throw InputError("--inject: factor '" + f + "' is not a number >= 1");
+  inj.rank = int(r);
+  (kind == "compute" ? inj.compute : inj.comm) = factor;
+  return inj;
+}
+
+}  // namespace dtb

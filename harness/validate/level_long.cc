@@ -1,0 +1,137 @@
+// Level long of `dtbench validate`: every pair's send/recv (round-robin), the all-reduce of
+// groups of two nodes and of the world (bus bandwidth, arrival), and a few data-parallel
+// training steps of the reference GPT (harness/validate_train.h).
+#include <algorithm>
+
+#include "harness/validate/collective.h"
+#include "harness/validate/format.h"
+#include "harness/validate/levels.h"
+#include "harness/validate/pairs.h"
+#include "harness/validate_train.h"
+#include "kernels/error.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+using namespace validate_detail;
+
+// pairs: every pair once, round-robin; each rank's median over its partners.
+void check_pairs(ValidateRun& run) {
+  run.begin_check("pairs");
+  if (run.n <= 1) return;
+  const PairSweep sw = sweep_pairs(run.world, pair_rounds(run.n), run.inv, run.inj, *run.steps, run.current);
+  std::vector<std::vector<double>> m;
+  for (const auto& row : sw.seconds) m.push_back(run.gather(row));
+  const size_t big = kPairSizes.back();
+  run.add_metric("pairs/sendrecv_GBps", {"GB/s", median_bandwidth(m.back(), run.n, big), true});
+  run.add_check({"pairs/sendrecv_matrix", "pass",
+                 "every pair's send/recv bandwidth, " + std::to_string(big >> 20) +
+                     " MiB each way, both directions counted (2 x bytes / seconds, GB/s)",
+                 {}, {}, {{"matrix_GBps", bandwidth_matrix_json(m.back(), run.n, big)}, {"bytes", big}}, {}});
+  run.add_check(alpha_beta_check(m, run.node_of_rank, "pairs/alpha_beta"));
+}
+
+// groups/allreduce: nodes in groups of two (nodes 2k and 2k + 1, as under one leaf switch when
+// the hostfile lists them so), each group's all-reduce at once (groups sharing a host take
+// turns); each group's busbw against the other groups'.
+void check_groups_allreduce(ValidateRun& run) {
+  run.begin_check("groups/allreduce");
+  int nodes = 0;
+  for (const json& r : run.inv) nodes = std::max(nodes, r.value("node_index", 0) + 1);
+  if (nodes < 4) {
+    run.add_check({"groups/allreduce", "skip", "fewer than 4 nodes: groups of 2 nodes would be fewer than 2 to compare",
+                   {}, {}, json::object(), {}});
+    return;
+  }
+  const int group = run.node_index / 2;
+  const auto gcomm = run.world.split(group, run.me, "validate group " + std::to_string(group));
+  const CollectiveProbe p = probe_in_turns(run, gcomm.get(), "groups/allreduce",
+                                           [&](int r) { return run.node_index_of(r) / 2; });
+  const auto all = run.gather({p.busbw});
+  run.add_metric("groups/allreduce_busbw_GBps", {"GB/s", all, true});
+}
+
+// world/allreduce: every rank at once, bus bandwidth and arrival times.
+void check_world_allreduce(ValidateRun& run) {
+  run.begin_check("world/allreduce");
+  if (run.n <= 1) return;
+  run.steps->arrive(run.current);
+  const CollectiveProbe p = probe_allreduce(run.world, run.compute_factor());
+  run.steps->arrive(run.current);
+  run.add_metric("world/allreduce_busbw_GBps", {"GB/s", std::vector<double>(size_t(run.n), p.busbw), true});
+  Metric late{"% of the work", {}, false};
+  json lag = json::object();
+  for (int r = 0; r < run.n; ++r) {
+    late.per_rank.push_back(p.work_ms > 0 ? 100.0 * p.lag_ms[size_t(r)] / p.work_ms : 0.0);
+    lag["rank " + std::to_string(r)] = p.lag_ms[size_t(r)];
+  }
+  late.extra = {{"lateness_ms", lag}, {"work_ms", p.work_ms}, {"busbw_GBps", p.busbw}};
+  if (const std::string why = crowded(run.inv, true); !why.empty())
+    run.add_check({"world/arrival", "skip", why, {}, {}, late.extra, {}});
+  else
+    run.add_metric("world/arrival_late_pct", late);
+}
+
+// The train check's verdict: finite losses, replicas bitwise equal (`differ`: the ranks whose
+// parameters are not rank 0's), a falling loss.
+void judge_train(ValidateCheck& c, const TrainProbe& tp, const std::vector<int>& differ,
+                 const std::vector<std::string>& node_of_rank) {
+  if (!tp.finite) {
+    c.status = "fail", c.detail = "a loss was not finite";
+  } else if (!differ.empty()) {
+    c.status = "fail", c.ranks = differ;
+    for (int r : differ) {
+      add_once(c.nodes, node_of_rank[size_t(r)]);
+      c.node_detail[node_of_rank[size_t(r)]] += "rank " + std::to_string(r) + "'s parameters differ from rank 0's ";
+    }
+    c.detail = "after " + std::to_string(tp.steps) + " steps, ranks " + join_ranks(differ) +
+               " hold other parameters than rank 0 (data-parallel replicas must stay bitwise equal)";
+  } else if (!(tp.last_loss < tp.first_loss)) {
+    c.status = "fail";
+    c.detail = "the loss did not fall: " + num_str(tp.first_loss) + " to " + num_str(tp.last_loss);
+  } else {
+    c.detail = tp.model + ": loss " + num_str(tp.first_loss) + " to " + num_str(tp.last_loss) + " in " +
+               std::to_string(tp.steps) + " steps, replicas bitwise equal, " + num_str(1e3 * tp.step_seconds) +
+               " ms a step";
+  }
+}
+
+// train: a few data-parallel steps of the reference GPT on the whole world.
+void check_train(ValidateRun& run) {
+  run.begin_check("train");
+  run.steps->arrive(run.current);
+  const TrainProbe tp = validate_train_steps(run.world, 6, run.compute_factor());
+  run.steps->arrive(run.current);
+  const double tokens = tp.step_seconds > 0 ? tp.tokens_per_s * tp.step_seconds : 0;
+  // This rank's own speed: tokens over its compute time (wall; CPU time on a host with more
+  // ranks than cores, where wall time counts the waits for a core).
+  const bool by_cpu = !crowded(run.inv, true).empty();
+  const double own = by_cpu ? tp.compute_cpu_seconds : tp.compute_seconds;
+  const auto all = run.gather({own > 0 ? tokens / own : 0.0, double(tp.param_hash >> 32),
+                               double(tp.param_hash & 0xffffffffu), tp.step_seconds});
+  Metric tps{"tokens/s", {}, true};
+  std::vector<int> differ;
+  for (int r = 0; r < run.n; ++r) {
+    tps.per_rank.push_back(all[4 * size_t(r)]);
+    if (all[4 * size_t(r) + 1] != all[1] || all[4 * size_t(r) + 2] != all[2]) differ.push_back(r);
+  }
+  run.add_metric("train/tokens_per_s", tps);
+  ValidateCheck c{"train/world", "pass", "", {}, {}, {{"model", tp.model}, {"steps", tp.steps},
+                  {"first_loss", tp.first_loss}, {"last_loss", tp.last_loss}, {"step_seconds", tp.step_seconds},
+                  {"tokens_per_s_from", by_cpu ? "compute CPU time" : "compute wall time"}}, {}};
+  judge_train(c, tp, differ, run.node_of_rank);
+  run.add_check(c);
+}
+
+}  // namespace
+
+void long_level(ValidateRun& run) {
+  check_pairs(run);
+  check_groups_allreduce(run);
+  check_world_allreduce(run);
+  check_train(run);
+  run.begin_check("");
+}
+
+}  // namespace dtb

@@ -1,0 +1,116 @@
+"""compare.py's inputs: a report loaded and checked for the fields compare.py reads, and whether two
+reports may be compared (their contexts and the config sections of the suites they share).
+
+Refusals are InputError (one line, exit 2) or (field, base, new) triples; nothing here compares metrics.
+"""
+import json
+import math
+import os
+
+from . import registry
+
+# Context: fields that make two reports incompatible (refused without --force), and fields
+# noted when they differ. The config is compared separately (its name, the sections of the
+# suites compared, and its top-level keys but these).
+REFUSE_CONTEXT = ("backend", "comm_backend", "devices", "world_size")
+NOTE_CONTEXT = ("host_name", "num_cpus", "ranks_per_node", "build_type", "dtbench_version", "mpi_version",
+                "blas_version", "cuda_version", "nccl_version")
+CONFIG_NOT_COMPARED = {"name", "description", "output_dir", "comm_timeout_s", "suites", "backend"}
+
+
+class InputError(Exception):
+    """Bad input: exit 2 with this one-line message."""
+
+
+def _refuse_constant(name):
+    """JSON has no NaN or Infinity (Python's parser accepts them; dtbench writes null)."""
+    raise json.JSONDecodeError(f"{name} is not JSON (dtbench writes null for a non-finite number)", name, 0)
+
+
+def load_report(path):
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            report = json.load(f, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: malformed JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read ({e})") from None
+    if not isinstance(report, dict) or not isinstance(report.get("benchmarks"), list):
+        raise InputError(f"{path}: not a dtbench report (no benchmarks[] list)")
+    for key, kind in (("checks", list), ("suites", list), ("context", dict)):
+        if key in report and not isinstance(report[key], kind):
+            raise InputError(f"{path}: not a dtbench report ({key} is not a {kind.__name__})")
+    for i, b in enumerate(report["benchmarks"]):
+        if not isinstance(b, dict) or not isinstance(b.get("name"), str):
+            raise InputError(f"{path}: benchmarks[{i}] has no name")
+    for i, c in enumerate(report.get("checks", [])):
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not isinstance(c.get("passed"), bool):
+            raise InputError(f"{path}: checks[{i}] has no name or no boolean passed")
+    return report
+
+
+def _flat_diff(a, b, prefix, out):
+    """Appends (path, a, b) for every leaf where a and b differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            _flat_diff(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{prefix}.{k}", out)
+    elif a != b:
+        out.append((prefix, a, b))
+
+
+def suite_names(report):
+    names = [s.get("name") for s in report.get("suites", []) if isinstance(s, dict)]
+    if not names:
+        names = report.get("context", {}).get("config", {}).get("suites", []) or []
+    return {n for n in names if isinstance(n, str)}
+
+
+def compatibility(base, new):
+    """(refusals, notes): lists of (field, base value, new value)."""
+    bc, nc = base.get("context", {}) or {}, new.get("context", {}) or {}
+    refuse, notes = [], []
+    for k in REFUSE_CONTEXT:
+        if bc.get(k) != nc.get(k):
+            refuse.append((k, bc.get(k), nc.get(k)))
+    for k in NOTE_CONTEXT:
+        if bc.get(k) != nc.get(k):
+            notes.append((k, bc.get(k), nc.get(k)))
+    bd, nd = bc.get("dataset") or {}, nc.get("dataset") or {}
+    if bd.get("sha256") != nd.get("sha256"):
+        notes.append(("dataset.sha256", bd.get("sha256"), nd.get("sha256")))
+    bcfg, ncfg = bc.get("config") or {}, nc.get("config") or {}
+    if bcfg.get("name") != ncfg.get("name"):
+        refuse.append(("config.name", bcfg.get("name"), ncfg.get("name")))
+    compared = suite_names(base) & suite_names(new)
+    sections = set(registry.suites()) | suite_names(base) | suite_names(new)
+    diffs = []
+    for k in sorted(set(bcfg) | set(ncfg)):
+        if k in CONFIG_NOT_COMPARED or (k in sections and k not in compared):
+            continue
+        _flat_diff(bcfg.get(k, "<absent>"), ncfg.get(k, "<absent>"), f"config.{k}", diffs)
+    # A key that one report lacks (added by a later dtbench) set to its off value in the
+    # other ("", 0, false, null, "none") configures nothing: a note, not a refusal.
+    for d in diffs:
+        (notes if _absent_and_off(d[1], d[2]) else refuse).append(d)
+    return refuse, notes
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _absent_and_off(a, b):
+    """True when one of a, b is "<absent>" and the other an off value."""
+    off = lambda v: v is None or v is False or v == "" or v == "none" or (_is_number(v) and v == 0)
+    return (a == "<absent>" and off(b)) or (b == "<absent>" and off(a))
+
+
+def _short(v, width=40):
+    s = json.dumps(v) if not isinstance(v, str) else v
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+def describe(diffs):
+    return "; ".join(f"{f} {_short(a)} vs {_short(b)}" for f, a, b in diffs)

@@ -1,0 +1,1 @@
+"""One module per dtbench suite: its report section, plots, metrics and parameters (see registry.py)."""

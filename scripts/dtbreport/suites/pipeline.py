@@ -1,0 +1,122 @@
+"""The pipeline suite's section (suites/pipeline.cc): bubble per schedule, p and m (theory, simulated,
+measured) and the bubble against micro-batches plot (-bubble).
+"""
+from collections import OrderedDict
+
+from ..fmt import fmt, fmt_timing, num, record_tail, stat
+from ..metrics import INFO, LOWER, metric
+from ..plot import colors, plt
+from ..registry import unit
+
+SUITE = "pipeline"
+PLOTS = ("bubble",)
+METRICS = {
+    "bubble_measured": metric(LOWER, "fraction", "bubble_measured_stats", "pipeline: idle fraction"),
+    "bubble_measured_stats": metric(INFO, "fraction", note="pipeline: bubble_measured's samples"),
+    "bubble_simulated": metric(INFO, "fraction", note="pipeline"),
+    "stage_bubble_measured": metric(INFO, "fraction", note="pipeline"),
+    "stage_bubble_simulated": metric(INFO, "fraction", note="pipeline"),
+    "step_time_simulated_ms": metric(INFO, "ms", note="pipeline"),
+    "peak_in_flight": metric(INFO, "micro-batches", note="pipeline"),
+    "peak_in_flight_simulated": metric(INFO, "micro-batches", note="pipeline"),
+}
+PARAMETERS = {"m", "p", "pipelines", "t_backward_us", "t_forward_us"}
+
+
+def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
+    d = r.doc
+    run = [b for b in recs if not b.get("skipped") and "schedule" in b]
+    skipped = [b for b in recs if b.get("skipped")]
+    if not run:
+        return r.generic("pipeline", recs)
+    if data.get("bubble_definition"):
+        d.p(f"Bubble = {data['bubble_definition']}. Theory: (p−1)/(m+p−1), (p−1)/(v m+p−1) interleaved; "
+            "simulated: the schedule replayed with zero communication.")
+    failed = {c["name"] for c in cs if not c.get("passed")}
+    rows, cls = [], []
+    for b in run:
+        tag = f"pipeline/{b['schedule']}/p:{b['p']}/m:{b['m']}/"
+        bad = sorted(n[len(tag):] for n in failed if n.startswith(tag))
+        bs = b.get("bubble_measured_stats")
+        rows.append([b["schedule"], fmt(b.get("p")), fmt(b.get("m")), fmt(b.get("virtual_stages")),
+                     f"{num(b.get('bubble_theory')):.4f}", f"{num(b.get('bubble_simulated')):.4f}",
+                     f"{num(b.get('bubble_measured')):.4f}" + (
+                         f" ({stat(bs, 'min'):.3f}–{stat(bs, 'max'):.3f})" if stat(bs, "min") is not None else ""),
+                     fmt_timing(b.get("step_time_ms"), 4), fmt(num(b.get("step_time_simulated_ms")), 4),
+                     fmt(b.get("peak_in_flight"), 3),
+                     "FAILED: " + ", ".join(bad) if bad else "passed"])
+        cls.append("fail" if bad else None)
+    d.table(["schedule", "p", "m", "v", "theory", "simulated", "measured (min–max)",
+             f"step ({unit('step_time_ms', SUITE)})",
+             f"simulated step ({unit('step_time_simulated_ms', SUITE)})", "peak in-flight per stage", "checks"], rows,
+            align=["l"] + ["r"] * 9 + ["l"], row_cls=cls)
+    if skipped:
+        d.p("Not run: " + "; ".join(f"`{record_tail(b['name'], 'pipeline')}` ({b.get('skip_message', '')})"
+                                    for b in skipped) + ".", "note")
+    r.pipeline_runs = run
+    plot_bubble(r, run, failed)
+
+
+def plot_bubble(r, run, failed):
+    p = plt()
+    import numpy as np
+    ps = sorted({int(b["p"]) for b in run})
+    fig, axes = p.subplots(1, len(ps), figsize=(5.6 * len(ps) + 0.5, 4.5), squeeze=False, constrained_layout=True,
+                           sharey=True)
+    scheds = list(OrderedDict.fromkeys(b["schedule"] for b in run))
+    cols = dict(zip(scheds, ["#4c72b0", "#dd8452", "#55a868", "#c44e52"][:len(scheds)] if len(scheds) <= 4
+                    else colors(len(scheds))))
+    offs = {s: (i - (len(scheds) - 1) / 2) * 0.06 for i, s in enumerate(scheds)}
+    for ax, pp in zip(axes[0], ps):
+        sub = [b for b in run if int(b["p"]) == pp]
+        ms = sorted({int(b["m"]) for b in sub})
+        drawn = set()
+        for s in scheds:
+            v = next((int(b.get("virtual_stages", 1)) for b in sub if b["schedule"] == s), 1)
+            key = (v if s == "interleaved" else 1)
+            if key in drawn:
+                continue
+            drawn.add(key)
+            own = [int(b["m"]) for b in sub if (b["schedule"] == "interleaved") == (key > 1)]
+            mm = np.geomspace(min(own), max(own), 200) if max(own) > min(own) else np.array(own[:1], float)
+            th = (pp - 1) / (key * mm + pp - 1)
+            same = [t for t in scheds if (next((int(b.get("virtual_stages", 1)) for b in sub
+                                                if b["schedule"] == t), 1) if t == "interleaved" else 1) == key]
+            ax.plot(mm, th, color="black" if key == 1 else "#777777", ls="-" if key == 1 else "--", lw=1.1,
+                    label="theory " + "/".join(same) + (f" (p−1)/({key}m+p−1)" if key > 1 else " (p−1)/(m+p−1)"))
+        for s in scheds:
+            pts = sorted((b for b in sub if b["schedule"] == s), key=lambda b: int(b["m"]))
+            if not pts:
+                continue
+            xs = [int(b["m"]) * 2 ** offs[s] for b in pts]
+            ys = [num(b["bubble_measured"]) for b in pts]
+            lo = [y - (stat(b.get("bubble_measured_stats"), "min") or y) for b, y in zip(pts, ys)]
+            hi = [(stat(b.get("bubble_measured_stats"), "max") or y) - y for b, y in zip(pts, ys)]
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", ms=5, color=cols[s], capsize=2, label=f"{s} measured")
+            bad = [(x, y) for x, y, b in zip(xs, ys, pts)
+                   if f"pipeline/{s}/p:{b['p']}/m:{b['m']}/bubble" in failed]
+            if bad:
+                ax.scatter([x for x, _ in bad], [y for _, y in bad], s=150, facecolors="none", edgecolors="red",
+                           lw=1.5, zorder=5, label="check failed" if s == scheds[0] or True else None)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ms, [str(m) for m in ms])
+        ax.minorticks_off()
+        ax.set_xlabel("micro-batches m (log scale)")
+        ax.set_title(f"p = {pp} stages")
+        ax.set_ylim(0, 1)
+        h, l = ax.get_legend_handles_labels()
+        uniq = OrderedDict()
+        for hh, ll in zip(h, l):
+            uniq.setdefault(ll, hh)
+        ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="upper right")
+    axes[0][0].set_ylabel("bubble = idle / step time")
+    t_f = run[0].get("t_forward_us")
+    t_b = run[0].get("t_backward_us")
+    fig.suptitle(f"Pipeline bubble against micro-batches (t_f {fmt(num(t_f))} µs, t_b {fmt(num(t_b))} µs per "
+                 f"stage, {r.world()} ranks)")
+    r.save(fig, "bubble", "pipeline bubble against micro-batches",
+              "Measured bubble (median of the repetitions, bars: min–max; points of one m are spread slightly "
+              "sideways) against micro-batches per step, with the closed form as lines (GPipe and 1F1B share "
+              "(p−1)/(m+p−1)). Red rings: the bubble check (|measured − simulated| <= 0.05) failed.")
