@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -268,6 +269,22 @@ void write_file_durably(const std::string& path, const std::string& text) {
   write_durably(path, text.data(), text.size());
 }
 
+CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
+                                      const TrainConfig& cfg, const std::string& dataset_sha256) {
+  CheckpointRunInfo r;
+  r.layout = layout;
+  r.zero_stage = zero.stage;
+  r.offload_optimizer = zero.offload_optimizer;
+  r.precision = cfg.precision;
+  r.model = model;
+  r.seed = cfg.seed;
+  r.dataset_sha256 = dataset_sha256;
+  r.global_batch = cfg.global_batch;
+  r.seq_len = cfg.seq_len;
+  r.loss_scaling = cfg.loss_scaler.enabled;
+  return r;
+}
+
 std::string describe_layout(const CheckpointRunInfo& r) {
   const ParallelLayout& l = r.layout;
   std::string s;
@@ -278,6 +295,49 @@ std::string describe_layout(const CheckpointRunInfo& r) {
   if (l.pp > 1) s += " " + l.schedule;
   if (l.virtual_stages > 1) s += " v" + std::to_string(l.virtual_stages);
   return s;
+}
+
+void TrainHistory::append(const TrainRun& run) {
+  losses.insert(losses.end(), run.losses.begin(), run.losses.end());
+  loss_scales.insert(loss_scales.end(), run.loss_scales.begin(), run.loss_scales.end());
+  grad_norms.insert(grad_norms.end(), run.grad_norms.begin(), run.grad_norms.end());
+  skipped.insert(skipped.end(), run.skipped.begin(), run.skipped.end());
+}
+
+namespace {
+json numbers_to_json(const std::vector<double>& v) {
+  json a = json::array();
+  for (double x : v) a.push_back(std::isfinite(x) ? json(x) : json(nullptr));
+  return a;
+}
+}  // namespace
+
+json history_to_json(const TrainHistory& h) {
+  return {{"losses", numbers_to_json(h.losses)},
+          {"loss_scales", numbers_to_json(h.loss_scales)},
+          {"grad_norms", numbers_to_json(h.grad_norms)},
+          {"skipped", h.skipped}};
+}
+
+TrainHistory history_from_json(const json& m, int64_t steps, const TrainConfig& cfg, const std::string& step_dir) {
+  const std::string bad = "checkpoint " + printable(step_dir) + ": manifest.json's history does not hold the " +
+                          std::to_string(steps) + " steps the train suite records";
+  TrainHistory h;
+  auto numbers = [&](const char* key, size_t n, std::vector<double>& out) {
+    const json& a = m.contains("history") && m["history"].is_object() ? m["history"].value(key, json()) : json();
+    if (!a.is_array() || a.size() != n) throw InputError(bad);
+    for (const json& x : a) {
+      if (!x.is_null() && !x.is_number()) throw InputError(bad);
+      out.push_back(x.is_null() ? std::numeric_limits<double>::quiet_NaN() : x.get<double>());
+    }
+  };
+  numbers("losses", size_t(steps), h.losses);
+  numbers("loss_scales", cfg.loss_scaler.enabled ? size_t(steps) : 0, h.loss_scales);
+  numbers("grad_norms", cfg.grad_clip > 0 ? size_t(steps) : 0, h.grad_norms);
+  std::vector<double> skipped;
+  numbers("skipped", cfg.loss_scaler.enabled ? size_t(steps) : 0, skipped);
+  for (double x : skipped) h.skipped.push_back(x != 0 ? 1 : 0);
+  return h;
 }
 
 std::string checkpoint_step_dir(const std::string& dir, int64_t step) {

@@ -19,7 +19,7 @@
 #include "reference/memory_model.h"
 #include "reference/parallel_trainer.h"
 #include "reference/test_dataset.h"
-#include "suites/oracle.h"
+#include "reference/layout_runner.h"
 
 namespace dtb {
 namespace {
@@ -67,8 +67,15 @@ double unit_roundoff_of(Precision p) {
 LayoutOutcome run(const ParallelLayout& layout, const TrainConfig& cfg, const ZeroConfig& zero, Communicator& comm,
                   Recompute recompute = Recompute::none, bool gather = true) {
   CpuDevice dev;
-  return run_parallel_layout(kModel, layout, cfg, zero, dev, nullptr, comm, comm, test_data(), gather, nullptr,
-                             recompute);
+  return run_layout({.model = kModel, .layout = layout, .train = cfg, .zero = zero, .recompute = recompute,
+                     .device = dev, .host = comm, .data = test_data(), .gather = gather});
+}
+
+// ||a - ref|| / ||ref|| (||a - ref|| when ref is 0), as the oracle's checks (suites/oracle.h).
+double rel_norm_diff(const double* a, const double* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 // The largest per-tensor ||a - ref|| / ||ref|| over gpt.h's tensors (each tensor all layers).

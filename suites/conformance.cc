@@ -179,8 +179,9 @@ class ConformanceSuite : public Suite {
         const int k = int(l.world());
         auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
         LayoutOutcome out;
-        if (world.rank() < k) out = run_parallel_layout(model, l, cfg, spec.z, ctx.device, nullptr, *sub, *sub, data, true, nullptr,
-                                                        spec.recompute);
+        if (world.rank() < k)
+          out = run_layout({.model = model, .layout = l, .train = cfg, .zero = spec.z, .recompute = spec.recompute,
+                            .device = ctx.device, .host = *sub, .data = data, .gather = true});
         world.barrier();
         // Step times: the slowest rank's per step, from the layout's ranks.
         // Each rank sends its step times, then its stage and peak activation bytes.

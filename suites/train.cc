@@ -4,12 +4,12 @@
 // contract). Reports tokens/s and the step time split into compute and communication.
 #include <cmath>
 #include <cstdio>
-#include <limits>
 
 #include <filesystem>
 
 #include "kernels/timer.h"
 #include "reference/checkpoint.h"
+#include "reference/layout_runner.h"
 #include "reference/trainer.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
@@ -97,193 +97,16 @@ std::string resume_step_dir(const CheckpointPlan& p) {
   }
 }
 
-CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
-                                      const TrainConfig& cfg, const std::string& dataset_sha256) {
-  CheckpointRunInfo r;
-  r.layout = layout;
-  r.zero_stage = zero.stage;
-  r.offload_optimizer = zero.offload_optimizer;
-  r.precision = cfg.precision;
-  r.model = model;
-  r.seed = cfg.seed;
-  r.dataset_sha256 = dataset_sha256;
-  r.global_batch = cfg.global_batch;
-  r.seq_len = cfg.seq_len;
-  r.loss_scaling = cfg.loss_scaler.enabled;
-  return r;
-}
-
-// The run's record of the steps done, kept in each checkpoint's manifest ("history") so a
-// resumed run reports its whole loss curve: per step the loss, and the loss scale and
-// skip with loss scaling, the gradient norm with clipping (null where not finite).
-struct History {
-  std::vector<double> losses, loss_scales, grad_norms;
-  std::vector<int> skipped;
-};
-
-json numbers_to_json(const std::vector<double>& v) {
-  json a = json::array();
-  for (double x : v) a.push_back(std::isfinite(x) ? json(x) : json(nullptr));
-  return a;
-}
-
-json history_to_json(const History& h) {
-  return {{"losses", numbers_to_json(h.losses)},
-          {"loss_scales", numbers_to_json(h.loss_scales)},
-          {"grad_norms", numbers_to_json(h.grad_norms)},
-          {"skipped", h.skipped}};
-}
-
-// A manifest's history of `steps` steps, as a run of `cfg` records it. Errors: InputError
-// naming the checkpoint when it is missing or of another length.
-History history_from_json(const json& m, int64_t steps, const TrainConfig& cfg, const std::string& step_dir) {
-  const std::string bad = "checkpoint " + printable(step_dir) + ": manifest.json's history does not hold the " +
-                          std::to_string(steps) + " steps the train suite records";
-  History h;
-  auto numbers = [&](const char* key, size_t n, std::vector<double>& out) {
-    const json& a = m.contains("history") && m["history"].is_object() ? m["history"].value(key, json()) : json();
-    if (!a.is_array() || a.size() != n) throw InputError(bad);
-    for (const json& x : a) {
-      if (!x.is_null() && !x.is_number()) throw InputError(bad);
-      out.push_back(x.is_null() ? std::numeric_limits<double>::quiet_NaN() : x.get<double>());
-    }
-  };
-  numbers("losses", size_t(steps), h.losses);
-  numbers("loss_scales", cfg.loss_scaler.enabled ? size_t(steps) : 0, h.loss_scales);
-  numbers("grad_norms", cfg.grad_clip > 0 ? size_t(steps) : 0, h.grad_norms);
-  std::vector<double> skipped;
-  numbers("skipped", cfg.loss_scaler.enabled ? size_t(steps) : 0, skipped);
-  for (double x : skipped) h.skipped.push_back(x != 0 ? 1 : 0);
-  return h;
-}
-
 // What checkpointing did in a run: its report's data.checkpoint.
-struct CheckpointRecord {
-  std::string resumed_from;  // the step directory, "" for a fresh run
-  int64_t first_step = 0;    // steps taken from the checkpoint = the first step run here
-  std::vector<int64_t> saved;
-  std::string save_error;  // the first failed save (every rank agrees); later saves are skipped
-  json to_json(const CheckpointPlan& p, int steps) const {
-    return {{"save_error", save_error.empty() ? json(nullptr) : json(save_error)},
-            {"dir", p.dir},
-            {"every", p.every},
-            {"resume_from", p.resume_from},
-            {"resumed_from", resumed_from},
-            {"resumed_at_step", first_step},
-            {"steps_run", steps - first_step},
-            {"saved_at_steps", saved}};
-  }
-};
-
-// run_parallel_layout's training (suites/oracle.h) with checkpoints: resumed from
-// plan.resume_from (the steps before it taken from the checkpoint's history; no step-0
-// gradient then) and saving one every plan.every steps. Collective over `host`.
-template <typename T>
-LayoutOutcome run_checkpointed_as(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
-                                  const ZeroConfig& zero, Recompute recompute, Device& device, Ops<T>* ops,
-                                  Communicator& host, Communicator& comm, const Dataset& data, SpanRecorder* spans,
-                                  const CheckpointPlan& plan, const SuiteContext& ctx, CheckpointRecord* rec) {
-  ParallelLayout l = layout;
-  l.micro_batches = cfg.micro_batches;
-  validate_layout(l, model_cfg, cfg.global_batch, comm.size());
-  OwnedGroups og = make_parallel_groups(comm, l);
-  ParallelGroups g{comm, *og.tp, *og.dp, *og.pp, og.pp_backward.get()};
-  ParallelGpt<T> m(model_cfg, l, comm.rank(), device, *og.tp, ops);
-  m.set_recompute(recompute);
-  ZeroEngine<T> engine(m, zero, *og.dp, cfg.adamw);
-  engine.load(m.initial_params(cfg.seed));
-  const CheckpointRunInfo info = checkpoint_run_info(model_cfg, l, zero, cfg, data.sha256);
-  LossScaler scaler(cfg.loss_scaler);
-  TrainLoop loop;
-  loop.scaler = &scaler;
-  LayoutOutcome out;
-  History before;  // the steps taken from the checkpoint
-  const std::string step_dir = resume_step_dir(plan);
-  if (!step_dir.empty()) {
-    const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host);
-    json m_hist;
-    m_hist["history"] = p.history;
-    before = history_from_json(m_hist, p.next_step, cfg, step_dir);  // the same manifest on every rank
-    if (p.next_step >= cfg.steps)
-      throw InputError("train.resume_from: checkpoint " + step_dir + " is at step " + std::to_string(p.next_step) +
-                       ", leaving no step of train.steps = " + std::to_string(cfg.steps) + " to run");
-    loop.first_step = p.next_step;
-    rec->resumed_from = step_dir;
-    rec->first_step = p.next_step;
-    ctx.print("# train: resumed from " + step_dir + ": steps " + std::to_string(p.next_step) + " to " +
-              std::to_string(cfg.steps - 1) + " run here, the loss curve before from the checkpoint");
-  } else {
-    if (plan.resume_from == "latest") ctx.print("# train: no checkpoint in " + plan.dir + " yet: a fresh run");
-    parallel_compute_gradients(m, engine, data, cfg, 0, g);  // leaves the parameters as initialised
-    const std::vector<T> g0 = engine.full_grads();
-    out.grads0 = m.gather(g0, host);
-    out.replica_grads0 = m.replica_max_diff(g0, host);
-  }
-  host.barrier();
-  loop.after_step = [&](int64_t done, const LossScaler& s, const TrainRun& so_far) {
-    if (plan.every <= 0 || done % plan.every != 0) return;
-    History h = before;
-    h.losses.insert(h.losses.end(), so_far.losses.begin(), so_far.losses.end());
-    h.loss_scales.insert(h.loss_scales.end(), so_far.loss_scales.begin(), so_far.loss_scales.end());
-    h.grad_norms.insert(h.grad_norms.end(), so_far.grad_norms.begin(), so_far.grad_norms.end());
-    h.skipped.insert(h.skipped.end(), so_far.skipped.begin(), so_far.skipped.end());
-    TrainProgress p;
-    p.next_step = done;
-    p.scaler = s.state();
-    p.history = history_to_json(h);
-    if (!rec->save_error.empty()) return;
-    std::string saved;
-    try {  // a failed save (a full disk) is agreed by every rank: training goes on, measured
-      saved = save_checkpoint(plan.dir, info, engine, p, host);
-    } catch (const InputError& e) {
-      rec->save_error = e.what();
-      ctx.print("# train: checkpoint save failed, training goes on without saving: " + rec->save_error);
-      return;
-    }
-    rec->saved.push_back(done);
-    if (host.rank() == 0) {
-      uintmax_t bytes = 0;
-      std::error_code ec;
-      for (int r = 0; r < host.size(); ++r)
-        bytes += std::filesystem::file_size(std::filesystem::path(saved) / ("rank-" + std::to_string(r) + ".bin"), ec);
-      ctx.print("# train: checkpoint " + saved + " saved (" + std::to_string(bytes) + " bytes in " +
-                std::to_string(host.size()) + " rank files)");
-    }
-  };
-  const TrainRun run = parallel_train(m, engine, data, cfg, g, spans, loop);
-  out.pp_rank = m.coord().pp;
-  out.tp_rank = m.coord().tp;
-  out.losses = before.losses;
-  out.losses.insert(out.losses.end(), run.losses.begin(), run.losses.end());
-  out.loss_scales = before.loss_scales;
-  out.loss_scales.insert(out.loss_scales.end(), run.loss_scales.begin(), run.loss_scales.end());
-  out.grad_norms = before.grad_norms;
-  out.grad_norms.insert(out.grad_norms.end(), run.grad_norms.begin(), run.grad_norms.end());
-  out.skipped = before.skipped;
-  out.skipped.insert(out.skipped.end(), run.skipped.begin(), run.skipped.end());
-  out.timings = run.timings;  // the steps run here only
-  out.dp_comm_bytes = double(engine.comm_stats().bytes);
-  const std::vector<T> p = engine.full_params();
-  out.params = m.gather(p, host);
-  out.replica_params = m.replica_max_diff(p, host);
-  return out;
-}
-
-LayoutOutcome run_checkpointed(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
-                               const ZeroConfig& zero, Recompute recompute, Device& device, Ops<float>* ops,
-                               Communicator& host, Communicator& comm, const Dataset& data, SpanRecorder* spans,
-                               const CheckpointPlan& plan, const SuiteContext& ctx, CheckpointRecord* rec) {
-  switch (cfg.precision) {
-    case Precision::bf16:
-      return run_checkpointed_as<bf16>(model_cfg, layout, cfg, zero, recompute, device, nullptr, host, comm, data,
-                                       spans, plan, ctx, rec);
-    case Precision::fp16:
-      return run_checkpointed_as<fp16>(model_cfg, layout, cfg, zero, recompute, device, nullptr, host, comm, data,
-                                       spans, plan, ctx, rec);
-    default:
-      return run_checkpointed_as<float>(model_cfg, layout, cfg, zero, recompute, device, ops, host, comm, data, spans,
-                                        plan, ctx, rec);
-  }
+json checkpoint_json(const CheckpointActivity& a, const CheckpointPlan& p, int steps) {
+  return {{"save_error", a.save_error.empty() ? json(nullptr) : json(a.save_error)},
+          {"dir", p.dir},
+          {"every", p.every},
+          {"resume_from", p.resume_from},
+          {"resumed_from", a.resumed_from},
+          {"resumed_at_step", a.first_step},
+          {"steps_run", steps - a.first_step},
+          {"saved_at_steps", a.saved}};
 }
 
 class TrainSuite : public Suite {
@@ -355,7 +178,6 @@ class TrainSuite : public Suite {
     const Recompute recompute = parse_recompute_key(ctx.section, "train");
     apply_recipe_keys(ctx.section, "train", cfg, &zero);
     const CheckpointPlan plan = checkpoint_plan_from_json(ctx.section);
-    CheckpointRecord checkpoints;
     // Plain DP (reference/trainer.h) unless the layout, ZeRO, recompute or checkpoints need the sharded model.
     const bool dp_only = !plan.on() && layout.tp == 1 && layout.pp == 1 && zero.stage == 0 &&
                          recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
@@ -412,13 +234,20 @@ class TrainSuite : public Suite {
         run.replica_params = std::max(run.replica_params, double(std::fabs(root_params[i] - my_params[i])));
       world.all_reduce(&run.replica_params, &run.replica_params, 1, DType::f64, ReduceOp::max);
       run.params.assign(my_params.begin(), my_params.end());
-    } else if (plan.on()) {
-      run = run_checkpointed(model_cfg, layout, cfg, zero, recompute, ctx.device, on_cpu ? nullptr : &be->ops(), world,
-                             dev_comm, data, ctx.spans, plan, ctx, &checkpoints);
     } else {
-      run = run_parallel_layout(model_cfg, layout, cfg, zero, ctx.device, on_cpu ? nullptr : &be->ops(), world, dev_comm,
-                                data, /*gather=*/true, ctx.spans, recompute);
+      LayoutCheckpoints ck;
+      if (plan.on()) {
+        ck.dir = plan.dir, ck.every = plan.every, ck.resume_step_dir = resume_step_dir(plan);
+        ck.note = [&](const std::string& line) { ctx.print("# train: " + line); };
+        if (ck.resume_step_dir.empty() && plan.resume_from == "latest")
+          ctx.print("# train: no checkpoint in " + plan.dir + " yet: a fresh run");
+      }
+      run = run_layout({.model = model_cfg, .layout = layout, .train = cfg, .zero = zero, .recompute = recompute,
+                        .device = ctx.device, .ops = on_cpu ? nullptr : &be->ops(), .host = world,
+                        .device_comm = &dev_comm, .data = data, .gather = true, .spans = ctx.spans,
+                        .checkpoints = plan.on() ? &ck : nullptr});
     }
+    const CheckpointActivity& checkpoints = run.checkpoints;
     // Steps run here (all but those a resumed run took from its checkpoint): their timings.
     const int first = int(checkpoints.first_step), timed = int(run.timings.size());
     const int every = std::max(1, cfg.steps / 10);
@@ -503,7 +332,7 @@ class TrainSuite : public Suite {
       res.checks.push_back(make_check("train/loss_falls", run.losses.back() / run.losses.front(), 0.99,
                                       "last loss / first loss <= 0.99"));
       res.data = {{"model", ctx.config.at("model")}, {"num_params", P}, {"losses", {{"dp", run.losses}}}};
-      if (plan.on()) res.data["checkpoint"] = checkpoints.to_json(plan, cfg.steps);
+      if (plan.on()) res.data["checkpoint"] = checkpoint_json(checkpoints, plan, cfg.steps);
       if (plan.every > 0)
         res.checks.push_back(make_check("train/checkpoints_saved", checkpoints.save_error.empty() ? 0.0 : 1.0, 0.0,
                                         checkpoints.save_error.empty() ? "every save completed"
@@ -547,7 +376,7 @@ class TrainSuite : public Suite {
                 {"losses", losses}};
     if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
     if (!run.grad_norms.empty()) res.data["grad_norms"] = run.grad_norms;
-    if (plan.on()) res.data["checkpoint"] = checkpoints.to_json(plan, cfg.steps);
+    if (plan.on()) res.data["checkpoint"] = checkpoint_json(checkpoints, plan, cfg.steps);
     if (plan.every > 0)
       res.checks.push_back(make_check("train/checkpoints_saved", checkpoints.save_error.empty() ? 0.0 : 1.0, 0.0,
                                       checkpoints.save_error.empty() ? "every save completed"
