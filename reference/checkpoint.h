@@ -80,8 +80,10 @@ void write_file_durably(const std::string& path, const std::string& text);
 /// position is a step index, so global_batch and seq_len too; micro_batches may differ).
 struct CheckpointRunInfo {
   ParallelLayout layout;
-  int zero_stage = 0;
-  bool offload_optimizer = false;
+  /// The ZeRO settings: their stage and offload_optimizer identify the run (the manifest's
+  /// layout.zero_stage and layout.offload_optimizer); buckets, overlap and the communication
+  /// type may change between a save and a resume (each step's result is the same).
+  ZeroConfig zero;
   Precision precision = Precision::fp32;
   GptConfig model;
   uint64_t seed = 0;

@@ -64,8 +64,7 @@ CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayo
                                       const TrainConfig& cfg, const std::string& dataset_sha256) {
   CheckpointRunInfo r;
   r.layout = layout;
-  r.zero_stage = zero.stage;
-  r.offload_optimizer = zero.offload_optimizer;
+  r.zero = zero;
   r.precision = cfg.precision;
   r.model = model;
   r.seed = cfg.seed;
@@ -81,8 +80,8 @@ std::string describe_layout(const CheckpointRunInfo& r) {
   std::string s;
   if (l.tp > 1) s += "TP" + std::to_string(l.tp) + "x";
   if (l.pp > 1) s += "PP" + std::to_string(l.pp) + "x";
-  s += "DP" + std::to_string(l.dp) + " zero" + std::to_string(r.zero_stage);
-  if (r.offload_optimizer) s += " offload";
+  s += "DP" + std::to_string(l.dp) + " zero" + std::to_string(r.zero.stage);
+  if (r.zero.offload_optimizer) s += " offload";
   if (l.pp > 1) s += " " + l.schedule;
   if (l.virtual_stages > 1) s += " v" + std::to_string(l.virtual_stages);
   return s;
@@ -183,8 +182,8 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   saved.layout.pp = int_field(m, where, "layout", "pp");
   saved.layout.virtual_stages = int_field(m, where, "layout", "virtual_stages");
   saved.layout.schedule = field<std::string>(m, where, "layout", "schedule");
-  saved.zero_stage = int_field(m, where, "layout", "zero_stage");
-  saved.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
+  saved.zero.stage = int_field(m, where, "layout", "zero_stage");
+  saved.zero.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
   const std::string prec = field<std::string>(m, where, "layout", "precision");
   const auto world = field<int64_t>(m, where, "world_size");
   const std::string me = "checkpoint " + where + ": ";
@@ -192,8 +191,8 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   const ParallelLayout& a = saved.layout;
   const ParallelLayout& b = run.layout;
   const bool same_rest = a.tp == b.tp && a.pp == b.pp && a.virtual_stages == b.virtual_stages &&
-                         (a.pp == 1 || a.schedule == b.schedule) && saved.zero_stage == run.zero_stage &&
-                         saved.offload_optimizer == run.offload_optimizer;
+                         (a.pp == 1 || a.schedule == b.schedule) && saved.zero.stage == run.zero.stage &&
+                         saved.zero.offload_optimizer == run.zero.offload_optimizer;
   if (same_rest && a.dp != b.dp)
     throw InputError(me + "saved with DP" + std::to_string(a.dp) + ", this run has DP" + std::to_string(b.dp) +
                      ": resharding a checkpoint to another DP size is not supported");
@@ -279,8 +278,8 @@ json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, c
             {"pp", l.pp},
             {"virtual_stages", l.virtual_stages},
             {"schedule", l.schedule},
-            {"zero_stage", run.zero_stage},
-            {"offload_optimizer", run.offload_optimizer},
+            {"zero_stage", run.zero.stage},
+            {"offload_optimizer", run.zero.offload_optimizer},
             {"precision", precision_name(run.precision)}}},
           {"model", {{"L", run.model.L}, {"C", run.model.C}, {"NH", run.model.NH}, {"T", run.model.T}, {"V", run.model.V}}},
           {"seed", run.seed},

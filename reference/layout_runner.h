@@ -26,12 +26,12 @@ namespace dtb {
 /// directory, save one every `every` steps. The train suite's checkpoint_dir,
 /// checkpoint_every and resume_from keys.
 struct LayoutCheckpoints {
-  std::string dir;              // where saves go (DIR/step-<k>); "": no saves
+  std::string dir{};            // where saves go (DIR/step-<k>); "": no saves
   int every = 0;                // save after every `every` steps done; 0: never
-  std::string resume_step_dir;  // a step directory to resume from (resolve_resume's); "": a fresh run
+  std::string resume_step_dir{};  // a step directory to resume from (resolve_resume's); "": a fresh run
   /// Progress lines ("resumed from ...", "checkpoint ... saved (...)"), called on every rank
   /// (the saved line on rank 0 only); null: none.
-  std::function<void(const std::string&)> note;
+  std::function<void(const std::string&)> note{};
 };
 
 /// What checkpointing did in a run (with LayoutRunSpec::checkpoints).
@@ -46,12 +46,12 @@ struct CheckpointActivity {
 /// has defaults, e.g. run_layout({.model = m, .layout = l, .train = cfg, .device = dev,
 /// .host = world, .data = data}).
 struct LayoutRunSpec {
-  GptConfig model;
+  GptConfig model{};
   /// tp x dp x pp, schedule, virtual stages; micro_batches is taken from train.micro_batches.
-  ParallelLayout layout;
+  ParallelLayout layout{};
   /// Steps, global batch (sequences per step), micro-batches per DP rank, seq_len, seed,
   /// AdamW, clipping, loss scaling, precision: fp32, or bf16 / fp16 on the CPU backend only.
-  TrainConfig train;
+  TrainConfig train{};
   ZeroConfig zero{};
   Recompute recompute = Recompute::none;
   Device& device;
