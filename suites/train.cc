@@ -109,6 +109,234 @@ json checkpoint_json(const CheckpointActivity& a, const CheckpointPlan& p, int s
           {"saved_at_steps", a.saved}};
 }
 
+// What a train run is, from its section: the parsed settings and what follows from them.
+struct TrainFacts {
+  const GptConfig& model;
+  const TrainConfig& cfg;
+  const ParallelLayout& layout;
+  const ZeroConfig& zero;
+  Recompute recompute;
+  const CheckpointPlan& plan;
+  bool dp_only;             // the plain DP trainer (reference/trainer.h), not the sharded model
+  std::string layout_name;  // the record's name after train/gpt/
+  double tokens_per_step;
+  double peak_tflops;  // the section's peak_tflops (0: no MFU)
+};
+
+// "tp:2/dp:2/pp:1/schedule:1f1b" and the options that differ from the defaults.
+std::string sharded_layout_name(const ParallelLayout& layout, const ZeroConfig& zero, Recompute recompute,
+                                const TrainConfig& cfg) {
+  return "tp:" + std::to_string(layout.tp) + "/dp:" + std::to_string(layout.dp) + "/pp:" + std::to_string(layout.pp) +
+         "/schedule:" + layout.schedule +
+         (layout.schedule == "interleaved" ? "/v:" + std::to_string(layout.virtual_stages) : "") +
+         (zero.stage > 0 ? "/zero:" + std::to_string(zero.stage) : "") + (zero.offload_optimizer ? "/offload:cpu" : "") +
+         (recompute != Recompute::none ? "/recompute:" + std::string(to_string(recompute)) : "") +
+         (cfg.precision != Precision::fp32 ? "/precision:" + std::string(to_string(cfg.precision)) : "");
+}
+
+// The plain data-parallel run (reference/trainer.h's Gpt<float> and train()) over
+// `dev_comm`, `ops` null on the CPU: the step-0 gradient (CPU only), the losses and timings,
+// this rank's final parameters and the largest difference from rank 0's (bitwise equal
+// replicas give 0). Collective over ctx.world.
+LayoutOutcome run_plain_dp(const SuiteContext& ctx, const GptConfig& model_cfg, const TrainConfig& cfg,
+                           Ops<float>* ops, Communicator& dev_comm) {
+  const Dataset& data = *ctx.dataset;
+  Communicator& world = ctx.world;
+  LayoutOutcome run;
+  Gpt<float> model(model_cfg, ctx.device, ops);
+  auto to_host = [&](const float* p, size_t count) {
+    std::vector<float> h(count);
+    model.ops().copy_to_host(h.data(), p, count * sizeof(float));
+    return h;
+  };
+  model.init(cfg.seed);
+  compute_gradients(model, data, cfg, 0, dev_comm);
+  if (ops == nullptr) {
+    const std::vector<float> g = to_host(model.grads(), model.num_params());
+    run.grads0.assign(g.begin(), g.end());
+  }
+  world.barrier();
+  const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans);  // spans: --trace
+  run.losses = r.losses;
+  run.timings = r.timings;
+  // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
+  const size_t P = model.num_params();
+  const std::vector<float> my_params = to_host(model.params(), P);
+  std::vector<float> root_params = my_params;
+  world.broadcast(root_params.data(), P, DType::f32, 0);
+  for (size_t i = 0; i < P; ++i)
+    run.replica_params = std::max(run.replica_params, double(std::fabs(root_params[i] - my_params[i])));
+  world.all_reduce(&run.replica_params, &run.replica_params, 1, DType::f64, ReduceOp::max);
+  run.params.assign(my_params.begin(), my_params.end());
+  return run;
+}
+
+// Per step run here, the slowest rank's step time (it sets the pace), split as that rank saw
+// it; its communication time includes waiting for the others (exposed communication).
+struct StepSplit {
+  std::vector<double> step_s, compute_s, comm_s;
+  std::vector<int> slowest_rank;  // per step
+  Summary step, compute, comm;    // of the three, over the steps
+};
+
+// Collective over `world`.
+StepSplit slowest_split(const LayoutOutcome& run, Communicator& world) {
+  const int n = world.size(), timed = int(run.timings.size());
+  std::vector<double> mine;
+  for (const auto& t : run.timings) mine.insert(mine.end(), {t.step_s, t.compute_s, t.comm_s});
+  std::vector<double> all(mine.size() * n);
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+  StepSplit sp;
+  for (int s = 0; s < timed; ++s) {
+    int slowest = 0;
+    for (int r = 1; r < n; ++r)
+      if (all[r * mine.size() + 3 * s] > all[slowest * mine.size() + 3 * s]) slowest = r;
+    const double* v = &all[slowest * mine.size() + 3 * s];
+    sp.step_s.push_back(v[0]);
+    sp.compute_s.push_back(v[1]);
+    sp.comm_s.push_back(v[2]);
+    sp.slowest_rank.push_back(slowest);
+  }
+  if (world.rank() == 0) sp.step = summarize(sp.step_s), sp.compute = summarize(sp.compute_s), sp.comm = summarize(sp.comm_s);
+  return sp;
+}
+
+// Model FLOPs per token, forward and backward: 6 N for the weights plus 12 L C T for
+// attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).
+double model_flops_per_token(const TrainFacts& f) {
+  return 6.0 * double(gpt_num_params(f.model)) + 12.0 * f.model.L * double(f.model.C) * f.cfg.seq_len;
+}
+
+double model_tflops(const TrainFacts& f, const StepSplit& sp) {
+  return model_flops_per_token(f) * f.tokens_per_step / sp.step.median / 1e12;
+}
+
+// The run's record, train/gpt/<layout>.
+json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit& sp, const json& breakdown,
+                  const std::string& backend) {
+  const int timed = int(run.timings.size());
+  const ParallelLayout& layout = f.layout;
+  json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
+  rec["dp"] = layout.dp;
+  rec["tp"] = layout.tp;
+  rec["pp"] = layout.pp;
+  rec["schedule"] = layout.schedule;
+  rec["virtual_stages"] = layout.virtual_stages;
+  rec["zero_stage"] = f.zero.stage;
+  rec["offload_optimizer"] = f.zero.offload_optimizer ? "cpu" : "none";
+  rec["recompute"] = std::string(to_string(f.recompute));
+  rec["precision"] = std::string(to_string(f.cfg.precision));
+  rec["steps"] = f.cfg.steps;
+  rec["tokens_per_step"] = f.tokens_per_step;
+  rec["tokens_per_s"] = f.tokens_per_step / sp.step.median;
+  rec["step_time_ms"] = to_json(sp.step, 1e3);
+  rec["compute_time_ms"] = to_json(sp.compute, 1e3);
+  rec["comm_time_ms"] = to_json(sp.comm, 1e3);
+  std::vector<double> fraction;
+  for (int s = 0; s < timed; ++s) fraction.push_back(sp.comm_s[s] / sp.step_s[s]);
+  rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
+  if (!breakdown.empty()) rec["step_breakdown_ms"] = breakdown;
+  rec["final_loss"] = run.losses.back();
+  if (!run.loss_scales.empty()) {
+    int skipped = 0;
+    for (int k : run.skipped) skipped += k;
+    rec["skipped_steps"] = skipped;
+    rec["final_loss_scale"] = run.loss_scales.back();
+  }
+  rec["backend"] = backend;
+  rec["model_flops_per_token"] = model_flops_per_token(f);
+  rec["model_tflops"] = model_tflops(f, sp);
+  if (f.peak_tflops > 0) rec["mfu"] = model_tflops(f, sp) / f.peak_tflops;
+  return rec;
+}
+
+std::string replica_detail(const TrainFacts& f) {
+  return f.dp_only ? "max |p_rank - p_rank0| over ranks, bitwise"
+                   : "max |difference| between copies of a replicated parameter (TP, DP, tied wte), bitwise";
+}
+
+// With checkpoints: data.checkpoint, and with saves the check that each one completed.
+void checkpoint_results(const TrainFacts& f, const CheckpointActivity& a, SuiteResult& res) {
+  if (f.plan.on()) res.data["checkpoint"] = checkpoint_json(a, f.plan, f.cfg.steps);
+  if (f.plan.every > 0)
+    res.checks.push_back(make_check("train/checkpoints_saved", a.save_error.empty() ? 0.0 : 1.0, 0.0,
+                                    a.save_error.empty() ? "every save completed" : "a save failed: " + a.save_error));
+}
+
+// On another backend than the CPU: replicas, a start near the uniform loss and learning.
+void device_results(const TrainFacts& f, const LayoutOutcome& run, const SuiteContext& ctx, SuiteResult& res) {
+  res.checks.push_back(make_check("train/dp_replicas_identical", run.replica_params, 0.0, replica_detail(f)));
+  // The CUDA ops are checked against the CPU's by the CUDA tests; here, that the model
+  // starts near the uniform loss ln V (GPT-2 init: logits ~0) and learns.
+  res.checks.push_back(make_check("train/loss_step0_near_uniform",
+                                  std::fabs(run.losses.front() - std::log(double(f.model.V))), 0.5,
+                                  "|loss_0 - ln V| <= 0.5"));
+  res.checks.push_back(make_check("train/loss_falls", run.losses.back() / run.losses.front(), 0.99,
+                                  "last loss / first loss <= 0.99"));
+  res.data = {{"model", ctx.config.at("model")}, {"num_params", gpt_num_params(f.model)}, {"losses", {{"dp", run.losses}}}};
+  checkpoint_results(f, run.checkpoints, res);
+}
+
+void print_device_line(const TrainFacts& f, const StepSplit& sp, const std::string& device, const SuiteContext& ctx) {
+  const double tf = model_tflops(f, sp), peak = f.peak_tflops;
+  char line[200];
+  std::snprintf(line, sizeof line, "# train on %s: %.0f tokens/s, step %.2f ms, %.1f model TFLOP/s%s", device.c_str(),
+                f.tokens_per_step / sp.step.median, sp.step.median * 1e3, tf,
+                peak > 0 ? (", MFU " + std::to_string(100 * tf / peak).substr(0, 5) + "%").c_str() : "");
+  ctx.print(line);
+}
+
+// On the CPU: the checks against the float64 oracle, the replicas and learning; the loss
+// curves of the run and the references.
+void oracle_results(const TrainFacts& f, const LayoutOutcome& run, const ReferenceSet& refs, const SuiteContext& ctx,
+                    SuiteResult& res) {
+  for (Check& c : oracle_checks("train/", refs, f.model, f.tokens_per_step, run.losses, run.grads0, run.params))
+    res.checks.push_back(std::move(c));
+  if (f.cfg.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
+    for (Check& c : half_vs_fp32_checks("train/", f.cfg.precision, run.losses, refs.oracle.losses))
+      res.checks.push_back(std::move(c));
+  res.checks.push_back(make_check(f.dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
+                                  run.replica_params, 0.0, replica_detail(f)));
+  if (!f.dp_only && !run.grads0.empty())  // a resumed run has no step-0 gradient
+    res.checks.push_back(make_check("train/replicas_identical/grads/step:0", run.replica_grads0, 0.0,
+                                    "max |difference| between copies of a replicated gradient, bitwise"));
+  // Learning: the mean of the last 10% of losses well below the uniform ln(256) = 5.55.
+  const int steps = f.cfg.steps, tail = std::max(1, steps / 10);
+  double tail_loss = 0;
+  for (int s = steps - tail; s < steps; ++s) tail_loss += run.losses[s];
+  tail_loss /= tail;
+  const double uniform = std::log(double(f.model.V));
+  res.checks.push_back(make_check("train/loss_below_uniform", tail_loss, 0.75 * uniform,
+                                  "mean loss of the last 10% of steps <= 0.75 ln V"));
+
+  json losses = {{f.dp_only ? "dp" : "layout", run.losses}, {"oracle_f64", refs.oracle.losses}};
+  for (size_t j = 0; j < refs.single.size(); ++j)
+    losses["single_rank_" + std::string(to_string(refs.precision)) + "_micro_batches:" +
+           std::to_string(refs.micro_batches[j])] = refs.single[j].losses;
+  const Dataset& data = *ctx.dataset;
+  res.data = {{"model", ctx.config.at("model")},
+              {"num_params", gpt_num_params(f.model)},
+              {"tokens_per_step", f.tokens_per_step},
+              {"dataset", {{"path", data.path}, {"bytes", data.bytes.size()}, {"sha256", data.sha256}}},
+              {"oracle_factor", refs.factor()},
+              {"losses", losses}};
+  if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
+  if (!run.grad_norms.empty()) res.data["grad_norms"] = run.grad_norms;
+  checkpoint_results(f, run.checkpoints, res);
+}
+
+void print_cpu_line(const TrainFacts& f, const StepSplit& sp, int n, const LayoutOutcome& run,
+                    const ReferenceSet& refs, const SuiteContext& ctx) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "# train: %s %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "
+                "final loss %.4f (1 rank %.4f, f64 %.4f)",
+                (f.dp_only ? "dp=" + std::to_string(n) : f.layout_name).c_str(), f.tokens_per_step / sp.step.median,
+                sp.step.median * 1e3, sp.compute.median * 1e3, sp.comm.median * 1e3, run.losses.back(),
+                refs.single[0].losses.back(), refs.oracle.losses.back());
+  ctx.print(line);
+}
+
 class TrainSuite : public Suite {
  public:
   std::string name() const override { return "train"; }
@@ -181,20 +409,13 @@ class TrainSuite : public Suite {
     // Plain DP (reference/trainer.h) unless the layout, ZeRO, recompute or checkpoints need the sharded model.
     const bool dp_only = !plan.on() && layout.tp == 1 && layout.pp == 1 && zero.stage == 0 &&
                          recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
-    const std::string layout_name =
-        dp_only ? "dp:" + std::to_string(n)
-                : "tp:" + std::to_string(layout.tp) + "/dp:" + std::to_string(layout.dp) + "/pp:" +
-                      std::to_string(layout.pp) + "/schedule:" + layout.schedule +
-                      (layout.schedule == "interleaved" ? "/v:" + std::to_string(layout.virtual_stages) : "") +
-                      (zero.stage > 0 ? "/zero:" + std::to_string(zero.stage) : "") +
-                      (zero.offload_optimizer ? "/offload:cpu" : "") +
-                      (recompute != Recompute::none ? "/recompute:" + std::string(to_string(recompute)) : "") +
-                      (cfg.precision != Precision::fp32 ? "/precision:" + std::string(to_string(cfg.precision)) : "");
-    const double tokens_per_step = double(cfg.global_batch) * cfg.seq_len;
+    const TrainFacts f{model_cfg, cfg, layout, zero, recompute, plan, dp_only,
+                       dp_only ? "dp:" + std::to_string(n) : sharded_layout_name(layout, zero, recompute, cfg),
+                       double(cfg.global_batch) * cfg.seq_len, ctx.section.at("peak_tflops")};
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
-              " params, " + (dp_only ? "dp=" + std::to_string(n) : layout_name) + ", global batch " +
+              " params, " + (dp_only ? "dp=" + std::to_string(n) : f.layout_name) + ", global batch " +
               std::to_string(cfg.global_batch) + " x " + std::to_string(cfg.micro_batches) +
               " micro-batches per DP rank, " + std::to_string(cfg.steps) + " steps");
 
@@ -209,31 +430,7 @@ class TrainSuite : public Suite {
     Communicator& dev_comm = ctx.device_world ? *ctx.device_world : world;
     LayoutOutcome run;
     if (dp_only) {
-      Gpt<float> model(model_cfg, ctx.device, on_cpu ? nullptr : &be->ops());
-      auto to_host = [&](const float* p, size_t count) {
-        std::vector<float> h(count);
-        model.ops().copy_to_host(h.data(), p, count * sizeof(float));
-        return h;
-      };
-      model.init(cfg.seed);
-      compute_gradients(model, data, cfg, 0, dev_comm);
-      if (on_cpu) {
-        const std::vector<float> g = to_host(model.grads(), model.num_params());
-        run.grads0.assign(g.begin(), g.end());
-      }
-      world.barrier();
-      const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans);  // spans: --trace
-      run.losses = r.losses;
-      run.timings = r.timings;
-      // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
-      const size_t P = model.num_params();
-      const std::vector<float> my_params = to_host(model.params(), P);
-      std::vector<float> root_params = my_params;
-      world.broadcast(root_params.data(), P, DType::f32, 0);
-      for (size_t i = 0; i < P; ++i)
-        run.replica_params = std::max(run.replica_params, double(std::fabs(root_params[i] - my_params[i])));
-      world.all_reduce(&run.replica_params, &run.replica_params, 1, DType::f64, ReduceOp::max);
-      run.params.assign(my_params.begin(), my_params.end());
+      run = run_plain_dp(ctx, model_cfg, cfg, on_cpu ? nullptr : &be->ops(), dev_comm);
     } else {
       LayoutCheckpoints ck;
       if (plan.on()) {
@@ -247,9 +444,6 @@ class TrainSuite : public Suite {
                         .device_comm = &dev_comm, .data = data, .gather = true, .spans = ctx.spans,
                         .checkpoints = plan.on() ? &ck : nullptr});
     }
-    const CheckpointActivity& checkpoints = run.checkpoints;
-    // Steps run here (all but those a resumed run took from its checkpoint): their timings.
-    const int first = int(checkpoints.first_step), timed = int(run.timings.size());
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)
       if (s % every == 0 || s == cfg.steps - 1) ctx.print(fmt_step(s, run.losses[s]));
@@ -259,136 +453,18 @@ class TrainSuite : public Suite {
     const ReferenceSet refs = on_cpu ? run_references(model_cfg, ctx.device, data, cfg, world) : ReferenceSet{};
 
     SuiteResult res;
-    // Timings: per step, the slowest rank's (it sets the pace), split as that rank saw it;
-    // its communication time includes waiting for the others (exposed communication).
-    std::vector<double> mine;
-    for (const auto& t : run.timings) mine.insert(mine.end(), {t.step_s, t.compute_s, t.comm_s});
-    std::vector<double> all(mine.size() * n);
-    world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
-    std::vector<double> step_s, compute_s, comm_s;
-    std::vector<int> slowest_rank;  // per step
-    for (int s = 0; s < timed; ++s) {
-      int slowest = 0;
-      for (int r = 1; r < n; ++r)
-        if (all[r * mine.size() + 3 * s] > all[slowest * mine.size() + 3 * s]) slowest = r;
-      const double* v = &all[slowest * mine.size() + 3 * s];
-      step_s.push_back(v[0]);
-      compute_s.push_back(v[1]);
-      comm_s.push_back(v[2]);
-      slowest_rank.push_back(slowest);
-    }
-    const json breakdown = step_breakdown_ms(ctx, world, slowest_rank, first);  // collective
+    const StepSplit split = slowest_split(run, world);
+    // Steps run here (all but those a resumed run took from its checkpoint): their timings.
+    const json breakdown = step_breakdown_ms(ctx, world, split.slowest_rank, run.checkpoints.first_step);  // collective
     if (world.rank() != 0) return res;  // rank 0 reports
-
-    const size_t P = gpt_num_params(model_cfg);
-    const Summary step = summarize(step_s), comp = summarize(compute_s), comm = summarize(comm_s);
-    json rec = benchmark_record("train/gpt/" + layout_name, timed, 1, step.median, step.median, "ms");
-    rec["dp"] = layout.dp;
-    rec["tp"] = layout.tp;
-    rec["pp"] = layout.pp;
-    rec["schedule"] = layout.schedule;
-    rec["virtual_stages"] = layout.virtual_stages;
-    rec["zero_stage"] = zero.stage;
-    rec["offload_optimizer"] = zero.offload_optimizer ? "cpu" : "none";
-    rec["recompute"] = std::string(to_string(recompute));
-    rec["precision"] = std::string(to_string(cfg.precision));
-    rec["steps"] = cfg.steps;
-    rec["tokens_per_step"] = tokens_per_step;
-    rec["tokens_per_s"] = tokens_per_step / step.median;
-    rec["step_time_ms"] = to_json(step, 1e3);
-    rec["compute_time_ms"] = to_json(comp, 1e3);
-    rec["comm_time_ms"] = to_json(comm, 1e3);
-    std::vector<double> fraction;
-    for (int s = 0; s < timed; ++s) fraction.push_back(comm_s[s] / step_s[s]);
-    rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
-    if (!breakdown.empty()) rec["step_breakdown_ms"] = breakdown;
-    rec["final_loss"] = run.losses.back();
-    if (!run.loss_scales.empty()) {
-      int skipped = 0;
-      for (int k : run.skipped) skipped += k;
-      rec["skipped_steps"] = skipped;
-      rec["final_loss_scale"] = run.loss_scales.back();
-    }
-    // Model FLOPs per token, forward and backward: 6 N for the weights plus 12 L C T for
-    // attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).
-    const double flops_per_token = 6.0 * double(P) + 12.0 * model_cfg.L * double(model_cfg.C) * cfg.seq_len;
-    const double model_tflops = flops_per_token * tokens_per_step / step.median / 1e12;
-    rec["backend"] = on_cpu ? "cpu" : be->name();
-    rec["model_flops_per_token"] = flops_per_token;
-    rec["model_tflops"] = model_tflops;
-    const double peak = ctx.section.at("peak_tflops");
-    if (peak > 0) rec["mfu"] = model_tflops / peak;
-    res.benchmarks.push_back(rec);
-    const std::string replica_detail =
-        dp_only ? "max |p_rank - p_rank0| over ranks, bitwise"
-                : "max |difference| between copies of a replicated parameter (TP, DP, tied wte), bitwise";
+    res.benchmarks.push_back(train_record(f, run, split, breakdown, on_cpu ? "cpu" : be->name()));
     if (!on_cpu) {
-      res.checks.push_back(make_check("train/dp_replicas_identical", run.replica_params, 0.0, replica_detail));
-      // The CUDA ops are checked against the CPU's by the CUDA tests; here, that the model
-      // starts near the uniform loss ln V (GPT-2 init: logits ~0) and learns.
-      res.checks.push_back(make_check("train/loss_step0_near_uniform",
-                                      std::fabs(run.losses.front() - std::log(double(model_cfg.V))), 0.5,
-                                      "|loss_0 - ln V| <= 0.5"));
-      res.checks.push_back(make_check("train/loss_falls", run.losses.back() / run.losses.front(), 0.99,
-                                      "last loss / first loss <= 0.99"));
-      res.data = {{"model", ctx.config.at("model")}, {"num_params", P}, {"losses", {{"dp", run.losses}}}};
-      if (plan.on()) res.data["checkpoint"] = checkpoint_json(checkpoints, plan, cfg.steps);
-      if (plan.every > 0)
-        res.checks.push_back(make_check("train/checkpoints_saved", checkpoints.save_error.empty() ? 0.0 : 1.0, 0.0,
-                                        checkpoints.save_error.empty() ? "every save completed"
-                                                                       : "a save failed: " + checkpoints.save_error));
-      char line[200];
-      std::snprintf(line, sizeof line, "# train on %s: %.0f tokens/s, step %.2f ms, %.1f model TFLOP/s%s",
-                    be->device_name().c_str(), tokens_per_step / step.median, step.median * 1e3, model_tflops,
-                    peak > 0 ? (", MFU " + std::to_string(100 * model_tflops / peak).substr(0, 5) + "%").c_str() : "");
-      ctx.print(line);
-      return res;
+      device_results(f, run, ctx, res);
+      print_device_line(f, split, be->device_name(), ctx);
+    } else {
+      oracle_results(f, run, refs, ctx, res);
+      print_cpu_line(f, split, n, run, refs, ctx);
     }
-
-    for (Check& c : oracle_checks("train/", refs, model_cfg, tokens_per_step, run.losses, run.grads0, run.params))
-      res.checks.push_back(std::move(c));
-    if (cfg.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
-      for (Check& c : half_vs_fp32_checks("train/", cfg.precision, run.losses, refs.oracle.losses))
-        res.checks.push_back(std::move(c));
-    res.checks.push_back(make_check(dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
-                                    run.replica_params, 0.0, replica_detail));
-    if (!dp_only && !run.grads0.empty())  // a resumed run has no step-0 gradient
-      res.checks.push_back(make_check("train/replicas_identical/grads/step:0", run.replica_grads0, 0.0,
-                                      "max |difference| between copies of a replicated gradient, bitwise"));
-    // Learning: the mean of the last 10% of losses well below the uniform ln(256) = 5.55.
-    const int tail = std::max(1, cfg.steps / 10);
-    double tail_loss = 0;
-    for (int s = cfg.steps - tail; s < cfg.steps; ++s) tail_loss += run.losses[s];
-    tail_loss /= tail;
-    const double uniform = std::log(double(model_cfg.V));
-    res.checks.push_back(make_check("train/loss_below_uniform", tail_loss, 0.75 * uniform,
-                                    "mean loss of the last 10% of steps <= 0.75 ln V"));
-
-    json losses = {{dp_only ? "dp" : "layout", run.losses}, {"oracle_f64", refs.oracle.losses}};
-    for (size_t j = 0; j < refs.single.size(); ++j)
-      losses["single_rank_" + std::string(to_string(refs.precision)) + "_micro_batches:" +
-             std::to_string(refs.micro_batches[j])] = refs.single[j].losses;
-    res.data = {{"model", ctx.config.at("model")},
-                {"num_params", P},
-                {"tokens_per_step", tokens_per_step},
-                {"dataset", {{"path", data.path}, {"bytes", data.bytes.size()}, {"sha256", data.sha256}}},
-                {"oracle_factor", refs.factor()},
-                {"losses", losses}};
-    if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
-    if (!run.grad_norms.empty()) res.data["grad_norms"] = run.grad_norms;
-    if (plan.on()) res.data["checkpoint"] = checkpoint_json(checkpoints, plan, cfg.steps);
-    if (plan.every > 0)
-      res.checks.push_back(make_check("train/checkpoints_saved", checkpoints.save_error.empty() ? 0.0 : 1.0, 0.0,
-                                      checkpoints.save_error.empty() ? "every save completed"
-                                                                     : "a save failed: " + checkpoints.save_error));
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "# train: %s %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "
-                  "final loss %.4f (1 rank %.4f, f64 %.4f)",
-                  (dp_only ? "dp=" + std::to_string(n) : layout_name).c_str(), tokens_per_step / step.median,
-                  step.median * 1e3, comp.median * 1e3, comm.median * 1e3, run.losses.back(),
-                  refs.single[0].losses.back(), refs.oracle.losses.back());
-    ctx.print(line);
     return res;
   }
 
