@@ -82,12 +82,15 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   l.micro_batches = cfg.micro_batches;
   validate_layout(l, spec.model, cfg.global_batch, comm.size());
   OwnedGroups og = make_parallel_groups(comm, l);
-  ParallelGroups g{comm, *og.tp, *og.dp, *og.pp, og.pp_backward.get()};
+  const LayoutHooks* hooks = spec.hooks;
+  const std::unique_ptr<Communicator> wrapped_dp = hooks && hooks->wrap_dp ? hooks->wrap_dp(*og.dp) : nullptr;
+  Communicator& dp = wrapped_dp ? *wrapped_dp : *og.dp;
+  ParallelGroups g{comm, *og.tp, dp, *og.pp, og.pp_backward.get()};
   device.reset_peaks();
   const MemoryStats before = device.stats();
   ParallelGpt<T> m(spec.model, l, comm.rank(), device, *og.tp, ops);
   m.set_recompute(spec.recompute);
-  ZeroEngine<T> engine(m, spec.zero, *og.dp, cfg.adamw);
+  ZeroEngine<T> engine(m, spec.zero, dp, cfg.adamw);
   engine.load(m.initial_params(cfg.seed));
   LossScaler scaler(cfg.loss_scaler);
   TrainLoop loop;
@@ -107,9 +110,11 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
     }
   }
   host.barrier();
-  if (ck && ck->every > 0)
+  if (hooks) loop.before_step = hooks->before_step;
+  if ((ck && ck->every > 0) || (hooks && hooks->after_step))
     loop.after_step = [&](int64_t done, const LossScaler& s, const TrainRun& so_far) {
-      save_every(*ck, info, engine, host, taken, out.checkpoints, done, s, so_far);
+      if (ck) save_every(*ck, info, engine, host, taken, out.checkpoints, done, s, so_far);
+      if (hooks && hooks->after_step) hooks->after_step(done, so_far);
     };
   const TrainRun run = parallel_train(m, engine, spec.data, cfg, g, spec.spans, loop);
   out.pp_rank = m.coord().pp;
@@ -127,6 +132,10 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   out.skipped = std::move(taken.skipped);
   out.timings = run.timings;  // the steps run here only
   out.dp_comm_bytes = double(engine.comm_stats().bytes);
+  if (hooks && hooks->final_params) {
+    const std::vector<T> p = engine.full_params();
+    hooks->final_params(std::vector<double>(p.begin(), p.end()));
+  }
   if (spec.gather) {
     const std::vector<T> p = engine.full_params();
     out.params = m.gather(p, host);

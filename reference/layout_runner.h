@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,23 @@ struct CheckpointActivity {
   std::string save_error;      // the first failed save (every rank agrees); later saves are skipped
 };
 
+/// Probe and fault hooks into a layout run (validate's training probe, tests).
+struct LayoutHooks {
+  /// Replaces the DP group's communicator (split from the device communicator) by what it
+  /// returns, e.g. a ForwardingCommunicator that times, slows or corrupts the gradient
+  /// all-reduce; the ZeRO engine and the trainer reduce over it. Null: the group as split.
+  std::function<std::unique_ptr<Communicator>(Communicator& dp)> wrap_dp{};
+  /// Called on every rank before each training step s (not before step 0's gradient).
+  std::function<void(int64_t step)> before_step{};
+  /// Called on every rank after each training step (after a checkpoint's save) with the
+  /// steps done and what the run recorded so far (timings.back() is the step's).
+  std::function<void(int64_t steps_done, const TrainRun& so_far)> after_step{};
+  /// Called on every rank after the last step with this rank's full local parameters
+  /// (ZeroEngine::full_params, in ParallelGpt's unit order: its TP / PP share of the model,
+  /// all of it at TP = PP = 1), widened to double (exact). Collective at ZeRO 3 (a gather).
+  std::function<void(const std::vector<double>& params)> final_params{};
+};
+
 /// One layout run. Designated-initialiser friendly: the references are required, the rest
 /// has defaults, e.g. run_layout({.model = m, .layout = l, .train = cfg, .device = dev,
 /// .host = world, .data = data}).
@@ -67,6 +85,7 @@ struct LayoutRunSpec {
   bool gather = false;
   SpanRecorder* spans = nullptr;  // per-step spans (compute.forward, comm.*, ...); null: none
   const LayoutCheckpoints* checkpoints = nullptr;  // null: none
+  const LayoutHooks* hooks = nullptr;              // null: none
 };
 
 /// What one run of a training layout produced, on rank 0 of its communicator: per-step
@@ -101,8 +120,8 @@ struct LayoutOutcome {
 /// the model is built, so peak_activation_bytes is the stored activations' high-water mark
 /// under the schedule (category activation: GPipe holds m micro-batches, 1F1B at most
 /// p - stage). Used by every suite that trains a layout (train, conformance, sweep,
-/// precision, recompute, offload, overlap, memory) and by the oracle's half-precision
-/// references (suites/oracle.h).
+/// precision, recompute, offload, overlap, memory), by the oracle's half-precision
+/// references (suites/oracle.h) and by validate's training probe (harness/validate_train.h).
 /// Errors: InputError when the layout does not fit the model or batch (validate_layout),
 /// for bf16 / fp16 with non-CPU ops, and from a resume (load_checkpoint's, a history that
 /// does not hold the checkpoint's steps, a checkpoint that leaves no step to run), the same
