@@ -4,6 +4,8 @@
 // (DeepSpeed save_checkpoint/load_checkpoint's per-rank files and `latest` tag; PyTorch
 // Distributed Checkpoint's per-rank shards plus a metadata file written last). Not here:
 // resharding to another layout (refused), retention of old checkpoints, async saving.
+// Sources: checkpoint_file.cc (rank files, durable writes), checkpoint_manifest.cc (the
+// run identity, the manifest, step directories, the history), checkpoint.cc (save, load).
 //
 //   DIR/step-<k>/rank-<r>.bin    one per rank: header, section table, payload, SHA-256
 //   DIR/step-<k>/manifest.json   rank 0, written last: run identity, per-rank size + sha256
