@@ -134,6 +134,10 @@ nlohmann::json history_to_json(const TrainHistory& h);
 TrainHistory history_from_json(const nlohmann::json& manifest, int64_t steps, const TrainConfig& cfg,
                                const std::string& step_dir);
 
+/// The history of the progress load_checkpoint read from `step_dir`: its progress.next_step
+/// steps, as history_from_json (the same errors).
+TrainHistory history_of(const TrainProgress& progress, const TrainConfig& cfg, const std::string& step_dir);
+
 /// DIR/step-<k>.
 std::string checkpoint_step_dir(const std::string& dir, int64_t step);
 

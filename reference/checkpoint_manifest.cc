@@ -130,6 +130,12 @@ TrainHistory history_from_json(const json& m, int64_t steps, const TrainConfig& 
   return h;
 }
 
+TrainHistory history_of(const TrainProgress& progress, const TrainConfig& cfg, const std::string& step_dir) {
+  json m;
+  m["history"] = progress.history;
+  return history_from_json(m, progress.next_step, cfg, step_dir);
+}
+
 std::string checkpoint_step_dir(const std::string& dir, int64_t step) {
   return (fs::path(dir) / ("step-" + std::to_string(step))).string();
 }

@@ -25,9 +25,7 @@ void resume(const LayoutCheckpoints& c, const CheckpointRunInfo& info, const Tra
             LossScaler& scaler, Communicator& host, TrainLoop& loop, TrainHistory& before, CheckpointActivity& act) {
   const std::string& step_dir = c.resume_step_dir;
   const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host);
-  nlohmann::json m_hist;
-  m_hist["history"] = p.history;
-  before = history_from_json(m_hist, p.next_step, cfg, step_dir);  // the same manifest on every rank
+  before = history_of(p, cfg, step_dir);  // the same manifest on every rank
   if (p.next_step >= cfg.steps)
     throw InputError("train.resume_from: checkpoint " + step_dir + " is at step " + std::to_string(p.next_step) +
                      ", leaving no step of train.steps = " + std::to_string(cfg.steps) + " to run");
