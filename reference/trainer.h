@@ -34,7 +34,7 @@ struct TrainConfig {
   LossScalerConfig loss_scaler;
   /// The precision recipe (Micikevicius et al. 2018): fp32, or bf16 / fp16 parameters,
   /// activations and gradients with fp32 accumulation, master weights and Adam moments
-  /// (kernels/half.h, reference/zero.h); the sharded trainer's runs (suites/oracle.h run_parallel_layout)
+  /// (kernels/half.h, reference/zero.h); the sharded trainer's runs (reference/layout_runner.h run_layout)
   /// only: the single-rank Gpt trainer computes in its template type.
   Precision precision = Precision::fp32;
 };
