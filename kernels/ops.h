@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/adamw.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -71,7 +72,7 @@ class Ops {
   virtual void residual_forward(T* out, const T* a, const T* b, size_t n) = 0;
   virtual void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N, int V) = 0;
   virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, A dloss, int N, int V) = 0;
-  virtual void adamw_update(T* param, const T* grad, A* m, A* v, size_t n, const cpu::AdamWParams& hp, int t) = 0;
+  virtual void adamw_update(T* param, const T* grad, A* m, A* v, size_t n, const AdamWParams& hp, int t) = 0;
   /// Mixed precision's optimizer step (Micikevicius et al. 2018 Sec. 3.1): AdamW on the fp32
   /// `master` (n) from `grad` (n, T) widened to A and multiplied by `grad_scale` in A (the
   /// loss scale's unscaling and the clipping coefficient, applied in fp32 as PyTorch's
@@ -79,7 +80,7 @@ class Ops {
   /// underflow), with the A moments m, v; then param (n) = master rounded to T.
   /// Errors: the default throws InputError (a backend without the recipe).
   virtual void adamw_update_master(T* param, A* master, const T* grad, A* m, A* v, size_t n,
-                                   const cpu::AdamWParams& hp, int t, A grad_scale = A(1));
+                                   const AdamWParams& hp, int t, A grad_scale = A(1));
 
   // The sharded ops of tensor parallelism (vocabulary-parallel embedding and cross-entropy,
   // the row-parallel bias): semantics in kernels/cpu/ops.h.
@@ -99,7 +100,7 @@ class Ops {
 };
 
 template <typename T>
-void Ops<T>::adamw_update_master(T*, A*, const T*, A*, A*, size_t, const cpu::AdamWParams&, int, A) {
+void Ops<T>::adamw_update_master(T*, A*, const T*, A*, A*, size_t, const AdamWParams&, int, A) {
   throw InputError("the " + backend() + " backend has no mixed-precision optimizer step (fp32 master weights)");
 }
 
@@ -164,7 +165,7 @@ class CpuOps final : public Ops<T> {
   void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int V) override {
     cpu::crossentropy_backward(dlogits, probs, targets, dloss, N, V);
   }
-  void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const cpu::AdamWParams& hp, int t) override {
+  void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams& hp, int t) override {
     cpu::adamw_update(param, grad, m, v, n, hp, t);
   }
   void embedding_shard_forward(T* out, const int32_t* tokens, const T* wte_shard, const T* wpe, int B, int Tn,

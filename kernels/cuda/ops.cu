@@ -691,7 +691,7 @@ void crossentropy_shard_backward(float* dlogits, const float* probs, const int32
 }
 
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
-                  const cpu::AdamWParams& hp, int t, cudaStream_t stream) {
+                  const AdamWParams& hp, int t, cudaStream_t stream) {
   if (n == 0) return;
   // As cpu::adamw_update: decay in float, bias corrections in double then rounded to float.
   const float decay = 1.0f - hp.lr * float(hp.weight_decay);

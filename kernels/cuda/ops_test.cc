@@ -622,7 +622,7 @@ TEST(CudaOps, AdamWMatchesCpu) {
   if (!cuda_available(&why)) GTEST_SKIP() << why;
   std::mt19937 rng(10);
   Stream s;
-  cpu::AdamWParams hp;
+  AdamWParams hp;
   hp.lr = 1e-2f;
   hp.weight_decay = 0.1f;
   // n >= 33: a lone element could cancel (param * decay ~ lr * update, b1 m ~ -(1-b1) g),
