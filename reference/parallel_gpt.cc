@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
