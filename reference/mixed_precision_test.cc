@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/comm/communicator.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/device.h"
 #include "kernels/half.h"
 #include "reference/loss_scaler.h"
