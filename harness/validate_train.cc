@@ -11,7 +11,9 @@
 #include "kernels/device.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
+#include "reference/process_grid.h"
 #include "reference/gpt.h"
+#include "reference/layout_runner.h"
 #include "reference/test_dataset.h"
 #include "reference/trainer.h"
 
@@ -45,6 +47,8 @@ class StepCommunicator final : public ForwardingCommunicator {
   /// The spin before that all-reduce: wall and CPU seconds (0 when not slowed).
   double spin_seconds() const { return spin_s_; }
   double spin_cpu() const { return spin_cpu_; }
+  /// This process's CPU time when the last all_reduce returned, seconds (0: none yet).
+  double last_return_cpu() const { return last_return_cpu_; }
 
   void all_reduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
     if (armed_) {
@@ -61,12 +65,13 @@ class StepCommunicator final : public ForwardingCommunicator {
       }
     }
     inner_.all_reduce(s, r, n, t, op);
+    last_return_cpu_ = cpu_seconds();
   }
 
  private:
   double factor_;
   bool armed_ = false;
-  double cpu0_ = 0, fwd_bwd_cpu_ = -1, spin_s_ = 0, spin_cpu_ = 0;
+  double cpu0_ = 0, fwd_bwd_cpu_ = -1, spin_s_ = 0, spin_cpu_ = 0, last_return_cpu_ = 0;
   Stopwatch since_;
 };
 
@@ -106,52 +111,57 @@ TrainProbe validate_train_steps(Communicator& world, int steps, double compute_s
   validate_train_config(cfg, model_cfg, world.size());  // InputError, the same on every rank
 
   CpuDevice device;
-  Gpt<float> model(model_cfg, device);
-  model.init(cfg.seed);
   const Dataset data = test_data();
-  AdamW<float> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
-
-  // The data-parallel group: the world behind the step marker (and, slowed, the spin).
-  StepCommunicator dp(world, compute_slowdown);
-
+  // The world behind a clock (the loss all-reduce's return), the DP group behind the step
+  // marker (and, slowed, the spin): reference/layout_runner.h's hooks.
+  StepCommunicator clock(world, 1.0);
+  StepCommunicator* dp = nullptr;
   TrainProbe p;
   p.steps = steps;
   std::vector<double> step_s, compute_s, compute_cpu, comm_s;
-  for (int s = 0; s < steps; ++s) {  // reference/trainer.h's train(), one step at a time
-    Stopwatch step_sw;
-    dp.arm();
-    const double cpu0 = cpu_seconds();
-    StepTiming tm;
-    const double loss = compute_gradients(model, data, cfg, s, dp, &tm);
-    const double cpu1 = cpu_seconds();
-    Stopwatch opt_sw;
-    opt.step(model.params(), model.grads());
-    model.ops().synchronize();
-    const double opt_s = opt_sw.elapsed(), opt_cpu = cpu_seconds() - cpu1;
-    const double step = step_sw.elapsed();
-    const double fwd_bwd_cpu = dp.fwd_bwd_cpu() >= 0 ? dp.fwd_bwd_cpu() : cpu1 - cpu0;
-
-    if (s == 0) p.first_loss = loss;
+  double cpu0 = 0;
+  LayoutHooks hooks;
+  hooks.wrap_dp = [&](Communicator& group) {
+    auto w = std::make_unique<StepCommunicator>(group, compute_slowdown);
+    dp = w.get();
+    return std::unique_ptr<Communicator>(std::move(w));
+  };
+  hooks.before_step = [&](int64_t) {
+    dp->arm();
+    cpu0 = cpu_seconds();
+  };
+  hooks.after_step = [&](int64_t done, const TrainRun& so_far) {
+    // After the gradient and loss all-reduces: the optimizer step (and, at DP 1 where no
+    // gradient all-reduce marks it, the forward and backward too).
+    const double cpu_end = cpu_seconds(), cpu1 = clock.last_return_cpu();
+    const double fwd_bwd_cpu = dp->fwd_bwd_cpu() >= 0 ? dp->fwd_bwd_cpu() : cpu1 - cpu0;
+    const double loss = so_far.losses.back();
+    if (done == 1) p.first_loss = loss;
     p.last_loss = loss;
     p.finite = p.finite && std::isfinite(loss);
-    if (s > 0) {
-      step_s.push_back(step);
-      // compute_gradients timed the spin with the all-reduce: it is this rank's compute.
-      compute_s.push_back(tm.compute_s + dp.spin_seconds() + opt_s);
-      compute_cpu.push_back(fwd_bwd_cpu + dp.spin_cpu() + opt_cpu);
-      comm_s.push_back(std::max(0.0, tm.comm_s - dp.spin_seconds()));
+    if (done > 1) {
+      const StepTiming& tm = so_far.timings.back();
+      step_s.push_back(tm.step_s);
+      // The trainer timed the spin with the all-reduce: it is this rank's compute.
+      compute_s.push_back(tm.compute_s + dp->spin_seconds());
+      compute_cpu.push_back(fwd_bwd_cpu + dp->spin_cpu() + (cpu_end - cpu1));
+      comm_s.push_back(std::max(0.0, tm.comm_s - dp->spin_seconds()));
     }
-  }
+  };
+  hooks.final_params = [&](const std::vector<double>& params) {
+    const std::vector<float> f(params.begin(), params.end());  // exact: they were floats
+    p.param_hash = fnv1a(f.data(), f.size() * sizeof(float));
+  };
+  ParallelLayout layout;
+  layout.dp = world.size();
+  run_layout({.model = model_cfg, .layout = layout, .train = cfg, .device = device, .host = world,
+              .device_comm = &clock, .data = data, .hooks = &hooks});
   p.step_seconds = median(step_s);
   p.compute_seconds = median(compute_s);
   p.compute_cpu_seconds = median(compute_cpu);
   p.comm_seconds = median(comm_s);
   const double tokens_per_rank = double(kSeqPerRank) * cfg.seq_len;
   p.tokens_per_s = tokens_per_rank / p.step_seconds;
-
-  std::vector<float> params(model.num_params());
-  model.ops().copy_to_host(params.data(), model.params(), params.size() * sizeof(float));
-  p.param_hash = fnv1a(params.data(), params.size() * sizeof(float));
 
   char line[200];
   std::snprintf(line, sizeof line,

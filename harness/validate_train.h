@@ -3,11 +3,11 @@
 // to end on the cluster (forward, backward, the gradient all-reduce, AdamW, replicas that
 // stay identical) and which rank is slow.
 //
-// It is the train suite's plain-DP path (suites/train.cc, dp_only) cut down to a probe: a
-// Gpt<float> on the CPU backend, reference/trainer.h's compute_gradients (micro-batches,
-// the one division by the global token count, the SUM all-reduce over the DP group) and
-// AdamW<float>, step by step as reference/trainer.h's train() runs them, with each step
-// timed and, for tests, one rank slowed.
+// It is a data-parallel layout run through reference/layout_runner.h (the sharded model at
+// TP = PP = 1, ZeRO 0: micro-batches, the one division by the global token count, the SUM
+// all-reduce over the DP group, AdamW; bitwise the losses and parameters of the train
+// suite's plain-DP path), with each step timed through the runner's hooks and, for tests,
+// one rank slowed.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -59,15 +59,17 @@ struct TrainProbe {
 /// in-memory text (no file), the gradients SUM-all-reduced once per step, then AdamW (lr 3e-3).
 /// Cost: about 45 ms of one core per rank and step (4,096 tokens); 4 ranks sharing 2 cores
 /// take about 90 ms a step, so 10 steps about 1 s. The loss falls from ln 256 = 5.55 to about
-/// 3.9 in 6 steps.
+/// 3.9 in 6 steps. The runner computes step 0's gradient once before the first step (one more
+/// forward and backward, not timed).
 ///
 /// `compute_slowdown` >= 1 is a test-only fault (validate's --inject RANK:compute:FACTOR): in
 /// every step, between its last backward and its gradient all-reduce, this rank spins for
 /// (factor - 1) x the wall time of the step's batch assembly, forward and backward, keeping its
 /// core busy as a device that many times slower would; the other ranks wait for it in the
 /// all-reduce. compute_seconds and compute_cpu_seconds include the spin, comm_seconds does not;
-/// step_seconds grows on every rank. (The spin sits inside reference/trainer.h's
-/// compute_gradients by wrapping the DP communicator: its first all-reduce of a step spins first.)
+/// step_seconds grows on every rank. (The spin sits inside the trainer's gradient reduction,
+/// the DP group's communicator wrapped through LayoutHooks::wrap_dp: its first all-reduce of
+/// a step spins first.)
 /// Ranks may pass different factors (only the slowed rank's exceeds 1); a world of one rank
 /// has no all-reduce, so no spin.
 ///

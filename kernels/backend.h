@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
 
 namespace dtb {
+
+// Named, not included: the collectives (kernels/comm/communicator.h) are a layer above this
+// header; a backend that builds one (kernels/cuda/cuda_backend.cc) includes it.
+class Communicator;
 
 class Backend {
  public:
@@ -48,9 +51,7 @@ class Backend {
   /// The communicator for collectives on this backend's memory, built over `world` (MPI,
   /// host buffers) — NCCL on CUDA, with a collective timeout of `timeout_s` seconds — or
   /// null when `world` itself serves (the CPU). Collective over `world`.
-  virtual std::unique_ptr<Communicator> make_device_world(Communicator& world, double timeout_s) {
-    return nullptr;
-  }
+  virtual std::unique_ptr<Communicator> make_device_world(Communicator& world, double timeout_s) = 0;
 };
 
 /// The CPU backend: CpuDevice, CpuOps<float>, OpenBLAS sgemm.

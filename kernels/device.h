@@ -1,5 +1,5 @@
 // Device: where tensors live, with per-category, per-tier memory accounting.
-// Not a compute API: compute ops live in kernels/cpu (and kernels/cuda later).
+// Not a compute API: compute ops are Ops<T> (kernels/ops.h), in kernels/cpu and kernels/cuda.
 #pragma once
 #include <array>
 #include <cstddef>

@@ -1,8 +1,8 @@
 // Ops<T>: the compute ops of the reference model as one interface over a backend's memory,
-// so reference/ runs unchanged on the CPU (CpuOps, kernels/cpu) and on CUDA (CudaOps,
-// kernels/cuda). The op semantics, shapes and accumulate-vs-write rules are those of
-// kernels/cpu/ops.h, which documents each; here they take pointers into the backend's
-// memory. Shape legend: B batch, T sequence, C channels, NH heads, V vocabulary, N rows.
+// so reference/ runs unchanged on the CPU (CpuOps, kernels/cpu/cpu_ops.h) and on CUDA
+// (CudaOps, kernels/cuda/cuda_ops.h). The op semantics, shapes and accumulate-vs-write
+// rules are those of kernels/cpu/ops.h, which documents each; here they take pointers into
+// the backend's memory. Shape legend: B batch, T sequence, C channels, NH heads, V vocabulary, N rows.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/cpu/ops.h"
+#include "kernels/adamw.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -71,7 +71,7 @@ class Ops {
   virtual void residual_forward(T* out, const T* a, const T* b, size_t n) = 0;
   virtual void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N, int V) = 0;
   virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, A dloss, int N, int V) = 0;
-  virtual void adamw_update(T* param, const T* grad, A* m, A* v, size_t n, const cpu::AdamWParams& hp, int t) = 0;
+  virtual void adamw_update(T* param, const T* grad, A* m, A* v, size_t n, const AdamWParams& hp, int t) = 0;
   /// Mixed precision's optimizer step (Micikevicius et al. 2018 Sec. 3.1): AdamW on the fp32
   /// `master` (n) from `grad` (n, T) widened to A and multiplied by `grad_scale` in A (the
   /// loss scale's unscaling and the clipping coefficient, applied in fp32 as PyTorch's
@@ -79,7 +79,7 @@ class Ops {
   /// underflow), with the A moments m, v; then param (n) = master rounded to T.
   /// Errors: the default throws InputError (a backend without the recipe).
   virtual void adamw_update_master(T* param, A* master, const T* grad, A* m, A* v, size_t n,
-                                   const cpu::AdamWParams& hp, int t, A grad_scale = A(1));
+                                   const AdamWParams& hp, int t, A grad_scale = A(1));
 
   // The sharded ops of tensor parallelism (vocabulary-parallel embedding and cross-entropy,
   // the row-parallel bias): semantics in kernels/cpu/ops.h.
@@ -99,7 +99,7 @@ class Ops {
 };
 
 template <typename T>
-void Ops<T>::adamw_update_master(T*, A*, const T*, A*, A*, size_t, const cpu::AdamWParams&, int, A) {
+void Ops<T>::adamw_update_master(T*, A*, const T*, A*, A*, size_t, const AdamWParams&, int, A) {
   throw InputError("the " + backend() + " backend has no mixed-precision optimizer step (fp32 master weights)");
 }
 
@@ -115,96 +115,6 @@ void copy_within(Ops<T>& ops, T* dst, const T* src, size_t n) {
     ops.zero(dst, n);
     ops.residual_forward(dst, dst, src, n);
   }
-}
-
-/// The CPU backend: each op forwards to kernels/cpu/ops.h (OpenBLAS for the GEMMs).
-template <typename T>
-class CpuOps final : public Ops<T> {
- public:
-  std::string backend() const override { return "cpu"; }
-  void zero(T* p, size_t n) override;
-  void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
-  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
-  void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C) override {
-    cpu::encoder_forward(out, tokens, wte, wpe, B, Tn, C);
-  }
-  void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C) override {
-    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, Tn, C);
-  }
-  void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N,
-                         int C) override {
-    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-  }
-  void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                          const T* mean, const T* rstd, int N, int C) override {
-    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-  }
-  void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) override {
-    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
-  }
-  void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
-                       int OC) override {
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-  }
-  void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) override {
-    cpu::attention_forward(out, att, qkv, B, Tn, C, NH);
-  }
-  void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
-                          int NH) override {
-    cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, Tn, C, NH);
-  }
-  void gelu_forward(T* out, const T* inp, size_t n) override { cpu::gelu_forward(out, inp, n); }
-  void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) override {
-    cpu::gelu_backward(dinp, inp, dout, n);
-  }
-  void residual_forward(T* out, const T* a, const T* b, size_t n) override { cpu::residual_forward(out, a, b, n); }
-  void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int N, int V) override {
-    cpu::crossentropy_forward(losses, probs, logits, targets, N, V);
-  }
-  void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int V) override {
-    cpu::crossentropy_backward(dlogits, probs, targets, dloss, N, V);
-  }
-  void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const cpu::AdamWParams& hp, int t) override {
-    cpu::adamw_update(param, grad, m, v, n, hp, t);
-  }
-  void embedding_shard_forward(T* out, const int32_t* tokens, const T* wte_shard, const T* wpe, int B, int Tn,
-                               int C, int v_begin, int v_end) override {
-    cpu::embedding_shard_forward(out, tokens, wte_shard, wpe, B, Tn, C, v_begin, v_end);
-  }
-  void embedding_shard_backward(T* dwte_shard, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
-                                int v_begin, int v_end) override {
-    cpu::embedding_shard_backward(dwte_shard, dwpe, dout, tokens, B, Tn, C, v_begin, v_end);
-  }
-  void add_bias(T* out, const T* bias, int N, int OC) override { cpu::add_bias(out, bias, N, OC); }
-  void scale(T* x, T a, size_t n) override { cpu::scale(x, a, n); }
-  void crossentropy_shard_max(T* maxes, const T* logits, int N, int Vl) override {
-    cpu::crossentropy_shard_max(maxes, logits, N, Vl);
-  }
-  void crossentropy_shard_sums(T* sums, const T* logits, const T* maxes, const int32_t* targets, int N, int Vl,
-                               int v_begin) override {
-    cpu::crossentropy_shard_sums(sums, logits, maxes, targets, N, Vl, v_begin);
-  }
-  void crossentropy_shard_forward(T* losses, T* probs, const T* logits, const T* maxes, const T* sums, int N,
-                                  int Vl) override {
-    cpu::crossentropy_shard_forward(losses, probs, logits, maxes, sums, N, Vl);
-  }
-  void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int Vl,
-                                   int v_begin) override {
-    cpu::crossentropy_shard_backward(dlogits, probs, targets, dloss, N, Vl, v_begin);
-  }
-};
-
-template <typename T>
-void CpuOps<T>::zero(T* p, size_t n) {
-  std::fill(p, p + n, T(0));
-}
-template <typename T>
-void CpuOps<T>::copy_from_host(void* dst, const void* host_src, size_t bytes) {
-  if (bytes) std::memcpy(dst, host_src, bytes);
-}
-template <typename T>
-void CpuOps<T>::copy_to_host(void* host_dst, const void* src, size_t bytes) {
-  if (bytes) std::memcpy(host_dst, src, bytes);
 }
 
 }  // namespace dtb

@@ -1,5 +1,5 @@
-// Wall-clock timing for CPU work (steady_clock). GPU work is timed with CUDA events in
-// kernels/cuda (later). Units: seconds, as double.
+// Wall-clock timing for CPU work (steady_clock). GPU work is timed with CUDA events
+// instead (CudaTimer, kernels/cuda/cuda_device.h). Units: seconds, as double.
 #pragma once
 #include <chrono>
 

@@ -1,122 +1,25 @@
-// Training checkpoints: the rank file format, durable writes, the manifest and its checks,
-// and the collective save and load (reference/checkpoint.h).
+// Training checkpoints: the collective save and load (reference/checkpoint.h) and the
+// agreement that makes every rank fail alike. Not here: the rank file format
+// (checkpoint_file.cc) and the manifest (checkpoint_manifest.cc).
 #include "reference/checkpoint.h"
 
-#include <fcntl.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
-#include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 
 #include "kernels/error.h"
 #include "kernels/half.h"
+#include "reference/checkpoint_io.h"
 
 namespace dtb {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace checkpoint_io;
 
 namespace {
-
-static_assert(std::endian::native == std::endian::little, "the rank file format is little-endian");
-
-constexpr char kMagic[8] = {'D', 'T', 'B', 'C', 'K', 'P', 'T', '\0'};
-constexpr size_t kHeaderBytes = 72, kHashedHeaderBytes = 40, kEntryBytes = 48, kMaxSections = 64;
-constexpr size_t kNameBytes = 24, kDtypeBytes = 8;
-
-std::string errno_text() { return std::strerror(errno); }
-
-std::string hex(const unsigned char* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) s += d[p[i] >> 4], s += d[p[i] & 15];
-  return s;
-}
-
-// SHA-256 of a then b, as 64 hex digits.
-std::string sha256_hex(const char* a, size_t na, const char* b, size_t nb) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  DTB_CHECK(ctx != nullptr, "EVP_MD_CTX_new failed");
-  const bool ok = EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1 && EVP_DigestUpdate(ctx, a, na) == 1 &&
-                  EVP_DigestUpdate(ctx, b, nb) == 1 && EVP_DigestFinal_ex(ctx, md, &len) == 1;
-  EVP_MD_CTX_free(ctx);
-  DTB_CHECK(ok && len == 32, "EVP SHA-256 failed");
-  return hex(md, len);
-}
-
-template <typename V>
-void put(std::vector<char>& buf, size_t at, V v) {
-  std::memcpy(buf.data() + at, &v, sizeof v);
-}
-template <typename V>
-V get(const std::vector<char>& buf, size_t at) {
-  V v;
-  std::memcpy(&v, buf.data() + at, sizeof v);
-  return v;
-}
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) throw InputError("checkpoint directory " + dir + ": cannot open to fsync: " + errno_text());
-  const int rc = ::fsync(fd);
-  const std::string why = rc != 0 ? errno_text() : "";
-  ::close(fd);
-  if (rc != 0) throw InputError("checkpoint directory " + dir + ": fsync failed: " + why);
-}
-
-// Writes `n` bytes to `path`'s temporary, fsyncs, renames over `path`, fsyncs the directory.
-void write_durably(const std::string& path, const char* data, size_t n) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError("checkpoint file " + path + ": cannot create " + tmp + ": " + errno_text());
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t w = ::write(fd, data + done, n - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw InputError("checkpoint file " + path + ": write failed: " + why);
-    }
-    done += size_t(w);
-  }
-  if (::fsync(fd) != 0) {
-    const std::string why = errno_text();
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw InputError("checkpoint file " + path + ": fsync failed: " + why);
-  }
-  if (::close(fd) != 0) throw InputError("checkpoint file " + path + ": close failed: " + errno_text());
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw InputError("checkpoint file " + path + ": rename failed: " + why);
-  }
-  fsync_dir(fs::path(path).parent_path().string());
-}
-
-// The whole file, or InputError "checkpoint file <path>: missing / unreadable".
-std::vector<char> read_all(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  const auto st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) throw InputError(what + " " + path + ": missing");
-  if (!fs::is_regular_file(st)) throw InputError(what + " " + path + ": not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(what + " " + path + ": unreadable");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(what + " " + path + ": read failed");
-  return bytes;
-}
 
 // Agreement: every rank passes its error ("" when fine); if any rank failed, every rank
 // throws the lowest failing rank's message, so none waits in a collective the others left.
@@ -135,282 +38,11 @@ void agree(Communicator& world, const std::string& why) {
   throw InputError(msg);
 }
 
-const char* precision_name(Precision p) {
-  return p == Precision::bf16 ? "bf16" : p == Precision::fp16 ? "fp16" : "fp32";
-}
-
-// manifest[a][b] (b may be empty) as V, or InputError naming the key.
-template <typename V>
-V field(const json& m, const std::string& where, const char* a, const char* b = nullptr) {
-  const std::string key = b ? std::string(a) + "." + b : a;
-  try {
-    const json& j = b ? m.at(a).at(b) : m.at(a);
-    if constexpr (std::is_same_v<V, std::string>) {
-      if (!j.is_string()) throw InputError("");
-    } else if constexpr (std::is_same_v<V, bool>) {
-      if (!j.is_boolean()) throw InputError("");
-    } else {
-      if (!j.is_number_integer()) throw InputError("");
-    }
-    return j.get<V>();
-  } catch (const std::exception&) {
-    throw InputError("checkpoint " + where + ": manifest.json lacks '" + key + "' or it has the wrong type");
-  }
-}
-
-// An int field of the manifest (a layout or model size), in [0, 2^30]: a larger value must
-// not wrap to a small one that matches the run.
-int int_field(const json& m, const std::string& where, const char* a, const char* b = nullptr) {
-  (void)field<int64_t>(m, where, a, b);  // present and an integer
-  const json& j = b ? m.at(a).at(b) : m.at(a);
-  const bool in = !(j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(1) << 30) && j.get<int64_t>() >= 0 &&
-                  j.get<int64_t>() <= int64_t(1) << 30;
-  if (!in)
-    throw InputError("checkpoint " + where + ": manifest.json's '" + (b ? std::string(a) + "." + b : std::string(a)) +
-                     "' = " + j.dump() + " is out of range [0, 1073741824]");
-  return int(j.get<int64_t>());
-}
-
-std::string describe_model(const GptConfig& c) {
-  return "L=" + std::to_string(c.L) + " C=" + std::to_string(c.C) + " NH=" + std::to_string(c.NH) +
-         " T=" + std::to_string(c.T) + " V=" + std::to_string(c.V);
-}
-
 // The "state" section: next step, AdamW t, seed, loss scale (bits of a double), growth
 // tracker, skipped steps; 8 bytes each.
 constexpr size_t kStateBytes = 6 * 8;
 
 }  // namespace
-
-FileDigest write_rank_file(const std::string& path, const RankFileId& id,
-                           const std::vector<CheckpointSection>& sections) {
-  DTB_CHECK(sections.size() <= kMaxSections, "write_rank_file: too many sections");
-  size_t data_bytes = 0;
-  for (const auto& s : sections) {
-    DTB_CHECK(s.name.size() < kNameBytes && s.dtype.size() < kDtypeBytes, "write_rank_file: section name too long");
-    data_bytes += s.bytes.size();
-  }
-  const size_t table = sections.size() * kEntryBytes, payload = table + data_bytes;
-  std::vector<char> buf(kHeaderBytes + payload, 0);
-  std::memcpy(buf.data(), kMagic, 8);
-  put<uint32_t>(buf, 8, kCheckpointFormatVersion);
-  put<uint32_t>(buf, 12, uint32_t(sections.size()));
-  put<int32_t>(buf, 16, id.rank);
-  put<int32_t>(buf, 20, id.world_size);
-  put<int64_t>(buf, 24, id.step);
-  put<uint64_t>(buf, 32, uint64_t(payload));
-  size_t off = table;
-  for (size_t i = 0; i < sections.size(); ++i) {
-    const size_t e = kHeaderBytes + i * kEntryBytes;
-    std::memcpy(buf.data() + e, sections[i].name.data(), sections[i].name.size());
-    std::memcpy(buf.data() + e + kNameBytes, sections[i].dtype.data(), sections[i].dtype.size());
-    put<uint64_t>(buf, e + 32, uint64_t(off));
-    put<uint64_t>(buf, e + 40, uint64_t(sections[i].bytes.size()));
-    if (!sections[i].bytes.empty())
-      std::memcpy(buf.data() + kHeaderBytes + off, sections[i].bytes.data(), sections[i].bytes.size());
-    off += sections[i].bytes.size();
-  }
-  const std::string sha = sha256_hex(buf.data(), kHashedHeaderBytes, buf.data() + kHeaderBytes, payload);
-  for (size_t i = 0; i < 32; ++i) buf[40 + i] = char(std::stoi(sha.substr(2 * i, 2), nullptr, 16));
-  write_durably(path, buf.data(), buf.size());
-  return {uint64_t(buf.size()), sha};
-}
-
-std::vector<CheckpointSection> read_rank_file(const std::string& path, const RankFileId& id, const FileDigest* expect) {
-  const std::string where = "checkpoint file " + path + ": ";
-  const std::vector<char> buf = read_all(path, "checkpoint file");
-  const uint64_t size = buf.size();
-  if (expect && size < expect->bytes)
-    throw InputError(where + "truncated: " + std::to_string(size) + " of " + std::to_string(expect->bytes) + " bytes");
-  if (expect && size != expect->bytes)
-    throw InputError(where + "wrong size: " + std::to_string(size) + " bytes, the manifest says " +
-                     std::to_string(expect->bytes));
-  if (size < kHeaderBytes)
-    throw InputError(where + "truncated: " + std::to_string(size) + " bytes, shorter than the 72-byte header");
-  if (std::memcmp(buf.data(), kMagic, 8) != 0) throw InputError(where + "bad magic (not a dtbench checkpoint file)");
-  const uint32_t version = get<uint32_t>(buf, 8), n = get<uint32_t>(buf, 12);
-  if (version != kCheckpointFormatVersion)
-    throw InputError(where + "format version " + std::to_string(version) + " is not supported (this build reads " +
-                     std::to_string(kCheckpointFormatVersion) + ")");
-  const uint64_t payload = get<uint64_t>(buf, 32);
-  if (payload != size - kHeaderBytes)
-    throw InputError(where + (payload > size - kHeaderBytes ? "truncated: " : "wrong size: ") + std::to_string(size) +
-                     " bytes, the header says " + std::to_string(kHeaderBytes + payload));
-  const std::string sha = sha256_hex(buf.data(), kHashedHeaderBytes, buf.data() + kHeaderBytes, payload);
-  const std::string stored = hex(reinterpret_cast<const unsigned char*>(buf.data()) + 40, 32);
-  if (sha != stored) throw InputError(where + "checksum mismatch (sha256 " + sha + ", the header says " + stored + ")");
-  if (expect && stored != expect->sha256)
-    throw InputError(where + "checksum " + stored + " does not match the manifest's " + printable(expect->sha256, 64));
-  const int32_t rank = get<int32_t>(buf, 16), world = get<int32_t>(buf, 20);
-  const int64_t step = get<int64_t>(buf, 24);
-  if (rank != id.rank || world != id.world_size || step != id.step)
-    throw InputError(where + "written by rank " + std::to_string(rank) + " of " + std::to_string(world) + " at step " +
-                     std::to_string(step) + ", expected rank " + std::to_string(id.rank) + " of " +
-                     std::to_string(id.world_size) + " at step " + std::to_string(id.step));
-  if (n > kMaxSections || size_t(n) * kEntryBytes > payload)
-    throw InputError(where + "a section table of " + std::to_string(n) + " entries does not fit");
-  std::vector<CheckpointSection> out;
-  for (uint32_t i = 0; i < n; ++i) {
-    const size_t e = kHeaderBytes + size_t(i) * kEntryBytes;
-    CheckpointSection s;
-    s.name.assign(buf.data() + e, strnlen(buf.data() + e, kNameBytes));
-    s.dtype.assign(buf.data() + e + kNameBytes, strnlen(buf.data() + e + kNameBytes, kDtypeBytes));
-    const uint64_t off = get<uint64_t>(buf, e + 32), bytes = get<uint64_t>(buf, e + 40);
-    if (off > payload || bytes > payload - off)
-      throw InputError(where + "section '" + printable(s.name, 24) + "' lies outside the payload");
-    s.bytes.assign(buf.begin() + long(kHeaderBytes + off), buf.begin() + long(kHeaderBytes + off + bytes));
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-void write_file_durably(const std::string& path, const std::string& text) {
-  write_durably(path, text.data(), text.size());
-}
-
-std::string describe_layout(const CheckpointRunInfo& r) {
-  const ParallelLayout& l = r.layout;
-  std::string s;
-  if (l.tp > 1) s += "TP" + std::to_string(l.tp) + "x";
-  if (l.pp > 1) s += "PP" + std::to_string(l.pp) + "x";
-  s += "DP" + std::to_string(l.dp) + " zero" + std::to_string(r.zero_stage);
-  if (r.offload_optimizer) s += " offload";
-  if (l.pp > 1) s += " " + l.schedule;
-  if (l.virtual_stages > 1) s += " v" + std::to_string(l.virtual_stages);
-  return s;
-}
-
-std::string checkpoint_step_dir(const std::string& dir, int64_t step) {
-  return (fs::path(dir) / ("step-" + std::to_string(step))).string();
-}
-
-std::string resolve_resume(const std::string& dir, const std::string& resume_from) {
-  if (resume_from.empty()) return "";
-  if (resume_from == "latest") {
-    if (dir.empty()) throw InputError("\"latest\" needs a checkpoint directory");
-    const std::string latest = (fs::path(dir) / "latest").string();
-    std::error_code ec;
-    if (!fs::exists(latest, ec)) return "";
-    const std::vector<char> b = read_all(latest, "checkpoint");
-    std::string text(b.begin(), b.end());
-    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
-      throw InputError("checkpoint " + latest + ": '" + printable(text, 40) + "' is not a step number");
-    return checkpoint_step_dir(dir, std::stoll(text));
-  }
-  std::error_code ec;
-  if (!fs::is_directory(resume_from, ec))
-    throw InputError("'" + printable(resume_from) + "' is not a checkpoint step directory (no such directory)");
-  return resume_from;
-}
-
-json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunInfo& run) {
-  const std::string path = (fs::path(step_dir) / "manifest.json").string();
-  const std::string where = printable(step_dir);
-  std::error_code ec;
-  if (!fs::is_directory(step_dir, ec)) throw InputError("checkpoint " + where + ": no such directory");
-  if (!fs::exists(path, ec))
-    throw InputError("checkpoint " + where + ": no manifest.json (an incomplete checkpoint is never loaded)");
-  json m;
-  try {
-    const std::vector<char> b = read_all(path, "checkpoint manifest");
-    m = json::parse(b.begin(), b.end());
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    throw InputError("checkpoint " + where + ": manifest.json is unreadable: " + printable(what, 120));
-  }
-  if (!m.is_object()) throw InputError("checkpoint " + where + ": manifest.json is not a JSON object");
-  const auto version = field<int64_t>(m, where, "format_version");
-  if (version != kCheckpointFormatVersion)
-    throw InputError("checkpoint " + where + ": format version " + std::to_string(version) +
-                     " is not supported (this build reads " + std::to_string(kCheckpointFormatVersion) + ")");
-  CheckpointRunInfo saved;
-  saved.layout.tp = int_field(m, where, "layout", "tp");
-  saved.layout.dp = int_field(m, where, "layout", "dp");
-  saved.layout.pp = int_field(m, where, "layout", "pp");
-  saved.layout.virtual_stages = int_field(m, where, "layout", "virtual_stages");
-  saved.layout.schedule = field<std::string>(m, where, "layout", "schedule");
-  saved.zero_stage = int_field(m, where, "layout", "zero_stage");
-  saved.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
-  const std::string prec = field<std::string>(m, where, "layout", "precision");
-  const auto world = field<int64_t>(m, where, "world_size");
-  const std::string me = "checkpoint " + where + ": ";
-  // The layout: another DP size alone is resharding (refused); anything else, the layouts.
-  const ParallelLayout& a = saved.layout;
-  const ParallelLayout& b = run.layout;
-  const bool same_rest = a.tp == b.tp && a.pp == b.pp && a.virtual_stages == b.virtual_stages &&
-                         (a.pp == 1 || a.schedule == b.schedule) && saved.zero_stage == run.zero_stage &&
-                         saved.offload_optimizer == run.offload_optimizer;
-  if (same_rest && a.dp != b.dp)
-    throw InputError(me + "saved with DP" + std::to_string(a.dp) + ", this run has DP" + std::to_string(b.dp) +
-                     ": resharding a checkpoint to another DP size is not supported");
-  if (!same_rest)
-    throw InputError(me + "layout " + describe_layout(saved) + " does not match this run's " + describe_layout(run));
-  if (world != run.world_size())
-    throw InputError(me + "world size " + std::to_string(world) + " does not match this run's " +
-                     std::to_string(run.world_size()));
-  if (prec != precision_name(run.precision))
-    throw InputError(me + "precision " + printable(prec, 16) + " does not match this run's " +
-                     precision_name(run.precision));
-  saved.model.L = int_field(m, where, "model", "L");
-  saved.model.C = int_field(m, where, "model", "C");
-  saved.model.NH = int_field(m, where, "model", "NH");
-  saved.model.T = int_field(m, where, "model", "T");
-  saved.model.V = int_field(m, where, "model", "V");
-  if (describe_model(saved.model) != describe_model(run.model))
-    throw InputError(me + "model " + describe_model(saved.model) + " does not match this run's " +
-                     describe_model(run.model));
-  const json& seed = m.contains("seed") ? m["seed"] : json();
-  if (!seed.is_number_unsigned() && !seed.is_number_integer())
-    throw InputError(me + "manifest.json lacks 'seed' or it has the wrong type");
-  if (seed.get<uint64_t>() != run.seed)
-    throw InputError(me + "seed " + std::to_string(seed.get<uint64_t>()) + " does not match this run's " +
-                     std::to_string(run.seed));
-  const std::string ds = field<std::string>(m, where, "dataset_sha256");
-  if (!run.dataset_sha256.empty() && ds != run.dataset_sha256)
-    throw InputError(me + "dataset sha256 " + printable(ds, 64) + " does not match this run's " + run.dataset_sha256);
-  const auto gb = field<int64_t>(m, where, "train", "global_batch"), sl = field<int64_t>(m, where, "train", "seq_len");
-  if (gb != run.global_batch)
-    throw InputError(me + "global_batch " + std::to_string(gb) + " does not match this run's " +
-                     std::to_string(run.global_batch) + " (the data position is a step of that batch)");
-  if (sl != run.seq_len)
-    throw InputError(me + "seq_len " + std::to_string(sl) + " does not match this run's " +
-                     std::to_string(run.seq_len));
-  if (field<bool>(m, where, "loss_scaler", "enabled") != run.loss_scaling)
-    throw InputError(me + "loss scaling " + (run.loss_scaling ? "off" : "on") + " does not match this run's " +
-                     (run.loss_scaling ? "on" : "off"));
-  const auto step = field<int64_t>(m, where, "step");
-  if (step < 0) throw InputError(me + "step " + std::to_string(step) + " < 0 in manifest.json");
-  if (!m.contains("ranks") || !m["ranks"].is_array() || m["ranks"].size() != size_t(world))
-    throw InputError(me + "manifest.json does not list " + std::to_string(world) + " rank files");
-  return m;
-}
-
-void check_checkpoint_files(const std::string& step_dir, const json& manifest) {
-  const json& ranks = manifest.at("ranks");
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const std::string name = "rank-" + std::to_string(r) + ".bin", path = (fs::path(step_dir) / name).string();
-    const json& e = ranks[r];
-    if (!e.is_object() || e.value("file", "") != name || !e.contains("bytes") || !e["bytes"].is_number_unsigned())
-      throw InputError("checkpoint " + printable(step_dir) + ": manifest.json's entry for rank " + std::to_string(r) +
-                       " is malformed");
-    const uint64_t want = e["bytes"].get<uint64_t>();
-    std::error_code ec;
-    const auto st = fs::status(path, ec);
-    if (ec || !fs::exists(st)) throw InputError("checkpoint file " + path + ": missing");
-    if (!fs::is_regular_file(st)) throw InputError("checkpoint file " + path + ": not a regular file");
-    const uint64_t have = fs::file_size(path, ec);
-    if (ec) throw InputError("checkpoint file " + path + ": unreadable");
-    if (have < want)
-      throw InputError("checkpoint file " + path + ": truncated: " + std::to_string(have) + " of " +
-                       std::to_string(want) + " bytes");
-    if (have != want)
-      throw InputError("checkpoint file " + path + ": wrong size: " + std::to_string(have) +
-                       " bytes, the manifest says " + std::to_string(want));
-  }
-}
 
 template <typename T>
 std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run, ZeroEngine<T>& engine,
@@ -483,34 +115,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run
                          {"bytes", bytes},
                          {"sha256", std::string(reinterpret_cast<const char*>(w + 2), 64)}});
       }
-      const ParallelLayout& l = run.layout;
-      const json manifest = {
-          {"format", "dtbench-checkpoint"},
-          {"format_version", kCheckpointFormatVersion},
-          {"step", step},
-          {"world_size", world.size()},
-          {"layout",
-           {{"tp", l.tp},
-            {"dp", l.dp},
-            {"pp", l.pp},
-            {"virtual_stages", l.virtual_stages},
-            {"schedule", l.schedule},
-            {"zero_stage", run.zero_stage},
-            {"offload_optimizer", run.offload_optimizer},
-            {"precision", precision_name(run.precision)}}},
-          {"model",
-           {{"L", run.model.L}, {"C", run.model.C}, {"NH", run.model.NH}, {"T", run.model.T}, {"V", run.model.V}}},
-          {"seed", run.seed},
-          {"dataset_sha256", run.dataset_sha256},
-          {"train", {{"global_batch", run.global_batch}, {"seq_len", run.seq_len}}},
-          {"loss_scaler",
-           {{"enabled", run.loss_scaling},
-            {"scale", progress.scaler.scale},
-            {"growth_tracker", progress.scaler.growth_tracker},
-            {"skipped", progress.scaler.skipped}}},
-          {"adamw_steps", engine.steps_taken()},
-          {"history", progress.history},
-          {"ranks", ranks}};
+      const json manifest = make_manifest(run, step, world.size(), progress, engine.steps_taken(), std::move(ranks));
       write_file_durably((fs::path(sdir) / "manifest.json").string(), manifest.dump(1) + "\n");
       write_file_durably((fs::path(dir) / "latest").string(), std::to_string(step) + "\n");
     } catch (const InputError& e) {
@@ -537,7 +142,7 @@ TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunIn
       manifest_sha = sha256_hex(b.data(), b.size(), nullptr, 0);
     }
     const std::string me = "checkpoint " + printable(step_dir) + ": ";
-    const int64_t step = field<int64_t>(m, step_dir, "step");
+    const int64_t step = m.at("step").get<int64_t>();  // checked by check_checkpoint_manifest
     const json& e = m["ranks"][size_t(r)];
     const std::string name = "rank-" + std::to_string(r) + ".bin";
     if (!e.is_object() || e.value("rank", -1) != r || e.value("file", "") != name || !e.contains("bytes") ||

@@ -4,6 +4,8 @@
 // (DeepSpeed save_checkpoint/load_checkpoint's per-rank files and `latest` tag; PyTorch
 // Distributed Checkpoint's per-rank shards plus a metadata file written last). Not here:
 // resharding to another layout (refused), retention of old checkpoints, async saving.
+// Sources: checkpoint_file.cc (rank files, durable writes), checkpoint_manifest.cc (the
+// run identity, the manifest, step directories, the history), checkpoint.cc (save, load).
 //
 //   DIR/step-<k>/rank-<r>.bin    one per rank: header, section table, payload, SHA-256
 //   DIR/step-<k>/manifest.json   rank 0, written last: run identity, per-rank size + sha256
@@ -31,6 +33,7 @@
 #include "reference/loss_scaler.h"
 #include "reference/memory_model.h"
 #include "reference/process_grid.h"
+#include "reference/trainer.h"
 #include "reference/zero.h"
 
 namespace dtb {
@@ -79,8 +82,10 @@ void write_file_durably(const std::string& path, const std::string& text);
 /// position is a step index, so global_batch and seq_len too; micro_batches may differ).
 struct CheckpointRunInfo {
   ParallelLayout layout;
-  int zero_stage = 0;
-  bool offload_optimizer = false;
+  /// The ZeRO settings: their stage and offload_optimizer identify the run (the manifest's
+  /// layout.zero_stage and layout.offload_optimizer); buckets, overlap and the communication
+  /// type may change between a save and a resume (each step's result is the same).
+  ZeroConfig zero;
   Precision precision = Precision::fp32;
   GptConfig model;
   uint64_t seed = 0;
@@ -89,6 +94,11 @@ struct CheckpointRunInfo {
   bool loss_scaling = false;
   int world_size() const { return int(layout.world()); }
 };
+
+/// The identity of a run of `model` on `layout` with `zero` and `cfg` (precision, seed,
+/// global batch, seq_len, loss scaling) on the dataset of `dataset_sha256` ("": not checked).
+CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
+                                      const TrainConfig& cfg, const std::string& dataset_sha256);
 
 /// "TP2xPP2xDP1 zero0" (TP and PP when > 1, the schedule when PP > 1, " offload"): a
 /// layout as the mismatch messages name it.
@@ -102,6 +112,31 @@ struct TrainProgress {
   /// ("history") so a resumed run can report its whole curve; any JSON, rank 0's.
   nlohmann::json history = nlohmann::json::object();
 };
+
+/// A run's record of the steps done, kept in each checkpoint's manifest ("history") so that
+/// a resumed run reports its whole loss curve: per step the loss, and the loss scale and
+/// skip (0 / 1) with loss scaling, the gradient norm with clipping (NaN where not finite).
+struct TrainHistory {
+  std::vector<double> losses, loss_scales, grad_norms;
+  std::vector<int> skipped;
+  /// Appends `run`'s steps (a parallel_train run's, in order).
+  void append(const TrainRun& run);
+};
+
+/// `h` as the manifest's "history": {"losses", "loss_scales", "grad_norms", "skipped"}, a
+/// non-finite number as null.
+nlohmann::json history_to_json(const TrainHistory& h);
+
+/// A manifest's history of `steps` steps, as a run of `cfg` records it (loss scales and
+/// skips with cfg.loss_scaler.enabled, norms with cfg.grad_clip > 0). Errors: InputError
+/// "checkpoint <step_dir>: manifest.json's history does not hold the <steps> steps the train
+/// suite records" when it is missing, malformed or of another length.
+TrainHistory history_from_json(const nlohmann::json& manifest, int64_t steps, const TrainConfig& cfg,
+                               const std::string& step_dir);
+
+/// The history of the progress load_checkpoint read from `step_dir`: its progress.next_step
+/// steps, as history_from_json (the same errors).
+TrainHistory history_of(const TrainProgress& progress, const TrainConfig& cfg, const std::string& step_dir);
 
 /// DIR/step-<k>.
 std::string checkpoint_step_dir(const std::string& dir, int64_t step);

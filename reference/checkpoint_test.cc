@@ -81,8 +81,7 @@ ParallelLayout layout_of(const Case& c, const TrainConfig& cfg) {
 CheckpointRunInfo info_of(const Case& c, const TrainConfig& cfg) {
   CheckpointRunInfo r;
   r.layout = layout_of(c, cfg);
-  r.zero_stage = c.zero.stage;
-  r.offload_optimizer = c.zero.offload_optimizer;
+  r.zero = c.zero;
   r.precision = cfg.precision;
   r.model = kModel;
   r.seed = cfg.seed;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "reference/rng.h"
 

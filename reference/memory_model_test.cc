@@ -314,7 +314,7 @@ TEST(MemoryModelPlan, MatchesParallelGptAllocations) {
         CopyComm tp(t, l.tp), dp(0, 1);
         ParallelGpt<float> model(c.model, c.layout, grid_rank(GridCoord{t, 0, p}, c.layout), dev, tp);
         model.set_recompute(rc);
-        ZeroEngine<float> store(model, ZeroConfig{}, dp, cpu::AdamWParams{});
+        ZeroEngine<float> store(model, ZeroConfig{}, dp, AdamWParams{});
         for (const PipeAction& a : pipeline_schedule(l.s, l.pp, l.m, l.v, p)) {
           if (a.op == PipeOp::forward) {
             double loss = 0;
@@ -353,7 +353,7 @@ TEST(MemoryModelPlan, MatchesZeroEngineState) {
           ZeroConfig zc;
           zc.stage = z;
           zc.offload_optimizer = off;
-          ZeroEngine<float> store(model, zc, dpc, cpu::AdamWParams{});
+          ZeroEngine<float> store(model, zc, dpc, AdamWParams{});
           RankPlan r = plan_rank(c, 0, p);
           if (z > 0) {  // stage 0 stores N, no shards
             EXPECT_EQ(r.S, store.shard_elements());

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
-#include "kernels/timer.h"
 
 namespace dtb {
 
@@ -51,6 +51,8 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
     : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ops_(ops) {
   validate_gpt_config(cfg);
   DTB_CHECK(tp.size() == layout.tp, "ParallelGpt: the TP communicator's size is not layout.tp");
+  DTB_CHECK(tp.rank() == grid_coord(rank, layout).tp,
+            "ParallelGpt: the TP communicator's rank is not this rank's TP coordinate");
   if (cfg.NH % layout.tp || cfg.V % layout.tp || cfg.L % (layout.pp * layout.virtual_stages))
     throw InputError("ParallelGpt: layout tp " + std::to_string(layout.tp) + " pp " + std::to_string(layout.pp) +
                      " x " + std::to_string(layout.virtual_stages) + " does not divide NH " +
@@ -65,25 +67,27 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
     ops_ = owned_ops_.get();
   }
   coord_ = grid_coord(rank, layout);
-  const int tpn = layout.tp, r = coord_.tp, v = layout.virtual_stages;
+  const int v = layout.virtual_stages, C = cfg.C;
   Lc_ = cfg.L / (layout.pp * v);
-  Cl_ = cfg.C / tpn;
-  NHl_ = cfg.NH / tpn;
-  Vl_ = cfg.V / tpn;
-  const size_t C = cfg.C, Cl = Cl_;
+  Cl_ = C / layout.tp;
+  NHl_ = cfg.NH / layout.tp;
+  Vl_ = cfg.V / layout.tp;
+  // NH % tp == 0 and C % NH == 0, so tp divides C, 3C and 4C: the layers accept the sizes.
+  qkv_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "qkv", C, 3 * C, &stats_);
+  // The row-parallel projections: with tp = 1 the bias inside the GEMM, exactly as gpt.cc.
+  attproj_ = std::make_unique<RowParallelLinear<T>>(*ops_, tp, "attproj", C, C, &stats_, BiasAtTp1::in_gemm);
+  fc_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "fc", C, 4 * C, &stats_);
+  fcproj_ = std::make_unique<RowParallelLinear<T>>(*ops_, tp, "fcproj", 4 * C, C, &stats_, BiasAtTp1::in_gemm);
+  head_ce_ = std::make_unique<VocabParallelCrossEntropy<T>>(*ops_, tp, cfg.V, &stats_);
+
+  // The local flat layout, unit by unit: wte shard, wpe, the chunks' layers, final LayerNorm.
   std::map<std::string, size_t> full;  // full-buffer offset of each tensor
   for (const auto& t : gpt_param_layout(cfg)) full[t.name] = t.offset;
-
   bool holds_first = false, holds_last = false;
   for (int c = 0; c < v; ++c) holds_first = holds_first || is_first(c), holds_last = holds_last || is_last(c);
-  auto open_unit = [&](const std::string& name) {
-    units_.push_back({name, num_params_, 0});
-    return int(units_.size()) - 1;
-  };
-  auto close_unit = [&] { units_.back().n = num_params_ - units_.back().begin; };
   if (holds_first || holds_last) {
     wte_unit_ = open_unit("wte");
-    add_tensor("wte", -1, {{full["wte"] + size_t(r) * Vl_ * C, 0, size_t(Vl_) * C}}, false);
+    add_tensor("wte", -1, {{full["wte"] + size_t(coord_.tp) * Vl_ * C, 0, size_t(Vl_) * C}}, false);
     // The tied copy on the last stage is not the owner when the first stage is elsewhere.
     tensors_.back().owner = tensors_.back().owner && (holds_first || layout.pp == 1);
     tensors_.back().primary = tensors_.back().primary && (holds_first || layout.pp == 1);
@@ -95,54 +99,80 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
     close_unit();
   }
   layers_.resize(v);
-  for (int c = 0; c < v; ++c) {
-    for (int k = 0; k < Lc_; ++k) {
-      const size_t l = size_t(virtual_stage(c)) * Lc_ + k;
-      LayerParams lp;
-      lp.unit = open_unit("layer." + std::to_string(l));
-      for (int i = 0; i < 12; ++i) {
-        const std::string name = kLayerNames[i];
-        const size_t base = full[name];
-        std::vector<LocalTensor::Run> runs;
-        bool replicated = false;
-        switch (i) {
-          case Pqkvw:  // (3C, C): rows [k C + r Cl, k C + (r+1) Cl) of q, k and v
-            for (size_t b = 0; b < 3; ++b) runs.push_back({base + l * 3 * C * C + (b * C + r * Cl) * C, b * Cl * C, Cl * C});
-            break;
-          case Pqkvb:
-            for (size_t b = 0; b < 3; ++b) runs.push_back({base + l * 3 * C + b * C + r * Cl, b * Cl, Cl});
-            break;
-          case Pattprojw:  // (C, C): columns [r Cl, (r+1) Cl) of every row
-            for (size_t o = 0; o < C; ++o) runs.push_back({base + l * C * C + o * C + r * Cl, o * Cl, Cl});
-            break;
-          case Pfcw:  // (4C, C): rows [r 4Cl, (r+1) 4Cl)
-            runs.push_back({base + l * 4 * C * C + r * 4 * Cl * C, 0, 4 * Cl * C});
-            break;
-          case Pfcb:
-            runs.push_back({base + l * 4 * C + r * 4 * Cl, 0, 4 * Cl});
-            break;
-          case Pfcprojw:  // (C, 4C): columns [r 4Cl, (r+1) 4Cl) of every row
-            for (size_t o = 0; o < C; ++o) runs.push_back({base + l * 4 * C * C + o * 4 * C + r * 4 * Cl, o * 4 * Cl, 4 * Cl});
-            break;
-          default:  // ln1w ln1b attprojb ln2w ln2b fcprojb: (C), replicated over TP
-            runs.push_back({base + l * C, 0, C});
-            replicated = true;
-        }
-        lp.o[i] = num_params_ - units_[lp.unit].begin;
-        add_tensor(name, int(l), std::move(runs), replicated);
-      }
-      close_unit();
-      layers_[c].push_back(lp);
-    }
-  }
+  for (int c = 0; c < v; ++c)
+    for (int k = 0; k < Lc_; ++k) add_layer(c, k, full);
   if (holds_last) {
     lnf_unit_ = open_unit("lnf");
-    add_tensor("lnfw", -1, {{full["lnfw"], 0, C}}, true);
-    add_tensor("lnfb", -1, {{full["lnfb"], 0, C}}, true);
+    add_tensor("lnfw", -1, {{full["lnfw"], 0, size_t(C)}}, true);
+    add_tensor("lnfb", -1, {{full["lnfb"], 0, size_t(C)}}, true);
     close_unit();
   }
   live_.resize(v);
   pool_.resize(v);
+}
+
+template <typename T>
+int ParallelGpt<T>::open_unit(const std::string& name) {
+  units_.push_back({name, num_params_, 0});
+  return int(units_.size()) - 1;
+}
+
+template <typename T>
+void ParallelGpt<T>::close_unit() {
+  units_.back().n = num_params_ - units_.back().begin;
+}
+
+template <typename T>
+void ParallelGpt<T>::add_layer(int chunk, int k, const std::map<std::string, size_t>& full) {
+  const size_t C = cfg_.C, l = size_t(virtual_stage(chunk)) * Lc_ + k;
+  // Elements of each of a layer's tensors (gpt.h's layout stacks them over the L layers).
+  const size_t numel[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  // This rank's shard as runs of the full tensor (rows, cols) at `at`: rows [r0, r0 + n) of
+  // a column-parallel weight, or columns [c0, c0 + n) of every row of a row-parallel one.
+  auto rows = [](std::vector<LocalTensor::Run>& runs, size_t at, size_t cols, size_t r0, size_t n) {
+    const size_t local = runs.empty() ? 0 : runs.back().local + runs.back().n;
+    runs.push_back({at + r0 * cols, local, n * cols});
+  };
+  auto columns = [](std::vector<LocalTensor::Run>& runs, size_t at, size_t nrows, size_t cols, size_t c0, size_t n) {
+    for (size_t o = 0; o < nrows; ++o) runs.push_back({at + o * cols + c0, o * n, n});
+  };
+  // QKV: q, k and v are each column-parallel over the same rows, NH/tp whole heads.
+  const size_t qkv_rows = size_t(qkv_->local_out_features()) / 3, qkv_r0 = size_t(coord_.tp) * qkv_rows;
+  LayerParams lp;
+  lp.unit = open_unit("layer." + std::to_string(l));
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = kLayerNames[i];
+    const size_t at = full.at(name) + l * numel[i];  // layer l's tensor in the full buffer
+    std::vector<LocalTensor::Run> runs;
+    bool replicated = false;
+    switch (i) {
+      case Pqkvw:  // (3C, C)
+        for (size_t b = 0; b < 3; ++b) rows(runs, at, C, b * C + qkv_r0, qkv_rows);
+        break;
+      case Pqkvb:  // (3C)
+        for (size_t b = 0; b < 3; ++b) rows(runs, at, 1, b * C + qkv_r0, qkv_rows);
+        break;
+      case Pattprojw:  // (C, C)
+        columns(runs, at, C, C, attproj_->in_offset(), attproj_->local_in_features());
+        break;
+      case Pfcw:  // (4C, C)
+        rows(runs, at, C, fc_->out_offset(), fc_->local_out_features());
+        break;
+      case Pfcb:  // (4C)
+        rows(runs, at, 1, fc_->out_offset(), fc_->local_out_features());
+        break;
+      case Pfcprojw:  // (C, 4C)
+        columns(runs, at, C, 4 * C, fcproj_->in_offset(), fcproj_->local_in_features());
+        break;
+      default:  // ln1w ln1b attprojb ln2w ln2b fcprojb: (C), replicated over TP
+        runs.push_back({at, 0, C});
+        replicated = true;
+    }
+    lp.o[i] = num_params_ - units_[lp.unit].begin;
+    add_tensor(name, int(l), std::move(runs), replicated);
+  }
+  close_unit();
+  layers_[chunk].push_back(lp);
 }
 
 template <typename T>
@@ -280,28 +310,19 @@ void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerP
   Ops<T>& ops = *ops_;
   const int C = cfg_.C, Cl = Cl_, NH = NHl_;
   const size_t BT = size_t(B) * Tn;
-  const bool tp1 = layout_.tp == 1;
   auto W = [&](int i) { return up + lp.o[i]; };
   ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, W(Pln1w), W(Pln1b), int(BT), C);
-  // f forward is the identity: ln1 is replicated.
-  ops.matmul_forward(a.qkv, a.ln1, W(Pqkvw), W(Pqkvb), int(BT), C, 3 * Cl);
+  // Column-parallel QKV on the replicated ln1 (f forward is the identity).
+  qkv_->forward(a.qkv, a.ln1, int(BT), W(Pqkvw), W(Pqkvb));
   ops.attention_forward(a.atty, a.att, a.qkv, B, Tn, Cl, NH);
   // Row-parallel projection: partial sums, g forward, then the bias once (tp = 1: the bias
   // inside the GEMM, exactly as gpt.cc).
-  ops.matmul_forward(a.attproj, a.atty, W(Pattprojw), tp1 ? W(Pattprojb) : nullptr, int(BT), Cl, C);
-  if (!tp1) {
-    reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, a.attproj, BT * C, &stats_);
-    ops.add_bias(a.attproj, W(Pattprojb), int(BT), C);
-  }
+  attproj_->forward(a.attproj, a.atty, int(BT), W(Pattprojw), W(Pattprojb));
   ops.residual_forward(a.res2, a.x, a.attproj, BT * C);
   ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(BT), C);
-  ops.matmul_forward(a.fch, a.ln2, W(Pfcw), W(Pfcb), int(BT), C, 4 * Cl);
+  fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb));
   ops.gelu_forward(a.fchg, a.fch, BT * 4 * Cl);
-  ops.matmul_forward(a.fcproj, a.fchg, W(Pfcprojw), tp1 ? W(Pfcprojb) : nullptr, int(BT), 4 * Cl, C);
-  if (!tp1) {
-    reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, a.fcproj, BT * C, &stats_);
-    ops.add_bias(a.fcproj, W(Pfcprojb), int(BT), C);
-  }
+  fcproj_->forward(a.fcproj, a.fchg, int(BT), W(Pfcprojw), W(Pfcprojb));
   ops.residual_forward(a.res3, a.res2, a.fcproj, BT * C);
 }
 
@@ -354,23 +375,9 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   st.release_param(lnf_unit_);
   ops.matmul_forward(s.p(kLogits), s.p(kLnf), st.param(wte_unit_), static_cast<const T*>(nullptr), int(BT), C, Vl);
   st.release_param(wte_unit_);
-  const int32_t* tgt = s.tgt();
-  using A = acc_t<T>;
-  ops.crossentropy_shard_max(s.pa(kMax), s.p(kLogits), int(BT), Vl);
   // The max and the sum-exp travel in A (fp32 under mixed precision).
-  auto tp_all_reduce = [&](A* buf, size_t n, ReduceOp op) {
-    if (layout_.tp == 1) return;
-    ops.synchronize();
-    Stopwatch sw;
-    tp_.all_reduce(buf, buf, n, dtype_of<A>(), op);
-    stats_.seconds += sw.elapsed();
-    stats_.calls++;
-    stats_.bytes += n * sizeof(A);
-  };
-  tp_all_reduce(s.pa(kMax), BT, ReduceOp::max);
-  ops.crossentropy_shard_sums(s.pa(kSums), s.p(kLogits), s.pa(kMax), tgt, int(BT), Vl, v0);
-  tp_all_reduce(s.pa(kSums), 2 * BT, ReduceOp::sum);
-  ops.crossentropy_shard_forward(s.pa(kLosses), s.p(kProbs), s.p(kLogits), s.pa(kMax), s.pa(kSums), int(BT), Vl);
+  head_ce_->forward(s.pa(kLosses), s.p(kProbs), s.p(kLogits), s.pa(kMax), s.pa(kSums), s.tgt(), int(BT));
+  using A = acc_t<T>;
   std::vector<A> losses(BT);
   ops.copy_to_host(losses.data(), s.pa(kLosses), BT * sizeof(A));
   double sum = 0;
@@ -398,7 +405,7 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
   const bool holds_first = wpe_unit_ >= 0;
   T* dres = S(sDRes);  // the residual stream's gradient, replicated over TP
   if (last) {
-    ops.crossentropy_shard_backward(S(sDLogits), s.p(kProbs), s.tgt(), loss_scale, int(BT), Vl, v0);
+    head_ce_->backward(S(sDLogits), s.p(kProbs), s.tgt(), loss_scale, int(BT));
     ops.zero(S(sDLn), BT * C);
     ops.matmul_backward(S(sDLn), st.grad(wte_unit_), static_cast<T*>(nullptr), S(sDLogits), s.p(kLnf),
                         st.param(wte_unit_), int(BT), C, Vl);
@@ -427,30 +434,25 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
     // Full recompute: the layer's forward again from its kept input, the same ops on the
     // same values, so every activation is bitwise the first forward's.
     if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn);
-    // MLP branch; g backward (after fcproj) is the identity, f backward (before fc) sums.
+    // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
+    // sums over TP.
     T* dfchg = S(sDBig);
     T* dfch = S(sDBig2);
-    ops.zero(dfchg, BT * 4 * Cl);
-    ops.matmul_backward(dfchg, D(Pfcprojw), D(Pfcprojb), dres, a.fchg, W(Pfcprojw), int(BT), 4 * Cl, C);
+    fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb));
     ops.zero(dfch, BT * 4 * Cl);
     ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
-    ops.zero(S(sDLn), BT * C);
-    ops.matmul_backward(S(sDLn), D(Pfcw), D(Pfcb), dfch, a.ln2, W(Pfcw), int(BT), C, 4 * Cl);
-    copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
+    fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb));
     ops.layernorm_backward(dres, D(Pln2w), D(Pln2b), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(BT), C);
     // Attention branch.
     T* datty = S(sDBig2);
-    ops.zero(datty, BT * Cl);
-    ops.matmul_backward(datty, D(Pattprojw), D(Pattprojb), dres, a.atty, W(Pattprojw), int(BT), Cl, C);
+    attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb));
     T* dqkv = S(sDBig);
     // Selective recompute: the attention core's softmax again from the kept qkv (its output
     // into dqkv's buffer before that is zeroed; the kept atty is not touched).
     if (recompute_ == Recompute::selective) ops.attention_forward(dqkv, a.att, a.qkv, B, Tn, Cl, NH);
     ops.zero(dqkv, BT * 3 * Cl);
     ops.attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.att, B, Tn, Cl, NH);
-    ops.zero(S(sDLn), BT * C);
-    ops.matmul_backward(S(sDLn), D(Pqkvw), D(Pqkvb), dqkv, a.ln1, W(Pqkvw), int(BT), C, 3 * Cl);
-    copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
+    qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), D(Pqkvw), D(Pqkvb));
     ops.layernorm_backward(dres, D(Pln1w), D(Pln1b), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(BT), C);
     st.release_param(lp.unit);
     st.grad_done(lp.unit);

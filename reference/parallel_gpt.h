@@ -7,10 +7,13 @@
 //              and v row blocks of qkvw), output projection row-parallel (bias added once,
 //              after the all-reduce);
 //   MLP:       fc column-parallel, fcproj row-parallel;
+//              (the four are reference/tensor_parallel.h's ColumnParallelLinear and
+//              RowParallelLinear on the ParamStore's parameters)
 //   embedding: vocabulary-parallel (rank r holds wte rows [r V/tp, (r+1) V/tp)), summed
 //              over TP; wpe, every LayerNorm and the row-parallel biases replicated;
 //   LM head:   the tied wte shard, logits (N, V/tp) never gathered: vocabulary-parallel
-//              cross-entropy (max and sum-exp all-reduced, Megatron's cross_entropy.py).
+//              cross-entropy (max and sum-exp all-reduced, Megatron's cross_entropy.py;
+//              VocabParallelCrossEntropy of reference/tensor_parallel.h).
 //
 // Pipeline: the pp * v virtual stages hold L / (pp v) consecutive layers each; virtual
 // stage s = chunk * pp + pp_rank (Megatron's interleaved assignment, reference/
@@ -175,6 +178,9 @@ class ParallelGpt {
     size_t o[12];  // offsets within the unit of ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
   };
   ParamStore<T>& store() const;
+  int open_unit(const std::string& name);  // a unit starting at num_params_
+  void close_unit();                        // ends the last unit at num_params_
+  void add_layer(int chunk, int k, const std::map<std::string, size_t>& full);
   LayerActs layer_acts(ActSet& s, int k, bool last_chunk);
   void layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn);
   ActSet& acquire(int chunk, int mb, int B, int Tn);
@@ -188,6 +194,11 @@ class ParallelGpt {
   Communicator& tp_;
   Ops<T>* ops_ = nullptr;
   std::unique_ptr<Ops<T>> owned_ops_;
+  // Every block's TP linears (C -> 3C, C -> C, C -> 4C, 4C -> C), charged to stats_; the
+  // parameters are each layer's, from the store, passed per call.
+  std::unique_ptr<ColumnParallelLinear<T>> qkv_, fc_;
+  std::unique_ptr<RowParallelLinear<T>> attproj_, fcproj_;
+  std::unique_ptr<VocabParallelCrossEntropy<T>> head_ce_;  // the LM head's loss
   int Lc_ = 0, Cl_ = 0, NHl_ = 0, Vl_ = 0;  // layers per chunk, per-TP-rank sizes
   std::vector<LocalTensor> tensors_;
   std::vector<ParamUnit> units_;

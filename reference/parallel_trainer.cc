@@ -192,6 +192,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
   LossScaler own_scaler(cfg.loss_scaler);
   LossScaler& scaler = loop.scaler ? *loop.scaler : own_scaler;
   for (int s = int(loop.first_step); s < cfg.steps; ++s) {
+    if (loop.before_step) loop.before_step(s);
     StepTiming tm;
     auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
     Stopwatch step_sw;

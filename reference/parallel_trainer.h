@@ -87,6 +87,8 @@ struct TrainLoop {
   /// The run's loss scaler (e.g. restored from a checkpoint), updated in place; null: a
   /// fresh one from cfg.loss_scaler.
   LossScaler* scaler = nullptr;
+  /// Called on every rank before each step s (e.g. a probe's clock). Null: nothing.
+  std::function<void(int64_t step)> before_step;
   /// Called on every rank after each step's optimizer step with the number of steps done
   /// (s + 1), the scaler and what the run recorded so far (its steps only); e.g. saves a
   /// checkpoint (collective: every rank calls it at the same steps). Null: nothing.

@@ -321,7 +321,7 @@ TEST(Zero, StateMemoryIsShardedAsEachStageSays) {
     CpuDevice dev;
     OwnedGroups og = make_parallel_groups(*w, l);
     ParallelGpt<float> m(kModel, l, w->rank(), dev, *og.tp);
-    ZeroEngine<float> engine(m, z.cfg, *og.dp, cpu::AdamWParams{});
+    ZeroEngine<float> engine(m, z.cfg, *og.dp, AdamWParams{});
     const size_t N = m.num_params(), S = engine.shard_elements(), f = sizeof(float);
     size_t want_s = 0;
     for (const ParamUnit& u : m.units()) want_s += (u.n + l.dp - 1) / l.dp;

@@ -14,20 +14,21 @@
 namespace dtb {
 namespace {
 
-/// All-reduce SUM of buf (count) in place over tp, timed into `stats` (may be null).
-/// The backend's queued compute is finished first, so the stopwatch sees only the
+/// All-reduce (SUM unless said) of buf (count) in place over tp, timed into `stats` (may be
+/// null). The backend's queued compute is finished first, so the stopwatch sees only the
 /// collective (including the wait for the slowest peer). A group of one is bypassed,
 /// nothing called or counted (mappings.py: "Bypass the function if we are using only 1 GPU").
-template <typename T>
-void timed_all_reduce(Ops<T>& ops, Communicator& tp, T* buf, size_t count, CommStats* stats) {
+template <typename T, typename U>
+void timed_all_reduce(Ops<T>& ops, Communicator& tp, U* buf, size_t count, CommStats* stats,
+                      ReduceOp op = ReduceOp::sum) {
   if (tp.size() == 1) return;
   ops.synchronize();
   Stopwatch sw;
-  tp.all_reduce(buf, buf, count, dtype_of<T>(), ReduceOp::sum);
+  tp.all_reduce(buf, buf, count, dtype_of<U>(), op);
   if (stats) {
     stats->seconds += sw.elapsed();
     stats->calls += 1;
-    stats->bytes += count * sizeof(T);
+    stats->bytes += count * sizeof(U);
   }
 }
 
@@ -94,12 +95,19 @@ void init_parameter_slice(T* host, const std::string& name, int64_t rows, int64_
 // ---- ColumnParallelLinear ----
 
 template <typename T>
-ColumnParallelLinear<T>::ColumnParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name,
-                                              int C, int OC, const LinearInit& init)
-    : ops_(ops), tp_(tp), name_(std::move(name)), C_(C), OC_(OC) {
+ColumnParallelLinear<T>::ColumnParallelLinear(Ops<T>& ops, Communicator& tp, std::string name, int C, int OC,
+                                              CommStats* stats)
+    : ops_(ops), tp_(tp), name_(std::move(name)), C_(C), OC_(OC), stats_(stats) {
+  DTB_CHECK(stats != nullptr, "ColumnParallelLinear '" + name_ + "': null CommStats");
   check_sizes("ColumnParallelLinear", name_, C, OC);
   if (OC % tp.size() != 0)
     throw InputError(divisibility_message("ColumnParallelLinear", name_, "output features OC", OC, tp.size()));
+}
+
+template <typename T>
+ColumnParallelLinear<T>::ColumnParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name,
+                                              int C, int OC, const LinearInit& init)
+    : ColumnParallelLinear(ops, tp, std::move(name), C, OC, &own_stats_) {
   const int r0 = out_offset(), r1 = r0 + local_out_features();
   std::tie(w_, dw_) = make_param(ops, device, name_ + ".weight", OC, C, r0, r1, 0, C, init.weight_std,
                                  init.seed, false);
@@ -108,18 +116,17 @@ ColumnParallelLinear<T>::ColumnParallelLinear(Ops<T>& ops, Device& device, Commu
 }
 
 template <typename T>
-void ColumnParallelLinear<T>::forward(T* out, const T* inp, int N) {
+void ColumnParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b) {
   // f forward is the identity: the replicated input enters the region as is, uncommunicated.
-  ops_.matmul_forward(out, inp, w_.data<T>(), b_.data<T>(), N, C_, local_out_features());
+  ops_.matmul_forward(out, inp, w, b, N, C_, local_out_features());
 }
 
 template <typename T>
-void ColumnParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N) {
+void ColumnParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db) {
   if (dinp) ops_.zero(dinp, size_t(N) * C_);  // matmul_backward accumulates; this is a write
-  ops_.matmul_backward(dinp, dw_.data<T>(), db_.data<T>(), dout, inp, w_.data<T>(), N, C_,
-                       local_out_features());
+  ops_.matmul_backward(dinp, dw, db, dout, inp, w, N, C_, local_out_features());
   // f backward: each rank holds dout_r @ W_r, its share of dx; the sum over TP is dx.
-  if (dinp) copy_to_tensor_parallel_region<T>(Pass::backward, ops_, tp_, dinp, size_t(N) * C_, &stats_);
+  if (dinp) copy_to_tensor_parallel_region<T>(Pass::backward, ops_, tp_, dinp, size_t(N) * C_, stats_);
 }
 
 template <typename T>
@@ -131,12 +138,19 @@ void ColumnParallelLinear<T>::zero_grad() {
 // ---- RowParallelLinear ----
 
 template <typename T>
-RowParallelLinear<T>::RowParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name, int C,
-                                        int OC, const LinearInit& init)
-    : ops_(ops), tp_(tp), name_(std::move(name)), C_(C), OC_(OC) {
+RowParallelLinear<T>::RowParallelLinear(Ops<T>& ops, Communicator& tp, std::string name, int C, int OC,
+                                        CommStats* stats, BiasAtTp1 bias_at_tp1)
+    : ops_(ops), tp_(tp), name_(std::move(name)), C_(C), OC_(OC), bias_at_tp1_(bias_at_tp1), stats_(stats) {
+  DTB_CHECK(stats != nullptr, "RowParallelLinear '" + name_ + "': null CommStats");
   check_sizes("RowParallelLinear", name_, C, OC);
   if (C % tp.size() != 0)
     throw InputError(divisibility_message("RowParallelLinear", name_, "input features C", C, tp.size()));
+}
+
+template <typename T>
+RowParallelLinear<T>::RowParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name, int C,
+                                        int OC, const LinearInit& init)
+    : RowParallelLinear(ops, tp, std::move(name), C, OC, &own_stats_, BiasAtTp1::after_gemm) {
   const int c0 = in_offset(), c1 = c0 + local_in_features();
   std::tie(w_, dw_) = make_param(ops, device, name_ + ".weight", OC, C, 0, OC, c0, c1, init.weight_std,
                                  init.seed, false);
@@ -145,21 +159,22 @@ RowParallelLinear<T>::RowParallelLinear(Ops<T>& ops, Device& device, Communicato
 }
 
 template <typename T>
-void RowParallelLinear<T>::forward(T* out, const T* inp, int N) {
-  ops_.matmul_forward(out, inp, w_.data<T>(), nullptr, N, local_in_features(), OC_);
+void RowParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b) {
+  // tp = 1 and BiasAtTp1::in_gemm: the unsharded linear of reference/gpt.cc, bias and all.
+  const bool in_gemm = tp_.size() == 1 && bias_at_tp1_ == BiasAtTp1::in_gemm;
+  ops_.matmul_forward(out, inp, w, in_gemm ? b : nullptr, N, local_in_features(), OC_);
+  if (in_gemm) return;
   // g forward: the partial products over this rank's C/tp input features are summed.
-  reduce_from_tensor_parallel_region<T>(Pass::forward, ops_, tp_, out, size_t(N) * OC_, &stats_);
+  reduce_from_tensor_parallel_region<T>(Pass::forward, ops_, tp_, out, size_t(N) * OC_, stats_);
   // The replicated bias, added once after the reduction (layers.py: output = output_ + bias).
-  // Ops has no row-broadcast add, so one elementwise add per row (free on the CPU).
-  const T* b = b_.data<T>();
-  for (int n = 0; n < N; ++n) ops_.residual_forward(out + size_t(n) * OC_, out + size_t(n) * OC_, b, size_t(OC_));
+  ops_.add_bias(out, b, N, OC_);
 }
 
 template <typename T>
-void RowParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N) {
+void RowParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db) {
   // g backward is the identity: dout is replicated already, nothing is communicated.
   if (dinp) ops_.zero(dinp, size_t(N) * local_in_features());
-  ops_.matmul_backward(dinp, dw_.data<T>(), db_.data<T>(), dout, inp, w_.data<T>(), N, local_in_features(), OC_);
+  ops_.matmul_backward(dinp, dw, db, dout, inp, w, N, local_in_features(), OC_);
 }
 
 template <typename T>
@@ -168,22 +183,46 @@ void RowParallelLinear<T>::zero_grad() {
   ops_.zero(db_.data<T>(), size_t(db_.numel()));
 }
 
+// ---- VocabParallelCrossEntropy ----
+
+template <typename T>
+VocabParallelCrossEntropy<T>::VocabParallelCrossEntropy(Ops<T>& ops, Communicator& tp, int V, CommStats* stats)
+    : ops_(ops), tp_(tp), Vl_(V / tp.size()), stats_(stats) {
+  DTB_CHECK(stats != nullptr, "VocabParallelCrossEntropy: null CommStats");
+  if (V < 1) throw InputError("VocabParallelCrossEntropy: needs V >= 1 (got V = " + std::to_string(V) + ")");
+  if (V % tp.size() != 0)
+    throw InputError(divisibility_message("VocabParallelCrossEntropy", "head", "vocabulary V", V, tp.size()));
+}
+
+template <typename T>
+void VocabParallelCrossEntropy<T>::forward(A* losses, T* probs, const T* logits, A* maxes, A* sums,
+                                           const int32_t* targets, int N) {
+  ops_.crossentropy_shard_max(maxes, logits, N, Vl_);
+  timed_all_reduce(ops_, tp_, maxes, size_t(N), stats_, ReduceOp::max);
+  ops_.crossentropy_shard_sums(sums, logits, maxes, targets, N, Vl_, vocab_offset());
+  timed_all_reduce(ops_, tp_, sums, 2 * size_t(N), stats_, ReduceOp::sum);
+  ops_.crossentropy_shard_forward(losses, probs, logits, maxes, sums, N, Vl_);
+}
+
+template <typename T>
+void VocabParallelCrossEntropy<T>::backward(T* dlogits, const T* probs, const int32_t* targets, A dloss, int N) {
+  ops_.crossentropy_shard_backward(dlogits, probs, targets, dloss, N, Vl_, vocab_offset());
+}
+
 #define DTB_INSTANTIATE_TP(T)                                                                              \
   template void copy_to_tensor_parallel_region<T>(Pass, Ops<T>&, Communicator&, T*, size_t, CommStats*);     \
   template void reduce_from_tensor_parallel_region<T>(Pass, Ops<T>&, Communicator&, T*, size_t, CommStats*); \
   template void init_parameter_slice<T>(T*, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t, \
                                         int64_t, double, uint64_t);                                          \
   template class ColumnParallelLinear<T>;                                                                   \
-  template class RowParallelLinear<T>;
+  template class RowParallelLinear<T>;                                                                      \
+  template class VocabParallelCrossEntropy<T>;
 
+// float and double, and the half types of mixed precision (ParallelGpt<bf16>, <fp16>).
 DTB_INSTANTIATE_TP(float)
 DTB_INSTANTIATE_TP(double)
+DTB_INSTANTIATE_TP(bf16)
+DTB_INSTANTIATE_TP(fp16)
 #undef DTB_INSTANTIATE_TP
-// Mixed precision: the sharded GPT's mappings on half-precision activations (the layers
-// above are fp32/fp64 building blocks of the ffn_tp suite).
-template void copy_to_tensor_parallel_region<bf16>(Pass, Ops<bf16>&, Communicator&, bf16*, size_t, CommStats*);
-template void reduce_from_tensor_parallel_region<bf16>(Pass, Ops<bf16>&, Communicator&, bf16*, size_t, CommStats*);
-template void copy_to_tensor_parallel_region<fp16>(Pass, Ops<fp16>&, Communicator&, fp16*, size_t, CommStats*);
-template void reduce_from_tensor_parallel_region<fp16>(Pass, Ops<fp16>&, Communicator&, fp16*, size_t, CommStats*);
 
 }  // namespace dtb

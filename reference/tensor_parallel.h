@@ -3,6 +3,9 @@
 // communication pair f / g (megatron/core/tensor_parallel/mappings.py) and the two sharded
 // linear layers (megatron/core/tensor_parallel/layers.py), on Ops<T> and a TP Communicator,
 // so they run unchanged on the CPU (host buffers, MPI) and on CUDA (device buffers, NCCL).
+// The layers are the one place where a sharded linear's ops and collectives are written:
+// the ffn_tp suite uses them with parameters they own, ParallelGpt (reference/parallel_gpt.h)
+// with the parameters of its ParamStore, passed per call.
 //
 // Shape legend: N rows (tokens), C input features, OC output features, tp = TP group size,
 // r = this rank's index in the TP group. A weight is (OC, C) as torch.nn.Linear:
@@ -74,28 +77,43 @@ struct LinearInit {
 
 /// Y = X A + b with A split along its output features (Megatron layers.py
 /// `ColumnParallelLinear`, gather_output = False; paper eq. 3, A = [A_1, A_2]).
-/// Full weight W (OC, C), bias b (OC); rank r of the TP group holds rows
-/// [r OC/tp, (r+1) OC/tp) of W and the same slice of b: W_r (OC/tp, C), b_r (OC/tp).
-/// The input X (N, C) is replicated on the TP group; the output stays partitioned.
-/// Owns its shard's parameters (category param) and gradients (category grad) on `device`.
+/// Full weight W (OC, C), bias b (OC); rank r of the TP group holds OC/tp rows of W and the
+/// same slice of b: W_r (OC/tp, C), b_r (OC/tp) — rows [r OC/tp, (r+1) OC/tp) when the layer
+/// owns its parameters (ParallelGpt's QKV holds the same rows of each of q, k and v instead:
+/// NH/tp whole heads). The input X (N, C) is replicated on the TP group; the output stays
+/// partitioned.
 template <typename T>
 class ColumnParallelLinear {
  public:
-  /// `name` names the FULL layer (parameter streams "<name>.weight", "<name>.bias"), C and
-  /// OC its full sizes, `tp` its TP group (this rank's index is tp.rank()). `ops` and `tp`
-  /// must outlive the layer. Gradients start at zero.
+  /// A layer that owns its shard's parameters (category param) and gradients (category grad)
+  /// on `device`. `name` names the FULL layer (parameter streams "<name>.weight",
+  /// "<name>.bias"), C and OC its full sizes, `tp` its TP group (this rank's index is
+  /// tp.rank()). `ops` and `tp` must outlive the layer. Gradients start at zero.
   /// Errors: InputError when C or OC < 1, or OC is not divisible by tp.size() (the message
   /// names the layer and the numbers).
   ColumnParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name, int C, int OC,
                        const LinearInit& init);
+  /// A layer whose parameters and gradients are the caller's, passed to each forward and
+  /// backward (weight() and the other tensors are empty); its TP communication is charged to
+  /// `stats` (not null; must outlive the layer). Errors as the owning constructor.
+  ColumnParallelLinear(Ops<T>& ops, Communicator& tp, std::string name, int C, int OC, CommStats* stats);
+  ColumnParallelLinear(const ColumnParallelLinear&) = delete;
+  ColumnParallelLinear& operator=(const ColumnParallelLinear&) = delete;
 
   /// out (N, OC/tp) = inp (N, C) @ W_r^T + b_r. Communicates nothing (f forward is identity).
-  void forward(T* out, const T* inp, int N);
+  void forward(T* out, const T* inp, int N) { forward(out, inp, N, w_.data<T>(), b_.data<T>()); }
+  /// The same with the caller's w (OC/tp, C) and b (OC/tp; may be null: no bias).
+  void forward(T* out, const T* inp, int N, const T* w, const T* b);
   /// Given dout (N, OC/tp), WRITES dinp (N, C) = sum over TP ranks of dout_r @ W_r (f
   /// backward: one all-reduce SUM of N*C elements over tp; dinp is overwritten, since
   /// accumulating would sum its old contents tp times), and ACCUMULATES dW_r += dout^T inp,
   /// db_r += column sums of dout. dinp may be null (no dx computed, nothing communicated).
-  void backward(T* dinp, const T* dout, const T* inp, int N);
+  void backward(T* dinp, const T* dout, const T* inp, int N) {
+    backward(dinp, dout, inp, N, w_.data<T>(), dw_.data<T>(), db_.data<T>());
+  }
+  /// The same with the caller's w, and its gradients dw (OC/tp, C) and db (OC/tp; may be
+  /// null: no bias gradient).
+  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db);
 
   int in_features() const { return C_; }
   int out_features() const { return OC_; }
@@ -108,8 +126,9 @@ class ColumnParallelLinear {
   const Tensor& weight_grad() const { return dw_; } // (OC/tp, C)
   const Tensor& bias_grad() const { return db_; }   // (OC/tp)
   void zero_grad();
-  /// TP communication of this layer since construction or the last comm_stats().reset().
-  CommStats& comm_stats() { return stats_; }
+  /// TP communication of this layer since construction or the last comm_stats().reset()
+  /// (for a layer on the caller's parameters: the caller's stats).
+  CommStats& comm_stats() { return *stats_; }
 
  private:
   Ops<T>& ops_;
@@ -117,8 +136,14 @@ class ColumnParallelLinear {
   std::string name_;
   int C_, OC_;
   Tensor w_, b_, dw_, db_;
-  CommStats stats_;
+  CommStats own_stats_;
+  CommStats* stats_ = &own_stats_;
 };
+
+/// Where a RowParallelLinear whose TP group is one rank (no reduction) adds its bias: after
+/// the GEMM, as with any group (Megatron's layers.py: output = output_ + bias), or inside it,
+/// seeding the output as reference/gpt.cc's linear does (ParallelGpt: tp = 1 is Gpt, bitwise).
+enum class BiasAtTp1 { after_gemm, in_gemm };
 
 /// Y = X A + b with A split along its input features (Megatron layers.py
 /// `RowParallelLinear`, input_is_parallel = True; paper eq. 3, A = [A_1; A_2] and
@@ -126,23 +151,36 @@ class ColumnParallelLinear {
 /// [r C/tp, (r+1) C/tp) of W: W_r (OC, C/tp). The input is the partitioned activation
 /// X_r (N, C/tp) (e.g. a ColumnParallelLinear's output); the output is replicated.
 /// The bias is not partitioned (every TP rank holds all of it) and is added once, after
-/// the reduction, as Megatron does. Owns its parameters and gradients as
-/// ColumnParallelLinear.
+/// the reduction, as Megatron does (with tp = 1: see BiasAtTp1). Owns its parameters and
+/// gradients, or takes the caller's, as ColumnParallelLinear.
 template <typename T>
 class RowParallelLinear {
  public:
-  /// As ColumnParallelLinear's constructor. Errors: InputError when C or OC < 1, or C is not
-  /// divisible by tp.size() (the message names the layer and the numbers).
+  /// As ColumnParallelLinear's owning constructor (the bias after the GEMM at tp = 1 too).
+  /// Errors: InputError when C or OC < 1, or C is not divisible by tp.size() (the message
+  /// names the layer and the numbers).
   RowParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name, int C, int OC,
                     const LinearInit& init);
+  /// As ColumnParallelLinear's constructor on the caller's parameters; `bias_at_tp1` says
+  /// where the bias goes when tp.size() == 1.
+  RowParallelLinear(Ops<T>& ops, Communicator& tp, std::string name, int C, int OC, CommStats* stats,
+                    BiasAtTp1 bias_at_tp1);
+  RowParallelLinear(const RowParallelLinear&) = delete;
+  RowParallelLinear& operator=(const RowParallelLinear&) = delete;
 
   /// out (N, OC) = sum over TP ranks of inp_r (N, C/tp) @ W_r^T, then + b: g forward, one
   /// all-reduce SUM of N*OC elements over tp. `out` is identical on every TP rank.
-  void forward(T* out, const T* inp, int N);
+  void forward(T* out, const T* inp, int N) { forward(out, inp, N, w_.data<T>(), b_.data<T>()); }
+  /// The same with the caller's w (OC, C/tp) and b (OC).
+  void forward(T* out, const T* inp, int N, const T* w, const T* b);
   /// Given the replicated dout (N, OC): WRITES dinp (N, C/tp) = dout @ W_r, ACCUMULATES
   /// dW_r += dout^T inp_r and db += column sums of dout (the same on every TP rank).
   /// Communicates nothing (g backward is identity). dinp may be null.
-  void backward(T* dinp, const T* dout, const T* inp, int N);
+  void backward(T* dinp, const T* dout, const T* inp, int N) {
+    backward(dinp, dout, inp, N, w_.data<T>(), dw_.data<T>(), db_.data<T>());
+  }
+  /// The same with the caller's w, dw (OC, C/tp) and db (OC).
+  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db);
 
   int in_features() const { return C_; }
   int out_features() const { return OC_; }
@@ -155,15 +193,52 @@ class RowParallelLinear {
   const Tensor& weight_grad() const { return dw_; } // (OC, C/tp)
   const Tensor& bias_grad() const { return db_; }   // (OC), replicated
   void zero_grad();
-  CommStats& comm_stats() { return stats_; }
+  CommStats& comm_stats() { return *stats_; }
 
  private:
   Ops<T>& ops_;
   Communicator& tp_;
   std::string name_;
   int C_, OC_;
+  BiasAtTp1 bias_at_tp1_ = BiasAtTp1::after_gemm;
   Tensor w_, b_, dw_, db_;
-  CommStats stats_;
+  CommStats own_stats_;
+  CommStats* stats_ = &own_stats_;
+};
+
+/// Softmax cross-entropy over a vocabulary split across the TP group (Megatron
+/// cross_entropy.py `_VocabParallelCrossEntropy`): rank r holds the logits (N, V/tp) of ids
+/// [v_begin, v_begin + V/tp) and the full logits are never gathered. The three shard ops of
+/// kernels/ops.h with the two all-reduces between them (the row max, MAX; the sum of exps and
+/// the target's logit, SUM), which travel in the accumulation type A = acc_t<T> (fp32 under
+/// mixed precision). With tp = 1 it is the unsharded cross-entropy, bitwise.
+template <typename T>
+class VocabParallelCrossEntropy {
+ public:
+  using A = acc_t<T>;
+  /// V the full vocabulary, `tp` the TP group (v_begin = tp.rank() V/tp); the all-reduces are
+  /// charged to `stats` (not null). `ops`, `tp` and `stats` must outlive it.
+  /// Errors: InputError when V < 1 or tp.size() does not divide V.
+  VocabParallelCrossEntropy(Ops<T>& ops, Communicator& tp, int V, CommStats* stats);
+
+  /// From logits (N, V/tp) and the targets (N, ids in [0, V), in the backend's memory):
+  /// WRITES probs (N, V/tp), this shard's softmax, and losses (N) = -log p[target], the same
+  /// on every TP rank; maxes (N) and sums (2N) are the kept statistics backward does not need
+  /// (scratch of the caller's, left holding the reduced values).
+  void forward(A* losses, T* probs, const T* logits, A* maxes, A* sums, const int32_t* targets, int N);
+  /// WRITES dlogits (N, V/tp) = (probs - onehot(target)) * dloss, the one-hot only where the
+  /// target lies in this shard. Communicates nothing.
+  void backward(T* dlogits, const T* probs, const int32_t* targets, A dloss, int N);
+
+  int local_vocab() const { return Vl_; }
+  /// First vocabulary id of this rank's shard: r V/tp.
+  int vocab_offset() const { return tp_.rank() * Vl_; }
+
+ private:
+  Ops<T>& ops_;
+  Communicator& tp_;
+  int Vl_;
+  CommStats* stats_;
 };
 
 }  // namespace dtb

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/error.h"
 #include "reference/gpt.h"

@@ -84,7 +84,7 @@ double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& 
 }
 
 template <typename T>
-AdamW<T>::AdamW(size_t n, Device& device, Ops<T>& ops, const cpu::AdamWParams& hp)
+AdamW<T>::AdamW(size_t n, Device& device, Ops<T>& ops, const AdamWParams& hp)
     : m_(Tensor::empty(device, {int64_t(n)}, dtype_of<T>(), MemCategory::optimizer_state)),
       v_(Tensor::empty(device, {int64_t(n)}, dtype_of<T>(), MemCategory::optimizer_state)),
       ops_(ops),

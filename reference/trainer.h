@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/comm/communicator.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/adamw.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
 #include "reference/loss_scaler.h"
@@ -26,7 +26,7 @@ struct TrainConfig {
   int micro_batches = 1;  // per DP rank and step
   int seq_len = 64;       // Tn, <= model T
   uint64_t seed = 1234;   // data order (the weights use the same seed, see Gpt::init)
-  cpu::AdamWParams adamw;
+  AdamWParams adamw;
   /// Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_): when > 0, every
   /// gradient is multiplied by min(1, grad_clip / (||g|| + 1e-6)) before the step.
   double grad_clip = 0.0;
@@ -34,7 +34,7 @@ struct TrainConfig {
   LossScalerConfig loss_scaler;
   /// The precision recipe (Micikevicius et al. 2018): fp32, or bf16 / fp16 parameters,
   /// activations and gradients with fp32 accumulation, master weights and Adam moments
-  /// (kernels/half.h, reference/zero.h); the sharded trainer's runs (suites/oracle.h run_parallel_layout)
+  /// (kernels/half.h, reference/zero.h); the sharded trainer's runs (reference/layout_runner.h run_layout)
   /// only: the single-rank Gpt trainer computes in its template type.
   Precision precision = Precision::fp32;
 };
@@ -73,7 +73,7 @@ double compute_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& 
 template <typename T>
 class AdamW {
  public:
-  AdamW(size_t n, Device& device, Ops<T>& ops, const cpu::AdamWParams& hp);
+  AdamW(size_t n, Device& device, Ops<T>& ops, const AdamWParams& hp);
   /// One step (t counts from 1 internally) on params from grads.
   void step(T* params, const T* grads);
   int t() const { return t_; }
@@ -81,7 +81,7 @@ class AdamW {
  private:
   Tensor m_, v_;
   Ops<T>& ops_;
-  cpu::AdamWParams hp_;
+  AdamWParams hp_;
   size_t n_;
   int t_ = 0;
 };

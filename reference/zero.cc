@@ -34,7 +34,7 @@ struct ZeroEngine<T>::Pending {
 
 template <typename T>
 ZeroEngine<T>::ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communicator& dp,
-                          const cpu::AdamWParams& hp)
+                          const AdamWParams& hp)
     : model_(model), cfg_(cfg), dp_(dp), hp_(hp), ops_(model.ops()), device_(model.device()) {
   validate_zero(cfg);
   d_ = dp.rank();

@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "kernels/comm/communicator.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/adamw.h"
 #include "reference/parallel_gpt.h"
 #include "reference/tensor_parallel.h"
 
@@ -94,7 +94,7 @@ class ZeroEngine final : public ParamStore<T> {
   /// Storage for `model`'s units on its device (attached to the model here), sharded over
   /// `dp` (this rank's DP group; must outlive the engine) per `cfg`, with AdamW `hp`.
   /// Parameters start at 0: load() them. Errors: InputError from validate_zero.
-  ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communicator& dp, const cpu::AdamWParams& hp);
+  ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communicator& dp, const AdamWParams& hp);
   ~ZeroEngine() override;
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -177,7 +177,7 @@ class ZeroEngine final : public ParamStore<T> {
   ParallelGpt<T>& model_;
   ZeroConfig cfg_;
   Communicator& dp_;
-  cpu::AdamWParams hp_;
+  AdamWParams hp_;
   Ops<T>& ops_;
   Device& device_;
   int d_ = 0, n_dp_ = 1, t_ = 0;

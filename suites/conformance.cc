@@ -130,6 +130,53 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
   return p;
 }
 
+// The layout without its recompute option ("TP2xPP2:full" -> "TP2xPP2"); "" when it has none.
+std::string without_recompute(const std::string& text) {
+  for (const char* opt : {":full", ":selective"}) {
+    const size_t at = text.find(opt);
+    if (at != std::string::npos) return text.substr(0, at) + text.substr(at + std::string(opt).size());
+  }
+  return std::string();
+}
+
+// A layout's checks against the oracle and its replicas (and, in half precision, the stated
+// bounds of the fp32 trajectory, suites/oracle.h), named "<prefix>...".
+std::vector<Check> layout_checks(const std::string& prefix, const ReferenceSet& refs, const GptConfig& model,
+                                 double tokens_per_step, const LayoutOutcome& out, Precision prec) {
+  std::vector<Check> checks = oracle_checks(prefix, refs, model, tokens_per_step, out.losses, out.grads0, out.params);
+  checks.push_back(make_check(prefix + "replicas_identical/grads/step:0", out.replica_grads0, 0.0,
+                              "max |difference| between copies of a replicated gradient (TP, DP, tied wte), "
+                              "bitwise"));
+  checks.push_back(make_check(prefix + "replicas_identical/params", out.replica_params, 0.0,
+                              "max |difference| between copies of a replicated parameter, bitwise"));
+  if (prec != Precision::fp32)
+    for (Check& c : half_vs_fp32_checks(prefix, prec, out.losses, refs.oracle.losses)) checks.push_back(std::move(c));
+  return checks;
+}
+
+// The record conformance/<text> of a layout of k ranks: its step times (the slowest rank's
+// per step), settings, final loss, largest loss deviation from the oracle, its checks' worst
+// fraction and failures, and the peak activation bytes per pipeline stage.
+json layout_record(const std::string& text, const ParallelLayout& l, const LayoutSpec& spec, Precision prec, int k,
+                   const std::vector<double>& step_s, const LayoutOutcome& out, double dloss, double worst,
+                   size_t checks, int failed, const std::vector<double>& stage_peak) {
+  const Summary st = summarize(step_s);
+  json rec = benchmark_record("conformance/" + text, int64_t(step_s.size()), 1, st.median, st.median, "ms");
+  LayoutSpec s = spec;
+  s.l.tp = l.tp, s.l.dp = l.dp, s.l.pp = l.pp, s.l.schedule = l.schedule, s.l.virtual_stages = l.virtual_stages;
+  s.precision = prec;
+  add_layout_fields(rec, s);
+  rec["ranks"] = k;
+  rec["step_time_ms"] = to_json(st, 1e3);
+  rec["final_loss"] = out.losses.back();
+  rec["max_loss_deviation"] = dloss;
+  rec["worst_check_fraction"] = worst;
+  rec["checks"] = checks;
+  rec["checks_failed"] = failed;
+  rec["peak_activation_bytes_per_stage"] = stage_peak;
+  return rec;
+}
+
 class ConformanceSuite : public Suite {
  public:
   std::string name() const override { return "conformance"; }
@@ -189,13 +236,7 @@ class ConformanceSuite : public Suite {
     // Outcomes kept for the recompute comparison: (precision, layout) -> losses, params.
     std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> kept;
     const std::vector<std::string>& names = p.names;
-    auto base_of = [](const std::string& text) {  // the layout without its recompute option
-      for (const char* opt : {":full", ":selective"}) {
-        const size_t at = text.find(opt);
-        if (at != std::string::npos) return text.substr(0, at) + text.substr(at + std::string(opt).size());
-      }
-      return std::string();
-    };
+    const auto base_of = without_recompute;
     std::vector<double> oracle_losses;
     double factor = 0;
     Reference oracle;  // the float64 oracle, run once (rank 0's): the same for every precision
@@ -230,8 +271,9 @@ class ConformanceSuite : public Suite {
         const int k = int(l.world());
         auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
         LayoutOutcome out;
-        if (world.rank() < k) out = run_parallel_layout(model, l, cfg, spec.z, ctx.device, nullptr, *sub, *sub, data, true, nullptr,
-                                                        spec.recompute);
+        if (world.rank() < k)
+          out = run_layout({.model = model, .layout = l, .train = cfg, .zero = spec.z, .recompute = spec.recompute,
+                            .device = ctx.device, .host = *sub, .data = data, .gather = true});
         world.barrier();
         // Step times: the slowest rank's per step, from the layout's ranks.
         // Each rank sends its step times, then its stage and peak activation bytes.
@@ -255,15 +297,7 @@ class ConformanceSuite : public Suite {
         }
 
         const std::string prefix = "conformance/" + text + "/";
-        std::vector<Check> checks =
-            oracle_checks(prefix, refs, model, tokens_per_step, out.losses, out.grads0, out.params);
-        checks.push_back(make_check(prefix + "replicas_identical/grads/step:0", out.replica_grads0, 0.0,
-                                    "max |difference| between copies of a replicated gradient (TP, DP, tied wte), "
-                                    "bitwise"));
-        checks.push_back(make_check(prefix + "replicas_identical/params", out.replica_params, 0.0,
-                                    "max |difference| between copies of a replicated parameter, bitwise"));
-        if (prec != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
-          for (Check& c : half_vs_fp32_checks(prefix, prec, out.losses, refs.oracle.losses)) checks.push_back(std::move(c));
+        std::vector<Check> checks = layout_checks(prefix, refs, model, tokens_per_step, out, prec);
         // Recompute: the same ops on the same values, so bitwise the layout without it. Either
         // may run first: compare when the second of a pair is done.
         const std::string base = base_of(layout_text);
@@ -289,18 +323,8 @@ class ConformanceSuite : public Suite {
           worst = std::max(worst, c.fraction());
         }
         for (int s = 0; s < cfg.steps; ++s) dloss = std::max(dloss, std::fabs(out.losses[s] - refs.oracle.losses[s]));
-        const Summary st = summarize(step_s);
-        json rec = benchmark_record("conformance/" + text, cfg.steps, 1, st.median, st.median, "ms");
-        add_layout_fields(rec, spec);
-        rec["ranks"] = k;
-        rec["step_time_ms"] = to_json(st, 1e3);
-        rec["final_loss"] = out.losses.back();
-        rec["max_loss_deviation"] = dloss;
-        rec["worst_check_fraction"] = worst;
-        rec["checks"] = checks.size();
-        rec["checks_failed"] = failed;
-        rec["peak_activation_bytes_per_stage"] = stage_peak;
-        res.benchmarks.push_back(rec);
+        res.benchmarks.push_back(
+            layout_record(text, l, spec, prec, k, step_s, out, dloss, worst, checks.size(), failed, stage_peak));
         table.push_back({{"layout", text}, {"precision", to_string(prec)}, {"losses", out.losses}});
         char line[300];
         std::snprintf(line, sizeof line, "   %-28s %5d  %10.6f   %11.3g   %11.3f   %6zu   %s   %s", text.c_str(), k,

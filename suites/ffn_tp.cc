@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
 #include "reference/rng.h"

@@ -137,8 +137,9 @@ class MemorySuite : public Suite {
       cfg.global_batch = mbs * c.layout.dp * cfg.micro_batches;
       ParallelLayout l = c.layout;
       l.micro_batches = cfg.micro_batches;
-      const LayoutOutcome out =
-          run_parallel_layout(model, l, cfg, c.zero, ctx.device, nullptr, world, world, *ctx.dataset, false);
+      const LayoutOutcome out = run_layout(
+          {.model = model, .layout = l, .train = cfg, .zero = c.zero, .device = ctx.device, .host = world,
+           .data = *ctx.dataset});
       PlanConfig pc;
       pc.model = model;
       pc.layout = l;

@@ -85,8 +85,9 @@ class OffloadSuite : public Suite {
         ZeroConfig z;
         z.stage = stage;
         z.offload_optimizer = off == 1;
-        last[off] = run_parallel_layout(t.model, t.layout, t.cfg, z, ctx.device, on_cpu ? nullptr : &be->ops(), world,
-                                        comm, *ctx.dataset, false);
+        last[off] = run_layout({.model = t.model, .layout = t.layout, .train = t.cfg, .zero = z, .device = ctx.device,
+                                .ops = on_cpu ? nullptr : &be->ops(), .host = world, .device_comm = &comm,
+                                .data = *ctx.dataset});
         const std::vector<double> st = slowest_step_times(last[off], world);
         times[off].insert(times[off].end(), st.begin() + 1, st.end());  // step 0 allocates
       }

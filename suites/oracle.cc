@@ -103,8 +103,9 @@ ReferenceSet run_references(const GptConfig& model_cfg, Device& device, const Da
       } else {  // the sharded model on one rank: gpt.cc's ops in the half recipe
         ParallelLayout one;
         one.micro_batches = single.micro_batches;
-        LayoutOutcome o = run_parallel_layout(model_cfg, one, single, ZeroConfig{}, device, nullptr, *self, *self,
-                                              data, true);
+        LayoutOutcome o =
+            run_layout({.model = model_cfg, .layout = one, .train = single, .device = device, .host = *self,
+                        .data = data, .gather = true});
         all[j].losses = o.losses;
         all[j].params = std::move(o.params);
         all[j].grads0 = std::move(o.grads0);
@@ -205,79 +206,6 @@ std::vector<Check> half_vs_fp32_checks(const std::string& prefix, Precision prec
                            "|mean loss - mean loss(fp32)| / mean loss(fp32) over the last " + std::to_string(tail) +
                                " steps <= 2^-4"));
   return out;
-}
-
-}  // namespace dtb
-
-namespace dtb {
-
-namespace {
-template <typename T>
-LayoutOutcome run_layout_as(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
-                            const ZeroConfig& zero, Device& device, Ops<T>* ops, Communicator& host,
-                            Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans,
-                            Recompute recompute) {
-  ParallelLayout l = layout;
-  l.micro_batches = cfg.micro_batches;
-  validate_layout(l, model_cfg, cfg.global_batch, comm.size());
-  OwnedGroups og = make_parallel_groups(comm, l);
-  ParallelGroups g{comm, *og.tp, *og.dp, *og.pp, og.pp_backward.get()};
-  device.reset_peaks();
-  const MemoryStats before = device.stats();
-  ParallelGpt<T> m(model_cfg, l, comm.rank(), device, *og.tp, ops);
-  m.set_recompute(recompute);
-  ZeroEngine<T> engine(m, zero, *og.dp, cfg.adamw);
-  engine.load(m.initial_params(cfg.seed));
-  LayoutOutcome out;
-  parallel_compute_gradients(m, engine, data, cfg, 0, g);  // leaves the parameters as initialised
-  if (gather) {
-    const std::vector<T> g0 = engine.full_grads();
-    out.grads0 = m.gather(g0, host);
-    out.replica_grads0 = m.replica_max_diff(g0, host);
-  }
-  host.barrier();
-  const TrainRun run = parallel_train(m, engine, data, cfg, g, spans);
-  out.pp_rank = m.coord().pp;
-  out.tp_rank = m.coord().tp;
-  const MemoryStats& after = device.stats();
-  for (int t = 0; t < kNumTiers; ++t)
-    for (int c = 0; c < kNumMemCategories; ++c)
-      out.peak_bytes[t][c] = double(after.peak[t][c]) - double(before.current[t][c]);
-  for (int t = 0; t < kNumTiers; ++t) out.peak_total_bytes[t] = double(after.peak_total[t]) - double(before.current_total[t]);
-  out.peak_activation_bytes = out.peak_bytes[int(Tier::device)][int(MemCategory::activation)];
-  out.losses = run.losses;
-  out.timings = run.timings;
-  out.grad_norms = run.grad_norms;
-  out.loss_scales = run.loss_scales;
-  out.skipped = run.skipped;
-  out.dp_comm_bytes = double(engine.comm_stats().bytes);
-  if (gather) {
-    const std::vector<T> p = engine.full_params();
-    out.params = m.gather(p, host);
-    out.replica_params = m.replica_max_diff(p, host);
-  }
-  return out;
-}
-}  // namespace
-
-LayoutOutcome run_parallel_layout(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
-                                  const ZeroConfig& zero, Device& device, Ops<float>* ops, Communicator& host,
-                                  Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans,
-                                  Recompute recompute) {
-  if (cfg.precision != Precision::fp32 && ops != nullptr)
-    throw InputError("precision " + std::string(to_string(cfg.precision)) +
-                     " runs on the cpu backend only (the cuda backend stores fp32)");
-  switch (cfg.precision) {
-    case Precision::bf16:
-      return run_layout_as<bf16>(model_cfg, layout, cfg, zero, device, nullptr, host, comm, data, gather, spans,
-                                 recompute);
-    case Precision::fp16:
-      return run_layout_as<fp16>(model_cfg, layout, cfg, zero, device, nullptr, host, comm, data, gather, spans,
-                                 recompute);
-    default:
-      return run_layout_as<float>(model_cfg, layout, cfg, zero, device, ops, host, comm, data, gather, spans,
-                                  recompute);
-  }
 }
 
 }  // namespace dtb

@@ -12,6 +12,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "reference/gpt.h"
+#include "reference/layout_runner.h"
 #include "reference/parallel_trainer.h"
 #include "reference/trainer.h"
 #include "suites/suite.h"
@@ -76,46 +77,6 @@ std::vector<Check> oracle_checks(const std::string& prefix, const ReferenceSet& 
 /// loss over the last quarter of the steps within 2^-4 (6.25%) of ref's, relative.
 std::vector<Check> half_vs_fp32_checks(const std::string& prefix, Precision precision,
                                        const std::vector<double>& losses, const std::vector<double>& ref);
-
-}  // namespace dtb
-
-namespace dtb {
-
-/// What one run of a training layout produced, on rank 0 of its communicator: per-step
-/// global losses, this rank's timings, the full model's step-0 gradient and final
-/// parameters gathered from the shards (empty unless `gather`), and the largest difference
-/// between copies of a replicated element (ParallelGpt::replica_max_diff) of the step-0
-/// gradient and of the final parameters (0: bitwise equal).
-struct LayoutOutcome {
-  std::vector<double> losses;
-  std::vector<StepTiming> timings;
-  std::vector<double> grad_norms, loss_scales;  // per step, when clipping / loss scaling
-  std::vector<int> skipped;
-  std::vector<double> grads0, params;
-  double dp_comm_bytes = 0;  // this rank's DP gradient/parameter traffic over the run (ZeroEngine)
-  double replica_grads0 = 0, replica_params = 0;
-  int pp_rank = 0, tp_rank = 0;        // this rank's pipeline stage and TP rank
-  double peak_activation_bytes = 0;    // this rank's, over the training steps
-  /// This rank's peak bytes per (tier, category) from the model's construction to the end
-  /// of training, above what was allocated before (the device's accounting).
-  std::array<std::array<double, kNumMemCategories>, kNumTiers> peak_bytes{};
-  /// This rank's peak of all categories together per tier (the simultaneous high-water
-  /// mark, at most the sum of the per-category peaks), above what was allocated before.
-  std::array<double, kNumTiers> peak_total_bytes{};
-};
-
-/// Trains `model` on `layout` in cfg.precision (fp32; bf16 / fp16 on the CPU backend only,
-/// InputError otherwise) with ZeRO settings `zero` over `host` (an MPI communicator of layout.world() ranks,
-/// for the group splits' bookkeeping and the gathers) with the groups split from `comm`
-/// (the same ranks; NCCL on a GPU backend), `ops` null for the CPU: step 0's gradient
-/// first, then cfg.steps steps. Collective over `host`. The device's peaks are reset before
-/// training, so peak_activation_bytes is the stored activations' high-water mark under the
-/// schedule (category activation: GPipe holds m micro-batches, 1F1B at most p - stage).
-/// Errors: InputError when the layout does not fit the model or batch (validate_layout).
-LayoutOutcome run_parallel_layout(const GptConfig& model, const ParallelLayout& layout, const TrainConfig& cfg,
-                                  const ZeroConfig& zero, Device& device, Ops<float>* ops, Communicator& host,
-                                  Communicator& comm, const Dataset& data, bool gather, SpanRecorder* spans = nullptr,
-                                  Recompute recompute = Recompute::none);
 
 }  // namespace dtb
 

@@ -95,8 +95,10 @@ class OverlapSuite : public Suite {
           z.stage = stage;
           z.reduce_bucket_size = bucket;
           z.overlap_comm = on == 1;
-          const LayoutOutcome o = run_parallel_layout(t.model, t.layout, t.cfg, z, ctx.device,
-                                                      on_cpu ? nullptr : &be->ops(), world, comm, *ctx.dataset, false);
+          const LayoutOutcome o =
+              run_layout({.model = t.model, .layout = t.layout, .train = t.cfg, .zero = z, .device = ctx.device,
+                          .ops = on_cpu ? nullptr : &be->ops(), .host = world, .device_comm = &comm,
+                          .data = *ctx.dataset});
           const std::vector<double> st = slowest_step_times(o, world);
           times[on].insert(times[on].end(), st.begin() + 1, st.end());
           losses[on] = o.losses;

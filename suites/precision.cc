@@ -136,7 +136,8 @@ class PrecisionSuite : public Suite {
         }
         ZeroConfig z = zero;
         z.fp32_communication = variants[i].fp32_comm;
-        last[i] = run_parallel_layout(t.model, t.layout, cfg, z, ctx.device, nullptr, world, world, *ctx.dataset, false);
+        last[i] = run_layout({.model = t.model, .layout = t.layout, .train = cfg, .zero = z, .device = ctx.device,
+                              .host = world, .data = *ctx.dataset});
         const std::vector<double> st = slowest_step_times(last[i], world);
         times[i].insert(times[i].end(), st.begin() + 1, st.end());  // step 0 allocates
       }

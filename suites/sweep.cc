@@ -196,9 +196,10 @@ class SweepSuite : public Suite {
       const std::string& text = layouts[li];
       const LayoutSpec& spec = p.specs[li];
       SpanRecorder rec(true);
-      const LayoutOutcome out = run_parallel_layout(st.model, spec.l, st.cfg, spec.z, ctx.device,
-                                                    on_cpu ? nullptr : &be->ops(), world, comm, *ctx.dataset,
-                                                    /*gather=*/false, &rec, spec.recompute);
+      const LayoutOutcome out =
+          run_layout({.model = st.model, .layout = spec.l, .train = st.cfg, .zero = spec.z,
+                      .recompute = spec.recompute, .device = ctx.device, .ops = on_cpu ? nullptr : &be->ops(),
+                      .host = world, .device_comm = &comm, .data = *ctx.dataset, .spans = &rec});
       const std::vector<double> slowest = slowest_step_times(out, world);
       // This rank's shares of its step time, over the steps after the first: idle from the
       // spans (gaps between compute and messages), communication from the trainer's

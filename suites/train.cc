@@ -4,12 +4,12 @@
 // Reports tokens/s and the step time split into compute and communication.
 #include <cmath>
 #include <cstdio>
-#include <limits>
 
 #include <filesystem>
 
 #include "kernels/timer.h"
 #include "reference/checkpoint.h"
+#include "reference/layout_runner.h"
 #include "reference/trainer.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
@@ -97,193 +97,225 @@ std::string resume_step_dir(const CheckpointPlan& p) {
   }
 }
 
-CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
-                                      const TrainConfig& cfg, const std::string& dataset_sha256) {
-  CheckpointRunInfo r;
-  r.layout = layout;
-  r.zero_stage = zero.stage;
-  r.offload_optimizer = zero.offload_optimizer;
-  r.precision = cfg.precision;
-  r.model = model;
-  r.seed = cfg.seed;
-  r.dataset_sha256 = dataset_sha256;
-  r.global_batch = cfg.global_batch;
-  r.seq_len = cfg.seq_len;
-  r.loss_scaling = cfg.loss_scaler.enabled;
-  return r;
-}
-
-// The run's record of the steps done, kept in each checkpoint's manifest ("history") so a
-// resumed run reports its whole loss curve: per step the loss, and the loss scale and
-// skip with loss scaling, the gradient norm with clipping (null where not finite).
-struct History {
-  std::vector<double> losses, loss_scales, grad_norms;
-  std::vector<int> skipped;
-};
-
-json numbers_to_json(const std::vector<double>& v) {
-  json a = json::array();
-  for (double x : v) a.push_back(std::isfinite(x) ? json(x) : json(nullptr));
-  return a;
-}
-
-json history_to_json(const History& h) {
-  return {{"losses", numbers_to_json(h.losses)},
-          {"loss_scales", numbers_to_json(h.loss_scales)},
-          {"grad_norms", numbers_to_json(h.grad_norms)},
-          {"skipped", h.skipped}};
-}
-
-// A manifest's history of `steps` steps, as a run of `cfg` records it. Errors: InputError
-// naming the checkpoint when it is missing or of another length.
-History history_from_json(const json& m, int64_t steps, const TrainConfig& cfg, const std::string& step_dir) {
-  const std::string bad = "checkpoint " + printable(step_dir) + ": manifest.json's history does not hold the " +
-                          std::to_string(steps) + " steps the train suite records";
-  History h;
-  auto numbers = [&](const char* key, size_t n, std::vector<double>& out) {
-    const json& a = m.contains("history") && m["history"].is_object() ? m["history"].value(key, json()) : json();
-    if (!a.is_array() || a.size() != n) throw InputError(bad);
-    for (const json& x : a) {
-      if (!x.is_null() && !x.is_number()) throw InputError(bad);
-      out.push_back(x.is_null() ? std::numeric_limits<double>::quiet_NaN() : x.get<double>());
-    }
-  };
-  numbers("losses", size_t(steps), h.losses);
-  numbers("loss_scales", cfg.loss_scaler.enabled ? size_t(steps) : 0, h.loss_scales);
-  numbers("grad_norms", cfg.grad_clip > 0 ? size_t(steps) : 0, h.grad_norms);
-  std::vector<double> skipped;
-  numbers("skipped", cfg.loss_scaler.enabled ? size_t(steps) : 0, skipped);
-  for (double x : skipped) h.skipped.push_back(x != 0 ? 1 : 0);
-  return h;
-}
-
 // What checkpointing did in a run: its report's data.checkpoint.
-struct CheckpointRecord {
-  std::string resumed_from;  // the step directory, "" for a fresh run
-  int64_t first_step = 0;    // steps taken from the checkpoint = the first step run here
-  std::vector<int64_t> saved;
-  std::string save_error;  // the first failed save (every rank agrees); later saves are skipped
-  json to_json(const CheckpointPlan& p, int steps) const {
-    return {{"save_error", save_error.empty() ? json(nullptr) : json(save_error)},
-            {"dir", p.dir},
-            {"every", p.every},
-            {"resume_from", p.resume_from},
-            {"resumed_from", resumed_from},
-            {"resumed_at_step", first_step},
-            {"steps_run", steps - first_step},
-            {"saved_at_steps", saved}};
-  }
-};
-
-// run_parallel_layout's training (suites/oracle.h) with checkpoints: resumed from
-// plan.resume_from (the steps before it taken from the checkpoint's history; no step-0
-// gradient then) and saving one every plan.every steps. Collective over `host`.
-template <typename T>
-LayoutOutcome run_checkpointed_as(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
-                                  const ZeroConfig& zero, Recompute recompute, Device& device, Ops<T>* ops,
-                                  Communicator& host, Communicator& comm, const Dataset& data, SpanRecorder* spans,
-                                  const CheckpointPlan& plan, const SuiteContext& ctx, CheckpointRecord* rec) {
-  ParallelLayout l = layout;
-  l.micro_batches = cfg.micro_batches;
-  validate_layout(l, model_cfg, cfg.global_batch, comm.size());
-  OwnedGroups og = make_parallel_groups(comm, l);
-  ParallelGroups g{comm, *og.tp, *og.dp, *og.pp, og.pp_backward.get()};
-  ParallelGpt<T> m(model_cfg, l, comm.rank(), device, *og.tp, ops);
-  m.set_recompute(recompute);
-  ZeroEngine<T> engine(m, zero, *og.dp, cfg.adamw);
-  engine.load(m.initial_params(cfg.seed));
-  const CheckpointRunInfo info = checkpoint_run_info(model_cfg, l, zero, cfg, data.sha256);
-  LossScaler scaler(cfg.loss_scaler);
-  TrainLoop loop;
-  loop.scaler = &scaler;
-  LayoutOutcome out;
-  History before;  // the steps taken from the checkpoint
-  const std::string step_dir = resume_step_dir(plan);
-  if (!step_dir.empty()) {
-    const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host);
-    json m_hist;
-    m_hist["history"] = p.history;
-    before = history_from_json(m_hist, p.next_step, cfg, step_dir);  // the same manifest on every rank
-    if (p.next_step >= cfg.steps)
-      throw InputError("train.resume_from: checkpoint " + step_dir + " is at step " + std::to_string(p.next_step) +
-                       ", leaving no step of train.steps = " + std::to_string(cfg.steps) + " to run");
-    loop.first_step = p.next_step;
-    rec->resumed_from = step_dir;
-    rec->first_step = p.next_step;
-    ctx.print("# train: resumed from " + step_dir + ": steps " + std::to_string(p.next_step) + " to " +
-              std::to_string(cfg.steps - 1) + " run here, the loss curve before from the checkpoint");
-  } else {
-    if (plan.resume_from == "latest") ctx.print("# train: no checkpoint in " + plan.dir + " yet: a fresh run");
-    parallel_compute_gradients(m, engine, data, cfg, 0, g);  // leaves the parameters as initialised
-    const std::vector<T> g0 = engine.full_grads();
-    out.grads0 = m.gather(g0, host);
-    out.replica_grads0 = m.replica_max_diff(g0, host);
-  }
-  host.barrier();
-  loop.after_step = [&](int64_t done, const LossScaler& s, const TrainRun& so_far) {
-    if (plan.every <= 0 || done % plan.every != 0) return;
-    History h = before;
-    h.losses.insert(h.losses.end(), so_far.losses.begin(), so_far.losses.end());
-    h.loss_scales.insert(h.loss_scales.end(), so_far.loss_scales.begin(), so_far.loss_scales.end());
-    h.grad_norms.insert(h.grad_norms.end(), so_far.grad_norms.begin(), so_far.grad_norms.end());
-    h.skipped.insert(h.skipped.end(), so_far.skipped.begin(), so_far.skipped.end());
-    TrainProgress p;
-    p.next_step = done;
-    p.scaler = s.state();
-    p.history = history_to_json(h);
-    if (!rec->save_error.empty()) return;
-    std::string saved;
-    try {  // a failed save (a full disk) is agreed by every rank: training goes on, measured
-      saved = save_checkpoint(plan.dir, info, engine, p, host);
-    } catch (const InputError& e) {
-      rec->save_error = e.what();
-      ctx.print("# train: checkpoint save failed, training goes on without saving: " + rec->save_error);
-      return;
-    }
-    rec->saved.push_back(done);
-    if (host.rank() == 0) {
-      uintmax_t bytes = 0;
-      std::error_code ec;
-      for (int r = 0; r < host.size(); ++r)
-        bytes += std::filesystem::file_size(std::filesystem::path(saved) / ("rank-" + std::to_string(r) + ".bin"), ec);
-      ctx.print("# train: checkpoint " + saved + " saved (" + std::to_string(bytes) + " bytes in " +
-                std::to_string(host.size()) + " rank files)");
-    }
-  };
-  const TrainRun run = parallel_train(m, engine, data, cfg, g, spans, loop);
-  out.pp_rank = m.coord().pp;
-  out.tp_rank = m.coord().tp;
-  out.losses = before.losses;
-  out.losses.insert(out.losses.end(), run.losses.begin(), run.losses.end());
-  out.loss_scales = before.loss_scales;
-  out.loss_scales.insert(out.loss_scales.end(), run.loss_scales.begin(), run.loss_scales.end());
-  out.grad_norms = before.grad_norms;
-  out.grad_norms.insert(out.grad_norms.end(), run.grad_norms.begin(), run.grad_norms.end());
-  out.skipped = before.skipped;
-  out.skipped.insert(out.skipped.end(), run.skipped.begin(), run.skipped.end());
-  out.timings = run.timings;  // the steps run here only
-  out.dp_comm_bytes = double(engine.comm_stats().bytes);
-  const std::vector<T> p = engine.full_params();
-  out.params = m.gather(p, host);
-  out.replica_params = m.replica_max_diff(p, host);
-  return out;
+json checkpoint_json(const CheckpointActivity& a, const CheckpointPlan& p, int steps) {
+  return {{"save_error", a.save_error.empty() ? json(nullptr) : json(a.save_error)},
+          {"dir", p.dir},
+          {"every", p.every},
+          {"resume_from", p.resume_from},
+          {"resumed_from", a.resumed_from},
+          {"resumed_at_step", a.first_step},
+          {"steps_run", steps - a.first_step},
+          {"saved_at_steps", a.saved}};
 }
 
-LayoutOutcome run_checkpointed(const GptConfig& model_cfg, const ParallelLayout& layout, const TrainConfig& cfg,
-                               const ZeroConfig& zero, Recompute recompute, Device& device, Ops<float>* ops,
-                               Communicator& host, Communicator& comm, const Dataset& data, SpanRecorder* spans,
-                               const CheckpointPlan& plan, const SuiteContext& ctx, CheckpointRecord* rec) {
-  switch (cfg.precision) {
-    case Precision::bf16:
-      return run_checkpointed_as<bf16>(model_cfg, layout, cfg, zero, recompute, device, nullptr, host, comm, data,
-                                       spans, plan, ctx, rec);
-    case Precision::fp16:
-      return run_checkpointed_as<fp16>(model_cfg, layout, cfg, zero, recompute, device, nullptr, host, comm, data,
-                                       spans, plan, ctx, rec);
-    default:
-      return run_checkpointed_as<float>(model_cfg, layout, cfg, zero, recompute, device, ops, host, comm, data, spans,
-                                        plan, ctx, rec);
+// What a train run is, from its section: the parsed settings and what follows from them.
+struct TrainFacts {
+  const GptConfig& model;
+  const TrainConfig& cfg;
+  const ParallelLayout& layout;
+  const ZeroConfig& zero;
+  Recompute recompute;
+  const CheckpointPlan& plan;
+  bool dp_only;             // the plain DP trainer (reference/trainer.h), not the sharded model
+  std::string layout_name;  // the record's name after train/gpt/
+  double tokens_per_step;
+  double peak_tflops;  // the section's peak_tflops (0: no MFU)
+};
+
+// The plain data-parallel run (reference/trainer.h's Gpt<float> and train()) over
+// `dev_comm`, `ops` null on the CPU: the step-0 gradient (CPU only), the losses and timings,
+// this rank's final parameters and the largest difference from rank 0's (bitwise equal
+// replicas give 0). Collective over ctx.world.
+LayoutOutcome run_plain_dp(const SuiteContext& ctx, const GptConfig& model_cfg, const TrainConfig& cfg,
+                           Ops<float>* ops, Communicator& dev_comm) {
+  const Dataset& data = *ctx.dataset;
+  Communicator& world = ctx.world;
+  LayoutOutcome run;
+  Gpt<float> model(model_cfg, ctx.device, ops);
+  auto to_host = [&](const float* p, size_t count) {
+    std::vector<float> h(count);
+    model.ops().copy_to_host(h.data(), p, count * sizeof(float));
+    return h;
+  };
+  model.init(cfg.seed);
+  compute_gradients(model, data, cfg, 0, dev_comm);
+  if (ops == nullptr) {
+    const std::vector<float> g = to_host(model.grads(), model.num_params());
+    run.grads0.assign(g.begin(), g.end());
   }
+  world.barrier();
+  const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans);  // spans: --trace
+  run.losses = r.losses;
+  run.timings = r.timings;
+  // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
+  const size_t P = model.num_params();
+  const std::vector<float> my_params = to_host(model.params(), P);
+  std::vector<float> root_params = my_params;
+  world.broadcast(root_params.data(), P, DType::f32, 0);
+  for (size_t i = 0; i < P; ++i)
+    run.replica_params = std::max(run.replica_params, double(std::fabs(root_params[i] - my_params[i])));
+  world.all_reduce(&run.replica_params, &run.replica_params, 1, DType::f64, ReduceOp::max);
+  run.params.assign(my_params.begin(), my_params.end());
+  return run;
+}
+
+// Per step run here, the slowest rank's step time (it sets the pace), split as that rank saw
+// it; its communication time includes waiting for the others (exposed communication).
+struct StepSplit {
+  std::vector<double> step_s, compute_s, comm_s;
+  std::vector<int> slowest_rank;  // per step
+  Summary step, compute, comm;    // of the three, over the steps
+};
+
+// Collective over `world`.
+StepSplit slowest_split(const LayoutOutcome& run, Communicator& world) {
+  const int n = world.size(), timed = int(run.timings.size());
+  std::vector<double> mine;
+  for (const auto& t : run.timings) mine.insert(mine.end(), {t.step_s, t.compute_s, t.comm_s});
+  std::vector<double> all(mine.size() * n);
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+  StepSplit sp;
+  for (int s = 0; s < timed; ++s) {
+    int slowest = 0;
+    for (int r = 1; r < n; ++r)
+      if (all[r * mine.size() + 3 * s] > all[slowest * mine.size() + 3 * s]) slowest = r;
+    const double* v = &all[slowest * mine.size() + 3 * s];
+    sp.step_s.push_back(v[0]);
+    sp.compute_s.push_back(v[1]);
+    sp.comm_s.push_back(v[2]);
+    sp.slowest_rank.push_back(slowest);
+  }
+  if (world.rank() == 0) sp.step = summarize(sp.step_s), sp.compute = summarize(sp.compute_s), sp.comm = summarize(sp.comm_s);
+  return sp;
+}
+
+// Model FLOPs per token, forward and backward: 6 N for the weights plus 12 L C T for
+// attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).
+double model_flops_per_token(const TrainFacts& f) {
+  return 6.0 * double(gpt_num_params(f.model)) + 12.0 * f.model.L * double(f.model.C) * f.cfg.seq_len;
+}
+
+double model_tflops(const TrainFacts& f, const StepSplit& sp) {
+  return model_flops_per_token(f) * f.tokens_per_step / sp.step.median / 1e12;
+}
+
+// The run's record, train/gpt/<layout>.
+json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit& sp, const json& breakdown,
+                  const std::string& backend) {
+  const int timed = int(run.timings.size());
+  const ParallelLayout& layout = f.layout;
+  json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
+  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision});
+  rec["steps"] = f.cfg.steps;
+  rec["tokens_per_step"] = f.tokens_per_step;
+  rec["tokens_per_s"] = f.tokens_per_step / sp.step.median;
+  rec["step_time_ms"] = to_json(sp.step, 1e3);
+  rec["compute_time_ms"] = to_json(sp.compute, 1e3);
+  rec["comm_time_ms"] = to_json(sp.comm, 1e3);
+  std::vector<double> fraction;
+  for (int s = 0; s < timed; ++s) fraction.push_back(sp.comm_s[s] / sp.step_s[s]);
+  rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
+  if (!breakdown.empty()) rec["step_breakdown_ms"] = breakdown;
+  rec["final_loss"] = run.losses.back();
+  if (!run.loss_scales.empty()) {
+    int skipped = 0;
+    for (int k : run.skipped) skipped += k;
+    rec["skipped_steps"] = skipped;
+    rec["final_loss_scale"] = run.loss_scales.back();
+  }
+  rec["backend"] = backend;
+  rec["model_flops_per_token"] = model_flops_per_token(f);
+  rec["model_tflops"] = model_tflops(f, sp);
+  if (f.peak_tflops > 0) rec["mfu"] = model_tflops(f, sp) / f.peak_tflops;
+  return rec;
+}
+
+std::string replica_detail(const TrainFacts& f) {
+  return f.dp_only ? "max |p_rank - p_rank0| over ranks, bitwise"
+                   : "max |difference| between copies of a replicated parameter (TP, DP, tied wte), bitwise";
+}
+
+// With checkpoints: data.checkpoint, and with saves the check that each one completed.
+void checkpoint_results(const TrainFacts& f, const CheckpointActivity& a, SuiteResult& res) {
+  if (f.plan.on()) res.data["checkpoint"] = checkpoint_json(a, f.plan, f.cfg.steps);
+  if (f.plan.every > 0)
+    res.checks.push_back(make_check("train/checkpoints_saved", a.save_error.empty() ? 0.0 : 1.0, 0.0,
+                                    a.save_error.empty() ? "every save completed" : "a save failed: " + a.save_error));
+}
+
+// On another backend than the CPU: replicas, a start near the uniform loss and learning.
+void device_results(const TrainFacts& f, const LayoutOutcome& run, const SuiteContext& ctx, SuiteResult& res) {
+  res.checks.push_back(make_check("train/dp_replicas_identical", run.replica_params, 0.0, replica_detail(f)));
+  // The CUDA ops are checked against the CPU's by the CUDA tests; here, that the model
+  // starts near the uniform loss ln V (GPT-2 init: logits ~0) and learns.
+  res.checks.push_back(make_check("train/loss_step0_near_uniform",
+                                  std::fabs(run.losses.front() - std::log(double(f.model.V))), 0.5,
+                                  "|loss_0 - ln V| <= 0.5"));
+  res.checks.push_back(make_check("train/loss_falls", run.losses.back() / run.losses.front(), 0.99,
+                                  "last loss / first loss <= 0.99"));
+  res.data = {{"model", to_json(f.model)}, {"num_params", gpt_num_params(f.model)}, {"losses", {{"dp", run.losses}}}};
+  checkpoint_results(f, run.checkpoints, res);
+}
+
+void print_device_line(const TrainFacts& f, const StepSplit& sp, const std::string& device, const SuiteContext& ctx) {
+  const double tf = model_tflops(f, sp), peak = f.peak_tflops;
+  char line[200];
+  std::snprintf(line, sizeof line, "# train on %s: %.0f tokens/s, step %.2f ms, %.1f model TFLOP/s%s", device.c_str(),
+                f.tokens_per_step / sp.step.median, sp.step.median * 1e3, tf,
+                peak > 0 ? (", MFU " + std::to_string(100 * tf / peak).substr(0, 5) + "%").c_str() : "");
+  ctx.print(line);
+}
+
+// On the CPU: the checks against the float64 oracle, the replicas and learning; the loss
+// curves of the run and the references.
+void oracle_results(const TrainFacts& f, const LayoutOutcome& run, const ReferenceSet& refs, const SuiteContext& ctx,
+                    SuiteResult& res) {
+  for (Check& c : oracle_checks("train/", refs, f.model, f.tokens_per_step, run.losses, run.grads0, run.params))
+    res.checks.push_back(std::move(c));
+  if (f.cfg.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
+    for (Check& c : half_vs_fp32_checks("train/", f.cfg.precision, run.losses, refs.oracle.losses))
+      res.checks.push_back(std::move(c));
+  res.checks.push_back(make_check(f.dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
+                                  run.replica_params, 0.0, replica_detail(f)));
+  if (!f.dp_only && !run.grads0.empty())  // a resumed run has no step-0 gradient
+    res.checks.push_back(make_check("train/replicas_identical/grads/step:0", run.replica_grads0, 0.0,
+                                    "max |difference| between copies of a replicated gradient, bitwise"));
+  // Learning: the mean of the last 10% of losses well below the uniform ln(256) = 5.55.
+  const int steps = f.cfg.steps, tail = std::max(1, steps / 10);
+  double tail_loss = 0;
+  for (int s = steps - tail; s < steps; ++s) tail_loss += run.losses[s];
+  tail_loss /= tail;
+  const double uniform = std::log(double(f.model.V));
+  res.checks.push_back(make_check("train/loss_below_uniform", tail_loss, 0.75 * uniform,
+                                  "mean loss of the last 10% of steps <= 0.75 ln V"));
+
+  json losses = {{f.dp_only ? "dp" : "layout", run.losses}, {"oracle_f64", refs.oracle.losses}};
+  for (size_t j = 0; j < refs.single.size(); ++j)
+    losses["single_rank_" + std::string(to_string(refs.precision)) + "_micro_batches:" +
+           std::to_string(refs.micro_batches[j])] = refs.single[j].losses;
+  const Dataset& data = *ctx.dataset;
+  res.data = {{"model", to_json(f.model)},
+              {"num_params", gpt_num_params(f.model)},
+              {"tokens_per_step", f.tokens_per_step},
+              {"dataset", {{"path", data.path}, {"bytes", data.bytes.size()}, {"sha256", data.sha256}}},
+              {"oracle_factor", refs.factor()},
+              {"losses", losses}};
+  if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
+  if (!run.grad_norms.empty()) res.data["grad_norms"] = run.grad_norms;
+  checkpoint_results(f, run.checkpoints, res);
+}
+
+void print_cpu_line(const TrainFacts& f, const StepSplit& sp, int n, const LayoutOutcome& run,
+                    const ReferenceSet& refs, const SuiteContext& ctx) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "# train: %s %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "
+                "final loss %.4f (1 rank %.4f, f64 %.4f)",
+                (f.dp_only ? "dp=" + std::to_string(n) : f.layout_name).c_str(), f.tokens_per_step / sp.step.median,
+                sp.step.median * 1e3, sp.compute.median * 1e3, sp.comm.median * 1e3, run.losses.back(),
+                refs.single[0].losses.back(), refs.oracle.losses.back());
+  ctx.print(line);
 }
 
 // The section, typed: the one parse validate() and run() use.
@@ -386,17 +418,17 @@ class TrainSuite : public Suite {
     const ZeroConfig& zero = p.spec.z;
     const Recompute recompute = p.spec.recompute;
     const CheckpointPlan& plan = p.plan;
-    CheckpointRecord checkpoints;
     // Plain DP (reference/trainer.h) unless the layout, ZeRO, recompute or checkpoints need the sharded model.
     const bool dp_only = !plan.on() && layout.tp == 1 && layout.pp == 1 && zero.stage == 0 &&
                          recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
-    const std::string layout_name =
-        dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n) : layout_record_name(p.spec);
-    const double tokens_per_step = double(cfg.global_batch) * cfg.seq_len;
+    const TrainFacts f{model_cfg, cfg, layout, zero, recompute, plan, dp_only,
+                       dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n)
+                               : layout_record_name(p.spec),
+                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops};
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
-              " params, " + (dp_only ? "dp=" + std::to_string(n) : layout_name) + ", global batch " +
+              " params, " + (dp_only ? "dp=" + std::to_string(n) : f.layout_name) + ", global batch " +
               std::to_string(cfg.global_batch) + " x " + std::to_string(cfg.micro_batches) +
               " micro-batches per DP rank, " + std::to_string(cfg.steps) + " steps");
 
@@ -411,40 +443,20 @@ class TrainSuite : public Suite {
     Communicator& dev_comm = ctx.device_world ? *ctx.device_world : world;
     LayoutOutcome run;
     if (dp_only) {
-      Gpt<float> model(model_cfg, ctx.device, on_cpu ? nullptr : &be->ops());
-      auto to_host = [&](const float* p, size_t count) {
-        std::vector<float> h(count);
-        model.ops().copy_to_host(h.data(), p, count * sizeof(float));
-        return h;
-      };
-      model.init(cfg.seed);
-      compute_gradients(model, data, cfg, 0, dev_comm);
-      if (on_cpu) {
-        const std::vector<float> g = to_host(model.grads(), model.num_params());
-        run.grads0.assign(g.begin(), g.end());
-      }
-      world.barrier();
-      const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans);  // spans: --trace
-      run.losses = r.losses;
-      run.timings = r.timings;
-      // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
-      const size_t P = model.num_params();
-      const std::vector<float> my_params = to_host(model.params(), P);
-      std::vector<float> root_params = my_params;
-      world.broadcast(root_params.data(), P, DType::f32, 0);
-      for (size_t i = 0; i < P; ++i)
-        run.replica_params = std::max(run.replica_params, double(std::fabs(root_params[i] - my_params[i])));
-      world.all_reduce(&run.replica_params, &run.replica_params, 1, DType::f64, ReduceOp::max);
-      run.params.assign(my_params.begin(), my_params.end());
-    } else if (plan.on()) {
-      run = run_checkpointed(model_cfg, layout, cfg, zero, recompute, ctx.device, on_cpu ? nullptr : &be->ops(), world,
-                             dev_comm, data, ctx.spans, plan, ctx, &checkpoints);
+      run = run_plain_dp(ctx, model_cfg, cfg, on_cpu ? nullptr : &be->ops(), dev_comm);
     } else {
-      run = run_parallel_layout(model_cfg, layout, cfg, zero, ctx.device, on_cpu ? nullptr : &be->ops(), world, dev_comm,
-                                data, /*gather=*/true, ctx.spans, recompute);
+      LayoutCheckpoints ck;
+      if (plan.on()) {
+        ck.dir = plan.dir, ck.every = plan.every, ck.resume_step_dir = resume_step_dir(plan);
+        ck.note = [&](const std::string& line) { ctx.print("# train: " + line); };
+        if (ck.resume_step_dir.empty() && plan.resume_from == "latest")
+          ctx.print("# train: no checkpoint in " + plan.dir + " yet: a fresh run");
+      }
+      run = run_layout({.model = model_cfg, .layout = layout, .train = cfg, .zero = zero, .recompute = recompute,
+                        .device = ctx.device, .ops = on_cpu ? nullptr : &be->ops(), .host = world,
+                        .device_comm = &dev_comm, .data = data, .gather = true, .spans = ctx.spans,
+                        .checkpoints = plan.on() ? &ck : nullptr});
     }
-    // Steps run here (all but those a resumed run took from its checkpoint): their timings.
-    const int first = int(checkpoints.first_step), timed = int(run.timings.size());
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)
       if (s % every == 0 || s == cfg.steps - 1) ctx.print(fmt_step(s, run.losses[s]));
@@ -454,128 +466,18 @@ class TrainSuite : public Suite {
     const ReferenceSet refs = on_cpu ? run_references(model_cfg, ctx.device, data, cfg, world) : ReferenceSet{};
 
     SuiteResult res;
-    // Timings: per step, the slowest rank's (it sets the pace), split as that rank saw it;
-    // its communication time includes waiting for the others (exposed communication).
-    std::vector<double> mine;
-    for (const auto& t : run.timings) mine.insert(mine.end(), {t.step_s, t.compute_s, t.comm_s});
-    std::vector<double> all(mine.size() * n);
-    world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
-    std::vector<double> step_s, compute_s, comm_s;
-    std::vector<int> slowest_rank;  // per step
-    for (int s = 0; s < timed; ++s) {
-      int slowest = 0;
-      for (int r = 1; r < n; ++r)
-        if (all[r * mine.size() + 3 * s] > all[slowest * mine.size() + 3 * s]) slowest = r;
-      const double* v = &all[slowest * mine.size() + 3 * s];
-      step_s.push_back(v[0]);
-      compute_s.push_back(v[1]);
-      comm_s.push_back(v[2]);
-      slowest_rank.push_back(slowest);
-    }
-    const json breakdown = step_breakdown_ms(ctx, world, slowest_rank, first);  // collective
+    const StepSplit split = slowest_split(run, world);
+    // Steps run here (all but those a resumed run took from its checkpoint): their timings.
+    const json breakdown = step_breakdown_ms(ctx, world, split.slowest_rank, run.checkpoints.first_step);  // collective
     if (world.rank() != 0) return res;  // rank 0 reports
-
-    const size_t P = gpt_num_params(model_cfg);
-    const Summary step = summarize(step_s), comp = summarize(compute_s), comm = summarize(comm_s);
-    json rec = benchmark_record("train/gpt/" + layout_name, timed, 1, step.median, step.median, "ms");
-    add_layout_fields(rec, p.spec);
-    rec["steps"] = cfg.steps;
-    rec["tokens_per_step"] = tokens_per_step;
-    rec["tokens_per_s"] = tokens_per_step / step.median;
-    rec["step_time_ms"] = to_json(step, 1e3);
-    rec["compute_time_ms"] = to_json(comp, 1e3);
-    rec["comm_time_ms"] = to_json(comm, 1e3);
-    std::vector<double> fraction;
-    for (int s = 0; s < timed; ++s) fraction.push_back(comm_s[s] / step_s[s]);
-    rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
-    if (!breakdown.empty()) rec["step_breakdown_ms"] = breakdown;
-    rec["final_loss"] = run.losses.back();
-    if (!run.loss_scales.empty()) {
-      int skipped = 0;
-      for (int k : run.skipped) skipped += k;
-      rec["skipped_steps"] = skipped;
-      rec["final_loss_scale"] = run.loss_scales.back();
-    }
-    // Model FLOPs per token, forward and backward: 6 N for the weights plus 12 L C T for
-    // attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).
-    const double flops_per_token = 6.0 * double(P) + 12.0 * model_cfg.L * double(model_cfg.C) * cfg.seq_len;
-    const double model_tflops = flops_per_token * tokens_per_step / step.median / 1e12;
-    rec["backend"] = on_cpu ? "cpu" : be->name();
-    rec["model_flops_per_token"] = flops_per_token;
-    rec["model_tflops"] = model_tflops;
-    const double peak = p.peak_tflops;
-    if (peak > 0) rec["mfu"] = model_tflops / peak;
-    res.benchmarks.push_back(rec);
-    const std::string replica_detail =
-        dp_only ? "max |p_rank - p_rank0| over ranks, bitwise"
-                : "max |difference| between copies of a replicated parameter (TP, DP, tied wte), bitwise";
+    res.benchmarks.push_back(train_record(f, run, split, breakdown, on_cpu ? "cpu" : be->name()));
     if (!on_cpu) {
-      res.checks.push_back(make_check("train/dp_replicas_identical", run.replica_params, 0.0, replica_detail));
-      // The CUDA ops are checked against the CPU's by the CUDA tests; here, that the model
-      // starts near the uniform loss ln V (GPT-2 init: logits ~0) and learns.
-      res.checks.push_back(make_check("train/loss_step0_near_uniform",
-                                      std::fabs(run.losses.front() - std::log(double(model_cfg.V))), 0.5,
-                                      "|loss_0 - ln V| <= 0.5"));
-      res.checks.push_back(make_check("train/loss_falls", run.losses.back() / run.losses.front(), 0.99,
-                                      "last loss / first loss <= 0.99"));
-      res.data = {{"model", to_json(p.model)}, {"num_params", P}, {"losses", {{"dp", run.losses}}}};
-      if (plan.on()) res.data["checkpoint"] = checkpoints.to_json(plan, cfg.steps);
-      if (plan.every > 0)
-        res.checks.push_back(make_check("train/checkpoints_saved", checkpoints.save_error.empty() ? 0.0 : 1.0, 0.0,
-                                        checkpoints.save_error.empty() ? "every save completed"
-                                                                       : "a save failed: " + checkpoints.save_error));
-      char line[200];
-      std::snprintf(line, sizeof line, "# train on %s: %.0f tokens/s, step %.2f ms, %.1f model TFLOP/s%s",
-                    be->device_name().c_str(), tokens_per_step / step.median, step.median * 1e3, model_tflops,
-                    peak > 0 ? (", MFU " + std::to_string(100 * model_tflops / peak).substr(0, 5) + "%").c_str() : "");
-      ctx.print(line);
-      return res;
+      device_results(f, run, ctx, res);
+      print_device_line(f, split, be->device_name(), ctx);
+    } else {
+      oracle_results(f, run, refs, ctx, res);
+      print_cpu_line(f, split, n, run, refs, ctx);
     }
-
-    for (Check& c : oracle_checks("train/", refs, model_cfg, tokens_per_step, run.losses, run.grads0, run.params))
-      res.checks.push_back(std::move(c));
-    if (cfg.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
-      for (Check& c : half_vs_fp32_checks("train/", cfg.precision, run.losses, refs.oracle.losses))
-        res.checks.push_back(std::move(c));
-    res.checks.push_back(make_check(dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
-                                    run.replica_params, 0.0, replica_detail));
-    if (!dp_only && !run.grads0.empty())  // a resumed run has no step-0 gradient
-      res.checks.push_back(make_check("train/replicas_identical/grads/step:0", run.replica_grads0, 0.0,
-                                      "max |difference| between copies of a replicated gradient, bitwise"));
-    // Learning: the mean of the last 10% of losses well below the uniform ln(256) = 5.55.
-    const int tail = std::max(1, cfg.steps / 10);
-    double tail_loss = 0;
-    for (int s = cfg.steps - tail; s < cfg.steps; ++s) tail_loss += run.losses[s];
-    tail_loss /= tail;
-    const double uniform = std::log(double(model_cfg.V));
-    res.checks.push_back(make_check("train/loss_below_uniform", tail_loss, 0.75 * uniform,
-                                    "mean loss of the last 10% of steps <= 0.75 ln V"));
-
-    json losses = {{dp_only ? "dp" : "layout", run.losses}, {"oracle_f64", refs.oracle.losses}};
-    for (size_t j = 0; j < refs.single.size(); ++j)
-      losses["single_rank_" + std::string(to_string(refs.precision)) + "_micro_batches:" +
-             std::to_string(refs.micro_batches[j])] = refs.single[j].losses;
-    res.data = {{"model", to_json(p.model)},
-                {"num_params", P},
-                {"tokens_per_step", tokens_per_step},
-                {"dataset", {{"path", data.path}, {"bytes", data.bytes.size()}, {"sha256", data.sha256}}},
-                {"oracle_factor", refs.factor()},
-                {"losses", losses}};
-    if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
-    if (!run.grad_norms.empty()) res.data["grad_norms"] = run.grad_norms;
-    if (plan.on()) res.data["checkpoint"] = checkpoints.to_json(plan, cfg.steps);
-    if (plan.every > 0)
-      res.checks.push_back(make_check("train/checkpoints_saved", checkpoints.save_error.empty() ? 0.0 : 1.0, 0.0,
-                                      checkpoints.save_error.empty() ? "every save completed"
-                                                                     : "a save failed: " + checkpoints.save_error));
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "# train: %s %.0f tokens/s (step %.1f ms: compute %.1f, comm %.1f); "
-                  "final loss %.4f (1 rank %.4f, f64 %.4f)",
-                  (dp_only ? "dp=" + std::to_string(n) : layout_name).c_str(), tokens_per_step / step.median,
-                  step.median * 1e3, comp.median * 1e3, comm.median * 1e3, run.losses.back(),
-                  refs.single[0].losses.back(), refs.oracle.losses.back());
-    ctx.print(line);
     return res;
   }
 

@@ -1,9 +1,10 @@
 // Communicator: the collectives every parallel strategy is written against. One
 // interface, two backends: MPI on host buffers (kernels/comm/mpi_communicator.*) and NCCL
-// on device buffers (later). Semantics follow NCCL, including in-place conventions, so
-// that code written once runs on both.
+// on device buffers (kernels/comm/nccl_communicator.*, in CUDA builds). Semantics follow
+// NCCL, including in-place conventions, so that code written once runs on both.
 //
-// Counts are in elements of `dtype`; buffers are host pointers for MPI.
+// Counts are in elements of `dtype`; buffers are host pointers for MPI, device pointers for
+// NCCL.
 #pragma once
 #include <cstddef>
 #include <functional>

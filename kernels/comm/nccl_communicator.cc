@@ -1,6 +1,7 @@
 // NcclCommunicator: Communicator over NCCL on device buffers (see nccl_communicator.h for
 // streams, timeouts, datatypes and in-place conventions). Every NCCL and CUDA return code is
 // checked; every wait is bounded by the communicator's timeout.
+// Creating communicators (make_nccl_world, split) is in nccl_communicator_init.cc.
 #include "kernels/comm/nccl_communicator.h"
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/comm/nccl_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/error.h"
 
@@ -19,71 +21,10 @@ static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0),
               "NcclCommunicator needs NCCL >= 2.18 (non-blocking communicators, ncclCommSplit)");
 
 namespace dtb {
+
+using namespace nccl_util;
+
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-/// "group 'world' (rank 1 of 4)", for error messages.
-std::string describe(const std::string& name, int rank, int size) {
-  return "group '" + name + "' (rank " + std::to_string(rank) + " of " + std::to_string(size) +
-         ")";
-}
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string fmt(const char* format, double x) {
-  char text[64];
-  std::snprintf(text, sizeof text, format, x);
-  return text;
-}
-
-/// Between two polls: yield for the first millisecond of a wait, so that short operations
-/// are not delayed by a sleep, then sleep ~100 us.
-void pause(Clock::time_point t0) {
-  if (Clock::now() - t0 < std::chrono::milliseconds(1)) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-}
-
-/// cudaEventQuery's cudaErrorNotReady is also recorded as the thread's last error; clear it
-/// (and only it) so that a later DTB_CUDA_CHECK(cudaGetLastError()) does not trip on it.
-void clear_not_ready() {
-  if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
-}
-
-std::string one_line(const char* s) {
-  std::string out = s != nullptr ? s : "";
-  for (char& c : out) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out;
-}
-
-/// "unhandled system error (code 2): <NCCL's last error message>". Call before aborting.
-std::string nccl_error(ncclResult_t rc, ncclComm_t comm) {
-  std::string s = std::string(ncclGetErrorString(rc)) + " (code " + std::to_string(int(rc)) + ")";
-  const std::string last = one_line(ncclGetLastError(comm));
-  if (!last.empty()) s += ": " + last;
-  return s;
-}
-
-std::string timeout_text(double timeout_s, double waited_s) {
-  return "did not complete within " + fmt("%g", timeout_s) + " s (waited " +
-         fmt("%.1f", waited_s) + " s): a rank did not arrive or the network hung";
-}
-
-/// The async state of `comm`: ncclSuccess, ncclInProgress or an error (a failed query is
-/// reported as its own error).
-ncclResult_t async_state(ncclComm_t comm) {
-  ncclResult_t state = ncclInProgress;
-  const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
-  return rc != ncclSuccess ? rc : state;
-}
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -117,38 +58,6 @@ const void* offset(const void* base, size_t bytes) {
 }
 
 constexpr const char* kOverlap = "send and recv overlap but are not in the in-place layout";
-
-/// Polls a communicator being created (init or split) until it is ready. On an error or
-/// after timeout_s, aborts it and ends the job: "<what>: failed ..." / "did not complete".
-void wait_ready(ncclComm_t comm, const std::string& what, Clock::time_point t0,
-                double timeout_s) {
-  for (;;) {
-    const ncclResult_t state = async_state(comm);
-    if (state == ncclSuccess) return;
-    const double waited = seconds_since(t0);
-    if (state != ncclInProgress) {
-      const std::string err = nccl_error(state, comm);
-      (void)ncclCommAbort(comm);
-      fatal(__FILE__, __LINE__, what + ": failed after " + fmt("%.1f", waited) + " s: " + err);
-    }
-    if (waited > timeout_s) {
-      (void)ncclCommAbort(comm);
-      fatal(__FILE__, __LINE__, what + ": " + timeout_text(timeout_s, waited));
-    }
-    pause(t0);
-  }
-}
-
-std::string uuid_text(const int32_t* words) {
-  unsigned char b[16];
-  std::memcpy(b, words, sizeof b);
-  char text[48];
-  std::snprintf(text, sizeof text,
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                b[14], b[15]);
-  return text;
-}
 
 }  // namespace
 
@@ -534,107 +443,6 @@ void NcclCommunicator::barrier() {
   const auto t0 = begin();
   finish(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, comm_, comm_stream_),
          info, t0, false);
-}
-
-std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {
-  const std::string what = "ncclCommSplit of " + desc_ + " into '" + name + "' (color " +
-                           std::to_string(color) + ", key " + std::to_string(key) + ")";
-  DTB_CHECK(color >= 0, what + ": color < 0");
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  // NCCL writes the child from its own thread when the split completes (some versions at
-  // once), so it is read atomically while polling.
-  alignas(std::atomic_ref<ncclComm_t>::required_alignment) ncclComm_t child = nullptr;
-  const auto t0 = Clock::now();
-  const ncclResult_t rc = ncclCommSplit(comm_, color, key, &child, &config);
-  if (rc != ncclSuccess && rc != ncclInProgress) {
-    const std::string err = nccl_error(rc, comm_);
-    (void)ncclCommAbort(comm_);
-    comm_ = nullptr;
-    fatal(__FILE__, __LINE__, what + ": failed: " + err);
-  }
-  // The split runs as an async job of the parent: its state is ncclInProgress until done.
-  for (;;) {
-    const ncclResult_t state = async_state(comm_);
-    const double waited = seconds_since(t0);
-    if (state != ncclSuccess && state != ncclInProgress) {
-      const std::string err = nccl_error(state, comm_);
-      (void)ncclCommAbort(comm_);
-      comm_ = nullptr;
-      fatal(__FILE__, __LINE__, what + ": failed after " + fmt("%.1f", waited) + " s: " + err);
-    }
-    if (state == ncclSuccess &&
-        std::atomic_ref<ncclComm_t>(child).load(std::memory_order_acquire) != nullptr) {
-      break;
-    }
-    if (waited > timeout_s_) {
-      (void)ncclCommAbort(comm_);  // also stops the child's initialisation
-      comm_ = nullptr;
-      fatal(__FILE__, __LINE__, what + ": " + timeout_text(timeout_s_, waited));
-    }
-    pause(t0);
-  }
-  const ncclComm_t ready = std::atomic_ref<ncclComm_t>(child).load(std::memory_order_acquire);
-  wait_ready(ready, what, t0, timeout_s_);
-  return std::make_unique<NcclCommunicator>(ready, name, compute_, timeout_s_);
-}
-
-std::unique_ptr<Communicator> make_nccl_world(Communicator& bootstrap, cudaStream_t compute_stream,
-                                              double timeout_s) {
-  const int rank = bootstrap.rank(), size = bootstrap.size();
-  const std::string group = describe("world", rank, size);
-  DTB_CHECK(timeout_s > 0 && std::isfinite(timeout_s),
-            "make_nccl_world on " + group + ": timeout " + fmt("%g", timeout_s) + " s is not > 0");
-
-  // One GPU per rank: NCCL cannot place two ranks of a communicator on one GPU.
-  int device = -1;
-  DTB_CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp prop{};
-  DTB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  static_assert(sizeof(prop.uuid.bytes) == 4 * sizeof(int32_t), "a CUDA UUID is 16 bytes");
-  int32_t mine[4];
-  std::memcpy(mine, prop.uuid.bytes, sizeof mine);
-  std::vector<int32_t> uuids(4 * size_t(size));
-  bootstrap.all_gather(mine, uuids.data(), 4, DType::i32);
-  for (int a = 0; a < size; ++a) {
-    for (int b = a + 1; b < size; ++b) {
-      if (std::memcmp(&uuids[4 * size_t(a)], &uuids[4 * size_t(b)], 16) != 0) continue;
-      fatal(__FILE__, __LINE__,
-            "make_nccl_world on " + group + ": ranks " + std::to_string(a) + " and " +
-                std::to_string(b) + " share one GPU (" + uuid_text(&uuids[4 * size_t(a)]) +
-                "), which NCCL does not support: start at most one rank per GPU on each node "
-                "and make each rank's own GPU current (e.g. device = node-local rank)");
-    }
-  }
-
-  // Rank 0's unique id, as 32 i32 words over the bootstrap communicator.
-  static_assert(sizeof(ncclUniqueId) == NCCL_UNIQUE_ID_BYTES && NCCL_UNIQUE_ID_BYTES % 4 == 0,
-                "ncclUniqueId travels as i32 words");
-  ncclUniqueId id;
-  std::memset(&id, 0, sizeof id);
-  int32_t words[NCCL_UNIQUE_ID_BYTES / 4] = {};
-  if (rank == 0) {
-    DTB_NCCL_CHECK(ncclGetUniqueId(&id));
-    std::memcpy(words, &id, sizeof id);
-  }
-  bootstrap.broadcast(words, NCCL_UNIQUE_ID_BYTES / 4, DType::i32, 0);
-  std::memcpy(&id, words, sizeof id);
-
-  // Non-blocking initialisation, polled under the timeout.
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t comm = nullptr;
-  const std::string what = "ncclCommInitRankConfig on " + group;
-  const auto t0 = Clock::now();
-  const ncclResult_t rc = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-  if (rc != ncclSuccess && rc != ncclInProgress) {
-    const std::string err = nccl_error(rc, comm);
-    if (comm != nullptr) (void)ncclCommAbort(comm);
-    fatal(__FILE__, __LINE__, what + ": failed: " + err);
-  }
-  DTB_CHECK(comm != nullptr, what + ": returned no communicator");
-  wait_ready(comm, what, t0, timeout_s);
-  return std::make_unique<NcclCommunicator>(comm, "world", compute_stream, timeout_s);
 }
 
 }  // namespace dtb

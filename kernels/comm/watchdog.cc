@@ -112,8 +112,8 @@ struct State {
   std::atomic<double> timeout_s{300.0};
   std::atomic<bool> stop{false};
   std::thread thread;
-  std::mutex mu;  // guards hook, handler, groups
-  std::function<void(const std::string&)> hook, handler;
+  std::mutex mu;  // guards handler, groups
+  std::function<void(const std::string&)> handler;
   std::map<uint64_t, CommGroupInfo> groups;  // this rank's groups, by id
 };
 
@@ -226,26 +226,6 @@ std::string timeout_message(const Board& b, const SlotView& v, double timeout_s)
   return msg;
 }
 
-// Runs the termination hook once per process; true when one was set and returned normally.
-bool run_hook(const std::string& why) {
-  static std::atomic<bool> ran{false};
-  if (ran.exchange(true)) return false;
-  State& st = state();
-  std::function<void(const std::string&)> hook;
-  {
-    std::lock_guard<std::mutex> lock(st.mu);
-    hook = st.hook;
-  }
-  if (!hook) return false;
-  try {
-    hook(why);
-    return true;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dtbench: error: while ending the run: %s\n", e.what());
-    return false;
-  }
-}
-
 void watch(Board* b) {
   State& st = state();
   sigset_t set;
@@ -263,7 +243,7 @@ void watch(Board* b) {
     if (sig == SIGINT || sig == SIGTERM) {
       const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
       const std::string cause = " (a signal to the job, or the launcher ending it after another rank failed)";
-      const bool written = run_hook("ended by " + name + " while this suite ran" + cause);
+      const bool written = run_termination_hook("ended by " + name + " while this suite ran" + cause);
       if (b->world_rank == 0) {
         std::fprintf(stderr, "dtbench: error: ended by %s%s%s\n", name.c_str(), cause.c_str(),
                      written ? "; the report holds the suites that finished" : "");
@@ -289,7 +269,7 @@ void watch(Board* b) {
     gethostname(host, sizeof host - 1);
     std::fprintf(stderr, "dtbench: error: rank %d %s: %s\n", b->world_rank, host, msg.c_str());
     std::fflush(stderr);
-    run_hook(msg);
+    run_termination_hook(msg);
     // Rank 0 writes the report; the other ranks waiting in the same call give its watchdog
     // a few wakes to name the call there before their exit makes the launcher end it.
     if (b->world_rank != 0) std::this_thread::sleep_for(std::chrono::duration<double>(1.0 + 3 * period));
@@ -420,13 +400,6 @@ void stop_comm_watchdog() {
   WD_MPI(MPI_Comm_free(&b->node_comm), "MPI_Comm_free");
   delete b;
 }
-
-void set_termination_hook(std::function<void(const std::string&)> hook) {
-  std::lock_guard<std::mutex> lock(state().mu);
-  state().hook = std::move(hook);
-}
-
-void run_termination_hook(const std::string& why) { (void)run_hook(why); }
 
 void set_timeout_handler(std::function<void(const std::string&)> handler) {
   std::lock_guard<std::mutex> lock(state().mu);

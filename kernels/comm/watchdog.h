@@ -12,8 +12,8 @@
 // that sits in the same call on the same group has arrived; any other is named with what it
 // is doing instead (another call on another group, computing, stopped, exited). Ranks on
 // other nodes are not visible on this node's board and are named as such (their own node's
-// watchdogs name them). Then it runs the termination hook (the harness writes the report
-// with the running suite marked as failed) and ends the process with exit status 3; the
+// watchdogs name them). Then it runs the termination hook (run_termination_hook, kernels/
+// error.h: the harness writes the report with the running suite marked as failed) and ends the process with exit status 3; the
 // launcher (mpirun, srun) then ends the other ranks. This is PyTorch's NCCL watchdog design
 // (ProcessGroupNCCL's watchdog thread, TORCH_NCCL_ASYNC_ERROR_HANDLING) applied to MPI.
 //
@@ -29,6 +29,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "kernels/error.h"  // set_termination_hook, run_termination_hook: what runs before the end
 
 namespace dtb {
 
@@ -63,16 +65,6 @@ double comm_timeout();
 /// Stops the thread and frees the board. Collective over the world (MPI_Win_free): call on
 /// every rank before MPI_Finalize. A no-op when not started.
 void stop_comm_watchdog();
-
-/// Called in the watchdog thread, before the process ends on a timeout or a signal, with
-/// the one-line reason (e.g. "MPI_Allreduce on group 'dp0' ... did not complete within 5
-/// s ..." or "ended by SIGTERM"). It must not call MPI. Empty: none.
-void set_termination_hook(std::function<void(const std::string& why)> hook);
-
-/// Runs the termination hook with `why` (at most once per process: later calls do nothing).
-/// fatal() calls it before MPI_Abort, so a failed library call (an NCCL timeout, say) is
-/// written into the report as the running suite's error.
-void run_termination_hook(const std::string& why);
 
 /// For tests: instead of ending the process on a timeout, hand the message to `handler`
 /// (in the watchdog thread) and keep waiting; the call is reported once. Empty: exit.

@@ -6,7 +6,7 @@ namespace dtb {
 /// OPENBLAS_THREAD_TIMEOUT when the user has not set it: 16, so that OpenBLAS's idle worker
 /// threads spin for 2^16 cycles (~25 us) after a gemm, then sleep. OpenBLAS's default (2^28
 /// cycles, ~0.1 s) keeps them spinning through the ops between gemms (layernorm, GELU,
-/// softmax, AdamW, and attention's own threads, kernels/cpu/ops.cc), which then share the
+/// softmax, AdamW, and attention's own threads, kernels/cpu/attention.cc), which then share the
 /// cores with them: at 2 OpenBLAS threads on 2 cores the training step of the GPT-2-shaped
 /// config took 976 ms with the default and 861 ms with 16, small's 270 and 222 ms, tiny's 5.2
 /// and 3.7 ms (one run each of the issue-9 configs' forward, backward and AdamW; 16, 20 and

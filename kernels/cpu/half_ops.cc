@@ -557,7 +557,7 @@ void HalfCpuOps<H>::scale(H* x, A a, size_t n) {
 // ---- AdamW ----
 
 template <typename H>
-void HalfCpuOps<H>::adamw_update(H* param, const H* grad, A* m, A* v, size_t n, const cpu::AdamWParams& hp, int t) {
+void HalfCpuOps<H>::adamw_update(H* param, const H* grad, A* m, A* v, size_t n, const AdamWParams& hp, int t) {
   const size_t c = std::min(n, kChunk);
   float* p = buf(0, c);
   float* g = buf(1, c);
@@ -572,7 +572,7 @@ void HalfCpuOps<H>::adamw_update(H* param, const H* grad, A* m, A* v, size_t n, 
 
 template <typename H>
 void HalfCpuOps<H>::adamw_update_master(H* param, A* master, const H* grad, A* m, A* v, size_t n,
-                                        const cpu::AdamWParams& hp, int t, A grad_scale) {
+                                        const AdamWParams& hp, int t, A grad_scale) {
   const size_t c = std::min(n, kChunk);
   float* g = buf(0, c);
   for (size_t i0 = 0; i0 < n; i0 += c) {

@@ -96,8 +96,8 @@ class HalfCpuOps final : public Ops<H> {
   void residual_forward(H* out, const H* a, const H* b, size_t n) override;
   void crossentropy_forward(A* losses, H* probs, const H* logits, const int32_t* targets, int N, int V) override;
   void crossentropy_backward(H* dlogits, const H* probs, const int32_t* targets, A dloss, int N, int V) override;
-  void adamw_update(H* param, const H* grad, A* m, A* v, size_t n, const cpu::AdamWParams& hp, int t) override;
-  void adamw_update_master(H* param, A* master, const H* grad, A* m, A* v, size_t n, const cpu::AdamWParams& hp,
+  void adamw_update(H* param, const H* grad, A* m, A* v, size_t n, const AdamWParams& hp, int t) override;
+  void adamw_update_master(H* param, A* master, const H* grad, A* m, A* v, size_t n, const AdamWParams& hp,
                            int t, A grad_scale = A(1)) override;
   void embedding_shard_forward(H* out, const int32_t* tokens, const H* wte_shard, const H* wpe, int B, int Tn,
                                int C, int v_begin, int v_end) override;

@@ -380,7 +380,7 @@ TYPED_TEST(HalfOps, AdamWOnHalfParams) {
   using H = TypeParam;
   Rng& rng = this->rng;
   const size_t n = HalfCpuOps<H>::kChunk + 1000;  // two chunks
-  cpu::AdamWParams hp;
+  AdamWParams hp;
   hp.lr = 1e-2f;
   hp.weight_decay = 0.1f;
   HVec<H> param = rand_h<H>(n, rng);
@@ -398,7 +398,7 @@ TYPED_TEST(HalfOps, AdamWMasterKeepsParamRoundedMaster) {
   using H = TypeParam;
   Rng& rng = this->rng;
   const size_t n = HalfCpuOps<H>::kChunk + 1000;
-  cpu::AdamWParams hp;
+  AdamWParams hp;
   hp.lr = 1e-3f;
   hp.weight_decay = 0.1f;
   FVec master = rand_f(n, rng);  // fp32, not representable in H in general
@@ -423,7 +423,7 @@ TYPED_TEST(HalfOps, AdamWMasterKeepsParamRoundedMaster) {
 TYPED_TEST(HalfOps, MasterWeightsKeepTinyUpdatesAPlainHalfParamLoses) {
   using H = TypeParam;
   const size_t n = 8;
-  cpu::AdamWParams hp;
+  AdamWParams hp;
   hp.lr = 1e-4f;
   const HVec<H> grad(n, H(1e-3f));
   HVec<H> plain(n, H(1.f)), param(n, H(1.f));
@@ -518,7 +518,7 @@ TYPED_TEST(HalfOps, EveryPatternThroughTheOpsMatchesTheScalarRecipe) {
   master.insert(master.end(), r.begin(), r.end());
   master.insert(master.end(), tiny.begin(), tiny.end());
   const size_t m_n = master.size();
-  cpu::AdamWParams hp;
+  AdamWParams hp;
   hp.lr = 0.0f;
   const HVec<H> grad = rand_h<H>(m_n, rng);
   FVec want_master = master, m1(m_n, 0.f), v1(m_n, 0.f), m2(m_n, 0.f), v2(m_n, 0.f);

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/adamw.h"
+
 namespace dtb::cpu {
 
 /// out (B,T,C) = wte[tokens[b,t]] (V,C) + wpe[t] (T,C). Tokens must be in [0, V).
@@ -122,17 +124,8 @@ template <typename T>
 void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int N, int Vl,
                                  int v_begin);
 
-/// Hyper-parameters of AdamW (Loshchilov & Hutter 2019), torch.optim.AdamW semantics:
-/// decoupled weight decay p -= lr * wd * p, then bias-corrected Adam.
-struct AdamWParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-};
-/// One AdamW step at step number `t` (1-based) over n elements: updates param, m and v in
-/// place from grad. m and v start at zero.
+/// One AdamW step at step number `t` (1-based) over n elements with `hp` (kernels/adamw.h):
+/// updates param, m and v in place from grad. m and v start at zero.
 template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams& hp, int t);
 

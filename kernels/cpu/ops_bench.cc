@@ -81,7 +81,7 @@ void BM_AdamW(benchmark::State& st) {
   const size_t n = size_t(st.range(0));
   auto p = randn(n, 1), g = randn(n, 2);
   std::vector<float> m(n), v(n);
-  AdamWParams hp;
+  dtb::AdamWParams hp;
   int t = 0;
   for (auto _ : st) {
     adamw_update(p.data(), g.data(), m.data(), v.data(), n, hp, ++t);

@@ -1,8 +1,9 @@
-// Tests of kernels/cpu/ops: every backward against central finite differences in double,
-// forwards against naive definitions and their invariants (causality, softmax sums), float
-// against double within rounding-error bounds, AdamW against its formula, and the vocabulary-
-// parallel (tensor-parallel shard) ops against the unsharded ones. Each tolerance sits beside
-// its test with the error analysis behind it.
+// Tests of kernels/cpu/ops.cc: every backward against central finite differences in double,
+// forwards against naive definitions and their invariants, float against double within
+// rounding-error bounds (for every op, attention and cross-entropy included), AdamW against
+// its formula, and the vocabulary-parallel embedding and the row-parallel bias against the
+// unsharded ops. Each tolerance sits beside its test with the error analysis behind it.
+// Attention and cross-entropy have their own files (attention_test.cc, crossentropy_test.cc).
 #include "kernels/cpu/ops.h"
 
 #include <cblas.h>
@@ -12,102 +13,16 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
-#include <cstdio>
-#include <cstring>
-#include <functional>
-#include <iomanip>
-#include <limits>
 #include <numeric>
-#include <random>
 #include <string>
-#include <type_traits>
 #include <vector>
+
+#include "kernels/cpu/ops_test_util.h"
 
 namespace dtb::cpu {
 namespace {
 
-using Vec = std::vector<double>;
-using FVec = std::vector<float>;
-using Rng = std::mt19937_64;
-
-constexpr double kEpsF = std::numeric_limits<float>::epsilon();  // 2^-23
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-Vec uniform(size_t n, Rng& rng, double lo = -1.0, double hi = 1.0) {
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(n);
-  for (double& x : v) x = dist(rng);
-  return v;
-}
-
-// Rounded to float and back, so float and double runs see identical inputs and any
-// difference is the float computation's own rounding.
-Vec uniform_f(size_t n, Rng& rng, double lo = -1.0, double hi = 1.0) {
-  Vec v = uniform(n, rng, lo, hi);
-  for (double& x : v) x = double(float(x));
-  return v;
-}
-
-std::vector<int32_t> tokens(size_t n, int V, Rng& rng) {
-  std::uniform_int_distribution<int32_t> dist(0, V - 1);
-  std::vector<int32_t> t(n);
-  for (int32_t& x : t) x = dist(rng);
-  return t;
-}
-
-FVec to_float(const Vec& v) { return FVec(v.begin(), v.end()); }
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
-  return s;
-}
-
-double max_abs(const Vec& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-// Central differences of `loss` w.r.t. x (restored afterwards) against the analytic `grad`:
-// returns max |g_fd - g| / max(1, max |g|) over every element, or over `max_samples` random
-// ones when x is larger.
-double fd_rel_err(Vec& x, const Vec& grad, const std::function<double()>& loss, Rng& rng,
-                  size_t max_samples = 400) {
-  constexpr double h = 1e-5;
-  std::vector<size_t> idx(x.size());
-  std::iota(idx.begin(), idx.end(), size_t(0));
-  if (idx.size() > max_samples) {
-    std::shuffle(idx.begin(), idx.end(), rng);
-    idx.resize(max_samples);
-  }
-  double err = 0;
-  for (size_t i : idx) {
-    const double x0 = x[i];
-    x[i] = x0 + h;
-    const double xp = x[i], lp = loss();
-    x[i] = x0 - h;
-    const double xm = x[i], lm = loss();
-    x[i] = x0;
-    err = std::max(err, std::abs((lp - lm) / (xp - xm) - grad[i]));  // xp - xm: the step taken
-  }
-  return err / std::max(1.0, max_abs(grad));
-}
-
-void report(const char* what, double err, double tol) {
-  std::printf("%s: max rel err %.2e (tol %.0e)\n", what, err, tol);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3e", err);
-  ::testing::Test::RecordProperty("max_rel_err", buf);
-}
-
-// Finite-difference tolerance, shared by the FiniteDifference tests. L = sum(dout * y) is a
-// sum of <= ~250 products of O(1) values, so |L| <= ~30. With h = 1e-5 the truncation error
-// is h^2/6 |L'''| ~ 2e-11 |L'''| (L''' is O(1..10) for these smooth ops with O(1) inputs) and
-// the rounding error is ~ eps_double |L| / h ~ 2.2e-16 * 30 / 1e-5 ~ 7e-10. So a correct
-// gradient shows <~ 1e-9 relative error; 1e-6 leaves three orders of margin while a wrong
-// term (missing path, wrong scale) shows up at 1e-3 or more.
-constexpr double kFdTol = 1e-6;
+using namespace dtb::cpu::test;
 
 // ---------------------------------------------------------------- finite differences
 
@@ -168,32 +83,6 @@ TEST(FiniteDifference, Matmul) {
   EXPECT_LE(err, kFdTol);
 }
 
-// T = 150 spans three of the ops' 64-position blocks, the last one partial (kernels/cpu/ops.cc,
-// kAttBlock): the products run per block up to the diagonal. There L sums 2400 products, |L|
-// <= ~300, so rounding gives ~7e-9 relative: kFdTol still holds with two orders of margin.
-class AttentionT : public ::testing::TestWithParam<int> {};
-INSTANTIATE_TEST_SUITE_P(Blocks, AttentionT, ::testing::Values(5, 150));
-
-TEST_P(AttentionT, FiniteDifference) {
-  Rng rng(4);
-  const int B = 2, T = GetParam(), C = 8, NH = 2;
-  // U(-1.5, 1.5) gives scaled scores up to ~+-4, so the softmax is far from uniform and the
-  // gradient's softmax path matters; L''' stays O(10).
-  Vec qkv = uniform(B * T * 3 * C, rng, -1.5, 1.5), dout = uniform(B * T * C, rng);
-  Vec out(B * T * C), att(B * NH * T * T);
-  auto loss = [&] {
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    return dot(dout, out);
-  };
-  loss();
-  Vec dqkv(qkv.size(), 0.0), scratch(B * NH * T * T, kNaN);  // NaN: scratch must not be read
-  attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C,
-                     NH);
-  const double err = fd_rel_err(qkv, dqkv, loss, rng);
-  report("fd check attention", err, kFdTol);
-  EXPECT_LE(err, kFdTol);
-}
-
 TEST(FiniteDifference, Gelu) {
   Rng rng(5);
   const size_t n = 64;
@@ -210,52 +99,7 @@ TEST(FiniteDifference, Gelu) {
   EXPECT_LE(err, kFdTol);
 }
 
-TEST(FiniteDifference, CrossEntropy) {
-  Rng rng(6);
-  const int N = 7, V = 11;
-  const double dloss = 0.37;
-  Vec logits = uniform(N * V, rng, -3.0, 3.0), probs(N * V), losses(N);
-  std::vector<int32_t> tgt = tokens(N, V, rng);
-  auto loss = [&] {
-    crossentropy_forward(losses.data(), probs.data(), logits.data(), tgt.data(), N, V);
-    return dloss * std::accumulate(losses.begin(), losses.end(), 0.0);
-  };
-  loss();
-  Vec dlogits(N * V);
-  crossentropy_backward(dlogits.data(), probs.data(), tgt.data(), dloss, N, V);
-  // Log-sum-exp has derivatives bounded by small constants: truncation ~1e-11, rounding ~1e-10.
-  const double err = fd_rel_err(logits, dlogits, loss, rng);
-  report("fd check crossentropy", err, kFdTol);
-  EXPECT_LE(err, kFdTol);
-}
-
 // ---------------------------------------------------------------- accumulation
-
-// Backward twice from zero must give 2x one call. Each gradient element is a sum of <= ~10
-// terms; the second call re-adds the same terms onto the first result, so the two can differ
-// only by rounding: <= ~10 eps_double |g| ~ 2e-15 |g|. 1e-13 is far above that and far
-// below the 100% error of a backward that writes instead of accumulating.
-constexpr double kAccumTol = 1e-13;
-
-double accum_err(const std::function<void(std::vector<Vec*>)>& backward, std::vector<Vec> once) {
-  std::vector<Vec> twice = once;
-  std::vector<Vec*> p1, p2;
-  for (size_t i = 0; i < once.size(); i++) {
-    p1.push_back(&once[i]);
-    p2.push_back(&twice[i]);
-  }
-  backward(p1);
-  backward(p2);
-  backward(p2);
-  double err = 0;
-  for (size_t i = 0; i < once.size(); i++) {
-    EXPECT_GT(max_abs(once[i]), 0.0) << "gradient " << i << " is all zero";
-    for (size_t j = 0; j < once[i].size(); j++) {
-      err = std::max(err, std::abs(twice[i][j] - 2 * once[i][j]) / std::max(1.0, max_abs(once[i])));
-    }
-  }
-  return err;
-}
 
 TEST(Backward, MatmulAccumulates) {
   Rng rng(7);
@@ -279,19 +123,6 @@ TEST(Backward, LayernormAccumulates) {
                        w.data(), mean.data(), rstd.data(), N, C);
   };
   EXPECT_LE(accum_err(bw, {Vec(N * C, 0.0), Vec(C, 0.0), Vec(C, 0.0)}), kAccumTol);
-}
-
-TEST(Backward, AttentionAccumulates) {
-  Rng rng(9);
-  const int B = 2, T = 5, C = 8, NH = 2;
-  Vec qkv = uniform(B * T * 3 * C, rng), dout = uniform(B * T * C, rng);
-  Vec out(B * T * C), att(B * NH * T * T), scratch(B * NH * T * T);
-  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  auto bw = [&](std::vector<Vec*> g) {
-    attention_backward(g[0]->data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C,
-                       NH);
-  };
-  EXPECT_LE(accum_err(bw, {Vec(qkv.size(), 0.0)}), kAccumTol);
 }
 
 TEST(Backward, MatmulNullDinpAndBias) {
@@ -347,107 +178,6 @@ TEST(Forward, LayernormMatchesDefinition) {
   }
 }
 
-// Tolerances (u = 2^-53): a score sums hs products, |q k| <= 4, scaled by 1/sqrt(hs) = 1/2,
-// so it errs <= hs u 16 / 2 = 32 u absolute, and subtracting the max adds u |s - max| <= 16 u:
-// 48 u, a relative error of exp's result, which enters numerator and normaliser alike. exp and
-// the normalisation over <= T terms add (T + 3) u relative; att <= 1, so |att err| <= (2 48 +
-// T + 3) u per side, twice that between the two sides: tol_att = 2 (99 + T) u (T = 6: 2.4e-14,
-// T = 150: 5.5e-14). out = sum att v with |v| <= 2 and sum att = 1: per side |err| <= 2 (99 +
-// T) u + 2 T u, both sides: tol_out = 4 (99 + 2 T) u (T = 6: 4.7e-14; T = 150: 1.8e-13). T 150
-// spans three of the op's 64-position blocks (kernels/cpu/ops.cc).
-TEST_P(AttentionT, MatchesDefinition) {
-  Rng rng(13);
-  const int B = 2, T = GetParam() == 5 ? 6 : GetParam(), C = 12, NH = 3, hs = C / NH;
-  const double u = 0x1p-53, tol_att = 2 * (99 + T) * u, tol_out = 4 * (99 + 2 * T) * u;
-  Vec qkv = uniform(B * T * 3 * C, rng, -2.0, 2.0), out(B * T * C), att(B * NH * T * T);
-  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  auto at = [&](int b, int t, int part, int h, int i) {
-    return qkv[(b * T + t) * 3 * C + part * C + h * hs + i];
-  };
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      for (int t = 0; t < T; t++) {
-        Vec p(t + 1);
-        double z = 0;
-        for (int t2 = 0; t2 <= t; t2++) {
-          double s = 0;
-          for (int i = 0; i < hs; i++) s += at(b, t, 0, h, i) * at(b, t2, 1, h, i);
-          p[t2] = std::exp(s / std::sqrt(double(hs)));
-          z += p[t2];
-        }
-        for (int i = 0; i < hs; i++) {
-          double o = 0;
-          for (int t2 = 0; t2 <= t; t2++) o += p[t2] / z * at(b, t2, 2, h, i);
-          EXPECT_NEAR(out[(b * T + t) * C + h * hs + i], o, tol_out);
-        }
-        for (int t2 = 0; t2 <= t; t2++) {
-          EXPECT_NEAR(att[((b * NH + h) * T + t) * T + t2], p[t2] / z, tol_att);
-        }
-      }
-    }
-  }
-}
-
-TEST(Attention, CausalMask) {
-  Rng rng(14);
-  const int B = 2, T = 7, C = 8, NH = 2, C3 = 3 * C;
-  Vec qkv = uniform(B * T * C3, rng, -2.0, 2.0), out(B * T * C), att(B * NH * T * T, kNaN);
-  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  for (int r = 0; r < B * NH * T; r++) {
-    const int t = r % T;
-    double sum = 0;
-    for (int t2 = 0; t2 < T; t2++) {
-      if (t2 > t) {
-        EXPECT_EQ(att[r * T + t2], 0.0) << "row " << r << " col " << t2;
-      }
-      sum += att[r * T + t2];
-    }
-    EXPECT_NEAR(sum, 1.0, 1e-14);  // <= T terms of rounding, ~T eps_double
-  }
-  // Changing every input at positions > t leaves outputs at positions <= t bit-identical:
-  // the masked weights are exact zeros, and x + 0 * finite == x exactly.
-  for (int t = 0; t + 1 < T; t++) {
-    Vec q2 = qkv, out2(out.size()), att2(att.size());
-    for (int b = 0; b < B; b++) {
-      for (int i = (b * T + t + 1) * C3; i < (b + 1) * T * C3; i++) q2[i] += 0.5;
-    }
-    attention_forward(out2.data(), att2.data(), q2.data(), B, T, C, NH);
-    for (int b = 0; b < B; b++) {
-      for (int i = 0; i < (t + 1) * C; i++) EXPECT_EQ(out[b * T * C + i], out2[b * T * C + i]);
-      // ... and the perturbation is real: the next position does see it.
-      EXPECT_NE(out[(b * T + t + 1) * C], out2[(b * T + t + 1) * C]);
-    }
-  }
-}
-
-template <typename T>
-void expect_bitwise_eq(const std::string& what, const std::vector<T>& got, const std::vector<T>& want);
-
-// With OpenBLAS allowed 2 threads, attention runs its (batch, head) pairs on 2 threads, each
-// pair's products on one OpenBLAS thread (kernels/cpu/ops.cc, for_each_head): the results
-// must be bitwise those of 1 thread, in float, forward and backward, across 4 blocks (the
-// last partial). Big enough to be threaded: 2 B NH T^2 hs = 3.1e7 flops >= the 2e7 cut.
-TEST(Attention, TwoThreadsBitwiseAsOne) {
-  Rng rng(15);
-  const int B = 4, T = 200, C = 96, NH = 3;
-  const FVec qkv = to_float(uniform(B * T * 3 * C, rng, -2.0, 2.0)), dout = to_float(uniform(B * T * C, rng));
-  auto run = [&](int threads, FVec& out, FVec& dqkv) {
-    openblas_set_num_threads(threads);
-    FVec att(B * NH * T * T), scratch(B * NH * T * T);
-    out.assign(B * T * C, 0.0f);
-    dqkv.assign(qkv.size(), 0.0f);
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  };
-  const int saved = openblas_get_num_threads();
-  FVec out1, d1, out2, d2;
-  run(1, out1, d1);
-  run(2, out2, d2);
-  EXPECT_EQ(openblas_get_num_threads(), 2);  // the region restores OpenBLAS's count
-  openblas_set_num_threads(saved);
-  expect_bitwise_eq("attention forward, 2 threads", out2, out1);
-  expect_bitwise_eq("attention backward, 2 threads", d2, d1);
-}
 
 TEST(Gelu, Properties) {
   Rng rng(15);
@@ -485,56 +215,6 @@ TEST(Residual, AddsInPlace) {
   Vec a = {1.0, -2.0, 3.5}, b = {0.25, 4.0, -3.5};
   residual_forward(a.data(), a.data(), b.data(), a.size());  // out aliases a
   EXPECT_EQ(a, (Vec{1.25, 2.0, 0.0}));
-}
-
-TEST(CrossEntropy, LossesAndProbs) {
-  Rng rng(16);
-  const int N = 6, V = 13;
-  Vec logits = uniform(N * V, rng, -5.0, 5.0), probs(N * V), losses(N);
-  std::vector<int32_t> tgt = tokens(N, V, rng);
-  crossentropy_forward(losses.data(), probs.data(), logits.data(), tgt.data(), N, V);
-  for (int n = 0; n < N; n++) {
-    double sum = 0;
-    for (int i = 0; i < V; i++) sum += probs[n * V + i];
-    EXPECT_NEAR(sum, 1.0, 1e-14);  // V terms, ~V eps_double
-    // Both sides carry a few ulps of log / exp error: ~1e-15 absolute for losses <= ~12.
-    EXPECT_NEAR(losses[n], -std::log(probs[n * V + tgt[n]]), 1e-13);
-  }
-  Vec dlogits(N * V, kNaN);  // backward WRITES: NaNs must be overwritten
-  crossentropy_backward(dlogits.data(), probs.data(), tgt.data(), 0.5, N, V);
-  for (int n = 0; n < N; n++) {
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-      EXPECT_NEAR(dlogits[n * V + i], 0.5 * (probs[n * V + i] - (i == tgt[n])), 1e-16);
-      sum += dlogits[n * V + i];
-    }
-    EXPECT_NEAR(sum, 0.0, 1e-14);  // probs sum to 1, so each row of the gradient sums to 0
-  }
-}
-
-TEST(CrossEntropy, HugeLogitsStayFinite) {
-  // Rows built so the answer is known in closed form: logits {1e4, 1e4 - 2, -1e4, ...}.
-  // loss(target 0) = log(1 + e^-2); target 1: 2 + log(1 + e^-2); a -1e4 target has a
-  // probability that is 0 in float, yet its loss 2e4 + log(1 + e^-2) is finite.
-  const int V = 5;
-  FVec logits(3 * V, -1e4f), probs(3 * V), losses(3);
-  for (int n = 0; n < 3; n++) {
-    logits[n * V] = 1e4f;
-    logits[n * V + 1] = 1e4f - 2.0f;
-  }
-  std::vector<int32_t> tgt = {0, 1, 3};
-  crossentropy_forward(losses.data(), probs.data(), logits.data(), tgt.data(), 3, V);
-  const double l1p = std::log1p(std::exp(-2.0));
-  const double want[3] = {l1p, 2.0 + l1p, 2e4 + l1p};
-  for (int n = 0; n < 3; n++) {
-    EXPECT_TRUE(std::isfinite(losses[n]));
-    // float: a few eps_float relative, plus the rounding of 1e4 - 2 (exact in float).
-    EXPECT_NEAR(losses[n], want[n], 4 * kEpsF * std::max(1.0, want[n]));
-  }
-  for (float p : probs) EXPECT_TRUE(std::isfinite(p));
-  // e^-2e4 is 0 in float, and the float exp clamps its argument at -80 (kernels/cpu/ops.cc):
-  // the probability is at most e^-80, where -log(p) would give a loss of 80, not 2e4.
-  EXPECT_LE(probs[3], std::exp(-80.0f) * 1.0001f);
 }
 
 // ---------------------------------------------------------------- float vs double
@@ -603,7 +283,7 @@ TEST(FloatVsDouble, Forwards) {
   {  // attention: a score s = scale q.k has |err| <= hs u S (S = max over pairs of
      // scale sum|q k|) plus subtracting the max: u |s - max|; exp turns that absolute error
      // into relative error of the weight, normalising adds (T + 2) u, and out = att @ v adds
-     // T u relative; the float exp (kernels/cpu/ops.cc) errs <= 4 u relative. So |err| <=
+     // T u relative; the float exp (kernels/cpu/ops_common.h) errs <= 4 u relative. So |err| <=
      // (2 hs S + 2 |s|max + 2 T + 7) u max|v|, with 2x for exp/max.
     const int B = 2, T = 32, C = 64, NH = 4, hs = C / NH, C3 = 3 * C;
     Vec qkv = uniform_f(B * T * C3, rng), d(B * T * C), att_d(B * NH * T * T);
@@ -671,7 +351,7 @@ TEST(FloatVsDouble, Forwards) {
     EXPECT_EQ(out[2], 0.0f);
   }
   {  // crossentropy: l - max errs u |l - max| (in the exponent: relative in each term), the
-     // float exp (kernels/cpu/ops.cc) 4 u relative, the sum of V terms V u, log adds u |loss|.
+     // float exp (kernels/cpu/ops_common.h) 4 u relative, the sum of V terms V u, log adds u |loss|.
      // |loss err| <= (V + 7 + 2 range + |loss|) u.
     const int N = 8, V = 50;
     Vec logits = uniform_f(N * V, rng, -4.0, 4.0), d(N), pd(N * V), bound(N);
@@ -751,74 +431,10 @@ TEST(AdamW, DecoupledWeightDecay) {
 // bit patterns, since == would also pass -0 for +0.
 
 template <typename T>
-std::vector<T> cast(const Vec& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
-
-// Asserts got and want hold the same bit patterns; on failure reports how many elements
-// differ and the first of them (in full precision).
-template <typename T>
-void expect_bitwise_eq(const std::string& what, const std::vector<T>& got,
-                       const std::vector<T>& want) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < got.size(); i++) {
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && bad++ == 0) first = i;
-  }
-  EXPECT_EQ(bad, size_t(0)) << what << ": " << bad << " of " << got.size()
-                            << " elements differ, first [" << first << "] "
-                            << std::setprecision(std::numeric_limits<T>::max_digits10) << got[first]
-                            << " vs " << want[first];
-}
-
-// Vocabulary splits for the composition tests: shard r holds ids [b[r], b[r+1]). V = 256 in
-// 2 and 4 equal shards (as Megatron splits), the odd V = 33 in 3 shards of 11, and 33 in
-// unequal shards with a one-id shard (Vl = 1, where the max and sum loops run once).
-const std::vector<std::vector<int>> kVocabSplits = {
-    {0, 128, 256}, {0, 64, 128, 192, 256}, {0, 11, 22, 33}, {0, 1, 21, 33}};
-
-std::string split_name(const std::vector<int>& b) {
-  std::string s = "V=";
-  s += std::to_string(b.back());
-  s += " split";
-  for (int x : b) {
-    s += ' ';
-    s += std::to_string(x);
-  }
-  return s;
-}
-
-// n ids in [0, V) (n > 2 * shards): the first and last id of every shard (where an
-// off-by-one in a range test or offset shows), the last id of shard 0 twice (a repeated id,
-// whose gradient rows must accumulate), the rest uniform; shuffled.
-std::vector<int32_t> shard_ids(const std::vector<int>& bounds, size_t n, Rng& rng) {
-  std::vector<int32_t> ids = tokens(n, bounds.back(), rng);
-  size_t k = 0;
-  for (size_t r = 0; r + 1 < bounds.size(); r++) {
-    ids[k++] = bounds[r];
-    ids[k++] = bounds[r + 1] - 1;
-  }
-  ids[k] = ids[1];
-  std::shuffle(ids.begin(), ids.end(), rng);
-  return ids;
-}
-
-struct TypeName {
-  template <typename T>
-  static std::string GetName(int) {
-    return std::is_same_v<T, float> ? "float" : "double";
-  }
-};
-using FloatAndDouble = ::testing::Types<float, double>;
-
-template <typename T>
 class EmbeddingShard : public ::testing::Test {};
-template <typename T>
-class CrossEntropyShard : public ::testing::Test {};
 template <typename T>
 class AddBias : public ::testing::Test {};
 TYPED_TEST_SUITE(EmbeddingShard, FloatAndDouble, TypeName);
-TYPED_TEST_SUITE(CrossEntropyShard, FloatAndDouble, TypeName);
 TYPED_TEST_SUITE(AddBias, FloatAndDouble, TypeName);
 
 // One shard holding the whole vocabulary, with wpe, is the encoder: the same sum we + pe per
@@ -894,166 +510,6 @@ TYPED_TEST(EmbeddingShard, ShardsCompose) {
     }
     expect_bitwise_eq("forward summed over shards", sum, want);
     expect_bitwise_eq("dwte concatenated over shards", dwte_cat, want_dwte);
-  }
-}
-
-// One shard (v_begin 0, Vl = V): the max, the same exp terms summed in the same order, the
-// same products and log: crossentropy_forward and crossentropy_backward bitwise.
-// V 37 and 1000: the sums run in blocks of 256 terms (kernels/cpu/ops.cc, exp_shifted_blocks),
-// so 1000 spans four blocks, the last partial.
-TYPED_TEST(CrossEntropyShard, OneShardIsCrossEntropy) {
-  using T = TypeParam;
-  Rng rng(20);
-  for (const int V : {37, 1000}) {
-  SCOPED_TRACE("V = " + std::to_string(V));
-  const int N = 9;
-  const T dloss = T(0.37);
-  const std::vector<T> logits = cast<T>(uniform(N * V, rng, -5.0, 5.0));
-  std::vector<int32_t> tgt = tokens(N, V, rng);
-  tgt[0] = 0;
-  tgt[1] = V - 1;
-  std::vector<T> want_losses(N), want_probs(N * V), want_d(N * V);
-  crossentropy_forward(want_losses.data(), want_probs.data(), logits.data(), tgt.data(), N, V);
-  crossentropy_backward(want_d.data(), want_probs.data(), tgt.data(), dloss, N, V);
-
-  std::vector<T> maxes(N, T(kNaN)), sums(2 * N, T(kNaN)), losses(N, T(kNaN)), probs(N * V, T(kNaN));
-  std::vector<T> d(N * V, T(kNaN));  // every output is WRITTEN: the NaNs must go
-  crossentropy_shard_max(maxes.data(), logits.data(), N, V);
-  crossentropy_shard_sums(sums.data(), logits.data(), maxes.data(), tgt.data(), N, V, 0);
-  crossentropy_shard_forward(losses.data(), probs.data(), logits.data(), maxes.data(), sums.data(),
-                             N, V);
-  crossentropy_shard_backward(d.data(), probs.data(), tgt.data(), dloss, N, V, 0);
-  for (int n = 0; n < N; n++) {
-    const T* row = logits.data() + size_t(n) * V;
-    EXPECT_EQ(maxes[n], *std::max_element(row, row + V)) << n;
-    EXPECT_EQ(sums[N + n], row[tgt[n]]) << n;  // the target's logit
-  }
-  expect_bitwise_eq("losses", losses, want_losses);
-  expect_bitwise_eq("probs", probs, want_probs);
-  expect_bitwise_eq("dlogits", d, want_d);
-  }
-}
-
-// Shards compose into crossentropy_forward / _backward on the gathered logits, with the two
-// all-reduces emulated on the host (MAX, then SUM in shard order).
-//
-// Exact: the reduced max is the row max (max is exact in any order), so every term
-// e_j = exp(l_j - max) is the same rounded number as in the reference; the target logit
-// arrives as l_t + 0 + ... + 0 = l_t; every shard then computes the same losses; and the
-// backward's (p - onehot) * dloss are the same products as crossentropy_backward's on the
-// concatenated probs, hence bitwise.
-//
-// Not exact: s = sum_j e_j. The reference adds the V terms left to right; the shards add
-// their Vl terms, then the S partial sums. Either order is a recursive summation of positive
-// terms with error sum_k eps_k s_k, |eps_k| <= u (u = 2^-24 float, 2^-53 double), s_k <= s the
-// partial sums: at most (V - 1) u relative, adversarially (Higham, Accuracy and Stability of
-// Numerical Algorithms, Sec. 4.2). Modelling the eps_k as independent, zero-mean (uniform on
-// [-u, u]), each order's relative error has standard deviation u sqrt(sum_k (s_k/s)^2 / 3)
-// <= u sqrt(V / 3), and their difference <= u sqrt(2V / 3) ~ 0.8 u sqrt(V). We allow
-// delta = 4 sqrt(V) u, ~5 standard deviations (the adversarial 2 (V - 1) u would be 3x to 8x
-// looser at these V), and propagate it:
-//   loss = log(s) - (l_t - max): d log(s) = ds / s, so delta relative in s is delta absolute
-//     in the loss; log is within 1 ulp (<= 2 u |log s|) in each; the last subtraction rounds
-//     once in each (u |loss|): |loss_shard - loss_ref| <= (4 sqrt(V) + 4 |log s| + 2 |loss|) u.
-//   p = e_j * (1 / s): the reciprocals differ by delta plus a rounding in each, the products
-//     round once in each: |p_shard - p_ref| <= (4 sqrt(V) + 4) u p.
-// A wrong target, offset or normalisation errs by O(1), far beyond either.
-template <typename T>
-void check_crossentropy_split(const std::vector<int>& bounds, Rng& rng) {
-  const double u = std::numeric_limits<T>::epsilon() / 2;
-  const int N = 12, V = bounds.back(), S = int(bounds.size()) - 1;
-  const T dloss = T(0.37);
-  const std::vector<T> logits = cast<T>(uniform(size_t(N) * V, rng, -4.0, 4.0));
-  const std::vector<int32_t> tgt = shard_ids(bounds, N, rng);
-  std::vector<T> want_losses(N), want_probs(size_t(N) * V), want_d(size_t(N) * V);
-  crossentropy_forward(want_losses.data(), want_probs.data(), logits.data(), tgt.data(), N, V);
-
-  // Each rank's slice of the logits, and its step 1.
-  std::vector<std::vector<T>> shard(S);
-  std::vector<T> maxes(N);
-  for (int r = 0; r < S; r++) {
-    const int vb = bounds[r], Vl = bounds[r + 1] - vb;
-    int inside = 0;
-    for (int n = 0; n < N; n++) {
-      shard[r].insert(shard[r].end(), logits.begin() + size_t(n) * V + vb,
-                      logits.begin() + size_t(n) * V + vb + Vl);
-      inside += tgt[n] >= vb && tgt[n] < vb + Vl;
-    }
-    EXPECT_GT(inside, 0) << "shard " << r << " has no target";
-    EXPECT_LT(inside, N) << "shard " << r << " has every target";
-    std::vector<T> m(N, T(kNaN));
-    crossentropy_shard_max(m.data(), shard[r].data(), N, Vl);
-    for (int n = 0; n < N; n++) {
-      maxes[n] = r == 0 ? m[n] : std::max(maxes[n], m[n]);  // all-reduce MAX
-    }
-  }
-  // Step 2 and the SUM all-reduce.
-  std::vector<T> sums;
-  for (int r = 0; r < S; r++) {
-    std::vector<T> s(2 * N, T(kNaN));
-    crossentropy_shard_sums(s.data(), shard[r].data(), maxes.data(), tgt.data(), N,
-                            bounds[r + 1] - bounds[r], bounds[r]);
-    if (r == 0) {
-      sums = s;
-    } else {
-      for (int i = 0; i < 2 * N; i++) sums[i] += s[i];
-    }
-  }
-  for (int n = 0; n < N; n++) {
-    const T* row = logits.data() + size_t(n) * V;
-    EXPECT_EQ(maxes[n], *std::max_element(row, row + V)) << n;
-    EXPECT_EQ(sums[N + n], row[tgt[n]]) << n;
-  }
-  // Step 3 and the backward on every rank.
-  std::vector<T> losses0, probs_cat, d_cat;
-  for (int r = 0; r < S; r++) {
-    SCOPED_TRACE(::testing::Message() << "shard " << r);
-    const int vb = bounds[r], Vl = bounds[r + 1] - vb;
-    std::vector<T> losses(N, T(kNaN)), probs(size_t(N) * Vl, T(kNaN)), d(size_t(N) * Vl, T(kNaN));
-    crossentropy_shard_forward(losses.data(), probs.data(), shard[r].data(), maxes.data(),
-                               sums.data(), N, Vl);
-    crossentropy_shard_backward(d.data(), probs.data(), tgt.data(), dloss, N, Vl, vb);
-    if (r == 0) {
-      losses0 = losses;
-      probs_cat.assign(size_t(N) * V, T(kNaN));
-      d_cat.assign(size_t(N) * V, T(kNaN));
-    } else {
-      expect_bitwise_eq("losses vs shard 0's", losses, losses0);
-    }
-    for (int n = 0; n < N; n++) {
-      std::copy_n(probs.begin() + size_t(n) * Vl, Vl, probs_cat.begin() + size_t(n) * V + vb);
-      std::copy_n(d.begin() + size_t(n) * Vl, Vl, d_cat.begin() + size_t(n) * V + vb);
-    }
-  }
-  crossentropy_backward(want_d.data(), probs_cat.data(), tgt.data(), dloss, N, V);
-  expect_bitwise_eq("dlogits concatenated", d_cat, want_d);
-
-  double loss_err = 0, loss_ratio = 0, prob_ratio = 0;
-  for (int n = 0; n < N; n++) {
-    const double log_s = std::log(double(sums[n]));
-    const double tol =
-        (4 * std::sqrt(double(V)) + 4 * std::abs(log_s) + 2 * std::abs(double(want_losses[n]))) * u;
-    const double err = std::abs(double(losses0[n]) - double(want_losses[n]));
-    loss_err = std::max(loss_err, err);
-    loss_ratio = std::max(loss_ratio, err / tol);
-    for (int j = 0; j < V; j++) {
-      const double p = want_probs[size_t(n) * V + j];
-      const double pe = std::abs(double(probs_cat[size_t(n) * V + j]) - p);
-      prob_ratio = std::max(prob_ratio, pe / ((4 * std::sqrt(double(V)) + 4) * u * p + 1e-300));
-    }
-  }
-  std::printf("%s, %s: loss max err %.2f u (err / tol %.3f), probs err / tol %.3f\n",
-              split_name(bounds).c_str(), std::is_same_v<T, float> ? "float" : "double",
-              loss_err / u, loss_ratio, prob_ratio);
-  EXPECT_LE(loss_ratio, 1.0) << "losses";
-  EXPECT_LE(prob_ratio, 1.0) << "probs";
-}
-
-TYPED_TEST(CrossEntropyShard, ShardsCompose) {
-  Rng rng(21);
-  for (const std::vector<int>& bounds : kVocabSplits) {
-    SCOPED_TRACE(split_name(bounds));
-    check_crossentropy_split<TypeParam>(bounds, rng);
   }
 }
 

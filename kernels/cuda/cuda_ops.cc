@@ -112,7 +112,7 @@ void CudaOps::crossentropy_backward(float* dlogits, const float* probs, const in
   cuda::crossentropy_backward(dlogits, probs, targets, dloss, N, V, s());
 }
 void CudaOps::adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
-                           const cpu::AdamWParams& hp, int t) {
+                           const AdamWParams& hp, int t) {
   cuda::adamw_update(param, grad, m, v, n, hp, t, s());
 }
 void CudaOps::embedding_shard_forward(float* out, const int32_t* tokens, const float* wte_shard, const float* wpe,

@@ -56,7 +56,7 @@ class CudaOps final : public Ops<float> {
                             int V) override;
   void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss, int N,
                              int V) override;
-  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const cpu::AdamWParams& hp,
+  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWParams& hp,
                     int t) override;
   void embedding_shard_forward(float* out, const int32_t* tokens, const float* wte_shard, const float* wpe, int B,
                                int Tn, int C, int v_begin, int v_end) override;

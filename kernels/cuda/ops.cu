@@ -4,6 +4,7 @@
 // warp per row (or one block per row for the vocabulary), column reductions a 32-column
 // tile per block with the rows split over 8 thread rows and summed in a fixed order.
 // No allocation, no synchronisation; every launch is followed by a launch-error check.
+// Attention and cross-entropy have files of their own (attention.cu, crossentropy.cu).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -14,57 +15,14 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/ops_common.cuh"
 #include "kernels/error.h"
 
 namespace dtb::cuda {
+
+using namespace detail;
+
 namespace {
-
-constexpr int kBlock = 256;        // threads per block of the 1D kernels
-constexpr int kWarpsPerBlock = kBlock / 32;
-constexpr int kColRows = 8;        // thread rows of the column-reduction tiles (32 x 8)
-
-#define DTB_LAUNCH_CHECK() DTB_CUDA_CHECK(cudaGetLastError())
-
-// Blocks for a grid-stride loop over n elements (n > 0): enough to cover n once, capped;
-// the loops handle any remainder.
-unsigned grid_for(size_t n) {
-  const size_t blocks = (n + kBlock - 1) / kBlock;
-  return unsigned(std::min<size_t>(blocks, size_t(1) << 20));
-}
-// Blocks for one warp per row over `rows` rows (rows > 0).
-unsigned grid_for_rows(size_t rows) {
-  const size_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  DTB_CHECK(blocks < (size_t(1) << 31), "too many rows for one launch: " + std::to_string(rows));
-  return unsigned(blocks);
-}
-
-__device__ __forceinline__ size_t thread_index() {
-  return size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ size_t thread_count() { return size_t(gridDim.x) * blockDim.x; }
-
-// Full-warp reductions (every lane gets the result); all 32 lanes must be active.
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-// Block-wide sum or max, every thread gets the result. blockDim.x a multiple of 32, <= 1024,
-// and every thread of the block must call it (it has __syncthreads).
-template <bool kMax>
-__device__ float block_reduce(float v) {
-  __shared__ float partial[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = kMax ? warp_max(v) : warp_sum(v);
-  __syncthreads();  // every reader of the previous call's `partial` is past it
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < nwarps ? partial[lane] : (kMax ? -INFINITY : 0.0f);
-  return kMax ? warp_max(v) : warp_sum(v);
-}
 
 // ---- encoder ----
 
@@ -272,39 +230,6 @@ __global__ void scale_matrix_kernel(float* c, int rows, int cols, int ld, long l
   }
 }
 
-// ---- attention: the masked softmax and its backward, one warp per row of att ----
-// Row r of the (B*NH*T, T) view of att is position t = r % T of head (b, h) = r / T.
-
-__global__ void causal_softmax_kernel(float* att, int T, size_t rows) {
-  const size_t r = size_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= rows) return;
-  const int t = int(r % T);
-  float* row = att + r * T;
-  float mx = -INFINITY;
-  for (int i = lane; i <= t; i += 32) mx = fmaxf(mx, row[i]);
-  mx = warp_max(mx);
-  float sum = 0.0f;
-  for (int i = lane; i <= t; i += 32) sum += expf(row[i] - mx);
-  const float inv = 1.0f / warp_sum(sum);  // sum >= 1: the max term is exp(0)
-  // Each lane rewrites only the elements it read, so no hazard within the row.
-  for (int i = lane; i < T; i += 32) row[i] = i <= t ? expf(row[i] - mx) * inv : 0.0f;
-}
-
-// In place on datt: dpre[i] = att[i] * (datt[i] - sum_j att[j] datt[j]) for i <= t, else 0.
-__global__ void causal_softmax_backward_kernel(float* datt, const float* att, int T, size_t rows) {
-  const size_t r = size_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= rows) return;
-  const int t = int(r % T);
-  const float* a = att + r * T;
-  float* d = datt + r * T;
-  float dot = 0.0f;
-  for (int i = lane; i <= t; i += 32) dot += a[i] * d[i];
-  dot = warp_sum(dot);
-  for (int i = lane; i < T; i += 32) d[i] = i <= t ? a[i] * (d[i] - dot) : 0.0f;
-}
-
 // ---- gelu, residual ----
 
 constexpr float kGeluS = float(0.7978845608028654);  // sqrt(2/pi), rounded as the CPU's T(...)
@@ -334,97 +259,6 @@ __global__ void residual_forward_kernel(float* out, const float* a, const float*
 
 __global__ void scale_kernel(float* x, float a, size_t n) {
   for (size_t i = thread_index(); i < n; i += thread_count()) x[i] = __fmul_rn(x[i], a);
-}
-
-// ---- cross-entropy ----
-
-constexpr int kCeBlock = 512;
-
-// One block per row: max, sum of exp(l - max), then probs and the loss.
-__global__ void crossentropy_forward_kernel(float* losses, float* probs, const float* logits,
-                                            const int32_t* targets, int V) {
-  const size_t row = blockIdx.x;
-  const float* l = logits + row * V;
-  float* p = probs + row * V;
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
-  mx = block_reduce<true>(mx);
-  float sum = 0.0f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(l[i] - mx);
-  sum = block_reduce<false>(sum);
-  const float inv = 1.0f / sum;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(l[i] - mx) * inv;
-  // -log p[target] = log(sum) - (l[target] - max): finite even where p[target] underflows.
-  if (threadIdx.x == 0) losses[row] = logf(sum) - (l[targets[row]] - mx);
-}
-
-__global__ void crossentropy_backward_kernel(float* dlogits, const float* probs,
-                                             const int32_t* targets, float dloss, int V,
-                                             size_t n) {
-  for (size_t idx = thread_index(); idx < n; idx += thread_count()) {
-    const size_t row = idx / V;
-    const int i = int(idx % V);
-    const float p = probs[idx];
-    dlogits[idx] = i == targets[row] ? (p - 1.0f) * dloss : p * dloss;
-  }
-}
-
-// ---- vocabulary-parallel cross-entropy: logits (N, Vl) for ids [v_begin, v_begin + Vl) ----
-
-// One block per row: the shard's row max (exact in any order).
-__global__ void crossentropy_shard_max_kernel(float* maxes, const float* logits, int Vl) {
-  const size_t row = blockIdx.x;
-  const float* l = logits + row * Vl;
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < Vl; i += blockDim.x) mx = fmaxf(mx, l[i]);
-  mx = block_reduce<true>(mx);
-  if (threadIdx.x == 0) maxes[row] = mx;
-}
-
-// One block per row: sums[row] = sum of exp(l - max) (a fixed per-thread order, then the
-// block tree: deterministic, as crossentropy_forward); sums[N + row] = the target's logit
-// when it lies in the shard, else 0.
-__global__ void crossentropy_shard_sums_kernel(float* sums, const float* logits,
-                                               const float* maxes, const int32_t* targets,
-                                               int N, int Vl, int v_begin) {
-  const size_t row = blockIdx.x;
-  const float* l = logits + row * Vl;
-  const float mx = maxes[row];
-  float sum = 0.0f;
-  for (int i = threadIdx.x; i < Vl; i += blockDim.x) sum += expf(l[i] - mx);
-  sum = block_reduce<false>(sum);
-  if (threadIdx.x == 0) {
-    sums[row] = sum;
-    const int32_t j = targets[row] - v_begin;
-    sums[size_t(N) + row] = j >= 0 && j < Vl ? l[j] : 0.0f;
-  }
-}
-
-// One block per row: probs = exp(l - max) * (1 / sum); the loss log(sum) - (target logit -
-// max) from the all-reduced maxes and sums, as the CPU op (no product to contract).
-__global__ void crossentropy_shard_forward_kernel(float* losses, float* probs,
-                                                  const float* logits, const float* maxes,
-                                                  const float* sums, int N, int Vl) {
-  const size_t row = blockIdx.x;
-  const float* l = logits + row * Vl;
-  float* p = probs + row * Vl;
-  const float mx = maxes[row], sum = sums[row];
-  const float inv = 1.0f / sum;
-  for (int i = threadIdx.x; i < Vl; i += blockDim.x) p[i] = expf(l[i] - mx) * inv;
-  if (threadIdx.x == 0) losses[row] = logf(sum) - (sums[size_t(N) + row] - mx);
-}
-
-// Elementwise, as crossentropy_backward with the one-hot at target - v_begin (never hit when
-// the target is outside the shard, since 0 <= i < Vl).
-__global__ void crossentropy_shard_backward_kernel(float* dlogits, const float* probs,
-                                                   const int32_t* targets, float dloss, int Vl,
-                                                   int v_begin, size_t n) {
-  for (size_t idx = thread_index(); idx < n; idx += thread_count()) {
-    const size_t row = idx / Vl;
-    const int i = int(idx % Vl);
-    const float p = probs[idx];
-    dlogits[idx] = i == targets[row] - v_begin ? (p - 1.0f) * dloss : p * dloss;
-  }
 }
 
 // ---- AdamW ----
@@ -543,77 +377,6 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   DTB_LAUNCH_CHECK();
 }
 
-void attention_forward(Gemm& gemm, float* out, float* att, const float* qkv, int B, int T, int C,
-                       int NH, cudaStream_t stream) {
-  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-  DTB_CHECK(C % NH == 0, "attention_forward: C % NH != 0");
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(float(hs));  // as the CPU: T(1) / sqrt(T(hs))
-  // Batch strides over b (elements) of qkv, att and out; head h starts at h*hs (qkv, out)
-  // or h*T*T (att).
-  const long long sq = (long long)T * C3, sa = (long long)NH * T * T, so = (long long)T * C;
-  const GemmPrecision p = GemmPrecision::fp32;
-  for (int h = 0; h < NH; h++) {
-    const float* q = qkv + size_t(h) * hs;
-    const float* k = q + C;
-    float* a = att + size_t(h) * T * T;
-    // preatt (T,T) = scale * q (T,hs) @ k^T; k stored (T,hs) with rows 3C apart.
-    gemm.matmul_batched(q, C3, sq, k, C3, sq, a, T, sa, B, T, T, hs, false, true, scale, 0.0f, p,
-                        stream);
-  }
-  const size_t rows = size_t(B) * NH * T;
-  causal_softmax_kernel<<<grid_for_rows(rows), kBlock, 0, stream>>>(att, T, rows);
-  DTB_LAUNCH_CHECK();
-  for (int h = 0; h < NH; h++) {
-    const float* v = qkv + size_t(h) * hs + 2 * size_t(C);
-    const float* a = att + size_t(h) * T * T;
-    // out (T,hs) = att (T,T) @ v (T,hs); the exact zeros above the diagonal mask the future.
-    gemm.matmul_batched(a, T, sa, v, C3, sq, out + size_t(h) * hs, C, so, B, T, hs, T, false,
-                        false, 1.0f, 0.0f, p, stream);
-  }
-}
-
-void attention_backward(Gemm& gemm, float* dqkv, float* scratch, const float* dout,
-                        const float* qkv, const float* att, int B, int T, int C, int NH,
-                        cudaStream_t stream) {
-  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-  DTB_CHECK(C % NH == 0, "attention_backward: C % NH != 0");
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  const long long sq = (long long)T * C3, sa = (long long)NH * T * T, so = (long long)T * C;
-  const GemmPrecision p = GemmPrecision::fp32;
-  for (int h = 0; h < NH; h++) {
-    const size_t qoff = size_t(h) * hs;
-    const float* v = qkv + qoff + 2 * size_t(C);
-    float* dv = dqkv + qoff + 2 * size_t(C);
-    const float* d = dout + qoff;
-    const float* a = att + size_t(h) * T * T;
-    float* da = scratch + size_t(h) * T * T;
-    // datt (T,T) = dout (T,hs) @ v^T
-    gemm.matmul_batched(d, C, so, v, C3, sq, da, T, sa, B, T, T, hs, false, true, 1.0f, 0.0f, p,
-                        stream);
-    // dv (T,hs) += att^T (T,T) @ dout (T,hs)
-    gemm.matmul_batched(a, T, sa, d, C, so, dv, C3, sq, B, T, hs, T, true, false, 1.0f, 1.0f, p,
-                        stream);
-  }
-  const size_t rows = size_t(B) * NH * T;
-  causal_softmax_backward_kernel<<<grid_for_rows(rows), kBlock, 0, stream>>>(scratch, att, T, rows);
-  DTB_LAUNCH_CHECK();
-  for (int h = 0; h < NH; h++) {
-    const size_t qoff = size_t(h) * hs;
-    const float* q = qkv + qoff;
-    const float* k = q + C;
-    float* dq = dqkv + qoff;
-    float* dk = dq + C;
-    const float* da = scratch + size_t(h) * T * T;
-    // preatt = scale * q k^T: dq (T,hs) += scale * dpre (T,T) @ k; dk += scale * dpre^T @ q.
-    gemm.matmul_batched(da, T, sa, k, C3, sq, dq, C3, sq, B, T, hs, T, false, false, scale, 1.0f,
-                        p, stream);
-    gemm.matmul_batched(da, T, sa, q, C3, sq, dk, C3, sq, B, T, hs, T, true, false, scale, 1.0f,
-                        p, stream);
-  }
-}
-
 void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   gelu_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, inp, n);
@@ -639,59 +402,8 @@ void scale(float* x, float a, size_t n, cudaStream_t stream) {
   DTB_LAUNCH_CHECK();
 }
 
-void crossentropy_forward(float* losses, float* probs, const float* logits,
-                          const int32_t* targets, int N, int V, cudaStream_t stream) {
-  if (N <= 0 || V <= 0) return;
-  crossentropy_forward_kernel<<<unsigned(N), kCeBlock, 0, stream>>>(losses, probs, logits,
-                                                                    targets, V);
-  DTB_LAUNCH_CHECK();
-}
-
-void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                           float dloss, int N, int V, cudaStream_t stream) {
-  if (N <= 0 || V <= 0) return;
-  const size_t n = size_t(N) * V;
-  crossentropy_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(dlogits, probs, targets,
-                                                                   dloss, V, n);
-  DTB_LAUNCH_CHECK();
-}
-
-void crossentropy_shard_max(float* maxes, const float* logits, int N, int Vl,
-                            cudaStream_t stream) {
-  if (N <= 0 || Vl < 0) return;  // Vl 0: the CPU's writes (max: -inf, the MAX identity)
-  crossentropy_shard_max_kernel<<<unsigned(N), kCeBlock, 0, stream>>>(maxes, logits, Vl);
-  DTB_LAUNCH_CHECK();
-}
-
-void crossentropy_shard_sums(float* sums, const float* logits, const float* maxes,
-                             const int32_t* targets, int N, int Vl, int v_begin,
-                             cudaStream_t stream) {
-  if (N <= 0 || Vl < 0) return;  // Vl 0: the CPU's writes (max: -inf, the MAX identity)
-  crossentropy_shard_sums_kernel<<<unsigned(N), kCeBlock, 0, stream>>>(sums, logits, maxes,
-                                                                       targets, N, Vl, v_begin);
-  DTB_LAUNCH_CHECK();
-}
-
-void crossentropy_shard_forward(float* losses, float* probs, const float* logits,
-                                const float* maxes, const float* sums, int N, int Vl,
-                                cudaStream_t stream) {
-  if (N <= 0 || Vl < 0) return;  // Vl 0: the CPU's writes (max: -inf, the MAX identity)
-  crossentropy_shard_forward_kernel<<<unsigned(N), kCeBlock, 0, stream>>>(losses, probs, logits,
-                                                                          maxes, sums, N, Vl);
-  DTB_LAUNCH_CHECK();
-}
-
-void crossentropy_shard_backward(float* dlogits, const float* probs, const int32_t* targets,
-                                 float dloss, int N, int Vl, int v_begin, cudaStream_t stream) {
-  if (N <= 0 || Vl <= 0) return;
-  const size_t n = size_t(N) * Vl;
-  crossentropy_shard_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(dlogits, probs, targets,
-                                                                         dloss, Vl, v_begin, n);
-  DTB_LAUNCH_CHECK();
-}
-
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
-                  const cpu::AdamWParams& hp, int t, cudaStream_t stream) {
+                  const AdamWParams& hp, int t, cudaStream_t stream) {
   if (n == 0) return;
   // As cpu::adamw_update: decay in float, bias corrections in double then rounded to float.
   const float decay = 1.0f - hp.lr * float(hp.weight_decay);

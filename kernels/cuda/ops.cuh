@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/ops.h"  // AdamWParams
+#include "kernels/adamw.h"
 #include "kernels/tensor.h"   // DType
 
 namespace dtb::cuda {
@@ -115,7 +115,7 @@ void crossentropy_shard_backward(float* dlogits, const float* probs, const int32
 /// over n elements: param, m, v updated in place from grad. The bias corrections
 /// 1 / (1 - beta^t) are computed on the host in double and passed to the kernel as float.
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
-                  const cpu::AdamWParams& hp, int t, cudaStream_t stream);
+                  const AdamWParams& hp, int t, cudaStream_t stream);
 
 /// dst[i] = convert(src[i]) for n elements: f32 -> bf16 / f16 round to nearest even
 /// (__float2bfloat16_rn / __float2half_rn; overflow gives inf, NaN stays NaN), bf16 / f16

@@ -1,18 +1,11 @@
-// Tests of kernels/cuda/ops: every CUDA op against its CPU twin (dtb::cpu, kernels/cpu/ops.h,
+// Tests of kernels/cuda/ops.cu: every CUDA op against its CPU twin (dtb::cpu, kernels/cpu/ops.h,
 // itself tested against finite differences) on fresh random inputs, at several shapes
 // including sizes that are not multiples of 32. Written outputs are poisoned with NaN
 // (all-ones bytes) first, so an element the op forgets to write fails the comparison;
 // accumulate-into outputs start from known random values and are compared after.
-// Without a usable GPU every test is skipped with the reason.
-//
-// Tolerances. Float unit roundoff u = 2^-24. Both sides round; they differ in summation
-// order (warp trees and cuBLASLt tiles vs left-to-right loops and OpenBLAS), in FMA
-// contraction (nvcc contracts a*b+c by default, g++ on x86-64 without -mfma does not), and in
-// expf/tanhf (CUDA: <= 2 ulp). A sum of k random terms rounded in any order has a relative
-// error of ~u sqrt(k) (a random walk of the per-add roundings), so the relative norm
-// ||gpu - cpu|| / ||cpu|| of an output whose elements are k-term sums is expected near
-// u sqrt(k); tol_fp32(k) = 4 u (sqrt(k) + 4) allows 4x that plus a few ulp of elementwise
-// work (1.2e-6 at k = 1, 2.9e-6 at k = 64). Any indexing bug gives O(1e-2..1).
+// Without a usable GPU every test is skipped with the reason. Tolerances: ops_test_util.h.
+// Attention, cross-entropy and the Ops interface have their own files (attention_test.cc,
+// crossentropy_test.cc, cuda_ops_test.cc).
 #include "kernels/cuda/ops.cuh"
 
 #include <cuda_fp16.h>
@@ -33,34 +26,13 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/cuda_test_util.h"
+#include "kernels/cuda/ops_test_util.h"
 
 namespace dtb::cuda {
 namespace {
 
 using namespace dtb::cuda::test_util;
-
-double tol_fp32(double k) { return 4.0 * kU * (std::sqrt(k) + 4.0); }
-
-
-std::vector<int32_t> ids(size_t n, int V, std::mt19937& rng) {
-  std::uniform_int_distribution<int32_t> dist(0, V - 1);
-  std::vector<int32_t> v(n);
-  for (int32_t& x : v) x = dist(rng);
-  return v;
-}
-
-// ||got - want|| / ||want|| in double; NaN if got has a NaN (so EXPECT_LE fails), 0 if equal.
-double rel_err(const FVec& got, const FVec& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); i++) {
-    const double d = double(got[i]) - double(want[i]);
-    num += d * d;
-    den += double(want[i]) * double(want[i]);
-  }
-  if (num == 0) return 0;
-  return std::sqrt(num / den);
-}
+using namespace dtb::cuda::ops_test_util;
 
 TEST(CudaOps, EncoderForwardMatchesCpu) {
   std::string why;
@@ -209,111 +181,6 @@ TEST(CudaOps, ResidualMatchesCpuAndMayAlias) {
   }
 }
 
-// Attention: out and att go through q.k (hs terms), the softmax (T terms) and att.v (T
-// terms); relative errors add along the chain.
-double attention_tol(int T, int hs) { return tol_fp32(hs) + 2 * tol_fp32(T); }
-
-struct AttShape { int B, T, C, NH; };
-// hs = 4, 8, 16, 48, 5 (odd: per-head pointers only 4-byte aligned), T up to 64.
-const AttShape kAttShapes[] = {{1, 1, 8, 2}, {2, 7, 24, 3}, {1, 33, 64, 4}, {2, 64, 96, 2},
-                               {2, 17, 15, 3}};
-
-TEST(CudaOps, AttentionForwardMatchesCpu) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
-  std::mt19937 rng(7);
-  Stream s;
-  Gemm gemm;
-  for (const AttShape sh : kAttShapes) {
-    SCOPED_TRACE(testing::Message() << "B=" << sh.B << " T=" << sh.T << " C=" << sh.C
-                                    << " NH=" << sh.NH);
-    const int hs = sh.C / sh.NH;
-    const FVec qkv = uniform(size_t(sh.B) * sh.T * 3 * sh.C, rng);
-    FVec out(size_t(sh.B) * sh.T * sh.C), att(size_t(sh.B) * sh.NH * sh.T * sh.T);
-    cpu::attention_forward(out.data(), att.data(), qkv.data(), sh.B, sh.T, sh.C, sh.NH);
-    DevBuf<float> d_qkv(qkv), d_out(out.size()), d_att(att.size());
-    d_out.poison();
-    d_att.poison();
-    attention_forward(gemm, d_out.get(), d_att.get(), d_qkv.get(), sh.B, sh.T, sh.C, sh.NH, s);
-    s.sync();
-    const FVec g_att = d_att.download();
-    EXPECT_LE(rel_err(d_out.download(), out), attention_tol(sh.T, hs));
-    EXPECT_LE(rel_err(g_att, att), attention_tol(sh.T, hs));
-    size_t nonzero_masked = 0;  // entries above the diagonal must be exactly 0
-    for (size_t r = 0; r < size_t(sh.B) * sh.NH * sh.T; r++) {
-      for (int t2 = int(r % sh.T) + 1; t2 < sh.T; t2++) nonzero_masked += g_att[r * sh.T + t2] != 0;
-    }
-    EXPECT_EQ(nonzero_masked, 0u);
-  }
-}
-
-TEST(CudaOps, AttentionBackwardMatchesCpu) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
-  std::mt19937 rng(8);
-  Stream s;
-  Gemm gemm;
-  for (const AttShape sh : kAttShapes) {
-    SCOPED_TRACE(testing::Message() << "B=" << sh.B << " T=" << sh.T << " C=" << sh.C
-                                    << " NH=" << sh.NH);
-    const int hs = sh.C / sh.NH;
-    const size_t n_att = size_t(sh.B) * sh.NH * sh.T * sh.T;
-    const FVec qkv = uniform(size_t(sh.B) * sh.T * 3 * sh.C, rng);
-    const FVec dout = uniform(size_t(sh.B) * sh.T * sh.C, rng);
-    FVec out(dout.size()), att(n_att), scratch(n_att);
-    cpu::attention_forward(out.data(), att.data(), qkv.data(), sh.B, sh.T, sh.C, sh.NH);
-    FVec dqkv = uniform(qkv.size(), rng);
-    DevBuf<float> d_qkv(qkv), d_dout(dout), d_att(att), d_dqkv(dqkv), d_scratch(n_att);
-    d_scratch.poison();
-    cpu::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), sh.B,
-                            sh.T, sh.C, sh.NH);
-    attention_backward(gemm, d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_att.get(),
-                       sh.B, sh.T, sh.C, sh.NH, s);
-    s.sync();
-    // One more product (T or hs terms) along each path than the forward: twice its bound.
-    EXPECT_LE(rel_err(d_dqkv.download(), dqkv), 2 * attention_tol(sh.T, hs));
-  }
-}
-
-TEST(CudaOps, CrossEntropyMatchesCpu) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
-  std::mt19937 rng(9);
-  Stream s;
-  for (const auto& [N, V] : {std::pair{1, 1}, std::pair{5, 50257}, std::pair{37, 129},
-                            std::pair{64, 1000}}) {
-    SCOPED_TRACE(testing::Message() << "N=" << N << " V=" << V);
-    FVec logits = uniform(size_t(N) * V, rng, -5.0f, 5.0f);
-    // Rows shifted by +-300: exp overflows (or every term underflows) unless the max is
-    // subtracted first. (l - max stays exact: Sterbenz.)
-    for (int n = 0; n < N; n += 3) {
-      for (int i = 0; i < V; i++) logits[size_t(n) * V + i] += n % 2 ? -300.0f : 300.0f;
-    }
-    const auto tgt = ids(N, V, rng);
-    FVec losses(N), probs(size_t(N) * V);
-    cpu::crossentropy_forward(losses.data(), probs.data(), logits.data(), tgt.data(), N, V);
-    DevBuf<float> d_logits(logits), d_losses(N), d_probs(probs.size()), d_dlogits(probs.size());
-    DevBuf<int32_t> d_tgt(tgt);
-    d_losses.poison();
-    d_probs.poison();
-    d_dlogits.poison();
-    crossentropy_forward(d_losses.get(), d_probs.get(), d_logits.get(), d_tgt.get(), N, V, s);
-    s.sync();
-    // probs: exp (<= 2 ulp) times 1/sum (V terms); losses: log(sum) (V terms) minus l - max.
-    EXPECT_LE(rel_err(d_probs.download(), probs), tol_fp32(V));
-    EXPECT_LE(rel_err(d_losses.download(), losses), tol_fp32(V));
-
-    // Backward from the CPU probs (same input on both sides): one multiply, exact.
-    const float dloss = 1.0f / float(N);
-    FVec dlogits(probs.size());
-    cpu::crossentropy_backward(dlogits.data(), probs.data(), tgt.data(), dloss, N, V);
-    d_probs.upload(probs);
-    crossentropy_backward(d_dlogits.get(), d_probs.get(), d_tgt.get(), dloss, N, V, s);
-    s.sync();
-    EXPECT_EQ(rel_err(d_dlogits.download(), dlogits), 0.0);
-  }
-}
-
 // ---- the sharded ops of tensor parallelism ----
 
 // A vocabulary shard [v_begin, v_end) of V ids, with or without wpe / dwpe. Tokens are drawn
@@ -414,215 +281,12 @@ TEST(CudaOps, AddBiasMatchesCpu) {
   }
 }
 
-// Cross-entropy over V ids split into shards at `bounds` (shard r = [bounds[r], bounds[r+1])).
-// Each GPU op is compared with the CPU op on the same inputs; the all-reduces between the
-// steps are done on the host (MAX; SUM in rank order) from the CPU's per-shard results.
-struct CeSplit {
-  int N, V;
-  std::vector<int> bounds;
-};
-
-TEST(CudaOps, CrossEntropyShardMatchesCpu) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
-  std::mt19937 rng(16);
-  Stream s;
-  const std::vector<CeSplit> splits = {
-      {1, 1, {0, 1}},                 // one shard: crossentropy_forward
-      {7, 100, {0, 33, 66, 100}},     // Vl = 33, 33, 34
-      {37, 129, {0, 64, 65, 129}},    // a one-id shard
-      {5, 50257, {0, 25129, 50257}},  // GPT-2's vocabulary over two ranks
-  };
-  for (const CeSplit& sp : splits) {
-    const int N = sp.N, V = sp.V, R = int(sp.bounds.size()) - 1;
-    SCOPED_TRACE(testing::Message() << "N=" << N << " V=" << V << " shards=" << R);
-    FVec logits = uniform(size_t(N) * V, rng, -5.0f, 5.0f);
-    for (int n = 0; n < N; n += 3) {  // +-300 rows, as CrossEntropyMatchesCpu
-      for (int i = 0; i < V; i++) logits[size_t(n) * V + i] += n % 2 ? -300.0f : 300.0f;
-    }
-    auto tgt = ids(N, V, rng);
-    tgt[0] = 0;          // the first id of shard 0 ...
-    tgt[N - 1] = V - 1;  // ... and the last of the last shard
-    DevBuf<int32_t> d_tgt(tgt);
-    // The shard's logits (N, Vl), copied out of the full rows.
-    auto shard_of = [&](const FVec& full, int r) {
-      const int b = sp.bounds[r], Vl = sp.bounds[r + 1] - b;
-      FVec out(size_t(N) * Vl);
-      for (int n = 0; n < N; n++) {
-        std::copy_n(full.begin() + size_t(n) * V + b, Vl, out.begin() + size_t(n) * Vl);
-      }
-      return out;
-    };
-    // Step 1, and the host's all-reduce MAX.
-    FVec maxes(N, -std::numeric_limits<float>::infinity());
-    for (int r = 0; r < R; r++) {
-      const int Vl = sp.bounds[r + 1] - sp.bounds[r];
-      SCOPED_TRACE(testing::Message() << "max, shard " << r);
-      const FVec l = shard_of(logits, r);
-      FVec want(N);
-      cpu::crossentropy_shard_max(want.data(), l.data(), N, Vl);
-      DevBuf<float> d_l(l), d_max(N);
-      d_max.poison();
-      crossentropy_shard_max(d_max.get(), d_l.get(), N, Vl, s);
-      s.sync();
-      EXPECT_EQ(rel_err(d_max.download(), want), 0.0);  // a max is exact in any order
-      for (int n = 0; n < N; n++) maxes[n] = std::max(maxes[n], want[n]);
-    }
-    // Step 2 from the global maxes, and the host's all-reduce SUM (rank order).
-    FVec sums(2 * size_t(N), 0.0f);
-    int in_shard = 0, outside = 0;
-    for (int r = 0; r < R; r++) {
-      const int v_begin = sp.bounds[r], Vl = sp.bounds[r + 1] - v_begin;
-      SCOPED_TRACE(testing::Message() << "sums, shard " << r);
-      for (int n = 0; n < N; n++)
-        (tgt[n] >= v_begin && tgt[n] < v_begin + Vl ? in_shard : outside)++;
-      const FVec l = shard_of(logits, r);
-      FVec want(2 * size_t(N));
-      cpu::crossentropy_shard_sums(want.data(), l.data(), maxes.data(), tgt.data(), N, Vl, v_begin);
-      DevBuf<float> d_l(l), d_max(maxes), d_sums(want.size());
-      d_sums.poison();
-      crossentropy_shard_sums(d_sums.get(), d_l.get(), d_max.get(), d_tgt.get(), N, Vl, v_begin, s);
-      s.sync();
-      const FVec got = d_sums.download();
-      // Vl-term sums of exp (<= 2 ulp each) in another order: tol_fp32(Vl).
-      EXPECT_LE(rel_err(FVec(got.begin(), got.begin() + N), FVec(want.begin(), want.begin() + N)),
-                tol_fp32(Vl));
-      // The target's logit or 0: a copy, exact.
-      EXPECT_EQ(rel_err(FVec(got.begin() + N, got.end()), FVec(want.begin() + N, want.end())), 0.0);
-      for (size_t i = 0; i < sums.size(); i++) sums[i] += want[i];
-    }
-    if (R > 1) {  // targets inside and outside some shard were both exercised
-      EXPECT_GT(in_shard, 0);
-      EXPECT_GT(outside, 0);
-    }
-    // Step 3 from the global maxes and sums, and the backward from the CPU probs.
-    const float dloss = 1.0f / float(N);
-    for (int r = 0; r < R; r++) {
-      const int v_begin = sp.bounds[r], Vl = sp.bounds[r + 1] - v_begin;
-      SCOPED_TRACE(testing::Message() << "forward/backward, shard " << r);
-      const FVec l = shard_of(logits, r);
-      FVec losses(N), probs(size_t(N) * Vl);
-      cpu::crossentropy_shard_forward(losses.data(), probs.data(), l.data(), maxes.data(),
-                                      sums.data(), N, Vl);
-      DevBuf<float> d_l(l), d_max(maxes), d_sums(sums), d_losses(N), d_probs(probs.size()),
-          d_dlogits(probs.size());
-      d_losses.poison();
-      d_probs.poison();
-      d_dlogits.poison();
-      crossentropy_shard_forward(d_losses.get(), d_probs.get(), d_l.get(), d_max.get(),
-                                 d_sums.get(), N, Vl, s);
-      s.sync();
-      // probs: exp (<= 2 ulp) times the same 1/sum, ~6u per element; losses: logf (<= 1 ulp)
-      // of the same sum plus one add of a term of the same sign, ~3u. tol_fp32(1) = 20u.
-      EXPECT_LE(rel_err(d_probs.download(), probs), tol_fp32(1));
-      EXPECT_LE(rel_err(d_losses.download(), losses), tol_fp32(1));
-
-      FVec dlogits(probs.size());
-      cpu::crossentropy_shard_backward(dlogits.data(), probs.data(), tgt.data(), dloss, N, Vl,
-                                       v_begin);
-      d_probs.upload(probs);
-      crossentropy_shard_backward(d_dlogits.get(), d_probs.get(), d_tgt.get(), dloss, N, Vl,
-                                  v_begin, s);
-      s.sync();
-      EXPECT_EQ(rel_err(d_dlogits.download(), dlogits), 0.0);  // one multiply (and subtract): exact
-    }
-  }
-}
-
-// The shard ops chained on the GPU through the Ops interface (CudaOps), the all-reduces on
-// the host, against the unsharded CPU cross-entropy and encoder: checks the forwarding and
-// that the pieces compose.
-TEST(CudaOps, ShardOpsThroughTheInterfaceComposeToTheUnshardedOps) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
-  std::mt19937 rng(17);
-  CudaDevice dev;
-  Gemm gemm;
-  CudaOps cuda_ops(dev, gemm);
-  Ops<float>& ops = cuda_ops;
-  const int B = 1, T = 7, N = B * T, C = 65, V = 100;
-  const std::vector<int> bounds = {0, 33, 66, 100};
-  const int R = int(bounds.size()) - 1;
-  const auto tok = ids(N, V, rng), tgt = ids(N, V, rng);
-  const FVec wte = uniform(size_t(V) * C, rng), wpe = uniform(size_t(T) * C, rng);
-  const FVec logits = uniform(size_t(N) * V, rng, -5.0f, 5.0f);
-  DevBuf<int32_t> d_tok(tok), d_tgt(tgt);
-
-  // Embedding: the shards' outputs (wpe on rank 0 only) summed on the host in rank order are
-  // encoder_forward's, bitwise (every other term is an exact 0).
-  FVec emb(size_t(N) * C, 0.0f), want_emb(emb.size());
-  cpu::encoder_forward(want_emb.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
-  DevBuf<float> d_wpe(wpe), d_out(emb.size());
-  for (int r = 0; r < R; r++) {
-    DevBuf<float> d_wte(
-        FVec(wte.begin() + size_t(bounds[r]) * C, wte.begin() + size_t(bounds[r + 1]) * C));
-    d_out.poison();
-    ops.embedding_shard_forward(d_out.get(), d_tok.get(), d_wte.get(),
-                                r == 0 ? d_wpe.get() : nullptr, B, T, C, bounds[r], bounds[r + 1]);
-    ops.synchronize();
-    const FVec part = d_out.download();
-    for (size_t i = 0; i < emb.size(); i++) emb[i] += part[i];
-  }
-  EXPECT_EQ(rel_err(emb, want_emb), 0.0);
-
-  // Cross-entropy: max, all-reduce MAX, sums, all-reduce SUM, forward; against the full op.
-  FVec want_losses(N), want_probs(size_t(N) * V);
-  cpu::crossentropy_forward(want_losses.data(), want_probs.data(), logits.data(), tgt.data(), N, V);
-  auto shard_of = [&](int r) {
-    const int Vl = bounds[r + 1] - bounds[r];
-    FVec out(size_t(N) * Vl);
-    for (int n = 0; n < N; n++) {
-      std::copy_n(logits.begin() + size_t(n) * V + bounds[r], Vl, out.begin() + size_t(n) * Vl);
-    }
-    return out;
-  };
-  FVec maxes(N, -std::numeric_limits<float>::infinity()), sums(2 * size_t(N), 0.0f);
-  DevBuf<float> d_max(N), d_sums(2 * size_t(N));
-  for (int r = 0; r < R; r++) {
-    DevBuf<float> d_l(shard_of(r));
-    ops.crossentropy_shard_max(d_max.get(), d_l.get(), N, bounds[r + 1] - bounds[r]);
-    ops.synchronize();
-    const FVec m = d_max.download();
-    for (int n = 0; n < N; n++) maxes[n] = std::max(maxes[n], m[n]);
-  }
-  d_max.upload(maxes);
-  for (int r = 0; r < R; r++) {
-    DevBuf<float> d_l(shard_of(r));
-    ops.crossentropy_shard_sums(d_sums.get(), d_l.get(), d_max.get(), d_tgt.get(), N,
-                                bounds[r + 1] - bounds[r], bounds[r]);
-    ops.synchronize();
-    const FVec part = d_sums.download();
-    for (size_t i = 0; i < sums.size(); i++) sums[i] += part[i];
-  }
-  d_sums.upload(sums);
-  FVec losses, probs(want_probs.size());
-  DevBuf<float> d_losses(N);
-  for (int r = 0; r < R; r++) {
-    const int Vl = bounds[r + 1] - bounds[r];
-    DevBuf<float> d_l(shard_of(r)), d_probs(size_t(N) * Vl);
-    d_losses.poison();
-    d_probs.poison();
-    ops.crossentropy_shard_forward(d_losses.get(), d_probs.get(), d_l.get(), d_max.get(),
-                                   d_sums.get(), N, Vl);
-    ops.synchronize();
-    const FVec p = d_probs.download();
-    for (int n = 0; n < N; n++)
-      std::copy_n(p.begin() + size_t(n) * Vl, Vl, probs.begin() + size_t(n) * V + bounds[r]);
-    const FVec l = d_losses.download();
-    if (r == 0) losses = l;
-    EXPECT_EQ(std::memcmp(l.data(), losses.data(), N * sizeof(float)), 0);  // every rank's the same
-  }
-  // V-term sums in another order (and split over shards), as CrossEntropyMatchesCpu.
-  EXPECT_LE(rel_err(probs, want_probs), tol_fp32(V));
-  EXPECT_LE(rel_err(losses, want_losses), tol_fp32(V));
-}
-
 TEST(CudaOps, AdamWMatchesCpu) {
   std::string why;
   if (!cuda_available(&why)) GTEST_SKIP() << why;
   std::mt19937 rng(10);
   Stream s;
-  cpu::AdamWParams hp;
+  AdamWParams hp;
   hp.lr = 1e-2f;
   hp.weight_decay = 0.1f;
   // n >= 33: a lone element could cancel (param * decay ~ lr * update, b1 m ~ -(1-b1) g),

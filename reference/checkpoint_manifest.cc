@@ -1,0 +1,306 @@
+// Training checkpoints' manifest: the run identity and its checks, the step directories and
+// `latest`, the history a manifest keeps (reference/checkpoint.h). Not here: the rank file
+// format (checkpoint_file.cc) and the collective save and load (checkpoint.cc).
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "kernels/error.h"
+#include "reference/checkpoint.h"
+#include "reference/checkpoint_io.h"
+
+namespace dtb {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace checkpoint_io;
+
+namespace {
+
+const char* precision_name(Precision p) {
+  return p == Precision::bf16 ? "bf16" : p == Precision::fp16 ? "fp16" : "fp32";
+}
+
+// manifest[a][b] (b may be empty) as V, or InputError naming the key.
+template <typename V>
+V field(const json& m, const std::string& where, const char* a, const char* b = nullptr) {
+  const std::string key = b ? std::string(a) + "." + b : a;
+  try {
+    const json& j = b ? m.at(a).at(b) : m.at(a);
+    if constexpr (std::is_same_v<V, std::string>) {
+      if (!j.is_string()) throw InputError("");
+    } else if constexpr (std::is_same_v<V, bool>) {
+      if (!j.is_boolean()) throw InputError("");
+    } else {
+      if (!j.is_number_integer()) throw InputError("");
+    }
+    return j.get<V>();
+  } catch (const std::exception&) {
+    throw InputError("checkpoint " + where + ": manifest.json lacks '" + key + "' or it has the wrong type");
+  }
+}
+
+// An int field of the manifest (a layout or model size), in [0, 2^30]: a larger value must
+// not wrap to a small one that matches the run.
+int int_field(const json& m, const std::string& where, const char* a, const char* b = nullptr) {
+  (void)field<int64_t>(m, where, a, b);  // present and an integer
+  const json& j = b ? m.at(a).at(b) : m.at(a);
+  const bool in = !(j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(1) << 30) && j.get<int64_t>() >= 0 &&
+                  j.get<int64_t>() <= int64_t(1) << 30;
+  if (!in)
+    throw InputError("checkpoint " + where + ": manifest.json's '" + (b ? std::string(a) + "." + b : std::string(a)) +
+                     "' = " + j.dump() + " is out of range [0, 1073741824]");
+  return int(j.get<int64_t>());
+}
+
+std::string describe_model(const GptConfig& c) {
+  return "L=" + std::to_string(c.L) + " C=" + std::to_string(c.C) + " NH=" + std::to_string(c.NH) +
+         " T=" + std::to_string(c.T) + " V=" + std::to_string(c.V);
+}
+
+}  // namespace
+
+CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
+                                      const TrainConfig& cfg, const std::string& dataset_sha256) {
+  CheckpointRunInfo r;
+  r.layout = layout;
+  r.zero = zero;
+  r.precision = cfg.precision;
+  r.model = model;
+  r.seed = cfg.seed;
+  r.dataset_sha256 = dataset_sha256;
+  r.global_batch = cfg.global_batch;
+  r.seq_len = cfg.seq_len;
+  r.loss_scaling = cfg.loss_scaler.enabled;
+  return r;
+}
+
+std::string describe_layout(const CheckpointRunInfo& r) {
+  const ParallelLayout& l = r.layout;
+  std::string s;
+  if (l.tp > 1) s += "TP" + std::to_string(l.tp) + "x";
+  if (l.pp > 1) s += "PP" + std::to_string(l.pp) + "x";
+  s += "DP" + std::to_string(l.dp) + " zero" + std::to_string(r.zero.stage);
+  if (r.zero.offload_optimizer) s += " offload";
+  if (l.pp > 1) s += " " + l.schedule;
+  if (l.virtual_stages > 1) s += " v" + std::to_string(l.virtual_stages);
+  return s;
+}
+
+void TrainHistory::append(const TrainRun& run) {
+  losses.insert(losses.end(), run.losses.begin(), run.losses.end());
+  loss_scales.insert(loss_scales.end(), run.loss_scales.begin(), run.loss_scales.end());
+  grad_norms.insert(grad_norms.end(), run.grad_norms.begin(), run.grad_norms.end());
+  skipped.insert(skipped.end(), run.skipped.begin(), run.skipped.end());
+}
+
+namespace {
+json numbers_to_json(const std::vector<double>& v) {
+  json a = json::array();
+  for (double x : v) a.push_back(std::isfinite(x) ? json(x) : json(nullptr));
+  return a;
+}
+}  // namespace
+
+json history_to_json(const TrainHistory& h) {
+  return {{"losses", numbers_to_json(h.losses)},
+          {"loss_scales", numbers_to_json(h.loss_scales)},
+          {"grad_norms", numbers_to_json(h.grad_norms)},
+          {"skipped", h.skipped}};
+}
+
+TrainHistory history_from_json(const json& m, int64_t steps, const TrainConfig& cfg, const std::string& step_dir) {
+  const std::string bad = "checkpoint " + printable(step_dir) + ": manifest.json's history does not hold the " +
+                          std::to_string(steps) + " steps the train suite records";
+  TrainHistory h;
+  auto numbers = [&](const char* key, size_t n, std::vector<double>& out) {
+    const json& a = m.contains("history") && m["history"].is_object() ? m["history"].value(key, json()) : json();
+    if (!a.is_array() || a.size() != n) throw InputError(bad);
+    for (const json& x : a) {
+      if (!x.is_null() && !x.is_number()) throw InputError(bad);
+      out.push_back(x.is_null() ? std::numeric_limits<double>::quiet_NaN() : x.get<double>());
+    }
+  };
+  numbers("losses", size_t(steps), h.losses);
+  numbers("loss_scales", cfg.loss_scaler.enabled ? size_t(steps) : 0, h.loss_scales);
+  numbers("grad_norms", cfg.grad_clip > 0 ? size_t(steps) : 0, h.grad_norms);
+  std::vector<double> skipped;
+  numbers("skipped", cfg.loss_scaler.enabled ? size_t(steps) : 0, skipped);
+  for (double x : skipped) h.skipped.push_back(x != 0 ? 1 : 0);
+  return h;
+}
+
+TrainHistory history_of(const TrainProgress& progress, const TrainConfig& cfg, const std::string& step_dir) {
+  json m;
+  m["history"] = progress.history;
+  return history_from_json(m, progress.next_step, cfg, step_dir);
+}
+
+std::string checkpoint_step_dir(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / ("step-" + std::to_string(step))).string();
+}
+
+std::string resolve_resume(const std::string& dir, const std::string& resume_from) {
+  if (resume_from.empty()) return "";
+  if (resume_from == "latest") {
+    if (dir.empty()) throw InputError("\"latest\" needs a checkpoint directory");
+    const std::string latest = (fs::path(dir) / "latest").string();
+    std::error_code ec;
+    if (!fs::exists(latest, ec)) return "";
+    const std::vector<char> b = read_all(latest, "checkpoint");
+    std::string text(b.begin(), b.end());
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError("checkpoint " + latest + ": '" + printable(text, 40) + "' is not a step number");
+    return checkpoint_step_dir(dir, std::stoll(text));
+  }
+  std::error_code ec;
+  if (!fs::is_directory(resume_from, ec))
+    throw InputError("'" + printable(resume_from) + "' is not a checkpoint step directory (no such directory)");
+  return resume_from;
+}
+
+json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunInfo& run) {
+  const std::string path = (fs::path(step_dir) / "manifest.json").string();
+  const std::string where = printable(step_dir);
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec)) throw InputError("checkpoint " + where + ": no such directory");
+  if (!fs::exists(path, ec))
+    throw InputError("checkpoint " + where + ": no manifest.json (an incomplete checkpoint is never loaded)");
+  json m;
+  try {
+    const std::vector<char> b = read_all(path, "checkpoint manifest");
+    m = json::parse(b.begin(), b.end());
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    throw InputError("checkpoint " + where + ": manifest.json is unreadable: " + printable(what, 120));
+  }
+  if (!m.is_object()) throw InputError("checkpoint " + where + ": manifest.json is not a JSON object");
+  const auto version = field<int64_t>(m, where, "format_version");
+  if (version != kCheckpointFormatVersion)
+    throw InputError("checkpoint " + where + ": format version " + std::to_string(version) +
+                     " is not supported (this build reads " + std::to_string(kCheckpointFormatVersion) + ")");
+  CheckpointRunInfo saved;
+  saved.layout.tp = int_field(m, where, "layout", "tp");
+  saved.layout.dp = int_field(m, where, "layout", "dp");
+  saved.layout.pp = int_field(m, where, "layout", "pp");
+  saved.layout.virtual_stages = int_field(m, where, "layout", "virtual_stages");
+  saved.layout.schedule = field<std::string>(m, where, "layout", "schedule");
+  saved.zero.stage = int_field(m, where, "layout", "zero_stage");
+  saved.zero.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
+  const std::string prec = field<std::string>(m, where, "layout", "precision");
+  const auto world = field<int64_t>(m, where, "world_size");
+  const std::string me = "checkpoint " + where + ": ";
+  // The layout: another DP size alone is resharding (refused); anything else, the layouts.
+  const ParallelLayout& a = saved.layout;
+  const ParallelLayout& b = run.layout;
+  const bool same_rest = a.tp == b.tp && a.pp == b.pp && a.virtual_stages == b.virtual_stages &&
+                         (a.pp == 1 || a.schedule == b.schedule) && saved.zero.stage == run.zero.stage &&
+                         saved.zero.offload_optimizer == run.zero.offload_optimizer;
+  if (same_rest && a.dp != b.dp)
+    throw InputError(me + "saved with DP" + std::to_string(a.dp) + ", this run has DP" + std::to_string(b.dp) +
+                     ": resharding a checkpoint to another DP size is not supported");
+  if (!same_rest)
+    throw InputError(me + "layout " + describe_layout(saved) + " does not match this run's " + describe_layout(run));
+  if (world != run.world_size())
+    throw InputError(me + "world size " + std::to_string(world) + " does not match this run's " +
+                     std::to_string(run.world_size()));
+  if (prec != precision_name(run.precision))
+    throw InputError(me + "precision " + printable(prec, 16) + " does not match this run's " +
+                     precision_name(run.precision));
+  saved.model.L = int_field(m, where, "model", "L");
+  saved.model.C = int_field(m, where, "model", "C");
+  saved.model.NH = int_field(m, where, "model", "NH");
+  saved.model.T = int_field(m, where, "model", "T");
+  saved.model.V = int_field(m, where, "model", "V");
+  if (describe_model(saved.model) != describe_model(run.model))
+    throw InputError(me + "model " + describe_model(saved.model) + " does not match this run's " +
+                     describe_model(run.model));
+  const json& seed = m.contains("seed") ? m["seed"] : json();
+  if (!seed.is_number_unsigned() && !seed.is_number_integer())
+    throw InputError(me + "manifest.json lacks 'seed' or it has the wrong type");
+  if (seed.get<uint64_t>() != run.seed)
+    throw InputError(me + "seed " + std::to_string(seed.get<uint64_t>()) + " does not match this run's " +
+                     std::to_string(run.seed));
+  const std::string ds = field<std::string>(m, where, "dataset_sha256");
+  if (!run.dataset_sha256.empty() && ds != run.dataset_sha256)
+    throw InputError(me + "dataset sha256 " + printable(ds, 64) + " does not match this run's " + run.dataset_sha256);
+  const auto gb = field<int64_t>(m, where, "train", "global_batch"), sl = field<int64_t>(m, where, "train", "seq_len");
+  if (gb != run.global_batch)
+    throw InputError(me + "global_batch " + std::to_string(gb) + " does not match this run's " +
+                     std::to_string(run.global_batch) + " (the data position is a step of that batch)");
+  if (sl != run.seq_len)
+    throw InputError(me + "seq_len " + std::to_string(sl) + " does not match this run's " +
+                     std::to_string(run.seq_len));
+  if (field<bool>(m, where, "loss_scaler", "enabled") != run.loss_scaling)
+    throw InputError(me + "loss scaling " + (run.loss_scaling ? "off" : "on") + " does not match this run's " +
+                     (run.loss_scaling ? "on" : "off"));
+  const auto step = field<int64_t>(m, where, "step");
+  if (step < 0) throw InputError(me + "step " + std::to_string(step) + " < 0 in manifest.json");
+  if (!m.contains("ranks") || !m["ranks"].is_array() || m["ranks"].size() != size_t(world))
+    throw InputError(me + "manifest.json does not list " + std::to_string(world) + " rank files");
+  return m;
+}
+
+void check_checkpoint_files(const std::string& step_dir, const json& manifest) {
+  const json& ranks = manifest.at("ranks");
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string name = "rank-" + std::to_string(r) + ".bin", path = (fs::path(step_dir) / name).string();
+    const json& e = ranks[r];
+    if (!e.is_object() || e.value("file", "") != name || !e.contains("bytes") || !e["bytes"].is_number_unsigned())
+      throw InputError("checkpoint " + printable(step_dir) + ": manifest.json's entry for rank " + std::to_string(r) +
+                       " is malformed");
+    const uint64_t want = e["bytes"].get<uint64_t>();
+    std::error_code ec;
+    const auto st = fs::status(path, ec);
+    if (ec || !fs::exists(st)) throw InputError("checkpoint file " + path + ": missing");
+    if (!fs::is_regular_file(st)) throw InputError("checkpoint file " + path + ": not a regular file");
+    const uint64_t have = fs::file_size(path, ec);
+    if (ec) throw InputError("checkpoint file " + path + ": unreadable");
+    if (have < want)
+      throw InputError("checkpoint file " + path + ": truncated: " + std::to_string(have) + " of " +
+                       std::to_string(want) + " bytes");
+    if (have != want)
+      throw InputError("checkpoint file " + path + ": wrong size: " + std::to_string(have) +
+                       " bytes, the manifest says " + std::to_string(want));
+  }
+}
+
+
+namespace checkpoint_io {
+
+json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, const TrainProgress& progress,
+                   int64_t adamw_steps, json ranks) {
+  const ParallelLayout& l = run.layout;
+  return {{"format", "dtbench-checkpoint"},
+          {"format_version", kCheckpointFormatVersion},
+          {"step", step},
+          {"world_size", world_size},
+          {"layout",
+           {{"tp", l.tp},
+            {"dp", l.dp},
+            {"pp", l.pp},
+            {"virtual_stages", l.virtual_stages},
+            {"schedule", l.schedule},
+            {"zero_stage", run.zero.stage},
+            {"offload_optimizer", run.zero.offload_optimizer},
+            {"precision", precision_name(run.precision)}}},
+          {"model", {{"L", run.model.L}, {"C", run.model.C}, {"NH", run.model.NH}, {"T", run.model.T}, {"V", run.model.V}}},
+          {"seed", run.seed},
+          {"dataset_sha256", run.dataset_sha256},
+          {"train", {{"global_batch", run.global_batch}, {"seq_len", run.seq_len}}},
+          {"loss_scaler",
+           {{"enabled", run.loss_scaling},
+            {"scale", progress.scaler.scale},
+            {"growth_tracker", progress.scaler.growth_tracker},
+            {"skipped", progress.scaler.skipped}}},
+          {"adamw_steps", adamw_steps},
+          {"history", progress.history},
+          {"ranks", std::move(ranks)}};
+}
+
+}  // namespace checkpoint_io
+
+}  // namespace dtb

@@ -1,0 +1,159 @@
+// The layout runner (reference/layout_runner.h): groups, sharded model, ZeRO engine,
+// trainer and checkpoint hooks, composed once for every precision.
+#include "reference/layout_runner.h"
+
+#include <filesystem>
+
+#include "kernels/error.h"
+#include "reference/checkpoint.h"
+#include "reference/loss_scaler.h"
+#include "reference/parallel_gpt.h"
+#include "reference/parallel_trainer.h"
+
+namespace dtb {
+
+namespace {
+
+void note(const LayoutCheckpoints& c, const std::string& line) {
+  if (c.note) c.note(line);
+}
+
+// Resumes `engine` and `scaler` from c.resume_step_dir: the steps before it (the manifest's
+// history) into `before`, the first step to run into loop and the activity record.
+template <typename T>
+void resume(const LayoutCheckpoints& c, const CheckpointRunInfo& info, const TrainConfig& cfg, ZeroEngine<T>& engine,
+            LossScaler& scaler, Communicator& host, TrainLoop& loop, TrainHistory& before, CheckpointActivity& act) {
+  const std::string& step_dir = c.resume_step_dir;
+  const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host);
+  before = history_of(p, cfg, step_dir);  // the same manifest on every rank
+  if (p.next_step >= cfg.steps)
+    throw InputError("train.resume_from: checkpoint " + step_dir + " is at step " + std::to_string(p.next_step) +
+                     ", leaving no step of train.steps = " + std::to_string(cfg.steps) + " to run");
+  loop.first_step = p.next_step;
+  act.resumed_from = step_dir;
+  act.first_step = p.next_step;
+  note(c, "resumed from " + step_dir + ": steps " + std::to_string(p.next_step) + " to " +
+              std::to_string(cfg.steps - 1) + " run here, the loss curve before from the checkpoint");
+}
+
+// Saves a checkpoint after every c.every steps done, the history = `before` + the steps run;
+// a failed save (a full disk) is agreed by every rank: recorded, and training goes on without
+// saving. Collective over `host`.
+template <typename T>
+void save_every(const LayoutCheckpoints& c, const CheckpointRunInfo& info, ZeroEngine<T>& engine, Communicator& host,
+                const TrainHistory& before, CheckpointActivity& act, int64_t done, const LossScaler& s,
+                const TrainRun& so_far) {
+  if (c.every <= 0 || done % c.every != 0) return;
+  TrainHistory h = before;
+  h.append(so_far);
+  TrainProgress p;
+  p.next_step = done;
+  p.scaler = s.state();
+  p.history = history_to_json(h);
+  if (!act.save_error.empty()) return;
+  std::string saved;
+  try {
+    saved = save_checkpoint(c.dir, info, engine, p, host);
+  } catch (const InputError& e) {
+    act.save_error = e.what();
+    note(c, "checkpoint save failed, training goes on without saving: " + act.save_error);
+    return;
+  }
+  act.saved.push_back(done);
+  if (host.rank() == 0) {
+    uintmax_t bytes = 0;
+    std::error_code ec;
+    for (int r = 0; r < host.size(); ++r)
+      bytes += std::filesystem::file_size(std::filesystem::path(saved) / ("rank-" + std::to_string(r) + ".bin"), ec);
+    note(c, "checkpoint " + saved + " saved (" + std::to_string(bytes) + " bytes in " + std::to_string(host.size()) +
+                " rank files)");
+  }
+}
+
+template <typename T>
+LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
+  const TrainConfig& cfg = spec.train;
+  Communicator& host = spec.host;
+  Communicator& comm = spec.device_comm ? *spec.device_comm : spec.host;
+  Device& device = spec.device;
+  ParallelLayout l = spec.layout;
+  l.micro_batches = cfg.micro_batches;
+  validate_layout(l, spec.model, cfg.global_batch, comm.size());
+  OwnedGroups og = make_parallel_groups(comm, l);
+  const LayoutHooks* hooks = spec.hooks;
+  const std::unique_ptr<Communicator> wrapped_dp = hooks && hooks->wrap_dp ? hooks->wrap_dp(*og.dp) : nullptr;
+  Communicator& dp = wrapped_dp ? *wrapped_dp : *og.dp;
+  ParallelGroups g{comm, *og.tp, dp, *og.pp, og.pp_backward.get()};
+  device.reset_peaks();
+  const MemoryStats before = device.stats();
+  ParallelGpt<T> m(spec.model, l, comm.rank(), device, *og.tp, ops);
+  m.set_recompute(spec.recompute);
+  ZeroEngine<T> engine(m, spec.zero, dp, cfg.adamw);
+  engine.load(m.initial_params(cfg.seed));
+  LossScaler scaler(cfg.loss_scaler);
+  TrainLoop loop;
+  loop.scaler = &scaler;
+  LayoutOutcome out;
+  TrainHistory taken;  // the steps taken from a checkpoint
+  const LayoutCheckpoints* ck = spec.checkpoints;
+  const CheckpointRunInfo info = ck ? checkpoint_run_info(spec.model, l, spec.zero, cfg, spec.data.sha256) : CheckpointRunInfo{};
+  if (ck && !ck->resume_step_dir.empty()) {
+    resume(*ck, info, cfg, engine, scaler, host, loop, taken, out.checkpoints);
+  } else {
+    parallel_compute_gradients(m, engine, spec.data, cfg, 0, g);  // leaves the parameters as initialised
+    if (spec.gather) {
+      const std::vector<T> g0 = engine.full_grads();
+      out.grads0 = m.gather(g0, host);
+      out.replica_grads0 = m.replica_max_diff(g0, host);
+    }
+  }
+  host.barrier();
+  if (hooks) loop.before_step = hooks->before_step;
+  if ((ck && ck->every > 0) || (hooks && hooks->after_step))
+    loop.after_step = [&](int64_t done, const LossScaler& s, const TrainRun& so_far) {
+      if (ck) save_every(*ck, info, engine, host, taken, out.checkpoints, done, s, so_far);
+      if (hooks && hooks->after_step) hooks->after_step(done, so_far);
+    };
+  const TrainRun run = parallel_train(m, engine, spec.data, cfg, g, spec.spans, loop);
+  out.pp_rank = m.coord().pp;
+  out.tp_rank = m.coord().tp;
+  const MemoryStats& after = device.stats();
+  for (int t = 0; t < kNumTiers; ++t)
+    for (int c = 0; c < kNumMemCategories; ++c)
+      out.peak_bytes[t][c] = double(after.peak[t][c]) - double(before.current[t][c]);
+  for (int t = 0; t < kNumTiers; ++t) out.peak_total_bytes[t] = double(after.peak_total[t]) - double(before.current_total[t]);
+  out.peak_activation_bytes = out.peak_bytes[int(Tier::device)][int(MemCategory::activation)];
+  taken.append(run);
+  out.losses = std::move(taken.losses);
+  out.loss_scales = std::move(taken.loss_scales);
+  out.grad_norms = std::move(taken.grad_norms);
+  out.skipped = std::move(taken.skipped);
+  out.timings = run.timings;  // the steps run here only
+  out.dp_comm_bytes = double(engine.comm_stats().bytes);
+  if (hooks && hooks->final_params) {
+    const std::vector<T> p = engine.full_params();
+    hooks->final_params(std::vector<double>(p.begin(), p.end()));
+  }
+  if (spec.gather) {
+    const std::vector<T> p = engine.full_params();
+    out.params = m.gather(p, host);
+    out.replica_params = m.replica_max_diff(p, host);
+  }
+  return out;
+}
+
+}  // namespace
+
+LayoutOutcome run_layout(const LayoutRunSpec& spec) {
+  const Precision p = spec.train.precision;
+  if (p != Precision::fp32 && spec.ops != nullptr)
+    throw InputError("precision " + std::string(to_string(p)) +
+                     " runs on the cpu backend only (the cuda backend stores fp32)");
+  switch (p) {
+    case Precision::bf16: return run_layout_as<bf16>(spec, nullptr);
+    case Precision::fp16: return run_layout_as<fp16>(spec, nullptr);
+    default: return run_layout_as<float>(spec, spec.ops);
+  }
+}
+
+}  // namespace dtb

@@ -1,0 +1,132 @@
+// The layout runner: the one place where a training run on a tp x dp x pp layout is put
+// together — the process groups split from the communicator, the sharded model
+// (reference/parallel_gpt.h), the ZeRO engine (reference/zero.h), the trainer
+// (reference/parallel_trainer.h) and, optionally, training checkpoints (reference/checkpoint.h).
+// Not here: the single-rank Gpt trainer (reference/trainer.h), config parsing, reporting.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/comm/communicator.h"
+#include "kernels/device.h"
+#include "reference/data.h"
+#include "reference/gpt.h"
+#include "reference/memory_model.h"
+#include "reference/process_grid.h"
+#include "reference/spans.h"
+#include "reference/trainer.h"
+#include "reference/zero.h"
+
+namespace dtb {
+
+/// Training checkpoints of a layout run (reference/checkpoint.h): resume from a step
+/// directory, save one every `every` steps. The train suite's checkpoint_dir,
+/// checkpoint_every and resume_from keys.
+struct LayoutCheckpoints {
+  std::string dir{};            // where saves go (DIR/step-<k>); "": no saves
+  int every = 0;                // save after every `every` steps done; 0: never
+  std::string resume_step_dir{};  // a step directory to resume from (resolve_resume's); "": a fresh run
+  /// Progress lines ("resumed from ...", "checkpoint ... saved (...)"), called on every rank
+  /// (the saved line on rank 0 only); null: none.
+  std::function<void(const std::string&)> note{};
+};
+
+/// What checkpointing did in a run (with LayoutRunSpec::checkpoints).
+struct CheckpointActivity {
+  std::string resumed_from;    // the step directory, "" for a fresh run
+  int64_t first_step = 0;      // steps taken from the checkpoint = the first step run here
+  std::vector<int64_t> saved;  // steps done at each completed save
+  std::string save_error;      // the first failed save (every rank agrees); later saves are skipped
+};
+
+/// Probe and fault hooks into a layout run (validate's training probe, tests).
+struct LayoutHooks {
+  /// Replaces the DP group's communicator (split from the device communicator) by what it
+  /// returns, e.g. a ForwardingCommunicator that times, slows or corrupts the gradient
+  /// all-reduce; the ZeRO engine and the trainer reduce over it. Null: the group as split.
+  std::function<std::unique_ptr<Communicator>(Communicator& dp)> wrap_dp{};
+  /// Called on every rank before each training step s (not before step 0's gradient).
+  std::function<void(int64_t step)> before_step{};
+  /// Called on every rank after each training step (after a checkpoint's save) with the
+  /// steps done and what the run recorded so far (timings.back() is the step's).
+  std::function<void(int64_t steps_done, const TrainRun& so_far)> after_step{};
+  /// Called on every rank after the last step with this rank's full local parameters
+  /// (ZeroEngine::full_params, in ParallelGpt's unit order: its TP / PP share of the model,
+  /// all of it at TP = PP = 1), widened to double (exact). Collective at ZeRO 3 (a gather).
+  std::function<void(const std::vector<double>& params)> final_params{};
+};
+
+/// One layout run. Designated-initialiser friendly: the references are required, the rest
+/// has defaults, e.g. run_layout({.model = m, .layout = l, .train = cfg, .device = dev,
+/// .host = world, .data = data}).
+struct LayoutRunSpec {
+  GptConfig model{};
+  /// tp x dp x pp, schedule, virtual stages; micro_batches is taken from train.micro_batches.
+  ParallelLayout layout{};
+  /// Steps, global batch (sequences per step), micro-batches per DP rank, seq_len, seed,
+  /// AdamW, clipping, loss scaling, precision: fp32, or bf16 / fp16 on the CPU backend only.
+  TrainConfig train{};
+  ZeroConfig zero{};
+  Recompute recompute = Recompute::none;
+  Device& device;
+  /// The compute ops of a non-CPU backend (fp32 only), or null for the CPU's.
+  Ops<float>* ops = nullptr;
+  /// An MPI communicator of layout.world() ranks: the gathers and the checkpoints' files
+  /// (host memory).
+  Communicator& host;
+  /// The same ranks on the backend (NCCL on a GPU), from which the groups are split; null: host.
+  Communicator* device_comm = nullptr;
+  const Dataset& data;
+  /// Gather the step-0 gradient and the final parameters of the full model to rank 0.
+  bool gather = false;
+  SpanRecorder* spans = nullptr;  // per-step spans (compute.forward, comm.*, ...); null: none
+  const LayoutCheckpoints* checkpoints = nullptr;  // null: none
+  const LayoutHooks* hooks = nullptr;              // null: none
+};
+
+/// What one run of a training layout produced, on rank 0 of its communicator: per-step
+/// global losses, this rank's timings, the full model's step-0 gradient and final
+/// parameters gathered from the shards (empty unless `gather`), and the largest difference
+/// between copies of a replicated element (ParallelGpt::replica_max_diff) of the step-0
+/// gradient and of the final parameters (0: bitwise equal). A run resumed from a checkpoint
+/// has the steps before it in losses, loss_scales, grad_norms and skipped (from the
+/// checkpoint's history), its own steps alone in timings, and no step-0 gradient.
+struct LayoutOutcome {
+  std::vector<double> losses;
+  std::vector<StepTiming> timings;
+  std::vector<double> grad_norms, loss_scales;  // per step, when clipping / loss scaling
+  std::vector<int> skipped;
+  std::vector<double> grads0, params;
+  double dp_comm_bytes = 0;  // this rank's DP gradient/parameter traffic over the run (ZeroEngine), bytes
+  double replica_grads0 = 0, replica_params = 0;
+  int pp_rank = 0, tp_rank = 0;        // this rank's pipeline stage and TP rank
+  double peak_activation_bytes = 0;    // this rank's, over the training steps
+  /// This rank's peak bytes per (tier, category) from the model's construction to the end
+  /// of training, above what was allocated before (the device's accounting).
+  std::array<std::array<double, kNumMemCategories>, kNumTiers> peak_bytes{};
+  /// This rank's peak of all categories together per tier (the simultaneous high-water
+  /// mark, at most the sum of the per-category peaks), above what was allocated before.
+  std::array<double, kNumTiers> peak_total_bytes{};
+  CheckpointActivity checkpoints;  // with spec.checkpoints
+};
+
+/// Trains spec.model on spec.layout in spec.train.precision with spec.zero: step 0's
+/// gradient first (unless resuming), then the training steps, saving checkpoints as
+/// spec.checkpoints says. Collective over spec.host. The device's peaks are reset before
+/// the model is built, so peak_activation_bytes is the stored activations' high-water mark
+/// under the schedule (category activation: GPipe holds m micro-batches, 1F1B at most
+/// p - stage). Used by every suite that trains a layout (train, conformance, sweep,
+/// precision, recompute, offload, overlap, memory), by the oracle's half-precision
+/// references (suites/oracle.h) and by validate's training probe (harness/validate_train.h).
+/// Errors: InputError when the layout does not fit the model or batch (validate_layout),
+/// for bf16 / fp16 with non-CPU ops, and from a resume (load_checkpoint's, a history that
+/// does not hold the checkpoint's steps, a checkpoint that leaves no step to run), the same
+/// on every rank. A failed save is not an error: it is recorded (checkpoints.save_error)
+/// and training goes on without saving.
+LayoutOutcome run_layout(const LayoutRunSpec& spec);
+
+}  // namespace dtb

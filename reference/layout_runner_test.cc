@@ -1,0 +1,124 @@
+// The layout runner (reference/layout_runner.h): one rank through the runner trains bitwise
+// as the single-rank Gpt<float> trainer does, and a run the runner checkpoints and resumes
+// continues bitwise as the uninterrupted one, whole loss curve included. Runs in the
+// multi-rank binary (2 and 4 ranks); the checkpoint machinery itself is checkpoint_test.cc's.
+#include "reference/layout_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kernels/device.h"
+#include "kernels/error.h"
+#include "reference/checkpoint.h"
+#include "reference/test_dataset.h"
+
+namespace dtb {
+namespace {
+
+namespace fs = std::filesystem;
+
+// 4 layers, 4 heads (TP 2 or 4), V 256.
+const GptConfig kModel{4, 32, 4, 16, 256};
+
+TrainConfig small_config() {
+  TrainConfig cfg;
+  cfg.steps = 5;
+  cfg.global_batch = 8;
+  cfg.micro_batches = 2;
+  cfg.seq_len = 16;
+  cfg.adamw.lr = 1e-2f;
+  return cfg;
+}
+
+// The sharded model on one rank runs gpt.cc's ops with the same arguments in the same order,
+// and ZeRO 0's step is AdamW<float>'s: every loss, the step-0 gradient and the final
+// parameters are bitwise the single-rank trainer's.
+TEST(LayoutRunner, OneRankIsTheGptTrainerBitwise) {
+  auto self = make_mpi_self();
+  const TrainConfig cfg = small_config();
+  const Dataset data = test_data();
+  CpuDevice dev;
+  Gpt<float> base(kModel, dev);
+  base.init(cfg.seed);
+  compute_gradients(base, data, cfg, 0, *self);
+  const std::vector<double> grads0(base.grads(), base.grads() + base.num_params());
+  const TrainRun ref = train(base, data, cfg, *self);
+  const std::vector<double> params(base.params(), base.params() + base.num_params());
+
+  const LayoutOutcome out =
+      run_layout({.model = kModel, .layout = {}, .train = cfg, .device = dev, .host = *self, .data = data,
+                  .gather = true});
+  EXPECT_EQ(out.losses, ref.losses);
+  ASSERT_EQ(out.grads0.size(), grads0.size());
+  for (size_t i = 0; i < grads0.size(); ++i) ASSERT_EQ(out.grads0[i], grads0[i]) << "step-0 gradient " << i;
+  ASSERT_EQ(out.params.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) ASSERT_EQ(out.params[i], params[i]) << "parameter " << i;
+  EXPECT_EQ(out.timings.size(), size_t(cfg.steps));
+  EXPECT_TRUE(out.checkpoints.resumed_from.empty());
+}
+
+// A directory shared by the job's ranks: rank 0 makes it and broadcasts its path.
+std::string shared_temp_dir(Communicator& w) {
+  std::vector<char> buf(128, 0);
+  if (w.rank() == 0) {
+    std::string tmpl = (fs::temp_directory_path() / "dtb-runner-XXXXXX").string();
+    DTB_CHECK(tmpl.size() < buf.size() && mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
+    std::memcpy(buf.data(), tmpl.data(), tmpl.size());
+  }
+  w.broadcast(buf.data(), buf.size() / 4, DType::i32, 0);
+  return buf.data();
+}
+
+// TP 2 x DP n/2 (DP over the world at odd sizes) with ZeRO 1 and fp16 loss scaling: saved
+// every 2 steps, then resumed from step 2 in a fresh run; the resumed run reports the whole
+// curve (the steps before it from the checkpoint's history), times only its own steps, and
+// ends with the uninterrupted run's parameters, bit for bit.
+TEST(LayoutRunner, ResumeThroughTheRunnerContinuesBitwise) {
+  auto w = make_mpi_world();
+  const int n = w->size();
+  TrainConfig cfg = small_config();
+  cfg.precision = Precision::fp16;
+  cfg.loss_scaler.enabled = true;
+  ParallelLayout l;
+  l.tp = n % 2 == 0 ? 2 : 1;
+  l.dp = n / l.tp;
+  ZeroConfig zero;
+  zero.stage = 1;
+  const Dataset data = test_data();
+  CpuDevice dev;
+  const std::string dir = shared_temp_dir(*w);
+  auto spec = [&](const LayoutCheckpoints* ck) {
+    return LayoutRunSpec{.model = kModel, .layout = l, .train = cfg, .zero = zero, .device = dev, .host = *w,
+                         .data = data, .gather = true, .checkpoints = ck};
+  };
+  const LayoutOutcome full = run_layout(spec(nullptr));
+  LayoutCheckpoints save{.dir = dir, .every = 2};
+  const LayoutOutcome saved = run_layout(spec(&save));
+  EXPECT_EQ(saved.checkpoints.saved, (std::vector<int64_t>{2, 4}));
+  EXPECT_TRUE(saved.checkpoints.save_error.empty());
+  EXPECT_EQ(saved.losses, full.losses);  // saving does not change the run
+
+  LayoutCheckpoints resume{.resume_step_dir = checkpoint_step_dir(dir, 2)};
+  const LayoutOutcome resumed = run_layout(spec(&resume));
+  EXPECT_EQ(resumed.checkpoints.resumed_from, checkpoint_step_dir(dir, 2));
+  EXPECT_EQ(resumed.checkpoints.first_step, 2);
+  EXPECT_EQ(resumed.timings.size(), size_t(cfg.steps - 2));
+  EXPECT_TRUE(resumed.grads0.empty());
+  EXPECT_EQ(resumed.losses, full.losses);
+  EXPECT_EQ(resumed.loss_scales, full.loss_scales);
+  EXPECT_EQ(resumed.skipped, full.skipped);
+  if (w->rank() == 0) {
+    ASSERT_EQ(resumed.params.size(), full.params.size());
+    for (size_t i = 0; i < full.params.size(); ++i) ASSERT_EQ(resumed.params[i], full.params[i]) << "parameter " << i;
+  }
+  w->barrier();
+  if (w->rank() == 0) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dtb
