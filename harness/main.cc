@@ -181,7 +181,7 @@ bool live_progress(const std::string& mode) {
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
-  set_memory_check_forced(args.force);
+  RunOptions opts{args.force};  // travels in each suite's WorldInfo and SuiteContext
   const NodePlace place = node_place(world);
   const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
@@ -191,7 +191,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     if (args.sweep && !args.suites.empty()) throw InputError("--sweep and --suites do not go together");
     std::string text = read_config_text(args.config);
     if (args.sweep) text = apply_sweep(text, args.sweep_layouts);
-    json c = parse_config(text, args.config, args.suites, args.data, WorldInfo(world.size(), per_node), args.backend);
+    json c = parse_config(text, args.config, args.suites, args.data, WorldInfo(world.size(), per_node, opts), args.backend);
     check_utf8(args.output_dir, "--output-dir");
     if (!args.output_dir.empty()) c["output_dir"] = args.output_dir;
     return c.dump();
@@ -238,8 +238,8 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   } else {
     backend = make_cpu_backend();
   }
-  set_comm_timeout(cfg["comm_timeout_s"].get<double>());
-  const auto device_world = backend->make_device_world(world, cfg["comm_timeout_s"].get<double>());
+  set_comm_timeout(opts.comm_timeout_s = cfg["comm_timeout_s"].get<double>());  // the process's watchdog
+  const auto device_world = backend->make_device_world(world, opts.comm_timeout_s);
   const json context = make_context(cfg, &data, world, per_node, run_id, *backend);
   const std::string path = out_dir + "/" + run_id + ".json";
   json report;
@@ -303,7 +303,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
       write_failed = true;
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
     }
-  }, &spans, live_progress(args.progress));
+  }, &spans, live_progress(args.progress), WorldInfo(world.size(), per_node, opts));
   if (!args.trace.empty()) {
     const auto per_rank = gather_spans(world, spans.spans());  // collective
     if (world.rank() == 0) {

@@ -8,6 +8,7 @@
 #include "harness/config.h"
 #include "kernels/error.h"
 #include "reference/memory_model.h"
+#include "suites/layout_config.h"
 
 namespace dtb {
 
@@ -50,6 +51,8 @@ std::string commas(uint64_t x) {
 }
 
 bool given(const CLI::App& sub, const char* opt) { return sub.count(opt) > 0; }
+// A layout option's flag, from the one table of layout spellings (suites/layout_config.h).
+const char* flag(LayoutKey k) { return spelling(k).memory_flag; }
 
 void positive(const CLI::App& sub, const char* opt, long long v, long long min = 1) {
   if (given(sub, opt) && v < min) throw InputError(std::string(opt) + " must be >= " + std::to_string(min) + ", got " + std::to_string(v));
@@ -69,15 +72,16 @@ json rule(const std::string& rule, const std::string& plan, bool holds) {
 
 // --params: the ZeRO paper's model-state table and DeepSpeed's estimators.
 json params_plan(const CLI::App& sub, const MemoryArgs& a) {
-  for (const char* opt : {"--model", "--layers", "--hidden", "--heads", "--vocab", "--seq", "--virtual-stages",
-                          "--schedule", "--micro-batches", "--micro-batch-size", "--recompute"})
+  for (const char* opt : {"--model", "--layers", "--hidden", "--heads", "--vocab", "--seq", flag(LayoutKey::virtual_stages),
+                          flag(LayoutKey::schedule), flag(LayoutKey::micro_batches), "--micro-batch-size",
+                          flag(LayoutKey::recompute)})
     if (given(sub, opt))
       throw InputError(std::string("--params plans model states only (the ZeRO paper's accounting); ") + opt +
                        " needs a model (--model or --layers/--hidden/--heads)");
   if (a.tp != 1 || a.pp != 1)
     throw InputError("--params plans data parallelism only (ZeRO over --dp); give a model for --tp/--pp");
   if (!(a.params >= 1) || !std::isfinite(a.params)) throw InputError("--params must be >= 1");
-  positive(sub, "--dp", a.dp);
+  positive(sub, flag(LayoutKey::dp), a.dp);
   const Precision p = parse_precision(a.precision);
   const Offload off = parse_offload(a.offload);
   zero_model_states(a.params, p, a.zero_stage, a.dp, off);  // validates stage and offload
@@ -194,8 +198,9 @@ GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* n
 json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   if (given(sub, "--largest-layer-params") || given(sub, "--gpus-per-node"))
     throw InputError("--largest-layer-params and --gpus-per-node go with --params (DeepSpeed's estimators)");
-  for (auto [opt, v] : {std::pair{"--tp", a.tp}, std::pair{"--pp", a.pp}, std::pair{"--dp", a.dp},
-                        std::pair{"--virtual-stages", a.virtual_stages}, std::pair{"--micro-batches", a.micro_batches},
+  for (auto [opt, v] : {std::pair{flag(LayoutKey::tp), a.tp}, std::pair{flag(LayoutKey::pp), a.pp},
+                        std::pair{flag(LayoutKey::dp), a.dp}, std::pair{flag(LayoutKey::virtual_stages), a.virtual_stages},
+                        std::pair{flag(LayoutKey::micro_batches), a.micro_batches},
                         std::pair{"--micro-batch-size", a.micro_batch_size}})
     positive(sub, opt, v);
   json notes = json::array();
@@ -341,17 +346,17 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   s->add_option("--params", a.params, "P parameters: model states only, ZeRO paper and DeepSpeed (e.g. 7.5e9)");
   s->add_option("--largest-layer-params", a.largest_layer_params, "with --params: for DeepSpeed's ZeRO-3 estimate");
   s->add_option("--gpus-per-node", a.gpus_per_node, "with --params: for DeepSpeed's estimates (default gcd(dp, 8))");
-  s->add_option("--tp", a.tp, "tensor-parallel size (default 1)");
-  s->add_option("--pp", a.pp, "pipeline-parallel size (default 1)");
-  s->add_option("--dp", a.dp, "data-parallel size (default 1)");
-  s->add_option("--virtual-stages", a.virtual_stages, "model chunks per pipeline rank (interleaved; default 1)");
-  s->add_option("--schedule", a.schedule, "gpipe, 1f1b or interleaved (default 1f1b)");
-  s->add_option("--micro-batches", a.micro_batches, "micro-batches per step and DP rank (default pp)");
+  s->add_option(flag(LayoutKey::tp), a.tp, "tensor-parallel size (default 1)");
+  s->add_option(flag(LayoutKey::pp), a.pp, "pipeline-parallel size (default 1)");
+  s->add_option(flag(LayoutKey::dp), a.dp, "data-parallel size (default 1)");
+  s->add_option(flag(LayoutKey::virtual_stages), a.virtual_stages, "model chunks per pipeline rank (interleaved; default 1)");
+  s->add_option(flag(LayoutKey::schedule), a.schedule, "gpipe, 1f1b or interleaved (default 1f1b)");
+  s->add_option(flag(LayoutKey::micro_batches), a.micro_batches, "micro-batches per step and DP rank (default pp)");
   s->add_option("--micro-batch-size", a.micro_batch_size, "sequences per micro-batch (default 1)");
-  s->add_option("--zero-stage", a.zero_stage, "ZeRO stage 0-3 (default 0)");
-  s->add_option("--offload-optimizer", a.offload, "none or cpu (ZeRO stages 1-3)");
-  s->add_option("--precision", a.precision, "fp32, bf16 or fp16 (default fp32)");
-  s->add_option("--recompute", a.recompute, "none, full or selective (default none)");
+  s->add_option(flag(LayoutKey::zero_stage), a.zero_stage, "ZeRO stage 0-3 (default 0)");
+  s->add_option(flag(LayoutKey::offload), a.offload, "none or cpu (ZeRO stages 1-3)");
+  s->add_option(flag(LayoutKey::precision), a.precision, "fp32, bf16 or fp16 (default fp32)");
+  s->add_option(flag(LayoutKey::recompute), a.recompute, "none, full or selective (default none)");
   s->add_flag("--json", a.json, "print the plan as JSON");
   return s;
 }

@@ -55,7 +55,7 @@ class TerminalProgress final : public ProgressSink {
 std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
                                      Communicator* device_world, const Dataset* dataset,
                                      const std::function<void(const std::vector<SuiteOutcome>&)>& after_each,
-                                     SpanRecorder* spans, bool live_progress) {
+                                     SpanRecorder* spans, bool live_progress, const WorldInfo& info) {
   std::vector<SuiteOutcome> outcomes;
   // Progress: a live line on rank 0 when asked; one line per suite always.
   TerminalProgress live;
@@ -69,7 +69,8 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
     if (tty) live.begin_suite(index, n_suites, name);
     auto suite = suite_registry().at(name)();
     Device& device = backend.device();
-    SuiteContext ctx{world, device, config, config.at(name), dataset, &backend, device_world, spans};
+    SuiteContext ctx{world, device, config, config.at(name), dataset, &backend, device_world, spans,
+                     info.ranks_per_node, info.options};
     SuiteOutcome out;
     out.name = name;
     device.reset_peaks();

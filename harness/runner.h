@@ -18,10 +18,12 @@ namespace dtb {
 /// after each suite with the outcomes so far. `spans` (optional) is handed to every suite
 /// as SuiteContext::spans. Rank 0 prints one line per suite as it ends; with
 /// `live_progress` it also keeps a live line (suite, training step, elapsed, estimate) for
-/// a terminal. Collective over `world`.
+/// a terminal. `info` (its ranks per node and the run's options) goes to every suite's
+/// SuiteContext. Collective over `world`.
 std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
                                      Communicator* device_world, const Dataset* dataset,
                                      const std::function<void(const std::vector<SuiteOutcome>&)>& after_each,
-                                     SpanRecorder* spans = nullptr, bool live_progress = false);
+                                     SpanRecorder* spans = nullptr, bool live_progress = false,
+                                     const WorldInfo& info = WorldInfo());
 
 }  // namespace dtb

@@ -31,15 +31,25 @@ std::string_view to_string(Placement p) {
 /// without an implementation would print N/A and get no record and no check.
 bool supported(CollectiveOp, Placement) { return true; }
 
-/// A validated config section.
-struct Options {
+/// A validated config section: the suite's Params (parse() below, used by validate and run).
+struct Params {
   std::vector<CollectiveOp> ops;
   size_t min_bytes = 0, max_bytes = 0, step_factor = 2, max_bytes_per_batch = 0;
   DType dtype = DType::f32;
   int warmup = 0, iters = 0, repetitions = 0;
   bool in_place = true, out_of_place = true;
   bool enabled(Placement p) const { return p == Placement::in_place ? in_place : out_of_place; }
+  static Params parse(const json& section, const json& config, const WorldInfo& world);
+  json to_json() const {
+    json names = json::array();
+    for (CollectiveOp op : ops) names.push_back(std::string(dtb::to_string(op)));
+    return {{"ops", names}, {"min_bytes", min_bytes}, {"max_bytes", max_bytes}, {"step_factor", step_factor},
+            {"max_bytes_per_batch", max_bytes_per_batch}, {"dtype", std::string(dtb::to_string(dtype))},
+            {"warmup", warmup}, {"iters", iters}, {"repetitions", repetitions}, {"in_place", in_place},
+            {"out_of_place", out_of_place}};
+  }
 };
+using Options = Params;
 
 bool get_bool(const json& s, const char* key) {
   if (!s.contains(key) || !s[key].is_boolean())
@@ -48,8 +58,8 @@ bool get_bool(const json& s, const char* key) {
 }
 
 /// Parses and range-checks a section (defaults filled). Throws InputError naming the key.
-Options parse_options(const json& s) {
-  Options o;
+Params Params::parse(const json& s, const json&, const WorldInfo&) {
+  Params o;
   if (!s.contains("ops") || !s["ops"].is_array() || s["ops"].empty())
     throw InputError("collectives.ops: expected a non-empty list of collective names");
   for (const json& name : s["ops"]) {
@@ -280,16 +290,19 @@ class CollectivesSuite final : public Suite {
             {"out_of_place", true}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
-    const Options o = parse_options(section);
+    const Params o = Params::parse(section, config, world);
     // A rank holds at most two buffers of S bytes (send and recv).
     check_fits_in_memory(2.0 * double(o.max_bytes), world.ranks_per_node,
-                         "collectives.max_bytes = " + std::to_string(o.max_bytes));
+                         "collectives.max_bytes = " + std::to_string(o.max_bytes), world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };
 
 SuiteResult CollectivesSuite::run(SuiteContext& ctx) {
-  const Options o = parse_options(ctx.section);
+  const Params o = Params::parse(ctx.section, ctx.config, ctx.world_info());
   const int n = ctx.world.size();
   const size_t ts = dtype_size(o.dtype);
   SuiteResult result;

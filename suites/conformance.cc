@@ -55,6 +55,81 @@ double conformance_memory_bytes(const GptConfig& m, const TrainConfig& t) {
   return (4.0 * double(gpt_num_params(m)) + acts) * (8.0 + 4.0 + 4.0);
 }
 
+std::vector<Precision> precisions_from_json(const json& section) {
+  std::vector<Precision> out;
+  const json& list = section.at("precisions");
+  if (!list.is_array() || list.empty())
+    throw InputError("conformance.precisions: a non-empty list of fp32, bf16, fp16");
+  for (const auto& v : list) {
+    const std::string p = v.is_string() ? v.get<std::string>() : v.dump();
+    if (p != "fp32" && p != "bf16" && p != "fp16")
+      throw InputError("conformance.precisions: '" + printable(p, 40) + "' is not fp32, bf16 or fp16");
+    if (std::find(out.begin(), out.end(), parse_precision(p)) != out.end())
+      throw InputError("conformance.precisions: '" + p + "' is listed twice");
+    out.push_back(parse_precision(p));
+  }
+  return out;
+}
+
+// The section, typed: the one parse validate() and run() use. Every layout is checked
+// against its own world (a larger one than the run's is skipped, not refused).
+struct Params {
+  GptConfig model;
+  TrainConfig base;
+  std::vector<Precision> precisions;
+  std::vector<std::string> names;  // as listed (the defaults when the list is empty)
+  std::vector<LayoutSpec> specs;   // of `names`
+  int64_t smallest = int64_t(1) << 62;  // ranks of the smallest layout
+  static Params parse(const json& section, const json& config, const WorldInfo& world);
+  json to_json() const {
+    json s = json::array(), p = json::array();
+    for (const LayoutSpec& x : specs) s.push_back(dtb::to_json(x));
+    for (Precision x : precisions) p.push_back(std::string(dtb::to_string(x)));
+    return {{"model", dtb::to_json(model)}, {"train", dtb::to_json(base)}, {"precisions", p}, {"layouts", names},
+            {"specs", s}};
+  }
+};
+
+Params Params::parse(const json& section, const json& config, const WorldInfo&) {
+  Params p;
+  p.model = gpt_config_from_json(section.at("model"), "conformance.model");
+  p.base = train_config_from_json(section, config, "conformance");
+  const TrainConfig& cfg = p.base;
+  p.precisions = precisions_from_json(section);
+  if (cfg.seq_len > p.model.T)
+    throw InputError("conformance.seq_len = " + std::to_string(cfg.seq_len) + " exceeds conformance.model.T = " +
+                     std::to_string(p.model.T));
+  std::vector<std::string> seen;
+  for (const std::string& text : layout_names(section)) {
+    const LayoutSpec spec = parse_layout_spec(text, "conformance.layouts");
+    ParallelLayout l = spec.l;
+    l.micro_batches = cfg.micro_batches;
+    try {
+      validate_zero(spec.z);
+    } catch (const InputError& e) {
+      throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
+    }
+    const std::string key = std::to_string(l.tp) + "/" + std::to_string(l.dp) + "/" + std::to_string(l.pp) + "/" +
+                            l.schedule + "/" + std::to_string(l.virtual_stages) + "/" + std::to_string(spec.z.stage) +
+                            (spec.z.offload_optimizer ? "/offload" : "") + "/" + std::string(to_string(spec.recompute));
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      throw InputError("conformance.layouts: '" + printable(text, 40) + "' is listed twice");
+    seen.push_back(key);
+    if (l.world() > (1 << 20))
+      throw InputError("conformance.layouts: '" + printable(text, 40) + "' needs " + std::to_string(l.world()) +
+                       " ranks, more than 2^20");
+    p.smallest = std::min(p.smallest, l.world());
+    try {
+      validate_layout(l, p.model, cfg.global_batch, int(l.world()));  // a larger world is skipped, not refused
+    } catch (const InputError& e) {
+      throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
+    }
+    p.names.push_back(text);
+    p.specs.push_back(spec);
+  }
+  return p;
+}
+
 // The layout without its recompute option ("TP2xPP2:full" -> "TP2xPP2"); "" when it has none.
 std::string without_recompute(const std::string& text) {
   for (const char* opt : {":full", ":selective"}) {
@@ -87,15 +162,10 @@ json layout_record(const std::string& text, const ParallelLayout& l, const Layou
                    size_t checks, int failed, const std::vector<double>& stage_peak) {
   const Summary st = summarize(step_s);
   json rec = benchmark_record("conformance/" + text, int64_t(step_s.size()), 1, st.median, st.median, "ms");
-  rec["tp"] = l.tp;
-  rec["dp"] = l.dp;
-  rec["pp"] = l.pp;
-  rec["schedule"] = l.schedule;
-  rec["virtual_stages"] = l.virtual_stages;
-  rec["zero_stage"] = spec.z.stage;
-  rec["offload_optimizer"] = spec.z.offload_optimizer ? "cpu" : "none";
-  rec["recompute"] = std::string(to_string(spec.recompute));
-  rec["precision"] = std::string(to_string(prec));
+  LayoutSpec s = spec;
+  s.l.tp = l.tp, s.l.dp = l.dp, s.l.pp = l.pp, s.l.schedule = l.schedule, s.l.virtual_stages = l.virtual_stages;
+  s.precision = prec;
+  add_layout_fields(rec, s);
   rec["ranks"] = k;
   rec["step_time_ms"] = to_json(st, 1e3);
   rec["final_loss"] = out.losses.back();
@@ -132,54 +202,28 @@ class ConformanceSuite : public Suite {
     if (config.value("backend", "cpu") != "cpu")
       throw InputError("conformance: compares layouts with the float64 oracle of the cpu backend; run it with "
                        "--backend cpu");
-    const GptConfig model = gpt_config_from_json(section.at("model"), "conformance.model");
-    const TrainConfig cfg = train_config_from_json(section, config, "conformance");
-    precisions(section);
-    if (cfg.seq_len > model.T)
-      throw InputError("conformance.seq_len = " + std::to_string(cfg.seq_len) + " exceeds conformance.model.T = " +
-                       std::to_string(model.T));
-    int64_t smallest = int64_t(1) << 62;
-    std::vector<std::string> seen;
-    for (const std::string& text : layout_names(section)) {
-      const LayoutSpec spec = parse_layout_spec(text, "conformance.layouts");
-      ParallelLayout l = spec.l;
-      l.micro_batches = cfg.micro_batches;
-      try {
-        validate_zero(spec.z);
-      } catch (const InputError& e) {
-        throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
-      }
-      const std::string key = std::to_string(l.tp) + "/" + std::to_string(l.dp) + "/" + std::to_string(l.pp) + "/" +
-                              l.schedule + "/" + std::to_string(l.virtual_stages) + "/" + std::to_string(spec.z.stage) +
-                              (spec.z.offload_optimizer ? "/offload" : "") + "/" +
-                              std::string(to_string(spec.recompute));
-      if (std::find(seen.begin(), seen.end(), key) != seen.end())
-        throw InputError("conformance.layouts: '" + printable(text, 40) + "' is listed twice");
-      seen.push_back(key);
-      if (l.world() > (1 << 20))
-        throw InputError("conformance.layouts: '" + printable(text, 40) + "' needs " + std::to_string(l.world()) +
-                         " ranks, more than 2^20");
-      smallest = std::min(smallest, l.world());
-      try {
-        validate_layout(l, model, cfg.global_batch, int(l.world()));  // a larger world is skipped, not refused
-      } catch (const InputError& e) {
-        throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
-      }
-    }
+    const Params p = Params::parse(section, config, world);
+    const GptConfig& model = p.model;
+    const TrainConfig& cfg = p.base;
+    const int64_t smallest = p.smallest;
     // A run that checks nothing must not pass: refuse it.
     if (smallest > world.size)
       throw InputError("conformance: no layout fits " + std::to_string(world.size) + " rank(s) (the smallest needs " +
                        std::to_string(smallest) + "); run it under mpirun -np 8 for every default layout");
     check_fits_in_memory(conformance_memory_bytes(model, cfg), std::min(world.ranks_per_node, 4),
-                         "conformance: the model and batch");
+                         "conformance: the model and batch", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
     DTB_CHECK(ctx.dataset != nullptr, "conformance suite needs a dataset");
     const Dataset& data = *ctx.dataset;
     Communicator& world = ctx.world;
-    const GptConfig model = gpt_config_from_json(ctx.section.at("model"), "conformance.model");
-    const TrainConfig base = train_config_from_json(ctx.section, ctx.config, "conformance");
+    const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const GptConfig& model = p.model;
+    const TrainConfig& base = p.base;
     const double tokens_per_step = double(base.global_batch) * base.seq_len;
     ctx.print("# conformance: GPT L=" + std::to_string(model.L) + " C=" + std::to_string(model.C) +
               " NH=" + std::to_string(model.NH) + " V=" + std::to_string(model.V) + ", " +
@@ -191,13 +235,13 @@ class ConformanceSuite : public Suite {
     json skipped = json::array(), table = json::array();
     // Outcomes kept for the recompute comparison: (precision, layout) -> losses, params.
     std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> kept;
-    const std::vector<std::string> names = layout_names(ctx.section);
+    const std::vector<std::string>& names = p.names;
     const auto base_of = without_recompute;
     std::vector<double> oracle_losses;
     double factor = 0;
     Reference oracle;  // the float64 oracle, run once (rank 0's): the same for every precision
     bool have_oracle = false;  // on every rank, so that every rank skips the oracle's job alike
-    for (const Precision prec : precisions(ctx.section)) {
+    for (const Precision prec : p.precisions) {
       TrainConfig cfg = base;
       cfg.precision = prec;
       cfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
@@ -210,9 +254,11 @@ class ConformanceSuite : public Suite {
                 " runs; tolerance " + refs.how());
       ctx.print("#  layout                       ranks  final loss   |dloss| max   worst check   checks   status   "
                 "peak activations per stage (KiB)");
-      for (const std::string& layout_text : names) {
+      for (size_t li = 0; li < names.size(); ++li) {
+        const std::string& layout_text = names[li];
         const std::string text = layout_text + suffix;
-        const LayoutSpec spec = parse_layout_spec(layout_text, "conformance.layouts");
+        LayoutSpec spec = p.specs[li];
+        spec.precision = prec;
         ParallelLayout l = spec.l;
         l.micro_batches = cfg.micro_batches;
         if (l.world() > world.size()) {
@@ -288,7 +334,7 @@ class ConformanceSuite : public Suite {
       }
     }
     if (world.rank() == 0) {
-      res.data = {{"model", ctx.section.at("model")},
+      res.data = {{"model", to_json(p.model)},
                   {"oracle_factor", factor},
                   {"oracle_losses", oracle_losses},
                   {"layouts", table},
@@ -300,21 +346,6 @@ class ConformanceSuite : public Suite {
 
  private:
   static std::string pad(const std::string& s, size_t n) { return s.size() >= n ? s : s + std::string(n - s.size(), ' '); }
-  static std::vector<Precision> precisions(const json& section) {
-    std::vector<Precision> out;
-    const json& list = section.at("precisions");
-    if (!list.is_array() || list.empty())
-      throw InputError("conformance.precisions: a non-empty list of fp32, bf16, fp16");
-    for (const auto& v : list) {
-      const std::string p = v.is_string() ? v.get<std::string>() : v.dump();
-      if (p != "fp32" && p != "bf16" && p != "fp16")
-        throw InputError("conformance.precisions: '" + printable(p, 40) + "' is not fp32, bf16 or fp16");
-      if (std::find(out.begin(), out.end(), parse_precision(p)) != out.end())
-        throw InputError("conformance.precisions: '" + p + "' is listed twice");
-      out.push_back(parse_precision(p));
-    }
-    return out;
-  }
 };
 
 }  // namespace

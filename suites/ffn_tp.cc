@@ -27,13 +27,19 @@ using nlohmann::json;
 
 constexpr double kU = 0x1p-24;  // float32 unit roundoff
 
-struct Options {
+// The section, typed: the one parse validate() and run() use.
+struct Params {
   int h = 0, n = 0, warmup = 0, iters = 0, reps = 0;
   uint64_t seed = 0;
+  static Params parse(const json& s, const json& config, const WorldInfo& world);
+  json to_json() const {
+    return {{"hidden", h}, {"tokens", n}, {"warmup", warmup}, {"iters", iters}, {"repetitions", reps}, {"seed", seed}};
+  }
 };
+using Options = Params;
 
-Options parse(const json& s) {
-  Options o;
+Params Params::parse(const json& s, const json&, const WorldInfo&) {
+  Params o;
   o.h = int(int_in_range(s, "hidden", "ffn_tp.hidden", 1, 65536));
   o.n = int(int_in_range(s, "tokens", "ffn_tp.tokens", 1, 1 << 20));
   o.warmup = int(int_in_range(s, "warmup", "ffn_tp.warmup", 0, 1000));
@@ -127,18 +133,21 @@ class FfnTpSuite final : public Suite {
     return {{"hidden", 256}, {"tokens", 512}, {"warmup", 2}, {"iters", 10}, {"repetitions", 5}, {"seed", 7}};
   }
   void validate(const json& s, const json& config, const WorldInfo& world) const override {
-    const Options o = parse(s);
+    const Params o = Params::parse(s, config, world);
     // At TP = 1 a rank holds W1, W2 and their gradients (16 h^2 floats), eight (n, h)-sized
     // activations of which four are 4h wide (20 n h), and the TP = 1 reference copies.
     const double h = o.h, n = o.n;
     if (config.value("backend", "cpu") == "cpu")
-      check_fits_in_memory(4.0 * (24 * h * h + 22 * n * h), world.ranks_per_node, "ffn_tp: the FFN");
+      check_fits_in_memory(4.0 * (24 * h * h + 22 * n * h), world.ranks_per_node, "ffn_tp: the FFN", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };
 
 SuiteResult FfnTpSuite::run(SuiteContext& ctx) {
-  const Options o = parse(ctx.section);
+  const Params o = Params::parse(ctx.section, ctx.config, ctx.world_info());
   std::unique_ptr<Ops<float>> own_ops;
   if (!ctx.backend) own_ops = std::make_unique<CpuOps<float>>();
   Ops<float>& ops = ctx.backend ? ctx.backend->ops() : *own_ops;

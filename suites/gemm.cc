@@ -15,6 +15,32 @@ namespace {
 
 using nlohmann::json;
 
+// The section, typed: the one parse validate() and run() use.
+struct Params {
+  int h = 0, n = 0, p = 0, warmup = 0, iters = 0;
+  std::vector<std::string> precisions;
+  static Params parse(const json& s, const json&, const WorldInfo&) {
+    Params o;
+    o.h = int(int_in_range(s, "hidden", "gemm.hidden", 1, 65536));
+    o.n = int(int_in_range(s, "tokens", "gemm.tokens", 1, 1 << 20));
+    o.p = int(int_in_range(s, "peak_size", "gemm.peak_size", 1, 65536));
+    o.warmup = int(int_in_range(s, "warmup", "gemm.warmup", 0, 1000));
+    o.iters = int(int_in_range(s, "iters", "gemm.iters", 1, 100000));
+    if (s.at("precisions").empty()) throw InputError("gemm.precisions is empty");
+    for (const auto& x : s.at("precisions")) {
+      const std::string v = x.get<std::string>();
+      if (v != "fp32" && v != "tf32" && v != "bf16" && v != "fp16")
+        throw InputError("gemm.precisions: '" + v + "' is not one of fp32, tf32, bf16, fp16");
+      o.precisions.push_back(v);
+    }
+    return o;
+  }
+  json to_json() const {
+    return {{"hidden", h}, {"tokens", n}, {"peak_size", p}, {"warmup", warmup}, {"iters", iters},
+            {"precisions", precisions}};
+  }
+};
+
 class GemmSuite : public Suite {
  public:
   std::string name() const override { return "gemm"; }
@@ -26,36 +52,29 @@ class GemmSuite : public Suite {
             {"warmup", 2},            {"iters", 5}};
   }
   void validate(const json& s, const json& config, const WorldInfo& world) const override {
-    const int64_t h = int_in_range(s, "hidden", "gemm.hidden", 1, 65536);
-    const int64_t n = int_in_range(s, "tokens", "gemm.tokens", 1, 1 << 20);
-    const int64_t p = int_in_range(s, "peak_size", "gemm.peak_size", 1, 65536);
-    int_in_range(s, "warmup", "gemm.warmup", 0, 1000);
-    int_in_range(s, "iters", "gemm.iters", 1, 100000);
-    if (s.at("precisions").empty()) throw InputError("gemm.precisions is empty");
-    for (const auto& x : s.at("precisions")) {
-      const std::string v = x.get<std::string>();
-      if (v != "fp32" && v != "tf32" && v != "bf16" && v != "fp16")
-        throw InputError("gemm.precisions: '" + v + "' is not one of fp32, tf32, bf16, fp16");
-    }
+    const Params o = Params::parse(s, config, world);
+    const double h = o.h, n = o.n, p = o.p;
     // The largest GEMM holds A, B and C in float32 at once.
     const double ffn = 4.0 * (double(n) * h + 4.0 * h * h + 4.0 * n * h);
     const double peak = 4.0 * 3.0 * double(p) * p;
     if (config.value("backend", "cpu") == "cpu")  // a GPU holds them in its own memory
-      check_fits_in_memory(std::max(ffn, peak), world.ranks_per_node, "gemm: the matrices");
+      check_fits_in_memory(std::max(ffn, peak), world.ranks_per_node, "gemm: the matrices", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
     DTB_CHECK(ctx.backend != nullptr, "gemm suite needs a backend");
     Backend& be = *ctx.backend;
-    const json& s = ctx.section;
-    const int h = s["hidden"], n = s["tokens"], p = s["peak_size"], warmup = s["warmup"], iters = s["iters"];
+    const Params o = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const int h = o.h, n = o.n, p = o.p, warmup = o.warmup, iters = o.iters;
     const auto supported = be.gemm_precisions();
     SuiteResult res;
     ctx.print("# gemm on " + be.device_name() + (be.device_name() == be.name() ? "" : " (" + be.name() + ")") + ", slowest of " +
               std::to_string(ctx.world.size()) + " rank(s); TFLOP/s = 2 M N K / t");
     ctx.print("#  precision  GEMM                       M       N       K    time (ms)   TFLOP/s  of peak");
-    for (const auto& pj : s["precisions"]) {
-      const std::string prec = pj.get<std::string>();
+    for (const std::string& prec : o.precisions) {
       if (std::find(supported.begin(), supported.end(), prec) == supported.end()) {
         json rec = benchmark_record("gemm/peak/precision:" + prec, 0, 1, 0, 0, "ms");
         rec["skipped"] = true;

@@ -58,6 +58,28 @@ class CollectingReporter : public benchmark::BenchmarkReporter {
   }
 };
 
+// The section, typed: the one parse validate() and run() use.
+struct Params {
+  std::string filter;
+  double min_time_s = 0;
+  int repetitions = 0;
+  static Params parse(const json& s, const json&, const WorldInfo&) {
+    Params o;
+    o.filter = s.at("filter").get<std::string>();
+    if (o.filter.empty()) throw InputError("kernels.filter: empty (\".\" runs every benchmark)");
+    try {  // Google Benchmark matches names with POSIX extended regular expressions
+      std::regex re(o.filter.front() == '-' ? o.filter.substr(1) : o.filter, std::regex::extended);
+    } catch (const std::regex_error& e) {
+      throw InputError("kernels.filter: '" + printable(o.filter, 40) + "' is not a regular expression (" + e.what() +
+                       ")");
+    }
+    o.min_time_s = number_in_range(s, "min_time_s", "kernels.min_time_s", 0.001, 60.0);
+    o.repetitions = int(int_in_range(s, "repetitions", "kernels.repetitions", 1, 100));
+    return o;
+  }
+  json to_json() const { return {{"filter", filter}, {"min_time_s", min_time_s}, {"repetitions", repetitions}}; }
+};
+
 class KernelsSuite : public Suite {
  public:
   std::string name() const override { return "kernels"; }
@@ -67,25 +89,21 @@ class KernelsSuite : public Suite {
   }
   json defaults() const override { return {{"filter", "."}, {"min_time_s", 0.05}, {"repetitions", 3}}; }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
-    const std::string f = section.at("filter");
-    if (f.empty()) throw InputError("kernels.filter: empty (\".\" runs every benchmark)");
-    try {  // Google Benchmark matches names with POSIX extended regular expressions
-      std::regex re(f.front() == '-' ? f.substr(1) : f, std::regex::extended);
-    } catch (const std::regex_error& e) {
-      throw InputError("kernels.filter: '" + printable(f, 40) + "' is not a regular expression (" + e.what() + ")");
-    }
-    number_in_range(section, "min_time_s", "kernels.min_time_s", 0.001, 60.0);
-    int_in_range(section, "repetitions", "kernels.repetitions", 1, 100);
+    Params::parse(section, config, world);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
     SuiteResult res;
     Communicator& world = ctx.world;
+    const Params o = Params::parse(ctx.section, ctx.config, ctx.world_info());
     if (world.rank() == 0) {
-      const std::string filter = ctx.section.at("filter");
+      const std::string& filter = o.filter;
       char min_time[64], reps[64];
-      std::snprintf(min_time, sizeof min_time, "--benchmark_min_time=%g", ctx.section.at("min_time_s").get<double>());
-      std::snprintf(reps, sizeof reps, "--benchmark_repetitions=%d", int(ctx.section.at("repetitions").get<int64_t>()));
+      std::snprintf(min_time, sizeof min_time, "--benchmark_min_time=%g", o.min_time_s);
+      std::snprintf(reps, sizeof reps, "--benchmark_repetitions=%d", o.repetitions);
       std::vector<std::string> args = {"dtbench", min_time, reps};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());

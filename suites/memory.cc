@@ -32,8 +32,16 @@ std::vector<MemCase> memory_cases(int n) {
     c.layout.tp = tp, c.layout.dp = dp, c.layout.pp = pp;
     c.zero.stage = stage;
     c.zero.offload_optimizer = offload;
-    c.name = (tp > 1 ? "TP" + std::to_string(tp) + "x" : "") + (pp > 1 ? "PP" + std::to_string(pp) + "x" : "") + "DP" +
-             std::to_string(dp) + (stage ? ":zero" + std::to_string(stage) : "") + (offload ? ":offload" : "");
+    auto part = [&](const char* before, LayoutKey k, const std::string& size) {  // the layout spec's spelling
+      c.name += before;
+      c.name += spelling(k).spec_token;
+      c.name += size;
+    };
+    if (tp > 1) part("", LayoutKey::tp, std::to_string(tp) + "x");
+    if (pp > 1) part("", LayoutKey::pp, std::to_string(pp) + "x");
+    part("", LayoutKey::dp, std::to_string(dp));
+    if (stage) part(":", LayoutKey::zero_stage, std::to_string(stage));
+    if (offload) part(":", LayoutKey::offload, "");
     out.push_back(c);
   };
   for (int stage = 0; stage <= 3; ++stage) add(1, n, 1, stage, false);
@@ -49,6 +57,29 @@ std::vector<MemCase> memory_cases(int n) {
 constexpr MemCategory kCats[] = {MemCategory::param,      MemCategory::grad,        MemCategory::master_param,
                                  MemCategory::optimizer_state, MemCategory::activation, MemCategory::workspace,
                                  MemCategory::comm_buffer};
+
+// The section, typed: the one parse validate() and run() use.
+struct Params {
+  GptConfig model;
+  TrainConfig cfg;  // global_batch: micro_batch_size x world x micro_batches (each case sets its own)
+  int mbs = 0;      // sequences per micro-batch
+  static Params parse(const json& s, const json& config, const WorldInfo& world) {
+    Params p;
+    p.model = gpt_config_from_json(s.at("model"), "memory.model");
+    TrainConfig& t = p.cfg;
+    t.steps = int(int_in_range(s, "steps", "memory.steps", 1, 1000));
+    t.micro_batches = int(int_in_range(s, "micro_batches", "memory.micro_batches", 1, 1024));
+    p.mbs = int(int_in_range(s, "micro_batch_size", "memory.micro_batch_size", 1, 1 << 16));
+    t.seq_len = int(int_in_range(s, "seq_len", "memory.seq_len", 1, 1 << 20));
+    t.global_batch = p.mbs * world.size * t.micro_batches;
+    t.seed = config.at("seed").get<uint64_t>();
+    if (t.seq_len > p.model.T)
+      throw InputError("memory.seq_len = " + std::to_string(t.seq_len) + " exceeds memory.model.T = " +
+                       std::to_string(p.model.T));
+    return p;
+  }
+  json to_json() const { return {{"model", dtb::to_json(model)}, {"train", dtb::to_json(cfg)}, {"micro_batch_size", mbs}}; }
+};
 
 class MemorySuite : public Suite {
  public:
@@ -66,8 +97,9 @@ class MemorySuite : public Suite {
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     if (config.value("backend", "cpu") != "cpu")
       throw InputError("memory: measures the cpu backend's accounting; run it with --backend cpu");
-    const GptConfig model = gpt_config_from_json(section.at("model"), "memory.model");
-    const TrainConfig cfg = train_config(section, config, world.size);
+    const Params p = Params::parse(section, config, world);
+    const GptConfig& model = p.model;
+    const TrainConfig& cfg = p.cfg;
     for (const MemCase& c : memory_cases(world.size)) {
       ParallelLayout l = c.layout;
       l.micro_batches = cfg.micro_batches;
@@ -79,15 +111,19 @@ class MemorySuite : public Suite {
     }
     const double bytes = 16.0 * double(gpt_num_params(model)) +
                          4.0 * cfg.global_batch * cfg.seq_len * (16.0 * model.C * model.L + 3.0 * model.V);
-    check_fits_in_memory(bytes, world.ranks_per_node, "memory: the model and batch");
+    check_fits_in_memory(bytes, world.ranks_per_node, "memory: the model and batch", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
     DTB_CHECK(ctx.dataset != nullptr, "memory suite needs a dataset");
     Communicator& world = ctx.world;
     const int n = world.size();
-    const GptConfig model = gpt_config_from_json(ctx.section.at("model"), "memory.model");
-    const int mbs = int(ctx.section.at("micro_batch_size").get<int64_t>());
+    const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const GptConfig& model = p.model;
+    const int mbs = p.mbs;
     ctx.print("# memory: GPT L=" + std::to_string(model.L) + " C=" + std::to_string(model.C) + " NH=" +
               std::to_string(model.NH) + " V=" + std::to_string(model.V) + ", " +
               std::to_string(gpt_num_params(model)) + " params, fp32, " + std::to_string(mbs) +
@@ -97,7 +133,7 @@ class MemorySuite : public Suite {
               "activation    workspace     comm_buffer");
     SuiteResult res;
     for (const MemCase& c : memory_cases(n)) {
-      TrainConfig cfg = train_config(ctx.section, ctx.config, n);
+      TrainConfig cfg = p.cfg;
       cfg.global_batch = mbs * c.layout.dp * cfg.micro_batches;
       ParallelLayout l = c.layout;
       l.micro_batches = cfg.micro_batches;
@@ -129,9 +165,10 @@ class MemorySuite : public Suite {
         auto meas = [&](Tier t, MemCategory k) { return m[int(t) * kNumMemCategories + int(k)]; };
         auto pred = [&](Tier t, MemCategory k) { return p[int(t) * kNumMemCategories + int(k)]; };
         json rec = benchmark_record("memory/" + c.name + "/rank:" + std::to_string(r), cfg.steps, 1, 0.0, 0.0, "s");
-        rec["tp"] = l.tp, rec["dp"] = l.dp, rec["pp"] = l.pp;
-        rec["zero_stage"] = c.zero.stage;
-        rec["offload_optimizer"] = c.zero.offload_optimizer ? "cpu" : "none";
+        for (const auto& [k, v] : {std::pair{LayoutKey::tp, json(l.tp)}, std::pair{LayoutKey::dp, json(l.dp)},
+                                   std::pair{LayoutKey::pp, json(l.pp)}, std::pair{LayoutKey::zero_stage, json(c.zero.stage)},
+                                   std::pair{LayoutKey::offload, json(c.zero.offload_optimizer ? "cpu" : "none")}})
+          rec[spelling(k).field_key] = v;
         for (Tier t : {Tier::device, Tier::host})
           for (MemCategory k : kCats) {
             const std::string key = std::string(to_string(t)) + "_" + std::string(to_string(k));
@@ -165,22 +202,6 @@ class MemorySuite : public Suite {
       }
     }
     return res;
-  }
-
- private:
-  static TrainConfig train_config(const json& s, const json& config, int world) {
-    TrainConfig t;
-    t.steps = int(int_in_range(s, "steps", "memory.steps", 1, 1000));
-    t.micro_batches = int(int_in_range(s, "micro_batches", "memory.micro_batches", 1, 1024));
-    const int mbs = int(int_in_range(s, "micro_batch_size", "memory.micro_batch_size", 1, 1 << 16));
-    t.seq_len = int(int_in_range(s, "seq_len", "memory.seq_len", 1, 1 << 20));
-    t.global_batch = mbs * world * t.micro_batches;
-    t.seed = config.at("seed").get<uint64_t>();
-    const GptConfig model = gpt_config_from_json(s.at("model"), "memory.model");
-    if (t.seq_len > model.T)
-      throw InputError("memory.seq_len = " + std::to_string(t.seq_len) + " exceeds memory.model.T = " +
-                       std::to_string(model.T));
-    return t;
   }
 };
 

@@ -29,6 +29,20 @@ double device_state_bytes(const LayoutOutcome& o) {
          d[int(MemCategory::optimizer_state)];
 }
 
+// The section, typed: the one parse validate() and run() use.
+struct Params {
+  TimedDpSetup t;
+  int stage = 0, reps = 0;
+  static Params parse(const json& s, const json& config, const WorldInfo& world) {
+    Params p;
+    p.t = timed_dp_setup(s, config, "offload", world.size);
+    p.stage = zero_stage_from_json(s, "offload", 1, 3);
+    p.reps = int(int_in_range(s, "repetitions", "offload.repetitions", 1, 100));
+    return p;
+  }
+  json to_json() const { return {{"setup", dtb::to_json(t)}, {spelling(LayoutKey::zero_stage).config_key, stage}, {"repetitions", reps}}; }
+};
+
 class OffloadSuite : public Suite {
  public:
   std::string name() const override { return "offload"; }
@@ -41,11 +55,13 @@ class OffloadSuite : public Suite {
             {"zero_stage", 2}, {"repetitions", 3}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
-    const TimedDpSetup t = timed_dp_setup(section, config, "offload", world.size);
-    int_in_range(section, "zero_stage", "offload.zero_stage", 1, 3);
-    int_in_range(section, "repetitions", "offload.repetitions", 1, 100);
+    const Params p = Params::parse(section, config, world);
+    const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
-    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "offload: the model");
+    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "offload: the model", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
@@ -54,9 +70,9 @@ class OffloadSuite : public Suite {
     Backend* be = ctx.backend;
     const bool on_cpu = be == nullptr || be->name() == "cpu";
     Communicator& comm = ctx.device_world ? *ctx.device_world : world;
-    const TimedDpSetup t = timed_dp_setup(ctx.section, ctx.config, "offload", world.size());
-    const int stage = int(ctx.section.at("zero_stage").get<int64_t>());
-    const int reps = int(ctx.section.at("repetitions").get<int64_t>());
+    const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const TimedDpSetup& t = p.t;
+    const int stage = p.stage, reps = p.reps;
     ctx.print("# offload: GPT L=" + std::to_string(t.model.L) + " C=" + std::to_string(t.model.C) + ", " +
               std::to_string(gpt_num_params(t.model)) + " params, DP " + std::to_string(world.size()) + ", ZeRO " +
               std::to_string(stage) + ", " + std::to_string(t.cfg.steps) + " steps x " + std::to_string(reps) +
@@ -91,7 +107,8 @@ class OffloadSuite : public Suite {
     const double b0 = device_state_bytes(last[0]), b1 = device_state_bytes(last[1]);
     for (int off = 0; off < 2; ++off) {
       const Summary& s = off ? s1 : s0;
-      json rec = benchmark_record(std::string("offload/zero:") + std::to_string(stage) + "/offload_optimizer:" +
+      json rec = benchmark_record("offload/" + std::string(spelling(LayoutKey::zero_stage).name_key) + ":" +
+                                      std::to_string(stage) + "/" + spelling(LayoutKey::offload).config_key + ":" +
                                       (off ? "cpu" : "none"),
                                   int64_t(times[off].size()), reps, s.median, s.median, "ms");
       rec["step_time_ms"] = to_json(s, 1e3);

@@ -241,4 +241,8 @@ TimedDpSetup timed_dp_setup(const nlohmann::json& s, const nlohmann::json& confi
   return t;
 }
 
+nlohmann::json to_json(const TimedDpSetup& t) {
+  return {{"model", to_json(t.model)}, {"train", to_json(t.cfg)}, {"layout", to_json(t.layout)}};
+}
+
 }  // namespace dtb

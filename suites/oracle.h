@@ -97,5 +97,7 @@ struct TimedDpSetup {
 };
 TimedDpSetup timed_dp_setup(const nlohmann::json& section, const nlohmann::json& config, const std::string& path,
                             int world_size);
+/// A comparable printable form of every field (for the suites' Params::to_json).
+nlohmann::json to_json(const TimedDpSetup& t);
 
 }  // namespace dtb

@@ -25,6 +25,30 @@ namespace {
 
 using nlohmann::json;
 
+// The section, typed: the one parse validate() and run() use.
+struct Params {
+  TimedDpSetup t;
+  int stage = 0, reps = 0;
+  std::vector<size_t> bucket_sizes;  // elements
+  static Params parse(const json& s, const json& config, const WorldInfo& world) {
+    Params p;
+    p.t = timed_dp_setup(s, config, "overlap", world.size);
+    p.stage = zero_stage_from_json(s, "overlap", 2, 3);
+    p.reps = int(int_in_range(s, "repetitions", "overlap.repetitions", 1, 100));
+    const json& b = s.at("bucket_sizes");
+    if (b.empty()) throw InputError("overlap.bucket_sizes is empty");
+    for (const auto& v : b) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1)
+        throw InputError("overlap.bucket_sizes: every entry must be an integer >= 1 (elements), got " + v.dump());
+      p.bucket_sizes.push_back(size_t(v.get<int64_t>()));
+    }
+    return p;
+  }
+  json to_json() const {
+    return {{"setup", dtb::to_json(t)}, {spelling(LayoutKey::zero_stage).config_key, stage}, {"repetitions", reps}, {"bucket_sizes", bucket_sizes}};
+  }
+};
+
 class OverlapSuite : public Suite {
  public:
   std::string name() const override { return "overlap"; }
@@ -37,16 +61,13 @@ class OverlapSuite : public Suite {
             {"zero_stage", 2}, {"bucket_sizes", {50000, 500000, 500000000}}, {"repetitions", 3}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
-    const TimedDpSetup t = timed_dp_setup(section, config, "overlap", world.size);
-    int_in_range(section, "zero_stage", "overlap.zero_stage", 2, 3);
-    int_in_range(section, "repetitions", "overlap.repetitions", 1, 100);
-    const json& b = section.at("bucket_sizes");
-    if (b.empty()) throw InputError("overlap.bucket_sizes is empty");
-    for (const auto& v : b)
-      if (!v.is_number_integer() || v.get<int64_t>() < 1)
-        throw InputError("overlap.bucket_sizes: every entry must be an integer >= 1 (elements), got " + v.dump());
+    const Params p = Params::parse(section, config, world);
+    const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
-    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "overlap: the model");
+    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "overlap: the model", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
@@ -55,9 +76,9 @@ class OverlapSuite : public Suite {
     Backend* be = ctx.backend;
     const bool on_cpu = be == nullptr || be->name() == "cpu";
     Communicator& comm = ctx.device_world ? *ctx.device_world : world;
-    const TimedDpSetup t = timed_dp_setup(ctx.section, ctx.config, "overlap", world.size());
-    const int stage = int(ctx.section.at("zero_stage").get<int64_t>());
-    const int reps = int(ctx.section.at("repetitions").get<int64_t>());
+    const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const TimedDpSetup& t = p.t;
+    const int stage = p.stage, reps = p.reps;
     ctx.print("# overlap: GPT L=" + std::to_string(t.model.L) + " C=" + std::to_string(t.model.C) + ", " +
               std::to_string(gpt_num_params(t.model)) + " params, DP " + std::to_string(world.size()) + ", ZeRO " +
               std::to_string(stage) + ", " + std::to_string(t.cfg.steps) + " steps x " + std::to_string(reps) +
@@ -65,8 +86,7 @@ class OverlapSuite : public Suite {
     ctx.print("#  reduce_bucket_size   overlap off (ms)   overlap on (ms)   gain off/on");
     SuiteResult res;
     double loss_diff = 0;
-    for (const auto& bj : ctx.section.at("bucket_sizes")) {
-      const size_t bucket = size_t(bj.get<int64_t>());
+    for (const size_t bucket : p.bucket_sizes) {
       std::vector<double> times[2];
       std::vector<double> losses[2];
       for (int r = 0; r < reps; ++r)
@@ -89,7 +109,8 @@ class OverlapSuite : public Suite {
       const Summary s0 = summarize(times[0]), s1 = summarize(times[1]);
       for (int on = 0; on < 2; ++on) {
         const Summary& s = on ? s1 : s0;
-        json rec = benchmark_record("overlap/zero:" + std::to_string(stage) + "/reduce_bucket_size:" +
+        json rec = benchmark_record("overlap/" + std::string(spelling(LayoutKey::zero_stage).name_key) + ":" +
+                                        std::to_string(stage) + "/reduce_bucket_size:" +
                                         std::to_string(bucket) + "/overlap_comm:" + (on ? "true" : "false"),
                                     int64_t(times[on].size()), reps, s.median, s.median, "ms");
         rec["step_time_ms"] = to_json(s, 1e3);

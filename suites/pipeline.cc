@@ -23,12 +23,19 @@ namespace {
 
 using nlohmann::json;
 
-struct Options {
+// The section, typed: the one parse validate() and run() use.
+struct Params {
   std::vector<std::string> schedules;
   std::vector<int> stages, micro_batches;
   int v = 2, elems = 0, reps = 0;
   double tf_s = 0, tb_s = 0;
+  static Params parse(const json& s, const json& config, const WorldInfo& world);
+  json to_json() const {
+    return {{"schedules", schedules}, {"stages", stages}, {"micro_batches", micro_batches}, {"v", v},
+            {"activation_elems", elems}, {"repetitions", reps}, {"t_forward_s", tf_s}, {"t_backward_s", tb_s}};
+  }
 };
+using Options = Params;
 
 std::vector<int> int_list(const json& s, const std::string& key, int lo, int hi) {
   const json& a = s.at(key);
@@ -43,8 +50,8 @@ std::vector<int> int_list(const json& s, const std::string& key, int lo, int hi)
   return out;
 }
 
-Options parse(const json& s) {
-  Options o;
+Params Params::parse(const json& s, const json&, const WorldInfo&) {
+  Params o;
   const json& sch = s.at("schedules");
   if (!sch.is_array() || sch.empty()) throw InputError("pipeline.schedules must be a non-empty list");
   for (const json& x : sch) {
@@ -55,7 +62,8 @@ Options parse(const json& s) {
   }
   o.stages = int_list(s, "stages", 1, 64);
   o.micro_batches = int_list(s, "micro_batches", 1, 256);
-  o.v = int(int_in_range(s, "virtual_stages", "pipeline.virtual_stages", 2, 16));
+  const std::string vs = spelling(LayoutKey::virtual_stages).config_key;  // model chunks per rank (interleaved)
+  o.v = int(int_in_range(s, vs, "pipeline." + vs, 2, 16));
   o.tf_s = 1e-6 * double(int_in_range(s, "t_forward_us", "pipeline.t_forward_us", 1, 1000000));
   o.tb_s = 1e-6 * double(int_in_range(s, "t_backward_us", "pipeline.t_backward_us", 1, 1000000));
   o.elems = int(int_in_range(s, "activation_elems", "pipeline.activation_elems", 1, 1 << 24));
@@ -167,15 +175,129 @@ class PipelineSuite final : public Suite {
             {"repetitions", 3}};
   }
   void validate(const json& s, const json& config, const WorldInfo& world) const override {
-    const Options o = parse(s);
+    const Params o = Params::parse(s, config, world);
     const int mmax = *std::max_element(o.micro_batches.begin(), o.micro_batches.end());
-    check_fits_in_memory(4.0 * o.elems * (4.0 * mmax * o.v + 1), world.ranks_per_node, "pipeline: the messages");
+    check_fits_in_memory(4.0 * o.elems * (4.0 * mmax * o.v + 1), world.ranks_per_node, "pipeline: the messages", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };
 
+// One case: schedule `s` over p stages with m micro-batches and v model chunks per rank, run
+// o.reps times after a warm-up on `group` (this rank's pipeline of p consecutive ranks;
+// `active` is false on the ranks past the last whole pipeline, which only take part in the
+// world's collectives). Its record, its checks and its table line go to `res`; trace spans to
+// ctx.spans from `trace_step` on. Collective over ctx.world.
+void run_case(SuiteContext& ctx, const Params& o, Communicator& group, bool active, const std::string& s, int p, int m,
+              int v, int64_t& trace_step, SuiteResult& res) {
+  Communicator& world = ctx.world;
+  const int W = world.size(), me = world.rank(), G = W / p;
+  char buf[320];
+  const PipelineSimulation sim = simulate_pipeline(s, p, m, v, o.tf_s, o.tb_s);
+  const double theory = pipeline_bubble_theory(s, p, m, v);
+  StageRun run{&group, p, m, v, me % p, {}, {}, std::vector<float>(size_t(o.elems), 1.0f), 0};
+  if (active) {
+    run.actions = pipeline_schedule(s, p, m, v, run.stage);
+    run.out.assign(run.actions.size(), std::vector<float>(size_t(o.elems)));
+  }
+  std::vector<double> bubbles, steps;
+  std::vector<std::vector<double>> stage_bubbles(static_cast<size_t>(p));
+  std::vector<double> peaks(size_t(p), 0);
+  for (int rep = -1; rep < o.reps; ++rep) {
+    SpanRecorder rec(true);
+    world.barrier();
+    const double t0 = now_seconds();
+    const double elapsed = active ? run.step(rec, o.tf_s, o.tb_s) : 0.0;
+    // The pipeline's makespan, then each stage's idle within it (SpanRecorder fills idle).
+    double mk = elapsed;
+    group.all_reduce(&mk, &mk, 1, DType::f64, ReduceOp::max);
+    rec.add_step(0, t0, t0 + mk);
+    auto bd = rec.breakdown(0);
+    double mine[3] = {active ? bd["idle"] / mk : 0.0, mk, double(run.peak_in_flight_chunks) / v};
+    std::vector<double> all(3 * size_t(W));
+    world.all_gather(mine, all.data(), 3, DType::f64);
+    if (rep < 0) continue;  // warm-up
+    double total = 0, step_sum = 0;
+    for (int st = 0; st < p; ++st) {
+      double b = 0;
+      for (int g = 0; g < G; ++g) {
+        b += all[3 * size_t(g * p + st)] / G;
+        peaks[size_t(st)] = std::max(peaks[size_t(st)], all[3 * size_t(g * p + st) + 2]);
+      }
+      stage_bubbles[size_t(st)].push_back(b);
+      total += b / p;
+    }
+    for (int g = 0; g < G; ++g) step_sum += all[3 * size_t(g * p) + 1] / G;
+    bubbles.push_back(total);
+    steps.push_back(step_sum);
+    if (ctx.spans && ctx.spans->enabled() && active) {
+      for (const Span& sp : rec.spans())
+        if (sp.name != "idle") ctx.spans->add(sp.name, trace_step, sp.start_s, sp.end_s);
+      ctx.spans->add_step(trace_step, t0, t0 + mk);
+    }
+    ++trace_step;
+  }
+  const Summary bs = summarize(bubbles), ss = summarize(steps);
+  std::vector<double> stage_med;
+  for (auto& x : stage_bubbles) stage_med.push_back(summarize(x).median);
+  const std::string tag = "/p:" + std::to_string(p) + "/m:" + std::to_string(m);
+  json rec = benchmark_record("pipeline/schedule:" + s + tag, 1, o.reps, ss.median, ss.median, "ms");
+  rec["schedule"] = s, rec["p"] = p, rec["m"] = m, rec["virtual_stages"] = v;
+  rec["world_size"] = W, rec["pipelines"] = G, rec["idle_ranks"] = W - G * p;
+  rec["t_forward_us"] = o.tf_s * 1e6, rec["t_backward_us"] = o.tb_s * 1e6;
+  rec["bubble_measured"] = bs.median;
+  rec["bubble_measured_stats"] = to_json(bs);
+  rec["bubble_theory"] = theory;
+  rec["bubble_simulated"] = sim.bubble;
+  rec["stage_bubble_measured"] = stage_med;
+  rec["stage_bubble_simulated"] = sim.stage_bubble;
+  rec["step_time_ms"] = to_json(ss, 1e3);
+  rec["step_time_simulated_ms"] = sim.makespan * 1e3;
+  rec["peak_in_flight"] = peaks;  // micro-batch equivalents, measured in the run
+  rec["peak_in_flight_simulated"] = sim.peak_in_flight;
+  res.benchmarks.push_back(rec);
+
+  // Tolerance 0.05 absolute on |measured - simulated| (both idle / step time). The
+  // simulation has zero communication, so the run differs by its per-hand-off cost
+  // (16 KiB copy + send_async, the transfer, and the polling receiver's wake-up, ~5-50 us
+  // with ranks sharing cores) on each action and the compute timer's error (< 1 us when
+  // the rank holds a core after its sleep). Per action that is <= 50 us against >= 250 us
+  // of compute (t_f / v at the defaults); the copy and post add to comm.send, the transfer
+  // and wake-up to the waiting receiver's idle (only where it already waits for the
+  // data): measured - simulated stays a few hundredths. Measured at 4 ranks on 2 cores
+  // (oversubscribed): 0.002 to 0.020 over the default cases (0.001 to 0.022 with the
+  // earlier probe-then-receive, whose copy counted as comm). A pure
+  // busy-spin there overran by scheduler slices and was 0.06 to 0.41 off (see
+  // compute_for); a real imbalance or a serialising schedule bug moves the bubble by
+  // more than 0.05 at these m (one extra t_f + t_b per stage is >= 0.05 up to m 16).
+  const double err = std::fabs(bs.median - sim.bubble);
+  res.checks.push_back(make_check("pipeline/" + s + tag + "/bubble", err, 0.05,
+                                  "|measured - simulated| bubble (idle / step time, median of repetitions); "
+                                  "tolerance 0.05 absolute: per-hand-off latency and timer error against >= 250 us actions"));
+  if (s != "gpipe") {
+    const double pk = *std::max_element(peaks.begin(), peaks.end());
+    const double bound = s == "1f1b" ? double(p) : p + (p - 1.0) / v;
+    res.checks.push_back(make_check(
+        "pipeline/" + s + tag + "/in_flight", pk, bound,
+        s == "1f1b" ? "peak in-flight micro-batches per stage <= p (Narayanan et al. 2021)"
+                    : "peak in-flight micro-batch equivalents (chunks / v) <= p + (p-1)/v (Megatron's "
+                      "interleaving activation penalty 1 + (p-1)/(p v))"));
+  }
+  std::string pk;
+  for (double x : peaks) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%s%g", pk.empty() ? "" : " ", x);
+    pk += b;
+  }
+  std::snprintf(buf, sizeof buf, "   %-12s %3d %4d   %6.4f     %6.4f    %6.4f  %9.2f  %s", s.c_str(), p, m,
+                theory, sim.bubble, bs.median, ss.median * 1e3, pk.c_str());
+  ctx.print(buf);
+}
+
 SuiteResult PipelineSuite::run(SuiteContext& ctx) {
-  const Options o = parse(ctx.section);
+  const Params o = Params::parse(ctx.section, ctx.config, ctx.world_info());
   Communicator& world = ctx.world;
   const int W = world.size(), me = world.rank();
   SuiteResult res;
@@ -217,105 +339,7 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
           skip(s, m, e.what());
           continue;
         }
-        const PipelineSimulation sim = simulate_pipeline(s, p, m, v, o.tf_s, o.tb_s);
-        const double theory = pipeline_bubble_theory(s, p, m, v);
-        StageRun run{group.get(), p, m, v, me % p, {}, {}, std::vector<float>(size_t(o.elems), 1.0f), 0};
-        if (active) {
-          run.actions = pipeline_schedule(s, p, m, v, run.stage);
-          run.out.assign(run.actions.size(), std::vector<float>(size_t(o.elems)));
-        }
-        std::vector<double> bubbles, steps;
-        std::vector<std::vector<double>> stage_bubbles(static_cast<size_t>(p));
-        std::vector<double> peaks(size_t(p), 0);
-        for (int rep = -1; rep < o.reps; ++rep) {
-          SpanRecorder rec(true);
-          world.barrier();
-          const double t0 = now_seconds();
-          const double elapsed = active ? run.step(rec, o.tf_s, o.tb_s) : 0.0;
-          // The pipeline's makespan, then each stage's idle within it (SpanRecorder fills idle).
-          double mk = elapsed;
-          group->all_reduce(&mk, &mk, 1, DType::f64, ReduceOp::max);
-          rec.add_step(0, t0, t0 + mk);
-          auto bd = rec.breakdown(0);
-          double mine[3] = {active ? bd["idle"] / mk : 0.0, mk, double(run.peak_in_flight_chunks) / v};
-          std::vector<double> all(3 * size_t(W));
-          world.all_gather(mine, all.data(), 3, DType::f64);
-          if (rep < 0) continue;  // warm-up
-          double total = 0, step_sum = 0;
-          for (int st = 0; st < p; ++st) {
-            double b = 0;
-            for (int g = 0; g < G; ++g) {
-              b += all[3 * size_t(g * p + st)] / G;
-              peaks[size_t(st)] = std::max(peaks[size_t(st)], all[3 * size_t(g * p + st) + 2]);
-            }
-            stage_bubbles[size_t(st)].push_back(b);
-            total += b / p;
-          }
-          for (int g = 0; g < G; ++g) step_sum += all[3 * size_t(g * p) + 1] / G;
-          bubbles.push_back(total);
-          steps.push_back(step_sum);
-          if (ctx.spans && ctx.spans->enabled() && active) {
-            for (const Span& sp : rec.spans())
-              if (sp.name != "idle") ctx.spans->add(sp.name, trace_step, sp.start_s, sp.end_s);
-            ctx.spans->add_step(trace_step, t0, t0 + mk);
-          }
-          ++trace_step;
-        }
-        const Summary bs = summarize(bubbles), ss = summarize(steps);
-        std::vector<double> stage_med;
-        for (auto& x : stage_bubbles) stage_med.push_back(summarize(x).median);
-        const std::string tag = "/p:" + std::to_string(p) + "/m:" + std::to_string(m);
-        json rec = benchmark_record("pipeline/schedule:" + s + tag, 1, o.reps, ss.median, ss.median, "ms");
-        rec["schedule"] = s, rec["p"] = p, rec["m"] = m, rec["virtual_stages"] = v;
-        rec["world_size"] = W, rec["pipelines"] = G, rec["idle_ranks"] = W - G * p;
-        rec["t_forward_us"] = o.tf_s * 1e6, rec["t_backward_us"] = o.tb_s * 1e6;
-        rec["bubble_measured"] = bs.median;
-        rec["bubble_measured_stats"] = to_json(bs);
-        rec["bubble_theory"] = theory;
-        rec["bubble_simulated"] = sim.bubble;
-        rec["stage_bubble_measured"] = stage_med;
-        rec["stage_bubble_simulated"] = sim.stage_bubble;
-        rec["step_time_ms"] = to_json(ss, 1e3);
-        rec["step_time_simulated_ms"] = sim.makespan * 1e3;
-        rec["peak_in_flight"] = peaks;  // micro-batch equivalents, measured in the run
-        rec["peak_in_flight_simulated"] = sim.peak_in_flight;
-        res.benchmarks.push_back(rec);
-
-        // Tolerance 0.05 absolute on |measured - simulated| (both idle / step time). The
-        // simulation has zero communication, so the run differs by its per-hand-off cost
-        // (16 KiB copy + send_async, the transfer, and the polling receiver's wake-up, ~5-50 us
-        // with ranks sharing cores) on each action and the compute timer's error (< 1 us when
-        // the rank holds a core after its sleep). Per action that is <= 50 us against >= 250 us
-        // of compute (t_f / v at the defaults); the copy and post add to comm.send, the transfer
-        // and wake-up to the waiting receiver's idle (only where it already waits for the
-        // data): measured - simulated stays a few hundredths. Measured at 4 ranks on 2 cores
-        // (oversubscribed): 0.002 to 0.020 over the default cases (0.001 to 0.022 with the
-        // earlier probe-then-receive, whose copy counted as comm). A pure
-        // busy-spin there overran by scheduler slices and was 0.06 to 0.41 off (see
-        // compute_for); a real imbalance or a serialising schedule bug moves the bubble by
-        // more than 0.05 at these m (one extra t_f + t_b per stage is >= 0.05 up to m 16).
-        const double err = std::fabs(bs.median - sim.bubble);
-        res.checks.push_back(make_check("pipeline/" + s + tag + "/bubble", err, 0.05,
-                                        "|measured - simulated| bubble (idle / step time, median of repetitions); "
-                                        "tolerance 0.05 absolute: per-hand-off latency and timer error against >= 250 us actions"));
-        if (s != "gpipe") {
-          const double pk = *std::max_element(peaks.begin(), peaks.end());
-          const double bound = s == "1f1b" ? double(p) : p + (p - 1.0) / v;
-          res.checks.push_back(make_check(
-              "pipeline/" + s + tag + "/in_flight", pk, bound,
-              s == "1f1b" ? "peak in-flight micro-batches per stage <= p (Narayanan et al. 2021)"
-                          : "peak in-flight micro-batch equivalents (chunks / v) <= p + (p-1)/v (Megatron's "
-                            "interleaving activation penalty 1 + (p-1)/(p v))"));
-        }
-        std::string pk;
-        for (double x : peaks) {
-          char b[16];
-          std::snprintf(b, sizeof b, "%s%g", pk.empty() ? "" : " ", x);
-          pk += b;
-        }
-        std::snprintf(buf, sizeof buf, "   %-12s %3d %4d   %6.4f     %6.4f    %6.4f  %9.2f  %s", s.c_str(), p, m,
-                      theory, sim.bubble, bs.median, ss.median * 1e3, pk.c_str());
-        ctx.print(buf);
+        run_case(ctx, o, *group, active, s, p, m, v, trace_step, res);
       }
     }
     world.barrier();

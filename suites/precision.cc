@@ -54,6 +54,27 @@ double model_state_bytes(const LayoutOutcome& o, Tier tier) {
          d[int(MemCategory::optimizer_state)];
 }
 
+// The section, typed: the one parse validate() and run() use.
+struct Params {
+  TimedDpSetup t;
+  int zero_stage = 0, reps = 0, growth = 0;
+  double overflow_init = 0;
+  static Params parse(const json& s, const json& config, const WorldInfo& world) {
+    Params p;
+    p.t = timed_dp_setup(s, config, "precision", world.size);
+    p.zero_stage = zero_stage_from_json(s, "precision");
+    p.reps = int(int_in_range(s, "repetitions", "precision.repetitions", 1, 100));
+    p.growth = int(int_in_range(s, "loss_scale_growth_interval", "precision.loss_scale_growth_interval", 1, 1 << 30));
+    p.overflow_init = number_in_range(s, "overflow_loss_scale_init", "precision.overflow_loss_scale_init", 0x1.0p17,
+                                      0x1.0p127);  // above GradScaler's 2^16
+    return p;
+  }
+  json to_json() const {
+    return {{"setup", dtb::to_json(t)}, {spelling(LayoutKey::zero_stage).config_key, zero_stage}, {"repetitions", reps},
+            {"loss_scale_growth_interval", growth}, {"overflow_loss_scale_init", overflow_init}};
+  }
+};
+
 class PrecisionSuite : public Suite {
  public:
   std::string name() const override { return "precision"; }
@@ -71,24 +92,24 @@ class PrecisionSuite : public Suite {
     if (config.value("backend", "cpu") != "cpu")
       throw InputError("precision: bf16 and fp16 run on the cpu backend only (the cuda backend stores fp32); run it "
                        "with --backend cpu");
-    const TimedDpSetup t = timed_dp_setup(section, config, "precision", world.size);
-    int_in_range(section, "zero_stage", "precision.zero_stage", 0, 3);
-    int_in_range(section, "repetitions", "precision.repetitions", 1, 100);
-    int_in_range(section, "loss_scale_growth_interval", "precision.loss_scale_growth_interval", 1, 1 << 30);
-    number_in_range(section, "overflow_loss_scale_init", "precision.overflow_loss_scale_init", 0x1.0p17, 0x1.0p127);  // above GradScaler's 2^16
+    const Params p = Params::parse(section, config, world);
+    const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
-    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "precision: the model");
+    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "precision: the model", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
     DTB_CHECK(ctx.dataset != nullptr, "precision suite needs a dataset");
     Communicator& world = ctx.world;
-    const TimedDpSetup t = timed_dp_setup(ctx.section, ctx.config, "precision", world.size());
-    const int reps = int(ctx.section.at("repetitions").get<int64_t>());
-    const int growth = int(ctx.section.at("loss_scale_growth_interval").get<int64_t>());
-    const double overflow_init = ctx.section.at("overflow_loss_scale_init").get<double>();
+    const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const TimedDpSetup& t = p.t;
+    const int reps = p.reps, growth = p.growth;
+    const double overflow_init = p.overflow_init;
     ZeroConfig zero;
-    zero.stage = int(ctx.section.at("zero_stage").get<int64_t>());
+    zero.stage = p.zero_stage;
     const std::vector<Variant> variants = {{"fp32", Precision::fp32},
                                            {"bf16", Precision::bf16},
                                            {"bf16/comm:fp32", Precision::bf16, true},

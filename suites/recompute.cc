@@ -35,6 +35,19 @@ double extra_flops_fraction(const GptConfig& m, int Tn, Recompute r) {
   return 0.0;
 }
 
+// The section, typed: the one parse validate() and run() use.
+struct Params {
+  TimedDpSetup t;
+  int reps = 0;
+  static Params parse(const json& s, const json& config, const WorldInfo& world) {
+    Params p;
+    p.t = timed_dp_setup(s, config, "recompute", world.size);
+    p.reps = int(int_in_range(s, "repetitions", "recompute.repetitions", 1, 100));
+    return p;
+  }
+  json to_json() const { return {{"setup", dtb::to_json(t)}, {"repetitions", reps}}; }
+};
+
 class RecomputeSuite : public Suite {
  public:
   std::string name() const override { return "recompute"; }
@@ -49,20 +62,24 @@ class RecomputeSuite : public Suite {
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     if (config.value("backend", "cpu") != "cpu")
       throw InputError("recompute: compares with the cpu backend's accounting; run it with --backend cpu");
-    const TimedDpSetup t = timed_dp_setup(section, config, "recompute", world.size);
-    int_in_range(section, "repetitions", "recompute.repetitions", 1, 100);
+    const Params p = Params::parse(section, config, world);
+    const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
     check_fits_in_memory(20.0 * double(gpt_num_params(t.model)) +
                              4.0 * t.cfg.global_batch * t.cfg.seq_len *
                                  (20.0 * t.model.C * t.model.L + t.model.NH * t.cfg.seq_len * t.model.L),
-                         world.ranks_per_node, "recompute: the model and batch");
+                         world.ranks_per_node, "recompute: the model and batch", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
     DTB_CHECK(ctx.dataset != nullptr, "recompute suite needs a dataset");
     Communicator& world = ctx.world;
-    const TimedDpSetup t = timed_dp_setup(ctx.section, ctx.config, "recompute", world.size());
-    const int reps = int(ctx.section.at("repetitions").get<int64_t>());
+    const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const TimedDpSetup& t = p.t;
+    const int reps = p.reps;
     const int mbs = t.cfg.global_batch / (world.size() * t.cfg.micro_batches);
     ctx.print("# recompute: GPT L=" + std::to_string(t.model.L) + " C=" + std::to_string(t.model.C) + " NH=" +
               std::to_string(t.model.NH) + " T=" + std::to_string(t.cfg.seq_len) + ", " +

@@ -13,6 +13,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/comm/communicator.h"
+#include "kernels/comm/watchdog.h"
 #include "kernels/device.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
@@ -21,6 +22,7 @@
 #include "reference/zero.h"
 #include "reference/spans.h"
 #include "reference/trainer.h"
+#include "suites/layout_config.h"
 
 namespace dtb {
 
@@ -45,6 +47,26 @@ struct SuiteResult {
   nlohmann::json data = nlohmann::json::object();
 };
 
+/// The run's options from the command line and the config's top level, as every suite sees
+/// them (no process-wide switches): `force` is `dtbench run --force` (check_fits_in_memory
+/// warns instead of refusing); comm_timeout_s the config's comm_timeout_s, seconds, that the
+/// harness gives the watchdog and the device communicators.
+struct RunOptions {
+  bool force = false;
+  double comm_timeout_s = kDefaultCommTimeout;
+};
+
+/// The process world a config is validated against: ranks in all, and the most ranks
+/// that share one node's memory, with the run's options. Converts from a plain world size
+/// (one rank per node).
+struct WorldInfo {
+  WorldInfo(int size_ = 1, int ranks_per_node_ = 1, RunOptions options_ = {})
+      : size(size_), ranks_per_node(ranks_per_node_), options(options_) {}
+  int size;
+  int ranks_per_node;
+  RunOptions options = {};
+};
+
 /// What a suite runs with. Every rank gets the same config (validated, defaults filled).
 struct SuiteContext {
   Communicator& world;
@@ -59,17 +81,15 @@ struct SuiteContext {
   /// Where a suite records its per-rank timing spans (`dtbench run --trace`); null or
   /// disabled when no trace is asked for. The harness exports what it holds after the run.
   SpanRecorder* spans = nullptr;
+  /// The most ranks sharing one node, and the run's options (--force, comm_timeout_s).
+  int ranks_per_node = 1;
+  RunOptions options = {};
+  /// The world this run's config was validated against (what a suite's Params::parse takes).
+  WorldInfo world_info() const { return WorldInfo(world.size(), ranks_per_node, options); }
   /// Prints a line on rank 0 only (others ignore it).
   void print(const std::string& line) const;
 };
 
-/// The process world a config is validated against: ranks in all, and the most ranks
-/// that share one node's memory. Converts from a plain world size (one rank per node).
-struct WorldInfo {
-  WorldInfo(int size_ = 1, int ranks_per_node_ = 1) : size(size_), ranks_per_node(ranks_per_node_) {}
-  int size;
-  int ranks_per_node;
-};
 
 class Suite {
  public:
@@ -85,9 +105,15 @@ class Suite {
   /// in memory with world.ranks_per_node ranks per node; throws InputError naming the key.
   virtual void validate(const nlohmann::json& section, const nlohmann::json& config,
                         const WorldInfo& world) const {}
-  /// Runs on every rank (collective over ctx.world). Errors: throws std::runtime_error for
-  /// a failure the harness records as the suite's error.
+  /// Runs on every rank (collective over ctx.world), starting from the suite's
+  /// Params::parse(ctx.section, ctx.config, ctx.world_info()), the parse validate() used.
+  /// Errors: throws std::runtime_error for a failure the harness records as the suite's error.
   virtual SuiteResult run(SuiteContext& ctx) = 0;
+  /// The typed parameters run() would use for `section`, in a comparable printable form
+  /// (Params::parse(...).to_json()); the same InputError as validate() for what the parse
+  /// refuses. Every suite has a Params with one parse that validate() and run() both use.
+  virtual nlohmann::json params_json(const nlohmann::json& section, const nlohmann::json& config,
+                                     const WorldInfo& world) const = 0;
 };
 
 /// An integer config value in [lo, hi], or InputError naming `path` (e.g. "train.steps").
@@ -100,57 +126,30 @@ double number_in_range(const nlohmann::json& section, const std::string& key, co
 /// (V >= 256: the data is byte-level) and validated; InputError naming the key otherwise.
 GptConfig gpt_config_from_json(const nlohmann::json& model, const std::string& path = "model");
 
-/// A section's training layout: tensor_parallel, pipeline_parallel, data_parallel (0: the
-/// world size / (tp pp)), schedule and virtual_stages, with the given micro-batches,
-/// refused unless it can train `model` on `world_size` ranks with `global_batch` sequences
-/// (validate_layout: divisibility of heads, vocabulary, layers, batch; product = world).
-/// Errors: InputError "<path>: <reason naming the numbers>".
-ParallelLayout parallel_layout_from_json(const nlohmann::json& section, const std::string& path,
-                                         const GptConfig& model, int micro_batches, int global_batch, int world_size);
+/// Comparable printable forms of the typed config parts every suite shares (every field),
+/// for Suite::params_json.
+nlohmann::json to_json(const GptConfig& m);
+nlohmann::json to_json(const TrainConfig& t);
 
-/// A section's ZeRO keys, DeepSpeed's names: zero_stage (0-3), offload_optimizer ("none" or
-/// "cpu"), reduce_bucket_size and allgather_bucket_size (elements, >= 1), overlap_comm.
-/// Errors: InputError "<path>.<key>: <reason>" (validate_zero).
-ZeroConfig zero_config_from_json(const nlohmann::json& section, const std::string& path);
-
-/// A layout with its ZeRO settings and recompute, as the conformance and sweep suites name it.
-struct LayoutSpec {
-  ParallelLayout l;
-  ZeroConfig z;
-  Recompute recompute = Recompute::none;
-};
-
-/// "TP2xPP2xDP2[:option...]" -> a layout: dimensions TP, DP, PP in any order, each at most
-/// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved; 1f1b
-/// by default), "vN" virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer
-/// cpu), "full" or "selective" recompute, each at most once. Divisibility is not checked
-/// here (validate_layout). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
-LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
-
-/// A section's "recompute" key: none, selective or full; InputError "<path>.recompute: ..."
-/// otherwise.
-Recompute parse_recompute_key(const nlohmann::json& section, const std::string& path);
-
-/// A section's training-recipe keys into `t` (and `z`, when given), each only where the
-/// section has it: precision (fp32, bf16, fp16), loss_scale ("auto": dynamic for fp16,
-/// none otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval,
-/// grad_clip (0: off) and communication_data_type (DeepSpeed's key: "auto", the gradients'
-/// type; "fp32"; or the run's half type). Errors: InputError "<path>.<key>: <reason>".
-void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t, ZeroConfig* z);
+/// A section's training-recipe keys into `t`, each only where the section has it: precision
+/// (fp32, bf16, fp16: precision_from_json), loss_scale ("auto": dynamic for fp16, none
+/// otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval and grad_clip
+/// (0: off). communication_data_type is the layout's (layout_from_json).
+/// Errors: InputError "<path>.<key>: <reason>".
+void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t);
 
 /// Refuses a run before it allocates: throws InputError "<what>: predicted B bytes (X MiB)
 /// per rank x Y ranks per node, more than this machine's memory allows: A bytes available
 /// to the run (80% of Z MiB); --force runs it anyway" when bytes_per_rank (the suite's
-/// analytic estimate, bytes) * ranks_per_node exceeds 80% of physical RAM. After
-/// set_memory_check_forced(true) (`dtbench run --force`) it prints that as a warning instead.
-void check_fits_in_memory(double bytes_per_rank, int ranks_per_node, const std::string& what);
+/// analytic estimate, bytes) * ranks_per_node exceeds 80% of physical RAM. With
+/// options.force (`dtbench run --force`) it prints that as a warning instead.
+void check_fits_in_memory(double bytes_per_rank, int ranks_per_node, const std::string& what,
+                          const RunOptions& options);
 
 /// Creates directory `dir` (and its parents) if needed and checks that a file can be
 /// created in it (a probe file, removed again). Errors: InputError "<what> is not writable:
 /// '<dir>'". Used before anything is measured, for every directory a run will write.
 void check_dir_writable(const std::string& dir, const std::string& what);
-/// Whether check_fits_in_memory warns (true) or refuses (false, the default). Process-wide.
-void set_memory_check_forced(bool forced);
 
 using SuiteFactory = std::function<std::unique_ptr<Suite>()>;
 /// Name -> factory of every registered suite, sorted by name.

@@ -36,21 +36,24 @@ std::vector<std::string> candidate_layouts(int world) {
       if ((world / tp) % pp) continue;
       const int dp = world / (tp * pp);
       std::string dims;
-      auto add_dim = [&](const char* n, int k) {
+      auto tok = [](LayoutKey k) { return std::string(spelling(k).spec_token); };  // the layout spec's spelling
+      auto add_dim = [&](LayoutKey d, int k) {
         if (k == 1) return;
         if (!dims.empty()) dims += "x";
-        dims += n + std::to_string(k);
+        dims += tok(d) + std::to_string(k);
       };
-      add_dim("TP", tp);
-      add_dim("PP", pp);
-      add_dim("DP", dp);
-      if (dims.empty()) dims = "DP1";
+      add_dim(LayoutKey::tp, tp);
+      add_dim(LayoutKey::pp, pp);
+      add_dim(LayoutKey::dp, dp);
+      if (dims.empty()) dims = tok(LayoutKey::dp) + "1";
       if (pp == 1) {
         out.push_back(dims);
         if (tp == 1 && dp > 1)
-          for (int z = 1; z <= 3; ++z) out.push_back(dims + ":zero" + std::to_string(z));
+          for (int z = 1; z <= 3; ++z) out.push_back(dims + ":" + tok(LayoutKey::zero_stage) + std::to_string(z));
       } else {
-        for (const char* s : {"1f1b", "gpipe", "interleaved:v2"}) out.push_back(dims + ":" + s);
+        for (const std::string& s : {std::string("1f1b"), std::string("gpipe"),
+                                     "interleaved:" + tok(LayoutKey::virtual_stages) + "2"})
+          out.push_back(dims + ":" + s);
       }
     }
   }
@@ -73,7 +76,7 @@ Setup setup_from(const json& section, const json& config) {
   if (s.cfg.seq_len > s.model.T)
     throw InputError("sweep.seq_len = " + std::to_string(s.cfg.seq_len) + " exceeds model.T = " +
                      std::to_string(s.model.T));
-  apply_recipe_keys(section, "sweep", s.cfg, nullptr);
+  apply_recipe_keys(section, "sweep", s.cfg);
   return s;
 }
 
@@ -122,6 +125,34 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
   return out;
 }
 
+// The section, typed: the one parse validate() and run() use. `layouts` are the ones to run
+// (with their specs), `skipped` the default candidates left out and why.
+struct Params {
+  Setup st;
+  std::vector<std::string> layouts;
+  std::vector<LayoutSpec> specs;  // of `layouts`, precision st.cfg.precision
+  json skipped = json::array();
+  static Params parse(const json& section, const json& config, const WorldInfo& world) {
+    Params p;
+    p.st = setup_from(section, config);
+    if (p.st.cfg.precision != Precision::fp32 && config.value("backend", "cpu") != "cpu")
+      throw InputError("sweep.precision: " + std::string(to_string(p.st.cfg.precision)) +
+                       " runs on the cpu backend only (the cuda backend stores fp32)");
+    p.layouts = sweep_layouts(section, p.st, world.size, &p.skipped);
+    for (const std::string& text : p.layouts) {
+      p.specs.push_back(parse_layout_spec(text, "sweep.layouts"));
+      p.specs.back().precision = p.st.cfg.precision;
+    }
+    return p;
+  }
+  json to_json() const {
+    json s = json::array();
+    for (const LayoutSpec& x : specs) s.push_back(dtb::to_json(x));
+    return {{"model", dtb::to_json(st.model)}, {"train", dtb::to_json(st.cfg)}, {"layouts", layouts}, {"specs", s},
+            {"skipped", skipped}};
+  }
+};
+
 class SweepSuite : public Suite {
  public:
   std::string name() const override { return "sweep"; }
@@ -134,12 +165,12 @@ class SweepSuite : public Suite {
             {"precision", "fp32"}, {"layouts", json::array()}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
-    const Setup st = setup_from(section, config);
-    if (st.cfg.precision != Precision::fp32 && config.value("backend", "cpu") != "cpu")
-      throw InputError("sweep.precision: " + std::string(to_string(st.cfg.precision)) +
-                       " runs on the cpu backend only (the cuda backend stores fp32)");
-    sweep_layouts(section, st, world.size, nullptr);
-    check_fits_in_memory(20.0 * double(gpt_num_params(st.model)), world.ranks_per_node, "sweep: the model");
+    const Params p = Params::parse(section, config, world);
+    check_fits_in_memory(20.0 * double(gpt_num_params(p.st.model)), world.ranks_per_node, "sweep: the model",
+                         world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
@@ -148,9 +179,10 @@ class SweepSuite : public Suite {
     Backend* be = ctx.backend;
     const bool on_cpu = be == nullptr || be->name() == "cpu";
     Communicator& comm = ctx.device_world ? *ctx.device_world : world;
-    const Setup st = setup_from(ctx.section, ctx.config);
-    json skipped = json::array();
-    const std::vector<std::string> layouts = sweep_layouts(ctx.section, st, world.size(), &skipped);
+    const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const Setup& st = p.st;
+    const json& skipped = p.skipped;
+    const std::vector<std::string>& layouts = p.layouts;
     const double tokens = double(st.cfg.global_batch) * st.cfg.seq_len;
     ctx.print("# sweep: GPT L=" + std::to_string(st.model.L) + " C=" + std::to_string(st.model.C) + " NH=" +
               std::to_string(st.model.NH) + " V=" + std::to_string(st.model.V) + ", " +
@@ -160,8 +192,9 @@ class SweepSuite : public Suite {
               " steps, " + std::to_string(world.size()) + " ranks; " + std::to_string(layouts.size()) + " layouts");
     ctx.print("#  layout                      tokens/s   step ms   peak MiB/rank   bubble (theory)   idle    comm");
     SuiteResult res;
-    for (const std::string& text : layouts) {
-      const LayoutSpec spec = parse_layout_spec(text, "sweep.layouts");
+    for (size_t li = 0; li < layouts.size(); ++li) {
+      const std::string& text = layouts[li];
+      const LayoutSpec& spec = p.specs[li];
       SpanRecorder rec(true);
       const LayoutOutcome out =
           run_layout({.model = st.model, .layout = spec.l, .train = st.cfg, .zero = spec.z,
@@ -209,16 +242,8 @@ class SweepSuite : public Suite {
       json rec_json = benchmark_record("sweep/" + text, t.n, 1, t.median, t.median, "ms");
       rec_json["layout"] = text;
       rec_json["ranks"] = world.size();
-      rec_json["tp"] = l.tp;
-      rec_json["pp"] = l.pp;
-      rec_json["dp"] = l.dp;
-      rec_json["schedule"] = l.schedule;
-      rec_json["virtual_stages"] = l.virtual_stages;
-      rec_json["zero_stage"] = spec.z.stage;
-      rec_json["offload_optimizer"] = spec.z.offload_optimizer ? "cpu" : "none";
-      rec_json["recompute"] = std::string(to_string(spec.recompute));
-      rec_json["precision"] = std::string(to_string(st.cfg.precision));
-      rec_json["micro_batches"] = m;
+      add_layout_fields(rec_json, spec);
+      rec_json[spelling(LayoutKey::micro_batches).field_key] = m;
       rec_json["step_time_ms"] = to_json(t, 1e3);
       rec_json["tokens_per_s"] = tokens / t.median;
       rec_json["peak_bytes_per_rank"] = peak;
@@ -238,7 +263,7 @@ class SweepSuite : public Suite {
       ctx.print(line);
     }
     if (world.rank() == 0) {
-      res.data = {{"model", ctx.config.at("model")}, {"layouts", layouts}, {"not_applicable", skipped}};
+      res.data = {{"model", to_json(st.model)}, {"layouts", layouts}, {"not_applicable", skipped}};
       for (const auto& x : skipped)
         ctx.print("#  not applicable: " + x.at("layout").get<std::string>() + " (" + x.at("reason").get<std::string>() +
                   ")");

@@ -123,17 +123,6 @@ struct TrainFacts {
   double peak_tflops;  // the section's peak_tflops (0: no MFU)
 };
 
-// "tp:2/dp:2/pp:1/schedule:1f1b" and the options that differ from the defaults.
-std::string sharded_layout_name(const ParallelLayout& layout, const ZeroConfig& zero, Recompute recompute,
-                                const TrainConfig& cfg) {
-  return "tp:" + std::to_string(layout.tp) + "/dp:" + std::to_string(layout.dp) + "/pp:" + std::to_string(layout.pp) +
-         "/schedule:" + layout.schedule +
-         (layout.schedule == "interleaved" ? "/v:" + std::to_string(layout.virtual_stages) : "") +
-         (zero.stage > 0 ? "/zero:" + std::to_string(zero.stage) : "") + (zero.offload_optimizer ? "/offload:cpu" : "") +
-         (recompute != Recompute::none ? "/recompute:" + std::string(to_string(recompute)) : "") +
-         (cfg.precision != Precision::fp32 ? "/precision:" + std::string(to_string(cfg.precision)) : "");
-}
-
 // The plain data-parallel run (reference/trainer.h's Gpt<float> and train()) over
 // `dev_comm`, `ops` null on the CPU: the step-0 gradient (CPU only), the losses and timings,
 // this rank's final parameters and the largest difference from rank 0's (bitwise equal
@@ -217,15 +206,7 @@ json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit
   const int timed = int(run.timings.size());
   const ParallelLayout& layout = f.layout;
   json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
-  rec["dp"] = layout.dp;
-  rec["tp"] = layout.tp;
-  rec["pp"] = layout.pp;
-  rec["schedule"] = layout.schedule;
-  rec["virtual_stages"] = layout.virtual_stages;
-  rec["zero_stage"] = f.zero.stage;
-  rec["offload_optimizer"] = f.zero.offload_optimizer ? "cpu" : "none";
-  rec["recompute"] = std::string(to_string(f.recompute));
-  rec["precision"] = std::string(to_string(f.cfg.precision));
+  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision});
   rec["steps"] = f.cfg.steps;
   rec["tokens_per_step"] = f.tokens_per_step;
   rec["tokens_per_s"] = f.tokens_per_step / sp.step.median;
@@ -273,7 +254,7 @@ void device_results(const TrainFacts& f, const LayoutOutcome& run, const SuiteCo
                                   "|loss_0 - ln V| <= 0.5"));
   res.checks.push_back(make_check("train/loss_falls", run.losses.back() / run.losses.front(), 0.99,
                                   "last loss / first loss <= 0.99"));
-  res.data = {{"model", ctx.config.at("model")}, {"num_params", gpt_num_params(f.model)}, {"losses", {{"dp", run.losses}}}};
+  res.data = {{"model", to_json(f.model)}, {"num_params", gpt_num_params(f.model)}, {"losses", {{"dp", run.losses}}}};
   checkpoint_results(f, run.checkpoints, res);
 }
 
@@ -314,7 +295,7 @@ void oracle_results(const TrainFacts& f, const LayoutOutcome& run, const Referen
     losses["single_rank_" + std::string(to_string(refs.precision)) + "_micro_batches:" +
            std::to_string(refs.micro_batches[j])] = refs.single[j].losses;
   const Dataset& data = *ctx.dataset;
-  res.data = {{"model", ctx.config.at("model")},
+  res.data = {{"model", to_json(f.model)},
               {"num_params", gpt_num_params(f.model)},
               {"tokens_per_step", f.tokens_per_step},
               {"dataset", {{"path", data.path}, {"bytes", data.bytes.size()}, {"sha256", data.sha256}}},
@@ -337,6 +318,46 @@ void print_cpu_line(const TrainFacts& f, const StepSplit& sp, int n, const Layou
   ctx.print(line);
 }
 
+// The section, typed: the one parse validate() and run() use.
+struct Params {
+  GptConfig model;
+  TrainConfig cfg;
+  LayoutSpec spec;  // spec.precision == cfg.precision
+  CheckpointPlan plan;
+  std::string matmul_precision;
+  double peak_tflops = 0;
+  static Params parse(const json& section, const json& config, const WorldInfo& world);
+  json to_json() const {
+    return {{"model", dtb::to_json(model)},    {"train", dtb::to_json(cfg)},
+            {"layout", dtb::to_json(spec)},    {"checkpoint_dir", plan.dir},
+            {"checkpoint_every", plan.every},  {"resume_from", plan.resume_from},
+            {"matmul_precision", matmul_precision}, {"peak_tflops", peak_tflops}};
+  }
+};
+
+Params Params::parse(const json& section, const json& config, const WorldInfo& world) {
+  Params p;
+  p.model = gpt_config_from_json(config.at("model"));
+  TrainConfig& train = p.cfg;
+  train = train_config_from_json(section, config, "train");
+  p.spec = layout_from_json(section, "train", p.model, train.micro_batches, train.global_batch, world.size);
+  validate_train_config(train, p.model, p.spec.l.dp);
+  train.precision = p.spec.precision;
+  apply_recipe_keys(section, "train", train);  // loss scaling and clipping (precision: the same)
+  const bool cpu = config.value("backend", "cpu") == "cpu";
+  if (train.precision != Precision::fp32 && !cpu)
+    throw InputError("train.precision: " + std::string(to_string(train.precision)) +
+                     " runs on the cpu backend only (the cuda backend stores fp32)");
+  const std::string prec = section.at("matmul_precision");
+  if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
+    throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
+  if (cpu && prec != "fp32") throw InputError("train.matmul_precision: the cpu backend computes in fp32 only, not " + prec);
+  p.matmul_precision = prec;
+  p.peak_tflops = number_in_range(section, "peak_tflops", "train.peak_tflops", 0.0, 1e6);
+  p.plan = checkpoint_plan_from_json(section);
+  return p;
+}
+
 class TrainSuite : public Suite {
  public:
   std::string name() const override { return "train"; }
@@ -356,31 +377,19 @@ class TrainSuite : public Suite {
             {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
-    const GptConfig model = gpt_config_from_json(config.at("model"));
-    TrainConfig train = train_config_from_json(section, config, "train");
-    const ParallelLayout layout =
-        parallel_layout_from_json(section, "train", model, train.micro_batches, train.global_batch, world.size);
-    validate_train_config(train, model, layout.dp);
-    ZeroConfig zero = zero_config_from_json(section, "train");
-    parse_recompute_key(section, "train");
-    apply_recipe_keys(section, "train", train, &zero);
-    if (train.precision != Precision::fp32 && config.value("backend", "cpu") != "cpu")
-      throw InputError("train.precision: " + std::string(to_string(train.precision)) +
-                       " runs on the cpu backend only (the cuda backend stores fp32)");
-    const std::string prec = section.at("matmul_precision");
-    if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
-      throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
-    if (config.value("backend", "cpu") == "cpu" && prec != "fp32")
-      throw InputError("train.matmul_precision: the cpu backend computes in fp32 only, not " + prec);
-    number_in_range(section, "peak_tflops", "train.peak_tflops", 0.0, 1e6);
+    const Params p = Params::parse(section, config, world);
+    const GptConfig& model = p.model;
+    const TrainConfig& train = p.cfg;
+    const ParallelLayout& layout = p.spec.l;
+    const ZeroConfig& zero = p.spec.z;
     // The references run side by side, one per rank, up to four at once on a node (on the
     // CPU backend only; on a GPU the model lives in the GPU's memory).
     if (config.value("backend", "cpu") == "cpu")
       check_fits_in_memory(train_memory_bytes(model, train), std::min(world.ranks_per_node, 4),
-                           "train: the model and batch");
+                           "train: the model and batch", world.options);
     // Checkpoints: the keys, and a checkpoint to resume from checked against this run (all
     // but the dataset, which is read later, and the rank files, which each rank checks).
-    const CheckpointPlan plan = checkpoint_plan_from_json(section);
+    const CheckpointPlan& plan = p.plan;
     const std::string step_dir = resume_step_dir(plan);
     if (!step_dir.empty()) {
       const json m = check_checkpoint_manifest(step_dir, checkpoint_run_info(model, layout, zero, train, ""));
@@ -393,25 +402,29 @@ class TrainSuite : public Suite {
     }
   }
 
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
+  }
+
   SuiteResult run(SuiteContext& ctx) override {
     DTB_CHECK(ctx.dataset != nullptr, "train suite needs a dataset");
     const Dataset& data = *ctx.dataset;
     Communicator& world = ctx.world;
-    const GptConfig model_cfg = gpt_config_from_json(ctx.config.at("model"));
-    TrainConfig cfg = train_config_from_json(ctx.section, ctx.config, "train");
+    const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const GptConfig& model_cfg = p.model;
+    const TrainConfig& cfg = p.cfg;
     const int n = world.size();
-    const ParallelLayout layout =
-        parallel_layout_from_json(ctx.section, "train", model_cfg, cfg.micro_batches, cfg.global_batch, n);
-    ZeroConfig zero = zero_config_from_json(ctx.section, "train");
-    const Recompute recompute = parse_recompute_key(ctx.section, "train");
-    apply_recipe_keys(ctx.section, "train", cfg, &zero);
-    const CheckpointPlan plan = checkpoint_plan_from_json(ctx.section);
+    const ParallelLayout& layout = p.spec.l;
+    const ZeroConfig& zero = p.spec.z;
+    const Recompute recompute = p.spec.recompute;
+    const CheckpointPlan& plan = p.plan;
     // Plain DP (reference/trainer.h) unless the layout, ZeRO, recompute or checkpoints need the sharded model.
     const bool dp_only = !plan.on() && layout.tp == 1 && layout.pp == 1 && zero.stage == 0 &&
                          recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
     const TrainFacts f{model_cfg, cfg, layout, zero, recompute, plan, dp_only,
-                       dp_only ? "dp:" + std::to_string(n) : sharded_layout_name(layout, zero, recompute, cfg),
-                       double(cfg.global_batch) * cfg.seq_len, ctx.section.at("peak_tflops")};
+                       dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n)
+                               : layout_record_name(p.spec),
+                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops};
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
@@ -426,7 +439,7 @@ class TrainSuite : public Suite {
     // CPU's; the CUDA ops are checked against the CPU's by the CUDA tests instead.
     Backend* be = ctx.backend;
     const bool on_cpu = be == nullptr || be->name() == "cpu";
-    if (be) be->set_matmul_precision(ctx.section.at("matmul_precision"));
+    if (be) be->set_matmul_precision(p.matmul_precision);
     Communicator& dev_comm = ctx.device_world ? *ctx.device_world : world;
     LayoutOutcome run;
     if (dp_only) {

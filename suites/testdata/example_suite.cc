@@ -12,20 +12,37 @@
 namespace dtb {
 namespace {
 
+// The section, typed: the one parse that validate() and run() both use.
+struct Params {
+  int64_t n = 0;
+  int repetitions = 0;
+  static Params parse(const nlohmann::json& section, const nlohmann::json&, const WorldInfo&) {
+    Params p;
+    p.n = int_in_range(section, "n", "example.n", 1, int64_t(1) << 30);
+    p.repetitions = int(int_in_range(section, "repetitions", "example.repetitions", 1, 1000));
+    return p;
+  }
+  nlohmann::json to_json() const { return {{"n", n}, {"repetitions", repetitions}}; }
+};
+
 class ExampleSuite : public Suite {
  public:
   std::string name() const override { return "example"; }
   std::string description() const override { return "test-only: times a sum of 1..n and checks it"; }
   nlohmann::json defaults() const override { return {{"n", 100000}, {"repetitions", 5}}; }
 
-  void validate(const nlohmann::json& section, const nlohmann::json&, const WorldInfo&) const override {
-    int_in_range(section, "n", "example.n", 1, int64_t(1) << 30);
-    int_in_range(section, "repetitions", "example.repetitions", 1, 1000);
+  void validate(const nlohmann::json& section, const nlohmann::json& config, const WorldInfo& world) const override {
+    Params::parse(section, config, world);
+  }
+  nlohmann::json params_json(const nlohmann::json& section, const nlohmann::json& config,
+                             const WorldInfo& world) const override {
+    return Params::parse(section, config, world).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
-    const int64_t n = int_in_range(ctx.section, "n", "example.n", 1, int64_t(1) << 30);
-    const int reps = int(int_in_range(ctx.section, "repetitions", "example.repetitions", 1, 1000));
+    const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
+    const int64_t n = p.n;
+    const int reps = p.repetitions;
     std::vector<double> times;  // s, the slowest rank's per repetition
     int64_t sum = 0;
     for (int r = 0; r < reps; ++r) {

@@ -1,0 +1,267 @@
+// The layout spellings table and the parsers of every input form; see layout_config.h.
+#include "suites/layout_config.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "kernels/error.h"
+#include "suites/suite.h"
+
+namespace dtb {
+
+using nlohmann::json;
+
+const std::vector<LayoutSpelling>& layout_spellings() {
+  static const std::vector<LayoutSpelling> table = {
+      // key                       config key                 spec    name key     field key                  memory flag
+      {LayoutKey::tp,             "tensor_parallel",         "TP",   "tp",        "tp",                      "--tp"},
+      {LayoutKey::pp,             "pipeline_parallel",       "PP",   "pp",        "pp",                      "--pp"},
+      {LayoutKey::dp,             "data_parallel",           "DP",   "dp",        "dp",                      "--dp"},
+      {LayoutKey::schedule,       "schedule",                "",     "schedule",  "schedule",                "--schedule"},
+      {LayoutKey::virtual_stages, "virtual_stages",          "v",    "v",         "virtual_stages",          "--virtual-stages"},
+      {LayoutKey::micro_batches,  "micro_batches",           "",     "m",         "micro_batches",           "--micro-batches"},
+      {LayoutKey::zero_stage,     "zero_stage",              "zero", "zero",      "zero_stage",              "--zero-stage"},
+      {LayoutKey::offload,        "offload_optimizer",       "offload", "offload", "offload_optimizer",      "--offload-optimizer"},
+      {LayoutKey::precision,      "precision",               "",     "precision", "precision",               "--precision"},
+      {LayoutKey::recompute,      "recompute",               "",     "recompute", "recompute",               "--recompute"},
+      {LayoutKey::comm_type,      "communication_data_type", "",     "comm",      "communication_data_type", ""},
+  };
+  return table;
+}
+
+const LayoutSpelling& spelling(LayoutKey k) {
+  const LayoutSpelling& s = layout_spellings().at(size_t(k));
+  DTB_CHECK(s.key == k, "layout_spellings: rows out of enum order");
+  return s;
+}
+
+namespace {
+std::string key_of(LayoutKey k) { return spelling(k).config_key; }
+// The schedule names (a spec's schedule option; the config key's values).
+constexpr const char* kSchedules[] = {"gpipe", "1f1b", "interleaved"};
+}  // namespace
+
+int zero_stage_from_json(const json& s, const std::string& path, int lo, int hi) {
+  const std::string k = key_of(LayoutKey::zero_stage);
+  return int(int_in_range(s, k, path + "." + k, lo, hi));
+}
+
+ParallelLayout parallel_layout_from_json(const json& s, const std::string& path, const GptConfig& model,
+                                         int micro_batches, int global_batch, int world_size) {
+  const std::string tp = key_of(LayoutKey::tp), pp = key_of(LayoutKey::pp), dp = key_of(LayoutKey::dp);
+  const std::string vs = key_of(LayoutKey::virtual_stages);
+  ParallelLayout l;
+  l.tp = int(int_in_range(s, tp, path + "." + tp, 1, 1 << 16));
+  l.pp = int(int_in_range(s, pp, path + "." + pp, 1, 1 << 16));
+  l.dp = int(int_in_range(s, dp, path + "." + dp, 0, 1 << 20));
+  l.virtual_stages = int(int_in_range(s, vs, path + "." + vs, 1, 1024));
+  l.schedule = s.at(key_of(LayoutKey::schedule)).get<std::string>();
+  auto n = [](int64_t x) { return std::to_string(x); };
+  if (int64_t(l.tp) * l.pp > world_size)
+    throw InputError(path + ": " + tp + " (" + n(l.tp) + ") x " + pp + " (" + n(l.pp) + ") = " +
+                     n(int64_t(l.tp) * l.pp) + " exceeds the world size " + n(world_size));
+  if (l.world() > world_size)
+    throw InputError(path + ": " + tp + " (" + n(l.tp) + ") x " + dp + " (" + n(l.dp) + ") x " + pp + " (" +
+                     n(l.pp) + ") = " + n(l.world()) + " is not the world size " + n(world_size));
+  l.micro_batches = micro_batches;
+  if (l.dp == 0) {
+    if (world_size % (int64_t(l.tp) * l.pp) != 0)
+      throw InputError(path + ": " + tp + " (" + n(l.tp) + ") x " + pp + " (" + n(l.pp) +
+                       ") does not divide the world size " + n(world_size));
+    l.dp = world_size / (l.tp * l.pp);
+  }
+  try {
+    validate_layout(l, model, global_batch, world_size);
+  } catch (const InputError& e) {
+    throw InputError(path + ": " + e.what());
+  }
+  return l;
+}
+
+ZeroConfig zero_config_from_json(const json& s, const std::string& path) {
+  ZeroConfig z;
+  z.stage = zero_stage_from_json(s, path);
+  const std::string ok = key_of(LayoutKey::offload);
+  const std::string off = s.at(ok).get<std::string>();
+  if (off != "none" && off != "cpu")
+    throw InputError(path + "." + ok + ": '" + printable(off, 40) + "' is not \"none\" or \"cpu\"");
+  z.offload_optimizer = off == "cpu";
+  z.reduce_bucket_size = size_t(int_in_range(s, "reduce_bucket_size", path + ".reduce_bucket_size", 1, int64_t(1) << 40));
+  z.allgather_bucket_size =
+      size_t(int_in_range(s, "allgather_bucket_size", path + ".allgather_bucket_size", 1, int64_t(1) << 40));
+  z.overlap_comm = s.at("overlap_comm").get<bool>();
+  try {
+    validate_zero(z);
+  } catch (const InputError& e) {
+    throw InputError(path + ": " + e.what());
+  }
+  return z;
+}
+
+Recompute parse_recompute_key(const json& s, const std::string& path) {
+  const std::string k = key_of(LayoutKey::recompute);
+  const std::string r = s.at(k).get<std::string>();
+  for (Recompute x : {Recompute::none, Recompute::selective, Recompute::full})
+    if (r == to_string(x)) return x;
+  throw InputError(path + "." + k + ": '" + printable(r, 40) + "' is not none, selective or full");
+}
+
+Precision precision_from_json(const json& s, const std::string& path) {
+  const std::string k = key_of(LayoutKey::precision);
+  const std::string p = s.at(k).get<std::string>();
+  if (p != "fp32" && p != "bf16" && p != "fp16")
+    throw InputError(path + "." + k + ": '" + printable(p, 40) + "' is not fp32, bf16 or fp16");
+  return parse_precision(p);
+}
+
+bool fp32_communication_from_json(const json& s, const std::string& path, Precision p) {
+  const std::string k = key_of(LayoutKey::comm_type);
+  const std::string c = s.at(k).get<std::string>();
+  const std::string mine(to_string(p));
+  if (c != "auto" && c != "fp32" && c != mine)
+    throw InputError(path + "." + k + ": '" + printable(c, 40) + "' is not \"auto\", \"fp32\" or " +
+                     "the run's precision \"" + mine + "\" (gradients are reduced in their own type or in fp32)");
+  return c == "fp32" && p != Precision::fp32;
+}
+
+LayoutSpec layout_from_json(const json& s, const std::string& path, const GptConfig& model, int micro_batches,
+                            int global_batch, int world_size) {
+  LayoutSpec spec;
+  spec.l = parallel_layout_from_json(s, path, model, micro_batches, global_batch, world_size);
+  spec.z = zero_config_from_json(s, path);
+  spec.recompute = parse_recompute_key(s, path);
+  spec.precision = precision_from_json(s, path);
+  spec.z.fp32_communication = fp32_communication_from_json(s, path, spec.precision);
+  return spec;
+}
+
+namespace {
+// A layout spec's dimensions ("TP2xPP2", upper case) into `l`; `bad` makes the error.
+template <typename Bad>
+void parse_spec_dims(std::string dims, ParallelLayout& l, const Bad& bad) {
+  for (char& c : dims) c = char(std::toupper(static_cast<unsigned char>(c)));
+  const std::string names[3] = {spelling(LayoutKey::tp).spec_token, spelling(LayoutKey::dp).spec_token,
+                                spelling(LayoutKey::pp).spec_token};
+  bool seen[3] = {false, false, false};
+  size_t pos = 0;
+  while (pos < dims.size()) {
+    const std::string dim = dims.substr(pos, 2);
+    const int which = int(std::find(names, names + 3, dim) - names);
+    if (which == 3) throw bad("has an unknown dimension at '" + printable(dims.substr(pos), 20) + "' (TP, DP, PP)");
+    if (seen[which]) throw bad("names " + dim + " twice");
+    seen[which] = true;
+    pos += 2;
+    size_t end = pos;
+    while (end < dims.size() && std::isdigit(static_cast<unsigned char>(dims[end]))) ++end;
+    if (end == pos || end - pos > 4) throw bad("needs a size after " + dim);
+    const int size = std::stoi(dims.substr(pos, end - pos));
+    if (size < 1) throw bad("has " + dim + " size 0");
+    (which == 0 ? l.tp : which == 1 ? l.dp : l.pp) = size;
+    pos = end;
+    if (pos < dims.size()) {
+      if (dims[pos] != 'X') throw bad("joins dimensions with '" + printable(std::string(1, dims[pos])) + "', not 'x'");
+      ++pos;
+      if (pos == dims.size()) throw bad("ends with 'x'");
+    }
+  }
+}
+}  // namespace
+
+LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
+  auto bad = [&](const std::string& why) {
+    return InputError(path + ": '" + printable(text, 40) + "' " + why +
+                      " (expected e.g. \"TP2xPP2xDP2\", \"PP4:gpipe\", \"PP2:interleaved:v2\", \"DP2:zero3:offload\")");
+  };
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i)
+    if (i == text.size() || text[i] == ':') parts.push_back(text.substr(start, i - start)), start = i + 1;
+  if (parts.empty() || parts.size() > 5 || parts[0].empty()) throw bad("is not a layout");
+  LayoutSpec spec;
+  parse_spec_dims(parts[0], spec.l, bad);
+  const std::string v = spelling(LayoutKey::virtual_stages).spec_token, zero = spelling(LayoutKey::zero_stage).spec_token;
+  const std::string offload = spelling(LayoutKey::offload).spec_token;
+  bool seen_opt[5] = {false, false, false, false, false};  // schedule, v, zero, offload, recompute
+  auto digits_after = [](const std::string& o, size_t k) {
+    return o.size() > k && o.size() <= k + 4 &&
+           std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& o = parts[i];
+    int which;
+    if (std::find(std::begin(kSchedules), std::end(kSchedules), o) != std::end(kSchedules)) {
+      which = 0;
+      spec.l.schedule = o;
+    } else if (std::tolower(static_cast<unsigned char>(o[0])) == v[0] && digits_after(o, v.size())) {
+      which = 1;
+      spec.l.virtual_stages = std::stoi(o.substr(v.size()));
+    } else if (o.rfind(zero, 0) == 0 && digits_after(o, zero.size())) {
+      which = 2;
+      spec.z.stage = std::stoi(o.substr(zero.size()));
+    } else if (o == offload) {
+      which = 3;
+      spec.z.offload_optimizer = true;
+    } else if (o == to_string(Recompute::full) || o == to_string(Recompute::selective)) {
+      which = 4;
+      spec.recompute = parse_recompute(o);
+    } else {
+      throw bad("has an unknown option '" + printable(o, 20) +
+                "' (gpipe, 1f1b, interleaved, vN, zeroN, offload, full, selective)");
+    }
+    if (seen_opt[which]) throw bad("repeats an option ('" + printable(o, 20) + "')");
+    seen_opt[which] = true;
+  }
+  return spec;
+}
+
+std::string layout_record_name(const LayoutSpec& s) {
+  std::string name;
+  auto seg = [&](LayoutKey k, const std::string& value) {  // appends "[/]key:value"
+    if (!name.empty()) name += '/';
+    name += spelling(k).name_key;
+    name += ':';
+    name += value;
+  };
+  const ParallelLayout& l = s.l;
+  seg(LayoutKey::tp, std::to_string(l.tp));
+  seg(LayoutKey::dp, std::to_string(l.dp));
+  seg(LayoutKey::pp, std::to_string(l.pp));
+  seg(LayoutKey::schedule, l.schedule);
+  if (l.schedule == "interleaved") seg(LayoutKey::virtual_stages, std::to_string(l.virtual_stages));
+  if (s.z.stage > 0) seg(LayoutKey::zero_stage, std::to_string(s.z.stage));
+  if (s.z.offload_optimizer) seg(LayoutKey::offload, "cpu");
+  if (s.recompute != Recompute::none) seg(LayoutKey::recompute, std::string(to_string(s.recompute)));
+  if (s.precision != Precision::fp32) seg(LayoutKey::precision, std::string(to_string(s.precision)));
+  return name;
+}
+
+void add_layout_fields(json& rec, const LayoutSpec& s) {
+  auto f = [&](LayoutKey k) -> json& { return rec[spelling(k).field_key]; };
+  f(LayoutKey::tp) = s.l.tp;
+  f(LayoutKey::dp) = s.l.dp;
+  f(LayoutKey::pp) = s.l.pp;
+  f(LayoutKey::schedule) = s.l.schedule;
+  f(LayoutKey::virtual_stages) = s.l.virtual_stages;
+  f(LayoutKey::zero_stage) = s.z.stage;
+  f(LayoutKey::offload) = s.z.offload_optimizer ? "cpu" : "none";
+  f(LayoutKey::recompute) = std::string(to_string(s.recompute));
+  f(LayoutKey::precision) = std::string(to_string(s.precision));
+}
+
+json to_json(const ParallelLayout& l) {
+  return {{"tp", l.tp}, {"dp", l.dp}, {"pp", l.pp}, {"micro_batches", l.micro_batches},
+          {"schedule", l.schedule}, {"virtual_stages", l.virtual_stages}};
+}
+
+json to_json(const ZeroConfig& z) {
+  return {{"stage", z.stage}, {"offload_optimizer", z.offload_optimizer}, {"reduce_bucket_size", z.reduce_bucket_size},
+          {"allgather_bucket_size", z.allgather_bucket_size}, {"overlap_comm", z.overlap_comm},
+          {"fp32_communication", z.fp32_communication}};
+}
+
+json to_json(const LayoutSpec& s) {
+  return {{"layout", to_json(s.l)}, {"zero", to_json(s.z)}, {"recompute", std::string(to_string(s.recompute))},
+          {"precision", std::string(to_string(s.precision))}};
+}
+
+}  // namespace dtb

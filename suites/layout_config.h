@@ -1,0 +1,105 @@
+// The parallel layout of a training run as one typed struct (LayoutSpec) and the one table of
+// its spellings: config keys (tensor_parallel), --sweep / conformance layout specs (TP2),
+// record names and fields (tp:2, "tp") and `dtbench memory` flags (--tp). Every parser of a
+// layout key reads its spelling from the table; no other file names a layout key.
+// Not the layout's rules (reference/process_grid.h validate_layout, reference/zero.h).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "reference/gpt.h"
+#include "reference/memory_model.h"
+#include "reference/process_grid.h"
+#include "reference/zero.h"
+
+namespace dtb {
+
+/// One dimension or option of a layout.
+enum class LayoutKey {
+  tp, pp, dp, schedule, virtual_stages, micro_batches, zero_stage, offload, precision, recompute, comm_type
+};
+
+/// How one layout key is spelled in each input and output form ("" where the form has none).
+struct LayoutSpelling {
+  LayoutKey key;
+  const char* config_key;   // a config section's key: "tensor_parallel"
+  const char* spec_token;   // in a layout spec: a dimension's prefix "TP" (TP2), an option's prefix "zero" (zero2)
+  const char* name_key;     // in a record name: "tp" (tp:2)
+  const char* field_key;    // a record's JSON field: "tp", "zero_stage"
+  const char* memory_flag;  // `dtbench memory`: "--tp"
+};
+
+/// The table: every LayoutKey once, in enum order.
+const std::vector<LayoutSpelling>& layout_spellings();
+/// The row of `k`.
+const LayoutSpelling& spelling(LayoutKey k);
+
+/// A layout with its ZeRO settings, recompute and precision, as the train, conformance and
+/// sweep suites run it. `precision` is the run's storage recipe (TrainConfig::precision is
+/// set from it); z.fp32_communication carries communication_data_type.
+struct LayoutSpec {
+  ParallelLayout l;
+  ZeroConfig z;
+  Recompute recompute = Recompute::none;
+  Precision precision = Precision::fp32;
+};
+
+/// A section's zero_stage in [lo, hi]: the one reader of the key. Errors: InputError
+/// "<path>.zero_stage = <v> is out of range [lo, hi]".
+int zero_stage_from_json(const nlohmann::json& section, const std::string& path, int lo = 0, int hi = 3);
+
+/// A section's training layout: tensor_parallel, pipeline_parallel, data_parallel (0: the
+/// world size / (tp pp)), schedule and virtual_stages, with the given micro-batches,
+/// refused unless it can train `model` on `world_size` ranks with `global_batch` sequences
+/// (validate_layout: divisibility of heads, vocabulary, layers, batch; product = world).
+/// Errors: InputError "<path>: <reason naming the numbers>".
+ParallelLayout parallel_layout_from_json(const nlohmann::json& section, const std::string& path,
+                                         const GptConfig& model, int micro_batches, int global_batch, int world_size);
+
+/// A section's ZeRO keys, DeepSpeed's names: zero_stage (0-3), offload_optimizer ("none" or
+/// "cpu"), reduce_bucket_size and allgather_bucket_size (elements, >= 1), overlap_comm.
+/// Errors: InputError "<path>.<key>: <reason>" (validate_zero).
+ZeroConfig zero_config_from_json(const nlohmann::json& section, const std::string& path);
+
+/// A section's "recompute" key: none, selective or full; InputError "<path>.recompute: ..."
+/// otherwise.
+Recompute parse_recompute_key(const nlohmann::json& section, const std::string& path);
+
+/// A section's "precision" key: fp32, bf16 or fp16; InputError "<path>.precision: ..." otherwise.
+Precision precision_from_json(const nlohmann::json& section, const std::string& path);
+
+/// A section's "communication_data_type" (DeepSpeed's key: "auto", the gradients' type;
+/// "fp32"; or the run's half type `p`): whether gradients are reduced in fp32 (never for an
+/// fp32 run). Errors: InputError "<path>.communication_data_type: ...".
+bool fp32_communication_from_json(const nlohmann::json& section, const std::string& path, Precision p);
+
+/// A config section's whole layout, the config-key form's one parser: the parallel layout
+/// (parallel_layout_from_json), the ZeRO keys (zero_config_from_json), recompute, precision
+/// and communication_data_type (into z.fp32_communication), in that order. Errors: as theirs.
+LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& path, const GptConfig& model,
+                            int micro_batches, int global_batch, int world_size);
+
+/// "TP2xPP2xDP2[:option...]" -> a layout: dimensions TP, DP, PP in any order, each at most
+/// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved; 1f1b
+/// by default), "vN" virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer
+/// cpu), "full" or "selective" recompute, each at most once. Divisibility is not checked
+/// here (validate_layout). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
+LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
+
+/// The train suite's record name of a sharded layout: "tp:T/dp:D/pp:P/schedule:S", then
+/// "/v:V" (interleaved), "/zero:Z" (Z > 0), "/offload:cpu", "/recompute:R" (not none),
+/// "/precision:P" (not fp32).
+std::string layout_record_name(const LayoutSpec& s);
+
+/// Sets a record's layout fields: tp, dp, pp, schedule, virtual_stages, zero_stage,
+/// offload_optimizer ("cpu" / "none"), recompute and precision.
+void add_layout_fields(nlohmann::json& rec, const LayoutSpec& s);
+
+/// A comparable printable form of each typed part (every field), for tests and messages.
+nlohmann::json to_json(const ParallelLayout& l);
+nlohmann::json to_json(const ZeroConfig& z);
+nlohmann::json to_json(const LayoutSpec& s);
+
+}  // namespace dtb
