@@ -97,14 +97,8 @@ size_t count_differ(const std::vector<double>& a, const std::vector<double>& b) 
   return n;
 }
 
-}  // namespace
-}  // namespace dtb
-
 // ---------------------------------------------------------------------------------------
 // 1. Master weights and the memory plan.
-
-namespace dtb {
-namespace {
 
 // Replays the recipe on the host from the engine's own reduced gradients and checks the
 // engine against it, step by step: master_t = AdamW_fp32(master_{t-1}, float(grad_t)) with
@@ -258,14 +252,8 @@ TEST(MixedPrecisionMemory, PeakBytesPerCategoryAreThePlansExactly) {
       }
 }
 
-}  // namespace
-}  // namespace dtb
-
 // ---------------------------------------------------------------------------------------
 // 2. ZeRO stages at DP 2: one rounded addition per reduced element, so bitwise equal.
-
-namespace dtb {
-namespace {
 
 // At DP 2 with one micro-batch per rank, every reduced gradient element is the two ranks'
 // values added once and rounded once: the all-reduce (ZeRO 0-1) gives round(a + b), the
@@ -310,14 +298,8 @@ TEST(MixedPrecisionZero, StagesAreBitwiseEqualAtDp2) {
   }
 }
 
-}  // namespace
-}  // namespace dtb
-
 // ---------------------------------------------------------------------------------------
 // 3. Layouts against the one-rank bf16 run.
-
-namespace dtb {
-namespace {
 
 // The per-tensor bound of two bf16 runs that differ only in where they round, in units of
 // u = 2^-8 (derivation below).
@@ -380,14 +362,8 @@ TEST(MixedPrecisionLayouts, Bf16LayoutsFollowTheOneRankBf16Gradient) {
   }
 }
 
-}  // namespace
-}  // namespace dtb
-
 // ---------------------------------------------------------------------------------------
 // 4. Recompute in half precision.
-
-namespace dtb {
-namespace {
 
 // Selective and full recompute run the same ops on the same half values in the same order
 // as the first forward (no dropout, the same fp32 statistics recomputed from the same bits),
@@ -426,14 +402,8 @@ TEST(MixedPrecisionRecompute, FullAndSelectiveAreBitwiseNone) {
   }
 }
 
-}  // namespace
-}  // namespace dtb
-
 // ---------------------------------------------------------------------------------------
 // 5. fp16 dynamic loss scaling.
-
-namespace dtb {
-namespace {
 
 // fp16, DP over the world, GradScaler from 2^16 growing x2 after every 2 good steps: the
 // scale each step carried is what GradScaler's rule gives for the skipped flags the run
@@ -545,14 +515,8 @@ TEST(MixedPrecisionLossScaling, Fp16InfOnOneRankSkipsTheStepEverywhere) {
   EXPECT_EQ(scaler.scale(), 65536.0 / 4);  // one good step of growth_interval 2: no growth yet
 }
 
-}  // namespace
-}  // namespace dtb
-
 // ---------------------------------------------------------------------------------------
 // 6. communication_data_type fp32 vs half.
-
-namespace dtb {
-namespace {
 
 // DP over the world at ZeRO 0 (the only DP traffic is the gradient all-reduce): widened to
 // fp32 the reduction moves exactly twice the bytes. At 2 ranks both reduce each element as
