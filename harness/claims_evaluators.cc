@@ -351,7 +351,7 @@ void per_gpu(const json& in, double tol, const Measured&, ClaimResult& r) {
   c.model = m;
   c.layout.tp = tp, c.layout.pp = pp, c.layout.dp = dp;
   c.layout.micro_batches = int(num(in, "micro_batches"));
-  c.zero_stage = int(num(in, "zero_stage"));
+  c.zero.stage = int(num(in, "zero_stage"));
   c.precision = Precision::bf16;
   c.recompute = Recompute::full;
   c.micro_batch_size = int(num(in, "micro_batch_size"));
@@ -362,7 +362,7 @@ void per_gpu(const json& in, double tol, const Measured&, ClaimResult& r) {
   r.computed = fmt("P/(tp pp) = %.3g params: the claim's %.1f + %.1f + %.1f GB are 4 + 12 + 4 B of them, unsharded; "
                    "dtbench's plan (bf16, ZeRO-%d over DP %d, full recompute, %d x %d tokens per micro-batch): weights "
                    "%.2f, optimizer %.2f, grads %.2f, activations %.2f, total on device %.2f GB",
-                   share, w, o, g, c.zero_stage, dp, c.micro_batch_size, c.tokens(), pw, po, pg, pa,
+                   share, w, o, g, c.zero.stage, dp, c.micro_batch_size, c.tokens(), pw, po, pg, pa,
                    double(plan.device_total()) / kGB);
   r.values = {{"params_per_gpu", share}, {"plan_weights_gb", pw}, {"plan_optimizer_gb", po}, {"plan_grads_gb", pg},
               {"plan_activations_gb", pa}, {"plan_total_gb", double(plan.device_total()) / kGB},
@@ -371,7 +371,7 @@ void per_gpu(const json& in, double tol, const Measured&, ClaimResult& r) {
   r.verdict = ok ? "holds" : "differs";
   r.why = fmt("the figures mix fp32 weights and grads with a mixed-precision optimizer and apply no ZeRO: with ZeRO-%d "
               "the optimizer is %.2f GB, not %.1f",
-              c.zero_stage, po, o);
+              c.zero.stage, po, o);
 }
 
 // Claim 12: activation checkpointing halves activations for 33% more compute.

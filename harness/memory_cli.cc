@@ -217,8 +217,8 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
     notes.push_back(fmt("%d micro-batches per step (default: pp, the fewest that fill the pipeline)", a.pp));
   c.micro_batch_size = a.micro_batch_size;
   c.seq_len = given(sub, "--seq") ? a.seq : 0;
-  c.zero_stage = a.zero_stage;
-  c.offload_optimizer = parse_offload(a.offload);
+  c.zero.stage = a.zero_stage;
+  c.zero.offload_optimizer = parse_offload(a.offload) == Offload::cpu;
   c.precision = parse_precision(a.precision);
   c.recompute = parse_recompute(a.recompute);
   validate_plan(c);
@@ -233,8 +233,8 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"world", l.world()}, {"schedule", l.schedule},
                  {"virtual_stages", l.virtual_stages}, {"micro_batches", l.micro_batches},
                  {"micro_batch_size", c.micro_batch_size}, {"seq_len", c.tokens()},
-                 {"global_batch", c.global_batch()}, {"zero_stage", c.zero_stage},
-                 {"offload_optimizer", to_string(c.offload_optimizer)}, {"precision", to_string(c.precision)},
+                 {"global_batch", c.global_batch()}, {"zero_stage", c.zero.stage},
+                 {"offload_optimizer", to_string(offload_of(c.zero))}, {"precision", to_string(c.precision)},
                  {"recompute", to_string(c.recompute)}};
   size_t busiest = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -253,7 +253,7 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   // Beside ours: Korthikanti's per-layer activations and Megatron's weight + optimizer.
   const double ours_layer = double(layer_activation_floats(c) * (c.precision == Precision::fp32 ? 4 : 2));
   const double kor = korthikanti_layer_activation_bytes(m, c.tokens(), c.micro_batch_size, l.tp, c.recompute);
-  const double meg = megatron_weight_and_optimizer_bytes(m, l.tp, l.pp, l.dp, c.zero_stage >= 1);
+  const double meg = megatron_weight_and_optimizer_bytes(m, l.tp, l.pp, l.dp, c.zero.stage >= 1);
   j["layer_activation_bytes"] = ours_layer;
   j["korthikanti_layer_activation_bytes"] = kor;
   j["megatron_weight_and_optimizer_bytes"] = meg;
@@ -262,12 +262,12 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   const StateBytesPerParam k = state_bytes_per_param(c.precision);
   const double N = double(b.N);
   const double states = double(b.mem.model_states(Tier::device) + b.mem.model_states(Tier::host));
-  const MemoryBytes<double> paper_states = zero_model_states(N, c.precision, c.zero_stage, l.dp, c.offload_optimizer);
+  const MemoryBytes<double> paper_states = zero_model_states(N, c.precision, c.zero.stage, l.dp, offload_of(c.zero));
   const double paper = paper_states.total(Tier::device) + paper_states.total(Tier::host);
   const bool fp32 = c.precision == Precision::fp32;
   std::string zero_note;
-  if (c.zero_stage > 0)
-    zero_note = fmt(" (ZeRO-%d over DP %d: the paper's %.3f%s)", c.zero_stage, l.dp, paper / N,
+  if (c.zero.stage > 0)
+    zero_note = fmt(" (ZeRO-%d over DP %d: the paper's %.3f%s)", c.zero.stage, l.dp, paper / N,
                     std::abs(states - paper) < 0.5 ? "" : "; the rest is the padding of the shards");
   j["rules_of_thumb"].push_back(rule(
       "16 B/param of model state",

@@ -172,7 +172,7 @@ void validate_plan(const PlanConfig& c) {
   const int64_t g = c.global_batch();
   if (g > INT32_MAX) throw InputError("global batch " + num(g) + " is too large");
   validate_layout(c.layout, c.model, int(g), c.layout.world());
-  check_zero(c.zero_stage, c.offload_optimizer);
+  check_zero(c.zero.stage, offload_of(c.zero));
 }
 
 std::vector<int> activation_sets_per_chunk(const std::string& schedule, int p, int m, int v, int stage) {
@@ -286,12 +286,12 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
   // Model states.
   const bool mixed = c.precision != Precision::fp32;
   const u64 pb = mixed ? 2 : 4, N = r.N, S = r.S;
-  const int z = c.zero_stage;
+  const int z = c.zero.stage;
   const u64 opt_elems = z >= 1 ? S : N;
   MemoryBytes<u64>& m = r.mem;
   m.at(Tier::device, kParam) = pb * (z >= 3 ? S : N);
   m.at(Tier::device, kGrad) = pb * (z >= 2 ? S : N);
-  if (c.offload_optimizer == Offload::cpu) {  // the fp32 master and moments CPU AdamW works on
+  if (c.zero.offload_optimizer) {  // the fp32 master and moments CPU AdamW works on
     m.at(Tier::host, kMaster) = 4 * S;
     m.at(Tier::host, kOptim) = 8 * S;
     m.at(Tier::host, kGrad) = pb * S;            // the gradient shard moved down, in its own type

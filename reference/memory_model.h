@@ -16,6 +16,7 @@
 #include "kernels/device.h"
 #include "reference/gpt.h"
 #include "reference/process_grid.h"
+#include "reference/zero_config.h"
 
 namespace dtb {
 
@@ -32,6 +33,8 @@ enum class Offload { none, cpu };
 std::string_view to_string(Precision p);
 std::string_view to_string(Recompute r);
 std::string_view to_string(Offload o);
+/// ZeroConfig::offload_optimizer as the memory model's Offload.
+inline Offload offload_of(const ZeroConfig& z) { return z.offload_optimizer ? Offload::cpu : Offload::none; }
 /// Parses "fp32" | "bf16" | "fp16" (and the others' names); InputError naming the choices.
 Precision parse_precision(const std::string& s);
 Recompute parse_recompute(const std::string& s);
@@ -114,8 +117,7 @@ double korthikanti_layer_activation_bytes(const GptConfig& m, int seq, int micro
 struct PlanConfig {
   GptConfig model;
   ParallelLayout layout;
-  int zero_stage = 0;
-  Offload offload_optimizer = Offload::none;
+  ZeroConfig zero;  // the stage and offload_optimizer are planned; buckets and overlap are not
   Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;
   int seq_len = 0;

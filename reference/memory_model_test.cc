@@ -195,30 +195,30 @@ TEST(MemoryModelPlan, ZeroStagesShardByPaddedUnits) {
   const uint64_t N = r.N;
   const uint64_t want[4][3] = {{N, N, 2 * N}, {N, N, 2 * S}, {N, S, 2 * S}, {S, S, 2 * S}};
   for (int z = 0; z < 4; ++z) {
-    c.zero_stage = z;
+    c.zero.stage = z;
     r = plan_rank(c, 0, 0);
     EXPECT_EQ(r.mem.get(Tier::device, MemCategory::param), 4 * want[z][0]) << z;
     EXPECT_EQ(r.mem.get(Tier::device, MemCategory::grad), 4 * want[z][1]) << z;
     EXPECT_EQ(r.mem.get(Tier::device, MemCategory::optimizer_state), 4 * want[z][2]) << z;
     EXPECT_EQ(r.mem.get(Tier::device, MemCategory::master_param), 0u) << z;
     if (z == 0) continue;
-    c.offload_optimizer = Offload::cpu;
+    c.zero.offload_optimizer = true;
     const RankPlan o = plan_rank(c, 0, 0);
-    c.offload_optimizer = Offload::none;
+    c.zero.offload_optimizer = false;
     EXPECT_EQ(o.mem.get(Tier::device, MemCategory::optimizer_state), 0u);
     EXPECT_EQ(o.mem.get(Tier::device, MemCategory::param), 4 * want[z][0]);
     EXPECT_EQ(o.mem.get(Tier::host, MemCategory::master_param), 4 * S);
     EXPECT_EQ(o.mem.get(Tier::host, MemCategory::optimizer_state), 8 * S);
     EXPECT_EQ(o.mem.get(Tier::host, MemCategory::grad), 4 * S);
   }
-  c.zero_stage = 0;
-  c.offload_optimizer = Offload::cpu;
+  c.zero.stage = 0;
+  c.zero.offload_optimizer = true;
   EXPECT_THROW(plan_rank(c, 0, 0), InputError);
-  c.offload_optimizer = Offload::none;
-  c.zero_stage = 4;
+  c.zero.offload_optimizer = false;
+  c.zero.stage = 4;
   EXPECT_THROW(plan_rank(c, 0, 0), InputError);
   // Mixed precision (planned): 2-byte params and grads, fp32 master and Adam, sharded as ZeRO.
-  c.zero_stage = 1;
+  c.zero.stage = 1;
   c.precision = Precision::bf16;
   r = plan_rank(c, 0, 0);
   EXPECT_EQ(r.mem.get(Tier::device, MemCategory::param), 2 * N);
@@ -343,8 +343,8 @@ TEST(MemoryModelPlan, MatchesZeroEngineState) {
       for (bool off : {false, true}) {
         if (off && z == 0) continue;
         PlanConfig c = small_plan(tp, pp, 3);
-        c.zero_stage = z;
-        c.offload_optimizer = off ? Offload::cpu : Offload::none;
+        c.zero.stage = z;
+        c.zero.offload_optimizer = off;
         for (int p = 0; p < pp; ++p) {
           SCOPED_TRACE("zero " + std::to_string(z) + (off ? " offload" : "") + " pp rank " + std::to_string(p));
           CpuDevice dev;

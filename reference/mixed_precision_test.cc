@@ -226,8 +226,7 @@ TEST(MixedPrecisionMemory, PeakBytesPerCategoryAreThePlansExactly) {
         pc.model = kModel;
         pc.layout = c.layout;
         pc.layout.micro_batches = cfg.micro_batches;
-        pc.zero_stage = c.zero.stage;
-        pc.offload_optimizer = c.zero.offload_optimizer ? Offload::cpu : Offload::none;
+        pc.zero = c.zero;
         pc.precision = prec;
         pc.recompute = rc;
         pc.seq_len = cfg.seq_len;

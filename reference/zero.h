@@ -47,22 +47,9 @@
 #include "kernels/adamw.h"
 #include "reference/parallel_gpt.h"
 #include "reference/tensor_parallel.h"
+#include "reference/zero_config.h"
 
 namespace dtb {
-
-/// ZeRO settings, DeepSpeed's `zero_optimization` names.
-struct ZeroConfig {
-  int stage = 0;                                 // 0-3
-  bool offload_optimizer = false;                // offload_optimizer: cpu
-  size_t reduce_bucket_size = 500'000'000;       // elements per reduce-scatter / all-reduce
-  size_t allgather_bucket_size = 500'000'000;    // elements per parameter all-gather
-  bool overlap_comm = false;                     // reduce-scatters overlap the backward
-  bool fp32_communication = false;               // communication_data_type "fp32" (half T only)
-};
-
-/// Throws InputError naming the value unless stage is 0-3, buckets >= 1, and offload has
-/// stage >= 1 (DeepSpeed offloads stages 1-3).
-void validate_zero(const ZeroConfig& cfg);
 
 /// ceil(n / dp): a unit's shard per DP rank.
 inline size_t zero_shard_size(size_t n, int dp) { return (n + size_t(dp) - 1) / size_t(dp); }

@@ -143,8 +143,7 @@ class MemorySuite : public Suite {
       PlanConfig pc;
       pc.model = model;
       pc.layout = l;
-      pc.zero_stage = c.zero.stage;
-      pc.offload_optimizer = c.zero.offload_optimizer ? Offload::cpu : Offload::none;
+      pc.zero = c.zero;
       pc.seq_len = cfg.seq_len;
       pc.micro_batch_size = mbs;
       const RankPlan plan = plan_rank(pc, out.tp_rank, out.pp_rank);

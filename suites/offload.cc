@@ -97,11 +97,11 @@ class OffloadSuite : public Suite {
     PlanConfig pc;
     pc.model = t.model;
     pc.layout = t.layout;
-    pc.zero_stage = stage;
+    pc.zero.stage = stage;
     pc.seq_len = t.cfg.seq_len;
     pc.micro_batch_size = t.cfg.global_batch / (world.size() * t.cfg.micro_batches);
     const double plan_none = double(plan_rank(pc, 0, 0).mem.model_states(Tier::device));
-    pc.offload_optimizer = Offload::cpu;
+    pc.zero.offload_optimizer = true;
     const double plan_cpu = double(plan_rank(pc, 0, 0).mem.model_states(Tier::device));
     const Summary s0 = summarize(times[0]), s1 = summarize(times[1]);
     const double b0 = device_state_bytes(last[0]), b1 = device_state_bytes(last[1]);

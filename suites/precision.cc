@@ -149,7 +149,7 @@ class PrecisionSuite : public Suite {
     PlanConfig pc;
     pc.model = t.model;
     pc.layout = t.layout;
-    pc.zero_stage = zero.stage;
+    pc.zero.stage = zero.stage;
     pc.seq_len = t.cfg.seq_len;
     pc.micro_batch_size = t.cfg.global_batch / (world.size() * t.cfg.micro_batches);
     const double P = double(plan_rank(pc, 0, 0).N);
