@@ -183,11 +183,18 @@ PY
 # Arrival times attribute a straggler: 2 ranks as 2 nodes, one core each. Clean, no straggler;
 # rank 1's compute slowed 2x, it arrives at the world's all-reduce late and the check names it
 # (the GEMM check too). A plain 2-rank run, not emulated: its own mpirun.
+# Up to 3 attempts each: on a quiet 2-core machine a clean run's lateness is 0-2 % of the work
+# (12 runs), but one run in four of this test on 2026-12-01 met a disturbance that held rank 0
+# back for 42 % of the work; a real straggler, or a probe that stops seeing one, fails all three.
 for fault in "" "1:compute:2"; do
-  rc=0
-  "$mpirun" -np 2 --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --ranks-per-node 1 --level long \
-    --tolerance 0.4 ${fault:+--inject "$fault"} --output "$tmp/a${fault:+_slow}.json" >"$tmp/a.log" 2>&1 || rc=$?
   want=0; [ -n "$fault" ] && want=1
+  for attempt in 1 2 3; do
+    rc=0
+    "$mpirun" -np 2 --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --ranks-per-node 1 --level long \
+      --tolerance 0.4 ${fault:+--inject "$fault"} --output "$tmp/a${fault:+_slow}.json" >"$tmp/a.log" 2>&1 || rc=$?
+    [ "$rc" -eq "$want" ] && break
+    echo "2-rank validate ${fault:-clean}: attempt $attempt exited $rc, not $want" >&2
+  done
   [ "$rc" -eq "$want" ] || { echo "FAIL: 2-rank validate ${fault:-clean} exited $rc, not $want:"; cat "$tmp/a.log"; exit 1; }
 done
 python3 - "$tmp/a.json" "$tmp/a_slow.json" <<'PY'
