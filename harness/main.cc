@@ -1,6 +1,7 @@
-// dtbench: the command line. `dtbench run` runs the selected suites over the MPI world and
-// writes the JSON report; `dtbench list` lists suites and named configs. Bad input ends
-// with one line on stderr and exit status 2; a failed check with exit status 1.
+// dtbench: the command line. `dtbench run` runs the selected suites over the MPI world, one
+// after another on every rank (run_suites, here), and writes the JSON report; `dtbench list`
+// lists suites and named configs. Bad input ends with one line on stderr and exit status 2;
+// a failed check with exit status 1.
 #include <mpi.h>
 #include <unistd.h>
 
@@ -19,13 +20,13 @@
 #include "harness/config.h"
 #include "harness/memory_cli.h"
 #include "harness/report.h"
-#include "harness/runner.h"
 #include "harness/trace.h"
 #include "harness/validate.h"
 #include "kernels/comm/watchdog.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
+#include "reference/progress.h"
 
 namespace dtb {
 namespace {
@@ -176,6 +177,111 @@ bool live_progress(const std::string& mode) {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
     if (std::getenv(v)) return false;
   return isatty(fileno(stdout)) != 0;
+}
+
+// Rank 0's live progress line on a terminal: "[suite i/n name] step s/S, elapsed, ~left",
+// redrawn at most 4 times a second; the estimate assumes the loop's remaining steps take
+// as long as its steps so far (a loop restarts when a step 1 is reported).
+class TerminalProgress final : public ProgressSink {
+ public:
+  void begin_suite(int index, int total, const std::string& name) {
+    prefix_ = "[suite " + std::to_string(index) + "/" + std::to_string(total) + " " + name + "]";
+    suite_start_ = now_seconds();
+    draw("running");
+  }
+  void step(int64_t done, int64_t total) override {
+    const double now = now_seconds();
+    if (done <= 1) loop_start_ = now - 1e-9;  // a new training loop
+    if (now - last_draw_ < 0.25 && done < total) return;
+    const double per = (now - loop_start_) / double(done);
+    char b[160];
+    std::snprintf(b, sizeof b, "step %lld/%lld, %.1f s elapsed, ~%.0f s left in this loop", (long long)done,
+                  (long long)total, now - suite_start_, per * double(total - done));
+    draw(b);
+  }
+  void clear() override {
+    if (!shown_) return;
+    std::fputs("\r\033[K", stdout);
+    std::fflush(stdout);
+    shown_ = false;
+  }
+
+ private:
+  void draw(const std::string& what) {
+    std::fprintf(stdout, "\r\033[K%s %s", prefix_.c_str(), what.c_str());
+    std::fflush(stdout);
+    shown_ = true;
+    last_draw_ = now_seconds();
+  }
+  std::string prefix_;
+  double suite_start_ = 0, loop_start_ = 0, last_draw_ = -1;
+  bool shown_ = false;
+};
+
+// Runs config["suites"] in order, each on every rank. A suite that throws std::exception is
+// recorded as "error" with its message; on one rank the run goes on, on several the job ends
+// through the error sink (MPI_Abort) after rank 0 wrote what it has, since the other ranks
+// may be blocked in the failed suite's collectives. `after_each` is called on every rank
+// after each suite with the outcomes so far, so the report on disk always holds what
+// finished. `spans` goes to every suite as SuiteContext::spans, `info` (ranks per node, the
+// run's options) into every SuiteContext. Rank 0 prints one line per suite as it ends; with
+// `live_progress` also a live line for a terminal. Collective over `world`.
+std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator& world, Backend& backend,
+                                     Communicator* device_world, const Dataset* dataset,
+                                     const std::function<void(const std::vector<SuiteOutcome>&)>& after_each,
+                                     SpanRecorder* spans, bool live_progress, const WorldInfo& info) {
+  std::vector<SuiteOutcome> outcomes;
+  // Progress: a live line on rank 0 when asked; one line per suite always.
+  TerminalProgress live;
+  const bool tty = world.rank() == 0 && live_progress;
+  ProgressSink* previous = tty ? set_progress_sink(&live) : nullptr;
+  const int n_suites = int(config.at("suites").size());
+  int index = 0;
+  for (const auto& s : config.at("suites")) {
+    const std::string name = s.get<std::string>();
+    ++index;
+    if (tty) live.begin_suite(index, n_suites, name);
+    auto suite = suite_registry().at(name)();
+    Device& device = backend.device();
+    SuiteContext ctx{world, device, config, config.at(name), dataset, &backend, device_world, spans,
+                     info.ranks_per_node, info.options};
+    SuiteOutcome out;
+    out.name = name;
+    device.reset_peaks();
+    world.barrier();
+    Stopwatch sw;
+    try {
+      out.result = suite->run(ctx);
+      bool ok = true;
+      for (const auto& c : out.result.checks) ok = ok && c.passed;
+      out.status = ok ? "passed" : "failed";
+    } catch (const std::exception& e) {
+      out.status = "error";
+      out.error = e.what();
+      if (world.size() > 1) {
+        // The other ranks may be inside this suite's collectives, waiting for this one, and
+        // cannot be told; record what is known (rank 0 writes the report) and end the job.
+        outcomes.push_back(std::move(out));
+        if (world.rank() == 0) after_each(outcomes);
+        set_termination_hook({});  // the report already holds this suite's error
+        fatal(__FILE__, __LINE__, "suite '" + name + "' failed: " + e.what() +
+                                      "; ending the job so that no rank waits for this one");
+      }
+    }
+    out.duration_s = sw.elapsed();
+    if (world.rank() == 0) {
+      clear_progress();
+      int passed = 0;
+      for (const auto& c : out.result.checks) passed += c.passed ? 1 : 0;
+      std::printf("# [%d/%d] %s: %s in %.1f s, %d/%zu checks\n", index, n_suites, name.c_str(), out.status.c_str(),
+                  out.duration_s, passed, out.result.checks.size());
+      std::fflush(stdout);
+    }
+    outcomes.push_back(std::move(out));
+    after_each(outcomes);
+  }
+  if (tty) set_progress_sink(previous);
+  return outcomes;
 }
 
 int cmd_run(Communicator& world, const RunArgs& args) {

@@ -6,7 +6,7 @@
 // It is a data-parallel layout run through reference/layout_runner.h (the sharded model at
 // TP = PP = 1, ZeRO 0: micro-batches, the one division by the global token count, the SUM
 // all-reduce over the DP group, AdamW; bitwise the losses and parameters of the train
-// suite's plain-DP path), with each step timed through the runner's hooks and, for tests,
+// suite's plain-DP path), with each step timed through the layout runner's hooks and, for tests,
 // one rank slowed.
 #pragma once
 #include <cstdint>

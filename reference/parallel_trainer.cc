@@ -10,17 +10,6 @@
 
 namespace dtb {
 
-OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layout) {
-  const GridCoord c = grid_coord(world.rank(), layout);
-  // Color: the coordinates that stay fixed in the group; key: the one that varies.
-  OwnedGroups g;
-  g.tp = world.split(c.dp + layout.dp * c.pp, c.tp, "tp");
-  g.dp = world.split(c.tp + layout.tp * c.pp, c.dp, "dp");
-  g.pp = world.split(c.tp + layout.tp * c.dp, c.pp, "pp");
-  g.pp_backward = world.split(c.tp + layout.tp * c.dp, c.pp, "pp-backward");
-  return g;
-}
-
 namespace {
 
 // Messages between pipeline ranks: tag (micro-batch, virtual stage, direction), unique

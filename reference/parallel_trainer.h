@@ -17,32 +17,12 @@
 #include "reference/data.h"
 #include "reference/loss_scaler.h"
 #include "reference/parallel_gpt.h"
+#include "reference/process_grid.h"
 #include "reference/spans.h"
 #include "reference/trainer.h"
 #include "reference/zero.h"
 
 namespace dtb {
-
-/// The communicators of one rank's groups (reference/process_grid.h): TP, DP and PP
-/// groups, each in its coordinate order, and the whole world. Not owned.
-struct ParallelGroups {
-  Communicator& world;
-  Communicator& tp;
-  Communicator& dp;
-  Communicator& pp;
-  /// The PP group again, for the backward direction's messages (activation gradients), or
-  /// null to use `pp` for both. NCCL runs a communicator's sends and receives in issue order
-  /// on one stream, so with one communicator a 1F1B rank's queued forward send could wait
-  /// behind a backward receive and deadlock; one communicator per direction keeps each
-  /// direction's messages in order and the two independent (MPI needs neither).
-  Communicator* pp_backward = nullptr;
-};
-
-/// Builds the TP, DP and PP groups of `world` for `layout` by splitting it (collective).
-struct OwnedGroups {
-  std::unique_ptr<Communicator> tp, dp, pp, pp_backward;
-};
-OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layout);
 
 /// Computes the gradient of step `step`'s global-batch mean loss into the engine's gradients
 /// (zeroed first), reduced over DP and between the tied embedding's copies, and returns the

@@ -1,4 +1,5 @@
-// Rank <-> grid coordinates in tp-dp-pp order, group rank lists, and layout validation.
+// Rank <-> grid coordinates in tp-dp-pp order, group rank lists, the groups split from a
+// communicator, and layout validation.
 #include "reference/process_grid.h"
 
 #include "kernels/error.h"
@@ -14,6 +15,17 @@ int grid_rank(const GridCoord& c, const ParallelLayout& l) {
   DTB_CHECK(c.tp >= 0 && c.tp < l.tp && c.dp >= 0 && c.dp < l.dp && c.pp >= 0 && c.pp < l.pp,
             "grid_rank: coordinates outside the grid");
   return c.tp + l.tp * (c.dp + l.dp * c.pp);
+}
+
+OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layout) {
+  const GridCoord c = grid_coord(world.rank(), layout);
+  // Color: the coordinates that stay fixed in the group; key: the one that varies.
+  OwnedGroups g;
+  g.tp = world.split(c.dp + layout.dp * c.pp, c.tp, "tp");
+  g.dp = world.split(c.tp + layout.tp * c.pp, c.dp, "dp");
+  g.pp = world.split(c.tp + layout.tp * c.dp, c.pp, "pp");
+  g.pp_backward = world.split(c.tp + layout.tp * c.dp, c.pp, "pp-backward");
+  return g;
 }
 
 namespace {

@@ -1,7 +1,7 @@
 // The process grid: rank <-> (tp, dp, pp) coordinates in Megatron-LM's order "tp-dp-pp"
 // (TP fastest, then DP, then PP), so a TP group holds consecutive ranks and sits inside a
 // node; and the checks that refuse a layout that cannot work before any rank computes.
-// Pure arithmetic: the harness builds one Communicator per group from these rank lists.
+// The arithmetic is pure; make_parallel_groups splits a communicator into the groups.
 //
 // Worked example (Megatron's parallel_state docstring): 16 ranks, tp 2, pp 4, so dp 2.
 //   TP groups [0,1] [2,3] ... [14,15]; DP groups [0,2] [1,3] [4,6] ... [13,15];
@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "kernels/comm/communicator.h"
 #include "reference/gpt.h"
 
 namespace dtb {
@@ -44,6 +47,32 @@ int grid_rank(const GridCoord& c, const ParallelLayout& layout);
 std::vector<int> tp_group(int rank, const ParallelLayout& layout);
 std::vector<int> dp_group(int rank, const ParallelLayout& layout);
 std::vector<int> pp_group(int rank, const ParallelLayout& layout);
+
+/// The communicators of one rank's groups TP, DP and PP
+/// groups, each in its coordinate order, and the whole world. Not owned.
+struct ParallelGroups {
+  Communicator& world;
+  Communicator& tp;
+  Communicator& dp;
+  Communicator& pp;
+  /// The PP group again, for the backward direction's messages (activation gradients), or
+  /// null to use `pp` for both. NCCL runs a communicator's sends and receives in issue order
+  /// on one stream, so with one communicator a 1F1B rank's queued forward send could wait
+  /// behind a backward receive and deadlock; one communicator per direction keeps each
+  /// direction's messages in order and the two independent (MPI needs neither).
+  Communicator* pp_backward = nullptr;
+};
+
+/// The groups of one rank, owned: what make_parallel_groups splits.
+struct OwnedGroups {
+  std::unique_ptr<Communicator> tp, dp, pp, pp_backward;
+};
+/// Builds this rank's TP, DP and PP groups (and the PP group again for the backward
+/// direction) by splitting `world` for `layout`: colour = the coordinates that stay fixed,
+/// key = the one that varies, so each group's rank order is its coordinate order (the lists
+/// of tp_group / dp_group / pp_group). Collective over `world`; `world.size()` must be
+/// layout.world() (validate_layout).
+OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layout);
 
 /// Refuses, with an InputError naming the numbers, a layout that cannot train `model` on
 /// `world_size` ranks with `global_batch` sequences per step: sizes below 1; tp * dp * pp

@@ -1,5 +1,5 @@
 // Progress of long runs for the person watching them. The trainers report each training
-// step they finish here; the harness decides what to show (harness/runner.cc: a live line
+// step they finish here; the harness decides what to show (harness/main.cc: a live line
 // on rank 0 when its output is a terminal, nothing otherwise). Without a sink installed,
 // reporting costs one branch.
 #pragma once
