@@ -49,8 +49,10 @@ class Backend {
   /// rounded to it, fp32 accumulation). Errors: InputError for one this backend lacks.
   virtual void set_matmul_precision(const std::string& precision) = 0;
   /// The communicator for collectives on this backend's memory, built over `world` (MPI,
-  /// host buffers) — NCCL on CUDA, with a collective timeout of `timeout_s` seconds — or
-  /// null when `world` itself serves (the CPU). Collective over `world`.
+  /// host buffers) — on CUDA, NCCL with a collective timeout of `timeout_s` seconds when
+  /// every rank has its own GPU, and a StagedCommunicator (MPI through host buffers, MPI's
+  /// timeout) when ranks share one — or null when `world` itself serves (the CPU).
+  /// Collective over `world`.
   virtual std::unique_ptr<Communicator> make_device_world(Communicator& world, double timeout_s) = 0;
 };
 

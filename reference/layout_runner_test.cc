@@ -1,6 +1,7 @@
 // The layout runner (reference/layout_runner.h): one rank through the runner trains bitwise
 // as the single-rank Gpt<float> trainer does, and a run the runner checkpoints and resumes
-// continues bitwise as the uninterrupted one, whole loss curve included. Runs in the
+// continues bitwise as the uninterrupted one, whole loss curve included; and layouts over
+// a staged device world (ranks sharing a GPU) train bitwise as over MPI itself. Runs in the
 // multi-rank binary (2 and 4 ranks); the checkpoint machinery itself is checkpoint_test.cc's.
 #include "reference/layout_runner.h"
 
@@ -12,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
+#include "kernels/comm/staged_communicator.h"
 #include "kernels/device.h"
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
@@ -118,6 +121,48 @@ TEST(LayoutRunner, ResumeThroughTheRunnerContinuesBitwise) {
   }
   w->barrier();
   if (w->rank() == 0) fs::remove_all(dir);
+}
+
+// Ranks that share one GPU talk through a StagedCommunicator (kernels/comm/staged_communicator.h)
+// as the device world: the groups split from it, every TP, PP and DP collective of the run
+// staged through host buffers. On the CPU backend the staging is memcpy over the same MPI
+// calls, so each layout must train bitwise as with the MPI world itself: every loss and the
+// final parameters. Layouts at 4 ranks: TP 2 x PP 2 (1F1B), PP 2 x DP 2 interleaved, TP 2 x
+// DP 2 under ZeRO 3 with 4-element buckets and overlap, DP 4 under ZeRO 2 with the optimizer
+// offloaded; at 2 ranks the same with the other sizes 1.
+TEST(LayoutRunner, StagedDeviceWorldTrainsBitwiseAsTheHostOne) {
+  auto w = make_mpi_world();
+  const int n = w->size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "layouts for 2 and 4 ranks";
+  auto cpu = make_cpu_backend();
+  StagedCommunicator staged(w->split(0, w->rank(), "world"), *cpu);
+  const TrainConfig cfg = small_config();
+  const Dataset data = test_data();
+  struct Case {
+    ParallelLayout l;
+    ZeroConfig z;
+  };
+  const int h = n / 2;
+  std::vector<Case> cases = {
+      {{.tp = 2, .dp = 1, .pp = h}, {}},
+      {{.tp = 1, .dp = h, .pp = 2, .schedule = "interleaved", .virtual_stages = 2}, {}},
+      {{.tp = 2, .dp = h}, {.stage = 3, .reduce_bucket_size = 4, .allgather_bucket_size = 4, .overlap_comm = true}},
+      {{.tp = 1, .dp = n}, {.stage = 2, .offload_optimizer = true}},
+  };
+  for (const Case& c : cases) {
+    CpuDevice dev_host, dev_staged;
+    auto spec = [&](CpuDevice& dev, Communicator* device_comm) {
+      return LayoutRunSpec{.model = kModel, .layout = c.l, .train = cfg, .zero = c.z, .device = dev, .host = *w,
+                           .device_comm = device_comm, .data = data, .gather = true};
+    };
+    const LayoutOutcome ref = run_layout(spec(dev_host, nullptr));
+    const LayoutOutcome out = run_layout(spec(dev_staged, &staged));
+    const std::string what = "tp " + std::to_string(c.l.tp) + " dp " + std::to_string(c.l.dp) + " pp " +
+                             std::to_string(c.l.pp) + " " + c.l.schedule + " zero " + std::to_string(c.z.stage);
+    EXPECT_EQ(out.losses, ref.losses) << what;
+    EXPECT_EQ(out.params, ref.params) << what;  // gathered on rank 0, empty elsewhere
+    EXPECT_EQ(out.grads0, ref.grads0) << what;
+  }
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Tests of MpiCommunicator, run by the multi-rank binary at 2 and 4 ranks. Every op,
+// Tests of MpiCommunicator, and of StagedCommunicator over it, run by the multi-rank binary
+// at 2 and 4 ranks. Every op,
 // blocking and async, in place and out of place, f32 and f64, checked exactly: inputs are
 // small integers, so every sum is exact in any order. The half types are in
 // mpi_communicator_half_test.cc. A rank's count of wrong elements is summed over the world
@@ -15,20 +16,35 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/comm/mpi_communicator_test_util.h"
+#include "kernels/comm/staged_communicator.h"
 
 namespace dtb {
 namespace {
 
 using namespace dtb::mpi_test;
 
-template <typename T> class MpiTyped : public ::testing::Test {
- protected:
-  void SetUp() override { world_ = make_mpi_world(); }
-  std::unique_ptr<Communicator> world_;
-  static constexpr DType kType = dtype_of<T>();
+// An element type, and whether the world is the MPI communicator itself or a
+// StagedCommunicator over it (kernels/comm/staged_communicator.h) on the CPU backend, whose
+// buffers then pass through its host staging (memcpy here, cudaMemcpy on a GPU): every test
+// below runs on both, so the staged form keeps every op's semantics and in-place layouts.
+template <typename E, bool S> struct Case {
+  using T = E;
+  static constexpr bool staged = S;
 };
-using Types = ::testing::Types<float, double>;
+
+template <typename C> class MpiTyped : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world_ = make_mpi_world();
+    if (C::staged) world_ = std::make_unique<StagedCommunicator>(std::move(world_), *cpu_);
+  }
+  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
+  std::unique_ptr<Communicator> world_;
+  static constexpr DType kType = dtype_of<typename C::T>();
+};
+using Types = ::testing::Types<Case<float, false>, Case<double, false>, Case<float, true>, Case<double, true>>;
 TYPED_TEST_SUITE(MpiTyped, Types);
 
 TEST(Mpi, WorldAndSelf) {
@@ -51,7 +67,7 @@ TEST(Mpi, WorldAndSelf) {
 }
 
 TYPED_TEST(MpiTyped, AllReduce) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   const int n = c.size(), me = c.rank();
   long wrong = 0;
@@ -72,7 +88,7 @@ TYPED_TEST(MpiTyped, AllReduce) {
 }
 
 TYPED_TEST(MpiTyped, AllGather) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   const int n = c.size(), me = c.rank();
   long wrong = 0;
@@ -92,7 +108,7 @@ TYPED_TEST(MpiTyped, AllGather) {
 
 // In place: recv = send + rank*count; only rank's block is defined afterwards.
 TYPED_TEST(MpiTyped, ReduceScatter) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   const int n = c.size(), me = c.rank();
   long wrong = 0;
@@ -113,7 +129,7 @@ TYPED_TEST(MpiTyped, ReduceScatter) {
 }
 
 TYPED_TEST(MpiTyped, Broadcast) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   long wrong = 0;
   for (size_t count : kCounts)
@@ -131,7 +147,7 @@ TYPED_TEST(MpiTyped, Broadcast) {
 
 // Out of place (ncclBroadcast): the root's send lands in every recv; send is untouched.
 TYPED_TEST(MpiTyped, BroadcastOutOfPlace) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   long wrong = 0;
   for (size_t count : kCounts)
@@ -150,7 +166,7 @@ TYPED_TEST(MpiTyped, BroadcastOutOfPlace) {
 
 // In place: the buffer is sent to rank+1 and replaced by what rank-1 sent.
 TYPED_TEST(MpiTyped, SendRecvRingInPlace) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   const int n = c.size(), me = c.rank();
   long wrong = 0;
@@ -165,7 +181,7 @@ TYPED_TEST(MpiTyped, SendRecvRingInPlace) {
 
 // nccl-tests' sendrecv: a ring shift, each rank sends to rank+1 and receives from rank-1.
 TYPED_TEST(MpiTyped, SendRecvRing) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   const int n = c.size(), me = c.rank();
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
@@ -181,7 +197,7 @@ TYPED_TEST(MpiTyped, SendRecvRing) {
 
 // Blocking send/recv in pairs (0,1), (2,3): even ranks send first, then receive the reply.
 TYPED_TEST(MpiTyped, SendRecvPairs) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   const int me = c.rank(), peer = me ^ 1;
   long wrong = 0;
@@ -205,7 +221,7 @@ TYPED_TEST(MpiTyped, SendRecvPairs) {
 // Non-blocking point-to-point in a ring: each rank posts a send to rank+1 and a recv from
 // rank-1, then polls both handles with test() until they report completion.
 TYPED_TEST(MpiTyped, AsyncSendRecvRingPolled) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   const int n = c.size(), me = c.rank();
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
@@ -233,7 +249,7 @@ TYPED_TEST(MpiTyped, AsyncSendRecvRingPolled) {
 // synchronises (so the recv is pending before the send is issued), then even ranks send.
 // Two messages with different tags are posted in reverse order and still match by tag.
 TYPED_TEST(MpiTyped, AsyncRecvPostedBeforeSend) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   const int me = c.rank(), peer = me ^ 1;
   const bool paired = peer < c.size();
@@ -264,7 +280,7 @@ TYPED_TEST(MpiTyped, AsyncRecvPostedBeforeSend) {
 
 // Several async collectives in flight at once, completed in reverse order.
 TYPED_TEST(MpiTyped, AsyncOverlapped) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   Communicator& c = *this->world_;
   const int n = c.size(), me = c.rank();
   const size_t count = 4099;
@@ -317,6 +333,25 @@ TEST(Mpi, SplitIntoHalves) {
   std::vector<double> g(rev->size());
   rev->all_gather(&x, g.data(), 1, DType::f64);
   for (int i = 0; i < rev->size(); ++i) wrong += g[i] != double(last - 1 - i);
+  EXPECT_EQ(world_sum(wrong), 0);
+}
+
+// A staged world's sub-groups are staged too (their buffers are device buffers as well),
+// named as asked, backend "mpi-staged"; a sub-group's all-reduce sums its ranks alone.
+TEST(Staged, SplitStaysStaged) {
+  auto cpu = make_cpu_backend();
+  StagedCommunicator world(make_mpi_world(), *cpu);
+  EXPECT_EQ(world.backend(), "mpi-staged");
+  EXPECT_EQ(world.name(), "world");
+  const int n = world.size(), me = world.rank(), half = n / 2;
+  const int color = me < half ? 0 : 1;
+  auto sub = world.split(color, me, "part");
+  long wrong = sub->backend() != "mpi-staged" || sub->name() != "part";
+  double x = me, sum = 0;
+  sub->all_reduce(&x, &sum, 1, DType::f64, ReduceOp::sum);
+  double expected = 0;
+  for (int r = color == 0 ? 0 : half; r < (color == 0 ? half : n); ++r) expected += r;
+  wrong += sum != expected;
   EXPECT_EQ(world_sum(wrong), 0);
 }
 

@@ -207,6 +207,16 @@ class NcclCommunicator final : public Communicator {
   size_t scratch_bytes_ = 0;
 };
 
+/// Two ranks of `bootstrap` whose current GPUs are one GPU (the same UUID), the first such
+/// pair in rank order (a < b), or a = b = -1 when every rank has a GPU of its own.
+struct SharedGpu {
+  int a = -1, b = -1;
+  std::string uuid;  // "GPU-xxxxxxxx-..." as nvidia-smi -L prints it
+};
+/// Every rank's GPU UUID (cudaGetDeviceProperties of the current device), all-gathered over
+/// `bootstrap` (host buffers) and compared. Collective over bootstrap.
+SharedGpu first_shared_gpu(Communicator& bootstrap);
+
 /// The NCCL world over every rank of `bootstrap` (a host-buffer communicator, normally
 /// make_mpi_world()), named "world", with rank and size those of bootstrap. Collective over
 /// bootstrap. The caller has made this rank's GPU current (a CudaDevice) and passes its

@@ -98,6 +98,24 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   return std::make_unique<NcclCommunicator>(ready, name, compute_, timeout_s_);
 }
 
+SharedGpu first_shared_gpu(Communicator& bootstrap) {
+  int device = -1;
+  DTB_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  DTB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  static_assert(sizeof(prop.uuid.bytes) == 4 * sizeof(int32_t), "a CUDA UUID is 16 bytes");
+  int32_t mine[4];
+  std::memcpy(mine, prop.uuid.bytes, sizeof mine);
+  const int size = bootstrap.size();
+  std::vector<int32_t> uuids(4 * size_t(size));
+  bootstrap.all_gather(mine, uuids.data(), 4, DType::i32);
+  for (int a = 0; a < size; ++a)
+    for (int b = a + 1; b < size; ++b)
+      if (std::memcmp(&uuids[4 * size_t(a)], &uuids[4 * size_t(b)], 16) == 0)
+        return {a, b, uuid_text(&uuids[4 * size_t(a)])};
+  return {};
+}
+
 std::unique_ptr<Communicator> make_nccl_world(Communicator& bootstrap, cudaStream_t compute_stream,
                                               double timeout_s) {
   const int rank = bootstrap.rank(), size = bootstrap.size();
@@ -106,25 +124,12 @@ std::unique_ptr<Communicator> make_nccl_world(Communicator& bootstrap, cudaStrea
             "make_nccl_world on " + group + ": timeout " + fmt("%g", timeout_s) + " s is not > 0");
 
   // One GPU per rank: NCCL cannot place two ranks of a communicator on one GPU.
-  int device = -1;
-  DTB_CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp prop{};
-  DTB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  static_assert(sizeof(prop.uuid.bytes) == 4 * sizeof(int32_t), "a CUDA UUID is 16 bytes");
-  int32_t mine[4];
-  std::memcpy(mine, prop.uuid.bytes, sizeof mine);
-  std::vector<int32_t> uuids(4 * size_t(size));
-  bootstrap.all_gather(mine, uuids.data(), 4, DType::i32);
-  for (int a = 0; a < size; ++a) {
-    for (int b = a + 1; b < size; ++b) {
-      if (std::memcmp(&uuids[4 * size_t(a)], &uuids[4 * size_t(b)], 16) != 0) continue;
-      fatal(__FILE__, __LINE__,
-            "make_nccl_world on " + group + ": ranks " + std::to_string(a) + " and " +
-                std::to_string(b) + " share one GPU (" + uuid_text(&uuids[4 * size_t(a)]) +
-                "), which NCCL does not support: start at most one rank per GPU on each node "
-                "and make each rank's own GPU current (e.g. device = node-local rank)");
-    }
-  }
+  const SharedGpu shared = first_shared_gpu(bootstrap);
+  if (shared.a >= 0)
+    fatal(__FILE__, __LINE__,
+          "make_nccl_world on " + group + ": ranks " + std::to_string(shared.a) + " and " + std::to_string(shared.b) +
+              " share one GPU (" + shared.uuid + "), which NCCL does not support: start at most one rank per GPU on "
+              "each node and make each rank's own GPU current (e.g. device = node-local rank)");
 
   // Rank 0's unique id, as 32 i32 words over the bootstrap communicator.
   static_assert(sizeof(ncclUniqueId) == NCCL_UNIQUE_ID_BYTES && NCCL_UNIQUE_ID_BYTES % 4 == 0,

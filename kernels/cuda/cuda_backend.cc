@@ -1,5 +1,6 @@
 // The CUDA backend: one GPU (CudaDevice), its ops (CudaOps), cuBLASLt GEMMs timed with
-// CUDA events, and NCCL for collectives on its memory.
+// CUDA events, and NCCL for collectives on its memory (or, where ranks share a GPU, MPI
+// staged through host memory: kernels/comm/staged_communicator.h).
 #include <cstdio>
 #include <random>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/comm/nccl_communicator.h"
+#include "kernels/comm/staged_communicator.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/ops.cuh"
@@ -96,8 +98,16 @@ class CudaBackend final : public Backend {
     return timer.seconds() / iters;
   }
 
+  // NCCL when every rank has a GPU of its own; when ranks share one (more ranks than GPUs on
+  // a node, e.g. a TP x PP layout on a one-GPU machine), MPI through host staging, said once.
   std::unique_ptr<Communicator> make_device_world(Communicator& world, double timeout_s) override {
-    return make_nccl_world(world, device_.compute_stream(), timeout_s);
+    const SharedGpu shared = first_shared_gpu(world);
+    if (shared.a < 0) return make_nccl_world(world, device_.compute_stream(), timeout_s);
+    if (world.rank() == 0)
+      std::printf("# ranks %d and %d (and maybe more) share GPU %s: device collectives over MPI, staged "
+                  "through host memory (NCCL needs a GPU per rank)\n",
+                  shared.a, shared.b, shared.uuid.c_str());
+    return std::make_unique<StagedCommunicator>(world.split(0, world.rank(), world.name()), *this);
   }
 
  private:
