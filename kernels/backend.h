@@ -31,6 +31,12 @@ class Backend {
   virtual std::map<std::string, std::string> device_inventory() const { return {}; }
   virtual Device& device() = 0;
   virtual Ops<float>& ops() = 0;
+  /// The ops on bf16 / fp16 storage: 2-byte tensors in the device's memory, fp32 compute and
+  /// accumulation, fp32 statistics, master weights and moments (the recipe of
+  /// kernels/cpu/half_ops.h). Null on the CPU backend, whose callers use HalfCpuOps (the
+  /// reference's default for a null ops pointer).
+  virtual Ops<bf16>* bf16_ops() { return nullptr; }
+  virtual Ops<fp16>* fp16_ops() { return nullptr; }
   /// Copies between host memory and the device's memory (memcpy on the CPU; cudaMemcpy,
   /// complete on return, on CUDA).
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
