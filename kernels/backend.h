@@ -15,6 +15,7 @@ namespace dtb {
 // Named, not included: the collectives (kernels/comm/communicator.h) are a layer above this
 // header; a backend that builds one (kernels/cuda/cuda_backend.cc) includes it.
 class Communicator;
+class OpClock;
 
 class Backend {
  public:
@@ -41,6 +42,9 @@ class Backend {
   /// complete on return, on CUDA).
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  /// A clock for ProfiledOps (kernels/op_profile.h) that times the work each op queues:
+  /// steady_clock around the call on the CPU, CUDA events on the compute stream on CUDA.
+  virtual std::unique_ptr<OpClock> make_op_clock();
   /// Waits for all work queued on the device.
   virtual void synchronize() = 0;
   /// The GEMM precisions time_gemm() accepts: "fp32" everywhere; "tf32", "bf16", "fp16"

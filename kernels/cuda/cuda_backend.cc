@@ -13,6 +13,7 @@
 #include "kernels/comm/staged_communicator.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/op_clock.h"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/error.h"
 
@@ -61,6 +62,7 @@ class CudaBackend final : public Backend {
   void copy_from_host(void* dst, const void* src, size_t bytes) override { ops_.copy_from_host(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { ops_.copy_to_host(dst, src, bytes); }
   void synchronize() override { DTB_CUDA_CHECK(cudaDeviceSynchronize()); }  // NCCL's streams too
+  std::unique_ptr<OpClock> make_op_clock() override { return make_cuda_op_clock(device_.compute_stream()); }
   std::vector<std::string> gemm_precisions() const override { return {"fp32", "tf32", "bf16", "fp16"}; }
   void set_matmul_precision(const std::string& p) override { ops_.set_precision(parse_precision(p)); }
 
