@@ -1,5 +1,5 @@
-// The CUDA backend: one GPU (CudaDevice), its ops (CudaOps), cuBLASLt GEMMs timed with
-// CUDA events, and NCCL for collectives on its memory (or, where ranks share a GPU, MPI
+// The CUDA backend: one GPU (CudaDevice), its ops (CudaOps; CudaHalfOps for bf16 and fp16
+// storage), cuBLASLt GEMMs timed with CUDA events, and NCCL for collectives on its memory (or, where ranks share a GPU, MPI
 // staged through host memory: kernels/comm/staged_communicator.h).
 #include <cstdio>
 #include <random>
@@ -13,6 +13,7 @@
 #include "kernels/comm/staged_communicator.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/half_ops.h"
 #include "kernels/cuda/op_clock.h"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/error.h"
@@ -30,7 +31,8 @@ cuda::GemmPrecision parse_precision(const std::string& p) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int ordinal) : device_(ordinal), ops_(device_, gemm_) {}
+  explicit CudaBackend(int ordinal)
+      : device_(ordinal), ops_(device_, gemm_), bf16_ops_(device_, gemm_), fp16_ops_(device_, gemm_) {}
   std::string name() const override { return "cuda"; }
   std::string device_name() const override { return device_.name(); }
   std::map<std::string, std::string> device_inventory() const override {
@@ -59,6 +61,11 @@ class CudaBackend final : public Backend {
   }
   Device& device() override { return device_; }
   Ops<float>& ops() override { return ops_; }
+  /// Built with the backend (no memory until first used). Their GEMMs are the storage
+  /// type's (bf16 / fp16 operands, fp32 accumulation) whatever set_matmul_precision says:
+  /// see kernels/cuda/half_ops.h.
+  Ops<bf16>* bf16_ops() override { return &bf16_ops_; }
+  Ops<fp16>* fp16_ops() override { return &fp16_ops_; }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { ops_.copy_from_host(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { ops_.copy_to_host(dst, src, bytes); }
   void synchronize() override { DTB_CUDA_CHECK(cudaDeviceSynchronize()); }  // NCCL's streams too
@@ -116,6 +123,8 @@ class CudaBackend final : public Backend {
   CudaDevice device_;
   cuda::Gemm gemm_;
   CudaOps ops_;
+  CudaHalfOps<bf16> bf16_ops_;
+  CudaHalfOps<fp16> fp16_ops_;
 };
 
 }  // namespace
