@@ -114,4 +114,38 @@ TimedResult time_iterations(Communicator& comm, int warmup, int iters, int repet
   return r;
 }
 
+TimedResult time_async_iterations(Communicator& comm, const std::function<void()>& device_sync,
+                                  int warmup, int iters, int repetitions,
+                                  const AsyncLaunch& launch) {
+  DTB_CHECK(warmup >= 0 && iters >= 1 && repetitions >= 1,
+            "time_async_iterations: need warmup >= 0, iters >= 1, repetitions >= 1 (got " +
+                std::to_string(warmup) + ", " + std::to_string(iters) + ", " +
+                std::to_string(repetitions) + ")");
+  std::vector<std::unique_ptr<CommHandle>> handles;
+  handles.reserve(size_t(std::max(warmup, iters)));
+  // Launches `k` operations back to back, then completes them all.
+  auto batch = [&](int k) {
+    for (int i = 0; i < k; ++i) handles.push_back(launch());
+    for (auto& h : handles) h->wait();
+    device_sync();
+  };
+  if (warmup > 0) batch(warmup);
+  handles.clear();
+  TimedResult r;
+  r.per_iter_s.assign(repetitions, 0.0);
+  for (int rep = 0; rep < repetitions; ++rep) {
+    device_sync();
+    comm.barrier();
+    const double t0 = now_seconds();
+    batch(iters);
+    const double t1 = now_seconds();
+    handles.clear();  // events freed outside the timed region
+    r.per_iter_s[rep] = (t1 - t0) / iters;
+  }
+  comm.all_reduce(r.per_iter_s.data(), r.per_iter_s.data(), r.per_iter_s.size(), DType::f64,
+                  ReduceOp::max);
+  r.summary = summarize(r.per_iter_s);
+  return r;
+}
+
 }  // namespace dtb

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,5 +66,26 @@ struct TimedResult {
 /// iters < 1 or repetitions < 1.
 TimedResult time_iterations(Communicator& comm, int warmup, int iters, int repetitions,
                             const std::function<void()>& op);
+
+/// One launch of an operation on device buffers: issues it without waiting and returns its
+/// handle (e.g. [&] { return dev.all_reduce_async(...); }).
+using AsyncLaunch = std::function<std::unique_ptr<CommHandle>()>;
+
+/// Times a device-buffer operation as nccl-tests' BenchTime does (src/common.cu): `warmup`
+/// launches back to back, then their completion; then `repetitions` batches of
+/// [device_sync; barrier; t0; `iters` launches back to back; every handle waited, in issue
+/// order, only after the last launch; device_sync; t1], a batch's per-iteration time being
+/// (t1 - t0) / iters (steady_clock around the whole loop, as nccl-tests' timer around its
+/// startColl loop and one completeColl). Nothing between two launches waits on the device
+/// (on NCCL the launches queue on the comm stream and the first wait covers them all; on a
+/// backend whose async forms complete at wait(), e.g. MPI staged through host buffers, the
+/// waits do that work and are timed, as they must be). `device_sync` waits for all work
+/// queued on the device (Backend::synchronize); `comm` is the host communicator of the
+/// barrier and of the one all_reduce(max) over ranks after all batches (as time_iterations).
+/// Handles are destroyed after t1. Collective over comm and over the launched operation's
+/// group. Aborts if warmup < 0, iters < 1 or repetitions < 1.
+TimedResult time_async_iterations(Communicator& comm, const std::function<void()>& device_sync,
+                                  int warmup, int iters, int repetitions,
+                                  const AsyncLaunch& launch);
 
 }  // namespace dtb

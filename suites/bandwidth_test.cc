@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/error.h"
@@ -23,6 +25,7 @@ class LocalCommunicator final : public Communicator {
  public:
   int barriers = 0, all_reduces = 0;
   double max_floor = 0;
+  std::string* log = nullptr;  // when set, barrier() appends "B"
 
   int rank() const override { return 0; }
   int size() const override { return 1; }
@@ -49,7 +52,10 @@ class LocalCommunicator final : public Communicator {
   void sendrecv(const void* send, void* recv, size_t n, DType dtype, int, int, int) override {
     std::memmove(recv, send, n * dtype_size(dtype));
   }
-  void barrier() override { ++barriers; }
+  void barrier() override {
+    ++barriers;
+    if (log) *log += "B";
+  }
   std::unique_ptr<CommHandle> all_reduce_async(const void* s, void* r, size_t n, DType t,
                                                ReduceOp op) override {
     all_reduce(s, r, n, t, op);
@@ -202,6 +208,78 @@ TEST(TimeIterations, ReportsTheSlowestRank) {
   for (double t : r.per_iter_s) EXPECT_EQ(t, 0.5);
   EXPECT_EQ(r.summary.median, 0.5);
   EXPECT_EQ(r.summary.max, 0.5);
+}
+
+/// A device operation in flight, for the async engine: wait() appends "W" to the log (and
+/// spins `wait_s`, the device work it stands for), the destructor appends "D".
+class LoggedHandle final : public CommHandle {
+ public:
+  LoggedHandle(std::string& log, double wait_s) : log_(log), wait_s_(wait_s) {}
+  ~LoggedHandle() override { log_ += "D"; }
+  void wait() override {
+    EXPECT_FALSE(waited_) << "a handle waited twice";
+    waited_ = true;
+    log_ += "W";
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < wait_s_) {
+    }
+  }
+  bool test() override { return waited_; }
+
+ private:
+  std::string& log_;
+  double wait_s_;
+  bool waited_ = false;
+};
+
+// nccl-tests' loop: every launch of a batch before any wait ("LLLWWW", not "LWLWLW"), one
+// device synchronize ("S") after the waits and one before the barrier, handles freed ("D")
+// after the batch's end, warmup launched back to back too, and one reduction at the end.
+TEST(TimeAsyncIterations, LaunchesBackToBackThenCompletesOnce) {
+  std::string log;
+  LocalCommunicator comm;
+  comm.log = &log;
+  int launches = 0;
+  const auto launch = [&]() -> std::unique_ptr<CommHandle> {
+    ++launches;
+    log += "L";
+    EXPECT_EQ(comm.all_reduces, 0) << "reduction inside the timed batches";
+    return std::make_unique<LoggedHandle>(log, 0.0);
+  };
+  const TimedResult r = time_async_iterations(comm, [&] { log += "S"; }, 2, 3, 2, launch);
+  EXPECT_EQ(launches, 2 + 3 * 2);
+  EXPECT_EQ(log, "LLWWSDD"
+                 "SBLLLWWWSDDD"
+                 "SBLLLWWWSDDD");
+  EXPECT_EQ(comm.barriers, 2);
+  EXPECT_EQ(comm.all_reduces, 1);
+  EXPECT_EQ(r.per_iter_s.size(), 2u);
+}
+
+// The time covers completion, not just the launches: launches are instant and each wait
+// stands for 1 ms of device work, so a batch of 4 takes at least 4 ms, 1 ms per iteration.
+// A timer stopped before the waits would read microseconds. (A lower bound only: a loaded
+// machine can only make the spins longer.)
+TEST(TimeAsyncIterations, TimesUntilEveryOperationCompleted) {
+  std::string log;
+  LocalCommunicator comm;
+  const auto launch = [&]() -> std::unique_ptr<CommHandle> {
+    return std::make_unique<LoggedHandle>(log, 1e-3);
+  };
+  const TimedResult r = time_async_iterations(comm, [] {}, 0, 4, 3, launch);
+  for (double t : r.per_iter_s) EXPECT_GE(t, 1e-3);
+}
+
+TEST(TimeAsyncIterations, NoWarmupMeansNoWarmupBatch) {
+  std::string log;
+  LocalCommunicator comm;
+  comm.log = &log;
+  const auto launch = [&]() -> std::unique_ptr<CommHandle> {
+    log += "L";
+    return std::make_unique<LoggedHandle>(log, 0.0);
+  };
+  time_async_iterations(comm, [&] { log += "S"; }, 0, 1, 1, launch);
+  EXPECT_EQ(log, "SBLWSD");
 }
 
 }  // namespace

@@ -117,6 +117,11 @@ template <typename T> T sum_over_ranks(int n, size_t i) {
 }
 constexpr int kRoot = 0;  // broadcast root
 
+/// Whether the ops run on device buffers (ctx.device_world, NCCL on CUDA) and are timed as
+/// nccl-tests times them: back-to-back launches, one completion (time_async_iterations).
+/// Otherwise (MPI on host buffers) each call blocks and time_iterations times them.
+bool device_timed(const SuiteContext& ctx) { return ctx.device_world && ctx.backend; }
+
 /// One (op, size, placement) case.
 struct Measurement {
   bool ran = false;
@@ -187,6 +192,26 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
       break;
   }
 
+  // The device path's launches: the same operation, non-blocking (suites/bandwidth.h).
+  AsyncLaunch launch;
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      launch = [&] { return c.all_reduce_async(send, recv, count, dt, ReduceOp::sum); };
+      break;
+    case CollectiveOp::all_gather:
+      launch = [&] { return c.all_gather_async(send, recv, count, dt); };
+      break;
+    case CollectiveOp::reduce_scatter:
+      launch = [&] { return c.reduce_scatter_async(send, recv, count, dt, ReduceOp::sum); };
+      break;
+    case CollectiveOp::broadcast:
+      launch = [&] { return c.broadcast_out_of_place_async(send, recv, count, dt, kRoot); };
+      break;
+    case CollectiveOp::sendrecv:
+      launch = [&] { return c.sendrecv_async(send, recv, count, dt, next, prev); };
+      break;
+  }
+
   call();
   if (ctx.backend) ctx.backend->copy_to_host(ha.data(), a.raw(), a_len * sizeof(T));
   else std::memcpy(ha.data(), a.raw(), a_len * sizeof(T));
@@ -210,7 +235,12 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
   m.ran = true;
   m.iterations = iterations;
   m.n_wrong = int64_t(total);
-  m.timed = time_iterations(host, o.warmup, iterations, o.repetitions, call);
+  if (device_timed(ctx)) {
+    m.timed = time_async_iterations(host, [&] { ctx.backend->synchronize(); }, o.warmup,
+                                    iterations, o.repetitions, launch);
+  } else {
+    m.timed = time_iterations(host, o.warmup, iterations, o.repetitions, call);
+  }
   return m;
 }
 
@@ -311,9 +341,12 @@ SuiteResult CollectivesSuite::run(SuiteContext& ctx) {
   std::snprintf(buf, sizeof buf,
                 "# collectives: %d ranks (%s), %s, warmup %d, iters %d (fewer when "
                 "iters*S > %zu B), %d repetitions; time = median over repetitions of the "
-                "slowest rank's time per iteration",
-                n, ctx.world.backend().c_str(), std::string(to_string(o.dtype)).c_str(),
-                o.warmup, o.iters, o.max_bytes_per_batch, o.repetitions);
+                "slowest rank's time per iteration, %s",
+                n, (ctx.device_world ? ctx.device_world : &ctx.world)->backend().c_str(),
+                std::string(to_string(o.dtype)).c_str(), o.warmup, o.iters,
+                o.max_bytes_per_batch, o.repetitions,
+                device_timed(ctx) ? "iters launched back to back, one completion at the end"
+                                  : "iters blocking calls");
   ctx.print(buf);
   int64_t out_of_bounds = 0;
   double busbw_sum = 0;

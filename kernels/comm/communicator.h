@@ -91,6 +91,21 @@ class Communicator {
   virtual std::unique_ptr<CommHandle> broadcast_async(void* buf, size_t count, DType dtype,
                                                       int root) = 0;
 
+  /// Non-blocking out-of-place broadcast (ncclBroadcast(send, recv)), as the blocking
+  /// broadcast(send, recv, ...): send is read on the root only; send == recv is in place.
+  /// The default runs the blocking form and returns a completed handle (a backend without
+  /// a non-blocking form, e.g. MPI); NcclCommunicator issues it without waiting.
+  virtual std::unique_ptr<CommHandle> broadcast_out_of_place_async(const void* send, void* recv,
+                                                                   size_t count, DType dtype,
+                                                                   int root);
+  /// Non-blocking sendrecv: same semantics (and in-place form) as sendrecv(), completion at
+  /// handle->wait(). The default runs the blocking sendrecv and returns a completed handle
+  /// (MPI before MPI 4 has no MPI_Isendrecv); NcclCommunicator issues its grouped
+  /// ncclSend/ncclRecv without waiting.
+  virtual std::unique_ptr<CommHandle> sendrecv_async(const void* send, void* recv, size_t count,
+                                                     DType dtype, int send_peer, int recv_peer,
+                                                     int tag = 0);
+
   /// Non-blocking point-to-point, not collective: sends buf (count) to `peer`. Returns at
   /// once; buf must stay valid and unmodified until the handle completes (test() true or
   /// wait()). Matching: MPI pairs it with the recv of `peer` with the same `tag`
@@ -114,6 +129,27 @@ class Communicator {
   /// Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 };
+
+/// A handle whose operation completed before it was returned (the blocking defaults above).
+class CompletedHandle final : public CommHandle {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+inline std::unique_ptr<CommHandle> Communicator::broadcast_out_of_place_async(
+    const void* send, void* recv, size_t count, DType dtype, int root) {
+  broadcast(send, recv, count, dtype, root);
+  return std::make_unique<CompletedHandle>();
+}
+
+inline std::unique_ptr<CommHandle> Communicator::sendrecv_async(const void* send, void* recv,
+                                                                size_t count, DType dtype,
+                                                                int send_peer, int recv_peer,
+                                                                int tag) {
+  sendrecv(send, recv, count, dtype, send_peer, recv_peer, tag);
+  return std::make_unique<CompletedHandle>();
+}
 
 /// Forwards every operation to `inner` (which must outlive it): the base of a communicator
 /// that changes one or two operations (a test's fault injection, a probe that times the
@@ -149,6 +185,14 @@ class ForwardingCommunicator : public Communicator {
   }
   std::unique_ptr<CommHandle> broadcast_async(void* b, size_t n, DType t, int root) override {
     return inner_.broadcast_async(b, n, t, root);
+  }
+  std::unique_ptr<CommHandle> broadcast_out_of_place_async(const void* s, void* r, size_t n, DType t,
+                                                           int root) override {
+    return inner_.broadcast_out_of_place_async(s, r, n, t, root);
+  }
+  std::unique_ptr<CommHandle> sendrecv_async(const void* s, void* r, size_t n, DType t, int sp, int rp,
+                                             int tag) override {
+    return inner_.sendrecv_async(s, r, n, t, sp, rp, tag);
   }
   std::unique_ptr<CommHandle> send_async(const void* b, size_t n, DType t, int peer, int tag) override {
     return inner_.send_async(b, n, t, peer, tag);

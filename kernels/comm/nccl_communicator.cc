@@ -414,6 +414,24 @@ std::unique_ptr<CommHandle> NcclCommunicator::do_recv(void* buf, size_t count, D
 
 void NcclCommunicator::sendrecv(const void* send, void* recv, size_t count, DType dtype,
                                 int send_peer, int recv_peer, int tag) {
+  do_sendrecv(send, recv, count, dtype, send_peer, recv_peer, false);
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::sendrecv_async(const void* send, void* recv,
+                                                             size_t count, DType dtype,
+                                                             int send_peer, int recv_peer, int tag) {
+  return do_sendrecv(send, recv, count, dtype, send_peer, recv_peer, true);
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::broadcast_out_of_place_async(const void* send,
+                                                                           void* recv, size_t count,
+                                                                           DType dtype, int root) {
+  return do_broadcast(send, recv, count, dtype, root, true);
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::do_sendrecv(const void* send, void* recv,
+                                                          size_t count, DType dtype, int send_peer,
+                                                          int recv_peer, bool async) {
   const OpInfo info{"ncclSend/ncclRecv", count, dtype};
   check_rank(send_peer, "send peer", info);
   check_rank(recv_peer, "recv peer", info);
@@ -435,7 +453,7 @@ void NcclCommunicator::sendrecv(const void* send, void* recv, size_t count, DTyp
     const ncclResult_t end_rc = ncclGroupEnd();  // always closes the group
     if (rc == ncclSuccess) rc = end_rc;
   }
-  finish(rc, info, t0, false);
+  return finish(rc, info, t0, async);
 }
 
 void NcclCommunicator::barrier() {

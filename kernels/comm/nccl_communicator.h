@@ -125,6 +125,15 @@ class NcclCommunicator final : public Communicator {
                                                    ReduceOp op) override;
   std::unique_ptr<CommHandle> broadcast_async(void* buf, size_t count, DType dtype,
                                               int root) override;
+  /// ncclBroadcast(send, recv) and the grouped ncclSend/ncclRecv of sendrecv(), issued as
+  /// the async collectives above (in-place sendrecv copies to the scratch buffer on the comm
+  /// stream first, as the blocking form does).
+  std::unique_ptr<CommHandle> broadcast_out_of_place_async(const void* send, void* recv,
+                                                           size_t count, DType dtype,
+                                                           int root) override;
+  std::unique_ptr<CommHandle> sendrecv_async(const void* send, void* recv, size_t count,
+                                             DType dtype, int send_peer, int recv_peer,
+                                             int tag = 0) override;
   /// ncclSend / ncclRecv, issued and completed as the async collectives above (a handle
   /// whose wait() or test() completes it). `tag` is ignored: sends and recvs between two
   /// ranks match in issue order, and a send completes only once the peer's recv has run.
@@ -184,6 +193,9 @@ class NcclCommunicator final : public Communicator {
                                       bool async);
   std::unique_ptr<CommHandle> do_recv(void* buf, size_t count, DType dtype, int peer,
                                       bool async);
+  /// The grouped send and recv behind sendrecv and sendrecv_async.
+  std::unique_ptr<CommHandle> do_sendrecv(const void* send, void* recv, size_t count,
+                                          DType dtype, int send_peer, int recv_peer, bool async);
   /// Aborts the communicator and ends the job with one line about `op`.
   [[noreturn]] void fail(const OpInfo& op, const std::string& why, int line);
   /// Aborts (as fail) unless 0 <= r < size(); `what` is "root", "peer", ...

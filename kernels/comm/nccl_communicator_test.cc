@@ -352,6 +352,41 @@ TEST(NcclCommunicator, AsyncHandles) {
   EXPECT_EQ(0, world_sum(bad));
 }
 
+// The non-blocking out-of-place broadcast and sendrecv (out of place and in place, through
+// the scratch buffer), issued back to back and waited for only after the last launch, as the
+// collectives suite's device timing loop does; every result checked.
+TEST(NcclCommunicator, AsyncBroadcastOutOfPlaceAndSendrecv) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  if (!one_gpu_per_rank(&why)) GTEST_SKIP() << why;
+  World w;
+  Communicator& c = *w.nccl;
+  const int r = c.rank(), n = c.size(), root = n - 1;
+  const int to = (r + 1) % n, from = (r + n - 1) % n;
+  const size_t count = 65541;
+  const cudaStream_t s = w.stream;
+  DeviceBuffer bsend(count * 4), brecv(count * 4), ssend(count * 4), srecv(count * 4), sbuf(count * 4);
+  const auto mine = fill<float>(count, [&](size_t i) { return input(r, i); });
+  const auto sentinel = fill<float>(count, [](size_t) { return kSentinel; });
+  upload(bsend.ptr, r == root ? fill<float>(count, [&](size_t i) { return input(root, i); }) : sentinel, s);
+  upload(brecv.ptr, sentinel, s);
+  upload(ssend.ptr, mine, s);
+  upload(srecv.ptr, sentinel, s);
+  upload(sbuf.ptr, mine, s);
+  {
+    std::vector<std::unique_ptr<CommHandle>> hs;
+    hs.push_back(c.broadcast_out_of_place_async(bsend.ptr, brecv.ptr, count, DType::f32, root));
+    hs.push_back(c.sendrecv_async(ssend.ptr, srecv.ptr, count, DType::f32, to, from));
+    hs.push_back(c.sendrecv_async(sbuf.ptr, sbuf.ptr, count, DType::f32, to, from));
+    for (auto& h : hs) h->wait();
+  }
+  long bad = wrong(download<float>(brecv.ptr, count, s), [&](size_t i) { return input(root, i); });
+  bad += wrong(download<float>(srecv.ptr, count, s), [&](size_t i) { return input(from, i); });
+  bad += wrong(download<float>(sbuf.ptr, count, s), [&](size_t i) { return input(from, i); });
+  bad += wrong(download<float>(ssend.ptr, count, s), [&](size_t i) { return input(r, i); });
+  EXPECT_EQ(0, world_sum(bad));
+}
+
 // Non-blocking send/recv in pairs (0,1), (2,3): even ranks post send then recv, odd ranks
 // recv then send (NCCL matches in issue order on one comm stream), polled with test().
 TEST(NcclCommunicator, AsyncSendRecvPairsPolled) {
