@@ -20,6 +20,52 @@ void validate_zero(const ZeroConfig& c) {
     throw InputError("offload_optimizer \"cpu\" needs zero_stage 1, 2 or 3 (as DeepSpeed), not 0");
 }
 
+namespace {
+// communication_data_type "fp32" with half gradients: the widening to fp32 and the rounding
+// back, elementwise on the host. On a CPU device the tensors are host memory, used in place;
+// on another they go through host buffers (Ops has no conversion op), to the same values:
+// each element is widened exactly and rounded once either way. Called between collectives,
+// where the queued ops are synchronised anyway.
+template <typename T>
+void widen_into(Ops<T>& ops, bool host, float* dst, const T* src, size_t n) {
+  if (host) return convert(dst, src, n);
+  std::vector<T> h(n);
+  std::vector<float> w(n);
+  ops.synchronize();
+  ops.copy_to_host(h.data(), src, n * sizeof(T));
+  convert(w.data(), h.data(), n);
+  ops.copy_from_host(dst, w.data(), n * sizeof(float));
+}
+
+// dst (n, T) = src (n, fp32) rounded to T.
+template <typename T>
+void narrow_into(Ops<T>& ops, bool host, T* dst, const float* src, size_t n) {
+  if (host) return convert(dst, src, n);
+  std::vector<float> w(n);
+  std::vector<T> h(n);
+  ops.synchronize();
+  ops.copy_to_host(w.data(), src, n * sizeof(float));
+  convert(h.data(), w.data(), n);
+  ops.copy_from_host(dst, h.data(), n * sizeof(T));
+}
+
+// acc (n, T) = acc + add (n, fp32), added in fp32 and rounded to T once.
+template <typename T>
+void add_wide_into(Ops<T>& ops, bool host, T* acc, const float* add, size_t n) {
+  auto sum = [](T* a, const float* b, size_t k) {
+    for (size_t j = 0; j < k; ++j) a[j] = T(float(a[j]) + b[j]);
+  };
+  if (host) return sum(acc, add, n);
+  std::vector<T> a(n);
+  std::vector<float> b(n);
+  ops.synchronize();
+  ops.copy_to_host(a.data(), acc, n * sizeof(T));
+  ops.copy_to_host(b.data(), add, n * sizeof(float));
+  sum(a.data(), b.data(), n);
+  ops.copy_from_host(acc, a.data(), n * sizeof(T));
+}
+}  // namespace
+
 // One reduce-scatter in flight: its units, their offsets in the bucket, the buffers.
 template <typename T>
 struct ZeroEngine<T>::Pending {
@@ -46,8 +92,6 @@ ZeroEngine<T>::ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communic
     shard_total_ += shard_.back();
   }
   const int64_t N = int64_t(model.num_params()), S = int64_t(shard_total_);
-  if (comm_wide() && !device_.is_cpu())
-    throw InputError("communication_data_type \"fp32\" with half-precision gradients needs the cpu backend");
   // Zero-filled: all-zero bytes are 0.0 in every float type.
   auto make_as = [&](DType dt, int64_t n, MemCategory c, Tier tier) {
     Tensor t = Tensor::empty(device_, {n}, dt, c, tier);
@@ -173,7 +217,7 @@ void ZeroEngine<T>::reduce_bucket() {
     p->unit_grads.push_back(std::move(it->second));
     unit_grad_.erase(it);
   }
-  // The wire type: T, or fp32 widened on the host (communication_data_type "fp32").
+  // The wire type: T, or fp32 widened on the host (communication_data_type "fp32", widen_into).
   const DType ct = comm_wide() ? DType::f32 : dtype_of<T>();
   if (p->units.size() == 1 && !comm_wide()) {
     p->send = std::move(p->unit_grads[0]);  // one unit is rank-major already
@@ -184,7 +228,7 @@ void ZeroEngine<T>::reduce_bucket() {
         const size_t s = shard_[p->units[i]], at = size_t(r) * p->total + p->offsets[i];
         const T* src = p->unit_grads[i].template data<T>() + size_t(r) * s;
         if (comm_wide()) {
-          convert(p->send.template data<float>() + at, src, s);
+          widen_into(ops_, device_.is_cpu(), p->send.template data<float>() + at, src, s);
         } else {
           copy_within(ops_, p->send.template data<T>() + at, src, s);
         }
@@ -223,9 +267,8 @@ void ZeroEngine<T>::complete(Pending& p) {
   }
   for (size_t i = 0; i < p.units.size(); ++i) {
     T* acc = shard_grad_.data<T>() + shard_off_[p.units[i]];
-    if (comm_wide()) {  // the fp32 sum added and rounded to T once (host memory: comm_wide needs the cpu)
-      const float* r = p.recv.template data<float>() + p.offsets[i];
-      for (size_t j = 0; j < shard_[p.units[i]]; ++j) acc[j] = T(float(acc[j]) + r[j]);
+    if (comm_wide()) {  // the fp32 sum added and rounded to T once
+      add_wide_into(ops_, device_.is_cpu(), acc, p.recv.template data<float>() + p.offsets[i], shard_[p.units[i]]);
     } else {
       ops_.residual_forward(acc, acc, p.recv.template data<T>() + p.offsets[i], shard_[p.units[i]]);
     }
@@ -292,12 +335,12 @@ void ZeroEngine<T>::finish_gradients() {
 template <typename T>
 void ZeroEngine<T>::dp_all_reduce(T* buf, size_t n) {
   Stopwatch sw;
-  if (comm_wide()) {  // widened on the host (comm_wide needs the cpu), summed in fp32, rounded once
+  if (comm_wide()) {  // widened on the host, summed in fp32, rounded once
     Tensor wide = Tensor::empty(device_, {int64_t(n)}, DType::f32, MemCategory::comm_buffer);
     float* w = wide.data<float>();
-    convert(w, buf, n);
+    widen_into(ops_, device_.is_cpu(), w, buf, n);
     dp_.all_reduce(w, w, n, DType::f32, ReduceOp::sum);
-    convert(buf, w, n);
+    narrow_into(ops_, device_.is_cpu(), buf, w, n);
     stats_.bytes += n * sizeof(float);
   } else {
     dp_.all_reduce(buf, buf, n, dtype_of<T>(), ReduceOp::sum);
