@@ -171,15 +171,15 @@ TEST(LayoutRunner, StagedDeviceWorldTrainsBitwiseAsTheHostOne) {
 
 // The path a non-CPU backend takes, run on the CPU: each precision's ops passed explicitly
 // (the CPU backend's CpuOps<float>, HalfCpuOps<bf16 / fp16>, through CountingOps) on a
-// device that says it is not the CPU (HostAsDevice: the reference then needs the passed ops,
-// reduces host scalars through device buffers and stages ZeRO's fp32 communication of half
-// gradients through host buffers). The same ops on the same values in the same order, so
+// CpuDevice, and on a device that says it is not the CPU (HostAsDevice: the reference then
+// needs the passed ops, reduces host scalars through device buffers and stages ZeRO's fp32
+// communication of half gradients through host buffers). The same ops on the same values in the same order, so
 // every loss, the step-0 gradient and the final parameters are bitwise those of the default
 // run (null ops on a CpuDevice), and the passed ops did the work (their call count > 0).
 // Layouts: TP 2 x DP n/2 under ZeRO 1; DP n under ZeRO 2 with 4-element buckets, overlap
 // and, in half precision, fp32 communication; DP n under ZeRO 0, fp32 communication in half
 // (the bucketed all-reduce). fp16 with dynamic loss scaling, as the recipe has it.
-TEST(LayoutRunner, PassedOpsOnANonCpuDeviceTrainBitwiseAsTheDefaults) {
+TEST(LayoutRunner, PassedOpsTrainBitwiseAsTheDefaultsOnANonCpuDeviceToo) {
   auto w = make_mpi_world();
   const int n = w->size();
   if (n != 2 && n != 4) GTEST_SKIP() << "layouts for 2 and 4 ranks";
@@ -203,25 +203,28 @@ TEST(LayoutRunner, PassedOpsOnANonCpuDeviceTrainBitwiseAsTheDefaults) {
         {{.tp = 1, .dp = n}, {.stage = 0, .reduce_bucket_size = 1000, .fp32_communication = half}},
     };
     for (const Case& c : cases) {
-      CountingOps<float> f32(cpu->ops());
-      CountingOps<bf16> b16(half_b);
-      CountingOps<fp16> f16(half_f);
-      CpuDevice dev_cpu;
+      CpuDevice dev_cpu, dev_cpu2;
       HostAsDevice dev_other;
       const LayoutOutcome ref = run_layout({.model = kModel, .layout = c.l, .train = cfg, .zero = c.z,
                                             .device = dev_cpu, .host = *w, .data = data, .gather = true});
-      const LayoutOutcome out =
-          run_layout({.model = kModel, .layout = c.l, .train = cfg, .zero = c.z, .device = dev_other,
-                      .ops = {.fp32 = &f32, .bf16 = &b16, .fp16 = &f16}, .host = *w, .data = data, .gather = true});
       const std::string what = std::string(to_string(prec)) + " tp " + std::to_string(c.l.tp) + " dp " +
                                std::to_string(c.l.dp) + " zero " + std::to_string(c.z.stage) +
                                (c.z.fp32_communication ? " comm fp32" : "");
-      EXPECT_EQ(out.losses, ref.losses) << what;
-      EXPECT_EQ(out.params, ref.params) << what;  // gathered on rank 0, empty elsewhere
-      EXPECT_EQ(out.grads0, ref.grads0) << what;
-      EXPECT_EQ(out.skipped, ref.skipped) << what;
-      const long used = prec == Precision::fp32 ? f32.calls : prec == Precision::bf16 ? b16.calls : f16.calls;
-      EXPECT_GT(used, 0) << what << ": the passed ops were not used";
+      for (Device* dev : {static_cast<Device*>(&dev_cpu2), static_cast<Device*>(&dev_other)}) {
+        CountingOps<float> f32(cpu->ops());
+        CountingOps<bf16> b16(half_b);
+        CountingOps<fp16> f16(half_f);
+        const LayoutOutcome out =
+            run_layout({.model = kModel, .layout = c.l, .train = cfg, .zero = c.z, .device = *dev,
+                        .ops = {.fp32 = &f32, .bf16 = &b16, .fp16 = &f16}, .host = *w, .data = data, .gather = true});
+        const std::string on = what + " on " + dev->name();
+        EXPECT_EQ(out.losses, ref.losses) << on;
+        EXPECT_EQ(out.params, ref.params) << on;  // gathered on rank 0, empty elsewhere
+        EXPECT_EQ(out.grads0, ref.grads0) << on;
+        EXPECT_EQ(out.skipped, ref.skipped) << on;
+        const long used = prec == Precision::fp32 ? f32.calls : prec == Precision::bf16 ? b16.calls : f16.calls;
+        EXPECT_GT(used, 0) << on << ": the passed ops were not used";
+      }
     }
   }
 }

@@ -9,6 +9,7 @@
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/timer.h"
+#include "reference/fp32_comm.h"
 
 namespace dtb {
 
@@ -19,52 +20,6 @@ void validate_zero(const ZeroConfig& c) {
   if (c.offload_optimizer && c.stage < 1)
     throw InputError("offload_optimizer \"cpu\" needs zero_stage 1, 2 or 3 (as DeepSpeed), not 0");
 }
-
-namespace {
-// communication_data_type "fp32" with half gradients: the widening to fp32 and the rounding
-// back, elementwise on the host. On a CPU device the tensors are host memory, used in place;
-// on another they go through host buffers (Ops has no conversion op), to the same values:
-// each element is widened exactly and rounded once either way. Called between collectives,
-// where the queued ops are synchronised anyway.
-template <typename T>
-void widen_into(Ops<T>& ops, bool host, float* dst, const T* src, size_t n) {
-  if (host) return convert(dst, src, n);
-  std::vector<T> h(n);
-  std::vector<float> w(n);
-  ops.synchronize();
-  ops.copy_to_host(h.data(), src, n * sizeof(T));
-  convert(w.data(), h.data(), n);
-  ops.copy_from_host(dst, w.data(), n * sizeof(float));
-}
-
-// dst (n, T) = src (n, fp32) rounded to T.
-template <typename T>
-void narrow_into(Ops<T>& ops, bool host, T* dst, const float* src, size_t n) {
-  if (host) return convert(dst, src, n);
-  std::vector<float> w(n);
-  std::vector<T> h(n);
-  ops.synchronize();
-  ops.copy_to_host(w.data(), src, n * sizeof(float));
-  convert(h.data(), w.data(), n);
-  ops.copy_from_host(dst, h.data(), n * sizeof(T));
-}
-
-// acc (n, T) = acc + add (n, fp32), added in fp32 and rounded to T once.
-template <typename T>
-void add_wide_into(Ops<T>& ops, bool host, T* acc, const float* add, size_t n) {
-  auto sum = [](T* a, const float* b, size_t k) {
-    for (size_t j = 0; j < k; ++j) a[j] = T(float(a[j]) + b[j]);
-  };
-  if (host) return sum(acc, add, n);
-  std::vector<T> a(n);
-  std::vector<float> b(n);
-  ops.synchronize();
-  ops.copy_to_host(a.data(), acc, n * sizeof(T));
-  ops.copy_to_host(b.data(), add, n * sizeof(float));
-  sum(a.data(), b.data(), n);
-  ops.copy_from_host(acc, a.data(), n * sizeof(T));
-}
-}  // namespace
 
 // One reduce-scatter in flight: its units, their offsets in the bucket, the buffers.
 template <typename T>
