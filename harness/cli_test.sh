@@ -168,7 +168,6 @@ expect_error "train.communication_data_type: 'fp16' is not \"auto\", \"fp32\" or
 expect_error "train.loss_scale: 'static' is not \"auto\", \"none\" or \"dynamic\"" run --config "$tmp/loss_scale.json"
 expect_error "conformance.precisions: 'bf16' is listed twice" run --suites conformance --config "$tmp/precisions_twice.json"
 expect_error "conformance.precisions: a non-empty list of fp32, bf16, fp16" run --suites conformance --config "$tmp/precisions_empty.json"
-expect_error "precision: bf16 and fp16 run on the cpu backend only" run --config "$tmp/precision_cuda.json"
 expect_error "sweep.layouts: 'TP2': needs 2 ranks; a sweep runs every layout on all 1" run --sweep TP2
 expect_error "--sweep and --suites do not go together" run --sweep --suites train
 expect_error "--sweep: an empty layout in 'DP1,,TP1'" run --sweep DP1,,TP1
@@ -243,6 +242,17 @@ if [ "$rc" -ne 0 ] || ! grep -q "dtbench: warning: .*more than this machine's me
   fails=$((fails + 1))
 else
   echo "ok: dtbench run --force -> exit 0, $(cat "$tmp/err")"
+fi
+
+# bf16 / fp16 validate on cuda (its Backend::bf16_ops / fp16_ops): the precision suite's
+# config on the cuda backend is printed, exit 0 (--print-config: nothing runs).
+n=$((n + 1))
+if "$dtbench" run --config "$tmp/precision_cuda.json" --print-config >"$tmp/out" 2>"$tmp/err" &&
+   grep -q '"backend": "cuda"' "$tmp/out"; then
+  echo "ok: dtbench run --config precision_cuda.json --print-config -> exit 0"
+else
+  echo "FAIL: the precision suite on cuda did not validate:"; cat "$tmp/err"
+  fails=$((fails + 1))
 fi
 
 echo "$((n - fails)) passed, $fails failed"

@@ -10,6 +10,7 @@
 #include "harness/config.h"
 #include "harness/fuzz/config_input.h"
 #include "kernels/error.h"
+#include "suites/layout_config.h"
 
 namespace dtb {
 
@@ -56,6 +57,30 @@ TEST(Config, Errors) {
   // 16 sequences over 3 ranks x 2 micro-batches do not divide.
   EXPECT_NE(error_of("{}", 3).find("not divisible by data_parallel (3)"), std::string::npos);
   EXPECT_EQ(error_of("{}", 4), "");
+}
+
+// bf16 and fp16 validate on a backend with half ops (cpu, cuda: decided by name, as validate()
+// has no Backend), in every suite that trains in them; a backend without them is refused
+// with one line naming the key, the precision and the backend.
+TEST(Config, HalfPrecisionValidatesOnBackendsWithHalfOps) {
+  for (const char* backend : {"cpu", "cuda"}) {
+    const std::string b = "\"backend\": \"" + std::string(backend) + "\"";
+    EXPECT_EQ(error_of("{" + b + R"(, "train": {"precision": "bf16", "tensor_parallel": 2}})", 4, "train"), "")
+        << backend;
+    EXPECT_EQ(error_of("{" + b + R"(, "sweep": {"precision": "fp16"}})", 4, "sweep"), "") << backend;
+    EXPECT_EQ(error_of("{" + b + "}", 4, "precision"), "") << backend;
+    EXPECT_EQ(error_of("{" + b + R"(, "conformance": {"layouts": ["TP2"]}})", 4, "conformance"), "") << backend;
+  }
+  EXPECT_TRUE(backend_has_half_ops("cpu") && backend_has_half_ops("cuda"));
+  EXPECT_FALSE(backend_has_half_ops("rocm"));
+  EXPECT_NO_THROW(require_half_ops("rocm", Precision::fp32, "train.precision"));
+  try {
+    require_half_ops("rocm", Precision::fp16, "conformance.precisions");
+    ADD_FAILURE() << "fp16 accepted on a backend without half ops";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "conformance.precisions: fp16 needs a backend with bf16 and fp16 ops; the rocm backend has none");
+  }
 }
 
 TEST(Config, NearestName) {

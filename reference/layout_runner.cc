@@ -144,15 +144,23 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
 
 }  // namespace
 
+PrecisionOps precision_ops(Backend* backend) {
+  if (!backend) return {};
+  return {.fp32 = &backend->ops(), .bf16 = backend->bf16_ops(), .fp16 = backend->fp16_ops()};
+}
+
 LayoutOutcome run_layout(const LayoutRunSpec& spec) {
   const Precision p = spec.train.precision;
-  if (p != Precision::fp32 && spec.ops != nullptr)
-    throw InputError("precision " + std::string(to_string(p)) +
-                     " runs on the cpu backend only (the cuda backend stores fp32)");
+  const bool half_ops = p == Precision::bf16 ? spec.ops.bf16 != nullptr : spec.ops.fp16 != nullptr;
+  if (p != Precision::fp32 && !half_ops && !spec.device.is_cpu()) {
+    const std::string name = spec.ops.fp32 ? spec.ops.fp32->backend() : spec.device.name();
+    throw InputError("precision " + std::string(to_string(p)) + ": the " + name + " backend has no " +
+                     std::string(to_string(p)) + " ops");
+  }
   switch (p) {
-    case Precision::bf16: return run_layout_as<bf16>(spec, nullptr);
-    case Precision::fp16: return run_layout_as<fp16>(spec, nullptr);
-    default: return run_layout_as<float>(spec, spec.ops);
+    case Precision::bf16: return run_layout_as<bf16>(spec, spec.ops.bf16);
+    case Precision::fp16: return run_layout_as<fp16>(spec, spec.ops.fp16);
+    default: return run_layout_as<float>(spec, spec.ops.fp32);
   }
 }
 

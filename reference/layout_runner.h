@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "reference/data.h"
@@ -60,6 +61,19 @@ struct LayoutHooks {
   std::function<void(const std::vector<double>& params)> final_params{};
 };
 
+/// A backend's compute ops for each storage precision (Backend::ops, bf16_ops, fp16_ops), over
+/// the backend's memory. A null pointer means the CPU's (CpuOps<float>, HalfCpuOps<bf16 or
+/// fp16>, built by the model), which only a CPU device can use.
+struct PrecisionOps {
+  Ops<float>* fp32 = nullptr;
+  Ops<::dtb::bf16>* bf16 = nullptr;
+  Ops<::dtb::fp16>* fp16 = nullptr;
+};
+
+/// The ops of `backend` for each precision: &backend->ops(), bf16_ops(), fp16_ops() (on the
+/// CPU backend: its CpuOps<float> and null for the half types); all null for a null backend.
+PrecisionOps precision_ops(Backend* backend);
+
 /// One layout run. Designated-initialiser friendly: the references are required, the rest
 /// has defaults, e.g. run_layout({.model = m, .layout = l, .train = cfg, .device = dev,
 /// .host = world, .data = data}).
@@ -68,13 +82,14 @@ struct LayoutRunSpec {
   /// tp x dp x pp, schedule, virtual stages; micro_batches is taken from train.micro_batches.
   ParallelLayout layout{};
   /// Steps, global batch (sequences per step), micro-batches per DP rank, seq_len, seed,
-  /// AdamW, clipping, loss scaling, precision: fp32, or bf16 / fp16 on the CPU backend only.
+  /// AdamW, clipping, loss scaling, precision (fp32, bf16, fp16): the ops of `ops` for it.
   TrainConfig train{};
   ZeroConfig zero{};
   Recompute recompute = Recompute::none;
   Device& device;
-  /// The compute ops of a non-CPU backend (fp32 only), or null for the CPU's.
-  Ops<float>* ops = nullptr;
+  /// The backend's compute ops per precision (precision_ops); the one for train.precision is
+  /// used, and must be non-null on a non-CPU device.
+  PrecisionOps ops{};
   /// An MPI communicator of layout.world() ranks: the gathers and the checkpoints' files
   /// (host memory).
   Communicator& host;
@@ -123,7 +138,8 @@ struct LayoutOutcome {
 /// precision, recompute, offload, overlap, memory), by the oracle's half-precision
 /// references (suites/oracle.h) and by validate's training probe (harness/validate_train.h).
 /// Errors: InputError when the layout does not fit the model or batch (validate_layout),
-/// for bf16 / fp16 with non-CPU ops, and from a resume (load_checkpoint's, a history that
+/// "precision <p>: the <backend> backend has no <p> ops" for bf16 / fp16 on a non-CPU device
+/// whose ops for it are null, and from a resume (load_checkpoint's, a history that
 /// does not hold the checkpoint's steps, a checkpoint that leaves no step to run), the same
 /// on every rank. A failed save is not an error: it is recorded (checkpoints.save_error)
 /// and training goes on without saving.

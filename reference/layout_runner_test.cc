@@ -1,7 +1,9 @@
 // The layout runner (reference/layout_runner.h): one rank through the runner trains bitwise
 // as the single-rank Gpt<float> trainer does, and a run the runner checkpoints and resumes
 // continues bitwise as the uninterrupted one, whole loss curve included; and layouts over
-// a staged device world (ranks sharing a GPU) train bitwise as over MPI itself. Runs in the
+// a staged device world (ranks sharing a GPU) train bitwise as over MPI itself; the ops
+// passed for each precision are the ones used, bitwise the CPU defaults, also on a device
+// that is not the CPU's, and a half precision without its ops there is refused. Runs in the
 // multi-rank binary (2 and 4 ranks); the checkpoint machinery itself is checkpoint_test.cc's.
 #include "reference/layout_runner.h"
 
@@ -15,9 +17,11 @@
 
 #include "kernels/backend.h"
 #include "kernels/comm/staged_communicator.h"
+#include "kernels/cpu/half_ops.h"
 #include "kernels/device.h"
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
+#include "reference/counting_ops_test_util.h"
 #include "reference/test_dataset.h"
 
 namespace dtb {
@@ -162,6 +166,86 @@ TEST(LayoutRunner, StagedDeviceWorldTrainsBitwiseAsTheHostOne) {
     EXPECT_EQ(out.losses, ref.losses) << what;
     EXPECT_EQ(out.params, ref.params) << what;  // gathered on rank 0, empty elsewhere
     EXPECT_EQ(out.grads0, ref.grads0) << what;
+  }
+}
+
+// The path a non-CPU backend takes, run on the CPU: each precision's ops passed explicitly
+// (the CPU backend's CpuOps<float>, HalfCpuOps<bf16 / fp16>, through CountingOps) on a
+// CpuDevice, and on a device that says it is not the CPU (HostAsDevice: the reference then
+// needs the passed ops, reduces host scalars through device buffers and stages ZeRO's fp32
+// communication of half gradients through host buffers). The same ops on the same values in the same order, so
+// every loss, the step-0 gradient and the final parameters are bitwise those of the default
+// run (null ops on a CpuDevice), and the passed ops did the work (their call count > 0).
+// Layouts: TP 2 x DP n/2 under ZeRO 1; DP n under ZeRO 2 with 4-element buckets, overlap
+// and, in half precision, fp32 communication; DP n under ZeRO 0, fp32 communication in half
+// (the bucketed all-reduce). fp16 with dynamic loss scaling, as the recipe has it.
+TEST(LayoutRunner, PassedOpsTrainBitwiseAsTheDefaultsOnANonCpuDeviceToo) {
+  auto w = make_mpi_world();
+  const int n = w->size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "layouts for 2 and 4 ranks";
+  auto cpu = make_cpu_backend();
+  HalfCpuOps<bf16> half_b;
+  HalfCpuOps<fp16> half_f;
+  const Dataset data = test_data();
+  for (const Precision prec : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    TrainConfig cfg = small_config();
+    cfg.precision = prec;
+    cfg.loss_scaler.enabled = prec == Precision::fp16;
+    const bool half = prec != Precision::fp32;
+    struct Case {
+      ParallelLayout l;
+      ZeroConfig z;
+    };
+    const std::vector<Case> cases = {
+        {{.tp = 2, .dp = n / 2}, {.stage = 1}},
+        {{.tp = 1, .dp = n},
+         {.stage = 2, .reduce_bucket_size = 4, .overlap_comm = true, .fp32_communication = half}},
+        {{.tp = 1, .dp = n}, {.stage = 0, .reduce_bucket_size = 1000, .fp32_communication = half}},
+    };
+    for (const Case& c : cases) {
+      CpuDevice dev_cpu, dev_cpu2;
+      HostAsDevice dev_other;
+      const LayoutOutcome ref = run_layout({.model = kModel, .layout = c.l, .train = cfg, .zero = c.z,
+                                            .device = dev_cpu, .host = *w, .data = data, .gather = true});
+      const std::string what = std::string(to_string(prec)) + " tp " + std::to_string(c.l.tp) + " dp " +
+                               std::to_string(c.l.dp) + " zero " + std::to_string(c.z.stage) +
+                               (c.z.fp32_communication ? " comm fp32" : "");
+      for (Device* dev : {static_cast<Device*>(&dev_cpu2), static_cast<Device*>(&dev_other)}) {
+        CountingOps<float> f32(cpu->ops());
+        CountingOps<bf16> b16(half_b);
+        CountingOps<fp16> f16(half_f);
+        const LayoutOutcome out =
+            run_layout({.model = kModel, .layout = c.l, .train = cfg, .zero = c.z, .device = *dev,
+                        .ops = {.fp32 = &f32, .bf16 = &b16, .fp16 = &f16}, .host = *w, .data = data, .gather = true});
+        const std::string on = what + " on " + dev->name();
+        EXPECT_EQ(out.losses, ref.losses) << on;
+        EXPECT_EQ(out.params, ref.params) << on;  // gathered on rank 0, empty elsewhere
+        EXPECT_EQ(out.grads0, ref.grads0) << on;
+        EXPECT_EQ(out.skipped, ref.skipped) << on;
+        const long used = prec == Precision::fp32 ? f32.calls : prec == Precision::bf16 ? b16.calls : f16.calls;
+        EXPECT_GT(used, 0) << on << ": the passed ops were not used";
+      }
+    }
+  }
+}
+
+// bf16 / fp16 on a device that is not the CPU's, whose ops for the precision are null (a
+// backend without half ops): one InputError line naming the precision and the backend,
+// before anything is built.
+TEST(LayoutRunner, HalfPrecisionWithoutTheBackendsOpsIsRefused) {
+  auto self = make_mpi_self();
+  const Dataset data = test_data();
+  HostAsDevice dev;
+  for (const Precision prec : {Precision::bf16, Precision::fp16}) {
+    TrainConfig cfg = small_config();
+    cfg.precision = prec;
+    const std::string p(to_string(prec));
+    try {
+      run_layout({.model = kModel, .layout = {}, .train = cfg, .device = dev, .host = *self, .data = data});
+      ADD_FAILURE() << p << " ran without its ops on a non-CPU device";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), "precision " + p + ": the host-as-device backend has no " + p + " ops");
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/timer.h"
+#include "reference/fp32_comm.h"
 
 namespace dtb {
 
@@ -46,8 +47,6 @@ ZeroEngine<T>::ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communic
     shard_total_ += shard_.back();
   }
   const int64_t N = int64_t(model.num_params()), S = int64_t(shard_total_);
-  if (comm_wide() && !device_.is_cpu())
-    throw InputError("communication_data_type \"fp32\" with half-precision gradients needs the cpu backend");
   // Zero-filled: all-zero bytes are 0.0 in every float type.
   auto make_as = [&](DType dt, int64_t n, MemCategory c, Tier tier) {
     Tensor t = Tensor::empty(device_, {n}, dt, c, tier);
@@ -173,7 +172,7 @@ void ZeroEngine<T>::reduce_bucket() {
     p->unit_grads.push_back(std::move(it->second));
     unit_grad_.erase(it);
   }
-  // The wire type: T, or fp32 widened on the host (communication_data_type "fp32").
+  // The wire type: T, or fp32 widened on the host (communication_data_type "fp32", widen_into).
   const DType ct = comm_wide() ? DType::f32 : dtype_of<T>();
   if (p->units.size() == 1 && !comm_wide()) {
     p->send = std::move(p->unit_grads[0]);  // one unit is rank-major already
@@ -184,7 +183,7 @@ void ZeroEngine<T>::reduce_bucket() {
         const size_t s = shard_[p->units[i]], at = size_t(r) * p->total + p->offsets[i];
         const T* src = p->unit_grads[i].template data<T>() + size_t(r) * s;
         if (comm_wide()) {
-          convert(p->send.template data<float>() + at, src, s);
+          widen_into(ops_, device_.is_cpu(), p->send.template data<float>() + at, src, s);
         } else {
           copy_within(ops_, p->send.template data<T>() + at, src, s);
         }
@@ -223,9 +222,8 @@ void ZeroEngine<T>::complete(Pending& p) {
   }
   for (size_t i = 0; i < p.units.size(); ++i) {
     T* acc = shard_grad_.data<T>() + shard_off_[p.units[i]];
-    if (comm_wide()) {  // the fp32 sum added and rounded to T once (host memory: comm_wide needs the cpu)
-      const float* r = p.recv.template data<float>() + p.offsets[i];
-      for (size_t j = 0; j < shard_[p.units[i]]; ++j) acc[j] = T(float(acc[j]) + r[j]);
+    if (comm_wide()) {  // the fp32 sum added and rounded to T once
+      add_wide_into(ops_, device_.is_cpu(), acc, p.recv.template data<float>() + p.offsets[i], shard_[p.units[i]]);
     } else {
       ops_.residual_forward(acc, acc, p.recv.template data<T>() + p.offsets[i], shard_[p.units[i]]);
     }
@@ -292,12 +290,12 @@ void ZeroEngine<T>::finish_gradients() {
 template <typename T>
 void ZeroEngine<T>::dp_all_reduce(T* buf, size_t n) {
   Stopwatch sw;
-  if (comm_wide()) {  // widened on the host (comm_wide needs the cpu), summed in fp32, rounded once
+  if (comm_wide()) {  // widened on the host, summed in fp32, rounded once
     Tensor wide = Tensor::empty(device_, {int64_t(n)}, DType::f32, MemCategory::comm_buffer);
     float* w = wide.data<float>();
-    convert(w, buf, n);
+    widen_into(ops_, device_.is_cpu(), w, buf, n);
     dp_.all_reduce(w, w, n, DType::f32, ReduceOp::sum);
-    convert(buf, w, n);
+    narrow_into(ops_, device_.is_cpu(), buf, w, n);
     stats_.bytes += n * sizeof(float);
   } else {
     dp_.all_reduce(buf, buf, n, dtype_of<T>(), ReduceOp::sum);

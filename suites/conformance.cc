@@ -8,7 +8,8 @@
 // Every layout runs in each precision of `precisions` (fp32, bf16, fp16: kernels/half.h),
 // against the single-rank runs of the same precision; a half-precision layout is also held
 // to a stated bound of the fp32 trajectory, and a recompute layout to bitwise equality with
-// the same layout without recompute.
+// the same layout without recompute. The layouts run on the run's backend (its ops and device
+// world); the oracle and the references always on the CPU.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -199,10 +200,9 @@ class ConformanceSuite : public Suite {
             {"precisions", {"fp32", "bf16", "fp16"}}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
-    if (config.value("backend", "cpu") != "cpu")
-      throw InputError("conformance: compares layouts with the float64 oracle of the cpu backend; run it with "
-                       "--backend cpu");
     const Params p = Params::parse(section, config, world);
+    for (const Precision prec : p.precisions)
+      require_half_ops(config.value("backend", "cpu"), prec, "conformance.precisions");
     const GptConfig& model = p.model;
     const TrainConfig& cfg = p.base;
     const int64_t smallest = p.smallest;
@@ -231,6 +231,16 @@ class ConformanceSuite : public Suite {
               ", global batch " + std::to_string(base.global_batch) + " in " + std::to_string(base.micro_batches) +
               " micro-batches per DP rank, " + std::to_string(base.steps) + " steps, " +
               std::to_string(world.size()) + " ranks");
+    // The layouts run on the backend (its device, its ops for the precision, collectives over
+    // the device world); the float64 oracle and the single-rank references on a CPU device of
+    // their own with the CPU's ops, whatever the backend. The tolerances are fp32's, so the
+    // backend's GEMMs compute in fp32 (TF32 would round inputs to 2^-11).
+    Backend* be = ctx.backend;
+    if (be) be->set_matmul_precision("fp32");
+    const PrecisionOps ops = precision_ops(be);
+    CpuDevice cpu;
+    ctx.print("# conformance: layouts on the " + (be ? be->name() : std::string("cpu")) +
+              " backend, the oracle and references on the cpu");
     SuiteResult res;
     json skipped = json::array(), table = json::array();
     // Outcomes kept for the recompute comparison: (precision, layout) -> losses, params.
@@ -246,7 +256,7 @@ class ConformanceSuite : public Suite {
       cfg.precision = prec;
       cfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
       const std::string suffix = prec == Precision::fp32 ? "" : ":" + std::string(to_string(prec));
-      const ReferenceSet refs = run_references(model, ctx.device, data, cfg, world, have_oracle ? &oracle : nullptr);
+      const ReferenceSet refs = run_references(model, cpu, data, cfg, world, have_oracle ? &oracle : nullptr);
       if (!have_oracle) oracle = refs.oracle, oracle_losses = refs.oracle.losses, have_oracle = true;
       factor = refs.factor();
       ctx.print("# " + std::string(to_string(prec)) + " baseline: float64 oracle and " +
@@ -269,11 +279,14 @@ class ConformanceSuite : public Suite {
           continue;
         }
         const int k = int(l.world());
-        auto sub = world.split(world.rank() < k ? 0 : 1, world.rank(), "conformance:" + text);
+        const int color = world.rank() < k ? 0 : 1;
+        auto sub = world.split(color, world.rank(), "conformance:" + text);
+        auto dev_sub = ctx.device_world ? ctx.device_world->split(color, world.rank(), "conformance:" + text) : nullptr;
         LayoutOutcome out;
         if (world.rank() < k)
           out = run_layout({.model = model, .layout = l, .train = cfg, .zero = spec.z, .recompute = spec.recompute,
-                            .device = ctx.device, .host = *sub, .data = data, .gather = true});
+                            .device = ctx.device, .ops = ops, .host = *sub, .device_comm = dev_sub.get(),
+                            .data = data, .gather = true});
         world.barrier();
         // Step times: the slowest rank's per step, from the layout's ranks.
         // Each rank sends its step times, then its stage and peak activation bytes.

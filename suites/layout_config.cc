@@ -114,6 +114,14 @@ Precision precision_from_json(const json& s, const std::string& path) {
   return parse_precision(p);
 }
 
+bool backend_has_half_ops(const std::string& backend) { return backend == "cpu" || backend == "cuda"; }
+
+void require_half_ops(const std::string& backend, Precision p, const std::string& key) {
+  if (p == Precision::fp32 || backend_has_half_ops(backend)) return;
+  throw InputError(key + ": " + std::string(to_string(p)) + " needs a backend with bf16 and fp16 ops; the " +
+                   printable(backend, 40) + " backend has none");
+}
+
 bool fp32_communication_from_json(const json& s, const std::string& path, Precision p) {
   const std::string k = key_of(LayoutKey::comm_type);
   const std::string c = s.at(k).get<std::string>();

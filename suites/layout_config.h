@@ -70,6 +70,17 @@ Recompute parse_recompute_key(const nlohmann::json& section, const std::string& 
 /// A section's "precision" key: fp32, bf16 or fp16; InputError "<path>.precision: ..." otherwise.
 Precision precision_from_json(const nlohmann::json& section, const std::string& path);
 
+/// Whether the backend named `backend` trains in bf16 / fp16 storage: "cpu" (HalfCpuOps)
+/// and "cuda" (its Backend::bf16_ops / fp16_ops). By name, because a suite's validate()
+/// has the config's "backend" key, not a Backend; run_layout refuses at run time a backend
+/// whose half ops turn out null.
+bool backend_has_half_ops(const std::string& backend);
+
+/// Refuses `p` (bf16 or fp16; fp32 always passes) on a backend without half ops
+/// (backend_has_half_ops). Errors: InputError "<key>: <p> needs a backend with bf16 and
+/// fp16 ops; the <backend> backend has none".
+void require_half_ops(const std::string& backend, Precision p, const std::string& key);
+
 /// A section's "communication_data_type" (DeepSpeed's key: "auto", the gradients' type;
 /// "fp32"; or the run's half type `p`): whether gradients are reduced in fp32 (never for an
 /// fp32 run). Errors: InputError "<path>.communication_data_type: ...".

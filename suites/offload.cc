@@ -68,7 +68,6 @@ class OffloadSuite : public Suite {
     DTB_CHECK(ctx.dataset != nullptr, "offload suite needs a dataset");
     Communicator& world = ctx.world;
     Backend* be = ctx.backend;
-    const bool on_cpu = be == nullptr || be->name() == "cpu";
     Communicator& comm = ctx.device_world ? *ctx.device_world : world;
     const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
     const TimedDpSetup& t = p.t;
@@ -86,7 +85,7 @@ class OffloadSuite : public Suite {
         z.stage = stage;
         z.offload_optimizer = off == 1;
         last[off] = run_layout({.model = t.model, .layout = t.layout, .train = t.cfg, .zero = z, .device = ctx.device,
-                                .ops = on_cpu ? nullptr : &be->ops(), .host = world, .device_comm = &comm,
+                                .ops = precision_ops(be), .host = world, .device_comm = &comm,
                                 .data = *ctx.dataset});
         const std::vector<double> st = slowest_step_times(last[off], world);
         times[off].insert(times[off].end(), st.begin() + 1, st.end());  // step 0 allocates

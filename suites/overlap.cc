@@ -74,7 +74,6 @@ class OverlapSuite : public Suite {
     DTB_CHECK(ctx.dataset != nullptr, "overlap suite needs a dataset");
     Communicator& world = ctx.world;
     Backend* be = ctx.backend;
-    const bool on_cpu = be == nullptr || be->name() == "cpu";
     Communicator& comm = ctx.device_world ? *ctx.device_world : world;
     const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
     const TimedDpSetup& t = p.t;
@@ -97,7 +96,7 @@ class OverlapSuite : public Suite {
           z.overlap_comm = on == 1;
           const LayoutOutcome o =
               run_layout({.model = t.model, .layout = t.layout, .train = t.cfg, .zero = z, .device = ctx.device,
-                          .ops = on_cpu ? nullptr : &be->ops(), .host = world, .device_comm = &comm,
+                          .ops = precision_ops(be), .host = world, .device_comm = &comm,
                           .data = *ctx.dataset});
           const std::vector<double> st = slowest_step_times(o, world);
           times[on].insert(times[on].end(), st.begin() + 1, st.end());

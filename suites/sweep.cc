@@ -135,9 +135,7 @@ struct Params {
   static Params parse(const json& section, const json& config, const WorldInfo& world) {
     Params p;
     p.st = setup_from(section, config);
-    if (p.st.cfg.precision != Precision::fp32 && config.value("backend", "cpu") != "cpu")
-      throw InputError("sweep.precision: " + std::string(to_string(p.st.cfg.precision)) +
-                       " runs on the cpu backend only (the cuda backend stores fp32)");
+    require_half_ops(config.value("backend", "cpu"), p.st.cfg.precision, "sweep.precision");
     p.layouts = sweep_layouts(section, p.st, world.size, &p.skipped);
     for (const std::string& text : p.layouts) {
       p.specs.push_back(parse_layout_spec(text, "sweep.layouts"));
@@ -177,7 +175,6 @@ class SweepSuite : public Suite {
     DTB_CHECK(ctx.dataset != nullptr, "sweep suite needs a dataset");
     Communicator& world = ctx.world;
     Backend* be = ctx.backend;
-    const bool on_cpu = be == nullptr || be->name() == "cpu";
     Communicator& comm = ctx.device_world ? *ctx.device_world : world;
     const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
     const Setup& st = p.st;
@@ -198,7 +195,7 @@ class SweepSuite : public Suite {
       SpanRecorder rec(true);
       const LayoutOutcome out =
           run_layout({.model = st.model, .layout = spec.l, .train = st.cfg, .zero = spec.z,
-                      .recompute = spec.recompute, .device = ctx.device, .ops = on_cpu ? nullptr : &be->ops(),
+                      .recompute = spec.recompute, .device = ctx.device, .ops = precision_ops(be),
                       .host = world, .device_comm = &comm, .data = *ctx.dataset, .spans = &rec});
       const std::vector<double> slowest = slowest_step_times(out, world);
       // This rank's shares of its step time, over the steps after the first: idle from the

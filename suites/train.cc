@@ -344,10 +344,9 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   validate_train_config(train, p.model, p.spec.l.dp);
   train.precision = p.spec.precision;
   apply_recipe_keys(section, "train", train);  // loss scaling and clipping (precision: the same)
-  const bool cpu = config.value("backend", "cpu") == "cpu";
-  if (train.precision != Precision::fp32 && !cpu)
-    throw InputError("train.precision: " + std::string(to_string(train.precision)) +
-                     " runs on the cpu backend only (the cuda backend stores fp32)");
+  const std::string backend = config.value("backend", "cpu");
+  const bool cpu = backend == "cpu";
+  require_half_ops(backend, train.precision, "train.precision");
   const std::string prec = section.at("matmul_precision");
   if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
     throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
@@ -453,7 +452,7 @@ class TrainSuite : public Suite {
           ctx.print("# train: no checkpoint in " + plan.dir + " yet: a fresh run");
       }
       run = run_layout({.model = model_cfg, .layout = layout, .train = cfg, .zero = zero, .recompute = recompute,
-                        .device = ctx.device, .ops = on_cpu ? nullptr : &be->ops(), .host = world,
+                        .device = ctx.device, .ops = precision_ops(be), .host = world,
                         .device_comm = &dev_comm, .data = data, .gather = true, .spans = ctx.spans,
                         .checkpoints = plan.on() ? &ck : nullptr});
     }
