@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
 #include "reference/loss_scaler.h"
@@ -86,6 +88,21 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   ParallelGroups g{comm, *og.tp, dp, *og.pp, og.pp_backward.get()};
   device.reset_peaks();
   const MemoryStats before = device.stats();
+  std::unique_ptr<Ops<T>> cpu_ops;  // the model's own default, built here to be wrapped
+  std::unique_ptr<ProfiledOps<T>> profiled;
+  if (spec.op_clock) {
+    if (!ops) {
+      DTB_CHECK(device.is_cpu(), "run_layout: a non-CPU device needs that backend's ops");
+      if constexpr (is_half_v<T>) {
+        cpu_ops = std::make_unique<HalfCpuOps<T>>();
+      } else {
+        cpu_ops = std::make_unique<CpuOps<T>>();
+      }
+      ops = cpu_ops.get();
+    }
+    profiled = std::make_unique<ProfiledOps<T>>(*ops, *spec.op_clock);
+    ops = profiled.get();
+  }
   ParallelGpt<T> m(spec.model, l, comm.rank(), device, *og.tp, ops);
   m.set_recompute(spec.recompute);
   ZeroEngine<T> engine(m, spec.zero, dp, cfg.adamw);
@@ -114,7 +131,9 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
       if (ck) save_every(*ck, info, engine, host, taken, out.checkpoints, done, s, so_far);
       if (hooks && hooks->after_step) hooks->after_step(done, so_far);
     };
+  if (spec.op_clock) spec.op_clock->reset();
   const TrainRun run = parallel_train(m, engine, spec.data, cfg, g, spec.spans, loop);
+  if (spec.op_clock) out.op_seconds = spec.op_clock->seconds(), out.op_calls = spec.op_clock->calls();
   out.pp_rank = m.coord().pp;
   out.tp_rank = m.coord().tp;
   const MemoryStats& after = device.stats();

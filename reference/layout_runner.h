@@ -14,6 +14,7 @@
 #include "kernels/backend.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
+#include "kernels/op_profile.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
 #include "reference/memory_model.h"
@@ -101,6 +102,10 @@ struct LayoutRunSpec {
   SpanRecorder* spans = nullptr;  // per-step spans (compute.forward, comm.*, ...); null: none
   const LayoutCheckpoints* checkpoints = nullptr;  // null: none
   const LayoutHooks* hooks = nullptr;              // null: none
+  /// Times every compute op of the training steps by family (kernels/op_profile.h: the ops
+  /// are wrapped in ProfiledOps; the results are bitwise those without), reset before the
+  /// first training step, so step 0's gradient is not in it; null: no profile.
+  OpClock* op_clock = nullptr;
 };
 
 /// What one run of a training layout produced, on rank 0 of its communicator: per-step
@@ -127,6 +132,10 @@ struct LayoutOutcome {
   /// mark, at most the sum of the per-category peaks), above what was allocated before.
   std::array<double, kNumTiers> peak_total_bytes{};
   CheckpointActivity checkpoints;  // with spec.checkpoints
+  /// With spec.op_clock: this rank's seconds and calls per op family (index int(OpFamily))
+  /// over the training steps run here; zeros without it.
+  std::array<double, kNumOpFamilies> op_seconds{};
+  std::array<int64_t, kNumOpFamilies> op_calls{};
 };
 
 /// Trains spec.model on spec.layout in spec.train.precision with spec.zero: step 0's

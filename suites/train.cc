@@ -7,6 +7,8 @@
 
 #include <filesystem>
 
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/op_profile.h"
 #include "kernels/timer.h"
 #include "reference/checkpoint.h"
 #include "reference/layout_runner.h"
@@ -128,11 +130,13 @@ struct TrainFacts {
 // this rank's final parameters and the largest difference from rank 0's (bitwise equal
 // replicas give 0). Collective over ctx.world.
 LayoutOutcome run_plain_dp(const SuiteContext& ctx, const GptConfig& model_cfg, const TrainConfig& cfg,
-                           Ops<float>* ops, Communicator& dev_comm) {
+                           Ops<float>* ops, Communicator& dev_comm, OpClock& clock) {
   const Dataset& data = *ctx.dataset;
   Communicator& world = ctx.world;
   LayoutOutcome run;
-  Gpt<float> model(model_cfg, ctx.device, ops);
+  CpuOps<float> cpu_ops;  // the model's default, built here to be wrapped
+  ProfiledOps<float> profiled(ops ? *ops : cpu_ops, clock);
+  Gpt<float> model(model_cfg, ctx.device, &profiled);
   auto to_host = [&](const float* p, size_t count) {
     std::vector<float> h(count);
     model.ops().copy_to_host(h.data(), p, count * sizeof(float));
@@ -145,7 +149,9 @@ LayoutOutcome run_plain_dp(const SuiteContext& ctx, const GptConfig& model_cfg, 
     run.grads0.assign(g.begin(), g.end());
   }
   world.barrier();
+  clock.reset();  // the training steps' ops, not step 0's gradient
   const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans);  // spans: --trace
+  run.op_seconds = clock.seconds(), run.op_calls = clock.calls();
   run.losses = r.losses;
   run.timings = r.timings;
   // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
@@ -166,6 +172,8 @@ struct StepSplit {
   std::vector<double> step_s, compute_s, comm_s;
   std::vector<int> slowest_rank;  // per step
   Summary step, compute, comm;    // of the three, over the steps
+  /// Per op family (kernels/op_profile.h), seconds per step: the mean over steps and ranks.
+  std::array<double, kNumOpFamilies> op_s{};
 };
 
 // Collective over `world`.
@@ -187,6 +195,8 @@ StepSplit slowest_split(const LayoutOutcome& run, Communicator& world) {
     sp.slowest_rank.push_back(slowest);
   }
   if (world.rank() == 0) sp.step = summarize(sp.step_s), sp.compute = summarize(sp.compute_s), sp.comm = summarize(sp.comm_s);
+  world.all_reduce(run.op_seconds.data(), sp.op_s.data(), kNumOpFamilies, DType::f64, ReduceOp::sum);
+  for (double& s : sp.op_s) s /= double(n) * std::max(1, timed);
   return sp;
 }
 
@@ -216,6 +226,9 @@ json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit
   std::vector<double> fraction;
   for (int s = 0; s < timed; ++s) fraction.push_back(sp.comm_s[s] / sp.step_s[s]);
   rec["comm_fraction"] = summarize(fraction).median;  // per step, then the median
+  json ops = json::object();
+  for (int k = 0; k < kNumOpFamilies; ++k) ops[to_string(OpFamily(k))] = sp.op_s[size_t(k)] * 1e3;
+  rec["op_time_ms"] = ops;
   if (!breakdown.empty()) rec["step_breakdown_ms"] = breakdown;
   rec["final_loss"] = run.losses.back();
   if (!run.loss_scales.empty()) {
@@ -441,8 +454,10 @@ class TrainSuite : public Suite {
     if (be) be->set_matmul_precision(p.matmul_precision);
     Communicator& dev_comm = ctx.device_world ? *ctx.device_world : world;
     LayoutOutcome run;
+    // Where the step's compute time goes, per op family (CUDA events on a GPU).
+    const std::unique_ptr<OpClock> clock = be ? be->make_op_clock() : make_host_op_clock();
     if (dp_only) {
-      run = run_plain_dp(ctx, model_cfg, cfg, on_cpu ? nullptr : &be->ops(), dev_comm);
+      run = run_plain_dp(ctx, model_cfg, cfg, on_cpu ? nullptr : &be->ops(), dev_comm, *clock);
     } else {
       LayoutCheckpoints ck;
       if (plan.on()) {
@@ -454,7 +469,7 @@ class TrainSuite : public Suite {
       run = run_layout({.model = model_cfg, .layout = layout, .train = cfg, .zero = zero, .recompute = recompute,
                         .device = ctx.device, .ops = precision_ops(be), .host = world,
                         .device_comm = &dev_comm, .data = data, .gather = true, .spans = ctx.spans,
-                        .checkpoints = plan.on() ? &ck : nullptr});
+                        .checkpoints = plan.on() ? &ck : nullptr, .op_clock = clock.get()});
     }
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)

@@ -16,7 +16,7 @@ METRICS = {
     "mfu": metric(HIGHER, "fraction", "step_time_ms", "train"),
     "final_loss_scale": metric(INFO, "factor"),
 }
-PARAMETERS = {"backend", "model_flops_per_token", "step_breakdown_ms", "steps", "tokens_per_step"}
+PARAMETERS = {"backend", "model_flops_per_token", "op_time_ms", "step_breakdown_ms", "steps", "tokens_per_step"}
 
 
 def render(r, recs, cs, data):
@@ -54,6 +54,7 @@ def render(r, recs, cs, data):
     else:
         notes.append("No MFU: `train.peak_tflops` is 0 in the config.")
     d.p(" ".join(notes), "note")
+    render_op_time(d, recs)
     for b in recs:
         bd = b.get("step_breakdown_ms")
         if isinstance(bd, dict) and bd:
@@ -64,6 +65,25 @@ def render(r, recs, cs, data):
                      for k, v in sorted(bd.items(), key=lambda kv: -(num(kv[1]) or 0))])
     plot_step_breakdown(r, recs)
     plot_train_loss(r, data, cs)
+
+
+def render_op_time(d, recs):
+    """Per layout, the compute time per step by op family (op_time_ms) and each family's share."""
+    rows = []
+    for b in recs:
+        ops = b.get("op_time_ms")
+        if not isinstance(ops, dict) or not ops:
+            continue
+        total = sum(num(v) or 0 for v in ops.values())
+        for k, v in ops.items():
+            rows.append([f"`{record_tail(b['name'], 'train')}`", k, fmt(num(v), 4),
+                         fmt_pct(num(v) / total if total else None)])
+    if rows:
+        d.h(3, "Compute time by op family")
+        d.table(["layout", "family", "ms per step", "share of the ops' time"], rows)
+        d.p("Each op of the training steps timed where it runs (steady_clock around the call on the CPU, CUDA "
+            "events around its work on a GPU), the mean per step over the steps and ranks; what the step spends "
+            "outside the ops (communication, waiting, the framework) is the step time less their sum.", "note")
 
 
 def plot_step_breakdown(r, recs):
