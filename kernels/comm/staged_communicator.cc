@@ -14,7 +14,8 @@ namespace {
 using Bytes = std::vector<unsigned char>;
 
 // An operation in flight on the host communicator; on completion, `land` copies what
-// arrived to the device, once. The host buffers live as long as the handle.
+// arrived to the device, once (through the Backend, not the communicator, so a handle may
+// outlive the communicator that made it). The host buffers live as long as the handle.
 class StagedHandle final : public CommHandle {
  public:
   // Built first, then start()ed with the host operation on its buffers.
@@ -46,6 +47,11 @@ class StagedHandle final : public CommHandle {
   std::unique_ptr<CommHandle> inner_;
   bool done_ = false;
 };
+
+// What lands a completed operation's host output in the device buffer `dst`.
+std::function<void(const Bytes&)> land_in(Backend& be, void* dst) {
+  return [&be, dst](const Bytes& out) { be.copy_from_host(dst, out.data(), out.size()); };
+}
 
 }  // namespace
 
@@ -114,9 +120,7 @@ void StagedCommunicator::sendrecv(const void* send, void* recv, size_t count, DT
 std::unique_ptr<CommHandle> StagedCommunicator::all_reduce_async(const void* send, void* recv, size_t count,
                                                                  DType dtype, ReduceOp op) {
   const size_t bytes = count * dtype_size(dtype);
-  auto h = std::make_unique<StagedHandle>(Bytes(bytes), Bytes(bytes), [this, recv](const Bytes& out) {
-    backend_.copy_from_host(recv, out.data(), out.size());
-  });
+  auto h = std::make_unique<StagedHandle>(Bytes(bytes), Bytes(bytes), land_in(backend_, recv));
   backend_.copy_to_host(h->in(), send, bytes);
   h->start(host_->all_reduce_async(h->in(), h->out(), count, dtype, op));
   return h;
@@ -125,9 +129,7 @@ std::unique_ptr<CommHandle> StagedCommunicator::all_reduce_async(const void* sen
 std::unique_ptr<CommHandle> StagedCommunicator::all_gather_async(const void* send, void* recv, size_t send_count,
                                                                  DType dtype) {
   const size_t bytes = send_count * dtype_size(dtype);
-  auto h = std::make_unique<StagedHandle>(Bytes(bytes), Bytes(bytes * size_t(size())), [this, recv](const Bytes& out) {
-    backend_.copy_from_host(recv, out.data(), out.size());
-  });
+  auto h = std::make_unique<StagedHandle>(Bytes(bytes), Bytes(bytes * size_t(size())), land_in(backend_, recv));
   backend_.copy_to_host(h->in(), send, bytes);
   h->start(host_->all_gather_async(h->in(), h->out(), send_count, dtype));
   return h;
@@ -136,9 +138,7 @@ std::unique_ptr<CommHandle> StagedCommunicator::all_gather_async(const void* sen
 std::unique_ptr<CommHandle> StagedCommunicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
                                                                      DType dtype, ReduceOp op) {
   const size_t bytes = recv_count * dtype_size(dtype);
-  auto h = std::make_unique<StagedHandle>(Bytes(bytes * size_t(size())), Bytes(bytes), [this, recv](const Bytes& out) {
-    backend_.copy_from_host(recv, out.data(), out.size());
-  });
+  auto h = std::make_unique<StagedHandle>(Bytes(bytes * size_t(size())), Bytes(bytes), land_in(backend_, recv));
   backend_.copy_to_host(h->in(), send, bytes * size_t(size()));
   h->start(host_->reduce_scatter_async(h->in(), h->out(), recv_count, dtype, op));
   return h;
@@ -147,9 +147,7 @@ std::unique_ptr<CommHandle> StagedCommunicator::reduce_scatter_async(const void*
 std::unique_ptr<CommHandle> StagedCommunicator::broadcast_async(void* buf, size_t count, DType dtype, int root) {
   const size_t bytes = count * dtype_size(dtype);
   // In place on the host: `out` is both what the root sends and what every rank receives.
-  auto h = std::make_unique<StagedHandle>(Bytes(), Bytes(bytes), [this, buf](const Bytes& out) {
-    backend_.copy_from_host(buf, out.data(), out.size());
-  });
+  auto h = std::make_unique<StagedHandle>(Bytes(), Bytes(bytes), land_in(backend_, buf));
   if (rank() == root) backend_.copy_to_host(h->out(), buf, bytes);
   h->start(host_->broadcast_async(h->out(), count, dtype, root));
   return h;
@@ -166,9 +164,7 @@ std::unique_ptr<CommHandle> StagedCommunicator::send_async(const void* buf, size
 
 std::unique_ptr<CommHandle> StagedCommunicator::recv_async(void* buf, size_t count, DType dtype, int peer, int tag) {
   const size_t bytes = count * dtype_size(dtype);
-  auto h = std::make_unique<StagedHandle>(Bytes(), Bytes(bytes), [this, buf](const Bytes& out) {
-    backend_.copy_from_host(buf, out.data(), out.size());
-  });
+  auto h = std::make_unique<StagedHandle>(Bytes(), Bytes(bytes), land_in(backend_, buf));
   h->start(host_->recv_async(h->out(), count, dtype, peer, tag));
   return h;
 }
