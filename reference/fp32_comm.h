@@ -18,28 +18,29 @@ namespace dtb {
 // either way. Called between collectives, where the queued ops are synchronised anyway.
 // Errors: none of their own.
 
+/// dst (n) = src (n) element by element (kernels/half.h convert: exact from T to fp32, to
+/// nearest even from fp32 to T), D and S being fp32 and T in either order.
+template <typename T, typename D, typename S>
+inline void convert_into(Ops<T>& ops, bool host, D* dst, const S* src, size_t n) {
+  if (host) return convert(dst, src, n);
+  std::vector<S> from(n);
+  std::vector<D> to(n);
+  ops.synchronize();
+  ops.copy_to_host(from.data(), src, n * sizeof(S));
+  convert(to.data(), from.data(), n);
+  ops.copy_from_host(dst, to.data(), n * sizeof(D));
+}
+
 /// dst (n, fp32) = src (n, T) widened (exact).
 template <typename T>
 inline void widen_into(Ops<T>& ops, bool host, float* dst, const T* src, size_t n) {
-  if (host) return convert(dst, src, n);
-  std::vector<T> h(n);
-  std::vector<float> w(n);
-  ops.synchronize();
-  ops.copy_to_host(h.data(), src, n * sizeof(T));
-  convert(w.data(), h.data(), n);
-  ops.copy_from_host(dst, w.data(), n * sizeof(float));
+  convert_into(ops, host, dst, src, n);
 }
 
 /// dst (n, T) = src (n, fp32) rounded to T.
 template <typename T>
 inline void narrow_into(Ops<T>& ops, bool host, T* dst, const float* src, size_t n) {
-  if (host) return convert(dst, src, n);
-  std::vector<float> w(n);
-  std::vector<T> h(n);
-  ops.synchronize();
-  ops.copy_to_host(w.data(), src, n * sizeof(float));
-  convert(h.data(), w.data(), n);
-  ops.copy_from_host(dst, h.data(), n * sizeof(T));
+  convert_into(ops, host, dst, src, n);
 }
 
 /// acc (n, T) = acc + add (n, fp32), added in fp32 and rounded to T once.

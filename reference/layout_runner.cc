@@ -4,7 +4,6 @@
 
 #include <filesystem>
 
-#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
@@ -93,11 +92,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   if (spec.op_clock) {
     if (!ops) {
       DTB_CHECK(device.is_cpu(), "run_layout: a non-CPU device needs that backend's ops");
-      if constexpr (is_half_v<T>) {
-        cpu_ops = std::make_unique<HalfCpuOps<T>>();
-      } else {
-        cpu_ops = std::make_unique<CpuOps<T>>();
-      }
+      cpu_ops = make_cpu_ops<T>();
       ops = cpu_ops.get();
     }
     profiled = std::make_unique<ProfiledOps<T>>(*ops, *spec.op_clock);

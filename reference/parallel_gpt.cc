@@ -59,11 +59,7 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
                      std::to_string(cfg.NH) + ", V " + std::to_string(cfg.V) + ", L " + std::to_string(cfg.L));
   if (!ops_) {
     DTB_CHECK(device.is_cpu(), "ParallelGpt on a non-CPU device needs that backend's Ops");
-    if constexpr (is_half_v<T>) {
-      owned_ops_ = std::make_unique<HalfCpuOps<T>>();
-    } else {
-      owned_ops_ = std::make_unique<CpuOps<T>>();
-    }
+    owned_ops_ = make_cpu_ops<T>();
     ops_ = owned_ops_.get();
   }
   coord_ = grid_coord(rank, layout);

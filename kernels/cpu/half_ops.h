@@ -5,9 +5,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/half.h"
 #include "kernels/ops.h"
@@ -135,5 +137,17 @@ class HalfCpuOps final : public Ops<H> {
 
 extern template class HalfCpuOps<bf16>;
 extern template class HalfCpuOps<fp16>;
+
+/// The CPU backend's Ops<T> for any storage type: HalfCpuOps<T> for bf16 / fp16, CpuOps<T>
+/// (kernels/cpu/cpu_ops.h) for float and double: what a model builds for itself when it is
+/// given no ops. Errors: none.
+template <typename T>
+std::unique_ptr<Ops<T>> make_cpu_ops() {
+  if constexpr (is_half_v<T>) {
+    return std::make_unique<HalfCpuOps<T>>();
+  } else {
+    return std::make_unique<CpuOps<T>>();
+  }
+}
 
 }  // namespace dtb

@@ -65,12 +65,13 @@ size_t CudaHalfOps<H>::scratch_bytes() const {
 }
 
 template <typename H>
-std::pair<int64_t, int64_t> CudaHalfOps<H>::token_range(const int32_t* tokens, size_t n) {
-  if (n == 0) return {0, -1};
+std::pair<int64_t, int64_t> CudaHalfOps<H>::touched_rows(const int32_t* tokens, size_t n, int v_begin, int v_end) {
+  if (n == 0) return {v_begin, v_begin};
   host_tokens_.resize(n);
   f32_.copy_to_host(host_tokens_.data(), tokens, n * sizeof(int32_t));  // after the queued work
-  const auto [lo, hi] = std::minmax_element(host_tokens_.begin(), host_tokens_.end());
-  return {*lo, *hi};
+  const auto [t_lo, t_hi] = std::minmax_element(host_tokens_.begin(), host_tokens_.end());
+  const int64_t lo = std::max<int64_t>(*t_lo, v_begin), end = std::min<int64_t>(int64_t(*t_hi) + 1, v_end);
+  return end > lo ? std::pair{lo, end} : std::pair<int64_t, int64_t>{v_begin, v_begin};
 }
 
 template <typename H>
@@ -114,15 +115,13 @@ void CudaHalfOps<H>::embedding_shard_forward(H* out, const int32_t* tokens, cons
                                              int B, int Tn, int C, int v_begin, int v_end) {
   const size_t BT = dim(B) * dim(Tn), Cs = dim(C);
   if (BT == 0 || Cs == 0) return;
-  // The rows [lo, hi] of the shard that some token touches; none when lo > hi.
-  const auto [t_lo, t_hi] = token_range(tokens, BT);
-  const int64_t lo = std::max<int64_t>(t_lo, v_begin), hi = std::min<int64_t>(t_hi, int64_t(v_end) - 1);
-  const size_t R = hi >= lo ? size_t(hi - lo + 1) : 0;
+  const auto [lo, end] = touched_rows(tokens, BT, v_begin, v_end);
+  const size_t R = size_t(end - lo);
   float* we = R ? widen(0, wte_shard + size_t(lo - v_begin) * Cs, R * Cs) : nullptr;
   float* pe = wpe ? widen(1, wpe, dim(Tn) * Cs) : nullptr;
   float* o = buf(2, BT * Cs);
   // Tokens outside [lo, hi] are outside [v_begin, v_end) too: the kernel gives them 0.
-  const int r_begin = R ? int(lo) : 0, r_end = R ? int(hi + 1) : 0;
+  const int r_begin = R ? int(lo) : 0, r_end = R ? int(end) : 0;
   cuda::embedding_shard_forward(o, tokens, we, pe, B, Tn, C, r_begin, r_end, s());
   round_to(out, o, BT * Cs);
 }
@@ -132,14 +131,13 @@ void CudaHalfOps<H>::embedding_shard_backward(H* dwte_shard, H* dwpe, const H* d
                                               int B, int Tn, int C, int v_begin, int v_end) {
   const size_t BT = dim(B) * dim(Tn), Cs = dim(C);
   if (BT == 0 || Cs == 0) return;
-  const auto [t_lo, t_hi] = token_range(tokens, BT);
-  const int64_t lo = std::max<int64_t>(t_lo, v_begin), hi = std::min<int64_t>(t_hi, int64_t(v_end) - 1);
-  const size_t R = hi >= lo ? size_t(hi - lo + 1) : 0;
+  const auto [lo, end] = touched_rows(tokens, BT, v_begin, v_end);
+  const size_t R = size_t(end - lo);
   H* rows = R ? dwte_shard + size_t(lo - v_begin) * Cs : nullptr;
   float* dwe = R ? widen(0, rows, R * Cs) : nullptr;
   float* dpe = dwpe ? widen(1, dwpe, dim(Tn) * Cs) : nullptr;
   float* d = widen(2, dout, BT * Cs);
-  const int r_begin = R ? int(lo) : 0, r_end = R ? int(hi + 1) : 0;
+  const int r_begin = R ? int(lo) : 0, r_end = R ? int(end) : 0;
   cuda::embedding_shard_backward(dwe, dpe, d, tokens, B, Tn, C, r_begin, r_end, s());  // accumulates
   if (R) round_to(rows, dwe, R * Cs);  // an untouched row rounds back to itself
   if (dwpe) round_to(dwpe, dpe, dim(Tn) * Cs);

@@ -152,9 +152,10 @@ class CudaHalfOps final : public Ops<H> {
   float* widen(int slot, const H* src, size_t n);
   /// dst (n H) = src (n floats) rounded to nearest even.
   void round_to(H* dst, const float* src, size_t n);
-  /// The smallest and largest of the n token ids on the device (a synchronising copy);
-  /// {0, -1} when n is 0.
-  std::pair<int64_t, int64_t> token_range(const int32_t* tokens, size_t n);
+  /// The rows [lo, end) of the vocabulary shard [v_begin, v_end) that the n token ids on
+  /// the device touch, from their smallest to their largest (a synchronising copy to the
+  /// host); lo = end = v_begin when none does (n = 0, or every id outside the shard).
+  std::pair<int64_t, int64_t> touched_rows(const int32_t* tokens, size_t n, int v_begin, int v_end);
 
   CudaDevice& device_;
   cuda::Gemm& gemm_;
