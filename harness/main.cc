@@ -18,10 +18,12 @@
 
 #include "harness/claims.h"
 #include "harness/config.h"
+#include "harness/count.h"
 #include "harness/memory_cli.h"
 #include "harness/report.h"
 #include "harness/trace.h"
 #include "harness/validate.h"
+#include "suites/calibration.h"
 #include "kernels/comm/watchdog.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/error.h"
@@ -247,11 +249,22 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
                      info.ranks_per_node, info.options};
     SuiteOutcome out;
     out.name = name;
+    // The in-run calibration (suites/calibration.h): the CPU's reference kernels just before
+    // and after the suite, so that every time it records is also a ratio to them.
+    const bool calibrate = backend.name() == "cpu";
+    const Calibration before = calibrate ? measure_calibration(world) : Calibration{};
     device.reset_peaks();
     world.barrier();
     Stopwatch sw;
+    double ran_s = -1;  // the suite's own time, without the calibration after it
     try {
       out.result = suite->run(ctx);
+      ran_s = sw.elapsed();
+      if (calibrate) {
+        const Calibration after = measure_calibration(world);
+        out.calibration = calibration_json(before, after);
+        apply_calibration(out.result.benchmarks, combine(before, after));
+      }
       bool ok = true;
       for (const auto& c : out.result.checks) ok = ok && c.passed;
       out.status = ok ? "passed" : "failed";
@@ -268,7 +281,7 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
                                       "; ending the job so that no rank waits for this one");
       }
     }
-    out.duration_s = sw.elapsed();
+    out.duration_s = ran_s >= 0 ? ran_s : sw.elapsed();
     if (world.rank() == 0) {
       clear_progress();
       int passed = 0;
@@ -288,6 +301,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
   RunOptions opts{args.force};  // travels in each suite's WorldInfo and SuiteContext
+  opts.slowdown = injected_slowdown_from_env();  // test-only; every rank reads the same environment
   const NodePlace place = node_place(world);
   const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
@@ -346,7 +360,13 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   }
   set_comm_timeout(opts.comm_timeout_s = cfg["comm_timeout_s"].get<double>());  // the process's watchdog
   const auto device_world = backend->make_device_world(world, opts.comm_timeout_s);
-  const json context = make_context(cfg, &data, world, per_node, run_id, *backend);
+  json context = make_context(cfg, &data, world, per_node, run_id, *backend);
+  if (opts.slowdown.any()) {  // a report made with the gate's test knob says so
+    context["injected_slowdown"] = opts.slowdown.to_string();
+    if (world.rank() == 0)
+      std::fprintf(stderr, "dtbench: warning: DTB_INJECT_SLOWDOWN=%s slows this run on purpose (a test of the "
+                   "regression gate)\n", context["injected_slowdown"].get<std::string>().c_str());
+  }
   const std::string path = out_dir + "/" + run_id + ".json";
   json report;
   bool write_failed = false;
@@ -489,6 +509,8 @@ int main(int argc, char** argv) {
     auto* memory = dtb::add_memory_subcommand(app, memory_args);
     dtb::ValidateArgs validate_args;
     auto* validate = dtb::add_validate_subcommand(app, validate_args);
+    dtb::CountArgs count_args;
+    auto* count = dtb::add_count_subcommand(app, count_args);
     dtb::ClaimsArgs claims_args;
     auto* claims = app.add_subcommand(
         "claims", "check the field's rules of thumb (harness/claims.json) against dtbench's models and a report");
@@ -507,6 +529,7 @@ int main(int argc, char** argv) {
       else if (*summary) code = dtb::cmd_summary(summary_path, root);
       else if (*memory) code = dtb::cmd_memory(*memory, memory_args, root);
       else if (*claims) code = dtb::cmd_claims(claims_args, root);
+      else if (*count) code = dtb::cmd_count(*world, count_args);
       else if (*validate) code = dtb::cmd_validate(*world, validate_args);
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) {

@@ -120,6 +120,7 @@ json make_report(const json& context, const std::vector<SuiteOutcome>& suites) {
                   {"checks_total", s.result.checks.size()},
                   {"data", s.result.data}};
     entry["error"] = s.error.empty() ? json(nullptr) : json(s.error);
+    entry["calibration"] = s.calibration;
     report["suites"].push_back(entry);
   }
   return report;

@@ -105,6 +105,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   LossScaler scaler(cfg.loss_scaler);
   TrainLoop loop;
   loop.scaler = &scaler;
+  loop.step_slowdown = spec.step_slowdown;
   LayoutOutcome out;
   TrainHistory taken;  // the steps taken from a checkpoint
   const LayoutCheckpoints* ck = spec.checkpoints;

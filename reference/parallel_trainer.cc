@@ -4,6 +4,7 @@
 #include <map>
 
 #include "kernels/error.h"
+#include "kernels/slowdown.h"
 #include "kernels/timer.h"
 #include "reference/progress.h"
 #include "reference/pipeline_schedule.h"
@@ -197,6 +198,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
     model.ops().synchronize();
     optim.end();
     tm.compute_s += opt_sw.elapsed();
+    if (loop.step_slowdown != 1.0) spin_for((loop.step_slowdown - 1.0) * step_sw.elapsed());
     tm.step_s = step_sw.elapsed();
     window.end();
     run.timings.push_back(tm);

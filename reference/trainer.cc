@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "kernels/slowdown.h"
 #include "kernels/timer.h"
 #include "reference/progress.h"
 
@@ -102,7 +103,7 @@ void AdamW<T>::step(T* params, const T* grads) {
 
 template <typename T>
 TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp,
-               SpanRecorder* spans) {
+               SpanRecorder* spans, double step_slowdown) {
   validate_train_config(cfg, model.config(), dp.size());
   AdamW<T> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
   TrainRun run;
@@ -125,6 +126,7 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
     model.ops().synchronize();
     optim.end();
     tm.compute_s += opt_sw.elapsed();
+    if (step_slowdown != 1.0) spin_for((step_slowdown - 1.0) * step_sw.elapsed());
     tm.step_s = step_sw.elapsed();
     window.end();  // after the step's spans: fills its idle time
     run.timings.push_back(tm);
@@ -140,8 +142,8 @@ template double compute_gradients<double>(Gpt<double>&, const Dataset&, const Tr
 template class AdamW<float>;
 template class AdamW<double>;
 template TrainRun train<float>(Gpt<float>&, const Dataset&, const TrainConfig&, Communicator&,
-                               SpanRecorder*);
+                               SpanRecorder*, double);
 template TrainRun train<double>(Gpt<double>&, const Dataset&, const TrainConfig&, Communicator&,
-                                SpanRecorder*);
+                                SpanRecorder*, double);
 
 }  // namespace dtb

@@ -11,7 +11,9 @@
 
 #include "kernels/error.h"
 #include "kernels/tensor.h"
+#include "kernels/comm/mpi_communicator.h"
 #include "suites/bandwidth.h"
+#include "suites/calibration.h"
 #include "suites/suite.h"
 
 namespace dtb {
@@ -129,15 +131,20 @@ struct Measurement {
   int64_t n_wrong = 0;  // summed over ranks
   TimedResult timed;
   double algbw = 0, busbw = 0;  // GB/s, from the median time
+  /// The bare MPI loop of the same op and size, timed right after (suites/calibration.h);
+  /// n = 0 when not measured (in place, or not on an MPI communicator).
+  Summary bare;
 };
 
 /// Allocates the buffers, fills them, runs the op once and counts wrong elements (summed
 /// over ranks), then times it. Buffers are freed on return, outside any timed region.
 /// The op runs on ctx.device_world (NCCL on device buffers on CUDA) when set, else on
 /// ctx.world; inputs are written and results read on the host, copied through the backend.
+/// With `with_bare` (out of place, on an MpiCommunicator), the bare MPI call of the op is timed
+/// the same way right after, as the row's calibration.
 template <typename T>
 Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t count,
-                    Placement placement, int iterations) {
+                    Placement placement, int iterations, bool with_bare) {
   Communicator& c = ctx.device_world ? *ctx.device_world : ctx.world;
   Communicator& host = ctx.world;  // barriers and host-side reductions
   const int n = c.size(), me = c.rank();
@@ -177,9 +184,12 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   std::function<void()> call;
   switch (op) {
-    case CollectiveOp::all_reduce:
-      call = [&] { c.all_reduce(send, recv, count, dt, ReduceOp::sum); };
+    case CollectiveOp::all_reduce: {
+      // Test-only: DTB_INJECT_SLOWDOWN's all_reduce band (kernels/slowdown.h), on the host path.
+      const double slow = ctx.options.slowdown.all_reduce_at(count * dtype_size(dt));
+      call = [&, slow] { slowed(slow, [&] { c.all_reduce(send, recv, count, dt, ReduceOp::sum); }); };
       break;
+    }
     case CollectiveOp::all_gather: call = [&] { c.all_gather(send, recv, count, dt); }; break;
     case CollectiveOp::reduce_scatter:
       call = [&] { c.reduce_scatter(send, recv, count, dt, ReduceOp::sum); };
@@ -240,6 +250,11 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
                                     iterations, o.repetitions, launch);
   } else {
     m.timed = time_iterations(host, o.warmup, iterations, o.repetitions, call);
+    const auto* mpi = dynamic_cast<const MpiCommunicator*>(&c);
+    if (with_bare && !in_place && mpi) {
+      const auto bare = bare_mpi_call(op, *mpi, send, recv, count, dt, kRoot, next, prev);
+      m.bare = time_iterations(host, o.warmup, iterations, o.repetitions, bare).summary;
+    }
   }
   return m;
 }
@@ -368,8 +383,8 @@ SuiteResult CollectivesSuite::run(SuiteContext& ctx) {
         for (int k = 0; k < 2; ++k) {
           const Placement p = kPlacements[k];
           if (!o.enabled(p) || !supported(op, p)) continue;
-          m[k] = o.dtype == DType::f32 ? measure<float>(ctx, o, op, count, p, iterations)
-                                       : measure<double>(ctx, o, op, count, p, iterations);
+          m[k] = o.dtype == DType::f32 ? measure<float>(ctx, o, op, count, p, iterations, k == 0)
+                                       : measure<double>(ctx, o, op, count, p, iterations, k == 0);
           const Summary& s = m[k].timed.summary;
           m[k].algbw = algbw_GBps(bytes, s.median);
           m[k].busbw = m[k].algbw * bus_factor(op, n);
@@ -393,6 +408,15 @@ SuiteResult CollectivesSuite::run(SuiteContext& ctx) {
           rec["bus_factor"] = bus_factor(op, n);
           rec["size_definition"] = std::string(size_definition(op));
           rec["n_wrong"] = m[k].n_wrong;
+          // The calibration: the bare MPI loop measured with the out-of-place row serves both.
+          const Summary& bare = m[0].bare;
+          if (bare.n > 0 && bare.median > 0) {
+            rec["calibration"] = "bare_mpi";
+            rec["bare_mpi_time_us"] = bare.median * 1e6;
+            rec["real_time_cal"] = s.median / bare.median;
+          } else {
+            rec["calibration"] = "none";
+          }
           result.benchmarks.push_back(std::move(rec));
         }
         ctx.print(format_row(bytes, count, o.dtype, op, m));

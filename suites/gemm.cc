@@ -87,7 +87,7 @@ class GemmSuite : public Suite {
       const Shape shapes[] = {{"peak", p, p, p}, {"ffn_fc1", n, 4 * h, h}, {"ffn_fc2", n, h, 4 * h}};
       double peak_tflops = 0;
       for (const Shape& sh : shapes) {
-        double t = be.time_gemm(sh.M, sh.N, sh.K, prec, warmup, iters);
+        double t = be.time_gemm(sh.M, sh.N, sh.K, prec, warmup, iters, ctx.options.slowdown.gemm);
         ctx.world.all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);  // the slowest rank's
         const double tflops = gemm_flops(sh.M, sh.N, sh.K) / t / 1e12;
         if (sh.name == "peak") peak_tflops = tflops;

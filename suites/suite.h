@@ -15,6 +15,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/comm/watchdog.h"
 #include "kernels/device.h"
+#include "kernels/slowdown.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
 #include "reference/process_grid.h"
@@ -54,6 +55,8 @@ struct SuiteResult {
 struct RunOptions {
   bool force = false;
   double comm_timeout_s = kDefaultCommTimeout;
+  /// Test-only: what DTB_INJECT_SLOWDOWN slows (kernels/slowdown.h); nothing by default.
+  InjectedSlowdown slowdown = {};
 };
 
 /// The process world a config is validated against: ranks in all, and the most ranks

@@ -150,7 +150,7 @@ LayoutOutcome run_plain_dp(const SuiteContext& ctx, const GptConfig& model_cfg, 
   }
   world.barrier();
   clock.reset();  // the training steps' ops, not step 0's gradient
-  const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans);  // spans: --trace
+  const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans, ctx.options.slowdown.train_step);  // spans: --trace
   run.op_seconds = clock.seconds(), run.op_calls = clock.calls();
   run.losses = r.losses;
   run.timings = r.timings;
@@ -469,7 +469,8 @@ class TrainSuite : public Suite {
       run = run_layout({.model = model_cfg, .layout = layout, .train = cfg, .zero = zero, .recompute = recompute,
                         .device = ctx.device, .ops = precision_ops(be), .host = world,
                         .device_comm = &dev_comm, .data = data, .gather = true, .spans = ctx.spans,
-                        .checkpoints = plan.on() ? &ck : nullptr, .op_clock = clock.get()});
+                        .checkpoints = plan.on() ? &ck : nullptr, .op_clock = clock.get(),
+                        .step_slowdown = ctx.options.slowdown.train_step});
     }
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)

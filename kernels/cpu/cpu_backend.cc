@@ -9,6 +9,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
+#include "kernels/slowdown.h"
 #include "kernels/tensor.h"
 #include "kernels/timer.h"
 
@@ -32,7 +33,8 @@ class CpuBackend final : public Backend {
   void set_matmul_precision(const std::string& precision) override {
     if (precision != "fp32") throw InputError("the CPU backend computes matmuls in fp32 only, not " + precision);
   }
-  double time_gemm(int M, int N, int K, const std::string& precision, int warmup, int iters) override {
+  double time_gemm(int M, int N, int K, const std::string& precision, int warmup, int iters,
+                   double slowdown) override {
     if (precision != "fp32") throw InputError("the CPU backend has no " + precision + " GEMM");
     Tensor a = Tensor::empty(device_, {M, K}, DType::f32, MemCategory::workspace);
     Tensor b = Tensor::empty(device_, {K, N}, DType::f32, MemCategory::workspace);
@@ -47,7 +49,7 @@ class CpuBackend final : public Backend {
     };
     for (int i = 0; i < warmup; ++i) gemm();
     Stopwatch sw;
-    for (int i = 0; i < iters; ++i) gemm();
+    for (int i = 0; i < iters; ++i) slowed(slowdown, gemm);
     return sw.elapsed() / iters;
   }
   // Host buffers: the MPI world serves as it is.

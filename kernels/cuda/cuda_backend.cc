@@ -73,7 +73,9 @@ class CudaBackend final : public Backend {
   std::vector<std::string> gemm_precisions() const override { return {"fp32", "tf32", "bf16", "fp16"}; }
   void set_matmul_precision(const std::string& p) override { ops_.set_precision(parse_precision(p)); }
 
-  double time_gemm(int M, int N, int K, const std::string& precision, int warmup, int iters) override {
+  double time_gemm(int M, int N, int K, const std::string& precision, int warmup, int iters,
+                   double slowdown) override {
+    if (slowdown != 1.0) throw InputError("the injected GEMM slowdown (DTB_INJECT_SLOWDOWN) is CPU-only");
     const cuda::GemmPrecision p = parse_precision(precision);
     const bool half = p == cuda::GemmPrecision::bf16 || p == cuda::GemmPrecision::fp16;
     const DType in = p == cuda::GemmPrecision::bf16 ? DType::bf16 : p == cuda::GemmPrecision::fp16 ? DType::f16 : DType::f32;

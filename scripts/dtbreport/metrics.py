@@ -40,6 +40,9 @@ METRICS = {
     "comm_fraction": metric(INFO, "fraction", note="train, ffn_tp, sweep"),
     "bubble_theory": metric(INFO, "fraction", note="pipeline"),
     "skipped_steps": metric(INFO, "steps"),
+    # The in-run calibration (suites/calibration.h): real_time over the reference kernel's time measured
+    # beside it (sgemm, triad or the bare MPI loop; the record's `calibration` says which). Unitless.
+    "real_time_cal": metric(LOWER, "ratio", note="real_time / its calibration's time (docs/ci.md)"),
 }
 
 # Fields of Google Benchmark's record and of the parallel layout, which several suites' records carry.
@@ -48,4 +51,5 @@ PARAMETERS = {
     "iterations", "time_unit", "cpu_time", "family_index", "per_family_instance_index", "error_message", "label",
     "skipped", "skip_message", "world_size", "ranks", "idle_ranks",
     "tp", "dp", "pp", "schedule", "virtual_stages", "zero_stage", "offload_optimizer", "recompute", "precision",
+    "calibration",
 }

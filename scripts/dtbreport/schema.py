@@ -51,6 +51,20 @@ def fragments():
     return [(name, f) for _, name, f in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
+# Fields that every measured record may carry, defined in the shell's record_base: the in-run calibration that
+# the harness adds after each suite (suites/calibration.h). A record definition that lists its fields
+# (additionalProperties false) allows them here, so that no fragment has to repeat them.
+CALIBRATION_FIELDS = ("calibration", "real_time_cal")
+
+
+def _allow_calibration(definition):
+    bases = [a.get("$ref") for a in definition.get("allOf", []) if isinstance(a, dict)] \
+        if isinstance(definition, dict) else []
+    if "#/$defs/record_base" in bases and definition.get("additionalProperties") is False:
+        for field in CALIBRATION_FIELDS:
+            definition.setdefault("properties", {}).setdefault(field, True)
+
+
 def assemble(shell_path=SHELL_PATH):
     """The whole report schema (a JSON object) from the shell at shell_path and every fragment. Raises
     SchemaError (see fragments(), and a definition of a fragment that the shell already has)."""
@@ -63,6 +77,7 @@ def assemble(shell_path=SHELL_PATH):
             if k in d:
                 raise SchemaError(f"$defs/{k} of suite {name} is already in {shell_path}")
             d[k] = copy.deepcopy(v)
+            _allow_calibration(d[k])
         names.append(name)
         prefix = {"type": "string", "pattern": f"^{name}/"}
         d["record"]["allOf"].append({"if": {"properties": {"name": prefix}, "required": ["name"]},

@@ -16,6 +16,7 @@ METRICS = {
     "busbw_GBps": metric(HIGHER, "GB/s", "time_us", "collectives"),
     "algbw_GBps": metric(HIGHER, "GB/s", "time_us", "collectives"),
     "n_wrong": metric(INFO, "elements", note="collectives (its checks gate it)"),
+    "bare_mpi_time_us": metric(INFO, "us", note="collectives: the calibration, the bare MPI loop"),
 }
 PARAMETERS = {"bus_factor", "bytes", "count", "dtype", "op", "placement", "size_definition"}
 

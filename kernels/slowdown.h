@@ -1,0 +1,60 @@
+// A test-only injected slowdown: the regression gate's power measurement (scripts/gate-power,
+// docs/ci.md) slows one chosen measurement by a known factor and asks whether the gate sees it.
+// Set through the environment variable DTB_INJECT_SLOWDOWN, never by a config key, and a
+// report made with one carries it in context.injected_slowdown. Not a model of any real
+// regression: timed runs busy-wait, counted runs (dtbench count) repeat the region's own work.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dtb {
+
+/// What to slow and by which factor (1: not at all). The targets are the three figures the
+/// gate's power is measured on: a training step, a GEMM, a mid-size all_reduce.
+struct InjectedSlowdown {
+  double train_step = 1.0;  // the train suite's training steps; dtbench count's train_step region
+  double gemm = 1.0;        // the gemm suite's GEMMs (Backend::time_gemm); dtbench count's gemm region
+  double all_reduce = 1.0;  // the collectives suite's all_reduce rows of all_reduce_lo..hi bytes
+  size_t all_reduce_lo = 0, all_reduce_hi = SIZE_MAX;
+  bool any() const { return train_step != 1.0 || gemm != 1.0 || all_reduce != 1.0; }
+  /// The all_reduce factor for a message of `bytes` (1 outside the band).
+  double all_reduce_at(size_t bytes) const {
+    return bytes >= all_reduce_lo && bytes <= all_reduce_hi ? all_reduce : 1.0;
+  }
+  /// The spec that parses back to this ("" when nothing is slowed).
+  std::string to_string() const;
+};
+
+/// Parses "TARGET=FACTOR[,TARGET=FACTOR...]" with TARGET train_step, gemm or all_reduce, the
+/// last optionally with a byte band "all_reduce=1.1@65536-1048576" (inclusive), FACTOR in
+/// [1, 100]. "" gives no slowdown. Errors: InputError "DTB_INJECT_SLOWDOWN: <what>" for an
+/// unknown or repeated target, a factor that is not a number in range, or a malformed band.
+InjectedSlowdown parse_injected_slowdown(const std::string& spec);
+
+/// parse_injected_slowdown of the environment variable DTB_INJECT_SLOWDOWN (unset: none).
+InjectedSlowdown injected_slowdown_from_env();
+
+/// Busy-waits until `seconds` have passed on steady_clock (nothing for seconds <= 0): CPU time
+/// spent, as slower code would spend it, not a sleep that frees the core.
+void spin_for(double seconds);
+
+/// Runs `work` and then busy-waits (factor - 1) times the time it took, so that the whole
+/// takes `factor` times as long (factor 1: just runs it).
+template <typename F>
+void slowed(double factor, F&& work);
+
+}  // namespace dtb
+
+#include <chrono>
+
+template <typename F>
+void dtb::slowed(double factor, F&& work) {
+  if (factor == 1.0) {
+    work();
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  work();
+  spin_for((factor - 1.0) * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
