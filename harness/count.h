@@ -17,7 +17,7 @@ namespace dtb {
 /// The options of `dtbench count`.
 struct CountArgs {
   std::string config = "smoke";  // whose model, batch and data the train-step regions use
-  int reps = 10;                 // repetitions per region (the counts are divided by it)
+  int reps = 20;                 // repetitions per region (the counts are divided by it)
   std::string only;              // a substring: only the regions whose name holds it
   bool list = false;             // print the region names and exit
 };

@@ -3,6 +3,8 @@
 
 Usage: scripts/compare.py BASE.json NEW.json [--threshold REL] [--suite-threshold SUITE=REL ...] [--alpha P]
                           [--json] [--force]
+       scripts/compare.py ab [--base REF] [--pairs N] [--count] ...   (the paired A/B gate: build both, run
+                          both side by side; scripts/dtbreport/gate/cli.py, docs/ci.md)
 
 Records (the report's `benchmarks`) are matched by `name`, which encodes the suite and its
 parameters (collectives/all_reduce/bytes:4096/placement:in_place, conformance/TP2:bf16,
@@ -69,6 +71,10 @@ OUTPUT_VERSION = 1  # of the --json object
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "ab":
+        from dtbreport.gate.cli import main as ab_main
+        return ab_main(argv[1:])
     ap = argparse.ArgumentParser(prog="compare.py", description="Compare two dtbench reports (see the top of this "
                                  "script for the statistics). Exit 0: no regression, 1: regression, 2: bad input.")
     ap.add_argument("base", help="the baseline report (BASE.json)")

@@ -1,0 +1,107 @@
+"""The gate's builds: a git revision exported into its own directory under build-gate/ and built there (the
+dtbench target only), or the working tree's build/ through scripts/build.
+
+Both go through ccache with CCACHE_BASEDIR at the repository root (scripts/build sets it too): ccache then
+hashes the paths under it relative to the build directory, which are the same in every tree, so a baseline
+whose files are unchanged compiles from the cache and only what the candidate changed is compiled twice.
+"""
+import os
+import subprocess
+from pathlib import Path
+
+from . import GateError
+
+ROOT = Path(__file__).resolve().parents[3]
+GATE_DIR = ROOT / "build-gate"
+
+
+def git(*args, check=True):
+    r = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise GateError(f"git {' '.join(args)}: {(r.stderr.strip().splitlines() or ['failed'])[-1]}")
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def resolve(ref):
+    """The commit a ref names (40 hex digits), or GateError naming the ref."""
+    if not ref or ref.startswith("-"):
+        raise GateError(f"unknown git ref '{ref}'")
+    sha = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+    if not sha:
+        raise GateError(f"unknown git ref '{ref}' (not a commit of {ROOT})")
+    return sha
+
+
+def default_base():
+    """(ref, sha): the merge-base of HEAD with main (origin/main where there is no local main); HEAD~1 when
+    that is HEAD itself (on main), so that the default compares a change with what came before it."""
+    head = resolve("HEAD")
+    for main in ("main", "origin/main"):
+        if git("rev-parse", "--verify", "--quiet", main, check=False):
+            mb = git("merge-base", "HEAD", main, check=False)
+            if mb and mb != head:
+                return f"merge-base(HEAD, {main})", mb
+            break
+    return "HEAD~1", resolve("HEAD~1")
+
+
+def env():
+    e = dict(os.environ)
+    e.setdefault("CCACHE_BASEDIR", str(ROOT))
+    return e
+
+
+def _run_logged(cmd, log, cwd=None):
+    with open(log, "a", encoding="utf-8") as f:
+        f.write("$ " + " ".join(map(str, cmd)) + "\n")
+        f.flush()
+        return subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, env=env()).returncode
+
+
+def _last_error(log):
+    lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    for line in reversed(lines):
+        if "error" in line.lower():
+            return line.strip()[:200]
+    return (lines[-1].strip() if lines else "no output")[:200]
+
+
+def build_revision(sha, label, jobs=None, progress=print):
+    """build-gate/<sha12>/build/dtbench, built from the tree of commit `sha` (exported with git archive,
+    configured Release as scripts/build does). Reused when already built. GateError when it does not build,
+    naming `label` and the first error line (the whole log: build-gate/<sha12>/build.log)."""
+    jobs = jobs or os.cpu_count() or 2
+    d = GATE_DIR / sha[:12]
+    binary = d / "build" / "dtbench"
+    done = d / ".built"
+    if done.exists() and binary.exists():
+        return binary
+    src = d
+    log = d / "build.log"
+    if not (d / "CMakeLists.txt").exists():
+        d.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha], capture_output=True)
+        if archive.returncode != 0:
+            raise GateError(f"{label}: git archive {sha[:12]} failed: {archive.stderr.decode(errors='replace').strip()}")
+        untar = subprocess.run(["tar", "-x", "-C", str(d)], input=archive.stdout, capture_output=True)
+        if untar.returncode != 0:
+            raise GateError(f"{label}: cannot unpack {sha[:12]} into {d}")
+    log.write_text("", encoding="utf-8")
+    progress(f"gate: building {label} ({sha[:12]}) in {d.relative_to(ROOT)}/build (log: {log.relative_to(ROOT)})")
+    if _run_logged(["cmake", "-S", src, "-B", d / "build", "-DCMAKE_BUILD_TYPE=Release"], log) != 0 or \
+            _run_logged(["cmake", "--build", d / "build", "-j", str(jobs), "--target", "dtbench"], log) != 0 or \
+            not binary.exists():
+        raise GateError(f"{label} ({sha[:12]}) does not build: {_last_error(log)} (log: {log})")
+    done.write_text(sha + "\n", encoding="utf-8")
+    return binary
+
+
+def build_worktree(progress=print):
+    """build/dtbench of the working tree, through scripts/build dtbench; GateError when it does not build."""
+    log = ROOT / "build" / "gate-build.log"
+    log.parent.mkdir(exist_ok=True)
+    log.write_text("", encoding="utf-8")
+    progress("gate: building the working tree (build/dtbench)")
+    if _run_logged([ROOT / "scripts" / "build", "dtbench"], log, cwd=ROOT) != 0:
+        raise GateError(f"the working tree does not build: {_last_error(log)} (log: {log})")
+    return ROOT / "build" / "dtbench"

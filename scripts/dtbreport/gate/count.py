@@ -1,0 +1,95 @@
+"""The counting comparison: `dtbench count` of each side under callgrind (instructions and simulated cache misses
+of fixed CPU work, region by region; harness/count.h), compared with tight thresholds of their own.
+
+Counting instead of timing, as iai-callgrind and CodSpeed do: callgrind executes the program on a simulated
+CPU, so the count of a region does not depend on what else the machine runs. Measured here (docs/ci.md): two
+runs of the same binary, one of them beside a busy core, gave the same instruction count for every kernel and
+counts 1e-5 apart for the train steps (MPI and the allocator); the simulated cache misses moved by up to 3 %
+in the smallest counts (where memory lands). Hence the defaults: instructions gate at 1 %, data cache
+misses at 5 % and only where a region has at least MIN_MISSES of them per repetition.
+"""
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from . import GateError
+from .runner import run_env
+
+CALLGRIND = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--instr-atstart=no", "--cache-sim=yes"]
+MIN_MISSES = 1000  # per repetition: fewer are a handful of cache lines, where a buffer's address decides
+# (metric, callgrind events summed, default threshold key)
+METRICS = (("instructions", ("Ir",), "instructions"),
+           ("d1_misses", ("D1mr", "D1mw"), "misses"),
+           ("ll_misses", ("DLmr", "DLmw"), "misses"))
+
+
+def parse_dump(path):
+    """(region name, {event: count}) of one callgrind dump made by CALLGRIND_DUMP_STATS_AT(name)."""
+    name, events, totals = None, None, None
+    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("desc: Trigger: Client Request: "):
+            name = line[len("desc: Trigger: Client Request: "):].strip()
+        elif line.startswith("events: "):
+            events = line.split()[1:]
+        elif line.startswith("totals: "):
+            totals = [int(x) for x in line.split()[1:]]
+    if name is None or events is None or totals is None:
+        return None, None
+    return name, dict(zip(events, totals + [0] * (len(events) - len(totals))))
+
+
+def count_side(side, out_dir, config="smoke", reps=20, only="", timeout_s=1800):
+    """Runs `dtbench count` of `side` under callgrind into out_dir/<side>/. Returns {region: {metric: count per
+    repetition}} and the command's JSON region list. GateError when valgrind is missing or the run fails for
+    the baseline (for the candidate too: a count that cannot run is not comparable; a crash shows in the
+    paired mode)."""
+    if shutil.which("valgrind") is None:
+        raise GateError("valgrind not found (scripts/setup installs it): the counting mode needs callgrind")
+    d = Path(out_dir) / side.name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    cmd = CALLGRIND + [f"--callgrind-out-file={d}/callgrind.out", str(side.binary), "count", "--config", config,
+                       "--reps", str(reps)] + (["--only", only] if only else [])
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=run_env(side.env), timeout=timeout_s, cwd=d)
+    except subprocess.TimeoutExpired:
+        raise GateError(f"the {side.name}'s count ran past {timeout_s} s") from None
+    if r.returncode != 0:
+        err = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("==")]
+        raise GateError(f"the {side.name} ({side.label})'s dtbench count failed (exit {r.returncode}): "
+                        f"{err[-1] if err else 'no message'}")
+    out = {}
+    for f in sorted(d.glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0):
+        name, ev = parse_dump(f)
+        if name is None:
+            continue
+        out[name] = {m: sum(ev.get(e, 0) for e in events) / reps for m, events, _ in METRICS}
+    if not out:
+        raise GateError(f"the {side.name}'s count left no callgrind dump (a dtbench without the count command?)")
+    return out
+
+
+def compare(base, cand, thresholds, min_misses=MIN_MISSES):
+    """Rows per (region, metric) both sides have and regression lines. thresholds: {"instructions": r,
+    "misses": r}. A metric regresses when candidate / baseline - 1 > its threshold; cache misses only where the
+    baseline has at least min_misses per repetition (else the row is information)."""
+    rows, regressions = [], []
+    for region in sorted(set(base) & set(cand)):
+        for metric, _, tkey in METRICS:
+            b, c = base[region][metric], cand[region][metric]
+            change = (c / b - 1) if b > 0 else (0.0 if c == 0 else float("inf"))
+            gated = metric == "instructions" or b >= min_misses
+            thr = thresholds[tkey]
+            regression = gated and change > thr
+            verdict = ("REGRESSION" if regression else "improved" if gated and -change / (1 + change) > thr
+                       else "same" if gated else "info")
+            rows.append({"region": region, "metric": metric, "base": b, "new": c, "change": change,
+                         "threshold": thr if gated else None, "verdict": verdict, "regression": regression})
+            if regression:
+                regressions.append(f"{region} {metric}: {b:.6g} -> {c:.6g} per repetition ({change:+.2%}, "
+                                   f"threshold {thr:.1%})")
+    missing = sorted(set(base) ^ set(cand))
+    return {"rows": rows, "regressions": regressions, "unmatched_regions": missing}

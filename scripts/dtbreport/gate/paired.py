@@ -1,0 +1,136 @@
+"""The paired timing comparison: per gated metric, the log ratio candidate / baseline of each pair of runs,
+tested and estimated with stats.py, Holm-adjusted over the metrics, and judged against a minimum effect.
+
+What is gated: every measured record's headline time, real_time (the median of the record's samples that
+dtbench reports as its time), or with calibrated=True real_time_cal, the same time over its in-run
+calibration (suites/calibration.h). One metric per record: a record's throughputs are functions of the same
+time, and testing them too would only multiply the chances of a false alarm. Checks and suites are compared
+as in the two-report mode: a check that passes in every baseline run and fails in a candidate run, or a suite
+that passes and then fails, is a regression whatever the timings.
+"""
+import math
+import statistics
+
+from ..compare_core import record_keys
+from ..compare_load import compatibility, describe
+from . import GateError
+from .stats import hl_interval, hodges_lehmann, holm, signed_rank_p_greater
+
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+MIN_PAIRS = 6  # below this the one-sided signed-rank test cannot reach p < 0.016 (1/64)
+
+
+def run_values(report, calibrated):
+    """{record key: value} of one run: real_time in seconds, or real_time_cal."""
+    keyed, _, _ = record_keys(report.get("benchmarks", []), [])
+    out = {}
+    for key, r in keyed.items():
+        if r.get("skipped"):
+            continue
+        if calibrated:
+            v = r.get("real_time_cal")
+        else:
+            t, u = r.get("real_time"), TIME_UNITS.get(r.get("time_unit"))
+            v = t * u if isinstance(t, (int, float)) and u else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+            out[key] = float(v)
+    return out
+
+
+def check_compatible(base, cand):
+    """GateError when the first pair's reports cannot be compared: another world size, backend or config."""
+    refusals, _ = compatibility(base, cand)
+    if refusals:
+        raise GateError("the baseline's and the candidate's runs cannot be compared: " + describe(refusals))
+
+
+def _checks_and_suites(base_reports, cand_reports):
+    """Regression lines: a check passing in every baseline run and failing in some candidate run; a suite
+    passing in every baseline run and failing or erroring in some candidate run."""
+    lines = []
+    passed_base = None
+    for r in base_reports:
+        ok = {c["name"] for c in r.get("checks", []) if c.get("passed")}
+        passed_base = ok if passed_base is None else passed_base & ok
+    failed = {}
+    for i, r in enumerate(cand_reports):
+        for c in r.get("checks", []):
+            if c["name"] in (passed_base or set()) and not c.get("passed"):
+                failed.setdefault(c["name"], i)
+    lines += [f"check {name}: passed in every baseline run, failed in candidate run {i + 1}"
+              for name, i in sorted(failed.items())]
+    suites_ok = None
+    for r in base_reports:
+        ok = {s.get("name") for s in r.get("suites", []) if s.get("status") == "passed"}
+        suites_ok = ok if suites_ok is None else suites_ok & ok
+    for i, r in enumerate(cand_reports):
+        for s in r.get("suites", []):
+            if s.get("name") in (suites_ok or set()) and s.get("status") in ("failed", "error"):
+                lines.append(f"suite {s.get('name')}: passed in every baseline run, {s.get('status')} in candidate "
+                             f"run {i + 1}")
+    return lines
+
+
+def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suite_thresholds=None,
+            confidence=0.95):
+    """The paired comparison of equal-length lists of reports (pair i = base_reports[i], cand_reports[i]).
+    Returns {"rows": [...], "regressions": [lines], "metric": name}. A row: record, metric, pairs, base and
+    candidate medians over their runs, change (exp(HL) - 1, the estimated relative change of the candidate),
+    ci (its interval at `confidence`), p (one-sided signed-rank, H1: the candidate is slower), p_holm, the
+    threshold, verdict and regression. A metric regresses when p_holm < alpha and change > its threshold
+    (suite_thresholds[suite] or threshold)."""
+    if len(base_reports) != len(cand_reports) or not base_reports:
+        raise GateError("no pairs of runs to compare")
+    check_compatible(base_reports[0], cand_reports[0])
+    suite_thresholds = suite_thresholds or {}
+    metric = "real_time_cal" if calibrated else "real_time"
+    bv = [run_values(r, calibrated) for r in base_reports]
+    cv = [run_values(r, calibrated) for r in cand_reports]
+    keys = sorted(set().union(*bv) & set().union(*cv))
+    if not keys:
+        raise GateError(f"the runs have no {metric} in common to compare")
+    rows = []
+    for key in keys:
+        pairs = [(b[key], c[key]) for b, c in zip(bv, cv) if key in b and key in c]
+        logs = [math.log(c / b) for b, c in pairs]
+        suite = key.split("/", 1)[0]
+        row = {"record": key, "metric": metric, "pairs": len(pairs),
+               "base": statistics.median(b for b, _ in pairs), "new": statistics.median(c for _, c in pairs),
+               "threshold": suite_thresholds.get(suite, threshold), "p": None, "p_holm": None}
+        if len(pairs) >= MIN_PAIRS:
+            lo, hi = hl_interval(logs, confidence)
+            row.update(change=math.expm1(hodges_lehmann(logs)), ci=(math.expm1(lo), math.expm1(hi)),
+                       p=signed_rank_p_greater(logs), p_better=signed_rank_p_greater([-x for x in logs]))
+        else:
+            row.update(change=None, ci=None, p_better=None)
+        rows.append(row)
+    for kind in ("p", "p_better"):
+        adjusted = holm([r[kind] for r in rows])
+        for r, a in zip(rows, adjusted):
+            r[kind + "_holm"] = a
+    regressions = []
+    for r in rows:
+        r["verdict"], r["regression"] = _verdict(r, alpha)
+        if r["regression"]:
+            lo, hi = r["ci"]
+            regressions.append(f"{r['record']} {metric}: {r['change']:+.1%} [{lo:+.1%}, {hi:+.1%}] over "
+                               f"{r['pairs']} pairs (p = {r['p_holm']:.2g} after Holm; threshold "
+                               f"{r['threshold']:.0%})")
+    regressions += _checks_and_suites(base_reports, cand_reports)
+    return {"metric": metric, "rows": rows, "regressions": regressions, "pairs": len(base_reports)}
+
+
+def _verdict(r, alpha):
+    if r["change"] is None:
+        return "too few pairs", False
+    worse = r["change"] > r["threshold"]
+    better = -r["change"] / (1 + r["change"]) > r["threshold"]
+    if worse and r["p_holm"] < alpha:
+        return "REGRESSION", True
+    if worse:
+        return "worse, not significant", False
+    if better and r["p_better_holm"] < alpha:
+        return "improved", False
+    if r["p_holm"] < alpha:
+        return "slower, within threshold", False
+    return "same", False
