@@ -51,8 +51,8 @@ class Backend {
   /// (fp32 accumulation) on CUDA.
   virtual std::vector<std::string> gemm_precisions() const = 0;
   /// Seconds per GEMM C (M,N) = A (M,K) @ B (K,N), row-major, at `precision`: `warmup`
-  /// untimed calls, then `iters` timed: on CUDA back to back between two events, divided
-  /// once; on the CPU each call on steady_clock and the median of them. Inputs are random in [-1, 1). `slowdown` (test-only, the
+  /// untimed calls, then `iters` timed back to back, divided once (CUDA events on CUDA,
+  /// steady_clock on the CPU). Inputs are random in [-1, 1). `slowdown` (test-only, the
   /// regression gate's power measurement, kernels/slowdown.h): each timed call takes that
   /// factor times as long, CPU only. Errors: an unsupported precision, or a slowdown on a
   /// backend without it, throws InputError; out of memory aborts.

@@ -181,6 +181,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
   TrainRun run;
   LossScaler own_scaler(cfg.loss_scaler);
   LossScaler& scaler = loop.scaler ? *loop.scaler : own_scaler;
+  double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
   for (int s = int(loop.first_step); s < cfg.steps; ++s) {
     if (loop.before_step) loop.before_step(s);
     StepTiming tm;
@@ -198,7 +199,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
     model.ops().synchronize();
     optim.end();
     tm.compute_s += opt_sw.elapsed();
-    if (loop.step_slowdown != 1.0) spin_for((loop.step_slowdown - 1.0) * step_sw.elapsed());
+    if (loop.step_slowdown != 1.0) spin_for(extra_seconds(loop.step_slowdown, step_sw.elapsed(), fastest));
     tm.step_s = step_sw.elapsed();
     window.end();
     run.timings.push_back(tm);

@@ -73,8 +73,9 @@ struct TrainLoop {
   /// (s + 1), the scaler and what the run recorded so far (its steps only); e.g. saves a
   /// checkpoint (collective: every rank calls it at the same steps). Null: nothing.
   std::function<void(int64_t steps_done, const LossScaler& scaler, const TrainRun& so_far)> after_step;
-  /// Test-only (the regression gate's power measurement, kernels/slowdown.h): each step
-  /// busy-waits (step_slowdown - 1) times its own time before its timing ends. 1: none.
+  /// Test-only (the regression gate's power measurement, kernels/slowdown.h): each step does
+  /// extra CPU work of (step_slowdown - 1) times the fastest step so far before its timing ends
+  /// (extra_seconds). 1: none.
   double step_slowdown = 1.0;
 };
 

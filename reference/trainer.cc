@@ -107,6 +107,7 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
   validate_train_config(cfg, model.config(), dp.size());
   AdamW<T> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
   TrainRun run;
+  double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
   for (int s = 0; s < cfg.steps; ++s) {
     StepTiming tm;
     auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
@@ -126,7 +127,7 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
     model.ops().synchronize();
     optim.end();
     tm.compute_s += opt_sw.elapsed();
-    if (step_slowdown != 1.0) spin_for((step_slowdown - 1.0) * step_sw.elapsed());
+    if (step_slowdown != 1.0) spin_for(extra_seconds(step_slowdown, step_sw.elapsed(), fastest));
     tm.step_s = step_sw.elapsed();
     window.end();  // after the step's spans: fills its idle time
     run.timings.push_back(tm);

@@ -1,9 +1,8 @@
 // The CPU backend: host memory, the OpenBLAS-backed ops, and sgemm timed with steady_clock.
 #include <cblas.h>
 
-#include <algorithm>
+#include <cmath>
 #include <cstring>
-#include <vector>
 #include <random>
 #include <stdexcept>
 
@@ -50,18 +49,10 @@ class CpuBackend final : public Backend {
                   b.data<float>(), N, 0.f, c.data<float>(), N);
     };
     for (int i = 0; i < warmup; ++i) gemm();
-    // Each call timed alone and the median taken: on a shared machine a call that lost its
-    // core for a while moves a mean of the batch, not the median.
-    std::vector<double> t(static_cast<size_t>(iters));
-    for (double& x : t) {
-      Stopwatch sw;
-      slowed(slowdown, gemm);
-      x = sw.elapsed();
-    }
-    std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
-    const double upper = t[size_t(iters / 2)];
-    if (iters % 2) return upper;
-    return 0.5 * (upper + *std::max_element(t.begin(), t.begin() + iters / 2));
+    double fastest = INFINITY;  // the slowdown's state (kernels/slowdown.h)
+    Stopwatch sw;
+    for (int i = 0; i < iters; ++i) slowed(slowdown, fastest, gemm);
+    return sw.elapsed() / iters;
   }
   // Host buffers: the MPI world serves as it is.
   std::unique_ptr<Communicator> make_device_world(Communicator&, double) override { return nullptr; }

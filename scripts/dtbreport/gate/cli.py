@@ -61,6 +61,8 @@ def parser():
     ap.add_argument("--count-config", default="smoke", help="the config whose model the count's train steps use "
                     "(default smoke)")
     ap.add_argument("--count-reps", type=int, default=20, help="repetitions per counted region (default 20)")
+    ap.add_argument("--count-only", default="", metavar="TEXT", help="count only the regions whose name holds TEXT "
+                    "(dtbench count --list names them)")
     ap.add_argument("--count-threshold", type=float, default=0.01, help="instructions regress beyond this "
                     "relative increase (default 0.01)")
     ap.add_argument("--miss-threshold", type=float, default=0.05, help="simulated data-cache misses regress "
@@ -214,8 +216,8 @@ def run(a, out=sys.stdout, progress=None):
         if a.count:
             try:
                 count_config = str(_config_path(a.count_config))
-                b = counting.count_side(base, work / "count", count_config, a.count_reps)
-                c = counting.count_side(cand, work / "count", count_config, a.count_reps)
+                b = counting.count_side(base, work / "count", count_config, a.count_reps, a.count_only)
+                c = counting.count_side(cand, work / "count", count_config, a.count_reps, a.count_only)
                 res = counting.compare(b, c, {"instructions": a.count_threshold, "misses": a.miss_threshold})
                 print_count(res, out)
                 result["modes"]["count"] = res

@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""ctest gate_stats: the gate's statistics and decisions on made-up data (scripts/dtbreport/gate/).
+
+- the exact signed-rank p-value equals scipy's exact one (no ties) and its normal approximation's
+  neighbourhood with ties; the Hodges-Lehmann estimate and interval are those of the textbook example;
+  Holm's adjustment;
+- the paired analysis flags a record slowed 12 % in every pair and not one that only one pair moves, nor
+  one slowed 3 % (below the 5 % threshold); a check that fails in a candidate run is a regression;
+  incompatible reports (another world size) are refused;
+- callgrind dumps parse, and the counts' comparison flags instructions beyond 1 % and ignores cache misses
+  below the floor;
+- compare.py ab refuses bad input with exit 2 and one line: an unknown ref, a baseline binary that is not
+  executable, --pairs below the minimum, a malformed --candidate-env, an unknown config.
+"""
+import copy
+import json
+import math
+import random
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from dtbreport.gate import GateError, count, paired, stats  # noqa: E402
+
+PYTHON = "/usr/bin/python3"
+
+
+class Stats(unittest.TestCase):
+    def test_signed_rank_matches_scipy_exact(self):
+        from scipy.stats import wilcoxon
+        rng = random.Random(3)
+        for n in (6, 9, 12, 20):
+            for shift in (0.0, 0.3, 1.0):
+                x = [rng.gauss(shift, 1.0) for _ in range(n)]
+                want = wilcoxon(x, alternative="greater", method="exact").pvalue
+                self.assertAlmostEqual(stats.signed_rank_p_greater(x), want, places=12, msg=(n, shift))
+
+    def test_signed_rank_extremes_and_ties(self):
+        self.assertEqual(stats.signed_rank_p_greater([0.1] * 12), 1 / 4096)  # all positive, tied
+        self.assertEqual(stats.signed_rank_p_greater([-0.1] * 12), 1.0)
+        self.assertEqual(stats.signed_rank_p_greater([0.0] * 5), 1.0)
+        # Ties among |x| (average ranks): close to scipy's normal approximation with the tie correction.
+        from scipy.stats import wilcoxon
+        x = [0.1, 0.1, 0.2, -0.1, 0.3, 0.2, 0.4, 0.1, -0.2, 0.5, 0.3, 0.2]
+        approx = wilcoxon(x, alternative="greater", method="approx", correction=True).pvalue
+        self.assertLess(abs(stats.signed_rank_p_greater(x) - approx), 0.01)
+
+    def test_hodges_lehmann_and_interval(self):
+        # Hollander & Wolfe's Hamilton depression differences (n = 9): the estimate is the median of the 45
+        # Walsh averages; the interval's c is checked by enumerating the 512 sign patterns of ranks 1..9.
+        d = [0.952, 0.412, -0.643, 0.235, 0.548, 0.489, 0.430, 0.260, 0.113]
+        w = sorted((d[i] + d[j]) / 2 for i in range(9) for j in range(i, 9))
+        self.assertAlmostEqual(stats.hodges_lehmann(d), w[22])
+        lo, hi = stats.hl_interval(d, 0.95)
+        # c: the largest with P(T+ <= c) <= 0.025 at n = 9, by enumeration of the 512 sign patterns.
+        sums = sorted(sum(r for r, bit in zip(range(1, 10), f"{m:09b}") if bit == "1") for m in range(512))
+        c = max(t for t in range(46) if sum(s <= t for s in sums) / 512 <= 0.025)
+        self.assertEqual((lo, hi), (w[c], w[len(w) - 1 - c]))
+        self.assertEqual(stats.hl_interval([1.0, 2.0, 3.0], 0.95), (-math.inf, math.inf))
+
+    def test_holm(self):
+        self.assertEqual(stats.holm([0.01, 0.04, None, 0.03]), [0.03, 0.06, None, 0.06])
+
+
+def report(values, world=2, checks=()):
+    """A minimal report with one record per (name, seconds)."""
+    return {"schema_version": 3,
+            "context": {"backend": "cpu", "comm_backend": "mpi", "devices": ["cpu"], "world_size": world,
+                        "config": {"name": "gate"}},
+            "benchmarks": [{"name": n, "real_time": t * 1e3, "time_unit": "ms", "real_time_cal": t * 10}
+                           for n, t in values.items()],
+            "checks": [{"name": c, "passed": ok} for c, ok in checks],
+            "suites": [{"name": "train", "status": "passed"}]}
+
+
+class Paired(unittest.TestCase):
+    def make(self, n, slow=1.0, one_pair=None, small=1.0):
+        rng = random.Random(7)
+        base, cand = [], []
+        for i in range(n):
+            drift = math.exp(rng.gauss(0, 0.05))  # the machine's speed during pair i: both sides see it
+            noise = lambda: math.exp(rng.gauss(0, 0.02))  # noqa: E731
+            vals = {"train/gpt/dp:2": 5e-3, "gemm/peak": 2e-3, "collectives/x": 1e-4}
+            base.append(report({k: v * drift * noise() for k, v in vals.items()}))
+            c = {k: v * drift * noise() for k, v in vals.items()}
+            c["train/gpt/dp:2"] *= slow
+            c["collectives/x"] *= small
+            if one_pair is not None and i == one_pair:
+                c["gemm/peak"] *= 3.0
+            cand.append(report(c))
+        return base, cand
+
+    def rows(self, res):
+        return {r["record"]: r for r in res["rows"]}
+
+    def test_a_consistent_slowdown_is_flagged_and_noise_is_not(self):
+        base, cand = self.make(15, slow=1.12, one_pair=4, small=1.03)
+        res = paired.analyse(base, cand, 0.05, 0.05)
+        r = self.rows(res)
+        self.assertTrue(r["train/gpt/dp:2"]["regression"], r["train/gpt/dp:2"])
+        self.assertAlmostEqual(r["train/gpt/dp:2"]["change"], 0.12, delta=0.03)
+        lo, hi = r["train/gpt/dp:2"]["ci"]
+        self.assertLess(lo, 0.12)
+        self.assertGreater(hi, 0.12)
+        self.assertFalse(r["gemm/peak"]["regression"], r["gemm/peak"])  # one disturbed pair of 15
+        self.assertFalse(r["collectives/x"]["regression"], r["collectives/x"])  # 3 %: below the threshold
+        self.assertEqual(len(res["regressions"]), 1)
+
+    def test_calibrated_reads_real_time_cal(self):
+        base, cand = self.make(12, slow=1.2)
+        res = paired.analyse(base, cand, 0.05, 0.05, calibrated=True)
+        self.assertEqual(res["metric"], "real_time_cal")
+        self.assertTrue(self.rows(res)["train/gpt/dp:2"]["regression"])
+
+    def test_a_failed_check_is_a_regression(self):
+        base, cand = self.make(8)
+        for r in base + cand:
+            r["checks"] = [{"name": "train/loss/step:3", "passed": True}]
+        cand[5]["checks"][0]["passed"] = False
+        res = paired.analyse(base, cand, 0.05, 0.05)
+        self.assertEqual(res["regressions"], ["check train/loss/step:3: passed in every baseline run, failed in "
+                                              "candidate run 6"])
+
+    def test_incompatible_reports_are_refused(self):
+        base, cand = self.make(8)
+        cand[0]["context"]["world_size"] = 4
+        with self.assertRaisesRegex(GateError, "world_size"):
+            paired.analyse(base, cand, 0.05, 0.05)
+
+
+class Count(unittest.TestCase):
+    def test_dump_parses_and_compare_gates(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "callgrind.out.1"
+            p.write_text("version: 1\ndesc: Trigger: Client Request: kernel/x/N:4\nevents: Ir Dr Dw I1mr D1mr D1mw "
+                         "ILmr DLmr DLmw\nfn=(1) f\n0 1 2 3\ntotals: 1000 10 10 1 400 200 1 30 20\n")
+            name, ev = count.parse_dump(p)
+        self.assertEqual(name, "kernel/x/N:4")
+        self.assertEqual((ev["Ir"], ev["D1mr"], ev["DLmw"]), (1000, 400, 20))
+        base = {"a": {"instructions": 1e6, "d1_misses": 5000, "ll_misses": 10},
+                "b": {"instructions": 1e6, "d1_misses": 5000, "ll_misses": 10}}
+        cand = copy.deepcopy(base)
+        cand["a"]["instructions"] *= 1.011  # beyond 1 %
+        cand["b"]["instructions"] *= 1.009  # within
+        cand["b"]["ll_misses"] *= 3  # below the floor: information only
+        res = count.compare(base, cand, {"instructions": 0.01, "misses": 0.05})
+        flagged = {(r["region"], r["metric"]) for r in res["rows"] if r["regression"]}
+        self.assertEqual(flagged, {("a", "instructions")})
+        cand["b"]["d1_misses"] *= 1.06
+        res = count.compare(base, cand, {"instructions": 0.01, "misses": 0.05})
+        self.assertIn(("b", "d1_misses"), {(r["region"], r["metric"]) for r in res["rows"] if r["regression"]})
+
+
+class BadInput(unittest.TestCase):
+    def ab(self, *args):
+        r = subprocess.run([PYTHON, str(ROOT / "scripts" / "compare.py"), "ab", *args], capture_output=True,
+                           text=True, timeout=120)
+        return r.returncode, r.stdout, r.stderr
+
+    def test_refusals_exit_2_with_one_line(self):
+        exe = sys.executable
+        cases = [(["--base", "no-such-ref-xyz", "--candidate-binary", exe], "unknown git ref 'no-such-ref-xyz'"),
+                 (["--base-binary", "/nonexistent/dtbench", "--candidate-binary", exe], "is not an executable"),
+                 (["--base-binary", exe, "--candidate-binary", exe, "--pairs", "3"], "--pairs must be 0 or >= 6"),
+                 (["--base-binary", exe, "--candidate-binary", exe, "--candidate-env", "NOEQUALS"], "VAR=VALUE"),
+                 (["--base-binary", exe, "--candidate-binary", exe, "--config", "no-such-config"],
+                  "unknown config 'no-such-config'"),
+                 (["--base-binary", exe, "--candidate-binary", exe, "--pairs", "0"], "nothing to do")]
+        for args, want in cases:
+            rc, out, err = self.ab(*args)
+            self.assertEqual(rc, 2, (args, out, err))
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            self.assertEqual(len(lines), 1, (args, err))
+            self.assertIn(want, lines[0])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

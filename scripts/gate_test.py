@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""ctest gate_ab: the regression gate end to end, on two builds (issue 21's acceptance).
+
+A scratch git repository holds this tree twice: commit "base" as it is, and commit "slow" on top of it, whose
+only change is a deliberate 20 % slowdown compiled in (kernels/slowdown.cc's default spec becomes
+train_step=1.2,gemm=1.2,all_reduce=1.2: every train step, GEMM and all_reduce of the gemm, train and
+collectives suites busy-waits a fifth of its time more; dtbench count repeats a fifth more of the train step's
+work). In it, scripts/compare.py ab
+- builds "base" into build-gate/<commit>/ and the working tree ("slow") into build/ (two builds; ccache holds
+  what the two share with this checkout's own build), runs them side by side and counts them under
+  callgrind, and must exit 1 naming the train step in both modes;
+- compares "base" with itself (--candidate HEAD~1: the same build twice) and must exit 0.
+12 pairs of the gate config at 2 ranks, alpha 0.01 (so that the A/A half fails by chance in at most 1 % of
+runs, by Holm's bound: the test is not flaky); the count restricted to the train step's region at 5
+repetitions. Several minutes on 2 cores (two builds from the cache, 48 runs of ~3 s, four callgrind runs).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = "/usr/bin/python3"
+SLOW_FROM = 'return parse_injected_slowdown(v ? v : "");'
+SLOW_TO = 'return parse_injected_slowdown(v ? v : "train_step=1.2,gemm=1.2,all_reduce=1.2");'
+GATE = ["--pairs", "12", "--alpha", "0.01", "--count", "--count-only", "train_step/gpt/", "--count-reps", "5"]
+
+
+def git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+class GateOnTwoBuilds(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="dtb-gate-test-"))
+        repo = cls.repo = cls.tmp / "repo"
+        files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
+                               capture_output=True, check=True).stdout.decode().split("\0")
+        for f in filter(None, files):
+            src = ROOT / f
+            if src.is_file():
+                (repo / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, repo / f)
+        git(repo, "init", "-q")
+        git(repo, "add", "-A")
+        git(repo, "-c", "user.name=gate", "-c", "user.email=gate@test", "commit", "-qm", "base")
+        slow = repo / "kernels" / "slowdown.cc"
+        text = slow.read_text()
+        assert SLOW_FROM in text, "kernels/slowdown.cc no longer has the line this test changes"
+        slow.write_text(text.replace(SLOW_FROM, SLOW_TO))
+        git(repo, "-c", "user.name=gate", "-c", "user.email=gate@test", "commit", "-qam", "slow")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def gate(self, *args):
+        out = self.tmp / f"gate-{len(list(self.tmp.glob('gate-*.json')))}.json"
+        r = subprocess.run([PYTHON, str(self.repo / "scripts" / "compare.py"), "ab", *args, *GATE, "--json", str(out)],
+                           cwd=self.repo, capture_output=True, text=True, timeout=3000)
+        print(r.stdout[-4000:], r.stderr[-2000:], sep="\n")
+        return r.returncode, json.loads(out.read_text()) if out.exists() else {}
+
+    def test_1_a_20_percent_slower_build_fails_the_gate(self):
+        rc, res = self.gate("--base", "HEAD~1")
+        self.assertEqual(rc, 1, res)
+        timing = [ln for ln in res["regressions"] if ln.startswith("timing: train/gpt/")]
+        counted = [ln for ln in res["regressions"] if ln.startswith("count: train_step/gpt/") and "instructions" in ln]
+        self.assertTrue(timing, res["regressions"])
+        self.assertTrue(counted, res["regressions"])
+
+    def test_2_the_same_build_twice_passes(self):
+        rc, res = self.gate("--base", "HEAD~1", "--candidate", "HEAD~1")
+        self.assertEqual(rc, 0, res)
+        self.assertEqual(res["regressions"], [])
+        self.assertEqual(res["errors"], [])
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    unittest.main(verbosity=2)
