@@ -297,6 +297,17 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
   return outcomes;
 }
 
+// A report made with the regression gate's test knob (kernels/slowdown.h) says so, in its context
+// and on stderr (rank 0).
+json with_slowdown_noted(json context, const InjectedSlowdown& slowdown, bool root) {
+  if (!slowdown.any()) return context;
+  context["injected_slowdown"] = slowdown.to_string();
+  if (root)
+    std::fprintf(stderr, "dtbench: warning: DTB_INJECT_SLOWDOWN=%s slows this run on purpose (a test of the "
+                 "regression gate)\n", slowdown.to_string().c_str());
+  return context;
+}
+
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
@@ -360,13 +371,8 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   }
   set_comm_timeout(opts.comm_timeout_s = cfg["comm_timeout_s"].get<double>());  // the process's watchdog
   const auto device_world = backend->make_device_world(world, opts.comm_timeout_s);
-  json context = make_context(cfg, &data, world, per_node, run_id, *backend);
-  if (opts.slowdown.any()) {  // a report made with the gate's test knob says so
-    context["injected_slowdown"] = opts.slowdown.to_string();
-    if (world.rank() == 0)
-      std::fprintf(stderr, "dtbench: warning: DTB_INJECT_SLOWDOWN=%s slows this run on purpose (a test of the "
-                   "regression gate)\n", context["injected_slowdown"].get<std::string>().c_str());
-  }
+  const json context = with_slowdown_noted(make_context(cfg, &data, world, per_node, run_id, *backend),
+                                           opts.slowdown, world.rank() == 0);
   const std::string path = out_dir + "/" + run_id + ".json";
   json report;
   bool write_failed = false;

@@ -1,7 +1,6 @@
 #include "kernels/slowdown.h"
 
-#include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -88,43 +87,17 @@ InjectedSlowdown injected_slowdown_from_env() {
   return parse_injected_slowdown(v ? v : "");
 }
 
-namespace {
-
-// n steps of a linear congruential generator, each depending on the last (about a nanosecond a
-// step); the asm keeps the compiler from folding the loop.
-__attribute__((noinline)) uint64_t burn(uint64_t n) {
-  uint64_t x = 1;
-  for (uint64_t i = 0; i < n; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    asm volatile("" : "+r"(x));
-  }
-  return x;
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// Steps per second of burn on this core: the fastest of 20 trials of 20000 steps, so that a
-// trial that lost the core does not count.
-double burn_rate() {
-  double best = 0;
-  for (int t = 0; t < 20; ++t) {
-    const auto t0 = std::chrono::steady_clock::now();
-    burn(20000);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s > 0) best = std::max(best, 20000 / s);
-  }
-  return best;
-}
-
-}  // namespace
-
-double extra_seconds(double factor, double elapsed, double& fastest) {
-  fastest = std::min(fastest, elapsed);
-  return (factor - 1.0) * fastest;
-}
-
-void spin_for(double seconds) {
+void spin_cpu(double seconds) {
   if (!(seconds > 0)) return;
-  static const double rate = burn_rate();
-  burn(uint64_t(seconds * rate));
+  const double end = thread_cpu_seconds() + seconds;
+  while (thread_cpu_seconds() < end) {
+  }
 }
 
 }  // namespace dtb

@@ -2,9 +2,8 @@
 // docs/ci.md) slows one chosen measurement by a known factor and asks whether the gate sees it.
 // Set through the environment variable DTB_INJECT_SLOWDOWN, never by a config key, and a
 // report made with one carries it in context.injected_slowdown. What it emulates is code that does
-// more CPU work: timed runs add work that takes a known time on an idle core (so that when the
-// core is shared it is delayed as the real work is), counted runs (dtbench count) repeat the
-// region's own work.
+// more CPU work: timed runs add CPU work in proportion to the CPU time the slowed operation used,
+// counted runs (dtbench count) repeat the region's own work.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -37,38 +36,28 @@ InjectedSlowdown parse_injected_slowdown(const std::string& spec);
 /// parse_injected_slowdown of the environment variable DTB_INJECT_SLOWDOWN (unset: none).
 InjectedSlowdown injected_slowdown_from_env();
 
-/// Does CPU work that takes `seconds` on an idle core (nothing for seconds <= 0): a dependent
-/// integer loop of seconds x its rate, the rate measured once per process as the fastest of 20
-/// short trials. Not a wait on the clock: when the core is shared, the work is delayed as slower
-/// code would be (a wait on the clock would end early after a preemption, or, ended by the
-/// clock, hide how much work it stood for).
-void spin_for(double seconds);
+/// CPU seconds this thread has used (CLOCK_THREAD_CPUTIME_ID).
+double thread_cpu_seconds();
 
-/// The extra work, seconds on an idle core, for one call of a repeated operation slowed by
-/// `factor` that took `elapsed` seconds: (factor - 1) times the fastest call so far (`fastest`,
-/// updated; start it at infinity), i.e. what the operation costs when it has the core to itself.
-/// Not (factor - 1) x elapsed: on a shared core elapsed counts the time spent waiting for it, and
-/// extra work sized by it would grow with the load (at half a core, twice the factor asked for).
-double extra_seconds(double factor, double elapsed, double& fastest);
+/// Busy-works until this thread has used `seconds` more CPU time (nothing for seconds <= 0):
+/// extra work that a shared core delays as it delays the real work. Not a wait on the wall
+/// clock: sized by wall time, extra work grows with the load (elapsed time counts the wait for
+/// the core: 20 % asked for gave +350 % on a GEMM beside other work) and, ended by the clock,
+/// it stops early after a preemption.
+void spin_cpu(double seconds);
 
-/// Runs `work` and then spin_for(extra_seconds(factor, its time, fastest)), so that repeated
-/// calls take `factor` times as long on an idle core and do factor times the CPU work on a
-/// loaded one (factor 1: just runs it).
+/// Runs `work` and then spin_cpu((factor - 1) x the CPU time it used), so that the whole does
+/// `factor` times the work's CPU work (factor 1: just runs it). On the calling thread only:
+/// work done by other threads (a multi-threaded BLAS) is not counted.
 template <typename F>
-void slowed(double factor, double& fastest, F&& work);
-
-}  // namespace dtb
-
-#include <chrono>
-
-template <typename F>
-void dtb::slowed(double factor, double& fastest, F&& work) {
+void slowed(double factor, F&& work) {
   if (factor == 1.0) {
     work();
     return;
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = thread_cpu_seconds();
   work();
-  spin_for(extra_seconds(factor, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                         fastest));
+  spin_cpu((factor - 1.0) * (thread_cpu_seconds() - c0));
 }
+
+}  // namespace dtb

@@ -2,8 +2,6 @@
 // makes work take the factor times as long.
 #include "kernels/slowdown.h"
 
-#include <chrono>
-#include <cmath>
 #include <gtest/gtest.h>
 
 #include "kernels/error.h"
@@ -37,44 +35,29 @@ TEST(InjectedSlowdown, RefusesBadSpecsNamingThePart) {
   }
 }
 
-// The extra work follows the fastest call so far, not the last one: a call slowed by a shared
-// core does not add more work.
-TEST(InjectedSlowdown, ExtraWorkFollowsTheFastestCall) {
-  double fastest = INFINITY;
-  EXPECT_DOUBLE_EQ(extra_seconds(1.5, 2.0, fastest), 1.0);
-  EXPECT_DOUBLE_EQ(extra_seconds(1.5, 1.0, fastest), 0.5);
-  EXPECT_DOUBLE_EQ(extra_seconds(1.5, 3.0, fastest), 0.5);
-  EXPECT_DOUBLE_EQ(fastest, 1.0);
+// spin_cpu uses the CPU time asked for (the thread's own clock), however long that takes.
+TEST(InjectedSlowdown, SpinCpuUsesTheCpuTimeAsked) {
+  const double c0 = thread_cpu_seconds();
+  spin_cpu(0.02);
+  const double used = thread_cpu_seconds() - c0;
+  EXPECT_GE(used, 0.02);
+  EXPECT_LT(used, 0.025);  // the last clock reading past the end: microseconds over
 }
 
-// spin_for does work sized by the loop's fastest measured rate: on a core of its own it takes
-// the time asked (at least that, bar timer noise: the rate is the fastest trial's) and, unless
-// another process takes the core, not much more. 20 ms asked; the upper bound allows a loaded
-// machine 5x.
-TEST(InjectedSlowdown, SpinForTakesAboutTheTimeAsked) {
-  using clock = std::chrono::steady_clock;
-  spin_for(1e-3);  // the rate's measurement, once per process
-  const auto t0 = clock::now();
-  spin_for(0.02);
-  const double took = std::chrono::duration<double>(clock::now() - t0).count();
-  EXPECT_GE(took, 0.02 * 0.9);
-  EXPECT_LT(took, 0.1);
-}
-
-// slowed(f, fastest, work) adds (f - 1) x the work's time: 2 ms of work slowed 1.5x takes about 3 ms.
-TEST(InjectedSlowdown, SlowedTakesTheFactorTimesTheWork) {
-  using clock = std::chrono::steady_clock;
-  double worked = 0, fastest = INFINITY;
-  const auto t0 = clock::now();
-  slowed(1.5, fastest, [&] {
-    const auto w0 = clock::now();
-    while (clock::now() - w0 < std::chrono::milliseconds(2)) {
+// slowed(f, work) does (f - 1) x the work's CPU time more: 4 ms of CPU work slowed 1.5x uses
+// 6 ms of CPU time.
+TEST(InjectedSlowdown, SlowedDoesTheFactorTimesTheWork) {
+  double worked = 0;
+  const double c0 = thread_cpu_seconds();
+  slowed(1.5, [&] {
+    const double w0 = thread_cpu_seconds();
+    while (thread_cpu_seconds() - w0 < 0.004) {
     }
-    worked = std::chrono::duration<double>(clock::now() - w0).count();
+    worked = thread_cpu_seconds() - w0;
   });
-  const double total = std::chrono::duration<double>(clock::now() - t0).count();
-  EXPECT_GE(total, 1.45 * worked);
-  EXPECT_LT(total, 3.0 * worked + 0.05);
+  const double total = thread_cpu_seconds() - c0;
+  EXPECT_GE(total, 1.5 * worked);
+  EXPECT_LT(total, 1.5 * worked + 0.002);
 }
 
 }  // namespace

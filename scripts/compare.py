@@ -2,7 +2,7 @@
 """Compare two dtbench reports and gate on regressions.
 
 Usage: scripts/compare.py BASE.json NEW.json [--threshold REL] [--suite-threshold SUITE=REL ...] [--alpha P]
-                          [--json] [--force]
+                          [--checks-only] [--json] [--force]
        scripts/compare.py ab [--base REF] [--pairs N] [--count] ...   (the paired A/B gate: build both, run
                           both side by side; scripts/dtbreport/gate/cli.py, docs/ci.md)
 
@@ -87,6 +87,9 @@ def main(argv=None):
                          "collectives=20 where small messages are at the mercy of the scheduler")
     ap.add_argument("--alpha", type=float, default=0.05, help="significance level of the tests (default 0.05)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument("--checks-only", action="store_true",
+                    help="gate on checks and suites only: metrics are shown, never a regression (a cross-check of "
+                         "correctness against a stored report from another machine or day, as .ci/run makes)")
     ap.add_argument("--force", action="store_true",
                     help="compare despite different schema versions or incompatible contexts (warns)")
     args = ap.parse_args(argv)
@@ -132,6 +135,8 @@ def main(argv=None):
             print(json.dumps({"output_version": OUTPUT_VERSION, "exit_code": 2, "error": "unknown suite in "
                               "--suite-threshold"}))
         return 2
+    if args.checks_only:  # no metric can be worse beyond an infinite threshold
+        args.threshold, suite_thresholds = math.inf, {}
     args.suite_thresholds = suite_thresholds
     res = compare(base, new, args.threshold, args.alpha, suite_thresholds)
     regressed = (any(r["regression"] for r in res["rows"]) or res["checks"]["regressions"]
@@ -142,7 +147,8 @@ def main(argv=None):
             return {k: (r.get("context") or {}).get(k) for k in ("run_id", "git_commit", "date", "host_name")}
         obj = {"output_version": OUTPUT_VERSION, "exit_code": exit_code, "regression": bool(regressed),
                "base": {"path": args.base, **c(base)}, "new": {"path": args.new, **c(new)},
-               "threshold": args.threshold, "suite_thresholds": suite_thresholds, "alpha": args.alpha, "forced": [
+               "threshold": None if args.checks_only else args.threshold, "checks_only": args.checks_only,
+               "suite_thresholds": suite_thresholds, "alpha": args.alpha, "forced": [
                    {"field": f, "base": a, "new": b} for f, a, b in refusals],
                "context_notes": [{"field": f, "base": a, "new": b} for f, a, b in notes],
                "regressions": regression_lines(res), "summary": summary_line(res, exit_code),

@@ -78,8 +78,11 @@ def print_text(res, base, new, args, refusals, notes, exit_code, out=sys.stdout)
     p = lambda s="": print(s, file=out)  # noqa: E731
     p(f"BASE {ident(args.base, base)}")
     p(f"NEW  {ident(args.new, new)}")
-    p(f"threshold {args.threshold:.0%} (a regression is a time x{1 + args.threshold:.2f} or a throughput "
-      f"/{1 + args.threshold:.2f}, and significant at alpha {args.alpha:g})")
+    if math.isinf(args.threshold):
+        p("--checks-only: metrics are shown and never a regression; checks and suites gate")
+    else:
+        p(f"threshold {args.threshold:.0%} (a regression is a time x{1 + args.threshold:.2f} or a throughput "
+          f"/{1 + args.threshold:.2f}, and significant at alpha {args.alpha:g})")
     for suite, rel in sorted(getattr(args, "suite_thresholds", {}).items()):
         p(f"threshold for {suite}: {rel:.0%} (a time x{1 + rel:.2f})")
     for f, a, b in refusals:

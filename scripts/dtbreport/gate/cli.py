@@ -78,8 +78,8 @@ def parser():
 
 
 def _check_options(a):
-    if a.np < 1:
-        raise GateError(f"--np must be >= 1, got {a.np}")
+    if not 1 <= a.np <= 1024:
+        raise GateError(f"--np must be in [1, 1024], got {a.np}")
     if a.pairs < 0 or (0 < a.pairs < paired.MIN_PAIRS):
         raise GateError(f"--pairs must be 0 or >= {paired.MIN_PAIRS} (fewer cannot be significant), got {a.pairs}")
     if a.pairs == 0 and not a.count:
