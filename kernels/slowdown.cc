@@ -10,15 +10,15 @@
 namespace dtb {
 namespace {
 
+// A decimal number, digits with an optional fraction ("1.1", "2"): no sign, exponent, hex or blanks.
 double parse_factor(const std::string& text, const std::string& target) {
-  size_t used = 0;
-  double f = NAN;
-  try {
-    f = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || !(f >= 1.0 && f <= 100.0))
+  const size_t dot = text.find('.');
+  const std::string whole = text.substr(0, dot), frac = dot == std::string::npos ? "0" : text.substr(dot + 1);
+  const bool decimal = !whole.empty() && !frac.empty() && whole.size() <= 3 && frac.size() <= 15 &&
+                       whole.find_first_not_of("0123456789") == std::string::npos &&
+                       frac.find_first_not_of("0123456789") == std::string::npos;
+  const double f = decimal ? std::stod(text) : NAN;
+  if (!(f >= 1.0 && f <= 100.0))
     throw InputError("DTB_INJECT_SLOWDOWN: " + target + "'s factor '" + text + "' is not a number in [1, 100]");
   return f;
 }
@@ -33,7 +33,7 @@ size_t parse_bytes(const std::string& text, const std::string& band) {
 
 std::string InjectedSlowdown::to_string() const {
   std::ostringstream s;
-  s.precision(17);
+  s.precision(15);  // what a decimal spec of up to 15 digits reads back as
   const char* sep = "";
   if (train_step != 1.0) s << sep << "train_step=" << train_step, sep = ",";
   if (gemm != 1.0) s << sep << "gemm=" << gemm, sep = ",";
@@ -46,6 +46,8 @@ std::string InjectedSlowdown::to_string() const {
 
 InjectedSlowdown parse_injected_slowdown(const std::string& spec) {
   InjectedSlowdown out;
+  if (!spec.empty() && spec.back() == ',')
+    throw InputError("DTB_INJECT_SLOWDOWN: '" + spec + "' ends with a comma");
   bool seen_step = false, seen_gemm = false, seen_ar = false;
   std::stringstream parts(spec);
   std::string part;

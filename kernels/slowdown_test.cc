@@ -20,12 +20,15 @@ TEST(InjectedSlowdown, ParsesEachTargetAndTheBand) {
   EXPECT_DOUBLE_EQ(s.all_reduce_at(65535), 1.0);
   EXPECT_DOUBLE_EQ(s.all_reduce_at(1048577), 1.0);
   EXPECT_EQ(parse_injected_slowdown(s.to_string()).to_string(), s.to_string());
+  EXPECT_EQ(parse_injected_slowdown("gemm=1.1").to_string(), "gemm=1.1");
   EXPECT_DOUBLE_EQ(parse_injected_slowdown("all_reduce=2").all_reduce_at(8), 2.0);  // no band: every size
 }
 
 TEST(InjectedSlowdown, RefusesBadSpecsNamingThePart) {
   for (const char* bad : {"gemm", "gemm=", "gemm=x", "gemm=0.9", "gemm=101", "gemm=1.1,gemm=1.2", "matmul=1.1",
-                          "all_reduce=1.1@5", "all_reduce=1.1@9-5", "all_reduce=1.1@a-b", "gemm=1.1,,train_step=2"}) {
+                          "all_reduce=1.1@5", "all_reduce=1.1@9-5", "all_reduce=1.1@a-b", "gemm=1.1,,train_step=2",
+                          "gemm=0x2", "gemm= 2", "gemm=2 ", "gemm=1e1", "gemm=+2", "gemm=1.1,", "gemm=.5", "gemm=2.",
+                          "gemm=nan", "gemm=inf", "gemm=1e400"}) {
     try {
       parse_injected_slowdown(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

@@ -114,7 +114,8 @@ def main(argv=None):
         if sb != sn:
             refusals.append(("schema_version", sb, sn))
             if not args.force:
-                raise InputError(f"different report schema versions: {args.base} has {sb}, {args.new} has {sn} "
+                raise InputError(f"different report schema versions: {args.base} has {json.dumps(sb)}, {args.new} has "
+                                 f"{json.dumps(sn)} "
                                  "(the fields may not mean the same; --force compares anyway)")
         ctx_refusals, notes = compatibility(base, new)
         if ctx_refusals and not args.force:
@@ -140,7 +141,7 @@ def main(argv=None):
     args.suite_thresholds = suite_thresholds
     res = compare(base, new, args.threshold, args.alpha, suite_thresholds)
     regressed = (any(r["regression"] for r in res["rows"]) or res["checks"]["regressions"]
-                 or res["suites"]["regressions"])
+                 or res["suites"]["regressions"] or res["checks"]["vanished"] or res["suites"]["vanished"])
     exit_code = 1 if regressed else 0
     if args.json:
         def c(r):

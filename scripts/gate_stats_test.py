@@ -10,7 +10,10 @@
 - callgrind dumps parse, and the counts' comparison flags instructions beyond 1 % and ignores cache misses
   below the floor;
 - compare.py ab refuses bad input with exit 2 and one line: an unknown ref, a baseline binary that is not
-  executable, --pairs below the minimum, a malformed --candidate-env, an unknown config.
+  executable, --pairs below the minimum, a malformed --candidate-env, an unknown config, empty options, an
+  unwritable --json, a --suite-threshold of a suite the config does not run; compare.py BASE NEW refuses a
+  malformed report (a context.config that is not an object, an integer beyond any float, deep nesting, a
+  device file) in one line, and fails on a check or suite that passed in BASE and vanished from NEW.
 """
 import copy
 import json
@@ -125,6 +128,23 @@ class Paired(unittest.TestCase):
         self.assertEqual(res["regressions"], ["check train/loss/step:3: passed in every baseline run, failed in "
                                               "candidate run 6"])
 
+    def test_a_suite_or_check_missing_from_a_candidate_run_is_a_regression(self):
+        base, cand = self.make(8)
+        for r in base + cand:
+            r["checks"] = [{"name": "train/loss/step:3", "passed": True}]
+        cand[2]["checks"] = []
+        cand[3]["suites"] = []
+        res = paired.analyse(base, cand, 0.05, 0.05)
+        self.assertEqual(res["regressions"], [
+            "1 check(s) passed in every baseline run and are missing from a candidate run: train/loss/step:3",
+            "suite train: passed in every baseline run, not run in candidate run 4"])
+
+    def test_the_gates_own_slowdown_is_no_incompatibility(self):
+        base, cand = self.make(8)
+        for r in cand:
+            r["context"]["injected_slowdown"] = "train_step=1.1"
+        paired.analyse(base, cand, 0.05, 0.05)  # no GateError
+
     def test_incompatible_reports_are_refused(self):
         base, cand = self.make(8)
         cand[0]["context"]["world_size"] = 4
@@ -155,6 +175,49 @@ class Count(unittest.TestCase):
         self.assertIn(("b", "d1_misses"), {(r["region"], r["metric"]) for r in res["rows"] if r["regression"]})
 
 
+class TwoReports(unittest.TestCase):
+    """compare.py BASE NEW: malformed input refused in one line; a check or suite that vanished regresses."""
+
+    def compare(self, base, new, *args):
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            for i, r in enumerate((base, new)):
+                p = Path(d) / f"r{i}.json"
+                p.write_text(r if isinstance(r, str) else json.dumps(r))
+                paths.append(str(p))
+            r = subprocess.run([PYTHON, str(ROOT / "scripts" / "compare.py"), *paths, *args], capture_output=True,
+                               text=True, timeout=60)
+        return r.returncode, r.stdout, r.stderr
+
+    def test_malformed_reports_exit_2_with_one_line(self):
+        good = report({"train/gpt/dp:2": 1.0})
+        bad_config = copy.deepcopy(good)
+        bad_config["context"]["config"] = "x"
+        for bad, want in ((bad_config, "context.config is not an object"),
+                          ('{"benchmarks": [{"name": "a", "real_time": 1' + "0" * 400 + '}]}', "out of range"),
+                          ("[" * 100000 + "]" * 100000, "")):
+            rc, out, err = self.compare(good, bad)
+            self.assertEqual(rc, 2, (want, out, err[-500:]))
+            self.assertEqual(len(err.strip().splitlines()), 1, err[-500:])
+            self.assertIn(want, err)
+        r = subprocess.run([PYTHON, str(ROOT / "scripts" / "compare.py"), "/dev/zero", "/dev/zero"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual((r.returncode, r.stderr.strip()), (2, "compare.py: /dev/zero: not a regular file"))
+
+    def test_a_vanished_check_or_suite_regresses(self):
+        base = report({"train/gpt/dp:2": 1.0}, checks=[("train/a", True), ("train/b", True)])
+        base["context"]["config"]["suites"] = ["train"]
+        new = copy.deepcopy(base)
+        new["checks"] = [{"name": "train/a", "passed": True}]
+        rc, out, err = self.compare(base, new, "--checks-only")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("REGRESSION 1 check(s) passed in BASE and are missing from NEW: train/b", out)
+        new["suites"], new["checks"] = [], []
+        rc, out, err = self.compare(base, new, "--checks-only")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("REGRESSION suite train: passed in BASE, not run in NEW", out)
+
+
 class BadInput(unittest.TestCase):
     def ab(self, *args):
         r = subprocess.run([PYTHON, str(ROOT / "scripts" / "compare.py"), "ab", *args], capture_output=True,
@@ -169,7 +232,15 @@ class BadInput(unittest.TestCase):
                  (["--base-binary", exe, "--candidate-binary", exe, "--candidate-env", "NOEQUALS"], "VAR=VALUE"),
                  (["--base-binary", exe, "--candidate-binary", exe, "--config", "no-such-config"],
                   "unknown config 'no-such-config'"),
-                 (["--base-binary", exe, "--candidate-binary", exe, "--pairs", "0"], "nothing to do")]
+                 (["--base-binary", exe, "--candidate-binary", exe, "--pairs", "0"], "nothing to do"),
+                 (["--base", "", "--candidate-binary", exe], "--base is empty"),
+                 (["--base-binary", exe, "--candidate-binary", exe, "--json", "/"], "--json: cannot write /"),
+                 (["--base-binary", exe, "--candidate-binary", exe, "--np", "0"], "--np must be in [1, 256]"),
+                 (["--base-binary", exe, "--candidate-binary", exe, "--pairs", "abc"], "invalid int value"),
+                 (["--base-binary", exe, "--candidate-binary", exe, "--suite-threshold", "gemmm=0.5"],
+                  "--suite-threshold names gemmm, which the config does not run"),
+                 (["--base-binary", exe, "--candidate-binary", exe, "--count", "--count-config", "/tmp"],
+                  "--count-config: /tmp is a directory")]
         for args, want in cases:
             rc, out, err = self.ab(*args)
             self.assertEqual(rc, 2, (args, out, err))

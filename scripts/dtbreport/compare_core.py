@@ -135,8 +135,8 @@ def compare(base, new, threshold, alpha, suite_thresholds=None):
     suite_thresholds = suite_thresholds or {}
     res = {"rows": [], "records": {"matched": 0, "new": [], "missing": [], "skipped": [], "notes": []},
            "checks": {"compared": 0, "regressions": [], "fixed": [], "still_failing": [], "new": [],
-                      "missing": []},
-           "suites": {"regressions": [], "new": [], "missing": []}}
+                      "missing": [], "vanished": []},
+           "suites": {"regressions": [], "new": [], "missing": [], "vanished": []}}
     parameters = registry.parameters()
     bk, nk, notes = record_keys(base["benchmarks"], new["benchmarks"])
     res["records"]["notes"] += notes
@@ -159,9 +159,14 @@ def compare(base, new, threshold, alpha, suite_thresholds=None):
         res["rows"] += metric_rows(key, b, n, suite_thresholds.get(suite, threshold), alpha)
 
     bc, nc = check_keys(base.get("checks", [])), check_keys(new.get("checks", []))
+    ran_in_new = {s.get("name") for s in new.get("suites", []) if isinstance(s, dict)}
+    selected_in_new = set((new.get("context", {}).get("config") or {}).get("suites") or [])
     for key, c in bc.items():
         if key not in nc:
             res["checks"]["missing"].append({"name": key, "passed_in_base": c["passed"]})
+            # Its suite ran in NEW (with the same config: compatibility) and no longer checks it.
+            if c["passed"] and (c.get("suite") or key.split("/", 1)[0]) in ran_in_new:
+                res["checks"]["vanished"].append(key)
     for key, c in nc.items():
         entry = {"name": key, "value": c.get("value"), "tolerance": c.get("tolerance"), "passed": c["passed"]}
         if key not in bc:
@@ -182,6 +187,8 @@ def compare(base, new, threshold, alpha, suite_thresholds=None):
     for name, s in bs.items():
         if name not in ns:
             res["suites"]["missing"].append(name)
+            if s.get("status") == "passed" and name in selected_in_new:  # selected, and never reported
+                res["suites"]["vanished"].append(name)
         elif s.get("status") == "passed" and ns[name].get("status") in ("failed", "error"):
             res["suites"]["regressions"].append({"name": name, "base_status": "passed",
                                                  "new_status": ns[name].get("status"),

@@ -12,7 +12,7 @@ from . import registry
 # Context: fields that make two reports incompatible (refused without --force), and fields
 # noted when they differ. The config is compared separately (its name, the sections of the
 # suites compared, and its top-level keys but these).
-REFUSE_CONTEXT = ("backend", "comm_backend", "devices", "world_size")
+REFUSE_CONTEXT = ("backend", "comm_backend", "devices", "world_size", "injected_slowdown")
 NOTE_CONTEXT = ("host_name", "num_cpus", "ranks_per_node", "build_type", "dtbench_version", "mpi_version",
                 "blas_version", "cuda_version", "nccl_version")
 CONFIG_NOT_COMPARED = {"name", "description", "output_dir", "comm_timeout_s", "suites", "backend"}
@@ -27,14 +27,29 @@ def _refuse_constant(name):
     raise json.JSONDecodeError(f"{name} is not JSON (dtbench writes null for a non-finite number)", name, 0)
 
 
+MAX_REPORT_BYTES = 1 << 30
+
+
+def _parse_int(text):
+    if len(text.lstrip("-")) > 300:  # beyond any float: float() would overflow
+        raise json.JSONDecodeError(f"the integer {text[:20]}... is out of range", text, 0)
+    return int(text)
+
+
 def load_report(path):
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: not a regular file")
+    if os.path.getsize(path) > MAX_REPORT_BYTES:
+        raise InputError(f"{path}: larger than {MAX_REPORT_BYTES >> 20} MiB, not a dtbench report")
     try:
         with open(path, encoding="utf-8") as f:
-            report = json.load(f, parse_constant=_refuse_constant)
+            report = json.load(f, parse_constant=_refuse_constant, parse_int=_parse_int)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: malformed JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise InputError(f"{path}: nests too deep to be a dtbench report") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read ({e})") from None
     if not isinstance(report, dict) or not isinstance(report.get("benchmarks"), list):
@@ -42,6 +57,12 @@ def load_report(path):
     for key, kind in (("checks", list), ("suites", list), ("context", dict)):
         if key in report and not isinstance(report[key], kind):
             raise InputError(f"{path}: not a dtbench report ({key} is not a {kind.__name__})")
+    for key in ("config", "dataset"):
+        if key in report.get("context", {}) and not isinstance(report["context"][key], (dict, type(None))):
+            raise InputError(f"{path}: not a dtbench report (context.{key} is not an object)")
+    for i, s in enumerate(report.get("suites", [])):
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str):
+            raise InputError(f"{path}: suites[{i}] has no name")
     for i, b in enumerate(report["benchmarks"]):
         if not isinstance(b, dict) or not isinstance(b.get("name"), str):
             raise InputError(f"{path}: benchmarks[{i}] has no name")
@@ -67,13 +88,14 @@ def suite_names(report):
     return {n for n in names if isinstance(n, str)}
 
 
-def compatibility(base, new):
-    """(refusals, notes): lists of (field, base value, new value)."""
+def compatibility(base, new, allow=()):
+    """(refusals, notes): lists of (field, base value, new value). Context fields in `allow` differ as a note
+    (the A/B gate's own injected slowdown)."""
     bc, nc = base.get("context", {}) or {}, new.get("context", {}) or {}
     refuse, notes = [], []
     for k in REFUSE_CONTEXT:
         if bc.get(k) != nc.get(k):
-            refuse.append((k, bc.get(k), nc.get(k)))
+            (notes if k in allow else refuse).append((k, bc.get(k), nc.get(k)))
     for k in NOTE_CONTEXT:
         if bc.get(k) != nc.get(k):
             notes.append((k, bc.get(k), nc.get(k)))

@@ -50,6 +50,12 @@ def regression_lines(res):
     for s in res["suites"]["regressions"]:
         why = f": {s['error']}" if s.get("error") else ""
         lines.append(f"REGRESSION suite {s['name']}: passed -> {s['new_status']}{why}")
+    for name in res["suites"]["vanished"]:
+        lines.append(f"REGRESSION suite {name}: passed in BASE, not run in NEW")
+    vanished = res["checks"]["vanished"]
+    if vanished:
+        lines.append(f"REGRESSION {len(vanished)} check(s) passed in BASE and are missing from NEW: "
+                     + ", ".join(vanished[:5]) + (" ..." if len(vanished) > 5 else ""))
     return lines
 
 

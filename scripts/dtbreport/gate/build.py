@@ -6,6 +6,7 @@ hashes the paths under it relative to the build directory, which are the same in
 whose files are unchanged compiles from the cache and only what the candidate changed is compiled twice.
 """
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -52,10 +53,19 @@ def env():
 
 
 def _run_logged(cmd, log, cwd=None):
+    """cmd's exit status, its output appended to `log`; in a session of its own, whose whole process group
+    (make and the compilers) is ended when the gate is interrupted."""
     with open(log, "a", encoding="utf-8") as f:
         f.write("$ " + " ".join(map(str, cmd)) + "\n")
         f.flush()
-        return subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, env=env()).returncode
+        p = subprocess.Popen([str(c) for c in cmd], cwd=cwd, stdout=f, stderr=subprocess.STDOUT, env=env(),
+                             start_new_session=True)
+        try:
+            return p.wait()
+        except BaseException:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            raise
 
 
 def _last_error(log):

@@ -21,7 +21,7 @@ from . import GateError
 from . import build as builds
 from . import count as counting
 from . import paired
-from .runner import CandidateFailed, Side, interleaved
+from .runner import CandidateFailed, Interrupted, Side, install_interrupt_handlers, interleaved, preflight
 
 OUTPUT_VERSION = 1
 
@@ -33,9 +33,15 @@ def _env_pair(text):
     return k, v
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints the usage first)
+        print(f"compare.py ab: {message} (see compare.py ab --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def parser():
-    ap = argparse.ArgumentParser(prog="compare.py ab", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(prog="compare.py ab", description=__doc__.split("\n\n")[0],
+                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", metavar="REF", help="the baseline revision (default: the merge-base of HEAD with "
                     "main; HEAD~1 on main itself)")
     ap.add_argument("--candidate", metavar="REF", help="the candidate revision (default: the working tree, built "
@@ -78,8 +84,11 @@ def parser():
 
 
 def _check_options(a):
-    if not 1 <= a.np <= 1024:
-        raise GateError(f"--np must be in [1, 1024], got {a.np}")
+    for opt in ("base", "candidate", "base_binary", "candidate_binary", "config", "count_config", "work_dir", "json"):
+        if getattr(a, opt) is not None and not str(getattr(a, opt)).strip():
+            raise GateError(f"--{opt.replace('_', '-')} is empty")
+    if not 1 <= a.np <= 256:
+        raise GateError(f"--np must be in [1, 256] (ranks on this machine), got {a.np}")
     if a.pairs < 0 or (0 < a.pairs < paired.MIN_PAIRS):
         raise GateError(f"--pairs must be 0 or >= {paired.MIN_PAIRS} (fewer cannot be significant), got {a.pairs}")
     if a.pairs == 0 and not a.count:
@@ -103,22 +112,49 @@ def _check_options(a):
             raise GateError(f"--suite-threshold wants SUITE=REL with REL a finite number >= 0, got '{item}'")
         st[name] = rel
     a.suite_thresholds = st
+    if a.json:
+        j = Path(a.json)
+        if j.is_dir() or not j.parent.is_dir() or not os.access(j.parent, os.W_OK) or \
+                (j.exists() and not os.access(j, os.W_OK)):
+            raise GateError(f"--json: cannot write {a.json}")
+    if a.work_dir:
+        w = Path(a.work_dir)
+        try:
+            w.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise GateError(f"--work-dir: cannot create {a.work_dir} ({e.strerror})") from None
+        if not os.access(w, os.W_OK):
+            raise GateError(f"--work-dir: {a.work_dir} is not writable")
     if a.base and a.base_binary:
         raise GateError("--base and --base-binary do not go together")
     if a.candidate and a.candidate_binary:
         raise GateError("--candidate and --candidate-binary do not go together")
 
 
-def _config_path(name):
+def _config_path(name, option="--config"):
     p = Path(name)
     if p.suffix == ".json" or "/" in name or p.exists():
+        if p.is_dir():
+            raise GateError(f"{option}: {name} is a directory, not a config file")
         if not p.is_file():
-            raise GateError(f"--config: no such file {name}")
+            raise GateError(f"{option}: no such file {name}")
         return p.resolve()
     p = builds.ROOT / "harness" / "configs" / f"{name}.json"
     if not p.is_file():
-        raise GateError(f"unknown config '{name}' (harness/configs/ has none of that name)")
+        raise GateError(f"{option}: unknown config '{name}' (harness/configs/ has none of that name)")
     return p
+
+
+def _check_suite_thresholds(a, config):
+    """--suite-threshold names a suite the config runs (as the two-report mode requires)."""
+    try:
+        suites = json.loads(Path(config).read_text(encoding="utf-8")).get("suites", [])
+    except (OSError, ValueError, AttributeError):
+        return  # dtbench's own refusal of the config says more (the preflight)
+    unknown = sorted(set(a.suite_thresholds) - set(suites if isinstance(suites, list) else []))
+    if unknown:
+        raise GateError(f"--suite-threshold names {', '.join(unknown)}, which the config does not run (it runs: "
+                        f"{', '.join(map(str, suites))})")
 
 
 def _binary(path, what):
@@ -154,6 +190,10 @@ def _pct(v):
 
 
 def print_paired(res, out):
+    for side, recs in res.get("records_only_in", {}).items():
+        if recs:
+            print(f"not compared: records only the {side} measured: {', '.join(recs[:8])}"
+                  + (" ..." if len(recs) > 8 else ""), file=out)
     w = max([len(r["record"]) for r in res["rows"]] + [6])
     print(f"\nPaired timing: {res['metric']}, {res['pairs']} pairs of runs (baseline and candidate side by side); "
           "change = Hodges-Lehmann estimate of candidate / baseline - 1, [95 % interval], p one-sided "
@@ -168,6 +208,8 @@ def print_paired(res, out):
 
 
 def print_count(res, out):
+    if res["unmatched_regions"]:
+        print(f"not compared: regions only one side counted: {', '.join(res['unmatched_regions'])}", file=out)
     w = max([len(r["region"]) for r in res["rows"]] + [6])
     print("\nCounted (callgrind, per repetition): instructions gate at their threshold; data-cache misses where "
           f"at least {counting.MIN_MISSES} a repetition", file=out)
@@ -194,16 +236,21 @@ def run(a, out=sys.stdout, progress=None):
     result = {"output_version": OUTPUT_VERSION, "exit_code": 0, "regressions": [], "errors": [], "modes": {}}
     _check_options(a)
     config = _config_path(a.config) if a.pairs else None
+    if config:
+        _check_suite_thresholds(a, config)
+    count_config = str(_config_path(a.count_config, "--count-config")) if a.count else None
     base, cand = make_sides(a, progress)
     result["baseline"], result["candidate"] = base.label, cand.label
-    print(f"gate: baseline {base.label}; candidate {cand.label}" +
-          (f" (env {' '.join(f'{k}={v}' for k, v in cand.env.items())})" if cand.env else ""), file=out)
+    env = lambda s: f" (env {' '.join(f'{k}={v}' for k, v in s.env.items())})" if s.env else ""  # noqa: E731
+    print(f"gate: baseline {base.label}{env(base)}; candidate {cand.label}{env(cand)}", file=out)
     tmp = None
     work = Path(a.work_dir) if a.work_dir else Path(tmp := tempfile.mkdtemp(prefix="dtb-gate-"))
     try:
         if a.pairs:
             try:
-                reps = interleaved([base, cand], a.pairs, config, a.np, work / "runs", progress)
+                preflight(base, cand, config, a.np)
+                first = lambda r: paired.check_compatible(r["baseline"][0], r["candidate"][0])  # noqa: E731
+                reps = interleaved([base, cand], a.pairs, config, a.np, work / "runs", progress, after_first=first)
                 res = paired.analyse(reps["baseline"], reps["candidate"], a.threshold, a.alpha, a.calibrated,
                                      a.suite_thresholds)
                 print_paired(res, out)
@@ -215,13 +262,14 @@ def run(a, out=sys.stdout, progress=None):
                 result["errors"].append(f"paired timing: {e}")
         if a.count:
             try:
-                count_config = str(_config_path(a.count_config))
                 b = counting.count_side(base, work / "count", count_config, a.count_reps, a.count_only)
                 c = counting.count_side(cand, work / "count", count_config, a.count_reps, a.count_only)
                 res = counting.compare(b, c, {"instructions": a.count_threshold, "misses": a.miss_threshold})
                 print_count(res, out)
                 result["modes"]["count"] = res
                 result["regressions"] += ["count: " + ln for ln in res["regressions"]]
+            except CandidateFailed as e:
+                result["regressions"].append(f"count: {e}")
             except GateError as e:
                 result["errors"].append(f"count: {e}")
     finally:
@@ -232,15 +280,26 @@ def run(a, out=sys.stdout, progress=None):
     return result
 
 
+def _write_json(path, obj):
+    try:
+        Path(path).write_text(json.dumps(_jsonable(obj), indent=1) + "\n", encoding="utf-8")
+    except OSError as e:
+        print(f"compare.py ab: --json: cannot write {path} ({e.strerror}); the verdict stands", file=sys.stderr)
+
+
 def main(argv):
     a = parser().parse_args(argv)
+    install_interrupt_handlers()
     try:
         result = run(a)
     except GateError as e:
         print(f"compare.py ab: {e}", file=sys.stderr)
-        if a.json:
-            Path(a.json).write_text(json.dumps({"output_version": OUTPUT_VERSION, "exit_code": 2, "error": str(e)}))
+        if a.json and not str(e).startswith("--json"):
+            _write_json(a.json, {"output_version": OUTPUT_VERSION, "exit_code": 2, "error": str(e)})
         return 2
+    except Interrupted as e:
+        print(f"compare.py ab: {e}: nothing decided", file=sys.stderr)
+        return 128 + e.signum
     print("", flush=True)
     for line in result["regressions"]:
         print(f"REGRESSION {line}")
@@ -251,5 +310,5 @@ def main(argv):
     print(f"gate: {n_t} timings over {a.pairs} pairs, {n_c} counts; {len(result['regressions'])} regressions, "
           f"{len(result['errors'])} modes not compared; exit {result['exit_code']}")
     if a.json:
-        Path(a.json).write_text(json.dumps(_jsonable(result), indent=1) + "\n", encoding="utf-8")
+        _write_json(a.json, result)
     return result["exit_code"]

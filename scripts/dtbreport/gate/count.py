@@ -8,14 +8,11 @@ counts 1e-5 apart for the train steps (MPI and the allocator); the simulated cac
 in the smallest counts (where memory lands). Hence the defaults: instructions gate at 1 %, data cache
 misses at 5 % and only where a region has at least MIN_MISSES of them per repetition.
 """
-import os
-import re
 import shutil
-import subprocess
 from pathlib import Path
 
 from . import GateError
-from .runner import run_env
+from .runner import CandidateFailed, describe_status, message, run_child, run_env
 
 CALLGRIND = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--instr-atstart=no", "--cache-sim=yes"]
 MIN_MISSES = 1000  # per repetition: fewer are a handful of cache lines, where a buffer's address decides
@@ -44,7 +41,7 @@ def count_side(side, out_dir, config="smoke", reps=20, only="", timeout_s=1800):
     """Runs `dtbench count` of `side` under callgrind into out_dir/<side>/. Returns {region: {metric: count per
     repetition}} and the command's JSON region list. GateError when valgrind is missing or the run fails for
     the baseline (for the candidate too: a count that cannot run is not comparable; a crash shows in the
-    paired mode)."""
+    paired mode). A candidate whose count fails where the baseline's ran is CandidateFailed (a regression)."""
     if shutil.which("valgrind") is None:
         raise GateError("valgrind not found (scripts/setup installs it): the counting mode needs callgrind")
     d = Path(out_dir) / side.name
@@ -53,14 +50,11 @@ def count_side(side, out_dir, config="smoke", reps=20, only="", timeout_s=1800):
     d.mkdir(parents=True)
     cmd = CALLGRIND + [f"--callgrind-out-file={d}/callgrind.out", str(side.binary), "count", "--config", config,
                        "--reps", str(reps)] + (["--only", only] if only else [])
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=run_env(side.env), timeout=timeout_s, cwd=d)
-    except subprocess.TimeoutExpired:
-        raise GateError(f"the {side.name}'s count ran past {timeout_s} s") from None
-    if r.returncode != 0:
-        err = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("==")]
-        raise GateError(f"the {side.name} ({side.label})'s dtbench count failed (exit {r.returncode}): "
-                        f"{err[-1] if err else 'no message'}")
+    rc, _, err = run_child(cmd, run_env(side.env), timeout_s, cwd=d)
+    if rc != 0:
+        why = f"the {side.name} ({side.label})'s dtbench count failed ({describe_status(rc)}: " \
+              f"{message(err) or 'no message'})"
+        raise (CandidateFailed(why) if side.name == "candidate" else GateError(why))
     out = {}
     for f in sorted(d.glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0):
         name, ev = parse_dump(f)
@@ -68,7 +62,8 @@ def count_side(side, out_dir, config="smoke", reps=20, only="", timeout_s=1800):
             continue
         out[name] = {m: sum(ev.get(e, 0) for e in events) / reps for m, events, _ in METRICS}
     if not out:
-        raise GateError(f"the {side.name}'s count left no callgrind dump (a dtbench without the count command?)")
+        why = f"the {side.name}'s count left no callgrind dump (a dtbench built without valgrind's headers?)"
+        raise (CandidateFailed(why) if side.name == "candidate" else GateError(why))
     return out
 
 
@@ -77,6 +72,8 @@ def compare(base, cand, thresholds, min_misses=MIN_MISSES):
     "misses": r}. A metric regresses when candidate / baseline - 1 > its threshold; cache misses only where the
     baseline has at least min_misses per repetition (else the row is information)."""
     rows, regressions = [], []
+    if not set(base) & set(cand):
+        raise GateError("the baseline's and the candidate's counts have no region in common: nothing to compare")
     for region in sorted(set(base) & set(cand)):
         for metric, _, tkey in METRICS:
             b, c = base[region][metric], cand[region][metric]

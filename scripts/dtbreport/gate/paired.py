@@ -38,8 +38,9 @@ def run_values(report, calibrated):
 
 
 def check_compatible(base, cand):
-    """GateError when the first pair's reports cannot be compared: another world size, backend or config."""
-    refusals, _ = compatibility(base, cand)
+    """GateError when the first pair's reports cannot be compared: another world size, backend or config (the
+    gate's own injected slowdown, a test's, is allowed)."""
+    refusals, _ = compatibility(base, cand, allow=("injected_slowdown",))
     if refusals:
         raise GateError("the baseline's and the candidate's runs cannot be compared: " + describe(refusals))
 
@@ -52,13 +53,20 @@ def _checks_and_suites(base_reports, cand_reports):
     for r in base_reports:
         ok = {c["name"] for c in r.get("checks", []) if c.get("passed")}
         passed_base = ok if passed_base is None else passed_base & ok
-    failed = {}
+    failed, vanished = {}, {}
     for i, r in enumerate(cand_reports):
+        have = {c["name"] for c in r.get("checks", [])}
         for c in r.get("checks", []):
             if c["name"] in (passed_base or set()) and not c.get("passed"):
                 failed.setdefault(c["name"], i)
+        for name in (passed_base or set()) - have:
+            vanished.setdefault(name, i)
     lines += [f"check {name}: passed in every baseline run, failed in candidate run {i + 1}"
               for name, i in sorted(failed.items())]
+    if vanished:
+        names = sorted(vanished)
+        lines.append(f"{len(names)} check(s) passed in every baseline run and are missing from a candidate run: "
+                     + ", ".join(names[:5]) + (" ..." if len(names) > 5 else ""))
     suites_ok = None
     for r in base_reports:
         ok = {s.get("name") for s in r.get("suites", []) if s.get("status") == "passed"}
@@ -68,7 +76,9 @@ def _checks_and_suites(base_reports, cand_reports):
             if s.get("name") in (suites_ok or set()) and s.get("status") in ("failed", "error"):
                 lines.append(f"suite {s.get('name')}: passed in every baseline run, {s.get('status')} in candidate "
                              f"run {i + 1}")
-    return lines
+        for name in sorted((suites_ok or set()) - {s.get("name") for s in r.get("suites", [])}):
+            lines.append(f"suite {name}: passed in every baseline run, not run in candidate run {i + 1}")
+    return sorted(set(lines), key=lines.index)
 
 
 def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suite_thresholds=None,
@@ -89,6 +99,8 @@ def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suit
     keys = sorted(set().union(*bv) & set().union(*cv))
     if not keys:
         raise GateError(f"the runs have no {metric} in common to compare")
+    only = {"baseline": sorted(set().union(*bv) - set().union(*cv)),
+            "candidate": sorted(set().union(*cv) - set().union(*bv))}
     rows = []
     for key in keys:
         pairs = [(b[key], c[key]) for b, c in zip(bv, cv) if key in b and key in c]
@@ -117,7 +129,8 @@ def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suit
                                f"{r['pairs']} pairs (p = {r['p_holm']:.2g} after Holm; threshold "
                                f"{r['threshold']:.0%})")
     regressions += _checks_and_suites(base_reports, cand_reports)
-    return {"metric": metric, "rows": rows, "regressions": regressions, "pairs": len(base_reports)}
+    return {"metric": metric, "rows": rows, "regressions": regressions, "pairs": len(base_reports),
+            "records_only_in": only}
 
 
 def _verdict(r, alpha):

@@ -1,15 +1,22 @@
 """Runs of the gate: one `dtbench run` of a side (baseline or candidate) under mpirun, as scripts/run starts
-it, and N pairs of them interleaved A B, B A, A B, ... so that each pair's two runs sit next to each other in
-time and neither side always goes first (a drift in the machine's speed would otherwise favour one side).
+it; a preflight of both sides on the config; and N pairs of runs interleaved A B, B A, A B, ... so that each
+pair's two runs sit next to each other in time and neither side always goes first (a drift in the machine's
+speed would otherwise favour one side).
+
+Children run in a session of their own, so that an interrupt of the gate (SIGINT, SIGTERM: a CI job
+cancelled) ends them too: Interrupted is raised, the child's process group is killed, and the caller's
+`finally` clauses run.
 """
 import json
 import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import GateError
+from ..compare_load import InputError, load_report
 
 
 @dataclass
@@ -26,6 +33,24 @@ class CandidateFailed(Exception):
     """The candidate's run failed where the baseline's did not: a regression (exit 1), one line."""
 
 
+class Interrupted(Exception):
+    """The gate was interrupted (SIGINT or SIGTERM): neither a regression nor a comparison."""
+
+    def __init__(self, signum):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signum)
+
+
+def install_interrupt_handlers():
+    """SIGINT and SIGTERM raise Interrupted in the main thread (so `finally` clauses run)."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _raise_interrupted)
+
+
 def run_env(extra):
     e = dict(os.environ)
     e.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OPENBLAS_NUM_THREADS": "1"})
@@ -33,53 +58,152 @@ def run_env(extra):
     return e
 
 
-def run_once(side, config, np_, out_dir, run_id, timeout_s=600):
-    """Runs side.binary's `dtbench run --config CONFIG` on np_ ranks into out_dir/run_id.json. Returns
-    (exit status, the report or None, the last line of stderr)."""
+def run_child(cmd, env, timeout_s, cwd=None):
+    """(exit status, stdout, stderr) of cmd in a session of its own; killed with its group on timeout (124)
+    or when Interrupted. A status < 0 is a signal's number, negated (subprocess's convention)."""
+    try:
+        p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             errors="replace", env=env, cwd=cwd, start_new_session=True)
+    except FileNotFoundError:
+        raise GateError(f"{cmd[0]} not found" + (" (scripts/setup installs Open MPI; is PATH set by --base-env or "
+                                                  "--candidate-env?)" if cmd[0] == "mpirun" else "")) from None
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+        return p.returncode, out, err
+    except subprocess.TimeoutExpired:
+        _kill_group(p)
+        out, err = p.communicate()
+        return 124, out, (err or "") + f"\ntimed out after {timeout_s} s"
+    except BaseException:
+        _kill_group(p)
+        raise
+
+
+def _kill_group(p):
+    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            p.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def message(stderr):
+    """The line of a child's stderr that says why it stopped: dtbench's own 'error:' line when there is one
+    (mpirun prints its banners after it), else the last line that is not a rule of dashes, an mpirun banner
+    or a valgrind line."""
+    lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "dtbench: error:" in ln or ln.startswith("compare.py") or "error:" in ln.lower():
+            return ln[:300]
+    noise = ("---", "===", "mpirun", "Primary job", "prterun", "==", "--", "a non-zero exit code", "Process name",
+             "Exit code", "process returned", "exited on signal", "This may have caused")
+    for ln in reversed(lines):
+        if not ln.startswith(noise) and "DTB_INJECT_SLOWDOWN" not in ln and "Per user-direction" not in ln:
+            return ln[:300]
+    return ""
+
+
+def describe_status(rc):
+    if rc < 0:
+        return f"killed by {signal.Signals(-rc).name}" if -rc in signal.valid_signals() else f"signal {-rc}"
+    if rc > 128 and rc - 128 in signal.valid_signals():
+        return f"exit {rc} ({signal.Signals(rc - 128).name})"
+    return f"exit {rc}"
+
+
+def mpirun_cmd(side, np_, args):
     cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "--bind-to", "none", "-x", "OPENBLAS_NUM_THREADS=1"]
     for k in side.env:
         cmd += ["-x", k]
-    cmd += [str(side.binary), "run", "--config", str(config), "--output-dir", str(out_dir), "--run-id", run_id,
-            "--progress", "off"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=run_env(side.env), timeout=timeout_s)
-        rc, err = r.returncode, r.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, err = 124, f"timed out after {timeout_s} s " + (e.stderr.decode(errors='replace') if e.stderr else "")
-    except FileNotFoundError:
-        raise GateError("mpirun not found (scripts/setup installs Open MPI)") from None
+    return cmd + [str(side.binary), *args]
+
+
+def preflight(base, cand, config, np_, timeout_s=120):
+    """Both sides validate the config at np_ ranks without measuring (dtbench run --print-config): the
+    baseline refusing it, or both, is GateError (the runs cannot be compared); the candidate alone refusing
+    what its baseline accepts is CandidateFailed; the two configs as filled in (defaults included) must
+    agree, else GateError naming the first differences."""
+    printed = {}
+    for side in (base, cand):
+        rc, out, err = run_child(mpirun_cmd(side, np_, ["run", "--config", config, "--print-config"]),
+                                 run_env(side.env), timeout_s)
+        if rc != 0:
+            why = f"{describe_status(rc)}: {message(err) or 'no message'}"
+            if side is cand and base.name in printed:
+                raise CandidateFailed(f"the candidate fails on the config its baseline accepts ({why})")
+            raise GateError(f"the {side.name} ({side.label}) refuses the config {config} ({why})")
+        try:
+            printed[side.name] = json.loads(out[out.index("{"):])
+        except ValueError:
+            raise GateError(f"the {side.name} ({side.label}) printed no config for --print-config: is it a "
+                            "dtbench?") from None
+    a, b = printed[base.name], printed[cand.name]
+    diffs = []
+    for k in sorted(set(a) | set(b)):
+        if k in ("output_dir",):
+            continue
+        if a.get(k, "<absent>") != b.get(k, "<absent>") and not _added_off(a.get(k, "<absent>"), b.get(k, "<absent>")):
+            diffs.append(k)
+    if diffs:
+        raise GateError(f"the baseline and the candidate fill in the config differently ({', '.join(diffs[:6])}): "
+                        "their runs would not measure the same thing")
+
+
+def _added_off(a, b):
+    """A section that one side has more keys in, all at off values, as compare_load treats a key one report lacks."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(x == y or _added_off(x, y) for x, y in ((a.get(k, "<absent>"), b.get(k, "<absent>"))
+                                                           for k in set(a) | set(b)))
+    off = lambda v: v is None or v is False or v == "" or v == "none" or v == 0  # noqa: E731
+    return (a == "<absent>" and off(b)) or (b == "<absent>" and off(a))
+
+
+def run_once(side, config, np_, out_dir, run_id, timeout_s=600):
+    """Runs side.binary's `dtbench run --config CONFIG` on np_ ranks into out_dir/run_id.json (removed first,
+    so that a report left by an earlier run is never read). Returns (exit status, the report or None, why
+    it is None or the run failed: one line)."""
     path = Path(out_dir) / f"{run_id}.json"
-    report = None
+    path.unlink(missing_ok=True)
+    rc, _, err = run_child(mpirun_cmd(side, np_, ["run", "--config", config, "--output-dir", out_dir, "--run-id",
+                                                  run_id, "--progress", "off"]), run_env(side.env), timeout_s)
+    report, why = None, message(err)
     if path.exists():
         try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            report = None
-    lines = [ln for ln in err.splitlines() if ln.strip() and "warning: DTB_INJECT_SLOWDOWN" not in ln]
-    return rc, report, (lines[-1].strip() if lines else "")
+            report = load_report(str(path))
+        except InputError as e:
+            why = f"an unreadable report: {e}"
+    elif rc == 0:
+        why = "it wrote no report"
+    return rc, report, why
 
 
 def _failed_suites(report):
-    return [s.get("name") for s in (report or {}).get("suites", []) if s.get("status") in ("failed", "error")]
+    return [s.get("name") for s in (report or {}).get("suites", []) if isinstance(s, dict) and
+            s.get("status") in ("failed", "error")]
 
 
-def check_run(side, rc, report, last_err):
+def check_run(side, rc, report, why):
     """Raises GateError (the runs cannot be compared) or CandidateFailed for a run that did not succeed."""
-    if rc == 2:  # refused input: the config or an option is not this revision's
-        raise GateError(f"the {side.name} ({side.label}) refused the run: {last_err or 'exit 2'}")
     if rc == 0 and report is not None:
         return
-    why = f"exit {rc}" + (f", suites {', '.join(_failed_suites(report))} failed" if _failed_suites(report) else "") + \
-          ("" if report is not None else ", no report") + (f": {last_err}" if last_err else "")
+    failed = _failed_suites(report)
+    what = describe_status(rc) + (f", suites {', '.join(failed)} failed" if failed else "") + \
+        ("" if report is not None else ", no readable report") + (f": {why}" if why else "")
     if side.name == "candidate":
-        raise CandidateFailed(f"the candidate's run failed ({why})")
-    raise GateError(f"the baseline's run failed ({why}): nothing to compare the candidate with")
+        raise CandidateFailed(f"the candidate's run failed ({what})")
+    raise GateError(f"the {side.name}'s run failed ({what}): nothing to compare the candidate with")
 
 
-def interleaved(sides, rounds, config, np_, out_dir, progress=print, timeout_s=600):
+def interleaved(sides, rounds, config, np_, out_dir, progress=print, timeout_s=600, after_first=None):
     """`rounds` rounds over `sides` (a list), each side once per round, the order rotated from round to round
     (for two sides: A B, B A, A B, ...). Returns {side name: [report per round]}. Each run is checked
-    (check_run) as it ends, so a failure stops the rounds at once."""
+    (check_run) as it ends, so a failure stops the rounds at once; after_first(reports) is called after the
+    first round (e.g. to refuse incompatible reports before measuring more)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     reports = {s.name: [] for s in sides}
@@ -87,8 +211,10 @@ def interleaved(sides, rounds, config, np_, out_dir, progress=print, timeout_s=6
     for i in range(rounds):
         order = sides[i % len(sides):] + sides[:i % len(sides)]
         for s in order:
-            rc, rep, err = run_once(s, config, np_, out_dir, f"{s.name}-{i:03d}", timeout_s)
-            check_run(s, rc, rep, err)
+            rc, rep, why = run_once(s, config, np_, out_dir, f"{s.name}-{i:03d}", timeout_s)
+            check_run(s, rc, rep, why)
             reports[s.name].append(rep)
+        if i == 0 and after_first:
+            after_first(reports)
         progress(f"gate: round {i + 1}/{rounds} done ({time.time() - t0:.0f} s)")
     return reports
