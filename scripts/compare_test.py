@@ -338,9 +338,19 @@ class RealReports(unittest.TestCase):
             r["checks"] = [c for c in r["checks"] if c["suite"] != "conformance"]
             r["suites"] = [s for s in r["suites"] if s["name"] != "conformance"]
         rc, out, err = compare(self.reports[0], self.doctored("dropped", drop))
-        self.assertEqual(rc, 0, out + err)  # listed, not gated
+        # The suite is in NEW's config and never reported: a regression; its records and checks are listed.
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("REGRESSION suite conformance: passed in BASE, not run in NEW", out)
         self.assertIn("missing records (in BASE only) (8): conformance/TP2", out)
         self.assertRegex(out, r"missing checks \(in BASE only\) \(\d+\): conformance/")
+        self.assertIn("missing suites (in BASE only) (1): conformance", out)
+
+        # Not selected in NEW (--suites collectives,train): listed, not gated.
+        def unselected(r):
+            drop(r)
+            r["context"]["config"]["suites"] = [s for s in r["context"]["config"]["suites"] if s != "conformance"]
+        rc, out, err = compare(self.reports[0], self.doctored("unselected", unselected))
+        self.assertEqual(rc, 0, out + err)
         self.assertIn("missing suites (in BASE only) (1): conformance", out)
 
         def errored(r):
@@ -473,12 +483,16 @@ class SyntheticReports(unittest.TestCase):
         base = synthetic([], [check("a", True), check("b", False), check("c", False), check("gone", True)])
         new = synthetic([], [check("a", True), check("b", True), check("c", False), check("added", False)])
         rc, j = self.run_pair(base, new)
-        self.assertEqual(rc, 0)
+        self.assertEqual(rc, 1)  # "gone" passed in BASE and its suite ran in NEW: it vanished
         ck = j["checks"]
         self.assertEqual([c["name"] for c in ck["fixed"]], ["b"])
         self.assertEqual([c["name"] for c in ck["still_failing"]], ["c"])
         self.assertEqual([c["name"] for c in ck["new"]], ["added"])
         self.assertEqual([c["name"] for c in ck["missing"]], ["gone"])
+        self.assertEqual(ck["vanished"], ["gone"])
+        self.assertEqual(j["regressions"], ["REGRESSION 1 check(s) passed in BASE and are missing from NEW: gone"])
+        rc, j = self.run_pair(base, synthetic([], new["checks"] + [check("gone", True)]))
+        self.assertEqual(rc, 0)
         rc, j = self.run_pair(base, synthetic([], [check("a", False)]))
         self.assertEqual((rc, [c["name"] for c in j["checks"]["regressions"]]), (1, ["a"]))
 
