@@ -64,7 +64,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dtbreport.compare_core import compare  # noqa: E402
-from dtbreport.compare_load import InputError, compatibility, describe, load_report  # noqa: E402
+from dtbreport.compare_load import InputError, compatibility, describe, load_report, parse_suite_thresholds  # noqa: E402
 from dtbreport.compare_output import _jsonable, print_text, regression_lines, summary_line  # noqa: E402
 
 OUTPUT_VERSION = 1  # of the --json object
@@ -98,16 +98,7 @@ def main(argv=None):
             raise InputError(f"--threshold must be a finite number >= 0, got {args.threshold}")
         if not 0 < args.alpha < 1:
             raise InputError(f"--alpha must be in (0, 1), got {args.alpha}")
-        suite_thresholds = {}
-        for item in args.suite_threshold:
-            name, eq, val = item.partition("=")
-            try:
-                rel = float(val)
-            except ValueError:
-                rel = float("nan")
-            if not eq or not name or not (rel >= 0 and math.isfinite(rel)):
-                raise InputError(f"--suite-threshold wants SUITE=REL with REL a finite number >= 0, got '{item}'")
-            suite_thresholds[name] = rel
+        suite_thresholds = parse_suite_thresholds(args.suite_threshold)
         base, new = load_report(args.base), load_report(args.new)
         refusals = []
         sb, sn = base.get("schema_version"), new.get("schema_version")

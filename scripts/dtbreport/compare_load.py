@@ -119,6 +119,21 @@ def compatibility(base, new, allow=()):
     return refuse, notes
 
 
+def parse_suite_thresholds(items):
+    """{suite: relative threshold} of --suite-threshold SUITE=REL options; InputError for a malformed one."""
+    out = {}
+    for item in items:
+        name, eq, val = item.partition("=")
+        try:
+            rel = float(val)
+        except ValueError:
+            rel = math.nan
+        if not eq or not name or not (rel >= 0 and math.isfinite(rel)):
+            raise InputError(f"--suite-threshold wants SUITE=REL with REL a finite number >= 0, got '{item}'")
+        out[name] = rel
+    return out
+
+
 def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..compare_load import InputError, parse_suite_thresholds
 from . import GateError
 from . import build as builds
 from . import count as counting
@@ -101,17 +102,10 @@ def _check_options(a):
         raise GateError(f"--alpha must be in (0, 1), got {a.alpha}")
     if not 1 <= a.count_reps <= 1000:
         raise GateError(f"--count-reps must be in [1, 1000], got {a.count_reps}")
-    st = {}
-    for item in a.suite_threshold:
-        name, eq, val = item.partition("=")
-        try:
-            rel = float(val)
-        except ValueError:
-            rel = math.nan
-        if not eq or not name or not (rel >= 0 and math.isfinite(rel)):
-            raise GateError(f"--suite-threshold wants SUITE=REL with REL a finite number >= 0, got '{item}'")
-        st[name] = rel
-    a.suite_thresholds = st
+    try:
+        a.suite_thresholds = parse_suite_thresholds(a.suite_threshold)
+    except InputError as e:
+        raise GateError(str(e)) from None
     if a.json:
         j = Path(a.json)
         if j.is_dir() or not j.parent.is_dir() or not os.access(j.parent, os.W_OK) or \
