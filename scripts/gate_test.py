@@ -8,7 +8,8 @@ collectives suites busy-waits a fifth of its time more; dtbench count repeats a 
 work). In it, scripts/compare.py ab
 - builds "base" into build-gate/<commit>/ and the working tree ("slow") into build/ (two builds; ccache holds
   what the two share with this checkout's own build), runs them side by side and counts them under
-  callgrind, and must exit 1 naming the train step in both modes;
+  callgrind, and must exit 1, with a slowed record among the timing regressions and the train step's
+  instructions 20 % up (19.5-20.5 %: train() has a fixed part besides its steps);
 - compares "base" with itself (--candidate HEAD~1: the same build twice) and must exit 0.
 12 pairs of the gate config at 2 ranks, alpha 0.01 (so that the A/A half fails by chance in at most 1 % of
 runs, by Holm's bound: the test is not flaky); the count restricted to the train step's region at 5
@@ -16,6 +17,7 @@ repetitions. Several minutes on 2 cores (two builds from the cache, 48 runs of ~
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,10 +71,15 @@ class GateOnTwoBuilds(unittest.TestCase):
     def test_1_a_20_percent_slower_build_fails_the_gate(self):
         rc, res = self.gate("--base", "HEAD~1")
         self.assertEqual(rc, 1, res)
-        timing = [ln for ln in res["regressions"] if ln.startswith("timing: train/gpt/")]
+        # Every timed record of the three slowed suites is 20 % slower; beside ctest's other tests some may be
+        # too noisy for 12 pairs at alpha 0.01 (the power table, docs/ci.md, says how often), so any of them
+        # will do here. The count is exact: the train step's instructions are a fifth more.
+        slowed = ("timing: train/gpt/", "timing: gemm/", "timing: collectives/all_reduce/")
+        self.assertTrue([ln for ln in res["regressions"] if ln.startswith(slowed)], res["regressions"])
         counted = [ln for ln in res["regressions"] if ln.startswith("count: train_step/gpt/") and "instructions" in ln]
-        self.assertTrue(timing, res["regressions"])
-        self.assertTrue(counted, res["regressions"])
+        self.assertEqual(len(counted), 1, res["regressions"])
+        change = float(re.search(r"\(\+([0-9.]+)%", counted[0]).group(1))
+        self.assertAlmostEqual(change, 20.0, delta=0.5)  # 6 steps' instructions for 5, less train()'s fixed part
 
     def test_2_the_same_build_twice_passes(self):
         rc, res = self.gate("--base", "HEAD~1", "--candidate", "HEAD~1")
