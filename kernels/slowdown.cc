@@ -1,5 +1,6 @@
 #include "kernels/slowdown.h"
 
+#include <algorithm>
 #include <ctime>
 #include <cmath>
 #include <cstdlib>
@@ -93,6 +94,17 @@ double thread_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+double wall_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+double extra_cpu_seconds(double factor, double cpu, double elapsed, double& fastest) {
+  fastest = std::min(fastest, elapsed);
+  return (factor - 1.0) * std::min(cpu, fastest);
 }
 
 void spin_cpu(double seconds) {

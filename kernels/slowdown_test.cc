@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kernels/error.h"
 
 namespace dtb {
@@ -47,12 +49,24 @@ TEST(InjectedSlowdown, SpinCpuUsesTheCpuTimeAsked) {
   EXPECT_LT(used, 0.025);  // the last clock reading past the end: microseconds over
 }
 
-// slowed(f, work) does (f - 1) x the work's CPU time more: 4 ms of CPU work slowed 1.5x uses
-// 6 ms of CPU time.
+// The extra work is (f - 1) x the smaller of the call's CPU time and the fastest call's time:
+// a compute call's CPU time; for a call that mostly waited (CPU time near its elapsed time, far
+// above the fastest), no more than the fastest call.
+TEST(InjectedSlowdown, ExtraWorkIsBoundedByTheFastestCall) {
+  double fastest = INFINITY;
+  EXPECT_DOUBLE_EQ(extra_cpu_seconds(1.5, 1.0, 1.2, fastest), 0.5);  // compute: its CPU time
+  EXPECT_DOUBLE_EQ(fastest, 1.2);
+  EXPECT_DOUBLE_EQ(extra_cpu_seconds(1.5, 8.0, 9.0, fastest), 0.6);  // waited: the fastest call's
+  EXPECT_DOUBLE_EQ(extra_cpu_seconds(1.5, 0.4, 0.5, fastest), 0.2);
+  EXPECT_DOUBLE_EQ(fastest, 0.5);
+}
+
+// slowed(f, fastest, work) does (f - 1) x the work's CPU time more: 4 ms of CPU work slowed 1.5x
+// uses 6 ms of CPU time.
 TEST(InjectedSlowdown, SlowedDoesTheFactorTimesTheWork) {
-  double worked = 0;
+  double worked = 0, fastest = INFINITY;
   const double c0 = thread_cpu_seconds();
-  slowed(1.5, [&] {
+  slowed(1.5, fastest, [&] {
     const double w0 = thread_cpu_seconds();
     while (thread_cpu_seconds() - w0 < 0.004) {
     }

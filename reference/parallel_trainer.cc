@@ -181,10 +181,11 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
   TrainRun run;
   LossScaler own_scaler(cfg.loss_scaler);
   LossScaler& scaler = loop.scaler ? *loop.scaler : own_scaler;
+  double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
   for (int s = int(loop.first_step); s < cfg.steps; ++s) {
     if (loop.before_step) loop.before_step(s);
     StepTiming tm;
-    const double cpu0 = loop.step_slowdown != 1.0 ? thread_cpu_seconds() : 0;  // step_slowdown's
+    const double cpu0 = loop.step_slowdown != 1.0 ? thread_cpu_seconds() : 0;
     auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
     Stopwatch step_sw;
     run.losses.push_back(parallel_compute_gradients(model, engine, data, cfg, s, g, &tm, spans, scaler.scale()));
@@ -199,7 +200,8 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
     model.ops().synchronize();
     optim.end();
     tm.compute_s += opt_sw.elapsed();
-    if (loop.step_slowdown != 1.0) spin_cpu((loop.step_slowdown - 1.0) * (thread_cpu_seconds() - cpu0));
+    if (loop.step_slowdown != 1.0)
+      spin_cpu(extra_cpu_seconds(loop.step_slowdown, thread_cpu_seconds() - cpu0, step_sw.elapsed(), fastest));
     tm.step_s = step_sw.elapsed();
     window.end();
     run.timings.push_back(tm);

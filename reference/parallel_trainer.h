@@ -74,8 +74,8 @@ struct TrainLoop {
   /// checkpoint (collective: every rank calls it at the same steps). Null: nothing.
   std::function<void(int64_t steps_done, const LossScaler& scaler, const TrainRun& so_far)> after_step;
   /// Test-only (the regression gate's power measurement, kernels/slowdown.h): each step does
-  /// extra CPU work of (step_slowdown - 1) times the CPU time it used (spin_cpu) before its
-  /// timing ends. 1: none.
+  /// extra CPU work (kernels/slowdown.h extra_cpu_seconds: (step_slowdown - 1) times the
+  /// smaller of its CPU time and the fastest step's time) before its timing ends. 1: none.
   double step_slowdown = 1.0;
 };
 

@@ -107,9 +107,10 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
   validate_train_config(cfg, model.config(), dp.size());
   AdamW<T> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
   TrainRun run;
+  double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
   for (int s = 0; s < cfg.steps; ++s) {
     StepTiming tm;
-    const double cpu0 = step_slowdown != 1.0 ? thread_cpu_seconds() : 0;  // step_slowdown's
+    const double cpu0 = step_slowdown != 1.0 ? thread_cpu_seconds() : 0;
     auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
     Stopwatch step_sw;
     run.losses.push_back(compute_gradients(model, data, cfg, s, dp, &tm, spans));
@@ -127,7 +128,8 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
     model.ops().synchronize();
     optim.end();
     tm.compute_s += opt_sw.elapsed();
-    if (step_slowdown != 1.0) spin_cpu((step_slowdown - 1.0) * (thread_cpu_seconds() - cpu0));
+    if (step_slowdown != 1.0)
+      spin_cpu(extra_cpu_seconds(step_slowdown, thread_cpu_seconds() - cpu0, step_sw.elapsed(), fastest));
     tm.step_s = step_sw.elapsed();
     window.end();  // after the step's spans: fills its idle time
     run.timings.push_back(tm);

@@ -102,8 +102,9 @@ inline double clip_coefficient(double norm, double max_norm) { return std::min(1
 /// compute_gradients, then AdamW on every rank (so DP replicas stay identical). `spans`
 /// (optional) gets compute_gradients' spans, compute.optimizer and each step's window
 /// (steps 0 .. cfg.steps-1, idle filled). `step_slowdown` is test-only (the regression gate's
-/// power measurement, kernels/slowdown.h): each step does extra CPU work of (step_slowdown - 1)
-/// times the CPU time it used (spin_cpu) before its timing ends; 1: none.
+/// power measurement, kernels/slowdown.h): each step does extra CPU work (extra_cpu_seconds:
+/// (step_slowdown - 1) times the smaller of its CPU time and the fastest step's time) before its
+/// timing ends; 1: none.
 /// Errors: InputError from validate_train_config when the batch does not divide.
 template <typename T>
 TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp,

@@ -187,7 +187,9 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
     case CollectiveOp::all_reduce: {
       // Test-only: DTB_INJECT_SLOWDOWN's all_reduce band (kernels/slowdown.h), on the host path.
       const double slow = ctx.options.slowdown.all_reduce_at(count * dtype_size(dt));
-      call = [&, slow] { slowed(slow, [&] { c.all_reduce(send, recv, count, dt, ReduceOp::sum); }); };
+      call = [&, slow, fastest = double(INFINITY)]() mutable {
+        slowed(slow, fastest, [&] { c.all_reduce(send, recv, count, dt, ReduceOp::sum); });
+      };
       break;
     }
     case CollectiveOp::all_gather: call = [&] { c.all_gather(send, recv, count, dt); }; break;
