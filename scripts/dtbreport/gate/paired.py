@@ -92,10 +92,16 @@ def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suit
     if len(base_reports) != len(cand_reports) or not base_reports:
         raise GateError("no pairs of runs to compare")
     check_compatible(base_reports[0], cand_reports[0])
+    res = analyse_values([run_values(r, calibrated) for r in base_reports],
+                         [run_values(r, calibrated) for r in cand_reports], threshold, alpha,
+                         "real_time_cal" if calibrated else "real_time", suite_thresholds, confidence)
+    res["regressions"] += _checks_and_suites(base_reports, cand_reports)
+    return res
+
+
+def analyse_values(bv, cv, threshold, alpha, metric="real_time", suite_thresholds=None, confidence=0.95):
+    """analyse()'s timing part on the runs' values ({record: value} per run, pair i = bv[i], cv[i])."""
     suite_thresholds = suite_thresholds or {}
-    metric = "real_time_cal" if calibrated else "real_time"
-    bv = [run_values(r, calibrated) for r in base_reports]
-    cv = [run_values(r, calibrated) for r in cand_reports]
     keys = sorted(set().union(*bv) & set().union(*cv))
     if not keys:
         raise GateError(f"the runs have no {metric} in common to compare")
@@ -104,6 +110,8 @@ def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suit
     rows = []
     for key in keys:
         pairs = [(b[key], c[key]) for b, c in zip(bv, cv) if key in b and key in c]
+        if not pairs:  # measured on both sides, never in the same pair
+            continue
         logs = [math.log(c / b) for b, c in pairs]
         suite = key.split("/", 1)[0]
         row = {"record": key, "metric": metric, "pairs": len(pairs),
@@ -128,9 +136,7 @@ def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suit
             regressions.append(f"{r['record']} {metric}: {r['change']:+.1%} [{lo:+.1%}, {hi:+.1%}] over "
                                f"{r['pairs']} pairs (p = {r['p_holm']:.2g} after Holm; threshold "
                                f"{r['threshold']:.0%})")
-    regressions += _checks_and_suites(base_reports, cand_reports)
-    return {"metric": metric, "rows": rows, "regressions": regressions, "pairs": len(base_reports),
-            "records_only_in": only}
+    return {"metric": metric, "rows": rows, "regressions": regressions, "pairs": len(bv), "records_only_in": only}
 
 
 def _verdict(r, alpha):

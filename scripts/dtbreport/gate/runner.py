@@ -199,18 +199,18 @@ def check_run(side, rc, report, why):
     raise GateError(f"the {side.name}'s run failed ({what}): nothing to compare the candidate with")
 
 
-def interleaved(sides, rounds, config, np_, out_dir, progress=print, timeout_s=600, after_first=None):
-    """`rounds` rounds over `sides` (a list), each side once per round, the order rotated from round to round
-    (for two sides: A B, B A, A B, ...). Returns {side name: [report per round]}. Each run is checked
-    (check_run) as it ends, so a failure stops the rounds at once; after_first(reports) is called after the
-    first round (e.g. to refuse incompatible reports before measuring more)."""
+def interleaved(sides, rounds, config, np_, out_dir, progress=print, timeout_s=600, after_first=None, order=None):
+    """`rounds` rounds over `sides` (a list), each side once per round, in the order order(i) gives (a
+    permutation of sides; default: rotated from round to round, for two sides A B, B A, A B, ...). Returns
+    {side name: [report per round]}. Each run is checked (check_run) as it ends, so a failure stops the rounds
+    at once; after_first(reports) is called after the first round (e.g. to refuse incompatible reports
+    before measuring more)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     reports = {s.name: [] for s in sides}
     t0 = time.time()
     for i in range(rounds):
-        order = sides[i % len(sides):] + sides[:i % len(sides)]
-        for s in order:
+        for s in (order(i) if order else sides[i % len(sides):] + sides[:i % len(sides)]):
             rc, rep, why = run_once(s, config, np_, out_dir, f"{s.name}-{i:03d}", timeout_s)
             check_run(s, rc, rep, why)
             reports[s.name].append(rep)
