@@ -207,6 +207,8 @@ int cmd_count(Communicator& world, const CountArgs& a) {
   if (world.size() != 1) throw InputError("dtbench count runs on one rank (got " + std::to_string(world.size()) + ")");
   if (a.reps < 1 || a.reps > 1000) throw InputError("--reps must be in [1, 1000], got " + std::to_string(a.reps));
   const InjectedSlowdown slow = injected_slowdown_from_env();
+  // One BLAS thread, whatever OPENBLAS_NUM_THREADS says: the regions collect this thread's work only.
+  openblas_set_num_threads(1);
   const json cfg = parse_config(read_config_text(a.config), a.config, "train", "", WorldInfo(1, 1));
   const Dataset data = load_dataset(cfg.at("data"), size_t(cfg.at("model").at("T").get<int>()) + 2);
   CpuDevice device;

@@ -25,7 +25,8 @@ struct CountArgs {
 /// Adds the `count` subcommand with its options bound to `args` (which must outlive `app`).
 CLI::App* add_count_subcommand(CLI::App& app, CountArgs& args);
 
-/// Runs the regions on this rank alone (a world of one rank; refused on more), prints one JSON
+/// Runs the regions on this rank alone (a world of one rank; refused on more) with one BLAS
+/// thread (callgrind collects the calling thread's work), prints one JSON
 /// object to stdout: {"count_version", "config", "reps", "injected_slowdown", "regions": [{"name",
 /// "reps", "runs", "seconds"}]}, where runs is how many repetitions ran (reps, or more where
 /// DTB_INJECT_SLOWDOWN's gemm or train_step factor repeats the region's own work: runs =

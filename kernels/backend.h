@@ -53,8 +53,8 @@ class Backend {
   /// Seconds per GEMM C (M,N) = A (M,K) @ B (K,N), row-major, at `precision`: `warmup`
   /// untimed calls, then `iters` timed back to back, divided once (CUDA events on CUDA,
   /// steady_clock on the CPU). Inputs are random in [-1, 1). `slowdown` (test-only, the
-  /// regression gate's power measurement, kernels/slowdown.h): each timed call takes that
-  /// factor times as long, CPU only. Errors: an unsupported precision, or a slowdown on a
+  /// regression gate's power measurement, kernels/slowdown.h): each timed call does about that
+  /// factor times its CPU work (slowed), CPU only. Errors: an unsupported precision, or a slowdown on a
   /// backend without it, throws InputError; out of memory aborts.
   virtual double time_gemm(int M, int N, int K, const std::string& precision, int warmup, int iters,
                            double slowdown = 1.0) = 0;

@@ -15,8 +15,9 @@ metrics, with their unit and direction; scripts/dtbreport/metrics.py the fields 
 share); a table of them is printed with a summary line, or, with --json, one JSON object.
 
 Exit status: 0 no regression; 1 a regression: a metric worse beyond --threshold (and
-significant, below), a check that passed in BASE and failed in NEW, or a suite that passed in
-BASE and failed or errored in NEW; 2 bad input: a missing or malformed file, different
+significant, below), a check that passed in BASE and failed in NEW or is missing from it while
+its suite ran, or a suite that passed in BASE and failed, errored or was not run in NEW though
+selected; 2 bad input: a missing or malformed file, different
 schema versions, or incompatible contexts (different backend, communication backend,
 devices, world size, config name, or config contents of the compared suites) without
 --force; one line on stderr says why.
@@ -37,7 +38,7 @@ Statistics, and why:
   the ranks landed), so the test sees within-run noise only: two runs of the same code on a
   shared machine differ "significantly" more often than alpha says. The threshold is what
   absorbs run-to-run variation, so a CI threshold is chosen from measured run-to-run
-  variation (see .ci/run).
+  variation (results/logs/ci.md has such measurements).
 - Too few samples: the smallest p-value the exact U test can give is 2 / C(n1 + n2, n1)
   (both samples entirely apart): 0.1 at 3 vs 3, 0.057 at 3 vs 4, 0.029 at 4 vs 4. When it is
   above --alpha the test can never flag anything, so rather than never gating such a metric,

@@ -145,6 +145,12 @@ class Paired(unittest.TestCase):
             r["context"]["injected_slowdown"] = "train_step=1.1"
         paired.analyse(base, cand, 0.05, 0.05)  # no GateError
 
+    def test_too_few_pairs_for_holm_are_refused(self):
+        base, cand = self.make(1)  # 3 records: Holm's smallest p is 3 / 2^pairs
+        with self.assertRaisesRegex(GateError, "6 pairs cannot show a regression of any of 3 records"):
+            paired.check_pairs_suffice(6, base[0], cand[0], 0.05 / 2)  # 3/64 >= 0.025
+        paired.check_pairs_suffice(7, base[0], cand[0], 0.05 / 2)  # 3/128 < 0.025
+
     def test_incompatible_reports_are_refused(self):
         base, cand = self.make(8)
         cand[0]["context"]["world_size"] = 4
@@ -173,6 +179,14 @@ class Count(unittest.TestCase):
         cand["b"]["d1_misses"] *= 1.06
         res = count.compare(base, cand, {"instructions": 0.01, "misses": 0.05})
         self.assertIn(("b", "d1_misses"), {(r["region"], r["metric"]) for r in res["rows"] if r["regression"]})
+        # A train step's misses are shown, not gated (its buffers land where the model's allocator puts them).
+        base["train_step/gpt/smoke"] = {"instructions": 1e8, "d1_misses": 1e6, "ll_misses": 1e4}
+        cand["train_step/gpt/smoke"] = {"instructions": 1e8, "d1_misses": 2e6, "ll_misses": 1e4}
+        res = count.compare(base, cand, {"instructions": 0.01, "misses": 0.05})
+        row = next(r for r in res["rows"] if r["region"] == "train_step/gpt/smoke" and r["metric"] == "d1_misses")
+        self.assertEqual((row["verdict"], row["regression"]), ("info", False))
+        with self.assertRaisesRegex(GateError, "no region in common"):
+            count.compare({"x": base["a"]}, {"y": base["a"]}, {"instructions": 0.01, "misses": 0.05})
 
 
 class TwoReports(unittest.TestCase):

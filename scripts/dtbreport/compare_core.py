@@ -105,12 +105,6 @@ def metric_rows(key, b, n, threshold, alpha):
                 add(field + " (median)", INFO, bv["median"], nv["median"], None, None, unknown=True)
             continue
         direction, source = spec.direction, spec.source
-        if field == "real_time_cal" and _is_number(b.get("real_time")):
-            # real_time over a reference: its samples are those of the timing whose median real_time is (the
-            # ratio is increasing in the time, so the U test on the time's samples is the test of the ratio's,
-            # the calibration held fixed).
-            source = next((k for k, m in timing_medians.items() if math.isclose(b["real_time"], m, rel_tol=1e-9)),
-                          None)
         if field == "real_time":
             if not (_is_number(bv) and _is_number(nv)):
                 continue

@@ -51,10 +51,10 @@ def parser():
                     "building --base")
     ap.add_argument("--candidate-binary", metavar="PATH", help="a built dtbench to use as the candidate")
     ap.add_argument("--config", default="gate", help="named config or JSON file both sides run (default: gate); "
-                    "a name is read from the candidate's tree and passed to both as a file")
+                    "a name is read from this working tree's harness/configs/ and passed to both as a file")
     ap.add_argument("--np", type=int, default=2, help="ranks per run (default 2)")
-    ap.add_argument("--pairs", type=int, default=15, help="rounds of one baseline and one candidate run (default "
-                    "15; 0: no timing comparison)")
+    ap.add_argument("--pairs", type=int, default=16, help="rounds of one baseline and one candidate run (default "
+                    "16, even so that each side goes first as often; 0: no timing comparison)")
     ap.add_argument("--calibrated", action="store_true", help="gate each record's real_time_cal (its time over "
                     "the in-run calibration) instead of its real_time")
     ap.add_argument("--threshold", type=float, default=0.05, help="a timing regresses when the estimated "
@@ -119,6 +119,8 @@ def _check_options(a):
             raise GateError(f"--work-dir: cannot create {a.work_dir} ({e.strerror})") from None
         if not os.access(w, os.W_OK):
             raise GateError(f"--work-dir: {a.work_dir} is not writable")
+    a.base_env_vars = dict(_env_pair(e) for e in a.base_env)
+    a.candidate_env_vars = dict(_env_pair(e) for e in a.candidate_env)
     if a.base and a.base_binary:
         raise GateError("--base and --base-binary do not go together")
     if a.candidate and a.candidate_binary:
@@ -165,17 +167,16 @@ def make_sides(a, progress):
     else:
         label, sha = ("--base " + a.base, builds.resolve(a.base)) if a.base else builds.default_base()
         base = Side("baseline", builds.build_revision(sha, f"the baseline {label}", progress=progress),
-                    f"{label} = {sha[:12]}")
+                    f"{label} = {sha[:12]}", quiet_env=builds.export_env())
     if a.candidate_binary:
         cand = Side("candidate", _binary(a.candidate_binary, "--candidate-binary"), str(a.candidate_binary))
     elif a.candidate:
         sha = builds.resolve(a.candidate)
         cand = Side("candidate", builds.build_revision(sha, f"the candidate {a.candidate}", progress=progress),
-                    f"{a.candidate} = {sha[:12]}")
+                    f"{a.candidate} = {sha[:12]}", quiet_env=builds.export_env())
     else:
         cand = Side("candidate", builds.build_worktree(progress), "the working tree")
-    base.env = dict(_env_pair(e) for e in a.base_env)
-    cand.env = dict(_env_pair(e) for e in a.candidate_env)
+    base.env, cand.env = a.base_env_vars, a.candidate_env_vars
     return base, cand
 
 
@@ -243,7 +244,10 @@ def run(a, out=sys.stdout, progress=None):
         if a.pairs:
             try:
                 preflight(base, cand, config, a.np)
-                first = lambda r: paired.check_compatible(r["baseline"][0], r["candidate"][0])  # noqa: E731
+                def first(r):
+                    paired.check_compatible(r["baseline"][0], r["candidate"][0])
+                    paired.check_pairs_suffice(a.pairs, r["baseline"][0], r["candidate"][0], a.alpha, a.calibrated)
+
                 reps = interleaved([base, cand], a.pairs, config, a.np, work / "runs", progress, after_first=first)
                 res = paired.analyse(reps["baseline"], reps["candidate"], a.threshold, a.alpha, a.calibrated,
                                      a.suite_thresholds)
@@ -294,6 +298,9 @@ def main(argv):
     except Interrupted as e:
         print(f"compare.py ab: {e}: nothing decided", file=sys.stderr)
         return 128 + e.signum
+    except Exception as e:  # a failure of this machine or a bug, not a verdict: never exit 1 ("regression")
+        print(f"compare.py ab: cannot compare: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
     print("", flush=True)
     for line in result["regressions"]:
         print(f"REGRESSION {line}")

@@ -45,6 +45,17 @@ def check_compatible(base, cand):
         raise GateError("the baseline's and the candidate's runs cannot be compared: " + describe(refusals))
 
 
+def check_pairs_suffice(pairs, base, cand, alpha, calibrated=False):
+    """GateError when `pairs` pairs could not show a regression of any of the records the first pair has in
+    common: with Holm over m records the smallest adjusted p-value is m / 2^pairs (every pair the same way),
+    which must be below alpha."""
+    m = len(set(run_values(base, calibrated)) & set(run_values(cand, calibrated)))
+    if m and m / 2 ** pairs >= alpha:
+        need = math.ceil(math.log2(m / alpha) + 1e-9)
+        raise GateError(f"{pairs} pairs cannot show a regression of any of {m} records at alpha {alpha:g} "
+                        f"(Holm's smallest p is {m}/2^{pairs}); use --pairs {need} or more")
+
+
 def _checks_and_suites(base_reports, cand_reports):
     """Regression lines: a check passing in every baseline run and failing in some candidate run; a suite
     passing in every baseline run and failing or erroring in some candidate run."""
