@@ -1,5 +1,5 @@
 // The `gemm` suite: matrix-multiply throughput of this rank's device, the number every
-// other compute figure is read against. A square GEMM gives the measured peak per
+// other compute figure is read against. Each GEMM is timed in `repetitions` batches of `iters`. A square GEMM gives the measured peak per
 // precision; the FFN's two GEMMs (h -> 4h -> h over `tokens` rows) are reported as TFLOP/s
 // and as a fraction of that peak. FLOPs of C (M,N) = A (M,K) B (K,N): 2 M N K.
 #include <algorithm>
@@ -17,7 +17,7 @@ using nlohmann::json;
 
 // The section, typed: the one parse validate() and run() use.
 struct Params {
-  int h = 0, n = 0, p = 0, warmup = 0, iters = 0;
+  int h = 0, n = 0, p = 0, warmup = 0, iters = 0, repetitions = 1;
   std::vector<std::string> precisions;
   static Params parse(const json& s, const json&, const WorldInfo&) {
     Params o;
@@ -26,6 +26,7 @@ struct Params {
     o.p = int(int_in_range(s, "peak_size", "gemm.peak_size", 1, 65536));
     o.warmup = int(int_in_range(s, "warmup", "gemm.warmup", 0, 1000));
     o.iters = int(int_in_range(s, "iters", "gemm.iters", 1, 100000));
+    o.repetitions = int(int_in_range(s, "repetitions", "gemm.repetitions", 1, 1000));
     if (s.at("precisions").empty()) throw InputError("gemm.precisions is empty");
     for (const auto& x : s.at("precisions")) {
       const std::string v = x.get<std::string>();
@@ -37,7 +38,7 @@ struct Params {
   }
   json to_json() const {
     return {{"hidden", h}, {"tokens", n}, {"peak_size", p}, {"warmup", warmup}, {"iters", iters},
-            {"precisions", precisions}};
+            {"repetitions", repetitions}, {"precisions", precisions}};
   }
 };
 
@@ -49,7 +50,7 @@ class GemmSuite : public Suite {
   }
   json defaults() const override {
     return {{"precisions", {"fp32"}}, {"hidden", 1024}, {"tokens", 1024}, {"peak_size", 2048},
-            {"warmup", 2},            {"iters", 5}};
+            {"warmup", 2},            {"iters", 5},          {"repetitions", 1}};
   }
   void validate(const json& s, const json& config, const WorldInfo& world) const override {
     const Params o = Params::parse(s, config, world);
@@ -87,14 +88,21 @@ class GemmSuite : public Suite {
       const Shape shapes[] = {{"peak", p, p, p}, {"ffn_fc1", n, 4 * h, h}, {"ffn_fc2", n, h, 4 * h}};
       double peak_tflops = 0;
       for (const Shape& sh : shapes) {
-        double t = be.time_gemm(sh.M, sh.N, sh.K, prec, warmup, iters, ctx.options.slowdown.gemm);
-        ctx.world.all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);  // the slowest rank's
+        // `repetitions` timed batches of `iters` GEMMs (the warm-up before the first), each the
+        // slowest rank's time per GEMM; the figure is their median.
+        std::vector<double> batches(static_cast<size_t>(o.repetitions));
+        for (size_t r = 0; r < batches.size(); ++r)
+          batches[r] = be.time_gemm(sh.M, sh.N, sh.K, prec, r == 0 ? warmup : 0, iters, ctx.options.slowdown.gemm);
+        ctx.world.all_reduce(batches.data(), batches.data(), batches.size(), DType::f64, ReduceOp::max);
+        const Summary batch = summarize(batches);
+        const double t = batch.median;
         const double tflops = gemm_flops(sh.M, sh.N, sh.K) / t / 1e12;
         if (sh.name == "peak") peak_tflops = tflops;
         const std::string key = sh.name == "peak" ? "gemm/peak/precision:" + prec + "/size:" + std::to_string(p)
                                                   : "gemm/" + sh.name + "/precision:" + prec + "/hidden:" +
                                                         std::to_string(h) + "/tokens:" + std::to_string(n);
-        json rec = benchmark_record(key, iters, 1, t, t, "ms");
+        json rec = benchmark_record(key, iters, o.repetitions, t, t, "ms");
+        rec["time_ms"] = to_json(batch, 1e3);
         rec["precision"] = prec;
         rec["M"] = sh.M, rec["N"] = sh.N, rec["K"] = sh.K;
         rec["tflops"] = tflops;

@@ -57,6 +57,8 @@ def parser():
                     "16, even so that each side goes first as often; 0: no timing comparison)")
     ap.add_argument("--calibrated", action="store_true", help="gate each record's real_time_cal (its time over "
                     "the in-run calibration) instead of its real_time")
+    ap.add_argument("--statistic", choices=("min", "median"), default="min", help="a run's value of a record: "
+                    "its fastest repetition (default) or its median, real_time (paired.py says why)")
     ap.add_argument("--threshold", type=float, default=0.05, help="a timing regresses when the estimated "
                     "slowdown is beyond this (default 0.05) and significant")
     ap.add_argument("--suite-threshold", action="append", default=[], metavar="SUITE=REL",
@@ -250,7 +252,7 @@ def run(a, out=sys.stdout, progress=None):
 
                 reps = interleaved([base, cand], a.pairs, config, a.np, work / "runs", progress, after_first=first)
                 res = paired.analyse(reps["baseline"], reps["candidate"], a.threshold, a.alpha, a.calibrated,
-                                     a.suite_thresholds)
+                                     a.suite_thresholds, statistic=a.statistic)
                 print_paired(res, out)
                 result["modes"]["paired"] = res
                 result["regressions"] += ["timing: " + ln for ln in res["regressions"]]
