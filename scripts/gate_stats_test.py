@@ -116,8 +116,17 @@ class Paired(unittest.TestCase):
     def test_calibrated_reads_real_time_cal(self):
         base, cand = self.make(12, slow=1.2)
         res = paired.analyse(base, cand, 0.05, 0.05, calibrated=True)
-        self.assertEqual(res["metric"], "real_time_cal")
+        self.assertEqual(res["metric"], "real_time_cal, fastest repetition")
         self.assertTrue(self.rows(res)["train/gpt/dp:2"]["regression"])
+
+    def test_a_runs_value_is_its_fastest_repetition(self):
+        r = report({"train/gpt/dp:2": 2e-3})
+        r["benchmarks"][0]["step_time_ms"] = {"n": 3, "median": 2.0, "samples": [2.0, 1.5, 9.0]}
+        self.assertAlmostEqual(paired.run_values(r, False, "min")["train/gpt/dp:2"], 1.5e-3)
+        self.assertAlmostEqual(paired.run_values(r, False, "median")["train/gpt/dp:2"], 2e-3)
+        self.assertAlmostEqual(paired.run_values(r, True, "min")["train/gpt/dp:2"], 20e-3 * 0.75)
+        r["benchmarks"][0]["step_time_ms"]["median"] = 2.5  # not real_time's: no repetitions to take
+        self.assertAlmostEqual(paired.run_values(r, False, "min")["train/gpt/dp:2"], 2e-3)
 
     def test_a_failed_check_is_a_regression(self):
         base, cand = self.make(8)
