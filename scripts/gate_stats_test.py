@@ -65,6 +65,24 @@ class Stats(unittest.TestCase):
         self.assertEqual((lo, hi), (w[c], w[len(w) - 1 - c]))
         self.assertEqual(stats.hl_interval([1.0, 2.0, 3.0], 0.95), (-math.inf, math.inf))
 
+    def test_sign_test_and_median_interval(self):
+        from scipy.stats import binomtest
+        rng = random.Random(5)
+        for n in (6, 11, 20, 30):
+            x = [rng.gauss(0.3, 1.0) for _ in range(n)] + [0.0]  # the zero is dropped
+            k = sum(v > 0 for v in x)
+            self.assertAlmostEqual(stats.sign_p_greater(x), binomtest(k, n, 0.5, alternative="greater").pvalue,
+                                   places=12)
+        # One pair far off counts as one pair: 17 of 20 up, three of them huge the wrong way.
+        x = [0.1] * 17 + [-0.9, -0.95, -1.0]
+        self.assertLess(stats.sign_p_greater(x), 0.05 / 14)
+        self.assertGreater(stats.signed_rank_p_greater(x), 0.05 / 14)
+        self.assertEqual(stats.median(x), 0.1)
+        # n = 20: P(Bin <= 5) = 0.0207 <= 0.025 < P(Bin <= 6): the interval is [x_(6), x_(15)].
+        y = list(range(20))
+        self.assertEqual(stats.median_interval(y, 0.95), (5, 14))
+        self.assertEqual(stats.median_interval([1, 2, 3, 4, 5], 0.95), (-math.inf, math.inf))
+
     def test_holm(self):
         self.assertEqual(stats.holm([0.01, 0.04, None, 0.03]), [0.03, 0.06, None, 0.06])
 

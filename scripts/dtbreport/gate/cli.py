@@ -59,6 +59,9 @@ def parser():
                     "the in-run calibration) instead of its real_time")
     ap.add_argument("--statistic", choices=("min", "median"), default="min", help="a run's value of a record: "
                     "its fastest repetition (default) or its median, real_time (paired.py says why)")
+    ap.add_argument("--test", choices=("sign", "signed-rank"), default="sign", help="the paired test: the sign "
+                    "test with the median (default) or Wilcoxon's signed-rank test with Hodges-Lehmann (stats.py "
+                    "says why)")
     ap.add_argument("--threshold", type=float, default=0.05, help="a timing regresses when the estimated "
                     "slowdown is beyond this (default 0.05) and significant")
     ap.add_argument("--suite-threshold", action="append", default=[], metavar="SUITE=REL",
@@ -193,8 +196,8 @@ def print_paired(res, out):
                   + (" ..." if len(recs) > 8 else ""), file=out)
     w = max([len(r["record"]) for r in res["rows"]] + [6])
     print(f"\nPaired timing: {res['metric']}, {res['pairs']} pairs of runs (baseline and candidate side by side); "
-          "change = Hodges-Lehmann estimate of candidate / baseline - 1, [95 % interval], p one-sided "
-          "(candidate slower), Holm-adjusted over the rows", file=out)
+          f"change = candidate / baseline - 1 ({res.get('test', 'sign')} test's estimate), [95 % interval], "
+          "p one-sided (candidate slower), Holm-adjusted over the rows", file=out)
     print(f"{'record':<{w}}  {'baseline':>10}  {'candidate':>10}  {'change':>7}  {'interval':>17}  "
           f"{'p(Holm)':>8}  verdict", file=out)
     for r in res["rows"]:
@@ -252,7 +255,7 @@ def run(a, out=sys.stdout, progress=None):
 
                 reps = interleaved([base, cand], a.pairs, config, a.np, work / "runs", progress, after_first=first)
                 res = paired.analyse(reps["baseline"], reps["candidate"], a.threshold, a.alpha, a.calibrated,
-                                     a.suite_thresholds, statistic=a.statistic)
+                                     a.suite_thresholds, statistic=a.statistic, test=a.test)
                 print_paired(res, out)
                 result["modes"]["paired"] = res
                 result["regressions"] += ["timing: " + ln for ln in res["regressions"]]

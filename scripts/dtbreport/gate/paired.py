@@ -21,7 +21,7 @@ import statistics
 from ..compare_core import record_keys
 from ..compare_load import compatibility, describe
 from . import GateError
-from .stats import hl_interval, hodges_lehmann, holm, signed_rank_p_greater
+from .stats import TESTS, holm
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 MIN_PAIRS = 6  # below this the one-sided signed-rank test cannot reach p < 0.016 (1/64)
@@ -115,12 +115,13 @@ def _checks_and_suites(base_reports, cand_reports):
 
 
 def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suite_thresholds=None,
-            confidence=0.95, statistic="min"):
+            confidence=0.95, statistic="min", test="sign"):
     """The paired comparison of equal-length lists of reports (pair i = base_reports[i], cand_reports[i]).
     Returns {"rows": [...], "regressions": [lines], "metric": name}. A row: record, metric, pairs, base and
-    candidate medians over their runs, change (exp(HL) - 1, the estimated relative change of the candidate),
-    ci (its interval at `confidence`), p (one-sided signed-rank, H1: the candidate is slower), p_holm, the
-    threshold, verdict and regression. A metric regresses when p_holm < alpha and change > its threshold
+    candidate medians over their runs, change (exp(estimate) - 1, the estimated relative change of the
+    candidate: the median log ratio for the sign test, Hodges-Lehmann's for the signed-rank test), ci (its
+    interval at `confidence`), p (one-sided, H1: the candidate is slower), p_holm, the threshold, verdict and
+    regression. A metric regresses when p_holm < alpha and change > its threshold
     (suite_thresholds[suite] or threshold)."""
     if len(base_reports) != len(cand_reports) or not base_reports:
         raise GateError("no pairs of runs to compare")
@@ -128,14 +129,17 @@ def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suit
     name = ("real_time_cal" if calibrated else "real_time") + (", fastest repetition" if statistic == "min" else "")
     res = analyse_values([run_values(r, calibrated, statistic) for r in base_reports],
                          [run_values(r, calibrated, statistic) for r in cand_reports], threshold, alpha, name,
-                         suite_thresholds, confidence)
+                         suite_thresholds, confidence, test)
     res["regressions"] += _checks_and_suites(base_reports, cand_reports)
     return res
 
 
-def analyse_values(bv, cv, threshold, alpha, metric="real_time", suite_thresholds=None, confidence=0.95):
-    """analyse()'s timing part on the runs' values ({record: value} per run, pair i = bv[i], cv[i])."""
+def analyse_values(bv, cv, threshold, alpha, metric="real_time", suite_thresholds=None, confidence=0.95,
+                   test="sign"):
+    """analyse()'s timing part on the runs' values ({record: value} per run, pair i = bv[i], cv[i]); test:
+    "sign" (the sign test, the median and its interval) or "signed-rank" (Wilcoxon's, Hodges-Lehmann)."""
     suite_thresholds = suite_thresholds or {}
+    p_greater, estimate, interval = TESTS[test]
     keys = sorted(set().union(*bv) & set().union(*cv))
     if not keys:
         raise GateError(f"the runs have no {metric} in common to compare")
@@ -152,9 +156,9 @@ def analyse_values(bv, cv, threshold, alpha, metric="real_time", suite_threshold
                "base": statistics.median(b for b, _ in pairs), "new": statistics.median(c for _, c in pairs),
                "threshold": suite_thresholds.get(suite, threshold), "p": None, "p_holm": None}
         if len(pairs) >= MIN_PAIRS:
-            lo, hi = hl_interval(logs, confidence)
-            row.update(change=math.expm1(hodges_lehmann(logs)), ci=(math.expm1(lo), math.expm1(hi)),
-                       p=signed_rank_p_greater(logs), p_better=signed_rank_p_greater([-x for x in logs]))
+            lo, hi = interval(logs, confidence)
+            row.update(change=math.expm1(estimate(logs)), ci=(math.expm1(lo), math.expm1(hi)),
+                       p=p_greater(logs), p_better=p_greater([-x for x in logs]))
         else:
             row.update(change=None, ci=None, p_better=None)
         rows.append(row)
@@ -170,7 +174,8 @@ def analyse_values(bv, cv, threshold, alpha, metric="real_time", suite_threshold
             regressions.append(f"{r['record']} {metric}: {r['change']:+.1%} [{lo:+.1%}, {hi:+.1%}] over "
                                f"{r['pairs']} pairs (p = {r['p_holm']:.2g} after Holm; threshold "
                                f"{r['threshold']:.0%})")
-    return {"metric": metric, "rows": rows, "regressions": regressions, "pairs": len(bv), "records_only_in": only}
+    return {"metric": metric, "test": test, "rows": rows, "regressions": regressions, "pairs": len(bv),
+            "records_only_in": only}
 
 
 def _verdict(r, alpha):
