@@ -265,8 +265,7 @@ def run(a, out=sys.stdout, progress=None):
                 result["errors"].append(f"paired timing: {e}")
         if a.count:
             try:
-                b = counting.count_side(base, work / "count", count_config, a.count_reps, a.count_only)
-                c = counting.count_side(cand, work / "count", count_config, a.count_reps, a.count_only)
+                b, c = counting.count_sides(base, cand, work / "count", count_config, a.count_reps, a.count_only)
                 res = counting.compare(b, c, {"instructions": a.count_threshold, "misses": a.miss_threshold})
                 print_count(res, out)
                 result["modes"]["count"] = res

@@ -11,6 +11,7 @@ since their buffers are page-aligned (with 64-byte alignment attention's forward
 buffers are dtbench count's own (the train steps' misses are shown, not gated).
 """
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import GateError
@@ -66,6 +67,17 @@ def count_side(side, out_dir, config="smoke", reps=20, only="", timeout_s=1800):
         why = f"the {side.name}'s count left no callgrind dump (a dtbench built without valgrind's headers?)"
         raise (CandidateFailed(why) if side.name == "candidate" else GateError(why))
     return out
+
+
+def count_sides(base, cand, out_dir, config="smoke", reps=20, only=""):
+    """count_side of the baseline and of the candidate at once, on two cores: callgrind's counts do not depend on
+    what else the machine runs, and each side takes about a minute. Returns (baseline's, candidate's). The
+    baseline's failure is raised first (GateError: nothing to compare with), as if the two ran one after the
+    other; then the candidate's (CandidateFailed)."""
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        fb = ex.submit(count_side, base, out_dir, config, reps, only)
+        fc = ex.submit(count_side, cand, out_dir, config, reps, only)
+        return fb.result(), fc.result()
 
 
 def compare(base, cand, thresholds, min_misses=MIN_MISSES):

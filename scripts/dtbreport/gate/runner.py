@@ -45,7 +45,16 @@ class Interrupted(Exception):
         self.signum = signum
 
 
+# The children under way, of every thread: an interrupt ends them all (a thread's own wait then returns).
+_LIVE = set()
+
+
 def _raise_interrupted(signum, _frame):
+    for p in list(_LIVE):
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
     raise Interrupted(signum)
 
 
@@ -71,6 +80,7 @@ def run_child(cmd, env, timeout_s, cwd=None):
     except FileNotFoundError:
         raise GateError(f"{cmd[0]} not found" + (" (scripts/setup installs Open MPI; is PATH set by --base-env or "
                                                   "--candidate-env?)" if cmd[0] == "mpirun" else "")) from None
+    _LIVE.add(p)
     try:
         out, err = p.communicate(timeout=timeout_s)
         return p.returncode, out, err
@@ -84,6 +94,8 @@ def run_child(cmd, env, timeout_s, cwd=None):
     except BaseException:
         _kill_group(p)
         raise
+    finally:
+        _LIVE.discard(p)
 
 
 def _kill_group(p):
