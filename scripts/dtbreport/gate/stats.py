@@ -18,6 +18,7 @@ estimator, 3.2; the interval, 3.3). Holm (1979) keeps the chance of any false al
 alpha, which a per-metric test at alpha does not (14 records at 0.05 would alarm in half of A/A runs).
 """
 import functools
+import itertools
 import math
 
 
@@ -88,18 +89,21 @@ def hl_interval(x, confidence=0.95):
     n = len(x)
     if n == 0:
         return -math.inf, math.inf
-    cdf = _null_cdf(n)
-    tail = (1 - confidence) / 2
-    c = -1
-    for t, p in enumerate(cdf):
-        if p <= tail + 1e-12:
-            c = t
-        else:
-            break
+    c = _critical(_null_cdf(n), confidence)
     if c < 0:
         return -math.inf, math.inf
     w = walsh_averages(x)
     return w[c], w[len(w) - 1 - c]
+
+
+def _critical(cdf, confidence):
+    """The largest t with cdf[t] <= (1 - confidence) / 2 (an interval's rank offset), -1 when there is none."""
+    c = -1
+    for t, p in enumerate(cdf):
+        if p > (1 - confidence) / 2 + 1e-12:
+            break
+        c = t
+    return c
 
 
 def sign_p_greater(x):
@@ -121,13 +125,7 @@ def median_interval(x, confidence=0.95):
     sorted values, c the largest value with P(Bin(n, 1/2) <= c) <= (1 - confidence) / 2. (-inf, inf) when n
     is too small (n <= 5 at 95 %)."""
     n = len(x)
-    tail, c, acc = (1 - confidence) / 2, -1, 0.0
-    for t in range(n + 1):
-        acc += math.comb(n, t) / 2 ** n
-        if acc <= tail + 1e-12:
-            c = t
-        else:
-            break
+    c = _critical(itertools.accumulate(math.comb(n, t) / 2 ** n for t in range(n + 1)), confidence)
     if c < 0:
         return -math.inf, math.inf
     s = sorted(x)
