@@ -32,6 +32,23 @@ assert r["checks"] and all(c["passed"] for c in r["checks"]), [c for c in r["che
 print(f"report ok: {len(r['benchmarks'])} records, {len(r['checks'])} checks passed")
 PY
 
+# train.references false (the regression gate's config): the layout's steps without the single-rank
+# references, so none of the checks against them; the replicas and learning still checked.
+printf '{"train": {"steps": 4, "references": false}}' >"$tmp/norefs.json"
+"$mpirun" -np 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/norefs.json" \
+  --suites train --output-dir "$tmp" --run-id norefs >"$tmp/norefs.log" 2>&1 || { cat "$tmp/norefs.log"; exit 1; }
+python3 - "$tmp" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+with_refs = {c["name"] for c in json.load(open(os.path.join(d, "smoke-test.json")))["checks"] if c["suite"] == "train"}
+r = json.load(open(os.path.join(d, "norefs.json")))
+names = {c["name"] for c in r["checks"]}
+assert "train/loss/step:0" in with_refs, sorted(with_refs)
+assert names == {"train/dp_replicas_identical", "train/loss_step0_near_uniform", "train/loss_falls"}, sorted(names)
+assert r["context"]["config"]["train"]["references"] is False
+print(f"references false ok: {len(names)} train checks, {len(with_refs)} with the references")
+PY
+
 # A 1F1B pipeline run's trace: valid Chrome trace JSON with one track per rank, each with
 # forward, backward, send/recv and idle spans.
 printf '{"pipeline": {"schedules": ["1f1b"], "stages": [4], "micro_batches": [8]}}' >"$tmp/pp.json"

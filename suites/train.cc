@@ -258,10 +258,11 @@ void checkpoint_results(const TrainFacts& f, const CheckpointActivity& a, SuiteR
 }
 
 // On another backend than the CPU: replicas, a start near the uniform loss and learning.
+// Without the references (on a GPU, or references: false): the replicas, and that the model
+// starts near the uniform loss ln V (GPT-2 init: logits ~0) and learns. On a GPU the CUDA
+// ops are checked against the CPU's by the CUDA tests.
 void device_results(const TrainFacts& f, const LayoutOutcome& run, const SuiteContext& ctx, SuiteResult& res) {
   res.checks.push_back(make_check("train/dp_replicas_identical", run.replica_params, 0.0, replica_detail(f)));
-  // The CUDA ops are checked against the CPU's by the CUDA tests; here, that the model
-  // starts near the uniform loss ln V (GPT-2 init: logits ~0) and learns.
   res.checks.push_back(make_check("train/loss_step0_near_uniform",
                                   std::fabs(run.losses.front() - std::log(double(f.model.V))), 0.5,
                                   "|loss_0 - ln V| <= 0.5"));
@@ -339,12 +340,13 @@ struct Params {
   CheckpointPlan plan;
   std::string matmul_precision;
   double peak_tflops = 0;
+  bool references = true;  // on the CPU: the single-rank references and the float64 oracle, and their checks
   static Params parse(const json& section, const json& config, const WorldInfo& world);
   json to_json() const {
     return {{"model", dtb::to_json(model)},    {"train", dtb::to_json(cfg)},
             {"layout", dtb::to_json(spec)},    {"checkpoint_dir", plan.dir},
             {"checkpoint_every", plan.every},  {"resume_from", plan.resume_from},
-            {"matmul_precision", matmul_precision}, {"peak_tflops", peak_tflops}};
+            {"matmul_precision", matmul_precision}, {"peak_tflops", peak_tflops}, {"references", references}};
   }
 };
 
@@ -367,6 +369,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.matmul_precision = prec;
   p.peak_tflops = number_in_range(section, "peak_tflops", "train.peak_tflops", 0.0, 1e6);
   p.plan = checkpoint_plan_from_json(section);
+  p.references = section.at("references").get<bool>();
   return p;
 }
 
@@ -386,7 +389,7 @@ class TrainSuite : public Suite {
             {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},
             {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},
             {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"communication_data_type", "auto"},
-            {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}};
+            {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}, {"references", true}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);
@@ -477,8 +480,10 @@ class TrainSuite : public Suite {
       if (s % every == 0 || s == cfg.steps - 1) ctx.print(fmt_step(s, run.losses[s]));
 
     // 2. References on one rank each, the whole global batch per step: the float64 oracle
-    // and float32 runs with 1, 2 and 4 micro-batches (those that divide the batch).
-    const ReferenceSet refs = on_cpu ? run_references(model_cfg, ctx.device, data, cfg, world) : ReferenceSet{};
+    // and float32 runs with 1, 2 and 4 micro-batches (those that divide the batch). Not with
+    // references: false (the regression gate's config, which times the steps only).
+    const bool with_refs = on_cpu && p.references;
+    const ReferenceSet refs = with_refs ? run_references(model_cfg, ctx.device, data, cfg, world) : ReferenceSet{};
 
     SuiteResult res;
     const StepSplit split = slowest_split(run, world);
@@ -486,9 +491,9 @@ class TrainSuite : public Suite {
     const json breakdown = step_breakdown_ms(ctx, world, split.slowest_rank, run.checkpoints.first_step);  // collective
     if (world.rank() != 0) return res;  // rank 0 reports
     res.benchmarks.push_back(train_record(f, run, split, breakdown, on_cpu ? "cpu" : be->name()));
-    if (!on_cpu) {
+    if (!with_refs) {
       device_results(f, run, ctx, res);
-      print_device_line(f, split, be->device_name(), ctx);
+      print_device_line(f, split, on_cpu ? "cpu" : be->device_name(), ctx);
     } else {
       oracle_results(f, run, refs, ctx, res);
       print_cpu_line(f, split, n, run, refs, ctx);
