@@ -192,7 +192,15 @@ for fault in "" "1:compute:2"; do
     rc=0
     "$mpirun" -np 2 --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --ranks-per-node 1 --level long \
       --tolerance 0.4 ${fault:+--inject "$fault"} --output "$tmp/a${fault:+_slow}.json" >"$tmp/a.log" 2>&1 || rc=$?
-    [ "$rc" -eq "$want" ] && break
+    if [ "$rc" -eq "$want" ]; then
+      # A clean run's disturbance may also show as a warning (20-40 % late: 3.4 ms of 10.6 ms on
+      # 2026-12-02), with exit 0: another attempt too.
+      [ -n "$fault" ] && break
+      python3 -c 'import json, sys; sys.exit(0 if [c["status"] for c in json.load(open(sys.argv[1]))["checks"]
+                  if c["name"] == "world/arrival_late_pct"] == ["pass"] else 1)' "$tmp/a.json" && break
+      echo "2-rank validate clean: attempt $attempt's arrival check did not pass" >&2
+      continue
+    fi
     echo "2-rank validate ${fault:-clean}: attempt $attempt exited $rc, not $want" >&2
   done
   [ "$rc" -eq "$want" ] || { echo "FAIL: 2-rank validate ${fault:-clean} exited $rc, not $want:"; cat "$tmp/a.log"; exit 1; }
