@@ -48,6 +48,19 @@ assert names == {"train/dp_replicas_identical", "train/loss_step0_near_uniform",
 assert r["context"]["config"]["train"]["references"] is False
 print(f"references false ok: {len(names)} train checks, {len(with_refs)} with the references")
 PY
+# ... and on a TP layout the same replica checks as with the references (parameters and step-0 gradients).
+printf '{"train": {"steps": 4, "references": false, "tensor_parallel": 2}}' >"$tmp/norefs_tp.json"
+"$mpirun" -np 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/norefs_tp.json" \
+  --suites train --output-dir "$tmp" --run-id norefs_tp >"$tmp/norefs.log" 2>&1 || { cat "$tmp/norefs.log"; exit 1; }
+python3 - "$tmp/norefs_tp.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+names = {c["name"] for c in r["checks"]}
+assert names == {"train/replicas_identical", "train/replicas_identical/grads/step:0", "train/loss_step0_near_uniform",
+                 "train/loss_falls"}, sorted(names)
+assert list(r["suites"][0]["data"]["losses"]) == ["layout"], r["suites"][0]["data"]["losses"].keys()
+print("references false on TP2 ok:", sorted(names))
+PY
 
 # A 1F1B pipeline run's trace: valid Chrome trace JSON with one track per rank, each with
 # forward, backward, send/recv and idle spans.

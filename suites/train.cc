@@ -257,18 +257,29 @@ void checkpoint_results(const TrainFacts& f, const CheckpointActivity& a, SuiteR
                                     a.save_error.empty() ? "every save completed" : "a save failed: " + a.save_error));
 }
 
-// On another backend than the CPU: replicas, a start near the uniform loss and learning.
+// The replicas: every copy of a replicated parameter (and, off plain DP, of its step-0
+// gradient) bitwise equal over the ranks that hold one.
+void replica_checks(const TrainFacts& f, const LayoutOutcome& run, SuiteResult& res) {
+  res.checks.push_back(make_check(f.dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
+                                  run.replica_params, 0.0, replica_detail(f)));
+  if (!f.dp_only && !run.grads0.empty())  // a resumed run has no step-0 gradient
+    res.checks.push_back(make_check("train/replicas_identical/grads/step:0", run.replica_grads0, 0.0,
+                                    "max |difference| between copies of a replicated gradient, bitwise"));
+}
+
 // Without the references (on a GPU, or references: false): the replicas, and that the model
 // starts near the uniform loss ln V (GPT-2 init: logits ~0) and learns. On a GPU the CUDA
 // ops are checked against the CPU's by the CUDA tests.
 void device_results(const TrainFacts& f, const LayoutOutcome& run, const SuiteContext& ctx, SuiteResult& res) {
-  res.checks.push_back(make_check("train/dp_replicas_identical", run.replica_params, 0.0, replica_detail(f)));
+  replica_checks(f, run, res);
   res.checks.push_back(make_check("train/loss_step0_near_uniform",
                                   std::fabs(run.losses.front() - std::log(double(f.model.V))), 0.5,
                                   "|loss_0 - ln V| <= 0.5"));
   res.checks.push_back(make_check("train/loss_falls", run.losses.back() / run.losses.front(), 0.99,
                                   "last loss / first loss <= 0.99"));
-  res.data = {{"model", to_json(f.model)}, {"num_params", gpt_num_params(f.model)}, {"losses", {{"dp", run.losses}}}};
+  res.data = {{"model", to_json(f.model)},
+              {"num_params", gpt_num_params(f.model)},
+              {"losses", {{f.dp_only ? "dp" : "layout", run.losses}}}};
   checkpoint_results(f, run.checkpoints, res);
 }
 
@@ -290,11 +301,7 @@ void oracle_results(const TrainFacts& f, const LayoutOutcome& run, const Referen
   if (f.cfg.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
     for (Check& c : half_vs_fp32_checks("train/", f.cfg.precision, run.losses, refs.oracle.losses))
       res.checks.push_back(std::move(c));
-  res.checks.push_back(make_check(f.dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
-                                  run.replica_params, 0.0, replica_detail(f)));
-  if (!f.dp_only && !run.grads0.empty())  // a resumed run has no step-0 gradient
-    res.checks.push_back(make_check("train/replicas_identical/grads/step:0", run.replica_grads0, 0.0,
-                                    "max |difference| between copies of a replicated gradient, bitwise"));
+  replica_checks(f, run, res);
   // Learning: the mean of the last 10% of losses well below the uniform ln(256) = 5.55.
   const int steps = f.cfg.steps, tail = std::max(1, steps / 10);
   double tail_loss = 0;
