@@ -170,6 +170,15 @@ class RealReports(unittest.TestCase):
         self.assertEqual(rc, 0, out + err)
         self.assertIn("exit 0 (no regression)", out)
 
+    def test_committed_baseline_passes_ci_crosscheck(self):
+        # .ci/run ends by cross-checking a 4-rank quick run against the committed baseline; a config key
+        # added since the baseline was made ("<absent> vs true") or a check it lacks fails CI only there,
+        # after twenty minutes. Caught here instead, with the command that regenerates it.
+        baseline = ROOT / "results" / "baselines" / "ci-quick-np4.json"
+        rc, out, err = compare(baseline, self.reports[0], *ci_crosscheck_options())
+        self.assertEqual(rc, 0, f"{out[-2000:]}{err}\nthe committed CI baseline no longer cross-checks with this "
+                         "build's quick run: regenerate it as docs/ci.md says (The CI job, step 2)")
+
     def test_same_code_compares_clean(self):
         threshold = LONE_RUN_THRESHOLD
         gate = ["--threshold", str(threshold), "--suite-threshold", "collectives=20"]
