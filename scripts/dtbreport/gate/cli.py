@@ -59,9 +59,9 @@ def parser():
                     "the in-run calibration) instead of its real_time")
     ap.add_argument("--statistic", choices=("min", "median"), default="min", help="a run's value of a record: "
                     "its fastest repetition (default) or its median, real_time (paired.py says why)")
-    ap.add_argument("--test", choices=("sign", "signed-rank"), default="sign", help="the paired test: the sign "
-                    "test with the median (default) or Wilcoxon's signed-rank test with Hodges-Lehmann (stats.py "
-                    "says why)")
+    ap.add_argument("--test", choices=("sign", "signed-rank"), default="signed-rank", help="the paired test: "
+                    "Wilcoxon's signed-rank test with Hodges-Lehmann (default) or the sign test with the median "
+                    "(stats.py says why)")
     ap.add_argument("--threshold", type=float, default=0.05, help="a timing regresses when the estimated "
                     "slowdown is beyond this (default 0.05) and significant")
     ap.add_argument("--suite-threshold", action="append", default=[], metavar="SUITE=REL",
