@@ -115,7 +115,7 @@ def _checks_and_suites(base_reports, cand_reports):
 
 
 def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suite_thresholds=None,
-            confidence=0.95, statistic="min", test="sign"):
+            confidence=0.95, statistic="min", test="signed-rank"):
     """The paired comparison of equal-length lists of reports (pair i = base_reports[i], cand_reports[i]).
     Returns {"rows": [...], "regressions": [lines], "metric": name}. A row: record, metric, pairs, base and
     candidate medians over their runs, change (exp(estimate) - 1, the estimated relative change of the
@@ -135,7 +135,7 @@ def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suit
 
 
 def analyse_values(bv, cv, threshold, alpha, metric="real_time", suite_thresholds=None, confidence=0.95,
-                   test="sign"):
+                   test="signed-rank"):
     """analyse()'s timing part on the runs' values ({record: value} per run, pair i = bv[i], cv[i]); test:
     "sign" (the sign test, the median and its interval) or "signed-rank" (Wilcoxon's, Hodges-Lehmann)."""
     suite_thresholds = suite_thresholds or {}
