@@ -57,8 +57,8 @@ def parser():
                     "16, even so that each side goes first as often; 0: no timing comparison)")
     ap.add_argument("--calibrated", action="store_true", help="gate each record's real_time_cal (its time over "
                     "the in-run calibration) instead of its real_time")
-    ap.add_argument("--statistic", choices=tuple(paired.STATISTICS), default="fast-third", help="a run's value "
-                    "of a record: the mean of its fastest third of repetitions (default), its fastest (min) or its "
+    ap.add_argument("--statistic", choices=tuple(paired.STATISTICS), default="min", help="a run's value of a "
+                    "record: its fastest repetition (default), the mean of its fastest third (fast-third) or its "
                     "median, real_time (paired.py says why)")
     ap.add_argument("--test", choices=("sign", "signed-rank"), default="signed-rank", help="the paired test: "
                     "Wilcoxon's signed-rank test with Hodges-Lehmann (default) or the sign test with the median "

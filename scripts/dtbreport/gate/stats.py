@@ -17,7 +17,7 @@ The signed-rank test assumes only that the log ratios are symmetric about their 
 for an A/A comparison, whose two sides are exchangeable), and one disturbed pair moves it by one rank, not by
 its size (Hollander, Wolfe & Chicken, Nonparametric Statistical Methods, 3rd ed., ch. 3: the test, 3.1; the
 estimator, 3.2; the interval, 3.3). Holm (1979) keeps the chance of any false alarm over all gated metrics at
-alpha, which a per-metric test at alpha does not (14 records at 0.05 would alarm in half of A/A runs).
+alpha, which a per-metric test at alpha does not (the gate config's 10 records at 0.05 would alarm in 40 % of A/A runs).
 """
 import functools
 import itertools
