@@ -16,9 +16,9 @@ work). In it, scripts/compare.py ab
 runs, by Holm's bound: the test is not flaky; the gate's signed-rank test then needs the pairs that went the
 other way to weigh at most 11 of the 136 rank points, e.g. the four smallest, which a 20 % slowdown gives);
 the A/A half at 11 pairs (Holm's smallest p over the gate config's 10 records, 10/2^11, is below 0.01; the
-gate refuses pairs too few for it); the count restricted to
-the train step's region at 5 repetitions. About 5 minutes beside ctest's other tests on 2 cores (289 s,
-2026-12-03; two builds from the cache, 54 runs of 3-10 s, four callgrind runs).
+gate refuses pairs too few for it); the count restricted to the train step's region at 5 repetitions. About
+5 minutes beside ctest's other tests on 2 cores (289 s, 2026-12-03; two builds from the cache, 54 runs of
+3-10 s, four callgrind runs).
 """
 import json
 import os

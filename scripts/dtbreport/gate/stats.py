@@ -8,8 +8,9 @@ in ten or so. The signed-rank test weighs such a pair by its rank, the largest, 
 kept a 20 % slower train step from significance after Holm; the sign test counts each pair once, whatever its
 size (its efficiency is lower for Gaussian noise, 2/pi, and higher for heavy tails: Hollander, Wolfe &
 Chicken, ch. 3.4-3.8). Measured on the same runs at 30 pairs (scripts/gate-power --twins, 2026-12-03,
-docs/ci.md), the signed-rank test caught a 10 % slower train step in 13 of 20 trials, the sign test in 10, and
-neither raised a false alarm in 20 A/A comparisons.
+docs/ci.md and results/logs/gate-power.md), the signed-rank test caught a 10 % slower train step in 13 of 20
+trials and the sign test in 10 with the gate config of 60 steps, 20 and 18 with 120 steps; neither raised a
+false alarm in 20 A/A comparisons.
 
 Why these: a pair is one baseline run and one candidate run made next to each other, so what the machine was
 doing cancels in their ratio; the log ratio makes a slowdown of 10 % the same size whatever the metric's scale.
@@ -17,7 +18,8 @@ The signed-rank test assumes only that the log ratios are symmetric about their 
 for an A/A comparison, whose two sides are exchangeable), and one disturbed pair moves it by one rank, not by
 its size (Hollander, Wolfe & Chicken, Nonparametric Statistical Methods, 3rd ed., ch. 3: the test, 3.1; the
 estimator, 3.2; the interval, 3.3). Holm (1979) keeps the chance of any false alarm over all gated metrics at
-alpha, which a per-metric test at alpha does not (the gate config's 10 records at 0.05 would alarm in 40 % of A/A runs).
+alpha, which a per-metric test at alpha does not (the gate config's 10 records at 0.05 would alarm in 40 % of
+A/A runs).
 """
 import functools
 import itertools
