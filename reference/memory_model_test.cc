@@ -261,6 +261,10 @@ class CopyComm final : public Communicator {
   void recv(void*, size_t, DType, int, int) override { no(); }
   void sendrecv(const void*, void*, size_t, DType, int, int, int) override { no(); }
   void barrier() override {}
+  void all_to_allv(const void*, const std::vector<size_t>&, const std::vector<size_t>&, void*,
+                   const std::vector<size_t>&, const std::vector<size_t>&, DType) override {
+    no();
+  }
   std::unique_ptr<CommHandle> all_reduce_async(const void*, void*, size_t, DType, ReduceOp) override { no(); }
   std::unique_ptr<CommHandle> all_gather_async(const void*, void*, size_t, DType) override { no(); }
   std::unique_ptr<CommHandle> reduce_scatter_async(const void*, void*, size_t, DType, ReduceOp) override { no(); }

@@ -14,7 +14,8 @@ namespace dtb {
 const std::vector<CollectiveOp>& all_collective_ops() {
   static const std::vector<CollectiveOp> ops = {CollectiveOp::all_reduce, CollectiveOp::all_gather,
                                                 CollectiveOp::reduce_scatter,
-                                                CollectiveOp::broadcast, CollectiveOp::sendrecv};
+                                                CollectiveOp::broadcast, CollectiveOp::sendrecv,
+                                                CollectiveOp::all_to_all, CollectiveOp::all_to_allv};
   return ops;
 }
 
@@ -25,6 +26,8 @@ std::string_view to_string(CollectiveOp op) {
     case CollectiveOp::reduce_scatter: return "reduce_scatter";
     case CollectiveOp::broadcast: return "broadcast";
     case CollectiveOp::sendrecv: return "sendrecv";
+    case CollectiveOp::all_to_all: return "all_to_all";
+    case CollectiveOp::all_to_allv: return "all_to_allv";
   }
   return "?";
 }
@@ -44,7 +47,14 @@ double bus_factor(CollectiveOp op, int n) {
   switch (op) {
     case CollectiveOp::all_reduce: return 2.0 * (n - 1) / n;
     case CollectiveOp::all_gather:
-    case CollectiveOp::reduce_scatter: return double(n - 1) / n;
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_to_all: return double(n - 1) / n;
+    case CollectiveOp::all_to_allv: {
+      size_t off = 0, all = 0;
+      for (int r = 0; r < n; ++r)
+        for (int j = 0; j < n; ++j) (r == j ? all : off) += alltoallv_weight(r, j, n);
+      return double(off) / double(off + all);
+    }
     case CollectiveOp::broadcast:
     case CollectiveOp::sendrecv: return 1.0;
   }
@@ -64,7 +74,9 @@ size_t bandwidth_bytes(CollectiveOp op, size_t per_rank_count, size_t type_size,
   DTB_CHECK(n >= 1, "bandwidth_bytes: world size " + std::to_string(n) + " < 1");
   switch (op) {
     case CollectiveOp::all_gather:
-    case CollectiveOp::reduce_scatter: return per_rank_count * type_size * size_t(n);
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_to_all: return per_rank_count * type_size * size_t(n);
+    case CollectiveOp::all_to_allv: return per_rank_count * type_size * alltoallv_row_sum(n);
     case CollectiveOp::all_reduce:
     case CollectiveOp::broadcast:
     case CollectiveOp::sendrecv: return per_rank_count * type_size;
@@ -80,8 +92,34 @@ std::string_view size_definition(CollectiveOp op) {
       return "S = full input buffer (send: recv count * type size * n)";
     case CollectiveOp::broadcast: return "S = buffer (count * type size)";
     case CollectiveOp::sendrecv: return "S = buffer sent by each rank (count * type size)";
+    case CollectiveOp::all_to_all: return "S = send buffer of each rank (block count * type size * n)";
+    case CollectiveOp::all_to_allv:
+      return "S = bytes each rank sends (count * type size * n(n-1)/2, to peer j count * ((r + j) mod n))";
   }
   return "?";
+}
+
+size_t alltoallv_weight(int r, int j, int n) {
+  DTB_CHECK(n >= 1 && r >= 0 && r < n && j >= 0 && j < n,
+            "alltoallv_weight: rank " + std::to_string(r) + " or peer " + std::to_string(j) + " outside a world of " +
+                std::to_string(n));
+  return n == 1 ? 1 : size_t((r + j) % n);
+}
+
+size_t alltoallv_row_sum(int n) {
+  DTB_CHECK(n >= 1, "alltoallv_row_sum: world size " + std::to_string(n) + " < 1");
+  return n == 1 ? 1 : size_t(n) * size_t(n - 1) / 2;
+}
+
+AlltoallvSplit alltoallv_split(int n, int rank, size_t unit) {
+  AlltoallvSplit s;
+  for (int j = 0; j < n; ++j) {
+    s.send_counts.push_back(unit * alltoallv_weight(rank, j, n));
+    s.recv_counts.push_back(unit * alltoallv_weight(j, rank, n));
+  }
+  s.send_displs = exclusive_prefix_sum(s.send_counts);
+  s.recv_displs = exclusive_prefix_sum(s.recv_counts);
+  return s;
 }
 
 int iterations_for_size(int iters, size_t bytes, size_t max_bytes_per_batch) {

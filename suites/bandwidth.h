@@ -15,17 +15,21 @@
 
 namespace dtb {
 
-enum class CollectiveOp { all_reduce, all_gather, reduce_scatter, broadcast, sendrecv };
+enum class CollectiveOp { all_reduce, all_gather, reduce_scatter, broadcast, sendrecv, all_to_all, all_to_allv };
 
 /// Every CollectiveOp, in declaration order.
 const std::vector<CollectiveOp>& all_collective_ops();
-/// "all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv".
+/// "all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv", "all_to_all",
+/// "all_to_allv".
 std::string_view to_string(CollectiveOp op);
 /// The op named `name` (as to_string writes it). Throws InputError listing the valid names.
 CollectiveOp parse_collective_op(std::string_view name);
 
 /// busbw / algbw for `op` on `n` ranks (nccl-tests doc/PERFORMANCE.md): all_reduce 2(n-1)/n;
-/// all_gather and reduce_scatter (n-1)/n; broadcast and sendrecv 1. On one rank every op's
+/// all_gather, reduce_scatter and all_to_all (n-1)/n (nccl-tests' alltoall.cu: the share of
+/// the buffer that leaves the rank); all_to_allv the share of alltoallv_split's elements that
+/// leave their rank (sum of w(r, j) over r != j over the sum over all r, j: 1 at n = 2, 5/6
+/// at 4, (n-1)/n for odd n); broadcast and sendrecv 1. On one rank every op's
 /// factor is 0 (nothing crosses a bus, so busbw is 0; nccl-tests keeps 1 for sendrecv and
 /// broadcast there). Aborts if n < 1.
 double bus_factor(CollectiveOp op, int n);
@@ -40,8 +44,25 @@ double busbw_GBps(CollectiveOp op, size_t bytes, double seconds, int n);
 /// The byte count S the bandwidths of `op` use (nccl-tests' *GetCollByteCount):
 /// all_reduce, broadcast, sendrecv: count * type_size (the buffer); all_gather:
 /// count * type_size * n with count the per-rank send count (the full gathered buffer);
-/// reduce_scatter: count * type_size * n with count the per-rank recv count (the full input).
+/// reduce_scatter: count * type_size * n with count the per-rank recv count (the full input);
+/// all_to_all: count * type_size * n with count the block per peer (the whole send buffer, as
+/// nccl-tests' alltoall); all_to_allv: the bytes each rank sends, count * type_size * R with
+/// count the split's unit and R its row sum (alltoallv_split).
 size_t bandwidth_bytes(CollectiveOp op, size_t per_rank_count, size_t type_size, int n);
+
+/// The collectives suite's uneven all_to_allv split, the same on every backend and in the bare
+/// MPI calibration: rank r sends unit * w(r, j) elements to rank j, w(r, j) = (r + j) mod n
+/// (on one rank, w = 1), blocks laid end to end in rank order. Every rank sends and receives
+/// unit * R elements, R = n(n-1)/2, but each peer a different share, some none (as a router's
+/// dispatch: uneven, with empty blocks), and each rank a different pattern. Counts and
+/// displacements in elements, size() entries each. Aborts if n < 1 or rank outside [0, n).
+struct AlltoallvSplit {
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+size_t alltoallv_weight(int r, int j, int n);
+/// R: the elements per unit each rank sends (and receives) in the split.
+size_t alltoallv_row_sum(int n);
+AlltoallvSplit alltoallv_split(int n, int rank, size_t unit);
 
 /// One line saying which S `op` uses, for reports, e.g. "S = full gathered buffer (recv)".
 std::string_view size_definition(CollectiveOp op);

@@ -52,6 +52,11 @@ class LocalCommunicator final : public Communicator {
   void sendrecv(const void* send, void* recv, size_t n, DType dtype, int, int, int) override {
     std::memmove(recv, send, n * dtype_size(dtype));
   }
+  void all_to_allv(const void* send, const std::vector<size_t>& sc, const std::vector<size_t>& sd, void* recv,
+                   const std::vector<size_t>&, const std::vector<size_t>& rd, DType dtype) override {
+    const size_t ts = dtype_size(dtype);
+    std::memmove(static_cast<char*>(recv) + rd[0] * ts, static_cast<const char*>(send) + sd[0] * ts, sc[0] * ts);
+  }
   void barrier() override {
     ++barriers;
     if (log) *log += "B";
@@ -111,6 +116,35 @@ TEST(Bandwidth, ReduceScatterEightRanks) {
   EXPECT_EQ(s, 33554432u);
   EXPECT_NEAR(algbw_GBps(s, 0.001), 33.554432, kEps);
   EXPECT_NEAR(busbw_GBps(CollectiveOp::reduce_scatter, s, 0.001, 8), 29.360128, kEps);
+}
+
+// nccl-tests' alltoall.cu: S is each rank's whole send buffer (block * n), busbw = algbw (n-1)/n.
+TEST(Bandwidth, AllToAllFourRanks) {
+  const size_t s = bandwidth_bytes(CollectiveOp::all_to_all, 1048576, 4, 4);  // 1 Mi floats per peer
+  EXPECT_EQ(s, 16777216u);
+  EXPECT_NEAR(busbw_GBps(CollectiveOp::all_to_all, s, 0.001, 4), 16.777216 * 0.75, kEps);
+}
+
+// The uneven split: rank r sends (r + j) mod n units to rank j. At 4 ranks the rows are
+// {0,1,2,3}, {1,2,3,0}, {2,3,0,1}, {3,0,1,2}: every rank sends and receives 6 units, and the
+// diagonal (0, 2, 0, 2) keeps 4 of the 24 at home, so busbw/algbw = 20/24.
+TEST(Bandwidth, AllToAllvSplit) {
+  EXPECT_EQ(alltoallv_row_sum(4), 6u);
+  EXPECT_EQ(alltoallv_row_sum(1), 1u);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveOp::all_to_allv, 4), 20.0 / 24.0);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveOp::all_to_allv, 2), 1.0);       // {0,1}, {1,0}
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveOp::all_to_allv, 3), 2.0 / 3.0);  // diagonal 0, 2, 1 of 9
+  EXPECT_EQ(bandwidth_bytes(CollectiveOp::all_to_allv, 10, 4, 4), 240u);
+  const AlltoallvSplit s1 = alltoallv_split(4, 1, 10);
+  EXPECT_EQ(s1.send_counts, (std::vector<size_t>{10, 20, 30, 0}));
+  EXPECT_EQ(s1.send_displs, (std::vector<size_t>{0, 10, 30, 60}));
+  EXPECT_EQ(s1.recv_counts, (std::vector<size_t>{10, 20, 30, 0}));  // column 1: w(i, 1) = (i + 1) mod 4
+  const AlltoallvSplit s3 = alltoallv_split(4, 3, 10);
+  EXPECT_EQ(s3.send_counts, (std::vector<size_t>{30, 0, 10, 20}));
+  EXPECT_EQ(s3.recv_displs, (std::vector<size_t>{0, 30, 30, 40}));
+  // What rank 1 sends to rank 3 is what rank 3 expects from rank 1.
+  EXPECT_EQ(s1.send_counts[3], s3.recv_counts[1]);
+  EXPECT_EQ(alltoallv_split(1, 0, 7).send_counts, (std::vector<size_t>{7}));
 }
 
 TEST(Bandwidth, OneRankHasZeroBusbw) {

@@ -98,6 +98,16 @@ std::function<void()> bare_mpi_call(CollectiveOp op, const MpiCommunicator& mpi,
       };
     case CollectiveOp::sendrecv:
       return [=] { MPI_Sendrecv(send, n, t, next, 0, recv, n, t, prev, 0, comm, MPI_STATUS_IGNORE); };
+    case CollectiveOp::all_to_all:
+      return [=] { MPI_Alltoall(send, n, t, recv, n, t, comm); };
+    case CollectiveOp::all_to_allv: {
+      const AlltoallvSplit split = alltoallv_split(mpi.size(), mpi.rank(), count);
+      auto ints = [](const std::vector<size_t>& v) { return std::vector<int>(v.begin(), v.end()); };
+      return [=, sc = ints(split.send_counts), sd = ints(split.send_displs), rc = ints(split.recv_counts),
+              rd = ints(split.recv_displs)] {
+        MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm);
+      };
+    }
   }
   return {};
 }

@@ -47,8 +47,9 @@ nlohmann::json calibration_json(const Calibration& before, const Calibration& af
 void apply_calibration(std::vector<nlohmann::json>& records, const Calibration& cal);
 
 /// The bare MPI call of a collective on `comm` (MPI_Allreduce, MPI_Allgather,
-/// MPI_Reduce_scatter_block, MPI_Bcast, MPI_Sendrecv), out of place, with the same buffers,
-/// count (elements per rank, as the Communicator's call), type and peers: what the collectives
+/// MPI_Reduce_scatter_block, MPI_Bcast, MPI_Sendrecv, MPI_Alltoall, MPI_Alltoallv over
+/// alltoallv_split's blocks), out of place, with the same buffers, count (elements per rank,
+/// as the Communicator's call; all_to_all's block, all_to_allv's unit), type and peers: what the collectives
 /// suite times beside each row, on the MPI communicator `comm` underneath the suite's.
 /// Errors: InputError for a dtype other than f32, f64.
 std::function<void()> bare_mpi_call(CollectiveOp op, const MpiCommunicator& comm, const void* send, void* recv,

@@ -29,9 +29,13 @@ std::string_view to_string(Placement p) {
 }
 
 /// Whether the Communicator has `op` in placement `p`: every op has both (broadcast out of
-/// place is NCCL's ncclBroadcast, sendrecv in place is MPI_Sendrecv_replace). A placement
-/// without an implementation would print N/A and get no record and no check.
-bool supported(CollectiveOp, Placement) { return true; }
+/// place is NCCL's ncclBroadcast, sendrecv in place is MPI_Sendrecv_replace) except the
+/// all-to-alls, out of place only (neither MPI's nor nccl-tests' has an in-place form). A
+/// placement without an implementation prints N/A and gets no record and no check.
+bool supported(CollectiveOp op, Placement p) {
+  const bool all_to_all = op == CollectiveOp::all_to_all || op == CollectiveOp::all_to_allv;
+  return !(all_to_all && p == Placement::in_place);
+}
 
 /// A validated config section: the suite's Params (parse() below, used by validate and run).
 struct Params {
@@ -102,11 +106,29 @@ Params Params::parse(const json& s, const json&, const WorldInfo&) {
   return o;
 }
 
-/// Elements per rank for a nominal size S: all_gather's send count and reduce_scatter's
-/// recv count are S / (type size * n); the other ops' buffer holds S / type size. At least 1.
+/// Elements per rank for a nominal size S: all_gather's send count, reduce_scatter's recv
+/// count and all_to_all's block per peer are S / (type size * n); all_to_allv's unit is
+/// S / (type size * R) (alltoallv_split); the other ops' buffer holds S / type size. At least 1.
 size_t per_rank_count(CollectiveOp op, size_t bytes, size_t type_size, int n) {
-  const bool split = op == CollectiveOp::all_gather || op == CollectiveOp::reduce_scatter;
-  return std::max<size_t>(1, bytes / (type_size * (split ? size_t(n) : 1)));
+  const bool split = op == CollectiveOp::all_gather || op == CollectiveOp::reduce_scatter ||
+                     op == CollectiveOp::all_to_all;
+  const size_t parts = op == CollectiveOp::all_to_allv ? alltoallv_row_sum(n) : split ? size_t(n) : 1;
+  return std::max<size_t>(1, bytes / (type_size * parts));
+}
+
+size_t total(const std::vector<size_t>& counts) {
+  size_t t = 0;
+  for (size_t c : counts) t += c;
+  return t;
+}
+
+/// all_to_all's blocks as a split: `count` to and from every rank, in rank order.
+AlltoallvSplit alltoallv_split_even(int n, size_t count) {
+  AlltoallvSplit s;
+  s.send_counts.assign(size_t(n), count);
+  s.recv_counts = s.send_counts;
+  s.send_displs = s.recv_displs = exclusive_prefix_sum(s.send_counts);
+  return s;
 }
 
 /// Rank r's input element i: a small positive integer, so that a sum over ranks is exact
@@ -152,7 +174,16 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
   const bool in_place = placement == Placement::in_place;
   const bool gathered = op == CollectiveOp::all_gather;
   const bool scattered = op == CollectiveOp::reduce_scatter;
-  const size_t send_len = scattered ? count * n : count, recv_len = gathered ? count * n : count;
+  // The all-to-alls' blocks: equal (count each) or alltoallv_split's (count the unit); and
+  // where each rank's block for this rank starts in that rank's send buffer.
+  const bool to_all = op == CollectiveOp::all_to_all, to_allv = op == CollectiveOp::all_to_allv;
+  const AlltoallvSplit split = to_allv ? alltoallv_split(n, me, count)
+                                       : to_all ? alltoallv_split_even(n, count) : AlltoallvSplit{};
+  std::vector<size_t> from_offset(size_t(n), 0);  // rank i's send offset of its block for me
+  for (int i = 0; to_allv && i < n; ++i) from_offset[size_t(i)] = alltoallv_split(n, i, count).send_displs[size_t(me)];
+  for (int i = 0; to_all && i < n; ++i) from_offset[size_t(i)] = size_t(me) * count;
+  const size_t send_len = scattered ? count * n : (to_all || to_allv) ? total(split.send_counts) : count;
+  const size_t recv_len = gathered ? count * n : (to_all || to_allv) ? total(split.recv_counts) : count;
   auto alloc = [&](size_t elems) {
     return Tensor::empty(ctx.device, {int64_t(elems)}, dt, MemCategory::comm_buffer);
   };
@@ -202,6 +233,12 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
     case CollectiveOp::sendrecv:
       call = [&] { c.sendrecv(send, recv, count, dt, next, prev); };
       break;
+    case CollectiveOp::all_to_all: call = [&] { c.all_to_all(send, recv, count, dt); }; break;
+    case CollectiveOp::all_to_allv:
+      call = [&] {
+        c.all_to_allv(send, split.send_counts, split.send_displs, recv, split.recv_counts, split.recv_displs, dt);
+      };
+      break;
   }
 
   // The device path's launches: the same operation, non-blocking (suites/bandwidth.h).
@@ -222,14 +259,23 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
     case CollectiveOp::sendrecv:
       launch = [&] { return c.sendrecv_async(send, recv, count, dt, next, prev); };
       break;
+    case CollectiveOp::all_to_all:
+    case CollectiveOp::all_to_allv:
+      launch = [&] {
+        return c.all_to_allv_async(send, split.send_counts, split.send_displs, recv, split.recv_counts,
+                                   split.recv_displs, dt);
+      };
+      break;
   }
 
   call();
   if (ctx.backend) ctx.backend->copy_to_host(ha.data(), a.raw(), a_len * sizeof(T));
   else std::memcpy(ha.data(), a.raw(), a_len * sizeof(T));
   int64_t wrong = 0;
-  for (size_t j = 0; j < recv_len; ++j) {
+  for (size_t j = 0, from = 0; j < recv_len; ++j) {
     const size_t i = j % count;
+    // The all-to-alls: the block of recv that j falls in comes from rank `from`.
+    while ((to_all || to_allv) && j >= split.recv_displs[from] + split.recv_counts[from]) ++from;
     T want = 0;
     switch (op) {
       case CollectiveOp::all_reduce: want = sum_over_ranks<T>(n, i); break;
@@ -237,6 +283,10 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
       case CollectiveOp::reduce_scatter: want = sum_over_ranks<T>(n, me * count + i); break;
       case CollectiveOp::broadcast: want = input<T>(kRoot, i); break;
       case CollectiveOp::sendrecv: want = input<T>(prev, i); break;
+      case CollectiveOp::all_to_all:
+      case CollectiveOp::all_to_allv:
+        want = input<T>(int(from), from_offset[from] + (j - split.recv_displs[from]));
+        break;
     }
     wrong += !(hrecv[j] == want);  // NaN counts as wrong
   }
@@ -324,7 +374,7 @@ class CollectivesSuite final : public Suite {
            "out of place, with an exact data check (nccl-tests' definitions)";
   }
   json defaults() const override {
-    return {{"ops", {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"}},
+    return {{"ops", {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv", "all_to_all", "all_to_allv"}},
             {"min_bytes", 8},
             {"max_bytes", 67108864},
             {"step_factor", 2},

@@ -42,7 +42,13 @@ SuiteResult run_suite(Communicator& comm, const json& section) {
 double expected_factor(const std::string& op, int n) {
   if (n == 1) return 0;
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "all_gather" || op == "reduce_scatter") return double(n - 1) / n;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return double(n - 1) / n;
+  if (op == "all_to_allv") {  // rank r sends (r + j) mod n units to j: the share off the diagonal
+    double off = 0, all = 0;
+    for (int r = 0; r < n; ++r)
+      for (int j = 0; j < n; ++j) (r == j ? all : off) += (r + j) % n;
+    return off / (off + all);
+  }
   return 1;
 }
 
@@ -60,8 +66,9 @@ std::map<std::string, int> check_records(const SuiteResult& r, const json& secti
                         "/placement:" + placement);
     EXPECT_EQ(rec["n_wrong"], 0);
     EXPECT_EQ(rec["world_size"], n);
-    const bool split = op == "all_gather" || op == "reduce_scatter";
-    EXPECT_EQ(bytes, count * ts * (split ? n : 1));
+    const bool split = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
+    const size_t row = n == 1 ? 1 : size_t(n) * (n - 1) / 2;  // all_to_allv: units each rank sends
+    EXPECT_EQ(bytes, count * ts * (op == "all_to_allv" ? row : split ? n : 1));
     EXPECT_LE(bytes, size_t(section["max_bytes"]));
     const double factor = expected_factor(op, n);
     EXPECT_DOUBLE_EQ(rec["bus_factor"].get<double>(), factor);
@@ -88,21 +95,25 @@ TEST(CollectivesSuite, SmallSweepOnTheWorld) {
   const json section = small_section();
   const SuiteResult r = run_suite(*world, section);
   const auto per_case = check_records(r, section, n);
-  // 8 B .. 64 KiB doubling is 14 sizes; all_gather/reduce_scatter's per-rank count is
-  // S / (4 n), at least 1, so sizes below 4n bytes merge into one.
-  std::set<size_t> split_bytes;
+  // 8 B .. 64 KiB doubling is 14 sizes; all_gather/reduce_scatter/all_to_all's per-rank count
+  // is S / (4 n), at least 1, so sizes below 4n bytes merge into one; all_to_allv's unit is
+  // S / (4 R), R = n(n-1)/2 (1 on one rank), likewise.
+  std::set<size_t> split_bytes, v_bytes;
+  const size_t row = n == 1 ? 1 : size_t(n) * (n - 1) / 2;
   for (size_t s = 8; s <= 65536; s *= 2) {
     split_bytes.insert(std::max<size_t>(1, s / (4 * n)) * 4 * n);
+    v_bytes.insert(std::max<size_t>(1, s / (4 * row)) * 4 * row);
   }
-  const int split_sizes = int(split_bytes.size());
+  const int split_sizes = int(split_bytes.size()), v_sizes = int(v_bytes.size());
   const std::map<std::string, int> want = {
       {"all_reduce/out_of_place", 14},           {"all_reduce/in_place", 14},
       {"all_gather/out_of_place", split_sizes},  {"all_gather/in_place", split_sizes},
       {"reduce_scatter/out_of_place", split_sizes}, {"reduce_scatter/in_place", split_sizes},
       {"broadcast/out_of_place", 14},            {"broadcast/in_place", 14},
-      {"sendrecv/out_of_place", 14},             {"sendrecv/in_place", 14}};
+      {"sendrecv/out_of_place", 14},             {"sendrecv/in_place", 14},
+      {"all_to_all/out_of_place", split_sizes},  {"all_to_allv/out_of_place", v_sizes}};  // no in-place form
   EXPECT_EQ(per_case, want);
-  ASSERT_EQ(r.checks.size(), 10u);
+  ASSERT_EQ(r.checks.size(), 12u);
   for (const Check& c : r.checks) {
     EXPECT_TRUE(c.passed) << c.name;
     EXPECT_EQ(c.value, 0) << c.name;
@@ -110,7 +121,7 @@ TEST(CollectivesSuite, SmallSweepOnTheWorld) {
   }
   EXPECT_EQ(r.checks[0].name, "collectives/all_reduce/out_of_place/n_wrong");
   EXPECT_EQ(r.data["world_size"], n);
-  EXPECT_EQ(r.data["size_definitions"].size(), 5u);
+  EXPECT_EQ(r.data["size_definitions"].size(), 7u);
 }
 
 TEST(CollectivesSuite, DoubleInPlaceOnly) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/tensor.h"
 
@@ -79,6 +80,27 @@ class Communicator {
   /// Returns once every rank of the group has entered it.
   virtual void barrier() = 0;
 
+  /// Uneven all-to-all (MPI_Alltoallv; on NCCL, nccl-tests' alltoall: one ncclSend and one
+  /// ncclRecv per rank, itself included, in a group): this rank sends send_counts[j] elements
+  /// from send + send_displs[j] to rank j and receives recv_counts[i] elements from rank i
+  /// into recv + recv_displs[i]. The four vectors hold size() entries, counts and
+  /// displacements in elements of `dtype` (an expert-parallel dispatch: send grouped by
+  /// destination rank, as a router's counts say). recv_counts[i] must equal rank i's
+  /// send_counts[rank()]: MPI aborts on a message of another length, NCCL carries no length
+  /// and cannot tell (exchange the counts first, as a dispatch does). Out of place only:
+  /// send and recv must not overlap (neither has an in-place all-to-all: nccl-tests skips it).
+  /// Errors: vectors of another length, a block past INT_MAX elements or offset (MPI), or
+  /// overlapping buffers abort as every operation's errors.
+  virtual void all_to_allv(const void* send, const std::vector<size_t>& send_counts,
+                           const std::vector<size_t>& send_displs, void* recv,
+                           const std::vector<size_t>& recv_counts,
+                           const std::vector<size_t>& recv_displs, DType dtype) = 0;
+  /// Even all-to-all (MPI_Alltoall; nccl-tests' alltoall): send and recv hold size()*count
+  /// elements; block j of send goes to rank j, block i of recv comes from rank i. Out of
+  /// place only. The default calls all_to_allv with equal blocks; MpiCommunicator calls
+  /// MPI_Alltoall.
+  virtual void all_to_all(const void* send, void* recv, size_t count, DType dtype);
+
   /// Non-blocking forms: same semantics, completion at handle->wait(). Buffers must stay
   /// valid and untouched until then.
   virtual std::unique_ptr<CommHandle> all_reduce_async(const void* send, void* recv, size_t count,
@@ -105,6 +127,15 @@ class Communicator {
   virtual std::unique_ptr<CommHandle> sendrecv_async(const void* send, void* recv, size_t count,
                                                      DType dtype, int send_peer, int recv_peer,
                                                      int tag = 0);
+
+  /// Non-blocking all_to_allv: same semantics, completion at handle->wait(); the counts and
+  /// displacements are copied, the buffers must stay valid until then. The default runs the
+  /// blocking form and returns a completed handle; NcclCommunicator issues its group without
+  /// waiting (the collectives suite's device timing launches it back to back).
+  virtual std::unique_ptr<CommHandle> all_to_allv_async(const void* send, const std::vector<size_t>& send_counts,
+                                                        const std::vector<size_t>& send_displs, void* recv,
+                                                        const std::vector<size_t>& recv_counts,
+                                                        const std::vector<size_t>& recv_displs, DType dtype);
 
   /// Non-blocking point-to-point, not collective: sends buf (count) to `peer`. Returns at
   /// once; buf must stay valid and unmodified until the handle completes (test() true or
@@ -151,6 +182,25 @@ inline std::unique_ptr<CommHandle> Communicator::sendrecv_async(const void* send
   return std::make_unique<CompletedHandle>();
 }
 
+/// The displacements of blocks of `counts` laid end to end: {0, c0, c0+c1, ...}.
+inline std::vector<size_t> exclusive_prefix_sum(const std::vector<size_t>& counts) {
+  std::vector<size_t> displs(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
+  return displs;
+}
+
+inline void Communicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  const std::vector<size_t> counts(size_t(size()), count), displs = exclusive_prefix_sum(counts);
+  all_to_allv(send, counts, displs, recv, counts, displs, dtype);
+}
+
+inline std::unique_ptr<CommHandle> Communicator::all_to_allv_async(
+    const void* send, const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs, void* recv,
+    const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs, DType dtype) {
+  all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+  return std::make_unique<CompletedHandle>();
+}
+
 /// Forwards every operation to `inner` (which must outlive it): the base of a communicator
 /// that changes one or two operations (a test's fault injection, a probe that times the
 /// gradient all-reduce) and leaves the rest as they are. Errors: those of `inner`.
@@ -174,6 +224,16 @@ class ForwardingCommunicator : public Communicator {
     inner_.sendrecv(s, r, n, t, sp, rp, tag);
   }
   void barrier() override { inner_.barrier(); }
+  void all_to_allv(const void* s, const std::vector<size_t>& sc, const std::vector<size_t>& sd, void* r,
+                   const std::vector<size_t>& rc, const std::vector<size_t>& rd, DType t) override {
+    inner_.all_to_allv(s, sc, sd, r, rc, rd, t);
+  }
+  void all_to_all(const void* s, void* r, size_t n, DType t) override { inner_.all_to_all(s, r, n, t); }
+  std::unique_ptr<CommHandle> all_to_allv_async(const void* s, const std::vector<size_t>& sc,
+                                                const std::vector<size_t>& sd, void* r, const std::vector<size_t>& rc,
+                                                const std::vector<size_t>& rd, DType t) override {
+    return inner_.all_to_allv_async(s, sc, sd, r, rc, rd, t);
+  }
   std::unique_ptr<CommHandle> all_reduce_async(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
     return inner_.all_reduce_async(s, r, n, t, op);
   }

@@ -68,6 +68,14 @@ class MpiCommunicator final : public Communicator {
   void sendrecv(const void* send, void* recv, size_t count, DType dtype, int send_peer,
                 int recv_peer, int tag = 0) override;
   void barrier() override;
+  /// MPI_Alltoallv; every count and displacement must fit in an int (aborts otherwise). The
+  /// MPI library checks each received length against recv_counts (a mismatch aborts).
+  void all_to_allv(const void* send, const std::vector<size_t>& send_counts,
+                   const std::vector<size_t>& send_displs, void* recv,
+                   const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                   DType dtype) override;
+  /// MPI_Alltoall.
+  void all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
 
   /// The handles' wait() calls MPI_Wait and their test() MPI_Test; on completion (either
   /// way) an in-place reduce_scatter's result is moved to rank's block. A handle destroyed

@@ -1,5 +1,5 @@
 // Tests of MpiCommunicator, and of StagedCommunicator over it, run by the multi-rank binary
-// at 2 and 4 ranks. Every op,
+// at 2 and 4 ranks. Every op (the all-to-alls out of place only, as their contract),
 // blocking and async, in place and out of place, f32 and f64, checked exactly: inputs are
 // small integers, so every sum is exact in any order. The half types are in
 // mpi_communicator_half_test.cc. A rank's count of wrong elements is summed over the world
@@ -125,6 +125,55 @@ TYPED_TEST(MpiTyped, ReduceScatter) {
           if (!in_place)
             for (size_t j = 0; j < count * n; ++j) wrong += send[j] != input<T>(me, j);
         }
+  EXPECT_EQ(world_sum(wrong), 0);
+}
+
+// Even all-to-all: block j of send to rank j, block i of recv from rank i.
+TYPED_TEST(MpiTyped, AllToAll) {
+  using T = typename TypeParam::T;
+  Communicator& c = *this->world_;
+  const int n = c.size(), me = c.rank();
+  long wrong = 0;
+  for (size_t count : kCounts) {
+    std::vector<T> send(count * n), recv(count * n, T(kSentinel));
+    for (size_t j = 0; j < send.size(); ++j) send[j] = input<T>(me, j);
+    c.all_to_all(send.data(), recv.data(), count, this->kType);
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i) wrong += recv[r * count + i] != input<T>(r, me * count + i);
+    for (size_t j = 0; j < send.size(); ++j) wrong += send[j] != input<T>(me, j);
+  }
+  EXPECT_EQ(world_sum(wrong), 0);
+}
+
+// Uneven all-to-all as a router makes it: rank r sends ((r + 2j) mod 3) * unit elements to rank
+// j (some blocks empty), received blocks one element apart, so the gaps must keep the sentinel.
+TYPED_TEST(MpiTyped, AllToAllvUnevenWithGaps) {
+  using T = typename TypeParam::T;
+  Communicator& c = *this->world_;
+  const int n = c.size(), me = c.rank();
+  long wrong = 0;
+  for (size_t unit : {size_t(1), size_t(1003)})
+    for (bool async : {false, true}) {
+      auto sent = [&](int r, int j) { return size_t((r + 2 * j) % 3) * unit; };
+      std::vector<size_t> sc(n), rc(n), rd(n);
+      for (int j = 0; j < n; ++j) sc[j] = sent(me, j), rc[j] = sent(j, me);
+      const std::vector<size_t> sd = exclusive_prefix_sum(sc);
+      for (int i = 1; i < n; ++i) rd[i] = rd[i - 1] + rc[i - 1] + 1;  // a one-element gap
+      std::vector<T> send(sd[n - 1] + sc[n - 1]), recv(rd[n - 1] + rc[n - 1] + 1, T(kSentinel));
+      for (size_t j = 0; j < send.size(); ++j) send[j] = input<T>(me, j);
+      run(async, [&] { c.all_to_allv(send.data(), sc, sd, recv.data(), rc, rd, this->kType); },
+          [&] { return c.all_to_allv_async(send.data(), sc, sd, recv.data(), rc, rd, this->kType); });
+      std::vector<bool> filled(recv.size(), false);
+      for (int i = 0; i < n; ++i) {
+        size_t from = 0;  // where rank i's block for me starts in its send buffer
+        for (int j = 0; j < me; ++j) from += sent(i, j);
+        for (size_t t = 0; t < rc[i]; ++t) {
+          wrong += recv[rd[i] + t] != input<T>(i, from + t);
+          filled[rd[i] + t] = true;
+        }
+      }
+      for (size_t j = 0; j < recv.size(); ++j) wrong += !filled[j] && recv[j] != T(kSentinel);
+    }
   EXPECT_EQ(world_sum(wrong), 0);
 }
 

@@ -4,6 +4,7 @@
 // Creating communicators (make_nccl_world, split) is in nccl_communicator_init.cc.
 #include "kernels/comm/nccl_communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -450,6 +451,51 @@ std::unique_ptr<CommHandle> NcclCommunicator::do_sendrecv(const void* send, void
   if (rc == ncclSuccess) {
     rc = ncclSend(src, count, type, send_peer, comm_, comm_stream_);
     if (rc == ncclSuccess) rc = ncclRecv(recv, count, type, recv_peer, comm_, comm_stream_);
+    const ncclResult_t end_rc = ncclGroupEnd();  // always closes the group
+    if (rc == ncclSuccess) rc = end_rc;
+  }
+  return finish(rc, info, t0, async);
+}
+
+void NcclCommunicator::all_to_allv(const void* send, const std::vector<size_t>& send_counts,
+                                   const std::vector<size_t>& send_displs, void* recv,
+                                   const std::vector<size_t>& recv_counts,
+                                   const std::vector<size_t>& recv_displs, DType dtype) {
+  do_all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, false);
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::all_to_allv_async(
+    const void* send, const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs, void* recv,
+    const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs, DType dtype) {
+  return do_all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, true);
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::do_all_to_allv(
+    const void* send, const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs, void* recv,
+    const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs, DType dtype, bool async) {
+  const size_t n = size_t(size_), ts = dtype_size(dtype);
+  size_t total = 0, send_end = 0, recv_end = 0;
+  for (size_t j = 0; j < send_counts.size(); ++j) total += send_counts[j];
+  const OpInfo info{"ncclSend/ncclRecv (all_to_allv)", total, dtype};
+  if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n || recv_displs.size() != n)
+    fail(info, "counts and displacements need " + std::to_string(n) + " entries each", __LINE__);
+  for (size_t j = 0; j < n; ++j) {
+    if (send_counts[j]) send_end = std::max(send_end, send_displs[j] + send_counts[j]);
+    if (recv_counts[j]) recv_end = std::max(recv_end, recv_displs[j] + recv_counts[j]);
+  }
+  if (overlap(send, send_end * ts, recv, recv_end * ts)) fail(info, kOverlap, __LINE__);
+  const auto t0 = begin();
+  const ncclDataType_t type = nccl_type(dtype);
+  ncclResult_t rc = ncclGroupStart();
+  if (rc == ncclSuccess) {
+    for (size_t j = 0; j < n && rc == ncclSuccess; ++j) {
+      if (send_counts[j])
+        rc = ncclSend(static_cast<const char*>(send) + send_displs[j] * ts, send_counts[j], type, int(j), comm_,
+                      comm_stream_);
+      if (rc == ncclSuccess && recv_counts[j])
+        rc = ncclRecv(static_cast<char*>(recv) + recv_displs[j] * ts, recv_counts[j], type, int(j), comm_,
+                      comm_stream_);
+    }
     const ncclResult_t end_rc = ncclGroupEnd();  // always closes the group
     if (rc == ncclSuccess) rc = end_rc;
   }

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/comm/communicator.h"
 
@@ -110,6 +111,18 @@ class NcclCommunicator final : public Communicator {
   /// An in-place ncclAllReduce (sum) of one i32 in a device buffer allocated at construction,
   /// waited for on the host.
   void barrier() override;
+  /// nccl-tests' alltoall: ncclGroupStart; for each rank j (itself included) ncclSend of
+  /// block j and ncclRecv of block j; ncclGroupEnd. Zero-count blocks are skipped. NCCL
+  /// carries no length: mismatched counts are not detected (Communicator's contract).
+  void all_to_allv(const void* send, const std::vector<size_t>& send_counts,
+                   const std::vector<size_t>& send_displs, void* recv,
+                   const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                   DType dtype) override;
+  /// The same group, issued without waiting (as the async collectives below).
+  std::unique_ptr<CommHandle> all_to_allv_async(const void* send, const std::vector<size_t>& send_counts,
+                                                const std::vector<size_t>& send_displs, void* recv,
+                                                const std::vector<size_t>& recv_counts,
+                                                const std::vector<size_t>& recv_displs, DType dtype) override;
 
   /// Issued as the blocking forms, on the comm stream. The handle's wait() makes the
   /// compute stream wait for the completion event, then polls (bounded, as above) until the
@@ -196,6 +209,11 @@ class NcclCommunicator final : public Communicator {
   /// The grouped send and recv behind sendrecv and sendrecv_async.
   std::unique_ptr<CommHandle> do_sendrecv(const void* send, void* recv, size_t count,
                                           DType dtype, int send_peer, int recv_peer, bool async);
+  /// The group behind all_to_allv and its async form.
+  std::unique_ptr<CommHandle> do_all_to_allv(const void* send, const std::vector<size_t>& send_counts,
+                                             const std::vector<size_t>& send_displs, void* recv,
+                                             const std::vector<size_t>& recv_counts,
+                                             const std::vector<size_t>& recv_displs, DType dtype, bool async);
   /// Aborts the communicator and ends the job with one line about `op`.
   [[noreturn]] void fail(const OpInfo& op, const std::string& why, int line);
   /// Aborts (as fail) unless 0 <= r < size(); `what` is "root", "peer", ...

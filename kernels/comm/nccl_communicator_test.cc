@@ -238,6 +238,34 @@ void check_sendrecv(Communicator& c, cudaStream_t s, size_t count, bool in_place
   EXPECT_EQ(0, world_sum(bad)) << what(type_of<T>(), count, in_place);
 }
 
+/// Uneven all-to-all (out of place only): rank r sends ((r + 2j) mod 3) * count elements to
+/// rank j, blocks laid end to end; the even all_to_all too.
+template <typename T>
+void check_all_to_all(Communicator& c, cudaStream_t s, size_t count) {
+  const int r = c.rank(), n = c.size();
+  auto sent = [&](int from, int to) { return size_t((from + 2 * to) % 3) * count; };
+  std::vector<size_t> sc(n), rc(n);
+  for (int j = 0; j < n; ++j) sc[j] = sent(r, j), rc[j] = sent(j, r);
+  const std::vector<size_t> sd = exclusive_prefix_sum(sc), rd = exclusive_prefix_sum(rc);
+  const size_t send_len = sd[n - 1] + sc[n - 1], recv_len = rd[n - 1] + rc[n - 1];
+  DeviceBuffer send(std::max<size_t>(1, send_len) * sizeof(T)), recv(std::max<size_t>(1, recv_len) * sizeof(T));
+  upload(send.ptr, fill<T>(send_len, [&](size_t i) { return input(r, i); }), s);
+  c.all_to_allv(send.ptr, sc, sd, recv.ptr, rc, rd, type_of<T>());
+  std::vector<double> want;
+  for (int i = 0; i < n; ++i) {
+    size_t from = 0;
+    for (int j = 0; j < r; ++j) from += sent(i, j);
+    for (size_t t = 0; t < rc[i]; ++t) want.push_back(input(i, from + t));
+  }
+  long bad = wrong(download<T>(recv.ptr, recv_len, s), [&](size_t i) { return want[i]; });
+  DeviceBuffer even_send(count * n * sizeof(T)), even_recv(count * n * sizeof(T));
+  upload(even_send.ptr, fill<T>(count * n, [&](size_t i) { return input(r, i); }), s);
+  c.all_to_all(even_send.ptr, even_recv.ptr, count, type_of<T>());
+  bad += wrong(download<T>(even_recv.ptr, count * n, s),
+               [&](size_t i) { return input(int(i / count), size_t(r) * count + i % count); });
+  EXPECT_EQ(0, world_sum(bad)) << what(type_of<T>(), count, false) << " all_to_all(v)";
+}
+
 template <typename T> void check_all_collectives(Communicator& c, cudaStream_t s) {
   for (size_t count : kCounts) {
     for (bool in_place : {false, true}) {
@@ -250,6 +278,7 @@ template <typename T> void check_all_collectives(Communicator& c, cudaStream_t s
       if (in_place) check_broadcast<T>(c, s, count, false, true);  // broadcast(buf, buf)
       check_sendrecv<T>(c, s, count, in_place);
     }
+    check_all_to_all<T>(c, s, count);
   }
 }
 

@@ -4,6 +4,7 @@
 // which Communicator follows) need no case of their own.
 #include "kernels/comm/staged_communicator.h"
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -113,6 +114,26 @@ void StagedCommunicator::sendrecv(const void* send, void* recv, size_t count, DT
   backend_.copy_to_host(in.data(), send, bytes);
   host_->sendrecv(in.data(), out.data(), count, dtype, send_peer, recv_peer, tag);
   backend_.copy_from_host(recv, out.data(), bytes);
+}
+
+void StagedCommunicator::all_to_allv(const void* send, const std::vector<size_t>& send_counts,
+                                     const std::vector<size_t>& send_displs, void* recv,
+                                     const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                                     DType dtype) {
+  const size_t ts = dtype_size(dtype);
+  auto span = [](const std::vector<size_t>& counts, const std::vector<size_t>& displs) {
+    size_t end = 0;
+    for (size_t j = 0; j < counts.size() && j < displs.size(); ++j)
+      if (counts[j]) end = std::max(end, displs[j] + counts[j]);
+    return end;
+  };
+  Bytes in(span(send_counts, send_displs) * ts), out(span(recv_counts, recv_displs) * ts);
+  if (!in.empty()) backend_.copy_to_host(in.data(), send, in.size());
+  host_->all_to_allv(in.data(), send_counts, send_displs, out.data(), recv_counts, recv_displs, dtype);
+  for (size_t i = 0; i < recv_counts.size(); ++i)
+    if (recv_counts[i])
+      backend_.copy_from_host(static_cast<unsigned char*>(recv) + recv_displs[i] * ts,
+                              out.data() + recv_displs[i] * ts, recv_counts[i] * ts);
 }
 
 // The async forms: stage the inputs now, start the host operation on the handle's buffers,

@@ -42,6 +42,11 @@ class StagedCommunicator final : public Communicator {
   void sendrecv(const void* send, void* recv, size_t count, DType dtype, int send_peer, int recv_peer,
                 int tag) override;
   void barrier() override { host_->barrier(); }
+  /// Stages the span of send the blocks cover, runs the host's all_to_allv, and copies each
+  /// received block back (recv between blocks is left as it was).
+  void all_to_allv(const void* send, const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs,
+                   void* recv, const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                   DType dtype) override;
 
   std::unique_ptr<CommHandle> all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
                                                ReduceOp op) override;

@@ -314,6 +314,8 @@ const char* comm_op_name(CommOp op) {
     case CommOp::sendrecv: return "sendrecv";
     case CommOp::barrier: return "barrier";
     case CommOp::split: return "split";
+    case CommOp::all_to_all: return "all_to_all";
+    case CommOp::all_to_allv: return "all_to_allv";
   }
   return "?";
 }

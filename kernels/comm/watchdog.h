@@ -41,7 +41,7 @@ inline constexpr double kDefaultCommTimeout = 300.0;
 enum class CommOp : int32_t {
   none = 0,
   all_reduce, all_gather, reduce_scatter, broadcast, send, recv, sendrecv, barrier,
-  split,
+  split, all_to_all, all_to_allv,
 };
 const char* comm_op_name(CommOp op);
 /// The board's code for waiting on an async `op`'s handle ("all_reduce (async wait)").
