@@ -1,0 +1,94 @@
+// The mixture-of-experts FFN of the reference model: a learned router sends each token to its
+// top-k of E experts, each the GPT's FFN (fc, GELU, proj) with its own weights, and the token's
+// output is the gate-weighted sum of its experts' outputs (Switch Transformer, Fedus et al.
+// 2021, top-1; GShard, Lepikhin et al. 2020, top-2). Capacity with token dropping, the
+// load-balancing loss (Fedus et al. eq. 4) and the router z-loss (ST-MoE, Zoph et al. 2022
+// eq. 5), with config names after Megatron-LM's (--num-experts, --moe-router-topk,
+// --moe-expert-capacity-factor, --moe-aux-loss-coeff, --moe-z-loss-coeff). One rank, all
+// experts: the oracle's layer; expert parallelism splits the same computation by expert.
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace dtb {
+
+/// The MoE settings of a layer. Errors: validate_moe_config.
+struct MoeConfig {
+  int num_experts = 1;  // E
+  int topk = 1;         // experts per token (1: Switch, 2: GShard/Mixtral)
+  /// Tokens an expert takes: ceil(capacity_factor * N * topk / E) of a call's N tokens
+  /// (Megatron-LM's capacity); unset: no token is dropped.
+  std::optional<double> capacity_factor;
+  double aux_loss_coeff = 0.01;  // alpha of the load-balancing loss (Fedus et al.: 1e-2)
+  double z_loss_coeff = 0.0;     // beta of the router z-loss (ST-MoE: 1e-3)
+  int ffn_hidden = 0;            // each expert's hidden size F; 0: 4C, as the dense FFN
+};
+
+/// Throws InputError naming the numbers: E < 1, topk outside [1, E], a capacity factor <= 0
+/// (or not finite), a negative or non-finite loss coefficient, ffn_hidden < 0.
+void validate_moe_config(const MoeConfig& cfg);
+
+/// Each expert's hidden size: cfg.ffn_hidden, or 4C when 0.
+int moe_hidden(const MoeConfig& cfg, int C);
+
+/// A layer's weights (or their gradients), row-major, linear weights (out, in) as
+/// torch.nn.Linear: router (E, C); fc (E, F, C), fc_bias (E, F); proj (E, C, F), proj_bias (E, C).
+template <typename T> struct MoeWeights {
+  T* router = nullptr;
+  T* fc = nullptr;
+  T* fc_bias = nullptr;
+  T* proj = nullptr;
+  T* proj_bias = nullptr;
+};
+
+/// Where a call's tokens went. Assignments are ranked first by choice (every token's first
+/// choice before any second choice, as GShard), then by token index; an expert takes them in
+/// that order until its capacity is full and drops the rest. Ties between equal router
+/// probabilities go to the lower expert index, so every layout that sees the same tokens in the
+/// same order routes them identically.
+struct MoeRouting {
+  int N = 0, E = 0, topk = 0;
+  std::vector<int> expert;            // (N, topk): the chosen experts, best first
+  std::vector<int> slot;              // (N, topk): row in the expert's batch; -1 dropped
+  std::vector<int> tokens_per_expert;  // (E): assignments before dropping
+  std::vector<int> kept_per_expert;    // (E): assignments kept (at most the capacity)
+  int capacity = 0;                    // per expert; N * topk when nothing is dropped
+  int dropped = 0;                     // assignments dropped, over all experts
+  double aux_loss = 0;  // alpha * E * sum_e f_e P_e (f_e = tokens_per_expert / (N topk), P_e the mean probability)
+  double z_loss = 0;    // beta * mean over tokens of logsumexp(router logits)^2
+  /// max over mean tokens per expert (before dropping): 1 is perfect balance.
+  double imbalance() const;
+};
+
+/// What backward needs from forward.
+template <typename T> struct MoeActivations {
+  MoeRouting routing;
+  std::vector<T> probs;                // (N, E) router softmax
+  std::vector<double> lse;             // (N) logsumexp of the router logits
+  std::vector<std::vector<T>> in, pre, act, out;  // per expert: (kept, C), (kept, F), (kept, F), (kept, C)
+  std::vector<std::vector<int>> token;  // per expert: the token of each row
+};
+
+/// out (N, C) = sum over a token's kept assignments of gate * expert(x), gate = the router's
+/// softmax probability of that expert (Switch's gate; not renormalised over the top-k, as
+/// Megatron-LM's moe_router_pre_softmax). A dropped assignment contributes 0 (the residual
+/// carries the token). Each expert runs ops' matmul and GELU on its rows in assignment order
+/// (MoeRouting's), so E = 1 without dropping is the dense FFN times gate 1, bitwise. A token's
+/// output adds its experts' contributions best choice first. Fills `acts` for backward.
+/// x (N, C). Errors: InputError from validate_moe_config.
+template <typename T>
+void moe_forward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, const T* x, T* out, int N, int C,
+                 MoeActivations<T>& acts);
+
+/// dx (N, C) += the input gradient of out given dout (N, C); the weight gradients `dw` +=
+/// theirs, the router's including d(aux_loss + z_loss), the two losses counting as added to the
+/// model's loss with weight `loss_scale` (1 unless the loss is scaled). An expert's weight
+/// gradients sum over its rows in assignment order; dx gets the experts' parts in expert index
+/// order, then the router's; the router's gradient sums over tokens in order.
+template <typename T>
+void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, const MoeWeights<T>& dw, const T* x,
+                  const T* dout, T* dx, int N, int C, const MoeActivations<T>& acts, double loss_scale = 1.0);
+
+}  // namespace dtb
