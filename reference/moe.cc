@@ -81,7 +81,8 @@ template <typename T> void route(const MoeConfig& cfg, const T* x, const T* rout
       ++r.tokens_per_expert[size_t(order[size_t(i)])];
     }
   }
-  r.capacity = cfg.capacity_factor ? int(std::ceil(*cfg.capacity_factor * N * k / E)) : N * k;
+  // At most N k (no expert can get more), computed in double so that a huge factor cannot overflow.
+  r.capacity = cfg.capacity_factor ? int(std::min(double(N) * k, std::ceil(*cfg.capacity_factor * N * k / E))) : N * k;
   a.token.assign(size_t(E), {});
   for (int i = 0; i < k; ++i)  // every first choice before any second choice (GShard)
     for (int t = 0; t < N; ++t) {
@@ -94,6 +95,7 @@ template <typename T> void route(const MoeConfig& cfg, const T* x, const T* rout
         ++r.dropped;
       }
     }
+  if (N == 0) return;  // no token: both losses 0
   double balance = 0;
   for (int j = 0; j < E; ++j) balance += double(r.tokens_per_expert[size_t(j)]) / (double(N) * k) * mean_p[size_t(j)];
   r.aux_loss = cfg.aux_loss_coeff * E * balance;

@@ -19,7 +19,7 @@ struct MoeConfig {
   int num_experts = 1;  // E
   int topk = 1;         // experts per token (1: Switch, 2: GShard/Mixtral)
   /// Tokens an expert takes: ceil(capacity_factor * N * topk / E) of a call's N tokens
-  /// (Megatron-LM's capacity); unset: no token is dropped.
+  /// (Megatron-LM's capacity), at most N * topk; unset: no token is dropped.
   std::optional<double> capacity_factor;
   double aux_loss_coeff = 0.01;  // alpha of the load-balancing loss (Fedus et al.: 1e-2)
   double z_loss_coeff = 0.0;     // beta of the router z-loss (ST-MoE: 1e-3)

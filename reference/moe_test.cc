@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -46,15 +47,16 @@ std::vector<double> normal(size_t n, uint64_t stream, double scale = 1.0) {
   return v;
 }
 
-// The loss sum(out * R) + aux + z: its gradient by moe_backward (dout = R) against central
+// The loss sum(out * R) + scale (aux + z): its gradient by moe_backward (dout = R) against central
 // differences of every weight and input. Error analysis: with h = 1e-5 the truncation error is
 // about h^2 |f'''| / 6 (below 1e-9 here, the weights O(0.5)), the rounding error about
 // eps |f| / h = 1e-16 * 10 / 1e-5 = 1e-10; so 1e-7 absolute plus 1e-6 relative leaves a margin
 // of 100 while a missing term (the aux loss's alpha E f / N = 0.025 per probability) is far
 // above it. No routing decision changes under a 1e-5 step with these seeds (asserted).
 TEST(Moe, GradientsMatchCentralDifferences) {
-  for (int topk : {1, 2}) {
-    SCOPED_TRACE("topk " + std::to_string(topk));
+  // loss_scale: the losses' weight in the model's loss (a scaled loss), 1 and 3.
+  for (auto [topk, scale] : {std::pair{1, 1.0}, std::pair{2, 3.0}}) {
+    SCOPED_TRACE("topk " + std::to_string(topk) + ", loss scale " + std::to_string(scale));
     MoeConfig cfg;
     cfg.num_experts = 4, cfg.topk = topk, cfg.capacity_factor = 1.0;
     cfg.aux_loss_coeff = 0.1, cfg.z_loss_coeff = 0.01, cfg.ffn_hidden = 6;
@@ -66,14 +68,15 @@ TEST(Moe, GradientsMatchCentralDifferences) {
     MoeActivations<double> acts;
     auto loss = [&](MoeActivations<double>& a) {
       moe_forward(ops, cfg, layer.view(layer.w), x.data(), out.data(), N, C, a);
-      double s = a.routing.aux_loss + a.routing.z_loss;
+      double s = scale * (a.routing.aux_loss + a.routing.z_loss);
       for (size_t i = 0; i < out.size(); ++i) s += out[i] * R[i];
       return s;
     };
     loss(acts);
     EXPECT_GT(acts.routing.dropped, 0);  // capacity 1.0 drops here: the test covers dropping
     std::vector<double> dx(x.size(), 0.0);
-    moe_backward(ops, cfg, layer.view(layer.w), layer.view(layer.g), x.data(), R.data(), dx.data(), N, C, acts);
+    moe_backward(ops, cfg, layer.view(layer.w), layer.view(layer.g), x.data(), R.data(), dx.data(), N, C, acts,
+                 scale);
     const double h = 1e-5;
     auto check = [&](std::vector<double>& v, const std::vector<double>& grad, const char* what) {
       for (size_t i = 0; i < v.size(); ++i) {

@@ -216,26 +216,28 @@ class RealReports(unittest.TestCase):
         self.assertEqual(steps[0]["direction"], "lower")
 
     def test_doctored_busbw_and_check_regress(self):
-        # The largest all_reduce whose repetitions spread less than 20%, so that its samples x1.25
-        # lie apart from the originals and the U test can call the cut significant. (A record
-        # whose own samples spread wider is, rightly, "worse, not significant".) Of 36 quick
-        # reports (.ci/run), each had at least 4 such all_reduce records of 20.
+        # The largest all_reduce whose repetitions spread least, its times multiplied by f = 1.25, or
+        # by more where its own samples spread wider (f = 1.3 x max/min): then every slowed sample
+        # lies above every original, and the U test over the 5 repetitions calls the cut
+        # significant (p = 2/252). A fixed 1.25 was not enough when the machine was loaded and
+        # every all_reduce record spread past 20 % (a CI run beside a build, 2026-12-03).
         spread = lambda b: b["time_us"]["max"] / b["time_us"]["min"]  # noqa: E731
         all_reduce = [b for b in self.a["benchmarks"] if b.get("op") == "all_reduce"]
         tight = [b for b in all_reduce if spread(b) < 1.2]
-        key = (max(tight, key=lambda b: b["bytes"]) if tight else min(all_reduce, key=spread))["name"]
+        chosen = max(tight, key=lambda b: b["bytes"]) if tight else min(all_reduce, key=spread)
+        key, f = chosen["name"], max(1.25, 1.3 * spread(chosen))
         check = next(c["name"] for c in self.a["checks"] if c["suite"] == "conformance" and c["passed"])
 
         def slow_and_failing(r):
             b = next(b for b in r["benchmarks"] if b["name"] == key)
-            b["busbw_GBps"] *= 0.8
-            b["algbw_GBps"] *= 0.8
+            b["busbw_GBps"] /= f
+            b["algbw_GBps"] /= f
             for k in ("real_time", "cpu_time"):
-                b[k] /= 0.8
+                b[k] *= f
             t = b["time_us"]
-            t["samples"] = [x / 0.8 for x in t["samples"]]
+            t["samples"] = [x * f for x in t["samples"]]
             for k in ("median", "min", "max", "mean", "stddev"):
-                t[k] /= 0.8
+                t[k] *= f
             c = next(c for c in r["checks"] if c["name"] == check)
             c["passed"] = False
             c["value"] = 2 * c["tolerance"] if c["tolerance"] else 1.0
@@ -256,8 +258,8 @@ class RealReports(unittest.TestCase):
         self.assertEqual(j["exit_code"], 1)
         row = next(m for m in j["metrics"] if m["record"] == key and m["metric"] == "busbw_GBps")
         self.assertTrue(row["regression"])
-        self.assertAlmostEqual(row["change"], -0.2, places=6)
-        self.assertAlmostEqual(row["worse_by"], 0.25, places=6)
+        self.assertAlmostEqual(row["change"], 1 / f - 1, places=6)  # -20 % at f = 1.25
+        self.assertAlmostEqual(row["worse_by"], f - 1, places=6)
         self.assertEqual(row["test"], "mann-whitney")  # 5 repetitions vs 5: the U test can reach 0.05
         self.assertLess(row["p_value"], 0.05)
         self.assertEqual([c["name"] for c in j["checks"]["regressions"]], [check])
@@ -268,10 +270,10 @@ class RealReports(unittest.TestCase):
         self.assertEqual([ln for ln in out.splitlines() if ln.startswith("REGRESSION")],
                          [next(ln for ln in lines if check in ln)])
 
-        # The same 20% cut is no regression at a threshold above 25% (worse by 25%).
+        # The same cut is no regression at a threshold above f - 1 (worse by 25 % at f = 1.25).
         rc, out, _ = compare(self.reports[0], self.doctored("only_slow", lambda r: [
             slow_and_failing(r), next(c for c in r["checks"] if c["name"] == check).update(passed=True)]),
-            "--threshold", "0.3")
+            "--threshold", str(f - 1 + 0.05))
         self.assertEqual(rc, 0, out)
 
     def test_schema_version_mismatch(self):

@@ -30,7 +30,7 @@ std::string_view to_string(Placement p) {
 
 /// Whether the Communicator has `op` in placement `p`: every op has both (broadcast out of
 /// place is NCCL's ncclBroadcast, sendrecv in place is MPI_Sendrecv_replace) except the
-/// all-to-alls, out of place only (neither MPI's nor nccl-tests' has an in-place form). A
+/// all-to-alls, out of place only (nccl-tests' has no in-place form; dtbench's follows it). A
 /// placement without an implementation prints N/A and gets no record and no check.
 bool supported(CollectiveOp op, Placement p) {
   const bool all_to_all = op == CollectiveOp::all_to_all || op == CollectiveOp::all_to_allv;

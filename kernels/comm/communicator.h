@@ -86,9 +86,10 @@ class Communicator {
   /// into recv + recv_displs[i]. The four vectors hold size() entries, counts and
   /// displacements in elements of `dtype` (an expert-parallel dispatch: send grouped by
   /// destination rank, as a router's counts say). recv_counts[i] must equal rank i's
-  /// send_counts[rank()]: MPI aborts on a message of another length, NCCL carries no length
-  /// and cannot tell (exchange the counts first, as a dispatch does). Out of place only:
-  /// send and recv must not overlap (neither has an in-place all-to-all: nccl-tests skips it).
+  /// send_counts[rank()]: MPI aborts on a longer message (MPI_ERR_TRUNCATE) but leaves the
+  /// rest of a block unwritten after a shorter one, NCCL carries no length and cannot tell
+  /// (exchange the counts first, as a dispatch does). Out of place only: send and recv must not
+  /// overlap (MPI's MPI_IN_PLACE form is not offered; nccl-tests has no in-place all-to-all).
   /// Errors: vectors of another length, a block past INT_MAX elements or offset (MPI), or
   /// overlapping buffers abort as every operation's errors.
   virtual void all_to_allv(const void* send, const std::vector<size_t>& send_counts,

@@ -68,8 +68,9 @@ class MpiCommunicator final : public Communicator {
   void sendrecv(const void* send, void* recv, size_t count, DType dtype, int send_peer,
                 int recv_peer, int tag = 0) override;
   void barrier() override;
-  /// MPI_Alltoallv; every count and displacement must fit in an int (aborts otherwise). The
-  /// MPI library checks each received length against recv_counts (a mismatch aborts).
+  /// MPI_Alltoallv; every count and displacement must fit in an int (aborts otherwise). A
+  /// message longer than its recv_counts entry aborts (MPI_ERR_TRUNCATE); a shorter one is not
+  /// detected (the rest of that block is left as it was).
   void all_to_allv(const void* send, const std::vector<size_t>& send_counts,
                    const std::vector<size_t>& send_displs, void* recv,
                    const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,

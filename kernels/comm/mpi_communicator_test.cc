@@ -146,7 +146,8 @@ TYPED_TEST(MpiTyped, AllToAll) {
 }
 
 // Uneven all-to-all as a router makes it: rank r sends ((r + 2j) mod 3) * unit elements to rank
-// j (some blocks empty), received blocks one element apart, so the gaps must keep the sentinel.
+// j (some blocks empty); sent blocks one element apart (so packed displacements would read the
+// wrong elements) and received blocks too (so the gaps must keep the sentinel).
 TYPED_TEST(MpiTyped, AllToAllvUnevenWithGaps) {
   using T = typename TypeParam::T;
   Communicator& c = *this->world_;
@@ -155,18 +156,17 @@ TYPED_TEST(MpiTyped, AllToAllvUnevenWithGaps) {
   for (size_t unit : {size_t(1), size_t(1003)})
     for (bool async : {false, true}) {
       auto sent = [&](int r, int j) { return size_t((r + 2 * j) % 3) * unit; };
-      std::vector<size_t> sc(n), rc(n), rd(n);
+      std::vector<size_t> sc(n), rc(n), sd(n), rd(n);
       for (int j = 0; j < n; ++j) sc[j] = sent(me, j), rc[j] = sent(j, me);
-      const std::vector<size_t> sd = exclusive_prefix_sum(sc);
-      for (int i = 1; i < n; ++i) rd[i] = rd[i - 1] + rc[i - 1] + 1;  // a one-element gap
+      for (int i = 1; i < n; ++i) sd[i] = sd[i - 1] + sc[i - 1] + 1, rd[i] = rd[i - 1] + rc[i - 1] + 1;  // gaps
       std::vector<T> send(sd[n - 1] + sc[n - 1]), recv(rd[n - 1] + rc[n - 1] + 1, T(kSentinel));
       for (size_t j = 0; j < send.size(); ++j) send[j] = input<T>(me, j);
       run(async, [&] { c.all_to_allv(send.data(), sc, sd, recv.data(), rc, rd, this->kType); },
           [&] { return c.all_to_allv_async(send.data(), sc, sd, recv.data(), rc, rd, this->kType); });
       std::vector<bool> filled(recv.size(), false);
       for (int i = 0; i < n; ++i) {
-        size_t from = 0;  // where rank i's block for me starts in its send buffer
-        for (int j = 0; j < me; ++j) from += sent(i, j);
+        size_t from = 0;  // where rank i's block for me starts in its send buffer (gaps included)
+        for (int j = 0; j < me; ++j) from += sent(i, j) + 1;
         for (size_t t = 0; t < rc[i]; ++t) {
           wrong += recv[rd[i] + t] != input<T>(i, from + t);
           filled[rd[i] + t] = true;

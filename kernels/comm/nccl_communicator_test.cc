@@ -239,23 +239,25 @@ void check_sendrecv(Communicator& c, cudaStream_t s, size_t count, bool in_place
 }
 
 /// Uneven all-to-all (out of place only): rank r sends ((r + 2j) mod 3) * count elements to
-/// rank j, blocks laid end to end; the even all_to_all too.
+/// rank j, blocks one element apart in send and in recv (the gaps must keep the sentinel); the
+/// even all_to_all too.
 template <typename T>
 void check_all_to_all(Communicator& c, cudaStream_t s, size_t count) {
   const int r = c.rank(), n = c.size();
   auto sent = [&](int from, int to) { return size_t((from + 2 * to) % 3) * count; };
-  std::vector<size_t> sc(n), rc(n);
+  std::vector<size_t> sc(n), rc(n), sd(n), rd(n);
   for (int j = 0; j < n; ++j) sc[j] = sent(r, j), rc[j] = sent(j, r);
-  const std::vector<size_t> sd = exclusive_prefix_sum(sc), rd = exclusive_prefix_sum(rc);
-  const size_t send_len = sd[n - 1] + sc[n - 1], recv_len = rd[n - 1] + rc[n - 1];
-  DeviceBuffer send(std::max<size_t>(1, send_len) * sizeof(T)), recv(std::max<size_t>(1, recv_len) * sizeof(T));
+  for (int i = 1; i < n; ++i) sd[i] = sd[i - 1] + sc[i - 1] + 1, rd[i] = rd[i - 1] + rc[i - 1] + 1;
+  const size_t send_len = sd[n - 1] + sc[n - 1], recv_len = rd[n - 1] + rc[n - 1] + 1;
+  DeviceBuffer send(std::max<size_t>(1, send_len) * sizeof(T)), recv(recv_len * sizeof(T));
   upload(send.ptr, fill<T>(send_len, [&](size_t i) { return input(r, i); }), s);
+  upload(recv.ptr, fill<T>(recv_len, [](size_t) { return kSentinel; }), s);
   c.all_to_allv(send.ptr, sc, sd, recv.ptr, rc, rd, type_of<T>());
-  std::vector<double> want;
+  std::vector<double> want(recv_len, kSentinel);
   for (int i = 0; i < n; ++i) {
-    size_t from = 0;
-    for (int j = 0; j < r; ++j) from += sent(i, j);
-    for (size_t t = 0; t < rc[i]; ++t) want.push_back(input(i, from + t));
+    size_t from = 0;  // rank i's block for this rank, in its send buffer (gaps included)
+    for (int j = 0; j < r; ++j) from += sent(i, j) + 1;
+    for (size_t t = 0; t < rc[i]; ++t) want[rd[i] + t] = input(i, from + t);
   }
   long bad = wrong(download<T>(recv.ptr, recv_len, s), [&](size_t i) { return want[i]; });
   DeviceBuffer even_send(count * n * sizeof(T)), even_recv(count * n * sizeof(T));
