@@ -5,11 +5,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "kernels/error.h"
 
 namespace dtb {
+
+namespace {
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+}  // namespace
 
 void validate_moe_config(const MoeConfig& c) {
   if (c.num_experts < 1)
@@ -18,12 +27,12 @@ void validate_moe_config(const MoeConfig& c) {
     throw InputError("model.moe_router_topk = " + std::to_string(c.topk) + " is outside [1, num_experts = " +
                      std::to_string(c.num_experts) + "]");
   if (c.capacity_factor && !(std::isfinite(*c.capacity_factor) && *c.capacity_factor > 0))
-    throw InputError("model.moe_expert_capacity_factor = " + std::to_string(*c.capacity_factor) +
-                     ": must be > 0 (leave it out for no token dropping)");
+    throw InputError("model.moe_expert_capacity_factor = " + num(*c.capacity_factor) +
+                     ": must be > 0 (null or left out: no token is dropped)");
   if (!(std::isfinite(c.aux_loss_coeff) && c.aux_loss_coeff >= 0))
-    throw InputError("model.moe_aux_loss_coeff = " + std::to_string(c.aux_loss_coeff) + ": must be >= 0");
+    throw InputError("model.moe_aux_loss_coeff = " + num(c.aux_loss_coeff) + ": must be >= 0");
   if (!(std::isfinite(c.z_loss_coeff) && c.z_loss_coeff >= 0))
-    throw InputError("model.moe_z_loss_coeff = " + std::to_string(c.z_loss_coeff) + ": must be >= 0");
+    throw InputError("model.moe_z_loss_coeff = " + num(c.z_loss_coeff) + ": must be >= 0");
   if (c.ffn_hidden < 0)
     throw InputError("model.moe_ffn_hidden_size = " + std::to_string(c.ffn_hidden) + ": must be >= 0 (0: 4C)");
 }
@@ -47,58 +56,68 @@ template <typename T> void router_logits(const T* x, const T* router, int t, int
   }
 }
 
-/// Softmax, top-k (ties: the lower index), counts, capacity and the losses into acts.
-template <typename T> void route(const MoeConfig& cfg, const T* x, const T* router, int N, int C, MoeActivations<T>& a) {
-  const int E = cfg.num_experts, k = cfg.topk;
+/// Softmax, top-k (ties: the lower index), counts, capacity and the losses into acts, group by
+/// group of G tokens.
+template <typename T>
+void route(const MoeConfig& cfg, const T* x, const T* router, int N, int G, int C, MoeActivations<T>& a) {
+  const int E = cfg.num_experts, k = cfg.topk, groups = G > 0 ? N / G : 0;
   MoeRouting& r = a.routing;
   r = MoeRouting{};
-  r.N = N, r.E = E, r.topk = k;
+  r.N = N, r.E = E, r.topk = k, r.group = G;
   r.expert.assign(size_t(N) * k, -1);
   r.slot.assign(size_t(N) * k, -1);
   r.tokens_per_expert.assign(size_t(E), 0);
+  r.group_tokens.assign(size_t(groups) * E, 0);
   r.kept_per_expert.assign(size_t(E), 0);
   a.probs.assign(size_t(N) * E, T(0));
   a.lse.assign(size_t(N), 0.0);
-  std::vector<double> l(static_cast<size_t>(E)), p(static_cast<size_t>(E)), mean_p(size_t(E), 0.0);
-  std::vector<int> order(static_cast<size_t>(E));
-  double z = 0;
-  for (int t = 0; t < N; ++t) {
-    router_logits(x, router, t, C, E, l);
-    const double m = *std::max_element(l.begin(), l.end());
-    double sum = 0;
-    for (int j = 0; j < E; ++j) sum += p[size_t(j)] = std::exp(l[size_t(j)] - m);
-    a.lse[size_t(t)] = m + std::log(sum);
-    z += a.lse[size_t(t)] * a.lse[size_t(t)];
-    for (int j = 0; j < E; ++j) {
-      p[size_t(j)] /= sum;
-      a.probs[size_t(t) * E + j] = T(p[size_t(j)]);
-      mean_p[size_t(j)] += p[size_t(j)] / N;
-    }
-    for (int j = 0; j < E; ++j) order[size_t(j)] = j;
-    std::stable_sort(order.begin(), order.end(), [&](int i, int j) { return p[size_t(i)] > p[size_t(j)]; });
-    for (int i = 0; i < k; ++i) {
-      r.expert[size_t(t) * k + i] = order[size_t(i)];
-      ++r.tokens_per_expert[size_t(order[size_t(i)])];
-    }
-  }
-  // At most N k (no expert can get more), computed in double so that a huge factor cannot overflow.
-  r.capacity = cfg.capacity_factor ? int(std::min(double(N) * k, std::ceil(*cfg.capacity_factor * N * k / E))) : N * k;
   a.token.assign(size_t(E), {});
-  for (int i = 0; i < k; ++i)  // every first choice before any second choice (GShard)
-    for (int t = 0; t < N; ++t) {
-      const int e = r.expert[size_t(t) * k + i];
-      int& kept = r.kept_per_expert[size_t(e)];
-      if (kept < r.capacity) {
-        r.slot[size_t(t) * k + i] = kept++;
-        a.token[size_t(e)].push_back(t);
-      } else {
-        ++r.dropped;
+  // At most G k (no expert can get more), computed in double so that a huge factor cannot overflow.
+  r.capacity = cfg.capacity_factor ? int(std::min(double(G) * k, std::ceil(*cfg.capacity_factor * G * k / E))) : G * k;
+  std::vector<double> l(static_cast<size_t>(E)), p(static_cast<size_t>(E)), mean_p(static_cast<size_t>(E));
+  std::vector<int> order(static_cast<size_t>(E)), kept(static_cast<size_t>(E));
+  double z = 0, aux = 0;
+  for (int g = 0; g < groups; ++g) {
+    int* counts = r.group_tokens.data() + size_t(g) * E;
+    std::fill(mean_p.begin(), mean_p.end(), 0.0);
+    for (int t = g * G; t < (g + 1) * G; ++t) {
+      router_logits(x, router, t, C, E, l);
+      const double m = *std::max_element(l.begin(), l.end());
+      double sum = 0;
+      for (int j = 0; j < E; ++j) sum += p[size_t(j)] = std::exp(l[size_t(j)] - m);
+      a.lse[size_t(t)] = m + std::log(sum);
+      z += a.lse[size_t(t)] * a.lse[size_t(t)];
+      for (int j = 0; j < E; ++j) {
+        p[size_t(j)] /= sum;
+        a.probs[size_t(t) * E + j] = T(p[size_t(j)]);
+        mean_p[size_t(j)] += p[size_t(j)] / G;
+      }
+      for (int j = 0; j < E; ++j) order[size_t(j)] = j;
+      std::stable_sort(order.begin(), order.end(), [&](int i, int j) { return p[size_t(i)] > p[size_t(j)]; });
+      for (int i = 0; i < k; ++i) {
+        r.expert[size_t(t) * k + i] = order[size_t(i)];
+        ++counts[order[size_t(i)]];
+        ++r.tokens_per_expert[size_t(order[size_t(i)])];
       }
     }
+    std::fill(kept.begin(), kept.end(), 0);
+    for (int i = 0; i < k; ++i)  // every first choice before any second choice (GShard)
+      for (int t = g * G; t < (g + 1) * G; ++t) {
+        const int e = r.expert[size_t(t) * k + i];
+        if (kept[size_t(e)] < r.capacity) {
+          ++kept[size_t(e)];
+          r.slot[size_t(t) * k + i] = r.kept_per_expert[size_t(e)]++;
+          a.token[size_t(e)].push_back(t);
+        } else {
+          ++r.dropped;
+        }
+      }
+    double balance = 0;
+    for (int j = 0; j < E; ++j) balance += double(counts[j]) / (double(G) * k) * mean_p[size_t(j)];
+    aux += cfg.aux_loss_coeff * E * balance;
+  }
   if (N == 0) return;  // no token: both losses 0
-  double balance = 0;
-  for (int j = 0; j < E; ++j) balance += double(r.tokens_per_expert[size_t(j)]) / (double(N) * k) * mean_p[size_t(j)];
-  r.aux_loss = cfg.aux_loss_coeff * E * balance;
+  r.aux_loss = aux / groups;
   r.z_loss = cfg.z_loss_coeff * z / N;
 }
 
@@ -106,10 +125,14 @@ template <typename T> void route(const MoeConfig& cfg, const T* x, const T* rout
 
 template <typename T>
 void moe_forward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, const T* x, T* out, int N, int C,
-                 MoeActivations<T>& a) {
+                 MoeActivations<T>& a, int group) {
   validate_moe_config(cfg);
   const int E = cfg.num_experts, k = cfg.topk, F = moe_hidden(cfg, C);
-  route(cfg, x, w.router, N, C, a);
+  if (group == 0) group = N;
+  if (group < 0 || (N > 0 && N % group != 0))
+    throw InputError("moe_forward: a routing group of " + std::to_string(group) + " tokens does not divide the call's " +
+                     std::to_string(N));
+  route(cfg, x, w.router, N, group, C, a);
   a.in.assign(size_t(E), {}), a.pre.assign(size_t(E), {}), a.act.assign(size_t(E), {}), a.out.assign(size_t(E), {});
   for (int e = 0; e < E; ++e) {
     const auto& rows = a.token[size_t(e)];
@@ -173,14 +196,15 @@ void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, con
     for (int s = 0; s < n; ++s)
       for (int c = 0; c < C; ++c) dx[size_t(rows[size_t(s)]) * C + c] += din[size_t(s) * C + c];
   }
-  // The router: d(aux) / d p_tj = alpha E f_j / N (f counts, not differentiated, as Fedus et
-  // al.); softmax backward; d(z) / d l_tj = beta 2 lse_t p_tj / N.
+  // The router: for token t of group g, d(aux) / d p_tj = alpha E f_gj / G / groups = alpha E f_gj / N
+  // (f counts, not differentiated, as Fedus et al.); softmax backward; d(z) / d l_tj = beta 2 lse_t p_tj / N.
   std::vector<double> dl(static_cast<size_t>(E));
   for (int t = 0; t < N; ++t) {
     double dot = 0;
     for (int j = 0; j < E; ++j) {
       double& d = dp[size_t(t) * E + j];
-      d += loss_scale * cfg.aux_loss_coeff * E * (double(r.tokens_per_expert[size_t(j)]) / (double(N) * k)) / N;
+      const int f = r.group_tokens[size_t(t / r.group) * E + j];
+      d += loss_scale * cfg.aux_loss_coeff * E * (double(f) / (double(r.group) * k)) / N;
       dot += double(a.probs[size_t(t) * E + j]) * d;
     }
     for (int j = 0; j < E; ++j) {
@@ -198,9 +222,9 @@ void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, con
 }
 
 template void moe_forward<float>(Ops<float>&, const MoeConfig&, const MoeWeights<float>&, const float*, float*, int,
-                                 int, MoeActivations<float>&);
+                                 int, MoeActivations<float>&, int);
 template void moe_forward<double>(Ops<double>&, const MoeConfig&, const MoeWeights<double>&, const double*, double*,
-                                  int, int, MoeActivations<double>&);
+                                  int, int, MoeActivations<double>&, int);
 template void moe_backward<float>(Ops<float>&, const MoeConfig&, const MoeWeights<float>&, const MoeWeights<float>&,
                                   const float*, const float*, float*, int, int, const MoeActivations<float>&, double);
 template void moe_backward<double>(Ops<double>&, const MoeConfig&, const MoeWeights<double>&,

@@ -26,6 +26,13 @@ struct MoeConfig {
   int ffn_hidden = 0;            // each expert's hidden size F; 0: 4C, as the dense FFN
 };
 
+/// No experts: the settings of a dense model's FFN (GptConfig's default).
+inline MoeConfig dense_moe() {
+  MoeConfig c;
+  c.num_experts = 0;
+  return c;
+}
+
 /// Throws InputError naming the numbers: E < 1, topk outside [1, E], a capacity factor <= 0
 /// (or not finite), a negative or non-finite loss coefficient, ffn_hidden < 0.
 void validate_moe_config(const MoeConfig& cfg);
@@ -43,22 +50,29 @@ template <typename T> struct MoeWeights {
   T* proj_bias = nullptr;
 };
 
-/// Where a call's tokens went. Assignments are ranked first by choice (every token's first
-/// choice before any second choice, as GShard), then by token index; an expert takes them in
-/// that order until its capacity is full and drops the rest. Ties between equal router
-/// probabilities go to the lower expert index, so every layout that sees the same tokens in the
-/// same order routes them identically.
+/// Where a call's tokens went. A call's N tokens form N / G routing groups of G consecutive
+/// tokens (the model passes one sequence, G = Tn: Megatron-LM's seq_aux_loss, DeepSeek-V3's
+/// sequence-wise balance loss; so any layout that keeps sequences whole routes them as one
+/// rank does, whatever its micro-batches). Capacity and the load-balancing loss are per group.
+/// Within a group assignments are ranked first by choice (every token's first choice before any
+/// second choice, as GShard), then by token index; an expert takes them in that order until its
+/// capacity is full and drops the rest. Ties between equal router probabilities go to the lower
+/// expert index. An expert's rows (its batch) are its kept assignments group by group.
 struct MoeRouting {
   int N = 0, E = 0, topk = 0;
-  std::vector<int> expert;            // (N, topk): the chosen experts, best first
-  std::vector<int> slot;              // (N, topk): row in the expert's batch; -1 dropped
-  std::vector<int> tokens_per_expert;  // (E): assignments before dropping
-  std::vector<int> kept_per_expert;    // (E): assignments kept (at most the capacity)
-  int capacity = 0;                    // per expert; N * topk when nothing is dropped
+  int group = 0;                       // G, tokens per routing group (N when one)
+  std::vector<int> expert;             // (N, topk): the chosen experts, best first
+  std::vector<int> slot;               // (N, topk): row in the expert's batch; -1 dropped
+  std::vector<int> tokens_per_expert;  // (E): assignments before dropping, over all groups
+  std::vector<int> group_tokens;       // (N / G, E): assignments before dropping, per group
+  std::vector<int> kept_per_expert;    // (E): assignments kept, over all groups
+  int capacity = 0;                    // per expert and group; G * topk when nothing is dropped
   int dropped = 0;                     // assignments dropped, over all experts
-  double aux_loss = 0;  // alpha * E * sum_e f_e P_e (f_e = tokens_per_expert / (N topk), P_e the mean probability)
-  double z_loss = 0;    // beta * mean over tokens of logsumexp(router logits)^2
-  /// max over mean tokens per expert (before dropping): 1 is perfect balance.
+  /// Mean over groups of alpha * E * sum_e f_e P_e (f_e = the group's assignments to e / (G topk),
+  /// P_e its tokens' mean probability of e: Fedus et al. eq. 4).
+  double aux_loss = 0;
+  double z_loss = 0;  // beta * mean over tokens of logsumexp(router logits)^2
+  /// max over mean tokens per expert (before dropping, over all groups): 1 is perfect balance.
   double imbalance() const;
 };
 
@@ -77,10 +91,11 @@ template <typename T> struct MoeActivations {
 /// carries the token). Each expert runs ops' matmul and GELU on its rows in assignment order
 /// (MoeRouting's), so E = 1 without dropping is the dense FFN times gate 1, bitwise. A token's
 /// output adds its experts' contributions best choice first. Fills `acts` for backward.
-/// x (N, C). Errors: InputError from validate_moe_config.
+/// x (N, C); `group` tokens per routing group (MoeRouting), 0 for one group of N.
+/// Errors: InputError from validate_moe_config, or when `group` does not divide N.
 template <typename T>
 void moe_forward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, const T* x, T* out, int N, int C,
-                 MoeActivations<T>& acts);
+                 MoeActivations<T>& acts, int group = 0);
 
 /// dx (N, C) += the input gradient of out given dout (N, C); the weight gradients `dw` +=
 /// theirs, the router's including d(aux_loss + z_loss), the two losses counting as added to the

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <tuple>
 #include <utility>
 #include <string>
 #include <vector>
@@ -54,9 +56,11 @@ std::vector<double> normal(size_t n, uint64_t stream, double scale = 1.0) {
 // of 100 while a missing term (the aux loss's alpha E f / N = 0.025 per probability) is far
 // above it. No routing decision changes under a 1e-5 step with these seeds (asserted).
 TEST(Moe, GradientsMatchCentralDifferences) {
-  // loss_scale: the losses' weight in the model's loss (a scaled loss), 1 and 3.
-  for (auto [topk, scale] : {std::pair{1, 1.0}, std::pair{2, 3.0}}) {
-    SCOPED_TRACE("topk " + std::to_string(topk) + ", loss scale " + std::to_string(scale));
+  // loss_scale: the losses' weight in the model's loss (a scaled loss), 1 and 3; group: tokens per
+  // routing group (0: the call's 10 as one; 5: two groups, each with its own capacity and balance loss).
+  for (auto [topk, scale, group] : {std::tuple{1, 1.0, 0}, std::tuple{2, 3.0, 0}, std::tuple{2, 1.0, 5}}) {
+    SCOPED_TRACE("topk " + std::to_string(topk) + ", loss scale " + std::to_string(scale) + ", group " +
+                 std::to_string(group));
     MoeConfig cfg;
     cfg.num_experts = 4, cfg.topk = topk, cfg.capacity_factor = 1.0;
     cfg.aux_loss_coeff = 0.1, cfg.z_loss_coeff = 0.01, cfg.ffn_hidden = 6;
@@ -67,7 +71,7 @@ TEST(Moe, GradientsMatchCentralDifferences) {
     CpuOps<double> ops;
     MoeActivations<double> acts;
     auto loss = [&](MoeActivations<double>& a) {
-      moe_forward(ops, cfg, layer.view(layer.w), x.data(), out.data(), N, C, a);
+      moe_forward(ops, cfg, layer.view(layer.w), x.data(), out.data(), N, C, a, group);
       double s = scale * (a.routing.aux_loss + a.routing.z_loss);
       for (size_t i = 0; i < out.size(); ++i) s += out[i] * R[i];
       return s;
@@ -168,6 +172,44 @@ TEST(Moe, OneExpertIsTheDenseFfnBitwise) {
   ops.matmul_backward(wdx.data(), rg.fc, rg.fc_bias, dpre.data(), x.data(), w.fc, N, C, F);
   EXPECT_EQ(layer.g, want);  // the router's part of both is 0
   EXPECT_EQ(dx, wdx);
+}
+
+// Routing groups: one call of two groups routes, gates and computes each group as a call of its
+// own would (double: a row's matmul does not depend on the other rows), its slots numbering an
+// expert's rows group after group, its balance loss the mean of the groups' and its z-loss the
+// mean over all tokens. Computing the balance loss from the call's counts instead of each
+// group's fails it (the two groups' counts differ).
+TEST(Moe, GroupsRouteAsSeparateCalls) {
+  MoeConfig cfg;
+  cfg.num_experts = 4, cfg.topk = 2, cfg.capacity_factor = 1.0, cfg.aux_loss_coeff = 0.1, cfg.z_loss_coeff = 0.01;
+  const int G = 6, N = 2 * G, C = 5;
+  Layer<double> layer(cfg, C);
+  layer.randomise(11, 0.8);
+  std::vector<double> x = normal(size_t(N) * C, 4), out(size_t(N) * C), part(size_t(G) * C);
+  CpuOps<double> ops;
+  MoeActivations<double> all, a0, a1;
+  moe_forward(ops, cfg, layer.view(layer.w), x.data(), out.data(), N, C, all, G);
+  moe_forward(ops, cfg, layer.view(layer.w), x.data(), part.data(), G, C, a0);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), out.begin()));
+  moe_forward(ops, cfg, layer.view(layer.w), x.data() + size_t(G) * C, part.data(), G, C, a1);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), out.begin() + size_t(G) * C));
+  const MoeRouting &r = all.routing, &r0 = a0.routing, &r1 = a1.routing;
+  EXPECT_GT(r.dropped, 0);
+  EXPECT_EQ(r.dropped, r0.dropped + r1.dropped);
+  EXPECT_EQ(r.capacity, r0.capacity);
+  EXPECT_NE(r0.tokens_per_expert, r1.tokens_per_expert);
+  for (int t = 0; t < N; ++t)
+    for (int i = 0; i < cfg.topk; ++i) {
+      const MoeRouting& own = t < G ? r0 : r1;
+      const size_t j = size_t(t) * cfg.topk + i, jo = size_t(t % G) * cfg.topk + i;
+      ASSERT_EQ(r.expert[j], own.expert[jo]);
+      const int e = r.expert[j];
+      const int shift = t < G ? 0 : r0.kept_per_expert[size_t(e)];
+      EXPECT_EQ(r.slot[j], own.slot[jo] < 0 ? -1 : own.slot[jo] + shift) << "token " << t << " choice " << i;
+    }
+  EXPECT_NEAR(r.aux_loss, (r0.aux_loss + r1.aux_loss) / 2, 1e-15);
+  EXPECT_NEAR(r.z_loss, (r0.z_loss + r1.z_loss) / 2, 1e-15);
+  EXPECT_THROW(moe_forward(ops, cfg, layer.view(layer.w), x.data(), out.data(), N, C, all, 5), InputError);
 }
 
 TEST(Moe, RefusesBadConfigsNamingTheNumbers) {
