@@ -156,7 +156,7 @@ json top_defaults() {
             {"output_dir", "results"},
             {"backend", "cpu"},
             {"comm_timeout_s", 300.0},
-            {"model", {{"L", 2}, {"C", 64}, {"NH", 4}, {"T", 64}, {"V", 256}}}};
+            {"model", model_defaults(2, 64, 4, 64, 256)}};
   for (const auto& [name, factory] : suite_registry()) d[name] = factory()->defaults();
   return d;
 }
@@ -176,12 +176,14 @@ std::string type_name(const json& v) {
   if (v.is_boolean()) return "true or false";
   if (v.is_array()) return "a list";
   if (v.is_object()) return "an object";
-  return "null";
+  return "a number or null";
 }
 
 // True when `v` may stand where the default `d` stands: same JSON type, an integer where
-// a number is expected, and every list element of the default's element type.
+// a number is expected, null or a number where the default is null (an optional number, e.g.
+// model.moe_expert_capacity_factor), and every list element of the default's element type.
 bool type_fits(const json& v, const json& d) {
+  if (d.is_null()) return v.is_null() || v.is_number();
   if (d.is_number_float()) return v.is_number();
   if (d.is_number_integer() || d.is_number_unsigned())
     return v.is_number_integer() || v.is_number_unsigned();
@@ -226,6 +228,20 @@ json merge(const json& defaults, const json& user, const std::string& where) {
   return out;
 }
 
+// A dense model's section without the MoE keys (their defaults merged in): the config a dense run
+// prints and reports is then the one it was before MoE existed, so reports and the regression
+// gate's baselines stay comparable. A key set by the user without num_experts has no effect: refused.
+void drop_dense_moe_keys(json& model, const json& user_model) {
+  if (model.value("num_experts", 0) != 0) return;
+  for (const char* k : {"moe_router_topk", "moe_expert_capacity_factor", "moe_aux_loss_coeff", "moe_z_loss_coeff",
+                        "moe_layer_freq", "moe_ffn_hidden_size"}) {
+    if (user_model.is_object() && user_model.contains(k))
+      throw InputError(std::string("config key 'model.") + k + "' is set but model.num_experts is 0 (a dense model)");
+    model.erase(k);
+  }
+  model.erase("num_experts");
+}
+
 std::vector<std::string> split_names(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -248,6 +264,7 @@ json parse_config(const std::string& text, const std::string& origin,
   check_utf8(data_override, "--data");
   check_utf8(backend_override, "--backend");
   json cfg = merge(top_defaults(), user, "");
+  drop_dense_moe_keys(cfg["model"], user.value("model", json::object()));
   if (!suites_override.empty()) cfg["suites"] = split_names(suites_override);
   for (const auto& s : cfg["suites"])
     if (s.get<std::string>().empty()) throw InputError("config key 'suites' has an empty name");

@@ -59,6 +59,29 @@ TEST(Config, Errors) {
   EXPECT_EQ(error_of("{}", 4), "");
 }
 
+// The model section's MoE keys (docs/moe.md): a dense model's merged config has none of them (it
+// is the config of before MoE, so reports and the gate's baselines compare); an MoE model's has all,
+// the defaults filled in; an MoE key without num_experts, a top-k above the expert count, a capacity
+// factor of 0 and an MoE model on a sharded layout are refused in one line naming the key.
+TEST(Config, MoeKeysOnlyInAnMoeModel) {
+  const auto dense = parse_config("{}", "t", "train", "", 2);
+  EXPECT_EQ(dense["model"], nlohmann::json({{"L", 2}, {"C", 64}, {"NH", 4}, {"T", 64}, {"V", 256}}));
+  const auto moe = parse_config(R"({"model": {"num_experts": 4}})", "t", "train", "", 2);
+  EXPECT_EQ(moe["model"]["moe_router_topk"], 2);
+  EXPECT_TRUE(moe["model"]["moe_expert_capacity_factor"].is_null());
+  EXPECT_DOUBLE_EQ(parse_config(R"({"model": {"num_experts": 4, "moe_expert_capacity_factor": 1}})", "t", "train",
+                                "", 2)["model"]["moe_expert_capacity_factor"].get<double>(), 1.0);
+  EXPECT_EQ(error_of(R"({"model": {"moe_router_topk": 1}})", 2, "train"),
+            "config key 'model.moe_router_topk' is set but model.num_experts is 0 (a dense model)");
+  EXPECT_EQ(error_of(R"({"model": {"num_experts": 2, "moe_router_topk": 3}})", 2, "train"),
+            "model.moe_router_topk = 3 is outside [1, num_experts = 2]");
+  EXPECT_NE(error_of(R"({"model": {"num_experts": 2, "moe_expert_capacity_factor": 0}})", 2, "train")
+                .find("moe_expert_capacity_factor = 0: must be > 0"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"num_experts": 2}, "train": {"tensor_parallel": 2}})", 2, "train")
+                .find("has no MoE layers yet"), std::string::npos);
+  EXPECT_EQ(error_of(R"({"model": {"num_experts": 2}})", 2, "train"), "");
+}
+
 // bf16 and fp16 validate on a backend with half ops (cpu, cuda: decided by name, as validate()
 // has no Backend), in every suite that trains in them; a backend without them is refused
 // with one line naming the key, the precision and the backend.

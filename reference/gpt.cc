@@ -11,14 +11,19 @@
 namespace dtb {
 
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
-  const int64_t L = c.L, C = c.C, V = c.V, T = c.T;
+  const int64_t L = c.L, C = c.C, V = c.V, T = c.T, Lm = num_moe_layers(c), Ld = L - Lm;
   std::vector<ParamTensor> out = {
       {"wte", {V, C}},          {"wpe", {T, C}},          {"ln1w", {L, C}},
       {"ln1b", {L, C}},         {"qkvw", {L, 3 * C, C}},  {"qkvb", {L, 3 * C}},
       {"attprojw", {L, C, C}},  {"attprojb", {L, C}},     {"ln2w", {L, C}},
-      {"ln2b", {L, C}},         {"fcw", {L, 4 * C, C}},   {"fcb", {L, 4 * C}},
-      {"fcprojw", {L, C, 4 * C}}, {"fcprojb", {L, C}},    {"lnfw", {C}},
+      {"ln2b", {L, C}},         {"fcw", {Ld, 4 * C, C}},  {"fcb", {Ld, 4 * C}},
+      {"fcprojw", {Ld, C, 4 * C}}, {"fcprojb", {Ld, C}},  {"lnfw", {C}},
       {"lnfb", {C}}};
+  if (Lm > 0) {
+    const int64_t E = c.moe.num_experts, F = moe_hidden(c.moe, c.C);
+    out.insert(out.end(), {{"routerw", {Lm, E, C}}, {"expfcw", {Lm, E, F, C}}, {"expfcb", {Lm, E, F}},
+                           {"expprojw", {Lm, E, C, F}}, {"expprojb", {Lm, E, C}}});
+  }
   size_t offset = 0;
   for (auto& p : out) {
     p.numel = 1;
@@ -34,12 +39,25 @@ size_t gpt_num_params(const GptConfig& cfg) {
   return layout.back().offset + layout.back().numel;
 }
 
+size_t gpt_active_params(const GptConfig& c) {
+  const size_t F = size_t(moe_hidden(c.moe, c.C)), C = size_t(c.C);
+  const size_t idle = c.moe.num_experts > 0 ? size_t(c.moe.num_experts - c.moe.topk) : 0;
+  return gpt_num_params(c) - size_t(num_moe_layers(c)) * idle * (2 * F * C + F + C);
+}
+
 void validate_gpt_config(const GptConfig& c) {
   if (c.L <= 0 || c.C <= 0 || c.NH <= 0 || c.T <= 0 || c.V <= 0)
     throw InputError("model: L, C, NH, T and V must be positive");
   if (c.C % c.NH != 0)
     throw InputError("model: C = " + std::to_string(c.C) + " is not divisible by NH = " +
                      std::to_string(c.NH));
+  if (c.moe.num_experts < 0)
+    throw InputError("model.num_experts = " + std::to_string(c.moe.num_experts) + ": must be >= 0 (0: dense)");
+  if (c.moe.num_experts == 0) return;
+  validate_moe_config(c.moe);
+  if (c.moe_layer_freq < 1 || c.moe_layer_freq > c.L)
+    throw InputError("model.moe_layer_freq = " + std::to_string(c.moe_layer_freq) + " is outside [1, L = " +
+                     std::to_string(c.L) + "]");
 }
 
 template <typename T>
@@ -54,7 +72,7 @@ void gpt_init_params(T* params, const GptConfig& cfg, uint64_t seed) {
     } else if (n.back() == 'b' && n != "wpe") {
       for (size_t i = 0; i < p.numel; ++i) dst[i] = T(0);
     } else {
-      const double s = (n == "attprojw" || n == "fcprojw") ? std_proj : std_w;
+      const double s = (n == "attprojw" || n == "fcprojw" || n == "expprojw") ? std_proj : std_w;
       const uint64_t stream = stream_id(n);
       // Rounded through float so the float32 model and the float64 oracle start from
       // identical weights.
@@ -102,6 +120,10 @@ enum Act {
 template <typename T>
 Gpt<T>::Gpt(const GptConfig& cfg, Device& device, Ops<T>* ops) : cfg_(cfg), device_(device), ops_(ops) {
   validate_gpt_config(cfg);
+  if (cfg.moe.num_experts > 0 && !device.is_cpu())  // moe.cc routes and gathers on the host
+    throw InputError("model.num_experts = " + std::to_string(cfg.moe.num_experts) +
+                     ": MoE layers run on the CPU backend only so far");
+  moe_acts_.resize(size_t(num_moe_layers(cfg)));
   if (!ops_) {
     DTB_CHECK(device.is_cpu(), "Gpt on a non-CPU device needs that backend's Ops");
     owned_ops_ = std::make_unique<CpuOps<T>>();
@@ -117,6 +139,13 @@ Gpt<T>::Gpt(const GptConfig& cfg, Device& device, Ops<T>* ops) : cfg_(cfg), devi
 
 template <typename T>
 Gpt<T>::~Gpt() = default;
+
+template <typename T>
+MoeWeights<T> Gpt<T>::moe_weights(T* base, int l) const {
+  const size_t m = size_t(l / cfg_.moe_layer_freq);
+  auto at = [&](size_t i) { return base + layout_[i].offset + m * (layout_[i].numel / size_t(num_moe_layers(cfg_))); };
+  return {at(16), at(17), at(18), at(19), at(20)};  // routerw expfcw expfcb expprojw expprojb
+}
 
 template <typename T>
 void Gpt<T>::init(uint64_t seed) {
@@ -175,6 +204,7 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
          fcprojb, lnfw, lnfb };
 
   Ops<T>& ops = *ops_;
+  moe_loss_sum_ = 0;
   ops.encoder_forward(A(kEncoded), tok, P(wte), P(wpe), B, Tn, C);
   for (int l = 0; l < cfg_.L; ++l) {
     const T* x = l == 0 ? A(kEncoded) : A(kRes3) + size_t(l - 1) * BT * C;
@@ -200,11 +230,16 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
     ops.residual_forward(res2, x, attproj, BT * C);
     ops.layernorm_forward(ln2, A(kLn2Mean) + oN, A(kLn2Rstd) + oN, res2, P(ln2w) + l * C,
                            P(ln2b) + l * C, int(BT), C);
-    ops.matmul_forward(fch, ln2, P(fcw) + size_t(l) * 4 * C * C, P(fcb) + l * 4 * C, int(BT), C,
-                        4 * C);
-    ops.gelu_forward(fchg, fch, BT * 4 * C);
-    ops.matmul_forward(fcproj, fchg, P(fcprojw) + size_t(l) * 4 * C * C, P(fcprojb) + l * C,
-                        int(BT), 4 * C, C);
+    if (is_moe_layer(cfg_, l)) {  // each sequence one routing group
+      MoeActivations<T>& ma = moe_acts_[size_t(l / cfg_.moe_layer_freq)];
+      moe_forward(ops, cfg_.moe, moe_weights(params(), l), ln2, fcproj, int(BT), C, ma, Tn);
+      moe_loss_sum_ += double(BT) * (ma.routing.aux_loss + ma.routing.z_loss);
+    } else {
+      const size_t d = size_t(dense_layer_index(cfg_, l));
+      ops.matmul_forward(fch, ln2, P(fcw) + d * 4 * C * C, P(fcb) + d * 4 * C, int(BT), C, 4 * C);
+      ops.gelu_forward(fchg, fch, BT * 4 * C);
+      ops.matmul_forward(fcproj, fchg, P(fcprojw) + d * 4 * C * C, P(fcprojb) + d * C, int(BT), 4 * C, C);
+    }
     ops.residual_forward(res3, res2, fcproj, BT * C);
   }
   const T* xL = A(kRes3) + size_t(cfg_.L - 1) * BT * C;
@@ -215,7 +250,7 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
   ops.copy_to_host(losses_host_.data(), A(kLosses), BT * sizeof(T));
   double sum = 0;
   for (size_t i = 0; i < BT; ++i) sum += double(losses_host_[i]);
-  return sum;
+  return sum + moe_loss_sum_;
 }
 
 template <typename T>
@@ -252,17 +287,24 @@ void Gpt<T>::backward(T loss_scale) {
   for (int l = cfg_.L - 1; l >= 0; --l) {
     const T* x = l == 0 ? A(kEncoded) : A(kRes3) + size_t(l - 1) * BT * C;
     const size_t oC = size_t(l) * BT * C, oN = size_t(l) * BT;
-    // MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))).
-    T* dfchg = A(kDBig);
-    T* dfch = A(kDBig2);
-    zero(kDBig, BT * 4 * C);
-    ops.matmul_backward(dfchg, G(fcprojw) + size_t(l) * 4 * C * C, G(fcprojb) + l * C, dres,
-                         A(kFchGelu) + 4 * oC, P(fcprojw) + size_t(l) * 4 * C * C, int(BT), 4 * C, C);
-    zero(kDBig2, BT * 4 * C);
-    ops.gelu_backward(dfch, A(kFch) + 4 * oC, dfchg, BT * 4 * C);
-    zero(kDLn, BT * C);
-    ops.matmul_backward(A(kDLn), G(fcw) + size_t(l) * 4 * C * C, G(fcb) + l * 4 * C, dfch,
-                         A(kLn2) + oC, P(fcw) + size_t(l) * 4 * C * C, int(BT), C, 4 * C);
+    // MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))), or the MoE layer's output.
+    if (is_moe_layer(cfg_, l)) {  // the losses weigh BT * loss_scale, as forward added them
+      zero(kDLn, BT * C);
+      moe_backward(ops, cfg_.moe, moe_weights(params(), l), moe_weights(grads(), l), A(kLn2) + oC, dres, A(kDLn),
+                   int(BT), C, moe_acts_[size_t(l / cfg_.moe_layer_freq)], double(loss_scale) * double(BT));
+    } else {
+      const size_t d = size_t(dense_layer_index(cfg_, l));
+      T* dfchg = A(kDBig);
+      T* dfch = A(kDBig2);
+      zero(kDBig, BT * 4 * C);
+      ops.matmul_backward(dfchg, G(fcprojw) + d * 4 * C * C, G(fcprojb) + d * C, dres, A(kFchGelu) + 4 * oC,
+                          P(fcprojw) + d * 4 * C * C, int(BT), 4 * C, C);
+      zero(kDBig2, BT * 4 * C);
+      ops.gelu_backward(dfch, A(kFch) + 4 * oC, dfchg, BT * 4 * C);
+      zero(kDLn, BT * C);
+      ops.matmul_backward(A(kDLn), G(fcw) + d * 4 * C * C, G(fcb) + d * 4 * C, dfch, A(kLn2) + oC,
+                          P(fcw) + d * 4 * C * C, int(BT), C, 4 * C);
+    }
     ops.layernorm_backward(dres, G(ln2w) + l * C, G(ln2b) + l * C, A(kDLn), A(kRes2) + oC,
                             P(ln2w) + l * C, A(kLn2Mean) + oN, A(kLn2Rstd) + oN, int(BT), C);
     // Attention branch: res2 = x + attproj(attention(qkv(ln1(x)))).

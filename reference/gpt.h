@@ -15,6 +15,7 @@
 
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
+#include "reference/moe.h"
 
 namespace dtb {
 
@@ -24,7 +25,24 @@ struct GptConfig {
   int NH = 4;   // heads
   int T = 64;   // max sequence length (position table rows)
   int V = 256;  // vocabulary (byte-level)
+  /// Mixture of experts (reference/moe.h): moe.num_experts 0 is the dense model; otherwise layer
+  /// l has moe.num_experts experts and a router in place of its FFN when l % moe_layer_freq == 0
+  /// (Megatron-LM's --moe-layer-freq N: one MoE layer in every N, the first one MoE), routing
+  /// each sequence as one group (MoeRouting).
+  MoeConfig moe = dense_moe();
+  int moe_layer_freq = 1;
 };
+
+/// True when layer l's FFN is a mixture of experts.
+inline bool is_moe_layer(const GptConfig& c, int l) { return c.moe.num_experts > 0 && l % c.moe_layer_freq == 0; }
+/// Lm, the MoE layers (0 when dense); layer l's index among them is l / moe_layer_freq.
+inline int num_moe_layers(const GptConfig& c) {
+  return c.moe.num_experts > 0 ? (c.L + c.moe_layer_freq - 1) / c.moe_layer_freq : 0;
+}
+/// Dense layer l's index among the dense layers (the rows of fcw, fcb, fcprojw, fcprojb).
+inline int dense_layer_index(const GptConfig& c, int l) {
+  return c.moe.num_experts > 0 ? l - (l / c.moe_layer_freq + 1) : l;
+}
 
 /// One named parameter tensor inside the flat parameter buffer.
 struct ParamTensor {
@@ -34,15 +52,31 @@ struct ParamTensor {
   size_t numel = 0;
 };
 
+/// The refusal of an MoE model where the sharded model is needed (tensor or pipeline parallel,
+/// ZeRO, recompute, mixed precision, loss scaling, checkpoints): one line naming num_experts.
+inline std::string moe_not_sharded(const GptConfig& cfg) {
+  return "model.num_experts = " + std::to_string(cfg.moe.num_experts) +
+         ": the sharded model (tensor and pipeline parallel, ZeRO, recompute, mixed precision, loss scaling, "
+         "checkpoints) has no MoE layers yet; an MoE model trains data-parallel in fp32 on the CPU";
+}
+
 /// The 16 parameter tensors in order: wte (V,C), wpe (T,C), ln1w (L,C), ln1b (L,C),
 /// qkvw (L,3C,C), qkvb (L,3C), attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C),
-/// fcw (L,4C,C), fcb (L,4C), fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb (C).
+/// fcw (Ld,4C,C), fcb (Ld,4C), fcprojw (Ld,C,4C), fcprojb (Ld,C), lnfw (C), lnfb (C), with
+/// Ld = L - Lm dense layers; an MoE model (Lm = num_moe_layers MoE layers, E experts of hidden
+/// size F = moe_hidden) appends routerw (Lm,E,C), expfcw (Lm,E,F,C), expfcb (Lm,E,F),
+/// expprojw (Lm,E,C,F), expprojb (Lm,E,C) (MoeWeights' router, fc, fc_bias, proj, proj_bias).
 /// Linear weights are (out, in) as torch.nn.Linear. The LM head is wte (tied).
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& cfg);
-/// Number of parameters: V C + T C + L (12 C^2 + 13 C) + 2 C.
+/// Number of parameters: V C + T C + L (4 C^2 + 8 C) + Ld (8 C^2 + 5 C) + Lm E (C + 2 F C + F + C) + 2 C.
 size_t gpt_num_params(const GptConfig& cfg);
+/// Parameters a token uses: gpt_num_params less, per MoE layer, the E - topk experts it is not
+/// routed to (each 2 F C + F + C); the dense model's count when dense. The "active parameters"
+/// of an MoE model (Fedus et al. 2021; DeepSeek-V3's 37B of 671B), the N of 6 N flops per token.
+size_t gpt_active_params(const GptConfig& cfg);
 
-/// Throws InputError when the config is not a valid model (C % NH != 0, sizes <= 0).
+/// Throws InputError when the config is not a valid model (C % NH != 0, sizes <= 0, a
+/// num_experts < 0, an MoE config validate_moe_config refuses, moe_layer_freq outside [1, L]).
 void validate_gpt_config(const GptConfig& cfg);
 
 /// Sharding-invariant GPT-2 initialisation (Radford et al. 2019, as nanoGPT): linear and
@@ -88,9 +122,16 @@ class Gpt {
 
   /// Forward over tokens (B,Tn) with next-token targets (B,Tn), Tn <= config().T, every id
   /// in [0, V). Returns the SUM over the B*Tn tokens of the cross-entropy loss (in double),
-  /// so callers choose the normaliser (the global token count, docs/numerics.md).
-  /// Errors: B <= 0, Tn outside [1, T] or an id outside [0, V) abort through the error sink.
+  /// so callers choose the normaliser (the global token count, docs/numerics.md); an MoE model
+  /// adds, per MoE layer, B*Tn times its balance and z losses (moe_loss_sum()), so that over the
+  /// global batch the objective is the mean token loss plus each layer's mean per-sequence balance
+  /// loss and mean per-token z-loss. Errors: B <= 0, Tn outside [1, T] or an id outside [0, V)
+  /// abort through the error sink.
   double forward(const int32_t* tokens, const int32_t* targets, int B, int Tn);
+  /// The MoE layers' part of the last forward's return (0 when dense).
+  double moe_loss_sum() const { return moe_loss_sum_; }
+  /// The routing of MoE layer i (of num_moe_layers) in the last forward.
+  const MoeRouting& moe_routing(int i) const { return moe_acts_.at(size_t(i)).routing; }
   /// Per-token losses (B*Tn) of the last forward, on the host.
   const std::vector<T>& token_losses() const;
   /// Backward of the last forward: grads += d(loss_scale * sum of token losses)/d(params).
@@ -111,6 +152,9 @@ class Gpt {
   std::unique_ptr<Ops<T>> owned_ops_;
   Tensor tokens_, targets_;     // (B, Tn) ids of the last forward, in the backend's memory
   std::vector<T> losses_host_;  // per-token losses of the last forward
+  std::vector<MoeActivations<T>> moe_acts_;  // per MoE layer, of the last forward
+  double moe_loss_sum_ = 0;
+  MoeWeights<T> moe_weights(T* base, int l) const;  // MoE layer l's tensors in params() or grads()
 };
 
 extern template class Gpt<float>;

@@ -23,9 +23,40 @@ TEST(Gpt, ParamCountMatchesFormula) {
     EXPECT_EQ(layout[i].offset, layout[i - 1].offset + layout[i - 1].numel);
 }
 
+// An MoE model (reference/moe.h): L = 5 layers, every second MoE (layers 0, 2, 4: Lm = 3, Ld = 2),
+// E = 3 experts of hidden size F = 40. Per layer attention and two LayerNorms 4 C^2 + 8 C; per MoE layer a router E C and per expert fc F C + F and proj
+// C F + C in place of the dense FFN's 8 C^2 + 5 C.
+TEST(Gpt, MoeParamCountMatchesFormula) {
+  GptConfig c{5, 48, 4, 20, 256};
+  c.moe.num_experts = 3, c.moe.topk = 2, c.moe.ffn_hidden = 40, c.moe_layer_freq = 2;
+  const size_t C = 48, F = 40, E = 3;
+  const size_t want = 256 * C + 20 * C + 5 * (4 * C * C + 8 * C) + 2 * (8 * C * C + 5 * C) +
+                      3 * (E * C + E * (2 * F * C + F + C)) + 2 * C;
+  EXPECT_EQ(gpt_num_params(c), want);
+  EXPECT_EQ(gpt_active_params(c), want - 3 * 1 * (2 * F * C + F + C));  // top-2 of 3: one expert idle per layer
+  EXPECT_EQ(num_moe_layers(c), 3);
+  EXPECT_TRUE(is_moe_layer(c, 4));
+  EXPECT_FALSE(is_moe_layer(c, 3));
+  EXPECT_EQ(dense_layer_index(c, 1), 0);
+  EXPECT_EQ(dense_layer_index(c, 3), 1);
+  const auto layout = gpt_param_layout(c);
+  ASSERT_EQ(layout.size(), 21u);
+  EXPECT_EQ(layout[10].shape, (std::vector<int64_t>{2, 4 * 48, 48}));  // fcw over the dense layers
+  EXPECT_EQ(layout[17].shape, (std::vector<int64_t>{3, 3, 40, 48}));   // expfcw (Lm, E, F, C)
+}
+
 TEST(Gpt, InvalidConfigIsInputError) {
   EXPECT_THROW(validate_gpt_config({2, 30, 4, 16, 256}), InputError);
   EXPECT_THROW(validate_gpt_config({0, 32, 4, 16, 256}), InputError);
+  GptConfig moe{2, 32, 4, 16, 256};
+  moe.moe.num_experts = 4, moe.moe.topk = 2;
+  EXPECT_NO_THROW(validate_gpt_config(moe));
+  moe.moe_layer_freq = 3;  // above L
+  EXPECT_THROW(validate_gpt_config(moe), InputError);
+  moe.moe_layer_freq = 1, moe.moe.topk = 5;
+  EXPECT_THROW(validate_gpt_config(moe), InputError);
+  moe.moe.topk = 1, moe.moe.num_experts = -1;
+  EXPECT_THROW(validate_gpt_config(moe), InputError);
 }
 
 TEST(Gpt, InitIsShardingInvariantAndGpt2Scaled) {

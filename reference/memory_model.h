@@ -128,7 +128,8 @@ struct PlanConfig {
 
 /// Throws InputError naming the value for a plan that cannot be trained: validate_gpt_config,
 /// validate_layout (world = tp dp pp, global batch as above), zero stage outside 0-3,
-/// offload with stage 0, seq_len outside [1, T] (0 means T), micro_batch_size < 1.
+/// offload with stage 0, seq_len outside [1, T] (0 means T), micro_batch_size < 1, an MoE model
+/// (the sharded model has no MoE layers yet).
 void validate_plan(const PlanConfig& c);
 
 /// One parameter tensor a rank holds, in ParallelGpt's add_tensor order.

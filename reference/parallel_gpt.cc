@@ -50,6 +50,7 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
                             Communicator& tp, Ops<T>* ops)
     : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ops_(ops) {
   validate_gpt_config(cfg);
+  if (cfg.moe.num_experts > 0) throw InputError(moe_not_sharded(cfg));
   DTB_CHECK(tp.size() == layout.tp, "ParallelGpt: the TP communicator's size is not layout.tp");
   DTB_CHECK(tp.rank() == grid_coord(rank, layout).tp,
             "ParallelGpt: the TP communicator's rank is not this rank's TP coordinate");

@@ -27,14 +27,25 @@ double rel_diff(const float* a, const float* b, size_t n) {
 
 const GptConfig kModel{2, 32, 4, 16, 256};
 
-// Gradient of step 0 for a config on a communicator, in float32.
-std::vector<float> grads_of(const TrainConfig& cfg, Communicator& comm, double* loss = nullptr) {
+// kModel with both FFNs mixtures of 4 experts, top-2, capacity factor 1 (tokens dropped), both losses.
+GptConfig moe_model() {
+  GptConfig m = kModel;
+  m.moe.num_experts = 4, m.moe.topk = 2, m.moe.capacity_factor = 1.0;
+  m.moe.aux_loss_coeff = 0.01, m.moe.z_loss_coeff = 1e-3;
+  return m;
+}
+
+// Gradient of step 0 for a config on a communicator, in float32; *dropped: the MoE assignments
+// the last micro-batch's first layer dropped.
+std::vector<float> grads_of(const TrainConfig& cfg, Communicator& comm, double* loss = nullptr,
+                            const GptConfig& model = kModel, int* dropped = nullptr) {
   CpuDevice dev;
-  Gpt<float> m(kModel, dev);
+  Gpt<float> m(model, dev);
   m.init(cfg.seed);
   const Dataset data = test_data();
   const double l = compute_gradients(m, data, cfg, 0, comm);
   if (loss) *loss = l;
+  if (dropped) *dropped = m.moe_routing(0).dropped;
   return {m.grads(), m.grads() + m.num_params()};
 }
 
@@ -118,6 +129,35 @@ TEST(DataParallel, TrainingMatchesSingleRankAndReplicasAgree) {
   int same = std::equal(root.begin(), root.end(), dp.params());
   world->all_reduce(&same, &same, 1, DType::i32, ReduceOp::min);
   EXPECT_EQ(same, 1);
+}
+
+// The MoE model routes each sequence as one group (reference/moe.h), so neither the micro-batch
+// count nor the DP size changes a routing decision, a drop or a balance loss: the gradients differ
+// by rounding only, as the dense model's, and kTol's argument holds (the router's and the losses'
+// gradients are double sums rounded once). Routing the whole call as one group instead (capacity
+// and balance over a micro-batch, Megatron-LM's default) fails both comparisons.
+TEST(DataParallel, MoeGradientEqualsSingleRankAtAnyMicroBatchesAndRanks) {
+  auto world = make_mpi_world();
+  auto self = make_mpi_self();
+  TrainConfig cfg;
+  cfg.global_batch = 8;
+  cfg.seq_len = 16;
+  double l1 = 0, l4 = 0, ldp = 0;
+  int dropped = 0;
+  const auto g1 = grads_of(cfg, *self, &l1, moe_model(), &dropped);
+  EXPECT_GT(dropped, 0);  // capacity factor 1 drops here: the test covers dropping
+  TrainConfig four = cfg;
+  four.micro_batches = 4;
+  const auto g4 = grads_of(four, *self, &l4, moe_model());
+  const auto gdp = grads_of(cfg, *world, &ldp, moe_model());
+  const double d4 = rel_diff(g4.data(), g1.data(), g1.size()), ddp = rel_diff(gdp.data(), g1.data(), g1.size());
+  if (world->rank() == 0)
+    std::printf("MoE: 4 micro-batches vs 1, rel diff %.2e; dp=%d vs 1 rank, %.2e (tol %.0e)\n", d4, world->size(),
+                ddp, kTol);
+  EXPECT_LE(d4, kTol);
+  EXPECT_LE(ddp, kTol);
+  EXPECT_NEAR(l4, l1, kTol * l1);
+  EXPECT_NEAR(ldp, l1, kTol * l1);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@ layernorm parameters, so their gradients are tested), converted exactly to float
 loss and every parameter gradient are computed in float64.
 
 Usage: /usr/bin/python3 scripts/make_golden.py [OUT]   (default reference/testdata/gpt_tiny.bin)
+       /usr/bin/python3 scripts/make_golden.py --gpt-moe [OUT]   (the model with layer 0 a mixture of experts,
+       GPT_MOE below; default reference/testdata/gpt_moe.bin; both read by reference/golden_test.cc)
        /usr/bin/python3 scripts/make_golden.py --moe [OUT]   (the MoE FFN layer alone, moe_loss below;
        default reference/testdata/moe_layer.bin, read by reference/moe_golden_test.cc)
 Needs PyTorch (>= 1.12, CPU is enough): Debian's python3-torch for /usr/bin/python3, or
@@ -16,14 +18,16 @@ Needs PyTorch (>= 1.12, CPU is enough): Debian's python3-torch for /usr/bin/pyth
 writes a byte-identical file.
 
 File format, all little-endian, no padding:
-  char    magic[8]        "DTBGOLD1"
+  char    magic[8]        "DTBGOLD1" ("DTBGOLD2" with --gpt-moe)
   int32   L, C, NH, T, V, B, Tn
+  (DTBGOLD2: int32 E, K, FREQ, FH; float64 CF, AUX, ZL)
   int32   tokens[B*Tn]    row-major (B, Tn), byte ids of TEXT below
   int32   targets[B*Tn]   tokens shifted by one (the next byte)
   float32 params[P]       flat buffer, llm.c order (LAYOUT below, = gpt_param_layout)
   float64 loss            mean cross-entropy over the B*Tn tokens
   float64 grads[P]        d(mean loss)/d(params), same layout
-where P = gpt_num_params. Linear weights are (out, in) as torch.nn.Linear.
+  (DTBGOLD2: int32 slots[Lm][B*Tn*K], each MoE layer's routing: row in the expert's batch, -1 dropped)
+where P = gpt_num_params; with --gpt-moe the loss adds each MoE layer's balance and z losses. Linear weights are (out, in) as torch.nn.Linear.
 """
 import math
 import os
@@ -40,8 +44,15 @@ MAGIC = b"DTBGOLD1"
 # B sequences of TN+1 bytes each (4 * 17 = 68 bytes): inputs are the first TN, targets the last TN.
 TEXT = b"It was the best of times, it was the worst of times, it was the age."
 
+# The MoE GPT golden (--gpt-moe, reference/testdata/gpt_moe.bin): the same model and batch with layer 0's FFN
+# a mixture of E experts of hidden size FH, top-K, capacity factor CF per sequence (the model routes each
+# sequence as one group), balance and z-loss coefficients AUX and ZL, every FREQ-th layer MoE (layer 1 dense).
+GPT_MOE = {"E": 4, "K": 2, "FREQ": 2, "FH": 48, "CF": 1.0, "AUX": 0.1, "ZL": 0.01}
+MAGIC_MOE = b"DTBGOLD2"
+
 # (name, shape, kind): the 16 tensors in llm.c order. kind picks the random init: "w" weights
-# N(0, 0.02); "b" biases 0.02 N(0, 1); "lnw" 1 + 0.1 N(0, 1); "lnb" 0.1 N(0, 1).
+# N(0, 0.02); "b" biases 0.02 N(0, 1); "lnw" 1 + 0.1 N(0, 1); "lnb" 0.1 N(0, 1); "r" (a router) 0.3 N(0, 1),
+# so that routing is decisive and uneven (tokens are dropped).
 LAYOUT = [
     ("wte", (V, C), "w"),
     ("wpe", (T, C), "w"),
@@ -62,26 +73,43 @@ LAYOUT = [
 ]
 
 
-def make_params(gen):
-    """Float32 parameters, drawn in LAYOUT order from one seeded generator."""
+def layout(moe=None):
+    """LAYOUT, or the MoE model's (reference/gpt.h gpt_param_layout): the dense FFN tensors over the Ld dense
+    layers, then the Lm MoE layers' router and experts."""
+    if moe is None:
+        return LAYOUT
+    lm = (L + moe["FREQ"] - 1) // moe["FREQ"]
+    e, fh = moe["E"], moe["FH"]
+    dense = {"fcw": (L - lm, 4 * C, C), "fcb": (L - lm, 4 * C), "fcprojw": (L - lm, C, 4 * C), "fcprojb": (L - lm, C)}
+    return [(n, dense.get(n, shape), kind) for n, shape, kind in LAYOUT] + [
+        ("routerw", (lm, e, C), "r"), ("expfcw", (lm, e, fh, C), "w"), ("expfcb", (lm, e, fh), "b"),
+        ("expprojw", (lm, e, C, fh), "w"), ("expprojb", (lm, e, C), "b")]
+
+
+def make_params(gen, moe=None):
+    """Float32 parameters, drawn in layout order from one seeded generator."""
     out = {}
-    for name, shape, kind in LAYOUT:
+    for name, shape, kind in layout(moe):
         z = torch.randn(shape, generator=gen, dtype=torch.float32)
         if kind in ("w", "b"):
             p = 0.02 * z
         elif kind == "lnw":
             p = 1.0 + 0.1 * z
+        elif kind == "r":
+            p = 0.3 * z
         else:
             p = 0.1 * z
         out[name] = p.to(torch.float32)
     return out
 
 
-def gpt_loss(p, tokens, targets):
-    """Mean cross-entropy of the model on tokens (B, TN); p holds float64 leaf tensors."""
+def gpt_loss(p, tokens, targets, moe=None, slots=None):
+    """Mean cross-entropy of the model on tokens (B, TN), plus with `moe` each MoE layer's balance and z
+    losses (each sequence one routing group; its routing appended to `slots`); p holds float64 leaf tensors."""
     b, tn = tokens.shape
     hs = C // NH
     x = p["wte"][tokens] + p["wpe"][:tn].unsqueeze(0)
+    extra = 0.0
     causal = torch.ones(tn, tn, dtype=torch.bool).tril()
     for l in range(L):
         h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
@@ -95,11 +123,22 @@ def gpt_loss(p, tokens, targets):
         a = (att @ v).transpose(1, 2).reshape(b, tn, C)
         x = x + (a @ p["attprojw"][l].T + p["attprojb"][l])
         h2 = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
-        f = F.gelu(h2 @ p["fcw"][l].T + p["fcb"][l], approximate="tanh")
-        x = x + (f @ p["fcprojw"][l].T + p["fcprojb"][l])
+        if moe is not None and l % moe["FREQ"] == 0:
+            m = l // moe["FREQ"]
+            w = {"router": p["routerw"][m], "fc": p["expfcw"][m], "fc_bias": p["expfcb"][m],
+                 "proj": p["expprojw"][m], "proj_bias": p["expprojb"][m]}
+            out, aux, z, s = moe_layer(h2.reshape(b * tn, C), w, tn, moe["E"], moe["K"], moe["CF"], moe["AUX"],
+                                       moe["ZL"])
+            x = x + out.view(b, tn, C)
+            extra = extra + aux + z
+            slots.append(s)
+            continue
+        d = l if moe is None else l - (l // moe["FREQ"] + 1)  # the dense layer's row of fcw etc.
+        f = F.gelu(h2 @ p["fcw"][d].T + p["fcb"][d], approximate="tanh")
+        x = x + (f @ p["fcprojw"][d].T + p["fcprojb"][d])
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
     logits = x @ p["wte"].T
-    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="mean")
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="mean") + extra
 
 
 # The MoE FFN layer (reference/moe.h) alone, for reference/moe_golden_test.cc: N tokens, E experts of
@@ -113,34 +152,47 @@ MOE_N, MOE_C, MOE_E, MOE_FH, MOE_K, MOE_CF, MOE_AUX, MOE_ZL = 24, 8, 4, 16, 2, 1
 MOE_SEED = 20261203
 
 
-def moe_loss(x, R, w):
-    """(loss, out, aux, z, slots) of the MoE layer in float64; slots (N, K): row in the expert's batch, -1 dropped."""
+def moe_layer(x, w, group, e_n, k_n, cf, aux_coeff, z_coeff):
+    """(out, aux, z, slots) of the MoE layer on x (N, C) in float64, routing each group of `group` consecutive
+    tokens on its own: capacity ceil(cf G K / E) per group (cf None: no dropping), first choices placed
+    before second choices, an expert's rows numbered group after group; aux the mean over groups of
+    aux_coeff E sum_e f_e P_e, z the z-loss over all tokens; slots (N, K): row in the expert's batch, -1 dropped."""
+    n, c = x.shape
     logits = x @ w["router"].T
     probs = torch.softmax(logits, dim=-1)
-    chosen = torch.topk(probs.detach(), MOE_K, dim=-1).indices  # random weights: no ties
-    capacity = math.ceil(MOE_CF * MOE_N * MOE_K / MOE_E)
-    kept = [0] * MOE_E
-    slots = [[-1] * MOE_K for _ in range(MOE_N)]
-    for i in range(MOE_K):
-        for t in range(MOE_N):
-            e = int(chosen[t, i])
-            if kept[e] < capacity:
-                slots[t][i] = kept[e]
-                kept[e] += 1
+    chosen = torch.topk(probs.detach(), k_n, dim=-1).indices  # random weights: no ties
+    capacity = math.ceil(cf * group * k_n / e_n) if cf is not None else group * k_n
+    rows_of = [0] * e_n
+    slots = [[-1] * k_n for _ in range(n)]
+    aux = 0.0
+    for g0 in range(0, n, group):
+        kept = [0] * e_n
+        for i in range(k_n):
+            for t in range(g0, g0 + group):
+                e = int(chosen[t, i])
+                if kept[e] < capacity:
+                    kept[e] += 1
+                    slots[t][i] = rows_of[e]
+                    rows_of[e] += 1
+        counts = torch.bincount(chosen[g0:g0 + group].reshape(-1), minlength=e_n).to(torch.float64)
+        aux = aux + aux_coeff * e_n * torch.sum(counts / (group * k_n) * probs[g0:g0 + group].mean(dim=0))
     rows = []
-    for t in range(MOE_N):
-        acc = torch.zeros(MOE_C, dtype=torch.float64)
-        for i in range(MOE_K):
+    for t in range(n):
+        acc = torch.zeros(c, dtype=torch.float64)
+        for i in range(k_n):
             if slots[t][i] < 0:
                 continue
             e = int(chosen[t, i])
             h = F.gelu(x[t] @ w["fc"][e].T + w["fc_bias"][e], approximate="tanh")
             acc = acc + probs[t, e] * (h @ w["proj"][e].T + w["proj_bias"][e])
         rows.append(acc)
-    out = torch.stack(rows)
-    counts = torch.bincount(chosen.reshape(-1), minlength=MOE_E).to(torch.float64)
-    aux = MOE_AUX * MOE_E * torch.sum(counts / (MOE_N * MOE_K) * probs.mean(dim=0))
-    z = MOE_ZL * torch.mean(torch.logsumexp(logits, dim=-1) ** 2)
+    z = z_coeff * torch.mean(torch.logsumexp(logits, dim=-1) ** 2)
+    return torch.stack(rows), aux / (n // group), z, slots
+
+
+def moe_loss(x, R, w):
+    """(loss, out, aux, z, slots) of the layer golden: one routing group of all MOE_N tokens."""
+    out, aux, z, slots = moe_layer(x, w, MOE_N, MOE_E, MOE_K, MOE_CF, MOE_AUX, MOE_ZL)
     return torch.sum(out * R) + aux + z, out, aux, z, slots
 
 
@@ -179,31 +231,40 @@ def main():
     testdata = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "testdata"))
     if len(sys.argv) > 1 and sys.argv[1] == "--moe":
         return main_moe(sys.argv[2] if len(sys.argv) > 2 else os.path.join(testdata, "moe_layer.bin"))
-    out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(testdata, "gpt_tiny.bin")
+    moe = GPT_MOE if len(sys.argv) > 1 and sys.argv[1] == "--gpt-moe" else None
+    args = sys.argv[2:] if moe else sys.argv[1:]
+    out_path = args[0] if args else os.path.join(testdata, "gpt_moe.bin" if moe else "gpt_tiny.bin")
     assert len(TEXT) == B * (TN + 1)
     seqs = np.frombuffer(TEXT, dtype=np.uint8).astype(np.int64).reshape(B, TN + 1)
     tokens = torch.from_numpy(seqs[:, :TN].copy())
     targets = torch.from_numpy(seqs[:, 1:].copy())
 
     gen = torch.Generator().manual_seed(SEED)
-    p32 = make_params(gen)
+    p32 = make_params(gen, moe)
     # float32 -> float64 is exact, so the C++ models start from the same real numbers.
     p64 = {k: v.to(torch.float64).requires_grad_(True) for k, v in p32.items()}
-    loss = gpt_loss(p64, tokens, targets)
+    slots = []
+    loss = gpt_loss(p64, tokens, targets, moe, slots)
     loss.backward()
 
     with open(out_path, "wb") as f:
-        f.write(MAGIC)
+        f.write(MAGIC_MOE if moe else MAGIC)
         f.write(np.array([L, C, NH, T, V, B, TN], dtype="<i4").tobytes())
+        if moe:
+            f.write(np.array([moe["E"], moe["K"], moe["FREQ"], moe["FH"]], dtype="<i4").tobytes())
+            f.write(np.array([moe["CF"], moe["AUX"], moe["ZL"]], dtype="<f8").tobytes())
         f.write(tokens.numpy().astype("<i4").tobytes())
         f.write(targets.numpy().astype("<i4").tobytes())
-        for name, _, _ in LAYOUT:
+        for name, _, _ in layout(moe):
             f.write(p32[name].numpy().astype("<f4").tobytes())
         f.write(np.array([loss.item()], dtype="<f8").tobytes())
-        for name, _, _ in LAYOUT:
+        for name, _, _ in layout(moe):
             f.write(p64[name].grad.numpy().astype("<f8").tobytes())
-    nparams = sum(int(np.prod(s)) for _, s, _ in LAYOUT)
-    print(f"wrote {out_path}: P={nparams} loss={loss.item():.17g}")
+        for s in slots:
+            f.write(np.array(s, dtype="<i4").tobytes())
+    nparams = sum(int(np.prod(s)) for _, s, _ in layout(moe))
+    dropped = sum(v < 0 for s in slots for row in s for v in row)
+    print(f"wrote {out_path}: P={nparams} loss={loss.item():.17g}" + (f", {dropped} assignments dropped" if moe else ""))
 
 
 if __name__ == "__main__":

@@ -78,6 +78,25 @@ GptConfig gpt_config_from_json(const nlohmann::json& m, const std::string& path)
   c.NH = int(int_in_range(m, "NH", path + ".NH", 1, 65536));
   c.T = int(int_in_range(m, "T", path + ".T", 1, 1 << 20));
   c.V = int(int_in_range(m, "V", path + ".V", 256, 1 << 24));  // byte-level data: ids up to 255
+  // Mixture of experts, Megatron-LM's names; each optional (a section without them is dense).
+  auto opt_int = [&](const char* k, int& dst, int64_t lo, int64_t hi) {
+    if (m.contains(k)) dst = int(int_in_range(m, k, path + "." + k, lo, hi));
+  };
+  auto opt_num = [&](const char* k, double& dst) {
+    if (m.contains(k)) dst = number_in_range(m, k, path + "." + k, 0.0, 1e6);
+  };
+  opt_int("num_experts", c.moe.num_experts, 0, 1 << 16);
+  opt_int("moe_router_topk", c.moe.topk, 1, 1 << 16);
+  opt_int("moe_layer_freq", c.moe_layer_freq, 1, 1024);
+  opt_int("moe_ffn_hidden_size", c.moe.ffn_hidden, 0, 1 << 20);
+  opt_num("moe_aux_loss_coeff", c.moe.aux_loss_coeff);
+  opt_num("moe_z_loss_coeff", c.moe.z_loss_coeff);
+  if (m.contains("moe_expert_capacity_factor") && !m.at("moe_expert_capacity_factor").is_null()) {
+    const auto& v = m.at("moe_expert_capacity_factor");
+    if (!v.is_number())
+      throw InputError(path + ".moe_expert_capacity_factor must be a number or null (null: no token is dropped)");
+    c.moe.capacity_factor = v.get<double>();
+  }
   validate_gpt_config(c);
   return c;
 }
@@ -99,7 +118,30 @@ void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainCo
 }
 
 nlohmann::json to_json(const GptConfig& m) {
-  return {{"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T}, {"V", m.V}};
+  nlohmann::json j = {{"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T}, {"V", m.V}};
+  if (m.moe.num_experts == 0) return j;  // a dense model's section as before MoE existed
+  j["num_experts"] = m.moe.num_experts;
+  j["moe_router_topk"] = m.moe.topk;
+  j["moe_layer_freq"] = m.moe_layer_freq;
+  j["moe_ffn_hidden_size"] = m.moe.ffn_hidden;
+  j["moe_aux_loss_coeff"] = m.moe.aux_loss_coeff;
+  j["moe_z_loss_coeff"] = m.moe.z_loss_coeff;
+  j["moe_expert_capacity_factor"] =
+      m.moe.capacity_factor ? nlohmann::json(*m.moe.capacity_factor) : nlohmann::json(nullptr);
+  return j;
+}
+
+nlohmann::json model_defaults(int L, int C, int NH, int T, int V) {
+  nlohmann::json j = to_json(GptConfig{L, C, NH, T, V});
+  const MoeConfig moe;  // Megatron-LM's defaults but the balance loss's coefficient (its 0; Switch's 1e-2 here)
+  j["num_experts"] = 0;
+  j["moe_router_topk"] = 2;
+  j["moe_layer_freq"] = 1;
+  j["moe_ffn_hidden_size"] = 0;
+  j["moe_aux_loss_coeff"] = moe.aux_loss_coeff;
+  j["moe_z_loss_coeff"] = moe.z_loss_coeff;
+  j["moe_expert_capacity_factor"] = nullptr;
+  return j;
 }
 
 nlohmann::json to_json(const TrainConfig& t) {

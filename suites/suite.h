@@ -125,9 +125,16 @@ int64_t int_in_range(const nlohmann::json& section, const std::string& key, cons
 /// A number config value in [lo, hi] (finite), or InputError naming `path`.
 double number_in_range(const nlohmann::json& section, const std::string& key, const std::string& path,
                        double lo, double hi);
-/// The run config's "model" section (L, C, NH, T, V) as a GptConfig, range-checked
+/// The run config's "model" section (L, C, NH, T, V and the optional MoE keys num_experts,
+/// moe_router_topk, moe_expert_capacity_factor, moe_aux_loss_coeff, moe_z_loss_coeff,
+/// moe_layer_freq, moe_ffn_hidden_size: Megatron-LM's names) as a GptConfig, range-checked
 /// (V >= 256: the data is byte-level) and validated; InputError naming the key otherwise.
 GptConfig gpt_config_from_json(const nlohmann::json& model, const std::string& path = "model");
+/// A "model" section's defaults: the shape given, dense (num_experts 0), and the MoE keys'
+/// defaults (moe_router_topk 2, moe_layer_freq 1, moe_ffn_hidden_size 0: 4C, moe_aux_loss_coeff
+/// 0.01, moe_z_loss_coeff 0, moe_expert_capacity_factor null: no dropping), so that the config
+/// merge accepts them there.
+nlohmann::json model_defaults(int L, int C, int NH, int T, int V);
 
 /// Comparable printable forms of the typed config parts every suite shares (every field),
 /// for Suite::params_json.

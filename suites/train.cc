@@ -200,10 +200,11 @@ StepSplit slowest_split(const LayoutOutcome& run, Communicator& world) {
   return sp;
 }
 
-// Model FLOPs per token, forward and backward: 6 N for the weights plus 12 L C T for
+// Model FLOPs per token, forward and backward: 6 N for the weights (N the active parameters of an
+// MoE model: a token passes through its top-k experts only; the router and dropping not counted) plus 12 L C T for
 // attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).
 double model_flops_per_token(const TrainFacts& f) {
-  return 6.0 * double(gpt_num_params(f.model)) + 12.0 * f.model.L * double(f.model.C) * f.cfg.seq_len;
+  return 6.0 * double(gpt_active_params(f.model)) + 12.0 * f.model.L * double(f.model.C) * f.cfg.seq_len;
 }
 
 double model_tflops(const TrainFacts& f, const StepSplit& sp) {
@@ -348,6 +349,13 @@ struct Params {
   std::string matmul_precision;
   double peak_tflops = 0;
   bool references = true;  // on the CPU: the single-rank references and the float64 oracle, and their checks
+  /// Plain DP (reference/trainer.h) unless the layout, ZeRO, recompute, loss scaling, a half
+  /// precision or checkpoints need the sharded model.
+  bool plain_dp() const {
+    const ParallelLayout& l = spec.l;
+    return !plan.on() && l.tp == 1 && l.pp == 1 && spec.z.stage == 0 && spec.recompute == Recompute::none &&
+           !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
+  }
   static Params parse(const json& section, const json& config, const WorldInfo& world);
   json to_json() const {
     return {{"model", dtb::to_json(model)},    {"train", dtb::to_json(cfg)},
@@ -377,6 +385,10 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.peak_tflops = number_in_range(section, "peak_tflops", "train.peak_tflops", 0.0, 1e6);
   p.plan = checkpoint_plan_from_json(section);
   p.references = section.at("references").get<bool>();
+  if (p.model.moe.num_experts > 0 && !(cpu && p.plain_dp()))
+    throw InputError("train: " + (cpu ? moe_not_sharded(p.model) : "model.num_experts = " +
+                                            std::to_string(p.model.moe.num_experts) +
+                                            ": MoE layers run on the CPU backend only so far"));
   return p;
 }
 
@@ -440,9 +452,7 @@ class TrainSuite : public Suite {
     const ZeroConfig& zero = p.spec.z;
     const Recompute recompute = p.spec.recompute;
     const CheckpointPlan& plan = p.plan;
-    // Plain DP (reference/trainer.h) unless the layout, ZeRO, recompute or checkpoints need the sharded model.
-    const bool dp_only = !plan.on() && layout.tp == 1 && layout.pp == 1 && zero.stage == 0 &&
-                         recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
+    const bool dp_only = p.plain_dp();
     const TrainFacts f{model_cfg, cfg, layout, zero, recompute, plan, dp_only,
                        dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n)
                                : layout_record_name(p.spec),
