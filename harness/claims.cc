@@ -11,11 +11,8 @@
 #include <fmt/printf.h>
 
 #include "harness/claims_evaluators.h"
+#include "harness/source_dir.h"
 #include "kernels/error.h"
-
-#ifndef DTB_SOURCE_DIR
-#define DTB_SOURCE_DIR "."
-#endif
 
 namespace dtb {
 namespace claims_impl {
@@ -74,7 +71,7 @@ std::string fmt(const char* f, const Args&... args) {
 
 std::string default_claims_catalog() {
   if (const char* p = std::getenv("DTB_CLAIMS_CATALOG")) return p;
-  return std::string(DTB_SOURCE_DIR) + "/harness/claims.json";
+  return std::string(source_dir()) + "/harness/claims.json";
 }
 
 json load_claims_catalog(const std::string& path) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "harness/source_dir.h"
 #include "kernels/error.h"
 #include "suites/suite.h"
 
@@ -17,7 +18,7 @@ namespace dtb {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string config_dir() { return std::string(DTB_SOURCE_DIR) + "/harness/configs"; }
+std::string config_dir() { return std::string(source_dir()) + "/harness/configs"; }
 
 std::vector<std::string> config_names() {
   std::vector<std::string> names;

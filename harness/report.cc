@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "harness/config.h"
+#include "harness/source_dir.h"
 #include "kernels/error.h"
 
 namespace dtb {
@@ -64,7 +65,7 @@ json make_context(const json& config, const Dataset* dataset, const Communicator
   if (auto nl = mpi.find_first_of(",\n"); nl != std::string::npos) mpi = mpi.substr(0, nl);
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
-  const std::string src = DTB_SOURCE_DIR;
+  const std::string src = source_dir();
   // Only rank 0 forks (fork after MPI_Init is unsafe with some interconnects).
   std::string commit =
       world.rank() == 0 ? shell_line("git -C '" + src + "' rev-parse HEAD 2>/dev/null") : "";
