@@ -4,6 +4,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <numeric>
+#include <tuple>
 
 #include "harness/config.h"
 #include "kernels/error.h"
@@ -14,6 +15,14 @@ namespace dtb {
 
 using nlohmann::json;
 
+namespace {
+GptConfig moe_6b() {
+  GptConfig m{24, 2048, 16, 2048, 50257};
+  m.moe.num_experts = 64, m.moe.topk = 8, m.moe.ffn_hidden = 864;
+  return m;
+}
+}  // namespace
+
 const std::vector<NamedModel>& named_models() {
   static const std::vector<NamedModel> models = {
       {"gpt2-124m", {12, 768, 12, 1024, 50257}, "GPT-2 small (Radford et al. 2019)"},
@@ -21,8 +30,19 @@ const std::vector<NamedModel>& named_models() {
       {"3b", {36, 2560, 20, 2048, 50257}, "GPT-3 2.7B's width, 36 layers, 20 heads of 128"},
       {"10b", {32, 5120, 40, 2048, 50257}, "GPT-3 13B's width, 32 layers, 40 heads of 128"},
       {"gpt3-175b", {96, 12288, 96, 2048, 50257}, "GPT-3 175B (Brown et al. 2020, Table 2.1)"},
+      {"moe-6b", moe_6b(), "the article's MoE (6.2: 6B parameters, 1.2B active, 8 of 64 experts): 1b's width, 24 "
+                           "layers of 64 experts of 864, top-8"},
   };
   return models;
+}
+
+std::string commas(uint64_t x) {
+  std::string s = std::to_string(x), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
 }
 
 namespace {
@@ -39,15 +59,6 @@ std::string fmt(const char* f, ...) {
   std::vsnprintf(b, sizeof b, f, ap);
   va_end(ap);
   return b;
-}
-
-std::string commas(uint64_t x) {
-  std::string s = std::to_string(x), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return out;
 }
 
 bool given(const CLI::App& sub, const char* opt) { return sub.count(opt) > 0; }
@@ -191,6 +202,21 @@ GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* n
   for (auto [opt, v] : {std::pair{"--layers", a.layers}, std::pair{"--hidden", a.hidden}, std::pair{"--heads", a.heads},
                         std::pair{"--vocab", a.vocab}, std::pair{"--seq", a.seq}})
     positive(sub, opt, v);
+  // The MoE options turn the model's FFNs into experts (or set a named MoE model's).
+  for (auto [opt, v, min] : {std::tuple{"--num-experts", a.num_experts, 0}, std::tuple{"--moe-router-topk", a.moe_topk, 1},
+                             std::tuple{"--moe-ffn-hidden-size", a.moe_ffn_hidden, 0},
+                             std::tuple{"--moe-layer-freq", a.moe_layer_freq, 1}, std::tuple{"--expert-parallel", a.ep, 1}})
+    positive(sub, opt, v, min);
+  const bool named_moe = m.moe.num_experts > 0;  // a named MoE model keeps its settings unless given
+  if (given(sub, "--num-experts")) m.moe.num_experts = a.num_experts;
+  if (m.moe.num_experts > 0) {
+    if (given(sub, "--moe-router-topk") || !named_moe) m.moe.topk = a.moe_topk;
+    if (given(sub, "--moe-ffn-hidden-size") || !named_moe) m.moe.ffn_hidden = a.moe_ffn_hidden;
+    if (given(sub, "--moe-layer-freq") || !named_moe) m.moe_layer_freq = a.moe_layer_freq;
+  } else {
+    for (const char* o : {"--moe-router-topk", "--moe-ffn-hidden-size", "--moe-layer-freq", "--expert-parallel"})
+      if (given(sub, o)) throw InputError(std::string(o) + " is given but the model has no experts (--num-experts)");
+  }
   validate_gpt_config(m);
   return m;
 }
@@ -207,6 +233,14 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   std::string name;
   PlanConfig c;
   c.model = resolve_model(sub, a, &name, &notes);
+  if (c.model.moe.num_experts > 0) {
+    for (const char* o : {flag(LayoutKey::schedule), flag(LayoutKey::virtual_stages), flag(LayoutKey::micro_batches),
+                          "--micro-batch-size", flag(LayoutKey::recompute), "--seq"})
+      if (given(sub, o))
+        throw InputError(std::string(o) + " does not apply to an MoE model's plan (model states only; its activations "
+                         "are not planned yet)");
+    return moe_plan_json(c.model, name, a, notes);
+  }
   c.layout.tp = a.tp;
   c.layout.pp = a.pp;
   c.layout.dp = a.dp;
@@ -357,6 +391,11 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   s->add_option(flag(LayoutKey::offload), a.offload, "none or cpu (ZeRO stages 1-3)");
   s->add_option(flag(LayoutKey::precision), a.precision, "fp32, bf16 or fp16 (default fp32)");
   s->add_option(flag(LayoutKey::recompute), a.recompute, "none, full or selective (default none)");
+  s->add_option("--num-experts", a.num_experts, "experts per MoE layer (docs/moe.md; default 0: dense)");
+  s->add_option("--moe-router-topk", a.moe_topk, "experts per token (default 2)");
+  s->add_option("--moe-ffn-hidden-size", a.moe_ffn_hidden, "each expert's hidden size (default 4C)");
+  s->add_option("--moe-layer-freq", a.moe_layer_freq, "one MoE layer in every N (default 1)");
+  s->add_option("--expert-parallel", a.ep, "expert-parallel size: ranks an MoE layer's experts are split over (default 1)");
   s->add_flag("--json", a.json, "print the plan as JSON");
   return s;
 }
@@ -413,6 +452,8 @@ std::string memory_plan_text(const json& j) {
     } else {
       o += "  (ZeRO-3 needs --largest-layer-params)\n";
     }
+  } else if (j["mode"] == "moe") {
+    o += moe_plan_text(j);
   } else {
     const json& m = j["model"];
     const json& l = j["layout"];

@@ -21,8 +21,13 @@ struct NamedModel {
 };
 /// gpt2-124m (L12 C768 NH12 T1024 V50257: 124,439,808), 1b (L20 C2048 NH16 T2048:
 /// 1,114,290,176), 3b (L36 C2560 NH20 T2048: 2,966,259,200), 10b (L32 C5120 NH40 T2048:
-/// 10,336,271,360), gpt3-175b (L96 C12288 NH96 T2048: 174,604,259,328); V 50257 (GPT-2's BPE).
+/// 10,336,271,360), gpt3-175b (L96 C12288 NH96 T2048: 174,604,259,328); V 50257 (GPT-2's BPE);
+/// moe-6b (L24 C2048 NH16 T2048, every layer 64 experts of hidden size 864, top-8:
+/// 5,953,607,680 parameters, 1,193,353,216 active).
 const std::vector<NamedModel>& named_models();
+
+/// x with thousands separated by commas ("1,234,567").
+std::string commas(uint64_t x);
 
 /// The options of `dtbench memory`, as given (sentinels: 0 or empty = not given).
 struct MemoryArgs {
@@ -32,6 +37,7 @@ struct MemoryArgs {
   double largest_layer_params = -1;
   int tp = 1, pp = 1, dp = 1, virtual_stages = 1, micro_batches = 0, micro_batch_size = 1;
   int zero_stage = 0, gpus_per_node = 0;
+  int num_experts = 0, moe_topk = 2, moe_ffn_hidden = 0, moe_layer_freq = 1, ep = 1;  // MoE (docs/moe.md)
   std::string schedule = "1f1b", offload = "none", precision = "fp32", recompute = "none";
   bool json = false;
 };
@@ -45,6 +51,17 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& args);
 nlohmann::json memory_plan_json(const CLI::App& sub, const MemoryArgs& args);
 /// The human-readable report of a memory_plan_json document.
 std::string memory_plan_text(const nlohmann::json& plan);
+
+/// An MoE model's memory (mode "moe"; harness/memory_moe.cc): its total and active parameters, the
+/// experts' share, and model states per rank under DP `a.dp`, expert parallelism `a.ep` (each rank
+/// holds E/ep experts of every MoE layer) and ZeRO: the non-expert parameters sharded over the DP
+/// ranks, the experts over their expert-data-parallel group (dp/ep ranks, as Megatron-LM), bytes per
+/// parameter as zero_model_states; against a dense model of the total and one of the active count.
+/// Activations are not planned. Errors: InputError when ep does not divide num_experts or dp, for
+/// tp or pp above 1, and as zero_model_states.
+nlohmann::json moe_plan_json(const GptConfig& m, const std::string& name, const MemoryArgs& a, nlohmann::json notes);
+/// The text of a moe_plan_json document, without its rules of thumb and notes.
+std::string moe_plan_text(const nlohmann::json& plan);
 
 /// Runs the subcommand: prints the text report (or JSON) to stdout when `print`. Returns 0.
 /// Errors: as memory_plan_json.

@@ -55,6 +55,21 @@ check "gpt2-124m has 124,439,808 parameters" grep -q "124,439,808 parameters" "$
 "$dtbench" memory --help >"$tmp/help.txt" 2>&1
 check "--help lists gpt3-175b with its count" grep -q "gpt3-175b.*174,604,259,328 parameters" "$tmp/help.txt"
 
+# An MoE model (harness/memory_moe.cc): its counts, and model states that follow the total parameters
+# on one rank (95.3 GB, a dense 5.95B model's) and the active ones at EP 8 = E / k (19.1 GB).
+"$dtbench" memory --model moe-6b --json >"$tmp/moe1.json"
+"$dtbench" memory --model moe-6b --dp 8 --expert-parallel 8 --precision bf16 --json >"$tmp/moe8.json"
+check "moe-6b: 5,953,607,680 parameters, 1,193,353,216 active; 95.3 GB on one rank, 19.1 GB per rank at EP 8" \
+  python3 - "$tmp/moe1.json" "$tmp/moe8.json" <<'PY'
+import json, sys
+one, ep8 = (json.load(open(f)) for f in sys.argv[1:])
+assert one["params"]["total"] == 5953607680 and one["params"]["active"] == 1193353216, one["params"]
+assert abs(one["per_rank_bytes"]["total"] - 16 * 5953607680) < 1, one["per_rank_bytes"]
+assert one["per_rank_bytes"]["total"] == one["dense_total_bytes"]["total"]
+assert abs(ep8["per_rank_bytes"]["total"] - 16 * 1193353216) < 1, ep8["per_rank_bytes"]
+assert [r["holds"] for r in one["rules_of_thumb"]] == [False, True] and ep8["rules_of_thumb"][0]["holds"]
+PY
+
 expect_error() {  # expect_error WANTED_SUBSTRING ARGS...
   local want="$1"; shift
   n=$((n + 1))
@@ -84,6 +99,11 @@ expect_error "--params must be >= 1" --params -5
 expect_error "give a model for --tp/--pp" --params 1e9 --tp 2
 expect_error "needs micro_batches (3) to be a multiple of pipeline_parallel (2)" --model 1b --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 3
 expect_error "C = 65 is not divisible by NH = 4" --layers 2 --hidden 65 --heads 4
+expect_error "--expert-parallel 3 does not divide --num-experts 64" --model moe-6b --expert-parallel 3 --dp 3
+expect_error "--expert-parallel 4 does not divide the data-parallel size --dp 2" --model moe-6b --expert-parallel 4 --dp 2
+expect_error "moe_router_topk = 9 is outside [1, num_experts = 8]" --model 1b --num-experts 8 --moe-router-topk 9
+expect_error "--expert-parallel is given but the model has no experts" --model 1b --expert-parallel 2
+expect_error "--recompute does not apply to an MoE model's plan" --model moe-6b --recompute full
 
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]
