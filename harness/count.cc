@@ -210,6 +210,8 @@ int cmd_count(Communicator& world, const CountArgs& a) {
   // One BLAS thread, whatever OPENBLAS_NUM_THREADS says: the regions collect this thread's work only.
   openblas_set_num_threads(1);
   const json cfg = parse_config(read_config_text(a.config), a.config, "train", "", WorldInfo(1, 1));
+  if (const GptConfig m = gpt_config_from_json(cfg.at("model")); m.moe.num_experts > 0)  // before any region runs
+    throw InputError("dtbench count: its train regions run the sharded trainer too, and " + moe_not_sharded(m));
   const Dataset data = load_dataset(cfg.at("data"), size_t(cfg.at("model").at("T").get<int>()) + 2);
   CpuDevice device;
   CpuOps<float> ops;
