@@ -85,7 +85,8 @@ json rule(const std::string& rule, const std::string& plan, bool holds) {
 json params_plan(const CLI::App& sub, const MemoryArgs& a) {
   for (const char* opt : {"--model", "--layers", "--hidden", "--heads", "--vocab", "--seq", flag(LayoutKey::virtual_stages),
                           flag(LayoutKey::schedule), flag(LayoutKey::micro_batches), "--micro-batch-size",
-                          flag(LayoutKey::recompute)})
+                          flag(LayoutKey::recompute), "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+                          "--moe-layer-freq", "--expert-parallel"})
     if (given(sub, opt))
       throw InputError(std::string("--params plans model states only (the ZeRO paper's accounting); ") + opt +
                        " needs a model (--model or --layers/--hidden/--heads)");
@@ -207,6 +208,8 @@ GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* n
                              std::tuple{"--moe-ffn-hidden-size", a.moe_ffn_hidden, 0},
                              std::tuple{"--moe-layer-freq", a.moe_layer_freq, 1}, std::tuple{"--expert-parallel", a.ep, 1}})
     positive(sub, opt, v, min);
+  if (a.num_experts > (1 << 16))  // the config's bound (model.num_experts)
+    throw InputError("--num-experts must be <= 65536, got " + std::to_string(a.num_experts));
   const bool named_moe = m.moe.num_experts > 0;  // a named MoE model keeps its settings unless given
   if (given(sub, "--num-experts")) m.moe.num_experts = a.num_experts;
   if (m.moe.num_experts > 0) {

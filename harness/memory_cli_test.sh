@@ -104,6 +104,8 @@ expect_error "--expert-parallel 4 does not divide the data-parallel size --dp 2"
 expect_error "moe_router_topk = 9 is outside [1, num_experts = 8]" --model 1b --num-experts 8 --moe-router-topk 9
 expect_error "--expert-parallel is given but the model has no experts" --model 1b --expert-parallel 2
 expect_error "--recompute does not apply to an MoE model's plan" --model moe-6b --recompute full
+expect_error "--num-experts needs a model" --params 7.5e9 --num-experts 8
+expect_error "--num-experts must be <= 65536, got 70000" --model 1b --num-experts 70000
 
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -7,6 +7,7 @@
 // B batch (sequences in one forward). All parameters live in one buffer, in llm.c order
 // (see gpt_param_layout), which is what the PyTorch golden file and ZeRO sharding use.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +39,14 @@ inline bool is_moe_layer(const GptConfig& c, int l) { return c.moe.num_experts >
 /// Lm, the MoE layers (0 when dense); layer l's index among them is l / moe_layer_freq.
 inline int num_moe_layers(const GptConfig& c) {
   return c.moe.num_experts > 0 ? (c.L + c.moe_layer_freq - 1) / c.moe_layer_freq : 0;
+}
+/// The MoE layers' part of the loss at initialisation: router logits near 0 give each token
+/// probabilities 1/E, so a layer's balance loss alpha E sum_e f_e (1/E) is alpha whatever the
+/// routing, and its z-loss beta (ln E)^2; Lm (alpha + beta ln^2 E) in all (0 when dense). What a
+/// freshly initialised MoE model's loss adds to the uniform ln V.
+inline double moe_initial_loss(const GptConfig& c) {
+  const double lnE = c.moe.num_experts > 0 ? std::log(double(c.moe.num_experts)) : 0.0;
+  return num_moe_layers(c) * (c.moe.aux_loss_coeff + c.moe.z_loss_coeff * lnE * lnE);
 }
 /// Dense layer l's index among the dense layers (the rows of fcw, fcb, fcprojw, fcprojb).
 inline int dense_layer_index(const GptConfig& c, int l) {

@@ -45,6 +45,26 @@ TEST(Gpt, MoeParamCountMatchesFormula) {
   EXPECT_EQ(layout[17].shape, (std::vector<int64_t>{3, 3, 40, 48}));   // expfcw (Lm, E, F, C)
 }
 
+// A freshly initialised MoE model's losses are moe_initial_loss's: router logits of GPT-2's init
+// are O(0.1) (weights 0.02, C = 64 LayerNorm outputs of size 1), so probabilities are 1/E within
+// ~10 % and logsumexp is ln E within ~0.1: the balance loss alpha within ~10 % whatever the routing,
+// the z-loss beta ln^2 E within ~2 x 0.1 / ln 4 = 15 %; 20 % bounds both. The train suite's
+// step-0 check adds this to ln V (an MoE model with large coefficients failed it before).
+TEST(Gpt, MoeLossesAtInitAreTheirClosedForm) {
+  GptConfig c{2, 64, 4, 32, 256};
+  c.moe.num_experts = 4, c.moe.topk = 2, c.moe.aux_loss_coeff = 1.0, c.moe.z_loss_coeff = 0.5;
+  const double want = 2 * (1.0 + 0.5 * std::log(4.0) * std::log(4.0));
+  EXPECT_DOUBLE_EQ(moe_initial_loss(c), want);
+  CpuDevice dev;
+  Gpt<double> m(c, dev);
+  m.init(7);
+  std::vector<int32_t> tok(2 * 32), tgt(2 * 32);
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 37) % 256), tgt[i] = int32_t((i * 91 + 5) % 256);
+  m.forward(tok.data(), tgt.data(), 2, 32);
+  EXPECT_NEAR(m.moe_loss_sum() / 64.0, want, 0.2 * want);
+  EXPECT_EQ(moe_initial_loss(GptConfig{2, 64, 4, 32, 256}), 0.0);
+}
+
 TEST(Gpt, InvalidConfigIsInputError) {
   EXPECT_THROW(validate_gpt_config({2, 30, 4, 16, 256}), InputError);
   EXPECT_THROW(validate_gpt_config({0, 32, 4, 16, 256}), InputError);
