@@ -234,13 +234,13 @@ json merge(const json& defaults, const json& user, const std::string& where) {
 // gate's baselines stay comparable. A key set by the user without num_experts has no effect: refused.
 void drop_dense_moe_keys(json& model, const json& user_model) {
   if (model.value("num_experts", 0) != 0) return;
-  for (const char* k : {"moe_router_topk", "moe_expert_capacity_factor", "moe_aux_loss_coeff", "moe_z_loss_coeff",
-                        "moe_layer_freq", "moe_ffn_hidden_size"}) {
-    if (user_model.is_object() && user_model.contains(k))
-      throw InputError(std::string("config key 'model.") + k + "' is set but model.num_experts is 0 (a dense model)");
+  const json dense = to_json(GptConfig{}), all = model_defaults(2, 64, 4, 64, 256);  // dense keys; all keys
+  for (const auto& [k, v] : all.items()) {
+    if (dense.contains(k)) continue;
+    if (k != "num_experts" && user_model.is_object() && user_model.contains(k))
+      throw InputError("config key 'model." + k + "' is set but model.num_experts is 0 (a dense model)");
     model.erase(k);
   }
-  model.erase("num_experts");
 }
 
 std::vector<std::string> split_names(const std::string& s) {

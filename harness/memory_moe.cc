@@ -42,9 +42,8 @@ json moe_plan_json(const GptConfig& m, const std::string& name, const MemoryArgs
   const Precision p = parse_precision(a.precision);
   const Offload off = parse_offload(a.offload);
   const double total = double(gpt_num_params(m)), active = double(gpt_active_params(m));
-  const double F = moe_hidden(m.moe, m.C), C = m.C;
-  const double expert = 2 * F * C + F + C;                      // one expert's parameters
-  const double experts = double(num_moe_layers(m)) * E * expert;  // every MoE layer's experts
+  const double F = moe_hidden(m.moe, m.C);
+  const double experts = double(num_moe_layers(m)) * E * double(moe_expert_params(m));  // every MoE layer's
   const double dense = total - experts;                         // embeddings, attention, routers, dense FFNs
   // Non-expert parameters replicated on every rank and sharded by ZeRO over all dp ranks; the experts
   // split over ep, each share replicated dp / ep times and sharded over that expert-data-parallel group.

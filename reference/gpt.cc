@@ -40,9 +40,8 @@ size_t gpt_num_params(const GptConfig& cfg) {
 }
 
 size_t gpt_active_params(const GptConfig& c) {
-  const size_t F = size_t(moe_hidden(c.moe, c.C)), C = size_t(c.C);
   const size_t idle = c.moe.num_experts > 0 ? size_t(c.moe.num_experts - c.moe.topk) : 0;
-  return gpt_num_params(c) - size_t(num_moe_layers(c)) * idle * (2 * F * C + F + C);
+  return gpt_num_params(c) - size_t(num_moe_layers(c)) * idle * moe_expert_params(c);
 }
 
 void validate_gpt_config(const GptConfig& c) {
@@ -143,8 +142,9 @@ Gpt<T>::~Gpt() = default;
 template <typename T>
 MoeWeights<T> Gpt<T>::moe_weights(T* base, int l) const {
   const size_t m = size_t(l / cfg_.moe_layer_freq);
+  constexpr size_t kRouterw = 16;  // after the 16 dense tensors: routerw expfcw expfcb expprojw expprojb
   auto at = [&](size_t i) { return base + layout_[i].offset + m * (layout_[i].numel / size_t(num_moe_layers(cfg_))); };
-  return {at(16), at(17), at(18), at(19), at(20)};  // routerw expfcw expfcb expprojw expprojb
+  return {at(kRouterw), at(kRouterw + 1), at(kRouterw + 2), at(kRouterw + 3), at(kRouterw + 4)};
 }
 
 template <typename T>

@@ -48,6 +48,11 @@ inline double moe_initial_loss(const GptConfig& c) {
   const double lnE = c.moe.num_experts > 0 ? std::log(double(c.moe.num_experts)) : 0.0;
   return num_moe_layers(c) * (c.moe.aux_loss_coeff + c.moe.z_loss_coeff * lnE * lnE);
 }
+/// One expert's parameters: fc F C + F, proj C F + C (F = moe_hidden); 0 when dense.
+inline size_t moe_expert_params(const GptConfig& c) {
+  const size_t F = size_t(moe_hidden(c.moe, c.C)), C = size_t(c.C);
+  return c.moe.num_experts > 0 ? 2 * F * C + F + C : 0;
+}
 /// Dense layer l's index among the dense layers (the rows of fcw, fcb, fcprojw, fcprojb).
 inline int dense_layer_index(const GptConfig& c, int l) {
   return c.moe.num_experts > 0 ? l - (l / c.moe_layer_freq + 1) : l;

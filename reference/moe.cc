@@ -5,19 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "kernels/error.h"
 
 namespace dtb {
 
 namespace {
-std::string num(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
-}
+std::string num(double v) { return fmt::format("{}", v); }  // shortest round-trip form: 0, -1.5, 1e+300
 }  // namespace
 
 void validate_moe_config(const MoeConfig& c) {
