@@ -66,12 +66,12 @@ struct ParamTensor {
   size_t numel = 0;
 };
 
-/// The refusal of an MoE model where the sharded model is needed (tensor or pipeline parallel,
-/// ZeRO, recompute, mixed precision, loss scaling, checkpoints): one line naming num_experts.
+/// The refusal of an MoE model where a tool has no MoE support yet (the per-rank memory plan,
+/// the sweep, `dtbench count`): one line naming num_experts and where one does train.
 inline std::string moe_not_sharded(const GptConfig& cfg) {
   return "model.num_experts = " + std::to_string(cfg.moe.num_experts) +
-         ": the sharded model (tensor and pipeline parallel, ZeRO, recompute, mixed precision, loss scaling, "
-         "checkpoints) has no MoE layers yet; an MoE model trains data-parallel in fp32 on the CPU";
+         ": not supported here yet; an MoE model trains in the train suite (data, expert and pipeline parallel, "
+         "ZeRO, fp32 on the CPU)";
 }
 
 /// The 16 parameter tensors in order: wte (V,C), wpe (T,C), ln1w (L,C), ln1b (L,C),

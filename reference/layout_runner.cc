@@ -84,7 +84,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   const LayoutHooks* hooks = spec.hooks;
   const std::unique_ptr<Communicator> wrapped_dp = hooks && hooks->wrap_dp ? hooks->wrap_dp(*og.dp) : nullptr;
   Communicator& dp = wrapped_dp ? *wrapped_dp : *og.dp;
-  ParallelGroups g{comm, *og.tp, dp, *og.pp, og.pp_backward.get()};
+  ParallelGroups g{comm, *og.tp, dp, *og.pp, og.pp_backward.get(), og.ep.get(), og.expert_dp.get()};
   device.reset_peaks();
   const MemoryStats before = device.stats();
   std::unique_ptr<Ops<T>> cpu_ops;  // the model's own default, built here to be wrapped
@@ -98,9 +98,9 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
     profiled = std::make_unique<ProfiledOps<T>>(*ops, *spec.op_clock);
     ops = profiled.get();
   }
-  ParallelGpt<T> m(spec.model, l, comm.rank(), device, *og.tp, ops);
+  ParallelGpt<T> m(spec.model, l, comm.rank(), device, *og.tp, ops, og.ep.get());
   m.set_recompute(spec.recompute);
-  ZeroEngine<T> engine(m, spec.zero, dp, cfg.adamw);
+  ZeroEngine<T> engine(m, spec.zero, dp, cfg.adamw, og.expert_dp.get());
   engine.load(m.initial_params(cfg.seed));
   LossScaler scaler(cfg.loss_scaler);
   TrainLoop loop;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "kernels/error.h"
+#include "kernels/timer.h"
 
 namespace dtb {
 
@@ -120,29 +121,145 @@ void route(const MoeConfig& cfg, const T* x, const T* router, int N, int G, int 
 
 }  // namespace
 
+namespace {
+
+// The expert-parallel group at one call: P ranks, this one r, El = E / P experts held.
+struct EpShape {
+  int P = 1, r = 0, El = 0;
+};
+
+EpShape ep_shape(const MoeConfig& cfg, Communicator* ep) {
+  EpShape s;
+  s.P = ep ? ep->size() : 1;
+  s.r = ep ? ep->rank() : 0;
+  if (cfg.num_experts % s.P != 0)
+    throw InputError("expert_parallel = " + std::to_string(s.P) + " does not divide model.num_experts = " +
+                     std::to_string(cfg.num_experts));
+  s.El = cfg.num_experts / s.P;
+  return s;
+}
+
+// Rows travel grouped by expert in index order: experts [q El, (q+1) El) are rank q's, so "own"
+// rows in expert order are already grouped by destination. rows[e] counts expert e's own rows.
+// Sends them and returns what arrives, source rank by source rank, each source's rows by held
+// expert; held_rows (P, El) says how many. One rank: the rows themselves. Adds the seconds to
+// *seconds and the bytes sent to other ranks to *bytes (when not null).
+template <typename T>
+std::vector<T> dispatch(Communicator* ep, const EpShape& sh, const std::vector<T>& own, const std::vector<int>& rows,
+                        const std::vector<int>& held_rows, size_t width, double* seconds = nullptr,
+                        size_t* bytes = nullptr) {
+  if (sh.P == 1) return own;
+  Stopwatch sw;
+  std::vector<size_t> sc(size_t(sh.P)), sd(size_t(sh.P)), rc(size_t(sh.P)), rd(size_t(sh.P));
+  size_t so = 0, ro = 0;
+  for (int q = 0; q < sh.P; ++q) {
+    size_t s = 0, r = 0;
+    for (int j = 0; j < sh.El; ++j) s += size_t(rows[size_t(q * sh.El + j)]), r += size_t(held_rows[size_t(q * sh.El + j)]);
+    sc[size_t(q)] = s * width, sd[size_t(q)] = so, rc[size_t(q)] = r * width, rd[size_t(q)] = ro;
+    so += s * width, ro += r * width;
+  }
+  std::vector<T> held(ro);
+  ep->all_to_allv(own.data(), sc, sd, held.data(), rc, rd, dtype_of<T>());
+  if (seconds) *seconds += sw.elapsed();
+  if (bytes) *bytes += (so - sc[size_t(sh.r)]) * sizeof(T);
+  return held;
+}
+
+// The inverse of dispatch: held rows (source-major) go back to their sources, which receive their
+// own rows in expert order.
+template <typename T>
+std::vector<T> combine_rows(Communicator* ep, const EpShape& sh, const std::vector<T>& held,
+                            const std::vector<int>& rows, const std::vector<int>& held_rows, size_t width,
+                            MoeCommStats* stats) {
+  return dispatch(ep, sh, held, held_rows, rows, width, stats ? &stats->combine_s : nullptr,
+                  stats ? &stats->combine_bytes : nullptr);
+}
+
+// Source-major held rows -> one buffer per held expert (its rows from source 0, 1, ...), and back.
+template <typename T>
+std::vector<std::vector<T>> by_expert(const std::vector<T>& held, const EpShape& sh, const std::vector<int>& held_rows,
+                                      size_t width) {
+  std::vector<std::vector<T>> per(static_cast<size_t>(sh.El));
+  size_t at = 0;
+  for (int s = 0; s < sh.P; ++s)
+    for (int j = 0; j < sh.El; ++j) {
+      const size_t n = size_t(held_rows[size_t(s * sh.El + j)]) * width;
+      per[size_t(j)].insert(per[size_t(j)].end(), held.begin() + at, held.begin() + at + n);
+      at += n;
+    }
+  return per;
+}
+
+template <typename T>
+std::vector<T> by_source(const std::vector<std::vector<T>>& per, const EpShape& sh, const std::vector<int>& held_rows,
+                         size_t width) {
+  std::vector<T> held;
+  std::vector<size_t> at(static_cast<size_t>(sh.El), 0);
+  for (int s = 0; s < sh.P; ++s)
+    for (int j = 0; j < sh.El; ++j) {
+      const size_t n = size_t(held_rows[size_t(s * sh.El + j)]) * width;
+      held.insert(held.end(), per[size_t(j)].begin() + at[size_t(j)], per[size_t(j)].begin() + at[size_t(j)] + n);
+      at[size_t(j)] += n;
+    }
+  return held;
+}
+
+// The own rows' counts per expert (E), and the held ones (P, El) from every source.
+std::vector<int> held_counts(Communicator* ep, const EpShape& sh, const std::vector<int>& rows, MoeCommStats* stats) {
+  if (sh.P == 1) return rows;
+  Stopwatch sw;
+  std::vector<int> held(rows.size());
+  ep->all_to_all(rows.data(), held.data(), size_t(sh.El), DType::i32);
+  if (stats) stats->dispatch_s += sw.elapsed(), stats->dispatch_bytes += size_t(sh.P - 1) * sh.El * sizeof(int);
+  return held;
+}
+
+}  // namespace
+
 template <typename T>
 void moe_forward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, const T* x, T* out, int N, int C,
-                 MoeActivations<T>& a, int group) {
+                 MoeActivations<T>& a, int group, Communicator* ep, MoeCommStats* stats) {
   validate_moe_config(cfg);
+  const EpShape sh = ep_shape(cfg, ep);
   const int E = cfg.num_experts, k = cfg.topk, F = moe_hidden(cfg, C);
   if (group == 0) group = N;
   if (group < 0 || (N > 0 && N % group != 0))
     throw InputError("moe_forward: a routing group of " + std::to_string(group) + " tokens does not divide the call's " +
                      std::to_string(N));
   route(cfg, x, w.router, N, group, C, a);
-  a.in.assign(size_t(E), {}), a.pre.assign(size_t(E), {}), a.act.assign(size_t(E), {}), a.out.assign(size_t(E), {});
+  // The own rows, expert by expert, to the experts' ranks.
+  std::vector<int> rows(static_cast<size_t>(E));
+  std::vector<T> own;
   for (int e = 0; e < E; ++e) {
-    const auto& rows = a.token[size_t(e)];
-    const int n = int(rows.size());
+    rows[size_t(e)] = int(a.token[size_t(e)].size());
+    for (int t : a.token[size_t(e)]) own.insert(own.end(), x + size_t(t) * C, x + size_t(t + 1) * C);
+  }
+  if (stats && sh.P > 1) stats->calls += 3;
+  a.held_rows = held_counts(ep, sh, rows, stats);
+  a.in = by_expert(dispatch(ep, sh, own, rows, a.held_rows, size_t(C), stats ? &stats->dispatch_s : nullptr,
+                            stats ? &stats->dispatch_bytes : nullptr),
+                   sh, a.held_rows, size_t(C));
+  a.pre.assign(size_t(sh.El), {}), a.act.assign(size_t(sh.El), {});
+  std::vector<std::vector<T>> y(static_cast<size_t>(sh.El));
+  for (int j = 0; j < sh.El; ++j) {
+    const int n = int(a.in[size_t(j)].size() / size_t(C));
     if (n == 0) continue;
-    auto& in = a.in[size_t(e)];
-    in.resize(size_t(n) * C);
-    for (int s = 0; s < n; ++s) std::copy_n(x + size_t(rows[size_t(s)]) * C, C, in.begin() + size_t(s) * C);
-    a.pre[size_t(e)].resize(size_t(n) * F), a.act[size_t(e)].resize(size_t(n) * F), a.out[size_t(e)].resize(size_t(n) * C);
-    ops.matmul_forward(a.pre[size_t(e)].data(), in.data(), w.fc + size_t(e) * F * C, w.fc_bias + size_t(e) * F, n, C, F);
-    ops.gelu_forward(a.act[size_t(e)].data(), a.pre[size_t(e)].data(), size_t(n) * F);
-    ops.matmul_forward(a.out[size_t(e)].data(), a.act[size_t(e)].data(), w.proj + size_t(e) * C * F,
-                       w.proj_bias + size_t(e) * C, n, F, C);
+    a.pre[size_t(j)].resize(size_t(n) * F), a.act[size_t(j)].resize(size_t(n) * F), y[size_t(j)].resize(size_t(n) * C);
+    ops.matmul_forward(a.pre[size_t(j)].data(), a.in[size_t(j)].data(), w.fc + size_t(j) * F * C,
+                       w.fc_bias + size_t(j) * F, n, C, F);
+    ops.gelu_forward(a.act[size_t(j)].data(), a.pre[size_t(j)].data(), size_t(n) * F);
+    ops.matmul_forward(y[size_t(j)].data(), a.act[size_t(j)].data(), w.proj + size_t(j) * C * F,
+                       w.proj_bias + size_t(j) * C, n, F, C);
+  }
+  // The outputs back to their tokens' ranks, in expert order: expert e's own rows.
+  const std::vector<T> back =
+      combine_rows(ep, sh, by_source(y, sh, a.held_rows, size_t(C)), rows, a.held_rows, size_t(C), stats);
+  a.out.assign(size_t(E), {});
+  size_t at = 0;
+  for (int e = 0; e < E; ++e) {
+    const size_t n = size_t(rows[size_t(e)]) * C;
+    a.out[size_t(e)].assign(back.begin() + at, back.begin() + at + n);
+    at += n;
   }
   const MoeRouting& r = a.routing;
   std::fill(out, out + size_t(N) * C, T(0));
@@ -151,20 +268,26 @@ void moe_forward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, cons
       const int e = r.expert[size_t(t) * k + i], s = r.slot[size_t(t) * k + i];
       if (s < 0) continue;
       const T gate = a.probs[size_t(t) * E + e];
-      const T* y = a.out[size_t(e)].data() + size_t(s) * C;
-      for (int c = 0; c < C; ++c) out[size_t(t) * C + c] += gate * y[c];
+      const T* yr = a.out[size_t(e)].data() + size_t(s) * C;
+      for (int c = 0; c < C; ++c) out[size_t(t) * C + c] += gate * yr[c];
     }
 }
 
 template <typename T>
 void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, const MoeWeights<T>& dw, const T* x,
-                  const T* dout, T* dx, int N, int C, const MoeActivations<T>& a, double loss_scale) {
+                  const T* dout, T* dx, int N, int C, const MoeActivations<T>& a, double loss_scale, Communicator* ep,
+                  MoeCommStats* stats) {
+  const EpShape sh = ep_shape(cfg, ep);
   const int E = cfg.num_experts, k = cfg.topk, F = moe_hidden(cfg, C);
   const MoeRouting& r = a.routing;
-  // The gates' gradients (d out / d gate = the expert's output) and each expert's output gradient.
+  // The gates' gradients (d out / d gate = the expert's output) and the own rows' output gradients.
   std::vector<double> dp(size_t(N) * E, 0.0);
   std::vector<std::vector<T>> dy(static_cast<size_t>(E));
-  for (int e = 0; e < E; ++e) dy[size_t(e)].assign(a.token[size_t(e)].size() * size_t(C), T(0));
+  std::vector<int> rows(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) {
+    rows[size_t(e)] = int(a.token[size_t(e)].size());
+    dy[size_t(e)].assign(a.token[size_t(e)].size() * size_t(C), T(0));
+  }
   for (int t = 0; t < N; ++t)
     for (int i = 0; i < k; ++i) {
       const int e = r.expert[size_t(t) * k + i], s = r.slot[size_t(t) * k + i];
@@ -179,20 +302,34 @@ void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, con
       }
       dp[size_t(t) * E + e] += d;
     }
-  // The experts, in index order; their input gradients scattered back to the tokens.
-  for (int e = 0; e < E; ++e) {
-    const auto& rows = a.token[size_t(e)];
-    const int n = int(rows.size());
+  // The held experts, in index order, on every source's rows.
+  std::vector<T> own;
+  for (const auto& v : dy) own.insert(own.end(), v.begin(), v.end());
+  if (stats && sh.P > 1) stats->calls += 2;
+  const auto dyh = by_expert(dispatch(ep, sh, own, rows, a.held_rows, size_t(C), stats ? &stats->dispatch_s : nullptr,
+                                      stats ? &stats->dispatch_bytes : nullptr),
+                             sh, a.held_rows, size_t(C));
+  std::vector<std::vector<T>> dinh(static_cast<size_t>(sh.El));
+  for (int j = 0; j < sh.El; ++j) {
+    const int n = int(dyh[size_t(j)].size() / size_t(C));
     if (n == 0) continue;
-    std::vector<T> dact(size_t(n) * F, T(0)), dpre(size_t(n) * F, T(0)), din(size_t(n) * C, T(0));
-    ops.matmul_backward(dact.data(), dw.proj + size_t(e) * C * F, dw.proj_bias + size_t(e) * C, dy[size_t(e)].data(),
-                        a.act[size_t(e)].data(), w.proj + size_t(e) * C * F, n, F, C);
-    ops.gelu_backward(dpre.data(), a.pre[size_t(e)].data(), dact.data(), size_t(n) * F);
-    ops.matmul_backward(din.data(), dw.fc + size_t(e) * F * C, dw.fc_bias + size_t(e) * F, dpre.data(),
-                        a.in[size_t(e)].data(), w.fc + size_t(e) * F * C, n, C, F);
-    for (int s = 0; s < n; ++s)
-      for (int c = 0; c < C; ++c) dx[size_t(rows[size_t(s)]) * C + c] += din[size_t(s) * C + c];
+    std::vector<T> dact(size_t(n) * F, T(0)), dpre(size_t(n) * F, T(0));
+    dinh[size_t(j)].assign(size_t(n) * C, T(0));
+    ops.matmul_backward(dact.data(), dw.proj + size_t(j) * C * F, dw.proj_bias + size_t(j) * C, dyh[size_t(j)].data(),
+                        a.act[size_t(j)].data(), w.proj + size_t(j) * C * F, n, F, C);
+    ops.gelu_backward(dpre.data(), a.pre[size_t(j)].data(), dact.data(), size_t(n) * F);
+    ops.matmul_backward(dinh[size_t(j)].data(), dw.fc + size_t(j) * F * C, dw.fc_bias + size_t(j) * F, dpre.data(),
+                        a.in[size_t(j)].data(), w.fc + size_t(j) * F * C, n, C, F);
   }
+  // The input gradients back to their tokens, scattered in expert index order.
+  const std::vector<T> din =
+      combine_rows(ep, sh, by_source(dinh, sh, a.held_rows, size_t(C)), rows, a.held_rows, size_t(C), stats);
+  size_t at = 0;
+  for (int e = 0; e < E; ++e)
+    for (int t : a.token[size_t(e)]) {
+      for (int c = 0; c < C; ++c) dx[size_t(t) * C + c] += din[at + size_t(c)];
+      at += size_t(C);
+    }
   // The router: for token t of group g, d(aux) / d p_tj = alpha E f_gj / G / groups = alpha E f_gj / N
   // (f counts, not differentiated, as Fedus et al.); softmax backward; d(z) / d l_tj = beta 2 lse_t p_tj / N.
   std::vector<double> dl(static_cast<size_t>(E));
@@ -219,13 +356,15 @@ void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, con
 }
 
 template void moe_forward<float>(Ops<float>&, const MoeConfig&, const MoeWeights<float>&, const float*, float*, int,
-                                 int, MoeActivations<float>&, int);
+                                 int, MoeActivations<float>&, int, Communicator*, MoeCommStats*);
 template void moe_forward<double>(Ops<double>&, const MoeConfig&, const MoeWeights<double>&, const double*, double*,
-                                  int, int, MoeActivations<double>&, int);
+                                  int, int, MoeActivations<double>&, int, Communicator*, MoeCommStats*);
 template void moe_backward<float>(Ops<float>&, const MoeConfig&, const MoeWeights<float>&, const MoeWeights<float>&,
-                                  const float*, const float*, float*, int, int, const MoeActivations<float>&, double);
+                                  const float*, const float*, float*, int, int, const MoeActivations<float>&, double, Communicator*,
+                                  MoeCommStats*);
 template void moe_backward<double>(Ops<double>&, const MoeConfig&, const MoeWeights<double>&,
                                    const MoeWeights<double>&, const double*, const double*, double*, int, int,
-                                   const MoeActivations<double>&, double);
+                                   const MoeActivations<double>&, double, Communicator*,
+                                   MoeCommStats*);
 
 }  // namespace dtb

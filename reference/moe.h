@@ -4,12 +4,16 @@
 // 2021, top-1; GShard, Lepikhin et al. 2020, top-2). Capacity with token dropping, the
 // load-balancing loss (Fedus et al. eq. 4) and the router z-loss (ST-MoE, Zoph et al. 2022
 // eq. 5), with config names after Megatron-LM's (--num-experts, --moe-router-topk,
-// --moe-expert-capacity-factor, --moe-aux-loss-coeff, --moe-z-loss-coeff). One rank, all
-// experts: the oracle's layer; expert parallelism splits the same computation by expert.
+// --moe-expert-capacity-factor, --moe-aux-loss-coeff, --moe-z-loss-coeff). One rank with all
+// experts is the oracle's layer; expert parallelism (GShard's, Megatron-LM's expert-parallel
+// group) splits the same computation by expert: each of ep ranks holds E / ep consecutive
+// experts, routes its own tokens, and dispatches every kept assignment's row to the rank
+// holding its expert and combines the results through all_to_allv.
 #pragma once
 #include <optional>
 #include <vector>
 
+#include "kernels/comm/communicator.h"
 #include "kernels/ops.h"
 
 namespace dtb {
@@ -76,13 +80,28 @@ struct MoeRouting {
   double imbalance() const;
 };
 
-/// What backward needs from forward.
+/// An expert-parallel layer's exchanges (moe_forward, moe_backward), accumulated: "dispatch" is
+/// the way to the experts (forward: the tokens' rows; backward: their output gradients),
+/// "combine" the way back (forward: the experts' outputs; backward: the input gradients). Each
+/// counts its seconds (the row-count all-to-all included), calls, and the bytes this rank sent
+/// to other ranks (rows to itself are not sent).
+struct MoeCommStats {
+  double dispatch_s = 0, combine_s = 0;
+  int64_t calls = 0;
+  size_t dispatch_bytes = 0, combine_bytes = 0;
+};
+
+/// What backward needs from forward. "Own" rows are this rank's tokens' kept assignments; "held"
+/// rows are what this rank's experts computed: the rows every rank of the expert-parallel group
+/// sent them, source rank by source rank (one rank: the own rows).
 template <typename T> struct MoeActivations {
   MoeRouting routing;
   std::vector<T> probs;                // (N, E) router softmax
   std::vector<double> lse;             // (N) logsumexp of the router logits
-  std::vector<std::vector<T>> in, pre, act, out;  // per expert: (kept, C), (kept, F), (kept, F), (kept, C)
-  std::vector<std::vector<int>> token;  // per expert: the token of each row
+  std::vector<std::vector<T>> in, pre, act;  // per held expert: (held, C), (held, F), (held, F)
+  std::vector<std::vector<T>> out;     // per expert (all E): the own rows' outputs (kept, C)
+  std::vector<std::vector<int>> token;  // per expert (all E): the token of each own row
+  std::vector<int> held_rows;          // (ep, E / ep): rows source s sent held expert j
 };
 
 /// out (N, C) = sum over a token's kept assignments of gate * expert(x), gate = the router's
@@ -92,18 +111,34 @@ template <typename T> struct MoeActivations {
 /// (MoeRouting's), so E = 1 without dropping is the dense FFN times gate 1, bitwise. A token's
 /// output adds its experts' contributions best choice first. Fills `acts` for backward.
 /// x (N, C); `group` tokens per routing group (MoeRouting), 0 for one group of N.
-/// Errors: InputError from validate_moe_config, or when `group` does not divide N.
+/// Expert parallelism: `ep` is the expert-parallel group (null: one rank holding every expert);
+/// rank r of its P ranks holds experts [r E/P, (r+1) E/P), and w's fc, fc_bias, proj and
+/// proj_bias point at those E/P experts alone (the router is whole). Each rank routes its own N
+/// tokens, sends each held expert's rows to its rank (the row counts first, an all_to_all of
+/// E/P ints per peer, then the rows, all_to_allv in T), the experts run on the rows of every
+/// source rank in rank order, and the outputs come back the same way: a row's output is what
+/// one rank computes for it, up to the matmul's blocking over the rows it shares a call with.
+/// Collective over `ep` (every rank calls it for the same layer, even with N = 0). `stats`
+/// (may be null) is charged with the exchanges.
+/// Errors: InputError from validate_moe_config, when `group` does not divide N, or when P does
+/// not divide E.
 template <typename T>
 void moe_forward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, const T* x, T* out, int N, int C,
-                 MoeActivations<T>& acts, int group = 0);
+                 MoeActivations<T>& acts, int group = 0, Communicator* ep = nullptr, MoeCommStats* stats = nullptr);
 
 /// dx (N, C) += the input gradient of out given dout (N, C); the weight gradients `dw` +=
 /// theirs, the router's including d(aux_loss + z_loss), the two losses counting as added to the
 /// model's loss with weight `loss_scale` (1 unless the loss is scaled). An expert's weight
 /// gradients sum over its rows in assignment order; dx gets the experts' parts in expert index
-/// order, then the router's; the router's gradient sums over tokens in order.
+/// order, then the router's; the router's gradient sums over tokens in order. With `ep` (the
+/// forward's group; dw's expert parts this rank's E/P experts): the output gradients of the own
+/// rows go to the experts' ranks and the input gradients come back, as forward's rows; a held
+/// expert's weight gradients sum over every source rank's rows (source by source), so they hold
+/// the whole expert-parallel group's tokens and only the expert-data-parallel reduction remains.
+/// Collective over `ep`.
 template <typename T>
 void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, const MoeWeights<T>& dw, const T* x,
-                  const T* dout, T* dx, int N, int C, const MoeActivations<T>& acts, double loss_scale = 1.0);
+                  const T* dout, T* dx, int N, int C, const MoeActivations<T>& acts, double loss_scale = 1.0,
+                  Communicator* ep = nullptr, MoeCommStats* stats = nullptr);
 
 }  // namespace dtb

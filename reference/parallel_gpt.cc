@@ -39,6 +39,7 @@ struct ParallelGpt<T>::ActSet {
   int B = 0, Tn = 0;
   std::vector<Tensor> a;
   Tensor tokens, targets;
+  std::vector<MoeActivations<T>> moe;  // per layer of the chunk (an MoE layer's routing and rows)
   T* p(int i) { return a[i].template data<T>(); }
   acc_t<T>* pa(int i) { return a[i].template data<acc_t<T>>(); }
   int32_t* tok() { return tokens.data<int32_t>(); }
@@ -47,10 +48,18 @@ struct ParallelGpt<T>::ActSet {
 
 template <typename T>
 ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device,
-                            Communicator& tp, Ops<T>* ops)
-    : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ops_(ops) {
+                            Communicator& tp, Ops<T>* ops, Communicator* ep)
+    : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ep_(ep), ops_(ops) {
   validate_gpt_config(cfg);
-  if (cfg.moe.num_experts > 0) throw InputError(moe_not_sharded(cfg));
+  if (cfg.moe.num_experts > 0) {
+    if constexpr (is_half_v<T>)
+      throw InputError("model.num_experts = " + std::to_string(cfg.moe.num_experts) +
+                       ": the MoE layer runs in fp32 (and fp64) only, not in a half precision yet");
+    if (layout.tp > 1 || cfg.moe.num_experts % layout.ep != 0)
+      throw InputError("ParallelGpt: an MoE model needs tensor_parallel 1 and expert_parallel dividing num_experts");
+  }
+  DTB_CHECK(layout.ep == 1 || (ep != nullptr && ep->size() == layout.ep),
+            "ParallelGpt: expert_parallel > 1 needs the expert-parallel group (of layout.ep ranks)");
   DTB_CHECK(tp.size() == layout.tp, "ParallelGpt: the TP communicator's size is not layout.tp");
   DTB_CHECK(tp.rank() == grid_coord(rank, layout).tp,
             "ParallelGpt: the TP communicator's rank is not this rank's TP coordinate");
@@ -137,9 +146,13 @@ void ParallelGpt<T>::add_layer(int chunk, int k, const std::map<std::string, siz
   const size_t qkv_rows = size_t(qkv_->local_out_features()) / 3, qkv_r0 = size_t(coord_.tp) * qkv_rows;
   LayerParams lp;
   lp.unit = open_unit("layer." + std::to_string(l));
+  lp.moe = is_moe_layer(cfg_, int(l));
   for (int i = 0; i < 12; ++i) {
+    if (lp.moe && i >= Pfcw) break;  // an MoE layer: its router and experts in place of fc, fcproj
     const std::string name = kLayerNames[i];
-    const size_t at = full.at(name) + l * numel[i];  // layer l's tensor in the full buffer
+    // Layer l's tensor in the full buffer; an MoE model stacks fc and fcproj over its dense layers.
+    const size_t row = i >= Pfcw ? size_t(dense_layer_index(cfg_, int(l))) : l;
+    const size_t at = full.at(name) + row * numel[i];
     std::vector<LocalTensor::Run> runs;
     bool replicated = false;
     switch (i) {
@@ -168,7 +181,8 @@ void ParallelGpt<T>::add_layer(int chunk, int k, const std::map<std::string, siz
     lp.o[i] = num_params_ - units_[lp.unit].begin;
     add_tensor(name, int(l), std::move(runs), replicated);
   }
-  close_unit();
+  if (lp.moe) add_moe_tensors(lp, int(l), full);  // closes the layer's unit, opens and closes the experts'
+  else close_unit();
   layers_[chunk].push_back(lp);
 }
 
@@ -177,7 +191,7 @@ ParallelGpt<T>::~ParallelGpt() = default;
 
 template <typename T>
 void ParallelGpt<T>::add_tensor(const std::string& name, int layer, std::vector<LocalTensor::Run> runs,
-                                bool tp_replicated) {
+                                bool tp_replicated, bool expert) {
   LocalTensor t;
   t.name = name;
   t.layer = layer;
@@ -185,7 +199,8 @@ void ParallelGpt<T>::add_tensor(const std::string& name, int layer, std::vector<
   for (const auto& run : runs) t.numel += run.n;
   t.runs = std::move(runs);
   t.primary = !tp_replicated || coord_.tp == 0;
-  t.owner = coord_.dp == 0 && t.primary;
+  // An expert's copies are its expert-data-parallel group's; the other tensors' the DP group's.
+  t.owner = (expert ? expert_dp_rank(coord_.dp, layout_) : coord_.dp) == 0 && t.primary;
   num_params_ += t.numel;
   tensors_.push_back(std::move(t));
 }
@@ -242,6 +257,7 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
       const DType dt = is_stat(i) ? dtype_of<acc_t<T>>() : dtype_of<T>();
       s->a.push_back(skip ? Tensor() : Tensor::empty(device_, shapes[i], dt, MemCategory::activation));
     }
+    s->moe.resize(size_t(Lc_));
     s->tokens = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
     s->targets = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
   }
@@ -303,7 +319,8 @@ typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, 
 }
 
 template <typename T>
-void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn) {
+void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn,
+                                   MoeActivations<T>* ma) {
   Ops<T>& ops = *ops_;
   const int C = cfg_.C, Cl = Cl_, NH = NHl_;
   const size_t BT = size_t(B) * Tn;
@@ -317,9 +334,13 @@ void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerP
   attproj_->forward(a.attproj, a.atty, int(BT), W(Pattprojw), W(Pattprojb));
   ops.residual_forward(a.res2, a.x, a.attproj, BT * C);
   ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(BT), C);
-  fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb));
-  ops.gelu_forward(a.fchg, a.fch, BT * 4 * Cl);
-  fcproj_->forward(a.fcproj, a.fchg, int(BT), W(Pfcprojw), W(Pfcprojb));
+  if (lp.moe) {
+    moe_ffn_forward(*ma, lp, a, up, int(BT), Tn);
+  } else {
+    fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb));
+    ops.gelu_forward(a.fchg, a.fch, BT * 4 * Cl);
+    fcproj_->forward(a.fcproj, a.fchg, int(BT), W(Pfcprojw), W(Pfcprojb));
+  }
   ops.residual_forward(a.res3, a.res2, a.fcproj, BT * C);
 }
 
@@ -357,14 +378,18 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     check_ids(targets);
     ops.copy_from_host(s.tgt(), targets, BT * sizeof(int32_t));
   }
+  moe_loss_ = 0;
   for (int k = 0; k < Lc_; ++k) {
     const LayerParams& lp = layers_[chunk][k];
     const T* up = st.param(lp.unit);
-    layer_forward(layer_acts(s, k, last), up, lp, B, Tn);
+    layer_forward(layer_acts(s, k, last), up, lp, B, Tn, &s.moe[size_t(k)]);
     st.release_param(lp.unit);
   }
   const T* out = layer_acts(s, Lc_ - 1, last).res3;  // full recompute, not last: in scratch
-  if (!last) return out;
+  if (!last) {
+    if (loss_sum) *loss_sum = moe_loss_;
+    return out;
+  }
 
   // LM head on the wte shard; vocabulary-parallel cross-entropy.
   const T* lnf = st.param(lnf_unit_);
@@ -379,7 +404,7 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   ops.copy_to_host(losses.data(), s.pa(kLosses), BT * sizeof(A));
   double sum = 0;
   for (A l : losses) sum += double(l);
-  if (loss_sum) *loss_sum = sum;
+  if (loss_sum) *loss_sum = sum + moe_loss_;
   return nullptr;
 }
 
@@ -430,15 +455,20 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
     const LayerActs a = layer_acts(s, k, last);
     // Full recompute: the layer's forward again from its kept input, the same ops on the
     // same values, so every activation is bitwise the first forward's.
-    if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn);
-    // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
-    // sums over TP.
-    T* dfchg = S(sDBig);
-    T* dfch = S(sDBig2);
-    fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb));
-    ops.zero(dfch, BT * 4 * Cl);
-    ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
-    fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb));
+    if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn, nullptr);
+    if (lp.moe) {  // its losses weigh BT * loss_scale, as forward added them
+      ops.zero(S(sDLn), BT * C);
+      moe_ffn_backward(s.moe[size_t(k)], lp, a, up, ug, int(BT), dres, S(sDLn), double(loss_scale) * double(BT));
+    } else {
+      // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
+      // sums over TP.
+      T* dfchg = S(sDBig);
+      T* dfch = S(sDBig2);
+      fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb));
+      ops.zero(dfch, BT * 4 * Cl);
+      ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
+      fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb));
+    }
     ops.layernorm_backward(dres, D(Pln2w), D(Pln2b), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(BT), C);
     // Attention branch.
     T* datty = S(sDBig2);

@@ -67,8 +67,11 @@ struct LocalTensor {
 /// used as a whole: the wte shard, wpe, one transformer layer (its 12 tensors), the final
 /// LayerNorm. ZeRO shards, gathers and reduces unit by unit (reference/zero.h).
 struct ParamUnit {
-  std::string name;  // "wte", "wpe", "layer.<l>", "lnf"
+  std::string name;  // "wte", "wpe", "layer.<l>", "experts.<l>", "lnf"
   size_t begin = 0, n = 0;
+  /// An MoE layer's experts held here (E / ep of them): reduced and sharded over the
+  /// expert-data-parallel group, not the DP group.
+  bool expert = false;
 };
 
 /// Where a ParallelGpt's parameters and gradients live, unit by unit: the model asks for a
@@ -95,10 +98,14 @@ class ParallelGpt {
   /// (size layout.tp; must outlive the model). The model holds the layout of its parameters
   /// (tensors(), units()); their storage is a ParamStore attached before the first forward
   /// (reference/zero.h). Activations per (chunk, micro-batch) in flight (category
-  /// activation), backward scratch (workspace) on `device`. `ops` as Gpt.
-  /// Errors: InputError when the layout does not divide the model (validate_layout).
+  /// activation), backward scratch (workspace) on `device`. `ops` as Gpt. An MoE model's
+  /// layers hold their router whole and E / layout.ep experts (unit "experts.<l>"), and
+  /// dispatch over `ep`, the expert-parallel group (reference/moe.h; size layout.ep, needed
+  /// when it is above 1). Errors: InputError when the layout does not divide the model
+  /// (validate_layout), or for an MoE model in a half type (the MoE layer runs in fp32 and
+  /// fp64 only) or with tp > 1.
   ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device, Communicator& tp,
-              Ops<T>* ops = nullptr);
+              Ops<T>* ops = nullptr, Communicator* ep = nullptr);
   ~ParallelGpt();
   ParallelGpt(const ParallelGpt&) = delete;
   ParallelGpt& operator=(const ParallelGpt&) = delete;
@@ -127,8 +134,9 @@ class ParallelGpt {
   /// selective drops each layer's attention matrix and recomputes it from the kept qkv in
   /// backward; full keeps only each layer's input and recomputes the layer in backward.
   /// The recomputation runs the same ops on the same values, so losses and gradients are
-  /// bitwise those of none. Set before the first forward.
-  void set_recompute(Recompute r) { recompute_ = r; }
+  /// bitwise those of none. Set before the first forward. Errors: InputError for full
+  /// recompute of an MoE model (its recomputed dispatch is not implemented).
+  void set_recompute(Recompute r);
   Recompute recompute() const { return recompute_; }
 
   /// This rank's local parameters (num_params() values, local flat order) as gpt_init_params
@@ -141,8 +149,10 @@ class ParallelGpt {
   /// activation `x` (BT, C) in the backend's memory (copied; the caller may reuse it).
   /// The last chunk needs `targets` (host) and returns null, setting *loss_sum to the sum
   /// of its BT token losses; another returns its output (BT, C), valid until the next
-  /// forward or backward on this rank (under full recompute it is in scratch). Errors: ids out of range or a micro-batch already in flight
-  /// in this chunk abort.
+  /// forward or backward on this rank (under full recompute it is in scratch). An MoE
+  /// model's chunk adds BT (aux + z) of each of its MoE layers to *loss_sum (every chunk sets
+  /// it; 0 for a dense chunk before the last), as Gpt::forward. Errors: ids out of range or a
+  /// micro-batch already in flight in this chunk abort.
   const T* forward(int chunk, int mb, const int32_t* tokens, const int32_t* targets, const T* x, int B, int Tn,
                    double* loss_sum);
   /// Backward of micro-batch `mb` through `chunk`: the last chunk starts from its loss
@@ -176,15 +186,29 @@ class ParallelGpt {
   struct LayerParams {
     int unit = 0;
     size_t o[12];  // offsets within the unit of ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
+    // An MoE layer: routerw's offset in `unit` (in place of the fc tensors), and the unit of
+    // its held experts with the offsets of expfcw expfcb expprojw expprojb in it.
+    bool moe = false;
+    size_t router = 0;
+    int expert_unit = -1;
+    size_t ex[4] = {};
   };
   ParamStore<T>& store() const;
   int open_unit(const std::string& name);  // a unit starting at num_params_
   void close_unit();                        // ends the last unit at num_params_
   void add_layer(int chunk, int k, const std::map<std::string, size_t>& full);
   LayerActs layer_acts(ActSet& s, int k, bool last_chunk);
-  void layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn);
+  // ma: an MoE layer's activations (null for a dense layer).
+  void layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn, MoeActivations<T>* ma);
+  // reference/parallel_moe.cc: an MoE layer's tensors, and its FFN forward (a.ln2 -> a.fcproj,
+  // adding its losses to moe_loss_) or backward (dres -> dln += its input gradient).
+  void add_moe_tensors(LayerParams& lp, int l, const std::map<std::string, size_t>& full);
+  void moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up, int BT, int Tn);
+  void moe_ffn_backward(const MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up, T* ug,
+                        int BT, const T* dres, T* dln, double loss_scale);
   ActSet& acquire(int chunk, int mb, int B, int Tn);
-  void add_tensor(const std::string& name, int layer, std::vector<LocalTensor::Run> runs, bool tp_replicated);
+  void add_tensor(const std::string& name, int layer, std::vector<LocalTensor::Run> runs, bool tp_replicated,
+                  bool expert = false);
   void ensure_scratch(int B, int Tn);
 
   GptConfig cfg_;
@@ -192,6 +216,8 @@ class ParallelGpt {
   GridCoord coord_;
   Device& device_;
   Communicator& tp_;
+  Communicator* ep_ = nullptr;
+  double moe_loss_ = 0;  // the MoE layers' BT (aux + z) of the forward running
   Ops<T>* ops_ = nullptr;
   std::unique_ptr<Ops<T>> owned_ops_;
   // Every block's TP linears (C -> 3C, C -> C, C -> 4C, 4C -> C), charged to stats_; the

@@ -97,11 +97,8 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
       const T* out = model.forward(a.chunk, a.micro_batch, tokens.data(), targets.data(), x, mbs, Tn, &mb_loss);
       if (recording) ops.synchronize();
       span.end();
-      if (last) {
-        loss_sum += mb_loss;
-      } else {
-        send(out, message_tag(a.micro_batch, vs + 1, false, nv), next, g.pp);
-      }
+      loss_sum += mb_loss;  // the last chunk's token losses; any chunk's MoE losses
+      if (!last) send(out, message_tag(a.micro_batch, vs + 1, false, nv), next, g.pp);
     } else {
       const T* dout = nullptr;
       if (!last) dout = receive(message_tag(a.micro_batch, vs, true, nv), next, pp_bwd);
@@ -131,9 +128,9 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     // last stage's the LM head's; each adds the other's (a + b on one side, b + a on the
     // other: bitwise equal).
     if (p > 1 && model.wte_unit() >= 0 && (me == 0 || me == p - 1)) engine.add_tied_gradient(g.pp, me == 0 ? p - 1 : 0);
-    // The loss: summed by the last stage's ranks (TP rank 0 counts it once).
-    const bool counts = model.is_last(model.chunks() - 1) && model.coord().tp == 0;
-    loss_sum = all_reduce_host_scalar(g.world, model.device(), model.ops(), counts ? loss_sum : 0.0);
+    // The loss: the last stage's token losses and every stage's MoE losses, summed over the
+    // world (TP rank 0 counts them once).
+    loss_sum = all_reduce_host_scalar(g.world, model.device(), model.ops(), model.coord().tp == 0 ? loss_sum : 0.0);
     ops.synchronize();
   }
   comm_s += red.elapsed();

@@ -25,6 +25,11 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
   g.dp = world.split(c.tp + layout.tp * c.pp, c.dp, "dp");
   g.pp = world.split(c.tp + layout.tp * c.dp, c.pp, "pp");
   g.pp_backward = world.split(c.tp + layout.tp * c.dp, c.pp, "pp-backward");
+  if (layout.ep > 1) {
+    const int e = ep_rank(c.dp, layout), x = expert_dp_rank(c.dp, layout), nx = layout.dp / layout.ep;
+    g.ep = world.split(c.tp + layout.tp * (x + nx * c.pp), e, "ep");
+    g.expert_dp = world.split(c.tp + layout.tp * (e + layout.ep * c.pp), x, "expert-dp");
+  }
   return g;
 }
 
@@ -55,6 +60,15 @@ std::vector<int> pp_group(int rank, const ParallelLayout& l) {
   return group_along(rank, l, l.pp, [](GridCoord& c, int i) { c.pp = i; });
 }
 
+std::vector<int> ep_group(int rank, const ParallelLayout& l) {
+  const int x = expert_dp_rank(grid_coord(rank, l).dp, l);
+  return group_along(rank, l, l.ep, [&](GridCoord& c, int i) { c.dp = x * l.ep + i; });
+}
+std::vector<int> expert_dp_group(int rank, const ParallelLayout& l) {
+  const int e = ep_rank(grid_coord(rank, l).dp, l);
+  return group_along(rank, l, l.dp / l.ep, [&](GridCoord& c, int i) { c.dp = i * l.ep + e; });
+}
+
 void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_batch, int world_size) {
   if (l.tp < 1 || l.dp < 1 || l.pp < 1 || l.micro_batches < 1 || l.virtual_stages < 1)
     throw InputError("tensor_parallel, data_parallel, pipeline_parallel, micro_batches and virtual_stages must be >= 1");
@@ -80,6 +94,18 @@ void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_bat
   if (m.L % (int64_t(l.pp) * l.virtual_stages) != 0)
     throw InputError("model.L = " + num(m.L) + " layers are not divisible by pipeline_parallel (" + num(l.pp) +
                      ") x virtual_stages (" + num(l.virtual_stages) + ")");
+  if (l.ep < 1) throw InputError("expert_parallel must be >= 1, got " + num(l.ep));
+  if (l.ep > 1 && m.moe.num_experts == 0)
+    throw InputError("expert_parallel = " + num(l.ep) + " needs an MoE model (model.num_experts > 0)");
+  if (l.dp % l.ep != 0)
+    throw InputError("expert_parallel = " + num(l.ep) + " does not divide data_parallel = " + num(l.dp) +
+                     " (expert parallelism is carved out of data parallelism)");
+  if (m.moe.num_experts > 0 && m.moe.num_experts % l.ep != 0)
+    throw InputError("model.num_experts = " + num(m.moe.num_experts) + " experts are not divisible by expert_parallel = " +
+                     num(l.ep));
+  if (m.moe.num_experts > 0 && l.tp > 1)
+    throw InputError("model.num_experts = " + num(m.moe.num_experts) + " with tensor_parallel = " + num(l.tp) +
+                     ": an MoE model's experts are not sharded over tensor parallelism yet (tensor_parallel 1)");
   if (global_batch % (int64_t(l.dp) * l.micro_batches) != 0)
     throw InputError("global batch " + num(global_batch) + " is not divisible by data_parallel (" + num(l.dp) +
                      ") x micro_batches (" + num(l.micro_batches) + ")");

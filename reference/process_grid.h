@@ -21,8 +21,14 @@ namespace dtb {
 /// A training layout: the three parallel sizes (tp * dp * pp = world size), the
 /// micro-batches per step and DP rank, and the pipeline schedule ("gpipe", "1f1b",
 /// "interleaved") with its model chunks per rank (virtual_stages, interleaved only).
+/// Expert parallelism (an MoE model only) is carved out of DP, as Megatron-LM's
+/// --expert-model-parallel-size: ep divides dp, the ep consecutive DP ranks dp / ep = g form
+/// expert-parallel group g (each holds E / ep of every MoE layer's experts: ep rank dp % ep),
+/// and the dp / ep ranks with the same ep rank form an expert-data-parallel group, over which
+/// the experts' gradients are reduced (every other parameter's over the whole DP group).
 struct ParallelLayout {
   int tp = 1, dp = 1, pp = 1;
+  int ep = 1;  // expert_parallel
   int micro_batches = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
@@ -36,6 +42,11 @@ struct GridCoord {
   bool operator==(const GridCoord&) const = default;
 };
 
+/// A DP rank's expert-parallel rank (which E / ep experts it holds) and its rank in its
+/// expert-data-parallel group.
+inline int ep_rank(int dp_rank, const ParallelLayout& l) { return dp_rank % l.ep; }
+inline int expert_dp_rank(int dp_rank, const ParallelLayout& l) { return dp_rank / l.ep; }
+
 /// rank -> coordinates: tp = rank % tp, dp = (rank / tp) % dp, pp = rank / (tp dp).
 /// Aborts for a rank outside [0, world).
 GridCoord grid_coord(int rank, const ParallelLayout& layout);
@@ -47,6 +58,10 @@ int grid_rank(const GridCoord& c, const ParallelLayout& layout);
 std::vector<int> tp_group(int rank, const ParallelLayout& layout);
 std::vector<int> dp_group(int rank, const ParallelLayout& layout);
 std::vector<int> pp_group(int rank, const ParallelLayout& layout);
+/// The expert-parallel group (the ep DP ranks with the same dp / ep) and the
+/// expert-data-parallel group (the dp / ep DP ranks with the same dp % ep), in their rank order.
+std::vector<int> ep_group(int rank, const ParallelLayout& layout);
+std::vector<int> expert_dp_group(int rank, const ParallelLayout& layout);
 
 /// The communicators of one rank's groups TP, DP and PP
 /// groups, each in its coordinate order, and the whole world. Not owned.
@@ -61,14 +76,19 @@ struct ParallelGroups {
   /// behind a backward receive and deadlock; one communicator per direction keeps each
   /// direction's messages in order and the two independent (MPI needs neither).
   Communicator* pp_backward = nullptr;
+  /// The expert-parallel and expert-data-parallel groups (layout.ep > 1), or null: with
+  /// ep = 1 every rank holds all experts and they reduce over `dp`.
+  Communicator* ep = nullptr;
+  Communicator* expert_dp = nullptr;
 };
 
 /// The groups of one rank, owned: what make_parallel_groups splits.
 struct OwnedGroups {
-  std::unique_ptr<Communicator> tp, dp, pp, pp_backward;
+  std::unique_ptr<Communicator> tp, dp, pp, pp_backward, ep, expert_dp;
 };
 /// Builds this rank's TP, DP and PP groups (and the PP group again for the backward
-/// direction) by splitting `world` for `layout`: colour = the coordinates that stay fixed,
+/// direction; with layout.ep > 1 the expert-parallel and expert-data-parallel groups, null
+/// otherwise) by splitting `world` for `layout`: colour = the coordinates that stay fixed,
 /// key = the one that varies, so each group's rank order is its coordinate order (the lists
 /// of tp_group / dp_group / pp_group). Collective over `world`; `world.size()` must be
 /// layout.world() (validate_layout).
@@ -80,7 +100,9 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
 /// divisible by pp * virtual_stages; global batch not divisible by dp * micro_batches; an
 /// unknown schedule; virtual_stages != 1 outside "interleaved"; and for "interleaved",
 /// virtual_stages < 2 or micro_batches not a multiple of pp (Narayanan et al. 2021, as
-/// Megatron-LM requires).
+/// Megatron-LM requires); expert_parallel below 1, above 1 on a dense model, not dividing dp
+/// or the experts (num_experts); an MoE model with tp > 1 (its experts are not sharded over TP
+/// yet).
 void validate_layout(const ParallelLayout& layout, const GptConfig& model, int global_batch, int world_size);
 
 }  // namespace dtb

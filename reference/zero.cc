@@ -35,15 +35,13 @@ struct ZeroEngine<T>::Pending {
 
 template <typename T>
 ZeroEngine<T>::ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communicator& dp,
-                          const AdamWParams& hp)
-    : model_(model), cfg_(cfg), dp_(dp), hp_(hp), ops_(model.ops()), device_(model.device()) {
+                          const AdamWParams& hp, Communicator* expert_dp)
+    : model_(model), cfg_(cfg), dp_(dp), expert_dp_(expert_dp), hp_(hp), ops_(model.ops()), device_(model.device()) {
   validate_zero(cfg);
-  d_ = dp.rank();
-  n_dp_ = dp.size();
   const auto& units = model.units();
-  for (const ParamUnit& u : units) {
+  for (size_t u = 0; u < units.size(); ++u) {
     shard_off_.push_back(shard_total_);
-    shard_.push_back(cfg.stage >= 1 ? zero_shard_size(u.n, n_dp_) : u.n);
+    shard_.push_back(cfg.stage >= 1 ? zero_shard_size(units[u].n, gsize(u)) : units[u].n);
     shard_total_ += shard_.back();
   }
   const int64_t N = int64_t(model.num_params()), S = int64_t(shard_total_);
@@ -92,7 +90,7 @@ ZeroEngine<T>::~ZeroEngine() {
 
 template <typename T>
 size_t ZeroEngine<T>::own_count(int unit) const {
-  const size_t n = model_.units()[unit].n, s = shard_[unit], first = size_t(d_) * s;
+  const size_t n = model_.units()[unit].n, s = shard_[unit], first = size_t(grank(size_t(unit))) * s;
   if (cfg_.stage == 0) return n;
   return first >= n ? 0 : std::min(s, n - first);
 }
@@ -110,14 +108,14 @@ T* ZeroEngine<T>::param(int unit) {
     it->second.second++;
     return it->second.first.template data<T>();
   }
-  const size_t s = shard_[unit];
-  Tensor full = Tensor::empty(device_, {int64_t(s) * n_dp_}, dtype_of<T>(), MemCategory::comm_buffer);
+  const size_t s = shard_[unit], n_dp = size_t(gsize(size_t(unit)));
+  Tensor full = Tensor::empty(device_, {int64_t(s * n_dp)}, dtype_of<T>(), MemCategory::comm_buffer);
   ops_.synchronize();
   Stopwatch sw;
-  dp_.all_gather(shard_param_.data<T>() + shard_off_[unit], full.data<T>(), s, dtype_of<T>());
+  group(size_t(unit)).all_gather(shard_param_.data<T>() + shard_off_[unit], full.data<T>(), s, dtype_of<T>());
   stats_.seconds += sw.elapsed();
   stats_.calls++;
-  stats_.bytes += s * n_dp_ * sizeof(T);
+  stats_.bytes += s * n_dp * sizeof(T);
   T* p = full.data<T>();
   gathered_.emplace(unit, std::make_pair(std::move(full), 1));
   return p;
@@ -140,7 +138,7 @@ T* ZeroEngine<T>::grad(int unit) {
   if (std::find(bucket_.begin(), bucket_.end(), unit) != bucket_.end()) reduce_bucket();  // reused: flush first
   auto it = unit_grad_.find(unit);
   if (it != unit_grad_.end()) return it->second.template data<T>();
-  const size_t padded = shard_[unit] * n_dp_;
+  const size_t padded = shard_[unit] * size_t(gsize(size_t(unit)));
   Tensor g = Tensor::empty(device_, {int64_t(padded)}, dtype_of<T>(), MemCategory::comm_buffer);
   ops_.zero(g.data<T>(), padded);
   T* p = g.data<T>();
@@ -152,8 +150,10 @@ template <typename T>
 void ZeroEngine<T>::grad_done(int unit) {
   if (cfg_.stage < 2) return;
   if (std::find(bucket_.begin(), bucket_.end(), unit) != bucket_.end()) return;
+  // A bucket reduces over one group: an expert unit after a dense one (or back) flushes it.
+  if (!bucket_.empty() && &group(size_t(bucket_.front())) != &group(size_t(unit))) reduce_bucket();
   bucket_.push_back(unit);
-  bucket_elems_ += shard_[unit] * n_dp_;
+  bucket_elems_ += shard_[unit] * size_t(gsize(size_t(unit)));
   if (bucket_elems_ >= cfg_.reduce_bucket_size) reduce_bucket();
 }
 
@@ -162,6 +162,8 @@ void ZeroEngine<T>::reduce_bucket() {
   if (bucket_.empty()) return;
   auto p = std::make_unique<Pending>();
   p->units = bucket_;
+  Communicator& g = group(size_t(bucket_.front()));
+  const int n_dp = g.size();
   for (int u : bucket_) {
     p->offsets.push_back(p->total);
     p->total += shard_[u];
@@ -177,8 +179,8 @@ void ZeroEngine<T>::reduce_bucket() {
   if (p->units.size() == 1 && !comm_wide()) {
     p->send = std::move(p->unit_grads[0]);  // one unit is rank-major already
   } else {                                  // rank r's block: each unit's r-th shard, in order
-    p->send = Tensor::empty(device_, {int64_t(p->total) * n_dp_}, ct, MemCategory::comm_buffer);
-    for (int r = 0; r < n_dp_; ++r)
+    p->send = Tensor::empty(device_, {int64_t(p->total) * n_dp}, ct, MemCategory::comm_buffer);
+    for (int r = 0; r < n_dp; ++r)
       for (size_t i = 0; i < p->units.size(); ++i) {
         const size_t s = shard_[p->units[i]], at = size_t(r) * p->total + p->offsets[i];
         const T* src = p->unit_grads[i].template data<T>() + size_t(r) * s;
@@ -196,13 +198,13 @@ void ZeroEngine<T>::reduce_bucket() {
   ops_.synchronize();
   Stopwatch sw;
   if (cfg_.overlap_comm) {
-    p->handle = dp_.reduce_scatter_async(p->send.raw(), p->recv.raw(), p->total, ct, ReduceOp::sum);
+    p->handle = g.reduce_scatter_async(p->send.raw(), p->recv.raw(), p->total, ct, ReduceOp::sum);
   } else {
-    dp_.reduce_scatter(p->send.raw(), p->recv.raw(), p->total, ct, ReduceOp::sum);
+    g.reduce_scatter(p->send.raw(), p->recv.raw(), p->total, ct, ReduceOp::sum);
   }
   stats_.seconds += sw.elapsed();
   stats_.calls++;
-  stats_.bytes += p->total * n_dp_ * dtype_size(ct);
+  stats_.bytes += p->total * n_dp * dtype_size(ct);
   pending_.push_back(std::move(p));
   // Complete in order; with overlap_comm keep the newest in flight while the backward goes on.
   const size_t keep = cfg_.overlap_comm ? 1 : 0;
@@ -239,7 +241,7 @@ void ZeroEngine<T>::load(const std::vector<T>& local) {
   if (cfg_.stage >= 1)
     for (size_t u = 0; u < units.size(); ++u) {
       const size_t k = own_count(int(u));
-      std::copy_n(local.data() + units[u].begin + size_t(d_) * shard_[u], k, shard.data() + shard_off_[u]);
+      std::copy_n(local.data() + units[u].begin + size_t(grank(u)) * shard_[u], k, shard.data() + shard_off_[u]);
     }
   if (cfg_.stage < 3) {
     ops_.copy_from_host(full_param_.data<T>(), local.data(), local.size() * sizeof(T));
@@ -279,26 +281,33 @@ void ZeroEngine<T>::finish_gradients() {
     DTB_CHECK(unit_grad_.empty(), "ZeroEngine: a unit's gradient was never reduced");
     return;
   }
-  if (n_dp_ == 1) return;
   ops_.synchronize();
-  // All-reduce in buckets of reduce_bucket_size elements.
+  // All-reduce in buckets of reduce_bucket_size elements, over each run of consecutive units
+  // that share a group (the whole buffer over DP for a dense model).
   T* g = full_grad_.data<T>();
-  const size_t N = model_.num_params();
-  for (size_t off = 0; off < N; off += cfg_.reduce_bucket_size) dp_all_reduce(g + off, std::min(cfg_.reduce_bucket_size, N - off));
+  const auto& units = model_.units();
+  for (size_t u0 = 0, u1 = 0; u0 < units.size(); u0 = u1) {
+    Communicator& comm = group(u0);
+    while (u1 < units.size() && &group(u1) == &comm) ++u1;
+    if (comm.size() == 1) continue;
+    const size_t begin = units[u0].begin, end = units[u1 - 1].begin + units[u1 - 1].n;
+    for (size_t off = begin; off < end; off += cfg_.reduce_bucket_size)
+      dp_all_reduce(comm, g + off, std::min(cfg_.reduce_bucket_size, end - off));
+  }
 }
 
 template <typename T>
-void ZeroEngine<T>::dp_all_reduce(T* buf, size_t n) {
+void ZeroEngine<T>::dp_all_reduce(Communicator& comm, T* buf, size_t n) {
   Stopwatch sw;
   if (comm_wide()) {  // widened on the host, summed in fp32, rounded once
     Tensor wide = Tensor::empty(device_, {int64_t(n)}, DType::f32, MemCategory::comm_buffer);
     float* w = wide.data<float>();
     widen_into(ops_, device_.is_cpu(), w, buf, n);
-    dp_.all_reduce(w, w, n, DType::f32, ReduceOp::sum);
+    comm.all_reduce(w, w, n, DType::f32, ReduceOp::sum);
     narrow_into(ops_, device_.is_cpu(), buf, w, n);
     stats_.bytes += n * sizeof(float);
   } else {
-    dp_.all_reduce(buf, buf, n, dtype_of<T>(), ReduceOp::sum);
+    comm.all_reduce(buf, buf, n, dtype_of<T>(), ReduceOp::sum);
     stats_.bytes += n * sizeof(T);
   }
   stats_.calls++;
@@ -321,31 +330,34 @@ template <typename T>
 void ZeroEngine<T>::gather_params_into_full() {
   const auto& units = model_.units();
   size_t u0 = 0;
-  while (u0 < units.size()) {  // buckets of whole units up to allgather_bucket_size elements
+  while (u0 < units.size()) {  // buckets of whole units of one group, up to allgather_bucket_size elements
+    Communicator& g = group(u0);
+    const int n_dp = g.size(), d = g.rank();
     size_t u1 = u0, total = 0;
-    while (u1 < units.size() && (u1 == u0 || (total + shard_[u1]) * n_dp_ <= cfg_.allgather_bucket_size))
+    while (u1 < units.size() && &group(u1) == &g &&
+           (u1 == u0 || (total + shard_[u1]) * size_t(n_dp) <= cfg_.allgather_bucket_size))
       total += shard_[u1++];
     Tensor send = Tensor::empty(device_, {int64_t(total)}, dtype_of<T>(), MemCategory::comm_buffer);
-    Tensor recv = Tensor::empty(device_, {int64_t(total) * n_dp_}, dtype_of<T>(), MemCategory::comm_buffer);
+    Tensor recv = Tensor::empty(device_, {int64_t(total) * n_dp}, dtype_of<T>(), MemCategory::comm_buffer);
     ops_.zero(send.data<T>(), total);
     size_t off = 0;
     for (size_t u = u0; u < u1; ++u) {
-      copy_within(ops_, send.data<T>() + off, full_param_ptr(int(u)) + size_t(d_) * shard_[u],
+      copy_within(ops_, send.data<T>() + off, full_param_ptr(int(u)) + size_t(d) * shard_[u],
                   own_count(int(u)));
       off += shard_[u];
     }
     ops_.synchronize();
     Stopwatch sw;
-    dp_.all_gather(send.raw(), recv.raw(), total, dtype_of<T>());
+    g.all_gather(send.raw(), recv.raw(), total, dtype_of<T>());
     stats_.seconds += sw.elapsed();
     stats_.calls++;
-    stats_.bytes += total * n_dp_ * sizeof(T);
-    for (int r = 0; r < n_dp_; ++r) {
+    stats_.bytes += total * n_dp * sizeof(T);
+    for (int r = 0; r < n_dp; ++r) {
       off = 0;
       for (size_t u = u0; u < u1; ++u) {
         const size_t n = units[u].n, s = shard_[u], first = size_t(r) * s;
         const size_t k = first >= n ? 0 : std::min(s, n - first);
-        if (r != d_) copy_within(ops_, full_param_ptr(int(u)) + first, recv.data<T>() + size_t(r) * total + off, k);
+        if (r != d) copy_within(ops_, full_param_ptr(int(u)) + first, recv.data<T>() + size_t(r) * total + off, k);
         off += s;
       }
     }
@@ -375,11 +387,11 @@ void ZeroEngine<T>::step() {
   }
   // This rank's shard of unit u: its parameters and its reduced gradient, wherever they are.
   auto my_param = [&](size_t u) {
-    return cfg_.stage == 3 ? shard_param_.data<T>() + shard_off_[u] : full_param_ptr(int(u)) + size_t(d_) * shard_[u];
+    return cfg_.stage == 3 ? shard_param_.data<T>() + shard_off_[u] : full_param_ptr(int(u)) + size_t(grank(u)) * shard_[u];
   };
   auto my_grad = [&](size_t u) {
     return cfg_.stage >= 2 ? shard_grad_.data<T>() + shard_off_[u]
-                           : full_grad_.data<T>() + units[u].begin + size_t(d_) * shard_[u];
+                           : full_grad_.data<T>() + units[u].begin + size_t(grank(u)) * shard_[u];
   };
   if (cfg_.offload_optimizer) {
     // Every unit's gradient shard goes down on the copy stream; AdamW runs on the CPU for a
@@ -436,9 +448,9 @@ std::vector<T> ZeroEngine<T>::full_grads() {
   const auto& units = model_.units();
   for (size_t u = 0; u < units.size(); ++u) {
     const size_t s = shard_[u];
-    Tensor full = Tensor::empty(device_, {int64_t(s) * n_dp_}, dtype_of<T>(), MemCategory::comm_buffer);
+    Tensor full = Tensor::empty(device_, {int64_t(s) * gsize(u)}, dtype_of<T>(), MemCategory::comm_buffer);
     ops_.synchronize();
-    dp_.all_gather(shard_grad_.data<T>() + shard_off_[u], full.data<T>(), s, dtype_of<T>());
+    group(u).all_gather(shard_grad_.data<T>() + shard_off_[u], full.data<T>(), s, dtype_of<T>());
     ops_.copy_to_host(out.data() + units[u].begin, full.data<T>(), units[u].n * sizeof(T));
   }
   return out;
@@ -483,7 +495,7 @@ double ZeroEngine<T>::owned_grad_sq_norm() {
   }
   const auto& units = model_.units();
   for (size_t u = 0; u < units.size(); ++u) {
-    const size_t first = units[u].begin + size_t(d_) * shard_[u];
+    const size_t first = units[u].begin + size_t(grank(u)) * shard_[u];
     for (size_t j = 0; j < own_count(int(u)); ++j)
       if (counts[first + j]) sum += g(shard_off_[u] + j) * g(shard_off_[u] + j);
   }

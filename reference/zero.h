@@ -79,9 +79,13 @@ class ZeroEngine final : public ParamStore<T> {
  public:
   using A = acc_t<T>;  // master weights, moments and the scalars: fp32 under mixed precision
   /// Storage for `model`'s units on its device (attached to the model here), sharded over
-  /// `dp` (this rank's DP group; must outlive the engine) per `cfg`, with AdamW `hp`.
+  /// `dp` (this rank's DP group; must outlive the engine) per `cfg`, with AdamW `hp`. An MoE
+  /// model's expert units (ParamUnit::expert) are reduced, sharded and gathered over
+  /// `expert_dp` instead, the expert-data-parallel group (Megatron-LM's expert_data_parallel
+  /// group; DeepSpeed's expert-data-parallel ZeRO groups), when given (expert_parallel > 1).
   /// Parameters start at 0: load() them. Errors: InputError from validate_zero.
-  ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communicator& dp, const AdamWParams& hp);
+  ZeroEngine(ParallelGpt<T>& model, const ZeroConfig& cfg, Communicator& dp, const AdamWParams& hp,
+             Communicator* expert_dp = nullptr);
   ~ZeroEngine() override;
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -119,7 +123,8 @@ class ZeroEngine final : public ParamStore<T> {
   bool local_nonfinite();
   /// Sum of squares of the reduced gradient elements this rank counts for the global norm:
   /// each element once over the whole grid (TP-replicated tensors on TP rank 0, the tied wte
-  /// on the first stage, DP replicas on DP rank 0 at stages 0-1, every shard at 2-3). Local,
+  /// on the first stage, DP replicas on DP rank 0 at stages 0-1 — an expert's on its
+  /// expert-data-parallel rank 0 —, every shard at 2-3). Local,
   /// in double; the caller sums it over the world.
   double owned_grad_sq_norm();
   /// Every gradient element this rank holds *= a (unscaling, clipping). In fp32/fp64 the
@@ -164,10 +169,15 @@ class ZeroEngine final : public ParamStore<T> {
   ParallelGpt<T>& model_;
   ZeroConfig cfg_;
   Communicator& dp_;
+  Communicator* expert_dp_ = nullptr;
+  // Unit u's group (expert units: the expert-data-parallel one), this rank's rank in it, its size.
+  Communicator& group(size_t u) const { return model_.units()[u].expert && expert_dp_ ? *expert_dp_ : dp_; }
+  int grank(size_t u) const { return group(u).rank(); }
+  int gsize(size_t u) const { return group(u).size(); }
   AdamWParams hp_;
   Ops<T>& ops_;
   Device& device_;
-  int d_ = 0, n_dp_ = 1, t_ = 0;
+  int t_ = 0;
   std::vector<size_t> shard_, shard_off_;  // per unit: s_u and its offset in the shard arrays
   size_t shard_total_ = 0;
   Tensor full_param_, full_grad_;          // stages 0-2: N params; stages 0-1: N grads
@@ -179,9 +189,9 @@ class ZeroEngine final : public ParamStore<T> {
   Tensor host_param_;                      // offload with half T: the rounded S parameters going up
   std::unique_ptr<Ops<T>> host_ops_;       // offload with half T: the CPU's ops for the host-tier step
   bool comm_wide() const { return is_half_v<T> && cfg_.fp32_communication; }
-  // Over DP: all-reduce (stages 0-1) of buf (n), or reduce-scatter of send (n_dp * n) into
-  // recv (n), in T or widened to fp32 per comm_wide(); counts the bytes.
-  void dp_all_reduce(T* buf, size_t n);
+  // Over `g`: all-reduce (stages 0-1) of buf (n), in T or widened to fp32 per comm_wide();
+  // counts the bytes.
+  void dp_all_reduce(Communicator& g, T* buf, size_t n);
   std::map<int, std::pair<Tensor, int>> gathered_;  // stage 3: unit -> (full copy, uses)
   std::map<int, Tensor> unit_grad_;                 // stages 2-3: unit -> full gradient
   std::vector<int> bucket_;                         // stages 2-3: units waiting to reduce
