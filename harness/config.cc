@@ -232,13 +232,13 @@ json merge(const json& defaults, const json& user, const std::string& where) {
 // A dense model's section without the MoE keys (their defaults merged in): the config a dense run
 // prints and reports is then the one it was before MoE existed, so reports and the regression
 // gate's baselines stay comparable. A key set by the user without num_experts has no effect: refused.
-void drop_dense_moe_keys(json& model, const json& user_model) {
+void drop_dense_moe_keys(json& model, const json& user_model, const std::string& where) {
   if (model.value("num_experts", 0) != 0) return;
   const json dense = to_json(GptConfig{}), all = model_defaults(2, 64, 4, 64, 256);  // dense keys; all keys
   for (const auto& [k, v] : all.items()) {
     if (dense.contains(k)) continue;
     if (k != "num_experts" && user_model.is_object() && user_model.contains(k))
-      throw InputError("config key 'model." + k + "' is set but model.num_experts is 0 (a dense model)");
+      throw InputError("config key '" + where + "." + k + "' is set but " + where + ".num_experts is 0 (a dense model)");
     model.erase(k);
   }
 }
@@ -265,7 +265,21 @@ json parse_config(const std::string& text, const std::string& origin,
   check_utf8(data_override, "--data");
   check_utf8(backend_override, "--backend");
   json cfg = merge(top_defaults(), user, "");
-  drop_dense_moe_keys(cfg["model"], user.value("model", json::object()));
+  drop_dense_moe_keys(cfg["model"], user.value("model", json::object()), "model");
+  for (auto& [name, section] : cfg.items())  // a suite's own model that may be an MoE model (conformance.model)
+    if (section.is_object() && section.contains("model") && section["model"].is_object() &&
+        section["model"].contains("num_experts")) {
+      const json us = user.value(name, json::object());
+      drop_dense_moe_keys(section["model"], us.is_object() ? us.value("model", json::object()) : json::object(),
+                          name + ".model");
+    }
+  // train.expert_parallel is an MoE model's key too: a dense model's config has none (as before MoE).
+  if (cfg["model"].value("num_experts", 0) == 0 && cfg.contains("train") && cfg["train"].is_object()) {
+    const json utrain = user.value("train", json::object());
+    if (utrain.is_object() && utrain.contains("expert_parallel"))
+      throw InputError("config key 'train.expert_parallel' is set but model.num_experts is 0 (a dense model)");
+    cfg["train"].erase("expert_parallel");
+  }
   if (!suites_override.empty()) cfg["suites"] = split_names(suites_override);
   for (const auto& s : cfg["suites"])
     if (s.get<std::string>().empty()) throw InputError("config key 'suites' has an empty name");

@@ -62,7 +62,8 @@ TEST(Config, Errors) {
 // The model section's MoE keys (docs/moe.md): a dense model's merged config has none of them (it
 // is the config of before MoE, so reports and the gate's baselines compare); an MoE model's has all,
 // the defaults filled in; an MoE key without num_experts, a top-k above the expert count, a capacity
-// factor of 0 and an MoE model on a sharded layout are refused in one line naming the key.
+// factor of 0, an MoE model with tensor parallelism or in bf16, and an expert-parallel size that
+// does not divide the DP size or the experts are refused in one line naming the key.
 TEST(Config, MoeKeysOnlyInAnMoeModel) {
   const auto dense = parse_config("{}", "t", "train", "", 2);
   EXPECT_EQ(dense["model"], nlohmann::json({{"L", 2}, {"C", 64}, {"NH", 4}, {"T", 64}, {"V", 256}}));
@@ -78,8 +79,22 @@ TEST(Config, MoeKeysOnlyInAnMoeModel) {
   EXPECT_NE(error_of(R"({"model": {"num_experts": 2, "moe_expert_capacity_factor": 0}})", 2, "train")
                 .find("moe_expert_capacity_factor = 0: must be > 0"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"num_experts": 2}, "train": {"tensor_parallel": 2}})", 2, "train")
-                .find("has no MoE layers yet"), std::string::npos);
+                .find("not sharded over tensor parallelism yet"), std::string::npos);
   EXPECT_EQ(error_of(R"({"model": {"num_experts": 2}})", 2, "train"), "");
+  // Expert parallelism: carved out of DP, dividing the experts; the sharded model in fp32 only.
+  EXPECT_EQ(error_of(R"({"model": {"num_experts": 4}, "train": {"expert_parallel": 2, "zero_stage": 2}})", 4, "train"),
+            "");
+  EXPECT_EQ(error_of(R"({"model": {"num_experts": 4}, "train": {"expert_parallel": 3}})", 4, "train"),
+            "train: expert_parallel = 3 does not divide data_parallel = 4 (expert parallelism is carved out of data "
+            "parallelism)");
+  EXPECT_EQ(error_of(R"({"model": {"num_experts": 6}, "train": {"expert_parallel": 4}})", 4, "train"),
+            "train: model.num_experts = 6 experts are not divisible by expert_parallel = 4");
+  EXPECT_EQ(error_of(R"({"train": {"expert_parallel": 2}})", 2, "train"),
+            "config key 'train.expert_parallel' is set but model.num_experts is 0 (a dense model)");
+  EXPECT_FALSE(dense["train"].contains("expert_parallel"));  // the dense config of before MoE
+  EXPECT_EQ(moe["train"]["expert_parallel"], 1);
+  EXPECT_NE(error_of(R"({"model": {"num_experts": 2}, "train": {"precision": "bf16"}})", 2, "train")
+                .find("the MoE layer runs in fp32 only so far"), std::string::npos);
 }
 
 // bf16 and fp16 validate on a backend with half ops (cpu, cuda: decided by name, as validate()
@@ -138,7 +153,7 @@ TEST(Config, OverridesMustBeUtf8) {
   EXPECT_EQ(error_of("{}", 4, "collectives,\xff"), "--suites 'collectives,?' is not valid UTF-8");
   EXPECT_EQ(error_of("{}", 4, "tr\nain"),
             "unknown suite 'tr?ain' (did you mean 'train'?); suites: collectives, conformance, ffn_tp, gemm, "
-            "kernels, memory, offload, overlap, pipeline, precision, recompute, sweep, train");
+            "kernels, memory, moe, offload, overlap, pipeline, precision, recompute, sweep, train");
   try {
     parse_config("{}", "t", "", "/tmp/\xc3" "(", 4);
     ADD_FAILURE() << "no error";

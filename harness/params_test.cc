@@ -53,7 +53,12 @@ std::vector<json> variants(const json& d) {
 // Sections that a key needs to matter (one that changes nothing in the default section).
 const std::map<std::string, json> kContext = {
     {"train.communication_data_type", {{"precision", "bf16"}}},  // fp32 always reduces in fp32
+    // Its MoE keys exist in an MoE model only (a dense model's are dropped), which trains in fp32.
+    {"conformance.model", {{"model", {{"num_experts", 4}}}, {"precisions", {"fp32"}}}},
 };
+// Keys that need a model section: expert_parallel is an MoE model's (a dense config has none).
+const std::map<std::string, json> kModelContext = {{"train.expert_parallel", {{"num_experts", 4}}}};
+json g_model = json::object();  // the model section of the key being checked
 // Keys no valid value of which changes the typed parameters at this world, and why.
 const std::map<std::string, std::string> kNoEffect = {
     {"train.data_parallel", "0 means world / (tp pp), the only size that validates"},
@@ -61,7 +66,9 @@ const std::map<std::string, std::string> kNoEffect = {
 
 // The run config of `suite` with `section` over its defaults; InputError when refused.
 json config_with(const std::string& suite, const json& section) {
-  return parse_config(json({{"suites", {suite}}, {suite, section}}).dump(), "test", "", "", kWorld);
+  json cfg = {{"suites", {suite}}, {suite, section}};
+  if (!g_model.empty()) cfg["model"] = g_model;
+  return parse_config(cfg.dump(), "test", "", "", kWorld);
 }
 
 // The typed parameters of `section` in config `cfg`, or null when the parse refuses it.
@@ -121,11 +128,13 @@ TEST(SuiteParams, ValidationAndRunReadEveryKeyAlike) {
     for (const auto& [key, value] : d.items()) {
       const std::string where = name + "." + key;
       const json context = kContext.contains(where) ? kContext.at(where) : json::object();
+      g_model = kModelContext.contains(where) ? kModelContext.at(where) : json::object();
       if (value.is_object()) {
         for (const auto& [sub, unused] : value.items()) check_key(*suite, name, context, {key, sub});
       } else {
         check_key(*suite, name, context, {key});
       }
+      g_model = json::object();
     }
   }
 }

@@ -47,7 +47,7 @@ RUNS = {
     # 0.05 bubble tolerance on shared cores and precision's 8 steps too few for its tail
     # bound: failed suites, whose reports must validate too. gemm bf16 is skipped on the cpu.
     "all4": (4, {
-        "suites": ["collectives", "gemm", "ffn_tp", "pipeline", "conformance", "memory", "offload", "overlap",
+        "suites": ["collectives", "gemm", "ffn_tp", "moe", "pipeline", "conformance", "memory", "offload", "overlap",
                    "recompute", "precision"],
         "model": TINY_MODEL,
         "collectives": {"ops": ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"],
@@ -55,6 +55,8 @@ RUNS = {
         "gemm": {"precisions": ["fp32", "bf16"], "hidden": 32, "tokens": 32, "peak_size": 64, "warmup": 0,
                  "iters": 1},
         "ffn_tp": {"hidden": 32, "tokens": 16, "warmup": 0, "iters": 1, "repetitions": 2},
+        "moe": {"hidden": 16, "num_experts": 4, "seq_len": 8, "tokens": [8, 32], "warmup": 0, "iters": 1,
+                "repetitions": 2},
         "pipeline": {"schedules": ["gpipe", "1f1b", "interleaved"], "stages": [2, 8], "micro_batches": [1, 4],
                      "t_forward_us": 100, "t_backward_us": 200, "activation_elems": 64, "repetitions": 2},
         "conformance": {"model": {"L": 2, "C": 32, "NH": 2, "T": 16, "V": 256}, "steps": 2, "global_batch": 4,

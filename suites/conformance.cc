@@ -39,13 +39,21 @@ const std::vector<std::string> kDefaultLayouts = {
     // Activation checkpointing with TP and PP (Korthikanti et al. 2022).
     "TP2xPP2:full", "TP2xPP2:selective", "PP2:interleaved:v2:full", "DP2:zero3:full"};
 
-std::vector<std::string> layout_names(const json& section) {
+// An MoE model's (conformance.model.num_experts > 0): expert parallel alone, over DP, with PP
+// (1F1B and interleaved), with ZeRO 1-3 and with selective recompute (docs/moe.md).
+const std::vector<std::string> kDefaultMoeLayouts = {"EP2",          "EP4",          "DP4xEP2",
+                                                     "DP2xEP2xPP2",  "DP2xEP2xPP2:interleaved:v2",
+                                                     "DP4xEP2:zero1", "DP4xEP2:zero2", "DP4xEP2:zero3",
+                                                     "EP2:selective"};
+
+std::vector<std::string> layout_names(const json& section, const GptConfig& model) {
   std::vector<std::string> names;
   for (const auto& v : section.at("layouts")) {
     if (!v.is_string()) throw InputError("conformance.layouts: every entry must be a string, got " + v.dump());
     names.push_back(v.get<std::string>());
   }
-  return names.empty() ? kDefaultLayouts : names;
+  if (!names.empty()) return names;
+  return model.moe.num_experts > 0 ? kDefaultMoeLayouts : kDefaultLayouts;
 }
 
 // Bytes the busiest rank holds: the float64 oracle or a float32 reference (as train.cc
@@ -92,6 +100,7 @@ struct Params {
 };
 
 Params Params::parse(const json& section, const json& config, const WorldInfo&) {
+  const std::string backend = config.value("backend", "cpu");
   Params p;
   p.model = gpt_config_from_json(section.at("model"), "conformance.model");
   p.base = train_config_from_json(section, config, "conformance");
@@ -101,7 +110,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
     throw InputError("conformance.seq_len = " + std::to_string(cfg.seq_len) + " exceeds conformance.model.T = " +
                      std::to_string(p.model.T));
   std::vector<std::string> seen;
-  for (const std::string& text : layout_names(section)) {
+  for (const std::string& text : layout_names(section, p.model)) {
     const LayoutSpec spec = parse_layout_spec(text, "conformance.layouts");
     ParallelLayout l = spec.l;
     l.micro_batches = cfg.micro_batches;
@@ -110,7 +119,13 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
     } catch (const InputError& e) {
       throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
     }
+    for (Precision pr : p.precisions) {  // each precision of the layout: an MoE model's limits
+      LayoutSpec in = spec;
+      in.precision = pr;
+      validate_moe_layout(in, p.model, backend, "conformance.layouts: '" + printable(text, 40) + "'");
+    }
     const std::string key = std::to_string(l.tp) + "/" + std::to_string(l.dp) + "/" + std::to_string(l.pp) + "/" +
+                            std::to_string(l.ep) + "/" +
                             l.schedule + "/" + std::to_string(l.virtual_stages) + "/" + std::to_string(spec.z.stage) +
                             (spec.z.offload_optimizer ? "/offload" : "") + "/" + std::string(to_string(spec.recompute));
     if (std::find(seen.begin(), seen.end(), key) != seen.end())
@@ -186,7 +201,7 @@ class ConformanceSuite : public Suite {
            "single-rank baseline and the float64 oracle";
   }
   json defaults() const override {
-    return {{"model", {{"L", 8}, {"C", 64}, {"NH", 4}, {"T", 32}, {"V", 256}}},
+    return {{"model", model_defaults(8, 64, 4, 32, 256)},  // an MoE model's keys too (docs/moe.md)
             {"steps", 20},
             {"global_batch", 16},
             {"micro_batches", 4},

@@ -17,6 +17,7 @@ const std::vector<LayoutSpelling>& layout_spellings() {
       {LayoutKey::tp,             "tensor_parallel",         "TP",   "tp",        "tp",                      "--tp"},
       {LayoutKey::pp,             "pipeline_parallel",       "PP",   "pp",        "pp",                      "--pp"},
       {LayoutKey::dp,             "data_parallel",           "DP",   "dp",        "dp",                      "--dp"},
+      {LayoutKey::ep,             "expert_parallel",         "EP",   "ep",        "ep",                      "--expert-parallel"},
       {LayoutKey::schedule,       "schedule",                "",     "schedule",  "schedule",                "--schedule"},
       {LayoutKey::virtual_stages, "virtual_stages",          "v",    "v",         "virtual_stages",          "--virtual-stages"},
       {LayoutKey::micro_batches,  "micro_batches",           "",     "m",         "micro_batches",           "--micro-batches"},
@@ -49,9 +50,11 @@ int zero_stage_from_json(const json& s, const std::string& path, int lo, int hi)
 ParallelLayout parallel_layout_from_json(const json& s, const std::string& path, const GptConfig& model,
                                          int micro_batches, int global_batch, int world_size) {
   const std::string tp = key_of(LayoutKey::tp), pp = key_of(LayoutKey::pp), dp = key_of(LayoutKey::dp);
-  const std::string vs = key_of(LayoutKey::virtual_stages);
+  const std::string vs = key_of(LayoutKey::virtual_stages), ep = key_of(LayoutKey::ep);
   ParallelLayout l;
   l.tp = int(int_in_range(s, tp, path + "." + tp, 1, 1 << 16));
+  // A dense model's section has no expert_parallel (the config drops it: harness/config.cc).
+  l.ep = s.contains(ep) ? int(int_in_range(s, ep, path + "." + ep, 1, 1 << 16)) : 1;
   l.pp = int(int_in_range(s, pp, path + "." + pp, 1, 1 << 16));
   l.dp = int(int_in_range(s, dp, path + "." + dp, 0, 1 << 20));
   l.virtual_stages = int(int_in_range(s, vs, path + "." + vs, 1, 1024));
@@ -148,14 +151,14 @@ namespace {
 template <typename Bad>
 void parse_spec_dims(std::string dims, ParallelLayout& l, const Bad& bad) {
   for (char& c : dims) c = char(std::toupper(static_cast<unsigned char>(c)));
-  const std::string names[3] = {spelling(LayoutKey::tp).spec_token, spelling(LayoutKey::dp).spec_token,
-                                spelling(LayoutKey::pp).spec_token};
-  bool seen[3] = {false, false, false};
+  const std::string names[4] = {spelling(LayoutKey::tp).spec_token, spelling(LayoutKey::dp).spec_token,
+                                spelling(LayoutKey::pp).spec_token, spelling(LayoutKey::ep).spec_token};
+  bool seen[4] = {false, false, false, false};
   size_t pos = 0;
   while (pos < dims.size()) {
     const std::string dim = dims.substr(pos, 2);
-    const int which = int(std::find(names, names + 3, dim) - names);
-    if (which == 3) throw bad("has an unknown dimension at '" + printable(dims.substr(pos), 20) + "' (TP, DP, PP)");
+    const int which = int(std::find(names, names + 4, dim) - names);
+    if (which == 4) throw bad("has an unknown dimension at '" + printable(dims.substr(pos), 20) + "' (TP, DP, PP, EP)");
     if (seen[which]) throw bad("names " + dim + " twice");
     seen[which] = true;
     pos += 2;
@@ -164,7 +167,7 @@ void parse_spec_dims(std::string dims, ParallelLayout& l, const Bad& bad) {
     if (end == pos || end - pos > 4) throw bad("needs a size after " + dim);
     const int size = std::stoi(dims.substr(pos, end - pos));
     if (size < 1) throw bad("has " + dim + " size 0");
-    (which == 0 ? l.tp : which == 1 ? l.dp : l.pp) = size;
+    (which == 0 ? l.tp : which == 1 ? l.dp : which == 2 ? l.pp : l.ep) = size;
     pos = end;
     if (pos < dims.size()) {
       if (dims[pos] != 'X') throw bad("joins dimensions with '" + printable(std::string(1, dims[pos])) + "', not 'x'");
@@ -172,6 +175,7 @@ void parse_spec_dims(std::string dims, ParallelLayout& l, const Bad& bad) {
       if (pos == dims.size()) throw bad("ends with 'x'");
     }
   }
+  if (seen[3] && !seen[1]) l.dp = l.ep;  // "EP2": the experts split over all the DP ranks
 }
 }  // namespace
 
@@ -222,6 +226,20 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   return spec;
 }
 
+void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend,
+                         const std::string& path) {
+  if (model.moe.num_experts == 0) return;
+  const std::string moe = "model.num_experts = " + std::to_string(model.moe.num_experts);
+  if (backend != "cpu")
+    throw InputError(path + ": " + moe + ": MoE layers run on the CPU backend only so far, not " + printable(backend, 40));
+  if (s.precision != Precision::fp32)
+    throw InputError(path + ": " + moe + " with precision " + std::string(to_string(s.precision)) +
+                     ": the MoE layer runs in fp32 only so far");
+  if (s.recompute == Recompute::full)
+    throw InputError(path + ": " + moe + " with recompute full: an MoE layer's recomputed dispatch is not " +
+                     "implemented (none or selective)");
+}
+
 std::string layout_record_name(const LayoutSpec& s) {
   std::string name;
   auto seg = [&](LayoutKey k, const std::string& value) {  // appends "[/]key:value"
@@ -235,6 +253,7 @@ std::string layout_record_name(const LayoutSpec& s) {
   seg(LayoutKey::dp, std::to_string(l.dp));
   seg(LayoutKey::pp, std::to_string(l.pp));
   seg(LayoutKey::schedule, l.schedule);
+  if (l.ep > 1) seg(LayoutKey::ep, std::to_string(l.ep));
   if (l.schedule == "interleaved") seg(LayoutKey::virtual_stages, std::to_string(l.virtual_stages));
   if (s.z.stage > 0) seg(LayoutKey::zero_stage, std::to_string(s.z.stage));
   if (s.z.offload_optimizer) seg(LayoutKey::offload, "cpu");
@@ -248,6 +267,7 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
   f(LayoutKey::tp) = s.l.tp;
   f(LayoutKey::dp) = s.l.dp;
   f(LayoutKey::pp) = s.l.pp;
+  f(LayoutKey::ep) = s.l.ep;
   f(LayoutKey::schedule) = s.l.schedule;
   f(LayoutKey::virtual_stages) = s.l.virtual_stages;
   f(LayoutKey::zero_stage) = s.z.stage;
@@ -257,7 +277,7 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
 }
 
 json to_json(const ParallelLayout& l) {
-  return {{"tp", l.tp}, {"dp", l.dp}, {"pp", l.pp}, {"micro_batches", l.micro_batches},
+  return {{"tp", l.tp}, {"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"micro_batches", l.micro_batches},
           {"schedule", l.schedule}, {"virtual_stages", l.virtual_stages}};
 }
 

@@ -354,7 +354,7 @@ struct Params {
   /// precision or checkpoints need the sharded model.
   bool plain_dp() const {
     const ParallelLayout& l = spec.l;
-    return !plan.on() && l.tp == 1 && l.pp == 1 && spec.z.stage == 0 && spec.recompute == Recompute::none &&
+    return !plan.on() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 && spec.recompute == Recompute::none &&
            !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
   }
   static Params parse(const json& section, const json& config, const WorldInfo& world);
@@ -386,10 +386,10 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.peak_tflops = number_in_range(section, "peak_tflops", "train.peak_tflops", 0.0, 1e6);
   p.plan = checkpoint_plan_from_json(section);
   p.references = section.at("references").get<bool>();
-  if (p.model.moe.num_experts > 0 && !(cpu && p.plain_dp()))
-    throw InputError("train: " + (cpu ? moe_not_sharded(p.model) : "model.num_experts = " +
-                                            std::to_string(p.model.moe.num_experts) +
-                                            ": MoE layers run on the CPU backend only so far"));
+  validate_moe_layout(p.spec, p.model, backend, "train");
+  if (p.model.moe.num_experts > 0 && p.plan.on())
+    throw InputError("train: model.num_experts = " + std::to_string(p.model.moe.num_experts) +
+                     ": checkpoints of an MoE model are not implemented yet (checkpoint_dir, resume_from)");
   return p;
 }
 
@@ -403,7 +403,7 @@ class TrainSuite : public Suite {
     return {{"steps", 200},     {"global_batch", 16}, {"micro_batches", 2}, {"seq_len", 64},
             {"lr", 1e-3},       {"beta1", 0.9},       {"beta2", 0.95},      {"eps", 1e-8},
             {"weight_decay", 0.0}, {"matmul_precision", "fp32"}, {"peak_tflops", 0.0},
-            {"tensor_parallel", 1}, {"pipeline_parallel", 1}, {"data_parallel", 0},
+            {"tensor_parallel", 1}, {"pipeline_parallel", 1}, {"data_parallel", 0}, {"expert_parallel", 1},
             {"schedule", "1f1b"}, {"virtual_stages", 1},
             {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
             {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},

@@ -1,0 +1,73 @@
+"""The moe suite's section (suites/moe.cc): an MoE layer's forward, dispatch and combine per expert-parallel
+size and tokens per rank, the router's imbalance and drop rate, and dispatch / combine GB/s against the bytes a
+rank sends (-moe-bandwidth).
+"""
+from collections import defaultdict
+
+from ..fmt import fmt, fmt_pct, fmt_timing, num
+from ..metrics import HIGHER, INFO, LOWER, metric
+from ..plot import plt
+
+SUITE = "moe"
+PLOTS = ("moe-bandwidth",)
+METRICS = {
+    "dispatch_ms": metric(LOWER, "ms", note="moe: slowest rank, per forward"),
+    "combine_ms": metric(LOWER, "ms", note="moe: slowest rank, per forward"),
+    "dispatch_GBps": metric(HIGHER, "GB/s", note="moe: bytes sent to other ranks / dispatch time"),
+    "combine_GBps": metric(HIGHER, "GB/s", note="moe: bytes sent to other ranks / combine time"),
+    "dispatch_bytes": metric(INFO, "bytes", note="moe: the most a rank sends"),
+    "combine_bytes": metric(INFO, "bytes", note="moe: the most a rank sends"),
+    "all_to_all_fraction": metric(INFO, "fraction", note="moe: of the forward"),
+    "imbalance": metric(INFO, "ratio", note="moe: max / mean assignments per expert"),
+    "drop_rate": metric(INFO, "fraction", note="moe: assignments dropped by the capacity"),
+}
+PARAMETERS = {"tokens_per_rank", "hidden", "num_experts", "topk"}
+
+
+def render(r, recs, cs, data):
+    """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
+    suites[] data."""
+    d = r.doc
+    recs = [b for b in recs if not b.get("skipped") and "ep" in b]
+    if not recs:
+        return r.generic("moe", recs)
+    b0 = recs[0]
+    d.p(f"One MoE layer: C = {b0.get('hidden')}, {b0.get('num_experts')} experts, top-{b0.get('topk')}, on "
+        f"{b0.get('world_size')} ranks. Time: the median of the slowest rank's forward; dispatch and combine: the "
+        "slowest rank's all-to-all time per forward and the bytes a rank sends to other ranks over it; imbalance: "
+        "the most-loaded expert's assignments over the mean (1 is perfect balance).")
+    rows = []
+    for b in sorted(recs, key=lambda b: (int(b["ep"]), int(b["tokens_per_rank"]))):
+        rows.append([str(b["ep"]), str(b["tokens_per_rank"]), fmt_timing(b.get("time_ms"), 4),
+                     fmt(num(b.get("dispatch_ms")), 3), fmt(num(b.get("dispatch_GBps")), 3),
+                     fmt(num(b.get("combine_ms")), 3), fmt(num(b.get("combine_GBps")), 3),
+                     fmt_pct(num(b.get("all_to_all_fraction"))), fmt(num(b.get("imbalance")), 3),
+                     fmt_pct(num(b.get("drop_rate")))])
+    d.table(["EP", "tokens / rank", "forward (ms)", "dispatch (ms)", "dispatch GB/s", "combine (ms)", "combine GB/s",
+             "all-to-all share", "imbalance", "dropped"], rows)
+    plot_bandwidth(r, recs)
+
+
+def plot_bandwidth(r, recs):
+    by = defaultdict(list)
+    for b in recs:
+        if int(b["ep"]) > 1 and num(b.get("dispatch_bytes")):
+            by[int(b["ep"])].append(b)
+    if not by:
+        return
+    p = plt()
+    fig, ax = p.subplots(figsize=(7.5, 4.4), constrained_layout=True)
+    for ep in sorted(by):
+        pts = sorted(by[ep], key=lambda b: num(b["dispatch_bytes"]))
+        ax.plot([num(b["dispatch_bytes"]) for b in pts], [num(b["dispatch_GBps"]) for b in pts], marker="o",
+                label=f"dispatch, EP {ep}")
+        ax.plot([num(b["combine_bytes"]) for b in pts], [num(b["combine_GBps"]) for b in pts], marker="s", ls="--",
+                label=f"combine, EP {ep}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes a rank sends to other ranks per forward")
+    ax.set_ylabel("GB/s")
+    ax.set_title("MoE dispatch and combine bandwidth")
+    ax.legend(fontsize=8)
+    r.save(fig, "moe-bandwidth", "MoE dispatch and combine GB/s",
+           "GB/s of the expert-parallel dispatch (rows to the experts) and combine (outputs back) against the bytes "
+           "a rank sends to other ranks, per expert-parallel size.")

@@ -1,0 +1,278 @@
+// The `moe` suite: one mixture-of-experts layer (reference/moe.h) at expert parallelism 1, 2,
+// 4, ... and several token counts per rank: the forward's time, its dispatch and combine
+// (all_to_allv of the routed rows; DeepEP's "dispatch" and "combine") time and GB/s, the share
+// of the forward in them, the router's load imbalance (max over mean assignments per expert)
+// and drop rate; and a check that every EP size gives each rank's tokens the output and input
+// gradient one rank computes alone. The expert-parallel layouts of a whole model are the train
+// and conformance suites' (docs/moe.md).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/error.h"
+#include "reference/moe.h"
+#include "reference/rng.h"
+#include "suites/bandwidth.h"
+#include "suites/stats.h"
+#include "suites/suite.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kU = 0x1p-24;  // float32 unit roundoff
+
+// The section, typed: the one parse validate() and run() use.
+struct Params {
+  MoeConfig moe;
+  int C = 0, seq = 0, warmup = 0, iters = 0, reps = 0;
+  std::vector<int> tokens;  // per rank
+  uint64_t seed = 0;
+  static Params parse(const json& s, const json& config, const WorldInfo& world);
+  json to_json() const {
+    return {{"hidden", C},
+            {"num_experts", moe.num_experts},
+            {"moe_router_topk", moe.topk},
+            {"moe_expert_capacity_factor", moe.capacity_factor ? json(*moe.capacity_factor) : json(nullptr)},
+            {"moe_ffn_hidden_size", moe.ffn_hidden},
+            {"seq_len", seq},
+            {"tokens", tokens},
+            {"warmup", warmup},
+            {"iters", iters},
+            {"repetitions", reps},
+            {"seed", seed}};
+  }
+};
+
+Params Params::parse(const json& s, const json&, const WorldInfo&) {
+  Params p;
+  p.C = int(int_in_range(s, "hidden", "moe.hidden", 1, 65536));
+  p.moe.num_experts = int(int_in_range(s, "num_experts", "moe.num_experts", 1, 65536));
+  p.moe.topk = int(int_in_range(s, "moe_router_topk", "moe.moe_router_topk", 1, 65536));
+  if (!s.at("moe_expert_capacity_factor").is_null())
+    p.moe.capacity_factor = number_in_range(s, "moe_expert_capacity_factor", "moe.moe_expert_capacity_factor", 0.0, 1e6);
+  p.moe.ffn_hidden = int(int_in_range(s, "moe_ffn_hidden_size", "moe.moe_ffn_hidden_size", 0, 1 << 20));
+  p.moe.aux_loss_coeff = 0.01;
+  try {
+    validate_moe_config(p.moe);
+  } catch (const InputError& e) {
+    throw InputError(std::string("moe: ") + e.what());
+  }
+  p.seq = int(int_in_range(s, "seq_len", "moe.seq_len", 1, 1 << 20));
+  const json& t = s.at("tokens");
+  if (!t.is_array() || t.empty()) throw InputError("moe.tokens: a non-empty list of tokens per rank");
+  for (const auto& v : t) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 24))
+      throw InputError("moe.tokens: every entry must be an integer in [1, 2^24], got " + v.dump());
+    const int n = v.get<int>();
+    if (n % p.seq != 0)
+      throw InputError("moe.tokens: " + std::to_string(n) + " tokens per rank are not whole sequences of moe.seq_len = " +
+                       std::to_string(p.seq) + " (the routing groups)");
+    if (std::find(p.tokens.begin(), p.tokens.end(), n) != p.tokens.end())
+      throw InputError("moe.tokens: " + std::to_string(n) + " is listed twice");
+    p.tokens.push_back(n);
+  }
+  p.warmup = int(int_in_range(s, "warmup", "moe.warmup", 0, 1000));
+  p.iters = int(int_in_range(s, "iters", "moe.iters", 1, 100000));
+  p.reps = int(int_in_range(s, "repetitions", "moe.repetitions", 1, 1000));
+  p.seed = uint64_t(int_in_range(s, "seed", "moe.seed", 0, int64_t(1) << 53));
+  return p;
+}
+
+/// EP sizes measured: 1, then every p <= world dividing both the world and the experts.
+std::vector<int> ep_sizes(int world, int E) {
+  std::vector<int> out;
+  for (int p = 1; p <= world; ++p)
+    if (world % p == 0 && E % p == 0) out.push_back(p);
+  return out;
+}
+
+/// The layer's weights (all E experts): router N(0, 0.02), expert weights N(0, 0.02), biases 0,
+/// element i of each a pure function of (seed, name, i), as gpt_init_params.
+struct Weights {
+  Weights(const MoeConfig& m, int C, uint64_t seed) : E(m.num_experts), C(C), F(moe_hidden(m, C)) {
+    auto draw = [&](std::vector<float>& v, size_t n, const char* name) {
+      v.resize(n);
+      for (size_t i = 0; i < n; ++i) v[i] = float(0.02 * random_normal(seed, stream_id(name), i));
+    };
+    draw(router, size_t(E) * C, "moe.router");
+    draw(fc, size_t(E) * F * C, "moe.fc");
+    draw(proj, size_t(E) * C * F, "moe.proj");
+    fc_bias.assign(size_t(E) * F, 0.0f), proj_bias.assign(size_t(E) * C, 0.0f);
+  }
+  /// Views of experts [e0, e0 + n) (the router whole); grads: zeroed buffers of the same shape.
+  MoeWeights<float> view(int e0) {
+    return {router.data(), fc.data() + size_t(e0) * F * C, fc_bias.data() + size_t(e0) * F,
+            proj.data() + size_t(e0) * C * F, proj_bias.data() + size_t(e0) * C};
+  }
+  int E, C, F;
+  std::vector<float> router, fc, fc_bias, proj, proj_bias;
+};
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), r += double(b[i]) * b[i];
+  return r > 0 ? std::sqrt(d / r) : std::sqrt(d);
+}
+
+class MoeSuite final : public Suite {
+ public:
+  std::string name() const override { return "moe"; }
+  std::string description() const override {
+    return "an MoE layer at expert parallelism 1, 2, 4, ...: forward time, dispatch and combine (all_to_allv) time "
+           "and GB/s, load imbalance and drop rate; output and input gradient checked against one rank";
+  }
+  json defaults() const override {
+    return {{"hidden", 128},     {"num_experts", 8},   {"moe_router_topk", 2}, {"moe_expert_capacity_factor", 1.25},
+            {"moe_ffn_hidden_size", 0}, {"seq_len", 64}, {"tokens", {256, 1024}}, {"warmup", 1},
+            {"iters", 3},        {"repetitions", 3},   {"seed", 7}};
+  }
+  void validate(const json& s, const json& config, const WorldInfo& world) const override {
+    const Params p = Params::parse(s, config, world);
+    if (config.value("backend", "cpu") != "cpu")
+      throw InputError("moe: the MoE layer runs on the CPU backend only so far");
+    // A rank holds every expert (the one-rank reference) twice (weights and gradients) and, at
+    // the largest token count, its tokens' rows through each expert: (C + 2F + C) per assignment.
+    const double C = p.C, F = moe_hidden(p.moe, p.C), E = p.moe.num_experts;
+    const double n = *std::max_element(p.tokens.begin(), p.tokens.end()) * double(p.moe.topk);
+    check_fits_in_memory(4.0 * (2 * E * (2 * F * C + F + 2 * C) + 2 * n * (2 * C + 2 * F)), world.ranks_per_node,
+                         "moe: the layer", world.options);
+  }
+  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
+    return Params::parse(s, c, w).to_json();
+  }
+  SuiteResult run(SuiteContext& ctx) override;
+};
+
+SuiteResult MoeSuite::run(SuiteContext& ctx) {
+  const Params o = Params::parse(ctx.section, ctx.config, ctx.world_info());
+  CpuOps<float> ops;
+  Communicator& world = ctx.world;
+  const int W = world.size(), me = world.rank(), E = o.moe.num_experts, C = o.C, k = o.moe.topk;
+  const std::vector<int> eps = ep_sizes(W, E);
+  Weights w(o.moe, C, o.seed);
+  const int F = w.F;
+  // Error analysis of the check (relative norm error against one rank, float32): the EP run
+  // computes each row with the same ops in the same order; only BLAS may block a GEMM over the
+  // rows it shares a call with differently. A length-K sum of random-sign terms is off by about
+  // u sqrt(K) relative (Higham & Mary 2019), so two evaluations differ by at most 8 u sum sqrt(K)
+  // over the sums on the path, a factor ~4 of margin each: output fc (C) and proj (F); input
+  // gradient proj's dgrad (C), fc's dgrad (F), and the output's own path.
+  const double tol_out = 8 * kU * (std::sqrt(double(C)) + std::sqrt(double(F)));
+  const double tol_dx = 2 * tol_out;
+
+  SuiteResult res;
+  res.data = {{"hidden", C}, {"num_experts", E}, {"moe_router_topk", k}, {"ffn_hidden", F}, {"ep_sizes", eps},
+              {"tokens", o.tokens}};
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "# moe: C=%d, %d experts of F=%d, top-%d, routing groups of %d tokens, %d rank(s); warmup %d, iters %d, "
+                "%d repetitions; time = median of the slowest rank's forward",
+                C, E, F, k, o.seq, W, o.warmup, o.iters, o.reps);
+  ctx.print(buf);
+  ctx.print("#  ep   tokens/rank   fwd (ms)   dispatch (ms, GB/s)   combine (ms, GB/s)   a2a share   imbalance   dropped");
+
+  for (const int n : o.tokens) {
+    // This rank's tokens, and the one-rank reference of its output and input gradient.
+    std::vector<float> x(size_t(n) * C), dout(size_t(n) * C);
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = float(random_normal(o.seed + uint64_t(me), stream_id("moe.x"), i));
+      dout[i] = float(random_normal(o.seed + uint64_t(me), stream_id("moe.dout"), i));
+    }
+    std::vector<float> ref_out(x.size()), ref_dx(x.size(), 0.0f);
+    {
+      MoeActivations<float> a;
+      Weights g(o.moe, C, o.seed);  // a gradient buffer of the right shape
+      moe_forward(ops, o.moe, w.view(0), x.data(), ref_out.data(), n, C, a, o.seq);
+      moe_backward(ops, o.moe, w.view(0), g.view(0), x.data(), dout.data(), ref_dx.data(), n, C, a);
+    }
+    for (const int p : eps) {
+      auto ep = world.split(me / p, me % p, "ep" + std::to_string(p));
+      const int e0 = (me % p) * (E / p);
+      Weights grads(o.moe, C, o.seed);
+      MoeActivations<float> a;
+      std::vector<float> out(x.size()), dx(x.size(), 0.0f);
+      // 1. The check: one forward and backward against the one-rank reference.
+      moe_forward(ops, o.moe, w.view(e0), x.data(), out.data(), n, C, a, o.seq, ep.get());
+      moe_backward(ops, o.moe, w.view(e0), grads.view(e0), x.data(), dout.data(), dx.data(), n, C, a, 1.0, ep.get());
+      double err[2] = {rel_err(out, ref_out), rel_err(dx, ref_dx)};
+      world.all_reduce(err, err, 2, DType::f64, ReduceOp::max);
+      // The routing over the world: assignments per expert before dropping, and the drops.
+      std::vector<double> per_expert(size_t(E) + 1, 0.0);
+      for (int e = 0; e < E; ++e) per_expert[size_t(e)] = a.routing.tokens_per_expert[size_t(e)];
+      per_expert[size_t(E)] = a.routing.dropped;
+      world.all_reduce(per_expert.data(), per_expert.data(), per_expert.size(), DType::f64, ReduceOp::sum);
+      const double assignments = double(n) * W * k;
+      const double imbalance = *std::max_element(per_expert.begin(), per_expert.end() - 1) / (assignments / E);
+      const double drop_rate = per_expert[size_t(E)] / assignments;
+
+      // 2. Timing: the forward, with its exchanges' share.
+      MoeCommStats st;
+      auto op = [&] { moe_forward(ops, o.moe, w.view(e0), x.data(), out.data(), n, C, a, o.seq, ep.get(), &st); };
+      for (int i = 0; i < o.warmup; ++i) op();
+      st = MoeCommStats{};
+      const TimedResult tr = time_iterations(world, 0, o.iters, o.reps, op);
+      const double calls = double(o.iters) * o.reps;
+      // Per forward, each rank's: dispatch and combine seconds, and bytes sent to other ranks.
+      double mine[4] = {st.dispatch_s / calls, st.combine_s / calls, double(st.dispatch_bytes) / calls,
+                        double(st.combine_bytes) / calls};
+      std::vector<double> all(4 * size_t(W));
+      world.all_gather(mine, all.data(), 4, DType::f64);
+      double worst[4] = {0, 0, 0, 0};  // the slowest rank's seconds; the largest bytes
+      for (int r = 0; r < W; ++r)
+        for (int i = 0; i < 4; ++i) worst[i] = std::max(worst[i], all[4 * size_t(r) + size_t(i)]);
+      auto gbps = [](double bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0.0; };
+      const Summary& s = tr.summary;
+      const std::string name = "moe/ep:" + std::to_string(p) + "/tokens:" + std::to_string(n);
+      json rec = benchmark_record(name, o.iters, o.reps, s.median, s.median, "ms");
+      rec["ep"] = p;
+      rec["tokens_per_rank"] = n;
+      rec["hidden"] = C;
+      rec["num_experts"] = E;
+      rec["topk"] = k;
+      rec["world_size"] = W;
+      rec["time_ms"] = to_json(s, 1e3);
+      rec["dispatch_ms"] = worst[0] * 1e3;
+      rec["combine_ms"] = worst[1] * 1e3;
+      rec["dispatch_bytes"] = worst[2];
+      rec["combine_bytes"] = worst[3];
+      rec["dispatch_GBps"] = gbps(worst[2], worst[0]);
+      rec["combine_GBps"] = gbps(worst[3], worst[1]);
+      rec["all_to_all_fraction"] = s.median > 0 ? std::min(1.0, (worst[0] + worst[1]) / s.median) : 0.0;
+      rec["imbalance"] = imbalance;
+      rec["drop_rate"] = drop_rate;
+      res.benchmarks.push_back(rec);
+      std::snprintf(buf, sizeof buf, "   %2d   %11d   %8.3f   %8.3f, %7.3f    %8.3f, %7.3f    %8.1f%%   %9.3f   %6.1f%%", p,
+                    n, s.median * 1e3, worst[0] * 1e3, gbps(worst[2], worst[0]), worst[1] * 1e3,
+                    gbps(worst[3], worst[1]), 100 * rec["all_to_all_fraction"].get<double>(), imbalance,
+                    100 * drop_rate);
+      ctx.print(buf);
+      if (p > 1) {
+        const std::string at = "/ep:" + std::to_string(p) + "/tokens:" + std::to_string(n);
+        const std::string how = "relative norm error vs one rank computing the same tokens with every expert, max over "
+                                "ranks; tolerance 8 u sum sqrt(K) over the float sums on its path (u = 2^-24)";
+        res.checks.push_back(make_check("moe/output" + at, err[0], tol_out, how));
+        res.checks.push_back(make_check("moe/input_grad" + at, err[1], tol_dx, how));
+      }
+      world.barrier();
+    }
+  }
+  for (const Check& c : res.checks) {
+    std::snprintf(buf, sizeof buf, "# check %-34s %.3g <= %.3g  %s", c.name.c_str(), c.value, c.tolerance,
+                  c.passed ? "ok" : "FAILED");
+    ctx.print(buf);
+  }
+  return res;
+}
+
+}  // namespace
+
+DTB_REGISTER_SUITE("moe", MoeSuite);
+
+}  // namespace dtb
