@@ -64,12 +64,13 @@ struct Case {
 // Every expert-parallel layout of n ranks worth checking.
 std::vector<Case> cases_of(int n) {
   std::vector<Case> out;
-  auto add = [&](int dp, int ep, int pp, const char* sched, int v, int stage) {
+  auto add = [&](int dp, int ep, int pp, const char* sched, int v, int stage, int tp = 1) {
     Case c;
-    c.layout.dp = dp, c.layout.ep = ep, c.layout.pp = pp, c.layout.schedule = sched, c.layout.virtual_stages = v;
+    c.layout.tp = tp, c.layout.dp = dp, c.layout.ep = ep, c.layout.pp = pp, c.layout.schedule = sched;
+    c.layout.virtual_stages = v;
     c.stage = stage;
-    c.name = "DP" + std::to_string(dp) + " EP" + std::to_string(ep) + " PP" + std::to_string(pp) + " " + sched +
-             " v" + std::to_string(v) + " zero" + std::to_string(stage);
+    c.name = "TP" + std::to_string(tp) + " DP" + std::to_string(dp) + " EP" + std::to_string(ep) + " PP" +
+             std::to_string(pp) + " " + sched + " v" + std::to_string(v) + " zero" + std::to_string(stage);
     if (c.layout.world() == n) out.push_back(c);
   };
   add(2, 2, 1, "1f1b", 1, 0);
@@ -80,6 +81,9 @@ std::vector<Case> cases_of(int n) {
   add(2, 2, 2, "1f1b", 1, 0);
   add(2, 2, 2, "interleaved", 2, 0);
   add(2, 2, 2, "1f1b", 1, 2);
+  // With TP the MoE layer is replicated over the TP group (router and experts owned by TP rank 0).
+  add(2, 2, 1, "1f1b", 1, 0, 2);
+  add(2, 2, 1, "1f1b", 1, 2, 2);
   return out;
 }
 
@@ -221,7 +225,7 @@ TEST(ExpertParallel, ClippedTrainingFollowsTheSingleRankRun) {
 }
 
 // The layout runner composes expert parallelism (its groups, the engine's expert-data-parallel
-// group) and refuses what it cannot run, in one line naming the numbers.
+// group) and refuses what does not divide, in one line naming the numbers.
 TEST(ExpertParallel, TheLayoutRunnerTrainsItAndRefusesWhatDoesNotDivide) {
   auto w = make_mpi_world();
   if (w->size() != 4) GTEST_SKIP() << "a layout of 4 ranks";
@@ -254,9 +258,6 @@ TEST(ExpertParallel, TheLayoutRunnerTrainsItAndRefusesWhatDoesNotDivide) {
   GptConfig dense = model;
   dense.moe = dense_moe();
   refused(l, dense, "expert_parallel = 2 needs an MoE model");
-  ParallelLayout tp = l;
-  tp.tp = 2, tp.dp = 2, tp.ep = 1;
-  refused(tp, model, "not sharded over tensor parallelism yet");
 }
 
 }  // namespace

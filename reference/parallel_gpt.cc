@@ -55,8 +55,8 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
     if constexpr (is_half_v<T>)
       throw InputError("model.num_experts = " + std::to_string(cfg.moe.num_experts) +
                        ": the MoE layer runs in fp32 (and fp64) only, not in a half precision yet");
-    if (layout.tp > 1 || cfg.moe.num_experts % layout.ep != 0)
-      throw InputError("ParallelGpt: an MoE model needs tensor_parallel 1 and expert_parallel dividing num_experts");
+    if (cfg.moe.num_experts % layout.ep != 0)
+      throw InputError("ParallelGpt: an MoE model needs expert_parallel dividing num_experts");
   }
   DTB_CHECK(layout.ep == 1 || (ep != nullptr && ep->size() == layout.ep),
             "ParallelGpt: expert_parallel > 1 needs the expert-parallel group (of layout.ep ranks)");

@@ -103,7 +103,10 @@ class ParallelGpt {
   /// dispatch over `ep`, the expert-parallel group (reference/moe.h; size layout.ep, needed
   /// when it is above 1). Errors: InputError when the layout does not divide the model
   /// (validate_layout), or for an MoE model in a half type (the MoE layer runs in fp32 and
-  /// fp64 only) or with tp > 1.
+  /// fp64 only). With tp > 1 an MoE layer is replicated over the TP group: its input (ln2's
+  /// output) is, so every TP rank routes the same tokens, dispatches them within its own
+  /// expert-parallel group (ranks of its TP coordinate) and computes the same output and
+  /// gradients; router and experts count as TP-replicated (owned by TP rank 0).
   ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device, Communicator& tp,
               Ops<T>* ops = nullptr, Communicator* ep = nullptr);
   ~ParallelGpt();

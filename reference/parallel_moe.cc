@@ -22,7 +22,8 @@ void ParallelGpt<T>::add_moe_tensors(LayerParams& lp, int l, const std::map<std:
   const size_t mi = size_t(l / cfg_.moe_layer_freq);  // the layer's index among the MoE layers
   // The router (E, C), whole on every rank, closes the layer's unit.
   lp.router = num_params_ - units_[lp.unit].begin;
-  add_tensor("routerw", l, {{full.at("routerw") + mi * E * C, 0, E * C}}, false);
+  // Router and experts are replicated over TP (the layer's input is): TP rank 0 owns them.
+  add_tensor("routerw", l, {{full.at("routerw") + mi * E * C, 0, E * C}}, true);
   close_unit();
   // Experts [e0, e0 + El) of the layer: this rank's expert-parallel share, a unit of its own.
   const size_t El = E / size_t(layout_.ep), e0 = size_t(ep_rank(coord_.dp, layout_)) * El;
@@ -33,7 +34,7 @@ void ParallelGpt<T>::add_moe_tensors(LayerParams& lp, int l, const std::map<std:
   for (int i = 0; i < 4; ++i) {
     lp.ex[i] = num_params_ - units_[lp.expert_unit].begin;
     const size_t n = per_expert[i];
-    add_tensor(names[i], l, {{full.at(names[i]) + (mi * E + e0) * n, 0, El * n}}, false, true);
+    add_tensor(names[i], l, {{full.at(names[i]) + (mi * E + e0) * n, 0, El * n}}, true, true);
   }
   close_unit();
 }

@@ -103,9 +103,6 @@ void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_bat
   if (m.moe.num_experts > 0 && m.moe.num_experts % l.ep != 0)
     throw InputError("model.num_experts = " + num(m.moe.num_experts) + " experts are not divisible by expert_parallel = " +
                      num(l.ep));
-  if (m.moe.num_experts > 0 && l.tp > 1)
-    throw InputError("model.num_experts = " + num(m.moe.num_experts) + " with tensor_parallel = " + num(l.tp) +
-                     ": an MoE model's experts are not sharded over tensor parallelism yet (tensor_parallel 1)");
   if (global_batch % (int64_t(l.dp) * l.micro_batches) != 0)
     throw InputError("global batch " + num(global_batch) + " is not divisible by data_parallel (" + num(l.dp) +
                      ") x micro_batches (" + num(l.micro_batches) + ")");

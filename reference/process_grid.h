@@ -101,8 +101,7 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
 /// unknown schedule; virtual_stages != 1 outside "interleaved"; and for "interleaved",
 /// virtual_stages < 2 or micro_batches not a multiple of pp (Narayanan et al. 2021, as
 /// Megatron-LM requires); expert_parallel below 1, above 1 on a dense model, not dividing dp
-/// or the experts (num_experts); an MoE model with tp > 1 (its experts are not sharded over TP
-/// yet).
+/// or the experts (num_experts).
 void validate_layout(const ParallelLayout& layout, const GptConfig& model, int global_batch, int world_size);
 
 }  // namespace dtb
