@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "kernels/device.h"
 #include "kernels/error.h"
@@ -221,6 +222,41 @@ TEST(ExpertParallel, ClippedTrainingFollowsTheSingleRankRun) {
     const std::vector<double> full = m.gather(p, *w);
     EXPECT_LE(rel_diff(full, ref_params, 0, full.size()), 1e-10);
     EXPECT_EQ(m.replica_max_diff(p, *w), 0.0);
+  }
+}
+
+// The runner's per-step routing counts (LayoutOutcome::moe_counts, what the moe suite reports):
+// summed over ranks, every MoE layer's assignments of a step are the global batch's tokens times
+// top-k, once (TP ranks repeat the tokens and must not count them again), and a layout with
+// expert parallelism spends time in dispatch and combine.
+TEST(ExpertParallel, TheRunnerCountsEachStepsAssignmentsOnce) {
+  auto w = make_mpi_world();
+  if (w->size() != 4) GTEST_SKIP() << "layouts of 4 ranks";
+  const GptConfig model = moe_model();
+  TrainConfig cfg = small_batch();
+  cfg.steps = 2;
+  const int E = model.moe.num_experts, Lm = num_moe_layers(model);
+  for (const auto& [tp, dp, pp] : {std::tuple{1, 4, 1}, std::tuple{2, 2, 1}, std::tuple{1, 2, 2}}) {
+    ParallelLayout l;
+    l.tp = tp, l.dp = dp, l.pp = pp, l.ep = 2;
+    SCOPED_TRACE("tp " + std::to_string(tp) + " dp " + std::to_string(dp) + " pp " + std::to_string(pp));
+    CpuDevice dev;
+    const LayoutOutcome out = run_layout({.model = model, .layout = l, .train = cfg, .device = dev, .host = *w,
+                                          .data = test_data()});
+    ASSERT_EQ(out.moe_counts.size(), size_t(cfg.steps));
+    ASSERT_EQ(out.moe_all_to_all_s.size(), size_t(cfg.steps));
+    for (int s = 0; s < cfg.steps; ++s) {
+      std::vector<double> c = out.moe_counts[size_t(s)];
+      ASSERT_EQ(c.size(), size_t(Lm) * size_t(E + 1));
+      w->all_reduce(c.data(), c.data(), c.size(), DType::f64, ReduceOp::sum);
+      for (int i = 0; i < Lm; ++i) {
+        double assigned = 0;
+        for (int e = 0; e < E; ++e) assigned += c[size_t(i * (E + 1) + e)];
+        EXPECT_EQ(assigned, double(cfg.global_batch) * cfg.seq_len * model.moe.topk) << "layer " << i;
+        EXPECT_GT(c[size_t(i * (E + 1) + E)], 0.0) << "capacity factor 1 drops";
+      }
+      EXPECT_GT(out.moe_all_to_all_s[size_t(s)], 0.0);
+    }
   }
 }
 

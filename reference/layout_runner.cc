@@ -122,12 +122,19 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   }
   host.barrier();
   if (hooks) loop.before_step = hooks->before_step;
-  if ((ck && ck->every > 0) || (hooks && hooks->after_step))
+  const bool moe = spec.model.moe.num_experts > 0;
+  if ((ck && ck->every > 0) || (hooks && hooks->after_step) || moe)
     loop.after_step = [&](int64_t done, const LossScaler& s, const TrainRun& so_far) {
+      if (moe) {  // the step's routing and exchanges, then a fresh count for the next
+        out.moe_counts.push_back(m.moe_counts());
+        out.moe_all_to_all_s.push_back(m.moe_comm().dispatch_s + m.moe_comm().combine_s);
+        m.reset_moe_stats();
+      }
       if (ck) save_every(*ck, info, engine, host, taken, out.checkpoints, done, s, so_far);
       if (hooks && hooks->after_step) hooks->after_step(done, so_far);
     };
   if (spec.op_clock) spec.op_clock->reset();
+  if (moe) m.reset_moe_stats();  // step 0's gradient is not a training step
   const TrainRun run = parallel_train(m, engine, spec.data, cfg, g, spec.spans, loop);
   if (spec.op_clock) out.op_seconds = spec.op_clock->seconds(), out.op_calls = spec.op_clock->calls();
   out.pp_rank = m.coord().pp;

@@ -139,6 +139,11 @@ struct LayoutOutcome {
   /// over the training steps run here; zeros without it.
   std::array<double, kNumOpFamilies> op_seconds{};
   std::array<int64_t, kNumOpFamilies> op_calls{};
+  /// An MoE model, per training step run here: this rank's ParallelGpt::moe_counts() of the
+  /// step (num_moe_layers x (E + 1)) and its dispatch + combine seconds (forward and backward);
+  /// empty for a dense model.
+  std::vector<std::vector<double>> moe_counts;
+  std::vector<double> moe_all_to_all_s;
 };
 
 /// Trains spec.model on spec.layout in spec.train.precision with spec.zero: step 0's

@@ -176,6 +176,14 @@ class ParallelGpt {
   double replica_max_diff(const std::vector<T>& local, Communicator& world) const;
   /// TP communication of this model since the last reset.
   CommStats& comm_stats() { return stats_; }
+  /// An MoE model's routing since the last reset_moe_stats(): for MoE layer i (of
+  /// num_moe_layers; zeros for the layers of other stages) at [i (E + 1), (i + 1) (E + 1)) the
+  /// assignments to each expert before dropping, then the dropped ones, summed over this rank's
+  /// forwards (on TP rank 0 only: the other TP ranks repeat its tokens). Empty when dense.
+  const std::vector<double>& moe_counts() const { return moe_counts_; }
+  /// An MoE model's dispatch and combine exchanges (forward and backward) since the last reset.
+  const MoeCommStats& moe_comm() const { return moe_comm_; }
+  void reset_moe_stats();
 
  private:
   struct ActSet;
@@ -192,6 +200,7 @@ class ParallelGpt {
     // An MoE layer: routerw's offset in `unit` (in place of the fc tensors), and the unit of
     // its held experts with the offsets of expfcw expfcb expprojw expprojb in it.
     bool moe = false;
+    int moe_index = -1;  // among the MoE layers
     size_t router = 0;
     int expert_unit = -1;
     size_t ex[4] = {};
@@ -221,6 +230,8 @@ class ParallelGpt {
   Communicator& tp_;
   Communicator* ep_ = nullptr;
   double moe_loss_ = 0;  // the MoE layers' BT (aux + z) of the forward running
+  std::vector<double> moe_counts_;  // moe_counts()
+  MoeCommStats moe_comm_;
   Ops<T>* ops_ = nullptr;
   std::unique_ptr<Ops<T>> owned_ops_;
   // Every block's TP linears (C -> 3C, C -> C, C -> 4C, 4C -> C), charged to stats_; the

@@ -17,9 +17,16 @@ void ParallelGpt<T>::set_recompute(Recompute r) {
 }
 
 template <typename T>
+void ParallelGpt<T>::reset_moe_stats() {
+  moe_counts_.assign(size_t(num_moe_layers(cfg_)) * size_t(cfg_.moe.num_experts + 1), 0.0);
+  moe_comm_ = MoeCommStats{};
+}
+
+template <typename T>
 void ParallelGpt<T>::add_moe_tensors(LayerParams& lp, int l, const std::map<std::string, size_t>& full) {
   const size_t C = size_t(cfg_.C), E = size_t(cfg_.moe.num_experts), F = size_t(moe_hidden(cfg_.moe, cfg_.C));
   const size_t mi = size_t(l / cfg_.moe_layer_freq);  // the layer's index among the MoE layers
+  lp.moe_index = int(mi);
   // The router (E, C), whole on every rank, closes the layer's unit.
   lp.router = num_params_ - units_[lp.unit].begin;
   // Router and experts are replicated over TP (the layer's input is): TP rank 0 owns them.
@@ -49,9 +56,16 @@ void ParallelGpt<T>::moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& l
     T* ex = st.param(lp.expert_unit);
     const MoeWeights<T> w{const_cast<T*>(up + lp.router), ex + lp.ex[0], ex + lp.ex[1], ex + lp.ex[2], ex + lp.ex[3]};
     // Each sequence one routing group, as Gpt: every layout that keeps sequences whole routes alike.
-    moe_forward(*ops_, cfg_.moe, w, a.ln2, a.fcproj, BT, cfg_.C, ma, Tn, layout_.ep > 1 ? ep_ : nullptr);
+    moe_forward(*ops_, cfg_.moe, w, a.ln2, a.fcproj, BT, cfg_.C, ma, Tn, layout_.ep > 1 ? ep_ : nullptr, &moe_comm_);
     st.release_param(lp.expert_unit);
     moe_loss_ += double(BT) * (ma.routing.aux_loss + ma.routing.z_loss);
+    if (moe_counts_.empty()) reset_moe_stats();
+    if (coord_.tp == 0) {
+      const int E = cfg_.moe.num_experts;
+      double* c = moe_counts_.data() + size_t(lp.moe_index) * size_t(E + 1);
+      for (int e = 0; e < E; ++e) c[e] += ma.routing.tokens_per_expert[size_t(e)];
+      c[E] += ma.routing.dropped;
+    }
   }
 }
 
@@ -66,7 +80,8 @@ void ParallelGpt<T>::moe_ffn_backward(const MoeActivations<T>& ma, const LayerPa
     T* dex = st.grad(lp.expert_unit);
     const MoeWeights<T> w{const_cast<T*>(up + lp.router), ex + lp.ex[0], ex + lp.ex[1], ex + lp.ex[2], ex + lp.ex[3]};
     const MoeWeights<T> dw{ug + lp.router, dex + lp.ex[0], dex + lp.ex[1], dex + lp.ex[2], dex + lp.ex[3]};
-    moe_backward(*ops_, cfg_.moe, w, dw, a.ln2, dres, dln, BT, cfg_.C, ma, loss_scale, layout_.ep > 1 ? ep_ : nullptr);
+    moe_backward(*ops_, cfg_.moe, w, dw, a.ln2, dres, dln, BT, cfg_.C, ma, loss_scale, layout_.ep > 1 ? ep_ : nullptr,
+                 &moe_comm_);
     st.release_param(lp.expert_unit);
     st.grad_done(lp.expert_unit);
   }
@@ -75,6 +90,7 @@ void ParallelGpt<T>::moe_ffn_backward(const MoeActivations<T>& ma, const LayerPa
 // The members defined here, for the types parallel_gpt.cc instantiates the class in.
 #define DTB_PARALLEL_MOE(T)                                                                                         \
   template void ParallelGpt<T>::set_recompute(Recompute);                                                           \
+  template void ParallelGpt<T>::reset_moe_stats();                                                                  \
   template void ParallelGpt<T>::add_moe_tensors(LayerParams&, int, const std::map<std::string, size_t>&);          \
   template void ParallelGpt<T>::moe_ffn_forward(MoeActivations<T>&, const LayerParams&, const LayerActs&, const T*, \
                                                 int, int);                                                          \

@@ -277,11 +277,7 @@ SuiteResult FfnTpSuite::run(SuiteContext& ctx) {
                   100 * r.comm[1]);
     ctx.print(buf);
   }
-  for (const Check& c : res.checks) {
-    std::snprintf(buf, sizeof buf, "# check %-28s %.3g <= %.3g  %s", c.name.c_str(), c.value, c.tolerance,
-                  c.passed ? "ok" : "FAILED");
-    ctx.print(buf);
-  }
+  ctx.print_checks(res.checks, 28);
   return res;
 }
 

@@ -3,8 +3,10 @@
 // (all_to_allv of the routed rows; DeepEP's "dispatch" and "combine") time and GB/s, the share
 // of the forward in them, the router's load imbalance (max over mean assignments per expert)
 // and drop rate; and a check that every EP size gives each rank's tokens the output and input
-// gradient one rank computes alone. The expert-parallel layouts of a whole model are the train
-// and conformance suites' (docs/moe.md).
+// gradient one rank computes alone. Then a small MoE GPT (2 layers, both MoE, the layer's shape)
+// trained at DP = world with the largest EP size: per step the load imbalance (its worst layer)
+// and drop rate over every rank's tokens, and the step's share in dispatch and combine. The
+// conformance of expert-parallel layouts is the train and conformance suites' (docs/moe.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +17,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
+#include "reference/layout_runner.h"
 #include "reference/moe.h"
 #include "reference/rng.h"
 #include "suites/bandwidth.h"
@@ -31,7 +34,7 @@ constexpr double kU = 0x1p-24;  // float32 unit roundoff
 // The section, typed: the one parse validate() and run() use.
 struct Params {
   MoeConfig moe;
-  int C = 0, seq = 0, warmup = 0, iters = 0, reps = 0;
+  int C = 0, seq = 0, warmup = 0, iters = 0, reps = 0, train_steps = 0;
   std::vector<int> tokens;  // per rank
   uint64_t seed = 0;
   static Params parse(const json& s, const json& config, const WorldInfo& world);
@@ -46,6 +49,7 @@ struct Params {
             {"warmup", warmup},
             {"iters", iters},
             {"repetitions", reps},
+            {"train_steps", train_steps},
             {"seed", seed}};
   }
 };
@@ -81,7 +85,11 @@ Params Params::parse(const json& s, const json&, const WorldInfo&) {
   p.warmup = int(int_in_range(s, "warmup", "moe.warmup", 0, 1000));
   p.iters = int(int_in_range(s, "iters", "moe.iters", 1, 100000));
   p.reps = int(int_in_range(s, "repetitions", "moe.repetitions", 1, 1000));
+  p.train_steps = int(int_in_range(s, "train_steps", "moe.train_steps", 0, 100000));
   p.seed = uint64_t(int_in_range(s, "seed", "moe.seed", 0, int64_t(1) << 53));
+  if (p.train_steps > 0 && p.C % 4 != 0)
+    throw InputError("moe.hidden = " + std::to_string(p.C) + ": the trained model's 4 heads need a multiple of 4 "
+                     "(or moe.train_steps 0)");
   return p;
 }
 
@@ -121,6 +129,72 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   return r > 0 ? std::sqrt(d / r) : std::sqrt(d);
 }
 
+/// The training part: a 2-layer MoE GPT of the layer's shape (4 heads, T = seq_len, V 256) at
+/// DP = world, EP = ep, train_steps steps of 2 sequences per rank; its record.
+json train_record(SuiteContext& ctx, const Params& o, int ep) {
+  DTB_CHECK(ctx.dataset != nullptr, "moe suite needs a dataset");
+  Communicator& world = ctx.world;
+  const int W = world.size(), E = o.moe.num_experts;
+  GptConfig model{2, o.C, 4, o.seq, 256};
+  model.moe = o.moe;
+  ParallelLayout l;
+  l.dp = W, l.ep = ep;
+  TrainConfig cfg;
+  cfg.steps = o.train_steps;
+  cfg.global_batch = 2 * W;
+  cfg.micro_batches = 1;
+  cfg.seq_len = o.seq;
+  cfg.seed = o.seed;
+  const LayoutOutcome out = run_layout({.model = model, .layout = l, .train = cfg, .device = ctx.device,
+                                        .host = world, .data = *ctx.dataset});
+  const size_t S = out.timings.size(), Lm = size_t(num_moe_layers(model)), per = size_t(E + 1);
+  // Per step: the slowest rank's step and exchange seconds; the routing summed over ranks.
+  std::vector<double> step(S), a2a(S), counts(S * Lm * per);
+  for (size_t s = 0; s < S; ++s) {
+    step[s] = out.timings[s].step_s, a2a[s] = out.moe_all_to_all_s[s];
+    std::copy(out.moe_counts[s].begin(), out.moe_counts[s].end(), counts.begin() + long(s * Lm * per));
+  }
+  world.all_reduce(step.data(), step.data(), S, DType::f64, ReduceOp::max);
+  world.all_reduce(a2a.data(), a2a.data(), S, DType::f64, ReduceOp::max);
+  world.all_reduce(counts.data(), counts.data(), counts.size(), DType::f64, ReduceOp::sum);
+  std::vector<double> imbalance(S, 0.0), drop(S, 0.0);
+  for (size_t s = 0; s < S; ++s) {
+    double dropped = 0, assigned = 0;
+    for (size_t i = 0; i < Lm; ++i) {
+      const double* c = counts.data() + (s * Lm + i) * per;
+      double sum = 0, most = 0;
+      for (int e = 0; e < E; ++e) sum += c[e], most = std::max(most, c[e]);
+      if (sum > 0) imbalance[s] = std::max(imbalance[s], most / (sum / E));
+      dropped += c[E], assigned += sum;
+    }
+    drop[s] = assigned > 0 ? dropped / assigned : 0.0;
+  }
+  const Summary st = summarize(step), sa = summarize(a2a);
+  json rec = benchmark_record("moe/train/ep:" + std::to_string(ep), 1, int64_t(S), st.median, st.median, "ms");
+  rec["ep"] = ep;
+  rec["world_size"] = W;
+  rec["hidden"] = o.C;
+  rec["num_experts"] = E;
+  rec["topk"] = o.moe.topk;
+  rec["steps"] = int64_t(S);
+  rec["step_time_ms"] = to_json(st, 1e3);
+  rec["all_to_all_ms"] = to_json(sa, 1e3);
+  rec["all_to_all_fraction"] = st.median > 0 ? std::min(1.0, sa.median / st.median) : 0.0;
+  rec["imbalance_per_step"] = imbalance;
+  rec["drop_rate_per_step"] = drop;
+  rec["imbalance"] = summarize(imbalance).median;
+  rec["drop_rate"] = summarize(drop).median;
+  rec["final_loss"] = out.losses.empty() ? 0.0 : out.losses.back();
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "# moe train: 2-layer MoE GPT, DP %d x EP %d, %zu steps: step %.3f ms (dispatch + combine %.3f ms, "
+                "%.1f%%), imbalance %.3f (worst layer, median over steps), dropped %.1f%%, final loss %.4f",
+                W, ep, S, st.median * 1e3, sa.median * 1e3, 100 * rec["all_to_all_fraction"].get<double>(),
+                rec["imbalance"].get<double>(), 100 * rec["drop_rate"].get<double>(), rec["final_loss"].get<double>());
+  ctx.print(buf);
+  return rec;
+}
+
 class MoeSuite final : public Suite {
  public:
   std::string name() const override { return "moe"; }
@@ -131,7 +205,7 @@ class MoeSuite final : public Suite {
   json defaults() const override {
     return {{"hidden", 128},     {"num_experts", 8},   {"moe_router_topk", 2}, {"moe_expert_capacity_factor", 1.25},
             {"moe_ffn_hidden_size", 0}, {"seq_len", 64}, {"tokens", {256, 1024}}, {"warmup", 1},
-            {"iters", 3},        {"repetitions", 3},   {"seed", 7}};
+            {"iters", 3},        {"repetitions", 3},   {"train_steps", 10}, {"seed", 7}};
   }
   void validate(const json& s, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(s, config, world);
@@ -263,11 +337,8 @@ SuiteResult MoeSuite::run(SuiteContext& ctx) {
       world.barrier();
     }
   }
-  for (const Check& c : res.checks) {
-    std::snprintf(buf, sizeof buf, "# check %-34s %.3g <= %.3g  %s", c.name.c_str(), c.value, c.tolerance,
-                  c.passed ? "ok" : "FAILED");
-    ctx.print(buf);
-  }
+  if (o.train_steps > 0) res.benchmarks.push_back(train_record(ctx, o, eps.back()));
+  ctx.print_checks(res.checks, 34);
   return res;
 }
 

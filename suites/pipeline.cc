@@ -344,13 +344,8 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
     }
     world.barrier();
   }
-  int failed = 0;
-  for (const Check& c : res.checks)
-    if (!c.passed) {
-      ++failed;
-      std::snprintf(buf, sizeof buf, "# check %-36s %.3g <= %.3g  FAILED", c.name.c_str(), c.value, c.tolerance);
-      ctx.print(buf);
-    }
+  ctx.print_checks(res.checks, 36, /*failed_only=*/true);
+  const int failed = int(std::count_if(res.checks.begin(), res.checks.end(), [](const Check& c) { return !c.passed; }));
   ctx.print("# " + std::to_string(res.checks.size() - failed) + " of " + std::to_string(res.checks.size()) +
             " checks passed");
   return res;

@@ -163,6 +163,16 @@ void SuiteContext::print(const std::string& line) const {
   std::cout << line << '\n' << std::flush;
 }
 
+void SuiteContext::print_checks(const std::vector<Check>& checks, int name_width, bool failed_only) const {
+  char buf[512];
+  for (const Check& c : checks) {
+    if (failed_only && c.passed) continue;
+    std::snprintf(buf, sizeof buf, "# check %-*s %.3g <= %.3g  %s", name_width, c.name.c_str(), c.value, c.tolerance,
+                  c.passed ? "ok" : "FAILED");
+    print(buf);
+  }
+}
+
 static std::map<std::string, SuiteFactory>& mutable_registry() {
   static std::map<std::string, SuiteFactory> registry;
   return registry;

@@ -91,6 +91,9 @@ struct SuiteContext {
   WorldInfo world_info() const { return WorldInfo(world.size(), ranks_per_node, options); }
   /// Prints a line on rank 0 only (others ignore it).
   void print(const std::string& line) const;
+  /// Prints each of `checks` as "# check <name, padded to name_width> <value> <= <tolerance>  ok"
+  /// (or "FAILED"), on rank 0; with failed_only, the failed ones alone.
+  void print_checks(const std::vector<Check>& checks, int name_width, bool failed_only = false) const;
 };
 
 

@@ -1,6 +1,6 @@
 """The moe suite's section (suites/moe.cc): an MoE layer's forward, dispatch and combine per expert-parallel
 size and tokens per rank, the router's imbalance and drop rate, and dispatch / combine GB/s against the bytes a
-rank sends (-moe-bandwidth).
+rank sends (-moe-bandwidth); the training run's imbalance and drop rate over its steps (-moe-imbalance).
 """
 from collections import defaultdict
 
@@ -9,7 +9,7 @@ from ..metrics import HIGHER, INFO, LOWER, metric
 from ..plot import plt
 
 SUITE = "moe"
-PLOTS = ("moe-bandwidth",)
+PLOTS = ("moe-bandwidth", "moe-imbalance")
 METRICS = {
     "dispatch_ms": metric(LOWER, "ms", note="moe: slowest rank, per forward"),
     "combine_ms": metric(LOWER, "ms", note="moe: slowest rank, per forward"),
@@ -20,8 +20,11 @@ METRICS = {
     "all_to_all_fraction": metric(INFO, "fraction", note="moe: of the forward"),
     "imbalance": metric(INFO, "ratio", note="moe: max / mean assignments per expert"),
     "drop_rate": metric(INFO, "fraction", note="moe: assignments dropped by the capacity"),
+    "all_to_all_ms": metric(LOWER, "ms", note="moe: training, slowest rank's dispatch + combine per step"),
+    "imbalance_per_step": metric(INFO, "ratio", note="moe: training, the worst layer's per step"),
+    "drop_rate_per_step": metric(INFO, "fraction", note="moe: training, per step"),
 }
-PARAMETERS = {"tokens_per_rank", "hidden", "num_experts", "topk"}
+PARAMETERS = {"tokens_per_rank", "hidden", "num_experts", "topk", "steps"}
 
 
 def render(r, recs, cs, data):
@@ -29,8 +32,24 @@ def render(r, recs, cs, data):
     suites[] data."""
     d = r.doc
     recs = [b for b in recs if not b.get("skipped") and "ep" in b]
-    if not recs:
+    train = [b for b in recs if b["name"].startswith("moe/train/")]
+    recs = [b for b in recs if "tokens_per_rank" in b]
+    if not recs and not train:
         return r.generic("moe", recs)
+    if recs:
+        render_layer(r, recs)
+    for b in train:
+        d.p(f"Training a 2-layer MoE GPT at DP {b.get('world_size')} × EP {b.get('ep')}, {b.get('steps')} steps: step "
+            f"{fmt_timing(b.get('step_time_ms'), 4)} ms, of which dispatch and combine "
+            f"{fmt_timing(b.get('all_to_all_ms'), 4)} ms ({fmt_pct(num(b.get('all_to_all_fraction')))}); imbalance "
+            f"{fmt(num(b.get('imbalance')), 3)} (the worst layer, median over steps), dropped "
+            f"{fmt_pct(num(b.get('drop_rate')))}; final loss {fmt(num(b.get('final_loss')), 4)}.")
+    if train:
+        plot_imbalance(r, train)
+
+
+def render_layer(r, recs):
+    d = r.doc
     b0 = recs[0]
     d.p(f"One MoE layer: C = {b0.get('hidden')}, {b0.get('num_experts')} experts, top-{b0.get('topk')}, on "
         f"{b0.get('world_size')} ranks. Time: the median of the slowest rank's forward; dispatch and combine: the "
@@ -46,6 +65,28 @@ def render(r, recs, cs, data):
     d.table(["EP", "tokens / rank", "forward (ms)", "dispatch (ms)", "dispatch GB/s", "combine (ms)", "combine GB/s",
              "all-to-all share", "imbalance", "dropped"], rows)
     plot_bandwidth(r, recs)
+
+
+def plot_imbalance(r, train):
+    p = plt()
+    fig, ax = p.subplots(figsize=(7.5, 4.0), constrained_layout=True)
+    for b in train:
+        imb = [num(v) for v in b.get("imbalance_per_step", [])]
+        drop = [100 * num(v) for v in b.get("drop_rate_per_step", [])]
+        ax.plot(range(len(imb)), imb, marker=".", label=f"imbalance, EP {b.get('ep')}")
+        if any(drop):
+            ax2 = ax.twinx()
+            ax2.plot(range(len(drop)), drop, color="#c44e52", ls="--", label=f"dropped (%), EP {b.get('ep')}")
+            ax2.set_ylabel("dropped (%)")
+            ax2.legend(fontsize=8, loc="lower right")
+    ax.axhline(1.0, color="black", ls=":", lw=1, label="perfect balance")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("max / mean assignments per expert")
+    ax.set_title("MoE load imbalance over training (worst layer)")
+    ax.legend(fontsize=8, loc="upper right")
+    r.save(fig, "moe-imbalance", "MoE load imbalance over steps",
+           "Per training step, the most-loaded expert's assignments over the mean (the worst MoE layer, every rank's "
+           "tokens), and the share of assignments the capacity dropped.")
 
 
 def plot_bandwidth(r, recs):
