@@ -83,11 +83,10 @@ struct MoeRouting {
 /// An expert-parallel layer's exchanges (moe_forward, moe_backward), accumulated: "dispatch" is
 /// the way to the experts (forward: the tokens' rows; backward: their output gradients),
 /// "combine" the way back (forward: the experts' outputs; backward: the input gradients). Each
-/// counts its seconds (the row-count all-to-all included), calls, and the bytes this rank sent
-/// to other ranks (rows to itself are not sent).
+/// counts its seconds (the row-count all-to-all included) and the bytes this rank sent to other
+/// ranks (rows to itself are not sent).
 struct MoeCommStats {
   double dispatch_s = 0, combine_s = 0;
-  int64_t calls = 0;
   size_t dispatch_bytes = 0, combine_bytes = 0;
 };
 

@@ -114,6 +114,7 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
     close_unit();
   }
   live_.resize(v);
+  if (cfg.moe.num_experts > 0) reset_moe_stats();  // the routing counts' shape
   pool_.resize(v);
 }
 

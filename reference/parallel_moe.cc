@@ -59,7 +59,6 @@ void ParallelGpt<T>::moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& l
     moe_forward(*ops_, cfg_.moe, w, a.ln2, a.fcproj, BT, cfg_.C, ma, Tn, layout_.ep > 1 ? ep_ : nullptr, &moe_comm_);
     st.release_param(lp.expert_unit);
     moe_loss_ += double(BT) * (ma.routing.aux_loss + ma.routing.z_loss);
-    if (moe_counts_.empty()) reset_moe_stats();
     if (coord_.tp == 0) {
       const int E = cfg_.moe.num_experts;
       double* c = moe_counts_.data() + size_t(lp.moe_index) * size_t(E + 1);

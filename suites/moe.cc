@@ -102,12 +102,14 @@ std::vector<int> ep_sizes(int world, int E) {
 }
 
 /// The layer's weights (all E experts): router N(0, 0.02), expert weights N(0, 0.02), biases 0,
-/// element i of each a pure function of (seed, name, i), as gpt_init_params.
+/// element i of each a pure function of (seed, name, i), as gpt_init_params; with `random`
+/// false, zeros (a gradient buffer).
 struct Weights {
-  Weights(const MoeConfig& m, int C, uint64_t seed) : E(m.num_experts), C(C), F(moe_hidden(m, C)) {
+  Weights(const MoeConfig& m, int C, uint64_t seed, bool random = true) : E(m.num_experts), C(C), F(moe_hidden(m, C)) {
     auto draw = [&](std::vector<float>& v, size_t n, const char* name) {
-      v.resize(n);
-      for (size_t i = 0; i < n; ++i) v[i] = float(0.02 * random_normal(seed, stream_id(name), i));
+      v.assign(n, 0.0f);
+      if (random)
+        for (size_t i = 0; i < n; ++i) v[i] = float(0.02 * random_normal(seed, stream_id(name), i));
     };
     draw(router, size_t(E) * C, "moe.router");
     draw(fc, size_t(E) * F * C, "moe.fc");
@@ -262,14 +264,14 @@ SuiteResult MoeSuite::run(SuiteContext& ctx) {
     std::vector<float> ref_out(x.size()), ref_dx(x.size(), 0.0f);
     {
       MoeActivations<float> a;
-      Weights g(o.moe, C, o.seed);  // a gradient buffer of the right shape
+      Weights g(o.moe, C, o.seed, false);  // the gradients
       moe_forward(ops, o.moe, w.view(0), x.data(), ref_out.data(), n, C, a, o.seq);
       moe_backward(ops, o.moe, w.view(0), g.view(0), x.data(), dout.data(), ref_dx.data(), n, C, a);
     }
     for (const int p : eps) {
       auto ep = world.split(me / p, me % p, "ep" + std::to_string(p));
       const int e0 = (me % p) * (E / p);
-      Weights grads(o.moe, C, o.seed);
+      Weights grads(o.moe, C, o.seed, false);
       MoeActivations<float> a;
       std::vector<float> out(x.size()), dx(x.size(), 0.0f);
       // 1. The check: one forward and backward against the one-rank reference.
