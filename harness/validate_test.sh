@@ -219,14 +219,26 @@ assert n0["accepted"] and not n1["accepted"], slow["nodes"]
 print("validate arrival ok:", a["detail"])
 PY
 
-# Burnin: the long level looped for --duration seconds (6: a loop takes about 3 s here, so at least
-# 2 loops), each rank's worst figure over the loops.
-# Judged by the absolute floor only: what is tested here is the looping.
-expect_exit 0 "$tmp/burn.log" --level burnin --duration 6 --rules "$tmp/floor.json" --output "$tmp/burn.json"
-python3 - "$tmp/burn.json" <<'PY'
+# Burnin: the long level looped for --duration seconds, each rank's worst figure over the loops.
+# Judged by the absolute floor only: what is tested here is the looping. A loop takes about 3 s
+# on an idle 2-core machine, so 6 s gives at least 2 loops; under CI's load (the A/B gate runs
+# beside ctest) one loop has taken past 6 s, and burnin then rightly stops after it. So a run of
+# one loop is repeated once with --duration twice its length (a loop timed under the present
+# load): the looping must then show at least 2 loops, and never stop before --duration.
+burnin() {
+  expect_exit 0 "$tmp/burn.log" --level burnin --duration "$1" --rules "$tmp/floor.json" --output "$tmp/burn.json"
+}
+first=6
+burnin "$first"
+again=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(2 * r["duration_s"] if r["loops"] < 2 else "")' "$tmp/burn.json")
+if [ -n "$again" ]; then
+  echo "validate burnin: one loop outlasted $first s under the present load; again with --duration $again"
+  burnin "$again"
+fi
+python3 - "$tmp/burn.json" "${again:-$first}" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1]))
+r, duration = json.load(open(sys.argv[1])), float(sys.argv[2])
 assert r["levels_run"] == ["quick", "medium", "long", "burnin"] and r["loops"] >= 2 and r["verdict"] == "accepted", r["loops"]
-assert r["duration_s"] >= 6 and [c["status"] for c in r["checks"] if c["name"] == "floor"] == ["pass"], r["duration_s"]
+assert r["duration_s"] >= duration and [c["status"] for c in r["checks"] if c["name"] == "floor"] == ["pass"], r["duration_s"]
 print("validate burnin ok:", r["loops"], "loops in", round(r["duration_s"], 1), "s")
 PY
