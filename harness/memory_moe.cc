@@ -1,7 +1,8 @@
 // `dtbench memory` for an MoE model (harness/memory_cli.h moe_plan_json): what is stored is every
 // expert, what a token computes is its top-k. The per-rank plan of the sharded trainer
 // (reference/memory_model.h level 2) does not cover MoE layers yet; this is the paper-level
-// accounting (zero_model_states) split into the non-expert and the expert parameters.
+// accounting of reference/memory_model.h (moe_model_states: zero_model_states of the non-expert
+// and of the expert parameters, each over its own group).
 #include <string>
 
 #include <fmt/format.h>
@@ -41,17 +42,10 @@ json moe_plan_json(const GptConfig& m, const std::string& name, const MemoryArgs
                                  ep, dp));
   const Precision p = parse_precision(a.precision);
   const Offload off = parse_offload(a.offload);
-  const double total = double(gpt_num_params(m)), active = double(gpt_active_params(m));
+  const MoeParams n = moe_params(m);
+  const double total = n.total, active = n.active, experts = n.experts, dense = n.non_expert;
   const double F = moe_hidden(m.moe, m.C);
-  const double experts = double(num_moe_layers(m)) * E * double(moe_expert_params(m));  // every MoE layer's
-  const double dense = total - experts;                         // embeddings, attention, routers, dense FFNs
-  // Non-expert parameters replicated on every rank and sharded by ZeRO over all dp ranks; the experts
-  // split over ep, each share replicated dp / ep times and sharded over that expert-data-parallel group.
-  const MemoryBytes<double> d = zero_model_states(dense, p, a.zero_stage, dp, off);
-  const MemoryBytes<double> x = zero_model_states(experts / ep, p, a.zero_stage, dp / ep, off);
-  MemoryBytes<double> rank = d;
-  for (int t = 0; t < kNumTiers; ++t)
-    for (int c = 0; c < kNumMemCategories; ++c) rank.b[size_t(t)][size_t(c)] += x.b[size_t(t)][size_t(c)];
+  const MemoryBytes<double> rank = moe_model_states(m, p, a.zero_stage, dp, ep, off);
   const MemoryBytes<double> as_total = zero_model_states(total, p, a.zero_stage, dp, off);
   const MemoryBytes<double> as_active = zero_model_states(active, p, a.zero_stage, dp, off);
 
@@ -61,7 +55,7 @@ json moe_plan_json(const GptConfig& m, const std::string& name, const MemoryArgs
                 {"num_experts", E}, {"moe_router_topk", k}, {"moe_ffn_hidden_size", int(F)},
                 {"moe_layer_freq", m.moe_layer_freq}, {"moe_layers", num_moe_layers(m)}};
   j["params"] = {{"total", total}, {"active", active}, {"experts", experts}, {"non_expert", dense},
-                 {"per_rank", dense + experts / ep}, {"active_share", active / total}};
+                 {"per_rank", n.per_rank(ep)}, {"active_share", active / total}};
   j["layout"] = {{"dp", dp}, {"expert_parallel", ep}, {"expert_data_parallel", dp / ep}, {"zero_stage", a.zero_stage},
                  {"offload_optimizer", std::string(to_string(off))}, {"precision", std::string(to_string(p))}};
   j["per_rank_bytes"] = states_json(rank);

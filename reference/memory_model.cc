@@ -107,6 +107,28 @@ MemoryBytes<double> zero_model_states(double psi, Precision p, int zero_stage, i
   return m;
 }
 
+MoeParams moe_params(const GptConfig& m) {
+  MoeParams r;
+  r.total = double(gpt_num_params(m));
+  r.active = double(gpt_active_params(m));
+  r.experts = double(num_moe_layers(m)) * m.moe.num_experts * double(moe_expert_params(m));
+  r.non_expert = r.total - r.experts;
+  return r;
+}
+
+MemoryBytes<double> moe_model_states(const GptConfig& m, Precision p, int zero_stage, int dp, int ep, Offload offload) {
+  const int E = m.moe.num_experts;
+  if (ep < 1 || dp < 1) throw InputError("expert_parallel and data_parallel must be >= 1, got " + num(ep) + " and " + num(dp));
+  if (E > 0 && E % ep != 0) throw InputError("expert_parallel " + num(ep) + " does not divide num_experts " + num(E));
+  if (dp % ep != 0) throw InputError("expert_parallel " + num(ep) + " does not divide the data-parallel size " + num(dp));
+  const MoeParams n = moe_params(m);
+  MemoryBytes<double> r = zero_model_states(n.non_expert, p, zero_stage, dp, offload);
+  const MemoryBytes<double> x = zero_model_states(n.experts / ep, p, zero_stage, dp / ep, offload);
+  for (int t = 0; t < kNumTiers; ++t)
+    for (int c = 0; c < kNumMemCategories; ++c) r.b[size_t(t)][size_t(c)] += x.b[size_t(t)][size_t(c)];
+  return r;
+}
+
 DeepSpeedEstimate deepspeed_zero2_estimate(double P, int gpus_per_node, int num_nodes, bool cpu_offload,
                                            double f, bool legacy) {
   if (gpus_per_node < 1 || num_nodes < 1) throw InputError("DeepSpeed estimate: GPUs per node and nodes must be >= 1");

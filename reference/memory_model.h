@@ -79,6 +79,27 @@ StateBytesPerParam state_bytes_per_param(Precision p);
 MemoryBytes<double> zero_model_states(double psi, Precision p, int zero_stage, int dp,
                                       Offload offload = Offload::none);
 
+/// An MoE model's parameters (gpt.h's counts) split as the expert-parallel trainer stores them
+/// (reference/parallel_moe.cc): `experts`, every MoE layer's E experts (fc, fc bias, proj, proj
+/// bias); `non_expert`, the rest (embeddings, attention, LayerNorms, routers, dense FFNs);
+/// `active`, what one token uses (its top-k experts). A dense model has experts = 0.
+struct MoeParams {
+  double total = 0, active = 0, experts = 0, non_expert = 0;
+  /// Parameters one rank holds at expert parallel ep: the non-expert ones and E / ep of each
+  /// layer's experts.
+  double per_rank(int ep) const { return non_expert + experts / ep; }
+};
+MoeParams moe_params(const GptConfig& m);
+
+/// Model-state bytes per rank of an MoE model over dp data-parallel ranks at expert parallel ep
+/// (Megatron-LM's expert-data-parallel groups: ep divides dp): zero_model_states of the
+/// non-expert parameters over dp ranks plus of the rank's experts (experts / ep) over its dp / ep
+/// expert-data-parallel ranks, the group ZeRO shards and averages them over. Paper level: ZeRO
+/// shards' padding not counted (exact at stage 0). Errors: InputError for ep < 1, ep not
+/// dividing E or dp, and zero_model_states'.
+MemoryBytes<double> moe_model_states(const GptConfig& m, Precision p, int zero_stage, int dp, int ep,
+                                     Offload offload = Offload::none);
+
 /// DeepSpeed's estimate_zero2_model_states_mem_needs (deepspeed/runtime/zero/stage_1_and_2.py),
 /// bytes truncated with int() as there. Offload: gpu 2P, cpu P max(4 total_gpus, 16) f; no
 /// offload: gpu 2P + int(18P / total_gpus), cpu 4P gpus_per_node f. `legacy` uses the

@@ -63,6 +63,35 @@ TEST(MemoryModelPaper, BytesPerParamByRecipe) {
   EXPECT_THROW(zero_model_states(1e9, Precision::fp32, 4, 8), InputError);
 }
 
+TEST(MemoryModelPaper, MoeModelStatesSplitExpertsOverTheirGroup) {
+  // An MoE GPT (2 MoE layers of 8 experts, top-2): experts split over ep, sharded by ZeRO over
+  // the dp / ep expert-data-parallel ranks; the rest over all dp ranks. Hand-computed per
+  // category from moe_params' split; the split itself from gpt.h's counts.
+  GptConfig m{2, 64, 4, 32, 256};
+  m.moe.num_experts = 8, m.moe.topk = 2;
+  const MoeParams n = moe_params(m);
+  const double expert = double(moe_expert_params(m));  // one expert: fc, fc bias, proj, proj bias
+  EXPECT_EQ(expert, 2.0 * 64 * 256 + 256 + 64);
+  EXPECT_EQ(n.experts, 2 * 8 * expert);
+  EXPECT_EQ(n.total, double(gpt_num_params(m)));
+  EXPECT_EQ(n.non_expert + n.experts, n.total);
+  EXPECT_EQ(n.active, n.non_expert + 2 * 2 * expert);  // each MoE layer's top-2
+  EXPECT_EQ(n.per_rank(4), n.non_expert + n.experts / 4);
+  // One rank holds everything: 16 bytes per parameter in fp32 Adam.
+  EXPECT_EQ(moe_model_states(m, Precision::fp32, 0, 1, 1).model_states(Tier::device), 16 * n.total);
+  // DP 4 x EP 2, ZeRO 3: parameters = 4 B x (non-expert / 4 + (experts / 2) / 2).
+  const MemoryBytes<double> z3 = moe_model_states(m, Precision::fp32, 3, 4, 2);
+  EXPECT_DOUBLE_EQ(z3.get(Tier::device, MemCategory::param), 4 * (n.non_expert / 4 + n.experts / 2 / 2));
+  // DP 4 x EP 4, ZeRO 1: optimizer state sharded over 1 expert-data-parallel rank for the experts.
+  const MemoryBytes<double> z1 = moe_model_states(m, Precision::fp32, 1, 4, 4);
+  EXPECT_DOUBLE_EQ(z1.get(Tier::device, MemCategory::optimizer_state), 8 * (n.non_expert / 4 + n.experts / 4));
+  EXPECT_DOUBLE_EQ(z1.get(Tier::device, MemCategory::grad), 4 * n.per_rank(4));
+  for (auto [dp, ep] : {std::pair{4, 3}, std::pair{2, 4}, std::pair{4, 0}})
+    EXPECT_THROW(moe_model_states(m, Precision::fp32, 0, dp, ep), InputError) << "dp " << dp << " ep " << ep;
+  GptConfig dense{2, 64, 4, 32, 256};
+  EXPECT_EQ(moe_params(dense).experts, 0.0);
+}
+
 TEST(MemoryModelDeepSpeed, Zero2T5_3bDocsExample) {
   // memory.rst: t5-3b, 1 node x 8 GPUs. Live model: 2,851,598,336 parameters (T5 3B:
   // shared embedding 32128 x 1024, 24 encoder and 24 decoder blocks, d_ff 16384, 32 x 128 heads).

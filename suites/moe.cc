@@ -5,7 +5,8 @@
 // and drop rate; and a check that every EP size gives each rank's tokens the output and input
 // gradient one rank computes alone. Then a small MoE GPT (2 layers, both MoE, the layer's shape)
 // trained at DP = world with the largest EP size: per step the load imbalance (its worst layer)
-// and drop rate over every rank's tokens, and the step's share in dispatch and combine. The
+// and drop rate over every rank's tokens, and the step's share in dispatch and combine; and each
+// rank's model states against the analytic model (exact: checked to the byte). The
 // conformance of expert-parallel layouts is the train and conformance suites' (docs/moe.md).
 #include <algorithm>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
 #include "reference/layout_runner.h"
+#include "reference/memory_model.h"
 #include "reference/moe.h"
 #include "reference/rng.h"
 #include "suites/bandwidth.h"
@@ -132,8 +134,11 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 /// The training part: a 2-layer MoE GPT of the layer's shape (4 heads, T = seq_len, V 256) at
-/// DP = world, EP = ep, train_steps steps of 2 sequences per rank; its record.
-json train_record(SuiteContext& ctx, const Params& o, int ep) {
+/// DP = world, EP = ep, train_steps steps of 2 sequences per rank; its record, and checks that
+/// each rank's model states (parameters, gradients, Adam moments: fp32, no ZeRO) are exactly the
+/// analytic model's (reference/memory_model.h moe_model_states: the non-expert parameters and
+/// E / ep of each layer's experts).
+json train_record(SuiteContext& ctx, const Params& o, int ep, std::vector<Check>& checks) {
   DTB_CHECK(ctx.dataset != nullptr, "moe suite needs a dataset");
   Communicator& world = ctx.world;
   const int W = world.size(), E = o.moe.num_experts;
@@ -171,6 +176,25 @@ json train_record(SuiteContext& ctx, const Params& o, int ep) {
     }
     drop[s] = assigned > 0 ? dropped / assigned : 0.0;
   }
+  // Model states per rank, measured (the Device's peak per category) against the analytic model:
+  // the most any rank measured, and the largest |measured - model| over ranks.
+  const MemoryBytes<double> model_states = moe_model_states(model, Precision::fp32, 0, W, ep);
+  constexpr MemCategory kStates[] = {MemCategory::param, MemCategory::grad, MemCategory::master_param,
+                                     MemCategory::optimizer_state};
+  double mem[8];
+  for (int i = 0; i < 4; ++i) {
+    const double measured = out.peak_bytes[int(Tier::device)][int(kStates[i])];
+    mem[i] = measured, mem[4 + i] = std::fabs(measured - model_states.get(Tier::device, kStates[i]));
+  }
+  world.all_reduce(mem, mem, 8, DType::f64, ReduceOp::max);
+  const MoeParams np = moe_params(model);
+  json memory = {{"params_total", np.total}, {"params_active", np.active}, {"params_per_rank", np.per_rank(ep)}};
+  for (int i = 0; i < 4; ++i) {
+    const std::string key(to_string(kStates[i]));
+    memory[key] = {{"measured_bytes", mem[i]}, {"model_bytes", model_states.get(Tier::device, kStates[i])}};
+    checks.push_back(make_check("moe/train/ep:" + std::to_string(ep) + "/memory/" + key, mem[4 + i], 0.0,
+                                "|measured peak - analytic model| bytes per rank, max over ranks, exact"));
+  }
   const Summary st = summarize(step), sa = summarize(a2a);
   json rec = benchmark_record("moe/train/ep:" + std::to_string(ep), 1, int64_t(S), st.median, st.median, "ms");
   rec["ep"] = ep;
@@ -187,12 +211,19 @@ json train_record(SuiteContext& ctx, const Params& o, int ep) {
   rec["imbalance"] = summarize(imbalance).median;
   rec["drop_rate"] = summarize(drop).median;
   rec["final_loss"] = out.losses.empty() ? 0.0 : out.losses.back();
+  rec["memory_per_rank"] = memory;
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "# moe train: 2-layer MoE GPT, DP %d x EP %d, %zu steps: step %.3f ms (dispatch + combine %.3f ms, "
                 "%.1f%%), imbalance %.3f (worst layer, median over steps), dropped %.1f%%, final loss %.4f",
                 W, ep, S, st.median * 1e3, sa.median * 1e3, 100 * rec["all_to_all_fraction"].get<double>(),
                 rec["imbalance"].get<double>(), 100 * rec["drop_rate"].get<double>(), rec["final_loss"].get<double>());
+  ctx.print(buf);
+  std::snprintf(buf, sizeof buf,
+                "# moe train memory per rank: %.0f of %.0f parameters (%.0f active per token); model states %.1f KiB "
+                "measured, %.1f KiB by the analytic model",
+                np.per_rank(ep), np.total, np.active, (mem[0] + mem[1] + mem[2] + mem[3]) / 1024,
+                model_states.model_states(Tier::device) / 1024);
   ctx.print(buf);
   return rec;
 }
@@ -339,7 +370,7 @@ SuiteResult MoeSuite::run(SuiteContext& ctx) {
       world.barrier();
     }
   }
-  if (o.train_steps > 0) res.benchmarks.push_back(train_record(ctx, o, eps.back()));
+  if (o.train_steps > 0) res.benchmarks.push_back(train_record(ctx, o, eps.back(), res.checks));
   ctx.print_checks(res.checks, 34);
   return res;
 }

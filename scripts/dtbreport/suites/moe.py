@@ -1,6 +1,7 @@
 """The moe suite's section (suites/moe.cc): an MoE layer's forward, dispatch and combine per expert-parallel
 size and tokens per rank, the router's imbalance and drop rate, and dispatch / combine GB/s against the bytes a
-rank sends (-moe-bandwidth); the training run's imbalance and drop rate over its steps (-moe-imbalance).
+rank sends (-moe-bandwidth); the training run's imbalance and drop rate over its steps (-moe-imbalance) and its
+model states per rank against the analytic model.
 """
 from collections import defaultdict
 
@@ -44,8 +45,27 @@ def render(r, recs, cs, data):
             f"{fmt_timing(b.get('all_to_all_ms'), 4)} ms ({fmt_pct(num(b.get('all_to_all_fraction')))}); imbalance "
             f"{fmt(num(b.get('imbalance')), 3)} (the worst layer, median over steps), dropped "
             f"{fmt_pct(num(b.get('drop_rate')))}; final loss {fmt(num(b.get('final_loss')), 4)}.")
+        render_memory(r, b)
     if train:
         plot_imbalance(r, train)
+
+
+def render_memory(r, b):
+    """The training run's model states per rank: measured (the most any rank held) beside the analytic model."""
+    m = b.get("memory_per_rank")
+    if not isinstance(m, dict):
+        return
+    d = r.doc
+    d.p(f"Memory per rank at EP {b.get('ep')}: {fmt(num(m.get('params_per_rank')), 6)} of "
+        f"{fmt(num(m.get('params_total')), 6)} parameters held ({fmt(num(m.get('params_active')), 6)} active per "
+        "token), the model states measured by the Device accounting against the analytic model "
+        "(reference/memory_model.h moe_model_states).")
+    rows = []
+    for key in ("param", "grad", "master_param", "optimizer_state"):
+        c = m.get(key) or {}
+        meas, model = num(c.get("measured_bytes")), num(c.get("model_bytes"))
+        rows.append([key, fmt(meas, 6), fmt(model, 6), "yes" if meas == model else "no"])
+    d.table(["model state", "measured (bytes)", "analytic model (bytes)", "equal"], rows)
 
 
 def render_layer(r, recs):
