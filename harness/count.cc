@@ -27,6 +27,7 @@
 #include "kernels/error.h"
 #include "kernels/slowdown.h"
 #include "reference/layout_runner.h"
+#include "reference/moe.h"
 #include "reference/trainer.h"
 #include "suites/oracle.h"
 #include "suites/suite.h"
@@ -158,6 +159,38 @@ void add_kernel_regions(std::vector<Region>& regions, Buffers& b, CpuOps<float>&
   }));
 }
 
+// One MoE layer (reference/moe.h) on one rank, the moe suite's path without its exchanges: 256
+// tokens in routing groups of 64, C = 64, 4 experts of F = 4C, top-2, capacity factor 1.25 (some
+// assignments dropped). The pattern-filled weights route every call alike; the backward region
+// reuses one forward's activations and accumulates into the same gradient buffers.
+void add_moe_regions(std::vector<Region>& regions, Buffers& b, CpuOps<float>& ops) {
+  const int N = 256, C = 64, group = 64;
+  MoeConfig cfg;
+  cfg.num_experts = 4, cfg.topk = 2, cfg.capacity_factor = 1.25;
+  const int E = cfg.num_experts, F = moe_hidden(cfg, C);
+  auto weights = [&] {
+    return MoeWeights<float>{b.get(size_t(E) * C), b.get(size_t(E) * F * C), b.get(size_t(E) * F),
+                             b.get(size_t(E) * C * F), b.get(size_t(E) * C)};
+  };
+  const MoeWeights<float> w = weights(), dw = weights();
+  // The router's pattern-filled weights and inputs in [-1, 1) give logits of size ~C: scaled to
+  // ~1, so the softmax is not one-hot and the gradients are not all zero.
+  for (size_t i = 0; i < size_t(E) * C; ++i) w.router[i] *= 0.02f;
+  float *x = b.get(size_t(N) * C), *out = b.get(size_t(N) * C), *dout = b.get(size_t(N) * C), *dx = b.get(size_t(N) * C);
+  auto acts = std::make_shared<MoeActivations<float>>();
+  const std::string tag = "/N:" + std::to_string(N) + "/C:" + std::to_string(C) + "/E:" + std::to_string(E) +
+                          "/k:" + std::to_string(cfg.topk);
+  regions.push_back(repeat("kernel/moe_forward" + tag, 1.0, [=, &ops] {
+    moe_forward(ops, cfg, w, x, out, N, C, *acts, group);
+  }));
+  regions.push_back({"kernel/moe_backward" + tag, 1.0, [=, &ops](int runs, Window& win) {
+                       moe_forward(ops, cfg, w, x, out, N, C, *acts, group);
+                       win.start();
+                       for (int i = 0; i < runs; ++i) moe_backward(ops, cfg, w, dw, x, dout, dx, N, C, *acts);
+                       win.stop();
+                     }});
+}
+
 // The training step, both trainers, on one rank: the single-rank Gpt trainer (the train
 // suite's data-parallel path, reference/trainer.h train) and the sharded trainer at
 // tp = pp = dp = 1 (reference/layout_runner.h run_layout), the config's model and batch.
@@ -210,14 +243,13 @@ int cmd_count(Communicator& world, const CountArgs& a) {
   // One BLAS thread, whatever OPENBLAS_NUM_THREADS says: the regions collect this thread's work only.
   openblas_set_num_threads(1);
   const json cfg = parse_config(read_config_text(a.config), a.config, "train", "", WorldInfo(1, 1));
-  if (const GptConfig m = gpt_config_from_json(cfg.at("model")); m.moe.num_experts > 0)  // before any region runs
-    throw InputError("dtbench count: its train regions run the sharded trainer too, and " + moe_not_sharded(m));
   const Dataset data = load_dataset(cfg.at("data"), size_t(cfg.at("model").at("T").get<int>()) + 2);
   CpuDevice device;
   CpuOps<float> ops;
   Buffers buffers;
   std::vector<Region> regions;
   add_kernel_regions(regions, buffers, ops, slow);
+  add_moe_regions(regions, buffers, ops);
   add_train_regions(regions, cfg, data, device, world, slow);
   std::vector<Region*> chosen;
   for (Region& r : regions)

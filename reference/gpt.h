@@ -67,7 +67,7 @@ struct ParamTensor {
 };
 
 /// The refusal of an MoE model where a tool has no MoE support yet (the per-rank memory plan,
-/// the sweep, `dtbench count`): one line naming num_experts and where one does train.
+/// the sweep): one line naming num_experts and where one does train.
 inline std::string moe_not_sharded(const GptConfig& cfg) {
   return "model.num_experts = " + std::to_string(cfg.moe.num_experts) +
          ": not supported here yet; an MoE model trains in the train suite (data, expert and pipeline parallel, "
