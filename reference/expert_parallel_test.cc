@@ -107,7 +107,8 @@ struct Result {
 // Step 0's gradient of `model` on a layout, gathered to every rank, and the norm the optimizer
 // step computes (each element counted once over the grid).
 template <typename T>
-Result layout_grads(const GptConfig& model, const Case& c, const TrainConfig& cfg, Communicator& w) {
+Result layout_grads(const GptConfig& model, const Case& c, const TrainConfig& cfg, Communicator& w,
+                    Recompute recompute = Recompute::none) {
   CpuDevice dev;
   ParallelLayout l = c.layout;
   l.micro_batches = cfg.micro_batches;
@@ -115,6 +116,7 @@ Result layout_grads(const GptConfig& model, const Case& c, const TrainConfig& cf
   OwnedGroups og = make_parallel_groups(w, l);
   ParallelGroups g{w, *og.tp, *og.dp, *og.pp, og.pp_backward.get(), og.ep.get(), og.expert_dp.get()};
   ParallelGpt<T> m(model, l, w.rank(), dev, *og.tp, nullptr, og.ep.get());
+  m.set_recompute(recompute);
   ZeroConfig z;
   z.stage = c.stage;
   ZeroEngine<T> engine(m, z, *og.dp, cfg.adamw, og.expert_dp.get());
@@ -223,6 +225,43 @@ TEST(ExpertParallel, ClippedTrainingFollowsTheSingleRankRun) {
     EXPECT_LE(rel_diff(full, ref_params, 0, full.size()), 1e-10);
     EXPECT_EQ(m.replica_max_diff(p, *w), 0.0);
   }
+}
+
+// Full recompute (each layer's input kept, the layer run again in backward: an MoE layer routes,
+// dispatches and combines its tokens again) and selective recompute give bitwise the loss and
+// gradient of keeping every activation, in every layout (the same ops on the same values; the
+// expert-parallel ranks recompute the same micro-batch in the same schedule slot), and the
+// runner counts a step's routing once under full recompute, as without it.
+TEST(ExpertParallel, RecomputeIsBitwiseKeepingEveryActivation) {
+  auto w = make_mpi_world();
+  const GptConfig model = moe_model();
+  const TrainConfig cfg = small_batch();
+  for (const Case& c : cases_of(w->size())) {
+    SCOPED_TRACE(c.name);
+    const Result kept = layout_grads<float>(model, c, cfg, *w);
+    for (Recompute rc : {Recompute::full, Recompute::selective}) {
+      SCOPED_TRACE(std::string(to_string(rc)));
+      const Result r = layout_grads<float>(model, c, cfg, *w, rc);
+      EXPECT_EQ(r.loss, kept.loss);
+      EXPECT_EQ(r.grad_norm, kept.grad_norm);
+      ASSERT_EQ(r.grads.size(), kept.grads.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < r.grads.size(); ++i) differ += r.grads[i] != kept.grads[i];
+      EXPECT_EQ(differ, 0u) << "gradient elements not bitwise equal";
+    }
+  }
+  TrainConfig two = cfg;
+  two.steps = 2;
+  ParallelLayout l;
+  l.dp = w->size(), l.ep = 2;
+  std::vector<std::vector<double>> counts[2];
+  for (int i = 0; i < 2; ++i) {
+    CpuDevice dev;
+    counts[i] = run_layout({.model = model, .layout = l, .train = two, .recompute = i ? Recompute::full : Recompute::none,
+                            .device = dev, .host = *w, .data = test_data()})
+                    .moe_counts;
+  }
+  EXPECT_EQ(counts[1], counts[0]) << "full recompute counted the routing again";
 }
 
 // The runner's per-step routing counts (LayoutOutcome::moe_counts, what the moe suite reports):

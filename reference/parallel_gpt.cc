@@ -321,7 +321,7 @@ typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, 
 
 template <typename T>
 void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn,
-                                   MoeActivations<T>* ma) {
+                                   MoeActivations<T>* ma, bool recomputing) {
   Ops<T>& ops = *ops_;
   const int C = cfg_.C, Cl = Cl_, NH = NHl_;
   const size_t BT = size_t(B) * Tn;
@@ -336,7 +336,7 @@ void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerP
   ops.residual_forward(a.res2, a.x, a.attproj, BT * C);
   ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(BT), C);
   if (lp.moe) {
-    moe_ffn_forward(*ma, lp, a, up, int(BT), Tn);
+    moe_ffn_forward(*ma, lp, a, up, int(BT), Tn, recomputing);
   } else {
     fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb));
     ops.gelu_forward(a.fchg, a.fch, BT * 4 * Cl);
@@ -385,6 +385,7 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     const T* up = st.param(lp.unit);
     layer_forward(layer_acts(s, k, last), up, lp, B, Tn, &s.moe[size_t(k)]);
     st.release_param(lp.unit);
+    if (recompute_ == Recompute::full && lp.moe) s.moe[size_t(k)] = MoeActivations<T>{};  // backward routes again
   }
   const T* out = layer_acts(s, Lc_ - 1, last).res3;  // full recompute, not last: in scratch
   if (!last) {
@@ -456,7 +457,7 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
     const LayerActs a = layer_acts(s, k, last);
     // Full recompute: the layer's forward again from its kept input, the same ops on the
     // same values, so every activation is bitwise the first forward's.
-    if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn, nullptr);
+    if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn, lp.moe ? &s.moe[size_t(k)] : nullptr, true);
     if (lp.moe) {  // its losses weigh BT * loss_scale, as forward added them
       ops.zero(S(sDLn), BT * C);
       moe_ffn_backward(s.moe[size_t(k)], lp, a, up, ug, int(BT), dres, S(sDLn), double(loss_scale) * double(BT));

@@ -137,9 +137,12 @@ class ParallelGpt {
   /// selective drops each layer's attention matrix and recomputes it from the kept qkv in
   /// backward; full keeps only each layer's input and recomputes the layer in backward.
   /// The recomputation runs the same ops on the same values, so losses and gradients are
-  /// bitwise those of none. Set before the first forward. Errors: InputError for full
-  /// recompute of an MoE model (its recomputed dispatch is not implemented).
-  void set_recompute(Recompute r);
+  /// bitwise those of none. An MoE layer under full recompute keeps none of its activations
+  /// either: backward routes, dispatches and combines its tokens again (the expert-parallel
+  /// group's ranks all recompute the same micro-batch in the same slot of their schedule, as
+  /// Megatron-LM's full recompute of an MoE layer does), without counting the routing or the
+  /// losses twice. Set before the first forward.
+  void set_recompute(Recompute r) { recompute_ = r; }
   Recompute recompute() const { return recompute_; }
 
   /// This rank's local parameters (num_params() values, local flat order) as gpt_init_params
@@ -210,12 +213,15 @@ class ParallelGpt {
   void close_unit();                        // ends the last unit at num_params_
   void add_layer(int chunk, int k, const std::map<std::string, size_t>& full);
   LayerActs layer_acts(ActSet& s, int k, bool last_chunk);
-  // ma: an MoE layer's activations (null for a dense layer).
-  void layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn, MoeActivations<T>* ma);
+  // ma: an MoE layer's activations (null for a dense layer); recomputing: backward's second
+  // forward under full recompute (the MoE routing and losses are not counted again).
+  void layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn, MoeActivations<T>* ma,
+                     bool recomputing = false);
   // reference/parallel_moe.cc: an MoE layer's tensors, and its FFN forward (a.ln2 -> a.fcproj,
   // adding its losses to moe_loss_) or backward (dres -> dln += its input gradient).
   void add_moe_tensors(LayerParams& lp, int l, const std::map<std::string, size_t>& full);
-  void moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up, int BT, int Tn);
+  void moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up, int BT, int Tn,
+                       bool recomputing);
   void moe_ffn_backward(const MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up, T* ug,
                         int BT, const T* dres, T* dln, double loss_scale);
   ActSet& acquire(int chunk, int mb, int B, int Tn);

@@ -9,14 +9,6 @@
 namespace dtb {
 
 template <typename T>
-void ParallelGpt<T>::set_recompute(Recompute r) {
-  if (r == Recompute::full && cfg_.moe.num_experts > 0)
-    throw InputError("recompute \"full\" with model.num_experts = " + std::to_string(cfg_.moe.num_experts) +
-                     ": an MoE layer's recomputed dispatch is not implemented (none or selective)");
-  recompute_ = r;
-}
-
-template <typename T>
 void ParallelGpt<T>::reset_moe_stats() {
   moe_counts_.assign(size_t(num_moe_layers(cfg_)) * size_t(cfg_.moe.num_experts + 1), 0.0);
   moe_comm_ = MoeCommStats{};
@@ -48,7 +40,7 @@ void ParallelGpt<T>::add_moe_tensors(LayerParams& lp, int l, const std::map<std:
 
 template <typename T>
 void ParallelGpt<T>::moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up,
-                                     int BT, int Tn) {
+                                     int BT, int Tn, bool recomputing) {
   if constexpr (is_half_v<T>) {
     DTB_CHECK(false, "ParallelGpt: an MoE layer in a half type");  // refused at construction
   } else {
@@ -58,6 +50,7 @@ void ParallelGpt<T>::moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& l
     // Each sequence one routing group, as Gpt: every layout that keeps sequences whole routes alike.
     moe_forward(*ops_, cfg_.moe, w, a.ln2, a.fcproj, BT, cfg_.C, ma, Tn, layout_.ep > 1 ? ep_ : nullptr, &moe_comm_);
     st.release_param(lp.expert_unit);
+    if (recomputing) return;  // counted by the forward this recomputes
     moe_loss_ += double(BT) * (ma.routing.aux_loss + ma.routing.z_loss);
     if (coord_.tp == 0) {
       const int E = cfg_.moe.num_experts;
@@ -88,11 +81,10 @@ void ParallelGpt<T>::moe_ffn_backward(const MoeActivations<T>& ma, const LayerPa
 
 // The members defined here, for the types parallel_gpt.cc instantiates the class in.
 #define DTB_PARALLEL_MOE(T)                                                                                         \
-  template void ParallelGpt<T>::set_recompute(Recompute);                                                           \
   template void ParallelGpt<T>::reset_moe_stats();                                                                  \
   template void ParallelGpt<T>::add_moe_tensors(LayerParams&, int, const std::map<std::string, size_t>&);          \
   template void ParallelGpt<T>::moe_ffn_forward(MoeActivations<T>&, const LayerParams&, const LayerActs&, const T*, \
-                                                int, int);                                                          \
+                                                int, int, bool);                                                    \
   template void ParallelGpt<T>::moe_ffn_backward(const MoeActivations<T>&, const LayerParams&, const LayerActs&,    \
                                                  const T*, T*, int, const T*, T*, double);
 DTB_PARALLEL_MOE(float)

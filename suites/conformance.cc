@@ -40,11 +40,12 @@ const std::vector<std::string> kDefaultLayouts = {
     "TP2xPP2:full", "TP2xPP2:selective", "PP2:interleaved:v2:full", "DP2:zero3:full"};
 
 // An MoE model's (conformance.model.num_experts > 0): expert parallel alone, over DP, with PP
-// (1F1B and interleaved), with ZeRO 1-3, with selective recompute and with TP (docs/moe.md).
+// (1F1B and interleaved), with ZeRO 1-3, with selective and full recompute and with TP
+// (docs/moe.md).
 const std::vector<std::string> kDefaultMoeLayouts = {"EP2",          "EP4",          "DP4xEP2",
                                                      "DP2xEP2xPP2",  "DP2xEP2xPP2:interleaved:v2",
                                                      "DP4xEP2:zero1", "DP4xEP2:zero2", "DP4xEP2:zero3",
-                                                     "EP2:selective", "TP2xEP2"};
+                                                     "EP2:selective", "DP2xEP2xPP2:full", "TP2xEP2"};
 
 std::vector<std::string> layout_names(const json& section, const GptConfig& model) {
   std::vector<std::string> names;

@@ -235,9 +235,6 @@ void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std:
   if (s.precision != Precision::fp32)
     throw InputError(path + ": " + moe + " with precision " + std::string(to_string(s.precision)) +
                      ": the MoE layer runs in fp32 only so far");
-  if (s.recompute == Recompute::full)
-    throw InputError(path + ": " + moe + " with recompute full: an MoE layer's recomputed dispatch is not " +
-                     "implemented (none or selective)");
 }
 
 std::string layout_record_name(const LayoutSpec& s) {

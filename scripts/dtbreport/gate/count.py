@@ -52,7 +52,9 @@ def count_side(side, out_dir, config="smoke", reps=20, only="", timeout_s=1800):
     d.mkdir(parents=True)
     cmd = CALLGRIND + [f"--callgrind-out-file={d}/callgrind.out", str(side.binary), "count", "--config", config,
                        "--reps", str(reps)] + (["--only", only] if only else [])
-    rc, _, err = run_child(cmd, run_env(side.environment()), timeout_s, cwd=d)
+    # Its own TMPDIR: the two sides start at once, and Open MPI 4.1's session directory ($TMPDIR/ompi.<host>.<uid>,
+    # made at MPI_Init) can be raced for by two singletons ("unable to create the desired directory: File exists").
+    rc, _, err = run_child(cmd, {**run_env(side.environment()), "TMPDIR": str(d.resolve())}, timeout_s, cwd=d)
     if rc != 0:
         why = f"the {side.name} ({side.label})'s dtbench count failed ({describe_status(rc)}: " \
               f"{message(err) or 'no message'})"
