@@ -8,6 +8,7 @@
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
 #include "reference/checkpoint_io.h"
+#include "reference/gpt_json.h"
 
 namespace dtb {
 
@@ -53,9 +54,19 @@ int int_field(const json& m, const std::string& where, const char* a, const char
   return int(j.get<int64_t>());
 }
 
-std::string describe_model(const GptConfig& c) {
-  return "L=" + std::to_string(c.L) + " C=" + std::to_string(c.C) + " NH=" + std::to_string(c.NH) +
-         " T=" + std::to_string(c.T) + " V=" + std::to_string(c.V);
+// The model keys (to_json's) whose values differ, each as "<key> <saved> (this run <run>)", a
+// key one side lacks as "none" (a dense model has no MoE keys).
+std::string model_differences(const json& saved, const json& run) {
+  std::string s;
+  auto value = [](const json& m, const std::string& k) { return m.contains(k) ? m.at(k).dump() : std::string("none"); };
+  auto add = [&](const std::string& k) {
+    const std::string a = value(saved, k), b = value(run, k);
+    if (a != b) s += (s.empty() ? "" : ", ") + k + " " + a + " (this run " + b + ")";
+  };
+  for (const auto& [k, v] : run.items()) add(k);
+  for (const auto& [k, v] : saved.items())
+    if (!run.contains(k)) add(k);
+  return s;
 }
 
 }  // namespace
@@ -80,7 +91,9 @@ std::string describe_layout(const CheckpointRunInfo& r) {
   std::string s;
   if (l.tp > 1) s += "TP" + std::to_string(l.tp) + "x";
   if (l.pp > 1) s += "PP" + std::to_string(l.pp) + "x";
-  s += "DP" + std::to_string(l.dp) + " zero" + std::to_string(r.zero.stage);
+  s += "DP" + std::to_string(l.dp);
+  if (l.ep > 1) s += "xEP" + std::to_string(l.ep);
+  s += " zero" + std::to_string(r.zero.stage);
   if (r.zero.offload_optimizer) s += " offload";
   if (l.pp > 1) s += " " + l.schedule;
   if (l.virtual_stages > 1) s += " v" + std::to_string(l.virtual_stages);
@@ -188,6 +201,10 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   saved.layout.pp = int_field(m, where, "layout", "pp");
   saved.layout.virtual_stages = int_field(m, where, "layout", "virtual_stages");
   saved.layout.schedule = field<std::string>(m, where, "layout", "schedule");
+  // Expert parallelism: absent in a manifest written before it existed (a dense run, EP 1).
+  saved.layout.ep = m.contains("layout") && m["layout"].is_object() && m["layout"].contains("ep")
+                        ? int_field(m, where, "layout", "ep")
+                        : 1;
   saved.zero.stage = int_field(m, where, "layout", "zero_stage");
   saved.zero.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
   const std::string prec = field<std::string>(m, where, "layout", "precision");
@@ -196,7 +213,7 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   // The layout: another DP size alone is resharding (refused); anything else, the layouts.
   const ParallelLayout& a = saved.layout;
   const ParallelLayout& b = run.layout;
-  const bool same_rest = a.tp == b.tp && a.pp == b.pp && a.virtual_stages == b.virtual_stages &&
+  const bool same_rest = a.tp == b.tp && a.pp == b.pp && a.ep == b.ep && a.virtual_stages == b.virtual_stages &&
                          (a.pp == 1 || a.schedule == b.schedule) && saved.zero.stage == run.zero.stage &&
                          saved.zero.offload_optimizer == run.zero.offload_optimizer;
   if (same_rest && a.dp != b.dp)
@@ -210,14 +227,11 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   if (prec != precision_name(run.precision))
     throw InputError(me + "precision " + printable(prec, 16) + " does not match this run's " +
                      precision_name(run.precision));
-  saved.model.L = int_field(m, where, "model", "L");
-  saved.model.C = int_field(m, where, "model", "C");
-  saved.model.NH = int_field(m, where, "model", "NH");
-  saved.model.T = int_field(m, where, "model", "T");
-  saved.model.V = int_field(m, where, "model", "V");
-  if (describe_model(saved.model) != describe_model(run.model))
-    throw InputError(me + "model " + describe_model(saved.model) + " does not match this run's " +
-                     describe_model(run.model));
+  // The model: its sizes, and an MoE model's settings (to_json's keys; a dense model has none).
+  for (const char* k : {"L", "C", "NH", "T", "V"}) (void)int_field(m, where, "model", k);
+  const json want = to_json(run.model);
+  if (m.at("model") != want)
+    throw InputError(me + "the model differs from this run's: " + printable(model_differences(m.at("model"), want), 300));
   const json& seed = m.contains("seed") ? m["seed"] : json();
   if (!seed.is_number_unsigned() && !seed.is_number_integer())
     throw InputError(me + "manifest.json lacks 'seed' or it has the wrong type");
@@ -284,10 +298,11 @@ json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, c
             {"pp", l.pp},
             {"virtual_stages", l.virtual_stages},
             {"schedule", l.schedule},
+            {"ep", l.ep},
             {"zero_stage", run.zero.stage},
             {"offload_optimizer", run.zero.offload_optimizer},
             {"precision", precision_name(run.precision)}}},
-          {"model", {{"L", run.model.L}, {"C", run.model.C}, {"NH", run.model.NH}, {"T", run.model.T}, {"V", run.model.V}}},
+          {"model", to_json(run.model)},
           {"seed", run.seed},
           {"dataset_sha256", run.dataset_sha256},
           {"train", {{"global_batch", run.global_batch}, {"seq_len", run.seq_len}}},

@@ -57,9 +57,10 @@ class SharedTempDir {
 
 struct Case {
   std::string name;
-  int tp = 1, dp = 1, pp = 1, v = 1;
+  int tp = 1, dp = 1, pp = 1, v = 1, ep = 1;
   std::string schedule = "1f1b";
   ZeroConfig zero;
+  GptConfig model = kModel;
 };
 
 Case make_case(const std::string& name, int tp, int dp, int pp, int stage = 0, int v = 1,
@@ -73,7 +74,7 @@ Case make_case(const std::string& name, int tp, int dp, int pp, int stage = 0, i
 
 ParallelLayout layout_of(const Case& c, const TrainConfig& cfg) {
   ParallelLayout l;
-  l.tp = c.tp, l.dp = c.dp, l.pp = c.pp, l.virtual_stages = c.v, l.schedule = c.schedule;
+  l.tp = c.tp, l.dp = c.dp, l.pp = c.pp, l.virtual_stages = c.v, l.schedule = c.schedule, l.ep = c.ep;
   l.micro_batches = cfg.micro_batches;
   return l;
 }
@@ -83,7 +84,7 @@ CheckpointRunInfo info_of(const Case& c, const TrainConfig& cfg) {
   r.layout = layout_of(c, cfg);
   r.zero = c.zero;
   r.precision = cfg.precision;
-  r.model = kModel;
+  r.model = c.model;
   r.seed = cfg.seed;
   r.dataset_sha256 = "test-data";
   r.global_batch = cfg.global_batch;
@@ -122,9 +123,9 @@ Outcome<T> run_case(const Case& c, const TrainConfig& cfg, Communicator& w, cons
   CpuDevice dev;
   const ParallelLayout l = layout_of(c, cfg);
   OwnedGroups og = make_parallel_groups(w, l);
-  ParallelGroups g{w, *og.tp, *og.dp, *og.pp, og.pp_backward.get()};
-  ParallelGpt<T> m(kModel, l, w.rank(), dev, *og.tp);
-  ZeroEngine<T> e(m, c.zero, *og.dp, cfg.adamw);
+  ParallelGroups g{w, *og.tp, *og.dp, *og.pp, og.pp_backward.get(), og.ep.get(), og.expert_dp.get()};
+  ParallelGpt<T> m(c.model, l, w.rank(), dev, *og.tp, nullptr, og.ep.get());
+  ZeroEngine<T> e(m, c.zero, *og.dp, cfg.adamw, og.expert_dp.get());
   e.load(m.initial_params(cfg.seed));
   LossScaler scaler(cfg.loss_scaler);
   const CheckpointRunInfo info = info_of(c, cfg);
@@ -234,6 +235,31 @@ TEST(Checkpoint, ResumeIsBitwiseZero3) {
   for (const Case& c : cases) expect_bitwise_resume<float>(c, base_config(), *w, 4);
 }
 
+// An MoE model (4 experts, top-2, capacity factor 1: tokens dropped; layers 0 and 2 MoE) at
+// expert parallelism 2: each rank's file holds its experts' parameters, master weights and
+// moments, sharded over the expert-data-parallel group at ZeRO 2; the resume is bitwise.
+GptConfig moe_model() {
+  GptConfig m = kModel;
+  m.moe.num_experts = 4, m.moe.topk = 2, m.moe.capacity_factor = 1.0, m.moe_layer_freq = 2;
+  return m;
+}
+
+Case moe_case(const std::string& name, int dp, int ep, int pp, int stage) {
+  Case c = make_case(name, 1, dp, pp, stage);
+  c.ep = ep;
+  c.model = moe_model();
+  return c;
+}
+
+TEST(Checkpoint, ResumeIsBitwiseExpertParallel) {
+  auto w = make_mpi_world();
+  const std::vector<Case> cases = cases_of(w->size(), {moe_case("DP2xEP2", 2, 2, 1, 0), moe_case("DP2xEP2 zero2", 2, 2, 1, 2),
+                                                       moe_case("DP4xEP2 zero1", 4, 2, 1, 1),
+                                                       moe_case("DP2xEP2xPP2 zero2", 2, 2, 2, 2)});
+  ASSERT_FALSE(cases.empty());
+  for (const Case& c : cases) expect_bitwise_resume<float>(c, base_config(), *w, 3);
+}
+
 // fp16 with dynamic loss scaling from 2^18, growing every 2 good steps: the first two steps
 // overflow and are skipped, the scale then grows and overflows again, and at the checkpoint
 // (step 3) the scale is 2^16 with the growth tracker mid-way (1 of 2) — a resume that lost
@@ -283,8 +309,8 @@ void expect_refused(const Case& c, const TrainConfig& cfg, Communicator& w, cons
   CpuDevice dev;
   const ParallelLayout l = layout_of(c, cfg);
   OwnedGroups og = make_parallel_groups(w, l);
-  ParallelGpt<float> m(kModel, l, w.rank(), dev, *og.tp);
-  ZeroEngine<float> e(m, c.zero, *og.dp, cfg.adamw);
+  ParallelGpt<float> m(c.model, l, w.rank(), dev, *og.tp, nullptr, og.ep.get());
+  ZeroEngine<float> e(m, c.zero, *og.dp, cfg.adamw, og.expert_dp.get());
   e.load(m.initial_params(cfg.seed));
   LossScaler scaler(cfg.loss_scaler);
   const ZeroState<float> before = e.export_state();
@@ -412,6 +438,31 @@ TEST(Checkpoint, RefusesAnotherDPSize) {
   expect_refused(dp_case(n), cfg, *w, checkpoint_step_dir(dir.path(), 1),
                  "saved with DP" + std::to_string(n / 2) + ", this run has DP" + std::to_string(n) +
                      ": resharding a checkpoint to another DP size is not supported");
+}
+
+// A checkpoint of an MoE run is refused by a run of another expert-parallel size or other MoE
+// settings (and a dense run's by an MoE run), each naming both.
+TEST(Checkpoint, RefusesAnotherExpertLayoutOrMoeModel) {
+  auto w = make_mpi_world();
+  const int n = w->size();
+  if (n % 2) GTEST_SKIP() << "needs an even world size (ctest runs 2 and 4 ranks)";
+  const TrainConfig cfg = base_config();
+  SharedTempDir dir(*w);
+  const Case saved = moe_case("EP2", n, 2, 1, 0);
+  save_one_step(saved, cfg, *w, dir.path());
+  const std::string step_dir = checkpoint_step_dir(dir.path(), 1);
+  const std::string dp = "DP" + std::to_string(n);
+  expect_refused(moe_case("EP1", n, 1, 1, 0), cfg, *w, step_dir,
+                 "layout " + dp + "xEP2 zero0 does not match this run's " + dp + " zero0");
+  Case top1 = saved;
+  top1.model.moe.topk = 1;
+  expect_refused(top1, cfg, *w, step_dir, "the model differs from this run's: moe_router_topk 2 (this run 1)");
+  // A dense run's checkpoint, resumed as an MoE model of the same layout.
+  const std::string dense = dir.sub("dense");
+  save_one_step(dp_case(n), cfg, *w, dense);
+  expect_refused(moe_case("EP1", n, 1, 1, 0), cfg, *w, checkpoint_step_dir(dense, 1),
+                 "the model differs from this run's: moe_aux_loss_coeff none (this run 0.01), "
+                 "moe_expert_capacity_factor none (this run 1.0)");
 }
 
 // ---- the rank file format, one rank alone ----

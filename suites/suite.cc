@@ -117,20 +117,6 @@ void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainCo
         int(int_in_range(s, "loss_scale_growth_interval", path + ".loss_scale_growth_interval", 1, 1 << 30));
 }
 
-nlohmann::json to_json(const GptConfig& m) {
-  nlohmann::json j = {{"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T}, {"V", m.V}};
-  if (m.moe.num_experts == 0) return j;  // a dense model's section as before MoE existed
-  j["num_experts"] = m.moe.num_experts;
-  j["moe_router_topk"] = m.moe.topk;
-  j["moe_layer_freq"] = m.moe_layer_freq;
-  j["moe_ffn_hidden_size"] = m.moe.ffn_hidden;
-  j["moe_aux_loss_coeff"] = m.moe.aux_loss_coeff;
-  j["moe_z_loss_coeff"] = m.moe.z_loss_coeff;
-  j["moe_expert_capacity_factor"] =
-      m.moe.capacity_factor ? nlohmann::json(*m.moe.capacity_factor) : nlohmann::json(nullptr);
-  return j;
-}
-
 nlohmann::json model_defaults(int L, int C, int NH, int T, int V) {
   nlohmann::json j = to_json(GptConfig{L, C, NH, T, V});
   const MoeConfig moe;  // Megatron-LM's defaults but the balance loss's coefficient (its 0; Switch's 1e-2 here)

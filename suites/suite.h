@@ -18,6 +18,7 @@
 #include "kernels/slowdown.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
+#include "reference/gpt_json.h"
 #include "reference/process_grid.h"
 #include "reference/memory_model.h"
 #include "reference/zero.h"
@@ -140,8 +141,7 @@ GptConfig gpt_config_from_json(const nlohmann::json& model, const std::string& p
 nlohmann::json model_defaults(int L, int C, int NH, int T, int V);
 
 /// Comparable printable forms of the typed config parts every suite shares (every field),
-/// for Suite::params_json.
-nlohmann::json to_json(const GptConfig& m);
+/// for Suite::params_json; the model's is reference/gpt_json.h's.
 nlohmann::json to_json(const TrainConfig& t);
 
 /// A section's training-recipe keys into `t`, each only where the section has it: precision

@@ -387,9 +387,6 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.plan = checkpoint_plan_from_json(section);
   p.references = section.at("references").get<bool>();
   validate_moe_layout(p.spec, p.model, backend, "train");
-  if (p.model.moe.num_experts > 0 && p.plan.on())
-    throw InputError("train: model.num_experts = " + std::to_string(p.model.moe.num_experts) +
-                     ": checkpoints of an MoE model are not implemented yet (checkpoint_dir, resume_from)");
   return p;
 }
 
