@@ -223,8 +223,9 @@ PY
 # Judged by the absolute floor only: what is tested here is the looping. A loop takes about 3 s
 # on an idle 2-core machine, so 6 s gives at least 2 loops; under CI's load (the A/B gate runs
 # beside ctest) one loop has taken past 6 s, and burnin then rightly stops after it. So a run of
-# one loop is repeated once with --duration twice its length (a loop timed under the present
-# load): the looping must then show at least 2 loops, and never stop before --duration.
+# one loop is repeated once with --duration twice that run's whole length (start-up and the
+# lower levels included: longer than its one loop, timed under the present load): the looping
+# must then show at least 2 loops, and never stop before --duration.
 burnin() {
   expect_exit 0 "$tmp/burn.log" --level burnin --duration "$1" --rules "$tmp/floor.json" --output "$tmp/burn.json"
 }

@@ -100,8 +100,8 @@ struct CheckpointRunInfo {
 CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
                                       const TrainConfig& cfg, const std::string& dataset_sha256);
 
-/// "TP2xPP2xDP1 zero0" (TP and PP when > 1, the schedule when PP > 1, " offload"): a
-/// layout as the mismatch messages name it.
+/// "TP2xPP2xDP1 zero0", "DP4xEP2 zero2" (TP and PP when > 1, "xEP<n>" when expert parallel
+/// > 1, the schedule when PP > 1, " offload"): a layout as the mismatch messages name it.
 std::string describe_layout(const CheckpointRunInfo& run);
 
 /// The state outside the engine that a checkpoint carries.

@@ -63,9 +63,11 @@ std::string model_differences(const json& saved, const json& run) {
     const std::string a = value(saved, k), b = value(run, k);
     if (a != b) s += (s.empty() ? "" : ", ") + k + " " + a + " (this run " + b + ")";
   };
-  for (const auto& [k, v] : run.items()) add(k);
+  add("num_experts");  // first: whether either is an MoE model at all
+  for (const auto& [k, v] : run.items())
+    if (k != "num_experts") add(k);
   for (const auto& [k, v] : saved.items())
-    if (!run.contains(k)) add(k);
+    if (!run.contains(k) && k != "num_experts") add(k);
   return s;
 }
 

@@ -255,6 +255,7 @@ TEST(Checkpoint, ResumeIsBitwiseExpertParallel) {
   auto w = make_mpi_world();
   const std::vector<Case> cases = cases_of(w->size(), {moe_case("DP2xEP2", 2, 2, 1, 0), moe_case("DP2xEP2 zero2", 2, 2, 1, 2),
                                                        moe_case("DP4xEP2 zero1", 4, 2, 1, 1),
+                                                       moe_case("DP4xEP2 zero3", 4, 2, 1, 3),
                                                        moe_case("DP2xEP2xPP2 zero2", 2, 2, 2, 2)});
   ASSERT_FALSE(cases.empty());
   for (const Case& c : cases) expect_bitwise_resume<float>(c, base_config(), *w, 3);
@@ -457,12 +458,32 @@ TEST(Checkpoint, RefusesAnotherExpertLayoutOrMoeModel) {
   Case top1 = saved;
   top1.model.moe.topk = 1;
   expect_refused(top1, cfg, *w, step_dir, "the model differs from this run's: moe_router_topk 2 (this run 1)");
+  // A manifest written before expert parallelism existed has no layout.ep: read as EP 1, so the
+  // EP 2 run is refused, and a dense run's such manifest still resumes.
+  const std::string no_ep = dir.sub("no-ep");
+  save_one_step(saved, cfg, *w, no_ep);
+  save_one_step(dp_case(n), cfg, *w, dir.sub("dense-no-ep"));
+  auto drop_ep = [](const std::string& d) {
+    const fs::path f = fs::path(d) / "manifest.json";
+    nlohmann::json m = nlohmann::json::parse(std::ifstream(f));
+    m["layout"].erase("ep");
+    std::ofstream(f) << m.dump();
+  };
+  on_rank0(*w, [&] {
+    drop_ep(checkpoint_step_dir(no_ep, 1));
+    drop_ep(checkpoint_step_dir(dir.sub("dense-no-ep"), 1));
+  });
+  expect_refused(saved, cfg, *w, checkpoint_step_dir(no_ep, 1),
+                 "layout " + dp + " zero0 does not match this run's " + dp + "xEP2 zero0");
+  EXPECT_EQ(check_checkpoint_manifest(checkpoint_step_dir(dir.sub("dense-no-ep"), 1), info_of(dp_case(n), cfg))
+                .at("step"),
+            1);
   // A dense run's checkpoint, resumed as an MoE model of the same layout.
   const std::string dense = dir.sub("dense");
   save_one_step(dp_case(n), cfg, *w, dense);
   expect_refused(moe_case("EP1", n, 1, 1, 0), cfg, *w, checkpoint_step_dir(dense, 1),
-                 "the model differs from this run's: moe_aux_loss_coeff none (this run 0.01), "
-                 "moe_expert_capacity_factor none (this run 1.0)");
+                 "the model differs from this run's: num_experts none (this run 4), moe_aux_loss_coeff none "
+                 "(this run 0.01)");
 }
 
 // ---- the rank file format, one rank alone ----

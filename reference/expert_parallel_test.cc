@@ -250,6 +250,7 @@ TEST(ExpertParallel, RecomputeIsBitwiseKeepingEveryActivation) {
       EXPECT_EQ(differ, 0u) << "gradient elements not bitwise equal";
     }
   }
+  if (w->size() % 2) return;  // the counts below: expert parallel 2
   TrainConfig two = cfg;
   two.steps = 2;
   ParallelLayout l;

@@ -70,8 +70,8 @@ struct ParamTensor {
 /// the sweep): one line naming num_experts and where one does train.
 inline std::string moe_not_sharded(const GptConfig& cfg) {
   return "model.num_experts = " + std::to_string(cfg.moe.num_experts) +
-         ": not supported here yet; an MoE model trains in the train suite (data, expert and pipeline parallel, "
-         "ZeRO, fp32 on the CPU)";
+         ": not supported here yet; an MoE model trains in the train suite (data, expert, pipeline and tensor "
+         "parallel, ZeRO, recompute, checkpoints; fp32 on the CPU)";
 }
 
 /// The 16 parameter tensors in order: wte (V,C), wpe (T,C), ln1w (L,C), ln1b (L,C),

@@ -461,6 +461,8 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
     if (lp.moe) {  // its losses weigh BT * loss_scale, as forward added them
       ops.zero(S(sDLn), BT * C);
       moe_ffn_backward(s.moe[size_t(k)], lp, a, up, ug, int(BT), dres, S(sDLn), double(loss_scale) * double(BT));
+      // Full recompute keeps no MoE activations: the recomputed ones go with this layer's backward.
+      if (recompute_ == Recompute::full) s.moe[size_t(k)] = MoeActivations<T>{};
     } else {
       // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
       // sums over TP.

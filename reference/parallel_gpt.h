@@ -184,7 +184,8 @@ class ParallelGpt {
   /// assignments to each expert before dropping, then the dropped ones, summed over this rank's
   /// forwards (on TP rank 0 only: the other TP ranks repeat its tokens). Empty when dense.
   const std::vector<double>& moe_counts() const { return moe_counts_; }
-  /// An MoE model's dispatch and combine exchanges (forward and backward) since the last reset.
+  /// An MoE model's dispatch and combine exchanges (forward and backward, and under full
+  /// recompute backward's second forward too) since the last reset.
   const MoeCommStats& moe_comm() const { return moe_comm_; }
   void reset_moe_stats();
 

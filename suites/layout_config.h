@@ -103,8 +103,8 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
 
 /// Refuses a layout an MoE model (model.num_experts > 0) cannot train on yet, in one line
 /// naming the setting: a half precision (the MoE layer runs in fp32), a non-CPU backend. Tensor
-/// parallelism, recompute and the sizes' divisibility are validate_layout's. A dense model
-/// passes. Errors: InputError "<path>: ...".
+/// parallelism and any recompute are accepted; the sizes' divisibility is validate_layout's. A
+/// dense model passes. Errors: InputError "<path>: ...".
 void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend,
                          const std::string& path);
 

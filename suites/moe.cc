@@ -371,7 +371,7 @@ SuiteResult MoeSuite::run(SuiteContext& ctx) {
     }
   }
   if (o.train_steps > 0) res.benchmarks.push_back(train_record(ctx, o, eps.back(), res.checks));
-  ctx.print_checks(res.checks, 34);
+  ctx.print_checks(res.checks, 44);
   return res;
 }
 

@@ -64,7 +64,8 @@ def render_memory(r, b):
     for key in ("param", "grad", "master_param", "optimizer_state"):
         c = m.get(key) or {}
         meas, model = num(c.get("measured_bytes")), num(c.get("model_bytes"))
-        rows.append([key, fmt(meas, 6), fmt(model, 6), "yes" if meas == model else "no"])
+        rows.append([key, fmt(meas, 6), fmt(model, 6),
+                     "n/a" if meas is None or model is None else "yes" if meas == model else "no"])
     d.table(["model state", "measured (bytes)", "analytic model (bytes)", "equal"], rows)
 
 
