@@ -209,6 +209,22 @@ r2 = json.load(open(sys.argv[2]))
 assert [b["layout"] for b in r2["benchmarks"]] == ["TP2xDP2", "DP4:zero3"], r2["benchmarks"]
 print(f"sweep on 4 ranks ok: {len(rows)} layouts, {len(na)} not applicable")
 PY
+# An MoE model's sweep: expert-parallel layouts beside the others, each row with the share of its
+# step in dispatch and combine (0 without expert parallelism: no exchange).
+printf '{"model": {"num_experts": 4, "moe_router_topk": 2}, "sweep": {"steps": 4}}' >"$tmp/sweep_moe.json"
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/sweep_moe.json" \
+  --sweep DP4,DP4xEP2,TP2xDP2xEP2 --output-dir "$tmp" --run-id sweep_moe >"$tmp/sweep_moe.log" 2>&1 ||
+  { cat "$tmp/sweep_moe.log"; exit 1; }
+python3 - "$tmp/sweep_moe.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = {b["layout"]: b for b in r["benchmarks"]}
+assert list(rows) == ["DP4", "DP4xEP2", "TP2xDP2xEP2"], list(rows)
+assert [rows[k]["ep"] for k in rows] == [1, 2, 2], rows
+assert rows["DP4"]["all_to_all_fraction"] == 0 and all(0 < rows[k]["all_to_all_fraction"] <= 1 for k in list(rows)[1:]), rows
+assert all(c["passed"] for c in r["checks"]), r["checks"]
+print("sweep of an MoE model ok:", {k: round(b["all_to_all_fraction"], 3) for k, b in rows.items()})
+PY
 
 # The named configs validate at the world sizes they are written for (without running).
 for cw in "10b-tp2-pp2-dp2 8" "3b-tp4-pp2-dp4-zero1 32" "ffn8192-tp4 4" "quick 4"; do

@@ -66,8 +66,8 @@ struct ParamTensor {
   size_t numel = 0;
 };
 
-/// The refusal of an MoE model where a tool has no MoE support yet (the per-rank memory plan,
-/// the sweep): one line naming num_experts and where one does train.
+/// The refusal of an MoE model where a tool has no MoE support yet (the per-rank memory plan):
+/// one line naming num_experts and where one does train.
 inline std::string moe_not_sharded(const GptConfig& cfg) {
   return "model.num_experts = " + std::to_string(cfg.moe.num_experts) +
          ": not supported here yet; an MoE model trains in the train suite (data, expert, pipeline and tensor "

@@ -8,8 +8,10 @@
 // sends and receives including the wait for a peer, DP reductions). By default every layout
 // of the world's ranks that fits the model: each factorisation tp x pp x dp, pipelines under
 // 1F1B, GPipe and (where the layers and micro-batches allow) interleaved 1F1B, and pure DP at
-// ZeRO 0-3. Correctness is the conformance suite's job; here the rows are measurements, and
-// the only check is that each layout trained (every rank's losses finite).
+// ZeRO 0-3; for an MoE model also each of those with expert parallelism E (EP E dividing DP and
+// the experts), whose rows add the step's share in dispatch and combine. Correctness is the
+// conformance suite's job; here the rows are measurements, and the only check is that each
+// layout trained (every rank's losses finite).
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -27,8 +29,9 @@ namespace {
 using nlohmann::json;
 
 // The layouts the default sweep considers for `world` ranks (before the model's and the
-// batch's divisibility filter them).
-std::vector<std::string> candidate_layouts(int world) {
+// batch's divisibility filter them); with `experts` > 0 (an MoE model), each layout without
+// ZeRO also at every expert-parallel size > 1 dividing its DP size and the experts.
+std::vector<std::string> candidate_layouts(int world, int experts) {
   std::vector<std::string> out;
   for (int tp = 1; tp <= world; ++tp) {
     if (world % tp) continue;
@@ -46,14 +49,19 @@ std::vector<std::string> candidate_layouts(int world) {
       add_dim(LayoutKey::pp, pp);
       add_dim(LayoutKey::dp, dp);
       if (dims.empty()) dims = tok(LayoutKey::dp) + "1";
-      if (pp == 1) {
-        out.push_back(dims);
-        if (tp == 1 && dp > 1)
-          for (int z = 1; z <= 3; ++z) out.push_back(dims + ":" + tok(LayoutKey::zero_stage) + std::to_string(z));
-      } else {
-        for (const std::string& s : {std::string("1f1b"), std::string("gpipe"),
-                                     "interleaved:" + tok(LayoutKey::virtual_stages) + "2"})
-          out.push_back(dims + ":" + s);
+      std::vector<std::string> with_ep = {dims};
+      for (int ep = 2; ep <= dp; ++ep)
+        if (experts > 0 && dp % ep == 0 && experts % ep == 0) with_ep.push_back(dims + "x" + tok(LayoutKey::ep) + std::to_string(ep));
+      for (const std::string& d : with_ep) {
+        if (pp == 1) {
+          out.push_back(d);
+          if (tp == 1 && dp > 1 && d == dims)
+            for (int z = 1; z <= 3; ++z) out.push_back(d + ":" + tok(LayoutKey::zero_stage) + std::to_string(z));
+        } else {
+          for (const std::string& s : {std::string("1f1b"), std::string("gpipe"),
+                                       "interleaved:" + tok(LayoutKey::virtual_stages) + "2"})
+            out.push_back(d + ":" + s);
+        }
       }
     }
   }
@@ -68,7 +76,6 @@ struct Setup {
 Setup setup_from(const json& section, const json& config) {
   Setup s;
   s.model = gpt_config_from_json(config.at("model"));
-  if (s.model.moe.num_experts > 0) throw InputError("sweep: " + moe_not_sharded(s.model));  // its layouts run ParallelGpt
   s.cfg.steps = int(int_in_range(section, "steps", "sweep.steps", 2, 100000));
   s.cfg.global_batch = int(int_in_range(section, "global_batch", "sweep.global_batch", 1, 1 << 20));
   s.cfg.micro_batches = int(int_in_range(section, "micro_batches", "sweep.micro_batches", 1, 1 << 16));
@@ -83,14 +90,15 @@ Setup setup_from(const json& section, const json& config) {
 
 // The layouts to run: the section's list (each must use every rank and fit the model), or
 // every candidate that fits. `skipped` gets the candidates left out with the reason.
-std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int world, json* skipped) {
+std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int world, const std::string& backend,
+                                       json* skipped) {
   std::vector<std::string> names;
   for (const auto& v : section.at("layouts")) {
     if (!v.is_string()) throw InputError("sweep.layouts: every entry must be a string, got " + v.dump());
     names.push_back(v.get<std::string>());
   }
   const bool given = !names.empty();
-  if (!given) names = candidate_layouts(world);
+  if (!given) names = candidate_layouts(world, st.model.moe.num_experts);
   // One spelling per layout, as records are named and compared: dimensions upper case
   // (TP2xDP2), options lower case (gpipe, zero2).
   for (std::string& n : names) {
@@ -111,6 +119,9 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
                          std::to_string(world));
       validate_layout(l, st.model, st.cfg.global_batch, world);
       validate_zero(spec.z);
+      LayoutSpec as_run = spec;
+      as_run.precision = st.cfg.precision;
+      validate_moe_layout(as_run, st.model, backend, "sweep");
     } catch (const InputError& e) {
       if (given) throw InputError("sweep.layouts: '" + printable(n, 40) + "': " + e.what());
       if (skipped) skipped->push_back({{"layout", n}, {"reason", e.what()}});
@@ -137,7 +148,7 @@ struct Params {
     Params p;
     p.st = setup_from(section, config);
     require_half_ops(config.value("backend", "cpu"), p.st.cfg.precision, "sweep.precision");
-    p.layouts = sweep_layouts(section, p.st, world.size, &p.skipped);
+    p.layouts = sweep_layouts(section, p.st, world.size, config.value("backend", "cpu"), &p.skipped);
     for (const std::string& text : p.layouts) {
       p.specs.push_back(parse_layout_spec(text, "sweep.layouts"));
       p.specs.back().precision = p.st.cfg.precision;
@@ -188,7 +199,9 @@ class SweepSuite : public Suite {
               std::to_string(st.cfg.global_batch) + " x T " + std::to_string(st.cfg.seq_len) + ", " +
               std::to_string(st.cfg.micro_batches) + " micro-batches per DP rank, " + std::to_string(st.cfg.steps) +
               " steps, " + std::to_string(world.size()) + " ranks; " + std::to_string(layouts.size()) + " layouts");
-    ctx.print("#  layout                      tokens/s   step ms   peak MiB/rank   bubble (theory)   idle    comm");
+    const bool moe = st.model.moe.num_experts > 0;
+    ctx.print(std::string("#  layout                      tokens/s   step ms   peak MiB/rank   bubble (theory)   idle    comm") +
+              (moe ? "     a2a" : ""));
     SuiteResult res;
     for (size_t li = 0; li < layouts.size(); ++li) {
       const std::string& text = layouts[li];
@@ -209,8 +222,11 @@ class SweepSuite : public Suite {
         const auto b = rec.breakdown(s);
         if (b.count("idle")) idle += b.at("idle");
       }
+      double a2a_s = 0;  // an MoE model's dispatch and combine (its own share; not in comm_s)
+      for (int s = 1; s < st.cfg.steps && size_t(s) < out.moe_all_to_all_s.size(); ++s) a2a_s += out.moe_all_to_all_s[size_t(s)];
       std::vector<double> mine = {step_sum > 0 ? idle / step_sum : 0.0, step_sum > 0 ? comm_s / step_sum : 0.0,
-                                  out.peak_total_bytes[int(Tier::device)], out.peak_total_bytes[int(Tier::host)]};
+                                  out.peak_total_bytes[int(Tier::device)], out.peak_total_bytes[int(Tier::host)],
+                                  step_sum > 0 ? a2a_s / step_sum : 0.0};
       for (int c = 0; c < kNumMemCategories; ++c) mine.push_back(out.peak_bytes[int(Tier::device)][c]);
       double finite_losses = 1;
       for (double l : out.losses) finite_losses = std::isfinite(l) ? finite_losses : 0;
@@ -219,20 +235,21 @@ class SweepSuite : public Suite {
       world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
       if (world.rank() != 0) continue;
       const size_t K = mine.size();
-      double idle_mean = 0, comm_mean = 0, peak = 0, host_peak = 0;
+      double idle_mean = 0, comm_mean = 0, a2a_mean = 0, peak = 0, host_peak = 0;
       int busiest = 0;
       bool finite = true;
       for (int r = 0; r < world.size(); ++r) {
         const double* v = &all[size_t(r) * K];
         idle_mean += v[0] / world.size();
         comm_mean += v[1] / world.size();
+        a2a_mean += v[4] / world.size();
         if (v[2] > peak) peak = v[2], busiest = r;
         host_peak = std::max(host_peak, v[3]);
         finite = finite && v[K - 1] == 1;
       }
       json by_cat = json::object();
       for (int c = 0; c < kNumMemCategories; ++c)
-        by_cat[std::string(to_string(MemCategory(c)))] = all[size_t(busiest) * K + 4 + size_t(c)];
+        by_cat[std::string(to_string(MemCategory(c)))] = all[size_t(busiest) * K + 5 + size_t(c)];
       const Summary t = summarize(std::vector<double>(slowest.begin() + 1, slowest.end()));  // step 0 allocates
       const ParallelLayout& l = spec.l;
       const int m = st.cfg.micro_batches;
@@ -251,6 +268,7 @@ class SweepSuite : public Suite {
       rec_json["bubble_theory"] = bubble;
       rec_json["idle_fraction"] = idle_mean;
       rec_json["comm_fraction"] = comm_mean;
+      if (st.model.moe.num_experts > 0) rec_json["all_to_all_fraction"] = std::min(1.0, a2a_mean);
       rec_json["final_loss"] = out.losses.back();
       res.benchmarks.push_back(rec_json);
       res.checks.push_back(make_check("sweep/" + text + "/trained", finite ? 0.0 : 1.0, 0.0,
@@ -258,7 +276,9 @@ class SweepSuite : public Suite {
       char line[300];
       std::snprintf(line, sizeof line, "   %-26s %9.0f  %8.2f  %14.2f  %16.3f  %6.3f  %6.3f", text.c_str(),
                     tokens / t.median, t.median * 1e3, peak / (1024.0 * 1024.0), bubble, idle_mean, comm_mean);
-      ctx.print(line);
+      char a2a[16] = "";
+      if (moe) std::snprintf(a2a, sizeof a2a, "  %6.3f", rec_json["all_to_all_fraction"].get<double>());
+      ctx.print(std::string(line) + a2a);
     }
     if (world.rank() == 0) {
       res.data = {{"model", to_json(st.model)}, {"layouts", layouts}, {"not_applicable", skipped}};
@@ -267,7 +287,8 @@ class SweepSuite : public Suite {
                   ")");
       ctx.print("# step: median of the slowest rank's step time after the first; peak: the busiest rank's device "
                 "bytes, all categories at once; idle and comm: shares of the ranks' step time (mean over ranks; "
-                "a pipeline receive counts its wait as comm)");
+                "a pipeline receive counts its wait as comm)" +
+                std::string(moe ? "; a2a: an MoE layer's dispatch and combine (all_to_allv), apart from comm" : ""));
     }
     return res;
   }

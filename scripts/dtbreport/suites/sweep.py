@@ -27,10 +27,13 @@ def render(r, recs, cs, data):
     failed = {c["name"].split("/")[1] for c in cs if not c.get("passed") and c["name"].count("/") >= 2}
     theory = any("bubble" not in b and "bubble_theory" in b for b in recs)
     host = any(num(b.get("peak_host_bytes_per_rank")) for b in recs)
+    moe = any("all_to_all_fraction" in b for b in recs)
     headers = ["layout", "ranks", "TP×DP×PP", unit("tokens_per_s", SUITE), f"step ({unit('step_time_ms', SUITE)})",
                "peak bytes per rank"]
     headers += ["peak host bytes"] if host else []
-    headers += ["bubble (theory)" if theory else "bubble", "idle share", "comm share", "final loss"]
+    headers += ["bubble (theory)" if theory else "bubble", "idle share", "comm share"]
+    headers += ["all-to-all share"] if moe else []
+    headers += ["final loss"]
     rows, cls = [], []
     for b in recs:
         lay = b.get("layout", record_tail(b["name"], "sweep"))
@@ -40,7 +43,9 @@ def render(r, recs, cs, data):
                fmt_timing(b.get("step_time_ms")), fmt_bytes(num(b.get("peak_bytes_per_rank")))]
         row += [fmt_bytes(num(b.get("peak_host_bytes_per_rank")))] if host else []
         row += [fmt_pct(bubble) if bubble is not None else "–", fmt_pct(num(b.get("idle_fraction"))),
-                fmt_pct(num(b.get("comm_fraction"))), fmt(num(b.get("final_loss")), 6)]
+                fmt_pct(num(b.get("comm_fraction")))]
+        row += [fmt_pct(num(b.get("all_to_all_fraction")))] if moe else []
+        row += [fmt(num(b.get("final_loss")), 6)]
         rows.append(row)
         cls.append("fail" if lay in failed else None)
     headers, rows = drop_empty_columns(headers, rows, keep=1)
@@ -56,6 +61,7 @@ def render(r, recs, cs, data):
         r.doc.p("; ".join(notes).capitalize()[:1] + "; ".join(notes)[1:] + ".")
     r.doc.p("Step: the median of the slowest rank's step time; peak: the busiest rank's device bytes, all "
                "categories at once; idle and comm: shares of the ranks' step time, mean over ranks." +
+               (" All-to-all: an MoE layer's dispatch and combine, apart from comm." if moe else "") +
                (" The bubble is the schedule's closed form, not a measurement; a pipeline rank waiting for a "
                 "message counts that wait as comm, so compare it with the comm share rather than idle."
                 if theory else ""), "note")
