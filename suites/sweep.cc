@@ -148,6 +148,11 @@ struct Params {
     Params p;
     p.st = setup_from(section, config);
     require_half_ops(config.value("backend", "cpu"), p.st.cfg.precision, "sweep.precision");
+    {  // what no layout of an MoE model can take (the precision, the backend): said once, not per layout
+      LayoutSpec any;
+      any.precision = p.st.cfg.precision;
+      validate_moe_layout(any, p.st.model, config.value("backend", "cpu"), "sweep");
+    }
     p.layouts = sweep_layouts(section, p.st, world.size, config.value("backend", "cpu"), &p.skipped);
     for (const std::string& text : p.layouts) {
       p.specs.push_back(parse_layout_spec(text, "sweep.layouts"));
