@@ -145,8 +145,10 @@ std::string checkpoint_step_dir(const std::string& dir, int64_t step);
 /// `dir`/latest and gives `dir`/step-<k>, or "" when `dir`/latest does not exist yet (the
 /// first launch of a job that resumes on restart, as Megatron-LM's --load); any other
 /// string is a step directory's path. Local. Errors: InputError for "latest" without a
-/// dir, an unreadable or malformed latest file, or a path that is not a directory (the
-/// message names the path, not the config key: the caller prefixes it).
+/// dir, an unreadable or malformed latest file, "latest" with no latest file beside complete
+/// checkpoints (step directories with a manifest, which a fresh run would overwrite), or a
+/// path that is not a directory (the message names the path, not the config key: the
+/// caller prefixes it).
 std::string resolve_resume(const std::string& dir, const std::string& resume_from);
 
 /// Reads `step_dir`/manifest.json and checks it against `run` (format, world size, DP size

@@ -121,6 +121,22 @@ TEST(CheckpointFile, ResolveResume) {
   EXPECT_THROW(resolve_resume(d, d + "/step-3"), InputError);
   fs::create_directories(d + "/step-3");
   EXPECT_EQ(resolve_resume(d, d + "/step-3"), d + "/step-3");
+  // No latest beside an incomplete step (no manifest): a fresh start; beside complete ones
+  // (latest lost): refused, naming the newest, not overwritten by a fresh run.
+  fs::remove(d + "/latest");
+  EXPECT_EQ(resolve_resume(d, "latest"), "");
+  for (const char* step : {"/step-4", "/step-12"}) {
+    fs::create_directories(d + step);
+    write_file_durably(d + step + "/manifest.json", "{}");
+  }
+  try {
+    resolve_resume(d, "latest");
+    ADD_FAILURE() << "complete checkpoints without latest: a fresh run would overwrite them";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 2 complete checkpoint(s), the newest " + d + "/step-12"),
+              std::string::npos)
+        << e.what();
+  }
   CheckpointRunInfo run;
   try {
     check_checkpoint_manifest(d + "/step-3", run);

@@ -1,6 +1,7 @@
 // Training checkpoints' manifest: the run identity and its checks, the step directories and
 // `latest`, the history a manifest keeps (reference/checkpoint.h). Not here: the rank file
 // format (checkpoint_file.cc) and the collective save and load (checkpoint.cc).
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -161,7 +162,24 @@ std::string resolve_resume(const std::string& dir, const std::string& resume_fro
     if (dir.empty()) throw InputError("\"latest\" needs a checkpoint directory");
     const std::string latest = (fs::path(dir) / "latest").string();
     std::error_code ec;
-    if (!fs::exists(latest, ec)) return "";
+    if (!fs::exists(latest, ec)) {
+      // No latest: a fresh run, unless complete checkpoints (a step directory with its
+      // manifest) are there, which the fresh run's saves would overwrite.
+      int64_t newest = -1, complete = 0;
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() < 6 || name.size() > 23 || name.compare(0, 5, "step-") != 0 ||
+            name.find_first_not_of("0123456789", 5) != std::string::npos || !fs::exists(it->path() / "manifest.json"))
+          continue;
+        ++complete;
+        newest = std::max(newest, int64_t(std::stoll(name.substr(5))));
+      }
+      if (complete == 0) return "";
+      throw InputError("checkpoint directory " + printable(dir) + " has no 'latest' file but holds " +
+                       std::to_string(complete) + " complete checkpoint(s), the newest " +
+                       checkpoint_step_dir(dir, newest) +
+                       ": resume from one by its path, or move them away (a fresh run would overwrite them)");
+    }
     const std::vector<char> b = read_all(latest, "checkpoint");
     std::string text(b.begin(), b.end());
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
