@@ -86,7 +86,7 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
   for (const char* opt : {"--model", "--layers", "--hidden", "--heads", "--vocab", "--seq", flag(LayoutKey::virtual_stages),
                           flag(LayoutKey::schedule), flag(LayoutKey::micro_batches), "--micro-batch-size",
                           flag(LayoutKey::recompute), "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-                          "--moe-layer-freq", "--expert-parallel"})
+                          "--moe-layer-freq", "--expert-parallel", flag(LayoutKey::sequence_parallel)})
     if (given(sub, opt))
       throw InputError(std::string("--params plans model states only (the ZeRO paper's accounting); ") + opt +
                        " needs a model (--model or --layers/--hidden/--heads)");
@@ -238,13 +238,14 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   c.model = resolve_model(sub, a, &name, &notes);
   if (c.model.moe.num_experts > 0) {
     for (const char* o : {flag(LayoutKey::schedule), flag(LayoutKey::virtual_stages), flag(LayoutKey::micro_batches),
-                          "--micro-batch-size", flag(LayoutKey::recompute), "--seq"})
+                          "--micro-batch-size", flag(LayoutKey::recompute), "--seq", flag(LayoutKey::sequence_parallel)})
       if (given(sub, o))
         throw InputError(std::string(o) + " does not apply to an MoE model's plan (model states only; its activations "
                          "are not planned yet)");
     return moe_plan_json(c.model, name, a, notes);
   }
   c.layout.tp = a.tp;
+  c.layout.sequence_parallel = a.sequence_parallel;
   c.layout.pp = a.pp;
   c.layout.dp = a.dp;
   c.layout.schedule = a.schedule;
@@ -289,7 +290,8 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
 
   // Beside ours: Korthikanti's per-layer activations and Megatron's weight + optimizer.
   const double ours_layer = double(layer_activation_floats(c) * (c.precision == Precision::fp32 ? 4 : 2));
-  const double kor = korthikanti_layer_activation_bytes(m, c.tokens(), c.micro_batch_size, l.tp, c.recompute);
+  const double kor =
+      korthikanti_layer_activation_bytes(m, c.tokens(), c.micro_batch_size, l.tp, c.recompute, l.sequence_parallel);
   const double meg = megatron_weight_and_optimizer_bytes(m, l.tp, l.pp, l.dp, c.zero.stage >= 1);
   j["layer_activation_bytes"] = ours_layer;
   j["korthikanti_layer_activation_bytes"] = kor;
@@ -333,7 +335,10 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
                              "LayerNorms and row-parallel biases are replicated over TP"),
       std::abs(N / even - 1) < 0.01));
   j["rules_of_thumb"].push_back(rule(
-      "activations per layer s b h (34 + 5 a s / h) bytes (Korthikanti et al. 2022, 16-bit; TP: 10 + 24/t + 5as/(ht))",
+      l.sequence_parallel
+          ? "activations per layer s b h (34/t + 5 a s/(h t)) bytes (Korthikanti et al. 2022 eq. 4: TP t with sequence "
+            "parallelism, 16-bit)"
+          : "activations per layer s b h (34 + 5 a s / h) bytes (Korthikanti et al. 2022, 16-bit; TP: 10 + 24/t + 5as/(ht))",
       fmt("%.3f GiB per layer and micro-batch here vs %.3f GiB by the formula (x%.2f): the reference GPT keeps %s "
           "activations, both LayerNorm outputs and the softmax output, and has no dropout",
           ours_layer / kGiB, kor / kGiB, ours_layer / kor, fp32 ? "fp32" : "16-bit"),
@@ -394,6 +399,8 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   s->add_option(flag(LayoutKey::offload), a.offload, "none or cpu (ZeRO stages 1-3)");
   s->add_option(flag(LayoutKey::precision), a.precision, "fp32, bf16 or fp16 (default fp32)");
   s->add_option(flag(LayoutKey::recompute), a.recompute, "none, full or selective (default none)");
+  s->add_flag(flag(LayoutKey::sequence_parallel), a.sequence_parallel,
+              "sequence parallelism with --tp > 1: the LayerNorm and residual regions split over TP");
   s->add_option("--num-experts", a.num_experts, "experts per MoE layer (docs/moe.md; default 0: dense)");
   s->add_option("--moe-router-topk", a.moe_topk, "experts per token (default 2)");
   s->add_option("--moe-ffn-hidden-size", a.moe_ffn_hidden, "each expert's hidden size (default 4C)");

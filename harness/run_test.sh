@@ -138,13 +138,13 @@ ran = sorted(b["name"] for b in r["benchmarks"])
 skipped = sorted(x["layout"] for x in s["data"]["skipped"])
 want_skipped = sorted(l + p for l in ["TP2xDP4", "TP2xPP2xDP2"] for p in ["", ":bf16", ":fp16"])
 assert skipped == want_skipped, skipped
-assert len(ran) == 3 * 29 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
+assert len(ran) == 3 * 33 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
 assert sorted({b["precision"] for b in r["benchmarks"]}) == ["bf16", "fp16", "fp32"]
 # Half layouts carry the stated bounds of the fp32 trajectory; recompute layouts the bitwise
 # comparison with their layout without recompute, in every precision.
 names = [c["name"] for c in r["checks"]]
-assert sum(n.endswith("loss_vs_fp32/tail_mean") for n in names) == 2 * 29, names
-assert sum("/recompute_bitwise_vs/" in n for n in names) == 3 * 4, [n for n in names if "recompute_bitwise" in n]
+assert sum(n.endswith("loss_vs_fp32/tail_mean") for n in names) == 2 * 33, names
+assert sum("/recompute_bitwise_vs/" in n for n in names) == 3 * 5, [n for n in names if "recompute_bitwise" in n]
 assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed, skipped {skipped}")
 PY
@@ -177,7 +177,7 @@ python3 - "$tmp/memory.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 names = {b["name"].split("/")[1] for b in r["benchmarks"]}
-want = {"DP4", "DP4:zero1", "DP4:zero2", "DP4:zero3", "DP4:zero2:offload", "DP4:zero3:offload", "TP2xDP2", "PP2xDP2"}
+want = {"DP4", "DP4:zero1", "DP4:zero2", "DP4:zero3", "DP4:zero2:offload", "DP4:zero3:offload", "TP2xDP2", "TP2xDP2:sp", "PP2xDP2"}
 assert names == want, names
 for b in r["benchmarks"]:
     for k, v in b.items():

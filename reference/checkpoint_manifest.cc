@@ -96,6 +96,7 @@ std::string describe_layout(const CheckpointRunInfo& r) {
   if (l.pp > 1) s += "PP" + std::to_string(l.pp) + "x";
   s += "DP" + std::to_string(l.dp);
   if (l.ep > 1) s += "xEP" + std::to_string(l.ep);
+  if (l.sequence_parallel) s += " sp";
   s += " zero" + std::to_string(r.zero.stage);
   if (r.zero.offload_optimizer) s += " offload";
   if (l.pp > 1) s += " " + l.schedule;
@@ -225,6 +226,9 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   saved.layout.ep = m.contains("layout") && m["layout"].is_object() && m["layout"].contains("ep")
                         ? int_field(m, where, "layout", "ep")
                         : 1;
+  // Sequence parallelism: absent in a manifest written before it existed (off).
+  saved.layout.sequence_parallel = m.at("layout").contains("sequence_parallel") &&
+                                   field<bool>(m, where, "layout", "sequence_parallel");
   saved.zero.stage = int_field(m, where, "layout", "zero_stage");
   saved.zero.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
   const std::string prec = field<std::string>(m, where, "layout", "precision");
@@ -233,7 +237,8 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   // The layout: another DP size alone is resharding (refused); anything else, the layouts.
   const ParallelLayout& a = saved.layout;
   const ParallelLayout& b = run.layout;
-  const bool same_rest = a.tp == b.tp && a.pp == b.pp && a.ep == b.ep && a.virtual_stages == b.virtual_stages &&
+  const bool same_rest = a.tp == b.tp && a.pp == b.pp && a.ep == b.ep &&
+                         a.sequence_parallel == b.sequence_parallel && a.virtual_stages == b.virtual_stages &&
                          (a.pp == 1 || a.schedule == b.schedule) && saved.zero.stage == run.zero.stage &&
                          saved.zero.offload_optimizer == run.zero.offload_optimizer;
   if (same_rest && a.dp != b.dp)
@@ -319,6 +324,7 @@ json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, c
             {"virtual_stages", l.virtual_stages},
             {"schedule", l.schedule},
             {"ep", l.ep},
+            {"sequence_parallel", l.sequence_parallel},
             {"zero_stage", run.zero.stage},
             {"offload_optimizer", run.zero.offload_optimizer},
             {"precision", precision_name(run.precision)}}},

@@ -59,6 +59,7 @@ class SharedTempDir {
 struct Case {
   std::string name;
   int tp = 1, dp = 1, pp = 1, v = 1, ep = 1;
+  bool sp = false;  // sequence parallel
   std::string schedule = "1f1b";
   ZeroConfig zero;
   GptConfig model = kModel;
@@ -76,6 +77,7 @@ Case make_case(const std::string& name, int tp, int dp, int pp, int stage = 0, i
 ParallelLayout layout_of(const Case& c, const TrainConfig& cfg) {
   ParallelLayout l;
   l.tp = c.tp, l.dp = c.dp, l.pp = c.pp, l.virtual_stages = c.v, l.schedule = c.schedule, l.ep = c.ep;
+  l.sequence_parallel = c.sp;
   l.micro_batches = cfg.micro_batches;
   return l;
 }
@@ -428,6 +430,31 @@ TEST(Checkpoint, RefusesAnotherRun) {
 }
 
 // A checkpoint of DP n/2 (saved by half the ranks) loaded by DP n: resharding is refused.
+// Sequence parallelism: the same parameters as TP alone (its LayerNorms replicated), and a
+// resume that keeps it on continues bitwise; turning it off or on at a resume is refused (the
+// LayerNorm gradients would be summed in another order from there on).
+TEST(Checkpoint, ResumeIsBitwiseSequenceParallel) {
+  auto w = make_mpi_world();
+  auto sp = [](Case c) {
+    c.sp = true;
+    c.name += " sp";
+    return c;
+  };
+  const auto cases = cases_of(w->size(), {sp(make_case("TP2", 2, 1, 1)), sp(make_case("TP2xDP2 zero1", 2, 2, 1, 1)),
+                                          sp(make_case("TP2xPP2", 2, 1, 2))});
+  if (cases.empty()) GTEST_SKIP() << "no TP 2 layout of " << w->size() << " ranks (ctest runs 2 and 4)";
+  for (const Case& c : cases) expect_bitwise_resume<float>(c, base_config(), *w, 3);
+  SharedTempDir dir(*w);
+  const TrainConfig cfg = base_config();
+  save_one_step(cases[0], cfg, *w, dir.path());
+  Case off = cases[0];
+  off.sp = false;
+  const std::string saved = describe_layout(info_of(cases[0], cfg));
+  EXPECT_NE(saved.find(" sp "), std::string::npos) << saved;
+  expect_refused(off, cfg, *w, checkpoint_step_dir(dir.path(), 1),
+                 "layout " + saved + " does not match this run's " + describe_layout(info_of(off, cfg)));
+}
+
 TEST(Checkpoint, RefusesAnotherDPSize) {
   auto w = make_mpi_world();
   const int n = w->size();

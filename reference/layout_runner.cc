@@ -79,7 +79,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   Device& device = spec.device;
   ParallelLayout l = spec.layout;
   l.micro_batches = cfg.micro_batches;
-  validate_layout(l, spec.model, cfg.global_batch, comm.size());
+  validate_layout(l, spec.model, cfg.global_batch, comm.size(), cfg.seq_len);
   OwnedGroups og = make_parallel_groups(comm, l);
   const LayoutHooks* hooks = spec.hooks;
   const std::unique_ptr<Communicator> wrapped_dp = hooks && hooks->wrap_dp ? hooks->wrap_dp(*og.dp) : nullptr;

@@ -27,20 +27,29 @@ void check_zero(int zero_stage, Offload offload) {
 // the statistics kept in fp32 (LayerNorm mean and rstd, the cross-entropy's max, sum-exp and
 // losses: ParallelGpt's acc_t<T> slots, as llm.c and Megatron-LM).
 u64 act_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
-// Of a stored activation set: the fp32 statistics' elements (4 BT per kept layer, 6 BT at the head).
-u64 stat_floats(const PlanConfig& c, bool last_chunk) {
-  const u64 BT = u64(c.micro_batch_size) * u64(c.tokens()), Lc = u64(c.model.L) / u64(c.layout.pp * c.layout.virtual_stages);
-  return (c.recompute == Recompute::full ? 0 : Lc * 4 * BT) + (last_chunk ? 6 * BT : 0);
+// The residual stream's rows a rank holds of a micro-batch's BT tokens: BT / tp under
+// sequence parallelism (ParallelGpt::rows), else BT.
+u64 stream_rows(const PlanConfig& c) {
+  const u64 BT = u64(c.micro_batch_size) * u64(c.tokens());
+  return c.layout.sequence_parallel ? BT / u64(c.layout.tp) : BT;
 }
 
-// Elements of one transformer layer's stored activations in ParallelGpt::acquire: ln1 (BT,C),
-// its mean and rstd (2BT), qkv (BT,3Cl), atty (BT,Cl), att (B,NHl,Tn,Tn), attproj, res2,
-// ln2 (BT,C each), its mean and rstd (2BT), fch and fch_gelu (BT,4Cl each), fcproj and res3
-// (BT,C each).
-u64 layer_floats(u64 B, u64 Tn, u64 C, u64 Cl, u64 NHl) {
+// Of a stored activation set: the fp32 statistics' elements (4 R per kept layer, the LayerNorm
+// statistics of its R rows; at the head lnf's 2 R and the cross-entropy's 4 BT).
+u64 stat_floats(const PlanConfig& c, bool last_chunk) {
+  const u64 BT = u64(c.micro_batch_size) * u64(c.tokens()), Lc = u64(c.model.L) / u64(c.layout.pp * c.layout.virtual_stages);
+  const u64 R = stream_rows(c);
+  return (c.recompute == Recompute::full ? 0 : Lc * 4 * R) + (last_chunk ? 2 * R + 4 * BT : 0);
+}
+
+// Elements of one transformer layer's stored activations in ParallelGpt::acquire: ln1 (R,C),
+// its mean and rstd (2R), qkv (BT,3Cl), atty (BT,Cl), att (B,NHl,Tn,Tn), attproj, res2,
+// ln2 (R,C each), its mean and rstd (2R), fch and fch_gelu (BT,4Cl each), fcproj and res3
+// (R,C each); R = BT rows of the residual stream, BT / tp under sequence parallelism.
+u64 layer_floats(u64 B, u64 Tn, u64 C, u64 Cl, u64 NHl, u64 R) {
   const u64 BT = B * Tn;
-  return BT * C + 2 * BT + 3 * BT * Cl + BT * Cl + B * NHl * Tn * Tn + BT * C + BT * C + BT * C + 2 * BT +
-         4 * BT * Cl + 4 * BT * Cl + BT * C + BT * C;
+  return R * C + 2 * R + 3 * BT * Cl + BT * Cl + B * NHl * Tn * Tn + R * C + R * C + R * C + 2 * R +
+         4 * BT * Cl + 4 * BT * Cl + R * C + R * C;
 }
 u64 attention_floats(u64 B, u64 Tn, u64 NHl) { return B * NHl * Tn * Tn; }
 }  // namespace
@@ -174,14 +183,18 @@ double megatron_weight_and_optimizer_bytes(const GptConfig& m, int tp, int pp, i
   return most_loaded * (distributed_optimizer ? 6.0 + 12.0 / dp : 18.0);
 }
 
-double korthikanti_layer_activation_bytes(const GptConfig& m, int seq, int b, int tp, Recompute r) {
+double korthikanti_layer_activation_bytes(const GptConfig& m, int seq, int b, int tp, Recompute r,
+                                          bool sequence_parallel) {
   const double s = seq, h = m.C, a = m.NH, t = tp, sbh = s * b * h;
+  // Sequence parallelism divides the 10 s b h of the LayerNorm and dropout regions by t too
+  // (Table 2's last rows; eq. 4 without recompute, eq. 6's 34/t with selective recompute).
+  const double replicated = sequence_parallel ? 10 / t : 10;
   switch (r) {
-    case Recompute::full: return 2 * sbh;
-    case Recompute::selective: return sbh * (10 + 24 / t);
+    case Recompute::full: return 2 * sbh / (sequence_parallel ? t : 1);
+    case Recompute::selective: return sbh * (replicated + 24 / t);
     case Recompute::none: break;
   }
-  return sbh * (10 + 24 / t + 5 * a * s / (h * t));
+  return sbh * (replicated + 24 / t + 5 * a * s / (h * t));
 }
 
 // ---- Level 2 ----
@@ -195,7 +208,7 @@ void validate_plan(const PlanConfig& c) {
     throw InputError("seq_len " + num(c.seq_len) + " is outside [1, T = " + num(c.model.T) + "]");
   const int64_t g = c.global_batch();
   if (g > INT32_MAX) throw InputError("global batch " + num(g) + " is too large");
-  validate_layout(c.layout, c.model, int(g), c.layout.world());
+  validate_layout(c.layout, c.model, int(g), c.layout.world(), c.tokens());
   check_zero(c.zero.stage, offload_of(c.zero));
 }
 
@@ -260,24 +273,24 @@ std::vector<ZeroUnit> plan_zero_units(const std::vector<PlanTensor>& tensors, in
 uint64_t activation_set_floats(const PlanConfig& c, bool last_chunk) {
   const ParallelLayout& l = c.layout;
   const u64 BT = u64(c.micro_batch_size) * u64(c.tokens()), C = u64(c.model.C), Vl = u64(c.model.V) / u64(l.tp),
-            Lc = u64(c.model.L) / u64(l.pp * l.virtual_stages);
-  // LM head (last chunk): lnf (BT,C), its mean and rstd (2BT), logits and probs (BT,Vl
-  // each), losses (BT), max (BT), sums (2BT).
-  const u64 head = last_chunk ? BT * C + 2 * BT + 2 * BT * Vl + BT + BT + 2 * BT : 0;
+            Lc = u64(c.model.L) / u64(l.pp * l.virtual_stages), R = stream_rows(c);
+  // LM head (last chunk): lnf (BT,C; gathered whole under sequence parallelism), its mean
+  // and rstd (2R), logits and probs (BT,Vl each), losses (BT), max (BT), sums (2BT).
+  const u64 head = last_chunk ? BT * C + 2 * R + 2 * BT * Vl + BT + BT + 2 * BT : 0;
   // Planned full recompute: each layer's input (x0 the first's), and the last layer's
   // output for the head.
-  if (c.recompute == Recompute::full) return Lc * layer_activation_floats(c) + (last_chunk ? BT * C + head : 0);
-  return BT * C + Lc * layer_activation_floats(c) + head;  // x0 (BT,C), the layers, the head
+  if (c.recompute == Recompute::full) return Lc * layer_activation_floats(c) + (last_chunk ? R * C + head : 0);
+  return R * C + Lc * layer_activation_floats(c) + head;  // x0 (R,C), the layers, the head
 }
 
 uint64_t layer_activation_floats(const PlanConfig& c) {
   const ParallelLayout& l = c.layout;
   const u64 B = u64(c.micro_batch_size), Tn = u64(c.tokens()), C = u64(c.model.C), Cl = C / u64(l.tp),
-            NHl = u64(c.model.NH) / u64(l.tp);
+            NHl = u64(c.model.NH) / u64(l.tp), R = stream_rows(c);
   switch (c.recompute) {
-    case Recompute::none: return layer_floats(B, Tn, C, Cl, NHl);
-    case Recompute::selective: return layer_floats(B, Tn, C, Cl, NHl) - attention_floats(B, Tn, NHl);
-    case Recompute::full: return B * Tn * C;
+    case Recompute::none: return layer_floats(B, Tn, C, Cl, NHl, R);
+    case Recompute::selective: return layer_floats(B, Tn, C, Cl, NHl, R) - attention_floats(B, Tn, NHl);
+    case Recompute::full: return R * C;
   }
   return 0;
 }
@@ -286,10 +299,14 @@ uint64_t workspace_floats(const PlanConfig& c) {
   const ParallelLayout& l = c.layout;
   const u64 B = u64(c.micro_batch_size), Tn = u64(c.tokens()), BT = B * Tn, C = u64(c.model.C),
             Cl = C / u64(l.tp), NHl = u64(c.model.NH) / u64(l.tp), Vl = u64(c.model.V) / u64(l.tp);
-  // ensure_scratch: dres, dln (BT,C each), two (BT,4Cl), datt (B,NHl,Tn,Tn), dlogits (BT,Vl), (BT).
+  const u64 R = stream_rows(c);
+  // ensure_scratch: dres, dln (BT,C each), two (BT,4Cl), datt (B,NHl,Tn,Tn), dlogits (BT,Vl), (BT);
+  // sequence parallel: the TP linears' work buffer (2 BT C) and a LayerNorm's partial
+  // gradients (2 C).
   u64 w = BT * C + BT * C + BT * 4 * Cl + BT * 4 * Cl + B * NHl * Tn * Tn + BT * Vl + BT;
+  if (l.sequence_parallel) w += 2 * BT * C + 2 * C;
   // Planned: the one layer being recomputed in backward.
-  if (c.recompute == Recompute::full) w += layer_floats(B, Tn, C, Cl, NHl);
+  if (c.recompute == Recompute::full) w += layer_floats(B, Tn, C, Cl, NHl, R);
   if (c.recompute == Recompute::selective) w += attention_floats(B, Tn, NHl);
   return w;
 }
@@ -336,7 +353,7 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
     r.activation_set_bytes.push_back(set);
     m.at(Tier::device, kAct) += u64(r.activation_sets[size_t(ch)]) * set;
   }
-  const u64 ws_stats = c.recompute == Recompute::full ? 4 * BT : 0;  // the recomputed layer's LayerNorm statistics
+  const u64 ws_stats = c.recompute == Recompute::full ? 4 * stream_rows(c) : 0;  // the recomputed layer's LayerNorm statistics
   r.workspace_bytes = (workspace_floats(c) - ws_stats) * ab + ws_stats * 4;
   m.at(Tier::device, kWork) = r.workspace_bytes;
   return r;

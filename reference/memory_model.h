@@ -124,10 +124,12 @@ DeepSpeedEstimate deepspeed_zero3_estimate(double total_params, double largest_l
 double megatron_weight_and_optimizer_bytes(const GptConfig& m, int tp, int pp, int dp, bool distributed_optimizer);
 
 /// Korthikanti et al. 2022 Table 2: activation bytes of one transformer layer, 16-bit
-/// activations with 1-byte dropout masks, s tokens, b sequences, h = C, a = NH, t = tp (no
-/// sequence parallelism): none: s b h (10 + 24/t + 5 a s/(h t)); selective: s b h
-/// (10 + 24/t); full: 2 s b h (the layer's input).
-double korthikanti_layer_activation_bytes(const GptConfig& m, int seq, int micro_batch, int tp, Recompute r);
+/// activations with 1-byte dropout masks, s tokens, b sequences, h = C, a = NH, t = tp:
+/// none: s b h (10 + 24/t + 5 a s/(h t)); selective: s b h (10 + 24/t); full: 2 s b h (the
+/// layer's input). With sequence parallelism (eq. 4 and Table 2's last rows) every term is
+/// divided by t: s b h (34/t + 5 a s/(h t)), s b h 34/t, and 2 s b h / t.
+double korthikanti_layer_activation_bytes(const GptConfig& m, int seq, int micro_batch, int tp, Recompute r,
+                                          bool sequence_parallel = false);
 
 // ---------------------------------------------------------------------------------------
 // Level 2: the reference trainer's exact plan.
@@ -196,8 +198,10 @@ std::vector<ZeroUnit> plan_zero_units(const std::vector<PlanTensor>& tensors, in
 /// (recompute none); full / selective recompute as planned in memory_model.cc.
 uint64_t activation_set_floats(const PlanConfig& c, bool last_chunk);
 uint64_t workspace_floats(const PlanConfig& c);
-/// Elements one transformer layer keeps per micro-batch: recompute none 6 BT C + 4 BT +
-/// 12 BT Cl + B NHl Tn^2; selective without the B NHl Tn^2 attention matrix; full BT C.
+/// Elements one transformer layer keeps per micro-batch: recompute none 6 R C + 4 R +
+/// 12 BT Cl + B NHl Tn^2; selective without the B NHl Tn^2 attention matrix; full R C; R =
+/// BT, or BT / tp under sequence parallelism (Korthikanti et al. 2022's 1/t on the
+/// LayerNorm and residual regions).
 uint64_t layer_activation_floats(const PlanConfig& c);
 
 /// The plan of the rank at (tp_rank, pp_rank): bytes per (tier, category) at their peaks.

@@ -144,6 +144,10 @@ TEST(MemoryModelMegatron, WeightAndOptimizerFormula) {
   EXPECT_DOUBLE_EQ(korthikanti_layer_activation_bytes(m, 32, 2, 1, Recompute::none),
                    34.0 * 32 * 2 * 64 + 5.0 * 4 * 32 * 32 * 2);
   EXPECT_DOUBLE_EQ(korthikanti_layer_activation_bytes(m, 32, 2, 1, Recompute::full), 2.0 * 32 * 2 * 64);
+  // With TP 4 and sequence parallelism (eq. 4): sbh (34/t + 5 a s/(h t)); selective sbh 34/t.
+  EXPECT_DOUBLE_EQ(korthikanti_layer_activation_bytes(m, 32, 2, 4, Recompute::none, true),
+                   32.0 * 2 * 64 * (34.0 / 4 + 5.0 * 4 * 32 / (64 * 4)));
+  EXPECT_DOUBLE_EQ(korthikanti_layer_activation_bytes(m, 32, 2, 4, Recompute::selective, true), 32.0 * 2 * 64 * 34 / 4);
 }
 
 PlanConfig small_plan(int tp, int pp, int dp, const std::string& schedule = "1f1b", int v = 1, int m = 1) {
@@ -273,7 +277,8 @@ TEST(MemoryModelPlan, ActivationSetsGpipeVs1f1b) {
   }
 }
 
-// A TP group stand-in of any size for one process: collectives copy send to recv.
+// A TP group stand-in of any size for one process: collectives copy send to recv (all-gather
+// into this rank's block, reduce-scatter from it).
 class CopyComm final : public Communicator {
  public:
   CopyComm(int rank, int size) : rank_(rank), size_(size) {}
@@ -282,8 +287,12 @@ class CopyComm final : public Communicator {
   std::string name() const override { return "tp-stand-in"; }
   std::string backend() const override { return "none"; }
   void all_reduce(const void* s, void* r, size_t n, DType t, ReduceOp) override { copy(s, r, n, t); }
-  void all_gather(const void*, void*, size_t, DType) override { no(); }
-  void reduce_scatter(const void*, void*, size_t, DType, ReduceOp) override { no(); }
+  void all_gather(const void* s, void* r, size_t n, DType t) override {
+    copy(s, static_cast<char*>(r) + size_t(rank_) * n * dtype_size(t), n, t);
+  }
+  void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp) override {
+    copy(static_cast<const char*>(s) + size_t(rank_) * n * dtype_size(t), r, n, t);
+  }
   void broadcast(void*, size_t, DType, int) override {}
   void broadcast(const void* s, void* r, size_t n, DType t, int) override { copy(s, r, n, t); }
   void send(const void*, size_t, DType, int, int) override { no(); }
@@ -327,12 +336,16 @@ TEST(MemoryModelPlan, MatchesParallelGptAllocations) {
   // the stage's schedule runs (the rank's forwards and backwards with stand-in inputs):
   // every category's peak, byte for byte.
   struct L { int tp, pp, v, m; const char* s; };
-  // Each recompute setting too: the measured activation and workspace bytes are the plan's.
+  // Each recompute setting too: the measured activation and workspace bytes are the plan's;
+  // and each TP layout with sequence parallelism.
+  for (bool sp : {false, true})
   for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
   for (const L& l : {L{1, 1, 1, 2, "1f1b"}, L{2, 1, 1, 3, "gpipe"}, L{1, 2, 1, 4, "1f1b"}, L{2, 4, 1, 4, "gpipe"},
                      L{4, 2, 1, 3, "1f1b"}, L{1, 2, 2, 4, "interleaved"}, L{2, 2, 2, 2, "interleaved"}}) {
+    if (sp && l.tp == 1) continue;
     PlanConfig c = small_plan(l.tp, l.pp, 1, l.s, l.v, l.m);
     c.recompute = rc;
+    c.layout.sequence_parallel = sp;
     const int B = c.micro_batch_size, Tn = c.seq_len;
     const size_t BT = size_t(B) * Tn;
     std::vector<int32_t> ids(BT);
@@ -342,7 +355,7 @@ TEST(MemoryModelPlan, MatchesParallelGptAllocations) {
       for (int p = 0; p < l.pp; ++p) {
         SCOPED_TRACE("tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " v " + std::to_string(l.v) +
                      " " + l.s + ", rank (" + std::to_string(t) + ", " + std::to_string(p) + "), recompute " +
-                     std::string(to_string(rc)));
+                     std::string(to_string(rc)) + (sp ? ", sequence parallel" : ""));
         CpuDevice dev;
         CopyComm tp(t, l.tp), dp(0, 1);
         ParallelGpt<float> model(c.model, c.layout, grid_rank(GridCoord{t, 0, p}, c.layout), dev, tp);

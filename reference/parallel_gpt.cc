@@ -31,7 +31,10 @@ bool is_stat(int act) {
          act == kLnfRstd || act == kLosses || act == kMax || act == kSums;
 }
 // Backward scratch, one set per rank (backwards run one at a time).
-enum Scratch { sDRes, sDLn, sDBig, sDBig2, sDAtt, sDLogits, sDMax, kNumScratch };
+// Sequence parallel only: sSp, the TP linears' work buffer (2 BT C: a gathered input and a
+// full input gradient; the embedding's and the head's whole rows too), and sLnPart, a
+// LayerNorm's partial weight and bias gradients (2 C).
+enum Scratch { sDRes, sDLn, sDBig, sDBig2, sDAtt, sDLogits, sDMax, sSp, sLnPart, kNumScratch };
 }  // namespace
 
 template <typename T>
@@ -78,12 +81,17 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
   Cl_ = C / layout.tp;
   NHl_ = cfg.NH / layout.tp;
   Vl_ = cfg.V / layout.tp;
+  sp_ = layout.sequence_parallel;
+  if (sp_ && (layout.tp == 1 || cfg.moe.num_experts > 0))
+    throw InputError("ParallelGpt: sequence_parallel needs tensor_parallel > 1 and a dense model");
   // NH % tp == 0 and C % NH == 0, so tp divides C, 3C and 4C: the layers accept the sizes.
-  qkv_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "qkv", C, 3 * C, &stats_);
+  qkv_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "qkv", C, 3 * C, &stats_, sp_);
   // The row-parallel projections: with tp = 1 the bias inside the GEMM, exactly as gpt.cc.
-  attproj_ = std::make_unique<RowParallelLinear<T>>(*ops_, tp, "attproj", C, C, &stats_, BiasAtTp1::in_gemm);
-  fc_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "fc", C, 4 * C, &stats_);
-  fcproj_ = std::make_unique<RowParallelLinear<T>>(*ops_, tp, "fcproj", 4 * C, C, &stats_, BiasAtTp1::in_gemm);
+  attproj_ =
+      std::make_unique<RowParallelLinear<T>>(*ops_, tp, "attproj", C, C, &stats_, BiasAtTp1::in_gemm, sp_);
+  fc_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "fc", C, 4 * C, &stats_, sp_);
+  fcproj_ =
+      std::make_unique<RowParallelLinear<T>>(*ops_, tp, "fcproj", 4 * C, C, &stats_, BiasAtTp1::in_gemm, sp_);
   head_ce_ = std::make_unique<VocabParallelCrossEntropy<T>>(*ops_, tp, cfg.V, &stats_);
 
   // The local flat layout, unit by unit: wte shard, wpe, the chunks' layers, final LayerNorm.
@@ -241,18 +249,21 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
     s->B = B;
     s->Tn = Tn;
     const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
+    const int64_t r = rows(b * t);  // the residual stream's rows here (sequence parallel: BT / tp)
     const bool last = is_last(chunk), full = recompute_ == Recompute::full;
     // Layers' stacks: none keeps every activation of every layer; selective all but the
     // attention matrix; full only each layer's input (x0, then res3 of the layer before)
     // and, in the last chunk, the last layer's output for the head.
     const int64_t L = full ? 0 : Lc_, La = recompute_ == Recompute::none ? Lc_ : 0;
     const int64_t Lres = full ? Lc_ - 1 + (last ? 1 : 0) : Lc_;
+    // Sequence parallel: the residual stream's activations and LayerNorm statistics hold r
+    // rows; the final LayerNorm's output is gathered whole for the head (kLnf, (BT, C)).
     const std::vector<std::vector<int64_t>> shapes = {
-        {b, t, C},
-        {L, b, t, C}, {L, b, t}, {L, b, t}, {L, b, t, 3 * Cl}, {L, b, t, Cl}, {La, b, NH, t, t}, {L, b, t, C},
-        {L, b, t, C}, {L, b, t, C}, {L, b, t}, {L, b, t}, {L, b, t, 4 * Cl}, {L, b, t, 4 * Cl}, {L, b, t, C},
-        {Lres, b, t, C},
-        {b, t, C}, {b, t}, {b, t}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
+        {r, C},
+        {L, r, C}, {L, r}, {L, r}, {L, b, t, 3 * Cl}, {L, b, t, Cl}, {La, b, NH, t, t}, {L, r, C},
+        {L, r, C}, {L, r, C}, {L, r}, {L, r}, {L, b, t, 4 * Cl}, {L, b, t, 4 * Cl}, {L, r, C},
+        {Lres, r, C},
+        {b, t, C}, {r}, {r}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
     for (int i = 0; i < kNumActs; ++i) {
       const bool skip = (i >= kLnf && !last) || shapes[i][0] == 0;
       const DType dt = is_stat(i) ? dtype_of<acc_t<T>>() : dtype_of<T>();
@@ -271,24 +282,25 @@ template <typename T>
 void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
   if (B == sB_ && Tn == sT_) return;
   scratch_.clear();
-  const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
-  std::vector<std::vector<int64_t>> shapes = {{b, t, C},      {b, t, C},  {b, t, 4 * Cl}, {b, t, 4 * Cl},
-                                              {b, NH, t, t}, {b, t, V}, {b, t}};
+  const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_, r = rows(b * t);
+  std::vector<std::vector<int64_t>> shapes = {{b, t, C},      {b, t, C}, {b, t, 4 * Cl}, {b, t, 4 * Cl},
+                                              {b, NH, t, t}, {b, t, V}, {b, t},
+                                              {sp_ ? 2 : 0, b, t, C}, {sp_ ? 2 : 0, C}};  // sSp, sLnPart
   // Recompute buffers after the backward scratch: selective, one attention matrix; full, one
   // layer's activations (kLn1 .. kRes3), where the forward and its recomputation write.
   if (recompute_ == Recompute::selective) shapes.push_back({b, NH, t, t});
   std::vector<DType> types(shapes.size(), dtype_of<T>());
   if (recompute_ == Recompute::full) {
-    const std::vector<std::vector<int64_t>> layer = {{b, t, C},     {b, t},    {b, t},    {b, t, 3 * Cl}, {b, t, Cl},
-                                                     {b, NH, t, t}, {b, t, C}, {b, t, C}, {b, t, C},      {b, t},
-                                                     {b, t},        {b, t, 4 * Cl}, {b, t, 4 * Cl}, {b, t, C}, {b, t, C}};
+    const std::vector<std::vector<int64_t>> layer = {{r, C},        {r},    {r},    {b, t, 3 * Cl}, {b, t, Cl},
+                                                     {b, NH, t, t}, {r, C}, {r, C}, {r, C},          {r},
+                                                     {r},           {b, t, 4 * Cl}, {b, t, 4 * Cl}, {r, C}, {r, C}};
     for (size_t i = 0; i < layer.size(); ++i) {  // kLn1 .. kRes3
       shapes.push_back(layer[i]);
       types.push_back(is_stat(kLn1 + int(i)) ? dtype_of<acc_t<T>>() : dtype_of<T>());
     }
   }
   for (size_t i = 0; i < shapes.size(); ++i)
-    scratch_.push_back(Tensor::empty(device_, shapes[i], types[i], MemCategory::workspace));
+    scratch_.push_back(shapes[i][0] == 0 ? Tensor() : Tensor::empty(device_, shapes[i], types[i], MemCategory::workspace));
   sB_ = B;
   sT_ = Tn;
 }
@@ -296,19 +308,20 @@ void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
 template <typename T>
 typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, bool last_chunk) {
   const size_t BT = size_t(s.B) * s.Tn, C = cfg_.C, Cl = Cl_, att = size_t(s.B) * NHl_ * s.Tn * s.Tn;
+  const size_t R = size_t(rows(int64_t(BT)));  // the residual stream's rows
   LayerActs a;
-  auto R = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<T>(); };
+  auto Rs = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<T>(); };
   auto RA = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<acc_t<T>>(); };
   if (recompute_ == Recompute::full) {  // everything in the one-layer scratch set but the kept inputs
-    a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
-    a.ln1 = R(kLn1), a.ln1_mean = RA(kLn1Mean), a.ln1_rstd = RA(kLn1Rstd), a.qkv = R(kQkv), a.atty = R(kAtty);
-    a.att = R(kAtt), a.attproj = R(kAttproj), a.res2 = R(kRes2), a.ln2 = R(kLn2), a.ln2_mean = RA(kLn2Mean);
-    a.ln2_rstd = RA(kLn2Rstd), a.fch = R(kFch), a.fchg = R(kFchGelu), a.fcproj = R(kFcproj);
-    a.res3 = k < Lc_ - 1 || last_chunk ? s.p(kRes3) + size_t(k) * BT * C : R(kRes3);
+    a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * R * C;
+    a.ln1 = Rs(kLn1), a.ln1_mean = RA(kLn1Mean), a.ln1_rstd = RA(kLn1Rstd), a.qkv = Rs(kQkv), a.atty = Rs(kAtty);
+    a.att = Rs(kAtt), a.attproj = Rs(kAttproj), a.res2 = Rs(kRes2), a.ln2 = Rs(kLn2), a.ln2_mean = RA(kLn2Mean);
+    a.ln2_rstd = RA(kLn2Rstd), a.fch = Rs(kFch), a.fchg = Rs(kFchGelu), a.fcproj = Rs(kFcproj);
+    a.res3 = k < Lc_ - 1 || last_chunk ? s.p(kRes3) + size_t(k) * R * C : Rs(kRes3);
     return a;
   }
-  const size_t oC = size_t(k) * BT * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * BT;
-  a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * BT * C;
+  const size_t oC = size_t(k) * R * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * R;
+  a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * R * C;
   a.ln1 = s.p(kLn1) + oC, a.ln1_mean = s.pa(kLn1Mean) + oN, a.ln1_rstd = s.pa(kLn1Rstd) + oN;
   a.qkv = s.p(kQkv) + 3 * oCl, a.atty = s.p(kAtty) + oCl;
   a.att = recompute_ == Recompute::selective ? scratch_[kNumScratch].template data<T>() : s.p(kAtt) + size_t(k) * att;
@@ -324,25 +337,27 @@ void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerP
                                    MoeActivations<T>* ma, bool recomputing) {
   Ops<T>& ops = *ops_;
   const int C = cfg_.C, Cl = Cl_, NH = NHl_;
-  const size_t BT = size_t(B) * Tn;
+  const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
+  T* work = sp_ ? scratch_[sSp].template data<T>() : nullptr;  // sequence parallel: the gathers' buffer
   auto W = [&](int i) { return up + lp.o[i]; };
-  ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, W(Pln1w), W(Pln1b), int(BT), C);
-  // Column-parallel QKV on the replicated ln1 (f forward is the identity).
-  qkv_->forward(a.qkv, a.ln1, int(BT), W(Pqkvw), W(Pqkvb));
+  ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, W(Pln1w), W(Pln1b), int(R), C);
+  // Column-parallel QKV on the replicated ln1 (f forward is the identity; sequence parallel:
+  // ln1's blocks gathered first).
+  qkv_->forward(a.qkv, a.ln1, int(BT), W(Pqkvw), W(Pqkvb), work);
   ops.attention_forward(a.atty, a.att, a.qkv, B, Tn, Cl, NH);
-  // Row-parallel projection: partial sums, g forward, then the bias once (tp = 1: the bias
-  // inside the GEMM, exactly as gpt.cc).
-  attproj_->forward(a.attproj, a.atty, int(BT), W(Pattprojw), W(Pattprojb));
-  ops.residual_forward(a.res2, a.x, a.attproj, BT * C);
-  ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(BT), C);
+  // Row-parallel projection: partial sums, g forward (sequence parallel: a reduce-scatter),
+  // then the bias once (tp = 1: the bias inside the GEMM, exactly as gpt.cc).
+  attproj_->forward(a.attproj, a.atty, int(BT), W(Pattprojw), W(Pattprojb), work);
+  ops.residual_forward(a.res2, a.x, a.attproj, R * C);
+  ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(R), C);
   if (lp.moe) {
     moe_ffn_forward(*ma, lp, a, up, int(BT), Tn, recomputing);
   } else {
-    fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb));
+    fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb), work);
     ops.gelu_forward(a.fchg, a.fch, BT * 4 * Cl);
-    fcproj_->forward(a.fcproj, a.fchg, int(BT), W(Pfcprojw), W(Pfcprojb));
+    fcproj_->forward(a.fcproj, a.fchg, int(BT), W(Pfcprojw), W(Pfcprojb), work);
   }
-  ops.residual_forward(a.res3, a.res2, a.fcproj, BT * C);
+  ops.residual_forward(a.res3, a.res2, a.fcproj, R * C);
 }
 
 template <typename T>
@@ -352,9 +367,12 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   DTB_CHECK(B > 0 && Tn > 0 && Tn <= cfg_.T, "ParallelGpt::forward: sequence length out of range");
   const int C = cfg_.C, Vl = Vl_;
   const size_t BT = size_t(B) * Tn;
+  DTB_CHECK(!sp_ || BT % size_t(layout_.tp) == 0, "ParallelGpt::forward: sequence parallel needs BT divisible by tp");
+  const size_t R = size_t(rows(int64_t(BT)));
   const bool first = is_first(chunk), last = is_last(chunk);
   ActSet& s = acquire(chunk, mb, B, Tn);
   ensure_scratch(B, Tn);  // the recompute buffers are written in forward too
+  T* work = sp_ ? scratch_[sSp].template data<T>() : nullptr;
   Ops<T>& ops = *ops_;
   ParamStore<T>& st = store();
   const int v0 = coord_.tp * Vl, v1 = v0 + Vl;
@@ -366,14 +384,19 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     ops.copy_from_host(s.tok(), tokens, BT * sizeof(int32_t));
     // Vocabulary-parallel embedding: rows outside the shard are 0, wpe added on TP rank 0,
     // then g (all-reduce SUM): each sum has one non-zero term per input, so it is exact.
-    ops.embedding_shard_forward(s.p(kX0), s.tok(), st.param(wte_unit_), coord_.tp == 0 ? st.param(wpe_unit_) : nullptr,
-                                B, Tn, C, v0, v1);
+    // Sequence parallel: the sum reduce-scattered instead, each TP rank keeping its rows.
+    T* emb = sp_ ? work : s.p(kX0);
+    ops.embedding_shard_forward(emb, s.tok(), st.param(wte_unit_), coord_.tp == 0 ? st.param(wpe_unit_) : nullptr, B,
+                                Tn, C, v0, v1);
     st.release_param(wte_unit_);
     if (coord_.tp == 0) st.release_param(wpe_unit_);
-    reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, s.p(kX0), BT * C, &stats_);
+    if (sp_)
+      reduce_scatter_to_sequence_parallel_region<T>(Pass::forward, ops, tp_, emb, s.p(kX0), R * C, &stats_);
+    else
+      reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, s.p(kX0), BT * C, &stats_);
   } else {
     DTB_CHECK(x != nullptr, "ParallelGpt::forward: a chunk after the first needs its input");
-    copy_within(ops, s.p(kX0), x, BT * C);
+    copy_within(ops, s.p(kX0), x, R * C);
   }
   if (last) {
     check_ids(targets);
@@ -395,8 +418,11 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
 
   // LM head on the wte shard; vocabulary-parallel cross-entropy.
   const T* lnf = st.param(lnf_unit_);
-  ops.layernorm_forward(s.p(kLnf), s.pa(kLnfMean), s.pa(kLnfRstd), out, lnf, lnf + C, int(BT), C);
+  // Sequence parallel: this rank's rows into its block of kLnf, gathered in place (g-bar).
+  T* lnf_mine = s.p(kLnf) + (sp_ ? size_t(coord_.tp) * R * C : 0);
+  ops.layernorm_forward(lnf_mine, s.pa(kLnfMean), s.pa(kLnfRstd), out, lnf, lnf + C, int(R), C);
   st.release_param(lnf_unit_);
+  if (sp_) gather_from_sequence_parallel_region<T>(Pass::forward, ops, tp_, s.p(kLnf), lnf_mine, R * C, &stats_);
   ops.matmul_forward(s.p(kLogits), s.p(kLnf), st.param(wte_unit_), static_cast<const T*>(nullptr), int(BT), C, Vl);
   st.release_param(wte_unit_);
   // The max and the sum-exp travel in A (fp32 under mixed precision).
@@ -417,9 +443,10 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
   DTB_CHECK(it != live_[chunk].end(), "ParallelGpt::backward: no forward of this micro-batch");
   ActSet& s = *it->second;
   const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, Vl = Vl_;
-  const size_t BT = size_t(B) * Tn;
+  const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   ensure_scratch(B, Tn);
   auto S = [&](int i) { return scratch_[i].template data<T>(); };
+  T* work = sp_ ? S(sSp) : nullptr;  // sequence parallel: the gathers' buffer
   Ops<T>& ops = *ops_;
   ParamStore<T>& st = store();
   const bool first = is_first(chunk), last = is_last(chunk);
@@ -430,23 +457,27 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
   T* dres = S(sDRes);  // the residual stream's gradient, replicated over TP
   if (last) {
     head_ce_->backward(S(sDLogits), s.p(kProbs), s.tgt(), loss_scale, int(BT));
-    ops.zero(S(sDLn), BT * C);
-    ops.matmul_backward(S(sDLn), st.grad(wte_unit_), static_cast<T*>(nullptr), S(sDLogits), s.p(kLnf),
+    T* dhead = sp_ ? work : S(sDLn);  // the head input's gradient, all BT rows
+    ops.zero(dhead, BT * C);
+    ops.matmul_backward(dhead, st.grad(wte_unit_), static_cast<T*>(nullptr), S(sDLogits), s.p(kLnf),
                         st.param(wte_unit_), int(BT), C, Vl);
     st.release_param(wte_unit_);
     if (!holds_first) st.grad_done(wte_unit_);
-    // The head's input is replicated; its gradient is partial over the vocabulary shards.
-    copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
-    ops.zero(dres, BT * C);
+    // The head's input is replicated; its gradient is partial over the vocabulary shards: summed
+    // over TP (sequence parallel: reduce-scattered, g-bar backward, each rank its rows).
+    if (sp_)
+      gather_from_sequence_parallel_region<T>(Pass::backward, ops, tp_, dhead, S(sDLn), R * C, &stats_);
+    else
+      copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
+    ops.zero(dres, R * C);
     const T* xL = layer_acts(s, Lc_ - 1, true).res3;
     T* dlnf = st.grad(lnf_unit_);
-    ops.layernorm_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.pa(kLnfMean), s.pa(kLnfRstd),
-                           int(BT), C);
+    ln_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.pa(kLnfMean), s.pa(kLnfRstd), int(R));
     st.release_param(lnf_unit_);
     st.grad_done(lnf_unit_);
   } else {
     DTB_CHECK(dout != nullptr, "ParallelGpt::backward: a chunk before the last needs its output's gradient");
-    copy_within(ops, dres, dout, BT * C);
+    copy_within(ops, dres, dout, R * C);
   }
   for (int k = Lc_ - 1; k >= 0; --k) {
     const LayerParams& lp = layers_[chunk][k];
@@ -459,7 +490,7 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
     // same values, so every activation is bitwise the first forward's.
     if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn, lp.moe ? &s.moe[size_t(k)] : nullptr, true);
     if (lp.moe) {  // its losses weigh BT * loss_scale, as forward added them
-      ops.zero(S(sDLn), BT * C);
+      ops.zero(S(sDLn), R * C);
       moe_ffn_backward(s.moe[size_t(k)], lp, a, up, ug, int(BT), dres, S(sDLn), double(loss_scale) * double(BT));
       // Full recompute keeps no MoE activations: the recomputed ones go with this layer's backward.
       if (recompute_ == Recompute::full) s.moe[size_t(k)] = MoeActivations<T>{};
@@ -468,30 +499,36 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
       // sums over TP.
       T* dfchg = S(sDBig);
       T* dfch = S(sDBig2);
-      fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb));
+      fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb), work);
       ops.zero(dfch, BT * 4 * Cl);
       ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
-      fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb));
+      fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb), work);
     }
-    ops.layernorm_backward(dres, D(Pln2w), D(Pln2b), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(BT), C);
+    ln_backward(dres, D(Pln2w), D(Pln2b), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(R));
     // Attention branch.
     T* datty = S(sDBig2);
-    attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb));
+    attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb), work);
     T* dqkv = S(sDBig);
     // Selective recompute: the attention core's softmax again from the kept qkv (its output
     // into dqkv's buffer before that is zeroed; the kept atty is not touched).
     if (recompute_ == Recompute::selective) ops.attention_forward(dqkv, a.att, a.qkv, B, Tn, Cl, NH);
     ops.zero(dqkv, BT * 3 * Cl);
     ops.attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.att, B, Tn, Cl, NH);
-    qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), D(Pqkvw), D(Pqkvb));
-    ops.layernorm_backward(dres, D(Pln1w), D(Pln1b), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(BT), C);
+    qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), D(Pqkvw), D(Pqkvb), work);
+    ln_backward(dres, D(Pln1w), D(Pln1b), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(R));
     st.release_param(lp.unit);
     st.grad_done(lp.unit);
   }
   const T* result = dres;
   if (first) {
-    // g forward's backward is the identity: dres is the full gradient on every TP rank.
-    ops.embedding_shard_backward(st.grad(wte_unit_), st.grad(wpe_unit_), dres, s.tok(), B, Tn, C, v0, v0 + Vl);
+    // g forward's backward is the identity: dres is the full gradient on every TP rank
+    // (sequence parallel: the reduce-scatter's backward gathers the ranks' rows whole).
+    const T* demb = dres;
+    if (sp_) {
+      reduce_scatter_to_sequence_parallel_region<T>(Pass::backward, ops, tp_, work, dres, R * C, &stats_);
+      demb = work;
+    }
+    ops.embedding_shard_backward(st.grad(wte_unit_), st.grad(wpe_unit_), demb, s.tok(), B, Tn, C, v0, v0 + Vl);
     st.grad_done(wte_unit_);
     st.grad_done(wpe_unit_);
     result = nullptr;
@@ -499,6 +536,25 @@ const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> los
   pool_[chunk].push_back(std::move(it->second));
   live_[chunk].erase(it);
   return result;
+}
+
+template <typename T>
+void ParallelGpt<T>::ln_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                                 const acc_t<T>* mean, const acc_t<T>* rstd, int R) {
+  Ops<T>& ops = *ops_;
+  const int C = cfg_.C;
+  if (!sp_) {
+    ops.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, R, C);
+    return;
+  }
+  // Each TP rank's rows give part of the weight and bias gradients: their sum over TP is the
+  // gradient (Megatron-LM #1446 is this sum left out), accumulated into dw and db.
+  T* part = scratch_[sLnPart].template data<T>();
+  ops.zero(part, 2 * size_t(C));
+  ops.layernorm_backward(dinp, part, part + C, dout, inp, w, mean, rstd, R, C);
+  sum_over_tensor_parallel<T>(ops, tp_, part, 2 * size_t(C), &stats_);
+  ops.residual_forward(dw, dw, part, size_t(C));
+  ops.residual_forward(db, db, part + C, size_t(C));
 }
 
 template <typename T>

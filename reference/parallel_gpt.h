@@ -15,6 +15,17 @@
 //              cross-entropy (max and sum-exp all-reduced, Megatron's cross_entropy.py;
 //              VocabParallelCrossEntropy of reference/tensor_parallel.h).
 //
+// Sequence parallelism (layout.sequence_parallel; Korthikanti et al. 2022 Sec. 4.2.2 and
+// Fig. 5): the embedding's output is reduce-scattered, not all-reduced; each TP rank holds
+// its block of BT / tp tokens of the residual stream, the LayerNorms and the residual adds;
+// the column-parallel QKV and fc all-gather their input (and gather it again in backward,
+// where their input gradient is reduce-scattered); the row-parallel projections
+// reduce-scatter their output; the final LayerNorm's output is gathered for the head. A
+// LayerNorm's weight and bias gradients are then partial on each TP rank and are summed over
+// TP (sum_over_tensor_parallel) in each backward before they are accumulated; the
+// row-parallel biases' gradients come whole from the gathered output gradient. Stages
+// exchange their BT / tp rows.
+//
 // Pipeline: the pp * v virtual stages hold L / (pp v) consecutive layers each; virtual
 // stage s = chunk * pp + pp_rank (Megatron's interleaved assignment, reference/
 // pipeline_schedule.h); the first holds the embedding, the last the final LayerNorm and
@@ -155,7 +166,8 @@ class ParallelGpt {
   /// activation `x` (BT, C) in the backend's memory (copied; the caller may reuse it).
   /// The last chunk needs `targets` (host) and returns null, setting *loss_sum to the sum
   /// of its BT token losses; another returns its output (BT, C), valid until the next
-  /// forward or backward on this rank (under full recompute it is in scratch). An MoE
+  /// forward or backward on this rank (under full recompute it is in scratch). Sequence
+  /// parallel: x and the output are this TP rank's block of the rows, (BT / tp, C). An MoE
   /// model's chunk adds BT (aux + z) of each of its MoE layers to *loss_sum (every chunk sets
   /// it; 0 for a dense chunk before the last), as Gpt::forward. Errors: ids out of range or a
   /// micro-batch already in flight in this chunk abort.
@@ -164,7 +176,8 @@ class ParallelGpt {
   /// Backward of micro-batch `mb` through `chunk`: the last chunk starts from its loss
   /// scaled by `loss_scale` (dout ignored); another takes the gradient of its output
   /// `dout` (BT, C). Accumulates into grads(). Returns the gradient of the chunk's input
-  /// (BT, C), valid until the next backward, or null for the first chunk. Frees the
+  /// (BT, C), valid until the next backward, or null for the first chunk. Sequence parallel:
+  /// dout and the result are this TP rank's block, (BT / tp, C). Frees the
   /// micro-batch's activations. Errors: no forward of (chunk, mb) aborts.
   const T* backward(int chunk, int mb, const T* dout, acc_t<T> loss_scale);
 
@@ -247,6 +260,13 @@ class ParallelGpt {
   std::unique_ptr<RowParallelLinear<T>> attproj_, fcproj_;
   std::unique_ptr<VocabParallelCrossEntropy<T>> head_ce_;  // the LM head's loss
   int Lc_ = 0, Cl_ = 0, NHl_ = 0, Vl_ = 0;  // layers per chunk, per-TP-rank sizes
+  bool sp_ = false;                          // layout.sequence_parallel
+  // The rows of the residual stream this rank holds: BT / tp under sequence parallelism.
+  int64_t rows(int64_t BT) const { return sp_ ? BT / layout_.tp : BT; }
+  // A LayerNorm's backward over this rank's R rows; under sequence parallelism its weight and
+  // bias gradients are summed over TP before they are accumulated into dw, db.
+  void ln_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const acc_t<T>* mean,
+                   const acc_t<T>* rstd, int R);
   std::vector<LocalTensor> tensors_;
   std::vector<ParamUnit> units_;
   size_t num_params_ = 0;

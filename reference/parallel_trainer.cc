@@ -33,7 +33,8 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   Ops<T>& ops = model.ops();
   const int me = g.pp.rank(), prev = (me - 1 + p) % p, next = (me + 1) % p;
   const int per_rank = cfg.global_batch / dp, mbs = per_rank / m, Tn = cfg.seq_len;
-  const size_t BTC = size_t(mbs) * Tn * model.config().C;
+  // A stage's message: its output rows (sequence parallel: this TP rank's BT / tp), C wide.
+  const size_t BTC = size_t(mbs) * Tn / (L.sequence_parallel ? size_t(L.tp) : 1) * model.config().C;
   const double global_tokens = double(cfg.global_batch) * Tn;
   const int nv = p * v;
   Stopwatch sw;
@@ -170,7 +171,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
                         ParallelGroups& g, SpanRecorder* spans, const TrainLoop& loop) {
   ParallelLayout layout = model.layout();
   layout.micro_batches = cfg.micro_batches;
-  validate_layout(layout, model.config(), cfg.global_batch, g.world.size());
+  validate_layout(layout, model.config(), cfg.global_batch, g.world.size(), cfg.seq_len);
   validate_train_config(cfg, model.config(), layout.dp);
   if (loop.first_step < 0 || loop.first_step > cfg.steps)
     throw InputError("first step " + std::to_string(loop.first_step) + " is outside [0, steps = " +

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/device.h"
+#include "reference/parallel_test_util.h"
 #include "reference/parallel_trainer.h"
 #include "reference/test_dataset.h"
 #include "reference/trainer.h"
@@ -20,44 +21,16 @@ const GptConfig kModel{4, 32, 4, 16, 256};
 
 std::unique_ptr<Communicator> world() { return make_mpi_world(); }
 
-double rel_diff(const std::vector<double>& a, const std::vector<double>& ref) {
-  double s = 0, r = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += (a[i] - ref[i]) * (a[i] - ref[i]), r += ref[i] * ref[i];
-  return std::sqrt(s / r);
-}
-
-// The single-rank model's step-0 gradient and loss, every rank computing it alone.
+// The shared helpers (reference/parallel_test_util.h) on this file's model.
 template <typename T>
 std::vector<double> baseline_grads(const TrainConfig& cfg, double* loss) {
-  CpuDevice dev;
-  Gpt<T> m(kModel, dev);
-  m.init(cfg.seed);
-  auto self = make_mpi_self();
-  *loss = compute_gradients(m, test_data(), cfg, 0, *self);
-  return {m.grads(), m.grads() + m.num_params()};
+  return dtb::baseline_grads<T>(kModel, cfg, loss);
 }
-
-struct Result {
-  std::vector<double> grads;
-  double loss = 0, replica_diff = 0;
-};
-
+using Result = LayoutGrads;
 template <typename T>
 Result layout_grads(const ParallelLayout& layout, const TrainConfig& cfg, Communicator& w,
                     const ZeroConfig& zero = ZeroConfig{}, Recompute recompute = Recompute::none) {
-  CpuDevice dev;
-  OwnedGroups og = make_parallel_groups(w, layout);
-  ParallelGroups g{w, *og.tp, *og.dp, *og.pp};
-  ParallelGpt<T> m(kModel, layout, w.rank(), dev, *og.tp);
-  m.set_recompute(recompute);
-  ZeroEngine<T> engine(m, zero, *og.dp, cfg.adamw);
-  engine.load(m.initial_params(cfg.seed));
-  Result r;
-  r.loss = parallel_compute_gradients(m, engine, test_data(), cfg, 0, g);
-  const std::vector<T> grads = engine.full_grads();
-  r.grads = m.gather(grads, w);
-  r.replica_diff = m.replica_max_diff(grads, w);
-  return r;
+  return dtb::layout_grads<T>(kModel, layout, cfg, w, zero, recompute);
 }
 
 // Every layout of n ranks worth checking, as "tp dp pp schedule v".

@@ -69,7 +69,7 @@ std::vector<int> expert_dp_group(int rank, const ParallelLayout& l) {
   return group_along(rank, l, l.dp / l.ep, [&](GridCoord& c, int i) { c.dp = i * l.ep + e; });
 }
 
-void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_batch, int world_size) {
+void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_batch, int world_size, int seq_len) {
   if (l.tp < 1 || l.dp < 1 || l.pp < 1 || l.micro_batches < 1 || l.virtual_stages < 1)
     throw InputError("tensor_parallel, data_parallel, pipeline_parallel, micro_batches and virtual_stages must be >= 1");
   if (l.world() != world_size)
@@ -106,6 +106,18 @@ void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_bat
   if (global_batch % (int64_t(l.dp) * l.micro_batches) != 0)
     throw InputError("global batch " + num(global_batch) + " is not divisible by data_parallel (" + num(l.dp) +
                      ") x micro_batches (" + num(l.micro_batches) + ")");
+  if (l.sequence_parallel) {
+    if (l.tp == 1)
+      throw InputError("sequence_parallel needs tensor_parallel > 1 (it splits the TP group's replicated regions)");
+    if (m.moe.num_experts > 0)
+      throw InputError("sequence_parallel with an MoE model (model.num_experts = " + num(m.moe.num_experts) +
+                       ") is not supported yet");
+    const int64_t tokens = int64_t(global_batch) / (int64_t(l.dp) * l.micro_batches) * seq_len;
+    if (seq_len > 0 && tokens % l.tp != 0)
+      throw InputError("sequence_parallel: a micro-batch's " + num(tokens) + " tokens (" +
+                       num(global_batch / (l.dp * l.micro_batches)) + " sequences x seq_len " + num(seq_len) +
+                       ") are not divisible by tensor_parallel = " + num(l.tp));
+  }
 }
 
 }  // namespace dtb

@@ -26,9 +26,17 @@ namespace dtb {
 /// expert-parallel group g (each holds E / ep of every MoE layer's experts: ep rank dp % ep),
 /// and the dp / ep ranks with the same ep rank form an expert-data-parallel group, over which
 /// the experts' gradients are reduced (every other parameter's over the whole DP group).
+///
+/// Sequence parallelism (Korthikanti et al. 2022 Sec. 4.2.2, Megatron-LM's
+/// --sequence-parallel) is an option of TP: the LayerNorm and residual regions hold B Tn / tp
+/// of a micro-batch's B Tn tokens per TP rank (block r of the tokens in (B, Tn) order: a
+/// block of each sequence when B = 1, as Megatron splits the s of its [s, b, h] layout;
+/// every op there is row-wise, so which rows a rank holds changes no value), and TP's
+/// all-reduces become all-gathers and reduce-scatters (reference/tensor_parallel.h).
 struct ParallelLayout {
   int tp = 1, dp = 1, pp = 1;
   int ep = 1;  // expert_parallel
+  bool sequence_parallel = false;
   int micro_batches = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
@@ -101,7 +109,10 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
 /// unknown schedule; virtual_stages != 1 outside "interleaved"; and for "interleaved",
 /// virtual_stages < 2 or micro_batches not a multiple of pp (Narayanan et al. 2021, as
 /// Megatron-LM requires); expert_parallel below 1, above 1 on a dense model, not dividing dp
-/// or the experts (num_experts).
-void validate_layout(const ParallelLayout& layout, const GptConfig& model, int global_batch, int world_size);
+/// or the experts (num_experts); sequence_parallel with tensor_parallel 1, with an MoE model, or
+/// (seq_len > 0: the tokens per sequence trained) with a micro-batch's B seq_len tokens not
+/// divisible by tensor_parallel.
+void validate_layout(const ParallelLayout& layout, const GptConfig& model, int global_batch, int world_size,
+                     int seq_len = 0);
 
 }  // namespace dtb

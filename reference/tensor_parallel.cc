@@ -32,6 +32,20 @@ void timed_all_reduce(Ops<T>& ops, Communicator& tp, U* buf, size_t count, CommS
   }
 }
 
+/// Runs `collective` (a TP collective moving `bytes` of the full buffer) after the backend's
+/// queued compute, timed into `stats` (may be null).
+template <typename T, typename F>
+void timed(Ops<T>& ops, CommStats* stats, size_t bytes, const F& collective) {
+  ops.synchronize();
+  Stopwatch sw;
+  collective();
+  if (stats) {
+    stats->seconds += sw.elapsed();
+    stats->calls += 1;
+    stats->bytes += bytes;
+  }
+}
+
 std::string divisibility_message(const std::string& cls, const std::string& name, const char* what,
                                  int value, int tp) {
   return cls + " '" + name + "': " + what + " = " + std::to_string(value) +
@@ -76,6 +90,34 @@ void reduce_from_tensor_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp
 }
 
 template <typename T>
+void gather_from_sequence_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp, T* full, T* local,
+                                          size_t local_count, CommStats* stats) {
+  if (tp.size() == 1) {
+    if (pass == Pass::forward) copy_within(ops, full, static_cast<const T*>(local), local_count);
+    else copy_within(ops, local, static_cast<const T*>(full), local_count);
+    return;
+  }
+  const size_t bytes = local_count * size_t(tp.size()) * sizeof(T);
+  if (pass == Pass::forward)
+    timed(ops, stats, bytes, [&] { tp.all_gather(local, full, local_count, dtype_of<T>()); });
+  else
+    timed(ops, stats, bytes, [&] { tp.reduce_scatter(full, local, local_count, dtype_of<T>(), ReduceOp::sum); });
+}
+
+template <typename T>
+void reduce_scatter_to_sequence_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp, T* full, T* local,
+                                                size_t local_count, CommStats* stats) {
+  // The conjugate: g-bar's backward is this forward, and the other way round.
+  gather_from_sequence_parallel_region(pass == Pass::forward ? Pass::backward : Pass::forward, ops, tp, full, local,
+                                       local_count, stats);
+}
+
+template <typename T>
+void sum_over_tensor_parallel(Ops<T>& ops, Communicator& tp, T* buf, size_t count, CommStats* stats) {
+  timed_all_reduce(ops, tp, buf, count, stats);
+}
+
+template <typename T>
 void init_parameter_slice(T* host, const std::string& name, int64_t rows, int64_t cols, int64_t r0,
                           int64_t r1, int64_t c0, int64_t c1, double std, uint64_t seed) {
   DTB_CHECK(0 <= r0 && r0 <= r1 && r1 <= rows && 0 <= c0 && c0 <= c1 && c1 <= cols,
@@ -96,8 +138,8 @@ void init_parameter_slice(T* host, const std::string& name, int64_t rows, int64_
 
 template <typename T>
 ColumnParallelLinear<T>::ColumnParallelLinear(Ops<T>& ops, Communicator& tp, std::string name, int C, int OC,
-                                              CommStats* stats)
-    : ops_(ops), tp_(tp), name_(std::move(name)), C_(C), OC_(OC), stats_(stats) {
+                                              CommStats* stats, bool sequence_parallel)
+    : ops_(ops), tp_(tp), name_(std::move(name)), C_(C), OC_(OC), sp_(sequence_parallel), stats_(stats) {
   DTB_CHECK(stats != nullptr, "ColumnParallelLinear '" + name_ + "': null CommStats");
   check_sizes("ColumnParallelLinear", name_, C, OC);
   if (OC % tp.size() != 0)
@@ -115,14 +157,42 @@ ColumnParallelLinear<T>::ColumnParallelLinear(Ops<T>& ops, Device& device, Commu
                                  init.seed, true);
 }
 
+namespace {
+void check_sp_rows(const std::string& name, int N, int tp, const void* work) {
+  DTB_CHECK(N % tp == 0, "'" + name + "': sequence parallel needs rows divisible by the TP size");
+  DTB_CHECK(work != nullptr, "'" + name + "': sequence parallel needs a work buffer");
+}
+}  // namespace
+
 template <typename T>
-void ColumnParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b) {
+void ColumnParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b, T* work) {
+  if (sp_) {
+    // g-bar forward: the sequence-sharded input is gathered whole.
+    check_sp_rows(name_, N, tp_.size(), work);
+    const size_t local = size_t(N / tp_.size()) * C_;
+    gather_from_sequence_parallel_region<T>(Pass::forward, ops_, tp_, work, const_cast<T*>(inp), local, stats_);
+    inp = work;
+  }
   // f forward is the identity: the replicated input enters the region as is, uncommunicated.
   ops_.matmul_forward(out, inp, w, b, N, C_, local_out_features());
 }
 
 template <typename T>
-void ColumnParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db) {
+void ColumnParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db,
+                                       T* work) {
+  if (sp_) {
+    // The input again, gathered (it was kept sharded); dx whole, then g-bar backward: each
+    // rank keeps its block of the sum over TP.
+    check_sp_rows(name_, N, tp_.size(), work);
+    const size_t local = size_t(N / tp_.size()) * C_, whole = size_t(N) * C_;
+    T* gathered = work;
+    T* dfull = work + whole;
+    gather_from_sequence_parallel_region<T>(Pass::forward, ops_, tp_, gathered, const_cast<T*>(inp), local, stats_);
+    if (dinp) ops_.zero(dfull, whole);
+    ops_.matmul_backward(dinp ? dfull : nullptr, dw, db, dout, gathered, w, N, C_, local_out_features());
+    if (dinp) gather_from_sequence_parallel_region<T>(Pass::backward, ops_, tp_, dfull, dinp, local, stats_);
+    return;
+  }
   if (dinp) ops_.zero(dinp, size_t(N) * C_);  // matmul_backward accumulates; this is a write
   ops_.matmul_backward(dinp, dw, db, dout, inp, w, N, C_, local_out_features());
   // f backward: each rank holds dout_r @ W_r, its share of dx; the sum over TP is dx.
@@ -139,8 +209,15 @@ void ColumnParallelLinear<T>::zero_grad() {
 
 template <typename T>
 RowParallelLinear<T>::RowParallelLinear(Ops<T>& ops, Communicator& tp, std::string name, int C, int OC,
-                                        CommStats* stats, BiasAtTp1 bias_at_tp1)
-    : ops_(ops), tp_(tp), name_(std::move(name)), C_(C), OC_(OC), bias_at_tp1_(bias_at_tp1), stats_(stats) {
+                                        CommStats* stats, BiasAtTp1 bias_at_tp1, bool sequence_parallel)
+    : ops_(ops),
+      tp_(tp),
+      name_(std::move(name)),
+      C_(C),
+      OC_(OC),
+      bias_at_tp1_(bias_at_tp1),
+      sp_(sequence_parallel),
+      stats_(stats) {
   DTB_CHECK(stats != nullptr, "RowParallelLinear '" + name_ + "': null CommStats");
   check_sizes("RowParallelLinear", name_, C, OC);
   if (C % tp.size() != 0)
@@ -159,7 +236,17 @@ RowParallelLinear<T>::RowParallelLinear(Ops<T>& ops, Device& device, Communicato
 }
 
 template <typename T>
-void RowParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b) {
+void RowParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b, T* work) {
+  if (sp_) {
+    // The partial products whole, then reduce-scattered: this rank's block of the sum, and
+    // the bias on its rows.
+    check_sp_rows(name_, N, tp_.size(), work);
+    const int Nl = N / tp_.size();
+    ops_.matmul_forward(work, inp, w, static_cast<const T*>(nullptr), N, local_in_features(), OC_);
+    reduce_scatter_to_sequence_parallel_region<T>(Pass::forward, ops_, tp_, work, out, size_t(Nl) * OC_, stats_);
+    ops_.add_bias(out, b, Nl, OC_);
+    return;
+  }
   // tp = 1 and BiasAtTp1::in_gemm: the unsharded linear of reference/gpt.cc, bias and all.
   const bool in_gemm = tp_.size() == 1 && bias_at_tp1_ == BiasAtTp1::in_gemm;
   ops_.matmul_forward(out, inp, w, in_gemm ? b : nullptr, N, local_in_features(), OC_);
@@ -171,7 +258,16 @@ void RowParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, cons
 }
 
 template <typename T>
-void RowParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db) {
+void RowParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db,
+                                    T* work) {
+  if (sp_) {
+    // The sharded output gradient gathered whole; the bias gradient from it is whole too.
+    check_sp_rows(name_, N, tp_.size(), work);
+    const size_t local = size_t(N / tp_.size()) * OC_;
+    reduce_scatter_to_sequence_parallel_region<T>(Pass::backward, ops_, tp_, work, const_cast<T*>(dout), local,
+                                                  stats_);
+    dout = work;
+  }
   // g backward is the identity: dout is replicated already, nothing is communicated.
   if (dinp) ops_.zero(dinp, size_t(N) * local_in_features());
   ops_.matmul_backward(dinp, dw, db, dout, inp, w, N, local_in_features(), OC_);
@@ -212,6 +308,11 @@ void VocabParallelCrossEntropy<T>::backward(T* dlogits, const T* probs, const in
 #define DTB_INSTANTIATE_TP(T)                                                                              \
   template void copy_to_tensor_parallel_region<T>(Pass, Ops<T>&, Communicator&, T*, size_t, CommStats*);     \
   template void reduce_from_tensor_parallel_region<T>(Pass, Ops<T>&, Communicator&, T*, size_t, CommStats*); \
+  template void gather_from_sequence_parallel_region<T>(Pass, Ops<T>&, Communicator&, T*, T*, size_t,         \
+                                                        CommStats*);                                         \
+  template void reduce_scatter_to_sequence_parallel_region<T>(Pass, Ops<T>&, Communicator&, T*, T*, size_t,   \
+                                                              CommStats*);                                   \
+  template void sum_over_tensor_parallel<T>(Ops<T>&, Communicator&, T*, size_t, CommStats*);                  \
   template void init_parameter_slice<T>(T*, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t, \
                                         int64_t, double, uint64_t);                                          \
   template class ColumnParallelLinear<T>;                                                                   \

@@ -56,6 +56,41 @@ template <typename T>
 void reduce_from_tensor_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp, T* buf, size_t count,
                                         CommStats* stats = nullptr);
 
+/// The sequence-parallel pair of Korthikanti et al. 2022 (Sec. 4.2.2, Fig. 5; Megatron's
+/// mappings.py `gather_from_sequence_parallel_region` and
+/// `reduce_scatter_to_sequence_parallel_region`): with sequence parallelism the regions
+/// between the TP linears (LayerNorm, residual) hold N / tp rows per rank, block r of the
+/// N rows on TP rank r, and f / g above become an all-gather and a reduce-scatter.
+/// g-bar: enters the TP region from a sequence-sharded activation.
+/// Forward: `full` (N, C) = the TP ranks' `local` blocks (N / tp, C) in rank order (all-gather).
+/// Backward: `full` holds this rank's partial gradient of the gathered input; `local` is
+/// WRITTEN with block r of its sum over TP (reduce-scatter). `local_count` = (N / tp) C
+/// elements; `full` holds tp * local_count. The backend's queued compute is finished first;
+/// `stats` (may be null) is charged with the full buffer's bytes. A TP group of one copies.
+/// Errors: a failed collective aborts through the error sink (Communicator).
+template <typename T>
+void gather_from_sequence_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp, T* full, T* local,
+                                          size_t local_count, CommStats* stats = nullptr);
+
+/// g-bar's conjugate: leaves the TP region into a sequence-sharded activation.
+/// Forward: `full` (N, C) holds this rank's partial sum; `local` (N / tp, C) is WRITTEN with
+/// block r of the sum over TP (reduce-scatter). Backward: `full` = the TP ranks' `local`
+/// gradients in rank order (all-gather). Arguments and errors as
+/// gather_from_sequence_parallel_region.
+template <typename T>
+void reduce_scatter_to_sequence_parallel_region(Pass pass, Ops<T>& ops, Communicator& tp, T* full, T* local,
+                                                size_t local_count, CommStats* stats = nullptr);
+
+/// Sums `buf` (count) in place over `tp`: the gradient of a parameter replicated over TP
+/// but applied to sequence-sharded rows (a LayerNorm's weight and bias under sequence
+/// parallelism), partial on each TP rank. Megatron-LM sums these once per step
+/// (finalize_model_grads' `_allreduce_layernorm_grads`, the params marked
+/// `sequence_parallel`); leaving it out is the bug of Megatron-LM issue #1446 (replicas
+/// drift apart). A TP group of one communicates nothing. Errors as
+/// copy_to_tensor_parallel_region.
+template <typename T>
+void sum_over_tensor_parallel(Ops<T>& ops, Communicator& tp, T* buf, size_t count, CommStats* stats = nullptr);
+
 /// Sharding-invariant initialisation of a rectangular slice of a (rows, cols) row-major
 /// parameter named `name`: host[i * (c1 - c0) + j] = T(float(std * N(0,1))) drawn by
 /// random_normal(seed, stream_id(name), (r0 + i) * cols + (c0 + j)) — exactly the element
@@ -95,15 +130,22 @@ class ColumnParallelLinear {
                        const LinearInit& init);
   /// A layer whose parameters and gradients are the caller's, passed to each forward and
   /// backward (weight() and the other tensors are empty); its TP communication is charged to
-  /// `stats` (not null; must outlive the layer). Errors as the owning constructor.
-  ColumnParallelLinear(Ops<T>& ops, Communicator& tp, std::string name, int C, int OC, CommStats* stats);
+  /// `stats` (not null; must outlive the layer). With `sequence_parallel` (Megatron's
+  /// ColumnParallelLinear(sequence_parallel=True)) the input is sequence-sharded: forward
+  /// all-gathers it, backward gathers it again (kept sharded: the activation saving of
+  /// Korthikanti et al. 2022) and reduce-scatters the input gradient. Errors as the owning
+  /// constructor.
+  ColumnParallelLinear(Ops<T>& ops, Communicator& tp, std::string name, int C, int OC, CommStats* stats,
+                       bool sequence_parallel = false);
   ColumnParallelLinear(const ColumnParallelLinear&) = delete;
   ColumnParallelLinear& operator=(const ColumnParallelLinear&) = delete;
 
   /// out (N, OC/tp) = inp (N, C) @ W_r^T + b_r. Communicates nothing (f forward is identity).
   void forward(T* out, const T* inp, int N) { forward(out, inp, N, w_.data<T>(), b_.data<T>()); }
-  /// The same with the caller's w (OC/tp, C) and b (OC/tp; may be null: no bias).
-  void forward(T* out, const T* inp, int N, const T* w, const T* b);
+  /// The same with the caller's w (OC/tp, C) and b (OC/tp; may be null: no bias). Sequence
+  /// parallel: inp is this rank's block (N/tp, C) of the N rows, gathered into `work`
+  /// (workspace_elements(N), not null) first.
+  void forward(T* out, const T* inp, int N, const T* w, const T* b, T* work = nullptr);
   /// Given dout (N, OC/tp), WRITES dinp (N, C) = sum over TP ranks of dout_r @ W_r (f
   /// backward: one all-reduce SUM of N*C elements over tp; dinp is overwritten, since
   /// accumulating would sum its old contents tp times), and ACCUMULATES dW_r += dout^T inp,
@@ -112,8 +154,13 @@ class ColumnParallelLinear {
     backward(dinp, dout, inp, N, w_.data<T>(), dw_.data<T>(), db_.data<T>());
   }
   /// The same with the caller's w, and its gradients dw (OC/tp, C) and db (OC/tp; may be
-  /// null: no bias gradient).
-  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db);
+  /// null: no bias gradient). Sequence parallel: inp and dinp are this rank's blocks
+  /// (N/tp, C); dinp is WRITTEN with its block of the sum over TP (a reduce-scatter in place
+  /// of the all-reduce); `work` as forward.
+  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db, T* work = nullptr);
+  /// Elements of the `work` buffer a sequence-parallel forward or backward of N rows needs
+  /// (2 N C: the gathered input and the full input gradient); 0 without sequence parallelism.
+  size_t workspace_elements(int N) const { return sp_ ? 2 * size_t(N) * size_t(C_) : 0; }
 
   int in_features() const { return C_; }
   int out_features() const { return OC_; }
@@ -135,6 +182,7 @@ class ColumnParallelLinear {
   Communicator& tp_;
   std::string name_;
   int C_, OC_;
+  bool sp_ = false;
   Tensor w_, b_, dw_, db_;
   CommStats own_stats_;
   CommStats* stats_ = &own_stats_;
@@ -162,25 +210,36 @@ class RowParallelLinear {
   RowParallelLinear(Ops<T>& ops, Device& device, Communicator& tp, std::string name, int C, int OC,
                     const LinearInit& init);
   /// As ColumnParallelLinear's constructor on the caller's parameters; `bias_at_tp1` says
-  /// where the bias goes when tp.size() == 1.
+  /// where the bias goes when tp.size() == 1. With `sequence_parallel` (Megatron's
+  /// RowParallelLinear(sequence_parallel=True)) the output is sequence-sharded: forward
+  /// reduce-scatters the partial products (in place of the all-reduce) and adds the bias to
+  /// this rank's rows; backward all-gathers the output gradient. The bias gradient is taken
+  /// from the gathered gradient, so it is whole (and the same) on every TP rank: no sum over
+  /// TP is owed for it (Megatron takes it from the sharded one and sums it at the step's end).
   RowParallelLinear(Ops<T>& ops, Communicator& tp, std::string name, int C, int OC, CommStats* stats,
-                    BiasAtTp1 bias_at_tp1);
+                    BiasAtTp1 bias_at_tp1, bool sequence_parallel = false);
   RowParallelLinear(const RowParallelLinear&) = delete;
   RowParallelLinear& operator=(const RowParallelLinear&) = delete;
 
   /// out (N, OC) = sum over TP ranks of inp_r (N, C/tp) @ W_r^T, then + b: g forward, one
   /// all-reduce SUM of N*OC elements over tp. `out` is identical on every TP rank.
   void forward(T* out, const T* inp, int N) { forward(out, inp, N, w_.data<T>(), b_.data<T>()); }
-  /// The same with the caller's w (OC, C/tp) and b (OC).
-  void forward(T* out, const T* inp, int N, const T* w, const T* b);
+  /// The same with the caller's w (OC, C/tp) and b (OC). Sequence parallel: out is this
+  /// rank's block (N/tp, OC) of the sum; the partial products go to `work`
+  /// (workspace_elements(N), not null).
+  void forward(T* out, const T* inp, int N, const T* w, const T* b, T* work = nullptr);
   /// Given the replicated dout (N, OC): WRITES dinp (N, C/tp) = dout @ W_r, ACCUMULATES
   /// dW_r += dout^T inp_r and db += column sums of dout (the same on every TP rank).
   /// Communicates nothing (g backward is identity). dinp may be null.
   void backward(T* dinp, const T* dout, const T* inp, int N) {
     backward(dinp, dout, inp, N, w_.data<T>(), dw_.data<T>(), db_.data<T>());
   }
-  /// The same with the caller's w, dw (OC, C/tp) and db (OC).
-  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db);
+  /// The same with the caller's w, dw (OC, C/tp) and db (OC). Sequence parallel: dout is
+  /// this rank's block (N/tp, OC), gathered into `work` first.
+  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db, T* work = nullptr);
+  /// Elements of `work` a sequence-parallel forward or backward of N rows needs (N OC); 0
+  /// without sequence parallelism.
+  size_t workspace_elements(int N) const { return sp_ ? size_t(N) * size_t(OC_) : 0; }
 
   int in_features() const { return C_; }
   int out_features() const { return OC_; }
@@ -201,6 +260,7 @@ class RowParallelLinear {
   std::string name_;
   int C_, OC_;
   BiasAtTp1 bias_at_tp1_ = BiasAtTp1::after_gemm;
+  bool sp_ = false;
   Tensor w_, b_, dw_, db_;
   CommStats own_stats_;
   CommStats* stats_ = &own_stats_;

@@ -28,7 +28,8 @@ using nlohmann::json;
 
 // The layouts the suite runs by default: TP 2 and 4; PP 2 and 4 under each schedule; the
 // products of two and of three dimensions, and DP 4 under TP 2 (8 ranks: each DP rank takes a
-// quarter of the batch, and gradients are summed over 4, not 8).
+// quarter of the batch, and gradients are summed over 4, not 8); ZeRO; recompute; sequence
+// parallelism.
 const std::vector<std::string> kDefaultLayouts = {
     "TP2", "TP4", "PP2:gpipe", "PP2:1f1b", "PP2:interleaved:v2", "PP4:gpipe", "PP4:1f1b", "PP4:interleaved:v2",
     "TP2xDP2", "TP2xPP2", "PP2xDP2", "TP2xPP2xDP2", "TP2xDP4",
@@ -37,7 +38,10 @@ const std::vector<std::string> kDefaultLayouts = {
     "TP2xDP2:zero1", "TP2xDP2:zero2", "TP2xDP2:zero3", "TP2xDP2:zero2:offload",
     "PP2xDP2:zero1", "PP2xDP2:zero2", "PP2xDP2:zero3", "PP2xDP2:zero3:offload",
     // Activation checkpointing with TP and PP (Korthikanti et al. 2022).
-    "TP2xPP2:full", "TP2xPP2:selective", "PP2:interleaved:v2:full", "DP2:zero3:full"};
+    "TP2xPP2:full", "TP2xPP2:selective", "PP2:interleaved:v2:full", "DP2:zero3:full",
+    // Sequence parallelism with TP (Korthikanti et al. 2022): alone, with PP, with ZeRO 1 and
+    // with full recompute (bitwise the same layout without it).
+    "TP2:sp", "TP2xPP2:sp", "TP2xDP2:sp:zero1", "TP2xDP2:sp:zero1:full"};
 
 // An MoE model's (conformance.model.num_experts > 0): expert parallel alone, over DP, with PP
 // (1F1B and interleaved), with ZeRO 1-3, with selective and full recompute and with TP
@@ -125,10 +129,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
       in.precision = pr;
       validate_moe_layout(in, p.model, backend, "conformance.layouts: '" + printable(text, 40) + "'");
     }
-    const std::string key = std::to_string(l.tp) + "/" + std::to_string(l.dp) + "/" + std::to_string(l.pp) + "/" +
-                            std::to_string(l.ep) + "/" +
-                            l.schedule + "/" + std::to_string(l.virtual_stages) + "/" + std::to_string(spec.z.stage) +
-                            (spec.z.offload_optimizer ? "/offload" : "") + "/" + std::string(to_string(spec.recompute));
+    const std::string key = layout_record_name(spec);  // every setting of the layout, one spelling
     if (std::find(seen.begin(), seen.end(), key) != seen.end())
       throw InputError("conformance.layouts: '" + printable(text, 40) + "' is listed twice");
     seen.push_back(key);
@@ -137,7 +138,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
                        " ranks, more than 2^20");
     p.smallest = std::min(p.smallest, l.world());
     try {
-      validate_layout(l, p.model, cfg.global_batch, int(l.world()));  // a larger world is skipped, not refused
+      validate_layout(l, p.model, cfg.global_batch, int(l.world()), cfg.seq_len);  // a larger world is skipped, not refused
     } catch (const InputError& e) {
       throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
     }

@@ -18,6 +18,7 @@ const std::vector<LayoutSpelling>& layout_spellings() {
       {LayoutKey::pp,             "pipeline_parallel",       "PP",   "pp",        "pp",                      "--pp"},
       {LayoutKey::dp,             "data_parallel",           "DP",   "dp",        "dp",                      "--dp"},
       {LayoutKey::ep,             "expert_parallel",         "EP",   "ep",        "ep",                      "--expert-parallel"},
+      {LayoutKey::sequence_parallel, "sequence_parallel",    "sp",   "sp",        "sequence_parallel",       "--sequence-parallel"},
       {LayoutKey::schedule,       "schedule",                "",     "schedule",  "schedule",                "--schedule"},
       {LayoutKey::virtual_stages, "virtual_stages",          "v",    "v",         "virtual_stages",          "--virtual-stages"},
       {LayoutKey::micro_batches,  "micro_batches",           "",     "m",         "micro_batches",           "--micro-batches"},
@@ -48,7 +49,7 @@ int zero_stage_from_json(const json& s, const std::string& path, int lo, int hi)
 }
 
 ParallelLayout parallel_layout_from_json(const json& s, const std::string& path, const GptConfig& model,
-                                         int micro_batches, int global_batch, int world_size) {
+                                         int micro_batches, int global_batch, int world_size, int seq_len) {
   const std::string tp = key_of(LayoutKey::tp), pp = key_of(LayoutKey::pp), dp = key_of(LayoutKey::dp);
   const std::string vs = key_of(LayoutKey::virtual_stages), ep = key_of(LayoutKey::ep);
   ParallelLayout l;
@@ -56,6 +57,11 @@ ParallelLayout parallel_layout_from_json(const json& s, const std::string& path,
   // A dense model's section has no expert_parallel (the config drops it: harness/config.cc).
   l.ep = s.contains(ep) ? int(int_in_range(s, ep, path + "." + ep, 1, 1 << 16)) : 1;
   l.pp = int(int_in_range(s, pp, path + "." + pp, 1, 1 << 16));
+  const std::string sp = key_of(LayoutKey::sequence_parallel);
+  if (s.contains(sp)) {
+    if (!s.at(sp).is_boolean()) throw InputError(path + "." + sp + ": must be true or false, got " + s.at(sp).dump());
+    l.sequence_parallel = s.at(sp).get<bool>();
+  }
   l.dp = int(int_in_range(s, dp, path + "." + dp, 0, 1 << 20));
   l.virtual_stages = int(int_in_range(s, vs, path + "." + vs, 1, 1024));
   l.schedule = s.at(key_of(LayoutKey::schedule)).get<std::string>();
@@ -74,7 +80,7 @@ ParallelLayout parallel_layout_from_json(const json& s, const std::string& path,
     l.dp = world_size / (l.tp * l.pp);
   }
   try {
-    validate_layout(l, model, global_batch, world_size);
+    validate_layout(l, model, global_batch, world_size, seq_len);
   } catch (const InputError& e) {
     throw InputError(path + ": " + e.what());
   }
@@ -136,9 +142,9 @@ bool fp32_communication_from_json(const json& s, const std::string& path, Precis
 }
 
 LayoutSpec layout_from_json(const json& s, const std::string& path, const GptConfig& model, int micro_batches,
-                            int global_batch, int world_size) {
+                            int global_batch, int world_size, int seq_len) {
   LayoutSpec spec;
-  spec.l = parallel_layout_from_json(s, path, model, micro_batches, global_batch, world_size);
+  spec.l = parallel_layout_from_json(s, path, model, micro_batches, global_batch, world_size, seq_len);
   spec.z = zero_config_from_json(s, path);
   spec.recompute = parse_recompute_key(s, path);
   spec.precision = precision_from_json(s, path);
@@ -188,12 +194,13 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   size_t start = 0;
   for (size_t i = 0; i <= text.size(); ++i)
     if (i == text.size() || text[i] == ':') parts.push_back(text.substr(start, i - start)), start = i + 1;
-  if (parts.empty() || parts.size() > 5 || parts[0].empty()) throw bad("is not a layout");
+  if (parts.empty() || parts.size() > 7 || parts[0].empty()) throw bad("is not a layout");
   LayoutSpec spec;
   parse_spec_dims(parts[0], spec.l, bad);
   const std::string v = spelling(LayoutKey::virtual_stages).spec_token, zero = spelling(LayoutKey::zero_stage).spec_token;
   const std::string offload = spelling(LayoutKey::offload).spec_token;
-  bool seen_opt[5] = {false, false, false, false, false};  // schedule, v, zero, offload, recompute
+  const std::string sp = spelling(LayoutKey::sequence_parallel).spec_token;
+  bool seen_opt[6] = {false, false, false, false, false, false};  // schedule, v, zero, offload, recompute, sp
   auto digits_after = [](const std::string& o, size_t k) {
     return o.size() > k && o.size() <= k + 4 &&
            std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
@@ -216,9 +223,12 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
     } else if (o == to_string(Recompute::full) || o == to_string(Recompute::selective)) {
       which = 4;
       spec.recompute = parse_recompute(o);
+    } else if (o == sp) {
+      which = 5;
+      spec.l.sequence_parallel = true;
     } else {
       throw bad("has an unknown option '" + printable(o, 20) +
-                "' (gpipe, 1f1b, interleaved, vN, zeroN, offload, full, selective)");
+                "' (gpipe, 1f1b, interleaved, vN, zeroN, offload, full, selective, sp)");
     }
     if (seen_opt[which]) throw bad("repeats an option ('" + printable(o, 20) + "')");
     seen_opt[which] = true;
@@ -251,6 +261,7 @@ std::string layout_record_name(const LayoutSpec& s) {
   seg(LayoutKey::pp, std::to_string(l.pp));
   seg(LayoutKey::schedule, l.schedule);
   if (l.ep > 1) seg(LayoutKey::ep, std::to_string(l.ep));
+  if (l.sequence_parallel) seg(LayoutKey::sequence_parallel, "on");
   if (l.schedule == "interleaved") seg(LayoutKey::virtual_stages, std::to_string(l.virtual_stages));
   if (s.z.stage > 0) seg(LayoutKey::zero_stage, std::to_string(s.z.stage));
   if (s.z.offload_optimizer) seg(LayoutKey::offload, "cpu");
@@ -265,6 +276,7 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
   f(LayoutKey::dp) = s.l.dp;
   f(LayoutKey::pp) = s.l.pp;
   f(LayoutKey::ep) = s.l.ep;
+  f(LayoutKey::sequence_parallel) = s.l.sequence_parallel;
   f(LayoutKey::schedule) = s.l.schedule;
   f(LayoutKey::virtual_stages) = s.l.virtual_stages;
   f(LayoutKey::zero_stage) = s.z.stage;
@@ -274,7 +286,8 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
 }
 
 json to_json(const ParallelLayout& l) {
-  return {{"tp", l.tp}, {"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"micro_batches", l.micro_batches},
+  return {{"tp", l.tp}, {"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"sequence_parallel", l.sequence_parallel},
+          {"micro_batches", l.micro_batches},
           {"schedule", l.schedule}, {"virtual_stages", l.virtual_stages}};
 }
 

@@ -18,7 +18,7 @@ namespace dtb {
 
 /// One dimension or option of a layout.
 enum class LayoutKey {
-  tp, pp, dp, ep, schedule, virtual_stages, micro_batches, zero_stage, offload, precision, recompute, comm_type
+  tp, pp, dp, ep, sequence_parallel, schedule, virtual_stages, micro_batches, zero_stage, offload, precision, recompute, comm_type
 };
 
 /// How one layout key is spelled in each input and output form ("" where the form has none).
@@ -52,12 +52,15 @@ int zero_stage_from_json(const nlohmann::json& section, const std::string& path,
 
 /// A section's training layout: tensor_parallel, pipeline_parallel, data_parallel (0: the
 /// world size / (tp pp)), expert_parallel (an MoE model's experts split over that many of the
-/// DP ranks: process_grid.h), schedule and virtual_stages, with the given micro-batches,
-/// refused unless it can train `model` on `world_size` ranks with `global_batch` sequences
-/// (validate_layout: divisibility of heads, vocabulary, layers, batch; product = world).
-/// Errors: InputError "<path>: <reason naming the numbers>".
+/// DP ranks: process_grid.h), sequence_parallel (Megatron-LM's --sequence-parallel; absent:
+/// false), schedule and virtual_stages, with the given micro-batches, refused unless it can
+/// train `model` on `world_size` ranks with `global_batch` sequences of `seq_len` tokens
+/// (validate_layout: divisibility of heads, vocabulary, layers, batch, a micro-batch's tokens
+/// under sequence parallelism; product = world). Errors: InputError "<path>: <reason naming
+/// the numbers>".
 ParallelLayout parallel_layout_from_json(const nlohmann::json& section, const std::string& path,
-                                         const GptConfig& model, int micro_batches, int global_batch, int world_size);
+                                         const GptConfig& model, int micro_batches, int global_batch, int world_size,
+                                         int seq_len = 0);
 
 /// A section's ZeRO keys, DeepSpeed's names: zero_stage (0-3), offload_optimizer ("none" or
 /// "cpu"), reduce_bucket_size and allgather_bucket_size (elements, >= 1), overlap_comm.
@@ -91,13 +94,14 @@ bool fp32_communication_from_json(const nlohmann::json& section, const std::stri
 /// (parallel_layout_from_json), the ZeRO keys (zero_config_from_json), recompute, precision
 /// and communication_data_type (into z.fp32_communication), in that order. Errors: as theirs.
 LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& path, const GptConfig& model,
-                            int micro_batches, int global_batch, int world_size);
+                            int micro_batches, int global_batch, int world_size, int seq_len = 0);
 
 /// "TP2xPP2xDP2[:option...]" -> a layout: dimensions TP, DP, PP and EP (expert parallel, carved
 /// out of DP: "DP4xEP2"; EP alone sets DP to it) in any order, each at most
 /// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved; 1f1b
 /// by default), "vN" virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer
-/// cpu), "full" or "selective" recompute, each at most once. Divisibility is not checked
+/// cpu), "full" or "selective" recompute, "sp" (sequence parallel: "TP2xPP2:sp"), each at
+/// most once. Divisibility is not checked
 /// here (validate_layout). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
 LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
 
@@ -109,11 +113,11 @@ void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std:
                          const std::string& path);
 
 /// The train suite's record name of a sharded layout: "tp:T/dp:D/pp:P/schedule:S", then
-/// "/ep:E" (E > 1), "/v:V" (interleaved), "/zero:Z" (Z > 0), "/offload:cpu", "/recompute:R" (not none),
+/// "/ep:E" (E > 1), "/sp:on" (sequence parallel), "/v:V" (interleaved), "/zero:Z" (Z > 0), "/offload:cpu", "/recompute:R" (not none),
 /// "/precision:P" (not fp32).
 std::string layout_record_name(const LayoutSpec& s);
 
-/// Sets a record's layout fields: tp, dp, pp, ep, schedule, virtual_stages, zero_stage,
+/// Sets a record's layout fields: tp, dp, pp, ep, sequence_parallel, schedule, virtual_stages, zero_stage,
 /// offload_optimizer ("cpu" / "none"), recompute and precision.
 void add_layout_fields(nlohmann::json& rec, const LayoutSpec& s);
 

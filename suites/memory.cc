@@ -1,7 +1,7 @@
 // The `memory` suite: each rank's measured peak bytes per category and tier (the Device's
 // accounting, kernels/device.h) while the GPT trains for a few steps, beside the analytic
 // model's prediction for that rank (reference/memory_model.h), for DP, ZeRO 1, 2, 3 and
-// offload over every rank, and a TP and a PP layout. Parameters, gradients, master
+// offload over every rank, and a TP (with and without sequence parallelism) and a PP layout. Parameters, gradients, master
 // weights and optimizer state must match the model exactly, and so must activations and
 // backward scratch: the model counts this implementation's own buffers (the pooled
 // activation sets of the schedule's in-flight micro-batches), so the bound is 0 bytes.
@@ -27,9 +27,9 @@ struct MemCase {
 
 std::vector<MemCase> memory_cases(int n) {
   std::vector<MemCase> out;
-  auto add = [&](int tp, int dp, int pp, int stage, bool offload) {
+  auto add = [&](int tp, int dp, int pp, int stage, bool offload, bool sp = false) {
     MemCase c;
-    c.layout.tp = tp, c.layout.dp = dp, c.layout.pp = pp;
+    c.layout.tp = tp, c.layout.dp = dp, c.layout.pp = pp, c.layout.sequence_parallel = sp;
     c.zero.stage = stage;
     c.zero.offload_optimizer = offload;
     auto part = [&](const char* before, LayoutKey k, const std::string& size) {  // the layout spec's spelling
@@ -42,6 +42,7 @@ std::vector<MemCase> memory_cases(int n) {
     part("", LayoutKey::dp, std::to_string(dp));
     if (stage) part(":", LayoutKey::zero_stage, std::to_string(stage));
     if (offload) part(":", LayoutKey::offload, "");
+    if (sp) part(":", LayoutKey::sequence_parallel, "");
     out.push_back(c);
   };
   for (int stage = 0; stage <= 3; ++stage) add(1, n, 1, stage, false);
@@ -49,6 +50,7 @@ std::vector<MemCase> memory_cases(int n) {
   add(1, n, 1, 3, true);
   if (n % 2 == 0) {
     add(2, n / 2, 1, 0, false);
+    add(2, n / 2, 1, 0, false, true);  // sequence parallel: the LayerNorm and residual regions' 1/tp
     add(1, n / 2, 2, 0, false);
   }
   return out;

@@ -116,7 +116,7 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
       if (l.world() != world)
         throw InputError("needs " + std::to_string(l.world()) + " ranks; a sweep runs every layout on all " +
                          std::to_string(world));
-      validate_layout(l, st.model, st.cfg.global_batch, world);
+      validate_layout(l, st.model, st.cfg.global_batch, world, st.cfg.seq_len);
       validate_zero(spec.z);
     } catch (const InputError& e) {
       if (given) throw InputError("sweep.layouts: '" + printable(n, 40) + "': " + e.what());

@@ -371,7 +371,8 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.model = gpt_config_from_json(config.at("model"));
   TrainConfig& train = p.cfg;
   train = train_config_from_json(section, config, "train");
-  p.spec = layout_from_json(section, "train", p.model, train.micro_batches, train.global_batch, world.size);
+  p.spec = layout_from_json(section, "train", p.model, train.micro_batches, train.global_batch, world.size,
+                            train.seq_len);
   validate_train_config(train, p.model, p.spec.l.dp);
   train.precision = p.spec.precision;
   apply_recipe_keys(section, "train", train);  // loss scaling and clipping (precision: the same)
@@ -401,7 +402,7 @@ class TrainSuite : public Suite {
             {"lr", 1e-3},       {"beta1", 0.9},       {"beta2", 0.95},      {"eps", 1e-8},
             {"weight_decay", 0.0}, {"matmul_precision", "fp32"}, {"peak_tflops", 0.0},
             {"tensor_parallel", 1}, {"pipeline_parallel", 1}, {"data_parallel", 0}, {"expert_parallel", 1},
-            {"schedule", "1f1b"}, {"virtual_stages", 1},
+            {"sequence_parallel", false}, {"schedule", "1f1b"}, {"virtual_stages", 1},
             {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
             {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},
             {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},

@@ -1,0 +1,61 @@
+// Test helpers shared by the multi-rank tests of the sharded GPT (parallel_trainer_test.cc,
+// sequence_parallel_test.cc): the single-rank step-0 gradient, a layout's gathered step-0
+// gradient, and the relative norm difference between two gradients.
+#pragma once
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "kernels/device.h"
+#include "reference/parallel_trainer.h"
+#include "reference/test_dataset.h"
+#include "reference/trainer.h"
+
+namespace dtb {
+
+/// ||a - ref|| / ||ref|| (2-norms over every element; a and ref the same length).
+inline double rel_diff(const std::vector<double>& a, const std::vector<double>& ref) {
+  double s = 0, r = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (a[i] - ref[i]) * (a[i] - ref[i]), r += ref[i] * ref[i];
+  return std::sqrt(s / r);
+}
+
+/// The single-rank model's step-0 gradient (gpt.h's flat layout) and *loss, every rank
+/// computing it alone.
+template <typename T>
+std::vector<double> baseline_grads(const GptConfig& model, const TrainConfig& cfg, double* loss) {
+  CpuDevice dev;
+  Gpt<T> m(model, dev);
+  m.init(cfg.seed);
+  auto self = make_mpi_self();
+  *loss = compute_gradients(m, test_data(), cfg, 0, *self);
+  return {m.grads(), m.grads() + m.num_params()};
+}
+
+/// A layout's step-0 loss, its full gradient gathered on every rank (ParallelGpt::gather) and
+/// the largest difference between copies of a replicated gradient element (0: bitwise equal).
+struct LayoutGrads {
+  std::vector<double> grads;
+  double loss = 0, replica_diff = 0;
+};
+
+/// Computes LayoutGrads for `layout` (of w.size() ranks) on the CPU. Collective over w.
+template <typename T>
+LayoutGrads layout_grads(const GptConfig& model, const ParallelLayout& layout, const TrainConfig& cfg,
+                         Communicator& w, const ZeroConfig& zero = ZeroConfig{}, Recompute recompute = Recompute::none) {
+  CpuDevice dev;
+  OwnedGroups og = make_parallel_groups(w, layout);
+  ParallelGroups g{w, *og.tp, *og.dp, *og.pp};
+  ParallelGpt<T> m(model, layout, w.rank(), dev, *og.tp);
+  m.set_recompute(recompute);
+  ZeroEngine<T> engine(m, zero, *og.dp, cfg.adamw);
+  engine.load(m.initial_params(cfg.seed));
+  LayoutGrads r;
+  r.loss = parallel_compute_gradients(m, engine, test_data(), cfg, 0, g);
+  const std::vector<T> grads = engine.full_grads();
+  r.grads = m.gather(grads, w);
+  r.replica_diff = m.replica_max_diff(grads, w);
+  return r;
+}
+
+}  // namespace dtb
