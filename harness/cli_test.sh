@@ -146,7 +146,7 @@ expect_error "has an empty suite name" run --suites train,
 expect_error "has an empty suite name" run --suites ,
 expect_error "train: tensor_parallel (2) x pipeline_parallel (1) = 2 exceeds the world size 1" run --config "$tmp/tp_world.json"
 expect_error "train: tensor_parallel (2) x pipeline_parallel (2) = 4 exceeds the world size 1" run --config "$tmp/product.json"
-expect_error "train: unknown schedule 'zigzag' (gpipe, 1f1b, interleaved)" run --config "$tmp/schedule.json"
+expect_error "train: unknown schedule 'zigzag' (gpipe, 1f1b, interleaved, zb-h1)" run --config "$tmp/schedule.json"
 expect_error "virtual_stages = 2 needs schedule \"interleaved\"" run --config "$tmp/v_without_interleaved.json"
 expect_error "'TP4': model.NH = 6 heads are not divisible by tensor_parallel = 4" run --suites conformance --config "$tmp/heads_tp.json"
 expect_error "'PP2': model.L = 5 layers are not divisible by pipeline_parallel (2) x virtual_stages (1)" run --suites conformance --config "$tmp/layers_pp.json"

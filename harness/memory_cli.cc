@@ -268,7 +268,8 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   j["mode"] = "plan";
   j["model"] = {{"name", name}, {"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T}, {"V", m.V}, {"params", total}};
   const ParallelLayout& l = c.layout;
-  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"world", l.world()}, {"schedule", l.schedule},
+  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"world", l.world()}, {"sequence_parallel", l.sequence_parallel},
+                 {"schedule", l.schedule},
                  {"virtual_stages", l.virtual_stages}, {"micro_batches", l.micro_batches},
                  {"micro_batch_size", c.micro_batch_size}, {"seq_len", c.tokens()},
                  {"global_batch", c.global_batch()}, {"zero_stage", c.zero.stage},

@@ -187,7 +187,8 @@ double korthikanti_layer_activation_bytes(const GptConfig& m, int seq, int b, in
                                           bool sequence_parallel) {
   const double s = seq, h = m.C, a = m.NH, t = tp, sbh = s * b * h;
   // Sequence parallelism divides the 10 s b h of the LayerNorm and dropout regions by t too
-  // (Table 2's last rows; eq. 4 without recompute, eq. 6's 34/t with selective recompute).
+  // (eq. 4 without recompute, eq. 6's 34/t with selective recompute; full recompute's kept
+  // input sharded as well, derived here).
   const double replicated = sequence_parallel ? 10 / t : 10;
   switch (r) {
     case Recompute::full: return 2 * sbh / (sequence_parallel ? t : 1);
@@ -209,6 +210,8 @@ void validate_plan(const PlanConfig& c) {
   const int64_t g = c.global_batch();
   if (g > INT32_MAX) throw InputError("global batch " + num(g) + " is too large");
   validate_layout(c.layout, c.model, int(g), c.layout.world(), c.tokens());
+  if (c.layout.schedule == "zb-h1")
+    throw InputError("the per-rank plan does not model schedule zb-h1 yet (the output gradients B keeps for W)");
   check_zero(c.zero.stage, offload_of(c.zero));
 }
 
@@ -216,7 +219,7 @@ std::vector<int> activation_sets_per_chunk(const std::string& schedule, int p, i
   std::vector<int> live(size_t(v), 0), most(size_t(v), 0);
   for (const PipeAction& a : pipeline_schedule(schedule, p, m, v, stage)) {
     int& n = live[size_t(a.chunk)];
-    n += a.op == PipeOp::forward ? 1 : -1;
+    n += a.op == PipeOp::forward ? 1 : a.op == PipeOp::backward_input ? 0 : -1;  // held until W
     most[size_t(a.chunk)] = std::max(most[size_t(a.chunk)], n);
   }
   return most;

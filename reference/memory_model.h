@@ -126,8 +126,9 @@ double megatron_weight_and_optimizer_bytes(const GptConfig& m, int tp, int pp, i
 /// Korthikanti et al. 2022 Table 2: activation bytes of one transformer layer, 16-bit
 /// activations with 1-byte dropout masks, s tokens, b sequences, h = C, a = NH, t = tp:
 /// none: s b h (10 + 24/t + 5 a s/(h t)); selective: s b h (10 + 24/t); full: 2 s b h (the
-/// layer's input). With sequence parallelism (eq. 4 and Table 2's last rows) every term is
-/// divided by t: s b h (34/t + 5 a s/(h t)), s b h 34/t, and 2 s b h / t.
+/// layer's input). With sequence parallelism every term is divided by t: s b h (34/t +
+/// 5 a s/(h t)) (eq. 4), s b h 34/t (eq. 6's selective recompute), and 2 s b h / t for full
+/// recompute (derived here: the kept layer input is sharded too; Table 2 lists 2 s b h).
 double korthikanti_layer_activation_bytes(const GptConfig& m, int seq, int micro_batch, int tp, Recompute r,
                                           bool sequence_parallel = false);
 
@@ -151,7 +152,7 @@ struct PlanConfig {
 
 /// Throws InputError naming the value for a plan that cannot be trained: validate_gpt_config,
 /// validate_layout (world = tp dp pp, global batch as above), zero stage outside 0-3,
-/// offload with stage 0, seq_len outside [1, T] (0 means T), micro_batch_size < 1, an MoE model
+/// offload with stage 0, seq_len outside [1, T] (0 means T), micro_batch_size < 1, schedule zb-h1, an MoE model
 /// (the sharded model has no MoE layers yet).
 void validate_plan(const PlanConfig& c);
 
@@ -185,7 +186,8 @@ struct RankPlan {
 };
 
 /// Per chunk of pipeline rank `stage`, the most forwards whose backward has not run yet,
-/// walking pipeline_schedule(schedule, p, m, v, stage) in order: the activation sets the
+/// walking pipeline_schedule(schedule, p, m, v, stage) in order (a set is held from its forward
+/// to its whole backward, or to its W under a zero-bubble schedule): the activation sets the
 /// rank allocates (sets are pooled per chunk and reused). Errors: as pipeline_schedule.
 std::vector<int> activation_sets_per_chunk(const std::string& schedule, int p, int m, int v, int stage);
 

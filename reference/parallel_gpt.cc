@@ -1,4 +1,5 @@
 #include "reference/parallel_gpt.h"
+#include "reference/parallel_gpt_detail.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,44 +11,7 @@
 
 namespace dtb {
 
-namespace {
-// Per-layer parameter tensors in gpt.h's order, and the index of each in LayerParams::o.
-enum { Pln1w, Pln1b, Pqkvw, Pqkvb, Pattprojw, Pattprojb, Pln2w, Pln2b, Pfcw, Pfcb, Pfcprojw, Pfcprojb };
-const char* const kLayerNames[12] = {"ln1w", "ln1b", "qkvw",  "qkvb", "attprojw", "attprojb",
-                                     "ln2w", "ln2b", "fcw",   "fcb",  "fcprojw",  "fcprojb"};
-
-// Activations of one (chunk, micro-batch): per-layer ones stacked over the chunk's Lc layers.
-enum Act {
-  kX0,  // chunk input (BT, C): the embedding's output or the received activation
-  kLn1, kLn1Mean, kLn1Rstd, kQkv, kAtty, kAtt, kAttproj, kRes2, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
-  kFcproj, kRes3,
-  kLnf, kLnfMean, kLnfRstd, kLogits, kProbs, kLosses, kMax, kSums,  // last chunk only
-  kNumActs
-};
-// The activations kept in the accumulation type A (LayerNorm statistics, the cross-entropy's
-// max, sum-exp and per-token losses: fp32 under mixed precision, as llm.c and Megatron-LM).
-bool is_stat(int act) {
-  return act == kLn1Mean || act == kLn1Rstd || act == kLn2Mean || act == kLn2Rstd || act == kLnfMean ||
-         act == kLnfRstd || act == kLosses || act == kMax || act == kSums;
-}
-// Backward scratch, one set per rank (backwards run one at a time).
-// Sequence parallel only: sSp, the TP linears' work buffer (2 BT C: a gathered input and a
-// full input gradient; the embedding's and the head's whole rows too), and sLnPart, a
-// LayerNorm's partial weight and bias gradients (2 C).
-enum Scratch { sDRes, sDLn, sDBig, sDBig2, sDAtt, sDLogits, sDMax, sSp, sLnPart, kNumScratch };
-}  // namespace
-
-template <typename T>
-struct ParallelGpt<T>::ActSet {
-  int B = 0, Tn = 0;
-  std::vector<Tensor> a;
-  Tensor tokens, targets;
-  std::vector<MoeActivations<T>> moe;  // per layer of the chunk (an MoE layer's routing and rows)
-  T* p(int i) { return a[i].template data<T>(); }
-  acc_t<T>* pa(int i) { return a[i].template data<acc_t<T>>(); }
-  int32_t* tok() { return tokens.data<int32_t>(); }
-  int32_t* tgt() { return targets.data<int32_t>(); }
-};
+using namespace parallel_gpt_detail;
 
 template <typename T>
 ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device,
@@ -244,10 +208,14 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
       pool.erase(it);
       break;
     }
-  if (!s) {
+  const bool fresh = !s;
+  if (fresh) {
     s = std::make_unique<ActSet>();
     s->B = B;
     s->Tn = Tn;
+    s->a.resize(kNumActs);
+  }
+  {
     const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
     const int64_t r = rows(b * t);  // the residual stream's rows here (sequence parallel: BT / tp)
     const bool last = is_last(chunk), full = recompute_ == Recompute::full;
@@ -264,11 +232,16 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
         {L, r, C}, {L, r, C}, {L, r}, {L, r}, {L, b, t, 4 * Cl}, {L, b, t, 4 * Cl}, {L, r, C},
         {Lres, r, C},
         {b, t, C}, {r}, {r}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
+    // Every activation a fresh set holds; a pooled one may lack those a zero-bubble B freed.
     for (int i = 0; i < kNumActs; ++i) {
       const bool skip = (i >= kLnf && !last) || shapes[i][0] == 0;
       const DType dt = is_stat(i) ? dtype_of<acc_t<T>>() : dtype_of<T>();
-      s->a.push_back(skip ? Tensor() : Tensor::empty(device_, shapes[i], dt, MemCategory::activation));
+      if (!skip && !s->a[size_t(i)].defined())
+        s->a[size_t(i)] = Tensor::empty(device_, shapes[i], dt, MemCategory::activation);
     }
+  }
+  if (fresh) {
+    const int64_t b = B, t = Tn;
     s->moe.resize(size_t(Lc_));
     s->tokens = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
     s->targets = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
@@ -285,7 +258,8 @@ void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
   const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_, r = rows(b * t);
   std::vector<std::vector<int64_t>> shapes = {{b, t, C},      {b, t, C}, {b, t, 4 * Cl}, {b, t, 4 * Cl},
                                               {b, NH, t, t}, {b, t, V}, {b, t},
-                                              {sp_ ? 2 : 0, b, t, C}, {sp_ ? 2 : 0, C}};  // sSp, sLnPart
+                                              {sp_ ? 2 : 0, b, t, C}, {sp_ ? 2 : 0, C},  // sSp, sLnPart
+                                              {zero_bubble() ? 1 : 0, 2 * C + r * C}};   // sZb
   // Recompute buffers after the backward scratch: selective, one attention matrix; full, one
   // layer's activations (kLn1 .. kRes3), where the forward and its recomputation write.
   if (recompute_ == Recompute::selective) shapes.push_back({b, NH, t, t});
@@ -321,13 +295,15 @@ typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, 
     return a;
   }
   const size_t oC = size_t(k) * R * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * R;
+  // A zero-bubble B frees what W does not read: null for those.
+  auto P = [&](int act, size_t off) { return s.a[size_t(act)].defined() ? s.p(act) + off : nullptr; };
   a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * R * C;
   a.ln1 = s.p(kLn1) + oC, a.ln1_mean = s.pa(kLn1Mean) + oN, a.ln1_rstd = s.pa(kLn1Rstd) + oN;
-  a.qkv = s.p(kQkv) + 3 * oCl, a.atty = s.p(kAtty) + oCl;
-  a.att = recompute_ == Recompute::selective ? scratch_[kNumScratch].template data<T>() : s.p(kAtt) + size_t(k) * att;
-  a.attproj = s.p(kAttproj) + oC, a.res2 = s.p(kRes2) + oC, a.ln2 = s.p(kLn2) + oC;
+  a.qkv = P(kQkv, 3 * oCl), a.atty = s.p(kAtty) + oCl;
+  a.att = recompute_ == Recompute::selective ? scratch_[kNumScratch].template data<T>() : P(kAtt, size_t(k) * att);
+  a.attproj = P(kAttproj, oC), a.res2 = s.p(kRes2) + oC, a.ln2 = s.p(kLn2) + oC;
   a.ln2_mean = s.pa(kLn2Mean) + oN, a.ln2_rstd = s.pa(kLn2Rstd) + oN;
-  a.fch = s.p(kFch) + 4 * oCl, a.fchg = s.p(kFchGelu) + 4 * oCl, a.fcproj = s.p(kFcproj) + oC;
+  a.fch = P(kFch, 4 * oCl), a.fchg = s.p(kFchGelu) + 4 * oCl, a.fcproj = P(kFcproj, oC);
   a.res3 = s.p(kRes3) + oC;
   return a;
 }
@@ -434,127 +410,6 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   for (A l : losses) sum += double(l);
   if (loss_sum) *loss_sum = sum + moe_loss_;
   return nullptr;
-}
-
-template <typename T>
-const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> loss_scale) {
-  DTB_CHECK(chunk >= 0 && chunk < chunks(), "ParallelGpt::backward: chunk out of range");
-  auto it = live_[chunk].find(mb);
-  DTB_CHECK(it != live_[chunk].end(), "ParallelGpt::backward: no forward of this micro-batch");
-  ActSet& s = *it->second;
-  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, Vl = Vl_;
-  const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
-  ensure_scratch(B, Tn);
-  auto S = [&](int i) { return scratch_[i].template data<T>(); };
-  T* work = sp_ ? S(sSp) : nullptr;  // sequence parallel: the gathers' buffer
-  Ops<T>& ops = *ops_;
-  ParamStore<T>& st = store();
-  const bool first = is_first(chunk), last = is_last(chunk);
-  const int v0 = coord_.tp * Vl;
-  // The wte unit's gradient is complete for this micro-batch after its last use: the
-  // embedding's backward when this rank holds the first stage, else the LM head's.
-  const bool holds_first = wpe_unit_ >= 0;
-  T* dres = S(sDRes);  // the residual stream's gradient, replicated over TP
-  if (last) {
-    head_ce_->backward(S(sDLogits), s.p(kProbs), s.tgt(), loss_scale, int(BT));
-    T* dhead = sp_ ? work : S(sDLn);  // the head input's gradient, all BT rows
-    ops.zero(dhead, BT * C);
-    ops.matmul_backward(dhead, st.grad(wte_unit_), static_cast<T*>(nullptr), S(sDLogits), s.p(kLnf),
-                        st.param(wte_unit_), int(BT), C, Vl);
-    st.release_param(wte_unit_);
-    if (!holds_first) st.grad_done(wte_unit_);
-    // The head's input is replicated; its gradient is partial over the vocabulary shards: summed
-    // over TP (sequence parallel: reduce-scattered, g-bar backward, each rank its rows).
-    if (sp_)
-      gather_from_sequence_parallel_region<T>(Pass::backward, ops, tp_, dhead, S(sDLn), R * C, &stats_);
-    else
-      copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
-    ops.zero(dres, R * C);
-    const T* xL = layer_acts(s, Lc_ - 1, true).res3;
-    T* dlnf = st.grad(lnf_unit_);
-    ln_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.pa(kLnfMean), s.pa(kLnfRstd), int(R));
-    st.release_param(lnf_unit_);
-    st.grad_done(lnf_unit_);
-  } else {
-    DTB_CHECK(dout != nullptr, "ParallelGpt::backward: a chunk before the last needs its output's gradient");
-    copy_within(ops, dres, dout, R * C);
-  }
-  for (int k = Lc_ - 1; k >= 0; --k) {
-    const LayerParams& lp = layers_[chunk][k];
-    T* up = st.param(lp.unit);
-    T* ug = st.grad(lp.unit);
-    auto W = [&](int i) { return up + lp.o[i]; };
-    auto D = [&](int i) { return ug + lp.o[i]; };
-    const LayerActs a = layer_acts(s, k, last);
-    // Full recompute: the layer's forward again from its kept input, the same ops on the
-    // same values, so every activation is bitwise the first forward's.
-    if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn, lp.moe ? &s.moe[size_t(k)] : nullptr, true);
-    if (lp.moe) {  // its losses weigh BT * loss_scale, as forward added them
-      ops.zero(S(sDLn), R * C);
-      moe_ffn_backward(s.moe[size_t(k)], lp, a, up, ug, int(BT), dres, S(sDLn), double(loss_scale) * double(BT));
-      // Full recompute keeps no MoE activations: the recomputed ones go with this layer's backward.
-      if (recompute_ == Recompute::full) s.moe[size_t(k)] = MoeActivations<T>{};
-    } else {
-      // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
-      // sums over TP.
-      T* dfchg = S(sDBig);
-      T* dfch = S(sDBig2);
-      fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb), work);
-      ops.zero(dfch, BT * 4 * Cl);
-      ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
-      fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb), work);
-    }
-    ln_backward(dres, D(Pln2w), D(Pln2b), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(R));
-    // Attention branch.
-    T* datty = S(sDBig2);
-    attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb), work);
-    T* dqkv = S(sDBig);
-    // Selective recompute: the attention core's softmax again from the kept qkv (its output
-    // into dqkv's buffer before that is zeroed; the kept atty is not touched).
-    if (recompute_ == Recompute::selective) ops.attention_forward(dqkv, a.att, a.qkv, B, Tn, Cl, NH);
-    ops.zero(dqkv, BT * 3 * Cl);
-    ops.attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.att, B, Tn, Cl, NH);
-    qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), D(Pqkvw), D(Pqkvb), work);
-    ln_backward(dres, D(Pln1w), D(Pln1b), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(R));
-    st.release_param(lp.unit);
-    st.grad_done(lp.unit);
-  }
-  const T* result = dres;
-  if (first) {
-    // g forward's backward is the identity: dres is the full gradient on every TP rank
-    // (sequence parallel: the reduce-scatter's backward gathers the ranks' rows whole).
-    const T* demb = dres;
-    if (sp_) {
-      reduce_scatter_to_sequence_parallel_region<T>(Pass::backward, ops, tp_, work, dres, R * C, &stats_);
-      demb = work;
-    }
-    ops.embedding_shard_backward(st.grad(wte_unit_), st.grad(wpe_unit_), demb, s.tok(), B, Tn, C, v0, v0 + Vl);
-    st.grad_done(wte_unit_);
-    st.grad_done(wpe_unit_);
-    result = nullptr;
-  }
-  pool_[chunk].push_back(std::move(it->second));
-  live_[chunk].erase(it);
-  return result;
-}
-
-template <typename T>
-void ParallelGpt<T>::ln_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
-                                 const acc_t<T>* mean, const acc_t<T>* rstd, int R) {
-  Ops<T>& ops = *ops_;
-  const int C = cfg_.C;
-  if (!sp_) {
-    ops.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, R, C);
-    return;
-  }
-  // Each TP rank's rows give part of the weight and bias gradients: their sum over TP is the
-  // gradient (Megatron-LM #1446 is this sum left out), accumulated into dw and db.
-  T* part = scratch_[sLnPart].template data<T>();
-  ops.zero(part, 2 * size_t(C));
-  ops.layernorm_backward(dinp, part, part + C, dout, inp, w, mean, rstd, R, C);
-  sum_over_tensor_parallel<T>(ops, tp_, part, 2 * size_t(C), &stats_);
-  ops.residual_forward(dw, dw, part, size_t(C));
-  ops.residual_forward(db, db, part + C, size_t(C));
 }
 
 template <typename T>

@@ -153,7 +153,13 @@ class ParallelGpt {
   /// group's ranks all recompute the same micro-batch in the same slot of their schedule, as
   /// Megatron-LM's full recompute of an MoE layer does), without counting the routing or the
   /// losses twice. Set before the first forward.
-  void set_recompute(Recompute r) { recompute_ = r; }
+  /// Errors: InputError for full recompute on a zero-bubble layout (W needs every layer's
+  /// activations after B, which full recompute does not keep).
+  void set_recompute(Recompute r) {
+    if (r == Recompute::full && zero_bubble())
+      throw InputError("recompute full with schedule zb-h1 is not supported (W needs the activations B used)");
+    recompute_ = r;
+  }
   Recompute recompute() const { return recompute_; }
 
   /// This rank's local parameters (num_params() values, local flat order) as gpt_init_params
@@ -180,6 +186,18 @@ class ParallelGpt {
   /// dout and the result are this TP rank's block, (BT / tp, C). Frees the
   /// micro-batch's activations. Errors: no forward of (chunk, mb) aborts.
   const T* backward(int chunk, int mb, const T* dout, acc_t<T> loss_scale);
+  /// A zero-bubble schedule's (layout.schedule "zb-h1") split of backward (Qi et al. 2024,
+  /// Sec. 2): backward_input is the pass B, every input gradient of the chunk (arguments, result
+  /// and errors as backward) and no weight gradient; it keeps the micro-batch's activations and
+  /// the output gradients of each op with weights. backward_weight is the pass W: the chunk's
+  /// weight gradients from what B kept, accumulated into grads() in the order backward
+  /// accumulates them, then the micro-batch's activations freed. B then W give bitwise
+  /// backward's gradients. Errors: backward on a zero-bubble layout, backward_input on another,
+  /// W without its B abort.
+  const T* backward_input(int chunk, int mb, const T* dout, acc_t<T> loss_scale);
+  void backward_weight(int chunk, int mb);
+  /// Whether the layout's schedule splits the backward into B and W.
+  bool zero_bubble() const { return layout_.schedule == "zb-h1"; }
 
   /// The full model's flat buffer (gpt.h layout) from every rank's owned elements of
   /// `local` (each rank's num_params() values on the host, e.g. its full parameters or
@@ -267,6 +285,8 @@ class ParallelGpt {
   // bias gradients are summed over TP before they are accumulated into dw, db.
   void ln_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const acc_t<T>* mean,
                    const acc_t<T>* rstd, int R);
+  // reference/parallel_gpt_backward.cc: the whole backward, or (split) its pass B.
+  const T* backward_pass(int chunk, int mb, const T* dout, acc_t<T> loss_scale, bool split);
   std::vector<LocalTensor> tensors_;
   std::vector<ParamUnit> units_;
   size_t num_params_ = 0;

@@ -100,11 +100,18 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
       span.end();
       loss_sum += mb_loss;  // the last chunk's token losses; any chunk's MoE losses
       if (!last) send(out, message_tag(a.micro_batch, vs + 1, false, nv), next, g.pp);
-    } else {
+    } else if (a.op == PipeOp::backward_weight) {  // W: no communication
+      auto span = span_scope(spans, "compute.backward_weight", step);
+      model.backward_weight(a.chunk, a.micro_batch);
+      if (recording) ops.synchronize();
+    } else {  // the whole backward, or B
       const T* dout = nullptr;
       if (!last) dout = receive(message_tag(a.micro_batch, vs, true, nv), next, pp_bwd);
-      auto span = span_scope(spans, "compute.backward", step);
-      const T* dx = model.backward(a.chunk, a.micro_batch, dout, acc_t<T>(loss_scale / global_tokens));
+      const bool input = a.op == PipeOp::backward_input;
+      auto span = span_scope(spans, input ? "compute.backward_input" : "compute.backward", step);
+      const acc_t<T> scale = acc_t<T>(loss_scale / global_tokens);
+      const T* dx = input ? model.backward_input(a.chunk, a.micro_batch, dout, scale)
+                          : model.backward(a.chunk, a.micro_batch, dout, scale);
       if (recording) ops.synchronize();
       span.end();
       if (!first) send(dx, message_tag(a.micro_batch, vs - 1, true, nv), prev, pp_bwd);

@@ -1,4 +1,4 @@
-// Pipeline schedules (GPipe, 1F1B, interleaved 1F1B) and their zero-communication
+// Pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) and their zero-communication
 // discrete-event simulation. See pipeline_schedule.h.
 #include "reference/pipeline_schedule.h"
 
@@ -13,8 +13,8 @@ namespace dtb {
 void validate_pipeline(const std::string& schedule, int p, int m, int v) {
   const std::string at = " (schedule '" + schedule + "', p " + std::to_string(p) + ", m " + std::to_string(m) +
                          ", v " + std::to_string(v) + ")";
-  if (schedule != "gpipe" && schedule != "1f1b" && schedule != "interleaved")
-    throw InputError("pipeline schedule '" + schedule + "' is not one of gpipe, 1f1b, interleaved");
+  if (schedule != "gpipe" && schedule != "1f1b" && schedule != "interleaved" && schedule != "zb-h1")
+    throw InputError("pipeline schedule '" + schedule + "' is not one of gpipe, 1f1b, interleaved, zb-h1");
   if (p < 1) throw InputError("pipeline stages p must be >= 1" + at);
   if (m < 1) throw InputError("pipeline micro_batches m must be >= 1" + at);
   if (schedule == "interleaved") {
@@ -30,9 +30,23 @@ std::vector<PipeAction> pipeline_schedule(const std::string& schedule, int p, in
   if (stage < 0 || stage >= p)
     throw InputError("pipeline stage " + std::to_string(stage) + " outside [0, " + std::to_string(p) + ")");
   std::vector<PipeAction> out;
-  out.reserve(size_t(2) * m * v);
+  out.reserve(size_t(3) * m * v);
   auto F = [&](int mb, int c) { out.push_back({PipeOp::forward, mb, c}); };
   auto B = [&](int mb, int c) { out.push_back({PipeOp::backward, mb, c}); };
+  if (schedule == "zb-h1") {
+    const int warmup = std::min(p - stage - 1, m), steady = m - warmup;
+    int next_w = 0;  // the oldest micro-batch whose W is pending
+    auto Bi = [&](int mb) { out.push_back({PipeOp::backward_input, mb, 0}); };
+    auto W = [&]() { out.push_back({PipeOp::backward_weight, next_w++, 0}); };
+    for (int i = 0; i < warmup; ++i) F(i, 0);
+    for (int i = 0; i < steady; ++i) {
+      F(warmup + i, 0), Bi(i);
+      if (i >= stage) W();  // the first `stage` W's wait for the end
+    }
+    for (int i = steady; i < m; ++i) Bi(i), W();
+    while (next_w < m) W();
+    return out;
+  }
   if (schedule == "gpipe") {
     for (int i = 0; i < m; ++i) F(i, 0);
     for (int i = 0; i < m; ++i) B(i, 0);
@@ -60,15 +74,23 @@ std::vector<PipeAction> pipeline_schedule(const std::string& schedule, int p, in
 }
 
 double pipeline_bubble_theory(const std::string& schedule, int p, int m, int v) {
+  if (schedule == "zb-h1") return zb_h1_bubble_theory(p, m, 1, 1, 1);
   const double vm = schedule == "interleaved" ? double(v) * m : double(m);
   return (p - 1.0) / (vm + p - 1.0);
 }
 
+double zb_h1_bubble_theory(int p, int m, double t_forward, double t_input, double t_weight) {
+  const double idle = (p - 1.0) * (t_forward + t_input - t_weight);
+  return idle / (m * (t_forward + t_input + t_weight) + idle);
+}
+
 PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, int v, double t_forward,
-                                     double t_backward) {
+                                     double t_backward, double t_weight) {
   validate_pipeline(schedule, p, m, v);
   if (!(std::isfinite(t_forward) && t_forward > 0 && std::isfinite(t_backward) && t_backward > 0))
     throw InputError("simulate_pipeline: t_forward and t_backward must be finite and > 0");
+  if (!(std::isfinite(t_weight) && t_weight >= 0 && t_weight < t_backward))
+    throw InputError("simulate_pipeline: t_weight must be in [0, t_backward)");
   const int V = p * v;  // virtual stages
   std::vector<std::vector<PipeAction>> lists(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s) lists[size_t(s)] = pipeline_schedule(schedule, p, m, v, s);
@@ -81,8 +103,9 @@ PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, 
   r.busy.assign(size_t(p), 0);
   r.peak_in_flight_chunks.assign(size_t(p), 0);
   std::vector<int> in_flight(size_t(p), 0);
-  const double cf = t_forward / v, cb = t_backward / v;
-  size_t remaining = size_t(p) * 2 * m * v;
+  const double cf = t_forward / v, cb = t_backward / v, cw = t_weight / v, ci = cb - cw;
+  size_t remaining = 0;
+  for (const auto& l : lists) remaining += l.size();
   while (remaining > 0) {
     bool progressed = false;
     for (int s = 0; s < p; ++s) {
@@ -97,6 +120,10 @@ PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, 
             if (d < 0) break;
             ready = std::max(ready, d);
           }
+        } else if (a.op == PipeOp::backward_weight) {
+          const double own = at(bdone, a.micro_batch, vs);  // its B
+          if (own < 0) break;
+          ready = std::max(ready, own);
         } else {
           const double own = at(fdone, a.micro_batch, vs);
           if (own < 0) break;
@@ -107,11 +134,16 @@ PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, 
             ready = std::max(ready, d);
           }
         }
-        const double cost = a.op == PipeOp::forward ? cf : cb;
+        const double cost = a.op == PipeOp::forward           ? cf
+                            : a.op == PipeOp::backward_input  ? ci
+                            : a.op == PipeOp::backward_weight ? cw
+                                                              : cb;
         free_at[size_t(s)] = ready + cost;
         r.busy[size_t(s)] += cost;
-        at(a.op == PipeOp::forward ? fdone : bdone, a.micro_batch, vs) = ready + cost;
-        in_flight[size_t(s)] += a.op == PipeOp::forward ? 1 : -1;
+        if (a.op != PipeOp::backward_weight)
+          at(a.op == PipeOp::forward ? fdone : bdone, a.micro_batch, vs) = ready + cost;
+        // A micro-batch's activations are held from its forward to its whole backward or its W.
+        in_flight[size_t(s)] += a.op == PipeOp::forward ? 1 : a.op == PipeOp::backward_input ? 0 : -1;
         r.peak_in_flight_chunks[size_t(s)] = std::max(r.peak_in_flight_chunks[size_t(s)], in_flight[size_t(s)]);
         ++next[size_t(s)], --remaining, progressed = true;
       }

@@ -8,9 +8,12 @@
 
 namespace dtb {
 
-enum class PipeOp { forward, backward };
+/// backward: the whole backward; backward_input and backward_weight: its two halves under a
+/// zero-bubble schedule, B (input gradients, on the critical path) and W (weight gradients,
+/// deferrable) of Qi et al. 2024, "Zero Bubble Pipeline Parallelism".
+enum class PipeOp { forward, backward, backward_input, backward_weight };
 
-/// One compute action of a pipeline rank: the forward or backward of `micro_batch`
+/// One compute action of a pipeline rank: the forward or backward (or B or W) of `micro_batch`
 /// (0..m-1) through model chunk `chunk` (0..v-1) of this rank. Chunk c of rank `stage`
 /// is virtual stage c * p + stage (Megatron's interleaved layer assignment); without
 /// interleaving chunk is 0 and the virtual stage is the rank.
@@ -21,7 +24,8 @@ struct PipeAction {
   bool operator==(const PipeAction&) const = default;
 };
 
-/// Throws InputError naming the value unless: schedule is "gpipe", "1f1b" or "interleaved";
+/// Throws InputError naming the value unless: schedule is "gpipe", "1f1b", "interleaved" or
+/// "zb-h1";
 /// p >= 1; m >= 1; v == 1 outside "interleaved", and for "interleaved" v >= 2 and m a
 /// multiple of p (Megatron-LM's requirement for its micro-batch groups).
 void validate_pipeline(const std::string& schedule, int p, int m, int v);
@@ -38,6 +42,12 @@ void validate_pipeline(const std::string& schedule, int p, int m, int v);
 ///    the k-th forward is chunk (k mod pv) / p of micro-batch (k / pv) p + k mod p (groups
 ///    of p micro-batches per chunk), the k-th backward the same with chunk v - 1 - that;
 ///    warm-up min(2 (p - stage - 1) + (v - 1) p, m v) forwards, then 1F1B, then cool-down.
+///  - "zb-h1": ZB-H1 of Qi et al. 2024 (Sec. 3.1, Fig. 3): 1F1B's warm-up of p - stage - 1
+///    forwards, then each steady step a forward and a B, followed by the oldest pending W
+///    except in the first `stage` steady steps (those W's are deferred), then each remaining B
+///    followed by a W, then the deferred W's. Every stage thus holds at most p micro-batches'
+///    activations (1F1B's most, on stage 0) and, with T_F = T_B = T_W, idles (p - 1) T_F
+///    instead of 1F1B's 3 (p - 1) T_F. W's run in micro-batch order, as 1F1B's backwards.
 /// Errors: InputError from validate_pipeline, or for stage outside [0, p).
 std::vector<PipeAction> pipeline_schedule(const std::string& schedule, int p, int m, int v, int stage);
 
@@ -57,19 +67,28 @@ struct PipelineSimulation {
 
 /// Runs every stage's pipeline_schedule list in order, each action starting when its stage
 /// is free and its inputs are ready, with zero communication time: forward of (mb, virtual
-/// stage s) needs forward (mb, s - 1); backward (mb, s) needs forward (mb, s) and backward
-/// (mb, s + 1) (the last virtual stage's backward only its own forward). A chunk costs
-/// t_forward / v and t_backward / v (the rank's layers split evenly over its chunks).
+/// stage s) needs forward (mb, s - 1); backward (or B) (mb, s) needs forward (mb, s) and
+/// backward (or B) (mb, s + 1) (the last virtual stage's only its own forward); W (mb, s) its
+/// own B. A chunk costs t_forward / v and t_backward / v (the rank's layers split evenly over
+/// its chunks); t_backward is the whole backward, of which t_weight is W's part (B costs
+/// t_backward - t_weight; 0 <= t_weight < t_backward; only zero-bubble schedules split it).
 /// Balanced stages give bubble = (p - 1) / (m + p - 1) for gpipe and 1f1b and
 /// (p - 1) / (v m + p - 1) interleaved: the bubble (p - 1)(t_f + t_b) / v of Narayanan et
 /// al. 2021 Sec. 2.2 as a fraction of the whole step, not of the ideal time.
 /// Errors: InputError as pipeline_schedule, or for costs that are not finite and > 0;
 /// std::logic_error if the lists deadlock (a schedule bug).
 PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, int v, double t_forward,
-                                     double t_backward);
+                                     double t_backward, double t_weight = 0);
 
-/// The closed-form bubble fraction of the whole step: (p - 1) / (m + p - 1), or
-/// (p - 1) / (v m + p - 1) for "interleaved". No validation.
+/// The closed-form bubble fraction of the whole step with equal stages: (p - 1) / (m + p - 1),
+/// or (p - 1) / (v m + p - 1) for "interleaved", and for "zb-h1" with T_F = T_B = T_W
+/// (p - 1) / (3 m + p - 1) (m >= p). No validation.
 double pipeline_bubble_theory(const std::string& schedule, int p, int m, int v);
+
+/// ZB-H1's bubble fraction of the whole step from the per-micro-batch times of one stage's
+/// forward, B and W (Qi et al. 2024, Sec. 3.1: each stage idles (p - 1)(T_F + T_B - T_W)):
+/// idle / (m (T_F + T_B + T_W) + idle). It is pipeline_schedule("zb-h1")'s bubble for m >= p
+/// and T_W <= min(T_F, T_B) (tested); outside that, simulate_pipeline gives it. No validation.
+double zb_h1_bubble_theory(int p, int m, double t_forward, double t_input, double t_weight);
 
 }  // namespace dtb

@@ -79,8 +79,13 @@ void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_bat
     throw InputError("model.NH = " + num(m.NH) + " heads are not divisible by tensor_parallel = " + num(l.tp));
   if (m.V % l.tp != 0)
     throw InputError("model.V = " + num(m.V) + " (vocabulary) is not divisible by tensor_parallel = " + num(l.tp));
-  if (l.schedule != "gpipe" && l.schedule != "1f1b" && l.schedule != "interleaved")
-    throw InputError("unknown schedule '" + printable(l.schedule, 40) + "' (gpipe, 1f1b, interleaved)");
+  if (l.schedule != "gpipe" && l.schedule != "1f1b" && l.schedule != "interleaved" && l.schedule != "zb-h1")
+    throw InputError("unknown schedule '" + printable(l.schedule, 40) + "' (gpipe, 1f1b, interleaved, zb-h1)");
+  if (l.schedule == "zb-h1" && m.moe.num_experts > 0)
+    throw InputError("schedule zb-h1 with an MoE model (model.num_experts = " + num(m.moe.num_experts) +
+                     ") is not supported yet");
+  if (l.schedule == "zb-h1" && l.sequence_parallel)
+    throw InputError("schedule zb-h1 with sequence_parallel is not supported yet");
   if (l.schedule != "interleaved" && l.virtual_stages != 1)
     throw InputError("virtual_stages = " + num(l.virtual_stages) + " needs schedule \"interleaved\", not \"" +
                      printable(l.schedule, 40) + "\"");

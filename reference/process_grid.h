@@ -20,7 +20,8 @@ namespace dtb {
 
 /// A training layout: the three parallel sizes (tp * dp * pp = world size), the
 /// micro-batches per step and DP rank, and the pipeline schedule ("gpipe", "1f1b",
-/// "interleaved") with its model chunks per rank (virtual_stages, interleaved only).
+/// "interleaved", "zb-h1": reference/pipeline_schedule.h) with its model chunks per rank
+/// (virtual_stages, interleaved only).
 /// Expert parallelism (an MoE model only) is carved out of DP, as Megatron-LM's
 /// --expert-model-parallel-size: ep divides dp, the ep consecutive DP ranks dp / ep = g form
 /// expert-parallel group g (each holds E / ep of every MoE layer's experts: ep rank dp % ep),
@@ -111,7 +112,7 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
 /// Megatron-LM requires); expert_parallel below 1, above 1 on a dense model, not dividing dp
 /// or the experts (num_experts); sequence_parallel with tensor_parallel 1, with an MoE model, or
 /// (seq_len > 0: the tokens per sequence trained) with a micro-batch's B seq_len tokens not
-/// divisible by tensor_parallel.
+/// divisible by tensor_parallel; schedule zb-h1 with an MoE model or sequence_parallel.
 void validate_layout(const ParallelLayout& layout, const GptConfig& model, int global_batch, int world_size,
                      int seq_len = 0);
 

@@ -84,7 +84,7 @@ TEST(ProcessGrid, RefusedLayoutsNameTheirNumbers) {
   EXPECT_EQ(refusal(l, model, 8, 2), "schedule \"interleaved\" needs virtual_stages >= 2, got 1");
   l = {};
   l.schedule = "zerobubble";
-  EXPECT_EQ(refusal(l, model, 8, 1), "unknown schedule 'zerobubble' (gpipe, 1f1b, interleaved)");
+  EXPECT_EQ(refusal(l, model, 8, 1), "unknown schedule 'zerobubble' (gpipe, 1f1b, interleaved, zb-h1)");
   l = {};
   l.virtual_stages = 2;
   EXPECT_EQ(refusal(l, model, 8, 1), "virtual_stages = 2 needs schedule \"interleaved\", not \"1f1b\"");

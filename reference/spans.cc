@@ -12,8 +12,10 @@
 namespace dtb {
 namespace {
 
-constexpr std::array<std::string_view, 13> kSpanNames = {
+// compute.backward_input and compute.backward_weight: a zero-bubble schedule's B and W.
+constexpr std::array<std::string_view, 15> kSpanNames = {
     "compute.forward",  "compute.backward",    "compute.recompute", "compute.optimizer",
+    "compute.backward_input", "compute.backward_weight",
     "comm.all_reduce",  "comm.all_gather",     "comm.reduce_scatter", "comm.broadcast",
     "comm.send",        "comm.recv",           "comm.sendrecv",     "comm.barrier",
     "idle"};

@@ -29,7 +29,7 @@ using nlohmann::json;
 // The layouts the suite runs by default: TP 2 and 4; PP 2 and 4 under each schedule; the
 // products of two and of three dimensions, and DP 4 under TP 2 (8 ranks: each DP rank takes a
 // quarter of the batch, and gradients are summed over 4, not 8); ZeRO; recompute; sequence
-// parallelism.
+// parallelism; the ZB-H1 schedule.
 const std::vector<std::string> kDefaultLayouts = {
     "TP2", "TP4", "PP2:gpipe", "PP2:1f1b", "PP2:interleaved:v2", "PP4:gpipe", "PP4:1f1b", "PP4:interleaved:v2",
     "TP2xDP2", "TP2xPP2", "PP2xDP2", "TP2xPP2xDP2", "TP2xDP4",
@@ -41,7 +41,9 @@ const std::vector<std::string> kDefaultLayouts = {
     "TP2xPP2:full", "TP2xPP2:selective", "PP2:interleaved:v2:full", "DP2:zero3:full",
     // Sequence parallelism with TP (Korthikanti et al. 2022): alone, with PP, with ZeRO 1 and
     // with full recompute (bitwise the same layout without it).
-    "TP2:sp", "TP2xPP2:sp", "TP2xDP2:sp:zero1", "TP2xDP2:sp:zero1:full"};
+    "TP2:sp", "TP2xPP2:sp", "TP2xDP2:sp:zero1", "TP2xDP2:sp:zero1:full",
+    // ZB-H1 (Qi et al. 2024), bitwise its 1F1B twin: PP 2 and 4, and with TP 2.
+    "PP2:zb-h1", "PP4:zb-h1", "TP2xPP2:zb-h1"};
 
 // An MoE model's (conformance.model.num_experts > 0): expert parallel alone, over DP, with PP
 // (1F1B and interleaved), with ZeRO 1-3, with selective and full recompute and with TP
@@ -148,13 +150,27 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
   return p;
 }
 
-// The layout without its recompute option ("TP2xPP2:full" -> "TP2xPP2"); "" when it has none.
-std::string without_recompute(const std::string& text) {
-  for (const char* opt : {":full", ":selective"}) {
-    const size_t at = text.find(opt);
-    if (at != std::string::npos) return text.substr(0, at) + text.substr(at + std::string(opt).size());
+// The layout a layout must equal bitwise: without its recompute, or ZB-H1's 1F1B; "" for none.
+// Keyed by the record name, so "TP2xPP2:zb-h1" pairs with "TP2xPP2" however the 1F1B one is
+// spelled.
+struct Twin {
+  std::string key, check, detail;
+};
+Twin bitwise_twin(const LayoutSpec& s) {
+  LayoutSpec t = s;
+  if (s.recompute != Recompute::none) {
+    t.recompute = Recompute::none;
+    return {layout_record_name(t), "recompute_bitwise_vs",
+            "max |difference| of losses and final parameters between recompute and none, bitwise (the "
+            "recomputation runs the same ops on the same values)"};
   }
-  return std::string();
+  if (s.l.schedule == "zb-h1") {
+    t.l.schedule = "1f1b";
+    return {layout_record_name(t), "schedule_bitwise_vs",
+            "max |difference| of losses and final parameters between zb-h1 and 1f1b, bitwise (B and W run the "
+            "whole backward's ops, the W's in micro-batch order)"};
+  }
+  return {};
 }
 
 // A layout's checks against the oracle and its replicas (and, in half precision, the stated
@@ -260,10 +276,14 @@ class ConformanceSuite : public Suite {
               " backend, the oracle and references on the cpu");
     SuiteResult res;
     json skipped = json::array(), table = json::array();
-    // Outcomes kept for the recompute comparison: (precision, layout) -> losses, params.
-    std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> kept;
+    // Outcomes kept for the bitwise comparisons (bitwise_twin): record name + precision ->
+    // layout text, losses, params.
+    struct Kept {
+      std::string text;
+      std::vector<double> losses, params;
+    };
+    std::map<std::string, Kept> kept;
     const std::vector<std::string>& names = p.names;
-    const auto base_of = without_recompute;
     std::vector<double> oracle_losses;
     double factor = 0;
     Reference oracle;  // the float64 oracle, run once (rank 0's): the same for every precision
@@ -328,23 +348,24 @@ class ConformanceSuite : public Suite {
 
         const std::string prefix = "conformance/" + text + "/";
         std::vector<Check> checks = layout_checks(prefix, refs, model, tokens_per_step, out, prec);
-        // Recompute: the same ops on the same values, so bitwise the layout without it. Either
-        // may run first: compare when the second of a pair is done.
-        const std::string base = base_of(layout_text);
-        std::vector<std::string> partners;
-        if (!base.empty()) partners.push_back(base + suffix);
-        for (const std::string& n : names)
-          if (base_of(n) == layout_text) partners.push_back(n + suffix);
-        if (!partners.empty()) kept[text] = {out.losses, out.params};
-        for (const std::string& other_name : partners) {
-          auto it = kept.find(other_name);
-          if (it == kept.end()) continue;
+        // A layout and its bitwise twin (recompute and none, ZB-H1 and 1F1B): either may run
+        // first; compare when the second of a pair is done.
+        const std::string key = layout_record_name(spec) + suffix;
+        std::vector<Twin> partners;  // (the other's key, the check)
+        if (Twin t = bitwise_twin(spec); !t.key.empty()) partners.push_back({t.key + suffix, t.check, t.detail});
+        for (LayoutSpec other : p.specs) {
+          other.precision = prec;
+          if (Twin t = bitwise_twin(other); !t.key.empty() && t.key + suffix == key)
+            partners.push_back({layout_record_name(other) + suffix, t.check, t.detail});
+        }
+        if (!partners.empty()) kept[key] = {text, out.losses, out.params};
+        for (const Twin& t : partners) {
+          auto it = kept.find(t.key);
+          if (it == kept.end() || t.key == key) continue;
           double d = 0;
-          for (size_t i = 0; i < out.losses.size(); ++i) d = std::max(d, std::fabs(out.losses[i] - it->second.first[i]));
-          for (size_t i = 0; i < out.params.size(); ++i) d = std::max(d, std::fabs(out.params[i] - it->second.second[i]));
-          checks.push_back(make_check(prefix + "recompute_bitwise_vs/" + other_name, d, 0.0,
-                                      "max |difference| of losses and final parameters between recompute and none, "
-                                      "bitwise (the recomputation runs the same ops on the same values)"));
+          for (size_t i = 0; i < out.losses.size(); ++i) d = std::max(d, std::fabs(out.losses[i] - it->second.losses[i]));
+          for (size_t i = 0; i < out.params.size(); ++i) d = std::max(d, std::fabs(out.params[i] - it->second.params[i]));
+          checks.push_back(make_check(prefix + t.check + "/" + it->second.text, d, 0.0, t.detail));
         }
         int failed = 0;
         double worst = 0, dloss = 0;

@@ -40,7 +40,7 @@ const LayoutSpelling& spelling(LayoutKey k) {
 namespace {
 std::string key_of(LayoutKey k) { return spelling(k).config_key; }
 // The schedule names (a spec's schedule option; the config key's values).
-constexpr const char* kSchedules[] = {"gpipe", "1f1b", "interleaved"};
+constexpr const char* kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 }  // namespace
 
 int zero_stage_from_json(const json& s, const std::string& path, int lo, int hi) {
@@ -147,6 +147,8 @@ LayoutSpec layout_from_json(const json& s, const std::string& path, const GptCon
   spec.l = parallel_layout_from_json(s, path, model, micro_batches, global_batch, world_size, seq_len);
   spec.z = zero_config_from_json(s, path);
   spec.recompute = parse_recompute_key(s, path);
+  if (spec.l.schedule == "zb-h1" && spec.recompute == Recompute::full)
+    throw InputError(path + ": schedule zb-h1 with recompute full is not supported (W needs the activations B used)");
   spec.precision = precision_from_json(s, path);
   spec.z.fp32_communication = fp32_communication_from_json(s, path, spec.precision);
   return spec;
@@ -228,11 +230,13 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
       spec.l.sequence_parallel = true;
     } else {
       throw bad("has an unknown option '" + printable(o, 20) +
-                "' (gpipe, 1f1b, interleaved, vN, zeroN, offload, full, selective, sp)");
+                "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp)");
     }
     if (seen_opt[which]) throw bad("repeats an option ('" + printable(o, 20) + "')");
     seen_opt[which] = true;
   }
+  if (spec.l.schedule == "zb-h1" && spec.recompute == Recompute::full)
+    throw bad("combines zb-h1 with full recompute (W needs the activations B used; not supported)");
   return spec;
 }
 

@@ -98,7 +98,7 @@ LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& pa
 
 /// "TP2xPP2xDP2[:option...]" -> a layout: dimensions TP, DP, PP and EP (expert parallel, carved
 /// out of DP: "DP4xEP2"; EP alone sets DP to it) in any order, each at most
-/// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved; 1f1b
+/// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved, zb-h1; 1f1b
 /// by default), "vN" virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer
 /// cpu), "full" or "selective" recompute, "sp" (sequence parallel: "TP2xPP2:sp"), each at
 /// most once. Divisibility is not checked

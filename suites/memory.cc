@@ -106,7 +106,7 @@ class MemorySuite : public Suite {
       ParallelLayout l = c.layout;
       l.micro_batches = cfg.micro_batches;
       try {
-        validate_layout(l, model, int(int64_t(cfg.global_batch) * l.dp / world.size), world.size);
+        validate_layout(l, model, int(int64_t(cfg.global_batch) * l.dp / world.size), world.size, cfg.seq_len);
       } catch (const InputError& e) {
         throw InputError("memory: layout " + c.name + ": " + e.what());
       }
@@ -168,7 +168,8 @@ class MemorySuite : public Suite {
         json rec = benchmark_record("memory/" + c.name + "/rank:" + std::to_string(r), cfg.steps, 1, 0.0, 0.0, "s");
         for (const auto& [k, v] : {std::pair{LayoutKey::tp, json(l.tp)}, std::pair{LayoutKey::dp, json(l.dp)},
                                    std::pair{LayoutKey::pp, json(l.pp)}, std::pair{LayoutKey::zero_stage, json(c.zero.stage)},
-                                   std::pair{LayoutKey::offload, json(c.zero.offload_optimizer ? "cpu" : "none")}})
+                                   std::pair{LayoutKey::offload, json(c.zero.offload_optimizer ? "cpu" : "none")},
+                                   std::pair{LayoutKey::sequence_parallel, json(l.sequence_parallel)}})
           rec[spelling(k).field_key] = v;
         for (Tier t : {Tier::device, Tier::host})
           for (MemCategory k : kCats) {

@@ -1,8 +1,9 @@
-// The `pipeline` suite: GPipe, 1F1B and interleaved 1F1B run for real over groups of p
-// consecutive ranks with synthetic balanced stages (a busy-spin per forward / backward and
-// an activation message per hand-off); the measured bubble against the schedule's
-// zero-communication simulation and the closed form (Huang et al. 2019; Narayanan et al.
-// 2021), and the peak in-flight micro-batches (the activation-memory proxy).
+// The `pipeline` suite: GPipe, 1F1B, interleaved 1F1B and ZB-H1 run for real over groups of p
+// consecutive ranks with synthetic balanced stages (a busy-spin per forward / backward, or per
+// B and W under ZB-H1, and an activation message per hand-off); the measured bubble against
+// the schedule's zero-communication simulation and the closed form (Huang et al. 2019;
+// Narayanan et al. 2021; Qi et al. 2024), and the peak in-flight micro-batches (the
+// activation-memory proxy).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,11 +29,12 @@ struct Params {
   std::vector<std::string> schedules;
   std::vector<int> stages, micro_batches;
   int v = 2, elems = 0, reps = 0;
-  double tf_s = 0, tb_s = 0;
+  double tf_s = 0, tb_s = 0, tw_s = 0;  // tw_s: W's part of tb_s (ZB-H1)
   static Params parse(const json& s, const json& config, const WorldInfo& world);
   json to_json() const {
     return {{"schedules", schedules}, {"stages", stages}, {"micro_batches", micro_batches}, {"v", v},
-            {"activation_elems", elems}, {"repetitions", reps}, {"t_forward_s", tf_s}, {"t_backward_s", tb_s}};
+            {"activation_elems", elems}, {"repetitions", reps}, {"t_forward_s", tf_s}, {"t_backward_s", tb_s},
+            {"t_weight_s", tw_s}};
   }
 };
 using Options = Params;
@@ -56,8 +58,8 @@ Params Params::parse(const json& s, const json&, const WorldInfo&) {
   if (!sch.is_array() || sch.empty()) throw InputError("pipeline.schedules must be a non-empty list");
   for (const json& x : sch) {
     const std::string v = x.is_string() ? x.get<std::string>() : x.dump();
-    if (v != "gpipe" && v != "1f1b" && v != "interleaved")
-      throw InputError("pipeline.schedules: '" + v + "' is not one of gpipe, 1f1b, interleaved");
+    if (v != "gpipe" && v != "1f1b" && v != "interleaved" && v != "zb-h1")
+      throw InputError("pipeline.schedules: '" + v + "' is not one of gpipe, 1f1b, interleaved, zb-h1");
     o.schedules.push_back(v);
   }
   o.stages = int_list(s, "stages", 1, 64);
@@ -66,6 +68,13 @@ Params Params::parse(const json& s, const json&, const WorldInfo&) {
   o.v = int(int_in_range(s, vs, "pipeline." + vs, 2, 16));
   o.tf_s = 1e-6 * double(int_in_range(s, "t_forward_us", "pipeline.t_forward_us", 1, 1000000));
   o.tb_s = 1e-6 * double(int_in_range(s, "t_backward_us", "pipeline.t_backward_us", 1, 1000000));
+  // t_weight_us 0 (the default): half the backward, Qi et al.'s T_B = T_W.
+  o.tw_s = 1e-6 * double(int_in_range(s, "t_weight_us", "pipeline.t_weight_us", 0, 1000000));
+  if (o.tw_s == 0) o.tw_s = o.tb_s / 2;
+  if (o.tw_s >= o.tb_s)
+    throw InputError("pipeline.t_weight_us (" + std::to_string(std::lround(o.tw_s * 1e6)) +
+                     ") must be below t_backward_us (" + std::to_string(std::lround(o.tb_s * 1e6)) +
+                     "): it is the weight-gradient part of the backward");
   o.elems = int(int_in_range(s, "activation_elems", "pipeline.activation_elems", 1, 1 << 24));
   o.reps = int(int_in_range(s, "repetitions", "pipeline.repetitions", 1, 1000));
   // Message tags are 2 * (p v) * m + ...: keep them under MPI's guaranteed tag bound, 32767
@@ -126,7 +135,7 @@ struct StageRun {
 
   /// Runs the action list once from t0 (now); spans go to `rec` under step 0. Returns the
   /// seconds from t0 to the end of the last action.
-  double step(SpanRecorder& rec, double tf, double tb) {
+  double step(SpanRecorder& rec, double tf, double tb, double tw) {
     const int V = p * v, prev = (stage + p - 1) % p, next = (stage + 1) % p;
     std::vector<std::unique_ptr<CommHandle>> sends;
     sends.reserve(out.size());
@@ -142,12 +151,18 @@ struct StageRun {
         rec.add("compute.forward", 0, c0, now_seconds());
         peak_in_flight_chunks = std::max(peak_in_flight_chunks, ++in_flight);
         if (vs < V - 1) post(rec, sends, next, 0, vs + 1, a.micro_batch);
-      } else {
+      } else if (a.op == PipeOp::backward_weight) {  // ZB-H1's W: no message
+        const double c0 = now_seconds();
+        compute_for(tw / v);
+        rec.add("compute.backward_weight", 0, c0, now_seconds());
+        --in_flight;
+      } else {  // the whole backward, or ZB-H1's B (the backward less W)
+        const bool input = a.op == PipeOp::backward_input;
         if (vs < V - 1) receive(next, 1, vs, a.micro_batch);
         const double c0 = now_seconds();
-        compute_for(tb / v);
-        rec.add("compute.backward", 0, c0, now_seconds());
-        --in_flight;
+        compute_for((input ? tb - tw : tb) / v);
+        rec.add(input ? "compute.backward_input" : "compute.backward", 0, c0, now_seconds());
+        if (!input) --in_flight;
         if (vs > 0) post(rec, sends, prev, 1, vs - 1, a.micro_batch);
       }
     }
@@ -161,16 +176,17 @@ class PipelineSuite final : public Suite {
  public:
   std::string name() const override { return "pipeline"; }
   std::string description() const override {
-    return "pipeline schedules (gpipe, 1f1b, interleaved) on synthetic balanced stages: measured bubble vs "
-           "simulation and (p-1)/(m+p-1), peak in-flight micro-batches";
+    return "pipeline schedules (gpipe, 1f1b, interleaved, zb-h1) on synthetic balanced stages: measured bubble "
+           "vs simulation and each schedule's closed form, peak in-flight micro-batches";
   }
   json defaults() const override {
-    return {{"schedules", {"gpipe", "1f1b", "interleaved"}},
+    return {{"schedules", {"gpipe", "1f1b", "interleaved", "zb-h1"}},
             {"stages", {2, 4}},
             {"micro_batches", {1, 2, 4, 8, 16}},
             {"virtual_stages", 2},
             {"t_forward_us", 500},
             {"t_backward_us", 1000},
+            {"t_weight_us", 0},
             {"activation_elems", 4096},
             {"repetitions", 3}};
   }
@@ -195,8 +211,13 @@ void run_case(SuiteContext& ctx, const Params& o, Communicator& group, bool acti
   Communicator& world = ctx.world;
   const int W = world.size(), me = world.rank(), G = W / p;
   char buf[320];
-  const PipelineSimulation sim = simulate_pipeline(s, p, m, v, o.tf_s, o.tb_s);
-  const double theory = pipeline_bubble_theory(s, p, m, v);
+  // ZB-H1 splits the backward into B (t_b - t_w) and W (t_w); the others run it whole. Its
+  // closed form takes the three times (Qi et al. 2024: idle (p - 1)(T_F + T_B - T_W)).
+  const bool zb = s == "zb-h1";
+  const double tw = zb ? o.tw_s : 0.0;
+  const PipelineSimulation sim = simulate_pipeline(s, p, m, v, o.tf_s, o.tb_s, tw);
+  const double theory =
+      zb ? zb_h1_bubble_theory(p, m, o.tf_s, o.tb_s - o.tw_s, o.tw_s) : pipeline_bubble_theory(s, p, m, v);
   StageRun run{&group, p, m, v, me % p, {}, {}, std::vector<float>(size_t(o.elems), 1.0f), 0};
   if (active) {
     run.actions = pipeline_schedule(s, p, m, v, run.stage);
@@ -209,7 +230,7 @@ void run_case(SuiteContext& ctx, const Params& o, Communicator& group, bool acti
     SpanRecorder rec(true);
     world.barrier();
     const double t0 = now_seconds();
-    const double elapsed = active ? run.step(rec, o.tf_s, o.tb_s) : 0.0;
+    const double elapsed = active ? run.step(rec, o.tf_s, o.tb_s, tw) : 0.0;
     // The pipeline's makespan, then each stage's idle within it (SpanRecorder fills idle).
     double mk = elapsed;
     group.all_reduce(&mk, &mk, 1, DType::f64, ReduceOp::max);
@@ -247,6 +268,7 @@ void run_case(SuiteContext& ctx, const Params& o, Communicator& group, bool acti
   rec["schedule"] = s, rec["p"] = p, rec["m"] = m, rec["virtual_stages"] = v;
   rec["world_size"] = W, rec["pipelines"] = G, rec["idle_ranks"] = W - G * p;
   rec["t_forward_us"] = o.tf_s * 1e6, rec["t_backward_us"] = o.tb_s * 1e6;
+  if (zb) rec["t_weight_us"] = o.tw_s * 1e6;
   rec["bubble_measured"] = bs.median;
   rec["bubble_measured_stats"] = to_json(bs);
   rec["bubble_theory"] = theory;
@@ -278,12 +300,13 @@ void run_case(SuiteContext& ctx, const Params& o, Communicator& group, bool acti
                                   "tolerance 0.05 absolute: per-hand-off latency and timer error against >= 250 us actions"));
   if (s != "gpipe") {
     const double pk = *std::max_element(peaks.begin(), peaks.end());
-    const double bound = s == "1f1b" ? double(p) : p + (p - 1.0) / v;
+    const double bound = s == "interleaved" ? p + (p - 1.0) / v : double(p);
     res.checks.push_back(make_check(
         "pipeline/" + s + tag + "/in_flight", pk, bound,
-        s == "1f1b" ? "peak in-flight micro-batches per stage <= p (Narayanan et al. 2021)"
-                    : "peak in-flight micro-batch equivalents (chunks / v) <= p + (p-1)/v (Megatron's "
-                      "interleaving activation penalty 1 + (p-1)/(p v))"));
+        s == "1f1b"    ? "peak in-flight micro-batches per stage <= p (Narayanan et al. 2021)"
+        : s == "zb-h1" ? "peak micro-batches held per stage (forward done, W not) <= p, 1F1B's most (Qi et al. 2024)"
+                       : "peak in-flight micro-batch equivalents (chunks / v) <= p + (p-1)/v (Megatron's "
+                         "interleaving activation penalty 1 + (p-1)/(p v))"));
   }
   std::string pk;
   for (double x : peaks) {
@@ -307,9 +330,9 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
                "counts as comm); step time = the pipeline's makespan"}};
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "# pipeline: %d rank(s), t_f %.0f us, t_b %.0f us per micro-batch per stage, %d-float activations, "
-                "%d repetitions (median) after 1 warm-up; bubble = idle / step time",
-                W, o.tf_s * 1e6, o.tb_s * 1e6, o.elems, o.reps);
+                "# pipeline: %d rank(s), t_f %.0f us, t_b %.0f us (zb-h1: B %.0f us + W %.0f us) per micro-batch per "
+                "stage, %d-float activations, %d repetitions (median) after 1 warm-up; bubble = idle / step time",
+                W, o.tf_s * 1e6, o.tb_s * 1e6, (o.tb_s - o.tw_s) * 1e6, o.tw_s * 1e6, o.elems, o.reps);
   ctx.print(buf);
   ctx.print("#  schedule       p    m   theory  simulated  measured  step (ms)  peak in-flight (per stage)");
   int64_t trace_step = 0;
@@ -337,6 +360,11 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
           validate_pipeline(s, p, m, v);
         } catch (const InputError& e) {
           skip(s, m, e.what());
+          continue;
+        }
+        if (s == "zb-h1" && m < p) {  // Qi et al.'s bubble is the steady phase's: m >= p
+          skip(s, m, "zb-h1 with m " + std::to_string(m) + " < p " + std::to_string(p) +
+                         ": no steady phase, and its closed form does not apply");
           continue;
         }
         run_case(ctx, o, *group, active, s, p, m, v, trace_step, res);

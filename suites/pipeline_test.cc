@@ -17,7 +17,8 @@ TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
   ASSERT_TRUE(suite_registry().contains("pipeline"));
   auto suite = suite_registry().at("pipeline")();
   json s = suite->defaults();
-  s["micro_batches"] = {4}, s["t_forward_us"] = 200, s["t_backward_us"] = 400, s["repetitions"] = 1;
+  s["micro_batches"] = {4}, s["t_forward_us"] = 200, s["t_backward_us"] = 400;  // t_weight_us 0: 200
+  s["repetitions"] = 1;
   s["activation_elems"] = 256;
   const json config = {{"pipeline", s}};
   suite->validate(s, config, WorldInfo(world->size()));
@@ -25,7 +26,7 @@ TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
   SuiteContext ctx{*world, device, config, config.at("pipeline")};
   const SuiteResult r = suite->run(ctx);
 
-  for (const char* sched : {"gpipe", "1f1b", "interleaved"})
+  for (const char* sched : {"gpipe", "1f1b", "interleaved", "zb-h1"})
     for (int p : {2, 4}) {
       const std::string name = std::string("pipeline/schedule:") + sched + "/p:" + std::to_string(p) + "/m:4";
       const json* rec = nullptr;
@@ -36,7 +37,8 @@ TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
         EXPECT_TRUE(rec->value("skipped", false)) << name;
         continue;
       }
-      const int vm = std::string(sched) == "interleaved" ? 2 * 4 : 4;
+      // ZB-H1 with T_F = T_B = T_W (200 us each): (p - 1) / (3 m + p - 1).
+      const int vm = std::string(sched) == "interleaved" ? 2 * 4 : std::string(sched) == "zb-h1" ? 3 * 4 : 4;
       const double theory = double(p - 1) / (vm + p - 1);
       EXPECT_DOUBLE_EQ(rec->at("bubble_theory").get<double>(), theory) << name;
       EXPECT_NEAR(rec->at("bubble_simulated").get<double>(), theory, 1e-12) << name;
@@ -52,6 +54,9 @@ TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
       }
       if (std::string(sched) == "1f1b") {
         EXPECT_EQ(peaks[0], double(std::min(p, 4)));
+      }
+      if (std::string(sched) == "zb-h1") {  // every stage holds p micro-batches (m = 4 >= p)
+        for (double x : peaks) EXPECT_EQ(x, double(p));
       }
     }
   // The in-flight checks are deterministic and must pass; the timing checks depend on the

@@ -435,22 +435,24 @@ void HalfCpuOps<H>::matmul_backward(H* dinp, H* dweight, H* dbias, const H* dout
   const size_t Ns = dim(N), Cs = dim(C), Os = dim(OC);
   if (Ns == 0 || Os == 0) return;  // the float kernel touches nothing
   float* d = buf(0, Ns * Os);
-  float* x = buf(1, Ns * Cs);
-  float* w = dinp ? buf(2, Os * Cs) : nullptr;  // the weight is read for dinp only
+  float* x = dweight ? buf(1, Ns * Cs) : nullptr;  // the input is read for dweight only
+  float* w = dinp ? buf(2, Os * Cs) : nullptr;      // the weight for dinp only
   float* dx = dinp ? buf(3, Ns * Cs) : nullptr;
-  float* dw = buf(4, Os * Cs);
+  float* dw = dweight ? buf(4, Os * Cs) : nullptr;
   float* db = dbias ? buf(5, Os) : nullptr;
   convert_to_float(d, dout, Ns * Os);
-  convert_to_float(x, inp, Ns * Cs);
+  if (dweight) {
+    convert_to_float(x, inp, Ns * Cs);
+    convert_to_float(dw, dweight, Os * Cs);
+  }
   if (dinp) {
     convert_to_float(w, weight, Os * Cs);
     convert_to_float(dx, dinp, Ns * Cs);
   }
-  convert_to_float(dw, dweight, Os * Cs);
   if (dbias) convert_to_float(db, dbias, Os);
   cpu::matmul_backward<float>(dx, dw, db, d, x, w, N, C, OC);  // accumulates
   if (dinp) convert_from_float(dinp, dx, Ns * Cs);
-  convert_from_float(dweight, dw, Os * Cs);
+  if (dweight) convert_from_float(dweight, dw, Os * Cs);
   if (dbias) convert_from_float(dbias, db, Os);
 }
 

@@ -209,14 +209,16 @@ TYPED_TEST(HalfOps, MatmulForwardAndBackward) {
     cpu::matmul_forward<float>(of.data(), inpf.data(), wf.data(), with_bias ? biasf.data() : nullptr, N, C, OC);
     EXPECT_TRUE(same_bits(out, round_to<H>(of)));
 
-    for (bool with_dinp : {true, false}) {
-      SCOPED_TRACE(with_dinp ? "dinp" : "no dinp");
+    // dinp and dweight each present or null (a zero-bubble schedule's B and W halves).
+    for (int parts : {3, 1, 2}) {
+      const bool with_dinp = parts & 1, with_dw = parts & 2;
+      SCOPED_TRACE(std::string(with_dinp ? "dinp" : "no dinp") + (with_dw ? ", dweight" : ", no dweight"));
       HVec<H> dinp = rand_h<H>(size_t(N) * C, rng), dw = rand_h<H>(size_t(OC) * C, rng), db = rand_h<H>(OC, rng);
       FVec dinpf = widen(dinp), dwf = widen(dw), dbf = widen(db);
-      this->ops.matmul_backward(with_dinp ? dinp.data() : nullptr, dw.data(), with_bias ? db.data() : nullptr,
-                                dout.data(), inp.data(), w.data(), N, C, OC);
-      cpu::matmul_backward<float>(with_dinp ? dinpf.data() : nullptr, dwf.data(), with_bias ? dbf.data() : nullptr,
-                                  doutf.data(), inpf.data(), wf.data(), N, C, OC);
+      this->ops.matmul_backward(with_dinp ? dinp.data() : nullptr, with_dw ? dw.data() : nullptr,
+                                with_bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+      cpu::matmul_backward<float>(with_dinp ? dinpf.data() : nullptr, with_dw ? dwf.data() : nullptr,
+                                  with_bias ? dbf.data() : nullptr, doutf.data(), inpf.data(), wf.data(), N, C, OC);
       EXPECT_TRUE(same_bits(dinp, round_to<H>(dinpf)));  // untouched when null
       EXPECT_TRUE(same_bits(dw, round_to<H>(dwf)));
       EXPECT_TRUE(same_bits(db, round_to<H>(dbf)));

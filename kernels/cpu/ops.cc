@@ -157,7 +157,7 @@ DTB_VECTOR_CLONES void matmul_backward(T* dinp, T* dweight, T* dbias, const T* d
   if (N <= 0 || OC <= 0) return;
   if (C > 0) {
     if (dinp) gemm(false, false, N, C, OC, T(1), dout, OC, weight, C, T(1), dinp, C);
-    gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+    if (dweight) gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
   }
   if (dbias) {
     for (int n = 0; n < N; n++) {

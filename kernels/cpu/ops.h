@@ -63,7 +63,10 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
 /// dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums of
-/// dout (skipped when dbias is null). dinp may be null (nothing computed for it).
+/// dout. Each of dinp, dweight and dbias may be null (nothing computed for it): a zero-bubble
+/// schedule's input-gradient pass B passes null dweight and dbias, its weight pass W null dinp
+/// (then weight is not read and may be null too), and B then W give bitwise the values of one
+/// call with all three (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", Sec. 2).
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC);

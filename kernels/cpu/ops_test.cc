@@ -141,6 +141,22 @@ TEST(Backward, MatmulNullDinpAndBias) {
   for (int i = 0; i < OC * C; i++) EXPECT_EQ(dw1[i], dw2[i]) << i;
 }
 
+// A zero-bubble split: the input-gradient half (null dweight and dbias), then the weight half
+// (null dinp and weight), accumulates bitwise what one call with all three does.
+TEST(Backward, MatmulSplitIntoInputAndWeightHalvesIsBitwiseWhole) {
+  Rng rng(11);
+  const int N = 7, C = 6, OC = 5;
+  Vec inp = uniform(N * C, rng), w = uniform(OC * C, rng), dout = uniform(N * OC, rng);
+  Vec dinp1 = uniform(N * C, rng), dw1 = uniform(OC * C, rng), db1 = uniform(OC, rng);  // accumulated into
+  Vec dinp2 = dinp1, dw2 = dw1, db2 = db1;
+  matmul_backward(dinp1.data(), dw1.data(), db1.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  matmul_backward<double>(dinp2.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+  matmul_backward<double>(nullptr, dw2.data(), db2.data(), dout.data(), inp.data(), nullptr, N, C, OC);
+  EXPECT_EQ(dinp1, dinp2);
+  EXPECT_EQ(dw1, dw2);
+  EXPECT_EQ(db1, db2);
+}
+
 // ---------------------------------------------------------------- forwards
 
 // Independent, loop-by-loop definitions. Sums in the same order as nothing in particular, so

@@ -230,7 +230,7 @@ void Gemm::matmul_backward(float* dinp, float* dweight, float* dbias, const floa
       reserve_cast_buffer(off_w + n_w * 2);
       char* buf = static_cast<char*>(cast_buf_);
       cast(buf, half_dtype(p), dout, DType::f32, n_d, s);
-      cast(buf + off_x, half_dtype(p), inp, DType::f32, n_x, s);
+      if (dweight) cast(buf + off_x, half_dtype(p), inp, DType::f32, n_x, s);
       if (dinp) cast(buf + off_w, half_dtype(p), weight, DType::f32, n_w, s);
       d = buf;
       x = buf + off_x;
@@ -239,7 +239,7 @@ void Gemm::matmul_backward(float* dinp, float* dweight, float* dbias, const floa
     // dinp (N,C) += dout (N,OC) @ weight (OC,C)
     if (dinp) matmul(d, w, dinp, N, C, OC, false, false, 1.0f, 1.0f, p, s);
     // dweight (OC,C) += dout^T (OC,N) @ inp (N,C); dout stored (N,OC)
-    matmul(d, x, dweight, OC, C, N, true, false, 1.0f, 1.0f, p, s);
+    if (dweight) matmul(d, x, dweight, OC, C, N, true, false, 1.0f, 1.0f, p, s);
   }
   if (dbias) column_sum_accumulate(dbias, dout, N, OC, s);
 }

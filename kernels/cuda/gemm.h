@@ -75,7 +75,7 @@ class Gemm {
                       int N, int C, int OC, GemmPrecision p, cudaStream_t s);
   /// dinp (N,C) += dout (N,OC) @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) +=
   /// column sums of dout (in fp32 from the float dout, whatever p). ACCUMULATES (beta = 1).
-  /// dinp and dbias may be null (skipped). For bf16/fp16 dout, weight and inp are cast into
+  /// dinp, dweight and dbias may be null (skipped; with dinp null the weight is not read). For bf16/fp16 dout, weight and inp are cast into
   /// the cast buffer first (same cost note as matmul_forward).
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,

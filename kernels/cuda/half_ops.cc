@@ -207,10 +207,11 @@ void CudaHalfOps<H>::matmul_backward(H* dinp, H* dweight, H* dbias, const H* dou
       gemm_.matmul(dout, weight, dx, N, C, OC, false, false, 1.0f, 1.0f, p, s());
       round_to(dinp, dx, Ns * Cs);
     }
-    // dweight (OC,C) += dout^T (OC,N) @ inp (N,C); dout stored (N,OC)
-    float* dw = widen(1, dweight, Os * Cs);
-    gemm_.matmul(dout, inp, dw, OC, C, N, true, false, 1.0f, 1.0f, p, s());
-    round_to(dweight, dw, Os * Cs);
+    if (dweight) {  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C); dout stored (N,OC)
+      float* dw = widen(1, dweight, Os * Cs);
+      gemm_.matmul(dout, inp, dw, OC, C, N, true, false, 1.0f, 1.0f, p, s());
+      round_to(dweight, dw, Os * Cs);
+    }
   }
   if (dbias) {  // dbias (OC) += column sums of dout, in fp32 as the float op
     float* db = widen(2, dbias, Os);

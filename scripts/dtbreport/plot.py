@@ -51,10 +51,12 @@ def colors(n):
 
 
 SPAN_COLORS = {"compute.forward": "#4c72b0", "compute.backward": "#dd8452", "compute.optimizer": "#55a868",
+               "compute.backward_input": "#dd8452", "compute.backward_weight": "#f0b27a",
                "compute.recompute": "#64b5cd", "comm.all_reduce": "#c44e52", "comm.send": "#8e44ad",
                "comm.recv": "#da8bc3", "comm.all_gather": "#937860", "comm.reduce_scatter": "#ccb974",
                "comm.broadcast": "#8c8c8c", "idle": "#e5e5e5"}
-SPAN_ORDER = ["compute.forward", "compute.backward", "compute.recompute", "compute.optimizer"]
+SPAN_ORDER = ["compute.forward", "compute.backward", "compute.backward_input", "compute.backward_weight",
+              "compute.recompute", "compute.optimizer"]
 MEM_CATS = ["param", "grad", "master_param", "optimizer_state", "activation", "workspace", "comm_buffer"]
 MEM_COLORS = {"param": "#4c72b0", "grad": "#dd8452", "master_param": "#55a868", "optimizer_state": "#c44e52",
               "activation": "#8172b3", "workspace": "#937860", "comm_buffer": "#bbbbbb"}

@@ -94,8 +94,11 @@ def gantt(r, events, title, name, p_stages, caption):
     extra = iter(["#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"])
     pal = {n: SPAN_COLORS.get(n) or next(extra, "#333333") for n in names}
     row = {r: i for i, r in enumerate(ranks)}
-    nforward = defaultdict(int)
-    nbackward = defaultdict(int)
+    # Each compute span's label in a pipeline: F, B (a whole backward or a zero-bubble input
+    # pass) or W (a zero-bubble weight pass), numbered per rank.
+    letters = {"compute.forward": "F", "compute.backward": "B", "compute.backward_input": "B",
+               "compute.backward_weight": "W"}
+    counts = {letter: defaultdict(int) for letter in "FBW"}
     for e in sorted(events, key=lambda e: e["ts"]):
         y = row[e["rank"]]
         x, w = (e["ts"] - t0) * scale, e["dur"] * scale
@@ -106,10 +109,10 @@ def gantt(r, events, title, name, p_stages, caption):
             ax.barh(y, max(w, span * scale / 1500), left=x, height=0.3, color=pal[n], lw=0)
         else:
             ax.barh(y, w, left=x, height=0.7, color=pal[n], edgecolor="white", lw=0.6)
-            if p_stages and n in ("compute.forward", "compute.backward") and w > span * scale / 45:
-                k = nforward if n == "compute.forward" else nbackward
-                ax.text(x + w / 2, y, ("F" if n == "compute.forward" else "B") + str(k[e["rank"]]),
-                        ha="center", va="center", fontsize=7, color="white")
+            if p_stages and n in letters and w > span * scale / 45:
+                k = counts[letters[n]]
+                ax.text(x + w / 2, y, letters[n] + str(k[e["rank"]]), ha="center", va="center", fontsize=7,
+                        color="white")
                 k[e["rank"]] += 1
     lab = [f"rank {r}" + (f" (stage {r % p_stages})" if p_stages else "") for r in ranks]
     ax.set_yticks(range(len(ranks)), lab)
