@@ -39,7 +39,7 @@ double params_of(const std::string& name) {
 
 TEST(Claims, EveryClaimHasAVerdictAndAReason) {
   const auto rows = evaluate();
-  ASSERT_EQ(rows.size(), 17u);
+  ASSERT_EQ(rows.size(), 18u);
   const std::set<std::string> verdicts = {"holds", "differs", "holds only if", "cannot measure here"};
   for (const auto& [id, r] : rows) {
     EXPECT_TRUE(verdicts.count(r.verdict)) << id << ": " << r.verdict;
@@ -92,6 +92,17 @@ TEST(Claims, PipelineBubble) {
   EXPECT_EQ(rows.at(14).values["m_where_p_is_the_edge"].get<int>(), 9);  // 3/12 = 25%, p 5: 4/13
   EXPECT_EQ(rows.at(14).values["m_last"].get<int>(), 11);                 // p 5: 4/15 > 25% >= 3/14; m 12: 4/16
   EXPECT_EQ(rows.at(14).verdict, "holds only if");
+}
+
+// Claim 18: ZB-H1's idle is a third of 1F1B's with T_F = T_B = T_W (3 (p - 1) against p - 1
+// per stage), less with a lighter W, at 1F1B's most micro-batches held (p).
+TEST(Claims, ZeroBubbleThirdOfTheIdle) {
+  const auto rows = evaluate();
+  EXPECT_DOUBLE_EQ(rows.at(18).values["idle_ratio"].get<double>(), 3.0);
+  EXPECT_LT(rows.at(18).values["idle_ratio_light_w"].get<double>(), 3.0);
+  EXPECT_EQ(rows.at(18).values["peak_zb_h1"].get<double>(), 4.0);
+  EXPECT_EQ(rows.at(18).values["peak_1f1b"].get<double>(), 4.0);
+  EXPECT_EQ(rows.at(18).verdict, "holds only if");
 }
 
 // Claim 7: each rank holds 1/4 of the blocks plus half the (vocabulary-parallel) tied
@@ -231,15 +242,15 @@ TEST(Claims, MoeMemoryFollowsTheTotalNotTheActiveParameters) {
   EXPECT_EQ(r.verdict, "holds only if");
 }
 
-// Adding a claim is adding an entry: an 18th one, reusing an evaluator, is evaluated too; a
+// Adding a claim is adding an entry: a 19th one, reusing an evaluator, is evaluated too; a
 // missing input is an InputError naming it.
 TEST(Claims, AddingAnEntry) {
   json cat = catalog();
-  cat["claims"].push_back({{"id", 18}, {"claim", "Adam's state is twice the fp32 weights."}, {"figures", "2x"},
+  cat["claims"].push_back({{"id", 19}, {"claim", "Adam's state is twice the fp32 weights."}, {"figures", "2x"},
                            {"conditions", "fp32"}, {"method", "analytic"}, {"evaluator", "optimizer_ratio"},
                            {"tolerance", 0.05}, {"inputs", {{"ratio", 2}}}});
   const auto rows = evaluate_claims(cat, nullptr);
-  ASSERT_EQ(rows.size(), 18u);
+  ASSERT_EQ(rows.size(), 19u);
   EXPECT_EQ(rows.back().verdict, "holds");
   cat["claims"].back()["inputs"] = json::object();
   try {

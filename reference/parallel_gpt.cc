@@ -215,7 +215,7 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
     s->Tn = Tn;
     s->a.resize(kNumActs);
   }
-  {
+  if (fresh || zero_bubble()) {  // a pooled set is whole unless a zero-bubble B freed some
     const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
     const int64_t r = rows(b * t);  // the residual stream's rows here (sequence parallel: BT / tp)
     const bool last = is_last(chunk), full = recompute_ == Recompute::full;

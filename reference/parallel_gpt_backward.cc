@@ -48,23 +48,25 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   // Split (B): no weight gradient is computed or touched; the LayerNorms' go to sZb, and each
   // output gradient W needs is kept (s.k).
   T* drop = split ? S(sZb) : nullptr;
+  // What B keeps for W (parallel_gpt_detail::Kept), held as activations until W; layer k's
+  // slice of a buffer at k kept_stride(n).
+  auto alloc = [&](int what, bool held, size_t n, int64_t layers) {
+    if (held)
+      s.kept[size_t(what)] =
+          Tensor::empty(device_, {layers, int64_t(kept_stride<T>(n))}, dtype_of<T>(), MemCategory::activation);
+  };
+  auto slice = [&](int what, int layer, size_t n) { return s.k(what) + size_t(layer) * kept_stride<T>(n); };
+  auto keep = [&](int what, int layer, const T* src, size_t n) {
+    if (split) copy_within(ops, slice(what, layer, n), src, n);
+  };
   if (split) {
     ops.zero(drop, 2 * size_t(C));
-    // What B keeps for W (parallel_gpt_detail::Kept), held as activations until W.
-    const int64_t b = B, t = Tn, c = C, cl = Cl, r = int64_t(R), Lk = Lc_, f = first ? 1 : 0, l = last ? 1 : 0;
-    const std::vector<std::vector<int64_t>> shapes = {{Lk, r, c}, {Lk, b, t, 4 * cl}, {Lk, r, c}, {Lk, r, c},
-                                                      {Lk, b, t, 3 * cl}, {Lk, r, c}, {l, b, t, Vl}, {l, r, c},
-                                                      {f, b, t, c}};
-    s.kept.clear();
-    for (const auto& shape : shapes)
-      s.kept.push_back(shape[0] == 0 ? Tensor() : Tensor::empty(device_, shape, dtype_of<T>(), MemCategory::activation));
+    s.kept.assign(kNumKept, Tensor());
+    alloc(wLogits, last, BT * Vl, 1);  // the rest once the head's logits and probabilities are gone
   }
-  auto keep = [&](int what, int layer, const T* src, size_t n) {
-    if (split) copy_within(ops, s.k(what) + size_t(layer) * n, src, n);
-  };
   T* dres = S(sDRes);  // the residual stream's gradient, replicated over TP
   if (last) {
-    T* dlogits = split ? s.k(wLogits) : S(sDLogits);
+    T* dlogits = split ? slice(wLogits, 0, BT * Vl) : S(sDLogits);
     head_ce_->backward(dlogits, s.p(kProbs), s.tgt(), loss_scale, int(BT));
     T* dhead = sp_ ? work : S(sDLn);  // the head input's gradient, all BT rows
     ops.zero(dhead, BT * C);
@@ -72,6 +74,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
                         st.param(wte_unit_), int(BT), C, Vl);
     st.release_param(wte_unit_);
     if (!holds_first && !split) st.grad_done(wte_unit_);
+    if (split) s.a[kLogits] = Tensor(), s.a[kProbs] = Tensor();  // W reads neither
     // The head's input is replicated; its gradient is partial over the vocabulary shards: summed
     // over TP (sequence parallel: reduce-scattered, g-bar backward, each rank its rows).
     if (sp_)
@@ -80,6 +83,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
       copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
     ops.zero(dres, R * C);
     const T* xL = layer_acts(s, Lc_ - 1, true).res3;
+    if (split) alloc(wLnf, true, R * C, 1);
     keep(wLnf, 0, S(sDLn), R * C);
     T* dlnf = split ? drop : st.grad(lnf_unit_);
     ln_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.pa(kLnfMean), s.pa(kLnfRstd), int(R));
@@ -88,6 +92,12 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   } else {
     DTB_CHECK(dout != nullptr, "ParallelGpt::backward: a chunk before the last needs its output's gradient");
     copy_within(ops, dres, dout, R * C);
+  }
+  if (split) {
+    for (int what : {wResFc, wLn2, wResAtt, wLn1}) alloc(what, true, R * C, Lc_);
+    alloc(wFch, true, BT * 4 * Cl, Lc_);
+    alloc(wQkv, true, BT * 3 * Cl, Lc_);
+    alloc(wEmb, first, BT * C, 1);
   }
   for (int k = Lc_ - 1; k >= 0; --k) {
     const LayerParams& lp = layers_[chunk][k];
@@ -109,7 +119,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
       // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
       // sums over TP.
       T* dfchg = S(sDBig);
-      T* dfch = split ? s.k(wFch) + size_t(k) * BT * 4 * Cl : S(sDBig2);
+      T* dfch = split ? slice(wFch, k, BT * 4 * Cl) : S(sDBig2);
       keep(wResFc, k, dres, R * C);
       fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb), work);
       ops.zero(dfch, BT * 4 * Cl);
@@ -122,7 +132,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     T* datty = S(sDBig2);
     keep(wResAtt, k, dres, R * C);
     attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb), work);
-    T* dqkv = split ? s.k(wQkv) + size_t(k) * BT * 3 * Cl : S(sDBig);
+    T* dqkv = split ? slice(wQkv, k, BT * 3 * Cl) : S(sDBig);
     // Selective recompute: the attention core's softmax again from the kept qkv (its output
     // into dqkv's buffer before that is zeroed; the kept atty is not touched).
     if (recompute_ == Recompute::selective) ops.attention_forward(dqkv, a.att, a.qkv, B, Tn, Cl, NH);
@@ -156,7 +166,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     // The activations W does not read go now (acquire makes them again for the set's next
     // micro-batch): QKV, the attention matrix, the projections' outputs, fc's pre-GELU
     // output, the logits and probabilities. The layers' inputs and LayerNorm statistics stay.
-    for (int i : {kQkv, kAtt, kAttproj, kFch, kFcproj, kLogits, kProbs}) s.a[size_t(i)] = Tensor();
+    for (int i : {kQkv, kAtt, kAttproj, kFch, kFcproj}) s.a[size_t(i)] = Tensor();
     s.input_done = true;
   } else {
     pool_[chunk].push_back(std::move(it->second));
@@ -203,7 +213,7 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
     T* ug = st.grad(lp.unit);
     auto W = [&](int i) { return up + lp.o[i]; };
     auto D = [&](int i) { return ug + lp.o[i]; };
-    auto K = [&](int what, size_t n) { return s.k(what) + size_t(k) * n; };
+    auto K = [&](int what, size_t n) { return s.k(what) + size_t(k) * kept_stride<T>(n); };
     const LayerActs a = layer_acts(s, k, last);
     const T* none = nullptr;
     fcproj_->backward(nullptr, K(wResFc, R * C), a.fchg, int(BT), none, D(Pfcprojw), D(Pfcprojb));

@@ -45,6 +45,14 @@ enum Scratch { sDRes, sDLn, sDBig, sDBig2, sDAtt, sDLogits, sDMax, sSp, sLnPart,
 // logits gradient (BT, Vl) and final LayerNorm's (R, C); the first chunk's embedding output
 // gradient (BT, C).
 enum Kept { wResFc, wFch, wLn2, wResAtt, wQkv, wLn1, wLogits, wLnf, wEmb, kNumKept };
+// Elements between two layers' slices of a Kept buffer holding n a layer: n rounded up to
+// 256 bytes, so every slice starts as aligned as the backward's scratch (cuBLASLt chooses its
+// algorithm by the operands' alignment: the same alignment, the same bits as the whole backward).
+template <typename T>
+size_t kept_stride(size_t n) {
+  const size_t a = 256 / sizeof(T);
+  return (n + a - 1) / a * a;
+}
 
 }  // namespace parallel_gpt_detail
 

@@ -74,7 +74,8 @@ std::vector<PipeAction> pipeline_schedule(const std::string& schedule, int p, in
 }
 
 double pipeline_bubble_theory(const std::string& schedule, int p, int m, int v) {
-  if (schedule == "zb-h1") return zb_h1_bubble_theory(p, m, 1, 1, 1);
+  if (schedule == "zb-h1")  // below m = p no steady phase: the schedule's own unit-time simulation
+    return m >= p ? zb_h1_bubble_theory(p, m, 1, 1, 1) : simulate_pipeline("zb-h1", p, m, 1, 1.0, 2.0, 1.0).bubble;
   const double vm = schedule == "interleaved" ? double(v) * m : double(m);
   return (p - 1.0) / (vm + p - 1.0);
 }

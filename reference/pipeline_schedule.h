@@ -46,8 +46,9 @@ void validate_pipeline(const std::string& schedule, int p, int m, int v);
 ///    forwards, then each steady step a forward and a B, followed by the oldest pending W
 ///    except in the first `stage` steady steps (those W's are deferred), then each remaining B
 ///    followed by a W, then the deferred W's. Every stage thus holds at most p micro-batches'
-///    activations (1F1B's most, on stage 0) and, with T_F = T_B = T_W, idles (p - 1) T_F
-///    instead of 1F1B's 3 (p - 1) T_F. W's run in micro-batch order, as 1F1B's backwards.
+///    activations (1F1B's most, on stage 0) and, with T_F = T_B = T_W and m >= p, idles
+///    (p - 1) T_F instead of 1F1B's 3 (p - 1) T_F. W's run in micro-batch order, as 1F1B's
+///    backwards.
 /// Errors: InputError from validate_pipeline, or for stage outside [0, p).
 std::vector<PipeAction> pipeline_schedule(const std::string& schedule, int p, int m, int v, int stage);
 
@@ -82,7 +83,8 @@ PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, 
 
 /// The closed-form bubble fraction of the whole step with equal stages: (p - 1) / (m + p - 1),
 /// or (p - 1) / (v m + p - 1) for "interleaved", and for "zb-h1" with T_F = T_B = T_W
-/// (p - 1) / (3 m + p - 1) (m >= p). No validation.
+/// (p - 1) / (3 m + p - 1) for m >= p (below, where ZB-H1 has no steady phase, its unit-time
+/// simulate_pipeline's bubble). No validation.
 double pipeline_bubble_theory(const std::string& schedule, int p, int m, int v);
 
 /// ZB-H1's bubble fraction of the whole step from the per-micro-batch times of one stage's

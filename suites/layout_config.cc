@@ -232,7 +232,9 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
       throw bad("has an unknown option '" + printable(o, 20) +
                 "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp)");
     }
-    if (seen_opt[which]) throw bad("repeats an option ('" + printable(o, 20) + "')");
+    if (seen_opt[which])
+      throw bad(which == 0 ? "names a second schedule ('" + printable(o, 20) + "')"
+                           : "repeats an option ('" + printable(o, 20) + "')");
     seen_opt[which] = true;
   }
   if (spec.l.schedule == "zb-h1" && spec.recompute == Recompute::full)

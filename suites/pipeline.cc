@@ -60,6 +60,8 @@ Params Params::parse(const json& s, const json&, const WorldInfo&) {
     const std::string v = x.is_string() ? x.get<std::string>() : x.dump();
     if (v != "gpipe" && v != "1f1b" && v != "interleaved" && v != "zb-h1")
       throw InputError("pipeline.schedules: '" + v + "' is not one of gpipe, 1f1b, interleaved, zb-h1");
+    if (std::find(o.schedules.begin(), o.schedules.end(), v) != o.schedules.end())
+      throw InputError("pipeline.schedules: '" + v + "' is listed twice");
     o.schedules.push_back(v);
   }
   o.stages = int_list(s, "stages", 1, 64);
@@ -330,23 +332,26 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
                "counts as comm); step time = the pipeline's makespan"}};
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "# pipeline: %d rank(s), t_f %.0f us, t_b %.0f us (zb-h1: B %.0f us + W %.0f us) per micro-batch per "
+                "# pipeline: %d rank(s), t_f %g us, t_b %g us (zb-h1: B %g us + W %g us) per micro-batch per "
                 "stage, %d-float activations, %d repetitions (median) after 1 warm-up; bubble = idle / step time",
                 W, o.tf_s * 1e6, o.tb_s * 1e6, (o.tb_s - o.tw_s) * 1e6, o.tw_s * 1e6, o.elems, o.reps);
   ctx.print(buf);
   ctx.print("#  schedule       p    m   theory  simulated  measured  step (ms)  peak in-flight (per stage)");
   int64_t trace_step = 0;
   for (const int p : o.stages) {
-    auto skip = [&](const std::string& s, int m, const std::string& why) {
+    auto skip = [&](const std::string& s, int m, const std::string& why, bool print = true) {
       json rec = benchmark_record("pipeline/schedule:" + s + "/p:" + std::to_string(p) + "/m:" + std::to_string(m),
                                   0, o.reps, 0, 0, "ms");
       rec["skipped"] = true;
       rec["skip_message"] = why;
       res.benchmarks.push_back(rec);
+      std::snprintf(buf, sizeof buf, "   %-12s %3d %4d   skipped: %s", s.c_str(), p, m, why.c_str());
+      if (print) ctx.print(buf);
     };
     if (p > W) {
       for (const auto& s : o.schedules)
-        for (int m : o.micro_batches) skip(s, m, "p " + std::to_string(p) + " > world size " + std::to_string(W));
+        for (int m : o.micro_batches) skip(s, m, "p " + std::to_string(p) + " > world size " + std::to_string(W), false);
+      ctx.print("#  p " + std::to_string(p) + ": skipped, more stages than the world's " + std::to_string(W) + " ranks");
       continue;
     }
     // Pipelines of p consecutive ranks; ranks past the last whole one sit out (barriers only).
