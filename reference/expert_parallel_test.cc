@@ -15,6 +15,7 @@
 #include "kernels/device.h"
 #include "kernels/error.h"
 #include "reference/layout_runner.h"
+#include "reference/parallel_test_util.h"
 #include "reference/parallel_trainer.h"
 #include "reference/test_dataset.h"
 #include "reference/trainer.h"
@@ -88,48 +89,32 @@ std::vector<Case> cases_of(int n) {
   return out;
 }
 
+// The single-rank step-0 gradient (parallel_test_util.h's baseline_grads), and the tokens the
+// first MoE layer dropped in it.
 template <typename T>
-std::vector<double> baseline_grads(const GptConfig& model, const TrainConfig& cfg, double* loss, int* dropped = nullptr) {
+std::vector<double> baseline_grads_dropping(const GptConfig& model, const TrainConfig& cfg, double* loss, int* dropped) {
   CpuDevice dev;
   Gpt<T> m(model, dev);
   m.init(cfg.seed);
   auto self = make_mpi_self();
   *loss = compute_gradients(m, test_data(), cfg, 0, *self);
-  if (dropped) *dropped = m.moe_routing(0).dropped;
+  *dropped = m.moe_routing(0).dropped;
   return {m.grads(), m.grads() + m.num_params()};
 }
 
-struct Result {
-  std::vector<double> grads;
-  double loss = 0, replica_diff = 0, grad_norm = 0;
-};
+using Result = LayoutGrads;
 
-// Step 0's gradient of `model` on a layout, gathered to every rank, and the norm the optimizer
-// step computes (each element counted once over the grid).
+// Step 0's gradient of `model` on a case's layout, gathered to every rank, and the norm the
+// optimizer step computes (each element counted once over the grid): parallel_test_util.h's.
 template <typename T>
 Result layout_grads(const GptConfig& model, const Case& c, const TrainConfig& cfg, Communicator& w,
                     Recompute recompute = Recompute::none) {
-  CpuDevice dev;
   ParallelLayout l = c.layout;
   l.micro_batches = cfg.micro_batches;
   validate_layout(l, model, cfg.global_batch, w.size());
-  OwnedGroups og = make_parallel_groups(w, l);
-  ParallelGroups g{w, *og.tp, *og.dp, *og.pp, og.pp_backward.get(), og.ep.get(), og.expert_dp.get()};
-  ParallelGpt<T> m(model, l, w.rank(), dev, *og.tp, nullptr, og.ep.get());
-  m.set_recompute(recompute);
   ZeroConfig z;
   z.stage = c.stage;
-  ZeroEngine<T> engine(m, z, *og.dp, cfg.adamw, og.expert_dp.get());
-  engine.load(m.initial_params(cfg.seed));
-  Result r;
-  r.loss = parallel_compute_gradients(m, engine, test_data(), cfg, 0, g);
-  const std::vector<T> grads = engine.full_grads();
-  r.grads = m.gather(grads, w);
-  r.replica_diff = m.replica_max_diff(grads, w);
-  TrainConfig clip = cfg;
-  clip.grad_clip = 1e9;  // far above: the norm is computed, nothing is scaled
-  r.grad_norm = parallel_optimizer_step(engine, clip, nullptr, g).grad_norm;
-  return r;
+  return dtb::layout_grads<T>(model, l, cfg, w, z, recompute);
 }
 
 // With one rank the sharded model runs gpt.cc's ops with the same arguments in the same order,
@@ -161,7 +146,7 @@ TEST(ExpertParallel, EveryLayoutMatchesTheSingleRankGradientAndNorm) {
   const TrainConfig cfg = small_batch();
   double base_loss = 0;
   int dropped = 0;
-  const std::vector<double> base = baseline_grads<double>(model, cfg, &base_loss, &dropped);
+  const std::vector<double> base = baseline_grads_dropping<double>(model, cfg, &base_loss, &dropped);
   EXPECT_GT(dropped, 0);  // capacity drops are part of what every layout must reproduce
   double sq = 0;
   for (double x : base) sq += x * x;

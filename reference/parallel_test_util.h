@@ -32,29 +32,34 @@ std::vector<double> baseline_grads(const GptConfig& model, const TrainConfig& cf
   return {m.grads(), m.grads() + m.num_params()};
 }
 
-/// A layout's step-0 loss, its full gradient gathered on every rank (ParallelGpt::gather) and
-/// the largest difference between copies of a replicated gradient element (0: bitwise equal).
+/// A layout's step-0 loss, its full gradient gathered on every rank (ParallelGpt::gather), the
+/// largest difference between copies of a replicated gradient element (0: bitwise equal) and
+/// the gradient's global 2-norm as the optimizer step computes it (each element once).
 struct LayoutGrads {
   std::vector<double> grads;
-  double loss = 0, replica_diff = 0;
+  double loss = 0, replica_diff = 0, grad_norm = 0;
 };
 
-/// Computes LayoutGrads for `layout` (of w.size() ranks) on the CPU. Collective over w.
+/// Computes LayoutGrads for `layout` (of w.size() ranks; with its expert-parallel groups for an
+/// MoE model) on the CPU. Collective over w.
 template <typename T>
 LayoutGrads layout_grads(const GptConfig& model, const ParallelLayout& layout, const TrainConfig& cfg,
                          Communicator& w, const ZeroConfig& zero = ZeroConfig{}, Recompute recompute = Recompute::none) {
   CpuDevice dev;
   OwnedGroups og = make_parallel_groups(w, layout);
-  ParallelGroups g{w, *og.tp, *og.dp, *og.pp};
-  ParallelGpt<T> m(model, layout, w.rank(), dev, *og.tp);
+  ParallelGroups g{w, *og.tp, *og.dp, *og.pp, og.pp_backward.get(), og.ep.get(), og.expert_dp.get()};
+  ParallelGpt<T> m(model, layout, w.rank(), dev, *og.tp, nullptr, og.ep.get());
   m.set_recompute(recompute);
-  ZeroEngine<T> engine(m, zero, *og.dp, cfg.adamw);
+  ZeroEngine<T> engine(m, zero, *og.dp, cfg.adamw, og.expert_dp.get());
   engine.load(m.initial_params(cfg.seed));
   LayoutGrads r;
   r.loss = parallel_compute_gradients(m, engine, test_data(), cfg, 0, g);
   const std::vector<T> grads = engine.full_grads();
   r.grads = m.gather(grads, w);
   r.replica_diff = m.replica_max_diff(grads, w);
+  TrainConfig clip = cfg;
+  clip.grad_clip = 1e9;  // far above: the norm is computed, nothing is scaled
+  r.grad_norm = parallel_optimizer_step(engine, clip, nullptr, g).grad_norm;
   return r;
 }
 
