@@ -63,7 +63,7 @@ double activation_bytes(const GptConfig& m, int batch, int seq, Recompute r, dou
   c.micro_batch_size = batch;
   c.seq_len = seq;
   c.recompute = r;
-  return bytes_per * double(activation_set_floats(c, true));
+  return bytes_per * double(activation_set_floats(c, 0));  // pp 1: virtual stage 0 is the last
 }
 
 // ---- the evaluators: (entry inputs, tolerance, measurements) -> the row ----

@@ -86,7 +86,8 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
   for (const char* opt : {"--model", "--layers", "--hidden", "--heads", "--vocab", "--seq", flag(LayoutKey::virtual_stages),
                           flag(LayoutKey::schedule), flag(LayoutKey::micro_batches), "--micro-batch-size",
                           flag(LayoutKey::recompute), "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-                          "--moe-layer-freq", "--expert-parallel", flag(LayoutKey::sequence_parallel)})
+                          "--moe-layer-freq", "--expert-parallel", flag(LayoutKey::sequence_parallel),
+                          flag(LayoutKey::pipeline_layers)})
     if (given(sub, opt))
       throw InputError(std::string("--params plans model states only (the ZeRO paper's accounting); ") + opt +
                        " needs a model (--model or --layers/--hidden/--heads)");
@@ -238,7 +239,8 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   c.model = resolve_model(sub, a, &name, &notes);
   if (c.model.moe.num_experts > 0) {
     for (const char* o : {flag(LayoutKey::schedule), flag(LayoutKey::virtual_stages), flag(LayoutKey::micro_batches),
-                          "--micro-batch-size", flag(LayoutKey::recompute), "--seq", flag(LayoutKey::sequence_parallel)})
+                          "--micro-batch-size", flag(LayoutKey::recompute), "--seq", flag(LayoutKey::sequence_parallel),
+                          flag(LayoutKey::pipeline_layers)})
       if (given(sub, o))
         throw InputError(std::string(o) + " does not apply to an MoE model's plan (model states only; its activations "
                          "are not planned yet)");
@@ -250,6 +252,8 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   c.layout.dp = a.dp;
   c.layout.schedule = a.schedule;
   c.layout.virtual_stages = a.virtual_stages;
+  if (given(sub, flag(LayoutKey::pipeline_layers)))
+    c.layout.pipeline_layers = parse_pipeline_layers(a.pipeline_layers);
   c.layout.micro_batches = a.micro_batches > 0 ? a.micro_batches : a.pp;
   if (a.micro_batches <= 0 && a.pp > 1)
     notes.push_back(fmt("%d micro-batches per step (default: pp, the fewest that fill the pipeline)", a.pp));
@@ -270,7 +274,8 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   const ParallelLayout& l = c.layout;
   j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"world", l.world()}, {"sequence_parallel", l.sequence_parallel},
                  {"schedule", l.schedule},
-                 {"virtual_stages", l.virtual_stages}, {"micro_batches", l.micro_batches},
+                 {"virtual_stages", l.virtual_stages}, {"pipeline_layers", l.pipeline_layers},
+                 {"micro_batches", l.micro_batches},
                  {"micro_batch_size", c.micro_batch_size}, {"seq_len", c.tokens()},
                  {"global_batch", c.global_batch()}, {"zero_stage", c.zero.stage},
                  {"offload_optimizer", to_string(offload_of(c.zero))}, {"precision", to_string(c.precision)},
@@ -400,6 +405,8 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   s->add_option(flag(LayoutKey::offload), a.offload, "none or cpu (ZeRO stages 1-3)");
   s->add_option(flag(LayoutKey::precision), a.precision, "fp32, bf16 or fp16 (default fp32)");
   s->add_option(flag(LayoutKey::recompute), a.recompute, "none, full or selective (default none)");
+  s->add_option(flag(LayoutKey::pipeline_layers), a.pipeline_layers,
+                "layers per virtual stage, e.g. 1+3+3+1 (default: L / (pp v) each)");
   s->add_flag(flag(LayoutKey::sequence_parallel), a.sequence_parallel,
               "sequence parallelism with --tp > 1: the LayerNorm and residual regions split over TP");
   s->add_option("--num-experts", a.num_experts, "experts per MoE layer (docs/moe.md; default 0: dense)");
@@ -475,7 +482,11 @@ std::string memory_plan_text(const json& j) {
              "rank (global batch %lld); ZeRO %d, offload_optimizer %s, %s, recompute %s\n",
              l["tp"].get<int>(), l["pp"].get<int>(), l["dp"].get<int>(), l["world"].get<int>(),
              l["schedule"].get<std::string>().c_str(),
-             l["virtual_stages"].get<int>() > 1 ? fmt(" v %d", l["virtual_stages"].get<int>()).c_str() : "",
+             (std::string(l["virtual_stages"].get<int>() > 1 ? fmt(" v %d", l["virtual_stages"].get<int>()) : "") +
+              (l["pipeline_layers"].empty()
+                   ? ""
+                   : ", layers " + pipeline_layers_text(l["pipeline_layers"].get<std::vector<int>>())))
+                 .c_str(),
              l["micro_batches"].get<int>(), l["micro_batches"].get<int>() == 1 ? "" : "es",
              l["micro_batch_size"].get<int>(), l["micro_batch_size"].get<int>() == 1 ? "" : "s", l["seq_len"].get<int>(),
              l["global_batch"].get<long long>(),

@@ -101,6 +101,7 @@ std::string describe_layout(const CheckpointRunInfo& r) {
   if (r.zero.offload_optimizer) s += " offload";
   if (l.pp > 1) s += " " + l.schedule;
   if (l.virtual_stages > 1) s += " v" + std::to_string(l.virtual_stages);
+  if (!l.pipeline_layers.empty()) s += " layers " + pipeline_layers_text(l.pipeline_layers);
   return s;
 }
 
@@ -229,6 +230,16 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   // Sequence parallelism: absent in a manifest written before it existed (off).
   saved.layout.sequence_parallel = m.at("layout").contains("sequence_parallel") &&
                                    field<bool>(m, where, "layout", "sequence_parallel");
+  // The layers per virtual stage: absent in a manifest written before uneven splits ([]: even).
+  if (m.at("layout").contains("pipeline_layers")) {
+    const json& pl = m.at("layout").at("pipeline_layers");
+    if (!pl.is_array()) throw InputError("checkpoint " + where + ": layout.pipeline_layers is not a list");
+    for (const json& x : pl) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 4096)
+        throw InputError("checkpoint " + where + ": layout.pipeline_layers holds " + x.dump().substr(0, 20));
+      saved.layout.pipeline_layers.push_back(x.get<int>());
+    }
+  }
   saved.zero.stage = int_field(m, where, "layout", "zero_stage");
   saved.zero.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
   const std::string prec = field<std::string>(m, where, "layout", "precision");
@@ -239,6 +250,7 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   const ParallelLayout& b = run.layout;
   const bool same_rest = a.tp == b.tp && a.pp == b.pp && a.ep == b.ep &&
                          a.sequence_parallel == b.sequence_parallel && a.virtual_stages == b.virtual_stages &&
+                         stage_layers(a, run.model.L) == stage_layers(b, run.model.L) &&
                          (a.pp == 1 || a.schedule == b.schedule) && saved.zero.stage == run.zero.stage &&
                          saved.zero.offload_optimizer == run.zero.offload_optimizer;
   if (same_rest && a.dp != b.dp)
@@ -325,6 +337,7 @@ json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, c
             {"schedule", l.schedule},
             {"ep", l.ep},
             {"sequence_parallel", l.sequence_parallel},
+            {"pipeline_layers", l.pipeline_layers},
             {"zero_stage", run.zero.stage},
             {"offload_optimizer", run.zero.offload_optimizer},
             {"precision", precision_name(run.precision)}}},

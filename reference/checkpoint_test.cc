@@ -61,6 +61,7 @@ struct Case {
   int tp = 1, dp = 1, pp = 1, v = 1, ep = 1;
   bool sp = false;  // sequence parallel
   std::string schedule = "1f1b";
+  std::vector<int> layers;  // pipeline_layers (empty: even)
   ZeroConfig zero;
   GptConfig model = kModel;
 };
@@ -78,6 +79,7 @@ ParallelLayout layout_of(const Case& c, const TrainConfig& cfg) {
   ParallelLayout l;
   l.tp = c.tp, l.dp = c.dp, l.pp = c.pp, l.virtual_stages = c.v, l.schedule = c.schedule, l.ep = c.ep;
   l.sequence_parallel = c.sp;
+  l.pipeline_layers = c.layers;
   l.micro_batches = cfg.micro_batches;
   return l;
 }
@@ -453,6 +455,31 @@ TEST(Checkpoint, ResumeIsBitwiseSequenceParallel) {
   EXPECT_NE(saved.find(" sp "), std::string::npos) << saved;
   expect_refused(off, cfg, *w, checkpoint_step_dir(dir.path(), 1),
                  "layout " + saved + " does not match this run's " + describe_layout(info_of(off, cfg)));
+}
+
+TEST(Checkpoint, ResumeIsBitwiseUnevenStages) {
+  // An uneven layer split (pipeline_layers) saves and resumes bitwise, under 1F1B and ZB-H1;
+  // a resume with another split, or the even one, is refused naming both.
+  auto w = make_mpi_world();
+  auto uneven = [](Case c, std::vector<int> layers) {
+    c.name += " layers " + pipeline_layers_text(layers);
+    c.layers = std::move(layers);
+    return c;
+  };
+  const auto cases = cases_of(w->size(), {uneven(make_case("PP2", 1, 1, 2), {3, 1}),
+                                          uneven(make_case("PP2xDP2 zero1", 1, 2, 2, 1, 1, "zb-h1"), {1, 3})});
+  if (cases.empty()) GTEST_SKIP() << "no PP layout of " << w->size() << " ranks (ctest runs 2 and 4)";
+  for (const Case& c : cases) expect_bitwise_resume<float>(c, base_config(), *w, 3);
+  SharedTempDir dir(*w);
+  const TrainConfig cfg = base_config();
+  save_one_step(cases[0], cfg, *w, dir.path());
+  for (const std::vector<int>& other : {std::vector<int>{}, std::vector<int>{cases[0].layers.rbegin(), cases[0].layers.rend()}}) {
+    Case c = cases[0];
+    c.layers = other;
+    expect_refused(c, cfg, *w, checkpoint_step_dir(dir.path(), 1),
+                   "layout " + describe_layout(info_of(cases[0], cfg)) + " does not match this run's " +
+                       describe_layout(info_of(c, cfg)));
+  }
 }
 
 TEST(Checkpoint, RefusesAnotherDPSize) {

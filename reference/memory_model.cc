@@ -36,8 +36,9 @@ u64 stream_rows(const PlanConfig& c) {
 
 // Of a stored activation set: the fp32 statistics' elements (4 R per kept layer, the LayerNorm
 // statistics of its R rows; at the head lnf's 2 R and the cross-entropy's 4 BT).
-u64 stat_floats(const PlanConfig& c, bool last_chunk) {
-  const u64 BT = u64(c.micro_batch_size) * u64(c.tokens()), Lc = u64(c.model.L) / u64(c.layout.pp * c.layout.virtual_stages);
+u64 stat_floats(const PlanConfig& c, int virtual_stage) {
+  const bool last_chunk = virtual_stage == c.layout.pp * c.layout.virtual_stages - 1;
+  const u64 BT = u64(c.micro_batch_size) * u64(c.tokens()), Lc = u64(stage_layers(c.layout, c.model.L).at(size_t(virtual_stage)));
   const u64 R = stream_rows(c);
   return (c.recompute == Recompute::full ? 0 : Lc * 4 * R) + (last_chunk ? 2 * R + 4 * BT : 0);
 }
@@ -228,7 +229,8 @@ std::vector<int> activation_sets_per_chunk(const std::string& schedule, int p, i
 std::vector<PlanTensor> plan_tensors(const GptConfig& m, const ParallelLayout& l, int tp_rank, int pp_rank) {
   DTB_CHECK(tp_rank >= 0 && tp_rank < l.tp && pp_rank >= 0 && pp_rank < l.pp, "plan_tensors: rank out of range");
   const int v = l.virtual_stages, nv = l.pp * v;
-  const u64 C = u64(m.C), Cl = C / u64(l.tp), Vl = u64(m.V) / u64(l.tp), Lc = u64(m.L) / u64(nv);
+  const u64 C = u64(m.C), Cl = C / u64(l.tp), Vl = u64(m.V) / u64(l.tp);
+  const std::vector<int> per_stage = stage_layers(l, m.L);
   bool first = false, last = false;
   for (int c = 0; c < v; ++c) {
     const int s = c * l.pp + pp_rank;
@@ -239,8 +241,8 @@ std::vector<PlanTensor> plan_tensors(const GptConfig& m, const ParallelLayout& l
   if (first || last) t.push_back({"wte", -1, Vl * C, false});
   if (first) t.push_back({"wpe", -1, u64(m.T) * C, true});
   for (int c = 0; c < v; ++c)
-    for (u64 k = 0; k < Lc; ++k) {
-      const int layer = int(u64(c * l.pp + pp_rank) * Lc + k);
+    for (int k = 0; k < per_stage[size_t(c * l.pp + pp_rank)]; ++k) {
+      const int layer = stage_first_layer(l, m.L, c * l.pp + pp_rank) + k;
       const std::pair<const char*, u64> w[12] = {
           {"ln1w", C},          {"ln1b", C},         {"qkvw", 3 * Cl * C}, {"qkvb", 3 * Cl},
           {"attprojw", C * Cl}, {"attprojb", C},     {"ln2w", C},          {"ln2b", C},
@@ -273,10 +275,11 @@ std::vector<ZeroUnit> plan_zero_units(const std::vector<PlanTensor>& tensors, in
   return units;
 }
 
-uint64_t activation_set_floats(const PlanConfig& c, bool last_chunk) {
+uint64_t activation_set_floats(const PlanConfig& c, int virtual_stage) {
   const ParallelLayout& l = c.layout;
+  const bool last_chunk = virtual_stage == l.pp * l.virtual_stages - 1;
   const u64 BT = u64(c.micro_batch_size) * u64(c.tokens()), C = u64(c.model.C), Vl = u64(c.model.V) / u64(l.tp),
-            Lc = u64(c.model.L) / u64(l.pp * l.virtual_stages), R = stream_rows(c);
+            Lc = u64(stage_layers(l, c.model.L).at(size_t(virtual_stage))), R = stream_rows(c);
   // LM head (last chunk): lnf (BT,C; gathered whole under sequence parallelism), its mean
   // and rstd (2R), logits and probs (BT,Vl each), losses (BT), max (BT), sums (2BT).
   const u64 head = last_chunk ? BT * C + 2 * R + 2 * BT * Vl + BT + BT + 2 * BT : 0;
@@ -348,11 +351,9 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
   // Activations: pooled sets per chunk, as many as the schedule keeps in flight at once.
   const u64 ab = act_bytes(c.precision), BT = u64(c.micro_batch_size) * u64(c.tokens());
   r.activation_sets = activation_sets_per_chunk(l.schedule, l.pp, l.micro_batches, l.virtual_stages, pp_rank);
-  const int nv = l.pp * l.virtual_stages;
   for (int ch = 0; ch < l.virtual_stages; ++ch) {
-    const bool last = ch * l.pp + pp_rank == nv - 1;
-    const u64 stats = stat_floats(c, last);
-    const u64 set = (activation_set_floats(c, last) - stats) * ab + stats * 4 + 2 * BT * 4;  // + token, target ids
+    const u64 stats = stat_floats(c, ch * l.pp + pp_rank);
+    const u64 set = (activation_set_floats(c, ch * l.pp + pp_rank) - stats) * ab + stats * 4 + 2 * BT * 4;  // + ids
     r.activation_set_bytes.push_back(set);
     m.at(Tier::device, kAct) += u64(r.activation_sets[size_t(ch)]) * set;
   }

@@ -6,7 +6,8 @@
 //     tensors, ZeRO shards, activation sets and scratch the trainer allocates, so the memory
 //     suite can compare it byte for byte with the Device accounting.
 // Not the trainer: nothing here runs. Shape legend as gpt.h / parallel_gpt.h: B sequences per
-// micro-batch, Tn tokens, BT = B Tn, Cl = C/tp, NHl = NH/tp, Vl = V/tp, Lc = L/(pp v).
+// micro-batch, Tn tokens, BT = B Tn, Cl = C/tp, NHl = NH/tp, Vl = V/tp, Lc = a virtual stage's layers
+// (L/(pp v), or layout.pipeline_layers' entry).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -195,10 +196,12 @@ std::vector<int> activation_sets_per_chunk(const std::string& schedule, int p, i
 std::vector<PlanTensor> plan_tensors(const GptConfig& m, const ParallelLayout& l, int tp_rank, int pp_rank);
 std::vector<ZeroUnit> plan_zero_units(const std::vector<PlanTensor>& tensors, int dp);
 
-/// Elements of one activation set of a chunk (floats; plus 2 BT int32 token and target ids),
-/// and of the backward scratch, as ParallelGpt::acquire / ensure_scratch allocate them
-/// (recompute none); full / selective recompute as planned in memory_model.cc.
-uint64_t activation_set_floats(const PlanConfig& c, bool last_chunk);
+/// Elements of one activation set of virtual stage `virtual_stage`'s chunk (floats; plus 2 BT
+/// int32 token and target ids: its stage_layers count of layers, the head on the last), and of
+/// the backward scratch, as ParallelGpt::acquire / ensure_scratch allocate them (recompute
+/// none); full / selective recompute as planned in memory_model.cc. Aborts for a virtual stage
+/// outside [0, pp v).
+uint64_t activation_set_floats(const PlanConfig& c, int virtual_stage);
 uint64_t workspace_floats(const PlanConfig& c);
 /// Elements one transformer layer keeps per micro-batch: recompute none 6 R C + 4 R +
 /// 12 BT Cl + B NHl Tn^2; selective without the B NHl Tn^2 attention matrix; full R C; R =

@@ -193,11 +193,13 @@ TEST(MemoryModelPlan, SingleRankHandComputed) {
 TEST(MemoryModelPlan, ParamsOverAllRanksAreTheModel) {
   // Summed over every (tp, pp) rank, each TP-replicated tensor counted on TP rank 0 and the
   // tied wte on the first stage only, the held parameters are the model's.
-  struct L { int tp, pp, v; const char* s; };
-  for (const L& l : {L{1, 1, 1, "1f1b"}, L{2, 1, 1, "1f1b"}, L{4, 1, 1, "gpipe"}, L{1, 2, 1, "1f1b"},
-                     L{1, 4, 1, "1f1b"}, L{2, 2, 1, "gpipe"}, L{4, 2, 1, "1f1b"}, L{2, 2, 2, "interleaved"},
-                     L{1, 4, 2, "interleaved"}, L{1, 2, 4, "interleaved"}}) {
-    const PlanConfig c = small_plan(l.tp, l.pp, 1, l.s, l.v, l.v > 1 ? l.pp : 1);
+  struct L { int tp, pp, v; const char* s; std::vector<int> layers; };
+  for (const L& l : {L{1, 1, 1, "1f1b", {}}, L{2, 1, 1, "1f1b", {}}, L{4, 1, 1, "gpipe", {}}, L{1, 2, 1, "1f1b", {}},
+                     L{1, 4, 1, "1f1b", {}}, L{2, 2, 1, "gpipe", {}}, L{4, 2, 1, "1f1b", {}},
+                     L{2, 2, 2, "interleaved", {}}, L{1, 4, 2, "interleaved", {}}, L{1, 2, 4, "interleaved", {}},
+                     L{1, 2, 1, "1f1b", {7, 1}}, L{2, 4, 1, "1f1b", {1, 2, 4, 1}}, L{1, 2, 2, "interleaved", {1, 3, 3, 1}}}) {
+    PlanConfig c = small_plan(l.tp, l.pp, 1, l.s, l.v, l.v > 1 ? l.pp : 1);
+    c.layout.pipeline_layers = l.layers;
     uint64_t sum = 0, held = 0;
     for (int t = 0; t < l.tp; ++t)
       for (int p = 0; p < l.pp; ++p) {
@@ -335,15 +337,18 @@ TEST(MemoryModelPlan, MatchesParallelGptAllocations) {
   // The plan of each (tp, pp) rank equals what ParallelGpt and its ZeRO-0 store allocate when
   // the stage's schedule runs (the rank's forwards and backwards with stand-in inputs):
   // every category's peak, byte for byte.
-  struct L { int tp, pp, v, m; const char* s; };
+  struct L { int tp, pp, v, m; const char* s; std::vector<int> layers; };
   // Each recompute setting too: the measured activation and workspace bytes are the plan's;
-  // and each TP layout with sequence parallelism.
+  // each TP layout with sequence parallelism; and uneven layer splits (pipeline_layers).
   for (bool sp : {false, true})
   for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
-  for (const L& l : {L{1, 1, 1, 2, "1f1b"}, L{2, 1, 1, 3, "gpipe"}, L{1, 2, 1, 4, "1f1b"}, L{2, 4, 1, 4, "gpipe"},
-                     L{4, 2, 1, 3, "1f1b"}, L{1, 2, 2, 4, "interleaved"}, L{2, 2, 2, 2, "interleaved"}}) {
+  for (const L& l : {L{1, 1, 1, 2, "1f1b", {}}, L{2, 1, 1, 3, "gpipe", {}}, L{1, 2, 1, 4, "1f1b", {}},
+                     L{2, 4, 1, 4, "gpipe", {}}, L{4, 2, 1, 3, "1f1b", {}}, L{1, 2, 2, 4, "interleaved", {}},
+                     L{2, 2, 2, 2, "interleaved", {}}, L{1, 2, 1, 4, "1f1b", {5, 3}}, L{2, 4, 1, 4, "1f1b", {1, 3, 3, 1}},
+                     L{1, 2, 2, 4, "interleaved", {3, 1, 2, 2}}}) {
     if (sp && l.tp == 1) continue;
     PlanConfig c = small_plan(l.tp, l.pp, 1, l.s, l.v, l.m);
+    c.layout.pipeline_layers = l.layers;
     c.recompute = rc;
     c.layout.sequence_parallel = sp;
     const int B = c.micro_batch_size, Tn = c.seq_len;
@@ -354,7 +359,7 @@ TEST(MemoryModelPlan, MatchesParallelGptAllocations) {
     for (int t = 0; t < l.tp; ++t)
       for (int p = 0; p < l.pp; ++p) {
         SCOPED_TRACE("tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " v " + std::to_string(l.v) +
-                     " " + l.s + ", rank (" + std::to_string(t) + ", " + std::to_string(p) + "), recompute " +
+                     " " + l.s + " layers " + pipeline_layers_text(l.layers) + ", rank (" + std::to_string(t) + ", " + std::to_string(p) + "), recompute " +
                      std::string(to_string(rc)) + (sp ? ", sequence parallel" : ""));
         CpuDevice dev;
         CopyComm tp(t, l.tp), dp(0, 1);
@@ -422,6 +427,16 @@ TEST(MemoryModelPlan, RefusesLayoutsThatDoNotDivide) {
   c.micro_batch_size = 0;
   EXPECT_THROW(plan_rank(c, 0, 0), InputError);
   EXPECT_THROW(plan_rank(small_plan(1, 2, 1), 0, 2), InputError);
+  // An uneven split that does not sum to L (8), has a stage without layers, or is not one
+  // entry per virtual stage; and one that does (pp 3 needs no divisibility then).
+  for (const std::vector<int>& bad : std::vector<std::vector<int>>{{5, 2}, {8, 0}, {4, 4, 0}, {2, 2, 2, 2}}) {
+    c = small_plan(1, 2, 1);
+    c.layout.pipeline_layers = bad;
+    EXPECT_THROW(plan_rank(c, 0, 0), InputError) << pipeline_layers_text(bad);
+  }
+  c = small_plan(1, 3, 1);
+  c.layout.pipeline_layers = {2, 3, 3};
+  EXPECT_NO_THROW(plan_rank(c, 0, 2));
 }
 
 TEST(MemoryModelPlan, LargeModelsWithoutOverflow) {

@@ -30,10 +30,19 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
   DTB_CHECK(tp.size() == layout.tp, "ParallelGpt: the TP communicator's size is not layout.tp");
   DTB_CHECK(tp.rank() == grid_coord(rank, layout).tp,
             "ParallelGpt: the TP communicator's rank is not this rank's TP coordinate");
-  if (cfg.NH % layout.tp || cfg.V % layout.tp || cfg.L % (layout.pp * layout.virtual_stages))
+  if (cfg.NH % layout.tp || cfg.V % layout.tp ||
+      (layout.pipeline_layers.empty() && cfg.L % (layout.pp * layout.virtual_stages)))
     throw InputError("ParallelGpt: layout tp " + std::to_string(layout.tp) + " pp " + std::to_string(layout.pp) +
                      " x " + std::to_string(layout.virtual_stages) + " does not divide NH " +
                      std::to_string(cfg.NH) + ", V " + std::to_string(cfg.V) + ", L " + std::to_string(cfg.L));
+  {
+    const std::vector<int> n = stage_layers(layout, cfg.L);
+    int sum = 0;
+    for (int x : n) sum += x < 1 ? cfg.L + 1 : x;
+    if (int(n.size()) != layout.pp * layout.virtual_stages || sum != cfg.L)
+      throw InputError("ParallelGpt: pipeline_layers " + pipeline_layers_text(layout.pipeline_layers) +
+                       " is not pp x virtual_stages counts >= 1 summing to L " + std::to_string(cfg.L));
+  }
   if (!ops_) {
     DTB_CHECK(device.is_cpu(), "ParallelGpt on a non-CPU device needs that backend's Ops");
     owned_ops_ = make_cpu_ops<T>();
@@ -41,7 +50,6 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
   }
   coord_ = grid_coord(rank, layout);
   const int v = layout.virtual_stages, C = cfg.C;
-  Lc_ = cfg.L / (layout.pp * v);
   Cl_ = C / layout.tp;
   NHl_ = cfg.NH / layout.tp;
   Vl_ = cfg.V / layout.tp;
@@ -78,7 +86,7 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
   }
   layers_.resize(v);
   for (int c = 0; c < v; ++c)
-    for (int k = 0; k < Lc_; ++k) add_layer(c, k, full);
+    for (int k = 0; k < stage_layers(layout, cfg.L)[size_t(virtual_stage(c))]; ++k) add_layer(c, k, full);
   if (holds_last) {
     lnf_unit_ = open_unit("lnf");
     add_tensor("lnfw", -1, {{full["lnfw"], 0, size_t(C)}}, true);
@@ -103,7 +111,7 @@ void ParallelGpt<T>::close_unit() {
 
 template <typename T>
 void ParallelGpt<T>::add_layer(int chunk, int k, const std::map<std::string, size_t>& full) {
-  const size_t C = cfg_.C, l = size_t(virtual_stage(chunk)) * Lc_ + k;
+  const size_t C = cfg_.C, l = size_t(stage_first_layer(layout_, cfg_.L, virtual_stage(chunk))) + k;
   // Elements of each of a layer's tensors (gpt.h's layout stacks them over the L layers).
   const size_t numel[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
   // This rank's shard as runs of the full tensor (rows, cols) at `at`: rows [r0, r0 + n) of
@@ -213,6 +221,7 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
     s = std::make_unique<ActSet>();
     s->B = B;
     s->Tn = Tn;
+    s->Lc = chunk_layers(chunk);
     s->a.resize(kNumActs);
   }
   if (fresh || zero_bubble()) {  // a pooled set is whole unless a zero-bubble B freed some
@@ -222,8 +231,8 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
     // Layers' stacks: none keeps every activation of every layer; selective all but the
     // attention matrix; full only each layer's input (x0, then res3 of the layer before)
     // and, in the last chunk, the last layer's output for the head.
-    const int64_t L = full ? 0 : Lc_, La = recompute_ == Recompute::none ? Lc_ : 0;
-    const int64_t Lres = full ? Lc_ - 1 + (last ? 1 : 0) : Lc_;
+    const int64_t Lc = chunk_layers(chunk), L = full ? 0 : Lc, La = recompute_ == Recompute::none ? Lc : 0;
+    const int64_t Lres = full ? Lc - 1 + (last ? 1 : 0) : Lc;
     // Sequence parallel: the residual stream's activations and LayerNorm statistics hold r
     // rows; the final LayerNorm's output is gathered whole for the head (kLnf, (BT, C)).
     const std::vector<std::vector<int64_t>> shapes = {
@@ -242,7 +251,7 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
   }
   if (fresh) {
     const int64_t b = B, t = Tn;
-    s->moe.resize(size_t(Lc_));
+    s->moe.resize(size_t(chunk_layers(chunk)));
     s->tokens = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
     s->targets = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
   }
@@ -291,7 +300,7 @@ typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, 
     a.ln1 = Rs(kLn1), a.ln1_mean = RA(kLn1Mean), a.ln1_rstd = RA(kLn1Rstd), a.qkv = Rs(kQkv), a.atty = Rs(kAtty);
     a.att = Rs(kAtt), a.attproj = Rs(kAttproj), a.res2 = Rs(kRes2), a.ln2 = Rs(kLn2), a.ln2_mean = RA(kLn2Mean);
     a.ln2_rstd = RA(kLn2Rstd), a.fch = Rs(kFch), a.fchg = Rs(kFchGelu), a.fcproj = Rs(kFcproj);
-    a.res3 = k < Lc_ - 1 || last_chunk ? s.p(kRes3) + size_t(k) * R * C : Rs(kRes3);
+    a.res3 = k < s.Lc - 1 || last_chunk ? s.p(kRes3) + size_t(k) * R * C : Rs(kRes3);
     return a;
   }
   const size_t oC = size_t(k) * R * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * R;
@@ -379,14 +388,15 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     ops.copy_from_host(s.tgt(), targets, BT * sizeof(int32_t));
   }
   moe_loss_ = 0;
-  for (int k = 0; k < Lc_; ++k) {
+  const int Lc = chunk_layers(chunk);
+  for (int k = 0; k < Lc; ++k) {
     const LayerParams& lp = layers_[chunk][k];
     const T* up = st.param(lp.unit);
     layer_forward(layer_acts(s, k, last), up, lp, B, Tn, &s.moe[size_t(k)]);
     st.release_param(lp.unit);
     if (recompute_ == Recompute::full && lp.moe) s.moe[size_t(k)] = MoeActivations<T>{};  // backward routes again
   }
-  const T* out = layer_acts(s, Lc_ - 1, last).res3;  // full recompute, not last: in scratch
+  const T* out = layer_acts(s, Lc - 1, last).res3;  // full recompute, not last: in scratch
   if (!last) {
     if (loss_sum) *loss_sum = moe_loss_;
     return out;

@@ -131,6 +131,8 @@ class ParallelGpt {
   Device& device() const { return device_; }
   /// Model chunks on this rank (layout.virtual_stages) and their virtual stages.
   int chunks() const { return layout_.virtual_stages; }
+  /// Layers of `chunk` (stage_layers of its virtual stage: layout.pipeline_layers or L / (pp v)).
+  int chunk_layers(int chunk) const { return int(layers_[size_t(chunk)].size()); }
   int virtual_stage(int chunk) const { return chunk * layout_.pp + coord_.pp; }
   bool is_first(int chunk) const { return virtual_stage(chunk) == 0; }
   bool is_last(int chunk) const { return virtual_stage(chunk) == layout_.pp * layout_.virtual_stages - 1; }
@@ -277,7 +279,7 @@ class ParallelGpt {
   std::unique_ptr<ColumnParallelLinear<T>> qkv_, fc_;
   std::unique_ptr<RowParallelLinear<T>> attproj_, fcproj_;
   std::unique_ptr<VocabParallelCrossEntropy<T>> head_ce_;  // the LM head's loss
-  int Lc_ = 0, Cl_ = 0, NHl_ = 0, Vl_ = 0;  // layers per chunk, per-TP-rank sizes
+  int Cl_ = 0, NHl_ = 0, Vl_ = 0;  // per-TP-rank sizes
   bool sp_ = false;                          // layout.sequence_parallel
   // The rows of the residual stream this rank holds: BT / tp under sequence parallelism.
   int64_t rows(int64_t BT) const { return sp_ ? BT / layout_.tp : BT; }

@@ -33,7 +33,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   auto it = live_[chunk].find(mb);
   DTB_CHECK(it != live_[chunk].end() && !it->second->input_done, "ParallelGpt::backward: no forward of this micro-batch");
   ActSet& s = *it->second;
-  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, Vl = Vl_;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, Vl = Vl_, Lc = s.Lc;
   const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   ensure_scratch(B, Tn);
   auto S = [&](int i) { return scratch_[i].template data<T>(); };
@@ -82,7 +82,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     else
       copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
     ops.zero(dres, R * C);
-    const T* xL = layer_acts(s, Lc_ - 1, true).res3;
+    const T* xL = layer_acts(s, Lc - 1, true).res3;
     if (split) alloc(wLnf, true, R * C, 1);
     keep(wLnf, 0, S(sDLn), R * C);
     T* dlnf = split ? drop : st.grad(lnf_unit_);
@@ -94,12 +94,12 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     copy_within(ops, dres, dout, R * C);
   }
   if (split) {
-    for (int what : {wResFc, wLn2, wResAtt, wLn1}) alloc(what, true, R * C, Lc_);
-    alloc(wFch, true, BT * 4 * Cl, Lc_);
-    alloc(wQkv, true, BT * 3 * Cl, Lc_);
+    for (int what : {wResFc, wLn2, wResAtt, wLn1}) alloc(what, true, R * C, Lc);
+    alloc(wFch, true, BT * 4 * Cl, Lc);
+    alloc(wQkv, true, BT * 3 * Cl, Lc);
     alloc(wEmb, first, BT * C, 1);
   }
-  for (int k = Lc_ - 1; k >= 0; --k) {
+  for (int k = Lc - 1; k >= 0; --k) {
     const LayerParams& lp = layers_[chunk][k];
     T* up = st.param(lp.unit);
     T* ug = split ? nullptr : st.grad(lp.unit);
@@ -182,7 +182,7 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
   DTB_CHECK(it != live_[chunk].end() && it->second->input_done,
             "ParallelGpt::backward_weight: no input-gradient pass of this micro-batch");
   ActSet& s = *it->second;
-  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, Vl = Vl_;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, Vl = Vl_, Lc = s.Lc;
   const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   ensure_scratch(B, Tn);
   Ops<T>& ops = *ops_;
@@ -202,12 +202,12 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
                         s.p(kLnf), static_cast<const T*>(nullptr), int(BT), C, Vl);
     if (!holds_first) st.grad_done(wte_unit_);
     T* dlnf = st.grad(lnf_unit_);
-    ln_weight(dlnf, dlnf + C, s.k(wLnf), layer_acts(s, Lc_ - 1, true).res3, st.param(lnf_unit_), s.pa(kLnfMean),
+    ln_weight(dlnf, dlnf + C, s.k(wLnf), layer_acts(s, Lc - 1, true).res3, st.param(lnf_unit_), s.pa(kLnfMean),
               s.pa(kLnfRstd));
     st.release_param(lnf_unit_);
     st.grad_done(lnf_unit_);
   }
-  for (int k = Lc_ - 1; k >= 0; --k) {
+  for (int k = Lc - 1; k >= 0; --k) {
     const LayerParams& lp = layers_[chunk][k];
     const T* up = st.param(lp.unit);
     T* ug = st.grad(lp.unit);

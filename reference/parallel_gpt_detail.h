@@ -59,6 +59,7 @@ size_t kept_stride(size_t n) {
 template <typename T>
 struct ParallelGpt<T>::ActSet {
   int B = 0, Tn = 0;
+  int Lc = 0;  // the chunk's layers (layout.pipeline_layers may make chunks unequal)
   std::vector<Tensor> a;
   Tensor tokens, targets;
   std::vector<MoeActivations<T>> moe;  // per layer of the chunk (an MoE layer's routing and rows)

@@ -2,6 +2,8 @@
 // communicator, and layout validation.
 #include "reference/process_grid.h"
 
+#include <cctype>
+
 #include "kernels/error.h"
 
 namespace dtb {
@@ -69,6 +71,48 @@ std::vector<int> expert_dp_group(int rank, const ParallelLayout& l) {
   return group_along(rank, l, l.dp / l.ep, [&](GridCoord& c, int i) { c.dp = i * l.ep + e; });
 }
 
+std::vector<int> stage_layers(const ParallelLayout& l, int L) {
+  if (!l.pipeline_layers.empty()) return l.pipeline_layers;
+  const int nv = l.pp * l.virtual_stages;
+  return std::vector<int>(size_t(nv), L / nv);
+}
+
+int stage_first_layer(const ParallelLayout& l, int L, int vs) {
+  const std::vector<int> n = stage_layers(l, L);
+  DTB_CHECK(vs >= 0 && vs <= int(n.size()), "stage_first_layer: virtual stage out of range");
+  int first = 0;
+  for (int s = 0; s < vs; ++s) first += n[size_t(s)];
+  return first;
+}
+
+std::string pipeline_layers_text(const std::vector<int>& layers) {
+  std::string t;
+  for (int n : layers) {
+    if (!t.empty()) t += '+';
+    t += std::to_string(n);
+  }
+  return t.empty() ? "even" : t;
+}
+
+std::vector<int> parse_pipeline_layers(const std::string& text) {
+  auto bad = [&] {
+    return InputError("pipeline_layers '" + printable(text, 40) + "' is not layer counts joined by '+' (e.g. 3+1)");
+  };
+  std::vector<int> out;
+  size_t pos = 0;
+  while (true) {
+    size_t end = pos;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    if (end == pos || end - pos > 4) throw bad();
+    const int n = std::stoi(text.substr(pos, end - pos));
+    if (n < 1 || n > 4096) throw bad();
+    out.push_back(n);
+    if (end == text.size()) return out;
+    if (text[end] != '+') throw bad();
+    pos = end + 1;
+  }
+}
+
 void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_batch, int world_size, int seq_len) {
   if (l.tp < 1 || l.dp < 1 || l.pp < 1 || l.micro_batches < 1 || l.virtual_stages < 1)
     throw InputError("tensor_parallel, data_parallel, pipeline_parallel, micro_batches and virtual_stages must be >= 1");
@@ -96,9 +140,23 @@ void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_bat
       throw InputError("schedule \"interleaved\" needs micro_batches (" + num(l.micro_batches) +
                        ") to be a multiple of pipeline_parallel (" + num(l.pp) + ")");
   }
-  if (m.L % (int64_t(l.pp) * l.virtual_stages) != 0)
+  if (!l.pipeline_layers.empty()) {
+    const int64_t nv = int64_t(l.pp) * l.virtual_stages;
+    const std::string split = "pipeline_layers " + pipeline_layers_text(l.pipeline_layers);
+    if (int64_t(l.pipeline_layers.size()) != nv)
+      throw InputError(split + " has " + num(int64_t(l.pipeline_layers.size())) +
+                       " entries, not one per virtual stage: pipeline_parallel (" + num(l.pp) + ") x virtual_stages (" +
+                       num(l.virtual_stages) + ") = " + num(nv));
+    int64_t sum = 0;
+    for (int n : l.pipeline_layers) {
+      if (n < 1) throw InputError(split + ": every stage needs at least one layer");
+      sum += n;
+    }
+    if (sum != m.L) throw InputError(split + " sums to " + num(sum) + " layers, not the model's L = " + num(m.L));
+  } else if (m.L % (int64_t(l.pp) * l.virtual_stages) != 0) {
     throw InputError("model.L = " + num(m.L) + " layers are not divisible by pipeline_parallel (" + num(l.pp) +
-                     ") x virtual_stages (" + num(l.virtual_stages) + ")");
+                     ") x virtual_stages (" + num(l.virtual_stages) + "); pipeline_layers gives an uneven split");
+  }
   if (l.ep < 1) throw InputError("expert_parallel must be >= 1, got " + num(l.ep));
   if (l.ep > 1 && m.moe.num_experts == 0)
     throw InputError("expert_parallel = " + num(l.ep) + " needs an MoE model (model.num_experts > 0)");

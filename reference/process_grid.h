@@ -41,9 +41,26 @@ struct ParallelLayout {
   int micro_batches = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
+  /// Layers per virtual stage (pp * virtual_stages entries, virtual-stage order, each >= 1,
+  /// summing to the model's L), or empty for the even split L / (pp v). An uneven split
+  /// balances stages whose extra work is not a layer: the first stage's embedding, the last
+  /// stage's LM head and loss (Megatron-LM's --decoder-first/last-pipeline-num-layers and
+  /// DeepSpeed's partition_method give the same freedom). stage_layers() reads it.
+  std::vector<int> pipeline_layers{};
   /// tp * dp * pp, in 64 bits: sizes from a config can overflow an int.
   int64_t world() const { return int64_t(tp) * dp * pp; }
 };
+
+/// Layers of each virtual stage (pp * virtual_stages entries): layout.pipeline_layers, or L /
+/// (pp v) each when it is empty. No validation (validate_layout refuses a split that does not
+/// sum to L).
+std::vector<int> stage_layers(const ParallelLayout& layout, int L);
+/// The first global layer of virtual stage `vs`: the sum of stage_layers over the stages before it.
+int stage_first_layer(const ParallelLayout& layout, int L, int vs);
+/// A split written "3+1+2+2" (layout specs and record names), and back. Errors: InputError
+/// naming the text when it is not '+'-joined integers in [1, 4096].
+std::string pipeline_layers_text(const std::vector<int>& layers);
+std::vector<int> parse_pipeline_layers(const std::string& text);
 
 /// A rank's place in the grid.
 struct GridCoord {
@@ -106,8 +123,9 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
 /// Refuses, with an InputError naming the numbers, a layout that cannot train `model` on
 /// `world_size` ranks with `global_batch` sequences per step: sizes below 1; tp * dp * pp
 /// != world_size; heads (NH) or vocabulary (V) not divisible by tp; layers (L) not
-/// divisible by pp * virtual_stages; global batch not divisible by dp * micro_batches; an
-/// unknown schedule; virtual_stages != 1 outside "interleaved"; and for "interleaved",
+/// divisible by pp * virtual_stages (an even split: pipeline_layers empty); global batch not divisible by dp * micro_batches; an
+/// unknown schedule; virtual_stages != 1 outside "interleaved"; pipeline_layers (when given)
+/// without pp * virtual_stages entries, an entry below 1, or a sum other than L; and for "interleaved",
 /// virtual_stages < 2 or micro_batches not a multiple of pp (Narayanan et al. 2021, as
 /// Megatron-LM requires); expert_parallel below 1, above 1 on a dense model, not dividing dp
 /// or the experts (num_experts); sequence_parallel with tensor_parallel 1, with an MoE model, or

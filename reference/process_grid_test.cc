@@ -66,7 +66,23 @@ TEST(ProcessGrid, RefusedLayoutsNameTheirNumbers) {
   l = {};
   l.pp = 2;  // 5 layers over 2 stages
   EXPECT_EQ(refusal(l, {5, 64, 4, 32, 256}, 8, 2),
-            "model.L = 5 layers are not divisible by pipeline_parallel (2) x virtual_stages (1)");
+            "model.L = 5 layers are not divisible by pipeline_parallel (2) x virtual_stages (1); pipeline_layers "
+            "gives an uneven split");
+  l.pipeline_layers = {3, 2};  // ... which it then takes
+  EXPECT_EQ(refusal(l, {5, 64, 4, 32, 256}, 8, 2), "");
+  l.pipeline_layers = {3, 1};
+  EXPECT_EQ(refusal(l, {5, 64, 4, 32, 256}, 8, 2), "pipeline_layers 3+1 sums to 4 layers, not the model's L = 5");
+  l.pipeline_layers = {5};
+  EXPECT_EQ(refusal(l, {5, 64, 4, 32, 256}, 8, 2),
+            "pipeline_layers 5 has 1 entries, not one per virtual stage: pipeline_parallel (2) x virtual_stages (1) = 2");
+  l.pipeline_layers = {5, 0};
+  EXPECT_EQ(refusal(l, {5, 64, 4, 32, 256}, 8, 2), "pipeline_layers 5+0: every stage needs at least one layer");
+  EXPECT_EQ(stage_layers(ParallelLayout{.pp = 2, .pipeline_layers = {3, 2}}, 5), (std::vector<int>{3, 2}));
+  EXPECT_EQ(stage_layers(ParallelLayout{.pp = 4}, 8), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(stage_first_layer(ParallelLayout{.pp = 4, .pipeline_layers = {1, 3, 3, 1}}, 8, 3), 7);
+  EXPECT_EQ(parse_pipeline_layers("1+3+3+1"), (std::vector<int>{1, 3, 3, 1}));
+  for (const char* bad : {"", "+", "1+", "1++2", "0+8", "a", "1,2", "12345"})
+    EXPECT_THROW(parse_pipeline_layers(bad), InputError) << bad;
   l = {};
   l.tp = 2, l.dp = 2;
   EXPECT_EQ(refusal(l, model, 8, 8),

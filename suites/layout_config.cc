@@ -21,6 +21,7 @@ const std::vector<LayoutSpelling>& layout_spellings() {
       {LayoutKey::sequence_parallel, "sequence_parallel",    "sp",   "sp",        "sequence_parallel",       "--sequence-parallel"},
       {LayoutKey::schedule,       "schedule",                "",     "schedule",  "schedule",                "--schedule"},
       {LayoutKey::virtual_stages, "virtual_stages",          "v",    "v",         "virtual_stages",          "--virtual-stages"},
+      {LayoutKey::pipeline_layers, "pipeline_layers",        "layers", "layers",  "pipeline_layers",         "--pipeline-layers"},
       {LayoutKey::micro_batches,  "micro_batches",           "",     "m",         "micro_batches",           "--micro-batches"},
       {LayoutKey::zero_stage,     "zero_stage",              "zero", "zero",      "zero_stage",              "--zero-stage"},
       {LayoutKey::offload,        "offload_optimizer",       "offload", "offload", "offload_optimizer",      "--offload-optimizer"},
@@ -65,6 +66,19 @@ ParallelLayout parallel_layout_from_json(const json& s, const std::string& path,
   l.dp = int(int_in_range(s, dp, path + "." + dp, 0, 1 << 20));
   l.virtual_stages = int(int_in_range(s, vs, path + "." + vs, 1, 1024));
   l.schedule = s.at(key_of(LayoutKey::schedule)).get<std::string>();
+  // pipeline_layers: absent or [] for the even split, else one layer count per virtual stage.
+  const std::string pl = key_of(LayoutKey::pipeline_layers);
+  if (s.contains(pl)) {
+    const json& a = s.at(pl);
+    if (!a.is_array())
+      throw InputError(path + "." + pl + ": must be a list of layer counts per virtual stage (or [] for an even split), got " +
+                       printable(a.dump(), 40));
+    for (const json& x : a) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 4096)
+        throw InputError(path + "." + pl + ": " + printable(x.dump(), 20) + " is not a layer count in [1, 4096]");
+      l.pipeline_layers.push_back(x.get<int>());
+    }
+  }
   auto n = [](int64_t x) { return std::to_string(x); };
   if (int64_t(l.tp) * l.pp > world_size)
     throw InputError(path + ": " + tp + " (" + n(l.tp) + ") x " + pp + " (" + n(l.pp) + ") = " +
@@ -196,13 +210,14 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   size_t start = 0;
   for (size_t i = 0; i <= text.size(); ++i)
     if (i == text.size() || text[i] == ':') parts.push_back(text.substr(start, i - start)), start = i + 1;
-  if (parts.empty() || parts.size() > 7 || parts[0].empty()) throw bad("is not a layout");
+  if (parts.empty() || parts.size() > 8 || parts[0].empty()) throw bad("is not a layout");
   LayoutSpec spec;
   parse_spec_dims(parts[0], spec.l, bad);
   const std::string v = spelling(LayoutKey::virtual_stages).spec_token, zero = spelling(LayoutKey::zero_stage).spec_token;
   const std::string offload = spelling(LayoutKey::offload).spec_token;
   const std::string sp = spelling(LayoutKey::sequence_parallel).spec_token;
-  bool seen_opt[6] = {false, false, false, false, false, false};  // schedule, v, zero, offload, recompute, sp
+  const std::string layers = spelling(LayoutKey::pipeline_layers).spec_token;
+  bool seen_opt[7] = {false, false, false, false, false, false, false};  // schedule, v, zero, offload, recompute, sp, layers
   auto digits_after = [](const std::string& o, size_t k) {
     return o.size() > k && o.size() <= k + 4 &&
            std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
@@ -228,9 +243,16 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
     } else if (o == sp) {
       which = 5;
       spec.l.sequence_parallel = true;
+    } else if (o.rfind(layers, 0) == 0) {
+      which = 6;
+      try {
+        spec.l.pipeline_layers = parse_pipeline_layers(o.substr(layers.size()));
+      } catch (const InputError& e) {
+        throw bad("has " + std::string(e.what()));
+      }
     } else {
       throw bad("has an unknown option '" + printable(o, 20) +
-                "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp)");
+                "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp, layersA+B+..)");
     }
     if (seen_opt[which])
       throw bad(which == 0 ? "names a second schedule ('" + printable(o, 20) + "')"
@@ -269,6 +291,7 @@ std::string layout_record_name(const LayoutSpec& s) {
   if (l.ep > 1) seg(LayoutKey::ep, std::to_string(l.ep));
   if (l.sequence_parallel) seg(LayoutKey::sequence_parallel, "on");
   if (l.schedule == "interleaved") seg(LayoutKey::virtual_stages, std::to_string(l.virtual_stages));
+  if (!l.pipeline_layers.empty()) seg(LayoutKey::pipeline_layers, pipeline_layers_text(l.pipeline_layers));
   if (s.z.stage > 0) seg(LayoutKey::zero_stage, std::to_string(s.z.stage));
   if (s.z.offload_optimizer) seg(LayoutKey::offload, "cpu");
   if (s.recompute != Recompute::none) seg(LayoutKey::recompute, std::string(to_string(s.recompute)));
@@ -285,6 +308,7 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
   f(LayoutKey::sequence_parallel) = s.l.sequence_parallel;
   f(LayoutKey::schedule) = s.l.schedule;
   f(LayoutKey::virtual_stages) = s.l.virtual_stages;
+  f(LayoutKey::pipeline_layers) = s.l.pipeline_layers;
   f(LayoutKey::zero_stage) = s.z.stage;
   f(LayoutKey::offload) = s.z.offload_optimizer ? "cpu" : "none";
   f(LayoutKey::recompute) = std::string(to_string(s.recompute));
@@ -294,7 +318,7 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
 json to_json(const ParallelLayout& l) {
   return {{"tp", l.tp}, {"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"sequence_parallel", l.sequence_parallel},
           {"micro_batches", l.micro_batches},
-          {"schedule", l.schedule}, {"virtual_stages", l.virtual_stages}};
+          {"schedule", l.schedule}, {"virtual_stages", l.virtual_stages}, {"pipeline_layers", l.pipeline_layers}};
 }
 
 json to_json(const ZeroConfig& z) {

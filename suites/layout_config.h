@@ -18,7 +18,8 @@ namespace dtb {
 
 /// One dimension or option of a layout.
 enum class LayoutKey {
-  tp, pp, dp, ep, sequence_parallel, schedule, virtual_stages, micro_batches, zero_stage, offload, precision, recompute, comm_type
+  tp, pp, dp, ep, sequence_parallel, schedule, virtual_stages, pipeline_layers, micro_batches, zero_stage, offload, precision,
+  recompute, comm_type
 };
 
 /// How one layout key is spelled in each input and output form ("" where the form has none).
@@ -113,11 +114,13 @@ void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std:
                          const std::string& path);
 
 /// The train suite's record name of a sharded layout: "tp:T/dp:D/pp:P/schedule:S", then
-/// "/ep:E" (E > 1), "/sp:on" (sequence parallel), "/v:V" (interleaved), "/zero:Z" (Z > 0), "/offload:cpu", "/recompute:R" (not none),
+/// "/ep:E" (E > 1), "/sp:on" (sequence parallel), "/v:V" (interleaved), "/layers:A+B" (an uneven split),
+/// "/zero:Z" (Z > 0), "/offload:cpu", "/recompute:R" (not none),
 /// "/precision:P" (not fp32).
 std::string layout_record_name(const LayoutSpec& s);
 
-/// Sets a record's layout fields: tp, dp, pp, ep, sequence_parallel, schedule, virtual_stages, zero_stage,
+/// Sets a record's layout fields: tp, dp, pp, ep, sequence_parallel, schedule, virtual_stages,
+/// pipeline_layers ([] for the even split), zero_stage,
 /// offload_optimizer ("cpu" / "none"), recompute and precision.
 void add_layout_fields(nlohmann::json& rec, const LayoutSpec& s);
 

@@ -403,7 +403,7 @@ class TrainSuite : public Suite {
             {"weight_decay", 0.0}, {"matmul_precision", "fp32"}, {"peak_tflops", 0.0},
             {"tensor_parallel", 1}, {"pipeline_parallel", 1}, {"data_parallel", 0}, {"expert_parallel", 1},
             {"sequence_parallel", false}, {"schedule", "1f1b"}, {"virtual_stages", 1},
-            {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
+            {"pipeline_layers", json::array()}, {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
             {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},
             {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},
             {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"communication_data_type", "auto"},
