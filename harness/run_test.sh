@@ -103,8 +103,10 @@ refuse "train: global batch 10 is not divisible by data_parallel (4) x micro_bat
   '{"train": {"global_batch": 10, "micro_batches": 1}}'
 refuse "train: model.NH = 6 heads are not divisible by tensor_parallel = 4" \
   '{"model": {"L": 2, "C": 48, "NH": 6, "T": 64, "V": 256}, "train": {"tensor_parallel": 4}}'
-refuse "train: model.L = 5 layers are not divisible by pipeline_parallel (2) x virtual_stages (1)" \
+refuse "train: model.L = 5 layers are not divisible by pipeline_parallel (2) x virtual_stages (1); pipeline_layers gives an uneven split" \
   '{"model": {"L": 5, "C": 64, "NH": 4, "T": 64, "V": 256}, "train": {"pipeline_parallel": 2}}'
+refuse "train: pipeline_layers 3+1 sums to 4 layers, not the model's L = 5" \
+  '{"model": {"L": 5, "C": 64, "NH": 4, "T": 64, "V": 256}, "train": {"pipeline_parallel": 2, "pipeline_layers": [3, 1]}}'
 
 # A 1F1B training run with PP 2 x DP 2: every check passes and the trace has the schedule.
 printf '{"model": {"L": 2, "C": 32, "NH": 2, "T": 32, "V": 256}, "train": {"steps": 20, "global_batch": 8, "micro_batches": 2, "seq_len": 32, "lr": 0.003, "pipeline_parallel": 2}}' >"$tmp/pp_train.json"

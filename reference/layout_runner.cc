@@ -134,9 +134,11 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
       if (hooks && hooks->after_step) hooks->after_step(done, so_far);
     };
   if (spec.op_clock) spec.op_clock->reset();
+  m.set_part_times(spec.part_times);
   if (moe) m.reset_moe_stats();  // step 0's gradient is not a training step
   const TrainRun run = parallel_train(m, engine, spec.data, cfg, g, spec.spans, loop);
   if (spec.op_clock) out.op_seconds = spec.op_clock->seconds(), out.op_calls = spec.op_clock->calls();
+  m.set_part_times(nullptr);
   out.pp_rank = m.coord().pp;
   out.tp_rank = m.coord().tp;
   const MemoryStats& after = device.stats();

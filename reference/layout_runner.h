@@ -106,6 +106,9 @@ struct LayoutRunSpec {
   /// are wrapped in ProfiledOps; the results are bitwise those without), reset before the
   /// first training step, so step 0's gradient is not in it; null: no profile.
   OpClock* op_clock = nullptr;
+  /// Compute seconds per model part over the training steps (ParallelGpt::set_part_times; this
+  /// rank's parts), attached after step 0's gradient as op_clock; null: none. Its L is the model's.
+  PartTimes* part_times = nullptr;
   /// Test-only: each training step takes this factor times as long (TrainLoop::step_slowdown,
   /// DTB_INJECT_SLOWDOWN's train_step); 1: none.
   double step_slowdown = 1.0;

@@ -249,5 +249,52 @@ TEST(LayoutRunner, HalfPrecisionWithoutTheBackendsOpsIsRefused) {
   }
 }
 
+// Pipeline sends waited at once (TrainConfig::overlap_p2p_comm false, the blocking baseline)
+// train bitwise as overlapped ones, under GPipe, 1F1B and ZB-H1 at PP 2 and PP n, an uneven
+// split included, without deadlocking; each step's point-to-point bytes are one (B Tn, C) message per micro-batch and
+// direction a stage sends; and the part clock (ParallelGpt::set_part_times) times exactly the
+// parts this rank holds.
+TEST(LayoutRunner, BlockingSendsTrainBitwiseAsOverlappedOnes) {
+  auto world = make_mpi_world();
+  const int n = world->size();
+  const Dataset data = test_data();
+  TrainConfig cfg = small_config();
+  cfg.micro_batches = 4;
+  cfg.global_batch = 4 * (n / 2) * 2;  // 2 sequences per micro-batch at DP n / 2
+  struct Case { int pp; const char* schedule; std::vector<int> layers; };
+  for (const Case& c : {Case{2, "1f1b", {}}, Case{2, "zb-h1", {3, 1}}, Case{2, "gpipe", {1, 3}},
+                        Case{n, "1f1b", {}}, Case{n, "zb-h1", {}}}) {
+    ParallelLayout l;
+    l.pp = c.pp, l.dp = n / c.pp, l.schedule = c.schedule, l.pipeline_layers = c.layers;
+    SCOPED_TRACE(std::string(c.schedule) + " layers " + pipeline_layers_text(c.layers));
+    LayoutOutcome out[2];
+    PartTimes parts(kModel.L);
+    for (int blocking = 0; blocking < 2; ++blocking) {
+      CpuDevice dev;
+      TrainConfig t = cfg;
+      t.overlap_p2p_comm = blocking == 0;
+      out[blocking] = run_layout({.model = kModel, .layout = l, .train = t, .device = dev, .host = *world,
+                                  .data = data, .gather = true, .part_times = blocking ? nullptr : &parts});
+    }
+    EXPECT_EQ(out[0].losses, out[1].losses);
+    EXPECT_EQ(out[0].params, out[1].params);
+    const int stage = grid_coord(world->rank(), l).pp;
+    const double msg = double(cfg.global_batch / (l.dp * cfg.micro_batches)) * cfg.seq_len * kModel.C * sizeof(float);
+    const int sends = 2 - (stage == 0) - (stage == c.pp - 1);  // one per direction, less at the ends
+    for (const LayoutOutcome& o : out)
+      for (const StepTiming& st : o.timings) EXPECT_EQ(st.p2p_bytes, cfg.micro_batches * sends * msg);
+    const std::vector<int> held = stage_layers(l, kModel.L);
+    for (int part = 0; part < kModel.L + 2; ++part) {
+      bool mine = part == 0 ? stage == 0 : part == kModel.L + 1 ? stage == c.pp - 1 : false;
+      const int first = stage_first_layer(l, kModel.L, stage);
+      if (part >= 1 && part <= kModel.L) mine = part - 1 >= first && part - 1 < first + held[size_t(stage)];
+      EXPECT_EQ(parts.seconds[PartTimes::kForward][size_t(part)] > 0, mine) << "part " << part;
+      EXPECT_EQ(parts.seconds[PartTimes::kBackward][size_t(part)] > 0, mine) << "part " << part;
+      EXPECT_EQ(parts.seconds[PartTimes::kWeight][size_t(part)] > 0, mine && c.schedule == std::string("zb-h1"))
+          << "part " << part;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dtb

@@ -8,6 +8,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
+#include "kernels/timer.h"
 
 namespace dtb {
 
@@ -99,6 +100,21 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
 }
 
 template <typename T>
+ParallelGpt<T>::PartClock::PartClock(PartTimes* t, Ops<T>& ops, int pass, int part)
+    : t(t), ops(ops), pass(pass), part(part) {
+  if (!t) return;
+  ops.synchronize();
+  t0 = now_seconds();
+}
+
+template <typename T>
+ParallelGpt<T>::PartClock::~PartClock() {
+  if (!t) return;
+  ops.synchronize();
+  t->seconds[pass][size_t(part)] += now_seconds() - t0;
+}
+
+template <typename T>
 int ParallelGpt<T>::open_unit(const std::string& name) {
   units_.push_back({name, num_params_, 0});
   return int(units_.size()) - 1;
@@ -127,6 +143,7 @@ void ParallelGpt<T>::add_layer(int chunk, int k, const std::map<std::string, siz
   const size_t qkv_rows = size_t(qkv_->local_out_features()) / 3, qkv_r0 = size_t(coord_.tp) * qkv_rows;
   LayerParams lp;
   lp.unit = open_unit("layer." + std::to_string(l));
+  lp.layer = int(l);
   lp.moe = is_moe_layer(cfg_, int(l));
   for (int i = 0; i < 12; ++i) {
     if (lp.moe && i >= Pfcw) break;  // an MoE layer: its router and experts in place of fc, fcproj
@@ -365,6 +382,7 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     for (size_t i = 0; i < BT; ++i) DTB_CHECK(ids[i] >= 0 && ids[i] < cfg_.V, "forward: token id out of [0, V)");
   };
   if (first) {
+    PartClock clock(part_times_, ops, PartTimes::kForward, 0);
     check_ids(tokens);
     ops.copy_from_host(s.tok(), tokens, BT * sizeof(int32_t));
     // Vocabulary-parallel embedding: rows outside the shard are 0, wpe added on TP rank 0,
@@ -391,6 +409,7 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   const int Lc = chunk_layers(chunk);
   for (int k = 0; k < Lc; ++k) {
     const LayerParams& lp = layers_[chunk][k];
+    PartClock clock(part_times_, ops, PartTimes::kForward, 1 + lp.layer);
     const T* up = st.param(lp.unit);
     layer_forward(layer_acts(s, k, last), up, lp, B, Tn, &s.moe[size_t(k)]);
     st.release_param(lp.unit);
@@ -403,6 +422,7 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   }
 
   // LM head on the wte shard; vocabulary-parallel cross-entropy.
+  PartClock clock(part_times_, ops, PartTimes::kForward, cfg_.L + 1);
   const T* lnf = st.param(lnf_unit_);
   // Sequence parallel: this rank's rows into its block of kLnf, gathered in place (g-bar).
   T* lnf_mine = s.p(kLnf) + (sp_ ? size_t(coord_.tp) * R * C : 0);

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "kernels/comm/communicator.h"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
 #include "reference/gpt.h"
@@ -99,6 +100,26 @@ class ParamStore {
   virtual T* grad(int unit) = 0;
   /// This micro-batch's backward is done with the unit's gradients.
   virtual void grad_done(int unit) { (void)unit; }
+};
+
+/// Compute seconds per model part of a ParallelGpt while attached (set_part_times): the
+/// input of the stage balancer (reference/stage_balance.h), which needs what a layer, the
+/// embedding and the LM head cost, not only a stage (the article's §5.3: per-stage compute
+/// monitored, layers moved between stages). seconds[pass][part], summed over the calls:
+/// pass 0 forward, 1 the whole backward or a zero-bubble B, 2 a zero-bubble W; part 0 the
+/// embedding (wte and wpe lookup and its backward), 1 + l global layer l, L + 1 the head (final
+/// LayerNorm, logits, cross-entropy). A rank times only the parts it holds (others stay 0).
+/// The device is synchronised at each part's ends (wall clock, kernels/timer.h).
+struct PartTimes {
+  explicit PartTimes(int L) : L(L) {
+    for (auto& s : seconds) s.assign(size_t(L) + 2, 0.0);
+  }
+  int L;
+  std::vector<double> seconds[3];
+  static constexpr int kForward = 0, kBackward = 1, kWeight = 2;
+  int embedding() const { return 0; }
+  int layer(int l) const { return 1 + l; }
+  int head() const { return L + 1; }
 };
 
 template <typename T>
@@ -212,6 +233,11 @@ class ParallelGpt {
   double replica_max_diff(const std::vector<T>& local, Communicator& world) const;
   /// TP communication of this model since the last reset.
   CommStats& comm_stats() { return stats_; }
+  /// Attaches per-part timing (null detaches); `t` (of this model's L) must outlive its use.
+  void set_part_times(PartTimes* t) {
+    DTB_CHECK(!t || t->L == cfg_.L, "ParallelGpt::set_part_times: PartTimes of another model's L");
+    part_times_ = t;
+  }
   /// An MoE model's routing since the last reset_moe_stats(): for MoE layer i (of
   /// num_moe_layers; zeros for the layers of other stages) at [i (E + 1), (i + 1) (E + 1)) the
   /// assignments to each expert before dropping, then the dropped ones, summed over this rank's
@@ -233,6 +259,7 @@ class ParallelGpt {
   };
   struct LayerParams {
     int unit = 0;
+    int layer = 0;  // the global layer index
     size_t o[12];  // offsets within the unit of ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
     // An MoE layer: routerw's offset in `unit` (in place of the fc tensors), and the unit of
     // its held experts with the offsets of expfcw expfcb expprojw expprojb in it.
@@ -301,6 +328,19 @@ class ParallelGpt {
   std::vector<Tensor> scratch_;
   int sB_ = 0, sT_ = 0;
   CommStats stats_;
+  PartTimes* part_times_ = nullptr;
+  // Adds the seconds from its construction to its destruction to part_times_ (when attached),
+  // the device synchronised at both ends.
+  struct PartClock {
+    PartClock(PartTimes* t, Ops<T>& ops, int pass, int part);
+    ~PartClock();
+    PartClock(const PartClock&) = delete;
+    PartClock& operator=(const PartClock&) = delete;
+    PartTimes* t;
+    Ops<T>& ops;
+    int pass, part;
+    double t0 = 0;
+  };
 };
 
 extern template class ParallelGpt<float>;

@@ -66,6 +66,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   }
   T* dres = S(sDRes);  // the residual stream's gradient, replicated over TP
   if (last) {
+    PartClock clock(part_times_, ops, PartTimes::kBackward, cfg_.L + 1);
     T* dlogits = split ? slice(wLogits, 0, BT * Vl) : S(sDLogits);
     head_ce_->backward(dlogits, s.p(kProbs), s.tgt(), loss_scale, int(BT));
     T* dhead = sp_ ? work : S(sDLn);  // the head input's gradient, all BT rows
@@ -101,6 +102,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   }
   for (int k = Lc - 1; k >= 0; --k) {
     const LayerParams& lp = layers_[chunk][k];
+    PartClock clock(part_times_, ops, PartTimes::kBackward, 1 + lp.layer);
     T* up = st.param(lp.unit);
     T* ug = split ? nullptr : st.grad(lp.unit);
     auto W = [&](int i) { return up + lp.o[i]; };
@@ -146,6 +148,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   }
   const T* result = dres;
   if (first) {
+    PartClock clock(part_times_, ops, PartTimes::kBackward, 0);
     // g forward's backward is the identity: dres is the full gradient on every TP rank
     // (sequence parallel: the reduce-scatter's backward gathers the ranks' rows whole).
     const T* demb = dres;
@@ -198,6 +201,7 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
     ops.layernorm_backward(drop, dw, db, dout, inp, w, mean, rstd, int(R), C);
   };
   if (last) {
+    PartClock clock(part_times_, ops, PartTimes::kWeight, cfg_.L + 1);
     ops.matmul_backward(static_cast<T*>(nullptr), st.grad(wte_unit_), static_cast<T*>(nullptr), s.k(wLogits),
                         s.p(kLnf), static_cast<const T*>(nullptr), int(BT), C, Vl);
     if (!holds_first) st.grad_done(wte_unit_);
@@ -209,6 +213,7 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
   }
   for (int k = Lc - 1; k >= 0; --k) {
     const LayerParams& lp = layers_[chunk][k];
+    PartClock clock(part_times_, ops, PartTimes::kWeight, 1 + lp.layer);
     const T* up = st.param(lp.unit);
     T* ug = st.grad(lp.unit);
     auto W = [&](int i) { return up + lp.o[i]; };
@@ -226,6 +231,7 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
     st.grad_done(lp.unit);
   }
   if (first) {
+    PartClock clock(part_times_, ops, PartTimes::kWeight, 0);
     ops.embedding_shard_backward(st.grad(wte_unit_), st.grad(wpe_unit_), s.k(wEmb), s.tok(), B, Tn, C, v0, v0 + Vl);
     st.grad_done(wte_unit_);
     st.grad_done(wpe_unit_);

@@ -30,6 +30,10 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   DTB_CHECK(m > 0 && cfg.global_batch % (dp * m) == 0,
             "parallel_compute_gradients: global batch does not divide over DP ranks and micro-batches");
   const bool recording = spans && spans->enabled();
+  // Interleaving sends both ways around a ring of stages: waiting for each send before the next
+  // receive can deadlock there (Megatron-LM batches its sends and receives for it).
+  if (!cfg.overlap_p2p_comm && L.schedule == "interleaved")
+    throw InputError("overlap_p2p_comm false (blocking pipeline sends) is not supported with schedule interleaved");
   Ops<T>& ops = model.ops();
   const int me = g.pp.rank(), prev = (me - 1 + p) % p, next = (me + 1) % p;
   const int per_rank = cfg.global_batch / dp, mbs = per_rank / m, Tn = cfg.seq_len;
@@ -38,7 +42,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   const double global_tokens = double(cfg.global_batch) * Tn;
   const int nv = p * v;
   Stopwatch sw;
-  double comm_s = 0;
+  double comm_s = 0, p2p_bytes = 0;
   engine.zero_grad();
   const double engine_comm0 = engine.comm_stats().seconds, tp_comm0 = model.comm_stats().seconds;
 
@@ -53,6 +57,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     std::unique_ptr<CommHandle> handle;
   };
   std::vector<Outgoing> sent;
+  bool pending = false;  // the last send is not waited for yet (cfg.overlap_p2p_comm false)
   std::map<int, Tensor> local_box;  // p == 1: chunk-to-chunk hand-over on this rank, by tag
   Communicator& pp_bwd = g.pp_backward ? *g.pp_backward : g.pp;
   auto send = [&](const T* src, int tag, int peer, Communicator& comm) {
@@ -66,8 +71,22 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     auto span = span_scope(spans, "comm.send", step);
     Stopwatch c;
     auto h = comm.send_async(buf.raw(), BTC, dtype_of<T>(), peer, tag);
+    p2p_bytes += double(BTC) * sizeof(T);
     comm_s += c.elapsed();
     sent.push_back({std::move(buf), std::move(h)});
+    pending = !cfg.overlap_p2p_comm;
+  };
+  // Without overlap (the blocking baseline) a send is waited for before the next compute: with
+  // the next action's receive posted first when it has one, as Megatron-LM's batched
+  // send_forward_recv_backward does (two stages each waiting for its own send before posting
+  // the receive the other's send needs would deadlock: 1F1B's steady state is such a pair).
+  auto flush = [&] {
+    if (!pending) return;
+    auto span = span_scope(spans, "comm.send", step);
+    Stopwatch c;
+    sent.back().handle->wait();
+    comm_s += c.elapsed();
+    pending = false;
   };
   Tensor inbox = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
   auto receive = [&](int tag, int peer, Communicator& comm) -> const T* {
@@ -78,9 +97,14 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
       local_box.erase(it);
       return inbox.data<T>();
     }
+    std::unique_ptr<CommHandle> h = pending ? comm.recv_async(inbox.raw(), BTC, dtype_of<T>(), peer, tag) : nullptr;
+    flush();
     auto span = span_scope(spans, "comm.recv", step);
     Stopwatch c;
-    comm.recv(inbox.raw(), BTC, dtype_of<T>(), peer, tag);
+    if (h)
+      h->wait();
+    else
+      comm.recv(inbox.raw(), BTC, dtype_of<T>(), peer, tag);
     comm_s += c.elapsed();
     return inbox.data<T>();
   };
@@ -92,6 +116,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     if (a.op == PipeOp::forward) {
       const T* x = nullptr;
       if (!first) x = receive(message_tag(a.micro_batch, vs, false, nv), prev, g.pp);
+      flush();
       if (first || last) fill(a.micro_batch);
       auto span = span_scope(spans, "compute.forward", step);
       double mb_loss = 0;
@@ -101,12 +126,14 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
       loss_sum += mb_loss;  // the last chunk's token losses; any chunk's MoE losses
       if (!last) send(out, message_tag(a.micro_batch, vs + 1, false, nv), next, g.pp);
     } else if (a.op == PipeOp::backward_weight) {  // W: no communication
+      flush();
       auto span = span_scope(spans, "compute.backward_weight", step);
       model.backward_weight(a.chunk, a.micro_batch);
       if (recording) ops.synchronize();
     } else {  // the whole backward, or B
       const T* dout = nullptr;
       if (!last) dout = receive(message_tag(a.micro_batch, vs, true, nv), next, pp_bwd);
+      flush();
       const bool input = a.op == PipeOp::backward_input;
       auto span = span_scope(spans, input ? "compute.backward_input" : "compute.backward", step);
       const acc_t<T> scale = acc_t<T>(loss_scale / global_tokens);
@@ -145,6 +172,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   if (timing) {
     timing->compute_s += total_compute;
     timing->comm_s += comm_s;
+    timing->p2p_bytes += p2p_bytes;
   }
   return loss_sum / global_tokens;
 }

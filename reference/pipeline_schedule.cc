@@ -92,7 +92,22 @@ PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, 
     throw InputError("simulate_pipeline: t_forward and t_backward must be finite and > 0");
   if (!(std::isfinite(t_weight) && t_weight >= 0 && t_weight < t_backward))
     throw InputError("simulate_pipeline: t_weight must be in [0, t_backward)");
+  return simulate_pipeline(schedule, p, m, v,
+                           std::vector<StageCost>(size_t(p) * v, StageCost{t_forward / v, t_backward / v, t_weight / v}));
+}
+
+PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, int v,
+                                     const std::vector<StageCost>& costs) {
+  validate_pipeline(schedule, p, m, v);
   const int V = p * v;  // virtual stages
+  if (int64_t(costs.size()) != int64_t(V))
+    throw InputError("simulate_pipeline: " + std::to_string(costs.size()) + " stage costs for " + std::to_string(V) +
+                     " virtual stages");
+  for (const StageCost& c : costs)
+    if (!(std::isfinite(c.forward) && c.forward > 0 && std::isfinite(c.backward) && c.backward > 0 &&
+          std::isfinite(c.weight) && c.weight >= 0 && c.weight < c.backward))
+      throw InputError("simulate_pipeline: a stage's forward and backward must be finite and > 0, its weight in "
+                       "[0, backward)");
   std::vector<std::vector<PipeAction>> lists(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s) lists[size_t(s)] = pipeline_schedule(schedule, p, m, v, s);
   // Completion times per (mb, virtual stage); < 0: not done yet.
@@ -104,7 +119,6 @@ PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, 
   r.busy.assign(size_t(p), 0);
   r.peak_in_flight_chunks.assign(size_t(p), 0);
   std::vector<int> in_flight(size_t(p), 0);
-  const double cf = t_forward / v, cb = t_backward / v, cw = t_weight / v, ci = cb - cw;
   size_t remaining = 0;
   for (const auto& l : lists) remaining += l.size();
   while (remaining > 0) {
@@ -135,10 +149,11 @@ PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, 
             ready = std::max(ready, d);
           }
         }
-        const double cost = a.op == PipeOp::forward           ? cf
-                            : a.op == PipeOp::backward_input  ? ci
-                            : a.op == PipeOp::backward_weight ? cw
-                                                              : cb;
+        const StageCost& c = costs[size_t(vs)];
+        const double cost = a.op == PipeOp::forward           ? c.forward
+                            : a.op == PipeOp::backward_input  ? c.backward - c.weight
+                            : a.op == PipeOp::backward_weight ? c.weight
+                                                              : c.backward;
         free_at[size_t(s)] = ready + cost;
         r.busy[size_t(s)] += cost;
         if (a.op != PipeOp::backward_weight)

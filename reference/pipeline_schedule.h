@@ -81,6 +81,21 @@ struct PipelineSimulation {
 PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, int v, double t_forward,
                                      double t_backward, double t_weight = 0);
 
+/// The per-micro-batch compute times of one virtual stage: its forward, its whole backward, and
+/// the part of that backward a zero-bubble schedule runs as W (B costs backward - weight).
+struct StageCost {
+  double forward = 0, backward = 0, weight = 0;
+};
+
+/// simulate_pipeline with each virtual stage's own times (p v entries, virtual-stage order):
+/// unequal stages, as a model's (the first holds the embedding, the last the LM head) or a
+/// measured run's. The uniform overload above is this with forward t_forward / v, backward
+/// t_backward / v, weight t_weight / v for every virtual stage. Errors: InputError as
+/// pipeline_schedule, for a cost count other than p v, or for times not finite, forward and
+/// backward not > 0, or weight outside [0, backward).
+PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, int v,
+                                     const std::vector<StageCost>& costs);
+
 /// The closed-form bubble fraction of the whole step with equal stages: (p - 1) / (m + p - 1),
 /// or (p - 1) / (v m + p - 1) for "interleaved", and for "zb-h1" with T_F = T_B = T_W
 /// (p - 1) / (3 m + p - 1) for m >= p (below, where ZB-H1 has no steady phase, its unit-time

@@ -37,6 +37,12 @@ struct TrainConfig {
   /// (kernels/half.h, reference/zero.h); the sharded trainer's runs (reference/layout_runner.h run_layout)
   /// only: the single-rank Gpt trainer computes in its template type.
   Precision precision = Precision::fp32;
+  /// Pipeline sends (Megatron-LM's --overlap-p2p-communication; the article's §5.2): true posts
+  /// each activation or gradient send and computes on, the sends waited for at the step's end;
+  /// false waits for each send before the next compute, the next action's receive posted first
+  /// (Megatron-LM's non-overlapped send_forward_recv_backward pairing; the blocking baseline;
+  /// not with schedule interleaved, refused). Values are the same either way.
+  bool overlap_p2p_comm = true;
 };
 
 /// Throws InputError when the batch does not divide: global_batch must be a multiple of
@@ -54,6 +60,7 @@ struct StepTiming {
   double step_s = 0;     // wall time of the whole step
   double compute_s = 0;  // batch assembly + forward + backward + optimizer
   double comm_s = 0;     // gradient and loss all-reduce
+  double p2p_bytes = 0;  // bytes this rank sent point to point (pipeline activations and their gradients)
 };
 
 /// Computes the gradient of the global-batch mean loss at `step` into model.grads() (zeroed

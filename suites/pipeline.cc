@@ -16,6 +16,7 @@
 #include "kernels/error.h"
 #include "kernels/timer.h"
 #include "reference/pipeline_schedule.h"
+#include "suites/pipeline_gpt.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
 
@@ -30,11 +31,12 @@ struct Params {
   std::vector<int> stages, micro_batches;
   int v = 2, elems = 0, reps = 0;
   double tf_s = 0, tb_s = 0, tw_s = 0;  // tw_s: W's part of tb_s (ZB-H1)
+  GptPipelineParams gpt;                // the cases on the reference GPT (suites/pipeline_gpt.h)
   static Params parse(const json& s, const json& config, const WorldInfo& world);
   json to_json() const {
     return {{"schedules", schedules}, {"stages", stages}, {"micro_batches", micro_batches}, {"v", v},
             {"activation_elems", elems}, {"repetitions", reps}, {"t_forward_s", tf_s}, {"t_backward_s", tb_s},
-            {"t_weight_s", tw_s}};
+            {"t_weight_s", tw_s}, {"gpt", gpt.to_json()}};
   }
 };
 using Options = Params;
@@ -81,6 +83,7 @@ Params Params::parse(const json& s, const json&, const WorldInfo&) {
   o.reps = int(int_in_range(s, "repetitions", "pipeline.repetitions", 1, 1000));
   // Message tags are 2 * (p v) * m + ...: keep them under MPI's guaranteed tag bound, 32767
   // (an MPI group matches by tag; NCCL ignores tags and matches in issue order per peer).
+  o.gpt = GptPipelineParams::parse(s.at("gpt"));
   const int pmax = *std::max_element(o.stages.begin(), o.stages.end());
   const int mmax = *std::max_element(o.micro_batches.begin(), o.micro_batches.end());
   if (2 * pmax * o.v * mmax > 32767)
@@ -178,8 +181,9 @@ class PipelineSuite final : public Suite {
  public:
   std::string name() const override { return "pipeline"; }
   std::string description() const override {
-    return "pipeline schedules (gpipe, 1f1b, interleaved, zb-h1) on synthetic balanced stages: measured bubble "
-           "vs simulation and each schedule's closed form, peak in-flight micro-batches";
+    return "pipeline schedules (gpipe, 1f1b, interleaved, zb-h1) on synthetic balanced stages and on the GPT: "
+           "measured bubble vs simulation and each schedule's closed form, peak in-flight micro-batches; per-stage "
+           "F/B/W, bytes sent and the stage balancer's split on the GPT";
   }
   json defaults() const override {
     return {{"schedules", {"gpipe", "1f1b", "interleaved", "zb-h1"}},
@@ -190,7 +194,8 @@ class PipelineSuite final : public Suite {
             {"t_backward_us", 1000},
             {"t_weight_us", 0},
             {"activation_elems", 4096},
-            {"repetitions", 3}};
+            {"repetitions", 3},
+            {"gpt", GptPipelineParams::defaults()}};
   }
   void validate(const json& s, const json& config, const WorldInfo& world) const override {
     const Params o = Params::parse(s, config, world);
@@ -377,6 +382,7 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
     }
     world.barrier();
   }
+  run_gpt_pipeline(ctx, o.gpt, res, trace_step);
   ctx.print_checks(res.checks, 36, /*failed_only=*/true);
   const int failed = int(std::count_if(res.checks.begin(), res.checks.end(), [](const Check& c) { return !c.passed; }));
   ctx.print("# " + std::to_string(res.checks.size() - failed) + " of " + std::to_string(res.checks.size()) +

@@ -1,10 +1,12 @@
 // The pipeline suite through the registry on the whole world (2 and 4 ranks), small
-// section: a record per (schedule, p), theory and simulated bubble exactly the closed form.
+// section: a record per (schedule, p), theory and simulated bubble exactly the closed form;
+// the GPT cases' records with their exact checks.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "kernels/comm/communicator.h"
+#include "reference/test_dataset.h"
 #include "suites/suite.h"
 
 namespace dtb {
@@ -20,10 +22,14 @@ TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
   s["micro_batches"] = {4}, s["t_forward_us"] = 200, s["t_backward_us"] = 400;  // t_weight_us 0: 200
   s["repetitions"] = 1;
   s["activation_elems"] = 256;
+  // The GPT cases, small: L 4 of C 32 at PP 2, 4 micro-batches, one timed step.
+  s["gpt"]["model"] = model_defaults(4, 32, 4, 16, 256);
+  s["gpt"]["seq_len"] = 16, s["gpt"]["micro_batches"] = 4, s["gpt"]["steps"] = 1;
   const json config = {{"pipeline", s}};
   suite->validate(s, config, WorldInfo(world->size()));
   CpuDevice device;
-  SuiteContext ctx{*world, device, config, config.at("pipeline")};
+  const Dataset data = test_data();
+  SuiteContext ctx{*world, device, config, config.at("pipeline"), &data};
   const SuiteResult r = suite->run(ctx);
 
   for (const char* sched : {"gpipe", "1f1b", "interleaved", "zb-h1"})
@@ -68,6 +74,52 @@ TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
   EXPECT_FALSE(r.checks.empty());
 }
 
+// The GPT cases' records: the start split, its blocking-send twin and the balancer's, with the
+// exact checks (bytes sent; peak activations against the plan outside zb-h1) passing.
+TEST(PipelineSuite, GptCasesRecordStagesBytesAndTheBalancer) {
+  auto world = make_mpi_world();
+  auto suite = suite_registry().at("pipeline")();
+  json s = suite->defaults();
+  s["stages"] = {2}, s["micro_batches"] = {2}, s["repetitions"] = 1, s["activation_elems"] = 16;
+  s["gpt"]["model"] = model_defaults(4, 32, 4, 16, 256);
+  s["gpt"]["seq_len"] = 16, s["gpt"]["micro_batches"] = 4, s["gpt"]["steps"] = 1;
+  const json config = {{"pipeline", s}};
+  suite->validate(s, config, WorldInfo(world->size()));
+  CpuDevice device;
+  const Dataset data = test_data();
+  SuiteContext ctx{*world, device, config, config.at("pipeline"), &data};
+  const SuiteResult r = suite->run(ctx);
+  auto find = [&](const std::string& name) -> const json* {
+    for (const json& b : r.benchmarks)
+      if (b.at("name") == name) return &b;
+    return nullptr;
+  };
+  for (const char* sched : {"1f1b", "zb-h1"}) {
+    const std::string tag = std::string("schedule:") + sched + "/p:2/m:4";
+    const json* start = find("pipeline/gpt/" + tag + "/layers:2+2");
+    ASSERT_NE(start, nullptr) << tag;
+    ASSERT_NE(find("pipeline/gpt/" + tag + "/layers:2+2/p2p:blocking"), nullptr) << tag;
+    const json* bal = find("pipeline/gpt/balance/" + tag);
+    ASSERT_NE(bal, nullptr) << tag;
+    const auto after = bal->at("layers_after").get<std::vector<int>>();
+    ASSERT_EQ(after.size(), 2u);
+    EXPECT_EQ(after[0] + after[1], 4);
+    EXPECT_EQ(bal->at("part_time_ms").size(), 6u);  // embedding, 4 layers, head
+    EXPECT_LE(bal->at("bottleneck_after_ms").get<double>(), bal->at("bottleneck_before_ms").get<double>());
+    EXPECT_EQ(start->at("stage_forward_ms").size(), 2u);
+    EXPECT_GT(start->at("stage_forward_ms")[0].get<double>(), 0.0);
+    EXPECT_EQ(start->at("stage_weight_ms")[1].get<double>() > 0, std::string(sched) == "zb-h1");
+    EXPECT_EQ(start->contains("peak_activation_bytes_model"), std::string(sched) != "zb-h1");
+  }
+  int gpt_checks = 0;
+  for (const Check& c : r.checks)
+    if (c.name.starts_with("pipeline/gpt/")) {
+      ++gpt_checks;
+      EXPECT_TRUE(c.passed) << c.name << ": " << c.value;
+    }
+  EXPECT_GE(gpt_checks, 4);
+}
+
 TEST(PipelineSuite, ValidateRefusesBadValues) {
   auto suite = suite_registry().at("pipeline")();
   for (auto [key, val] : {std::pair{"schedules", json{"zb"}}, std::pair{"stages", json{0}},
@@ -76,6 +128,14 @@ TEST(PipelineSuite, ValidateRefusesBadValues) {
     json s = suite->defaults();
     s[key] = val;
     EXPECT_THROW(suite->validate(s, json::object(), WorldInfo(1)), InputError) << key;
+  }
+  // The GPT cases' keys (suites/pipeline_gpt.h).
+  for (auto [key, val] : {std::pair{"schedules", json{"interleaved"}}, std::pair{"schedules", json{"1f1b", "1f1b"}},
+                          std::pair{"stages", json{0}}, std::pair{"stages", json(2)}, std::pair{"seq_len", json(65)},
+                          std::pair{"micro_batches", json(0)}, std::pair{"steps", json(0)}}) {
+    json s = suite->defaults();
+    s["gpt"][key] = val;
+    EXPECT_THROW(suite->validate(s, json::object(), WorldInfo(1)), InputError) << "gpt." << key << " " << val.dump();
   }
 }
 
