@@ -51,6 +51,6 @@ PARAMETERS = {
     "name", "run_name", "run_type", "aggregate_name", "repetitions", "repetition_index", "threads",
     "iterations", "time_unit", "cpu_time", "family_index", "per_family_instance_index", "error_message", "label",
     "skipped", "skip_message", "world_size", "ranks", "idle_ranks",
-    "tp", "dp", "pp", "ep", "schedule", "virtual_stages", "zero_stage", "offload_optimizer", "recompute", "precision",
+    "tp", "dp", "pp", "ep", "schedule", "virtual_stages", "pipeline_layers", "zero_stage", "offload_optimizer", "recompute", "precision",
     "calibration",
 }

@@ -1,5 +1,7 @@
-"""The pipeline suite's section (suites/pipeline.cc): bubble per schedule, p and m (theory, simulated,
-measured) and the bubble against micro-batches plot (-bubble).
+"""The pipeline suite's section (suites/pipeline.cc, suites/pipeline_gpt.cc): bubble per schedule, p and m
+(theory, simulated, measured) on synthetic stages and the bubble against micro-batches plot (-bubble); the GPT
+cases (per-stage F/B/W, bubble measured beside simulated and theory, bytes sent, blocking against overlapped
+sends) and the stage balancer's before/after.
 """
 from collections import OrderedDict
 
@@ -19,18 +21,42 @@ METRICS = {
     "step_time_simulated_ms": metric(INFO, "ms", note="pipeline"),
     "peak_in_flight": metric(INFO, "micro-batches", note="pipeline"),
     "peak_in_flight_simulated": metric(INFO, "micro-batches", note="pipeline"),
+    # The GPT cases (suites/pipeline_gpt.cc).
+    "pipeline_time_ms": metric(LOWER, "ms", note="pipeline/gpt: first pipeline action to the last"),
+    "pipeline_time_simulated_ms": metric(INFO, "ms", note="pipeline/gpt"),
+    "stage_forward_ms": metric(INFO, "ms", note="pipeline/gpt: per stage, per micro-batch"),
+    "stage_backward_ms": metric(INFO, "ms", note="pipeline/gpt: per stage, per micro-batch (B under zb-h1)"),
+    "stage_weight_ms": metric(INFO, "ms", note="pipeline/gpt: per stage, per micro-batch (W)"),
+    "stage_send_ms": metric(INFO, "ms", note="pipeline/gpt: per stage and step"),
+    "p2p_bytes_sent": metric(INFO, "bytes", note="pipeline/gpt: per stage and step"),
+    "peak_activation_bytes": metric(INFO, "bytes", note="pipeline/gpt: per stage"),
+    "peak_activation_bytes_model": metric(INFO, "bytes", note="pipeline/gpt: the per-rank plan"),
+    "part_time_ms": metric(INFO, "ms", note="pipeline/gpt/balance: embedding, layers, head"),
+    "bottleneck_before_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
+    "bottleneck_after_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
+    "bubble_before_simulated": metric(INFO, "fraction", note="pipeline/gpt/balance"),
+    "bubble_after_simulated": metric(INFO, "fraction", note="pipeline/gpt/balance"),
+    "bubble_before_measured": metric(INFO, "fraction", note="pipeline/gpt/balance"),
+    "bubble_after_measured": metric(INFO, "fraction", note="pipeline/gpt/balance"),
+    "pipeline_time_before_simulated_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
+    "pipeline_time_after_simulated_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
+    "pipeline_time_before_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
+    "pipeline_time_after_ms": metric(LOWER, "ms", note="pipeline/gpt/balance: the proposed split's"),
 }
-PARAMETERS = {"m", "p", "pipelines", "t_backward_us", "t_forward_us"}
+PARAMETERS = {"m", "p", "pipelines", "t_backward_us", "t_forward_us", "p2p", "layers_before", "layers_after"}
 
 
 def render(r, recs, cs, data):
     """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
     suites[] data."""
     d = r.doc
+    gpt = [b for b in recs if b["name"].startswith("pipeline/gpt/") and not b.get("skipped")]
+    recs = [b for b in recs if not b["name"].startswith("pipeline/gpt/") or b.get("skipped")]
     run = [b for b in recs if not b.get("skipped") and "schedule" in b]
     skipped = [b for b in recs if b.get("skipped")]
     if not run:
-        return r.generic("pipeline", recs)
+        r.generic("pipeline", recs)
+        return render_gpt(r, gpt, cs)
     if data.get("bubble_definition"):
         d.p(f"Bubble = {data['bubble_definition']}. Theory: (p−1)/(m+p−1), (p−1)/(v m+p−1) interleaved; "
             "simulated: the schedule replayed with zero communication.")
@@ -57,6 +83,50 @@ def render(r, recs, cs, data):
                                     for b in skipped) + ".", "note")
     r.pipeline_runs = run
     plot_bubble(r, run, failed)
+    render_gpt(r, gpt, cs)
+
+
+def render_gpt(r, gpt, cs):
+    """The GPT cases' table and the stage balancer's before/after (suites/pipeline_gpt.cc)."""
+    d = r.doc
+    runs = [b for b in gpt if not b["name"].startswith("pipeline/gpt/balance/")]
+    bal = [b for b in gpt if b["name"].startswith("pipeline/gpt/balance/")]
+    if not runs:
+        return
+    failed = {c["name"] for c in cs if not c.get("passed")}
+    d.p("On the GPT: bubble = idle / (p × pipeline time), idle = not computing (a send's posting or wait "
+        "included); pipeline time from the first pipeline action on any stage to the last; simulated: the "
+        "schedule replayed on the measured per-stage times with zero communication; theory: the closed form for "
+        "equal stages. F+B+W: ms per micro-batch per stage.")
+    rows, cls = [], []
+    for b in runs:
+        bad = sorted(n[len(b["name"]) + 1:] for n in failed if n.startswith(b["name"] + "/"))
+        fbw = [num(f) + num(x) + num(w) for f, x, w in zip(b.get("stage_forward_ms", []), b.get("stage_backward_ms", []),
+                                                          b.get("stage_weight_ms", []))]
+        sent = b.get("p2p_bytes_sent") or [0]
+        rows.append([b["schedule"], fmt(b.get("p")), fmt(b.get("m")), "+".join(str(x) for x in b["pipeline_layers"]),
+                     b.get("p2p", ""), f"{num(b.get('bubble_measured')):.4f}", f"{num(b.get('bubble_simulated')):.4f}",
+                     f"{num(b.get('bubble_theory')):.4f}", fmt(num(b.get("pipeline_time_ms")), 4),
+                     fmt(num(b.get("pipeline_time_simulated_ms")), 4), " ".join(f"{x:.2f}" for x in fbw),
+                     fmt(max(sent) / 1e6, 3), "FAILED: " + ", ".join(bad) if bad else "passed"])
+        cls.append("fail" if bad else None)
+    d.table(["schedule", "p", "m", "layers", "p2p", "measured", "simulated", "theory", "time (ms)", "simulated (ms)",
+             "F+B+W per stage (ms)", "MB sent (max stage)", "checks"], rows,
+            align=["l", "r", "r", "l", "l"] + ["r"] * 7 + ["l"], row_cls=cls)
+    if bal:
+        rows = []
+        for b in bal:
+            lb = "+".join(str(x) for x in b["layers_before"])
+            la = "+".join(str(x) for x in b["layers_after"])
+            rows.append([b["schedule"], fmt(b.get("p")), f"{lb} → {la}",
+                         f"{num(b.get('bottleneck_before_ms')):.2f} → {num(b.get('bottleneck_after_ms')):.2f}",
+                         f"{num(b.get('bubble_before_simulated')):.4f} → {num(b.get('bubble_after_simulated')):.4f}",
+                         f"{num(b.get('bubble_before_measured')):.4f} → {num(b.get('bubble_after_measured')):.4f}",
+                         f"{num(b.get('pipeline_time_before_ms')):.1f} → {num(b.get('pipeline_time_after_ms')):.1f}"])
+        d.p("The stage balancer (reference/stage_balance.h): the split with the smallest slowest stage from the "
+            "start split's measured per-part times (embedding, each layer, head), simulated and then measured.")
+        d.table(["schedule", "p", "layers", "slowest stage (ms per micro-batch)", "bubble simulated",
+                 "bubble measured", "pipeline time (ms)"], rows, align=["l", "r", "l", "r", "r", "r", "r"])
 
 
 def plot_bubble(r, run, failed):
