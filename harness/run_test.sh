@@ -63,13 +63,13 @@ print("references false on TP2 ok:", sorted(names))
 PY
 
 # A 1F1B pipeline run's trace: valid Chrome trace JSON with one track per rank, each with
-# forward, backward, send/recv and idle spans.
+# forward, backward, send/recv and idle spans; the GPT cases' ZB-H1 B and W on ranks 0 and 1.
 printf '{"pipeline": {"schedules": ["1f1b"], "stages": [4], "micro_batches": [8]}}' >"$tmp/pp.json"
 # The bubble check compares timings with a simulation, and other tests load the machine
 # while this one runs: exit status 1 (a check failed) is accepted here, anything else not;
 # what is tested is the trace.
 rc=0
-"$mpirun" -np 4 --oversubscribe --bind-to none "$dtbench" run --config "$tmp/pp.json" --suites pipeline \
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/pp.json" --suites pipeline \
   --output-dir "$tmp" --run-id pp --trace "$tmp/trace.json" >"$tmp/pp.log" 2>&1 || rc=$?
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then cat "$tmp/pp.log"; exit 1; fi
 [ "$rc" -eq 0 ] || grep -E 'check .*FAIL|failed' "$tmp/pp.log" | head -3
@@ -82,8 +82,11 @@ x = [e for e in t["traceEvents"] if e.get("ph") == "X"]
 for r in range(4):
     kinds = {e["name"] for e in x if e["tid"] == r}
     assert {"compute.forward", "compute.backward", "idle"} <= kinds, (r, kinds)
+    # The GPT cases (pipeline.gpt: p 2 on ranks 0 and 1, 1f1b and zb-h1): ZB-H1's B and W.
+    if r < 2:
+        assert {"compute.backward_input", "compute.backward_weight", "comm.send", "comm.recv"} <= kinds, (r, kinds)
     assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in x)
-print(f"1f1b trace ok: {len(x)} spans on 4 tracks")
+print(f"1f1b and GPT zb-h1 trace ok: {len(x)} spans on 4 tracks")
 PY
 
 # Layouts that do not divide, refused on 4 ranks before any rank computes: one line naming

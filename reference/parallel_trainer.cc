@@ -19,6 +19,13 @@ int message_tag(int mb, int vstage, bool backward, int num_vstages) {
   return ((mb * num_vstages + vstage) * 2 + (backward ? 1 : 0)) % 32768;
 }
 
+// Interleaving sends both ways around a ring of stages: waiting for each send before the next
+// receive can deadlock there (Megatron-LM batches its sends and receives for it).
+void check_p2p_mode(const TrainConfig& cfg, const ParallelLayout& L) {
+  if (!cfg.overlap_p2p_comm && L.schedule == "interleaved")
+    throw InputError("overlap_p2p_comm false (blocking pipeline sends) is not supported with schedule interleaved");
+}
+
 }  // namespace
 
 template <typename T>
@@ -30,10 +37,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   DTB_CHECK(m > 0 && cfg.global_batch % (dp * m) == 0,
             "parallel_compute_gradients: global batch does not divide over DP ranks and micro-batches");
   const bool recording = spans && spans->enabled();
-  // Interleaving sends both ways around a ring of stages: waiting for each send before the next
-  // receive can deadlock there (Megatron-LM batches its sends and receives for it).
-  if (!cfg.overlap_p2p_comm && L.schedule == "interleaved")
-    throw InputError("overlap_p2p_comm false (blocking pipeline sends) is not supported with schedule interleaved");
+  check_p2p_mode(cfg, L);
   Ops<T>& ops = model.ops();
   const int me = g.pp.rank(), prev = (me - 1 + p) % p, next = (me + 1) % p;
   const int per_rank = cfg.global_batch / dp, mbs = per_rank / m, Tn = cfg.seq_len;

@@ -31,11 +31,13 @@ def plot_pipeline_timeline(r, seg):
     steps = seg["steps"]
     runs = r.pipeline_runs
     if runs is None:
-        runs = [b for b in r.by_suite.get("pipeline", []) if not b.get("skipped") and "schedule" in b]
+        runs = [b for b in r.by_suite.get("pipeline", [])
+                if not b.get("skipped") and b["name"].startswith("pipeline/schedule:")]
     reps = runs[0].get("repetitions") if runs else None
     label, chosen, stage_of = None, None, None
-    if runs and reps and len(steps) == len(runs) * int(reps):
-        # trace step k: the (k // reps)-th case that ran, repetition k % reps (warm-ups are not traced)
+    if runs and reps and len(steps) >= len(runs) * int(reps):
+        # trace step k: the (k // reps)-th synthetic case that ran, repetition k % reps (warm-ups are not
+        # traced); the GPT cases' steps follow them
         def score(b):
             p, m = int(b["p"]), int(b["m"])
             return (b["schedule"] != "1f1b", -p, abs(m - 2 * p), m)
