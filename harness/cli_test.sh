@@ -95,6 +95,13 @@ expect_error "dtbench: error:" ""
 expect_error "unknown config key 'trian' (did you mean 'train'?)" run --config "$tmp/unknown_key.json"
 expect_error "unknown config key 'train.stpes' (did you mean 'steps'?)" run --config "$tmp/unknown_nested.json"
 expect_error "malformed JSON" run --config "$tmp/malformed.json"
+printf '{"train": {"steps": 3}, "train": {"lr": 0.5}}' >"$tmp/dup_key.json"
+expect_error "key 'train' appears twice in one object" run --config "$tmp/dup_key.json"
+printf '{"train": {"sequence_parallel": true, "sequence_parallel": false}}' >"$tmp/dup_nested.json"
+expect_error "key 'train.sequence_parallel' appears twice in one object" run --config "$tmp/dup_nested.json"
+expect_error "--allow-changed: 'steps' is not a recipe key" run --allow-changed steps
+printf '{"model": {"L": 4, "C": 64, "NH": 4, "T": 64, "V": 256}, "train": {"pipeline_parallel": 1, "pipeline_layers": [3, 1]}}' >"$tmp/layers.json"
+expect_error "pipeline_layers 3+1 has 2 entries, not one per virtual stage" run --suites train --config "$tmp/layers.json"
 expect_error "config file not found" run --config "$tmp/missing.json"
 expect_error "unknown config 'nosuchconfig'" run --config nosuchconfig
 expect_error "'train.steps' must be an integer" run --config "$tmp/wrong_type.json"

@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "harness/source_dir.h"
 #include "kernels/error.h"
@@ -63,9 +65,34 @@ std::string read_config_text(const std::string& name_or_path) {
 json parse_json_input(const std::string& text, const std::string& what) {
   // Nothing legitimate nests past 16 (a report's config section is 4 deep).
   constexpr int kMaxDepth = 64;
+  // The open objects and arrays, outermost first: an object's keys so far and its current key
+  // (a key given twice in one object is refused: nlohmann keeps the last, silently).
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;
+  };
+  std::vector<Frame> open;
+  auto path = [&](const std::string& last) {
+    std::string p;  // "a.b[].c": an array's elements as []
+    for (size_t i = 0; i + 1 < open.size(); ++i) p += open[i].object ? (p.empty() ? "" : ".") + open[i].key : "[]";
+    return p.empty() ? last : p + "." + last;
+  };
   try {
-    return json::parse(text, [&](int depth, json::parse_event_t, json&) {
+    return json::parse(text, [&](int depth, json::parse_event_t event, json& parsed) {
       if (depth > kMaxDepth) throw InputError(what + " nests deeper than 64 levels");
+      using E = json::parse_event_t;
+      if (event == E::object_start || event == E::array_start) {
+        open.push_back({event == E::object_start, {}, {}});
+      } else if (event == E::object_end || event == E::array_end) {
+        if (!open.empty()) open.pop_back();
+      } else if (event == E::key && !open.empty()) {
+        const std::string k = parsed.get<std::string>();
+        if (!open.back().keys.insert(k).second)
+          throw InputError(what + ": key '" + printable(path(k), 80) + "' appears twice in one object (JSON keeps "
+                           "only one of them)");
+        open.back().key = k;
+      }
       return true;
     });
   } catch (const json::parse_error& e) {

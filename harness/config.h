@@ -24,10 +24,12 @@ std::vector<std::string> config_names();
 std::string read_input_file(const std::string& path, const std::string& what, size_t max_bytes);
 
 /// Parses JSON that a user hands in (a config, a report), refusing nesting deeper than 64
-/// levels while parsing: nlohmann's dump, comparison and copy recurse, so a deep document
-/// would overflow the stack later. `what` names the input ("config quick", "report r.json").
-/// Errors: InputError "malformed JSON in <what>: <reason>", "<what> nests deeper than 64
-/// levels", "<what>: <reason>" (a number beyond double's range).
+/// levels while parsing (nlohmann's dump, comparison and copy recurse, so a deep document
+/// would overflow the stack later) and a key given twice in one object, at any depth (RFC 8259
+/// leaves duplicates' meaning open; nlohmann keeps the last one silently). `what` names the
+/// input ("config quick", "report r.json"). Errors: InputError "malformed JSON in <what>:
+/// <reason>", "<what> nests deeper than 64 levels", "<what>: key '<dotted path>' appears twice
+/// in one object (...)", "<what>: <reason>" (a number beyond double's range).
 nlohmann::json parse_json_input(const std::string& text, const std::string& what);
 
 /// Throws InputError "<what> '<s, printable>' is not valid UTF-8" unless `s` is (a JSON

@@ -59,6 +59,21 @@ TEST(Config, Errors) {
   EXPECT_EQ(error_of("{}", 4), "");
 }
 
+// A key given twice in one object, at any depth, is refused naming its path (JSON parsers keep
+// one silently: {"train": {"steps": 3}, "train": {"lr": 0.5}} ran 200 steps at lr 0.5); the same
+// key in two different objects is not a duplicate.
+TEST(Config, DuplicateKeysAreRefused) {
+  const std::string twice = "' appears twice in one object (JSON keeps only one of them)";
+  EXPECT_EQ(error_of(R"({"train": {"steps": 3}, "train": {"lr": 0.5}})"), "config test: key 'train" + twice);
+  EXPECT_EQ(error_of(R"({"train": {"sequence_parallel": true, "sequence_parallel": false}})"),
+            "config test: key 'train.sequence_parallel" + twice);
+  EXPECT_EQ(error_of(R"({"conformance": {"model": {"L": 4, "C": 64, "L": 8}}})"),
+            "config test: key 'conformance.model.L" + twice);
+  EXPECT_EQ(error_of(R"({"sweep": {"layouts": [{"a": 1, "a": 2}]}})"), "config test: key 'sweep.layouts[].a" + twice);
+  EXPECT_EQ(error_of(R"({"train": {"steps": 3}, "conformance": {"steps": 3}})"), "");
+  EXPECT_EQ(error_of(R"({"sweep": {"layouts": [{"a": 1}, {"a": 2}]}})").find("appears twice"), std::string::npos);
+}
+
 // The model section's MoE keys (docs/moe.md): a dense model's merged config has none of them (it
 // is the config of before MoE, so reports and the gate's baselines compare); an MoE model's has all,
 // the defaults filled in; an MoE key without num_experts, a top-k above the expert count, a capacity

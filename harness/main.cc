@@ -23,6 +23,7 @@
 #include "harness/report.h"
 #include "harness/trace.h"
 #include "harness/validate.h"
+#include "reference/checkpoint.h"
 #include "suites/calibration.h"
 #include "kernels/comm/watchdog.h"
 #include "kernels/cpu/blas_threads.h"
@@ -167,6 +168,7 @@ struct RunArgs {
   std::string progress = "auto";  // --progress auto|on|off
   bool sweep = false;        // --sweep: run the sweep suite only
   std::string sweep_layouts;  // its comma-separated layouts, empty: every layout that fits
+  std::vector<std::string> allow_changed;  // --allow-changed KEY (repeatable)
 };
 
 // Whether rank 0 keeps a live progress line: "on", "off", or "auto": when its standard
@@ -313,10 +315,18 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   // differ (another node's memory, say) cannot disagree about whether the run starts.
   RunOptions opts{args.force};  // travels in each suite's WorldInfo and SuiteContext
   opts.slowdown = injected_slowdown_from_env();  // test-only; every rank reads the same environment
+  opts.allow_changed = args.allow_changed;
   const NodePlace place = node_place(world);
   const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
     if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
+    for (const std::string& k : args.allow_changed) {
+      const auto& keys = checkpoint_recipe_keys();
+      if (std::find(keys.begin(), keys.end(), k) == keys.end())
+        throw InputError("--allow-changed: '" + printable(k, 40) +
+                         "' is not a recipe key a checkpoint records (lr, beta1, beta2, eps, weight_decay, grad_clip, "
+                         "micro_batches, recompute)");
+    }
     if (args.run_id == "latest")
       throw InputError("--run-id 'latest' is reserved: every run also writes <output-dir>/latest.json");
     if (args.sweep && !args.suites.empty()) throw InputError("--sweep and --suites do not go together");
@@ -493,6 +503,10 @@ int main(int argc, char** argv) {
     run->add_flag("--force", args.force,
                   "run even when a suite's memory estimate exceeds 80% of this machine's memory (refused "
                   "otherwise, before anything is allocated)");
+    run->add_option("--allow-changed", args.allow_changed,
+                    "resume a train checkpoint with this recipe key changed (lr, beta1, beta2, eps, weight_decay, "
+                    "grad_clip, micro_batches, recompute; repeatable); the report lists the change")
+        ->type_name("KEY");
     run->add_flag("--print-config", args.print_config,
                   "print the complete validated config (every key, defaults filled) and exit");
     run->add_option("--progress", args.progress,

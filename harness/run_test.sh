@@ -143,13 +143,13 @@ ran = sorted(b["name"] for b in r["benchmarks"])
 skipped = sorted(x["layout"] for x in s["data"]["skipped"])
 want_skipped = sorted(l + p for l in ["TP2xDP4", "TP2xPP2xDP2"] for p in ["", ":bf16", ":fp16"])
 assert skipped == want_skipped, skipped
-assert len(ran) == 3 * 39 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
+assert len(ran) == 3 * 40 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
 assert sorted({b["precision"] for b in r["benchmarks"]}) == ["bf16", "fp16", "fp32"]
 # Half layouts carry the stated bounds of the fp32 trajectory; recompute layouts the bitwise
 # comparison with their layout without recompute, ZB-H1 layouts with their 1F1B twin, in every
 # precision.
 names = [c["name"] for c in r["checks"]]
-assert sum(n.endswith("loss_vs_fp32/tail_mean") for n in names) == 2 * 39, names
+assert sum(n.endswith("loss_vs_fp32/tail_mean") for n in names) == 2 * 40, names
 assert sum("/recompute_bitwise_vs/" in n for n in names) == 3 * 5, [n for n in names if "recompute_bitwise" in n]
 assert sum("/schedule_bitwise_vs/" in n for n in names) == 3 * 4, [n for n in names if "schedule_bitwise" in n]
 assert r["checks"] and all(c["passed"] for c in r["checks"])

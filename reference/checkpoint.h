@@ -92,13 +92,30 @@ struct CheckpointRunInfo {
   std::string dataset_sha256;
   int global_batch = 0, seq_len = 0;
   bool loss_scaling = false;
+  /// The training recipe a resume keeps unless told otherwise, under the train section's key
+  /// names (checkpoint_recipe_keys): lr, beta1, beta2, eps, weight_decay, grad_clip,
+  /// micro_batches, recompute. A manifest written before it was recorded has none (unchecked).
+  nlohmann::json recipe = nlohmann::json::object();
+  /// Recipe keys a resume may change (`dtbench run --allow-changed KEY`); the report lists the
+  /// changes (recipe_changes).
+  std::vector<std::string> allowed_changes;
   int world_size() const { return int(layout.world()); }
 };
 
+/// The recipe keys a checkpoint records and a resume checks: lr, beta1, beta2, eps,
+/// weight_decay, grad_clip, micro_batches, recompute.
+const std::vector<std::string>& checkpoint_recipe_keys();
+
+/// The recipe keys whose value in the manifest `m` differs from `run.recipe`'s, each as
+/// {"key", "saved", "now"} (an empty array for a manifest without a recipe).
+nlohmann::json recipe_changes(const nlohmann::json& m, const CheckpointRunInfo& run);
+
 /// The identity of a run of `model` on `layout` with `zero` and `cfg` (precision, seed,
-/// global batch, seq_len, loss scaling) on the dataset of `dataset_sha256` ("": not checked).
+/// global batch, seq_len, loss scaling; the recipe: AdamW's lr, betas, eps and weight decay,
+/// grad_clip, micro_batches and `recompute`) on the dataset of `dataset_sha256` ("": not checked).
 CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
-                                      const TrainConfig& cfg, const std::string& dataset_sha256);
+                                      const TrainConfig& cfg, const std::string& dataset_sha256,
+                                      Recompute recompute = Recompute::none);
 
 /// "TP2xPP2xDP1 zero0", "DP4xEP2 zero2" (TP and PP when > 1, "xEP<n>" when expert parallel
 /// > 1, the schedule when PP > 1, " offload"): a layout as the mismatch messages name it.

@@ -2,6 +2,7 @@
 // `latest`, the history a manifest keeps (reference/checkpoint.h). Not here: the rank file
 // format (checkpoint_file.cc) and the collective save and load (checkpoint.cc).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -74,9 +75,36 @@ std::string model_differences(const json& saved, const json& run) {
 
 }  // namespace
 
+const std::vector<std::string>& checkpoint_recipe_keys() {
+  static const std::vector<std::string> keys = {"lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip",
+                                                "micro_batches", "recompute"};
+  return keys;
+}
+
+json recipe_changes(const json& m, const CheckpointRunInfo& run) {
+  json out = json::array();
+  if (!m.contains("recipe") || !m["recipe"].is_object()) return out;
+  for (const std::string& k : checkpoint_recipe_keys()) {
+    const json saved = m["recipe"].value(k, json()), now = run.recipe.value(k, json());
+    if (saved != now) out.push_back({{"key", k}, {"saved", saved}, {"now", now}});
+  }
+  return out;
+}
+
 CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
-                                      const TrainConfig& cfg, const std::string& dataset_sha256) {
+                                      const TrainConfig& cfg, const std::string& dataset_sha256, Recompute recompute) {
   CheckpointRunInfo r;
+  // AdamW's floats as their shortest decimal (0.01f is 0.01 in the manifest and in a message,
+  // not 0.009999999776...): the same float gives the same number on both sides.
+  auto dec = [](float x) {
+    char b[32];
+    const auto r = std::to_chars(b, b + sizeof b, x);
+    return std::stod(std::string(b, r.ptr));
+  };
+  r.recipe = {{"lr", dec(cfg.adamw.lr)},           {"beta1", dec(cfg.adamw.beta1)},
+              {"beta2", dec(cfg.adamw.beta2)},     {"eps", dec(cfg.adamw.eps)},
+              {"weight_decay", dec(cfg.adamw.weight_decay)}, {"grad_clip", cfg.grad_clip},
+              {"micro_batches", cfg.micro_batches}, {"recompute", std::string(to_string(recompute))}};
   r.layout = layout;
   r.zero = zero;
   r.precision = cfg.precision;
@@ -235,7 +263,7 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
     const json& pl = m.at("layout").at("pipeline_layers");
     if (!pl.is_array()) throw InputError("checkpoint " + where + ": layout.pipeline_layers is not a list");
     for (const json& x : pl) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 4096)
+      if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > kMaxStageLayers)
         throw InputError("checkpoint " + where + ": layout.pipeline_layers holds " + x.dump().substr(0, 20));
       saved.layout.pipeline_layers.push_back(x.get<int>());
     }
@@ -288,6 +316,13 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   if (field<bool>(m, where, "loss_scaler", "enabled") != run.loss_scaling)
     throw InputError(me + "loss scaling " + (run.loss_scaling ? "off" : "on") + " does not match this run's " +
                      (run.loss_scaling ? "on" : "off"));
+  // The recipe: a change breaks the claim that the run is the one it continues, unless named.
+  for (const json& c : recipe_changes(m, run)) {
+    const std::string k = c["key"];
+    if (std::find(run.allowed_changes.begin(), run.allowed_changes.end(), k) == run.allowed_changes.end())
+      throw InputError(me + "train." + k + " " + printable(c["saved"].dump(), 40) + " does not match this run's " +
+                       printable(c["now"].dump(), 40) + " (dtbench run --allow-changed " + k + " resumes with it)");
+  }
   const auto step = field<int64_t>(m, where, "step");
   if (step < 0) throw InputError(me + "step " + std::to_string(step) + " < 0 in manifest.json");
   if (!m.contains("ranks") || !m["ranks"].is_array() || m["ranks"].size() != size_t(world))
@@ -342,6 +377,7 @@ json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, c
             {"offload_optimizer", run.zero.offload_optimizer},
             {"precision", precision_name(run.precision)}}},
           {"model", to_json(run.model)},
+          {"recipe", run.recipe},
           {"seed", run.seed},
           {"dataset_sha256", run.dataset_sha256},
           {"train", {{"global_batch", run.global_batch}, {"seq_len", run.seq_len}}},

@@ -62,6 +62,7 @@ struct Case {
   bool sp = false;  // sequence parallel
   std::string schedule = "1f1b";
   std::vector<int> layers;  // pipeline_layers (empty: even)
+  std::vector<std::string> allowed_changes;  // recipe keys a resume may change
   ZeroConfig zero;
   GptConfig model = kModel;
 };
@@ -85,16 +86,8 @@ ParallelLayout layout_of(const Case& c, const TrainConfig& cfg) {
 }
 
 CheckpointRunInfo info_of(const Case& c, const TrainConfig& cfg) {
-  CheckpointRunInfo r;
-  r.layout = layout_of(c, cfg);
-  r.zero = c.zero;
-  r.precision = cfg.precision;
-  r.model = c.model;
-  r.seed = cfg.seed;
-  r.dataset_sha256 = "test-data";
-  r.global_batch = cfg.global_batch;
-  r.seq_len = cfg.seq_len;
-  r.loss_scaling = cfg.loss_scaler.enabled;
+  CheckpointRunInfo r = checkpoint_run_info(c.model, layout_of(c, cfg), c.zero, cfg, "test-data");
+  r.allowed_changes = c.allowed_changes;
   return r;
 }
 
@@ -429,6 +422,39 @@ TEST(Checkpoint, RefusesAnotherRun) {
   TrainConfig batch = cfg;
   batch.global_batch = 2 * cfg.global_batch;
   expect_refused(saved, batch, *w, step_dir, "global_batch 8 does not match this run's 16");
+}
+
+// The recipe a checkpoint records (lr, AdamW's betas, eps and weight decay, grad_clip,
+// micro_batches): a resume with any of them changed is refused naming the key and both values,
+// unless the key is allowed (dtbench run --allow-changed KEY), which then resumes.
+TEST(Checkpoint, RefusesAChangedRecipeUnlessAllowed) {
+  auto w = make_mpi_world();
+  const TrainConfig cfg = base_config();  // lr 0.01, beta2 0.95, weight decay 0.1, grad_clip 1
+  SharedTempDir dir(*w);
+  const Case saved = dp_case(w->size());
+  save_one_step(saved, cfg, *w, dir.path());
+  const std::string step_dir = checkpoint_step_dir(dir.path(), 1);
+  const std::string hint = " resumes with it)";
+  TrainConfig c = cfg;
+  c.adamw.lr = 0.03f;
+  expect_refused(saved, c, *w, step_dir, "train.lr 0.01 does not match this run's 0.03 (dtbench run --allow-changed lr" + hint);
+  c = cfg, c.adamw.weight_decay = 0.0f;
+  expect_refused(saved, c, *w, step_dir, "train.weight_decay 0.1 does not match this run's 0.0");
+  c = cfg, c.adamw.beta1 = 0.8f;
+  expect_refused(saved, c, *w, step_dir, "train.beta1 0.9 does not match this run's 0.8");
+  c = cfg, c.grad_clip = 0.0;
+  expect_refused(saved, c, *w, step_dir, "train.grad_clip 1.0 does not match this run's 0.0");
+  c = cfg, c.micro_batches = 1;
+  expect_refused(saved, c, *w, step_dir, "train.micro_batches 2 does not match this run's 1");
+  // Allowed: lr changes and the run resumes from the checkpoint's step; the change is listed.
+  Case allowed = saved;
+  allowed.allowed_changes = {"lr"};
+  c = cfg, c.adamw.lr = 0.03f;
+  const Outcome<float> out = run_case<float>(allowed, c, *w, step_dir);
+  EXPECT_EQ(out.run.losses.size(), size_t(cfg.steps - 1));
+  const nlohmann::json changes =
+      recipe_changes(check_checkpoint_manifest(step_dir, info_of(allowed, c)), info_of(allowed, c));
+  EXPECT_EQ(changes, nlohmann::json::parse(R"([{"key": "lr", "saved": 0.01, "now": 0.03}])"));
 }
 
 // A checkpoint of DP n/2 (saved by half the ranks) loaded by DP n: resharding is refused.

@@ -33,6 +33,7 @@ void resume(const LayoutCheckpoints& c, const CheckpointRunInfo& info, const Tra
   loop.first_step = p.next_step;
   act.resumed_from = step_dir;
   act.first_step = p.next_step;
+  act.changed_on_resume = recipe_changes(check_checkpoint_manifest(step_dir, info), info);  // the allowed ones
   note(c, "resumed from " + step_dir + ": steps " + std::to_string(p.next_step) + " to " +
               std::to_string(cfg.steps - 1) + " run here, the loss curve before from the checkpoint");
 }
@@ -109,7 +110,11 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   LayoutOutcome out;
   TrainHistory taken;  // the steps taken from a checkpoint
   const LayoutCheckpoints* ck = spec.checkpoints;
-  const CheckpointRunInfo info = ck ? checkpoint_run_info(spec.model, l, spec.zero, cfg, spec.data.sha256) : CheckpointRunInfo{};
+  CheckpointRunInfo info;
+  if (ck) {
+    info = checkpoint_run_info(spec.model, l, spec.zero, cfg, spec.data.sha256, spec.recompute);
+    info.allowed_changes = ck->allowed_changes;
+  }
   if (ck && !ck->resume_step_dir.empty()) {
     resume(*ck, info, cfg, engine, scaler, host, loop, taken, out.checkpoints);
   } else {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/backend.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
@@ -32,6 +34,7 @@ struct LayoutCheckpoints {
   std::string dir{};            // where saves go (DIR/step-<k>); "": no saves
   int every = 0;                // save after every `every` steps done; 0: never
   std::string resume_step_dir{};  // a step directory to resume from (resolve_resume's); "": a fresh run
+  std::vector<std::string> allowed_changes{};  // recipe keys the resume may change (CheckpointRunInfo)
   /// Progress lines ("resumed from ...", "checkpoint ... saved (...)"), called on every rank
   /// (the saved line on rank 0 only); null: none.
   std::function<void(const std::string&)> note{};
@@ -40,6 +43,9 @@ struct LayoutCheckpoints {
 /// What checkpointing did in a run (with LayoutRunSpec::checkpoints).
 struct CheckpointActivity {
   std::string resumed_from;    // the step directory, "" for a fresh run
+  /// The recipe keys the resume changed (allowed by LayoutCheckpoints::allowed_changes), each
+  /// {"key", "saved", "now"} (recipe_changes); empty otherwise.
+  nlohmann::json changed_on_resume = nlohmann::json::array();
   int64_t first_step = 0;      // steps taken from the checkpoint = the first step run here
   std::vector<int64_t> saved;  // steps done at each completed save
   std::string save_error;      // the first failed save (every rank agrees); later saves are skipped

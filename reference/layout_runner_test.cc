@@ -258,7 +258,12 @@ TEST(LayoutRunner, BlockingSendsTrainBitwiseAsOverlappedOnes) {
   auto world = make_mpi_world();
   const int n = world->size();
   const Dataset data = test_data();
+  // Messages of 2 x 64 x 128 fp32 = 64 KiB, past MPI's eager limit (a few KiB on shared memory),
+  // so a send completes only once its receive is posted: a wait cycle would hang here.
+  const GptConfig model{4, 128, 4, 64, 256};
   TrainConfig cfg = small_config();
+  cfg.steps = 2;
+  cfg.seq_len = 64;
   cfg.micro_batches = 4;
   cfg.global_batch = 4 * (n / 2) * 2;  // 2 sequences per micro-batch at DP n / 2
   struct Case { int pp; const char* schedule; std::vector<int> layers; };
@@ -268,32 +273,41 @@ TEST(LayoutRunner, BlockingSendsTrainBitwiseAsOverlappedOnes) {
     l.pp = c.pp, l.dp = n / c.pp, l.schedule = c.schedule, l.pipeline_layers = c.layers;
     SCOPED_TRACE(std::string(c.schedule) + " layers " + pipeline_layers_text(c.layers));
     LayoutOutcome out[2];
-    PartTimes parts(kModel.L);
+    PartTimes parts(model.L);
     for (int blocking = 0; blocking < 2; ++blocking) {
       CpuDevice dev;
       TrainConfig t = cfg;
       t.overlap_p2p_comm = blocking == 0;
-      out[blocking] = run_layout({.model = kModel, .layout = l, .train = t, .device = dev, .host = *world,
+      out[blocking] = run_layout({.model = model, .layout = l, .train = t, .device = dev, .host = *world,
                                   .data = data, .gather = true, .part_times = blocking ? nullptr : &parts});
     }
     EXPECT_EQ(out[0].losses, out[1].losses);
     EXPECT_EQ(out[0].params, out[1].params);
+    EXPECT_FALSE(out[0].params.empty());
     const int stage = grid_coord(world->rank(), l).pp;
-    const double msg = double(cfg.global_batch / (l.dp * cfg.micro_batches)) * cfg.seq_len * kModel.C * sizeof(float);
+    const double msg = double(cfg.global_batch / (l.dp * cfg.micro_batches)) * cfg.seq_len * model.C * sizeof(float);
     const int sends = 2 - (stage == 0) - (stage == c.pp - 1);  // one per direction, less at the ends
     for (const LayoutOutcome& o : out)
       for (const StepTiming& st : o.timings) EXPECT_EQ(st.p2p_bytes, cfg.micro_batches * sends * msg);
-    const std::vector<int> held = stage_layers(l, kModel.L);
-    for (int part = 0; part < kModel.L + 2; ++part) {
-      bool mine = part == 0 ? stage == 0 : part == kModel.L + 1 ? stage == c.pp - 1 : false;
-      const int first = stage_first_layer(l, kModel.L, stage);
-      if (part >= 1 && part <= kModel.L) mine = part - 1 >= first && part - 1 < first + held[size_t(stage)];
+    const std::vector<int> held = stage_layers(l, model.L);
+    for (int part = 0; part < model.L + 2; ++part) {
+      bool mine = part == 0 ? stage == 0 : part == model.L + 1 ? stage == c.pp - 1 : false;
+      const int first = stage_first_layer(l, model.L, stage);
+      if (part >= 1 && part <= model.L) mine = part - 1 >= first && part - 1 < first + held[size_t(stage)];
       EXPECT_EQ(parts.seconds[PartTimes::kForward][size_t(part)] > 0, mine) << "part " << part;
       EXPECT_EQ(parts.seconds[PartTimes::kBackward][size_t(part)] > 0, mine) << "part " << part;
       EXPECT_EQ(parts.seconds[PartTimes::kWeight][size_t(part)] > 0, mine && c.schedule == std::string("zb-h1"))
           << "part " << part;
     }
   }
+  // Interleaving's ring of sends is refused in blocking mode (one line, every rank).
+  ParallelLayout l;
+  l.pp = 2, l.dp = n / 2, l.schedule = "interleaved", l.virtual_stages = 2;
+  TrainConfig t = cfg;
+  t.overlap_p2p_comm = false;
+  CpuDevice dev;
+  EXPECT_THROW(run_layout({.model = model, .layout = l, .train = t, .device = dev, .host = *world, .data = data}),
+               InputError);
 }
 
 }  // namespace

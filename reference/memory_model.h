@@ -199,8 +199,8 @@ std::vector<ZeroUnit> plan_zero_units(const std::vector<PlanTensor>& tensors, in
 /// Elements of one activation set of virtual stage `virtual_stage`'s chunk (floats; plus 2 BT
 /// int32 token and target ids: its stage_layers count of layers, the head on the last), and of
 /// the backward scratch, as ParallelGpt::acquire / ensure_scratch allocate them (recompute
-/// none); full / selective recompute as planned in memory_model.cc. Aborts for a virtual stage
-/// outside [0, pp v).
+/// none); full / selective recompute as planned in memory_model.cc. Throws std::out_of_range
+/// for a virtual stage outside [0, pp v) (a programming error: callers loop over the stages).
 uint64_t activation_set_floats(const PlanConfig& c, int virtual_stage);
 uint64_t workspace_floats(const PlanConfig& c);
 /// Elements one transformer layer keeps per micro-batch: recompute none 6 R C + 4 R +

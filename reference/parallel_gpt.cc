@@ -36,14 +36,9 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
     throw InputError("ParallelGpt: layout tp " + std::to_string(layout.tp) + " pp " + std::to_string(layout.pp) +
                      " x " + std::to_string(layout.virtual_stages) + " does not divide NH " +
                      std::to_string(cfg.NH) + ", V " + std::to_string(cfg.V) + ", L " + std::to_string(cfg.L));
-  {
-    const std::vector<int> n = stage_layers(layout, cfg.L);
-    int sum = 0;
-    for (int x : n) sum += x < 1 ? cfg.L + 1 : x;
-    if (int(n.size()) != layout.pp * layout.virtual_stages || sum != cfg.L)
-      throw InputError("ParallelGpt: pipeline_layers " + pipeline_layers_text(layout.pipeline_layers) +
-                       " is not pp x virtual_stages counts >= 1 summing to L " + std::to_string(cfg.L));
-  }
+  if (!layout.pipeline_layers.empty())
+    check_pipeline_layers(layout.pipeline_layers, int64_t(layout.pp) * layout.virtual_stages, cfg.L,
+                          "ParallelGpt: pp x virtual_stages");
   if (!ops_) {
     DTB_CHECK(device.is_cpu(), "ParallelGpt on a non-CPU device needs that backend's Ops");
     owned_ops_ = make_cpu_ops<T>();
@@ -86,8 +81,9 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
     close_unit();
   }
   layers_.resize(v);
+  const std::vector<int> per_stage = stage_layers(layout, cfg.L);
   for (int c = 0; c < v; ++c)
-    for (int k = 0; k < stage_layers(layout, cfg.L)[size_t(virtual_stage(c))]; ++k) add_layer(c, k, full);
+    for (int k = 0; k < per_stage[size_t(virtual_stage(c))]; ++k) add_layer(c, k, full);
   if (holds_last) {
     lnf_unit_ = open_unit("lnf");
     add_tensor("lnfw", -1, {{full["lnfw"], 0, size_t(C)}}, true);

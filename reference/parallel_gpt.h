@@ -26,7 +26,8 @@
 // row-parallel biases' gradients come whole from the gathered output gradient. Stages
 // exchange their BT / tp rows.
 //
-// Pipeline: the pp * v virtual stages hold L / (pp v) consecutive layers each; virtual
+// Pipeline: the pp * v virtual stages hold L / (pp v) consecutive layers each (or
+// layout.pipeline_layers' counts: stage_layers, reference/process_grid.h); virtual
 // stage s = chunk * pp + pp_rank (Megatron's interleaved assignment, reference/
 // pipeline_schedule.h); the first holds the embedding, the last the final LayerNorm and
 // the LM head, so with pp > 1 the tied wte lives on two ranks (pp rank 0 and pp - 1) whose
@@ -117,9 +118,6 @@ struct PartTimes {
   int L;
   std::vector<double> seconds[3];
   static constexpr int kForward = 0, kBackward = 1, kWeight = 2;
-  int embedding() const { return 0; }
-  int layer(int l) const { return 1 + l; }
-  int head() const { return L + 1; }
 };
 
 template <typename T>

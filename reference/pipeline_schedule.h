@@ -82,7 +82,8 @@ PipelineSimulation simulate_pipeline(const std::string& schedule, int p, int m, 
                                      double t_backward, double t_weight = 0);
 
 /// The per-micro-batch compute times of one virtual stage: its forward, its whole backward, and
-/// the part of that backward a zero-bubble schedule runs as W (B costs backward - weight).
+/// the part of that backward a zero-bubble schedule runs as W (B costs backward - weight). Any
+/// one unit (seconds, ms): simulate_pipeline's makespan comes back in it.
 struct StageCost {
   double forward = 0, backward = 0, weight = 0;
 };

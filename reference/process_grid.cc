@@ -79,10 +79,24 @@ std::vector<int> stage_layers(const ParallelLayout& l, int L) {
 
 int stage_first_layer(const ParallelLayout& l, int L, int vs) {
   const std::vector<int> n = stage_layers(l, L);
-  DTB_CHECK(vs >= 0 && vs <= int(n.size()), "stage_first_layer: virtual stage out of range");
+  DTB_CHECK(vs >= 0 && vs <= int(n.size()), "stage_first_layer: virtual stage out of [0, pp v]");
   int first = 0;
   for (int s = 0; s < vs; ++s) first += n[size_t(s)];
   return first;
+}
+
+void check_pipeline_layers(const std::vector<int>& layers, int64_t nv, int64_t L, const std::string& where) {
+  const std::string split = "pipeline_layers " + pipeline_layers_text(layers);
+  if (int64_t(layers.size()) != nv)
+    throw InputError(split + " has " + std::to_string(layers.size()) + " entries, not one per virtual stage: " + where +
+                     " = " + std::to_string(nv));
+  int64_t sum = 0;
+  for (int n : layers) {
+    if (n < 1) throw InputError(split + ": every stage needs at least one layer");
+    sum += n;
+  }
+  if (sum != L)
+    throw InputError(split + " sums to " + std::to_string(sum) + " layers, not the model's L = " + std::to_string(L));
 }
 
 std::string pipeline_layers_text(const std::vector<int>& layers) {
@@ -105,7 +119,7 @@ std::vector<int> parse_pipeline_layers(const std::string& text) {
     while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
     if (end == pos || end - pos > 4) throw bad();
     const int n = std::stoi(text.substr(pos, end - pos));
-    if (n < 1 || n > 4096) throw bad();
+    if (n < 1 || n > kMaxStageLayers) throw bad();
     out.push_back(n);
     if (end == text.size()) return out;
     if (text[end] != '+') throw bad();
@@ -141,18 +155,8 @@ void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_bat
                        ") to be a multiple of pipeline_parallel (" + num(l.pp) + ")");
   }
   if (!l.pipeline_layers.empty()) {
-    const int64_t nv = int64_t(l.pp) * l.virtual_stages;
-    const std::string split = "pipeline_layers " + pipeline_layers_text(l.pipeline_layers);
-    if (int64_t(l.pipeline_layers.size()) != nv)
-      throw InputError(split + " has " + num(int64_t(l.pipeline_layers.size())) +
-                       " entries, not one per virtual stage: pipeline_parallel (" + num(l.pp) + ") x virtual_stages (" +
-                       num(l.virtual_stages) + ") = " + num(nv));
-    int64_t sum = 0;
-    for (int n : l.pipeline_layers) {
-      if (n < 1) throw InputError(split + ": every stage needs at least one layer");
-      sum += n;
-    }
-    if (sum != m.L) throw InputError(split + " sums to " + num(sum) + " layers, not the model's L = " + num(m.L));
+    check_pipeline_layers(l.pipeline_layers, int64_t(l.pp) * l.virtual_stages, m.L,
+                          "pipeline_parallel (" + num(l.pp) + ") x virtual_stages (" + num(l.virtual_stages) + ")");
   } else if (m.L % (int64_t(l.pp) * l.virtual_stages) != 0) {
     throw InputError("model.L = " + num(m.L) + " layers are not divisible by pipeline_parallel (" + num(l.pp) +
                      ") x virtual_stages (" + num(l.virtual_stages) + "); pipeline_layers gives an uneven split");

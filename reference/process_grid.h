@@ -55,12 +55,19 @@ struct ParallelLayout {
 /// (pp v) each when it is empty. No validation (validate_layout refuses a split that does not
 /// sum to L).
 std::vector<int> stage_layers(const ParallelLayout& layout, int L);
-/// The first global layer of virtual stage `vs`: the sum of stage_layers over the stages before it.
+/// The first global layer of virtual stage `vs` (0 <= vs <= pp v; pp v gives L): the sum of
+/// stage_layers over the stages before it. Aborts for vs out of that range.
 int stage_first_layer(const ParallelLayout& layout, int L, int vs);
-/// A split written "3+1+2+2" (layout specs and record names), and back. Errors: InputError
-/// naming the text when it is not '+'-joined integers in [1, 4096].
+/// Refuses, with an InputError naming the split, a `layers` that is not one entry >= 1 per each
+/// of `nv` virtual stages summing to L (an empty split is the even one: not checked here).
+void check_pipeline_layers(const std::vector<int>& layers, int64_t nv, int64_t L, const std::string& where);
+/// A split written "3+1+2+2" (layout specs and record names; "even" for the empty split, which
+/// parse_pipeline_layers does not take), and back. Errors: InputError naming the text when it is
+/// not '+'-joined integers in [1, kMaxStageLayers].
 std::string pipeline_layers_text(const std::vector<int>& layers);
 std::vector<int> parse_pipeline_layers(const std::string& text);
+/// The most layers one virtual stage may be given in a config or a manifest.
+inline constexpr int kMaxStageLayers = 4096;
 
 /// A rank's place in the grid.
 struct GridCoord {

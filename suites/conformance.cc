@@ -46,7 +46,7 @@ const std::vector<std::string> kDefaultLayouts = {
     "PP2:zb-h1", "PP4:zb-h1", "TP2xPP2:zb-h1",
     // Uneven layer splits over the stages (stage balancing: fewer layers beside the embedding
     // and the LM head), 1F1B and ZB-H1.
-    "PP2:layers5+3", "PP4:layers1+3+3+1", "PP4:zb-h1:layers1+3+3+1"};
+    "PP2:layers5+3", "PP4:layers1+3+3+1", "PP4:zb-h1:layers1+3+3+1", "PP2:interleaved:v2:layers1+3+3+1"};
 
 // An MoE model's (conformance.model.num_experts > 0): expert parallel alone, over DP, with PP
 // (1F1B and interleaved), with ZeRO 1-3, with selective and full recompute and with TP

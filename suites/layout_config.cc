@@ -74,8 +74,9 @@ ParallelLayout parallel_layout_from_json(const json& s, const std::string& path,
       throw InputError(path + "." + pl + ": must be a list of layer counts per virtual stage (or [] for an even split), got " +
                        printable(a.dump(), 40));
     for (const json& x : a) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 4096)
-        throw InputError(path + "." + pl + ": " + printable(x.dump(), 20) + " is not a layer count in [1, 4096]");
+      if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > kMaxStageLayers)
+        throw InputError(path + "." + pl + ": " + printable(x.dump(), 20) + " is not a layer count in [1, " +
+                         std::to_string(kMaxStageLayers) + "]");
       l.pipeline_layers.push_back(x.get<int>());
     }
   }

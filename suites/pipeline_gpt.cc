@@ -83,11 +83,14 @@ struct Measured {
   PartCosts parts;                          // seconds per micro-batch per part, over the group
 };
 
-// A split of L layers over p stages as even as it can be (the remainder to the middle stages,
-// away from the embedding and the head).
+// A split of L layers over p stages as even as it can be: the remainder one layer each to the
+// middle stages 1..p-2, then to stage 0, then to stage p-1 (away from the head, then the embedding).
 std::vector<int> start_split(int L, int p) {
-  std::vector<int> n(static_cast<size_t>(p), L / p);
-  for (int r = 0; r < L % p; ++r) n[size_t(1 + r % std::max(1, p - 2)) % size_t(p)] += 1;
+  std::vector<int> n(static_cast<size_t>(p), L / p), order;
+  for (int s = 1; s < p - 1; ++s) order.push_back(s);
+  order.push_back(0);
+  if (p > 1) order.push_back(p - 1);
+  for (int r = 0; r < L % p; ++r) n[size_t(order[size_t(r)])] += 1;
   return n;
 }
 
@@ -119,9 +122,13 @@ Measured measure(SuiteContext& ctx, const GptPipelineParams& o, Communicator* gr
     cfg.seq_len = o.seq_len;
     cfg.overlap_p2p_comm = overlap;
     SpanRecorder rec(true);
+    LayoutHooks hooks;  // the part clock restarts after the warm-up step, as the stage times do
+    hooks.before_step = [&](int64_t step) {
+      if (step == 1) pt = PartTimes(L);
+    };
     const LayoutOutcome out = run_layout({.model = o.model, .layout = l, .train = cfg, .device = ctx.device,
                                           .ops = precision_ops(ctx.backend), .host = *group, .device_comm = dgroup,
-                                          .data = *ctx.dataset, .spans = &rec, .part_times = &pt});
+                                          .data = *ctx.dataset, .spans = &rec, .hooks = &hooks, .part_times = &pt});
     for (int t = 0; t < T; ++t) {
       double* r = &mine[7 * size_t(t)];
       r[0] = 1e300, r[1] = -1e300;
@@ -150,7 +157,7 @@ Measured measure(SuiteContext& ctx, const GptPipelineParams& o, Communicator* gr
 
   Measured r;
   r.layers = layers;
-  const double calls = double(T + 1) * m;  // the part clock runs over every training step
+  const double calls = double(T) * m;  // the part clock runs over the timed steps
   const bool zb = s == "zb-h1";
   for (int k = 0; k < L + 2; ++k) {
     const double f = parts[size_t(k)] / calls, b = parts[size_t(L + 2 + k)] / calls, w = parts[size_t(2 * (L + 2) + k)] / calls;
@@ -193,12 +200,13 @@ Measured measure(SuiteContext& ctx, const GptPipelineParams& o, Communicator* gr
   return r;
 }
 
-// The schedule's simulation from per-stage times (ms per micro-batch), or null times when a
-// stage measured none (the simulator needs forward and backward > 0).
+// The schedule's simulation from per-stage times (any one unit; the makespan comes back in it).
 PipelineSimulation simulate(const std::string& s, int m, const std::vector<StageCost>& c) {
   return simulate_pipeline(s, int(c.size()), m, 1, c);
 }
 
+// The measured per-stage times (ms per micro-batch) as simulator costs; a stage that measured
+// none is given a nanosecond-scale time (the simulator needs forward and backward > 0).
 std::vector<StageCost> measured_costs(const Measured& x) {
   std::vector<StageCost> c;
   for (size_t st = 0; st < x.f_ms.size(); ++st)

@@ -56,6 +56,8 @@ struct SuiteResult {
 struct RunOptions {
   bool force = false;
   double comm_timeout_s = kDefaultCommTimeout;
+  /// Recipe keys a resumed train run may change (`--allow-changed KEY`; checkpoint_recipe_keys).
+  std::vector<std::string> allow_changed = {};
   /// Test-only: what DTB_INJECT_SLOWDOWN slows (kernels/slowdown.h); nothing by default.
   InjectedSlowdown slowdown = {};
 };

@@ -107,6 +107,7 @@ json checkpoint_json(const CheckpointActivity& a, const CheckpointPlan& p, int s
           {"resume_from", p.resume_from},
           {"resumed_from", a.resumed_from},
           {"resumed_at_step", a.first_step},
+          {"changed_on_resume", a.changed_on_resume},
           {"steps_run", steps - a.first_step},
           {"saved_at_steps", a.saved}};
 }
@@ -425,7 +426,9 @@ class TrainSuite : public Suite {
     const CheckpointPlan& plan = p.plan;
     const std::string step_dir = resume_step_dir(plan);
     if (!step_dir.empty()) {
-      const json m = check_checkpoint_manifest(step_dir, checkpoint_run_info(model, layout, zero, train, ""));
+      CheckpointRunInfo info = checkpoint_run_info(model, layout, zero, train, "", p.spec.recompute);
+      info.allowed_changes = world.options.allow_changed;
+      const json m = check_checkpoint_manifest(step_dir, info);
       const int64_t k = m.at("step").get<int64_t>();
       if (k >= train.steps)
         throw InputError("train.resume_from: checkpoint " + printable(step_dir) + " is at step " + std::to_string(k) +
@@ -481,6 +484,7 @@ class TrainSuite : public Suite {
       LayoutCheckpoints ck;
       if (plan.on()) {
         ck.dir = plan.dir, ck.every = plan.every, ck.resume_step_dir = resume_step_dir(plan);
+        ck.allowed_changes = ctx.options.allow_changed;
         ck.note = [&](const std::string& line) { ctx.print("# train: " + line); };
         if (ck.resume_step_dir.empty() && plan.resume_from == "latest")
           ctx.print("# train: no checkpoint in " + plan.dir + " yet: a fresh run");
