@@ -310,6 +310,16 @@ json with_slowdown_noted(json context, const InjectedSlowdown& slowdown, bool ro
   return context;
 }
 
+// --allow-changed's keys: each one a checkpoint records. Errors: InputError naming the other.
+void check_allow_changed(const std::vector<std::string>& allow) {
+  const auto& keys = checkpoint_recipe_keys();
+  for (const std::string& k : allow)
+    if (std::find(keys.begin(), keys.end(), k) == keys.end())
+      throw InputError("--allow-changed: '" + printable(k, 40) +
+                       "' is not a recipe key a checkpoint records (lr, beta1, beta2, eps, weight_decay, grad_clip, "
+                       "micro_batches, recompute)");
+}
+
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
@@ -320,13 +330,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
     if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
-    for (const std::string& k : args.allow_changed) {
-      const auto& keys = checkpoint_recipe_keys();
-      if (std::find(keys.begin(), keys.end(), k) == keys.end())
-        throw InputError("--allow-changed: '" + printable(k, 40) +
-                         "' is not a recipe key a checkpoint records (lr, beta1, beta2, eps, weight_decay, grad_clip, "
-                         "micro_batches, recompute)");
-    }
+    check_allow_changed(args.allow_changed);
     if (args.run_id == "latest")
       throw InputError("--run-id 'latest' is reserved: every run also writes <output-dir>/latest.json");
     if (args.sweep && !args.suites.empty()) throw InputError("--sweep and --suites do not go together");
