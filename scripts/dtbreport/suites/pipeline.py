@@ -142,20 +142,35 @@ def plot_bubble(r, run, failed):
     for ax, pp in zip(axes[0], ps):
         sub = [b for b in run if int(b["p"]) == pp]
         ms = sorted({int(b["m"]) for b in sub})
-        drawn = set()
+        # One theory line per closed form: GPipe and 1F1B share (p−1)/(m+p−1); interleaved has
+        # (p−1)/(v m+p−1); ZB-H1 idles (p−1)(T_F+T_B−T_W) beside m (T_F+T_B+T_W) of work (m >= p).
+        lines = OrderedDict()
         for s in scheds:
-            v = next((int(b.get("virtual_stages", 1)) for b in sub if b["schedule"] == s), 1)
-            key = (v if s == "interleaved" else 1)
-            if key in drawn:
+            own = [b for b in sub if b["schedule"] == s]
+            if not own:
                 continue
-            drawn.add(key)
-            own = [int(b["m"]) for b in sub if (b["schedule"] == "interleaved") == (key > 1)]
-            mm = np.geomspace(min(own), max(own), 200) if max(own) > min(own) else np.array(own[:1], float)
-            th = (pp - 1) / (key * mm + pp - 1)
-            same = [t for t in scheds if (next((int(b.get("virtual_stages", 1)) for b in sub
-                                                if b["schedule"] == t), 1) if t == "interleaved" else 1) == key]
-            ax.plot(mm, th, color="black" if key == 1 else "#777777", ls="-" if key == 1 else "--", lw=1.1,
-                    label="theory " + "/".join(same) + (f" (p−1)/({key}m+p−1)" if key > 1 else " (p−1)/(m+p−1)"))
+            if s == "interleaved":
+                v = int(own[0].get("virtual_stages", 1))
+                key, lab = ("v", v), f"(p−1)/({v}m+p−1)"
+                f = (lambda v: lambda mm: (pp - 1) / (v * mm + pp - 1))(v)
+            elif s == "zb-h1":
+                tw = num(own[0].get("t_weight_us")) or 0.0
+                tf, tb = num(own[0].get("t_forward_us")) or 0.0, (num(own[0].get("t_backward_us")) or 0.0) - tw
+                idle = (pp - 1) * (tf + tb - tw)
+                key, lab = ("zb",), "(p−1)(T_F+T_B−T_W) idle"
+                f = (lambda idle, w: lambda mm: idle / (mm * w + idle))(idle, tf + tb + tw)
+            else:
+                key, lab = ("1",), "(p−1)/(m+p−1)"
+                f = lambda mm: (pp - 1) / (mm + pp - 1)
+            if key in lines:
+                lines[key][0].append(s)
+                lines[key][3].extend(int(b["m"]) for b in own)
+            else:
+                lines[key] = ([s], f, lab, [int(b["m"]) for b in own])
+        for i, (names, f, lab, ms_own) in enumerate(lines.values()):
+            mm = np.geomspace(min(ms_own), max(ms_own), 200) if max(ms_own) > min(ms_own) else np.array(ms_own[:1], float)
+            ax.plot(mm, f(mm), color=["black", "#777777", "#8c564b"][min(i, 2)], ls=["-", "--", ":"][min(i, 2)], lw=1.1,
+                    label="theory " + "/".join(names) + " " + lab)
         for s in scheds:
             pts = sorted((b for b in sub if b["schedule"] == s), key=lambda b: int(b["m"]))
             if not pts:
@@ -188,5 +203,5 @@ def plot_bubble(r, run, failed):
                  f"stage, {r.world()} ranks)")
     r.save(fig, "bubble", "pipeline bubble against micro-batches",
               "Measured bubble (median of the repetitions, bars: min–max; points of one m are spread slightly "
-              "sideways) against micro-batches per step, with the closed form as lines (GPipe and 1F1B share "
-              "(p−1)/(m+p−1)). Red rings: the bubble check (|measured − simulated| <= 0.05) failed.")
+              "sideways) against micro-batches per step, with the closed forms as lines (GPipe and 1F1B share "
+              "(p−1)/(m+p−1); ZB-H1's from its T_F, T_B, T_W). Red rings: the bubble check (|measured − simulated| <= 0.05) failed.")
