@@ -131,6 +131,9 @@ expect_error "train.resume_from \"latest\" needs train.checkpoint_dir (where to 
 expect_error "train.checkpoint_every = -1 is out of range [0, 1000000]" run --config "$tmp/ckpt_every.json"
 expect_error "nonexistent' is not a checkpoint step directory (no such directory)" run --config "$tmp/resume_missing.json"
 expect_error "train.checkpoint_dir is not writable: '/proc/dtbench-nope'" run --config "$tmp/ckpt_unwritable.json"
+mkdir -p "$tmp/held/step-5" && echo 5 >"$tmp/held/latest"
+printf '{"suites": ["train"], "train": {"steps": 10, "checkpoint_every": 5, "checkpoint_dir": "%s/held"}}' "$tmp" >"$tmp/ckpt_held.json"
+expect_error "holds an earlier run's checkpoints (latest $tmp/held/step-5); a fresh run would overwrite them" run --config "$tmp/ckpt_held.json"
 expect_error "latest.json exists and is not a regular file" run --config smoke --output-dir "$tmp/out_latest_dir"
 expect_error "--run-id 'latest' is reserved" run --config smoke --run-id latest
 if [ "$huge" -le $(( 2147483647 * 8 )) ]; then

@@ -86,6 +86,20 @@ CheckpointPlan checkpoint_plan_from_json(const json& s) {
   if (!p.dir.empty() && std::filesystem::exists(p.dir, ec) && !std::filesystem::is_directory(p.dir, ec))
     throw InputError("train.checkpoint_dir: '" + printable(p.dir) + "' is not a directory");
   if (p.every > 0) check_dir_writable(p.dir, "train.checkpoint_dir");  // before anything is measured
+  // A fresh run saving where an earlier run's checkpoints are would overwrite them (and its
+  // `latest` would then name a mix of the two runs).
+  if (p.every > 0 && p.resume_from.empty()) {
+    std::string held;
+    try {
+      held = resolve_resume(p.dir, "latest");
+    } catch (const InputError& e) {
+      throw InputError("train.checkpoint_dir: " + std::string(e.what()));
+    }
+    if (!held.empty())
+      throw InputError("train.checkpoint_dir: '" + printable(p.dir) + "' holds an earlier run's checkpoints (latest " +
+                       printable(held) + "); a fresh run would overwrite them: resume with train.resume_from "
+                       "\"latest\", or save into another directory");
+  }
   return p;
 }
 
