@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/error.h"
+#include "reference/process_grid.h"
 
 namespace dtb {
 
@@ -58,12 +59,7 @@ std::vector<int> balance_stages(const PartCosts& c, int p) {
 std::vector<StageCost> stage_costs(const PartCosts& c, const std::vector<int>& layers) {
   check_costs(c);
   const int L = c.layers(), p = int(layers.size());
-  int sum = 0;
-  for (int n : layers) {
-    if (n < 1) throw InputError("stage balance: a stage of the split holds no layer");
-    sum += n;
-  }
-  if (sum != L) throw InputError("stage balance: the split sums to " + std::to_string(sum) + " layers, not " + std::to_string(L));
+  check_pipeline_layers(layers, p, L, "stage balance: its stages");
   std::vector<StageCost> out(static_cast<size_t>(p));
   int l = 0;
   for (int s = 0; s < p; ++s) {

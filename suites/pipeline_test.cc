@@ -14,6 +14,20 @@ namespace {
 
 using nlohmann::json;
 
+// The suite's section with small GPT cases (L 4 of C 32, 4 micro-batches, one timed step),
+// validated and run on `world` with the tests' inline text.
+SuiteResult run_small(Communicator& world, json s) {
+  auto suite = suite_registry().at("pipeline")();
+  s["gpt"]["model"] = model_defaults(4, 32, 4, 16, 256);
+  s["gpt"]["seq_len"] = 16, s["gpt"]["micro_batches"] = 4, s["gpt"]["steps"] = 1;
+  const json config = {{"pipeline", s}};
+  suite->validate(s, config, WorldInfo(world.size()));
+  CpuDevice device;
+  const Dataset data = test_data();
+  SuiteContext ctx{world, device, config, config.at("pipeline"), &data};
+  return suite->run(ctx);
+}
+
 TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
   auto world = make_mpi_world();
   ASSERT_TRUE(suite_registry().contains("pipeline"));
@@ -22,15 +36,7 @@ TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
   s["micro_batches"] = {4}, s["t_forward_us"] = 200, s["t_backward_us"] = 400;  // t_weight_us 0: 200
   s["repetitions"] = 1;
   s["activation_elems"] = 256;
-  // The GPT cases, small: L 4 of C 32 at PP 2, 4 micro-batches, one timed step.
-  s["gpt"]["model"] = model_defaults(4, 32, 4, 16, 256);
-  s["gpt"]["seq_len"] = 16, s["gpt"]["micro_batches"] = 4, s["gpt"]["steps"] = 1;
-  const json config = {{"pipeline", s}};
-  suite->validate(s, config, WorldInfo(world->size()));
-  CpuDevice device;
-  const Dataset data = test_data();
-  SuiteContext ctx{*world, device, config, config.at("pipeline"), &data};
-  const SuiteResult r = suite->run(ctx);
+  const SuiteResult r = run_small(*world, s);
 
   for (const char* sched : {"gpipe", "1f1b", "interleaved", "zb-h1"})
     for (int p : {2, 4}) {
@@ -81,14 +87,7 @@ TEST(PipelineSuite, GptCasesRecordStagesBytesAndTheBalancer) {
   auto suite = suite_registry().at("pipeline")();
   json s = suite->defaults();
   s["stages"] = {2}, s["micro_batches"] = {2}, s["repetitions"] = 1, s["activation_elems"] = 16;
-  s["gpt"]["model"] = model_defaults(4, 32, 4, 16, 256);
-  s["gpt"]["seq_len"] = 16, s["gpt"]["micro_batches"] = 4, s["gpt"]["steps"] = 1;
-  const json config = {{"pipeline", s}};
-  suite->validate(s, config, WorldInfo(world->size()));
-  CpuDevice device;
-  const Dataset data = test_data();
-  SuiteContext ctx{*world, device, config, config.at("pipeline"), &data};
-  const SuiteResult r = suite->run(ctx);
+  const SuiteResult r = run_small(*world, s);
   auto find = [&](const std::string& name) -> const json* {
     for (const json& b : r.benchmarks)
       if (b.at("name") == name) return &b;
