@@ -38,10 +38,6 @@ void agree(Communicator& world, const std::string& why) {
   throw InputError(msg);
 }
 
-// The "state" section: next step, AdamW t, seed, loss scale (bits of a double), growth
-// tracker, skipped steps; 8 bytes each.
-constexpr size_t kStateBytes = 6 * 8;
-
 }  // namespace
 
 template <typename T>
@@ -71,16 +67,8 @@ std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run
   FileDigest mine;
   try {
     const ZeroState<T> st = engine.export_state();
-    const LossScalerState& sc = progress.scaler;
     std::vector<CheckpointSection> sections;
-    CheckpointSection state{"state", "raw", std::vector<char>(kStateBytes)};
-    put<int64_t>(state.bytes, 0, step);
-    put<int64_t>(state.bytes, 8, st.t);
-    put<uint64_t>(state.bytes, 16, run.seed);
-    put<double>(state.bytes, 24, sc.scale);
-    put<int64_t>(state.bytes, 32, sc.growth_tracker);
-    put<int64_t>(state.bytes, 40, sc.skipped);
-    sections.push_back(std::move(state));
+    sections.push_back(state_section({step, st.t, run.seed, progress.scaler}));
     auto add = [&](const char* name, const auto& v) {
       using E = typename std::decay_t<decltype(v)>::value_type;
       CheckpointSection s{name, std::string(to_string(dtype_of<E>())), std::vector<char>(v.size() * sizeof(E))};
@@ -91,6 +79,9 @@ std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run
     if (!st.master.empty()) add("master", st.master);
     add("m", st.m);
     add("v", st.v);
+    const ZeroStateIndex index = engine.state_index();
+    sections.push_back(index_section("index.params", index.params));
+    sections.push_back(index_section("index.state", index.moments));
     static_assert(sizeof(A) == sizeof(typename ZeroState<T>::A));
     mine = write_rank_file((fs::path(sdir) / ("rank-" + std::to_string(world.rank()) + ".bin")).string(),
                            {world.rank(), world.size(), step}, sections);
@@ -141,62 +132,42 @@ TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunIn
       const std::vector<char> b = read_all((fs::path(step_dir) / "manifest.json").string(), "checkpoint manifest");
       manifest_sha = sha256_hex(b.data(), b.size(), nullptr, 0);
     }
-    const std::string me = "checkpoint " + printable(step_dir) + ": ";
     const int64_t step = m.at("step").get<int64_t>();  // checked by check_checkpoint_manifest
-    const json& e = m["ranks"][size_t(r)];
-    const std::string name = "rank-" + std::to_string(r) + ".bin";
-    if (!e.is_object() || e.value("rank", -1) != r || e.value("file", "") != name || !e.contains("bytes") ||
-        !e["bytes"].is_number_unsigned() || !e.contains("sha256") || !e["sha256"].is_string())
-      throw InputError(me + "manifest.json's entry for rank " + std::to_string(r) + " is malformed");
-    const FileDigest expect{e["bytes"].get<uint64_t>(), e["sha256"].get<std::string>()};
-    const std::string path = (fs::path(step_dir) / name).string();
-    const std::vector<CheckpointSection> sections = read_rank_file(path, {r, world.size(), step}, &expect);
     const ZeroStateShape shape = engine.state_shape();
-    auto find = [&](const std::string& s) -> const CheckpointSection* {
-      for (const auto& x : sections)
-        if (x.name == s) return &x;
-      return nullptr;
-    };
-    auto take = [&](const char* s, auto& out, size_t count) {
-      using E = typename std::decay_t<decltype(out)>::value_type;
-      const std::string dt(to_string(dtype_of<E>()));
-      const CheckpointSection* x = find(s);
-      if (!x) throw InputError("checkpoint file " + path + ": no section '" + s + "'");
-      if (x->dtype != dt || x->bytes.size() != count * sizeof(E))
-        throw InputError("checkpoint file " + path + ": section '" + s + "' holds " + std::to_string(x->bytes.size()) +
-                         " bytes of " + printable(x->dtype, 8) + ", this rank needs " + std::to_string(count) + " " +
-                         dt + " values");
-      out.resize(count);
-      if (count) std::memcpy(out.data(), x->bytes.data(), x->bytes.size());
-    };
-    take("params", st.params, shape.params);
-    if (shape.master > 0) take("master", st.master, shape.master);
-    if (shape.master == 0 && find("master"))
-      throw InputError("checkpoint file " + path + ": holds master weights this run does not keep");
-    take("m", st.m, shape.moments);
-    take("v", st.v, shape.moments);
-    const CheckpointSection* s = find("state");
-    if (!s || s->dtype != "raw" || s->bytes.size() != kStateBytes)
-      throw InputError("checkpoint file " + path + ": no valid 'state' section");
-    const int64_t next = get<int64_t>(s->bytes, 0);
-    st.t = get<int64_t>(s->bytes, 8);
-    const uint64_t seed = get<uint64_t>(s->bytes, 16);
-    p.next_step = next;
-    p.scaler = {get<double>(s->bytes, 24), get<int64_t>(s->bytes, 32), get<int64_t>(s->bytes, 40)};
-    if (next != step)
-      throw InputError("checkpoint file " + path + ": next step " + std::to_string(next) + ", the manifest says " +
-                       std::to_string(step));
-    if (seed != run.seed)
-      throw InputError("checkpoint file " + path + ": seed " + std::to_string(seed) + " does not match this run's " +
-                       std::to_string(run.seed));
-    if (st.t < 0 || st.t > next || st.t > std::numeric_limits<int>::max())
-      throw InputError("checkpoint file " + path + ": AdamW step count " + std::to_string(st.t) + " is outside [0, " +
-                       std::to_string(next) + "]");
+    StateFields f;
+    if (!resharded_from(m, run).empty()) {
+      st = reshard_state<T>(step_dir, m, run, engine.state_index(), shape, f);
+    } else {
+      const auto [path, expect] = rank_file_of(m, r, step_dir);
+      const std::vector<CheckpointSection> sections = read_rank_file(path, {r, world.size(), step}, &expect);
+      auto take = [&](const char* s, auto& out, size_t count) {
+        using E = typename std::decay_t<decltype(out)>::value_type;
+        const std::string dt(to_string(dtype_of<E>()));
+        const CheckpointSection* x = find_section(sections, s);
+        if (!x) throw InputError("checkpoint file " + path + ": no section '" + s + "'");
+        if (x->dtype != dt || x->bytes.size() != count * sizeof(E))
+          throw InputError("checkpoint file " + path + ": section '" + s + "' holds " + std::to_string(x->bytes.size()) +
+                           " bytes of " + printable(x->dtype, 8) + ", this rank needs " + std::to_string(count) + " " +
+                           dt + " values");
+        out.resize(count);
+        if (count) std::memcpy(out.data(), x->bytes.data(), x->bytes.size());
+      };
+      take("params", st.params, shape.params);
+      if (shape.master > 0) take("master", st.master, shape.master);
+      if (shape.master == 0 && find_section(sections, "master"))
+        throw InputError("checkpoint file " + path + ": holds master weights this run does not keep");
+      take("m", st.m, shape.moments);
+      take("v", st.v, shape.moments);
+      f = read_state(sections, path, step, run.seed);
+      st.t = f.t;
+    }
+    p.next_step = f.next;
+    p.scaler = f.scaler;
     if (scaler && scaler->config().enabled) {
       try {
         validate_loss_scaler_state(scaler->config(), p.scaler);
       } catch (const InputError& x) {
-        throw InputError("checkpoint file " + path + ": " + x.what());
+        throw InputError("checkpoint " + printable(step_dir) + ": " + x.what());
       }
     }
     p.history = m.contains("history") ? m["history"] : json::object();

@@ -2,10 +2,15 @@
 // ZeroEngine's parameters, master weights, AdamW moments and step count, the loss scaler,
 // the data position) to its own file, rank 0 a manifest that makes the step complete
 // (DeepSpeed save_checkpoint/load_checkpoint's per-rank files and `latest` tag; PyTorch
-// Distributed Checkpoint's per-rank shards plus a metadata file written last). Not here:
-// resharding to another layout (refused), retention of old checkpoints, async saving.
+// Distributed Checkpoint's per-rank shards plus a metadata file written last). Layout-
+// independent: each rank file also stores where each of its elements sits in the full model
+// (ZeroStateIndex), so a checkpoint of any layout (TP, PP, DP, EP, SP, virtual stages, the
+// stage split, ZeRO stage, offload) loads into any other of the same model and precision —
+// resharded on load, as PyTorch Distributed Checkpoint reshards and DeepSpeed's universal
+// checkpoint (Lian et al. 2024) converts. Not here: retention of old checkpoints, async saving.
 // Sources: checkpoint_file.cc (rank files, durable writes), checkpoint_manifest.cc (the
-// run identity, the manifest, step directories, the history), checkpoint.cc (save, load).
+// run identity, the manifest, step directories, the history), checkpoint.cc (save, load),
+// checkpoint_reshard.cc (loading another layout's files).
 //
 //   DIR/step-<k>/rank-<r>.bin    one per rank: header, section table, payload, SHA-256
 //   DIR/step-<k>/manifest.json   rank 0, written last: run identity, per-rank size + sha256
@@ -20,7 +25,11 @@
 //   0 magic "DTBCKPT\0" | 8 u32 format version | 12 u32 sections | 16 i32 rank |
 //   20 i32 world size | 24 i64 step | 32 u64 payload bytes | 40 sha256[32] of bytes
 //   [0, 40) and the payload; payload = sections x 48-byte entries (name[24], dtype[8],
-//   u64 offset in the payload, u64 bytes), then the sections' bytes.
+//   u64 offset in the payload, u64 bytes), then the sections' bytes. Sections: "state" (raw:
+//   next step, AdamW t, seed, loss scaler), "params" (T), "master" (fp32, when held), "m",
+//   "v", and the index: "index.params" and "index.state" (raw, little-endian i64 triples
+//   (global index, position in params / in m, v and master, count): runs of consecutive
+//   elements; a shard's padding is in no run).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -168,12 +177,19 @@ std::string checkpoint_step_dir(const std::string& dir, int64_t step);
 /// caller prefixes it).
 std::string resolve_resume(const std::string& dir, const std::string& resume_from);
 
-/// Reads `step_dir`/manifest.json and checks it against `run` (format, world size, DP size
-/// — resharding is refused —, layout, model, precision, seed, dataset when `run`'s sha256
-/// is not empty, global batch, sequence length, loss scaling). Local (e.g. rank 0 while
-/// validating a config). Returns the manifest. Errors: InputError "checkpoint <step_dir>:
-/// <first mismatch>", one line; a missing manifest: the checkpoint is incomplete.
+/// Reads `step_dir`/manifest.json and checks it against `run` (format; model, precision,
+/// seed, dataset when `run`'s sha256 is not empty, global batch, sequence length, loss
+/// scaling; the recipe unless allowed; another layout only with the index that reshards it —
+/// a manifest without "layout_independent" resumes on its own layout and world size alone).
+/// Local (e.g. rank 0 while validating a config). Returns the manifest. Errors: InputError
+/// "checkpoint <step_dir>: <first mismatch>", one line; a missing manifest: the checkpoint is
+/// incomplete.
 nlohmann::json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunInfo& run);
+
+/// The layout the checkpoint `manifest` (check_checkpoint_manifest's) was saved with, as
+/// describe_layout names it, when it differs from `run`'s (load_checkpoint reshards it);
+/// "" for the same layout. Errors: InputError for a malformed layout field.
+std::string resharded_from(const nlohmann::json& manifest, const CheckpointRunInfo& run);
 
 /// The rank files `manifest` (check_checkpoint_manifest's) lists, each present in
 /// `step_dir` with its recorded size (a stat each: no reading, no checksums — every rank
@@ -195,7 +211,11 @@ std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run
 
 /// Resumes from `step_dir`: every rank checks the manifest against `run` and reads and
 /// verifies its own rank file (section sizes against engine.state_shape(), the seed, the
-/// step, the loss scaler state against `scaler`'s config), the ranks agree on the outcome
+/// step, the loss scaler state against `scaler`'s config) — or, when the checkpoint was saved
+/// on another layout (resharded_from), every rank file, whose elements it places by their
+/// index in the full model and takes its own from (engine.state_index(); every element it
+/// needs must be there; fp32 master weights a layout keeps with offload and the saved one did
+/// not are its fp32 parameters, which they equal) —, the ranks agree on the outcome
 /// and that they read the same manifest, and only then does each import its state into
 /// `engine` (whose model and layout must be `run`'s) and, when loss scaling is enabled,
 /// `scaler` (may be null). Returns the next step, the loss scaler state and the manifest's

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
@@ -198,5 +199,82 @@ std::vector<CheckpointSection> read_rank_file(const std::string& path, const Ran
 void write_file_durably(const std::string& path, const std::string& text) {
   write_durably(path, text.data(), text.size());
 }
+
+
+namespace checkpoint_io {
+
+namespace {
+constexpr size_t kStateBytes = 6 * 8;  // the "state" section: 6 little-endian 8-byte words
+}  // namespace
+
+CheckpointSection state_section(const StateFields& f) {
+  CheckpointSection s{"state", "raw", std::vector<char>(kStateBytes)};
+  put<int64_t>(s.bytes, 0, f.next);
+  put<int64_t>(s.bytes, 8, f.t);
+  put<uint64_t>(s.bytes, 16, f.seed);
+  put<double>(s.bytes, 24, f.scaler.scale);
+  put<int64_t>(s.bytes, 32, f.scaler.growth_tracker);
+  put<int64_t>(s.bytes, 40, f.scaler.skipped);
+  return s;
+}
+
+const CheckpointSection* find_section(const std::vector<CheckpointSection>& sections, const std::string& name) {
+  for (const auto& x : sections)
+    if (x.name == name) return &x;
+  return nullptr;
+}
+
+StateFields read_state(const std::vector<CheckpointSection>& sections, const std::string& path, int64_t step,
+                       uint64_t seed) {
+  const CheckpointSection* s = find_section(sections, "state");
+  if (!s || s->dtype != "raw" || s->bytes.size() != kStateBytes)
+    throw InputError("checkpoint file " + path + ": no valid 'state' section");
+  StateFields f;
+  f.next = get<int64_t>(s->bytes, 0);
+  f.t = get<int64_t>(s->bytes, 8);
+  f.seed = get<uint64_t>(s->bytes, 16);
+  f.scaler = {get<double>(s->bytes, 24), get<int64_t>(s->bytes, 32), get<int64_t>(s->bytes, 40)};
+  if (f.next != step)
+    throw InputError("checkpoint file " + path + ": next step " + std::to_string(f.next) + ", the manifest says " +
+                     std::to_string(step));
+  if (f.seed != seed)
+    throw InputError("checkpoint file " + path + ": seed " + std::to_string(f.seed) + " does not match this run's " +
+                     std::to_string(seed));
+  if (f.t < 0 || f.t > f.next || f.t > std::numeric_limits<int>::max())
+    throw InputError("checkpoint file " + path + ": AdamW step count " + std::to_string(f.t) + " is outside [0, " +
+                     std::to_string(f.next) + "]");
+  return f;
+}
+
+CheckpointSection index_section(const std::string& name, const std::vector<int64_t>& index) {
+  CheckpointSection s{name, "raw", {}};
+  for (size_t i = 0; i < index.size();) {
+    if (index[i] < 0) {
+      ++i;
+      continue;
+    }
+    size_t n = 1;
+    while (i + n < index.size() && index[i + n] == index[i] + int64_t(n)) ++n;
+    const size_t at = s.bytes.size();
+    s.bytes.resize(at + 24);
+    put<int64_t>(s.bytes, at, index[i]);
+    put<int64_t>(s.bytes, at + 8, int64_t(i));
+    put<int64_t>(s.bytes, at + 16, int64_t(n));
+    i += n;
+  }
+  return s;
+}
+
+std::pair<std::string, FileDigest> rank_file_of(const nlohmann::json& m, int r, const std::string& step_dir) {
+  const nlohmann::json& e = m["ranks"][size_t(r)];
+  const std::string name = "rank-" + std::to_string(r) + ".bin";
+  if (!e.is_object() || e.value("rank", -1) != r || e.value("file", "") != name || !e.contains("bytes") ||
+      !e["bytes"].is_number_unsigned() || !e.contains("sha256") || !e["sha256"].is_string())
+    throw InputError("checkpoint " + printable(step_dir) + ": manifest.json's entry for rank " + std::to_string(r) +
+                     " is malformed");
+  return {(fs::path(step_dir) / name).string(), FileDigest{e["bytes"].get<uint64_t>(), e["sha256"].get<std::string>()}};
+}
+
+}  // namespace checkpoint_io
 
 }  // namespace dtb

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,42 @@ V get(const std::vector<char>& buf, size_t at) {
   std::memcpy(&v, buf.data() + at, sizeof v);
   return v;
 }
+
+/// The "state" section of a rank file: next step, AdamW t, seed, loss scaler state.
+struct StateFields {
+  int64_t next = 0, t = 0;
+  uint64_t seed = 0;
+  LossScalerState scaler;
+};
+
+/// The "state" section of `fields` (48 bytes: 6 little-endian 8-byte words).
+CheckpointSection state_section(const StateFields& fields);
+
+/// The "state" section of rank file `path`'s `sections`, checked: present and 48 bytes, its
+/// next step `step` (the manifest's), its seed `seed`, t in [0, step]. Errors: InputError
+/// "checkpoint file <path>: ...".
+StateFields read_state(const std::vector<CheckpointSection>& sections, const std::string& path, int64_t step,
+                       uint64_t seed);
+
+/// The section named `name` of `sections`, or null.
+const CheckpointSection* find_section(const std::vector<CheckpointSection>& sections, const std::string& name);
+
+/// An index section ("index.params", "index.state") of `index` (ZeroStateIndex's): runs of
+/// consecutive full-model indices as i64 triples (global, position, count); -1 is in none.
+CheckpointSection index_section(const std::string& name, const std::vector<int64_t>& index);
+
+/// Rank `r`'s file in `step_dir` and its size and checksum, as `manifest` lists them.
+/// Errors: InputError "checkpoint <step_dir>: manifest.json's entry for rank <r> is malformed".
+std::pair<std::string, FileDigest> rank_file_of(const nlohmann::json& manifest, int r, const std::string& step_dir);
+
+/// Every rank file of the checkpoint `manifest` (saved on another layout than `run`'s)
+/// read and verified, their elements placed by their index in the full model, and the state
+/// of the engine whose index and shape are `want` and `shape` taken from them (padding 0).
+/// Sets `fields` (the same in every file). Errors: InputError naming the file or the first
+/// element no file holds. Local (every rank reads every file).
+template <typename T>
+ZeroState<T> reshard_state(const std::string& step_dir, const nlohmann::json& manifest, const CheckpointRunInfo& run,
+                           const ZeroStateIndex& want, const ZeroStateShape& shape, StateFields& fields);
 
 /// The manifest of `run`'s checkpoint at `step` steps done (reference/checkpoint.h's
 /// layout of manifest.json): run identity, loss scaler state, AdamW steps, the caller's

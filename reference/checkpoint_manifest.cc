@@ -73,6 +73,56 @@ std::string model_differences(const json& saved, const json& run) {
   return s;
 }
 
+// The layout and ZeRO settings a manifest records (validated field by field).
+CheckpointRunInfo saved_layout(const json& m, const std::string& where) {
+  CheckpointRunInfo saved;
+  saved.layout.tp = int_field(m, where, "layout", "tp");
+  saved.layout.dp = int_field(m, where, "layout", "dp");
+  saved.layout.pp = int_field(m, where, "layout", "pp");
+  saved.layout.virtual_stages = int_field(m, where, "layout", "virtual_stages");
+  saved.layout.schedule = field<std::string>(m, where, "layout", "schedule");
+  // Expert parallelism: absent in a manifest written before it existed (a dense run, EP 1).
+  saved.layout.ep = m.contains("layout") && m["layout"].is_object() && m["layout"].contains("ep")
+                        ? int_field(m, where, "layout", "ep")
+                        : 1;
+  // Sequence parallelism: absent in a manifest written before it existed (off).
+  saved.layout.sequence_parallel = m.at("layout").contains("sequence_parallel") &&
+                                   field<bool>(m, where, "layout", "sequence_parallel");
+  // The layers per virtual stage: absent in a manifest written before uneven splits ([]: even).
+  if (m.at("layout").contains("pipeline_layers")) {
+    const json& pl = m.at("layout").at("pipeline_layers");
+    if (!pl.is_array()) throw InputError("checkpoint " + where + ": layout.pipeline_layers is not a list");
+    for (const json& x : pl) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > kMaxStageLayers)
+        throw InputError("checkpoint " + where + ": layout.pipeline_layers holds " + x.dump().substr(0, 20));
+      saved.layout.pipeline_layers.push_back(x.get<int>());
+    }
+  }
+  saved.zero.stage = int_field(m, where, "layout", "zero_stage");
+  saved.zero.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
+  return saved;
+}
+
+// Whether two runs' layouts hold their state alike (every rank the same elements).
+bool same_layout(const CheckpointRunInfo& x, const CheckpointRunInfo& y, int L) {
+  const ParallelLayout& a = x.layout;
+  const ParallelLayout& b = y.layout;
+  return a.tp == b.tp && a.dp == b.dp && a.pp == b.pp && a.ep == b.ep && a.sequence_parallel == b.sequence_parallel &&
+         a.virtual_stages == b.virtual_stages && stage_layers(a, L) == stage_layers(b, L) &&
+         (a.pp == 1 || a.schedule == b.schedule) && x.zero.stage == y.zero.stage &&
+         x.zero.offload_optimizer == y.zero.offload_optimizer;
+}
+
+bool layout_independent(const json& m) { return m.value("layout_independent", false) == true; }
+
+}  // namespace
+
+std::string resharded_from(const json& m, const CheckpointRunInfo& run) {
+  const CheckpointRunInfo saved = saved_layout(m, "");
+  return same_layout(saved, run, run.model.L) ? "" : describe_layout(saved);
+}
+
+namespace {
 }  // namespace
 
 const std::vector<std::string>& checkpoint_recipe_keys() {
@@ -245,48 +295,20 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   if (version != kCheckpointFormatVersion)
     throw InputError("checkpoint " + where + ": format version " + std::to_string(version) +
                      " is not supported (this build reads " + std::to_string(kCheckpointFormatVersion) + ")");
-  CheckpointRunInfo saved;
-  saved.layout.tp = int_field(m, where, "layout", "tp");
-  saved.layout.dp = int_field(m, where, "layout", "dp");
-  saved.layout.pp = int_field(m, where, "layout", "pp");
-  saved.layout.virtual_stages = int_field(m, where, "layout", "virtual_stages");
-  saved.layout.schedule = field<std::string>(m, where, "layout", "schedule");
-  // Expert parallelism: absent in a manifest written before it existed (a dense run, EP 1).
-  saved.layout.ep = m.contains("layout") && m["layout"].is_object() && m["layout"].contains("ep")
-                        ? int_field(m, where, "layout", "ep")
-                        : 1;
-  // Sequence parallelism: absent in a manifest written before it existed (off).
-  saved.layout.sequence_parallel = m.at("layout").contains("sequence_parallel") &&
-                                   field<bool>(m, where, "layout", "sequence_parallel");
-  // The layers per virtual stage: absent in a manifest written before uneven splits ([]: even).
-  if (m.at("layout").contains("pipeline_layers")) {
-    const json& pl = m.at("layout").at("pipeline_layers");
-    if (!pl.is_array()) throw InputError("checkpoint " + where + ": layout.pipeline_layers is not a list");
-    for (const json& x : pl) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > kMaxStageLayers)
-        throw InputError("checkpoint " + where + ": layout.pipeline_layers holds " + x.dump().substr(0, 20));
-      saved.layout.pipeline_layers.push_back(x.get<int>());
-    }
-  }
-  saved.zero.stage = int_field(m, where, "layout", "zero_stage");
-  saved.zero.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
+  const CheckpointRunInfo saved = saved_layout(m, where);
   const std::string prec = field<std::string>(m, where, "layout", "precision");
   const auto world = field<int64_t>(m, where, "world_size");
   const std::string me = "checkpoint " + where + ": ";
-  // The layout: another DP size alone is resharding (refused); anything else, the layouts.
-  const ParallelLayout& a = saved.layout;
-  const ParallelLayout& b = run.layout;
-  const bool same_rest = a.tp == b.tp && a.pp == b.pp && a.ep == b.ep &&
-                         a.sequence_parallel == b.sequence_parallel && a.virtual_stages == b.virtual_stages &&
-                         stage_layers(a, run.model.L) == stage_layers(b, run.model.L) &&
-                         (a.pp == 1 || a.schedule == b.schedule) && saved.zero.stage == run.zero.stage &&
-                         saved.zero.offload_optimizer == run.zero.offload_optimizer;
-  if (same_rest && a.dp != b.dp)
-    throw InputError(me + "saved with DP" + std::to_string(a.dp) + ", this run has DP" + std::to_string(b.dp) +
-                     ": resharding a checkpoint to another DP size is not supported");
-  if (!same_rest)
-    throw InputError(me + "layout " + describe_layout(saved) + " does not match this run's " + describe_layout(run));
-  if (world != run.world_size())
+  // Another layout: resharded on load (every tensor's elements are indexed in the full model),
+  // unless the checkpoint predates that index (format 1 without layout_independent).
+  const bool same = same_layout(saved, run, run.model.L);
+  if (!same && !layout_independent(m))
+    throw InputError(me + "layout " + describe_layout(saved) + " does not match this run's " + describe_layout(run) +
+                     " (saved without the index that reshards: resume it on its own layout)");
+  if (world != saved.layout.world())
+    throw InputError(me + "world size " + std::to_string(world) + " is not its layout " + describe_layout(saved) +
+                     "'s " + std::to_string(saved.layout.world()));
+  if (same && world != run.world_size())
     throw InputError(me + "world size " + std::to_string(world) + " does not match this run's " +
                      std::to_string(run.world_size()));
   if (prec != precision_name(run.precision))
@@ -357,11 +379,25 @@ void check_checkpoint_files(const std::string& step_dir, const json& manifest) {
 
 namespace checkpoint_io {
 
+namespace {
+// The full model's tensors as the rank files' indices address them: name, global shape,
+// offset in the flat buffer (gpt_param_layout).
+json tensor_table(const GptConfig& model) {
+  json t = json::array();
+  for (const ParamTensor& p : gpt_param_layout(model))
+    t.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"numel", p.numel}});
+  return t;
+}
+}  // namespace
+
 json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, const TrainProgress& progress,
                    int64_t adamw_steps, json ranks) {
   const ParallelLayout& l = run.layout;
   return {{"format", "dtbench-checkpoint"},
           {"format_version", kCheckpointFormatVersion},
+          // Every rank file indexes its elements in the full model: any layout can load it.
+          {"layout_independent", true},
+          {"tensors", tensor_table(run.model)},
           {"step", step},
           {"world_size", world_size},
           {"layout",

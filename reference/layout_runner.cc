@@ -33,9 +33,12 @@ void resume(const LayoutCheckpoints& c, const CheckpointRunInfo& info, const Tra
   loop.first_step = p.next_step;
   act.resumed_from = step_dir;
   act.first_step = p.next_step;
-  act.changed_on_resume = recipe_changes(check_checkpoint_manifest(step_dir, info), info);  // the allowed ones
-  note(c, "resumed from " + step_dir + ": steps " + std::to_string(p.next_step) + " to " +
-              std::to_string(cfg.steps - 1) + " run here, the loss curve before from the checkpoint");
+  const nlohmann::json m = check_checkpoint_manifest(step_dir, info);
+  act.changed_on_resume = recipe_changes(m, info);  // the allowed ones
+  act.resharded_from = resharded_from(m, info);
+  note(c, "resumed from " + step_dir + (act.resharded_from.empty() ? "" : " (resharded from " + act.resharded_from + ")") +
+              ": steps " + std::to_string(p.next_step) + " to " + std::to_string(cfg.steps - 1) +
+              " run here, the loss curve before from the checkpoint");
 }
 
 // Saves a checkpoint after every c.every steps done, the history = `before` + the steps run;

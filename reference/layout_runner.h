@@ -46,6 +46,9 @@ struct CheckpointActivity {
   /// The recipe keys the resume changed (allowed by LayoutCheckpoints::allowed_changes), each
   /// {"key", "saved", "now"} (recipe_changes); empty otherwise.
   nlohmann::json changed_on_resume = nlohmann::json::array();
+  /// The layout the checkpoint was saved on (describe_layout) when it was another and the
+  /// resume resharded it (resharded_from); "" otherwise.
+  std::string resharded_from;
   int64_t first_step = 0;      // steps taken from the checkpoint = the first step run here
   std::vector<int64_t> saved;  // steps done at each completed save
   std::string save_error;      // the first failed save (every rank agrees); later saves are skipped

@@ -68,6 +68,17 @@ struct ZeroState {
   int64_t t = 0;          // AdamW steps taken (the bias correction's t)
 };
 
+/// Where each element of a ZeroState sits in the full model: its index in the flat buffer of
+/// gpt_param_layout (reference/gpt.h), or -1 for a shard's padding. `params` is indexed as
+/// ZeroState::params, `moments` as m and v (and master, which when held has their shape). An
+/// element held by several ranks (a TP-replicated tensor, a DP replica at stage 0, the tied
+/// wte on the first and last stage) appears on each of them. What a layout-independent
+/// checkpoint stores beside the state (reference/checkpoint.h), as PyTorch Distributed
+/// Checkpoint stores each shard's offsets in its global tensor.
+struct ZeroStateIndex {
+  std::vector<int64_t> params, moments;
+};
+
 /// Element counts of a ZeroState for one engine (0 master: none held).
 struct ZeroStateShape {
   size_t params = 0, master = 0, moments = 0;
@@ -155,6 +166,9 @@ class ZeroEngine final : public ParamStore<T> {
   /// step() is bitwise the exported engine's next step. Sizes must be state_shape()'s
   /// (aborts otherwise: validate first). Local, not collective; between steps.
   void import_state(const ZeroState<T>& s);
+  /// Each state element's index in the full model (ZeroStateIndex), from the model's tensors
+  /// and this rank's shards. Local. Defined with the state functions in zero_state.cc.
+  ZeroStateIndex state_index() const;
 
  private:
   struct Pending;

@@ -122,6 +122,7 @@ json checkpoint_json(const CheckpointActivity& a, const CheckpointPlan& p, int s
           {"resumed_from", a.resumed_from},
           {"resumed_at_step", a.first_step},
           {"changed_on_resume", a.changed_on_resume},
+          {"resharded_from", a.resharded_from},
           {"steps_run", steps - a.first_step},
           {"saved_at_steps", a.saved}};
 }
