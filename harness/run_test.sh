@@ -150,6 +150,8 @@ assert sorted({b["precision"] for b in r["benchmarks"]}) == ["bf16", "fp16", "fp
 # precision.
 names = [c["name"] for c in r["checks"]]
 assert sum(n.endswith("loss_vs_fp32/tail_mean") for n in names) == 2 * 40, names
+# Every layout's global gradient norm against the oracle's at each of the 20 steps.
+assert sum("/grad_norm/step:" in n for n in names) == 3 * 40 * 20, [n for n in names if "/grad_norm/" in n][:5]
 assert sum("/recompute_bitwise_vs/" in n for n in names) == 3 * 5, [n for n in names if "recompute_bitwise" in n]
 assert sum("/schedule_bitwise_vs/" in n for n in names) == 3 * 4, [n for n in names if "schedule_bitwise" in n]
 assert r["checks"] and all(c["passed"] for c in r["checks"])

@@ -141,7 +141,7 @@ struct TrainProgress {
 
 /// A run's record of the steps done, kept in each checkpoint's manifest ("history") so that
 /// a resumed run reports its whole loss curve: per step the loss, and the loss scale and
-/// skip (0 / 1) with loss scaling, the gradient norm with clipping (NaN where not finite).
+/// skip (0 / 1) with loss scaling, the global gradient norm (NaN where not finite or skipped).
 struct TrainHistory {
   std::vector<double> losses, loss_scales, grad_norms;
   std::vector<int> skipped;
@@ -154,7 +154,7 @@ struct TrainHistory {
 nlohmann::json history_to_json(const TrainHistory& h);
 
 /// A manifest's history of `steps` steps, as a run of `cfg` records it (loss scales and
-/// skips with cfg.loss_scaler.enabled, norms with cfg.grad_clip > 0). Errors: InputError
+/// skips with cfg.loss_scaler.enabled, gradient norms always). Errors: InputError
 /// "checkpoint <step_dir>: manifest.json's history does not hold the <steps> steps the train
 /// suite records" when it is missing, malformed or of another length.
 TrainHistory history_from_json(const nlohmann::json& manifest, int64_t steps, const TrainConfig& cfg,

@@ -219,7 +219,7 @@ TrainHistory history_from_json(const json& m, int64_t steps, const TrainConfig& 
   };
   numbers("losses", size_t(steps), h.losses);
   numbers("loss_scales", cfg.loss_scaler.enabled ? size_t(steps) : 0, h.loss_scales);
-  numbers("grad_norms", cfg.grad_clip > 0 ? size_t(steps) : 0, h.grad_norms);
+  numbers("grad_norms", size_t(steps), h.grad_norms);
   std::vector<double> skipped;
   numbers("skipped", cfg.loss_scaler.enabled ? size_t(steps) : 0, skipped);
   for (double x : skipped) h.skipped.push_back(x != 0 ? 1 : 0);

@@ -133,7 +133,8 @@ struct LayoutRunSpec {
 struct LayoutOutcome {
   std::vector<double> losses;
   std::vector<StepTiming> timings;
-  std::vector<double> grad_norms, loss_scales;  // per step, when clipping / loss scaling
+  std::vector<double> grad_norms;   // per step: TrainRun::grad_norms (NaN where skipped)
+  std::vector<double> loss_scales;  // per step, when loss scaling
   std::vector<int> skipped;
   std::vector<double> grads0, params;
   double dp_comm_bytes = 0;  // this rank's DP gradient/parameter traffic over the run (ZeroEngine), bytes

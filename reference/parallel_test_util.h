@@ -57,9 +57,9 @@ LayoutGrads layout_grads(const GptConfig& model, const ParallelLayout& layout, c
   const std::vector<T> grads = engine.full_grads();
   r.grads = m.gather(grads, w);
   r.replica_diff = m.replica_max_diff(grads, w);
-  TrainConfig clip = cfg;
-  clip.grad_clip = 1e9;  // far above: the norm is computed, nothing is scaled
-  r.grad_norm = parallel_optimizer_step(engine, clip, nullptr, g).grad_norm;
+  TrainConfig no_clip = cfg;
+  no_clip.grad_clip = 0;  // the norm is computed every step, clipping or not
+  r.grad_norm = parallel_optimizer_step(engine, no_clip, nullptr, g).grad_norm;
   return r;
 }
 

@@ -1,6 +1,7 @@
 #include "reference/parallel_trainer.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "kernels/error.h"
@@ -193,14 +194,16 @@ StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cf
     const double infs = all_reduce_host_scalar(g.world, engine.device(), engine.ops(), engine.local_nonfinite() ? 1.0 : 0.0);
     out.skipped = infs > 0;
     scaler->update(out.skipped);
-    if (out.skipped) return out;
-    engine.scale_grads(acc_t<T>(1.0 / out.loss_scale));  // unscale before clipping (GradScaler.unscale_)
+    if (out.skipped) {
+      out.grad_norm = std::numeric_limits<double>::quiet_NaN();  // undefined: an inf or NaN somewhere
+      return out;
+    }
+    engine.scale_grads(acc_t<T>(1.0 / out.loss_scale));  // unscale before the norm (GradScaler.unscale_)
   }
-  if (cfg.grad_clip > 0) {
-    const double sq = all_reduce_host_scalar(g.world, engine.device(), engine.ops(), engine.owned_grad_sq_norm());
-    out.grad_norm = std::sqrt(sq);
-    engine.scale_grads(acc_t<T>(clip_coefficient(out.grad_norm, cfg.grad_clip)));
-  }
+  // The global norm, every step (Megatron-LM reports grad_norm whether or not it clips).
+  const double sq = all_reduce_host_scalar(g.world, engine.device(), engine.ops(), engine.owned_grad_sq_norm());
+  out.grad_norm = std::sqrt(sq);
+  if (cfg.grad_clip > 0) engine.scale_grads(acc_t<T>(clip_coefficient(out.grad_norm, cfg.grad_clip)));
   engine.step();
   return out;
 }
@@ -229,7 +232,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
     Stopwatch opt_sw;
     auto optim = span_scope(spans, "compute.optimizer", s);
     const StepOutcome o = parallel_optimizer_step(engine, cfg, &scaler, g);
-    if (cfg.grad_clip > 0) run.grad_norms.push_back(o.grad_norm);
+    run.grad_norms.push_back(o.grad_norm);
     if (cfg.loss_scaler.enabled) {
       run.loss_scales.push_back(o.loss_scale);
       run.skipped.push_back(o.skipped ? 1 : 0);

@@ -43,7 +43,9 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
 /// What the optimizer step did.
 struct StepOutcome {
   bool skipped = false;   // an inf or NaN gradient on some rank: no update anywhere
-  double grad_norm = 0;   // the global norm after unscaling (computed when clipping)
+  /// The global L2 norm of the gradient after unscaling, before clipping (each element
+  /// counted once over TP, PP and DP shards), every step; NaN when skipped.
+  double grad_norm = 0;
   double loss_scale = 1;  // the scale the step's gradients carried
 };
 
@@ -51,8 +53,9 @@ struct StepOutcome {
 /// given): every rank agrees whether any rank holds an inf or NaN gradient (an all-reduce MAX
 /// over the world, so no rank decides alone and none waits for a collective the others
 /// skip); if so every rank skips the update and the scaler backs off. Otherwise the
-/// gradients are unscaled, clipped by the global norm (cfg.grad_clip > 0: each element
-/// counted once over TP, PP and DP shards) and the engine steps; the scaler counts a good
+/// gradients are unscaled, their global norm is computed (each element counted once over
+/// TP, PP and DP shards; one scalar all-reduce over the world), they are clipped by it
+/// (cfg.grad_clip > 0) and the engine steps; the scaler counts a good
 /// step. Collective over groups.world.
 template <typename T>
 StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cfg, LossScaler* scaler,

@@ -116,13 +116,14 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
     run.losses.push_back(compute_gradients(model, data, cfg, s, dp, &tm, spans));
     Stopwatch opt_sw;
     auto optim = span_scope(spans, "compute.optimizer", s);
-    if (cfg.grad_clip > 0) {  // the gradients are replicated after the DP all-reduce
+    {  // the global norm, every step; the gradients are replicated after the DP all-reduce
       std::vector<T> g(model.num_params());
       model.ops().copy_to_host(g.data(), model.grads(), g.size() * sizeof(T));
       double sq = 0;
       for (T x : g) sq += double(x) * double(x);
       run.grad_norms.push_back(std::sqrt(sq));
-      model.ops().scale(model.grads(), T(clip_coefficient(std::sqrt(sq), cfg.grad_clip)), model.num_params());
+      if (cfg.grad_clip > 0)
+        model.ops().scale(model.grads(), T(clip_coefficient(std::sqrt(sq), cfg.grad_clip)), model.num_params());
     }
     opt.step(model.params(), model.grads());
     model.ops().synchronize();

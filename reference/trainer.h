@@ -96,7 +96,10 @@ class AdamW {
 struct TrainRun {
   std::vector<double> losses;       // global mean loss per step
   std::vector<StepTiming> timings;  // this rank's timings per step
-  std::vector<double> grad_norms;   // global gradient norm per step (after unscaling), when clipping
+  /// The global L2 norm of the step's gradient per step, before clipping and after unscaling
+  /// (Megatron-LM's grad_norm, DeepSpeed's get_global_grad_norm), every element counted once;
+  /// NaN for a step skipped on an inf or NaN gradient (the norm is undefined there).
+  std::vector<double> grad_norms;
   std::vector<double> loss_scales;  // the loss scale used at each step, when loss scaling
   std::vector<int> skipped;         // 1 where the step was skipped (inf or NaN gradient)
 };
@@ -106,7 +109,8 @@ struct TrainRun {
 inline double clip_coefficient(double norm, double max_norm) { return std::min(1.0, max_norm / (norm + 1e-6)); }
 
 /// Trains `model` (already initialised) for cfg.steps steps with DP over `dp`: per step
-/// compute_gradients, then AdamW on every rank (so DP replicas stay identical). `spans`
+/// compute_gradients, the global gradient norm (TrainRun::grad_norms, every step; clipping by
+/// it when cfg.grad_clip > 0), then AdamW on every rank (so DP replicas stay identical). `spans`
 /// (optional) gets compute_gradients' spans, compute.optimizer and each step's window
 /// (steps 0 .. cfg.steps-1, idle filled). `step_slowdown` is test-only (the regression gate's
 /// power measurement, kernels/slowdown.h): each step does extra CPU work (extra_cpu_seconds:

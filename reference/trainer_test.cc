@@ -123,6 +123,14 @@ TEST(DataParallel, TrainingMatchesSingleRankAndReplicasAgree) {
   // per step; the loss then differs by far less than 1e-4 relative.
   for (int s = 0; s < cfg.steps; ++s) EXPECT_NEAR(rdp.losses[s], r1.losses[s], 1e-4 * r1.losses[s]) << s;
   EXPECT_LT(rdp.losses.back(), rdp.losses.front());  // it learns
+  // Every run records the global gradient norm at every step, without clipping too; step 0's is
+  // the norm of the step-0 gradient (kTol's argument: the same sums grouped differently).
+  ASSERT_EQ(rdp.grad_norms.size(), size_t(cfg.steps));
+  ASSERT_EQ(r1.grad_norms.size(), size_t(cfg.steps));
+  const std::vector<float> g0 = grads_of(single, *self);
+  const double n0 = norm(g0.data(), g0.size());
+  EXPECT_NEAR(r1.grad_norms[0], n0, kTol * n0);
+  EXPECT_NEAR(rdp.grad_norms[0], n0, kTol * n0);
   // Every DP replica holds the same parameters, bit for bit.
   std::vector<float> root(dp.params(), dp.params() + dp.num_params());
   world->broadcast(root.data(), root.size(), DType::f32, 0);

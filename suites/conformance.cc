@@ -181,6 +181,7 @@ Twin bitwise_twin(const LayoutSpec& s) {
 std::vector<Check> layout_checks(const std::string& prefix, const ReferenceSet& refs, const GptConfig& model,
                                  double tokens_per_step, const LayoutOutcome& out, Precision prec) {
   std::vector<Check> checks = oracle_checks(prefix, refs, model, tokens_per_step, out.losses, out.grads0, out.params);
+  for (Check& c : grad_norm_checks(prefix, refs, out.grad_norms)) checks.push_back(std::move(c));
   checks.push_back(make_check(prefix + "replicas_identical/grads/step:0", out.replica_grads0, 0.0,
                               "max |difference| between copies of a replicated gradient (TP, DP, tied wte), "
                               "bitwise"));
@@ -287,7 +288,7 @@ class ConformanceSuite : public Suite {
     };
     std::map<std::string, Kept> kept;
     const std::vector<std::string>& names = p.names;
-    std::vector<double> oracle_losses;
+    std::vector<double> oracle_losses, oracle_grad_norms;
     double factor = 0;
     Reference oracle;  // the float64 oracle, run once (rank 0's): the same for every precision
     bool have_oracle = false;  // on every rank, so that every rank skips the oracle's job alike
@@ -297,7 +298,9 @@ class ConformanceSuite : public Suite {
       cfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
       const std::string suffix = prec == Precision::fp32 ? "" : ":" + std::string(to_string(prec));
       const ReferenceSet refs = run_references(model, cpu, data, cfg, world, have_oracle ? &oracle : nullptr);
-      if (!have_oracle) oracle = refs.oracle, oracle_losses = refs.oracle.losses, have_oracle = true;
+      if (!have_oracle)
+        oracle = refs.oracle, oracle_losses = refs.oracle.losses, oracle_grad_norms = refs.oracle.grad_norms,
+        have_oracle = true;
       factor = refs.factor();
       ctx.print("# " + std::string(to_string(prec)) + " baseline: float64 oracle and " +
                 std::to_string(refs.micro_batches.size()) + " single-rank " + std::string(to_string(prec)) +
@@ -379,7 +382,8 @@ class ConformanceSuite : public Suite {
         for (int s = 0; s < cfg.steps; ++s) dloss = std::max(dloss, std::fabs(out.losses[s] - refs.oracle.losses[s]));
         res.benchmarks.push_back(
             layout_record(text, l, spec, prec, k, step_s, out, dloss, worst, checks.size(), failed, stage_peak));
-        table.push_back({{"layout", text}, {"precision", to_string(prec)}, {"losses", out.losses}});
+        table.push_back({{"layout", text}, {"precision", to_string(prec)}, {"losses", out.losses},
+                         {"grad_norms", out.grad_norms}});
         char line[300];
         std::snprintf(line, sizeof line, "   %-28s %5d  %10.6f   %11.3g   %11.3f   %6zu   %s   %s", text.c_str(), k,
                       out.losses.back(), dloss, worst, checks.size(), failed ? "FAILED" : "passed", peaks.c_str());
@@ -391,6 +395,7 @@ class ConformanceSuite : public Suite {
       res.data = {{"model", to_json(p.model)},
                   {"oracle_factor", factor},
                   {"oracle_losses", oracle_losses},
+                  {"oracle_grad_norms", oracle_grad_norms},
                   {"layouts", table},
                   {"skipped", skipped}};
       ctx.print("# worst check: the largest value / tolerance over a layout's checks (<= 1 passes)");

@@ -57,7 +57,9 @@ Reference run_reference(const GptConfig& model_cfg, Device& device, const Datase
   compute_gradients(m, data, cfg, 0, self);  // leaves the parameters as initialised
   Reference r(cfg.steps, m.num_params());
   r.grads0.assign(m.grads(), m.grads() + m.num_params());
-  r.losses = train(m, data, cfg, self).losses;
+  TrainRun run = train(m, data, cfg, self);
+  r.losses = std::move(run.losses);
+  r.grad_norms = std::move(run.grad_norms);
   r.params.assign(m.params(), m.params() + m.num_params());
   return r;
 }
@@ -107,18 +109,21 @@ ReferenceSet run_references(const GptConfig& model_cfg, Device& device, const Da
             run_layout({.model = model_cfg, .layout = one, .train = single, .device = device, .host = *self,
                         .data = data, .gather = true});
         all[j].losses = o.losses;
+        all[j].grad_norms = o.grad_norms;
         all[j].params = std::move(o.params);
         all[j].grads0 = std::move(o.grads0);
       }
     }
     if (owner != 0 && world.rank() == owner) {
-      world.send(all[j].losses.data(), cfg.steps, DType::f64, 0, 3 * j);
-      world.send(all[j].params.data(), P, DType::f64, 0, 3 * j + 1);
-      world.send(all[j].grads0.data(), P, DType::f64, 0, 3 * j + 2);
+      world.send(all[j].losses.data(), cfg.steps, DType::f64, 0, 4 * j);
+      world.send(all[j].params.data(), P, DType::f64, 0, 4 * j + 1);
+      world.send(all[j].grads0.data(), P, DType::f64, 0, 4 * j + 2);
+      world.send(all[j].grad_norms.data(), cfg.steps, DType::f64, 0, 4 * j + 3);
     } else if (owner != 0 && world.rank() == 0) {
-      world.recv(all[j].losses.data(), cfg.steps, DType::f64, owner, 3 * j);
-      world.recv(all[j].params.data(), P, DType::f64, owner, 3 * j + 1);
-      world.recv(all[j].grads0.data(), P, DType::f64, owner, 3 * j + 2);
+      world.recv(all[j].losses.data(), cfg.steps, DType::f64, owner, 4 * j);
+      world.recv(all[j].params.data(), P, DType::f64, owner, 4 * j + 1);
+      world.recv(all[j].grads0.data(), P, DType::f64, owner, 4 * j + 2);
+      world.recv(all[j].grad_norms.data(), cfg.steps, DType::f64, owner, 4 * j + 3);
     }
   }
   world.barrier();
@@ -172,6 +177,49 @@ std::vector<Check> oracle_checks(const std::string& prefix, const ReferenceSet& 
   };
   if (!grads0.empty()) tensor_checks("grads/step:0/", grads0, &Reference::grads0);
   tensor_checks("params/", params, &Reference::params);
+  return out;
+}
+
+// The global gradient norm per step (Megatron-LM's grad_norm) against the oracle's. By the
+// triangle inequality | ||g|| - ||g_f64|| | <= ||g - g_f64||, so a norm deviates at most as
+// much as its gradient does: at step 0 by rounding alone (the step-0 gradient checks'
+// regime), after that along the trajectory, where a run's deviation is the random draw of the
+// loss checks' argument above (each step's gradient is taken at parameters that have drifted
+// like the losses). The same tolerance then holds: k x the largest deviation of the
+// single-rank references up to step s (the same k, the same tail probability per run), with
+// a floor of 4 ulp of the norm, the tensor checks' floor for when every reference happens to
+// land on the oracle. A skipped step (fp16 loss scaling: an inf or NaN gradient) has no norm;
+// the references skip by the same rule, so a step the run skips passes only where one of them
+// skipped it too, and a reference's skipped step adds nothing to the envelope. What it
+// catches, which no other check sees directly: an element counted twice or missed in the norm
+// (a TP-replicated LayerNorm counted on every TP rank, the tied wte on both stages, a DP
+// replica) moves ||g|| by ||g_t||^2 / (2 ||g||) and, clipping, every update by the same factor;
+// AdamW without clipping is blind to it, so the loss and parameter checks pass.
+std::vector<Check> grad_norm_checks(const std::string& prefix, const ReferenceSet& refs,
+                                    const std::vector<double>& grad_norms) {
+  const std::vector<double>& orc = refs.oracle.grad_norms;
+  DTB_CHECK(grad_norms.size() == orc.size(), "grad_norm_checks: norm curves of different lengths");
+  const double k = refs.factor(), floor_ulps = 4.0 * refs.unit_roundoff();
+  const std::string how = refs.how();
+  std::vector<Check> out;
+  double envelope = 0;
+  for (size_t s = 0; s < grad_norms.size(); ++s) {
+    bool ref_skipped = false;
+    for (const auto& r : refs.single) {
+      if (std::isfinite(r.grad_norms[s]))
+        envelope = std::max(envelope, std::fabs(r.grad_norms[s] - orc[s]));
+      else
+        ref_skipped = true;
+    }
+    const std::string name = prefix + "grad_norm/step:" + std::to_string(s);
+    if (!std::isfinite(grad_norms[s])) {
+      out.push_back(make_check(name, ref_skipped ? 0.0 : INFINITY, 0.0,
+                               "skipped (inf or NaN gradient): passes where a single-rank reference skipped too"));
+      continue;
+    }
+    out.push_back(make_check(name, std::fabs(grad_norms[s] - orc[s]), k * envelope + floor_ulps * std::fabs(orc[s]),
+                             "| ||g|| - ||g||_f64 | <= " + how + " + 4 ulp (pre-clip global L2 norm)"));
+  }
   return out;
 }
 

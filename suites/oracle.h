@@ -19,11 +19,12 @@
 
 namespace dtb {
 
-/// One single-rank run's step-0 gradient, per-step losses and final parameters, in double,
-/// over the full model (gpt.h layout).
+/// One single-rank run's step-0 gradient, per-step losses and global gradient norms
+/// (TrainRun::grad_norms: NaN where skipped) and final parameters, in double, over the full
+/// model (gpt.h layout).
 struct Reference {
-  Reference(int steps = 0, size_t P = 0) : losses(steps), params(P), grads0(P) {}
-  std::vector<double> losses, params, grads0;
+  Reference(int steps = 0, size_t P = 0) : losses(steps), grad_norms(steps), params(P), grads0(P) {}
+  std::vector<double> losses, grad_norms, params, grads0;
 };
 
 /// The single-rank references in the run's precision (micro-batches 1, 2 and 4, those that
@@ -69,6 +70,13 @@ double rel_norm_diff(const double* a, const double* ref, size_t n);
 std::vector<Check> oracle_checks(const std::string& prefix, const ReferenceSet& refs, const GptConfig& model,
                                  double tokens_per_step, const std::vector<double>& losses,
                                  const std::vector<double>& grads0, const std::vector<double>& params);
+
+/// A run's global gradient norm per step (LayoutOutcome::grad_norms) against the oracle's,
+/// "<prefix>grad_norm/step:s": |norm - norm_f64| within k x the references' largest deviation
+/// up to step s + 4 ulp of norm_f64 (derivation in oracle.cc). A step the run skipped (NaN)
+/// passes only where a single-rank reference skipped it too.
+std::vector<Check> grad_norm_checks(const std::string& prefix, const ReferenceSet& refs,
+                                    const std::vector<double>& grad_norms);
 
 /// A bf16 / fp16 run's losses against the fp32 trajectory `ref` (the float64 oracle or an
 /// fp32 run of the same model, data and steps), the stated bounds of the mixed-precision
