@@ -154,7 +154,8 @@ struct TrainHistory {
 nlohmann::json history_to_json(const TrainHistory& h);
 
 /// A manifest's history of `steps` steps, as a run of `cfg` records it (loss scales and
-/// skips with cfg.loss_scaler.enabled, gradient norms always). Errors: InputError
+/// skips with cfg.loss_scaler.enabled, gradient norms always — NaN for a history written when
+/// they were kept only with clipping, resumed without it). Errors: InputError
 /// "checkpoint <step_dir>: manifest.json's history does not hold the <steps> steps the train
 /// suite records" when it is missing, malformed or of another length.
 TrainHistory history_from_json(const nlohmann::json& manifest, int64_t steps, const TrainConfig& cfg,

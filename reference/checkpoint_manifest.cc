@@ -219,7 +219,13 @@ TrainHistory history_from_json(const json& m, int64_t steps, const TrainConfig& 
   };
   numbers("losses", size_t(steps), h.losses);
   numbers("loss_scales", cfg.loss_scaler.enabled ? size_t(steps) : 0, h.loss_scales);
-  numbers("grad_norms", size_t(steps), h.grad_norms);
+  // Gradient norms: every step; a checkpoint written when they were recorded only with
+  // clipping holds none without it (unknown: NaN).
+  const json& norms = m.contains("history") && m["history"].is_object() ? m["history"].value("grad_norms", json()) : json();
+  if (cfg.grad_clip <= 0 && steps > 0 && norms.is_array() && norms.empty())
+    h.grad_norms.assign(size_t(steps), std::numeric_limits<double>::quiet_NaN());
+  else
+    numbers("grad_norms", size_t(steps), h.grad_norms);
   std::vector<double> skipped;
   numbers("skipped", cfg.loss_scaler.enabled ? size_t(steps) : 0, skipped);
   for (double x : skipped) h.skipped.push_back(x != 0 ? 1 : 0);
