@@ -134,6 +134,13 @@ expect_error "train.checkpoint_dir is not writable: '/proc/dtbench-nope'" run --
 mkdir -p "$tmp/held/step-5" && echo 5 >"$tmp/held/latest"
 printf '{"suites": ["train"], "train": {"steps": 10, "checkpoint_every": 5, "checkpoint_dir": "%s/held"}}' "$tmp" >"$tmp/ckpt_held.json"
 expect_error "holds an earlier run's checkpoints (latest $tmp/held/step-5); a fresh run would overwrite them" run --config "$tmp/ckpt_held.json"
+# A checkpoint damaged after its manifest was written: refused as the train suite loads it
+# (every rank agrees on the message), exit 2, the report kept with the suite's error.
+printf '{"suites": ["train"], "train": {"steps": 2, "checkpoint_every": 1, "checkpoint_dir": "%s/dmg", "references": false}}' "$tmp" >"$tmp/ckpt_save.json"
+printf '{"suites": ["train"], "train": {"steps": 4, "resume_from": "latest", "checkpoint_dir": "%s/dmg", "references": false}}' "$tmp" >"$tmp/ckpt_load.json"
+"$dtbench" run --config "$tmp/ckpt_save.json" --output-dir "$tmp/dmg_out" >/dev/null 2>&1
+/usr/bin/python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-100, 2); b = f.read(1); f.seek(-100, 2); f.write(bytes([b[0] ^ 16]))" "$tmp/dmg/step-2/rank-0.bin"
+expect_error "rank-0.bin: checksum mismatch" run --config "$tmp/ckpt_load.json" --output-dir "$tmp/dmg_out"
 expect_error "latest.json exists and is not a regular file" run --config smoke --output-dir "$tmp/out_latest_dir"
 expect_error "--run-id 'latest' is reserved" run --config smoke --run-id latest
 if [ "$huge" -le $(( 2147483647 * 8 )) ]; then

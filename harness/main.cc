@@ -5,8 +5,8 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +25,7 @@
 #include "harness/validate.h"
 #include "reference/checkpoint.h"
 #include "suites/calibration.h"
+#include "kernels/agreed_error.h"
 #include "kernels/comm/watchdog.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/error.h"
@@ -270,6 +271,11 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
       bool ok = true;
       for (const auto& c : out.result.checks) ok = ok && c.passed;
       out.status = ok ? "passed" : "failed";
+    } catch (const AgreedInputError& e) {  // every rank threw it: none waits, the job goes on
+      out.status = "error";
+      out.error = e.what();
+      out.refused = true;
+      if (world.rank() == 0) std::fprintf(stderr, "dtbench: error: %s\n", e.what());
     } catch (const std::exception& e) {
       out.status = "error";
       out.error = e.what();
@@ -465,7 +471,8 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   int code = 0;
   if (world.rank() == 0) {
     print_summary(summarize_report(report, path), path);
-    code = report_passed(outcomes) && !write_failed ? 0 : 1;
+    const bool refused = std::any_of(outcomes.begin(), outcomes.end(), [](const SuiteOutcome& o) { return o.refused; });
+    code = refused ? kExitInput : report_passed(outcomes) && !write_failed ? 0 : 1;
   }
   world.broadcast(&code, 1, DType::i32, 0);
   return code;

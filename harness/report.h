@@ -28,6 +28,9 @@ struct SuiteOutcome {
   std::string status;
   double duration_s = 0;
   std::string error;
+  /// The suite stopped on bad input every rank found alike (AgreedInputError, e.g. a
+  /// checkpoint refused at load): status "error", and dtbench exits 2.
+  bool refused = false;
   SuiteResult result;
   /// The in-run calibration measured before and after the suite (suites/calibration.h
   /// calibration_json); null where none was (a non-CPU backend, a suite that threw).

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "kernels/agreed_error.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "reference/checkpoint_io.h"
@@ -35,7 +36,7 @@ void agree(Communicator& world, const std::string& why) {
   msg.resize((size_t(len) + 3) / 4 * 4);  // moved as 4-byte words
   if (len) world.broadcast(msg.data(), msg.size() / 4, DType::i32, who);
   msg.resize(size_t(len));
-  throw InputError(msg);
+  throw AgreedInputError(msg);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "kernels/agreed_error.h"
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
@@ -25,10 +26,15 @@ template <typename T>
 void resume(const LayoutCheckpoints& c, const CheckpointRunInfo& info, const TrainConfig& cfg, ZeroEngine<T>& engine,
             LossScaler& scaler, Communicator& host, TrainLoop& loop, TrainHistory& before, CheckpointActivity& act) {
   const std::string& step_dir = c.resume_step_dir;
-  const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host);
-  before = history_of(p, cfg, step_dir);  // the same manifest on every rank
+  const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host);  // agreed errors
+  // Past the load every rank holds the same manifest: what follows fails on all alike.
+  try {
+    before = history_of(p, cfg, step_dir);
+  } catch (const InputError& e) {
+    throw AgreedInputError(e.what());
+  }
   if (p.next_step >= cfg.steps)
-    throw InputError("train.resume_from: checkpoint " + step_dir + " is at step " + std::to_string(p.next_step) +
+    throw AgreedInputError("train.resume_from: checkpoint " + step_dir + " is at step " + std::to_string(p.next_step) +
                      ", leaving no step of train.steps = " + std::to_string(cfg.steps) + " to run");
   loop.first_step = p.next_step;
   act.resumed_from = step_dir;

@@ -1,0 +1,18 @@
+// Bad input that every rank of a job found alike (kernels/error.h's third path, InputError,
+// made collective): a checkpoint every rank read and refused together (reference/checkpoint.cc
+// agrees on the lowest failing rank's message before anyone throws). No rank is left waiting
+// in a collective, so the job need not end: the harness records the suite's error in the
+// report, runs on, and exits with status 2 (kExitInput) like any other refusal.
+#pragma once
+#include "kernels/error.h"
+
+namespace dtb {
+
+/// An InputError thrown on every rank of the job with the same message. Throw it only where
+/// that holds (after an agreement, or from a check every rank evaluates on the same data);
+/// thrown on one rank alone it would leave the others waiting.
+struct AgreedInputError : InputError {
+  using InputError::InputError;
+};
+
+}  // namespace dtb
