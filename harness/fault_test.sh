@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# A rank that dies, a rank that hangs, and a job stopped by a signal: each ends the 4-rank
-# job with a non-zero status within comm_timeout_s + 30 s, and the report on disk holds the
-# suite that finished (collectives, passed) and the one that was running (train) marked
-# "error" with the reason. Then a checkpoint save on a full disk: recorded, not fatal.
+# A rank that dies, a rank that hangs (rank 0 included), and a job stopped by a signal: each
+# ends the 4-rank job with a non-zero status within comm_timeout_s + 30 s, and the report on
+# disk holds the suite that finished (collectives, passed) and the one that was running
+# (train) marked "error" with the reason, naming the rank that died or hung. Then a checkpoint save on a full disk: recorded, not fatal.
 # Usage: fault_test.sh PATH/TO/dtbench MPIEXEC
 set -u
 dtbench="$1"
@@ -94,11 +94,19 @@ EOF
 }
 
 # A rank killed: Open MPI's launcher ends the job and sends SIGTERM to the other ranks,
-# whose watchdog threads write the report; if the launcher's SIGKILL (1 s later) comes
-# first, the report written when train began already marks it unfinished.
-scenario killed "kill -9 RANK2" "ended by SIGTERM|unfinished: the run was in this suite"
+# whose watchdog threads write the report naming the rank that exited (given 10 s before
+# the launcher's SIGKILL, which otherwise follows 1 s later and may find the report written
+# when train began, marking it unfinished).
+export OMPI_MCA_odls_base_sigkill_timeout=10
+scenario killed "kill -9 RANK2" "ended by SIGTERM while this suite ran; rank 2 \\(pid [0-9]+\\) had exited"
+# Rank 0 killed: it writes the report, so the rank that the launcher's SIGTERM reaches names
+# it in the report on disk instead.
+scenario killed0 "kill -9 \$(rank_pid 0)" "rank 0 \\(pid [0-9]+\\) had exited"
+unset OMPI_MCA_odls_base_sigkill_timeout
 # A rank that hangs (stopped): the others' collective times out, naming the rank.
 scenario stopped "kill -STOP RANK2" "not arrived: rank 2 \\(pid [0-9]+: stopped\\)" 3
+# Rank 0 hung (stopped): the others' collective times out and they name it in the report.
+scenario stopped0 "kill -STOP \$(rank_pid 0)" "not arrived: rank 0 \\(pid [0-9]+: stopped\\)" 3
 # The job stopped from outside: SIGTERM to the launcher, which passes it on to the ranks
 # (and SIGKILLs them 1 s later: on a loaded machine rank 0 may not have written by then).
 scenario terminated "kill -TERM MPIRUN" "ended by SIGTERM|unfinished: the run was in this suite"

@@ -427,7 +427,12 @@ int cmd_run(Communicator& world, const RunArgs& args) {
       "unfinished: the run was in this suite when the report was last written (if the run has ended, it was "
       "killed here)";
   set_termination_hook([&](const std::string& why) {
-    if (world.rank() != 0) return;
+    if (world.rank() != 0) {
+      // Rank 0 hung or gone (the watchdog names it): it cannot write; name it in its report.
+      if (why.find("rank 0 (pid ") != std::string::npos)
+        name_in_unfinished_report(path, out_dir + "/latest.json", unfinished, why);
+      return;
+    }
     std::lock_guard<std::recursive_mutex> lock(finished_mu);
     write_reports(finished, why);
   });

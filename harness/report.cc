@@ -324,4 +324,22 @@ void write_json_atomic(const std::string& path, const json& j) {
   }
 }
 
+bool name_in_unfinished_report(const std::string& path, const std::string& latest, const std::string& unfinished,
+                               const std::string& why) {
+  try {
+    std::ifstream in(path);
+    if (!in) return false;
+    json r = json::parse(in);
+    bool named = false;
+    for (json& s : r.at("suites"))
+      if (s.value("status", "") == "error" && s.value("error", "") == unfinished) s["error"] = why, named = true;
+    if (!named) return false;
+    write_json_atomic(path, r);
+    write_json_atomic(latest, r);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 }  // namespace dtb

@@ -103,4 +103,12 @@ void print_summary(const ReportSummary& s, const std::string& path);
 /// Errors: throws std::runtime_error naming the path when it cannot be written.
 void write_json_atomic(const std::string& path, const nlohmann::json& j);
 
+/// When rank 0, which writes the report, has hung or exited: the report on disk at `path`,
+/// whose running suite rank 0 marked `unfinished` as the suite began, with that error
+/// replaced by `why` (another rank's watchdog line naming rank 0), rewritten atomically at
+/// `path` and `latest`. Best effort, on the way out of a failed job: returns false (and
+/// writes nothing) when the file is missing or unreadable or holds no such suite.
+bool name_in_unfinished_report(const std::string& path, const std::string& latest, const std::string& unfinished,
+                               const std::string& why);
+
 }  // namespace dtb

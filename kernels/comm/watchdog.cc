@@ -184,6 +184,22 @@ PeerState peer_state(const Board& b, int w, uint64_t id, int32_t op, int64_t now
                      gname + "') began " + seconds_text(ago) + " ago)"};
 }
 
+/// The ranks on this node whose process has exited or is stopped, as "; rank 2 (pid 5474)
+/// had exited" (empty when none): what a signal from the launcher follows (Open MPI's mpirun
+/// sends SIGTERM to every rank once one dies).
+std::string gone_peers(const Board& b) {
+  std::string out;
+  for (int w = 0; w < b.world_size; ++w) {
+    const Place& p = b.places[size_t(w)];
+    if (w == b.world_rank || p.node != b.places[size_t(b.world_rank)].node) continue;
+    const char st = process_state(p.pid);
+    const std::string who = "rank " + std::to_string(w) + " (pid " + std::to_string(p.pid) + ")";
+    if (st == 0 || st == 'Z' || st == 'X') out += "; " + who + " had exited";
+    else if (st == 'T' || st == 't') out += "; " + who + " was stopped";
+  }
+  return out;
+}
+
 /// The one-line timeout message for this rank's call `v`.
 std::string timeout_message(const Board& b, const SlotView& v, double timeout_s) {
   State& st = state();
@@ -242,7 +258,10 @@ void watch(Board* b) {
     if (st.stop.load()) break;  // stop_comm_watchdog's wake-up (a SIGTERM to this thread)
     if (sig == SIGINT || sig == SIGTERM) {
       const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      const std::string cause = " (a signal to the job, or the launcher ending it after another rank failed)";
+      const std::string gone = gone_peers(*b);
+      const std::string cause = gone.empty()
+                                    ? " (a signal to the job, or the launcher ending it after another rank failed)"
+                                    : gone + " (the launcher ends the job when a rank exits)";
       const bool written = run_termination_hook("ended by " + name + " while this suite ran" + cause);
       if (b->world_rank == 0) {
         std::fprintf(stderr, "dtbench: error: ended by %s%s%s\n", name.c_str(), cause.c_str(),
