@@ -434,6 +434,9 @@ int cmd_run(Communicator& world, const RunArgs& args) {
       return;
     }
     std::lock_guard<std::recursive_mutex> lock(finished_mu);
+    // Rank 0 stopped, then woken by the launcher as the others exit, times out on them: the
+    // line another rank wrote naming rank 0 is the cause; keep it.
+    if (report_names_rank0(path)) return;
     write_reports(finished, why);
   });
   struct HookReset {

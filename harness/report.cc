@@ -324,6 +324,18 @@ void write_json_atomic(const std::string& path, const json& j) {
   }
 }
 
+bool report_names_rank0(const std::string& path) {
+  try {
+    std::ifstream in(path);
+    if (!in) return false;
+    const json r = json::parse(in);
+    for (const json& s : r.at("suites"))
+      if (s.value("error", "").find("rank 0 (pid ") != std::string::npos) return true;
+  } catch (const std::exception&) {
+  }
+  return false;
+}
+
 bool name_in_unfinished_report(const std::string& path, const std::string& latest, const std::string& unfinished,
                                const std::string& why) {
   try {

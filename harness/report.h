@@ -111,4 +111,9 @@ void write_json_atomic(const std::string& path, const nlohmann::json& j);
 bool name_in_unfinished_report(const std::string& path, const std::string& latest, const std::string& unfinished,
                                const std::string& why);
 
+/// Whether a suite's error in the report on disk at `path` names rank 0 as failed ("rank 0
+/// (pid ...", written by another rank through name_in_unfinished_report). False when the file
+/// is missing or unreadable.
+bool report_names_rank0(const std::string& path);
+
 }  // namespace dtb
