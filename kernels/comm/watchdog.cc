@@ -48,6 +48,9 @@ struct Slot {
   std::atomic<int32_t> op{0};
   std::atomic<int32_t> peer{-1};
   std::atomic<int32_t> pid{0};
+  /// The signal (SIGINT, SIGTERM) this rank is exiting on, 0 before: a rank the launcher
+  /// ended after another died is not that rank (gone_peers).
+  std::atomic<int32_t> ending_signal{0};
   std::atomic<uint64_t> group{0};
   std::atomic<int64_t> t_ns{0};
   std::atomic<uint32_t> next_name{0};
@@ -186,12 +189,14 @@ PeerState peer_state(const Board& b, int w, uint64_t id, int32_t op, int64_t now
 
 /// The ranks on this node whose process has exited or is stopped, as "; rank 2 (pid 5474)
 /// had exited" (empty when none): what a signal from the launcher follows (Open MPI's mpirun
-/// sends SIGTERM to every rank once one dies).
+/// sends SIGTERM to every rank once one dies). Ranks that took a signal themselves (their
+/// ending_signal set) are not named: they exited because the launcher ended them.
 std::string gone_peers(const Board& b) {
   std::string out;
   for (int w = 0; w < b.world_size; ++w) {
     const Place& p = b.places[size_t(w)];
     if (w == b.world_rank || p.node != b.places[size_t(b.world_rank)].node) continue;
+    if (b.local[size_t(p.local)]->ending_signal.load(std::memory_order_acquire) != 0) continue;  // ended by a signal
     const char st = process_state(p.pid);
     const std::string who = "rank " + std::to_string(w) + " (pid " + std::to_string(p.pid) + ")";
     if (st == 0 || st == 'Z' || st == 'X') out += "; " + who + " had exited";
@@ -257,6 +262,7 @@ void watch(Board* b) {
     const int sig = sigtimedwait(&set, &info, &ts);
     if (st.stop.load()) break;  // stop_comm_watchdog's wake-up (a SIGTERM to this thread)
     if (sig == SIGINT || sig == SIGTERM) {
+      b->mine->ending_signal.store(sig, std::memory_order_release);  // before looking at the others
       const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
       const std::string gone = gone_peers(*b);
       const std::string cause = gone.empty()
