@@ -13,6 +13,15 @@ tmp=$(mktemp -d)
 trap 'pkill -9 -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 fails=0
+# A config that does not resume from its checkpoints: refused, one line, exit 2.
+printf '{"train": {"steps": 3}}' >"$tmp/no_resume.json"
+/usr/bin/python3 scripts/elastic.py --dtbench "$dtbench" -- --config "$tmp/no_resume.json" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 2 ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -q 'needs train.checkpoint_dir' "$tmp/err"; then
+  echo "FAIL: a config without checkpoints: exit $rc"; cat "$tmp/err"; fails=$((fails + 1))
+else
+  echo "ok: $(cat "$tmp/err")"
+fi
 for i in $(seq 1 "$runs"); do
   d="$tmp/run$i"; mkdir -p "$d"
   cat >"$d/config.json" <<JSON
@@ -65,5 +74,5 @@ PY
     *) echo "FAIL (run $i): $verdict"; tail -20 "$d/log"; fails=$((fails + 1)) ;;
   esac
 done
-echo "elastic_test: $((runs - fails)) of $runs runs passed"
+echo "elastic_test: $fails failure(s) in $runs runs and the refusal"
 [ "$fails" -eq 0 ]
