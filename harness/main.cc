@@ -326,6 +326,21 @@ void check_allow_changed(const std::vector<std::string>& allow) {
                        "micro_batches, recompute)");
 }
 
+// Every rank's spans gathered and written as a Chrome trace to `path` by rank 0. Collective;
+// false (on rank 0) when the file could not be written, said on stderr.
+bool write_trace(const std::string& path, Communicator& world, const SpanRecorder& spans) {
+  const auto per_rank = gather_spans(world, spans.spans());  // collective
+  if (world.rank() != 0) return true;
+  try {
+    write_chrome_trace(path, per_rank);
+    std::printf("# trace: %s (open in https://ui.perfetto.dev)\n", path.c_str());
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+    return false;
+  }
+}
+
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
@@ -464,18 +479,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
     }
   }, &spans, live_progress(args.progress), WorldInfo(world.size(), per_node, opts));
-  if (!args.trace.empty()) {
-    const auto per_rank = gather_spans(world, spans.spans());  // collective
-    if (world.rank() == 0) {
-      try {
-        write_chrome_trace(args.trace, per_rank);
-        std::printf("# trace: %s (open in https://ui.perfetto.dev)\n", args.trace.c_str());
-      } catch (const std::exception& e) {
-        write_failed = true;
-        std::fprintf(stderr, "dtbench: error: %s\n", e.what());
-      }
-    }
-  }
+  if (!args.trace.empty() && !write_trace(args.trace, world, spans)) write_failed = true;
   int code = 0;
   if (world.rank() == 0) {
     print_summary(summarize_report(report, path), path);
