@@ -134,6 +134,16 @@ expect_error "train.checkpoint_dir is not writable: '/proc/dtbench-nope'" run --
 mkdir -p "$tmp/held/step-5" && echo 5 >"$tmp/held/latest"
 printf '{"suites": ["train"], "train": {"steps": 10, "checkpoint_every": 5, "checkpoint_dir": "%s/held"}}' "$tmp" >"$tmp/ckpt_held.json"
 expect_error "holds an earlier run's checkpoints (latest $tmp/held/step-5); a fresh run would overwrite them" run --config "$tmp/ckpt_held.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"save_interval": -1}}' >"$tmp/cks_interval.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"mtbf_hours": 0}}' >"$tmp/cks_mtbf.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"checkpoint_dir": "%s/no-such-dir"}}' "$tmp" >"$tmp/cks_missing.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"checkpoint_dir": "%s/cks_interval.json"}}' "$tmp" >"$tmp/cks_file.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"checkpoint_dir": "/proc"}}' >"$tmp/cks_unwritable.json"
+expect_error "checkpoint.save_interval = -1 is out of range [1, 8]" run --config "$tmp/cks_interval.json"
+expect_error "checkpoint.mtbf_hours = 0 is out of range" run --config "$tmp/cks_mtbf.json"
+expect_error "checkpoint.checkpoint_dir: '$tmp/no-such-dir' does not exist" run --config "$tmp/cks_missing.json"
+expect_error "checkpoint.checkpoint_dir: '$tmp/cks_interval.json' is not a directory" run --config "$tmp/cks_file.json"
+expect_error "checkpoint.checkpoint_dir is not writable: '/proc'" run --config "$tmp/cks_unwritable.json"
 expect_error "latest.json exists and is not a regular file" run --config smoke --output-dir "$tmp/out_latest_dir"
 expect_error "--run-id 'latest' is reserved" run --config smoke --run-id latest
 if [ "$huge" -le $(( 2147483647 * 8 )) ]; then
