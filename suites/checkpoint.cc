@@ -68,6 +68,7 @@ struct Rep {
 };
 
 constexpr const char* kModeNames[] = {"none", "blocking", "async"};
+constexpr int kDiskProbes = 5;  // disk probes a repetition
 
 // One training run, the loop timed from the first step's start to run_layout's return (an
 // asynchronous run's last commit included), the slowest rank's.
@@ -104,10 +105,15 @@ Rep run_rep(const Params& p, SuiteContext& ctx, const std::string& work, int rep
     r.missing_saves += p.saves() - int(o.checkpoints.saved.size());
   }
   r.bytes = r.saves[0].empty() ? 0 : r.saves[0][0].bytes;
-  // The disk's own rate for this rank's bytes, every rank at once, as the saves wrote.
-  world.barrier();
-  const DiskRate d = measure_disk(work + "/disk-" + std::to_string(world.rank()) + ".tmp", r.bytes, world);
-  r.disk_write_s = d.write_s, r.disk_read_s = d.read_s;
+  // The disk's own rate for this rank's bytes, every rank at once, as the saves wrote: the
+  // median of kDiskProbes probes (a shared disk's rate moves from one moment to the next).
+  std::vector<double> dw, dr;
+  for (int i = 0; i < kDiskProbes; ++i) {
+    world.barrier();
+    const DiskRate d = measure_disk(work + "/disk-" + std::to_string(world.rank()) + ".tmp", r.bytes, world);
+    dw.push_back(d.write_s), dr.push_back(d.read_s);
+  }
+  r.disk_write_s = summarize(dw).median, r.disk_read_s = summarize(dr).median;
   // Load from the asynchronous checkpoint, its pages dropped from the cache first, as the
   // disk probe's read was.
   const std::string step_dir = checkpoint_step_dir(ck[1].dir, p.save_interval);
