@@ -44,7 +44,8 @@ struct Params {
     Params p;
     p.t = timed_dp_setup(s, config, "checkpoint", world.size);
     p.zero.stage = int(int_in_range(s, "zero_stage", "checkpoint.zero_stage", 0, 3));
-    p.save_interval = int(int_in_range(s, "save_interval", "checkpoint.save_interval", 1, p.t.cfg.steps));
+    // At most steps - 1: the resume from the first save needs a step left to run.
+    p.save_interval = int(int_in_range(s, "save_interval", "checkpoint.save_interval", 1, p.t.cfg.steps - 1));
     p.reps = int(int_in_range(s, "repetitions", "checkpoint.repetitions", 1, 100));
     p.mtbf_hours = number_in_range(s, "mtbf_hours", "checkpoint.mtbf_hours", 1e-3, 1e9);
     p.dir = s.at("checkpoint_dir").get<std::string>();
@@ -136,7 +137,7 @@ Rep run_rep(const Params& p, SuiteContext& ctx, const std::string& work, int rep
   return r;
 }
 
-// The rank file's bytes the memory model predicts for rank 0: the header (72), the section
+// The rank file's bytes the memory model predicts for every rank (equal shards, padded): the header (72), the section
 // table (48 a section: state, params, master when held, m, v), the state (48) and the
 // parameter, master-weight and optimizer-state bytes of plan_rank.
 double predicted_file_bytes(const Params& p, int world_size) {
