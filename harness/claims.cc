@@ -40,6 +40,8 @@ Measured measured_from(const json* report) {
     if (b.contains("bubble_measured") && b["bubble_measured"].is_number()) m.pipeline.push_back(b);
     if (b.contains("gain") && b["gain"].is_number() && name.rfind("overlap", 0) == 0) m.overlap.push_back(b);
     if (b.contains("activation_saving") && b.contains("overhead")) m.recompute.push_back(b);
+    if (name.rfind("checkpoint/interval/", 0) == 0 && b.contains("save_cost_ms") && b["save_cost_ms"].is_number())
+      m.checkpoint_interval.push_back(b);
   }
   if (m.ar_bytes > 0) {
     m.ar_time_us = ar_time[m.ar_bytes];

@@ -21,6 +21,7 @@ struct Measured {
   double ar_bytes = 0, ar_busbw = 0, ar_time_us = 0, ar_small_bytes = 0, ar_small_time_us = 0;
   int ar_ranks = 0;
   std::vector<nlohmann::json> pipeline, overlap, recompute;
+  std::vector<nlohmann::json> checkpoint_interval;  // the checkpoint suite's checkpoint/interval/save:* records
 };
 
 /// The measured column when no report was given.

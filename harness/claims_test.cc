@@ -39,7 +39,7 @@ double params_of(const std::string& name) {
 
 TEST(Claims, EveryClaimHasAVerdictAndAReason) {
   const auto rows = evaluate();
-  ASSERT_EQ(rows.size(), 18u);
+  ASSERT_EQ(rows.size(), 19u);
   const std::set<std::string> verdicts = {"holds", "differs", "holds only if", "cannot measure here"};
   for (const auto& [id, r] : rows) {
     EXPECT_TRUE(verdicts.count(r.verdict)) << id << ": " << r.verdict;
@@ -92,6 +92,20 @@ TEST(Claims, PipelineBubble) {
   EXPECT_EQ(rows.at(14).values["m_where_p_is_the_edge"].get<int>(), 9);  // 3/12 = 25%, p 5: 4/13
   EXPECT_EQ(rows.at(14).values["m_last"].get<int>(), 11);                 // p 5: 4/15 > 25% >= 3/14; m 12: 4/16
   EXPECT_EQ(rows.at(14).verdict, "holds only if");
+}
+
+// Claim 19: an hour is Young's optimum at M = 200 h for a save of 3600^2 / (2 x 720000) = 9 s,
+// losing 2 sqrt(delta / 2M) = 0.5 %; within 10 % of that loss for saves of 9 / x^2 to 9 x^2 s,
+// x = 1.1 + sqrt(0.21).
+TEST(Claims, HourlyCheckpointsAreOptimalForANineSecondSave) {
+  const auto rows = evaluate();
+  const ClaimResult& r = rows.at(19);
+  EXPECT_DOUBLE_EQ(r.values["optimal_for_save_s"].get<double>(), 9.0);
+  EXPECT_NEAR(r.values["lost_share"].get<double>(), 0.005, 1e-12);
+  const double x = 1.1 + std::sqrt(0.21);
+  EXPECT_NEAR(r.values["save_s_low"].get<double>(), 9.0 / (x * x), 1e-9);
+  EXPECT_NEAR(r.values["save_s_high"].get<double>(), 9.0 * x * x, 1e-9);
+  EXPECT_EQ(r.verdict, "holds only if");
 }
 
 // Claim 18: ZB-H1's idle is a third of 1F1B's with T_F = T_B = T_W (3 (p - 1) against p - 1
@@ -242,15 +256,15 @@ TEST(Claims, MoeMemoryFollowsTheTotalNotTheActiveParameters) {
   EXPECT_EQ(r.verdict, "holds only if");
 }
 
-// Adding a claim is adding an entry: a 19th one, reusing an evaluator, is evaluated too; a
+// Adding a claim is adding an entry: a 20th one, reusing an evaluator, is evaluated too; a
 // missing input is an InputError naming it.
 TEST(Claims, AddingAnEntry) {
   json cat = catalog();
-  cat["claims"].push_back({{"id", 19}, {"claim", "Adam's state is twice the fp32 weights."}, {"figures", "2x"},
+  cat["claims"].push_back({{"id", 20}, {"claim", "Adam's state is twice the fp32 weights."}, {"figures", "2x"},
                            {"conditions", "fp32"}, {"method", "analytic"}, {"evaluator", "optimizer_ratio"},
                            {"tolerance", 0.05}, {"inputs", {{"ratio", 2}}}});
   const auto rows = evaluate_claims(cat, nullptr);
-  ASSERT_EQ(rows.size(), 19u);
+  ASSERT_EQ(rows.size(), 20u);
   EXPECT_EQ(rows.back().verdict, "holds");
   cat["claims"].back()["inputs"] = json::object();
   try {

@@ -141,6 +141,18 @@ printf '{"suites": ["train"], "train": {"steps": 4, "resume_from": "latest", "ch
 "$dtbench" run --config "$tmp/ckpt_save.json" --output-dir "$tmp/dmg_out" >/dev/null 2>&1
 /usr/bin/python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-100, 2); b = f.read(1); f.seek(-100, 2); f.write(bytes([b[0] ^ 16]))" "$tmp/dmg/step-2/rank-0.bin"
 expect_error "rank-0.bin: checksum mismatch" run --config "$tmp/ckpt_load.json" --output-dir "$tmp/dmg_out"
+printf '{"suites": ["checkpoint"], "checkpoint": {"save_interval": -1}}' >"$tmp/cks_interval.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"mtbf_hours": 0}}' >"$tmp/cks_mtbf.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"steps": 4, "save_interval": 4}}' >"$tmp/cks_no_step_left.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"checkpoint_dir": "%s/no-such-dir"}}' "$tmp" >"$tmp/cks_missing.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"checkpoint_dir": "%s/cks_interval.json"}}' "$tmp" >"$tmp/cks_file.json"
+printf '{"suites": ["checkpoint"], "checkpoint": {"checkpoint_dir": "/proc"}}' >"$tmp/cks_unwritable.json"
+expect_error "checkpoint.save_interval = -1 is out of range [1, 7]" run --config "$tmp/cks_interval.json"
+expect_error "checkpoint.mtbf_hours = 0 is out of range" run --config "$tmp/cks_mtbf.json"
+expect_error "checkpoint.save_interval = 4 is out of range [1, 3]" run --config "$tmp/cks_no_step_left.json"
+expect_error "checkpoint.checkpoint_dir: '$tmp/no-such-dir' does not exist" run --config "$tmp/cks_missing.json"
+expect_error "checkpoint.checkpoint_dir: '$tmp/cks_interval.json' is not a directory" run --config "$tmp/cks_file.json"
+expect_error "checkpoint.checkpoint_dir is not writable: '/proc'" run --config "$tmp/cks_unwritable.json"
 expect_error "latest.json exists and is not a regular file" run --config smoke --output-dir "$tmp/out_latest_dir"
 expect_error "--run-id 'latest' is reserved" run --config smoke --run-id latest
 if [ "$huge" -le $(( 2147483647 * 8 )) ]; then

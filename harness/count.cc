@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
 #include "kernels/slowdown.h"
+#include "reference/checkpoint_io.h"
 #include "reference/layout_runner.h"
 #include "reference/moe.h"
 #include "reference/trainer.h"
@@ -225,6 +227,39 @@ void add_train_regions(std::vector<Region>& regions, const json& cfg, const Data
                      }});
 }
 
+// A checkpoint's CPU side on one rank (the checkpoint suite's blocking save without the disk's
+// wait, which callgrind does not count): the rank file of the config's model at ZeRO 0 in fp32
+// (parameters, AdamW m and v, the pattern-filled state, the index) built into its sections and written with
+// its SHA-256 (reference/checkpoint_io.h rank_sections, write_rank_file), into a directory made
+// once and removed after.
+void add_checkpoint_regions(std::vector<Region>& regions, const json& cfg) {
+  const GptConfig model = gpt_config_from_json(cfg.at("model"));
+  const size_t n = size_t(gpt_num_params(model));
+  const std::string tag = "/" + cfg.at("name").get<std::string>();
+  regions.push_back({"checkpoint/rank_file" + tag, 1.0, [n](int runs, Window& w) {
+                       ZeroState<float> st;
+                       st.params.resize(n), st.m.resize(n), st.v.resize(n);
+                       for (size_t i = 0; i < n; ++i)
+                         st.params[i] = st.m[i] = st.v[i] = float(int((i * 2654435761u) % 2001) - 1000) / 1000.f;
+                       st.t = 1;
+                       ZeroStateIndex index;  // one rank holding the whole model: one run each
+                       index.params.resize(n);
+                       for (size_t i = 0; i < n; ++i) index.params[i] = int64_t(i);
+                       index.moments = index.params;
+                       CheckpointRunInfo run;
+                       TrainProgress progress;
+                       progress.next_step = 1;
+                       std::string dir = (std::filesystem::temp_directory_path() / "dtbench-count-XXXXXX").string();
+                       DTB_CHECK(::mkdtemp(dir.data()) != nullptr, "dtbench count: cannot make a temporary directory");
+                       const std::string path = dir + "/rank-0.bin";
+                       w.start();
+                       for (int i = 0; i < runs; ++i)
+                         (void)write_rank_file(path, {0, 1, 1}, checkpoint_io::rank_sections(st, index, run, progress));
+                       w.stop();
+                       std::filesystem::remove_all(dir);
+                     }});
+}
+
 }  // namespace
 
 CLI::App* add_count_subcommand(CLI::App& app, CountArgs& a) {
@@ -253,6 +288,7 @@ int cmd_count(Communicator& world, const CountArgs& a) {
   add_kernel_regions(regions, buffers, ops, slow);
   add_moe_regions(regions, buffers, ops);
   add_train_regions(regions, cfg, data, device, world, slow);
+  add_checkpoint_regions(regions, cfg);
   std::vector<Region*> chosen;
   for (Region& r : regions)
     if (r.name.find(a.only) != std::string::npos) chosen.push_back(&r);

@@ -19,7 +19,7 @@ namespace dtb {
 /// The report format's version: the report schema (harness/report.schema.json, the shell, with
 /// each suite's suites/<suite>.schema.json; scripts/validate_report.py --print-schema) describes
 /// exactly this one. Bump both together on any incompatible change (the schema's description says which).
-inline constexpr int kReportSchemaVersion = 3;
+inline constexpr int kReportSchemaVersion = 4;
 
 /// How one suite ended. status: "passed" (ran, every check passed), "failed" (a check
 /// failed), "error" (threw; `error` holds the message), "skipped".
@@ -28,13 +28,13 @@ struct SuiteOutcome {
   std::string status;
   double duration_s = 0;
   std::string error;
-  /// The suite stopped on bad input every rank found alike (AgreedInputError, e.g. a
-  /// checkpoint refused at load): status "error", and dtbench exits 2.
-  bool refused = false;
   SuiteResult result;
   /// The in-run calibration measured before and after the suite (suites/calibration.h
   /// calibration_json); null where none was (a non-CPU backend, a suite that threw).
   nlohmann::json calibration = nullptr;
+  /// The suite stopped on bad input every rank found alike (AgreedInputError, e.g. a
+  /// checkpoint refused at load): status "error", and dtbench exits 2.
+  bool refused = false;
 };
 
 /// The report's `context`: date, host, git commit (read on rank 0 only), build and

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace checkpoint_io;
 
-namespace {
+namespace checkpoint_io {
 
 // Agreement: every rank passes its error ("" when fine); if any rank failed, every rank
 // throws the lowest failing rank's message, so none waits in a collective the others left.
@@ -39,14 +39,7 @@ void agree(Communicator& world, const std::string& why) {
   throw AgreedInputError(msg);
 }
 
-}  // namespace
-
-template <typename T>
-std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run, ZeroEngine<T>& engine,
-                            const TrainProgress& progress, Communicator& world) {
-  using A = acc_t<T>;
-  DTB_CHECK(run.world_size() == world.size(), "save_checkpoint: the run's layout is not the world's size");
-  const int64_t step = progress.next_step;
+std::string begin_save(const std::string& dir, int64_t step, Communicator& world) {
   const std::string sdir = checkpoint_step_dir(dir, step);
   std::string why;
   if (world.rank() == 0) {  // the step directory, without an older manifest naming other files
@@ -64,31 +57,34 @@ std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run
     }
   }
   agree(world, why);
-  // This rank's file.
-  FileDigest mine;
-  try {
-    const ZeroState<T> st = engine.export_state();
-    std::vector<CheckpointSection> sections;
-    sections.push_back(state_section({step, st.t, run.seed, progress.scaler}));
-    auto add = [&](const char* name, const auto& v) {
-      using E = typename std::decay_t<decltype(v)>::value_type;
-      CheckpointSection s{name, std::string(to_string(dtype_of<E>())), std::vector<char>(v.size() * sizeof(E))};
-      if (!v.empty()) std::memcpy(s.bytes.data(), v.data(), s.bytes.size());
-      sections.push_back(std::move(s));
-    };
-    add("params", st.params);
-    if (!st.master.empty()) add("master", st.master);
-    add("m", st.m);
-    add("v", st.v);
-    const ZeroStateIndex index = engine.state_index();
-    sections.push_back(index_section("index.params", index.params));
-    sections.push_back(index_section("index.state", index.moments));
-    static_assert(sizeof(A) == sizeof(typename ZeroState<T>::A));
-    mine = write_rank_file((fs::path(sdir) / ("rank-" + std::to_string(world.rank()) + ".bin")).string(),
-                           {world.rank(), world.size(), step}, sections);
-  } catch (const InputError& e) {
-    why = e.what();
-  }
+  return sdir;
+}
+
+template <typename T>
+std::vector<CheckpointSection> rank_sections(const ZeroState<T>& st, const ZeroStateIndex& index,
+                                             const CheckpointRunInfo& run, const TrainProgress& progress) {
+  using A = acc_t<T>;
+  std::vector<CheckpointSection> sections;
+  sections.push_back(state_section({progress.next_step, st.t, run.seed, progress.scaler}));
+  auto add = [&](const char* name, const auto& v) {
+    using E = typename std::decay_t<decltype(v)>::value_type;
+    CheckpointSection s{name, std::string(to_string(dtype_of<E>())), std::vector<char>(v.size() * sizeof(E))};
+    if (!v.empty()) std::memcpy(s.bytes.data(), v.data(), s.bytes.size());
+    sections.push_back(std::move(s));
+  };
+  add("params", st.params);
+  if (!st.master.empty()) add("master", st.master);
+  add("m", st.m);
+  add("v", st.v);
+  sections.push_back(index_section("index.params", index.params));
+  sections.push_back(index_section("index.state", index.moments));
+  static_assert(sizeof(A) == sizeof(typename ZeroState<T>::A));
+  return sections;
+}
+
+void commit_save(const std::string& dir, const std::string& sdir, const CheckpointRunInfo& run,
+                 const TrainProgress& progress, int64_t adamw_steps, const FileDigest& mine, std::string why,
+                 Communicator& world) {
   agree(world, why);  // every rank file is durable past this point
   // Sizes and checksums to rank 0: 2 words of size, 16 of hex digits per rank.
   std::vector<int32_t> word(18, 0), all(18 * size_t(world.size()));
@@ -107,14 +103,33 @@ std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run
                          {"bytes", bytes},
                          {"sha256", std::string(reinterpret_cast<const char*>(w + 2), 64)}});
       }
-      const json manifest = make_manifest(run, step, world.size(), progress, engine.steps_taken(), std::move(ranks));
+      const json manifest = make_manifest(run, progress.next_step, world.size(), progress, adamw_steps, std::move(ranks));
       write_file_durably((fs::path(sdir) / "manifest.json").string(), manifest.dump(1) + "\n");
-      write_file_durably((fs::path(dir) / "latest").string(), std::to_string(step) + "\n");
+      write_file_durably((fs::path(dir) / "latest").string(), std::to_string(progress.next_step) + "\n");
     } catch (const InputError& e) {
       why = e.what();
     }
   }
   agree(world, why);
+}
+
+}  // namespace checkpoint_io
+
+template <typename T>
+std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run, ZeroEngine<T>& engine,
+                            const TrainProgress& progress, Communicator& world) {
+  DTB_CHECK(run.world_size() == world.size(), "save_checkpoint: the run's layout is not the world's size");
+  const std::string sdir = begin_save(dir, progress.next_step, world);
+  FileDigest mine;  // this rank's file
+  std::string why;
+  try {
+    mine = write_rank_file((fs::path(sdir) / ("rank-" + std::to_string(world.rank()) + ".bin")).string(),
+                           {world.rank(), world.size(), progress.next_step},
+                           rank_sections(engine.export_state(), engine.state_index(), run, progress));
+  } catch (const InputError& e) {
+    why = e.what();
+  }
+  commit_save(dir, sdir, run, progress, engine.steps_taken(), mine, why, world);
   return sdir;
 }
 
@@ -190,6 +205,8 @@ TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunIn
 }
 
 #define DTB_INSTANTIATE_CHECKPOINT(T)                                                                                  \
+  template std::vector<CheckpointSection> checkpoint_io::rank_sections<T>(                                             \
+      const ZeroState<T>&, const ZeroStateIndex&, const CheckpointRunInfo&, const TrainProgress&);                    \
   template std::string save_checkpoint<T>(const std::string&, const CheckpointRunInfo&, ZeroEngine<T>&,                \
                                           const TrainProgress&, Communicator&);                                        \
   template TrainProgress load_checkpoint<T>(const std::string&, const CheckpointRunInfo&, ZeroEngine<T>&, LossScaler*, \

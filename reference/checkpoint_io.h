@@ -86,4 +86,30 @@ ZeroState<T> reshard_state(const std::string& step_dir, const nlohmann::json& ma
 nlohmann::json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, const TrainProgress& progress,
                              int64_t adamw_steps, nlohmann::json ranks);
 
+/// Agreement: every rank passes its error ("" when fine); if any rank failed, every rank
+/// throws AgreedInputError (kernels/agreed_error.h) with the lowest failing rank's message, so
+/// none waits in a collective the others left. Collective over `world`.
+void agree(Communicator& world, const std::string& why);
+
+/// A save's three phases (save_checkpoint is begin_save, write_rank_file of rank_sections,
+/// commit_save; the asynchronous writer, checkpoint_async.h, runs the middle one in a thread).
+/// begin_save: rank 0 makes DIR/step-<step> (removing an older manifest there); agreed.
+/// Collective. Returns the step directory.
+std::string begin_save(const std::string& dir, int64_t step, Communicator& world);
+
+/// The sections of a rank file holding `st` at progress.next_step: "state" (next step,
+/// AdamW t, seed, loss scaler), params, master (when held), m, v, and the index of their
+/// elements in the full model (`index`, the engine's state_index(): "index.params",
+/// "index.state"). Local; copies `st`.
+template <typename T>
+std::vector<CheckpointSection> rank_sections(const ZeroState<T>& st, const ZeroStateIndex& index,
+                                             const CheckpointRunInfo& run, const TrainProgress& progress);
+
+/// Agrees on `why` (this rank's write error, "" when `mine` is durable), gathers every
+/// rank's size and SHA-256, then rank 0 writes manifest.json and DIR/latest; agreed.
+/// Collective. Errors: InputError, the same on every rank.
+void commit_save(const std::string& dir, const std::string& sdir, const CheckpointRunInfo& run,
+                 const TrainProgress& progress, int64_t adamw_steps, const FileDigest& mine, std::string why,
+                 Communicator& world);
+
 }  // namespace dtb::checkpoint_io

@@ -2,6 +2,7 @@
 // trainer and checkpoint hooks, composed once for every precision.
 #include "reference/layout_runner.h"
 
+#include <chrono>
 #include <filesystem>
 
 #include "kernels/agreed_error.h"
@@ -26,7 +27,9 @@ template <typename T>
 void resume(const LayoutCheckpoints& c, const CheckpointRunInfo& info, const TrainConfig& cfg, ZeroEngine<T>& engine,
             LossScaler& scaler, Communicator& host, TrainLoop& loop, TrainHistory& before, CheckpointActivity& act) {
   const std::string& step_dir = c.resume_step_dir;
+  const auto t0 = std::chrono::steady_clock::now();
   const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host);  // agreed errors
+  act.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Past the load every rank holds the same manifest: what follows fails on all alike.
   try {
     before = history_of(p, cfg, step_dir);
@@ -42,16 +45,37 @@ void resume(const LayoutCheckpoints& c, const CheckpointRunInfo& info, const Tra
   const nlohmann::json m = check_checkpoint_manifest(step_dir, info);
   act.changed_on_resume = recipe_changes(m, info);  // the allowed ones
   act.resharded_from = resharded_from(m, info);
+  // The bytes this rank read: its own file, or every rank file when resharding.
+  std::error_code ec;
+  act.load_bytes = 0;
+  for (int r = 0; r < int(m.at("ranks").size()); ++r)
+    if (!act.resharded_from.empty() || r == host.rank())
+      act.load_bytes += uint64_t(std::filesystem::file_size(
+          std::filesystem::path(step_dir) / ("rank-" + std::to_string(r) + ".bin"), ec));
   note(c, "resumed from " + step_dir + (act.resharded_from.empty() ? "" : " (resharded from " + act.resharded_from + ")") +
               ": steps " + std::to_string(p.next_step) + " to " + std::to_string(cfg.steps - 1) +
               " run here, the loss curve before from the checkpoint");
 }
 
+// Notes a committed save, `saved` its step directory ("" none), on rank 0 with its bytes.
+void note_saved(const LayoutCheckpoints& c, Communicator& host, CheckpointActivity& act, const std::string& saved) {
+  if (saved.empty()) return;
+  act.saved.push_back(std::stoll(std::filesystem::path(saved).filename().string().substr(5)));  // "step-<k>"
+  if (host.rank() == 0) {
+    uintmax_t bytes = 0;
+    std::error_code ec;
+    for (int r = 0; r < host.size(); ++r)
+      bytes += std::filesystem::file_size(std::filesystem::path(saved) / ("rank-" + std::to_string(r) + ".bin"), ec);
+    note(c, "checkpoint " + saved + " saved (" + std::to_string(bytes) + " bytes in " + std::to_string(host.size()) +
+                " rank files)");
+  }
+}
+
 // Saves a checkpoint after every c.every steps done, the history = `before` + the steps run;
-// a failed save (a full disk) is agreed by every rank: recorded, and training goes on without
-// saving. Collective over `host`.
+// a failed save (a full disk; an asynchronous write found failed at its commit) is agreed by
+// every rank: recorded, and training goes on without saving. Collective over `host`.
 template <typename T>
-void save_every(const LayoutCheckpoints& c, const CheckpointRunInfo& info, ZeroEngine<T>& engine, Communicator& host,
+void save_every(const LayoutCheckpoints& c, CheckpointWriter<T>& w, ZeroEngine<T>& engine, Communicator& host,
                 const TrainHistory& before, CheckpointActivity& act, int64_t done, const LossScaler& s,
                 const TrainRun& so_far) {
   if (c.every <= 0 || done % c.every != 0) return;
@@ -62,23 +86,24 @@ void save_every(const LayoutCheckpoints& c, const CheckpointRunInfo& info, ZeroE
   p.scaler = s.state();
   p.history = history_to_json(h);
   if (!act.save_error.empty()) return;
-  std::string saved;
   try {
-    saved = save_checkpoint(c.dir, info, engine, p, host);
+    note_saved(c, host, act, w.save(engine, p));
   } catch (const InputError& e) {
     act.save_error = e.what();
     note(c, "checkpoint save failed, training goes on without saving: " + act.save_error);
-    return;
   }
-  act.saved.push_back(done);
-  if (host.rank() == 0) {
-    uintmax_t bytes = 0;
-    std::error_code ec;
-    for (int r = 0; r < host.size(); ++r)
-      bytes += std::filesystem::file_size(std::filesystem::path(saved) / ("rank-" + std::to_string(r) + ".bin"), ec);
-    note(c, "checkpoint " + saved + " saved (" + std::to_string(bytes) + " bytes in " + std::to_string(host.size()) +
-                " rank files)");
+}
+
+// Commits the asynchronous save in flight after the last step, as save_every records it.
+template <typename T>
+void finish_saves(const LayoutCheckpoints& c, CheckpointWriter<T>& w, Communicator& host, CheckpointActivity& act) {
+  try {
+    note_saved(c, host, act, w.finish());
+  } catch (const InputError& e) {
+    act.save_error = e.what();
+    note(c, "checkpoint save failed: " + act.save_error);
   }
+  act.save_timings = w.timings();
 }
 
 template <typename T>
@@ -124,6 +149,8 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
     info = checkpoint_run_info(spec.model, l, spec.zero, cfg, spec.data.sha256, spec.recompute);
     info.allowed_changes = ck->allowed_changes;
   }
+  std::unique_ptr<CheckpointWriter<T>> writer;
+  if (ck && ck->every > 0) writer = std::make_unique<CheckpointWriter<T>>(ck->dir, info, host, ck->async);
   if (ck && !ck->resume_step_dir.empty()) {
     resume(*ck, info, cfg, engine, scaler, host, loop, taken, out.checkpoints);
   } else {
@@ -144,13 +171,14 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
         out.moe_all_to_all_s.push_back(m.moe_comm().dispatch_s + m.moe_comm().combine_s);
         m.reset_moe_stats();
       }
-      if (ck) save_every(*ck, info, engine, host, taken, out.checkpoints, done, s, so_far);
+      if (writer) save_every(*ck, *writer, engine, host, taken, out.checkpoints, done, s, so_far);
       if (hooks && hooks->after_step) hooks->after_step(done, so_far);
     };
   if (spec.op_clock) spec.op_clock->reset();
   m.set_part_times(spec.part_times);
   if (moe) m.reset_moe_stats();  // step 0's gradient is not a training step
   const TrainRun run = parallel_train(m, engine, spec.data, cfg, g, spec.spans, loop);
+  if (writer) finish_saves(*ck, *writer, host, out.checkpoints);
   if (spec.op_clock) out.op_seconds = spec.op_clock->seconds(), out.op_calls = spec.op_clock->calls();
   m.set_part_times(nullptr);
   out.pp_rank = m.coord().pp;

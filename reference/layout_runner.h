@@ -17,6 +17,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "kernels/op_profile.h"
+#include "reference/checkpoint_async.h"
 #include "reference/data.h"
 #include "reference/gpt.h"
 #include "reference/memory_model.h"
@@ -35,6 +36,10 @@ struct LayoutCheckpoints {
   int every = 0;                // save after every `every` steps done; 0: never
   std::string resume_step_dir{};  // a step directory to resume from (resolve_resume's); "": a fresh run
   std::vector<std::string> allowed_changes{};  // recipe keys the resume may change (CheckpointRunInfo)
+  /// Save asynchronously (reference/checkpoint_async.h): the state copied to host memory, the
+  /// files written in a thread while training goes on, each save committed at the next one or
+  /// after the last step. false: each save blocks the step (save_checkpoint).
+  bool async = false;
   /// Progress lines ("resumed from ...", "checkpoint ... saved (...)"), called on every rank
   /// (the saved line on rank 0 only); null: none.
   std::function<void(const std::string&)> note{};
@@ -52,6 +57,10 @@ struct CheckpointActivity {
   int64_t first_step = 0;      // steps taken from the checkpoint = the first step run here
   std::vector<int64_t> saved;  // steps done at each completed save
   std::string save_error;      // the first failed save (every rank agrees); later saves are skipped
+  /// This rank's timings of every save begun (CheckpointWriter::timings), in order.
+  std::vector<SaveTiming> save_timings;
+  double load_s = 0;        // this rank's load_checkpoint on resume, seconds (0: no resume)
+  uint64_t load_bytes = 0;  // the rank files this rank read on resume (its own; every one when resharded), bytes
 };
 
 /// Probe and fault hooks into a layout run (validate's training probe, tests).

@@ -48,7 +48,7 @@ RUNS = {
     # bound: failed suites, whose reports must validate too. gemm bf16 is skipped on the cpu.
     "all4": (4, {
         "suites": ["collectives", "gemm", "ffn_tp", "moe", "pipeline", "conformance", "memory", "offload", "overlap",
-                   "recompute", "precision"],
+                   "recompute", "precision", "checkpoint"],
         "model": TINY_MODEL,
         "collectives": {"ops": ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"],
                         "max_bytes": 4096, "step_factor": 8, "iters": 2, "repetitions": 2},
@@ -69,6 +69,7 @@ RUNS = {
         "overlap": TIMED | {"bucket_sizes": [1000, 100000]},
         "recompute": TIMED,
         "precision": TIMED | {"steps": 8, "loss_scale_growth_interval": 3},
+        "checkpoint": TIMED,
     }, []),
     # train on a TP x PP layout in fp16: loss scaling, gradient clipping, recompute, mfu and,
     # with --trace, the step breakdown.

@@ -18,9 +18,9 @@ from . import GateError
 from .runner import CandidateFailed, describe_status, message, run_child, run_env
 
 CALLGRIND = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--instr-atstart=no", "--cache-sim=yes"]
-# Regions whose buffers the code under test allocates (the trainers, the MoE layer's routing and rows): where
-# they land decides cache-set conflicts, so their misses are shown, not gated.
-OWN_BUFFERS = ("train_step/", "moe/")
+# Regions whose buffers the code under test allocates (the trainers, the MoE layer's routing and rows, a
+# checkpoint's sections): where they land decides cache-set conflicts, so their misses are shown, not gated.
+OWN_BUFFERS = ("train_step/", "moe/", "checkpoint/")
 MIN_MISSES = 1000  # per repetition: fewer are a handful of cache lines, where a buffer's address decides
 # (metric, callgrind events summed, default threshold key)
 METRICS = (("instructions", ("Ir",), "instructions"),
