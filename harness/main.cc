@@ -326,21 +326,6 @@ void check_allow_changed(const std::vector<std::string>& allow) {
                        "micro_batches, recompute)");
 }
 
-// Every rank's spans gathered and written as a Chrome trace to `path` by rank 0. Collective;
-// false (on rank 0) when the file could not be written, said on stderr.
-bool write_trace(const std::string& path, Communicator& world, const SpanRecorder& spans) {
-  const auto per_rank = gather_spans(world, spans.spans());  // collective
-  if (world.rank() != 0) return true;
-  try {
-    write_chrome_trace(path, per_rank);
-    std::printf("# trace: %s (open in https://ui.perfetto.dev)\n", path.c_str());
-    return true;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dtbench: error: %s\n", e.what());
-    return false;
-  }
-}
-
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
@@ -367,10 +352,12 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     return 0;
   }
   const std::string out_dir = cfg["output_dir"];
-  std::string run_id = args.run_id.empty() ? make_run_id(cfg["name"]) : args.run_id;
-  if (args.run_id.empty())  // two runs started in the same second: the later one gets "-2", "-3", ...
-    for (int k = 2; k < 1000 && fs::exists(out_dir + "/" + run_id + ".json"); ++k)
-      run_id = make_run_id(cfg["name"]) + "-" + std::to_string(k);
+  const std::string run_id = on_root(world, [&] {  // rank 0's (its clock, its directory): one report path
+    std::string id = args.run_id.empty() ? make_run_id(cfg["name"]) : args.run_id;
+    for (int k = 2; args.run_id.empty() && k < 1000 && fs::exists(out_dir + "/" + id + ".json"); ++k)
+      id = make_run_id(cfg["name"]) + "-" + std::to_string(k);  // two runs in the same second: "-2", "-3", ...
+    return id;
+  });
   // The output directory (and the trace's) must be writable before anything is measured.
   on_root(world, [&] {
     check_dir_writable(out_dir, "output directory");
@@ -479,7 +466,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
       std::fprintf(stderr, "dtbench: error: %s\n", e.what());
     }
   }, &spans, live_progress(args.progress), WorldInfo(world.size(), per_node, opts));
-  if (!args.trace.empty() && !write_trace(args.trace, world, spans)) write_failed = true;
+  if (!args.trace.empty() && !write_run_trace(args.trace, world, spans)) write_failed = true;
   int code = 0;
   if (world.rank() == 0) {
     print_summary(summarize_report(report, path), path);

@@ -329,8 +329,10 @@ bool report_names_rank0(const std::string& path) {
     std::ifstream in(path);
     if (!in) return false;
     const json r = json::parse(in);
-    for (const json& s : r.at("suites"))
-      if (s.value("error", "").find("rank 0 (pid ") != std::string::npos) return true;
+    for (const json& s : r.at("suites"))  // a suite that passed has "error": null
+      if (s.contains("error") && s["error"].is_string() &&
+          s["error"].get<std::string>().find("rank 0 (pid ") != std::string::npos)
+        return true;
   } catch (const std::exception&) {
   }
   return false;
@@ -344,7 +346,8 @@ bool name_in_unfinished_report(const std::string& path, const std::string& lates
     json r = json::parse(in);
     bool named = false;
     for (json& s : r.at("suites"))
-      if (s.value("status", "") == "error" && s.value("error", "") == unfinished) s["error"] = why, named = true;
+      if (s.value("status", "") == "error" && s.contains("error") && s["error"] == unfinished)  // null when passed
+        s["error"] = why, named = true;
     if (!named) return false;
     write_json_atomic(path, r);
     write_json_atomic(latest, r);

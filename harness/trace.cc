@@ -3,6 +3,7 @@
 #include "harness/trace.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 
@@ -90,6 +91,19 @@ nlohmann::json make_chrome_trace(const std::vector<std::vector<Span>>& per_rank)
 
 void write_chrome_trace(const std::string& path, const std::vector<std::vector<Span>>& per_rank) {
   write_json_atomic(path, make_chrome_trace(per_rank));
+}
+
+bool write_run_trace(const std::string& path, Communicator& world, const SpanRecorder& spans) {
+  const auto per_rank = gather_spans(world, spans.spans());  // collective
+  if (world.rank() != 0) return true;
+  try {
+    write_chrome_trace(path, per_rank);
+    std::printf("# trace: %s (open in https://ui.perfetto.dev)\n", path.c_str());
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtbench: error: %s\n", e.what());
+    return false;
+  }
 }
 
 }  // namespace dtb

@@ -34,4 +34,9 @@ nlohmann::json make_chrome_trace(const std::vector<std::vector<Span>>& per_rank)
 /// Errors: throws std::runtime_error naming the path when it cannot be written.
 void write_chrome_trace(const std::string& path, const std::vector<std::vector<Span>>& per_rank);
 
+/// `dtbench run --trace PATH`: every rank's spans gathered (gather_spans) and written by rank 0
+/// (write_chrome_trace), the path printed. Collective over `world`. Returns false on rank 0 when
+/// the file could not be written, said on stderr as `dtbench: error: ...`; true elsewhere.
+bool write_run_trace(const std::string& path, Communicator& world, const SpanRecorder& spans);
+
 }  // namespace dtb

@@ -154,7 +154,9 @@ TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunIn
     if (!resharded_from(m, run).empty()) {
       st = reshard_state<T>(step_dir, m, run, engine.state_index(), shape, f);
     } else {
-      const auto [path, expect] = rank_file_of(m, r, step_dir);
+      const std::pair<std::string, FileDigest> file = rank_file_of(m, r, step_dir);
+      const std::string& path = file.first;  // not a structured binding: the lambda below captures it
+      const FileDigest& expect = file.second;
       const std::vector<CheckpointSection> sections = read_rank_file(path, {r, world.size(), step}, &expect);
       auto take = [&](const char* s, auto& out, size_t count) {
         using E = typename std::decay_t<decltype(out)>::value_type;

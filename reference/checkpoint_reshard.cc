@@ -78,7 +78,9 @@ ZeroState<T> reshard_state(const std::string& step_dir, const nlohmann::json& m,
   std::vector<A> master(N), mom1(N), mom2(N);
   std::vector<char> has_param(N, 0), has_master(N, 0), has_moments(N, 0);
   for (int r = 0; r < world; ++r) {
-    const auto [path, expect] = rank_file_of(m, r, step_dir);
+    const std::pair<std::string, FileDigest> file = rank_file_of(m, r, step_dir);
+    const std::string& path = file.first;
+    const FileDigest& expect = file.second;
     const std::vector<CheckpointSection> sections = read_rank_file(path, {r, world, step}, &expect);
     const StateFields f = read_state(sections, path, step, run.seed);
     if (r == 0) fields = f;
