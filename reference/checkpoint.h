@@ -7,7 +7,8 @@
 // (ZeroStateIndex), so a checkpoint of any layout (TP, PP, DP, EP, SP, virtual stages, the
 // stage split, ZeRO stage, offload) loads into any other of the same model and precision —
 // resharded on load, as PyTorch Distributed Checkpoint reshards and DeepSpeed's universal
-// checkpoint (Lian et al. 2024) converts. Not here: retention of old checkpoints, async saving.
+// checkpoint (Lian et al. 2024) converts. Not here: retention of old checkpoints; asynchronous
+// saving is reference/checkpoint_async.h's.
 // Sources: checkpoint_file.cc (rank files, durable writes), checkpoint_manifest.cc (the
 // run identity, the manifest, step directories, the history), checkpoint.cc (save, load),
 // checkpoint_reshard.cc (loading another layout's files).
