@@ -17,6 +17,7 @@
 #include "kernels/device.h"
 #include "kernels/error.h"
 #include "reference/layout_runner.h"
+#include "reference/parallel_test_util.h"
 #include "reference/test_dataset.h"
 
 namespace dtb {
@@ -25,18 +26,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const GptConfig kModel{2, 32, 4, 16, 256};
-
-// A directory shared by the job's ranks: rank 0 makes it (mkdtemp), broadcasts its path.
-std::string shared_dir(Communicator& w) {
-  std::vector<char> buf(128, 0);
-  if (w.rank() == 0) {
-    std::string tmpl = (fs::temp_directory_path() / "dtb-ckasync-XXXXXX").string();
-    DTB_CHECK(tmpl.size() < buf.size() && mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
-    std::memcpy(buf.data(), tmpl.data(), tmpl.size());
-  }
-  w.broadcast(buf.data(), buf.size() / 4, DType::i32, 0);
-  return buf.data();
-}
 
 nlohmann::json manifest_ranks(const std::string& step_dir) {
   std::ifstream in(fs::path(step_dir) / "manifest.json");
@@ -50,7 +39,8 @@ struct Fixture {
   ZeroConfig zero;
   Dataset data = test_data();
   CpuDevice dev;
-  std::string dir = shared_dir(*w);
+  SharedTempDir tmp{*w};
+  const std::string& dir = tmp.path();
   Fixture() {
     cfg.steps = 6;
     cfg.global_batch = 8;
@@ -58,10 +48,6 @@ struct Fixture {
     cfg.adamw.lr = 1e-2f;
     l.dp = w->size();
     zero.stage = 1;
-  }
-  ~Fixture() {
-    w->barrier();
-    if (w->rank() == 0) fs::remove_all(dir);
   }
   LayoutOutcome run(const LayoutCheckpoints* ck) {
     return run_layout({.model = kModel, .layout = l, .train = cfg, .zero = zero, .device = dev, .host = *w,

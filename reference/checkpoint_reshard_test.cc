@@ -74,17 +74,7 @@ void expect_round_trip(const Case& a, const Case& b, const TrainConfig& cfg, Com
   }
   on_first(world_of(a), w, [&](Communicator& s) { back = run_case<T>(a, cfg, s, checkpoint_step_dir(dir.sub("b"), k)); });
   if (!in_a) return;
-  const std::vector<double> tail(full.run.losses.begin() + k, full.run.losses.end());
-  EXPECT_TRUE(same_bits(back.run.losses, tail, "per-step losses after the round trip"));
-  EXPECT_TRUE(same_bits(back.params, full.params, "gathered final parameters"));
-  EXPECT_TRUE(same_bits(back.state.params, full.state.params, "this rank's stored parameters"));
-  EXPECT_TRUE(same_bits(back.state.master, full.state.master, "this rank's master weights"));
-  EXPECT_TRUE(same_bits(back.state.m, full.state.m, "this rank's AdamW m"));
-  EXPECT_TRUE(same_bits(back.state.v, full.state.v, "this rank's AdamW v"));
-  EXPECT_EQ(back.state.t, full.state.t);
-  EXPECT_EQ(back.scaler.scale, full.scaler.scale);
-  EXPECT_EQ(back.scaler.growth_tracker, full.scaler.growth_tracker);
-  EXPECT_EQ(back.scaler.skipped, full.scaler.skipped);
+  expect_same_end(back, full, k);
 }
 
 // The pairs of the issue at world n (4: as named; 2: the same at half the sizes).
@@ -112,13 +102,7 @@ TEST(Reshard, RoundTripIsBitwiseInHalfPrecision) {
   auto w = make_mpi_world();
   const int n = w->size(), h = n / 2;
   if (n != 2 && n != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
-  TrainConfig fp16 = base_config();
-  fp16.steps = 8;
-  fp16.precision = Precision::fp16;
-  fp16.loss_scaler.enabled = true;
-  fp16.loss_scaler.init_scale = 0x1p18;
-  fp16.loss_scaler.growth_interval = 2;
-  expect_round_trip<::dtb::fp16>(dp_case(n, 3), dp_case(h, 2), fp16, *w, 3);
+  expect_round_trip<::dtb::fp16>(dp_case(n, 3), dp_case(h, 2), fp16_scaling_config(8), *w, 3);
   TrainConfig bf16 = base_config();
   bf16.precision = Precision::bf16;
   Case offload = dp_case(n, 1);

@@ -64,12 +64,7 @@ TEST(Checkpoint, ResumeIsBitwiseExpertParallel) {
 // either takes other steps.
 TEST(Checkpoint, ResumeIsBitwiseFp16LossScaler) {
   auto w = make_mpi_world();
-  TrainConfig cfg = base_config();
-  cfg.steps = 12;
-  cfg.precision = Precision::fp16;
-  cfg.loss_scaler.enabled = true;
-  cfg.loss_scaler.init_scale = 0x1p18;
-  cfg.loss_scaler.growth_interval = 2;
+  const TrainConfig cfg = fp16_scaling_config(12);
   Case c = dp_case(w->size(), 2);
   c.name += " fp16 loss scaling";
   const TrainRun full = expect_bitwise_resume<fp16>(c, cfg, *w, 3);

@@ -15,6 +15,7 @@
 #include "kernels/device.h"
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
+#include "reference/parallel_test_util.h"
 #include "reference/parallel_trainer.h"
 #include "reference/test_dataset.h"
 
@@ -24,32 +25,6 @@ namespace fs = std::filesystem;
 
 // 4 layers (PP 2 with 2 virtual stages), 4 heads (TP 2), V 256.
 inline const GptConfig kModel{4, 32, 4, 16, 256};
-
-// A directory unique to the test and shared by the job's ranks: rank 0 makes it
-// (mkdtemp) and broadcasts its path; removed at the end.
-class SharedTempDir {
- public:
-  explicit SharedTempDir(Communicator& w) : w_(w) {
-    std::vector<char> buf(128, 0);
-    if (w.rank() == 0) {
-      std::string tmpl = (fs::temp_directory_path() / "dtb-ckpt-XXXXXX").string();
-      DTB_CHECK(tmpl.size() < buf.size() && mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
-      std::memcpy(buf.data(), tmpl.data(), tmpl.size());
-    }
-    w.broadcast(buf.data(), buf.size() / 4, DType::i32, 0);
-    path_ = buf.data();
-  }
-  ~SharedTempDir() {
-    w_.barrier();
-    if (w_.rank() == 0) fs::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-  std::string sub(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  Communicator& w_;
-  std::string path_;
-};
 
 struct Case {
   std::string name;
@@ -152,6 +127,36 @@ template <typename V>
   return ::testing::AssertionSuccess();
 }
 
+// A run resumed at step k against the uninterrupted one, bit for bit: the per-step losses
+// after k, the gathered final parameters, this rank's stored parameters, master weights,
+// AdamW m, v and t, and the loss scaler.
+template <typename T>
+void expect_same_end(const Outcome<T>& resumed, const Outcome<T>& full, int64_t k) {
+  const std::vector<double> tail(full.run.losses.begin() + k, full.run.losses.end());
+  EXPECT_TRUE(same_bits(resumed.run.losses, tail, "per-step losses after the checkpoint"));
+  EXPECT_TRUE(same_bits(resumed.params, full.params, "gathered final parameters"));
+  EXPECT_TRUE(same_bits(resumed.state.params, full.state.params, "this rank's stored parameters"));
+  EXPECT_TRUE(same_bits(resumed.state.master, full.state.master, "this rank's master weights"));
+  EXPECT_TRUE(same_bits(resumed.state.m, full.state.m, "this rank's AdamW m"));
+  EXPECT_TRUE(same_bits(resumed.state.v, full.state.v, "this rank's AdamW v"));
+  EXPECT_EQ(resumed.state.t, full.state.t);
+  EXPECT_EQ(resumed.scaler.scale, full.scaler.scale);
+  EXPECT_EQ(resumed.scaler.growth_tracker, full.scaler.growth_tracker);
+  EXPECT_EQ(resumed.scaler.skipped, full.scaler.skipped);
+}
+
+// base_config() in fp16 with dynamic loss scaling from 2^18, growing every 2 good steps: the
+// first steps overflow and are skipped, then the scale grows and overflows again.
+inline TrainConfig fp16_scaling_config(int steps) {
+  TrainConfig cfg = base_config();
+  cfg.steps = steps;
+  cfg.precision = Precision::fp16;
+  cfg.loss_scaler.enabled = true;
+  cfg.loss_scaler.init_scale = 0x1p18;
+  cfg.loss_scaler.growth_interval = 2;
+  return cfg;
+}
+
 // Uninterrupted S steps against k steps + save, everything destroyed, resume, S - k steps.
 // Returns the uninterrupted run's record.
 template <typename T>
@@ -170,17 +175,7 @@ TrainRun expect_bitwise_resume(const Case& c, const TrainConfig& cfg, Communicat
   EXPECT_EQ(resolve_resume(dir.path(), "latest"), step_dir);
   const Outcome<T> resumed = run_case<T>(c, cfg, w, step_dir);
   EXPECT_EQ(resumed.run.losses.size(), size_t(cfg.steps - k));
-  const std::vector<double> tail(full.run.losses.begin() + k, full.run.losses.end());
-  EXPECT_TRUE(same_bits(resumed.run.losses, tail, "per-step losses after the checkpoint"));
-  EXPECT_TRUE(same_bits(resumed.params, full.params, "gathered final parameters"));
-  EXPECT_TRUE(same_bits(resumed.state.params, full.state.params, "this rank's stored parameters"));
-  EXPECT_TRUE(same_bits(resumed.state.master, full.state.master, "this rank's master weights"));
-  EXPECT_TRUE(same_bits(resumed.state.m, full.state.m, "this rank's AdamW m"));
-  EXPECT_TRUE(same_bits(resumed.state.v, full.state.v, "this rank's AdamW v"));
-  EXPECT_EQ(resumed.state.t, full.state.t);
-  EXPECT_EQ(resumed.scaler.scale, full.scaler.scale);
-  EXPECT_EQ(resumed.scaler.growth_tracker, full.scaler.growth_tracker);
-  EXPECT_EQ(resumed.scaler.skipped, full.scaler.skipped);
+  expect_same_end(resumed, full, k);
   if (cfg.loss_scaler.enabled) {
     const std::vector<double> scales(full.run.loss_scales.begin() + k, full.run.loss_scales.end());
     EXPECT_TRUE(same_bits(resumed.run.loss_scales, scales, "loss scales after the checkpoint"));

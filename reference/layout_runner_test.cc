@@ -22,6 +22,7 @@
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
 #include "reference/counting_ops_test_util.h"
+#include "reference/parallel_test_util.h"
 #include "reference/test_dataset.h"
 
 namespace dtb {
@@ -69,18 +70,6 @@ TEST(LayoutRunner, OneRankIsTheGptTrainerBitwise) {
   EXPECT_TRUE(out.checkpoints.resumed_from.empty());
 }
 
-// A directory shared by the job's ranks: rank 0 makes it and broadcasts its path.
-std::string shared_temp_dir(Communicator& w) {
-  std::vector<char> buf(128, 0);
-  if (w.rank() == 0) {
-    std::string tmpl = (fs::temp_directory_path() / "dtb-runner-XXXXXX").string();
-    DTB_CHECK(tmpl.size() < buf.size() && mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
-    std::memcpy(buf.data(), tmpl.data(), tmpl.size());
-  }
-  w.broadcast(buf.data(), buf.size() / 4, DType::i32, 0);
-  return buf.data();
-}
-
 // TP 2 x DP n/2 (DP over the world at odd sizes) with ZeRO 1 and fp16 loss scaling: saved
 // every 2 steps, then resumed from step 2 in a fresh run; the resumed run reports the whole
 // curve (the steps before it from the checkpoint's history), times only its own steps, and
@@ -98,7 +87,8 @@ TEST(LayoutRunner, ResumeThroughTheRunnerContinuesBitwise) {
   zero.stage = 1;
   const Dataset data = test_data();
   CpuDevice dev;
-  const std::string dir = shared_temp_dir(*w);
+  const SharedTempDir tmp(*w);
+  const std::string& dir = tmp.path();
   auto spec = [&](const LayoutCheckpoints* ck) {
     return LayoutRunSpec{.model = kModel, .layout = l, .train = cfg, .zero = zero, .device = dev, .host = *w,
                          .data = data, .gather = true, .checkpoints = ck};
@@ -123,8 +113,6 @@ TEST(LayoutRunner, ResumeThroughTheRunnerContinuesBitwise) {
     ASSERT_EQ(resumed.params.size(), full.params.size());
     for (size_t i = 0; i < full.params.size(); ++i) ASSERT_EQ(resumed.params[i], full.params[i]) << "parameter " << i;
   }
-  w->barrier();
-  if (w->rank() == 0) fs::remove_all(dir);
 }
 
 // Ranks that share one GPU talk through a StagedCommunicator (kernels/comm/staged_communicator.h)

@@ -1,17 +1,51 @@
 // Test helpers shared by the multi-rank tests of the sharded GPT (parallel_trainer_test.cc,
-// sequence_parallel_test.cc): the single-rank step-0 gradient, a layout's gathered step-0
-// gradient, and the relative norm difference between two gradients.
+// sequence_parallel_test.cc, the checkpoint and layout runner tests): the single-rank step-0
+// gradient, a layout's gathered step-0 gradient, the relative norm difference between two
+// gradients, and a temporary directory the ranks share.
 #pragma once
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/device.h"
+#include "kernels/error.h"
 #include "reference/parallel_trainer.h"
 #include "reference/test_dataset.h"
 #include "reference/trainer.h"
 
 namespace dtb {
+
+/// A directory unique to the test and shared by the job's ranks: rank 0 makes it (mkdtemp
+/// under the temporary directory) and broadcasts its path; the destructor waits for every
+/// rank, then rank 0 removes it. Collective over `w` (construction and destruction).
+class SharedTempDir {
+ public:
+  explicit SharedTempDir(Communicator& w) : w_(w) {
+    std::vector<char> buf(128, 0);
+    if (w.rank() == 0) {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "dtb-test-XXXXXX").string();
+      DTB_CHECK(tmpl.size() < buf.size() && mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
+      std::memcpy(buf.data(), tmpl.data(), tmpl.size());
+    }
+    w.broadcast(buf.data(), buf.size() / 4, DType::i32, 0);
+    path_ = buf.data();
+  }
+  ~SharedTempDir() {
+    w_.barrier();
+    if (w_.rank() == 0) std::filesystem::remove_all(path_);
+  }
+  const std::string& path() const { return path_; }
+  std::string sub(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+
+ private:
+  Communicator& w_;
+  std::string path_;
+};
+
 
 /// ||a - ref|| / ||ref|| (2-norms over every element; a and ref the same length).
 inline double rel_diff(const std::vector<double>& a, const std::vector<double>& ref) {
