@@ -18,6 +18,28 @@
 
 namespace dtb {
 
+/// How the data-parallel replicas keep in step (docs/comm-efficiency.md): synchronously (every
+/// field at its default: each step applies the step's all-reduced gradient), with stale
+/// gradients, or with local steps. Both non-synchronous recipes are defined over DP replicas
+/// alone (tp = pp = 1, ZeRO stage 0); the numerics contract compares them with one rank running
+/// the same recipe in sequence (reference/trainer.h train), not with synchronous training.
+struct DpSync {
+  /// Stale-gradient DP, k >= 0: step t applies the all-reduced gradient of step t - k (none for
+  /// t < k) while step t's reduction runs in the background. 0: synchronous.
+  int staleness = 0;
+  /// DC-ASGD's delay compensation (Zheng et al. 2017, eq. 10), lambda >= 0: the applied gradient
+  /// g_{t-k} becomes g + lambda g (.) g (.) (w_t - w_{t-k}). 0: none. Only with staleness >= 1.
+  double delay_compensation = 0.0;
+  /// DiLoCo (Douillard et al. 2023, Algorithm 1), H >= 0: each DP replica takes H inner AdamW
+  /// steps on its own share of each global batch, then one outer step on the replicas' averaged
+  /// parameter change. 0: none (every step synchronous).
+  int local_steps = 0;
+  double outer_lr = 0.7;        // DiLoCo's outer SGD learning rate (the paper's 0.7)
+  double outer_momentum = 0.9;  // its Nesterov momentum (the paper's 0.9)
+  bool synchronous() const { return staleness == 0 && local_steps == 0; }
+  bool operator==(const DpSync&) const = default;
+};
+
 /// One training run's settings: steps, the global batch (sequences per step over all DP
 /// ranks) split into micro-batches per rank, the sequence length, the data seed and AdamW.
 struct TrainConfig {
@@ -43,6 +65,8 @@ struct TrainConfig {
   /// (Megatron-LM's non-overlapped send_forward_recv_backward pairing; the blocking baseline;
   /// not with schedule interleaved, refused). Values are the same either way.
   bool overlap_p2p_comm = true;
+  /// How DP replicas keep in step: synchronous, stale gradients or local steps (DpSync).
+  DpSync dp_sync{};
 };
 
 /// Throws InputError when the batch does not divide: global_batch must be a multiple of
