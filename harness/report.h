@@ -19,7 +19,7 @@ namespace dtb {
 /// The report format's version: the report schema (harness/report.schema.json, the shell, with
 /// each suite's suites/<suite>.schema.json; scripts/validate_report.py --print-schema) describes
 /// exactly this one. Bump both together on any incompatible change (the schema's description says which).
-inline constexpr int kReportSchemaVersion = 4;
+inline constexpr int kReportSchemaVersion = 5;
 
 /// How one suite ended. status: "passed" (ran, every check passed), "failed" (a check
 /// failed), "error" (threw; `error` holds the message), "skipped".
