@@ -150,6 +150,21 @@ printf '{"suites": ["checkpoint"], "checkpoint": {"checkpoint_dir": "/proc"}}' >
 expect_error "checkpoint.save_interval = -1 is out of range [1, 7]" run --config "$tmp/cks_interval.json"
 expect_error "checkpoint.mtbf_hours = 0 is out of range" run --config "$tmp/cks_mtbf.json"
 expect_error "checkpoint.save_interval = 4 is out of range [1, 3]" run --config "$tmp/cks_no_step_left.json"
+# The comm_efficiency suite's methods and emulated nodes (docs/comm-efficiency.md).
+ce() { printf '{"suites": ["comm_efficiency"], "comm_efficiency": %s}' "$2" >"$tmp/ce_$1.json"; }
+ce stale0 '{"methods": ["sync", "stale0"]}'
+ce unknown '{"methods": ["sync", "gossip"]}'
+ce first '{"methods": ["stale1", "sync"]}'
+ce twice '{"methods": ["sync", "local4", "local4"]}'
+ce local3 '{"methods": ["sync", "local3"], "steps": 40}'
+ce slow0 '{"slow_link_gbps": 0}'
+expect_error "comm_efficiency.methods: 'stale0': 0 is below 1" run --config "$tmp/ce_stale0.json"
+expect_error "comm_efficiency.methods: 'gossip' is not sync, hierarchical, staleK[:dc] or localH" run --config "$tmp/ce_unknown.json"
+expect_error "comm_efficiency.methods: the first must be sync" run --config "$tmp/ce_first.json"
+expect_error "comm_efficiency.methods: 'local4' is listed twice" run --config "$tmp/ce_twice.json"
+expect_error "comm_efficiency.steps = 40 is not a multiple of local3's 3 local steps" run --config "$tmp/ce_local3.json"
+expect_error "comm_efficiency.slow_link_gbps = 0 is out of range" run --config "$tmp/ce_slow0.json"
+expect_error "comm_efficiency.ranks_per_node = 2 must divide the 1 ranks into 2 or more nodes" run --suites comm_efficiency
 expect_error "checkpoint.checkpoint_dir: '$tmp/no-such-dir' does not exist" run --config "$tmp/cks_missing.json"
 expect_error "checkpoint.checkpoint_dir: '$tmp/cks_interval.json' is not a directory" run --config "$tmp/cks_file.json"
 expect_error "checkpoint.checkpoint_dir is not writable: '/proc'" run --config "$tmp/cks_unwritable.json"

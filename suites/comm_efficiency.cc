@@ -79,15 +79,6 @@ struct Params {
     Params p;
     p.model = gpt_config_from_json(s.at("model"), "comm_efficiency.model");
     p.cfg = train_config_from_json(s, config, "comm_efficiency");
-    p.ranks_per_node = int(int_in_range(s, "ranks_per_node", "comm_efficiency.ranks_per_node", 1, 1 << 20));
-    if (world.size % p.ranks_per_node != 0 || world.size / p.ranks_per_node < 2)
-      throw InputError("comm_efficiency.ranks_per_node = " + std::to_string(p.ranks_per_node) + " must divide the " +
-                       std::to_string(world.size) + " ranks into 2 or more nodes");
-    p.fast.gbps = number_in_range(s, "link_gbps", "comm_efficiency.link_gbps", 1e-6, 1e6);
-    p.fast.latency_s = number_in_range(s, "latency_us", "comm_efficiency.latency_us", 0.0, 1e6) * 1e-6;
-    p.slow = p.fast;
-    p.slow.slow_gbps = number_in_range(s, "slow_link_gbps", "comm_efficiency.slow_link_gbps", 1e-6, 1e6);
-    p.slow.slow_node = int(int_in_range(s, "slow_node", "comm_efficiency.slow_node", 0, world.size / p.ranks_per_node - 1));
     const double lambda = number_in_range(s, "delay_compensation", "comm_efficiency.delay_compensation", 0.0, 1e6);
     const double olr = number_in_range(s, "outer_lr", "comm_efficiency.outer_lr", 1e-12, 10.0);
     const double mom = number_in_range(s, "outer_momentum", "comm_efficiency.outer_momentum", 0.0, 0.999999);
@@ -105,6 +96,15 @@ struct Params {
     }
     if (p.methods.front().name != "sync")
       throw InputError("comm_efficiency.methods: the first must be sync (every other is compared with it)");
+    p.fast.gbps = number_in_range(s, "link_gbps", "comm_efficiency.link_gbps", 1e-6, 1e6);
+    p.fast.latency_s = number_in_range(s, "latency_us", "comm_efficiency.latency_us", 0.0, 1e6) * 1e-6;
+    p.slow = p.fast;
+    p.slow.slow_gbps = number_in_range(s, "slow_link_gbps", "comm_efficiency.slow_link_gbps", 1e-6, 1e6);
+    p.ranks_per_node = int(int_in_range(s, "ranks_per_node", "comm_efficiency.ranks_per_node", 1, 1 << 20));
+    if (world.size % p.ranks_per_node != 0 || world.size / p.ranks_per_node < 2)
+      throw InputError("comm_efficiency.ranks_per_node = " + std::to_string(p.ranks_per_node) + " must divide the " +
+                       std::to_string(world.size) + " ranks into 2 or more nodes");
+    p.slow.slow_node = int(int_in_range(s, "slow_node", "comm_efficiency.slow_node", 0, world.size / p.ranks_per_node - 1));
     ParallelLayout l;
     l.dp = world.size;
     l.micro_batches = p.cfg.micro_batches;
