@@ -254,6 +254,9 @@ printf '{"kind": "validate-rules", "rules": [{"name": "g", "type": "min", "metri
 expect_error "rule 'g': unknown metric 'gemm'" validate --rules "$tmp/rules_metric.json"
 expect_error "--level 'fast' is not one of quick, medium, long, burnin" validate --level fast
 expect_error "--ranks-per-node 3 does not divide the 1 ranks" validate --ranks-per-node 3
+expect_error "--ranks-per-node 3 does not divide the 1 ranks" run --ranks-per-node 3
+expect_error "--ranks-per-node must be positive, got -2" run --ranks-per-node -2
+expect_error "--ranks-per-node must be positive, got 0" run --ranks-per-node 0
 expect_error "--backend 'gpu' is not cpu or cuda" validate --backend gpu
 expect_error "--inject: rank 5 is not in [0, 1)" validate --level medium --inject 5:compute:2
 expect_error "--inject: 'memory' is not a fault this build injects" validate --level medium --inject 0:memory:2
