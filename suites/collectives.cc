@@ -155,8 +155,9 @@ bool device_timed(const SuiteContext& ctx) { return ctx.device_world && ctx.back
 struct Nodes {
   int count = 1, per_node = 1;
   bool emulated = false;
-  /// Hierarchical rows: two nodes or more, each holding per_node ranks.
-  bool hierarchical(int n) const { return count >= 2 && n % per_node == 0; }
+  /// Hierarchical rows: two nodes or more, each holding per_node >= 2 ranks (with one rank per
+  /// node the hierarchical all-reduce is the flat ring itself).
+  bool hierarchical(int n) const { return count >= 2 && per_node >= 2 && n % per_node == 0; }
 };
 Nodes nodes_of(const SuiteContext& ctx) {
   Nodes d;
