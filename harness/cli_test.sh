@@ -269,6 +269,18 @@ printf '{"kind": "validate-rules", "rules": [{"name": "g", "type": "min", "metri
 expect_error "rule 'g': unknown metric 'gemm'" validate --rules "$tmp/rules_metric.json"
 expect_error "--level 'fast' is not one of quick, medium, long, burnin" validate --level fast
 expect_error "--ranks-per-node 3 does not divide the 1 ranks" validate --ranks-per-node 3
+expect_error "--ranks-per-node 3 does not divide the 1 ranks" run --ranks-per-node 3
+expect_error "--ranks-per-node must be positive, got -2" run --ranks-per-node -2
+expect_error "--ranks-per-node must be positive, got 0" run --ranks-per-node 0
+printf '{"train": {"dp_allreduce": "tree"}}' >"$tmp/dp_allreduce_bad.json"
+printf '{"suites": ["train"], "train": {"dp_allreduce": "hierarchical"}}' >"$tmp/dp_allreduce_one_node.json"
+printf '{"suites": ["conformance"], "conformance": {"layouts": ["DP4:zero2:hier2"]}}' >"$tmp/hier_zero2.json"
+printf '{"suites": ["conformance"], "conformance": {"layouts": ["PP2xDP2:hier2"]}}' >"$tmp/hier_one_node_group.json"
+expect_error "train.dp_allreduce: 'tree' is not \"flat\" or \"hierarchical\"" run --config "$tmp/dp_allreduce_bad.json"
+expect_error "train.dp_allreduce: hierarchical DP all-reduce over nodes of 1 ranks: the layout's 1 ranks are one node" run --config "$tmp/dp_allreduce_one_node.json"
+expect_error "'DP4:zero2:hier2': hierarchical DP all-reduce over nodes of 2 ranks: ZeRO stage 2 reduce-scatters" run --config "$tmp/hier_zero2.json"
+expect_error "the DP group of rank 0 lies on one node" run --config "$tmp/hier_one_node_group.json"
+expect_error "the sweep runs the flat DP all-reduce only" run --sweep DP1:hier1
 expect_error "--backend 'gpu' is not cpu or cuda" validate --backend gpu
 expect_error "--inject: rank 5 is not in [0, 1)" validate --level medium --inject 5:compute:2
 expect_error "--inject: 'memory' is not a fault this build injects" validate --level medium --inject 0:memory:2

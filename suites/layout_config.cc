@@ -28,6 +28,7 @@ const std::vector<LayoutSpelling>& layout_spellings() {
       {LayoutKey::precision,      "precision",               "",     "precision", "precision",               "--precision"},
       {LayoutKey::recompute,      "recompute",               "",     "recompute", "recompute",               "--recompute"},
       {LayoutKey::comm_type,      "communication_data_type", "",     "comm",      "communication_data_type", ""},
+      {LayoutKey::dp_allreduce,   "dp_allreduce",            "hier", "dp_allreduce", "dp_allreduce",         ""},
   };
   return table;
 }
@@ -156,6 +157,14 @@ bool fp32_communication_from_json(const json& s, const std::string& path, Precis
   return c == "fp32" && p != Precision::fp32;
 }
 
+int dp_allreduce_from_json(const json& s, const std::string& path, int node_ranks) {
+  const std::string k = key_of(LayoutKey::dp_allreduce);
+  const std::string v = s.at(k).get<std::string>();
+  if (v == "flat") return 0;
+  if (v == "hierarchical") return node_ranks;
+  throw InputError(path + "." + k + ": '" + printable(v, 40) + "' is not \"flat\" or \"hierarchical\"");
+}
+
 LayoutSpec layout_from_json(const json& s, const std::string& path, const GptConfig& model, int micro_batches,
                             int global_batch, int world_size, int seq_len) {
   LayoutSpec spec;
@@ -218,7 +227,8 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   const std::string offload = spelling(LayoutKey::offload).spec_token;
   const std::string sp = spelling(LayoutKey::sequence_parallel).spec_token;
   const std::string layers = spelling(LayoutKey::pipeline_layers).spec_token;
-  bool seen_opt[7] = {false, false, false, false, false, false, false};  // schedule, v, zero, offload, recompute, sp, layers
+  const std::string hier = spelling(LayoutKey::dp_allreduce).spec_token;
+  bool seen_opt[8] = {};  // schedule, v, zero, offload, recompute, sp, layers, hier
   auto digits_after = [](const std::string& o, size_t k) {
     return o.size() > k && o.size() <= k + 4 &&
            std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
@@ -244,6 +254,10 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
     } else if (o == sp) {
       which = 5;
       spec.l.sequence_parallel = true;
+    } else if (o.rfind(hier, 0) == 0 && digits_after(o, hier.size())) {
+      which = 7;
+      spec.hier_node_ranks = std::stoi(o.substr(hier.size()));
+      if (spec.hier_node_ranks < 1) throw bad("has " + hier + "0 (nodes of at least one rank)");
     } else if (o.rfind(layers, 0) == 0) {
       which = 6;
       try {
@@ -253,7 +267,7 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
       }
     } else {
       throw bad("has an unknown option '" + printable(o, 20) +
-                "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp, layersA+B+..)");
+                "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp, layersA+B+.., hierN)");
     }
     if (seen_opt[which])
       throw bad(which == 0 ? "names a second schedule ('" + printable(o, 20) + "')"
@@ -297,6 +311,7 @@ std::string layout_record_name(const LayoutSpec& s) {
   if (s.z.offload_optimizer) seg(LayoutKey::offload, "cpu");
   if (s.recompute != Recompute::none) seg(LayoutKey::recompute, std::string(to_string(s.recompute)));
   if (s.precision != Precision::fp32) seg(LayoutKey::precision, std::string(to_string(s.precision)));
+  if (s.hier_node_ranks > 0) seg(LayoutKey::dp_allreduce, spelling(LayoutKey::dp_allreduce).spec_token + std::to_string(s.hier_node_ranks));
   return name;
 }
 
@@ -314,6 +329,10 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
   f(LayoutKey::offload) = s.z.offload_optimizer ? "cpu" : "none";
   f(LayoutKey::recompute) = std::string(to_string(s.recompute));
   f(LayoutKey::precision) = std::string(to_string(s.precision));
+  if (s.hier_node_ranks > 0) {  // absent when flat: the records of every flat layout as before
+    f(LayoutKey::dp_allreduce) = "hierarchical";
+    rec[std::string(spelling(LayoutKey::dp_allreduce).field_key) + "_ranks_per_node"] = s.hier_node_ranks;
+  }
 }
 
 json to_json(const ParallelLayout& l) {
@@ -330,7 +349,7 @@ json to_json(const ZeroConfig& z) {
 
 json to_json(const LayoutSpec& s) {
   return {{"layout", to_json(s.l)}, {"zero", to_json(s.z)}, {"recompute", std::string(to_string(s.recompute))},
-          {"precision", std::string(to_string(s.precision))}};
+          {"precision", std::string(to_string(s.precision))}, {"hier_node_ranks", s.hier_node_ranks}};
 }
 
 }  // namespace dtb

@@ -19,7 +19,7 @@ namespace dtb {
 /// One dimension or option of a layout.
 enum class LayoutKey {
   tp, pp, dp, ep, sequence_parallel, schedule, virtual_stages, pipeline_layers, micro_batches, zero_stage, offload, precision,
-  recompute, comm_type
+  recompute, comm_type, dp_allreduce
 };
 
 /// How one layout key is spelled in each input and output form ("" where the form has none).
@@ -45,7 +45,16 @@ struct LayoutSpec {
   ZeroConfig z;
   Recompute recompute = Recompute::none;
   Precision precision = Precision::fp32;
+  /// The DP gradient all-reduce: 0 flat (the DP group's own); N > 0 hierarchical
+  /// (kernels/comm/hierarchical_communicator.h) over nodes of N consecutive ranks of the layout
+  /// (validate_dp_hierarchical, reference/layout_runner.h, says which layouts it fits).
+  int hier_node_ranks = 0;
 };
+
+/// A section's dp_allreduce key: "flat" (0) or "hierarchical" (node_ranks: the run's ranks per
+/// node, real or emulated by --ranks-per-node: suite.h node_size). Errors: InputError
+/// "<path>.dp_allreduce: ...".
+int dp_allreduce_from_json(const nlohmann::json& section, const std::string& path, int node_ranks);
 
 /// A section's zero_stage in [lo, hi]: the one reader of the key. Errors: InputError
 /// "<path>.zero_stage = <v> is out of range [lo, hi]".
@@ -101,8 +110,8 @@ LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& pa
 /// out of DP: "DP4xEP2"; EP alone sets DP to it) in any order, each at most
 /// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved, zb-h1; 1f1b
 /// by default), "vN" virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer
-/// cpu), "full" or "selective" recompute, "sp" (sequence parallel: "TP2xPP2:sp"), each at
-/// most once. Divisibility is not checked
+/// cpu), "full" or "selective" recompute, "sp" (sequence parallel: "TP2xPP2:sp"), "hierN" (the
+/// DP all-reduce hierarchical over nodes of N consecutive ranks: "DP4:hier2"), each at most once. Divisibility is not checked
 /// here (validate_layout). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
 LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
 
@@ -116,12 +125,13 @@ void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std:
 /// The train suite's record name of a sharded layout: "tp:T/dp:D/pp:P/schedule:S", then
 /// "/ep:E" (E > 1), "/sp:on" (sequence parallel), "/v:V" (interleaved), "/layers:A+B" (an uneven split),
 /// "/zero:Z" (Z > 0), "/offload:cpu", "/recompute:R" (not none),
-/// "/precision:P" (not fp32).
+/// "/precision:P" (not fp32), "/dp_allreduce:hierN" (hierarchical).
 std::string layout_record_name(const LayoutSpec& s);
 
 /// Sets a record's layout fields: tp, dp, pp, ep, sequence_parallel, schedule, virtual_stages,
 /// pipeline_layers ([] for the even split), zero_stage,
-/// offload_optimizer ("cpu" / "none"), recompute and precision.
+/// offload_optimizer ("cpu" / "none"), recompute and precision; a hierarchical DP all-reduce adds
+/// dp_allreduce "hierarchical" and dp_allreduce_ranks_per_node N (absent: flat).
 void add_layout_fields(nlohmann::json& rec, const LayoutSpec& s);
 
 /// A comparable printable form of each typed part (every field), for tests and messages.

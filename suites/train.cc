@@ -139,6 +139,7 @@ struct TrainFacts {
   std::string layout_name;  // the record's name after train/gpt/
   double tokens_per_step;
   double peak_tflops;  // the section's peak_tflops (0: no MFU)
+  int hier_node_ranks = 0;  // the DP all-reduce: 0 flat, N hierarchical over nodes of N ranks
 };
 
 // The plain data-parallel run (reference/trainer.h's Gpt<float> and train()) over
@@ -233,7 +234,7 @@ json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit
   const int timed = int(run.timings.size());
   const ParallelLayout& layout = f.layout;
   json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
-  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision});
+  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision, f.hier_node_ranks});
   rec["steps"] = f.cfg.steps;
   rec["tokens_per_step"] = f.tokens_per_step;
   rec["tokens_per_s"] = f.tokens_per_step / sp.step.median;
@@ -371,7 +372,7 @@ struct Params {
   bool plain_dp() const {
     const ParallelLayout& l = spec.l;
     return !plan.on() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 && spec.recompute == Recompute::none &&
-           !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
+           !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32 && spec.hier_node_ranks == 0;
   }
   static Params parse(const json& section, const json& config, const WorldInfo& world);
   json to_json() const {
@@ -390,6 +391,15 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.spec = layout_from_json(section, "train", p.model, train.micro_batches, train.global_batch, world.size,
                             train.seq_len);
   validate_train_config(train, p.model, p.spec.l.dp);
+  // dp_allreduce "hierarchical": nodes of the world's ranks per node (real, or --ranks-per-node's).
+  p.spec.hier_node_ranks = dp_allreduce_from_json(section, "train", node_size(world.ranks_per_node, world.options));
+  if (p.spec.hier_node_ranks > 0) {
+    try {
+      validate_dp_hierarchical(p.spec.l, p.spec.z.stage, p.spec.hier_node_ranks);
+    } catch (const InputError& e) {
+      throw InputError("train.dp_allreduce: " + std::string(e.what()));
+    }
+  }
   train.precision = p.spec.precision;
   apply_recipe_keys(section, "train", train);  // loss scaling and clipping (precision: the same)
   const std::string backend = config.value("backend", "cpu");
@@ -423,7 +433,8 @@ class TrainSuite : public Suite {
             {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},
             {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},
             {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"communication_data_type", "auto"},
-            {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}, {"references", true}};
+            {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}, {"references", true},
+            {"dp_allreduce", "flat"}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);
@@ -473,7 +484,7 @@ class TrainSuite : public Suite {
     const TrainFacts f{model_cfg, cfg, layout, zero, recompute, plan, dp_only,
                        dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n)
                                : layout_record_name(p.spec),
-                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops};
+                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops, p.spec.hier_node_ranks};
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
@@ -508,7 +519,7 @@ class TrainSuite : public Suite {
                         .device = ctx.device, .ops = precision_ops(be), .host = world,
                         .device_comm = &dev_comm, .data = data, .gather = true, .spans = ctx.spans,
                         .checkpoints = plan.on() ? &ck : nullptr, .op_clock = clock.get(),
-                        .step_slowdown = ctx.options.slowdown.train_step});
+                        .dp_hier_node_ranks = p.spec.hier_node_ranks, .step_slowdown = ctx.options.slowdown.train_step});
     }
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)
