@@ -110,6 +110,8 @@ struct Params {
     l.micro_batches = p.cfg.micro_batches;
     validate_layout(l, p.model, p.cfg.global_batch, world.size, p.cfg.seq_len);
     validate_train_config(p.cfg, p.model, world.size);
+    for (const Method& m : p.methods)
+      if (m.hierarchical) validate_dp_hierarchical(l, 0, p.ranks_per_node);
     return p;
   }
   json to_json() const {
@@ -196,12 +198,10 @@ Run CommEfficiencySuite::train(SuiteContext& ctx, const Params& p, const Method&
   hooks.wrap_dp = [&](Communicator& dp) -> std::unique_ptr<Communicator> {
     return std::make_unique<EmulatedLinkCommunicator>(dp, dp.rank() / p.ranks_per_node, link, stats);
   };
-  LayoutSpec spec;
-  spec.l = l;
-  (void)m.hierarchical;  // TODO(merge): the hierarchical DP all-reduce's LayoutSpec field
-  const LayoutOutcome o = run_layout({.model = p.model, .layout = l, .train = cfg, .zero = spec.z,
-                                      .device = ctx.device, .ops = precision_ops(ctx.backend), .host = world,
-                                      .device_comm = &comm, .data = *ctx.dataset, .gather = true, .hooks = &hooks});
+  const LayoutOutcome o = run_layout({.model = p.model, .layout = l, .train = cfg, .device = ctx.device,
+                                      .ops = precision_ops(ctx.backend), .host = world, .device_comm = &comm,
+                                      .data = *ctx.dataset, .gather = true, .hooks = &hooks,
+                                      .dp_hier_node_ranks = m.hierarchical ? p.ranks_per_node : 0});
   Run r;
   r.step_s = slowest_step_times(o, world);
   r.losses = o.losses;
