@@ -17,6 +17,7 @@
 #include <map>
 
 #include "kernels/error.h"
+#include "reference/dp_sync.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -46,7 +47,30 @@ const std::vector<std::string> kDefaultLayouts = {
     "PP2:zb-h1", "PP4:zb-h1", "TP2xPP2:zb-h1",
     // Uneven layer splits over the stages (stage balancing: fewer layers beside the embedding
     // and the LM head), 1F1B and ZB-H1.
-    "PP2:layers5+3", "PP4:layers1+3+3+1", "PP4:zb-h1:layers1+3+3+1", "PP2:interleaved:v2:layers1+3+3+1"};
+    "PP2:layers5+3", "PP4:layers1+3+3+1", "PP4:zb-h1:layers1+3+3+1", "PP2:interleaved:v2:layers1+3+3+1",
+    // Stale gradients, with DC-ASGD's delay compensation, and DiLoCo's local steps
+    // (docs/comm-efficiency.md), each against the one-rank reference of its recipe.
+    "DP4:stale1", "DP4:stale2", "DP4:stale1:dc", "DP4:stale2:dc", "DP4:local4"};
+
+// A layout spec's recipe as the trainer and the references take it: DiLoCo's replicas are its
+// DP ranks; the other recipes do not depend on the DP size (their references are one rank's).
+DpSync recipe_of(const LayoutSpec& spec) {
+  DpSync d = spec.dp_sync;
+  d.replicas = d.local_steps > 0 ? spec.l.dp : 1;
+  return d;
+}
+
+// Why a layout's recipe has no reference in precision `p` ("" when it has one): fp16 trains with
+// loss scaling, which stale gradients and local steps refuse; DiLoCo's one-rank reference
+// simulates R > 1 replicas in fp32 / fp64 only (the half references are one-rank layout runs).
+std::string no_reference_reason(const DpSync& d, Precision p) {
+  if (d.synchronous() || p == Precision::fp32) return "";
+  if (p == Precision::fp16) return "fp16 needs loss scaling, which stale gradients and local steps do not support";
+  if (d.local_steps > 0 && d.replicas > 1)
+    return "no " + std::string(to_string(p)) + " reference: DiLoCo's " + std::to_string(d.replicas) +
+           " replicas are simulated on one rank in fp32 only";
+  return "";
+}
 
 // An MoE model's (conformance.model.num_experts > 0): expert parallel alone, over DP, with PP
 // (1F1B and interleaved), with ZeRO 1-3, with selective and full recompute and with TP
@@ -126,6 +150,10 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
     l.micro_batches = cfg.micro_batches;
     try {
       validate_zero(spec.z);
+      TrainConfig recipe = cfg;
+      recipe.dp_sync = recipe_of(spec);
+      validate_dp_sync(recipe, "conformance");
+      validate_dp_sync_layout(recipe, l, spec.z, "conformance");
     } catch (const InputError& e) {
       throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
     }
@@ -288,23 +316,44 @@ class ConformanceSuite : public Suite {
     };
     std::map<std::string, Kept> kept;
     const std::vector<std::string>& names = p.names;
-    std::vector<double> oracle_losses, oracle_grad_norms;
+    std::vector<double> oracle_losses, oracle_grad_norms;  // the synchronous recipe's (else the first's)
     double factor = 0;
-    Reference oracle;  // the float64 oracle, run once (rank 0's): the same for every precision
-    bool have_oracle = false;  // on every rank, so that every rank skips the oracle's job alike
+    // The float64 oracle of each recipe (DpSync as to_json prints it), run once (rank 0's): the
+    // same for every precision. The map's keys are the same on every rank, so that every rank
+    // skips the oracle's job alike.
+    std::map<std::string, Reference> oracles;
+    const std::string sync_key = to_json(DpSync{}).dump();
     for (const Precision prec : p.precisions) {
       TrainConfig cfg = base;
       cfg.precision = prec;
       cfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
       const std::string suffix = prec == Precision::fp32 ? "" : ":" + std::string(to_string(prec));
-      const ReferenceSet refs = run_references(model, cpu, data, cfg, world, have_oracle ? &oracle : nullptr);
-      if (!have_oracle)
-        oracle = refs.oracle, oracle_losses = refs.oracle.losses, oracle_grad_norms = refs.oracle.grad_norms,
-        have_oracle = true;
-      factor = refs.factor();
-      ctx.print("# " + std::string(to_string(prec)) + " baseline: float64 oracle and " +
-                std::to_string(refs.micro_batches.size()) + " single-rank " + std::string(to_string(prec)) +
-                " runs; tolerance " + refs.how());
+      // The references of every recipe the layouts run in this precision, in the layouts' order.
+      std::map<std::string, ReferenceSet> refsets;
+      for (const LayoutSpec& spec : p.specs) {
+        const DpSync d = recipe_of(spec);
+        const std::string key = to_json(d).dump();
+        if (refsets.contains(key) || !no_reference_reason(d, prec).empty() || spec.l.world() > world.size()) continue;
+        TrainConfig c = cfg;
+        c.dp_sync = d;
+        auto o = oracles.find(key);
+        ReferenceSet refs = run_references(model, cpu, data, c, world, o != oracles.end() ? &o->second : nullptr);
+        if (o == oracles.end()) oracles[key] = refs.oracle;
+        if (oracle_losses.empty() || key == sync_key)
+          oracle_losses = refs.oracle.losses, oracle_grad_norms = refs.oracle.grad_norms;
+        factor = refs.factor();
+        char lambda[32];
+        std::snprintf(lambda, sizeof lambda, "%g", d.delay_compensation);
+        const std::string recipe =
+            d.synchronous() ? ""
+            : d.staleness > 0
+                ? " (staleness " + std::to_string(d.staleness) + (d.delay_compensation > 0 ? ", dc " + std::string(lambda) : "") + ")"
+                : " (local steps " + std::to_string(d.local_steps) + ", " + std::to_string(d.replicas) + " replicas)";
+        ctx.print("# " + std::string(to_string(prec)) + " baseline" + recipe + ": float64 oracle and " +
+                  std::to_string(refs.micro_batches.size()) + " single-rank " + std::string(to_string(prec)) +
+                  " runs; tolerance " + refs.how());
+        refsets.emplace(key, std::move(refs));
+      }
       ctx.print("#  layout                       ranks  final loss   |dloss| max   worst check   checks   status   "
                 "peak activations per stage (KiB)");
       for (size_t li = 0; li < names.size(); ++li) {
@@ -321,6 +370,13 @@ class ConformanceSuite : public Suite {
                     std::to_string(k) + " ranks, the world has " + std::to_string(world.size()));
           continue;
         }
+        cfg.dp_sync = recipe_of(spec);
+        if (const std::string why = no_reference_reason(cfg.dp_sync, prec); !why.empty()) {
+          skipped.push_back({{"layout", text}, {"reason", why}});
+          ctx.print("#  " + pad(text, 28) + " " + pad(std::to_string(l.world()), 5) + "  skipped: " + why);
+          continue;
+        }
+        const ReferenceSet& refs = refsets.at(to_json(cfg.dp_sync).dump());
         const int k = int(l.world());
         const int color = world.rank() < k ? 0 : 1;
         auto sub = world.split(color, world.rank(), "conformance:" + text);
