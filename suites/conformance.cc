@@ -243,6 +243,61 @@ json layout_record(const std::string& text, const ParallelLayout& l, const Layou
   return rec;
 }
 
+// The references of every recipe the layouts run in cfg.precision (DpSync as to_json prints it
+// -> its ReferenceSet), computed in the layouts' order, each announced on rank 0; the float64
+// oracle of a recipe from `oracles` when there, else run and kept there. Collective over
+// ctx.world (the keys are the same on every rank).
+std::map<std::string, ReferenceSet> recipe_references(const Params& p, const TrainConfig& cfg, Device& cpu,
+                                                      const Dataset& data, SuiteContext& ctx,
+                                                      std::map<std::string, Reference>& oracles) {
+  std::map<std::string, ReferenceSet> refsets;
+  const std::string prec(to_string(cfg.precision));
+  for (const LayoutSpec& spec : p.specs) {
+    const DpSync d = recipe_of(spec);
+    const std::string key = to_json(d).dump();
+    if (refsets.contains(key) || !no_reference_reason(d, cfg.precision).empty() || spec.l.world() > ctx.world.size())
+      continue;
+    TrainConfig c = cfg;
+    c.dp_sync = d;
+    auto o = oracles.find(key);
+    ReferenceSet refs = run_references(p.model, cpu, data, c, ctx.world, o != oracles.end() ? &o->second : nullptr);
+    if (o == oracles.end()) oracles[key] = refs.oracle;
+    char lambda[32];
+    std::snprintf(lambda, sizeof lambda, "%g", d.delay_compensation);
+    const std::string recipe =
+        d.synchronous() ? ""
+        : d.staleness > 0
+            ? " (staleness " + std::to_string(d.staleness) + (d.delay_compensation > 0 ? ", dc " + std::string(lambda) : "") + ")"
+            : " (local steps " + std::to_string(d.local_steps) + ", " + std::to_string(d.replicas) + " replicas)";
+    ctx.print("# " + prec + " baseline" + recipe + ": float64 oracle and " + std::to_string(refs.micro_batches.size()) +
+              " single-rank " + prec + " runs; tolerance " + refs.how());
+    refsets.emplace(key, std::move(refs));
+  }
+  return refsets;
+}
+
+// Per step the slowest step time of the layout's k ranks (world ranks 0..k-1 ran `out`), and
+// per pipeline stage the largest peak activation bytes, on rank 0 of `world`: each rank sends
+// its step times, then its stage and peak. Collective over world.
+struct LayoutTimes {
+  std::vector<double> step_s, stage_peak;
+};
+LayoutTimes gather_layout_times(Communicator& world, const LayoutOutcome& out, int steps, int k, int pp) {
+  const size_t per = size_t(steps) + 2;
+  std::vector<double> mine(per, 0.0), all(per * world.size());
+  for (int s = 0; s < steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
+  mine[steps] = out.pp_rank;
+  mine[steps + 1] = out.peak_activation_bytes;
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+  LayoutTimes t{std::vector<double>(steps, 0.0), std::vector<double>(pp, 0.0)};
+  for (int r = 0; r < k; ++r) {
+    for (int s = 0; s < steps; ++s) t.step_s[s] = std::max(t.step_s[s], all[r * per + s]);
+    const int stage = int(all[r * per + steps]);
+    t.stage_peak[stage] = std::max(t.stage_peak[stage], all[r * per + steps + 1]);
+  }
+  return t;
+}
+
 class ConformanceSuite : public Suite {
  public:
   std::string name() const override { return "conformance"; }
@@ -328,31 +383,11 @@ class ConformanceSuite : public Suite {
       cfg.precision = prec;
       cfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
       const std::string suffix = prec == Precision::fp32 ? "" : ":" + std::string(to_string(prec));
-      // The references of every recipe the layouts run in this precision, in the layouts' order.
-      std::map<std::string, ReferenceSet> refsets;
-      for (const LayoutSpec& spec : p.specs) {
-        const DpSync d = recipe_of(spec);
-        const std::string key = to_json(d).dump();
-        if (refsets.contains(key) || !no_reference_reason(d, prec).empty() || spec.l.world() > world.size()) continue;
-        TrainConfig c = cfg;
-        c.dp_sync = d;
-        auto o = oracles.find(key);
-        ReferenceSet refs = run_references(model, cpu, data, c, world, o != oracles.end() ? &o->second : nullptr);
-        if (o == oracles.end()) oracles[key] = refs.oracle;
+      const std::map<std::string, ReferenceSet> refsets = recipe_references(p, cfg, cpu, data, ctx, oracles);
+      for (const auto& [key, refs] : refsets) {
         if (oracle_losses.empty() || key == sync_key)
           oracle_losses = refs.oracle.losses, oracle_grad_norms = refs.oracle.grad_norms;
         factor = refs.factor();
-        char lambda[32];
-        std::snprintf(lambda, sizeof lambda, "%g", d.delay_compensation);
-        const std::string recipe =
-            d.synchronous() ? ""
-            : d.staleness > 0
-                ? " (staleness " + std::to_string(d.staleness) + (d.delay_compensation > 0 ? ", dc " + std::string(lambda) : "") + ")"
-                : " (local steps " + std::to_string(d.local_steps) + ", " + std::to_string(d.replicas) + " replicas)";
-        ctx.print("# " + std::string(to_string(prec)) + " baseline" + recipe + ": float64 oracle and " +
-                  std::to_string(refs.micro_batches.size()) + " single-rank " + std::string(to_string(prec)) +
-                  " runs; tolerance " + refs.how());
-        refsets.emplace(key, std::move(refs));
       }
       ctx.print("#  layout                       ranks  final loss   |dloss| max   worst check   checks   status   "
                 "peak activations per stage (KiB)");
@@ -387,21 +422,10 @@ class ConformanceSuite : public Suite {
                             .device = ctx.device, .ops = ops, .host = *sub, .device_comm = dev_sub.get(),
                             .data = data, .gather = true});
         world.barrier();
-        // Step times: the slowest rank's per step, from the layout's ranks.
-        // Each rank sends its step times, then its stage and peak activation bytes.
-        const size_t per = size_t(cfg.steps) + 2;
-        std::vector<double> mine(per, 0.0), all(per * world.size());
-        for (int s = 0; s < cfg.steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
-        mine[cfg.steps] = out.pp_rank;
-        mine[cfg.steps + 1] = out.peak_activation_bytes;
-        world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+        const LayoutTimes times = gather_layout_times(world, out, cfg.steps, k, l.pp);
         if (world.rank() != 0) continue;
-        std::vector<double> step_s(cfg.steps, 0.0), stage_peak(l.pp, 0.0);
-        for (int r = 0; r < k; ++r) {
-          for (int s = 0; s < cfg.steps; ++s) step_s[s] = std::max(step_s[s], all[r * per + s]);
-          const int stage = int(all[r * per + cfg.steps]);
-          stage_peak[stage] = std::max(stage_peak[stage], all[r * per + cfg.steps + 1]);
-        }
+        const std::vector<double>& step_s = times.step_s;
+        const std::vector<double>& stage_peak = times.stage_peak;
         std::string peaks;
         for (double b : stage_peak) {
           if (!peaks.empty()) peaks += ' ';
