@@ -42,6 +42,8 @@ Measured measured_from(const json* report) {
     if (b.contains("activation_saving") && b.contains("overhead")) m.recompute.push_back(b);
     if (name.rfind("checkpoint/interval/", 0) == 0 && b.contains("save_cost_ms") && b["save_cost_ms"].is_number())
       m.checkpoint_interval.push_back(b);
+    if (name.rfind("comm_efficiency/", 0) == 0 && b.contains("speedup_vs_sync") && b["speedup_vs_sync"].is_number())
+      m.comm_efficiency.push_back(b);
   }
   if (m.ar_bytes > 0) {
     m.ar_time_us = ar_time[m.ar_bytes];

@@ -21,16 +21,15 @@ namespace dtb::claims_impl {
 
 const char* const kNoReport = "not measured: no report (dtbench claims --report FILE)";
 
+double num(const nlohmann::json& in, const char* key) {
+  if (!in.contains(key) || !in[key].is_number()) throw InputError(std::string("claims: input '") + key + "' missing or not a number");
+  return in[key].get<double>();
+}
+
 namespace {
 
 using nlohmann::json;
 constexpr double kGB = 1e9;
-
-// printf-style formatting through the fmt library (no fixed buffer to overflow).
-template <typename... Args>
-std::string fmt(const char* f, const Args&... args) {
-  return ::fmt::sprintf(f, args...);
-}
 
 GptConfig model_named(const std::string& name) {
   for (const NamedModel& m : named_models())
@@ -46,10 +45,6 @@ GptConfig padded_for_tp(GptConfig m, int tp) {
   return m;
 }
 
-double num(const json& in, const char* key) {
-  if (!in.contains(key) || !in[key].is_number()) throw InputError(std::string("claims: input '") + key + "' missing or not a number");
-  return in[key].get<double>();
-}
 std::string str(const json& in, const char* key) {
   if (!in.contains(key) || !in[key].is_string()) throw InputError(std::string("claims: input '") + key + "' missing or not a string");
   return in[key].get<std::string>();
@@ -572,6 +567,7 @@ void checkpoint_interval(const json& in, double tol, const Measured& ms, ClaimRe
   }
 }
 
+
 }  // namespace
 
 const std::map<std::string, Evaluator>& evaluators() {
@@ -581,7 +577,7 @@ const std::map<std::string, Evaluator>& evaluators() {
       {"zero_savings", zero_savings}, {"offload", offload},                 {"overlap", overlap},
       {"per_gpu", per_gpu},           {"recompute", recompute},             {"fp16_comm", fp16_comm},
       {"energy", energy},             {"moe_memory", moe_memory},           {"zero_bubble", zero_bubble},
-      {"checkpoint_interval", checkpoint_interval}};
+      {"checkpoint_interval", checkpoint_interval}, {"stale_gradients", stale_gradients}};
   return table;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/printf.h>
 #include <nlohmann/json.hpp>
 
 #include "harness/claims.h"
@@ -22,6 +23,7 @@ struct Measured {
   int ar_ranks = 0;
   std::vector<nlohmann::json> pipeline, overlap, recompute;
   std::vector<nlohmann::json> checkpoint_interval;  // the checkpoint suite's checkpoint/interval/save:* records
+  std::vector<nlohmann::json> comm_efficiency;      // the comm_efficiency suite's records
 };
 
 /// The measured column when no report was given.
@@ -30,6 +32,18 @@ extern const char* const kNoReport;
 /// Fills r's computed, measured, verdict, why and values from the entry's inputs `in` and its
 /// relative tolerance `tol`. Errors: InputError naming a missing or mistyped input.
 using Evaluator = std::function<void(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r)>;
+
+/// printf-style formatting through the fmt library (no fixed buffer to overflow).
+template <typename... Args>
+std::string fmt(const char* f, const Args&... args) {
+  return ::fmt::sprintf(f, args...);
+}
+
+/// The number input `key` of an entry. Errors: InputError naming a missing or mistyped input.
+double num(const nlohmann::json& in, const char* key);
+
+/// Claim 20's evaluator (claims_comm.cc): stale gradients' throughput gain.
+void stale_gradients(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
 
 /// Evaluator name (the catalog's "evaluator") -> function.
 const std::map<std::string, Evaluator>& evaluators();

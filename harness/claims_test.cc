@@ -39,7 +39,7 @@ double params_of(const std::string& name) {
 
 TEST(Claims, EveryClaimHasAVerdictAndAReason) {
   const auto rows = evaluate();
-  ASSERT_EQ(rows.size(), 19u);
+  ASSERT_EQ(rows.size(), 20u);
   const std::set<std::string> verdicts = {"holds", "differs", "holds only if", "cannot measure here"};
   for (const auto& [id, r] : rows) {
     EXPECT_TRUE(verdicts.count(r.verdict)) << id << ": " << r.verdict;
@@ -92,6 +92,30 @@ TEST(Claims, PipelineBubble) {
   EXPECT_EQ(rows.at(14).values["m_where_p_is_the_edge"].get<int>(), 9);  // 3/12 = 25%, p 5: 4/13
   EXPECT_EQ(rows.at(14).values["m_last"].get<int>(), 11);                 // p 5: 4/15 > 25% >= 3/14; m 12: 4/16
   EXPECT_EQ(rows.at(14).verdict, "holds only if");
+}
+
+// Claim 20: a stale method's speed-up over sync from the comm_efficiency records. 25 % over the slow
+// links and 5 % over the fast ones: the 20 % holds only over the slow links; 10 % at best: differs
+// (below 20 % x (1 - 0.1)); no records: the analytic condition alone (k >= 0.2 c).
+TEST(Claims, StaleGradientsGainFromTheCommEfficiencyRecords) {
+  auto rec = [](const std::string& m, const std::string& link, double speedup, double dloss) {
+    return json{{"name", "comm_efficiency/method:" + m + "/link:" + link}, {"method", m}, {"link", link},
+                {"speedup_vs_sync", speedup}, {"loss_vs_sync", dloss}};
+  };
+  json report = {{"context", {{"world_size", 4}}}, {"benchmarks", json::array()}};
+  report["benchmarks"] = {rec("sync", "slow", 1.0, 0.0), rec("stale1", "slow", 1.25, 0.02), rec("stale1", "fast", 1.05, 0.02),
+                          rec("stale1:dc", "fast", 0.98, 0.01), rec("local4", "slow", 1.6, 0.1)};
+  auto rows = evaluate(&report);
+  EXPECT_EQ(rows.at(20).verdict, "holds only if");
+  EXPECT_NEAR(rows.at(20).values["measured_gain_slow"].get<double>(), 0.25, 1e-12);  // local4's 1.6 is not stale
+  EXPECT_NEAR(rows.at(20).values["measured_gain_fast"].get<double>(), 0.05, 1e-12);
+  EXPECT_NE(rows.at(20).measured.find("+0.0100 compensated, +0.0200 not"), std::string::npos) << rows.at(20).measured;
+  report["benchmarks"][1]["speedup_vs_sync"] = 1.1;
+  EXPECT_EQ(evaluate(&report).at(20).verdict, "differs");
+  report["benchmarks"][1]["speedup_vs_sync"] = 1.3, report["benchmarks"][2]["speedup_vs_sync"] = 1.19;
+  EXPECT_EQ(evaluate(&report).at(20).verdict, "holds");  // 19 % >= 20 % x 0.9
+  EXPECT_EQ(evaluate().at(20).verdict, "holds only if");
+  EXPECT_DOUBLE_EQ(evaluate().at(20).values["comm_to_compute_needed"].get<double>(), 0.2);
 }
 
 // Claim 19: an hour is Young's optimum at M = 200 h for a save of 3600^2 / (2 x 720000) = 9 s,
@@ -260,11 +284,11 @@ TEST(Claims, MoeMemoryFollowsTheTotalNotTheActiveParameters) {
 // missing input is an InputError naming it.
 TEST(Claims, AddingAnEntry) {
   json cat = catalog();
-  cat["claims"].push_back({{"id", 20}, {"claim", "Adam's state is twice the fp32 weights."}, {"figures", "2x"},
+  cat["claims"].push_back({{"id", 21}, {"claim", "Adam's state is twice the fp32 weights."}, {"figures", "2x"},
                            {"conditions", "fp32"}, {"method", "analytic"}, {"evaluator", "optimizer_ratio"},
                            {"tolerance", 0.05}, {"inputs", {{"ratio", 2}}}});
   const auto rows = evaluate_claims(cat, nullptr);
-  ASSERT_EQ(rows.size(), 20u);
+  ASSERT_EQ(rows.size(), 21u);
   EXPECT_EQ(rows.back().verdict, "holds");
   cat["claims"].back()["inputs"] = json::object();
   try {

@@ -150,6 +150,21 @@ printf '{"suites": ["checkpoint"], "checkpoint": {"checkpoint_dir": "/proc"}}' >
 expect_error "checkpoint.save_interval = -1 is out of range [1, 7]" run --config "$tmp/cks_interval.json"
 expect_error "checkpoint.mtbf_hours = 0 is out of range" run --config "$tmp/cks_mtbf.json"
 expect_error "checkpoint.save_interval = 4 is out of range [1, 3]" run --config "$tmp/cks_no_step_left.json"
+# The comm_efficiency suite's methods and emulated nodes (docs/comm-efficiency.md).
+ce() { printf '{"suites": ["comm_efficiency"], "comm_efficiency": %s}' "$2" >"$tmp/ce_$1.json"; }
+ce stale0 '{"methods": ["sync", "stale0"]}'
+ce unknown '{"methods": ["sync", "gossip"]}'
+ce first '{"methods": ["stale1", "sync"]}'
+ce twice '{"methods": ["sync", "local4", "local4"]}'
+ce local3 '{"methods": ["sync", "local3"], "steps": 40}'
+ce slow0 '{"slow_link_gbps": 0}'
+expect_error "comm_efficiency.methods: 'stale0': 0 is below 1" run --config "$tmp/ce_stale0.json"
+expect_error "comm_efficiency.methods: 'gossip' is not sync, hierarchical, staleK[:dc] or localH" run --config "$tmp/ce_unknown.json"
+expect_error "comm_efficiency.methods: the first must be sync" run --config "$tmp/ce_first.json"
+expect_error "comm_efficiency.methods: 'local4' is listed twice" run --config "$tmp/ce_twice.json"
+expect_error "comm_efficiency.steps = 40 is not a multiple of local3's 3 local steps" run --config "$tmp/ce_local3.json"
+expect_error "comm_efficiency.slow_link_gbps = 0 is out of range" run --config "$tmp/ce_slow0.json"
+expect_error "comm_efficiency.ranks_per_node = 2 must divide the 1 ranks into 2 or more nodes" run --suites comm_efficiency
 expect_error "checkpoint.checkpoint_dir: '$tmp/no-such-dir' does not exist" run --config "$tmp/cks_missing.json"
 expect_error "checkpoint.checkpoint_dir: '$tmp/cks_interval.json' is not a directory" run --config "$tmp/cks_file.json"
 expect_error "checkpoint.checkpoint_dir is not writable: '/proc'" run --config "$tmp/cks_unwritable.json"
@@ -254,6 +269,18 @@ printf '{"kind": "validate-rules", "rules": [{"name": "g", "type": "min", "metri
 expect_error "rule 'g': unknown metric 'gemm'" validate --rules "$tmp/rules_metric.json"
 expect_error "--level 'fast' is not one of quick, medium, long, burnin" validate --level fast
 expect_error "--ranks-per-node 3 does not divide the 1 ranks" validate --ranks-per-node 3
+expect_error "--ranks-per-node 3 does not divide the 1 ranks" run --ranks-per-node 3
+expect_error "--ranks-per-node must be positive, got -2" run --ranks-per-node -2
+expect_error "--ranks-per-node must be positive, got 0" run --ranks-per-node 0
+printf '{"train": {"dp_allreduce": "tree"}}' >"$tmp/dp_allreduce_bad.json"
+printf '{"suites": ["train"], "train": {"dp_allreduce": "hierarchical"}}' >"$tmp/dp_allreduce_one_node.json"
+printf '{"suites": ["conformance"], "conformance": {"layouts": ["DP4:zero2:hier2"]}}' >"$tmp/hier_zero2.json"
+printf '{"suites": ["conformance"], "conformance": {"layouts": ["PP2xDP2:hier2"]}}' >"$tmp/hier_one_node_group.json"
+expect_error "train.dp_allreduce: 'tree' is not \"flat\" or \"hierarchical\"" run --config "$tmp/dp_allreduce_bad.json"
+expect_error "train.dp_allreduce: hierarchical DP all-reduce over nodes of 1 ranks: the layout's 1 ranks are one node" run --config "$tmp/dp_allreduce_one_node.json"
+expect_error "'DP4:zero2:hier2': hierarchical DP all-reduce over nodes of 2 ranks: ZeRO stage 2 reduce-scatters" run --config "$tmp/hier_zero2.json"
+expect_error "the DP group of rank 0 lies on one node" run --config "$tmp/hier_one_node_group.json"
+expect_error "the sweep runs the flat DP all-reduce only" run --sweep DP1:hier1
 expect_error "--backend 'gpu' is not cpu or cuda" validate --backend gpu
 expect_error "--inject: rank 5 is not in [0, 1)" validate --level medium --inject 5:compute:2
 expect_error "--inject: 'memory' is not a fault this build injects" validate --level medium --inject 0:memory:2

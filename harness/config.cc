@@ -348,4 +348,15 @@ json parse_config(const std::string& text, const std::string& origin,
   return cfg;
 }
 
+void check_ranks_per_node(int n, int world_size) {
+  if (n < 1) throw InputError("--ranks-per-node must be positive, got " + std::to_string(n));
+  if (world_size % n != 0)
+    throw InputError("--ranks-per-node " + std::to_string(n) + " does not divide the " + std::to_string(world_size) +
+                     " ranks");
+}
+
+std::string emulated_nodes_note(int n) {
+  return n > 0 ? ", emulated nodes of " + std::to_string(n) + " ranks (for tests)" : "";
+}
+
 }  // namespace dtb

@@ -47,6 +47,13 @@ std::string apply_sweep(const std::string& text, const std::string& layouts);
 /// Errors: InputError when the file is missing or unreadable.
 std::string read_config_text(const std::string& name_or_path);
 
+/// `dtbench run --ranks-per-node N`, refused as `dtbench validate --ranks-per-node` refuses it
+/// (harness/validate/command.cc): InputError "--ranks-per-node must be positive, got N" for
+/// N < 1, "--ranks-per-node N does not divide the W ranks" otherwise.
+void check_ranks_per_node(int n, int world_size);
+/// ", emulated nodes of N ranks (for tests)" for N > 0 (run's and validate's first line), else "".
+std::string emulated_nodes_note(int n);
+
 /// Parses config text, fills defaults (top level and each suite's defaults()), applies
 /// `suites_override` (comma-separated names, if non-empty), `data_override` and
 /// `backend_override` ("cpu" or "cuda", if non-empty) before validating everything against

@@ -170,6 +170,7 @@ struct RunArgs {
   bool sweep = false;        // --sweep: run the sweep suite only
   std::string sweep_layouts;  // its comma-separated layouts, empty: every layout that fits
   std::vector<std::string> allow_changed;  // --allow-changed KEY (repeatable)
+  int ranks_per_node = 0;  // --ranks-per-node N: emulated nodes of N consecutive ranks; 0: the real ones
 };
 
 // Whether rank 0 keeps a live progress line: "on", "off", or "auto": when its standard
@@ -331,7 +332,7 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   // differ (another node's memory, say) cannot disagree about whether the run starts.
   RunOptions opts{args.force};  // travels in each suite's WorldInfo and SuiteContext
   opts.slowdown = injected_slowdown_from_env();  // test-only; every rank reads the same environment
-  opts.allow_changed = args.allow_changed;
+  opts.allow_changed = args.allow_changed, opts.emulated_ranks_per_node = args.ranks_per_node;  // checked in main
   const NodePlace place = node_place(world);
   const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
@@ -393,14 +394,14 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   }
   set_comm_timeout(opts.comm_timeout_s = cfg["comm_timeout_s"].get<double>());  // the process's watchdog
   const auto device_world = backend->make_device_world(world, opts.comm_timeout_s);
-  const json context = with_slowdown_noted(make_context(cfg, &data, world, per_node, run_id, *backend),
-                                           opts.slowdown, world.rank() == 0);
+  const json context = with_slowdown_noted(make_context(cfg, &data, world, per_node, run_id, *backend,
+                                                        opts.emulated_ranks_per_node), opts.slowdown, world.rank() == 0);
   const std::string path = out_dir + "/" + run_id + ".json";
   json report;
   bool write_failed = false;
   if (world.rank() == 0)
-    std::printf("# dtbench %s: config %s, %d ranks, suites %s\n", run_id.c_str(),
-                cfg["name"].get<std::string>().c_str(), world.size(), cfg["suites"].dump().c_str());
+    std::printf("# dtbench %s: config %s, %d ranks%s, suites %s\n", run_id.c_str(), cfg["name"].get<std::string>().c_str(),
+                world.size(), emulated_nodes_note(opts.emulated_ranks_per_node).c_str(), cfg["suites"].dump().c_str());
   SpanRecorder spans(!args.trace.empty());  // disabled (records nothing) without --trace
   // The report on disk always holds the suites that finished and, while one runs, that one
   // marked "error" as unfinished: a run killed outright (SIGKILL, a node lost) leaves that.
@@ -530,6 +531,8 @@ int main(int argc, char** argv) {
                     "report row per layout")
         ->expected(0, 1)
         ->type_name("[LAYOUTS]");
+    run->add_option("--ranks-per-node", args.ranks_per_node, "emulate nodes of N consecutive ranks (for tests): the "
+                    "collectives suite's hierarchical rows and train.dp_allreduce see them")->type_name("N");
     auto* list = app.add_subcommand("list", "list suites and named configs");
     std::string summary_path;
     auto* summary = app.add_subcommand(
@@ -554,6 +557,7 @@ int main(int argc, char** argv) {
         if (run->count(opt) > 0 && run->get_option(opt)->as<std::string>().empty())
           throw dtb::InputError(std::string(opt) + " is empty");
       args.sweep = run->count("--sweep") > 0;
+      if (run->count("--ranks-per-node") > 0) dtb::check_ranks_per_node(args.ranks_per_node, world->size());
       if (*run) code = dtb::cmd_run(*world, args);
       else if (*list) code = dtb::cmd_list(*world);
       else if (*summary) code = dtb::cmd_summary(summary_path, root);

@@ -57,7 +57,7 @@ json check_json(const Check& c, const std::string& suite) {
 }  // namespace
 
 json make_context(const json& config, const Dataset* dataset, const Communicator& world,
-                  int ranks_per_node, const std::string& run_id, Backend& backend) {
+                  int ranks_per_node, const std::string& run_id, Backend& backend, int emulated_ranks_per_node) {
   char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   MPI_Get_library_version(mpi_version, &len);
@@ -90,12 +90,15 @@ json make_context(const json& config, const Dataset* dataset, const Communicator
               {"devices", {backend.device_name()}},
               {"world_size", world.size()},
               {"ranks_per_node", ranks_per_node},
+              {"emulated_ranks_per_node", emulated_ranks_per_node > 0 ? json(emulated_ranks_per_node) : json(nullptr)},
               {"comm_backend", world.backend()},
               {"mpi_version", mpi},
               {"blas_version", std::string(openblas_get_config())},
               {"cuda_version", nullptr},
               {"nccl_version", nullptr},
               {"config", config}};
+  const int per_node = std::max(1, emulated_ranks_per_node > 0 ? emulated_ranks_per_node : ranks_per_node);
+  ctx["nodes"] = (world.size() + per_node - 1) / per_node;
   if (dataset)
     ctx["dataset"] = {{"path", dataset->path}, {"bytes", dataset->bytes.size()}, {"sha256", dataset->sha256}};
   return ctx;

@@ -19,7 +19,7 @@ namespace dtb {
 /// The report format's version: the report schema (harness/report.schema.json, the shell, with
 /// each suite's suites/<suite>.schema.json; scripts/validate_report.py --print-schema) describes
 /// exactly this one. Bump both together on any incompatible change (the schema's description says which).
-inline constexpr int kReportSchemaVersion = 4;
+inline constexpr int kReportSchemaVersion = 5;
 
 /// How one suite ended. status: "passed" (ran, every check passed), "failed" (a check
 /// failed), "error" (threw; `error` holds the message), "skipped".
@@ -40,10 +40,12 @@ struct SuiteOutcome {
 /// The report's `context`: date, host, git commit (read on rank 0 only), build and
 /// backend, world size, ranks per node, MPI and BLAS versions, the full config, the dataset
 /// (path, bytes, sha256). Not collective. Fields follow Google Benchmark's context names
-/// where one exists (date, host_name, num_cpus, library_build_type).
+/// where one exists (date, host_name, num_cpus, library_build_type). With
+/// emulated_ranks_per_node > 0 (`dtbench run --ranks-per-node`) the context says so; `nodes` is
+/// the nodes the node-aware algorithms saw (suites/suite.h node_size).
 nlohmann::json make_context(const nlohmann::json& config, const Dataset* dataset,
                             const Communicator& world, int ranks_per_node, const std::string& run_id,
-                            Backend& backend);
+                            Backend& backend, int emulated_ranks_per_node = 0);
 
 /// The whole report from a context and the suites run so far.
 nlohmann::json make_report(const nlohmann::json& context, const std::vector<SuiteOutcome>& suites);

@@ -151,10 +151,10 @@ TEST(ReportReader, RefusesMalformedReportsWithOneLine) {
   EXPECT_EQ(report_error(std::string(100, '[') + std::string(100, ']')), "report r.json nests deeper than 64 levels");
   EXPECT_EQ(report_error("[1]"), "report r.json: the top level must be an object, got [1]");
   EXPECT_EQ(report_error(edited("/schema_version", 1)),
-            "report r.json: schema_version 1 is not 4, the version this dtbench reads");
+            "report r.json: schema_version 1 is not 5, the version this dtbench reads");
   EXPECT_EQ(report_error(edited("/schema_version", "3")),
-            "report r.json: schema_version \"3\" is not 4, the version this dtbench reads");
-  EXPECT_EQ(report_error(R"({"schema_version": 4, "context": {}, "benchmarks": [], "checks": []})"),
+            "report r.json: schema_version \"3\" is not 5, the version this dtbench reads");
+  EXPECT_EQ(report_error(R"({"schema_version": 5, "context": {}, "benchmarks": [], "checks": []})"),
             "report r.json: the top level has no 'suites'");
   EXPECT_EQ(report_error(edited("/context", json::array())), "report r.json: context must be an object");
   EXPECT_EQ(report_error(edited("/checks", json::object())), "report r.json: checks must be a list");
@@ -177,7 +177,7 @@ TEST(ReportReader, RefusesMalformedReportsWithOneLine) {
   EXPECT_EQ(report_error(edited("/benchmarks/0/op", 1)), "report r.json: benchmarks[0].op must be a string");
   EXPECT_EQ(report_error(edited("/benchmarks/2/dp", 0)),
             "report r.json: benchmarks[2].dp must be an integer >= 1, got 0");
-  EXPECT_EQ(report_error(R"({"schema_version": 4, "context": {}, "benchmarks": [1e400]})"),
+  EXPECT_EQ(report_error(R"({"schema_version": 5, "context": {}, "benchmarks": [1e400]})"),
             "report r.json: number overflow parsing '1e400'");
   EXPECT_EQ(report_error(edited("/suites/0/data", nullptr)), "report r.json: suites[0].data must be an object");
 }

@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 
 #include "kernels/agreed_error.h"
+#include "kernels/comm/hierarchical_communicator.h"
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "reference/checkpoint.h"
@@ -118,7 +120,19 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   OwnedGroups og = make_parallel_groups(comm, l);
   const LayoutHooks* hooks = spec.hooks;
   const std::unique_ptr<Communicator> wrapped_dp = hooks && hooks->wrap_dp ? hooks->wrap_dp(*og.dp) : nullptr;
-  Communicator& dp = wrapped_dp ? *wrapped_dp : *og.dp;
+  // The hierarchical DP all-reduce goes over the hook's wrapper (a slowed or timed link stays in
+  // the path); every rank refuses alike (a pure check) before any collective of it.
+  std::unique_ptr<Communicator> hier_dp;
+  if (spec.dp_hier_node_ranks > 0) {
+    try {
+      validate_dp_hierarchical(l, spec.zero.stage, spec.dp_hier_node_ranks);
+    } catch (const InputError& e) {
+      throw AgreedInputError(e.what());
+    }
+    hier_dp = std::make_unique<HierarchicalCommunicator>(wrapped_dp ? *wrapped_dp : *og.dp,
+                                                         comm.rank() / spec.dp_hier_node_ranks);
+  }
+  Communicator& dp = hier_dp ? *hier_dp : wrapped_dp ? *wrapped_dp : *og.dp;
   ParallelGroups g{comm, *og.tp, dp, *og.pp, og.pp_backward.get(), og.ep.get(), og.expert_dp.get()};
   device.reset_peaks();
   const MemoryStats before = device.stats();
@@ -213,6 +227,31 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
 }
 
 }  // namespace
+
+void validate_dp_hierarchical(const ParallelLayout& l, int zero_stage, int node_ranks) {
+  auto n = [](int64_t x) { return std::to_string(x); };
+  const std::string what = "hierarchical DP all-reduce over nodes of " + n(node_ranks) + " ranks: ";
+  const int64_t world = l.world();
+  if (node_ranks < 1) throw InputError("hierarchical DP all-reduce: nodes of " + n(node_ranks) + " ranks (must be >= 1)");
+  if (world % node_ranks != 0)
+    throw InputError(what + "they do not divide the layout's " + n(world) + " ranks");
+  if (world == node_ranks)
+    throw InputError(what + "the layout's " + n(world) + " ranks are one node (nothing crosses nodes)");
+  if (l.dp < 2) throw InputError(what + "data_parallel " + n(l.dp) + " has no DP all-reduce");
+  if (zero_stage >= 2)
+    throw InputError(what + "ZeRO stage " + n(zero_stage) + " reduce-scatters its gradients (stage 0 or 1 all-reduces them)");
+  for (int r = 0; r < int(world); ++r) {  // each DP group: its ranks per node, equal on every node
+    std::map<int, int> per_node;
+    for (int member : dp_group(r, l)) ++per_node[member / node_ranks];
+    if (per_node.size() == 1)
+      throw InputError(what + "the DP group of rank " + n(r) + " lies on one node (nothing crosses nodes)");
+    for (const auto& [node, k] : per_node)
+      if (k != per_node.begin()->second)
+        throw InputError(what + "the DP group of rank " + n(r) + " has " + n(per_node.begin()->second) + " ranks on node " +
+                         n(per_node.begin()->first) + " and " + n(k) + " on node " + n(node) +
+                         " (every node must hold as many of the group's ranks)");
+  }
+}
 
 PrecisionOps precision_ops(Backend* backend) {
   if (!backend) return {};

@@ -127,6 +127,10 @@ struct LayoutRunSpec {
   /// Compute seconds per model part over the training steps (ParallelGpt::set_part_times; this
   /// rank's parts), attached after step 0's gradient as op_clock; null: none. Its L is the model's.
   PartTimes* part_times = nullptr;
+  /// The DP all-reduce: 0 flat; N > 0 hierarchical (kernels/comm/hierarchical_communicator.h)
+  /// over nodes of N consecutive ranks of the layout's communicator (node of rank r = r / N),
+  /// wrapped around the DP group after hooks->wrap_dp (validate_dp_hierarchical must pass).
+  int dp_hier_node_ranks = 0;
   /// Test-only: each training step takes this factor times as long (TrainLoop::step_slowdown,
   /// DTB_INJECT_SLOWDOWN's train_step); 1: none.
   double step_slowdown = 1.0;
@@ -186,5 +190,13 @@ struct LayoutOutcome {
 /// dp_comm_bytes. A failed save is not an error: it is recorded (checkpoints.save_error)
 /// and training goes on without saving.
 LayoutOutcome run_layout(const LayoutRunSpec& spec);
+
+/// Refuses a hierarchical DP all-reduce over nodes of `node_ranks` consecutive ranks that cannot
+/// work or would change nothing, with an InputError naming the numbers: node_ranks < 1; nodes not
+/// dividing the layout's ranks (tp x dp x pp); the layout on one node (nothing crosses nodes);
+/// data_parallel 1 (no DP all-reduce); ZeRO stage 2-3 (gradients are reduce-scattered, not
+/// all-reduced); a DP group on one node, or whose ranks are not spread evenly over its nodes
+/// (e.g. PP2xDP2 over nodes of 2: each DP group is one node). A pure function of its arguments: every rank decides alike.
+void validate_dp_hierarchical(const ParallelLayout& l, int zero_stage, int node_ranks);
 
 }  // namespace dtb

@@ -48,7 +48,7 @@ RUNS = {
     # bound: failed suites, whose reports must validate too. gemm bf16 is skipped on the cpu.
     "all4": (4, {
         "suites": ["collectives", "gemm", "ffn_tp", "moe", "pipeline", "conformance", "memory", "offload", "overlap",
-                   "recompute", "precision", "checkpoint"],
+                   "recompute", "precision", "checkpoint", "comm_efficiency"],
         "model": TINY_MODEL,
         "collectives": {"ops": ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"],
                         "max_bytes": 4096, "step_factor": 8, "iters": 2, "repetitions": 2},
@@ -70,6 +70,8 @@ RUNS = {
         "recompute": TIMED,
         "precision": TIMED | {"steps": 8, "loss_scale_growth_interval": 3},
         "checkpoint": TIMED,
+        "comm_efficiency": {"model": TINY_MODEL, "steps": 4, "global_batch": 4, "seq_len": 16,
+                            "methods": ["sync", "hierarchical", "stale1:dc", "local2"]},
     }, []),
     # train on a TP x PP layout in fp16: loss scaling, gradient clipping, recompute, mfu and,
     # with --trace, the step breakdown.

@@ -1,7 +1,10 @@
 // The collectives suite: nccl-tests' sweep over the world communicator. For each op and
 // message size S (min_bytes, *step_factor, ..., max_bytes), out of place and in place: an
 // exact data check (#wrong) and the time per iteration, algbw and busbw (suites/bandwidth.h).
-// Printed as nccl-tests' table; recorded as one benchmark record per (op, S, placement).
+// Printed as nccl-tests' table; recorded as one benchmark record per (op, S, placement). When
+// the world spans two nodes or more (real, or emulated by `dtbench run --ranks-per-node`),
+// all_reduce is measured twice: flat, and hierarchical (kernels/comm/hierarchical_communicator.h)
+// as op all_reduce_hierarchical; every all_reduce row carries the ring model's cross-node bytes.
 #include <algorithm>
 #include <cstring>
 #include <climits>
@@ -11,6 +14,7 @@
 
 #include "kernels/error.h"
 #include "kernels/tensor.h"
+#include "kernels/comm/hierarchical_communicator.h"
 #include "kernels/comm/mpi_communicator.h"
 #include "suites/bandwidth.h"
 #include "suites/calibration.h"
@@ -146,6 +150,25 @@ constexpr int kRoot = 0;  // broadcast root
 /// Otherwise (MPI on host buffers) each call blocks and time_iterations times them.
 bool device_timed(const SuiteContext& ctx) { return ctx.device_world && ctx.backend; }
 
+/// The nodes the all_reduce rows see: `count` nodes of `per_node` consecutive world ranks
+/// (suite.h node_size), emulated or real.
+struct Nodes {
+  int count = 1, per_node = 1;
+  bool emulated = false;
+  /// Hierarchical rows: two nodes or more, each holding per_node >= 2 ranks (with one rank per
+  /// node the hierarchical all-reduce is the flat ring itself).
+  bool hierarchical(int n) const { return count >= 2 && per_node >= 2 && n % per_node == 0; }
+};
+Nodes nodes_of(const SuiteContext& ctx) {
+  Nodes d;
+  const int n = ctx.world.size();
+  d.per_node = std::min(n, std::max(1, node_size(ctx.ranks_per_node, ctx.options)));
+  d.count = (n + d.per_node - 1) / d.per_node;
+  d.emulated = ctx.options.emulated_ranks_per_node > 0;
+  return d;
+}
+constexpr const char* kHierarchicalName = "all_reduce_hierarchical";
+
 /// One (op, size, placement) case.
 struct Measurement {
   bool ran = false;
@@ -163,11 +186,12 @@ struct Measurement {
 /// The op runs on ctx.device_world (NCCL on device buffers on CUDA) when set, else on
 /// ctx.world; inputs are written and results read on the host, copied through the backend.
 /// With `with_bare` (out of place, on an MpiCommunicator), the bare MPI call of the op is timed
-/// the same way right after, as the row's calibration.
+/// the same way right after, as the row's calibration. `via`, when set, runs the op instead (the
+/// hierarchical all_reduce over the same group).
 template <typename T>
 Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t count,
-                    Placement placement, int iterations, bool with_bare) {
-  Communicator& c = ctx.device_world ? *ctx.device_world : ctx.world;
+                    Placement placement, int iterations, bool with_bare, Communicator* via) {
+  Communicator& c = via ? *via : ctx.device_world ? *ctx.device_world : ctx.world;
   Communicator& host = ctx.world;  // barriers and host-side reductions
   const int n = c.size(), me = c.rank();
   const DType dt = o.dtype;
@@ -345,12 +369,19 @@ void print_line(SuiteContext& ctx, std::string line) {
   ctx.print(line);
 }
 
-void print_header(SuiteContext& ctx, CollectiveOp op, int n) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "# %s: %s; busbw = algbw * %.4g (%d rank%s)",
-                std::string(to_string(op)).c_str(), std::string(size_definition(op)).c_str(),
-                bus_factor(op, n), n, n == 1 ? "" : "s");
+void print_header(SuiteContext& ctx, CollectiveOp op, const std::string& op_name, int n, const Nodes& nodes) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "# %s: %s; busbw = algbw * %.4g (%d rank%s)", op_name.c_str(),
+                std::string(size_definition(op)).c_str(), bus_factor(op, n), n, n == 1 ? "" : "s");
   ctx.print(buf);
+  if (op == CollectiveOp::all_reduce && nodes.count >= 2) {
+    std::snprintf(buf, sizeof buf, "# %d %snodes of %d ranks; %s; cross-node bytes per op (ring model): flat %.4g S, "
+                  "hierarchical %.4g S", nodes.count, nodes.emulated ? "emulated " : "", nodes.per_node,
+                  op_name == kHierarchicalName ? "reduce_scatter in the node, all_reduce across, all_gather in the node"
+                                               : "one ring over all ranks",
+                  2.0 * (n - 1) / n, 2.0 * (nodes.count - 1) / nodes.count);
+    ctx.print(buf);
+  }
   std::snprintf(buf, sizeof buf, "# %10s  %12s  %8s  %6s  %6s  %-31s  %-31s", "", "", "", "", "",
                 "|-------- out-of-place -------|", "|---------- in-place ---------|");
   ctx.print(buf);
@@ -398,12 +429,101 @@ class CollectivesSuite final : public Suite {
   SuiteResult run(SuiteContext& ctx) override;
 };
 
+/// What every row adds to the suite's closing lines.
+struct Totals {
+  int64_t out_of_bounds = 0;
+  double busbw_sum = 0;
+  int busbw_lines = 0;
+};
+
+/// One op's sweep over sizes and placements: its table, records and #wrong checks. `via` runs the
+/// op instead of the world (the hierarchical all_reduce, named `op_name`).
+void sweep(SuiteContext& ctx, const Params& o, CollectiveOp op, const std::string& op_name, Communicator* via,
+           const Nodes& nodes, SuiteResult& result, Totals& t) {
+  const int n = ctx.world.size();
+  const size_t ts = dtype_size(o.dtype);
+  const bool hier = via != nullptr;
+  result.data["size_definitions"][op_name] = std::string(size_definition(op));
+  print_header(ctx, op, op_name, n, nodes);
+  const std::vector<int> node_of = consecutive_nodes(n, nodes.per_node);
+  int64_t wrong_per_placement[2] = {0, 0};
+  size_t last_bytes = 0;
+  for (size_t nominal = o.min_bytes; nominal <= o.max_bytes;) {
+    const size_t count = per_rank_count(op, nominal, ts, n);
+    const size_t bytes = bandwidth_bytes(op, count, ts, n);
+    // Small sizes that round to the same message (count clamped to 1) are measured once.
+    if (bytes != last_bytes) {
+      last_bytes = bytes;
+      const int iterations = iterations_for_size(o.iters, bytes, o.max_bytes_per_batch);
+      Measurement m[2];
+      for (int k = 0; k < 2; ++k) {
+        const Placement p = kPlacements[k];
+        if (!o.enabled(p) || !supported(op, p)) continue;
+        m[k] = o.dtype == DType::f32 ? measure<float>(ctx, o, op, count, p, iterations, k == 0, via)
+                                     : measure<double>(ctx, o, op, count, p, iterations, k == 0, via);
+        const Summary& s = m[k].timed.summary;
+        m[k].algbw = algbw_GBps(bytes, s.median);
+        m[k].busbw = m[k].algbw * bus_factor(op, n);
+        wrong_per_placement[k] += m[k].n_wrong;
+        t.out_of_bounds += m[k].n_wrong;
+        t.busbw_sum += m[k].busbw;
+        ++t.busbw_lines;
+        const std::string pname(to_string(p));
+        json rec = benchmark_record("collectives/" + op_name + "/bytes:" + std::to_string(bytes) + "/placement:" + pname,
+                                    iterations, o.repetitions, s.median, s.median, "us");
+        rec["op"] = op_name;
+        rec["bytes"] = bytes;
+        rec["count"] = count;
+        rec["dtype"] = std::string(to_string(o.dtype));
+        rec["placement"] = pname;
+        rec["world_size"] = n;
+        rec["time_us"] = to_json(s, 1e6);
+        rec["algbw_GBps"] = m[k].algbw;
+        rec["busbw_GBps"] = m[k].busbw;
+        rec["bus_factor"] = bus_factor(op, n);
+        rec["size_definition"] = std::string(size_definition(op));
+        rec["n_wrong"] = m[k].n_wrong;
+        if (op == CollectiveOp::all_reduce) {  // the nodes and the bytes that leave the busiest one
+          rec["nodes"] = nodes.count;
+          rec["ranks_per_node"] = nodes.per_node;
+          rec["nodes_emulated"] = nodes.emulated;
+          rec["cross_node_bytes"] = hier ? cross_node_bytes_hierarchical(node_of, count, ts)
+                                         : cross_node_bytes_flat(node_of, count, ts);
+        }
+        // The calibration: the bare MPI loop measured with the out-of-place row serves both.
+        const Summary& bare = m[0].bare;
+        if (bare.n > 0 && bare.median > 0) {
+          rec["calibration"] = "bare_mpi";
+          rec["bare_mpi_time_us"] = bare.median * 1e6;
+          rec["real_time_cal"] = s.median / bare.median;
+        } else {
+          rec["calibration"] = "none";
+        }
+        result.benchmarks.push_back(std::move(rec));
+      }
+      ctx.print(format_row(bytes, count, o.dtype, op, m));
+    }
+    if (nominal > o.max_bytes / o.step_factor) break;  // the next step would pass max_bytes
+    nominal *= o.step_factor;
+  }
+  for (int k = 0; k < 2; ++k) {
+    const Placement p = kPlacements[k];
+    if (!o.enabled(p) || !supported(op, p)) continue;
+    result.checks.push_back(make_check(
+        "collectives/" + op_name + "/" + std::string(to_string(p)) + "/n_wrong", double(wrong_per_placement[k]), 0,
+        "result elements differing from the expected value, summed over ranks and sizes; "
+        "inputs are small integers, so the exact result holds in any reduction order "
+        "(as nccl-tests' #wrong), hence tolerance 0"));
+  }
+}
+
 SuiteResult CollectivesSuite::run(SuiteContext& ctx) {
   const Params o = Params::parse(ctx.section, ctx.config, ctx.world_info());
   const int n = ctx.world.size();
-  const size_t ts = dtype_size(o.dtype);
+  const Nodes nodes = nodes_of(ctx);
   SuiteResult result;
-  result.data = {{"size_definitions", json::object()}, {"world_size", n}};
+  result.data = {{"size_definitions", json::object()}, {"world_size", n}, {"nodes", nodes.count},
+                 {"ranks_per_node", nodes.per_node}, {"nodes_emulated", nodes.emulated}};
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "# collectives: %d ranks (%s), %s, warmup %d, iters %d (fewer when "
@@ -415,83 +535,20 @@ SuiteResult CollectivesSuite::run(SuiteContext& ctx) {
                 device_timed(ctx) ? "iters launched back to back, one completion at the end"
                                   : "iters blocking calls");
   ctx.print(buf);
-  int64_t out_of_bounds = 0;
-  double busbw_sum = 0;
-  int busbw_lines = 0;
+  Totals t;
   for (CollectiveOp op : o.ops) {
-    const std::string op_name(to_string(op));
-    result.data["size_definitions"][op_name] = std::string(size_definition(op));
-    print_header(ctx, op, n);
-    int64_t wrong_per_placement[2] = {0, 0};
-    size_t last_bytes = 0;
-    for (size_t nominal = o.min_bytes; nominal <= o.max_bytes;) {
-      const size_t count = per_rank_count(op, nominal, ts, n);
-      const size_t bytes = bandwidth_bytes(op, count, ts, n);
-      // Small sizes that round to the same message (count clamped to 1) are measured once.
-      if (bytes != last_bytes) {
-        last_bytes = bytes;
-        const int iterations = iterations_for_size(o.iters, bytes, o.max_bytes_per_batch);
-        Measurement m[2];
-        for (int k = 0; k < 2; ++k) {
-          const Placement p = kPlacements[k];
-          if (!o.enabled(p) || !supported(op, p)) continue;
-          m[k] = o.dtype == DType::f32 ? measure<float>(ctx, o, op, count, p, iterations, k == 0)
-                                       : measure<double>(ctx, o, op, count, p, iterations, k == 0);
-          const Summary& s = m[k].timed.summary;
-          m[k].algbw = algbw_GBps(bytes, s.median);
-          m[k].busbw = m[k].algbw * bus_factor(op, n);
-          wrong_per_placement[k] += m[k].n_wrong;
-          out_of_bounds += m[k].n_wrong;
-          busbw_sum += m[k].busbw;
-          ++busbw_lines;
-          const std::string pname(to_string(p));
-          json rec = benchmark_record("collectives/" + op_name + "/bytes:" +
-                                          std::to_string(bytes) + "/placement:" + pname,
-                                      iterations, o.repetitions, s.median, s.median, "us");
-          rec["op"] = op_name;
-          rec["bytes"] = bytes;
-          rec["count"] = count;
-          rec["dtype"] = std::string(to_string(o.dtype));
-          rec["placement"] = pname;
-          rec["world_size"] = n;
-          rec["time_us"] = to_json(s, 1e6);
-          rec["algbw_GBps"] = m[k].algbw;
-          rec["busbw_GBps"] = m[k].busbw;
-          rec["bus_factor"] = bus_factor(op, n);
-          rec["size_definition"] = std::string(size_definition(op));
-          rec["n_wrong"] = m[k].n_wrong;
-          // The calibration: the bare MPI loop measured with the out-of-place row serves both.
-          const Summary& bare = m[0].bare;
-          if (bare.n > 0 && bare.median > 0) {
-            rec["calibration"] = "bare_mpi";
-            rec["bare_mpi_time_us"] = bare.median * 1e6;
-            rec["real_time_cal"] = s.median / bare.median;
-          } else {
-            rec["calibration"] = "none";
-          }
-          result.benchmarks.push_back(std::move(rec));
-        }
-        ctx.print(format_row(bytes, count, o.dtype, op, m));
-      }
-      if (nominal > o.max_bytes / o.step_factor) break;  // the next step would pass max_bytes
-      nominal *= o.step_factor;
-    }
-    for (int k = 0; k < 2; ++k) {
-      const Placement p = kPlacements[k];
-      if (!o.enabled(p) || !supported(op, p)) continue;
-      result.checks.push_back(make_check(
-          "collectives/" + op_name + "/" + std::string(to_string(p)) + "/n_wrong",
-          double(wrong_per_placement[k]), 0,
-          "result elements differing from the expected value, summed over ranks and sizes; "
-          "inputs are small integers, so the exact result holds in any reduction order "
-          "(as nccl-tests' #wrong), hence tolerance 0"));
-    }
+    sweep(ctx, o, op, std::string(to_string(op)), nullptr, nodes, result, t);
+    if (op != CollectiveOp::all_reduce || !nodes.hierarchical(n)) continue;
+    // Beside the flat rows: the two-level all-reduce over the same group, nodes of consecutive ranks.
+    Communicator& c = ctx.device_world ? *ctx.device_world : ctx.world;
+    HierarchicalCommunicator hier(c, c.rank() / nodes.per_node);
+    sweep(ctx, o, op, kHierarchicalName, &hier, nodes, result, t);
   }
   std::snprintf(buf, sizeof buf, "# Out of bounds values : %lld %s",
-                static_cast<long long>(out_of_bounds), out_of_bounds == 0 ? "OK" : "FAILED");
+                static_cast<long long>(t.out_of_bounds), t.out_of_bounds == 0 ? "OK" : "FAILED");
   ctx.print(buf);
   std::snprintf(buf, sizeof buf, "# Avg bus bandwidth    : %g GB/s (mean of every line's busbw)",
-                busbw_lines ? busbw_sum / busbw_lines : 0.0);
+                t.busbw_lines ? t.busbw_sum / t.busbw_lines : 0.0);
   ctx.print(buf);
   return result;
 }

@@ -1,6 +1,7 @@
 // Tests of the collectives suite, run by the multi-rank binary at 2 and 4 ranks: a small
 // sweep through the registry on the world communicator and on a one-rank group, checked
-// against nccl-tests' definitions written out here independently, and validate()'s errors.
+// against nccl-tests' definitions written out here independently, and validate()'s errors;
+// at 4 ranks on emulated nodes of 2, the hierarchical all_reduce rows beside the flat ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,19 +30,20 @@ json small_section() {
   return s;
 }
 
-SuiteResult run_suite(Communicator& comm, const json& section) {
+SuiteResult run_suite(Communicator& comm, const json& section, int emulated_ranks_per_node = 0) {
   auto suite = make_suite();
   suite->validate(section, json::object(), comm.size());
   const json config = {{"collectives", section}};
   CpuDevice device;
   SuiteContext ctx{comm, device, config, section};
+  ctx.options.emulated_ranks_per_node = emulated_ranks_per_node;
   return suite->run(ctx);
 }
 
 // nccl-tests doc/PERFORMANCE.md, restated.
 double expected_factor(const std::string& op, int n) {
   if (n == 1) return 0;
-  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "all_reduce" || op == "all_reduce_hierarchical") return 2.0 * (n - 1) / n;
   if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return double(n - 1) / n;
   if (op == "all_to_allv") {  // rank r sends (r + j) mod n units to j: the share off the diagonal
     double off = 0, all = 0;
@@ -137,6 +139,31 @@ TEST(CollectivesSuite, DoubleInPlaceOnly) {
   EXPECT_EQ(per_case.count("all_reduce/in_place"), 1u);
   ASSERT_EQ(r.checks.size(), 2u);
   EXPECT_EQ(r.checks[0].name, "collectives/reduce_scatter/in_place/n_wrong");
+  for (const Check& c : r.checks) EXPECT_TRUE(c.passed) << c.name;
+}
+
+// Emulated nodes of 2 at 4 ranks: all_reduce_hierarchical rows beside the flat ones, exact, with
+// the ring model's cross-node bytes (flat 2(g-1)/g S = 1.5 S, hierarchical 2(N-1)/N S = S).
+TEST(CollectivesSuite, HierarchicalRowsOnEmulatedNodes) {
+  auto world = make_mpi_world();
+  if (world->size() != 4) GTEST_SKIP() << "two nodes of two ranks need 4 ranks";
+  json section = small_section();
+  section["ops"] = {"all_reduce"};
+  section["max_bytes"] = 4096;
+  const SuiteResult r = run_suite(*world, section, 2);
+  const auto per_case = check_records(r, section, 4);
+  EXPECT_EQ(per_case.at("all_reduce/out_of_place"), per_case.at("all_reduce_hierarchical/out_of_place"));
+  EXPECT_EQ(per_case.at("all_reduce/in_place"), per_case.at("all_reduce_hierarchical/in_place"));
+  for (const json& rec : r.benchmarks) {
+    SCOPED_TRACE(rec["name"].get<std::string>());
+    const double bytes = rec["bytes"];
+    EXPECT_EQ(rec["nodes"], 2);
+    EXPECT_EQ(rec["ranks_per_node"], 2);
+    EXPECT_EQ(rec["nodes_emulated"], true);
+    EXPECT_DOUBLE_EQ(rec["cross_node_bytes"].get<double>(), rec["op"] == "all_reduce" ? 1.5 * bytes : bytes);
+  }
+  ASSERT_EQ(r.checks.size(), 4u);
+  EXPECT_EQ(r.checks[2].name, "collectives/all_reduce_hierarchical/out_of_place/n_wrong");
   for (const Check& c : r.checks) EXPECT_TRUE(c.passed) << c.name;
 }
 

@@ -48,6 +48,10 @@ const std::vector<std::string> kDefaultLayouts = {
     // Uneven layer splits over the stages (stage balancing: fewer layers beside the embedding
     // and the LM head), 1F1B and ZB-H1.
     "PP2:layers5+3", "PP4:layers1+3+3+1", "PP4:zb-h1:layers1+3+3+1", "PP2:interleaved:v2:layers1+3+3+1",
+    // The hierarchical DP all-reduce (kernels/comm/hierarchical_communicator.h) over nodes of 2
+    // ranks: alone, with ZeRO 1, and with TP 2 inside the node (each DP group one rank per node:
+    // the cross-node stage alone): the summation order changes, nothing else.
+    "DP4:hier2", "DP4:zero1:hier2", "TP2xDP2:hier2",
     // Stale gradients, with DC-ASGD's delay compensation, and DiLoCo's local steps
     // (docs/comm-efficiency.md), each against the one-rank reference of its recipe.
     "DP4:stale1", "DP4:stale2", "DP4:stale1:dc", "DP4:stale2:dc", "DP4:local4"};
@@ -156,6 +160,13 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
       validate_dp_sync_layout(recipe, l, spec.z, "conformance");
     } catch (const InputError& e) {
       throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
+    }
+    if (spec.hier_node_ranks > 0) {  // a hierarchical DP all-reduce that fits the layout
+      try {
+        validate_dp_hierarchical(l, spec.z.stage, spec.hier_node_ranks);
+      } catch (const InputError& e) {
+        throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
+      }
     }
     for (Precision pr : p.precisions) {  // each precision of the layout: an MoE model's limits
       LayoutSpec in = spec;
@@ -420,7 +431,7 @@ class ConformanceSuite : public Suite {
         if (world.rank() < k)
           out = run_layout({.model = model, .layout = l, .train = cfg, .zero = spec.z, .recompute = spec.recompute,
                             .device = ctx.device, .ops = ops, .host = *sub, .device_comm = dev_sub.get(),
-                            .data = data, .gather = true});
+                            .data = data, .gather = true, .dp_hier_node_ranks = spec.hier_node_ranks});
         world.barrier();
         const LayoutTimes times = gather_layout_times(world, out, cfg.steps, k, l.pp);
         if (world.rank() != 0) continue;

@@ -30,6 +30,7 @@ const std::vector<LayoutSpelling>& layout_spellings() {
       {LayoutKey::precision,      "precision",               "",     "precision", "precision",               "--precision"},
       {LayoutKey::recompute,      "recompute",               "",     "recompute", "recompute",               "--recompute"},
       {LayoutKey::comm_type,      "communication_data_type", "",     "comm",      "communication_data_type", ""},
+      {LayoutKey::dp_allreduce,   "dp_allreduce",            "hier", "dp_allreduce", "dp_allreduce",         ""},
       {LayoutKey::staleness,      "staleness",               "stale", "stale",    "staleness",               ""},
       {LayoutKey::delay_compensation, "delay_compensation",  "dc",   "dc",        "delay_compensation",      ""},
       {LayoutKey::local_steps,    "local_steps",             "local", "local",    "local_steps",             ""},
@@ -169,6 +170,14 @@ bool fp32_communication_from_json(const json& s, const std::string& path, Precis
   return c == "fp32" && p != Precision::fp32;
 }
 
+int dp_allreduce_from_json(const json& s, const std::string& path, int node_ranks) {
+  const std::string k = key_of(LayoutKey::dp_allreduce);
+  const std::string v = s.at(k).get<std::string>();
+  if (v == "flat") return 0;
+  if (v == "hierarchical") return node_ranks;
+  throw InputError(path + "." + k + ": '" + printable(v, 40) + "' is not \"flat\" or \"hierarchical\"");
+}
+
 LayoutSpec layout_from_json(const json& s, const std::string& path, const GptConfig& model, int micro_batches,
                             int global_batch, int world_size, int seq_len) {
   LayoutSpec spec;
@@ -231,10 +240,10 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   const std::string offload = spelling(LayoutKey::offload).spec_token;
   const std::string sp = spelling(LayoutKey::sequence_parallel).spec_token;
   const std::string layers = spelling(LayoutKey::pipeline_layers).spec_token;
+  const std::string hier = spelling(LayoutKey::dp_allreduce).spec_token;
   const std::string stale = spelling(LayoutKey::staleness).spec_token, dc = spelling(LayoutKey::delay_compensation).spec_token;
   const std::string local = spelling(LayoutKey::local_steps).spec_token;
-  // schedule, v, zero, offload, recompute, sp, layers, stale, dc, local
-  bool seen_opt[10] = {false, false, false, false, false, false, false, false, false, false};
+  bool seen_opt[11] = {};  // schedule, v, zero, offload, recompute, sp, layers, hier, stale, dc, local
   auto digits_after = [](const std::string& o, size_t k) {
     return o.size() > k && o.size() <= k + 4 &&
            std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
@@ -260,6 +269,10 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
     } else if (o == sp) {
       which = 5;
       spec.l.sequence_parallel = true;
+    } else if (o.rfind(hier, 0) == 0 && digits_after(o, hier.size())) {
+      which = 7;
+      spec.hier_node_ranks = std::stoi(o.substr(hier.size()));
+      if (spec.hier_node_ranks < 1) throw bad("has " + hier + "0 (nodes of at least one rank)");
     } else if (o.rfind(layers, 0) == 0) {
       which = 6;
       try {
@@ -268,15 +281,15 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
         throw bad("has " + std::string(e.what()));
       }
     } else if (o.rfind(stale, 0) == 0 && digits_after(o, stale.size())) {
-      which = 7;
+      which = 8;
       spec.dp_sync.staleness = std::stoi(o.substr(stale.size()));
       if (spec.dp_sync.staleness < 1) throw bad("has staleness " + o.substr(stale.size()) + " (staleK needs K >= 1)");
     } else if (o.rfind(local, 0) == 0 && digits_after(o, local.size())) {
-      which = 9;
+      which = 10;
       spec.dp_sync.local_steps = std::stoi(o.substr(local.size()));
       if (spec.dp_sync.local_steps < 1) throw bad("has local_steps " + o.substr(local.size()) + " (localH needs H >= 1)");
     } else if (o.rfind(dc, 0) == 0) {
-      which = 8;
+      which = 9;
       spec.dp_sync.delay_compensation = kDefaultDelayCompensation;
       if (o.size() > dc.size()) {  // "dcX": lambda X
         const std::string x = o.substr(dc.size());
@@ -288,8 +301,8 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
       }
     } else {
       throw bad("has an unknown option '" + printable(o, 20) +
-                "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp, layersA+B+.., staleK, "
-                "dc, dcX, localH)");
+                "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp, layersA+B+.., hierN, "
+                "staleK, dc, dcX, localH)");
     }
     if (seen_opt[which])
       throw bad(which == 0 ? "names a second schedule ('" + printable(o, 20) + "')"
@@ -298,8 +311,8 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   }
   if (spec.l.schedule == "zb-h1" && spec.recompute == Recompute::full)
     throw bad("combines zb-h1 with full recompute (W needs the activations B used; not supported)");
-  if (seen_opt[8] && !seen_opt[7]) throw bad("has dc without staleK (delay compensation compensates staleness)");
-  if (seen_opt[7] && seen_opt[9]) throw bad("combines staleK with localH (stale gradients or local steps, not both)");
+  if (seen_opt[9] && !seen_opt[8]) throw bad("has dc without staleK (delay compensation compensates staleness)");
+  if (seen_opt[8] && seen_opt[10]) throw bad("combines staleK with localH (stale gradients or local steps, not both)");
   return spec;
 }
 
@@ -335,6 +348,7 @@ std::string layout_record_name(const LayoutSpec& s) {
   if (s.z.offload_optimizer) seg(LayoutKey::offload, "cpu");
   if (s.recompute != Recompute::none) seg(LayoutKey::recompute, std::string(to_string(s.recompute)));
   if (s.precision != Precision::fp32) seg(LayoutKey::precision, std::string(to_string(s.precision)));
+  if (s.hier_node_ranks > 0) seg(LayoutKey::dp_allreduce, spelling(LayoutKey::dp_allreduce).spec_token + std::to_string(s.hier_node_ranks));
   if (s.dp_sync.staleness > 0) seg(LayoutKey::staleness, std::to_string(s.dp_sync.staleness));
   if (s.dp_sync.delay_compensation > 0) seg(LayoutKey::delay_compensation, number_text(s.dp_sync.delay_compensation));
   if (s.dp_sync.local_steps > 0) seg(LayoutKey::local_steps, std::to_string(s.dp_sync.local_steps));
@@ -355,6 +369,10 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
   f(LayoutKey::offload) = s.z.offload_optimizer ? "cpu" : "none";
   f(LayoutKey::recompute) = std::string(to_string(s.recompute));
   f(LayoutKey::precision) = std::string(to_string(s.precision));
+  if (s.hier_node_ranks > 0) {  // absent when flat: the records of every flat layout as before
+    f(LayoutKey::dp_allreduce) = "hierarchical";
+    rec[std::string(spelling(LayoutKey::dp_allreduce).field_key) + "_ranks_per_node"] = s.hier_node_ranks;
+  }
   if (!s.dp_sync.synchronous()) {
     f(LayoutKey::staleness) = s.dp_sync.staleness;
     f(LayoutKey::delay_compensation) = s.dp_sync.delay_compensation;
@@ -376,7 +394,8 @@ json to_json(const ZeroConfig& z) {
 
 json to_json(const LayoutSpec& s) {
   return {{"layout", to_json(s.l)}, {"zero", to_json(s.z)}, {"recompute", std::string(to_string(s.recompute))},
-          {"precision", std::string(to_string(s.precision))}, {"dp_sync", to_json(s.dp_sync)}};
+          {"precision", std::string(to_string(s.precision))}, {"hier_node_ranks", s.hier_node_ranks},
+          {"dp_sync", to_json(s.dp_sync)}};
 }
 
 }  // namespace dtb

@@ -60,7 +60,18 @@ struct RunOptions {
   std::vector<std::string> allow_changed = {};
   /// Test-only: what DTB_INJECT_SLOWDOWN slows (kernels/slowdown.h); nothing by default.
   InjectedSlowdown slowdown = {};
+  /// `dtbench run --ranks-per-node N`: nodes emulated as blocks of N consecutive world ranks
+  /// for the node-aware algorithms (the collectives suite's hierarchical rows, train's
+  /// dp_allreduce); 0: the real nodes. Memory checks keep the real ranks per node.
+  int emulated_ranks_per_node = 0;
 };
+
+/// The ranks per node the node-aware algorithms use: options.emulated_ranks_per_node when set,
+/// else the real `ranks_per_node`. Nodes are blocks of that many consecutive world ranks
+/// (node of rank r = r / it: a launcher's block placement, mpirun's and srun's default).
+inline int node_size(int ranks_per_node, const RunOptions& options) {
+  return options.emulated_ranks_per_node > 0 ? options.emulated_ranks_per_node : ranks_per_node;
+}
 
 /// The process world a config is validated against: ranks in all, and the most ranks
 /// that share one node's memory, with the run's options. Converts from a plain world size

@@ -110,6 +110,9 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
   std::vector<std::string> out;
   for (const std::string& n : names) {
     const LayoutSpec spec = parse_layout_spec(n, "sweep.layouts");
+    if (spec.hier_node_ranks > 0)
+      throw InputError("sweep.layouts: '" + printable(n, 40) + "': the sweep runs the flat DP all-reduce only (the "
+                       "hierarchical one: train.dp_allreduce, conformance.layouts)");
     ParallelLayout l = spec.l;
     l.micro_batches = st.cfg.micro_batches;
     try {

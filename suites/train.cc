@@ -140,6 +140,7 @@ struct TrainFacts {
   std::string layout_name;  // the record's name after train/gpt/
   double tokens_per_step;
   double peak_tflops;  // the section's peak_tflops (0: no MFU)
+  int hier_node_ranks = 0;  // the DP all-reduce: 0 flat, N hierarchical over nodes of N ranks
 };
 
 // The plain data-parallel run (reference/trainer.h's Gpt<float> and train()) over
@@ -234,7 +235,7 @@ json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit
   const int timed = int(run.timings.size());
   const ParallelLayout& layout = f.layout;
   json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
-  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision, f.cfg.dp_sync});
+  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision, f.hier_node_ranks, f.cfg.dp_sync});
   rec["steps"] = f.cfg.steps;
   rec["tokens_per_step"] = f.tokens_per_step;
   rec["tokens_per_s"] = f.tokens_per_step / sp.step.median;
@@ -371,8 +372,9 @@ struct Params {
   /// precision or checkpoints need the sharded model.
   bool plain_dp() const {
     const ParallelLayout& l = spec.l;
-    return !plan.on() && cfg.dp_sync.synchronous() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 && spec.recompute == Recompute::none &&
-           !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32;
+    return !plan.on() && cfg.dp_sync.synchronous() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 &&
+           spec.recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32 &&
+           spec.hier_node_ranks == 0;
   }
   static Params parse(const json& section, const json& config, const WorldInfo& world);
   json to_json() const {
@@ -391,6 +393,15 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.spec = layout_from_json(section, "train", p.model, train.micro_batches, train.global_batch, world.size,
                             train.seq_len);
   validate_train_config(train, p.model, p.spec.l.dp);
+  // dp_allreduce "hierarchical": nodes of the world's ranks per node (real, or --ranks-per-node's).
+  p.spec.hier_node_ranks = dp_allreduce_from_json(section, "train", node_size(world.ranks_per_node, world.options));
+  if (p.spec.hier_node_ranks > 0) {
+    try {
+      validate_dp_hierarchical(p.spec.l, p.spec.z.stage, p.spec.hier_node_ranks);
+    } catch (const InputError& e) {
+      throw InputError("train.dp_allreduce: " + std::string(e.what()));
+    }
+  }
   train.precision = p.spec.precision;
   apply_recipe_keys(section, "train", train);  // loss scaling, clipping, DP sync (precision: the same)
   train.dp_sync.replicas = train.dp_sync.local_steps > 0 ? p.spec.l.dp : 1;  // DiLoCo: one replica per DP rank
@@ -444,8 +455,8 @@ class TrainSuite : public Suite {
             {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},
             {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"communication_data_type", "auto"},
             {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}, {"references", true},
-            {"staleness", 0}, {"delay_compensation", 0.0}, {"local_steps", 0}, {"outer_lr", 0.7},
-            {"outer_momentum", 0.9}};
+            {"dp_allreduce", "flat"}, {"staleness", 0}, {"delay_compensation", 0.0}, {"local_steps", 0},
+            {"outer_lr", 0.7}, {"outer_momentum", 0.9}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);
@@ -495,7 +506,7 @@ class TrainSuite : public Suite {
     const TrainFacts f{model_cfg, cfg, layout, zero, recompute, plan, dp_only,
                        dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n)
                                : layout_record_name(p.spec),
-                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops};
+                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops, p.spec.hier_node_ranks};
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
@@ -530,7 +541,7 @@ class TrainSuite : public Suite {
                         .device = ctx.device, .ops = precision_ops(be), .host = world,
                         .device_comm = &dev_comm, .data = data, .gather = true, .spans = ctx.spans,
                         .checkpoints = plan.on() ? &ck : nullptr, .op_clock = clock.get(),
-                        .step_slowdown = ctx.options.slowdown.train_step});
+                        .dp_hier_node_ranks = p.spec.hier_node_ranks, .step_slowdown = ctx.options.slowdown.train_step});
     }
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)

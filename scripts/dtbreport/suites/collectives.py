@@ -1,5 +1,7 @@
 """The collectives suite's section (suites/collectives.cc): nccl-tests' table per op (time, algbw,
-busbw, #wrong per size, in and out of place) and the bandwidth and latency plot (-busbw).
+busbw, #wrong per size, in and out of place), the flat and hierarchical all-reduce side by side
+(algbw and the ring model's cross-node bytes) when the world spans two nodes or more, and the
+bandwidth and latency plot (-busbw).
 """
 import statistics
 from collections import OrderedDict, defaultdict
@@ -17,8 +19,11 @@ METRICS = {
     "algbw_GBps": metric(HIGHER, "GB/s", "time_us", "collectives"),
     "n_wrong": metric(INFO, "elements", note="collectives (its checks gate it)"),
     "bare_mpi_time_us": metric(INFO, "us", note="collectives: the calibration, the bare MPI loop"),
+    "cross_node_bytes": metric(INFO, "bytes", note="collectives: all_reduce rows, the ring model's bytes leaving "
+                               "the busiest node per operation"),
 }
-PARAMETERS = {"bus_factor", "bytes", "count", "dtype", "op", "placement", "size_definition"}
+PARAMETERS = {"bus_factor", "bytes", "count", "dtype", "op", "placement", "size_definition", "nodes",
+              "ranks_per_node", "nodes_emulated"}
 
 
 def render(r, recs, cs, data):
@@ -68,10 +73,43 @@ def render(r, recs, cs, data):
             rows.append(row)
             cls.append("fail" if wrong else None)
         d.table(headers, rows, row_cls=cls)
+    flat_vs_hierarchical(r, ops)
     if all_busbw:
         d.p(f"Avg bus bandwidth: {statistics.fmean(all_busbw):.3g} GB/s (mean of every line's busbw, as "
             "nccl-tests prints it).")
     plot_busbw(r, ops, world)
+
+
+def flat_vs_hierarchical(r, ops):
+    """The flat and the hierarchical all-reduce side by side, out of place (in place where only that
+    ran): algbw, its ratio, the cross-node bytes of each and #wrong of both placements."""
+    flat, hier = ops.get("all_reduce"), ops.get("all_reduce_hierarchical")
+    if not flat or not hier:
+        return
+    d = r.doc
+    one = next(iter(next(iter(hier.values())).values()))
+    d.h(3, "all_reduce: flat and hierarchical")
+    d.p(f"{one.get('nodes')} {'emulated ' if one.get('nodes_emulated') else ''}nodes of "
+        f"{one.get('ranks_per_node')} consecutive ranks. Hierarchical: reduce_scatter inside the node, all_reduce "
+        "across nodes among ranks of the same local index, all_gather inside the node. Cross-node bytes: what one "
+        "operation sends over links leaving the busiest node under the ring model (docs/metrics.md): flat "
+        "2(g-1)/g S, hierarchical 2(N-1)/N S.")
+    headers = ["size", "flat algbw (GB/s)", "hierarchical algbw (GB/s)", "hierarchical / flat",
+               "flat cross-node bytes", "hierarchical cross-node bytes", "#wrong flat", "#wrong hierarchical"]
+    rows, cls = [], []
+    for size in sorted(set(flat) & set(hier)):
+        pick = "out_of_place" if "out_of_place" in flat[size] and "out_of_place" in hier[size] else "in_place"
+        f, h = flat[size].get(pick), hier[size].get(pick)
+        if f is None or h is None:
+            continue
+        fa, ha = num(f.get("algbw_GBps")), num(h.get("algbw_GBps"))
+        wf = sum(int(b.get("n_wrong") or 0) for b in flat[size].values())
+        wh = sum(int(b.get("n_wrong") or 0) for b in hier[size].values())
+        rows.append([fmt_bytes(size), f"{fa or 0:.2f}", f"{ha or 0:.2f}", f"{ha / fa:.2f}" if fa and ha else "",
+                     fmt_bytes(int(num(f.get("cross_node_bytes")) or 0)),
+                     fmt_bytes(int(num(h.get("cross_node_bytes")) or 0)), fmt(wf), fmt(wh)])
+        cls.append("fail" if wf or wh else None)
+    d.table(headers, rows, row_cls=cls)
 
 
 def plot_busbw(r, ops, world):
