@@ -291,6 +291,26 @@ expect_error "--baseline $tmp/nonexistent.json: no such file" validate --baselin
 expect_error "malformed JSON" validate --baseline "$tmp/malformed.json"
 expect_error "not a validate baseline" validate --baseline "$tmp/not_object.json"
 
+# Stale gradients and local steps (docs/comm-efficiency.md): the recipes' refusals.
+printf '{"train": {"staleness": -1}}' >"$tmp/stale_negative.json"
+printf '{"train": {"staleness": 1, "local_steps": 2}}' >"$tmp/stale_local.json"
+printf '{"train": {"delay_compensation": 0.1}}' >"$tmp/dc_alone.json"
+printf '{"train": {"local_steps": 3, "steps": 10}}' >"$tmp/local_steps_divide.json"
+printf '{"train": {"staleness": 1, "zero_stage": 1}}' >"$tmp/stale_zero1.json"
+printf '{"train": {"staleness": 1, "precision": "fp16"}}' >"$tmp/stale_fp16.json"
+printf '{"train": {"local_steps": 2, "checkpoint_dir": "%s/ck", "checkpoint_every": 2}}' "$tmp" >"$tmp/local_ckpt.json"
+printf '{"suites": ["conformance"], "conformance": {"layouts": ["DP4:local0"]}}' >"$tmp/local0.json"
+printf '{"suites": ["conformance"], "conformance": {"layouts": ["TP2xDP2:stale1"]}}' >"$tmp/stale_tp.json"
+expect_error "train.staleness = -1 is out of range" run --config "$tmp/stale_negative.json"
+expect_error "train.staleness = 1 with train.local_steps = 2: stale gradients and local steps do not combine" run --config "$tmp/stale_local.json"
+expect_error "train.delay_compensation = 0.1 needs train.staleness >= 1" run --config "$tmp/dc_alone.json"
+expect_error "train.steps = 10 is not a multiple of train.local_steps = 3" run --config "$tmp/local_steps_divide.json"
+expect_error "train.staleness = 1 with zero_stage = 1" run --config "$tmp/stale_zero1.json"
+expect_error "train.staleness = 1 with precision fp16: not supported" run --config "$tmp/stale_fp16.json"
+expect_error "train.local_steps = 2 with train.checkpoint_every = 2: not supported" run --config "$tmp/local_ckpt.json"
+expect_error "'DP4:local0' has local_steps 0 (localH needs H >= 1)" run --config "$tmp/local0.json"
+expect_error "'TP2xDP2:stale1': conformance.staleness = 1 with tensor_parallel = 2" run --config "$tmp/stale_tp.json"
+
 # --force: the memory refusal becomes one warning line and the run goes on (here only as
 # far as printing the config, so nothing is allocated).
 n=$((n + 1))

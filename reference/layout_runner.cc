@@ -158,6 +158,10 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   LayoutOutcome out;
   TrainHistory taken;  // the steps taken from a checkpoint
   const LayoutCheckpoints* ck = spec.checkpoints;
+  if (ck && (ck->every > 0 || !ck->resume_step_dir.empty()) && !cfg.dp_sync.synchronous())
+    throw InputError(std::string(ck->every > 0 ? "train.checkpoint_every" : "train.resume_from") +
+                     " with stale gradients or local steps: not supported (the in-flight gradients and outer state "
+                     "are not checkpointed)");
   CheckpointRunInfo info;
   if (ck) {
     info = checkpoint_run_info(spec.model, l, spec.zero, cfg, spec.data.sha256, spec.recompute);

@@ -184,7 +184,10 @@ struct LayoutOutcome {
 /// "precision <p>: the <backend> backend has no <p> ops" for bf16 / fp16 on a non-CPU device
 /// whose ops for it are null, and from a resume (load_checkpoint's, a history that
 /// does not hold the checkpoint's steps, a checkpoint that leaves no step to run), the same
-/// on every rank. A failed save is not an error: it is recorded (checkpoints.save_error)
+/// on every rank; checkpoints with a non-synchronous train.dp_sync, and the refusals of
+/// reference/dp_sync.h. Stale gradients and local steps run through parallel_train's
+/// DpSyncStepper (step 0's gradient, grads0, stays the synchronous one); their DP bytes are in
+/// dp_comm_bytes. A failed save is not an error: it is recorded (checkpoints.save_error)
 /// and training goes on without saving.
 LayoutOutcome run_layout(const LayoutRunSpec& spec);
 

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "kernels/error.h"
+#include "reference/dp_sync.h"
 #include "kernels/slowdown.h"
 #include "kernels/timer.h"
 #include "reference/progress.h"
@@ -222,16 +223,26 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
   LossScaler own_scaler(cfg.loss_scaler);
   LossScaler& scaler = loop.scaler ? *loop.scaler : own_scaler;
   double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
+  // Stale gradients or local steps (reference/dp_sync.h): their own update; refused on a resume
+  // (the gradients in flight and the outer state are not in a checkpoint).
+  std::unique_ptr<DpSyncStepper<T>> sync;
+  if (!cfg.dp_sync.synchronous()) {
+    if (loop.first_step != 0)
+      throw InputError("train.resume_from: stale gradients and local steps cannot resume (their in-flight state is "
+                       "not checkpointed)");
+    sync = std::make_unique<DpSyncStepper<T>>(engine, layout, cfg, g);
+  }
   for (int s = int(loop.first_step); s < cfg.steps; ++s) {
     if (loop.before_step) loop.before_step(s);
     StepTiming tm;
     const double cpu0 = loop.step_slowdown != 1.0 ? thread_cpu_seconds() : 0;
     auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
     Stopwatch step_sw;
-    run.losses.push_back(parallel_compute_gradients(model, engine, data, cfg, s, g, &tm, spans, scaler.scale()));
+    const double scale = sync ? sync->loss_scale() : scaler.scale();
+    run.losses.push_back(parallel_compute_gradients(model, engine, data, cfg, s, g, &tm, spans, scale));
     Stopwatch opt_sw;
     auto optim = span_scope(spans, "compute.optimizer", s);
-    const StepOutcome o = parallel_optimizer_step(engine, cfg, &scaler, g);
+    const StepOutcome o = sync ? sync->step(s, &tm) : parallel_optimizer_step(engine, cfg, &scaler, g);
     run.grad_norms.push_back(o.grad_norm);
     if (cfg.loss_scaler.enabled) {
       run.loss_scales.push_back(o.loss_scale);

@@ -85,8 +85,12 @@ struct TrainLoop {
 /// Trains `model` (its engine loaded) for steps [loop.first_step, cfg.steps):
 /// parallel_compute_gradients, then the engine's AdamW step (elementwise, so every replica
 /// stays identical), then loop.after_step. The TrainRun holds the steps run, in order
-/// (losses[i] is step first_step + i's). Errors: InputError from validate_layout /
-/// validate_train_config, or when first_step is outside [0, cfg.steps].
+/// (losses[i] is step first_step + i's). With a non-synchronous cfg.dp_sync (stale gradients,
+/// local steps) the update is reference/dp_sync.h's DpSyncStepper instead of
+/// parallel_optimizer_step (grad_norms NaN where a stale recipe has nothing to apply yet).
+/// Errors: InputError from validate_layout / validate_train_config, or when first_step is
+/// outside [0, cfg.steps]; from validate_dp_sync / validate_dp_sync_layout, or a resume
+/// (first_step > 0) under a non-synchronous recipe.
 template <typename T>
 TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data, const TrainConfig& cfg,
                         ParallelGroups& groups, SpanRecorder* spans = nullptr, const TrainLoop& loop = {});

@@ -3,6 +3,10 @@
 #include "reference/trainer.h"
 
 #include <cmath>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <sstream>
 
 #include "kernels/slowdown.h"
 #include "kernels/timer.h"
@@ -21,6 +25,40 @@ void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int d
   if (cfg.seq_len <= 0 || cfg.seq_len > model.T)
     throw InputError("train.seq_len = " + std::to_string(cfg.seq_len) +
                      " must be in [1, model.T = " + std::to_string(model.T) + "]");
+}
+
+void validate_dp_sync(const TrainConfig& cfg, const std::string& path) {
+  const DpSync& d = cfg.dp_sync;
+  auto kv = [&](const char* key, double v) {
+    std::ostringstream o;
+    o << path << "." << key << " = " << v;
+    return o.str();
+  };
+  if (d.staleness < 0) throw InputError(kv("staleness", d.staleness) + " is negative (0: synchronous, k >= 1: stale)");
+  if (d.local_steps < 0)
+    throw InputError(kv("local_steps", d.local_steps) + " is negative (0: synchronous, H >= 1: DiLoCo)");
+  if (d.staleness > 0 && d.local_steps > 0)
+    throw InputError(kv("staleness", d.staleness) + " with " + kv("local_steps", d.local_steps) +
+                     ": stale gradients and local steps do not combine, set one");
+  if (!(d.delay_compensation >= 0))
+    throw InputError(kv("delay_compensation", d.delay_compensation) + " is negative (DC-ASGD's lambda >= 0)");
+  if (d.delay_compensation > 0 && d.staleness == 0)
+    throw InputError(kv("delay_compensation", d.delay_compensation) + " needs " + path +
+                     ".staleness >= 1 (it compensates a gradient's delay)");
+  if (!(d.outer_lr > 0)) throw InputError(kv("outer_lr", d.outer_lr) + " must be > 0");
+  if (!(d.outer_momentum >= 0 && d.outer_momentum < 1))
+    throw InputError(kv("outer_momentum", d.outer_momentum) + " is outside [0, 1)");
+  if (d.replicas < 1) throw InputError(kv("replicas", d.replicas) + " must be >= 1");
+  if (d.local_steps > 0 && cfg.steps % d.local_steps != 0)
+    throw InputError(kv("steps", cfg.steps) + " is not a multiple of " + kv("local_steps", d.local_steps) +
+                     " (every run ends with an outer step)");
+  if (d.local_steps > 0 && cfg.global_batch % (d.replicas * cfg.micro_batches) != 0)
+    throw InputError(kv("global_batch", cfg.global_batch) + " does not divide over " + std::to_string(d.replicas) +
+                     " DiLoCo replicas x " + std::to_string(cfg.micro_batches) + " micro-batches");
+  if (!d.synchronous() && (cfg.loss_scaler.enabled || cfg.precision == Precision::fp16))
+    throw InputError(std::string(d.staleness > 0 ? kv("staleness", d.staleness) : kv("local_steps", d.local_steps)) +
+                     " with " + (cfg.precision == Precision::fp16 ? "precision fp16" : "loss scaling") +
+                     ": not supported (a skipped step and the in-flight gradients or replicas do not compose)");
 }
 
 // Sum of a host scalar over `comm`, through the backend's memory when it is not the host's
@@ -101,11 +139,123 @@ void AdamW<T>::step(T* params, const T* grads) {
   ops_.adamw_update(params, grads, m_.template data<T>(), v_.template data<T>(), n_, hp_, t_);
 }
 
+namespace {
+
+// The stale-gradient recipe's queue on one rank: the gradient of every step not yet applied,
+// oldest first, each with the weights it was computed at when delay compensation needs them.
+template <typename T>
+struct StaleQueue {
+  int k;
+  std::deque<std::pair<std::vector<T>, std::vector<T>>> q;  // (g_s, w_s)
+  // Queues g (step s's gradient at the model's current weights); when s >= k replaces g by
+  // the gradient of step s - k, delay-compensated when lambda > 0 (Zheng et al. 2017, eq. 10:
+  // g + lambda g (.) g (.) (w_s - w_{s-k}), in double, rounded to T), writes it into
+  // model.grads() and returns true; false (nothing to apply) for s < k.
+  bool take(std::vector<T>& g, int64_t s, Gpt<T>& model, double lambda) {
+    std::vector<T> w;
+    const size_t N = g.size();
+    if (lambda > 0) {
+      w.resize(N);
+      model.ops().copy_to_host(w.data(), model.params(), N * sizeof(T));
+    }
+    q.emplace_back(g, w);
+    if (s < k) return false;
+    auto [old_g, old_w] = std::move(q.front());
+    q.pop_front();
+    if (lambda > 0)
+      for (size_t i = 0; i < N; ++i) {
+        const double gi = double(old_g[i]);
+        old_g[i] = T(gi + lambda * gi * gi * (double(w[i]) - double(old_w[i])));
+      }
+    g = std::move(old_g);
+    model.ops().copy_from_host(model.grads(), g.data(), N * sizeof(T));
+    return true;
+  }
+};
+
+// Replica r of R's gradient at step `step`: the mean loss over its share of the global batch,
+// sequences [r g/R, (r+1) g/R) in cfg.micro_batches micro-batches, each backward scaled by
+// 1 / (the share's tokens). Returns that mean loss.
+template <typename T>
+double replica_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, int64_t step, int r, int R) {
+  const int share = cfg.global_batch / R, mb = share / cfg.micro_batches, Tn = cfg.seq_len;
+  const double tokens = double(share) * Tn;
+  std::vector<int32_t> tokens_in(size_t(mb) * Tn), targets(size_t(mb) * Tn);
+  model.zero_grad();
+  double loss_sum = 0;
+  for (int m = 0; m < cfg.micro_batches; ++m) {
+    fill_batch(data, cfg.seed, step, cfg.global_batch, r * share + m * mb, mb, Tn, tokens_in.data(), targets.data());
+    loss_sum += model.forward(tokens_in.data(), targets.data(), mb, Tn);
+    model.backward(T(1.0 / tokens));
+  }
+  return loss_sum / tokens;
+}
+
+// DiLoCo (Douillard et al. 2023, Algorithm 1) on one rank: R = cfg.dp_sync.replicas replicas
+// simulated in turn, each with its own weights and AdamW state; every H steps the outer
+// Nesterov SGD step on theta from the replicas' average, and every replica restarts from theta.
+template <typename T>
+TrainRun train_local_steps(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp) {
+  if (dp.size() != 1)
+    throw InputError("train: local_steps' reference simulates its replicas on one rank, not " +
+                     std::to_string(dp.size()));
+  const DpSync& d = cfg.dp_sync;
+  const int R = d.replicas, H = d.local_steps;
+  const size_t N = model.num_params();
+  Ops<T>& ops = model.ops();
+  std::vector<T> theta(N), b(N, T(0)), g(N);
+  ops.copy_to_host(theta.data(), model.params(), N * sizeof(T));
+  std::vector<std::vector<T>> w(size_t(R), theta);
+  std::vector<std::unique_ptr<AdamW<T>>> opt;
+  for (int r = 0; r < R; ++r) opt.push_back(std::make_unique<AdamW<T>>(N, model.device(), ops, cfg.adamw));
+  const T eta = T(d.outer_lr), mu = T(d.outer_momentum);
+  TrainRun run;
+  for (int s = 0; s < cfg.steps; ++s) {
+    Stopwatch sw;
+    double loss = 0, sq_sum = 0;
+    for (int r = 0; r < R; ++r) {
+      ops.copy_from_host(model.params(), w[r].data(), N * sizeof(T));
+      loss += replica_gradients(model, data, cfg, s, r, R);
+      ops.copy_to_host(g.data(), model.grads(), N * sizeof(T));
+      double sq = 0;
+      for (T x : g) sq += double(x) * double(x);
+      sq_sum += sq;
+      if (cfg.grad_clip > 0) ops.scale(model.grads(), T(clip_coefficient(std::sqrt(sq), cfg.grad_clip)), N);
+      opt[r]->step(model.params(), model.grads());
+      ops.copy_to_host(w[r].data(), model.params(), N * sizeof(T));
+    }
+    run.losses.push_back(loss / R);
+    run.grad_norms.push_back(std::sqrt(sq_sum / R));
+    if ((s + 1) % H == 0) {  // the outer step: PyTorch SGD, nesterov=True, dampening 0
+      for (size_t i = 0; i < N; ++i) {
+        T sum = T(0);
+        for (int r = 0; r < R; ++r) sum += w[r][i];
+        const T delta = theta[i] - sum / T(R);  // the outer gradient theta - mean_r w_r
+        b[i] = mu * b[i] + delta;
+        theta[i] = theta[i] - eta * (delta + mu * b[i]);
+      }
+      for (auto& wr : w) wr = theta;
+    }
+    StepTiming tm;
+    tm.step_s = tm.compute_s = sw.elapsed();
+    run.timings.push_back(tm);
+    report_progress(s + 1, cfg.steps);
+  }
+  ops.copy_from_host(model.params(), theta.data(), N * sizeof(T));  // steps % H == 0: every w_r is theta
+  return run;
+}
+
+}  // namespace
+
 template <typename T>
 TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp,
                SpanRecorder* spans, double step_slowdown) {
   validate_train_config(cfg, model.config(), dp.size());
+  validate_dp_sync(cfg, "train");
+  if (cfg.dp_sync.local_steps > 0) return train_local_steps(model, data, cfg, dp);
   AdamW<T> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
+  const int k = cfg.dp_sync.staleness;
+  StaleQueue<T> stale{k, {}};
   TrainRun run;
   double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
   for (int s = 0; s < cfg.steps; ++s) {
@@ -116,16 +266,20 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
     run.losses.push_back(compute_gradients(model, data, cfg, s, dp, &tm, spans));
     Stopwatch opt_sw;
     auto optim = span_scope(spans, "compute.optimizer", s);
-    {  // the global norm, every step; the gradients are replicated after the DP all-reduce
-      std::vector<T> g(model.num_params());
-      model.ops().copy_to_host(g.data(), model.grads(), g.size() * sizeof(T));
+    std::vector<T> g(model.num_params());
+    model.ops().copy_to_host(g.data(), model.grads(), g.size() * sizeof(T));
+    // Stale gradients: this step's gradient joins the queue, the one of step s - k leaves it.
+    const bool apply = k == 0 || stale.take(g, s, model, cfg.dp_sync.delay_compensation);
+    if (!apply) {
+      run.grad_norms.push_back(std::numeric_limits<double>::quiet_NaN());  // no update before step k
+    } else {  // the global norm, every step; the gradients are replicated after the DP all-reduce
       double sq = 0;
       for (T x : g) sq += double(x) * double(x);
       run.grad_norms.push_back(std::sqrt(sq));
       if (cfg.grad_clip > 0)
         model.ops().scale(model.grads(), T(clip_coefficient(std::sqrt(sq), cfg.grad_clip)), model.num_params());
+      opt.step(model.params(), model.grads());
     }
-    opt.step(model.params(), model.grads());
     model.ops().synchronize();
     optim.end();
     tm.compute_s += opt_sw.elapsed();

@@ -36,6 +36,10 @@ struct DpSync {
   int local_steps = 0;
   double outer_lr = 0.7;        // DiLoCo's outer SGD learning rate (the paper's 0.7)
   double outer_momentum = 0.9;  // its Nesterov momentum (the paper's 0.9)
+  /// DiLoCo's R, the number of replicas (set by the caller to the layout's DP size; the
+  /// single-rank reference simulates R replicas in turn, the parallel trainer refuses an R
+  /// other than its DP size). Unused by the other recipes.
+  int replicas = 1;
   bool synchronous() const { return staleness == 0 && local_steps == 0; }
   bool operator==(const DpSync&) const = default;
 };
@@ -72,6 +76,13 @@ struct TrainConfig {
 /// Throws InputError when the batch does not divide: global_batch must be a multiple of
 /// dp * micro_batches, seq_len in [1, model T].
 void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int dp);
+
+/// Throws InputError, naming the key and value ("<path>.staleness = -1 ..."), when cfg.dp_sync is
+/// not a recipe: staleness or local_steps negative, both set, delay_compensation negative or
+/// without staleness, outer_lr <= 0, outer_momentum outside [0, 1), replicas < 1, steps not a
+/// multiple of local_steps, global_batch not a multiple of replicas x micro_batches (DiLoCo),
+/// and a non-synchronous recipe with loss scaling or in fp16 (docs/comm-efficiency.md).
+void validate_dp_sync(const TrainConfig& cfg, const std::string& path);
 
 /// The sum over `comm` of a host double `x` (one per rank), through a one-element buffer in
 /// `device`'s memory when that is not the host's (NCCL reduces device buffers only).
@@ -132,7 +143,15 @@ struct TrainRun {
 /// (norm + 1e-6)).
 inline double clip_coefficient(double norm, double max_norm) { return std::min(1.0, max_norm / (norm + 1e-6)); }
 
-/// Trains `model` (already initialised) for cfg.steps steps with DP over `dp`: per step
+/// Trains `model` (already initialised) for cfg.steps steps with DP over `dp`. With
+/// cfg.dp_sync non-synchronous this is the sequential reference of the recipe
+/// (docs/comm-efficiency.md): stale gradients (staleness k) keep a queue of the step's
+/// gradients (and, with delay compensation, of the weights they were taken at) and apply the one
+/// of step t - k at step t (no update for t < k, grad_norms NaN there); local steps (DiLoCo)
+/// need `dp` of size 1 and simulate cfg.dp_sync.replicas replicas in turn, each with its own
+/// weights and AdamW state on its share of each global batch, and an outer Nesterov step on
+/// their average every local_steps steps (losses: the mean of the replicas' local losses;
+/// grad_norms: sqrt of the mean of their squared norms). Synchronous: per step
 /// compute_gradients, the global gradient norm (TrainRun::grad_norms, every step; clipping by
 /// it when cfg.grad_clip > 0), then AdamW on every rank (so DP replicas stay identical). `spans`
 /// (optional) gets compute_gradients' spans, compute.optimizer and each step's window
@@ -140,7 +159,8 @@ inline double clip_coefficient(double norm, double max_norm) { return std::min(1
 /// power measurement, kernels/slowdown.h): each step does extra CPU work (extra_cpu_seconds:
 /// (step_slowdown - 1) times the smaller of its CPU time and the fastest step's time) before its
 /// timing ends; 1: none.
-/// Errors: InputError from validate_train_config when the batch does not divide.
+/// Errors: InputError from validate_train_config when the batch does not divide, from
+/// validate_dp_sync, or for local steps on more than one rank.
 template <typename T>
 TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp,
                SpanRecorder* spans = nullptr, double step_slowdown = 1.0);

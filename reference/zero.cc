@@ -282,6 +282,7 @@ void ZeroEngine<T>::finish_gradients() {
     return;
   }
   ops_.synchronize();
+  if (!dp_reduction_) return;
   // All-reduce in buckets of reduce_bucket_size elements, over each run of consecutive units
   // that share a group (the whole buffer over DP for a dense model).
   T* g = full_grad_.data<T>();
@@ -294,6 +295,18 @@ void ZeroEngine<T>::finish_gradients() {
     for (size_t off = begin; off < end; off += cfg_.reduce_bucket_size)
       dp_all_reduce(comm, g + off, std::min(cfg_.reduce_bucket_size, end - off));
   }
+}
+
+template <typename T>
+void ZeroEngine<T>::set_dp_reduction(bool on) {
+  DTB_CHECK(cfg_.stage == 0, "ZeroEngine: DP reduction can be turned off at stage 0 only");
+  dp_reduction_ = on;
+}
+
+template <typename T>
+T* ZeroEngine<T>::full_grad_data() {
+  DTB_CHECK(cfg_.stage < 2, "ZeroEngine: no full gradient at stages 2-3");
+  return full_grad_.data<T>();
 }
 
 template <typename T>

@@ -118,6 +118,13 @@ class ZeroEngine final : public ParamStore<T> {
   /// After the step's last backward: completes pending reduce-scatters (stages 2-3) or
   /// all-reduces the gradients over DP (stages 0-1).
   void finish_gradients();
+  /// Whether finish_gradients reduces over DP (default true). false: every rank keeps its own
+  /// gradient, for the recipes that reduce later or not at all (reference/dp_sync.h: stale
+  /// gradients, local steps). Stage 0 only (aborts otherwise).
+  void set_dp_reduction(bool on);
+  /// The full local gradient on the device (num_params() elements of T), stages 0-1: what
+  /// finish_gradients reduces and step() applies (aborts at stages 2-3).
+  T* full_grad_data();
   /// Sums the tied wte's gradient (this rank's full copy, or its shard at stages 2-3) with
   /// the same of `peer` in `pp` (a + b on one side, b + a on the other: bitwise equal).
   void add_tied_gradient(Communicator& pp, int peer);
@@ -210,6 +217,7 @@ class ZeroEngine final : public ParamStore<T> {
   std::map<int, Tensor> unit_grad_;                 // stages 2-3: unit -> full gradient
   std::vector<int> bucket_;                         // stages 2-3: units waiting to reduce
   size_t bucket_elems_ = 0;
+  bool dp_reduction_ = true;  // set_dp_reduction
   std::vector<std::unique_ptr<Pending>> pending_;
   CommStats stats_;
 };

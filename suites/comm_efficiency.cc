@@ -192,6 +192,7 @@ Run CommEfficiencySuite::train(SuiteContext& ctx, const Params& p, const Method&
   l.micro_batches = p.cfg.micro_batches;
   TrainConfig cfg = p.cfg;
   cfg.dp_sync = m.sync;
+  cfg.dp_sync.replicas = m.sync.local_steps > 0 ? l.dp : 1;  // DiLoCo: one replica per DP rank (DpSync::replicas)
   auto stats = std::make_shared<LinkStats>();
   // DP rank d is world rank d (tp = pp = 1): its node is d / ranks_per_node.
   LayoutHooks hooks;

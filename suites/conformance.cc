@@ -17,6 +17,7 @@
 #include <map>
 
 #include "kernels/error.h"
+#include "reference/dp_sync.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -50,7 +51,30 @@ const std::vector<std::string> kDefaultLayouts = {
     // The hierarchical DP all-reduce (kernels/comm/hierarchical_communicator.h) over nodes of 2
     // ranks: alone, with ZeRO 1, and with TP 2 inside the node (each DP group one rank per node:
     // the cross-node stage alone): the summation order changes, nothing else.
-    "DP4:hier2", "DP4:zero1:hier2", "TP2xDP2:hier2"};
+    "DP4:hier2", "DP4:zero1:hier2", "TP2xDP2:hier2",
+    // Stale gradients, with DC-ASGD's delay compensation, and DiLoCo's local steps
+    // (docs/comm-efficiency.md), each against the one-rank reference of its recipe.
+    "DP4:stale1", "DP4:stale2", "DP4:stale1:dc", "DP4:stale2:dc", "DP4:local4"};
+
+// A layout spec's recipe as the trainer and the references take it: DiLoCo's replicas are its
+// DP ranks; the other recipes do not depend on the DP size (their references are one rank's).
+DpSync recipe_of(const LayoutSpec& spec) {
+  DpSync d = spec.dp_sync;
+  d.replicas = d.local_steps > 0 ? spec.l.dp : 1;
+  return d;
+}
+
+// Why a layout's recipe has no reference in precision `p` ("" when it has one): fp16 trains with
+// loss scaling, which stale gradients and local steps refuse; DiLoCo's one-rank reference
+// simulates R > 1 replicas in fp32 / fp64 only (the half references are one-rank layout runs).
+std::string no_reference_reason(const DpSync& d, Precision p) {
+  if (d.synchronous() || p == Precision::fp32) return "";
+  if (p == Precision::fp16) return "fp16 needs loss scaling, which stale gradients and local steps do not support";
+  if (d.local_steps > 0 && d.replicas > 1)
+    return "no " + std::string(to_string(p)) + " reference: DiLoCo's " + std::to_string(d.replicas) +
+           " replicas are simulated on one rank in fp32 only";
+  return "";
+}
 
 // An MoE model's (conformance.model.num_experts > 0): expert parallel alone, over DP, with PP
 // (1F1B and interleaved), with ZeRO 1-3, with selective and full recompute and with TP
@@ -130,6 +154,10 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
     l.micro_batches = cfg.micro_batches;
     try {
       validate_zero(spec.z);
+      TrainConfig recipe = cfg;
+      recipe.dp_sync = recipe_of(spec);
+      validate_dp_sync(recipe, "conformance");
+      validate_dp_sync_layout(recipe, l, spec.z, "conformance");
     } catch (const InputError& e) {
       throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
     }
@@ -226,6 +254,61 @@ json layout_record(const std::string& text, const ParallelLayout& l, const Layou
   return rec;
 }
 
+// The references of every recipe the layouts run in cfg.precision (DpSync as to_json prints it
+// -> its ReferenceSet), computed in the layouts' order, each announced on rank 0; the float64
+// oracle of a recipe from `oracles` when there, else run and kept there. Collective over
+// ctx.world (the keys are the same on every rank).
+std::map<std::string, ReferenceSet> recipe_references(const Params& p, const TrainConfig& cfg, Device& cpu,
+                                                      const Dataset& data, SuiteContext& ctx,
+                                                      std::map<std::string, Reference>& oracles) {
+  std::map<std::string, ReferenceSet> refsets;
+  const std::string prec(to_string(cfg.precision));
+  for (const LayoutSpec& spec : p.specs) {
+    const DpSync d = recipe_of(spec);
+    const std::string key = to_json(d).dump();
+    if (refsets.contains(key) || !no_reference_reason(d, cfg.precision).empty() || spec.l.world() > ctx.world.size())
+      continue;
+    TrainConfig c = cfg;
+    c.dp_sync = d;
+    auto o = oracles.find(key);
+    ReferenceSet refs = run_references(p.model, cpu, data, c, ctx.world, o != oracles.end() ? &o->second : nullptr);
+    if (o == oracles.end()) oracles[key] = refs.oracle;
+    char lambda[32];
+    std::snprintf(lambda, sizeof lambda, "%g", d.delay_compensation);
+    const std::string recipe =
+        d.synchronous() ? ""
+        : d.staleness > 0
+            ? " (staleness " + std::to_string(d.staleness) + (d.delay_compensation > 0 ? ", dc " + std::string(lambda) : "") + ")"
+            : " (local steps " + std::to_string(d.local_steps) + ", " + std::to_string(d.replicas) + " replicas)";
+    ctx.print("# " + prec + " baseline" + recipe + ": float64 oracle and " + std::to_string(refs.micro_batches.size()) +
+              " single-rank " + prec + " runs; tolerance " + refs.how());
+    refsets.emplace(key, std::move(refs));
+  }
+  return refsets;
+}
+
+// Per step the slowest step time of the layout's k ranks (world ranks 0..k-1 ran `out`), and
+// per pipeline stage the largest peak activation bytes, on rank 0 of `world`: each rank sends
+// its step times, then its stage and peak. Collective over world.
+struct LayoutTimes {
+  std::vector<double> step_s, stage_peak;
+};
+LayoutTimes gather_layout_times(Communicator& world, const LayoutOutcome& out, int steps, int k, int pp) {
+  const size_t per = size_t(steps) + 2;
+  std::vector<double> mine(per, 0.0), all(per * world.size());
+  for (int s = 0; s < steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
+  mine[steps] = out.pp_rank;
+  mine[steps + 1] = out.peak_activation_bytes;
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+  LayoutTimes t{std::vector<double>(steps, 0.0), std::vector<double>(pp, 0.0)};
+  for (int r = 0; r < k; ++r) {
+    for (int s = 0; s < steps; ++s) t.step_s[s] = std::max(t.step_s[s], all[r * per + s]);
+    const int stage = int(all[r * per + steps]);
+    t.stage_peak[stage] = std::max(t.stage_peak[stage], all[r * per + steps + 1]);
+  }
+  return t;
+}
+
 class ConformanceSuite : public Suite {
  public:
   std::string name() const override { return "conformance"; }
@@ -299,23 +382,24 @@ class ConformanceSuite : public Suite {
     };
     std::map<std::string, Kept> kept;
     const std::vector<std::string>& names = p.names;
-    std::vector<double> oracle_losses, oracle_grad_norms;
+    std::vector<double> oracle_losses, oracle_grad_norms;  // the synchronous recipe's (else the first's)
     double factor = 0;
-    Reference oracle;  // the float64 oracle, run once (rank 0's): the same for every precision
-    bool have_oracle = false;  // on every rank, so that every rank skips the oracle's job alike
+    // The float64 oracle of each recipe (DpSync as to_json prints it), run once (rank 0's): the
+    // same for every precision. The map's keys are the same on every rank, so that every rank
+    // skips the oracle's job alike.
+    std::map<std::string, Reference> oracles;
+    const std::string sync_key = to_json(DpSync{}).dump();
     for (const Precision prec : p.precisions) {
       TrainConfig cfg = base;
       cfg.precision = prec;
       cfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
       const std::string suffix = prec == Precision::fp32 ? "" : ":" + std::string(to_string(prec));
-      const ReferenceSet refs = run_references(model, cpu, data, cfg, world, have_oracle ? &oracle : nullptr);
-      if (!have_oracle)
-        oracle = refs.oracle, oracle_losses = refs.oracle.losses, oracle_grad_norms = refs.oracle.grad_norms,
-        have_oracle = true;
-      factor = refs.factor();
-      ctx.print("# " + std::string(to_string(prec)) + " baseline: float64 oracle and " +
-                std::to_string(refs.micro_batches.size()) + " single-rank " + std::string(to_string(prec)) +
-                " runs; tolerance " + refs.how());
+      const std::map<std::string, ReferenceSet> refsets = recipe_references(p, cfg, cpu, data, ctx, oracles);
+      for (const auto& [key, refs] : refsets) {
+        if (oracle_losses.empty() || key == sync_key)
+          oracle_losses = refs.oracle.losses, oracle_grad_norms = refs.oracle.grad_norms;
+        factor = refs.factor();
+      }
       ctx.print("#  layout                       ranks  final loss   |dloss| max   worst check   checks   status   "
                 "peak activations per stage (KiB)");
       for (size_t li = 0; li < names.size(); ++li) {
@@ -332,6 +416,13 @@ class ConformanceSuite : public Suite {
                     std::to_string(k) + " ranks, the world has " + std::to_string(world.size()));
           continue;
         }
+        cfg.dp_sync = recipe_of(spec);
+        if (const std::string why = no_reference_reason(cfg.dp_sync, prec); !why.empty()) {
+          skipped.push_back({{"layout", text}, {"reason", why}});
+          ctx.print("#  " + pad(text, 28) + " " + pad(std::to_string(l.world()), 5) + "  skipped: " + why);
+          continue;
+        }
+        const ReferenceSet& refs = refsets.at(to_json(cfg.dp_sync).dump());
         const int k = int(l.world());
         const int color = world.rank() < k ? 0 : 1;
         auto sub = world.split(color, world.rank(), "conformance:" + text);
@@ -342,21 +433,10 @@ class ConformanceSuite : public Suite {
                             .device = ctx.device, .ops = ops, .host = *sub, .device_comm = dev_sub.get(),
                             .data = data, .gather = true, .dp_hier_node_ranks = spec.hier_node_ranks});
         world.barrier();
-        // Step times: the slowest rank's per step, from the layout's ranks.
-        // Each rank sends its step times, then its stage and peak activation bytes.
-        const size_t per = size_t(cfg.steps) + 2;
-        std::vector<double> mine(per, 0.0), all(per * world.size());
-        for (int s = 0; s < cfg.steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
-        mine[cfg.steps] = out.pp_rank;
-        mine[cfg.steps + 1] = out.peak_activation_bytes;
-        world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+        const LayoutTimes times = gather_layout_times(world, out, cfg.steps, k, l.pp);
         if (world.rank() != 0) continue;
-        std::vector<double> step_s(cfg.steps, 0.0), stage_peak(l.pp, 0.0);
-        for (int r = 0; r < k; ++r) {
-          for (int s = 0; s < cfg.steps; ++s) step_s[s] = std::max(step_s[s], all[r * per + s]);
-          const int stage = int(all[r * per + cfg.steps]);
-          stage_peak[stage] = std::max(stage_peak[stage], all[r * per + cfg.steps + 1]);
-        }
+        const std::vector<double>& step_s = times.step_s;
+        const std::vector<double>& stage_peak = times.stage_peak;
         std::string peaks;
         for (double b : stage_peak) {
           if (!peaks.empty()) peaks += ' ';

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <sstream>
 
 #include "kernels/error.h"
 #include "suites/suite.h"
@@ -29,6 +31,9 @@ const std::vector<LayoutSpelling>& layout_spellings() {
       {LayoutKey::recompute,      "recompute",               "",     "recompute", "recompute",               "--recompute"},
       {LayoutKey::comm_type,      "communication_data_type", "",     "comm",      "communication_data_type", ""},
       {LayoutKey::dp_allreduce,   "dp_allreduce",            "hier", "dp_allreduce", "dp_allreduce",         ""},
+      {LayoutKey::staleness,      "staleness",               "stale", "stale",    "staleness",               ""},
+      {LayoutKey::delay_compensation, "delay_compensation",  "dc",   "dc",        "delay_compensation",      ""},
+      {LayoutKey::local_steps,    "local_steps",             "local", "local",    "local_steps",             ""},
   };
   return table;
 }
@@ -41,6 +46,14 @@ const LayoutSpelling& spelling(LayoutKey k) {
 
 namespace {
 std::string key_of(LayoutKey k) { return spelling(k).config_key; }
+// A lambda as record names and messages print it: the shortest form that reads back ("0.1").
+std::string number_text(double x) {
+  std::ostringstream o;
+  o << x;
+  return o.str();
+}
+// The lambda of a layout spec's "dc" option without a number.
+constexpr double kDefaultDelayCompensation = 0.1;
 // The schedule names (a spec's schedule option; the config key's values).
 constexpr const char* kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 }  // namespace
@@ -228,7 +241,9 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   const std::string sp = spelling(LayoutKey::sequence_parallel).spec_token;
   const std::string layers = spelling(LayoutKey::pipeline_layers).spec_token;
   const std::string hier = spelling(LayoutKey::dp_allreduce).spec_token;
-  bool seen_opt[8] = {};  // schedule, v, zero, offload, recompute, sp, layers, hier
+  const std::string stale = spelling(LayoutKey::staleness).spec_token, dc = spelling(LayoutKey::delay_compensation).spec_token;
+  const std::string local = spelling(LayoutKey::local_steps).spec_token;
+  bool seen_opt[11] = {};  // schedule, v, zero, offload, recompute, sp, layers, hier, stale, dc, local
   auto digits_after = [](const std::string& o, size_t k) {
     return o.size() > k && o.size() <= k + 4 &&
            std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
@@ -265,9 +280,29 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
       } catch (const InputError& e) {
         throw bad("has " + std::string(e.what()));
       }
+    } else if (o.rfind(stale, 0) == 0 && digits_after(o, stale.size())) {
+      which = 8;
+      spec.dp_sync.staleness = std::stoi(o.substr(stale.size()));
+      if (spec.dp_sync.staleness < 1) throw bad("has staleness " + o.substr(stale.size()) + " (staleK needs K >= 1)");
+    } else if (o.rfind(local, 0) == 0 && digits_after(o, local.size())) {
+      which = 10;
+      spec.dp_sync.local_steps = std::stoi(o.substr(local.size()));
+      if (spec.dp_sync.local_steps < 1) throw bad("has local_steps " + o.substr(local.size()) + " (localH needs H >= 1)");
+    } else if (o.rfind(dc, 0) == 0) {
+      which = 9;
+      spec.dp_sync.delay_compensation = kDefaultDelayCompensation;
+      if (o.size() > dc.size()) {  // "dcX": lambda X
+        const std::string x = o.substr(dc.size());
+        char* end = nullptr;
+        const double v = std::strtod(x.c_str(), &end);
+        if (end != x.c_str() + x.size() || !(v > 0) || v > 1e6)
+          throw bad("has delay compensation '" + printable(x, 20) + "' (dcX needs a number X in (0, 1e6])");
+        spec.dp_sync.delay_compensation = v;
+      }
     } else {
       throw bad("has an unknown option '" + printable(o, 20) +
-                "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp, layersA+B+.., hierN)");
+                "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp, layersA+B+.., hierN, "
+                "staleK, dc, dcX, localH)");
     }
     if (seen_opt[which])
       throw bad(which == 0 ? "names a second schedule ('" + printable(o, 20) + "')"
@@ -276,6 +311,8 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   }
   if (spec.l.schedule == "zb-h1" && spec.recompute == Recompute::full)
     throw bad("combines zb-h1 with full recompute (W needs the activations B used; not supported)");
+  if (seen_opt[9] && !seen_opt[8]) throw bad("has dc without staleK (delay compensation compensates staleness)");
+  if (seen_opt[8] && seen_opt[10]) throw bad("combines staleK with localH (stale gradients or local steps, not both)");
   return spec;
 }
 
@@ -312,6 +349,9 @@ std::string layout_record_name(const LayoutSpec& s) {
   if (s.recompute != Recompute::none) seg(LayoutKey::recompute, std::string(to_string(s.recompute)));
   if (s.precision != Precision::fp32) seg(LayoutKey::precision, std::string(to_string(s.precision)));
   if (s.hier_node_ranks > 0) seg(LayoutKey::dp_allreduce, spelling(LayoutKey::dp_allreduce).spec_token + std::to_string(s.hier_node_ranks));
+  if (s.dp_sync.staleness > 0) seg(LayoutKey::staleness, std::to_string(s.dp_sync.staleness));
+  if (s.dp_sync.delay_compensation > 0) seg(LayoutKey::delay_compensation, number_text(s.dp_sync.delay_compensation));
+  if (s.dp_sync.local_steps > 0) seg(LayoutKey::local_steps, std::to_string(s.dp_sync.local_steps));
   return name;
 }
 
@@ -333,6 +373,11 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
     f(LayoutKey::dp_allreduce) = "hierarchical";
     rec[std::string(spelling(LayoutKey::dp_allreduce).field_key) + "_ranks_per_node"] = s.hier_node_ranks;
   }
+  if (!s.dp_sync.synchronous()) {
+    f(LayoutKey::staleness) = s.dp_sync.staleness;
+    f(LayoutKey::delay_compensation) = s.dp_sync.delay_compensation;
+    f(LayoutKey::local_steps) = s.dp_sync.local_steps;
+  }
 }
 
 json to_json(const ParallelLayout& l) {
@@ -349,7 +394,8 @@ json to_json(const ZeroConfig& z) {
 
 json to_json(const LayoutSpec& s) {
   return {{"layout", to_json(s.l)}, {"zero", to_json(s.z)}, {"recompute", std::string(to_string(s.recompute))},
-          {"precision", std::string(to_string(s.precision))}, {"hier_node_ranks", s.hier_node_ranks}};
+          {"precision", std::string(to_string(s.precision))}, {"hier_node_ranks", s.hier_node_ranks},
+          {"dp_sync", to_json(s.dp_sync)}};
 }
 
 }  // namespace dtb

@@ -12,6 +12,7 @@
 #include "reference/gpt.h"
 #include "reference/memory_model.h"
 #include "reference/process_grid.h"
+#include "reference/trainer.h"
 #include "reference/zero.h"
 
 namespace dtb {
@@ -19,7 +20,7 @@ namespace dtb {
 /// One dimension or option of a layout.
 enum class LayoutKey {
   tp, pp, dp, ep, sequence_parallel, schedule, virtual_stages, pipeline_layers, micro_batches, zero_stage, offload, precision,
-  recompute, comm_type, dp_allreduce
+  recompute, comm_type, dp_allreduce, staleness, delay_compensation, local_steps
 };
 
 /// How one layout key is spelled in each input and output form ("" where the form has none).
@@ -49,6 +50,9 @@ struct LayoutSpec {
   /// (kernels/comm/hierarchical_communicator.h) over nodes of N consecutive ranks of the layout
   /// (validate_dp_hierarchical, reference/layout_runner.h, says which layouts it fits).
   int hier_node_ranks = 0;
+  /// How the DP replicas keep in step (reference/trainer.h DpSync: staleness, delay_compensation,
+  /// local_steps); its replicas field is the caller's to set (the layout's dp, for local steps).
+  DpSync dp_sync{};
 };
 
 /// A section's dp_allreduce key: "flat" (0) or "hierarchical" (node_ranks: the run's ranks per
@@ -111,7 +115,10 @@ LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& pa
 /// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved, zb-h1; 1f1b
 /// by default), "vN" virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer
 /// cpu), "full" or "selective" recompute, "sp" (sequence parallel: "TP2xPP2:sp"), "hierN" (the
-/// DP all-reduce hierarchical over nodes of N consecutive ranks: "DP4:hier2"), each at most once. Divisibility is not checked
+/// DP all-reduce hierarchical over nodes of N consecutive ranks: "DP4:hier2"), "staleK" (stale
+/// gradients, K >= 1), "dc" (DC-ASGD delay compensation, lambda 0.1) or "dcX" (lambda X, e.g.
+/// "dc0.5"; with staleK only), "localH" (DiLoCo local steps, H >= 1; not with staleK), each at
+/// most once. Divisibility is not checked
 /// here (validate_layout). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
 LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
 
@@ -125,13 +132,16 @@ void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std:
 /// The train suite's record name of a sharded layout: "tp:T/dp:D/pp:P/schedule:S", then
 /// "/ep:E" (E > 1), "/sp:on" (sequence parallel), "/v:V" (interleaved), "/layers:A+B" (an uneven split),
 /// "/zero:Z" (Z > 0), "/offload:cpu", "/recompute:R" (not none),
-/// "/precision:P" (not fp32), "/dp_allreduce:hierN" (hierarchical).
+/// "/precision:P" (not fp32), "/dp_allreduce:hierN" (hierarchical), "/stale:K" (K > 0), "/dc:X"
+/// (lambda X > 0), "/local:H" (H > 0).
 std::string layout_record_name(const LayoutSpec& s);
 
 /// Sets a record's layout fields: tp, dp, pp, ep, sequence_parallel, schedule, virtual_stages,
 /// pipeline_layers ([] for the even split), zero_stage,
 /// offload_optimizer ("cpu" / "none"), recompute and precision; a hierarchical DP all-reduce adds
 /// dp_allreduce "hierarchical" and dp_allreduce_ranks_per_node N (absent: flat).
+/// Under stale gradients or local steps (not synchronous) also staleness, delay_compensation and
+/// local_steps.
 void add_layout_fields(nlohmann::json& rec, const LayoutSpec& s);
 
 /// A comparable printable form of each typed part (every field), for tests and messages.

@@ -83,8 +83,10 @@ TrainConfig train_config_from_json(const nlohmann::json& s, const nlohmann::json
 ReferenceSet run_references(const GptConfig& model_cfg, Device& device, const Dataset& data, const TrainConfig& cfg,
                             Communicator& world, const Reference* oracle) {
   ReferenceSet set;
+  // DiLoCo's replicas each split their share of the batch into the micro-batches.
+  const int R = cfg.dp_sync.local_steps > 0 ? cfg.dp_sync.replicas : 1;
   for (int mb : {1, 2, 4})
-    if (cfg.global_batch % mb == 0) set.micro_batches.push_back(mb);
+    if (cfg.global_batch % (mb * R) == 0) set.micro_batches.push_back(mb);
   const int refs = int(set.micro_batches.size()), n = world.size();
   const size_t P = gpt_num_params(model_cfg);
   std::vector<Reference> all(refs + 1, Reference(cfg.steps, P));

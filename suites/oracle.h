@@ -49,7 +49,9 @@ struct ReferenceSet {
 TrainConfig train_config_from_json(const nlohmann::json& section, const nlohmann::json& config,
                                    const std::string& path);
 
-/// Runs the references of `cfg` on one rank each (job j on rank j % world.size(), side by
+/// Runs the references of `cfg` (its recipe too: cfg.dp_sync's stale gradients or local steps,
+/// whose one-rank references are train()'s; micro-batches that divide each DiLoCo replica's
+/// share) on one rank each (job j on rank j % world.size(), side by
 /// side) with the CPU ops, and collects them on rank 0 (other ranks get an empty set):
 /// fp32 through the single-rank Gpt<float>, bf16 / fp16 through the sharded model on a
 /// one-rank layout (which with tp = 1 runs gpt.cc's ops); the oracle is Gpt<double>.

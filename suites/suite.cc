@@ -115,6 +115,23 @@ void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainCo
   if (s.contains("loss_scale_growth_interval"))
     t.loss_scaler.growth_interval =
         int(int_in_range(s, "loss_scale_growth_interval", path + ".loss_scale_growth_interval", 1, 1 << 30));
+  // How the DP replicas keep in step (reference/trainer.h DpSync; their combinations and the
+  // layouts they need: validate_dp_sync, validate_dp_sync_layout).
+  DpSync& d = t.dp_sync;
+  auto key = [&](LayoutKey k) { return std::string(spelling(k).config_key); };
+  const std::string stale = key(LayoutKey::staleness), dc = key(LayoutKey::delay_compensation);
+  const std::string local = key(LayoutKey::local_steps);
+  if (s.contains(stale)) d.staleness = int(int_in_range(s, stale, path + "." + stale, 0, 1 << 20));
+  if (s.contains(dc)) d.delay_compensation = number_in_range(s, dc, path + "." + dc, 0.0, 1e6);
+  if (s.contains(local)) d.local_steps = int(int_in_range(s, local, path + "." + local, 0, 1 << 20));
+  if (s.contains("outer_lr")) d.outer_lr = number_in_range(s, "outer_lr", path + ".outer_lr", 1e-12, 1e3);
+  if (s.contains("outer_momentum"))
+    d.outer_momentum = number_in_range(s, "outer_momentum", path + ".outer_momentum", 0.0, 0.999999);
+}
+
+nlohmann::json to_json(const DpSync& d) {
+  return {{"staleness", d.staleness}, {"delay_compensation", d.delay_compensation}, {"local_steps", d.local_steps},
+          {"outer_lr", d.outer_lr}, {"outer_momentum", d.outer_momentum}, {"replicas", d.replicas}};
 }
 
 nlohmann::json model_defaults(int L, int C, int NH, int T, int V) {
@@ -140,7 +157,7 @@ nlohmann::json to_json(const TrainConfig& t) {
           {"grad_clip", t.grad_clip},
           {"loss_scaler", {{"enabled", ls.enabled}, {"init_scale", ls.init_scale},
                            {"growth_interval", ls.growth_interval}}},
-          {"precision", std::string(to_string(t.precision))}};
+          {"precision", std::string(to_string(t.precision))}, {"dp_sync", to_json(t.dp_sync)}};
 }
 
 void SuiteContext::print(const std::string& line) const {

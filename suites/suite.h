@@ -156,11 +156,15 @@ nlohmann::json model_defaults(int L, int C, int NH, int T, int V);
 /// Comparable printable forms of the typed config parts every suite shares (every field),
 /// for Suite::params_json; the model's is reference/gpt_json.h's.
 nlohmann::json to_json(const TrainConfig& t);
+nlohmann::json to_json(const DpSync& d);
 
 /// A section's training-recipe keys into `t`, each only where the section has it: precision
 /// (fp32, bf16, fp16: precision_from_json), loss_scale ("auto": dynamic for fp16, none
 /// otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval and grad_clip
-/// (0: off). communication_data_type is the layout's (layout_from_json).
+/// (0: off); and how the DP replicas keep in step (reference/trainer.h DpSync): staleness
+/// [0, 2^20], delay_compensation [0, 1e6], local_steps [0, 2^20], outer_lr [1e-12, 1e3],
+/// outer_momentum [0, 0.999999] (their combinations: validate_dp_sync).
+/// communication_data_type is the layout's (layout_from_json).
 /// Errors: InputError "<path>.<key>: <reason>".
 void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t);
 

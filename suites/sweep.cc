@@ -121,6 +121,9 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
                          std::to_string(world));
       validate_layout(l, st.model, st.cfg.global_batch, world, st.cfg.seq_len);
       validate_zero(spec.z);
+      if (!spec.dp_sync.synchronous())  // the sweep times synchronous layouts; the recipes: train, conformance
+        throw InputError("stale gradients and local steps (staleK, dc, localH) are not swept; use the train or "
+                         "conformance suite");
     } catch (const InputError& e) {
       if (given) throw InputError("sweep.layouts: '" + printable(n, 40) + "': " + e.what());
       if (skipped) skipped->push_back({{"layout", n}, {"reason", e.what()}});

@@ -11,6 +11,7 @@
 #include "kernels/op_profile.h"
 #include "kernels/timer.h"
 #include "reference/checkpoint.h"
+#include "reference/dp_sync.h"
 #include "reference/layout_runner.h"
 #include "reference/trainer.h"
 #include "suites/oracle.h"
@@ -234,7 +235,7 @@ json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit
   const int timed = int(run.timings.size());
   const ParallelLayout& layout = f.layout;
   json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
-  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision, f.hier_node_ranks});
+  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision, f.hier_node_ranks, f.cfg.dp_sync});
   rec["steps"] = f.cfg.steps;
   rec["tokens_per_step"] = f.tokens_per_step;
   rec["tokens_per_s"] = f.tokens_per_step / sp.step.median;
@@ -371,8 +372,9 @@ struct Params {
   /// precision or checkpoints need the sharded model.
   bool plain_dp() const {
     const ParallelLayout& l = spec.l;
-    return !plan.on() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 && spec.recompute == Recompute::none &&
-           !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32 && spec.hier_node_ranks == 0;
+    return !plan.on() && cfg.dp_sync.synchronous() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 &&
+           spec.recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32 &&
+           spec.hier_node_ranks == 0;
   }
   static Params parse(const json& section, const json& config, const WorldInfo& world);
   json to_json() const {
@@ -401,7 +403,11 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
     }
   }
   train.precision = p.spec.precision;
-  apply_recipe_keys(section, "train", train);  // loss scaling and clipping (precision: the same)
+  apply_recipe_keys(section, "train", train);  // loss scaling, clipping, DP sync (precision: the same)
+  train.dp_sync.replicas = train.dp_sync.local_steps > 0 ? p.spec.l.dp : 1;  // DiLoCo: one replica per DP rank
+  p.spec.dp_sync = train.dp_sync;
+  validate_dp_sync(train, "train");
+  validate_dp_sync_layout(train, p.spec.l, p.spec.z, "train");
   const std::string backend = config.value("backend", "cpu");
   const bool cpu = backend == "cpu";
   require_half_ops(backend, train.precision, "train.precision");
@@ -413,6 +419,21 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.peak_tflops = number_in_range(section, "peak_tflops", "train.peak_tflops", 0.0, 1e6);
   p.plan = checkpoint_plan_from_json(section);
   p.references = section.at("references").get<bool>();
+  const DpSync& d = train.dp_sync;
+  if (!d.synchronous()) {  // the gradients in flight and DiLoCo's outer state are not checkpointed
+    const std::string what = d.staleness > 0 ? "train.staleness = " + std::to_string(d.staleness)
+                                             : "train.local_steps = " + std::to_string(d.local_steps);
+    if (p.plan.every > 0)
+      throw InputError(what + " with train.checkpoint_every = " + std::to_string(p.plan.every) +
+                       ": not supported (the in-flight gradients and outer state are not checkpointed)");
+    if (!p.plan.resume_from.empty())
+      throw InputError(what + " with train.resume_from = \"" + printable(p.plan.resume_from, 40) +
+                       "\": not supported (the in-flight gradients and outer state are not checkpointed)");
+    if (d.local_steps > 0 && d.replicas > 1 && train.precision != Precision::fp32 && p.references)
+      throw InputError(what + " with precision " + std::string(to_string(train.precision)) + " on " +
+                       std::to_string(d.replicas) + " replicas: no reference (the one-rank reference simulates "
+                       "replicas in fp32 / fp64 only); set train.references false");
+  }
   validate_moe_layout(p.spec, p.model, backend, "train");
   return p;
 }
@@ -434,7 +455,8 @@ class TrainSuite : public Suite {
             {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},
             {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"communication_data_type", "auto"},
             {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}, {"references", true},
-            {"dp_allreduce", "flat"}};
+            {"dp_allreduce", "flat"}, {"staleness", 0}, {"delay_compensation", 0.0}, {"local_steps", 0},
+            {"outer_lr", 0.7}, {"outer_momentum", 0.9}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);

@@ -84,10 +84,15 @@ def render(r, recs, cs, data):
         "value / tolerance over the layout's checks (<= 1 passes). Step times are the layout's k ranks' while "
         "the world's other ranks wait for them: compare them only between layouts of the same rank count.",
         "note")
-    skipped = data.get("skipped") or []
-    if skipped:
+    skipped = [s for s in (data.get("skipped") or []) if isinstance(s, dict)]
+    by_ranks = [s for s in skipped if "needs_ranks" in s]
+    if by_ranks:
         d.p("Skipped (need more ranks than the world's " + str(r.world()) + "): " +
-            ", ".join(f"`{s.get('layout')}` ({s.get('needs_ranks')})" for s in skipped if isinstance(s, dict)) + ".")
+            ", ".join(f"`{s.get('layout')}` ({s.get('needs_ranks')})" for s in by_ranks) + ".")
+    no_reference = [s for s in skipped if "needs_ranks" not in s]
+    if no_reference:  # a recipe without a reference in that precision (stale gradients, local steps)
+        d.p("Skipped (no reference of the recipe in that precision): " +
+            ", ".join(f"`{s.get('layout')}` ({s.get('reason')})" for s in no_reference) + ".")
     plot_conformance_loss(r, data, cs)
 
 
