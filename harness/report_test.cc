@@ -141,7 +141,7 @@ TEST(ReportReader, PassedOnlyWithoutFailedOrErroredSuites) {
   EXPECT_EQ(s.suites[1].error, "boom\n\x1b[31m");
   // A report's strings cannot drive the terminal.
   EXPECT_NE(format_summary(s, "r").find("  error: boom??[31m\n"), std::string::npos);
-  EXPECT_TRUE(read_report(R"({"schema_version":4,"context":{},"benchmarks":[],"suites":[],"checks":[]})", "r").passed());
+  EXPECT_TRUE(read_report(R"({"schema_version":5,"context":{},"benchmarks":[],"suites":[],"checks":[]})", "r").passed());
 }
 
 TEST(ReportReader, RefusesMalformedReportsWithOneLine) {

@@ -149,7 +149,7 @@ class CommEfficiencySuite : public Suite {
            "inter-node links: tokens/s, bytes per token, loss";
   }
   json defaults() const override {
-    return {{"model", model_defaults(2, 64, 4, 64, 256)},
+    return {{"model", {{"L", 2}, {"C", 64}, {"NH", 4}, {"T", 64}, {"V", 256}}},
             {"steps", 40},
             {"global_batch", 16},
             {"micro_batches", 1},
