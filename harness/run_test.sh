@@ -141,17 +141,24 @@ s = [s for s in r["suites"] if s["name"] == "conformance"][0]
 assert s["status"] == "passed", s
 ran = sorted(b["name"] for b in r["benchmarks"])
 skipped = sorted(x["layout"] for x in s["data"]["skipped"])
-want_skipped = sorted(l + p for l in ["TP2xDP4", "TP2xPP2xDP2"] for p in ["", ":bf16", ":fp16"])
+# Skipped, not passed: the 8-rank layouts in every precision; the stale-gradient and local-step
+# recipes in fp16 (they refuse loss scaling) and local steps in bf16 (no one-rank bf16 reference
+# simulates 4 replicas): docs/comm-efficiency.md.
+recipes = ["DP4:stale1", "DP4:stale2", "DP4:stale1:dc", "DP4:stale2:dc", "DP4:local4"]
+want_skipped = sorted([l + p for l in ["TP2xDP4", "TP2xPP2xDP2"] for p in ["", ":bf16", ":fp16"]] +
+                      [l + ":fp16" for l in recipes] + ["DP4:local4:bf16"])
 assert skipped == want_skipped, skipped
-assert len(ran) == 3 * 40 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
+# 48 default layouts, 46 of up to 4 ranks: all in fp32, 45 in bf16, 41 in fp16.
+n_fp32, n_bf16, n_fp16 = 46, 45, 41
+assert len(ran) == n_fp32 + n_bf16 + n_fp16 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
 assert sorted({b["precision"] for b in r["benchmarks"]}) == ["bf16", "fp16", "fp32"]
 # Half layouts carry the stated bounds of the fp32 trajectory; recompute layouts the bitwise
 # comparison with their layout without recompute, ZB-H1 layouts with their 1F1B twin, in every
 # precision.
 names = [c["name"] for c in r["checks"]]
-assert sum(n.endswith("loss_vs_fp32/tail_mean") for n in names) == 2 * 40, names
+assert sum(n.endswith("loss_vs_fp32/tail_mean") for n in names) == n_bf16 + n_fp16, names
 # Every layout's global gradient norm against the oracle's at each of the 20 steps.
-assert sum("/grad_norm/step:" in n for n in names) == 3 * 40 * 20, [n for n in names if "/grad_norm/" in n][:5]
+assert sum("/grad_norm/step:" in n for n in names) == len(ran) * 20, [n for n in names if "/grad_norm/" in n][:5]
 assert sum("/recompute_bitwise_vs/" in n for n in names) == 3 * 5, [n for n in names if "recompute_bitwise" in n]
 assert sum("/schedule_bitwise_vs/" in n for n in names) == 3 * 4, [n for n in names if "schedule_bitwise" in n]
 assert r["checks"] and all(c["passed"] for c in r["checks"])
