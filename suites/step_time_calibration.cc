@@ -91,6 +91,30 @@ double timed(Communicator& comm, int samples, int inner, const std::function<voi
 
 const std::vector<double> kSizes = {64, 4096, 65536, 1 << 20};  // bytes
 
+// Seconds per call of `call` as the ranks share the machine: after one untimed call, k calls back
+// to back on every rank then a barrier, k (the same on every rank) such that the loop lasts about
+// `window_s`; the loop's time over k. Timed over a window rather than per call, it includes the
+// time the ranks wait for a core when there are more ranks than cores (a short sample's median
+// would be a rank's time while it holds a core). Collective over `comm`.
+double throughput_time(Communicator& comm, const std::function<void()>& call, const std::function<void()>& sync,
+                       double window_s) {
+  call();
+  sync();
+  Stopwatch probe;
+  call();
+  sync();
+  double k = std::clamp(std::ceil(window_s / std::max(probe.elapsed(), 1e-7)), 1.0, 100000.0);
+  comm.all_reduce(&k, &k, 1, DType::f64, ReduceOp::max);
+  comm.barrier();
+  Stopwatch sw;
+  for (int i = 0; i < int(k); ++i) call();
+  sync();
+  comm.barrier();
+  double t = sw.elapsed() / k;
+  comm.all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);
+  return t;
+}
+
 template <typename T>
 void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibrationSpec& spec, StepTimeHardware& hw) {
   int64_t n = 1, rows = 1;
@@ -101,8 +125,8 @@ void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibr
   for (const StepOp& o : spec.ops) {
     const std::string key = o.key(spec.precision);
     if (hw.op_seconds.count(key)) continue;
-    const double t = timed(comm, spec.samples, spec.inner, [&] { run_op(ops, o, s, spec.precision); },
-                           [&] { ops.synchronize(); });
+    const double t = throughput_time(comm, [&] { run_op(ops, o, s, spec.precision); }, [&] { ops.synchronize(); },
+                                     spec.window_s);
     hw.op_seconds[key] = t;
     if (o.kind == StepOp::Kind::memory) {
       mem_bytes.push_back(o.bytes), mem_s.push_back(t);
@@ -114,20 +138,10 @@ void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibr
   if (secs[0] > 0) hw.gemm[p] = {0, flops[0] / secs[0]};
   if (secs[1] > 0) hw.attention[p] = {0, flops[1] / secs[1]};
   if (mem_s.size() >= 2) hw.memory = fit_alpha_beta(mem_bytes, mem_s);
-  // Communication as training meets it: each call after a burst of compute (the list's largest
-  // GEMM), every rank at once, so ranks arrive as they finish and wait while others compute. A
-  // call's cost is the loop's time less the burst's alone (measured the same way).
-  const StepOp* big = nullptr;
-  for (const StepOp& o : spec.ops)
-    if (o.kind == StepOp::Kind::gemm && (!big || o.flops > big->flops)) big = &o;
-  std::function<void()> burst = [] {};
-  if (big) burst = [&ops, &s, big, &spec] { run_op(ops, *big, s, spec.precision); };
+  // Communication in tight loops, every rank in the call: its own cost. The compute that keeps
+  // ranks apart is in the ops' times above (measured as the ranks share the cores).
   auto sync = [&ops] { ops.synchronize(); };
-  const double t_burst = timed(comm, spec.samples, spec.inner, burst, sync);
-  auto with_burst = [&](const std::function<void()>& call) {
-    const double t = timed(comm, spec.samples, spec.inner, [&] { burst(); call(); }, sync) - t_burst;
-    return std::max(t, 1e-7);
-  };
+  auto loop_time = [&](const std::function<void()>& call) { return timed(comm, spec.samples, 1, call, [] {}); };
   const int world = comm.size(), me = comm.rank();
   const Tensor a = Tensor::zeros(dev, {int64_t(kSizes.back()) / 4}, DType::f32, MemCategory::comm_buffer);
   const Tensor b = Tensor::zeros(dev, {int64_t(kSizes.back()) / 4}, DType::f32, MemCategory::comm_buffer);
@@ -138,7 +152,7 @@ void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibr
     for (double bytes : kSizes) {
       const size_t n = size_t(bytes / 4);
       x.push_back(2.0 * (g - 1) / g * bytes);
-      t.push_back(with_burst([&] { grp->all_reduce(a.raw(), b.raw(), n, DType::f32, ReduceOp::sum); }));
+      t.push_back(loop_time([&] { grp->all_reduce(a.raw(), b.raw(), n, DType::f32, ReduceOp::sum); }));
     }
     hw.collectives.push_back({g, LinkClass::intra_node, fit_alpha_beta(x, t)});
   }
@@ -147,7 +161,7 @@ void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibr
     for (double bytes : kSizes) {
       const size_t n = size_t(bytes / 4);
       x.push_back(bytes);
-      t.push_back(with_burst([&] { comm.sendrecv(a.raw(), b.raw(), n, DType::f32, me ^ 1, me ^ 1); }));
+      t.push_back(loop_time([&] { comm.sendrecv(a.raw(), b.raw(), n, DType::f32, me ^ 1, me ^ 1); }));
     }
     hw.p2p_intra = hw.p2p_inter = fit_alpha_beta(x, t);
   }

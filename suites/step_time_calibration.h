@@ -15,25 +15,29 @@
 namespace dtb {
 
 /// What to measure: the ops (StepOp, step_ops of each layout; repeated keys are timed once) in
-/// `precision`, each the median of `samples` timings of `inner` back-to-back calls, after one
-/// untimed call.
+/// `precision`, each over a loop of about `window_s` seconds on every rank at once; each
+/// collective size the median of `samples` calls.
 struct StepTimeCalibrationSpec {
   std::vector<StepOp> ops;
   Precision precision = Precision::fp32;
-  int samples = 9, inner = 3;
+  int samples = 9;
+  double window_s = 0.004;
 };
 
 /// Measures StepTimeHardware on `comm` (every rank, at once; collective over it):
 ///  - op_seconds: each op of spec.ops on `ops` (the backend's ops for spec.precision; the CPU's
-///    own for a null half-precision pointer on a CPU device), the largest over ranks of the
-///    ranks' medians, per call;
+///    own for a null pointer on a CPU device), per call, over a loop of spec.window_s run by every
+///    rank at once and closed by a barrier: the throughput the ranks get together, so that ranks
+///    sharing cores (more ranks than cores) see the ops slow down as in training; the largest
+///    over ranks;
 ///  - gemm, attention: the rate fitted to those times (total FLOPs / total seconds, alpha 0);
 ///    memory: alpha-beta fitted to the memory-bound ops' (bytes, seconds);
 ///  - collectives: for every group size g > 1 dividing the world, the all-reduce over groups of
 ///    g consecutive ranks (all groups at once) at 64 B to 1 MiB, fitted to alpha + busbytes / bw
 ///    (CollectiveFit), intra-node (one node: ranks_per_node is left 0);
 ///  - p2p_intra (and p2p_inter, the same): sendrecv between ranks r and r xor 1 at the same
-///    sizes; host_link: copy_to_host of 4 KiB and 1 MiB.
+///    sizes; host_link: copy_to_host of 4 KiB and 1 MiB. Collectives are timed in tight loops
+///    (each call's median of spec.samples, the largest over ranks): their own cost.
 /// Fits minimise the squared relative error (small messages count as much as large).
 /// Errors: InputError for a precision whose ops the backend lacks on a non-CPU device.
 StepTimeHardware calibrate_step_time(Communicator& comm, Device& device, const PrecisionOps& ops,

@@ -34,7 +34,7 @@ TEST(StepTimeCalibration, MeasuresEveryOpAndGroupAlikeOnEveryRank) {
   in.layout.dp = n;
   StepTimeCalibrationSpec spec;
   spec.ops = step_ops(in);
-  spec.samples = 3, spec.inner = 1;
+  spec.samples = 3, spec.window_s = 0.001;
   CpuDevice device;
   const StepTimeHardware hw = calibrate_step_time(*world, device, PrecisionOps{}, spec);
   for (const StepOp& o : spec.ops) {
