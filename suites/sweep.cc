@@ -187,29 +187,25 @@ StepTimeInput model_input(const Setup& st, const LayoutSpec& spec) {
   return in;
 }
 
-// The predicted step time of each layout (seconds; NaN where the model does not cover it, with
-// the reason in `why`), from hardware calibrated here over the whole world (every rank at once,
-// as they train): the layouts' own ops timed, the collectives fitted. Collective over `comm`.
-std::vector<StepTimeTerms> predict_layouts(const Params& p, Communicator& comm, Device& dev, Backend* be,
-                                           std::vector<std::string>& why, nlohmann::json& calibration) {
-  std::vector<StepTimeInput> ins;
+// The predicted step time of layout i (its terms; `why` says why not when the model does not
+// cover it), from hardware calibrated here, just before the layout runs, over the whole world
+// (every rank at once, as they train): the layout's own ops timed, the collectives fitted, so
+// the prediction sees the machine's load of the moment. `calibration` gets the fits.
+// Collective over `comm`.
+StepTimeTerms predict_layout(const Params& p, size_t i, Communicator& comm, Device& dev, Backend* be,
+                             std::string& why, nlohmann::json& calibration) {
+  const StepTimeInput in = model_input(p.st, p.specs[i]);
   StepTimeCalibrationSpec cal;
   cal.precision = p.st.cfg.precision;
-  why.assign(p.layouts.size(), "");
-  for (size_t i = 0; i < p.layouts.size(); ++i) {
-    ins.push_back(model_input(p.st, p.specs[i]));
-    try {
-      for (const StepOp& o : step_ops(ins.back())) cal.ops.push_back(o);
-    } catch (const InputError& e) {
-      why[i] = e.what();
-    }
+  try {
+    cal.ops = step_ops(in);
+  } catch (const InputError& e) {
+    why = e.what();
+    return {};
   }
   const StepTimeHardware hw = calibrate_step_time(comm, dev, precision_ops(be), cal);
   calibration = step_time_hardware_json(hw);
-  std::vector<StepTimeTerms> out(p.layouts.size());
-  for (size_t i = 0; i < p.layouts.size(); ++i)
-    if (why[i].empty()) out[i] = predict_step(ins[i], hw);
-  return out;
+  return predict_step(in, hw);
 }
 
 // The terms as the record's predicted_terms_ms (ms; bubble a fraction).
@@ -262,17 +258,20 @@ class SweepSuite : public Suite {
     ctx.print(std::string("#  layout                      tokens/s   step ms   peak MiB/rank   bubble (theory)   idle    comm") +
               (moe ? "     a2a" : "") + "   predicted ms   error");
     SuiteResult res;
-    std::vector<std::string> not_modelled;
-    json calibration;
-    Stopwatch cal_clock;
-    const std::vector<StepTimeTerms> terms = predict_layouts(p, comm, ctx.device, be, not_modelled, calibration);
-    std::vector<double> predicted;
-    for (size_t i = 0; i < terms.size(); ++i) predicted.push_back(not_modelled[i].empty() ? terms[i].step_s : std::nan(""));
-    const double cal_s = cal_clock.elapsed();
+    std::vector<std::string> not_modelled(layouts.size());
+    std::vector<StepTimeTerms> terms(layouts.size());
+    std::vector<double> predicted(layouts.size(), std::nan(""));
+    json calibration = json::object();
+    double cal_s = 0;
     std::vector<double> pred_ok, meas_ok;
     for (size_t li = 0; li < layouts.size(); ++li) {
       const std::string& text = layouts[li];
       const LayoutSpec& spec = p.specs[li];
+      Stopwatch cal_clock;
+      terms[li] = predict_layout(p, li, comm, ctx.device, be, not_modelled[li], calibration[text]);
+      if (not_modelled[li].empty()) predicted[li] = terms[li].step_s;
+      else calibration.erase(text);
+      cal_s += cal_clock.elapsed();
       SpanRecorder rec(true);
       const LayoutOutcome out =
           run_layout({.model = st.model, .layout = spec.l, .train = st.cfg, .zero = spec.z,
