@@ -354,8 +354,11 @@ class ReportScript(BadInput, unittest.TestCase):
             sweep = md[md.index("\n## sweep\n"):]
             self.assertIn("| layout | ranks | TP×DP×PP | tokens/s | step (ms) | peak bytes per rank |", sweep)
             for b in r["benchmarks"]:
-                if b["name"].startswith("sweep/"):
+                if b["name"] == "sweep/step_time_model":  # the model's summary, below the table
+                    self.assertIn("Step-time model (docs/plan.md)", sweep)
+                elif b["name"].startswith("sweep/"):
                     self.assertIn(f"`{b['layout']}`", sweep)
+                    self.assertIn("predicted_step_time_ms", b)
         if "kernels" in have:
             kernels = md[md.index("\n## kernels\n"):]
             self.assertIn("| kernel | iterations | real time | CPU time |", kernels)

@@ -1,7 +1,8 @@
 // Summary statistics of repeated measurements (seconds or any unit): n, median, min,
 // max, mean, sample standard deviation, and the samples themselves in measurement order, so
 // that a comparison (scripts/compare.py) can test whether two runs differ beyond noise; and a
-// median robust to outliers (iterative MAD removal), for baselines.
+// median robust to outliers (iterative MAD removal), for baselines; a prediction's MAPE and
+// Kendall's tau against measurements.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -23,6 +24,34 @@ inline double median(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
   const size_t n = xs.size();
   return n == 0 ? 0.0 : n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
+/// Mean absolute percentage error of `predicted` against `measured` (equal lengths, measured
+/// values != 0): mean |p_i - m_i| / |m_i|, a fraction (0.1 = 10 %); 0 for empty inputs.
+inline double mape(const std::vector<double>& predicted, const std::vector<double>& measured) {
+  double s = 0;
+  const size_t n = std::min(predicted.size(), measured.size());
+  for (size_t i = 0; i < n; ++i) s += std::abs(predicted[i] - measured[i]) / std::abs(measured[i]);
+  return n ? s / double(n) : 0.0;
+}
+
+/// Kendall's rank correlation tau-b of two equal-length series (Kendall 1945: ties in either
+/// series shrink the denominator): (concordant - discordant) / sqrt((n0 - n1)(n0 - n2)) over
+/// the n0 = n(n-1)/2 pairs, n1 and n2 the pairs tied in x and in y. In [-1, 1]; 0 when either
+/// series is constant or has fewer than two values.
+inline double kendall_tau(const std::vector<double>& x, const std::vector<double>& y) {
+  const size_t n = std::min(x.size(), y.size());
+  double conc = 0, disc = 0, tx = 0, ty = 0;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i + 1; j < n; ++j) {
+      const double a = x[i] - x[j], b = y[i] - y[j];
+      if (a == 0) tx += 1;
+      if (b == 0) ty += 1;
+      if (a * b > 0) conc += 1;
+      if (a * b < 0) disc += 1;
+    }
+  const double n0 = double(n) * double(n - (n > 0)) / 2, den = std::sqrt((n0 - tx) * (n0 - ty));
+  return den > 0 ? (conc - disc) / den : 0.0;
 }
 
 /// The median of `xs` after iterative outlier removal: values farther than k x max(MAD,

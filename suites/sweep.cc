@@ -18,9 +18,12 @@
 #include <cstdio>
 
 #include "kernels/error.h"
+#include "kernels/timer.h"
 #include "reference/pipeline_schedule.h"
+#include "reference/step_time_model.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
+#include "suites/step_time_calibration.h"
 #include "suites/suite.h"
 
 namespace dtb {
@@ -170,6 +173,51 @@ struct Params {
   }
 };
 
+// The step-time model's input for one layout of the sweep (reference/step_time_model.h).
+StepTimeInput model_input(const Setup& st, const LayoutSpec& spec) {
+  StepTimeInput in;
+  in.model = st.model;
+  in.layout = spec.l;
+  in.global_batch = st.cfg.global_batch;
+  in.micro_batches = st.cfg.micro_batches;
+  in.seq_len = st.cfg.seq_len;
+  in.zero = spec.z;
+  in.recompute = spec.recompute;
+  in.precision = st.cfg.precision;
+  return in;
+}
+
+// The predicted step time of layout i (its terms; `why` says why not when the model does not
+// cover it), from hardware calibrated here, just before the layout runs, over the whole world
+// (every rank at once, as they train): the layout's own ops timed, the collectives fitted, so
+// the prediction sees the machine's load of the moment. `calibration` gets the fits.
+// Collective over `comm`.
+StepTimeTerms predict_layout(const Params& p, size_t i, Communicator& comm, Device& dev, Backend* be,
+                             std::string& why, nlohmann::json& calibration) {
+  const StepTimeInput in = model_input(p.st, p.specs[i]);
+  StepTimeCalibrationSpec cal;
+  cal.precision = p.st.cfg.precision;
+  try {
+    cal.ops = step_ops(in);
+  } catch (const InputError& e) {
+    why = e.what();
+    return {};
+  }
+  const StepTimeHardware hw = calibrate_step_time(comm, dev, precision_ops(be), cal);
+  calibration = step_time_hardware_json(hw);
+  return predict_step(in, hw);
+}
+
+// The terms as the record's predicted_terms_ms (ms; bubble a fraction).
+nlohmann::json terms_json(const StepTimeTerms& t) {
+  return {{"forward_compute", t.forward_compute_s * 1e3}, {"backward_compute", t.backward_compute_s * 1e3},
+          {"tp_comm", t.tp_comm_s * 1e3},          {"p2p", t.p2p_s * 1e3},
+          {"zero_mb_comm", t.zero_mb_comm_s * 1e3}, {"pipeline", t.pipeline_s * 1e3},
+          {"bubble_fraction", t.bubble},           {"dp_comm", t.dp_comm_s * 1e3},
+          {"dp_exposed", t.dp_exposed_s * 1e3},    {"optimizer", t.optimizer_s * 1e3},
+          {"offload", t.offload_s * 1e3},          {"scalars", t.scalars_s * 1e3}};
+}
+
 class SweepSuite : public Suite {
  public:
   std::string name() const override { return "sweep"; }
@@ -208,11 +256,22 @@ class SweepSuite : public Suite {
               " steps, " + std::to_string(world.size()) + " ranks; " + std::to_string(layouts.size()) + " layouts");
     const bool moe = st.model.moe.num_experts > 0;
     ctx.print(std::string("#  layout                      tokens/s   step ms   peak MiB/rank   bubble (theory)   idle    comm") +
-              (moe ? "     a2a" : ""));
+              (moe ? "     a2a" : "") + "   predicted ms   error");
     SuiteResult res;
+    std::vector<std::string> not_modelled(layouts.size());
+    std::vector<StepTimeTerms> terms(layouts.size());
+    std::vector<double> predicted(layouts.size(), std::nan(""));
+    json calibration = json::object();
+    double cal_s = 0;
+    std::vector<double> pred_ok, meas_ok;
     for (size_t li = 0; li < layouts.size(); ++li) {
       const std::string& text = layouts[li];
       const LayoutSpec& spec = p.specs[li];
+      Stopwatch cal_clock;
+      terms[li] = predict_layout(p, li, comm, ctx.device, be, not_modelled[li], calibration[text]);
+      if (not_modelled[li].empty()) predicted[li] = terms[li].step_s;
+      else calibration.erase(text);
+      cal_s += cal_clock.elapsed();
       SpanRecorder rec(true);
       const LayoutOutcome out =
           run_layout({.model = st.model, .layout = spec.l, .train = st.cfg, .zero = spec.z,
@@ -277,6 +336,14 @@ class SweepSuite : public Suite {
       rec_json["comm_fraction"] = comm_mean;
       if (st.model.moe.num_experts > 0) rec_json["all_to_all_fraction"] = std::min(1.0, a2a_mean);
       rec_json["final_loss"] = out.losses.back();
+      if (std::isfinite(predicted[li])) {
+        rec_json["predicted_step_time_ms"] = predicted[li] * 1e3;
+        rec_json["prediction_error"] = (predicted[li] - t.median) / t.median;
+        rec_json["predicted_terms_ms"] = terms_json(terms[li]);
+        pred_ok.push_back(predicted[li]), meas_ok.push_back(t.median);
+      } else {
+        rec_json["prediction_skipped"] = not_modelled[li];
+      }
       res.benchmarks.push_back(rec_json);
       res.checks.push_back(make_check("sweep/" + text + "/trained", finite ? 0.0 : 1.0, 0.0,
                                       "every rank's losses finite (0 when so)"));
@@ -285,10 +352,29 @@ class SweepSuite : public Suite {
                     tokens / t.median, t.median * 1e3, peak / (1024.0 * 1024.0), bubble, idle_mean, comm_mean);
       char a2a[16] = "";
       if (moe) std::snprintf(a2a, sizeof a2a, "  %6.3f", rec_json["all_to_all_fraction"].get<double>());
-      ctx.print(std::string(line) + a2a);
+      char pred[48] = "            -        -";
+      if (std::isfinite(predicted[li]))
+        std::snprintf(pred, sizeof pred, "  %12.2f  %+6.1f%%", predicted[li] * 1e3, 100 * (predicted[li] - t.median) / t.median);
+      ctx.print(std::string(line) + a2a + pred);
     }
     if (world.rank() == 0) {
       res.data = {{"model", to_json(st.model)}, {"layouts", layouts}, {"not_applicable", skipped}};
+      json stm = {{"layouts_compared", pred_ok.size()}, {"calibration_s", cal_s}, {"calibration", calibration}};
+      if (!pred_ok.empty()) stm["mape"] = mape(pred_ok, meas_ok);
+      if (pred_ok.size() >= 2) stm["kendall_tau"] = kendall_tau(pred_ok, meas_ok);
+      res.data["step_time_model"] = stm;
+      if (pred_ok.size() >= 2) {  // the summary as a record, so that compare.py gates it (docs/plan.md)
+        json r = benchmark_record("sweep/step_time_model", 1, 1, cal_s, cal_s, "ms");
+        r["layouts_compared"] = pred_ok.size();
+        r["mape"] = stm["mape"];
+        r["kendall_tau"] = stm["kendall_tau"];
+        res.benchmarks.push_back(r);
+      }
+      char summary[200];
+      std::snprintf(summary, sizeof summary,
+                    "# step-time model (docs/plan.md): %zu layouts, MAPE %.1f %%, Kendall tau %.2f; calibrated in %.1f s",
+                    pred_ok.size(), 100 * stm.value("mape", 0.0), stm.value("kendall_tau", 0.0), cal_s);
+      ctx.print(summary);
       for (const auto& x : skipped)
         ctx.print("#  not applicable: " + x.at("layout").get<std::string>() + " (" + x.at("reason").get<std::string>() +
                   ")");

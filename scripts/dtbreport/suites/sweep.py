@@ -3,7 +3,7 @@ bubble, idle and comm shares) and the throughput and memory bars (-sweep).
 """
 
 from ..fmt import drop_empty_columns, fmt, fmt_bytes, fmt_pct, fmt_timing, num, record_tail
-from ..metrics import INFO, LOWER, metric
+from ..metrics import HIGHER, INFO, LOWER, metric
 from ..plot import MEM_CATS, MEM_COLORS, byte_unit, plt
 from ..registry import unit
 
@@ -14,14 +14,21 @@ METRICS = {
     "peak_host_bytes_per_rank": metric(LOWER, "B", note="sweep: the largest over ranks"),
     "idle_fraction": metric(INFO, "fraction", note="sweep"),
     "busiest_rank": metric(INFO, "rank", note="sweep"),
+    "predicted_step_time_ms": metric(INFO, "ms", note="sweep: the step-time model's (docs/plan.md)"),
+    "prediction_error": metric(INFO, "fraction", note="sweep: (predicted - measured) / measured"),
+    "mape": metric(LOWER, "fraction", note="sweep/step_time_model: the model's mean absolute percentage error"),
+    "kendall_tau": metric(HIGHER, "tau", note="sweep/step_time_model: rank agreement, predicted vs measured"),
+    "layouts_compared": metric(INFO, "layouts", note="sweep/step_time_model"),
 }
-PARAMETERS = {"layout", "micro_batches", "peak_bytes_by_category"}
+PARAMETERS = {"layout", "micro_batches", "peak_bytes_by_category", "predicted_terms_ms", "prediction_skipped"}
+MODEL = "sweep/step_time_model"
 
 
 def render(r, recs, cs, data):
     """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
     suites[] data."""
-    recs = [b for b in recs if not b.get("skipped")]
+    model = next((b for b in recs if b["name"] == MODEL), None)
+    recs = [b for b in recs if not b.get("skipped") and b["name"] != MODEL]
     if not recs:
         return r.generic("sweep", recs)
     failed = {c["name"].split("/")[1] for c in cs if not c.get("passed") and c["name"].count("/") >= 2}
@@ -34,6 +41,8 @@ def render(r, recs, cs, data):
     headers += ["bubble (theory)" if theory else "bubble", "idle share", "comm share"]
     headers += ["all-to-all share"] if moe else []
     headers += ["final loss"]
+    pred = any("predicted_step_time_ms" in b for b in recs)
+    headers += ["predicted step (ms)", "error"] if pred else []
     rows, cls = [], []
     for b in recs:
         lay = b.get("layout", record_tail(b["name"], "sweep"))
@@ -46,6 +55,9 @@ def render(r, recs, cs, data):
                 fmt_pct(num(b.get("comm_fraction")))]
         row += [fmt_pct(num(b.get("all_to_all_fraction")))] if moe else []
         row += [fmt(num(b.get("final_loss")), 6)]
+        if pred:
+            err = num(b.get("prediction_error"))
+            row += [fmt(num(b.get("predicted_step_time_ms")), 4), f"{100 * err:+.1f}%" if err is not None else "–"]
         rows.append(row)
         cls.append("fail" if lay in failed else None)
     headers, rows = drop_empty_columns(headers, rows, keep=1)
@@ -65,6 +77,10 @@ def render(r, recs, cs, data):
                (" The bubble is the schedule's closed form, not a measurement; a pipeline rank waiting for a "
                 "message counts that wait as comm, so compare it with the comm share rather than idle."
                 if theory else ""), "note")
+    if model is not None:
+        r.doc.p(f"Step-time model (docs/plan.md), calibrated in the same run: over {model.get('layouts_compared')} "
+                f"layouts, mean absolute percentage error {fmt_pct(num(model.get('mape')))}, Kendall τ "
+                f"{fmt(num(model.get('kendall_tau')), 3)} between predicted and measured step times.", "note")
     na = data.get("not_applicable") or []
     if na:
         r.doc.p("Not applicable to this model and world: " + "; ".join(

@@ -1,0 +1,72 @@
+// Tests of suites/step_time_calibration.h on the whole world (2 and 4 ranks): the fit recovers
+// exact alpha-beta points; a calibration times every op asked, fits a collective per group size
+// dividing the world, agrees on every rank, and lets predict_step price a layout of the world.
+#include "suites/step_time_calibration.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/comm/communicator.h"
+#include "kernels/error.h"
+#include "suites/suite.h"
+
+namespace dtb {
+namespace {
+
+TEST(StepTimeCalibration, FitRecoversExactPoints) {
+  const AlphaBeta f = fit_alpha_beta({0, 1000, 1e6}, {1e-5, 1e-5 + 1e-6, 1e-5 + 1e-3});  // 10 us + 1 GB/s
+  EXPECT_NEAR(f.alpha_s, 1e-5, 1e-12);
+  EXPECT_NEAR(f.per_s, 1e9, 1e3);
+  const AlphaBeta flat = fit_alpha_beta({1, 2}, {3e-6, 3e-6});  // no slope: the size costs nothing
+  EXPECT_NEAR(flat.alpha_s, 3e-6, 1e-15);
+  EXPECT_EQ(flat.per_s, 0);
+  EXPECT_THROW(fit_alpha_beta({1}, {1}), InputError);
+  EXPECT_THROW(fit_alpha_beta({1, 2}, {1, 0}), InputError);
+}
+
+TEST(StepTimeCalibration, MeasuresEveryOpAndGroupAlikeOnEveryRank) {
+  auto world = make_mpi_world();
+  const int n = world->size();
+  StepTimeInput in;
+  in.model = GptConfig{.L = 2, .C = 32, .NH = 4, .T = 16, .V = 64};
+  in.global_batch = 2 * n, in.micro_batches = 2, in.seq_len = 16;
+  in.layout.dp = n;
+  StepTimeCalibrationSpec spec;
+  spec.ops = step_ops(in);
+  spec.samples = 3, spec.window_s = 0.001;
+  CpuDevice device;
+  const StepTimeHardware hw = calibrate_step_time(*world, device, PrecisionOps{}, spec);
+  for (const StepOp& o : spec.ops) {
+    ASSERT_TRUE(hw.op_seconds.count(o.key(Precision::fp32))) << o.key(Precision::fp32);
+    EXPECT_GT(hw.op_seconds.at(o.key(Precision::fp32)), 0) << o.key(Precision::fp32);
+  }
+  EXPECT_GT(hw.gemm[0].per_s, 0);
+  EXPECT_GT(hw.attention[0].per_s, 0);
+  std::vector<int> groups;
+  for (const CollectiveFit& f : hw.collectives) {
+    groups.push_back(f.group);
+    EXPECT_GE(f.bus.alpha_s, 0);
+    EXPECT_GE(f.bus.per_s, 0);
+  }
+  std::vector<int> want;
+  for (int g = 2; g <= n; ++g)
+    if (n % g == 0) want.push_back(g);
+  EXPECT_EQ(groups, want);
+  // Every rank holds the same op times (the largest over ranks): their sum agrees.
+  double sum = 0;
+  for (const auto& [k, s] : hw.op_seconds) sum += s;
+  double lo = sum, hi = sum;
+  world->all_reduce(&lo, &lo, 1, DType::f64, ReduceOp::min);
+  world->all_reduce(&hi, &hi, 1, DType::f64, ReduceOp::max);
+  EXPECT_EQ(lo, hi);
+  const StepTimeTerms t = predict_step(in, hw);
+  EXPECT_TRUE(std::isfinite(t.step_s));
+  EXPECT_GT(t.dp_comm_s, 0);
+  EXPECT_GT(t.step_s, t.pipeline_s);
+  const nlohmann::json j = step_time_hardware_json(hw);
+  EXPECT_EQ(j.at("op_us").size(), hw.op_seconds.size());
+}
+
+}  // namespace
+}  // namespace dtb
