@@ -24,23 +24,27 @@ void stale_gradients(const nlohmann::json& in, double tol, const Measured& ms, C
                 "interconnect there is little to hide", 100 * g);
     return;
   }
-  double best[2] = {0, 0}, dc_loss = NAN, plain_loss = NAN;  // best speed-up over fast / slow links
+  // The mean speed-up of the stale rows (k = 1, 2, with and without compensation) per link: one
+  // method's best would pick the noise of a shared machine.
+  double sum[2] = {0, 0}, dc_loss = NAN, plain_loss = NAN;
+  int n[2] = {0, 0};
   for (const nlohmann::json& b : ms.comm_efficiency) {
     const std::string m = b.value("method", "");
     if (m.rfind("stale", 0) != 0) continue;
     const int slow = b.value("link", "") == "slow" ? 1 : 0;
-    best[slow] = std::max(best[slow], b.value("speedup_vs_sync", 0.0));
+    sum[slow] += b.value("speedup_vs_sync", 0.0), ++n[slow];
     if (slow) continue;
     const double dl = b.value("loss_vs_sync", NAN);
     if (m.find(":dc") != std::string::npos) dc_loss = std::isnan(dc_loss) ? dl : std::min(dc_loss, dl);
     else plain_loss = std::isnan(plain_loss) ? dl : std::min(plain_loss, dl);
   }
-  r.measured = fmt("comm_efficiency suite: best stale speed-up over sync %.1f%% (slow links), %.1f%% (fast); tail "
-                   "loss - sync's: %+.4f compensated, %+.4f not",
-                   100 * (best[1] - 1), 100 * (best[0] - 1), dc_loss, plain_loss);
-  r.values["measured_gain_slow"] = best[1] - 1;
-  r.values["measured_gain_fast"] = best[0] - 1;
-  const bool slow_holds = best[1] - 1 >= g * (1 - tol), fast_holds = best[0] - 1 >= g * (1 - tol);
+  const double gain_fast = n[0] ? sum[0] / n[0] - 1 : NAN, gain_slow = n[1] ? sum[1] / n[1] - 1 : NAN;
+  r.measured = fmt("comm_efficiency suite: the stale methods' mean speed-up over sync %.1f%% (slow links, %d rows), "
+                   "%.1f%% (fast, %d); tail loss - sync's: %+.4f compensated, %+.4f not",
+                   100 * gain_slow, n[1], 100 * gain_fast, n[0], dc_loss, plain_loss);
+  r.values["measured_gain_slow"] = gain_slow;
+  r.values["measured_gain_fast"] = gain_fast;
+  const bool slow_holds = gain_slow >= g * (1 - tol), fast_holds = gain_fast >= g * (1 - tol);
   r.verdict = slow_holds && fast_holds ? "holds" : slow_holds ? "holds only if" : "differs";
   r.why = slow_holds && !fast_holds
               ? "only over the slow links: over fast ones the all-reduce is too small a share of the step to hide"

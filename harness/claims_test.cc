@@ -94,9 +94,10 @@ TEST(Claims, PipelineBubble) {
   EXPECT_EQ(rows.at(14).verdict, "holds only if");
 }
 
-// Claim 20: a stale method's speed-up over sync from the comm_efficiency records. 25 % over the slow
-// links and 5 % over the fast ones: the 20 % holds only over the slow links; 10 % at best: differs
-// (below 20 % x (1 - 0.1)); no records: the analytic condition alone (k >= 0.2 c).
+// Claim 20: the stale methods' mean speed-up over sync from the comm_efficiency records. 25 % over the
+// slow links and (5 - 2) / 2 = 1.5 % over the fast ones: the 20 % holds only over the slow links; 10 %:
+// differs (below 20 % x (1 - 0.1)); 30 % and 19 % (>= 18 %): holds; no records: the analytic
+// condition alone (k >= 0.2 c).
 TEST(Claims, StaleGradientsGainFromTheCommEfficiencyRecords) {
   auto rec = [](const std::string& m, const std::string& link, double speedup, double dloss) {
     return json{{"name", "comm_efficiency/method:" + m + "/link:" + link}, {"method", m}, {"link", link},
@@ -108,11 +109,13 @@ TEST(Claims, StaleGradientsGainFromTheCommEfficiencyRecords) {
   auto rows = evaluate(&report);
   EXPECT_EQ(rows.at(20).verdict, "holds only if");
   EXPECT_NEAR(rows.at(20).values["measured_gain_slow"].get<double>(), 0.25, 1e-12);  // local4's 1.6 is not stale
-  EXPECT_NEAR(rows.at(20).values["measured_gain_fast"].get<double>(), 0.05, 1e-12);
+  EXPECT_NEAR(rows.at(20).values["measured_gain_fast"].get<double>(), 0.015, 1e-12);
   EXPECT_NE(rows.at(20).measured.find("+0.0100 compensated, +0.0200 not"), std::string::npos) << rows.at(20).measured;
   report["benchmarks"][1]["speedup_vs_sync"] = 1.1;
   EXPECT_EQ(evaluate(&report).at(20).verdict, "differs");
   report["benchmarks"][1]["speedup_vs_sync"] = 1.3, report["benchmarks"][2]["speedup_vs_sync"] = 1.19;
+  EXPECT_EQ(evaluate(&report).at(20).verdict, "holds only if");  // fast: (19 - 2) / 2 % < 18 %
+  report["benchmarks"][3]["speedup_vs_sync"] = 1.19;
   EXPECT_EQ(evaluate(&report).at(20).verdict, "holds");  // 19 % >= 20 % x 0.9
   EXPECT_EQ(evaluate().at(20).verdict, "holds only if");
   EXPECT_DOUBLE_EQ(evaluate().at(20).values["comm_to_compute_needed"].get<double>(), 0.2);
