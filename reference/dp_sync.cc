@@ -79,7 +79,10 @@ StepOutcome DpSyncStepper<T>::stale_step(int64_t s, StepTiming* timing) {
   slot.grad = Tensor::empty(engine_.device(), {int64_t(n_)}, dtype_of<T>(), MemCategory::comm_buffer);
   copy_within(ops, slot.grad.template data<T>(), engine_.full_grad_data(), n_);
   ops.synchronize();
-  if (lambda > 0) slot.w = weights();  // w_s, where g_s was taken
+  // w_s, where g_s was taken; also the current weights the compensation below reads (no update
+  // happens in between), so one host copy of the state serves both.
+  std::vector<A> w_now;
+  if (lambda > 0) w_now = weights(), slot.w = w_now;
   if (dp.size() > 1) {
     slot.done = dp.all_reduce_async(slot.grad.raw(), slot.grad.raw(), n_, dtype_of<T>(), ReduceOp::sum);
     engine_.comm_stats().bytes += n_ * sizeof(T);
@@ -103,10 +106,9 @@ StepOutcome DpSyncStepper<T>::stale_step(int64_t s, StepTiming* timing) {
   if (lambda > 0) {  // DC-ASGD (Zheng et al. 2017, eq. 10), elementwise on the host
     std::vector<T> gh(n_);
     ops.copy_to_host(gh.data(), engine_.full_grad_data(), n_ * sizeof(T));
-    const std::vector<A> now = weights();
     for (size_t i = 0; i < n_; ++i) {
       const double gi = double(A(gh[i]));
-      gh[i] = T(A(gi + lambda * gi * gi * (double(now[i]) - double(old.w[i]))));
+      gh[i] = T(A(gi + lambda * gi * gi * (double(w_now[i]) - double(old.w[i]))));
     }
     ops.copy_from_host(engine_.full_grad_data(), gh.data(), n_ * sizeof(T));
   }
