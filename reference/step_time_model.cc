@@ -67,7 +67,15 @@ void layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
     out.push_back(gemm("matmul_backward", x.N, x.Cl, x.C, true));
     out.push_back({StepOp::Kind::attention, "attention_backward", {x.b, x.s, x.Cl, x.NHl}, 2 * attn, 0, 1});
     out.push_back(gemm("matmul_backward", x.N, x.C, 3 * x.Cl, true));
-    out.push_back(mem("residual_forward", {x.Nln * x.C, 0, 0, 0}, 3.0 * x.Nln * x.C * e, 2));  // gradient sums
+    // The buffers the accumulating kernels (matmul, GELU and attention backward) write into,
+    // cleared first (reference/tensor_parallel.cc, parallel_gpt_backward.cc): FC2's and GELU's
+    // input gradients (N x 4C/t), FC1's and QKV's (N x C), the projection's (N x C/t), QKV's
+    // output gradient (N x 3C/t). The residual stream's gradient needs no sums: LayerNorm's
+    // backward accumulates into it.
+    out.push_back(mem("zero", {x.N * 4 * x.Cl, 0, 0, 0}, double(x.N) * 4 * x.Cl * e, 2));
+    out.push_back(mem("zero", {x.N * x.C, 0, 0, 0}, double(x.N) * x.C * e, 2));
+    out.push_back(mem("zero", {x.N * x.Cl, 0, 0, 0}, double(x.N) * x.Cl * e));
+    out.push_back(mem("zero", {x.N * 3 * x.Cl, 0, 0, 0}, double(x.N) * 3 * x.Cl * e));
   }
 }
 
@@ -173,15 +181,23 @@ std::vector<StepOp> stage_ops(const StepTimeInput& in, int vs, bool forward) {
   std::vector<StepOp> out;
   const bool first = vs == 0, last = vs == nv - 1;
   auto embedding = [&](bool fwd) {
-    out.push_back(mem(fwd ? "encoder_forward" : "encoder_backward", {x.b, x.s, x.C, 0}, 3.0 * x.N * x.C * x.e));
+    // The vocabulary-parallel embedding (reference/parallel_gpt.cc), its shard's rows only.
+    out.push_back(mem(fwd ? "embedding_shard_forward" : "embedding_shard_backward", {x.b, x.s, x.C, x.Vl},
+                      3.0 * x.N * x.C * x.e));
   };
   auto head = [&](bool fwd) {
     if (fwd) {
       out.push_back(mem("layernorm_forward", {x.Nln, x.C, 0, 0}, 2.0 * x.Nln * x.C * x.e));
       out.push_back(gemm("matmul_forward", x.N, x.C, x.Vl, false));
-      out.push_back(mem("crossentropy_forward", {x.N, x.Vl, 0, 0}, 2.0 * x.N * x.Vl * x.e));
+      // The vocabulary-parallel cross-entropy (tensor_parallel.h): the shard's row maxima, its
+      // sums of exponentials, then the losses and probabilities (Megatron-LM's
+      // vocab_parallel_cross_entropy), each a pass over the N x V/t logits.
+      out.push_back(mem("crossentropy_shard_max", {x.N, x.Vl, 0, 0}, double(x.N) * x.Vl * x.e));
+      out.push_back(mem("crossentropy_shard_sums", {x.N, x.Vl, 0, 0}, double(x.N) * x.Vl * x.e));
+      out.push_back(mem("crossentropy_shard_forward", {x.N, x.Vl, 0, 0}, 2.0 * x.N * x.Vl * x.e));
     } else {
-      out.push_back(mem("crossentropy_backward", {x.N, x.Vl, 0, 0}, 2.0 * x.N * x.Vl * x.e));
+      out.push_back(mem("crossentropy_shard_backward", {x.N, x.Vl, 0, 0}, 2.0 * x.N * x.Vl * x.e));
+      out.push_back(mem("zero", {x.N * x.C, 0, 0, 0}, double(x.N) * x.C * x.e, 2));  // the head's and residual's input gradients
       out.push_back(gemm("matmul_backward", x.N, x.C, x.Vl, true));
       out.push_back(mem("layernorm_backward", {x.Nln, x.C, 0, 0}, 4.0 * x.Nln * x.C * x.e));
     }
@@ -302,6 +318,12 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   if (in.zero.stage >= 2 && in.zero.overlap_comm) r.dp_comm_s += dp_coll(local * ce, true);
   r.dp_exposed_s = r.dp_comm_s;
   r.optimizer_s = ops_time(optimizer_ops(in), hw, p);
+  // The global gradient norm (and the fp16 inf/NaN scan): the held gradient, the rank's whole at
+  // ZeRO 0-1 and its shard at 2-3, copied to the host and passed over there.
+  if (hw.host_pass.per_s > 0) {
+    const double held = in.zero.stage >= 2 ? shard : local;
+    r.optimizer_s += (p == Precision::fp16 ? 2 : 1) * (hw.host_link.time(held * e) + hw.host_pass.time(held));
+  }
   if (in.zero.offload_optimizer) r.offload_s = 2 * hw.host_link.time(shard * e);
   const int world = int(l.world());
   r.scalars_s = 3 * collective_seconds(hw, world, link_of(hw, world), 8.0, false);

@@ -55,6 +55,11 @@ struct StepTimeHardware {
   std::vector<CollectiveFit> collectives{};
   AlphaBeta p2p_intra{}, p2p_inter{};  // a send/receive pair of n bytes: alpha_s + n / per_s
   AlphaBeta host_link{};  // a device-to-host or host-to-device copy of n bytes (ZeRO-Offload)
+  /// The trainer's pass over the gradient on the host, n elements a second (per_s): the global
+  /// norm's sum of squares (and under fp16 loss scaling the inf/NaN scan), after the held
+  /// gradient is copied down over host_link (reference/zero.h ZeroEngine::owned_grad_sq_norm).
+  /// per_s 0: a trainer that reduces on the device, which the published hardware files assume.
+  AlphaBeta host_pass{};
   int ranks_per_node = 0;               // consecutive ranks per node; 0: every rank on one node
   /// Measured seconds of op instances by key (StepOp::key): where present they replace the
   /// rate formula (the machine at hand, timed at the layout's own shapes).
@@ -111,7 +116,7 @@ struct StepTimeTerms {
   double bubble = 0;              // the simulated bubble fraction of pipeline_s
   double dp_comm_s = 0;           // the step's DP gradient reduction and parameter gather
   double dp_exposed_s = 0;        // the part of dp_comm_s not hidden under the backward
-  double optimizer_s = 0;         // AdamW over the rank's share (plus zeroing the gradients)
+  double optimizer_s = 0;         // AdamW over the rank's share, zeroing the gradients, the norm's host pass
   double offload_s = 0;           // gradients to the host and parameters back (ZeRO-Offload)
   double scalars_s = 0;           // the step's scalar all-reduces over the world (loss, inf, norm)
   double step_s = 0;              // the sum above

@@ -37,28 +37,54 @@ StepTimeInput tiny() {
 //  GEMMs 2 N C OC: QKV 2*2*4*12 = 192, proj 64, FC1 256, FC2 256, head 2*2*4*8 = 128 -> 896;
 //  attention 4 b s^2 C = 64;
 //  memory: embedding 3 N C 4 = 96, 2 LayerNorms 2 N C 4 = 64 each, 2 residuals 3 N C 4 = 96 each,
-//  GELU 2 (4 N C) 4 = 256, final LayerNorm 64, cross-entropy 2 N V 4 = 128 -> 864. Total 1824.
+//  GELU 2 (4 N C) 4 = 256, final LayerNorm 64, the vocabulary-parallel cross-entropy's max
+//  N V 4 = 64, sums 64 and losses 2 N V 4 = 128 -> 992. Total 1952.
 // Backward: GEMMs 2 x 896 = 1792, attention 128; memory: GELU 3 (4 N C) 4 = 384, LayerNorms
-// 4 N C 4 = 128 x 3 = 384, residuals 192, cross-entropy 128, embedding 96 -> 1184. Total 3104.
+// 4 N C 4 = 128 x 3 = 384, the cleared gradient buffers of a layer (2 x N 4C, 2 x N C, N C,
+// N 3C elements, 4 B each: 256 + 64 + 32 + 96 = 448) and of the head (2 x N C: 64), cross-entropy
+// 128, embedding 96 -> 1504. Total 3424.
 // Optimizer: 316 parameters (12 C^2 + 13 C + V C + T C + 2 C, gpt_num_params); zeroing 316 x 4 =
-// 1264 B, AdamW 316 x (3 x 4 + 16) = 8848 B -> 10112. Step 1824 + 3104 + 10112 = 15040 ns.
+// 1264 B, AdamW 316 x (3 x 4 + 16) = 8848 B -> 10112; no host pass (host_pass.per_s 0).
+// Step 1952 + 3424 + 10112 = 15488 ns.
 TEST(StepTimeModel, SingleRankComputeAndOptimizerByHand) {
   const StepTimeTerms t = predict_step(tiny(), round_hardware());
-  EXPECT_NEAR(t.forward_compute_s, 1824e-9, 1e-15);
-  EXPECT_NEAR(t.backward_compute_s, 3104e-9, 1e-15);
+  EXPECT_NEAR(t.forward_compute_s, 1952e-9, 1e-15);
+  EXPECT_NEAR(t.backward_compute_s, 3424e-9, 1e-15);
   EXPECT_NEAR(t.optimizer_s, 10112e-9, 1e-15);
   EXPECT_EQ(t.tp_comm_s, 0);
   EXPECT_EQ(t.dp_comm_s, 0);
   EXPECT_EQ(t.scalars_s, 0);  // one rank: no reductions
-  EXPECT_NEAR(t.pipeline_s, 1824e-9 + 3104e-9, 1e-15);
-  EXPECT_NEAR(t.step_s, 15040e-9, 1e-15);
+  EXPECT_NEAR(t.pipeline_s, 1952e-9 + 3424e-9, 1e-15);
+  EXPECT_NEAR(t.step_s, 15488e-9, 1e-15);
+}
+
+// The trainer's host pass over the gradient for its norm (host_pass, 1 element/ns): the held
+// gradient copied down (316 x 4 B at 1 B/ns) and passed over (316 ns); at ZeRO 2 over DP 2 only
+// the shard (158); under fp16 twice (the inf/NaN scan too).
+TEST(StepTimeModel, GradientNormHostPass) {
+  StepTimeHardware hw = round_hardware();
+  const double base = predict_step(tiny(), hw).optimizer_s;
+  hw.host_pass = {0, 1e9};
+  EXPECT_NEAR(predict_step(tiny(), hw).optimizer_s - base, (1264 + 316) * 1e-9, 1e-15);
+  StepTimeInput in = tiny();
+  in.global_batch = 2, in.layout.dp = 2, in.zero.stage = 2;
+  hw.host_pass = {0, 0};
+  const double z2 = predict_step(in, hw).optimizer_s;
+  hw.host_pass = {0, 1e9};
+  EXPECT_NEAR(predict_step(in, hw).optimizer_s - z2, (632 + 158) * 1e-9, 1e-15);
+  in.precision = Precision::fp16;
+  hw.gemm[2] = hw.attention[2] = {0, 1e9};
+  hw.host_pass = {0, 0};
+  const double h0 = predict_step(in, hw).optimizer_s;
+  hw.host_pass = {0, 1e9};
+  EXPECT_NEAR(predict_step(in, hw).optimizer_s - h0, 2 * (316 + 158) * 1e-9, 1e-15);
 }
 
 // Micro-batches multiply the pipeline term: m = 2 of one sequence each is twice the compute.
 TEST(StepTimeModel, MicroBatchesRepeatTheComputeWithoutPipeline) {
   StepTimeInput in = tiny();
   in.global_batch = 2, in.micro_batches = 2;
-  EXPECT_NEAR(predict_step(in, round_hardware()).pipeline_s, 2 * (1824e-9 + 3104e-9), 1e-15);
+  EXPECT_NEAR(predict_step(in, round_hardware()).pipeline_s, 2 * (1952e-9 + 3424e-9), 1e-15);
 }
 
 // TP 2: each all-reduce of n bytes costs 10 us + 2 (1/2) n ns. Activations N C 4 = 32 B.

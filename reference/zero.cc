@@ -13,6 +13,25 @@
 
 namespace dtb {
 
+// Out of line, so that the sum stays in a register: inlined into owned_grad_sq_norm it was kept
+// on the stack (a store and a reload on every element's dependent add, about 2.5 ns an element).
+template <typename T>
+[[gnu::noinline]] double masked_sq_sum(const T* h, const char* mask, size_t n, float multiplier) {
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (mask && !mask[i]) continue;
+    double g;
+    if constexpr (is_half_v<T>) g = double(float(h[i]) * multiplier);
+    else g = double(h[i]);
+    sum += g * g;
+  }
+  return sum;
+}
+template double masked_sq_sum<float>(const float*, const char*, size_t, float);
+template double masked_sq_sum<double>(const double*, const char*, size_t, float);
+template double masked_sq_sum<bf16>(const bf16*, const char*, size_t, float);
+template double masked_sq_sum<fp16>(const fp16*, const char*, size_t, float);
+
 void validate_zero(const ZeroConfig& c) {
   if (c.stage < 0 || c.stage > 3) throw InputError("zero_stage = " + std::to_string(c.stage) + " is not 0, 1, 2 or 3");
   if (c.reduce_bucket_size < 1 || c.allgather_bucket_size < 1)
@@ -470,9 +489,10 @@ std::vector<T> ZeroEngine<T>::full_grads() {
 }
 
 template <typename T>
-std::vector<T> ZeroEngine<T>::held_grads() {
+const std::vector<T>& ZeroEngine<T>::held_grads() {
   const bool full = cfg_.stage < 2;
-  std::vector<T> h(full ? model_.num_params() : shard_total_);
+  std::vector<T>& h = held_host_;
+  h.resize(full ? model_.num_params() : shard_total_);
   ops_.copy_to_host(h.data(), full ? full_grad_.data<T>() : shard_grad_.data<T>(), h.size() * sizeof(T));
   return h;
 }
@@ -486,7 +506,7 @@ bool ZeroEngine<T>::local_nonfinite() {
 
 template <typename T>
 double ZeroEngine<T>::owned_grad_sq_norm() {
-  const std::vector<T> h = held_grads();
+  const std::vector<T>& h = held_grads();
   const size_t N = model_.num_params();
   if (norm_mask_.empty()) {  // per local element: whether this rank counts it (built once)
     norm_mask_.assign(N, 0);
@@ -501,11 +521,7 @@ double ZeroEngine<T>::owned_grad_sq_norm() {
     return double(h[i]);
   };
   double sum = 0;
-  if (cfg_.stage < 2) {
-    for (size_t i = 0; i < N; ++i)
-      if (counts[i]) sum += g(i) * g(i);
-    return sum;
-  }
+  if (cfg_.stage < 2) return masked_sq_sum(h.data(), counts.data(), N, float(grad_multiplier_));
   const auto& units = model_.units();
   for (size_t u = 0; u < units.size(); ++u) {
     const size_t first = units[u].begin + size_t(grank(u)) * shard_[u];

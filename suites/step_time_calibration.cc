@@ -10,6 +10,7 @@
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
+#include "reference/zero.h"
 #include "suites/stats.h"
 
 namespace dtb {
@@ -37,9 +38,9 @@ int64_t op_elems(const StepOp& o) {
   if (n == "matmul_forward" || n == "matmul_backward") return std::max({d[0] * d[1], d[1] * d[2], d[0] * d[2]});
   if (n == "attention_forward" || n == "attention_backward")
     return std::max(d[0] * d[1] * 3 * d[2], d[0] * d[3] * d[1] * d[1]);
-  if (n == "encoder_forward" || n == "encoder_backward") return d[0] * d[1] * d[2];
-  if (n == "layernorm_forward" || n == "layernorm_backward" || n == "crossentropy_forward" ||
-      n == "crossentropy_backward")
+  if (n == "embedding_shard_forward" || n == "embedding_shard_backward")
+    return std::max({d[0] * d[1] * d[2], d[3] * d[2], d[1] * d[2]});
+  if (n == "layernorm_forward" || n == "layernorm_backward" || n.rfind("crossentropy_shard_", 0) == 0)
     return d[0] * d[1];
   return d[0];
 }
@@ -59,10 +60,16 @@ void run_op(Ops<T>& ops, const StepOp& o, const Scratch<T>& s, Precision prec) {
   if (n == "gelu_forward") return ops.gelu_forward(s.p(0), s.p(1), size_t(a));
   if (n == "gelu_backward") return ops.gelu_backward(s.p(0), s.p(1), s.p(2), size_t(a));
   if (n == "residual_forward") return ops.residual_forward(s.p(0), s.p(1), s.p(2), size_t(a));
-  if (n == "encoder_forward") return ops.encoder_forward(s.p(0), s.k(), s.p(1), s.p(2), a, b, c);
-  if (n == "encoder_backward") return ops.encoder_backward(s.p(0), s.p(1), s.p(2), s.k(), a, b, c);
-  if (n == "crossentropy_forward") return ops.crossentropy_forward(s.f(0), s.p(0), s.p(1), s.k(), a, b);
-  if (n == "crossentropy_backward") return ops.crossentropy_backward(s.p(0), s.p(1), s.k(), 1.0f / a, a, b);
+  // Token ids and targets are 0, inside every vocabulary shard [0, V/t).
+  if (n == "embedding_shard_forward") return ops.embedding_shard_forward(s.p(0), s.k(), s.p(1), s.p(2), a, b, c, 0, e);
+  if (n == "embedding_shard_backward")
+    return ops.embedding_shard_backward(s.p(1), s.p(2), s.p(0), s.k(), a, b, c, 0, e);
+  if (n == "crossentropy_shard_max") return ops.crossentropy_shard_max(s.f(0), s.p(0), a, b);
+  if (n == "crossentropy_shard_sums") return ops.crossentropy_shard_sums(s.f(1), s.p(0), s.f(0), s.k(), a, b, 0);
+  if (n == "crossentropy_shard_forward")
+    return ops.crossentropy_shard_forward(s.f(2), s.p(1), s.p(0), s.f(0), s.f(1), a, b);
+  if (n == "crossentropy_shard_backward")
+    return ops.crossentropy_shard_backward(s.p(2), s.p(1), s.k(), 1.0f / float(a), a, b, 0);
   if (n == "zero") return ops.zero(s.p(0), size_t(a));
   if (n == "adamw_update") {
     if (prec == Precision::fp32) return ops.adamw_update(s.p(0), s.p(1), s.f(0), s.f(1), size_t(a), AdamWParams{}, 1);
@@ -89,6 +96,7 @@ double timed(Communicator& comm, int samples, int inner, const std::function<voi
   return m;
 }
 
+constexpr double kColdBytes = 16.0 * (1 << 20);  // more than a core's L2 (2 MiB here, 1-2 MiB on servers)
 const std::vector<double> kSizes = {64, 4096, 65536, 1 << 20};  // bytes
 
 // Seconds per call of `call` as the ranks share the machine: after one untimed call, k calls back
@@ -119,13 +127,22 @@ template <typename T>
 void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibrationSpec& spec, StepTimeHardware& hw) {
   int64_t n = 1, rows = 1;
   for (const StepOp& o : spec.ops) n = std::max(n, op_elems(o)), rows = std::max(rows, o.dims[0]);
-  const Scratch<T> s(dev, n, rows);
+  // Rotating scratch sets, together larger than the caches a core has (kColdBytes): each call
+  // reads and writes another set, as a step streams through its activations and weights; one set
+  // would stay in L1 and time tiny ops up to 1.6x fast (measured on the 2-core CI machine).
+  const double set_bytes = double(n) * (5 * sizeof(T) + 3 * sizeof(float));
+  const int nsets = int(std::clamp(std::ceil(kColdBytes / set_bytes), 1.0, 64.0));
+  std::vector<std::unique_ptr<Scratch<T>>> sets;
+  for (int i = 0; i < nsets; ++i) sets.push_back(std::make_unique<Scratch<T>>(dev, n, rows));
+  size_t turn = 0;
+  auto next = [&]() -> const Scratch<T>& { return *sets[turn++ % sets.size()]; };
+  const Scratch<T>& s = *sets[0];
   std::array<double, 3> flops{}, secs{};  // gemm, attention (by Kind); memory is fitted below
   std::vector<double> mem_bytes, mem_s;
   for (const StepOp& o : spec.ops) {
     const std::string key = o.key(spec.precision);
     if (hw.op_seconds.count(key)) continue;
-    const double t = throughput_time(comm, [&] { run_op(ops, o, s, spec.precision); }, [&] { ops.synchronize(); },
+    const double t = throughput_time(comm, [&] { run_op(ops, o, next(), spec.precision); }, [&] { ops.synchronize(); },
                                      spec.window_s);
     hw.op_seconds[key] = t;
     if (o.kind == StepOp::Kind::memory) {
@@ -165,13 +182,29 @@ void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibr
     }
     hw.p2p_intra = hw.p2p_inter = fit_alpha_beta(x, t);
   }
+  // The host link and the trainer's host pass over the gradient, as the ranks share the cores.
   std::vector<char> host(size_t(kSizes.back()));
   std::vector<double> x, t;
   for (double bytes : {4096.0, double(kSizes.back())}) {
     x.push_back(bytes);
-    t.push_back(timed(comm, spec.samples, 1, [&] { ops.copy_to_host(host.data(), a.raw(), size_t(bytes)); }, sync));
+    t.push_back(throughput_time(comm, [&] { ops.copy_to_host(host.data(), a.raw(), size_t(bytes)); }, sync,
+                                spec.window_s));
   }
   hw.host_link = fit_alpha_beta(x, t);
+  int64_t held = 1 << 16;  // the largest gradient an optimizer op covers
+  for (const StepOp& o : spec.ops)
+    if (o.name == "zero" || o.name == "adamw_update") held = std::max(held, o.dims[0]);
+  std::vector<T> grad(size_t(held), T(1.0f));
+  const std::vector<char> mask(size_t(held), 1);
+  double sink = 0;
+  x.clear(), t.clear();
+  for (int64_t n : {held / 8, held}) {
+    x.push_back(double(n));
+    t.push_back(throughput_time(comm, [&] { sink += masked_sq_sum(grad.data(), mask.data(), size_t(n), 1.0f); },
+                                [] {}, spec.window_s));
+  }
+  hw.host_pass = fit_alpha_beta(x, t);
+  if (sink < 0) hw.host_pass.alpha_s = 0;  // keeps the sums from being optimised away (never true)
 }
 
 }  // namespace
@@ -236,6 +269,7 @@ nlohmann::json step_time_hardware_json(const StepTimeHardware& hw) {
                                 {"alpha_us", f.bus.alpha_s * 1e6}, {"bus_gb_per_s", f.bus.per_s / 1e9}});
   j["p2p"] = {{"alpha_us", hw.p2p_intra.alpha_s * 1e6}, {"gb_per_s", hw.p2p_intra.per_s / 1e9}};
   j["host_link"] = {{"alpha_us", hw.host_link.alpha_s * 1e6}, {"gb_per_s", hw.host_link.per_s / 1e9}};
+  j["host_pass"] = {{"alpha_us", hw.host_pass.alpha_s * 1e6}, {"g_elements_per_s", hw.host_pass.per_s / 1e9}};
   j["op_us"] = json::object();
   for (const auto& [k, s] : hw.op_seconds) j["op_us"][k] = s * 1e6;
   return j;

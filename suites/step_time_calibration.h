@@ -36,8 +36,11 @@ struct StepTimeCalibrationSpec {
 ///    g consecutive ranks (all groups at once) at 64 B to 1 MiB, fitted to alpha + busbytes / bw
 ///    (CollectiveFit), intra-node (one node: ranks_per_node is left 0);
 ///  - p2p_intra (and p2p_inter, the same): sendrecv between ranks r and r xor 1 at the same
-///    sizes; host_link: copy_to_host of 4 KiB and 1 MiB. Collectives are timed in tight loops
-///    (each call's median of spec.samples, the largest over ranks): their own cost.
+///    sizes. Collectives are timed in tight loops (each call's median of spec.samples, the
+///    largest over ranks): their own cost;
+///  - host_link: copy_to_host of 4 KiB and 1 MiB; host_pass: masked_sq_sum (reference/zero.h)
+///    over the largest optimizer op's element count and an eighth of it; both as the ops, over a
+///    window on every rank at once.
 /// Fits minimise the squared relative error (small messages count as much as large).
 /// Errors: InputError for a precision whose ops the backend lacks on a non-CPU device.
 StepTimeHardware calibrate_step_time(Communicator& comm, Device& device, const PrecisionOps& ops,
