@@ -49,7 +49,12 @@ class Obj {
   const json& at(const std::string& k) {
     seen_.push_back(k);
     const auto it = j_.find(k);
-    if (it == j_.end()) fail("missing \"" + key(k) + "\"");
+    if (it == j_.end()) {
+      std::vector<std::string> others;  // a misspelling of k among the keys present?
+      for (const auto& [other, v] : j_.items()) others.push_back(other);
+      const std::string near = nearest_name(k, others);
+      fail("missing \"" + key(k) + "\"" + (near.empty() ? "" : " (found \"" + key(printable(near, 40)) + "\": misspelt?)"));
+    }
     return *it;
   }
   double number(const std::string& k, bool positive) {
