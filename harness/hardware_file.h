@@ -26,6 +26,7 @@ struct HardwareSpec {
   std::array<double, 3> peak_flops{};  // dense peak FLOP/s per precision (index int(Precision))
   StepTimeHardware hw;                 // rates in seconds, bytes/s, FLOP/s; op_seconds empty
   nlohmann::json sources = nlohmann::json::object();  // field -> source text, as the file has it
+  /// What reference/planner.h takes of it.
   PlannerHardware planner() const { return {hw, device_memory_bytes, peak_flops}; }
 };
 

@@ -65,7 +65,14 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int pp,
         pc.recompute = rc;
         pc.seq_len = r.tokens();
         pc.micro_batch_size = r.micro_batch_size;
-        c.device_bytes = double(plan_busiest_rank(pc).device_total());
+        try {
+          c.device_bytes = double(plan_busiest_rank(pc).device_total());
+        } catch (const InputError& e) {  // a layout the reference trainer refuses (validate_plan)
+          c.rejected_kind = "refused by the reference trainer";
+          c.rejected = e.what();
+          out.push_back(std::move(c));
+          continue;
+        }
         if (c.device_bytes > hw.device_memory_bytes) {
           c.rejected_kind = "out of device memory";
           c.rejected = "needs " + gib_text(c.device_bytes) + " > " + gib_text(hw.device_memory_bytes);

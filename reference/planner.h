@@ -72,7 +72,7 @@ void validate_plan_request(const PlanRequest& r);
 /// (tp pp) (the fixed ones only where given); ZeRO 0-3 (1-3 only at dp > 1), recompute none /
 /// selective / full, sequence parallelism off and (at tp > 1) on; schedule 1f1b, no offload, no
 /// overlap (the reference trainer's defaults). Rejected: m = global_batch / (dp b) not an integer;
-/// the busiest rank's bytes above device_memory_bytes. Sorted feasible first by step time, then
+/// a layout validate_plan refuses; the busiest rank's bytes above device_memory_bytes. Sorted feasible first by step time, then
 /// the rejected by device bytes. Assumptions (docs/plan.md): the memory is the reference
 /// trainer's plan (no framework or NCCL buffers, no fragmentation), the step has no
 /// compute-communication overlap, TP groups stay inside a node when tp <= ranks_per_node.

@@ -111,6 +111,23 @@ TEST(Planner, RejectsWithTheReason) {
   }
 }
 
+// A layout the reference trainer refuses is a rejection, not an error: sequence parallelism over
+// tp 4 of micro-batches of 6 tokens (6 % 4 != 0) -> (4,1,1)'s 3 sp candidates; tp 2 divides 6.
+TEST(Planner, LayoutsTheTrainerRefusesAreRejected) {
+  PlanRequest r = small_request();
+  r.seq_len = 6;
+  const std::vector<PlanCandidate> all = plan_layouts(r, round_hardware(1e18));
+  int refused = 0;
+  for (const PlanCandidate& c : all)
+    if (!c.feasible) {
+      ++refused;
+      EXPECT_EQ(c.rejected_kind, "refused by the reference trainer");
+      EXPECT_TRUE(c.input.layout.sequence_parallel && c.input.layout.tp == 4) << c.name();
+      EXPECT_NE(c.rejected.find("sequence_parallel"), std::string::npos) << c.rejected;
+    }
+  EXPECT_EQ(refused, 3);
+}
+
 // The ranking and each candidate's numbers: the step is predict_step's of its input, tokens/s
 // G s / step, and MFU by hand: N = V C + T C + L (12 C^2 + 13 C) + 2 C with the unpadded V 100 =
 // 800 + 128 + 4 (768 + 104) + 16 = 4432 parameters; 6 N + 12 L C s = 26592 + 6144 = 32736 FLOPs
