@@ -38,11 +38,19 @@ struct Unit {
 };
 constexpr Unit kMicro{1, 1e6}, kTera{1e12, 1}, kGiga{1e9, 1}, kGibi{kGiB, 1};
 
+// "text" in double quotes (built by appending: GCC 12 warns, wrongly, on "literal" + std::string).
+std::string in_quotes(const std::string& text) {
+  std::string q(1, '"');
+  q += text;
+  q += '"';
+  return q;
+}
+
 // A JSON object read strictly: every key asked for must be there, and no other.
 class Obj {
  public:
   Obj(const json& j, std::string path, const std::string& where) : j_(j), path_(std::move(path)), where_(where) {
-    if (!j.is_object()) fail("\"" + path_ + "\" must be an object, got " + std::string(j.type_name()));
+    if (!j.is_object()) fail(in_quotes(path_) + " must be an object, got " + std::string(j.type_name()));
   }
   [[noreturn]] void fail(const std::string& what) const { throw InputError(where_ + ": " + what); }
   std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
@@ -53,28 +61,28 @@ class Obj {
       std::vector<std::string> others;  // a misspelling of k among the keys present?
       for (const auto& [other, v] : j_.items()) others.push_back(other);
       const std::string near = nearest_name(k, others);
-      fail("missing \"" + key(k) + "\"" + (near.empty() ? "" : " (found \"" + key(printable(near, 40)) + "\": misspelt?)"));
+      fail("missing " + in_quotes(key(k)) + (near.empty() ? "" : " (found " + in_quotes(key(printable(near, 40))) + ": misspelt?)"));
     }
     return *it;
   }
   double number(const std::string& k, bool positive) {
     const json& v = at(k);
-    if (!v.is_number()) fail("\"" + key(k) + "\" must be a number, got " + std::string(v.type_name()));
+    if (!v.is_number()) fail(in_quotes(key(k)) + " must be a number, got " + std::string(v.type_name()));
     const double x = v.get<double>();
     if (!std::isfinite(x) || (positive ? !(x > 0) : x < 0))
-      fail("\"" + key(k) + "\" must be " + (positive ? "> 0" : ">= 0") + ", got " + v.dump());
+      fail(in_quotes(key(k)) + " must be " + (positive ? "> 0" : ">= 0") + ", got " + v.dump());
     return x;
   }
   int integer(const std::string& k, int min) {
     const json& v = at(k);
-    if (!v.is_number_integer()) fail("\"" + key(k) + "\" must be an integer, got " + v.dump());
+    if (!v.is_number_integer()) fail(in_quotes(key(k)) + " must be an integer, got " + v.dump());
     const int64_t x = v.get<int64_t>();
-    if (x < min || x > (1 << 20)) fail("\"" + key(k) + "\" must be in [" + std::to_string(min) + ", 1048576], got " + v.dump());
+    if (x < min || x > (1 << 20)) fail(in_quotes(key(k)) + " must be in [" + std::to_string(min) + ", 1048576], got " + v.dump());
     return int(x);
   }
   std::string string(const std::string& k) {
     const json& v = at(k);
-    if (!v.is_string()) fail("\"" + key(k) + "\" must be a string, got " + std::string(v.type_name()));
+    if (!v.is_string()) fail(in_quotes(key(k)) + " must be a string, got " + std::string(v.type_name()));
     return v.get<std::string>();
   }
   Obj object(const std::string& k) { return Obj(at(k), key(k), where_); }
@@ -83,7 +91,7 @@ class Obj {
     for (const auto& [k, v] : j_.items()) {
       if (std::find(seen_.begin(), seen_.end(), k) != seen_.end()) continue;
       const std::string near = nearest_name(k, seen_);
-      fail("unknown key \"" + key(printable(k, 40)) + "\"" + (near.empty() ? "" : " (did you mean \"" + key(near) + "\"?)"));
+      fail("unknown key " + in_quotes(key(printable(k, 40))) + (near.empty() ? "" : " (did you mean " + in_quotes(key(near)) + "?)"));
     }
   }
 
@@ -117,7 +125,7 @@ CollectiveFit collective(const json& j, const std::string& path, const std::stri
   f.group = o.integer("group", 2);
   const std::string link = o.string("link");
   if (link != "intra_node" && link != "inter_node")
-    o.fail("\"" + o.key("link") + "\" must be \"intra_node\" or \"inter_node\", got \"" + printable(link, 40) + "\"");
+    o.fail(in_quotes(o.key("link")) + " must be \"intra_node\" or \"inter_node\", got " + in_quotes(printable(link, 40)));
   f.link = link == "intra_node" ? LinkClass::intra_node : LinkClass::inter_node;
   f.bus = {kMicro.in(o.number("alpha_us", false)), kGiga.in(o.number("busbw_gb_per_s", true))};
   o.done();
@@ -145,7 +153,7 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
     s.hw.collectives.push_back(collective(coll[i], "collectives[" + std::to_string(i) + "]", where));
     for (size_t k = 0; k < i; ++k)
       if (s.hw.collectives[k].group == s.hw.collectives[i].group && s.hw.collectives[k].link == s.hw.collectives[i].link)
-        top.fail("\"collectives[" + std::to_string(i) + "]\" repeats the fit of group " +
+        top.fail(in_quotes("collectives[" + std::to_string(i) + "]") + " repeats the fit of group " +
                  std::to_string(s.hw.collectives[i].group) + " on its link");
   }
   s.hw.p2p_intra = alpha_rate(top.object("p2p_intra"), "gb_per_s", kGiga);
@@ -155,10 +163,10 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   if (!src.is_object()) top.fail("\"sources\" must be an object of field -> source text");
   const std::vector<std::string> fields(std::begin(kTopKeys), std::end(kTopKeys));
   for (const auto& [k, v] : src.items()) {
-    if (!v.is_string() || v.get<std::string>().empty()) top.fail("\"sources." + printable(k, 40) + "\" must be a non-empty string");
+    if (!v.is_string() || v.get<std::string>().empty()) top.fail(in_quotes("sources." + printable(k, 40)) + " must be a non-empty string");
     const std::string field = k.substr(0, k.find_first_of(".["));
     if (std::find(fields.begin(), fields.end(), field) == fields.end())
-      top.fail("\"sources." + printable(k, 40) + "\" names no field of the file");
+      top.fail(in_quotes("sources." + printable(k, 40)) + " names no field of the file");
   }
   s.sources = src;
   top.done();
