@@ -229,6 +229,30 @@ expect_error "not a dtbench report" claims --report "$tmp/not_object.json"
 expect_error "claims catalog $tmp/malformed.json: malformed JSON" claims --catalog "$tmp/malformed.json"
 printf '{"claims": [{"id": 1, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic", "evaluator": "nosuch", "tolerance": 0.1}]}' >"$tmp/bad_catalog.json"
 expect_error "unknown evaluator 'nosuch'" claims --catalog "$tmp/bad_catalog.json"
+
+# dtbench plan: a hardware file missing a field, with an unknown key, a wrong type or a rate <= 0;
+# a missing hardware file or name; a model that fits no layout; N not factorable into the layout.
+hw="$(dirname "$0")/hardware/a100-40gb.json"
+sed 's/"gb_per_s": 1244/"gb_per_sec": 1244/' "$hw" >"$tmp/hw_key.json"
+grep -v '"gb_per_s": 1244' "$hw" | sed 's/"alpha_us": 3,/"alpha_us": 3/' >"$tmp/hw_missing.json"
+sed 's/"ranks_per_node": 8/"ranks_per_node": "8"/' "$hw" >"$tmp/hw_type.json"
+sed 's/"gb_per_s": 1244/"gb_per_s": 0/' "$hw" >"$tmp/hw_zero.json"
+expect_error "hw_missing.json: missing \"memory.gb_per_s\"" plan --model 10b --gpus 8 --hardware "$tmp/hw_missing.json"
+expect_error "missing \"memory.gb_per_s\" (found \"memory.gb_per_sec\": misspelt?)" plan --model 10b --gpus 8 --hardware "$tmp/hw_key.json"
+expect_error "\"ranks_per_node\" must be an integer" plan --model 10b --gpus 8 --hardware "$tmp/hw_type.json"
+expect_error "\"memory.gb_per_s\" must be > 0, got 0" plan --model 10b --gpus 8 --hardware "$tmp/hw_zero.json"
+expect_error "hardware file $tmp/nonexistent.json: no such file" plan --model 10b --gpus 8 --hardware "$tmp/nonexistent.json"
+expect_error "--hardware 'a100-40g': no such file and no named hardware (did you mean a100-40gb?)" plan --model 10b --gpus 8 --hardware a100-40g
+expect_error "$tmp/malformed.json: malformed JSON" plan --model 10b --gpus 8 --hardware "$tmp/malformed.json"
+expect_error "no layout of gpt3-175b on 8 GPUs fits 40.0 GiB: the smallest needs" plan --model gpt3-175b --gpus 8 --hardware a100-40gb
+expect_error "--tp 4 does not divide --gpus 6" plan --model 10b --gpus 6 --tp 4 --hardware a100-40gb
+expect_error "--gpus must be >= 1, got 0" plan --model 10b --gpus 0 --hardware a100-40gb
+expect_error "--tp x --pp x --dp = 16 does not divide --gpus 8" plan --model 10b --gpus 8 --tp 2 --pp 2 --dp 4 --hardware a100-40gb
+expect_error "no layout of 3b on 8 GPUs: tp must divide --gpus and the heads (20)" plan --model 3b --gpus 8 --tp 8 --hardware a100-40gb
+expect_error "unknown model '10bb' (did you mean 10b?)" plan --model 10bb --gpus 8 --hardware a100-40gb
+expect_error "--zero-stage must be 0-3, got 4" plan --model 10b --gpus 8 --zero-stage 4 --hardware a100-40gb
+expect_error "moe-6b is an MoE model" plan --model moe-6b --gpus 8 --hardware a100-40gb
+expect_error "--gpus is required" plan --model 10b --hardware a100-40gb
 # dtbench validate: bad usage before anything runs.
 expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many

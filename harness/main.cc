@@ -20,6 +20,7 @@
 #include "harness/config.h"
 #include "harness/count.h"
 #include "harness/memory_cli.h"
+#include "harness/plan_cli.h"
 #include "harness/report.h"
 #include "harness/trace.h"
 #include "harness/validate.h"
@@ -540,6 +541,8 @@ int main(int argc, char** argv) {
     summary->add_option("REPORT", summary_path, "report JSON file")->required();
     dtb::MemoryArgs memory_args;
     auto* memory = dtb::add_memory_subcommand(app, memory_args);
+    dtb::PlanArgs plan_args;
+    auto* plan = dtb::add_plan_subcommand(app, plan_args);
     dtb::ValidateArgs validate_args;
     auto* validate = dtb::add_validate_subcommand(app, validate_args);
     dtb::CountArgs count_args;
@@ -562,6 +565,7 @@ int main(int argc, char** argv) {
       else if (*list) code = dtb::cmd_list(*world);
       else if (*summary) code = dtb::cmd_summary(summary_path, root);
       else if (*memory) code = dtb::cmd_memory(*memory, memory_args, root);
+      else if (*plan) code = dtb::cmd_plan(*plan, plan_args, root);
       else if (*claims) code = dtb::cmd_claims(claims_args, root);
       else if (*count) code = dtb::cmd_count(*world, count_args);
       else if (*validate) code = dtb::cmd_validate(*world, validate_args);

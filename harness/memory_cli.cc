@@ -36,6 +36,19 @@ const std::vector<NamedModel>& named_models() {
   return models;
 }
 
+const NamedModel& find_named_model(const std::string& name) {
+  std::vector<std::string> names;
+  for (const NamedModel& nm : named_models()) {
+    if (nm.name == name) return nm;
+    names.push_back(nm.name);
+  }
+  const std::string near = nearest_name(name, names);
+  std::string all;
+  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+  throw InputError("unknown model '" + printable(name) + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") +
+                   "; named models: " + all);
+}
+
 std::string commas(uint64_t x) {
   std::string s = std::to_string(x), out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -168,19 +181,7 @@ GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* n
   GptConfig m;
   if (given(sub, "--model")) {
     if (shape) throw InputError("give --model NAME or the shape (--layers --hidden --heads --vocab), not both");
-    std::vector<std::string> names;
-    const NamedModel* found = nullptr;
-    for (const NamedModel& nm : named_models()) {
-      names.push_back(nm.name);
-      if (nm.name == a.model) found = &nm;
-    }
-    if (!found) {
-      const std::string near = nearest_name(a.model, names);
-      std::string all;
-      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
-      throw InputError("unknown model '" + printable(a.model) + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") +
-                       "; named models: " + all);
-    }
+    const NamedModel* found = &find_named_model(a.model);
     m = found->cfg;
     *name = found->name;
     // Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by).

@@ -26,6 +26,10 @@ struct NamedModel {
 /// 5,953,607,680 parameters, 1,193,353,216 active).
 const std::vector<NamedModel>& named_models();
 
+/// The named model `name`. Errors: InputError "unknown model '<name>' (did you mean <nearest>?);
+/// named models: ...".
+const NamedModel& find_named_model(const std::string& name);
+
 /// x with thousands separated by commas ("1,234,567").
 std::string commas(uint64_t x);
 

@@ -44,6 +44,10 @@ size_t gpt_active_params(const GptConfig& c) {
   return gpt_num_params(c) - size_t(num_moe_layers(c)) * idle * moe_expert_params(c);
 }
 
+double model_flops_per_token(const GptConfig& c, int seq_len) {
+  return 6.0 * double(gpt_active_params(c)) + 12.0 * c.L * double(c.C) * seq_len;
+}
+
 void validate_gpt_config(const GptConfig& c) {
   if (c.L <= 0 || c.C <= 0 || c.NH <= 0 || c.T <= 0 || c.V <= 0)
     throw InputError("model: L, C, NH, T and V must be positive");

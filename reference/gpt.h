@@ -88,6 +88,11 @@ size_t gpt_num_params(const GptConfig& cfg);
 /// routed to (each 2 F C + F + C); the dense model's count when dense. The "active parameters"
 /// of an MoE model (Fedus et al. 2021; DeepSeek-V3's 37B of 671B), the N of 6 N flops per token.
 size_t gpt_active_params(const GptConfig& cfg);
+/// Model FLOPs per token trained, forward and backward: 6 N for the weights (N the active
+/// parameters: an MoE token passes through its top-k experts only; the router and dropping not
+/// counted) plus 12 L C seq_len for attention's scores and values (Chowdhery et al. 2022, PaLM,
+/// appendix B; docs/metrics.md). Recompute is not counted: it is the MFU numerator, not HFU's.
+double model_flops_per_token(const GptConfig& cfg, int seq_len);
 
 /// Throws InputError when the config is not a valid model (C % NH != 0, sizes <= 0, a
 /// num_experts < 0, an MoE config validate_moe_config refuses, moe_layer_freq outside [1, L]).

@@ -218,12 +218,8 @@ StepSplit slowest_split(const LayoutOutcome& run, Communicator& world) {
   return sp;
 }
 
-// Model FLOPs per token, forward and backward: 6 N for the weights (N the active parameters of an
-// MoE model: a token passes through its top-k experts only; the router and dropping not counted) plus 12 L C T for
-// attention's scores and values (Chowdhery et al. 2022, PaLM, appendix B).
-double model_flops_per_token(const TrainFacts& f) {
-  return 6.0 * double(gpt_active_params(f.model)) + 12.0 * f.model.L * double(f.model.C) * f.cfg.seq_len;
-}
+// Model FLOPs per token of the run (reference/gpt.h: 6 N + 12 L C T, PaLM appendix B).
+double model_flops_per_token(const TrainFacts& f) { return dtb::model_flops_per_token(f.model, f.cfg.seq_len); }
 
 double model_tflops(const TrainFacts& f, const StepSplit& sp) {
   return model_flops_per_token(f) * f.tokens_per_step / sp.step.median / 1e12;

@@ -1,0 +1,241 @@
+// Hardware files (harness/hardware_file.h): the strict reader, the writer, --hardware's lookup.
+#include "harness/hardware_file.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "harness/config.h"
+#include "harness/source_dir.h"
+#include "kernels/error.h"
+
+namespace dtb {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+constexpr const char* kPrecisions[] = {"fp32", "bf16", "fp16"};  // index int(Precision)
+constexpr const char* kTopKeys[] = {"name",      "description", "device_memory_gib", "ranks_per_node",
+                                    "peak_tflops", "gemm",       "attention",          "memory",
+                                    "collectives", "p2p_intra",  "p2p_inter",          "host_link",
+                                    "sources"};
+
+// File units to SI: a value u in the file is u * mul / div in the spec. The writer inverts it so
+// that the reader gives the value back exactly when some u does (hardware_to_json's promise).
+struct Unit {
+  double mul = 1, div = 1;
+  double in(double u) const { return u * mul / div; }
+  double out(double x) const {
+    double u = x * div / mul;
+    for (int k = 0; k < 4 && in(u) != x; ++k) {
+      const double up = std::nextafter(u, HUGE_VAL), down = std::nextafter(u, -HUGE_VAL);
+      u = std::abs(in(up) - x) < std::abs(in(down) - x) ? up : down;
+    }
+    return u;
+  }
+};
+constexpr Unit kMicro{1, 1e6}, kTera{1e12, 1}, kGiga{1e9, 1}, kGibi{kGiB, 1};
+
+// "text" in double quotes (built by appending: GCC 12 warns, wrongly, on "literal" + std::string).
+std::string in_quotes(const std::string& text) {
+  std::string q(1, '"');
+  q += text;
+  q += '"';
+  return q;
+}
+
+// A JSON object read strictly: every key asked for must be there, and no other.
+class Obj {
+ public:
+  Obj(const json& j, std::string path, const std::string& where) : j_(j), path_(std::move(path)), where_(where) {
+    if (!j.is_object()) fail(in_quotes(path_) + " must be an object, got " + std::string(j.type_name()));
+  }
+  [[noreturn]] void fail(const std::string& what) const { throw InputError(where_ + ": " + what); }
+  std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  const json& at(const std::string& k) {
+    seen_.push_back(k);
+    const auto it = j_.find(k);
+    if (it == j_.end()) {
+      std::vector<std::string> others;  // a misspelling of k among the keys present?
+      for (const auto& [other, v] : j_.items()) others.push_back(other);
+      const std::string near = nearest_name(k, others);
+      fail("missing " + in_quotes(key(k)) + (near.empty() ? "" : " (found " + in_quotes(key(printable(near, 40))) + ": misspelt?)"));
+    }
+    return *it;
+  }
+  double number(const std::string& k, bool positive) {
+    const json& v = at(k);
+    if (!v.is_number()) fail(in_quotes(key(k)) + " must be a number, got " + std::string(v.type_name()));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || (positive ? !(x > 0) : x < 0))
+      fail(in_quotes(key(k)) + " must be " + (positive ? "> 0" : ">= 0") + ", got " + v.dump());
+    return x;
+  }
+  int integer(const std::string& k, int min) {
+    const json& v = at(k);
+    if (!v.is_number_integer()) fail(in_quotes(key(k)) + " must be an integer, got " + v.dump());
+    const int64_t x = v.get<int64_t>();
+    if (x < min || x > (1 << 20)) fail(in_quotes(key(k)) + " must be in [" + std::to_string(min) + ", 1048576], got " + v.dump());
+    return int(x);
+  }
+  std::string string(const std::string& k) {
+    const json& v = at(k);
+    if (!v.is_string()) fail(in_quotes(key(k)) + " must be a string, got " + std::string(v.type_name()));
+    return v.get<std::string>();
+  }
+  Obj object(const std::string& k) { return Obj(at(k), key(k), where_); }
+  // After every key is read: refuse the others, naming the nearest valid key.
+  void done() const {
+    for (const auto& [k, v] : j_.items()) {
+      if (std::find(seen_.begin(), seen_.end(), k) != seen_.end()) continue;
+      const std::string near = nearest_name(k, seen_);
+      fail("unknown key " + in_quotes(key(printable(k, 40))) + (near.empty() ? "" : " (did you mean " + in_quotes(key(near)) + "?)"));
+    }
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  const std::string& where_;
+  std::vector<std::string> seen_;
+};
+
+AlphaBeta alpha_rate(Obj o, const char* rate_key, Unit rate) {
+  AlphaBeta ab{kMicro.in(o.number("alpha_us", false)), rate.in(o.number(rate_key, true))};
+  o.done();
+  return ab;
+}
+
+json alpha_rate_json(const AlphaBeta& ab, const char* rate_key, Unit rate) {
+  return {{"alpha_us", kMicro.out(ab.alpha_s)}, {rate_key, rate.out(ab.per_s)}};
+}
+
+std::array<AlphaBeta, 3> per_precision(Obj o) {
+  std::array<AlphaBeta, 3> out{};
+  for (size_t p = 0; p < 3; ++p) out[p] = alpha_rate(o.object(kPrecisions[p]), "tflops", kTera);
+  o.done();
+  return out;
+}
+
+CollectiveFit collective(const json& j, const std::string& path, const std::string& where) {
+  Obj o(j, path, where);
+  CollectiveFit f;
+  f.group = o.integer("group", 2);
+  const std::string link = o.string("link");
+  if (link != "intra_node" && link != "inter_node")
+    o.fail(in_quotes(o.key("link")) + " must be \"intra_node\" or \"inter_node\", got " + in_quotes(printable(link, 40)));
+  f.link = link == "intra_node" ? LinkClass::intra_node : LinkClass::inter_node;
+  f.bus = {kMicro.in(o.number("alpha_us", false)), kGiga.in(o.number("busbw_gb_per_s", true))};
+  o.done();
+  return f;
+}
+
+}  // namespace
+
+HardwareSpec hardware_from_json(const json& j, const std::string& where) {
+  Obj top(j, "", where);
+  HardwareSpec s;
+  s.name = top.string("name");
+  s.description = top.string("description");
+  s.device_memory_bytes = kGibi.in(top.number("device_memory_gib", true));
+  s.hw.ranks_per_node = top.integer("ranks_per_node", 1);
+  Obj peak = top.object("peak_tflops");
+  for (size_t p = 0; p < 3; ++p) s.peak_flops[p] = kTera.in(peak.number(kPrecisions[p], true));
+  peak.done();
+  s.hw.gemm = per_precision(top.object("gemm"));
+  s.hw.attention = per_precision(top.object("attention"));
+  s.hw.memory = alpha_rate(top.object("memory"), "gb_per_s", kGiga);
+  const json& coll = top.at("collectives");
+  if (!coll.is_array() || coll.empty()) top.fail("\"collectives\" must be a non-empty array of fits");
+  for (size_t i = 0; i < coll.size(); ++i) {
+    s.hw.collectives.push_back(collective(coll[i], "collectives[" + std::to_string(i) + "]", where));
+    for (size_t k = 0; k < i; ++k)
+      if (s.hw.collectives[k].group == s.hw.collectives[i].group && s.hw.collectives[k].link == s.hw.collectives[i].link)
+        top.fail(in_quotes("collectives[" + std::to_string(i) + "]") + " repeats the fit of group " +
+                 std::to_string(s.hw.collectives[i].group) + " on its link");
+  }
+  s.hw.p2p_intra = alpha_rate(top.object("p2p_intra"), "gb_per_s", kGiga);
+  s.hw.p2p_inter = alpha_rate(top.object("p2p_inter"), "gb_per_s", kGiga);
+  s.hw.host_link = alpha_rate(top.object("host_link"), "gb_per_s", kGiga);
+  const json& src = top.at("sources");
+  if (!src.is_object()) top.fail("\"sources\" must be an object of field -> source text");
+  const std::vector<std::string> fields(std::begin(kTopKeys), std::end(kTopKeys));
+  for (const auto& [k, v] : src.items()) {
+    if (!v.is_string() || v.get<std::string>().empty()) top.fail(in_quotes("sources." + printable(k, 40)) + " must be a non-empty string");
+    const std::string field = k.substr(0, k.find_first_of(".["));
+    if (std::find(fields.begin(), fields.end(), field) == fields.end())
+      top.fail(in_quotes("sources." + printable(k, 40)) + " names no field of the file");
+  }
+  s.sources = src;
+  top.done();
+  return s;
+}
+
+json hardware_to_json(const HardwareSpec& s) {
+  json j;
+  j["name"] = s.name;
+  j["description"] = s.description;
+  j["device_memory_gib"] = kGibi.out(s.device_memory_bytes);
+  j["ranks_per_node"] = s.hw.ranks_per_node;
+  for (size_t p = 0; p < 3; ++p) {
+    j["peak_tflops"][kPrecisions[p]] = kTera.out(s.peak_flops[p]);
+    j["gemm"][kPrecisions[p]] = alpha_rate_json(s.hw.gemm[p], "tflops", kTera);
+    j["attention"][kPrecisions[p]] = alpha_rate_json(s.hw.attention[p], "tflops", kTera);
+  }
+  j["memory"] = alpha_rate_json(s.hw.memory, "gb_per_s", kGiga);
+  j["collectives"] = json::array();
+  for (const CollectiveFit& f : s.hw.collectives)
+    j["collectives"].push_back({{"group", f.group},
+                                {"link", f.link == LinkClass::intra_node ? "intra_node" : "inter_node"},
+                                {"alpha_us", kMicro.out(f.bus.alpha_s)},
+                                {"busbw_gb_per_s", kGiga.out(f.bus.per_s)}});
+  j["p2p_intra"] = alpha_rate_json(s.hw.p2p_intra, "gb_per_s", kGiga);
+  j["p2p_inter"] = alpha_rate_json(s.hw.p2p_inter, "gb_per_s", kGiga);
+  j["host_link"] = alpha_rate_json(s.hw.host_link, "gb_per_s", kGiga);
+  j["sources"] = s.sources.is_object() ? s.sources : json::object();
+  return j;
+}
+
+HardwareSpec load_hardware_file(const std::string& path, const std::string& where_arg) {
+  const std::string where = where_arg.empty() ? path : where_arg;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError("hardware file " + where + (std::filesystem::exists(path, ec) ? ": not a regular file" : ": no such file"));
+  std::ifstream f(path);
+  if (!f) throw InputError("hardware file " + where + ": cannot open");
+  json j;
+  try {
+    j = json::parse(f);
+  } catch (const json::parse_error& e) {
+    throw InputError(where + ": malformed JSON (" + e.what() + ")");
+  }
+  return hardware_from_json(j, where);
+}
+
+void write_hardware_file(const std::string& path, const HardwareSpec& s) {
+  std::ofstream f(path);
+  if (!(f << hardware_to_json(s).dump(2) << "\n")) throw InputError("hardware file " + path + ": cannot write");
+}
+
+std::string resolve_hardware_file(const std::string& arg) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (arg.empty()) throw InputError("--hardware is empty");
+  if (fs::exists(arg, ec) || arg.find('/') != std::string::npos || arg.ends_with(".json")) return arg;
+  const fs::path dir = fs::path(source_dir()) / "harness" / "hardware";
+  const fs::path file = dir / (arg + ".json");
+  if (fs::is_regular_file(file, ec)) return file.string();
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  std::string all;
+  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+  const std::string near = nearest_name(arg, names);
+  throw InputError("--hardware '" + printable(arg, 40) + "': no such file and no named hardware" +
+                   (near.empty() ? "" : " (did you mean " + near + "?)") + "; named: " + all);
+}
+
+}  // namespace dtb

@@ -1,0 +1,161 @@
+// Tests of harness/hardware_file.h: the shipped files load, cite a source for every figure and
+// round-trip through write_hardware_file exactly; each kind of malformed file is refused naming
+// the key; --hardware's names resolve to the files beside the source tree.
+#include "harness/hardware_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "harness/source_dir.h"
+#include "kernels/error.h"
+
+namespace dtb {
+namespace {
+
+using nlohmann::json;
+
+const char* kShipped[] = {"a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm"};
+
+std::string shipped(const std::string& name) { return std::string(source_dir()) + "/harness/hardware/" + name + ".json"; }
+
+json shipped_json(const std::string& name) {
+  std::ifstream f(shipped(name));
+  return json::parse(f);
+}
+
+void expect_same(const AlphaBeta& a, const AlphaBeta& b, const std::string& what) {
+  EXPECT_EQ(a.alpha_s, b.alpha_s) << what;
+  EXPECT_EQ(a.per_s, b.per_s) << what;
+}
+
+void expect_same(const HardwareSpec& a, const HardwareSpec& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.description, b.description);
+  EXPECT_EQ(a.device_memory_bytes, b.device_memory_bytes);
+  EXPECT_EQ(a.peak_flops, b.peak_flops);
+  EXPECT_EQ(a.hw.ranks_per_node, b.hw.ranks_per_node);
+  for (size_t p = 0; p < 3; ++p) {
+    expect_same(a.hw.gemm[p], b.hw.gemm[p], "gemm");
+    expect_same(a.hw.attention[p], b.hw.attention[p], "attention");
+  }
+  expect_same(a.hw.memory, b.hw.memory, "memory");
+  ASSERT_EQ(a.hw.collectives.size(), b.hw.collectives.size());
+  for (size_t i = 0; i < a.hw.collectives.size(); ++i) {
+    EXPECT_EQ(a.hw.collectives[i].group, b.hw.collectives[i].group);
+    EXPECT_EQ(a.hw.collectives[i].link, b.hw.collectives[i].link);
+    expect_same(a.hw.collectives[i].bus, b.hw.collectives[i].bus, "collectives");
+  }
+  expect_same(a.hw.p2p_intra, b.hw.p2p_intra, "p2p_intra");
+  expect_same(a.hw.p2p_inter, b.hw.p2p_inter, "p2p_inter");
+  expect_same(a.hw.host_link, b.hw.host_link, "host_link");
+  EXPECT_EQ(a.sources, b.sources);
+}
+
+TEST(HardwareFile, ShippedFilesLoadInSiUnits) {
+  const HardwareSpec s = load_hardware_file(shipped("a100-40gb"));
+  EXPECT_EQ(s.name, "a100-40gb");
+  const json j = shipped_json("a100-40gb");
+  EXPECT_EQ(s.device_memory_bytes, j["device_memory_gib"].get<double>() * 1073741824.0);
+  EXPECT_EQ(s.peak_flops[size_t(Precision::bf16)], j["peak_tflops"]["bf16"].get<double>() * 1e12);
+  EXPECT_EQ(s.hw.memory.per_s, j["memory"]["gb_per_s"].get<double>() * 1e9);
+  EXPECT_EQ(s.hw.memory.alpha_s, j["memory"]["alpha_us"].get<double>() / 1e6);
+  EXPECT_EQ(s.hw.ranks_per_node, j["ranks_per_node"].get<int>());
+  EXPECT_EQ(s.hw.collectives.size(), j["collectives"].size());
+  for (const char* name : kShipped) EXPECT_NO_THROW(load_hardware_file(shipped(name))) << name;
+}
+
+// Every figure's field has a source: each top-level key but name, description and sources is
+// the first part of at least one key of "sources".
+TEST(HardwareFile, EveryFigureCitesASource) {
+  for (const char* name : kShipped) {
+    const json j = shipped_json(name);
+    for (const auto& [field, v] : j.items()) {
+      if (field == "name" || field == "description" || field == "sources") continue;
+      bool cited = false;
+      for (const auto& [k, text] : j["sources"].items()) cited |= k.substr(0, k.find('.')) == field;
+      EXPECT_TRUE(cited) << name << ": no source for " << field;
+    }
+  }
+}
+
+TEST(HardwareFile, WrittenFileLoadsBackIdentically) {
+  const std::string path = ::testing::TempDir() + "hardware_round_trip.json";
+  for (const char* name : kShipped) {
+    const HardwareSpec s = load_hardware_file(shipped(name));
+    write_hardware_file(path, s);
+    expect_same(load_hardware_file(path), s);
+  }
+  // A calibration's numbers (not read from a file): exact where the file's units allow, else
+  // within one unit in the last place; a second write is the same document.
+  HardwareSpec s = load_hardware_file(shipped("h100-sxm"));
+  s.hw.memory = {3.7123456789012345e-6, 1.2345678901234567e12};
+  s.hw.gemm[0] = {1.0 / 3.0 * 1e-5, 2.0 / 3.0 * 1e13};
+  s.device_memory_bytes = 12345678901.0;
+  write_hardware_file(path, s);
+  const HardwareSpec back = load_hardware_file(path);
+  EXPECT_NEAR(back.hw.memory.alpha_s, s.hw.memory.alpha_s, 1e-15 * s.hw.memory.alpha_s);
+  EXPECT_NEAR(back.hw.memory.per_s, s.hw.memory.per_s, 1e-15 * s.hw.memory.per_s);
+  EXPECT_NEAR(back.hw.gemm[0].per_s, s.hw.gemm[0].per_s, 1e-15 * s.hw.gemm[0].per_s);
+  EXPECT_EQ(back.device_memory_bytes, s.device_memory_bytes);  // GiB: a power of two
+  EXPECT_EQ(hardware_to_json(load_hardware_file(path)), hardware_to_json(back));
+  std::remove(path.c_str());
+}
+
+// Each kind of malformed document is refused, naming the file and the key.
+TEST(HardwareFile, MalformedFilesAreRefusedNamingTheKey) {
+  struct Case {
+    std::string what;
+    void (*edit)(json&);
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"missing rate", [](json& j) { j["memory"].erase("gb_per_s"); }, "x.json: missing \"memory.gb_per_s\""},
+      {"missing section", [](json& j) { j.erase("host_link"); }, "missing \"host_link\""},
+      {"missing peak", [](json& j) { j["peak_tflops"].erase("fp16"); }, "missing \"peak_tflops.fp16\""},
+      {"unknown key", [](json& j) { j["gemm"]["bf16"]["tflop"] = 1; },
+       "unknown key \"gemm.bf16.tflop\" (did you mean \"gemm.bf16.tflops\"?)"},
+      {"unknown top key", [](json& j) { j["ranks_per_nodes"] = 8; }, "unknown key \"ranks_per_nodes\""},
+      {"wrong type", [](json& j) { j["ranks_per_node"] = "8"; }, "\"ranks_per_node\" must be an integer"},
+      {"number as string", [](json& j) { j["attention"]["fp16"]["tflops"] = "156"; },
+       "\"attention.fp16.tflops\" must be a number"},
+      {"zero rate", [](json& j) { j["collectives"][3]["busbw_gb_per_s"] = 0; },
+       "\"collectives[3].busbw_gb_per_s\" must be > 0"},
+      {"negative peak", [](json& j) { j["peak_tflops"]["bf16"] = -312; }, "\"peak_tflops.bf16\" must be > 0"},
+      {"negative alpha", [](json& j) { j["p2p_inter"]["alpha_us"] = -1; }, "\"p2p_inter.alpha_us\" must be >= 0"},
+      {"bad link", [](json& j) { j["collectives"][0]["link"] = "nvlink"; }, "\"collectives[0].link\" must be"},
+      {"group of one", [](json& j) { j["collectives"][0]["group"] = 1; }, "\"collectives[0].group\" must be in [2,"},
+      {"repeated fit", [](json& j) { j["collectives"][1] = j["collectives"][0]; }, "repeats the fit of group 2"},
+      {"no fits", [](json& j) { j["collectives"] = json::array(); }, "\"collectives\" must be a non-empty array"},
+      {"not an object", [](json& j) { j["memory"] = 1244; }, "\"memory\" must be an object"},
+      {"source of nothing", [](json& j) { j["sources"]["hbm"] = "x"; }, "\"sources.hbm\" names no field"},
+      {"empty source", [](json& j) { j["sources"]["memory.gb_per_s"] = ""; }, "must be a non-empty string"},
+  };
+  for (const Case& c : cases) {
+    json j = shipped_json("a100-40gb");
+    c.edit(j);
+    try {
+      hardware_from_json(j, "x.json");
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << c.what << ": " << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("x.json: ", 0), 0u) << e.what();
+    }
+  }
+  EXPECT_THROW(load_hardware_file("/nonexistent/hw.json"), InputError);
+}
+
+TEST(HardwareFile, NamesResolveBesideTheSourceTree) {
+  EXPECT_EQ(resolve_hardware_file("a100-40gb"), shipped("a100-40gb"));
+  EXPECT_EQ(resolve_hardware_file("/some/file.json"), "/some/file.json");  // a path is taken as given
+  try {
+    resolve_hardware_file("a100-40g");
+    ADD_FAILURE() << "an unknown name was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean a100-40gb?"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dtb
