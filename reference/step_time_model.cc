@@ -308,6 +308,14 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   } else {
     const PipelineSimulation sim = simulate_pipeline(l.schedule, l.pp, m, l.virtual_stages, costs);
     r.pipeline_s = sim.makespan, r.bubble = sim.bubble;
+    // Ranks sharing cores: the schedule at the rate of a rank alone on its core (the shared-rate
+    // times over ranks_per_core), but no less than the ranks' work over the cores, which at the
+    // shared rate is one rank's mean work: m times its stages' F + B (a work-conserving bound).
+    if (hw.ranks_per_core > 1) {
+      double work = 0;
+      for (const StageCost& c : costs) work += c.forward + c.backward;
+      r.pipeline_s = std::max(sim.makespan / hw.ranks_per_core, m * work / l.pp);
+    }
   }
   // DP: stages 0-1 all-reduce the rank's gradients once (one bucket), stages 1-2 all-gather the
   // updated parameters after the optimizer; with overlap_comm the reduce-scatters of stages 2-3

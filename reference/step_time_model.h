@@ -61,6 +61,12 @@ struct StepTimeHardware {
   /// per_s 0: a trainer that reduces on the device, which the published hardware files assume.
   AlphaBeta host_pass{};
   int ranks_per_node = 0;               // consecutive ranks per node; 0: every rank on one node
+  /// Ranks sharing one core: > 1 when a CPU machine runs more ranks than it has cores. Every
+  /// time above is then measured with all ranks busy at once (the shared rate); a rank that
+  /// waits yields its core (Open MPI's yield_when_idle, on when oversubscribed), so the others
+  /// run faster meanwhile and a pipeline's bubble is filled with other ranks' work. 1 for
+  /// devices, one rank each.
+  double ranks_per_core = 1;
   /// Measured seconds of op instances by key (StepOp::key): where present they replace the
   /// rate formula (the machine at hand, timed at the layout's own shapes).
   std::map<std::string, double> op_seconds{};

@@ -151,6 +151,16 @@ TEST(StepTimeModel, PipelineBubbleOfBalancedStages) {
   in.model.L = 4, in.layout.schedule = "interleaved", in.layout.virtual_stages = 2;
   EXPECT_NEAR(predict_step(in, hw).bubble, 1.0 / 9, 1e-12);
   in.model.L = 2;
+  // Two ranks a core: the schedule runs at twice the rate while the other stage waits, but the
+  // ranks' work over the cores bounds it: max(5 (F + B) / 2, m (F + B)) = 4 (F + B); at m = 1 the
+  // schedule's 2 (F + B) / 2 = F + B.
+  in.layout.schedule = "1f1b", in.layout.virtual_stages = 1;
+  hw.ranks_per_core = 2;
+  EXPECT_NEAR(predict_step(in, hw).pipeline_s, 4 * (832 + 1664) * 1e-9, 1e-15);
+  in.global_batch = 1, in.micro_batches = 1;
+  EXPECT_NEAR(predict_step(in, hw).pipeline_s, (832 + 1664) * 1e-9, 1e-15);
+  in.global_batch = 4, in.micro_batches = 4;
+  hw.ranks_per_core = 1;
   // A message between stages (10 us) lengthens the step.
   hw.p2p_intra = hw.p2p_inter = {1e-5, 0};
   in.layout.schedule = "1f1b", in.layout.virtual_stages = 1;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <thread>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/half_ops.h"
@@ -204,6 +205,9 @@ void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibr
                                 [] {}, spec.window_s));
   }
   hw.host_pass = fit_alpha_beta(x, t);
+  // The ranks of this machine over its cores (one machine: the world), when they outnumber them.
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0) hw.ranks_per_core = std::max(1.0, double(comm.size()) / cores);
   if (sink < 0) hw.host_pass.alpha_s = 0;  // keeps the sums from being optimised away (never true)
 }
 
@@ -269,6 +273,7 @@ nlohmann::json step_time_hardware_json(const StepTimeHardware& hw) {
                                 {"alpha_us", f.bus.alpha_s * 1e6}, {"bus_gb_per_s", f.bus.per_s / 1e9}});
   j["p2p"] = {{"alpha_us", hw.p2p_intra.alpha_s * 1e6}, {"gb_per_s", hw.p2p_intra.per_s / 1e9}};
   j["host_link"] = {{"alpha_us", hw.host_link.alpha_s * 1e6}, {"gb_per_s", hw.host_link.per_s / 1e9}};
+  j["ranks_per_core"] = hw.ranks_per_core;
   j["host_pass"] = {{"alpha_us", hw.host_pass.alpha_s * 1e6}, {"g_elements_per_s", hw.host_pass.per_s / 1e9}};
   j["op_us"] = json::object();
   for (const auto& [k, s] : hw.op_seconds) j["op_us"][k] = s * 1e6;
