@@ -253,6 +253,8 @@ expect_error "unknown model '10bb' (did you mean 10b?)" plan --model 10bb --gpus
 expect_error "--zero-stage must be 0-3, got 4" plan --model 10b --gpus 8 --zero-stage 4 --hardware a100-40gb
 expect_error "moe-6b is an MoE model" plan --model moe-6b --gpus 8 --hardware a100-40gb
 expect_error "--gpus is required" plan --model 10b --hardware a100-40gb
+expect_error "--hardware is required (or --calibrate FILE)" plan --model 10b --gpus 8
+expect_error "give --hardware FILE or --calibrate FILE, not both" plan --calibrate "$tmp/cal.json" --hardware a100-40gb
 # dtbench validate: bad usage before anything runs.
 expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many

@@ -20,7 +20,7 @@ constexpr const char* kPrecisions[] = {"fp32", "bf16", "fp16"};  // index int(Pr
 constexpr const char* kTopKeys[] = {"name",      "description", "device_memory_gib", "ranks_per_node",
                                     "peak_tflops", "gemm",       "attention",          "memory",
                                     "collectives", "p2p_intra",  "p2p_inter",          "host_link",
-                                    "sources"};
+                                    "sources",     "ranks_per_core", "host_pass"};
 
 // File units to SI: a value u in the file is u * mul / div in the spec. The writer inverts it so
 // that the reader gives the value back exactly when some u does (hardware_to_json's promise).
@@ -54,6 +54,7 @@ class Obj {
   }
   [[noreturn]] void fail(const std::string& what) const { throw InputError(where_ + ": " + what); }
   std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  bool has(const std::string& k) const { return j_.contains(k); }
   const json& at(const std::string& k) {
     seen_.push_back(k);
     const auto it = j_.find(k);
@@ -159,6 +160,13 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   s.hw.p2p_intra = alpha_rate(top.object("p2p_intra"), "gb_per_s", kGiga);
   s.hw.p2p_inter = alpha_rate(top.object("p2p_inter"), "gb_per_s", kGiga);
   s.hw.host_link = alpha_rate(top.object("host_link"), "gb_per_s", kGiga);
+  // Optional, for a machine whose ranks share cores (a calibrated CPU machine): ranks per core
+  // (default 1) and the trainer's host pass over the gradient (default none).
+  if (top.has("ranks_per_core")) {
+    s.hw.ranks_per_core = top.number("ranks_per_core", true);
+    if (s.hw.ranks_per_core < 1) top.fail("\"ranks_per_core\" must be >= 1, got " + top.at("ranks_per_core").dump());
+  }
+  if (top.has("host_pass")) s.hw.host_pass = alpha_rate(top.object("host_pass"), "g_elements_per_s", kGiga);
   const json& src = top.at("sources");
   if (!src.is_object()) top.fail("\"sources\" must be an object of field -> source text");
   const std::vector<std::string> fields(std::begin(kTopKeys), std::end(kTopKeys));
@@ -194,6 +202,8 @@ json hardware_to_json(const HardwareSpec& s) {
   j["p2p_intra"] = alpha_rate_json(s.hw.p2p_intra, "gb_per_s", kGiga);
   j["p2p_inter"] = alpha_rate_json(s.hw.p2p_inter, "gb_per_s", kGiga);
   j["host_link"] = alpha_rate_json(s.hw.host_link, "gb_per_s", kGiga);
+  if (s.hw.ranks_per_core != 1) j["ranks_per_core"] = s.hw.ranks_per_core;
+  if (s.hw.host_pass.per_s > 0) j["host_pass"] = alpha_rate_json(s.hw.host_pass, "g_elements_per_s", kGiga);
   j["sources"] = s.sources.is_object() ? s.sources : json::object();
   return j;
 }

@@ -18,7 +18,9 @@ namespace dtb {
 /// gemm and attention {fp32, bf16, fp16: {alpha_us, tflops}}, memory {alpha_us, gb_per_s},
 /// collectives [{group, link: "intra_node" | "inter_node", alpha_us, busbw_gb_per_s}, ...],
 /// p2p_intra, p2p_inter, host_link {alpha_us, gb_per_s}, sources {field: "where the figure
-/// comes from"}. GB = 1e9 bytes (nccl-tests' unit), GiB = 2^30 bytes, TFLOP/s = 1e12 FLOP/s.
+/// comes from"}; optional: ranks_per_core (>= 1, default 1) and host_pass {alpha_us,
+/// g_elements_per_s} (StepTimeHardware's; written by a calibration of a CPU machine).
+/// GB = 1e9 bytes (nccl-tests' unit), GiB = 2^30 bytes, TFLOP/s = 1e12 FLOP/s.
 struct HardwareSpec {
   std::string name;
   std::string description;

@@ -50,6 +50,8 @@ void expect_same(const HardwareSpec& a, const HardwareSpec& b) {
   expect_same(a.hw.p2p_intra, b.hw.p2p_intra, "p2p_intra");
   expect_same(a.hw.p2p_inter, b.hw.p2p_inter, "p2p_inter");
   expect_same(a.hw.host_link, b.hw.host_link, "host_link");
+  expect_same(a.hw.host_pass, b.hw.host_pass, "host_pass");
+  EXPECT_EQ(a.hw.ranks_per_core, b.hw.ranks_per_core);
   EXPECT_EQ(a.sources, b.sources);
 }
 
@@ -100,6 +102,16 @@ TEST(HardwareFile, WrittenFileLoadsBackIdentically) {
   EXPECT_NEAR(back.hw.gemm[0].per_s, s.hw.gemm[0].per_s, 1e-15 * s.hw.gemm[0].per_s);
   EXPECT_EQ(back.device_memory_bytes, s.device_memory_bytes);  // GiB: a power of two
   EXPECT_EQ(hardware_to_json(load_hardware_file(path)), hardware_to_json(back));
+  // The optional keys of a calibrated CPU machine: absent by default, written and read back.
+  EXPECT_FALSE(hardware_to_json(s).contains("ranks_per_core"));
+  EXPECT_FALSE(hardware_to_json(s).contains("host_pass"));
+  s = load_hardware_file(shipped("h100-sxm"));
+  s.hw.ranks_per_core = 2, s.hw.host_pass = {0, 1.5e9};
+  write_hardware_file(path, s);
+  expect_same(load_hardware_file(path), s);
+  json j = hardware_to_json(s);
+  j["ranks_per_core"] = 0.5;
+  EXPECT_THROW(hardware_from_json(j, "x.json"), InputError);
   std::remove(path.c_str());
 }
 

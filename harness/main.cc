@@ -565,7 +565,7 @@ int main(int argc, char** argv) {
       else if (*list) code = dtb::cmd_list(*world);
       else if (*summary) code = dtb::cmd_summary(summary_path, root);
       else if (*memory) code = dtb::cmd_memory(*memory, memory_args, root);
-      else if (*plan) code = dtb::cmd_plan(*plan, plan_args, root);
+      else if (*plan) code = dtb::cmd_plan(*world, *plan, plan_args, root);
       else if (*claims) code = dtb::cmd_claims(claims_args, root);
       else if (*count) code = dtb::cmd_count(*world, count_args);
       else if (*validate) code = dtb::cmd_validate(*world, validate_args);

@@ -98,8 +98,12 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
   s->add_option("--heads", a.heads, "NH attention heads");
   s->add_option("--vocab", a.vocab, "V vocabulary (default 50257)");
   s->add_option("--seq", a.seq, "sequence length (default the model's T; a custom model's T, default 1024)");
-  s->add_option("--gpus", a.gpus, "N GPUs: every layout tp x pp x dp = N")->required();
-  s->add_option("--hardware", a.hardware, "a hardware file, or a name in harness/hardware (a100-40gb, ...)")->required();
+  s->add_option("--gpus", a.gpus, "N GPUs: every layout tp x pp x dp = N (required, but for --calibrate alone)");
+  s->add_option("--hardware", a.hardware, "a hardware file, or a name in harness/hardware (a100-40gb, ...)");
+  s->add_option("--calibrate", a.calibrate,
+                "measure this machine over the ranks of the run (mpirun -np N) and write its hardware file to FILE; "
+                "with --gpus, then plan on it")
+      ->type_name("FILE");
   s->add_option("--global-batch", a.global_batch,
                 "sequences per step (default GPT-3's batch for the model's size, rounded up to a multiple of "
                 "N x micro-batch size)");
@@ -207,7 +211,7 @@ std::string plan_text(const json& p) {
              m["name"].get<std::string>().c_str(), m["L"].get<int>(), m["C"].get<int>(), m["NH"].get<int>(),
              m["T"].get<int>(), m["V"].get<int>(), commas(m["params"].get<uint64_t>()).c_str(),
              m["flops_per_token"].get<double>() / 1e9);
-  out += fmt("hardware  %d x %s (%s): %.1f GiB per GPU, %d GPUs per node, peak %.0f TFLOP/s %s\n", r["gpus"].get<int>(),
+  out += fmt("hardware  %d x %s (%s): %.1f GiB per GPU, %d GPUs per node, peak %.3g TFLOP/s %s\n", r["gpus"].get<int>(),
              h["name"].get<std::string>().c_str(), h["file"].get<std::string>().c_str(),
              h["device_memory_bytes"].get<double>() / kGiB, h["ranks_per_node"].get<int>(),
              h["peak_flops"].get<double>() / 1e12, r["precision"].get<std::string>().c_str());
@@ -217,9 +221,10 @@ std::string plan_text(const json& p) {
              p["candidates"].get<size_t>(), p["layouts"].size());
   out += fmt("%-30s %5s %8s %9s %11s %6s %9s %7s %9s %9s\n", "layout", "m", "GiB/GPU", "step s", "tokens/s", "MFU",
              "compute s", "bubble", "TP comm s", "DP exp. s");
+  // Seconds to 4 significant digits: 85.67 on a cluster, 0.004512 for a calibrated small model.
   for (const json& c : p["layouts"]) {
     const json& t = c["terms"];
-    out += fmt("%-30s %5d %8.1f %9.3f %11.0f %5.1f%% %9.3f %6.1f%% %9.3f %9.3f\n", c["layout"].get<std::string>().c_str(),
+    out += fmt("%-30s %5d %8.3g %9.4g %11.0f %5.1f%% %9.4g %6.1f%% %9.4g %9.4g\n", c["layout"].get<std::string>().c_str(),
                c["micro_batches"].get<int>(), c["device_bytes"].get<double>() / kGiB, c["step_s"].get<double>(),
                c["tokens_per_s"].get<double>(), 100 * c["mfu"].get<double>(), t["compute_s"].get<double>(),
                100 * t["bubble"].get<double>(), t["tp_comm_step_s"].get<double>(), t["dp_exposed_s"].get<double>());
@@ -235,7 +240,24 @@ std::string plan_text(const json& p) {
   return out;
 }
 
-int cmd_plan(const CLI::App& sub, const PlanArgs& a, bool print) {
+int cmd_plan(Communicator& world, const CLI::App& sub, const PlanArgs& args, bool print) {
+  PlanArgs a = args;
+  if (given(sub, "--calibrate")) {
+    if (a.calibrate.empty()) throw InputError("--calibrate is empty");
+    if (given(sub, "--hardware")) throw InputError("give --hardware FILE or --calibrate FILE, not both");
+    const HardwareSpec hw = calibrate_hardware(world);
+    if (world.rank() == 0) {
+      write_hardware_file(a.calibrate, hw);
+      if (print)  // on stderr under --json, which keeps stdout one document
+        std::fprintf(a.json ? stderr : stdout, "# wrote %s: %s\n", a.calibrate.c_str(), hw.description.c_str());
+    }
+    world.barrier();
+    if (!given(sub, "--gpus")) return 0;
+    a.hardware = a.calibrate;
+  } else {
+    if (!given(sub, "--gpus")) throw InputError("--gpus is required");
+    if (!given(sub, "--hardware")) throw InputError("--hardware is required (or --calibrate FILE)");
+  }
   const json j = plan_json(sub, a);
   if (print) {
     if (a.json) std::printf("%s\n", j.dump(2).c_str());

@@ -8,6 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "harness/hardware_file.h"
+#include "kernels/comm/communicator.h"
+
 namespace dtb {
 
 /// The options of `dtbench plan`, as given (sentinels: 0, -1 or empty = not given).
@@ -21,6 +24,7 @@ struct PlanArgs {
   int tp = 0, pp = 0, dp = 0, zero_stage = -1;
   int top = 10;
   bool json = false;
+  std::string calibrate;  // --calibrate FILE: measure this machine and write its hardware file
 };
 
 /// Adds the `plan` subcommand with its options bound to `args` (which must outlive `app`).
@@ -36,8 +40,20 @@ nlohmann::json plan_json(const CLI::App& sub, const PlanArgs& args);
 /// The human-readable report of a plan_json document.
 std::string plan_text(const nlohmann::json& plan);
 
-/// Runs the subcommand: prints the text report (or JSON with --json) when `print`. Returns 0.
-/// Errors: as plan_json.
-int cmd_plan(const CLI::App& sub, const PlanArgs& args, bool print);
+/// This machine's hardware file, measured over `world` (collective; the CPU backend, every rank
+/// at once): calibrate_step_time (suites/step_time_calibration.h) on the ops of a one-layer GPT
+/// of C 256 over 128 tokens in each precision; the GEMM and attention rates, the memory-bound ops',
+/// the all-reduce fits per group size, send/receive, the host link and pass, ranks per core.
+/// No published peak exists for a CPU: peak_tflops is one rank's measured GEMM rate alone on a
+/// core. Memory per rank: the physical memory over the ranks; one node of world.size() ranks.
+/// Errors: InputError for a world of one rank (no collective to fit); std::runtime_error when a
+/// fit finds no bandwidth (a machine too noisy to measure).
+HardwareSpec calibrate_hardware(Communicator& world);
+
+/// Runs the subcommand: with --calibrate, calibrate_hardware and its file written (rank 0), then
+/// the plan on it when --gpus is given; otherwise the plan on --hardware. Prints the text report
+/// (or JSON with --json) when `print`. Returns 0. Errors: as plan_json; --gpus or --hardware
+/// missing without --calibrate, or --hardware with it; calibrate_hardware's.
+int cmd_plan(Communicator& world, const CLI::App& sub, const PlanArgs& args, bool print);
 
 }  // namespace dtb
