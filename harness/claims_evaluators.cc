@@ -577,7 +577,8 @@ const std::map<std::string, Evaluator>& evaluators() {
       {"zero_savings", zero_savings}, {"offload", offload},                 {"overlap", overlap},
       {"per_gpu", per_gpu},           {"recompute", recompute},             {"fp16_comm", fp16_comm},
       {"energy", energy},             {"moe_memory", moe_memory},           {"zero_bubble", zero_bubble},
-      {"checkpoint_interval", checkpoint_interval}, {"stale_gradients", stale_gradients}};
+      {"checkpoint_interval", checkpoint_interval}, {"stale_gradients", stale_gradients},
+      {"parallelism_speedup", parallelism_speedup}, {"bubble_at_scale", bubble_at_scale}};
   return table;
 }
 

@@ -45,6 +45,11 @@ double num(const nlohmann::json& in, const char* key);
 /// Claim 20's evaluator (claims_comm.cc): stale gradients' throughput gain.
 void stale_gradients(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
 
+/// Scale claims (claims_scale.cc), on the planner and a published hardware file: a layout's
+/// speed-up over pure data parallelism, and claim 14's bubble at a real batch.
+void parallelism_speedup(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+
 /// Evaluator name (the catalog's "evaluator") -> function.
 const std::map<std::string, Evaluator>& evaluators();
 

@@ -11,7 +11,9 @@
 #include <set>
 
 #include "harness/memory_cli.h"
+#include "harness/hardware_file.h"
 #include "kernels/error.h"
+#include "reference/planner.h"
 #include "reference/gpt.h"
 
 namespace dtb {
@@ -39,7 +41,7 @@ double params_of(const std::string& name) {
 
 TEST(Claims, EveryClaimHasAVerdictAndAReason) {
   const auto rows = evaluate();
-  ASSERT_EQ(rows.size(), 20u);
+  ASSERT_EQ(rows.size(), 22u);
   const std::set<std::string> verdicts = {"holds", "differs", "holds only if", "cannot measure here"};
   for (const auto& [id, r] : rows) {
     EXPECT_TRUE(verdicts.count(r.verdict)) << id << ": " << r.verdict;
@@ -92,6 +94,61 @@ TEST(Claims, PipelineBubble) {
   EXPECT_EQ(rows.at(14).values["m_where_p_is_the_edge"].get<int>(), 9);  // 3/12 = 25%, p 5: 4/13
   EXPECT_EQ(rows.at(14).values["m_last"].get<int>(), 11);                 // p 5: 4/15 > 25% >= 3/14; m 12: 4/16
   EXPECT_EQ(rows.at(14).verdict, "holds only if");
+}
+
+// Claims 21 and 22 on the planner (a100-80gb, a100-40gb): the claimed layout's best feasible
+// candidate against the fastest feasible pure DP of the same plan, their step times' ratio; plain
+// DP (ZeRO 0) cannot hold either model. The same evaluator at a claim the model meets holds, and at
+// one it meets only over slower links holds only if, with the factor it needs.
+TEST(Claims, ScaleClaimsOnThePlanner) {
+  const auto rows = evaluate();
+  for (int id : {21, 22}) {
+    const ClaimResult& r = rows.at(id);
+    EXPECT_EQ(r.verdict, "differs") << r.why;
+    EXPECT_DOUBLE_EQ(r.values["speedup"].get<double>(),
+                     r.values["pure_dp_step_s"].get<double>() / r.values["layout_step_s"].get<double>());
+    EXPECT_NE(r.why.find("cannot train the model at all"), std::string::npos) << r.why;
+  }
+  // Claim 22's two layouts are the plan's fastest feasible of each kind.
+  PlanRequest req;
+  req.model = find_named_model("10b").cfg;
+  req.gpus = 8;
+  req.global_batch = default_global_batch(req.model, req.model.T, 8, 1);
+  const HardwareSpec hw = load_hardware_file(resolve_hardware_file("a100-40gb"));
+  std::string dp, mine;
+  for (const PlanCandidate& c : plan_layouts(req, hw.planner())) {
+    if (!c.feasible) continue;
+    const ParallelLayout& l = c.input.layout;
+    if (dp.empty() && l.tp == 1 && l.pp == 1) dp = c.name();
+    if (mine.empty() && l.tp == 2 && l.pp == 2 && l.dp == 2) mine = c.name();
+  }
+  EXPECT_EQ(rows.at(22).values["pure_dp"].get<std::string>(), dp);
+  EXPECT_EQ(rows.at(22).values["layout"].get<std::string>(), mine);
+  const double x = rows.at(22).values["speedup"].get<double>();
+  json cat = catalog();
+  for (json& e : cat["claims"])
+    if (e["id"] == 22) e["inputs"]["speedup"] = 0.9 * x;
+  const auto holds = evaluate_claims(cat, nullptr);
+  EXPECT_EQ(std::find_if(holds.begin(), holds.end(), [](const ClaimResult& r) { return r.id == 22; })->verdict, "holds");
+  for (json& e : cat["claims"])
+    if (e["id"] == 22) e["inputs"]["speedup"] = 2 * x;
+  const auto slow = evaluate_claims(cat, nullptr);
+  const ClaimResult& r = *std::find_if(slow.begin(), slow.end(), [](const ClaimResult& c) { return c.id == 22; });
+  EXPECT_EQ(r.verdict, "holds only if") << r.why;
+  const double f = r.values["interconnect_factor_needed"].get<double>();
+  EXPECT_GT(f, 0);
+  EXPECT_LT(f, 1);
+  // Claim 14 at scale: TP 8 on 1024 GPUs, batch 2048: dp = 128 / pp, so m = 16 pp; the simulated
+  // bubble stays under 25 % at every depth, and grows with it.
+  const json& at = rows.at(14).values["at_scale"];
+  ASSERT_GE(at.size(), 4u);
+  double prev = 0;
+  for (const json& d : at) {
+    EXPECT_EQ(d["micro_batches"].get<int>(), 16 * d["pp"].get<int>()) << d.dump();
+    EXPECT_LT(d["bubble"].get<double>(), 0.25) << d.dump();
+    EXPECT_GT(d["bubble"].get<double>(), prev) << d.dump();
+    prev = d["bubble"].get<double>();
+  }
 }
 
 // Claim 20: the stale methods' mean speed-up over sync from the comm_efficiency records. 25 % over the
@@ -283,15 +340,15 @@ TEST(Claims, MoeMemoryFollowsTheTotalNotTheActiveParameters) {
   EXPECT_EQ(r.verdict, "holds only if");
 }
 
-// Adding a claim is adding an entry: a 20th one, reusing an evaluator, is evaluated too; a
+// Adding a claim is adding an entry: a 23rd one, reusing an evaluator, is evaluated too; a
 // missing input is an InputError naming it.
 TEST(Claims, AddingAnEntry) {
   json cat = catalog();
-  cat["claims"].push_back({{"id", 21}, {"claim", "Adam's state is twice the fp32 weights."}, {"figures", "2x"},
+  cat["claims"].push_back({{"id", 23}, {"claim", "Adam's state is twice the fp32 weights."}, {"figures", "2x"},
                            {"conditions", "fp32"}, {"method", "analytic"}, {"evaluator", "optimizer_ratio"},
                            {"tolerance", 0.05}, {"inputs", {{"ratio", 2}}}});
   const auto rows = evaluate_claims(cat, nullptr);
-  ASSERT_EQ(rows.size(), 21u);
+  ASSERT_EQ(rows.size(), 23u);
   EXPECT_EQ(rows.back().verdict, "holds");
   cat["claims"].back()["inputs"] = json::object();
   try {
