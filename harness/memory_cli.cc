@@ -6,6 +6,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "harness/cli_text.h"
 #include "harness/config.h"
 #include "kernels/error.h"
 #include "reference/memory_model.h"
@@ -65,18 +66,9 @@ constexpr const char* kCats[] = {"param", "grad", "master_param", "optimizer_sta
 constexpr MemCategory kCatIds[] = {MemCategory::param,           MemCategory::grad,       MemCategory::master_param,
                                    MemCategory::optimizer_state, MemCategory::activation, MemCategory::workspace};
 
-std::string fmt(const char* f, ...) {
-  char b[1024];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(b, sizeof b, f, ap);
-  va_end(ap);
-  return b;
-}
-
-bool given(const CLI::App& sub, const char* opt) { return sub.count(opt) > 0; }
-// A layout option's flag, from the one table of layout spellings (suites/layout_config.h).
-const char* flag(LayoutKey k) { return spelling(k).memory_flag; }
+using cli::flag;
+using cli::fmt;
+using cli::given;
 
 void positive(const CLI::App& sub, const char* opt, long long v, long long min = 1) {
   if (given(sub, opt) && v < min) throw InputError(std::string(opt) + " must be >= " + std::to_string(min) + ", got " + std::to_string(v));

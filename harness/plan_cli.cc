@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include "harness/cli_text.h"
 #include "harness/hardware_file.h"
 #include "harness/memory_cli.h"
 #include "kernels/error.h"
@@ -21,17 +22,9 @@ namespace {
 
 constexpr double kGiB = 1073741824.0;
 
-std::string fmt(const char* f, ...) {
-  char b[1024];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(b, sizeof b, f, ap);
-  va_end(ap);
-  return b;
-}
-
-bool given(const CLI::App& sub, const char* opt) { return sub.count(opt) > 0; }
-const char* flag(LayoutKey k) { return spelling(k).memory_flag; }
+using cli::flag;
+using cli::fmt;
+using cli::given;
 
 // The model and its name: a named one (--seq at most its T), or the shape given.
 GptConfig resolve_plan_model(const CLI::App& sub, const PlanArgs& a, std::string* name) {

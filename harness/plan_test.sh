@@ -8,7 +8,7 @@ dtbench="$1"; mpirun="$2"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-small=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq 64 --global-batch 8 --precision fp32)
+small=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq 64 --global-batch 8 --precision fp32 --top 100)
 "$mpirun" -np 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" plan --calibrate "$tmp/hw.json" \
   --gpus 2 "${small[@]}" --json >"$tmp/plan1.json" 2>"$tmp/err1" ||
   { echo "FAIL: plan --calibrate:"; cat "$tmp/err1"; exit 1; }

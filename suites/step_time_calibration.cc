@@ -97,7 +97,6 @@ double timed(Communicator& comm, int samples, int inner, const std::function<voi
   return m;
 }
 
-constexpr double kColdBytes = 16.0 * (1 << 20);  // more than a core's L2 (2 MiB here, 1-2 MiB on servers)
 const std::vector<double> kSizes = {64, 4096, 65536, 1 << 20};  // bytes
 
 // Seconds per call of `call` as the ranks share the machine: after one untimed call, k calls back
@@ -128,22 +127,13 @@ template <typename T>
 void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibrationSpec& spec, StepTimeHardware& hw) {
   int64_t n = 1, rows = 1;
   for (const StepOp& o : spec.ops) n = std::max(n, op_elems(o)), rows = std::max(rows, o.dims[0]);
-  // Rotating scratch sets, together larger than the caches a core has (kColdBytes): each call
-  // reads and writes another set, as a step streams through its activations and weights; one set
-  // would stay in L1 and time tiny ops up to 1.6x fast (measured on the 2-core CI machine).
-  const double set_bytes = double(n) * (5 * sizeof(T) + 3 * sizeof(float));
-  const int nsets = int(std::clamp(std::ceil(kColdBytes / set_bytes), 1.0, 64.0));
-  std::vector<std::unique_ptr<Scratch<T>>> sets;
-  for (int i = 0; i < nsets; ++i) sets.push_back(std::make_unique<Scratch<T>>(dev, n, rows));
-  size_t turn = 0;
-  auto next = [&]() -> const Scratch<T>& { return *sets[turn++ % sets.size()]; };
-  const Scratch<T>& s = *sets[0];
+  const Scratch<T> s(dev, n, rows);
   std::array<double, 3> flops{}, secs{};  // gemm, attention (by Kind); memory is fitted below
   std::vector<double> mem_bytes, mem_s;
   for (const StepOp& o : spec.ops) {
     const std::string key = o.key(spec.precision);
     if (hw.op_seconds.count(key)) continue;
-    const double t = throughput_time(comm, [&] { run_op(ops, o, next(), spec.precision); }, [&] { ops.synchronize(); },
+    const double t = throughput_time(comm, [&] { run_op(ops, o, s, spec.precision); }, [&] { ops.synchronize(); },
                                      spec.window_s);
     hw.op_seconds[key] = t;
     if (o.kind == StepOp::Kind::memory) {

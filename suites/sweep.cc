@@ -171,7 +171,7 @@ struct Params {
     json s = json::array();
     for (const LayoutSpec& x : specs) s.push_back(dtb::to_json(x));
     return {{"model", dtb::to_json(st.model)}, {"train", dtb::to_json(st.cfg)}, {"layouts", layouts}, {"specs", s},
-            {"skipped", skipped}};
+            {"skipped", skipped}, {"max_mape", max_mape}};
   }
 };
 
