@@ -5,12 +5,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <set>
 
 #include <fmt/printf.h>
 
 #include "harness/claims_evaluators.h"
+#include "harness/config.h"
 #include "harness/source_dir.h"
 #include "kernels/error.h"
 
@@ -84,12 +86,11 @@ json load_claims_catalog(const std::string& path) {
       throw InputError("claims catalog " + path + (std::filesystem::exists(path, ec) ? ": not a regular file" : ": no such file"));
   std::ifstream f(path);
   if (!f) throw InputError("claims catalog " + path + ": cannot open");
-  json cat;
-  try {
-    cat = json::parse(f);
-  } catch (const json::parse_error& e) {
-    throw InputError("claims catalog " + path + ": malformed JSON (" + e.what() + ")");
-  }
+  // The project's strict reader (harness/config.h): a key twice in one object, a number beyond
+  // double's range and deep nesting are refused, naming the file.
+  std::stringstream text;
+  text << f.rdbuf();
+  const json cat = parse_json_input(text.str(), "claims catalog " + path);
   if (!cat.is_object() || !cat.contains("claims") || !cat["claims"].is_array())
     throw InputError("claims catalog " + path + ": expected an object with a \"claims\" array");
   std::set<int> ids;

@@ -10,6 +10,7 @@
 #include "harness/memory_cli.h"
 #include "kernels/error.h"
 #include "reference/planner.h"
+#include "suites/layout_config.h"
 
 namespace dtb::claims_impl {
 
@@ -28,6 +29,14 @@ struct Scale {
   PlanRequest req;
 };
 
+// An integer input in [lo, hi]. Errors: InputError naming it.
+int whole(const nlohmann::json& in, const char* key, int lo, int hi) {
+  const double x = num(in, key);
+  if (!in[key].is_number_integer() || x < lo || x > hi)
+    throw InputError(fmt("claims: input '%s' must be an integer in [%d, %d], got %s", key, lo, hi, in[key].dump().c_str()));
+  return int(x);
+}
+
 // The entry's model, GPU count and hardware as a plan request (bf16, GPT-3's batch for the size).
 Scale scale_of(const nlohmann::json& in) {
   Scale s;
@@ -36,7 +45,7 @@ Scale scale_of(const nlohmann::json& in) {
   s.hw_name = str(in, "hardware");
   s.hw = load_hardware_file(resolve_hardware_file(s.hw_name), s.hw_name);
   s.req.model = m.cfg;
-  s.req.gpus = int(num(in, "gpus"));
+  s.req.gpus = whole(in, "gpus", 1, 1 << 20);
   s.req.precision = Precision::bf16;
   s.req.micro_batch_size = 1;
   s.req.global_batch = default_global_batch(m.cfg, m.cfg.T, s.req.gpus, 1);
@@ -75,8 +84,15 @@ StepTimeHardware slower_links(StepTimeHardware hw, double f) {
 // at which it would reach the claim, found by bisection.
 void parallelism_speedup(const nlohmann::json& in, double tol, const Measured&, ClaimResult& r) {
   const double claim = num(in, "speedup");
+  if (!(claim > 0)) throw InputError(fmt("claims: input 'speedup' must be > 0, got %g", claim));
   Scale s = scale_of(in);
-  const std::string want = in.value("layout", "");
+  const std::string want = in.contains("layout") ? str(in, "layout") : "";
+  if (!want.empty()) {  // a layout of the GPUs, in the sweep's spelling (TP2xPP2xDP2)
+    const LayoutSpec spec = parse_layout_spec(want, "claims: input 'layout'");
+    if (spec.l.world() != s.req.gpus)
+      throw InputError(fmt("claims: input 'layout' %s uses %d GPUs, not the entry's gpus = %d", want.c_str(),
+                           int(spec.l.world()), s.req.gpus));
+  }
   const std::vector<PlanCandidate> all = plan_layouts(s.req, s.hw.planner());
   const PlanCandidate* dp = best(all, pure_dp);
   const PlanCandidate* mine = best(all, [&](const PlanCandidate& c) {
@@ -164,7 +180,7 @@ void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, C
   evaluators().at("bubble")(in, tol, ms, r);
   Scale s = scale_of(in);
   const double bound = num(in, "bubble");
-  s.req.tp = int(num(in, "tp"));
+  s.req.tp = whole(in, "tp", 1, s.req.gpus);
   std::string line;
   nlohmann::json depths = nlohmann::json::array();
   bool over_beyond = true, any = false;

@@ -226,7 +226,7 @@ expect_error "--report $tmp/nonexistent.json: no such file" claims --report "$tm
 expect_error "not a regular file" claims --report "$tmp"
 expect_error "malformed JSON" claims --report "$tmp/malformed.json"
 expect_error "not a dtbench report" claims --report "$tmp/not_object.json"
-expect_error "claims catalog $tmp/malformed.json: malformed JSON" claims --catalog "$tmp/malformed.json"
+expect_error "malformed JSON in claims catalog $tmp/malformed.json" claims --catalog "$tmp/malformed.json"
 printf '{"claims": [{"id": 1, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic", "evaluator": "nosuch", "tolerance": 0.1}]}' >"$tmp/bad_catalog.json"
 expect_error "unknown evaluator 'nosuch'" claims --catalog "$tmp/bad_catalog.json"
 
@@ -243,7 +243,7 @@ expect_error "\"ranks_per_node\" must be an integer" plan --model 10b --gpus 8 -
 expect_error "\"memory.gb_per_s\" must be > 0, got 0" plan --model 10b --gpus 8 --hardware "$tmp/hw_zero.json"
 expect_error "hardware file $tmp/nonexistent.json: no such file" plan --model 10b --gpus 8 --hardware "$tmp/nonexistent.json"
 expect_error "--hardware 'a100-40g': no such file and no named hardware (did you mean a100-40gb?)" plan --model 10b --gpus 8 --hardware a100-40g
-expect_error "$tmp/malformed.json: malformed JSON" plan --model 10b --gpus 8 --hardware "$tmp/malformed.json"
+expect_error "malformed JSON in hardware file $tmp/malformed.json" plan --model 10b --gpus 8 --hardware "$tmp/malformed.json"
 expect_error "no layout of gpt3-175b on 8 GPUs fits 40.0 GiB: the smallest needs" plan --model gpt3-175b --gpus 8 --hardware a100-40gb
 expect_error "--tp 4 does not divide --gpus 6" plan --model 10b --gpus 6 --tp 4 --hardware a100-40gb
 expect_error "--gpus must be >= 1, got 0" plan --model 10b --gpus 0 --hardware a100-40gb
@@ -255,6 +255,32 @@ expect_error "moe-6b is an MoE model" plan --model moe-6b --gpus 8 --hardware a1
 expect_error "--gpus is required" plan --model 10b --hardware a100-40gb
 expect_error "--hardware is required (or --calibrate FILE)" plan --model 10b --gpus 8
 expect_error "give --hardware FILE or --calibrate FILE, not both" plan --calibrate "$tmp/cal.json" --hardware a100-40gb
+# ... a key twice, a number past double's range, an achievable rate above the peak, a figure no
+# machine has; sizes past any model's (the plan's time grows with them); the scale claims' inputs.
+sed 's/"ranks_per_node": 8,/"ranks_per_node": 8, "ranks_per_node": 2,/' "$hw" >"$tmp/hw_dup.json"
+sed 's/"device_memory_gib": 40,/"device_memory_gib": 1e400,/' "$hw" >"$tmp/hw_1e400.json"
+sed 's/"tflops": 234/"tflops": 1000/' "$hw" >"$tmp/hw_over_peak.json"
+sed 's/"device_memory_gib": 40,/"device_memory_gib": 1e300,/' "$hw" >"$tmp/hw_huge.json"
+expect_error "hardware file $tmp/hw_dup.json: key 'ranks_per_node' appears twice in one object" plan --model 10b --gpus 8 --hardware "$tmp/hw_dup.json"
+expect_error "hardware file $tmp/hw_1e400.json: number overflow" plan --model 10b --gpus 8 --hardware "$tmp/hw_1e400.json"
+expect_error "\"gemm.bf16.tflops\" = 1000.000000 exceeds \"peak_tflops.bf16\" = 312.000000" plan --model 10b --gpus 8 --hardware "$tmp/hw_over_peak.json"
+expect_error "\"device_memory_gib\" = 1e+300 is outside [1e-06, 1e+07]" plan --model 10b --gpus 8 --hardware "$tmp/hw_huge.json"
+expect_error "--global-batch must be in [1, 1048576], got 2147483647" plan --model 1b --gpus 8 --global-batch 2147483647 --hardware a100-40gb
+expect_error "--layers must be in [1, 4096], got 100000" plan --layers 100000 --hidden 64 --heads 4 --gpus 8 --hardware a100-40gb
+expect_error "--micro-batch-size must be in [1, 65536], got 1000000000" plan --model 1b --gpus 8 --micro-batch-size 1000000000 --hardware a100-40gb
+python3 - "$(dirname "$0")/claims.json" "$tmp" <<'PY'
+import json, sys
+cat = json.load(open(sys.argv[1]))
+for name, key, value in (("gpus0", "gpus", 0), ("speedneg", "speedup", -17), ("layout", "layout", "TP3xPP2xDP2")):
+    c = json.loads(json.dumps(cat))
+    for e in c["claims"]:
+        if e["id"] == 22:
+            e["inputs"][key] = value
+    json.dump(c, open(f"{sys.argv[2]}/claims_{name}.json", "w"))
+PY
+expect_error "claims: input 'gpus' must be an integer in [1, 1048576], got 0" claims --catalog "$tmp/claims_gpus0.json"
+expect_error "claims: input 'speedup' must be > 0, got -17" claims --catalog "$tmp/claims_speedneg.json"
+expect_error "claims: input 'layout' TP3xPP2xDP2 uses 12 GPUs, not the entry's gpus = 8" claims --catalog "$tmp/claims_layout.json"
 # dtbench validate: bad usage before anything runs.
 expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "harness/config.h"
 #include "harness/source_dir.h"
@@ -16,6 +17,7 @@ using nlohmann::json;
 namespace {
 
 constexpr double kGiB = 1073741824.0;
+constexpr double kMinRate = 1e-6, kMaxValue = 1e7;  // a positive figure's range, in the file's units
 constexpr const char* kPrecisions[] = {"fp32", "bf16", "fp16"};  // index int(Precision)
 constexpr const char* kTopKeys[] = {"name",      "description", "device_memory_gib", "ranks_per_node",
                                     "peak_tflops", "gemm",       "attention",          "memory",
@@ -66,12 +68,17 @@ class Obj {
     }
     return *it;
   }
+  // A number in the file's units: > 0 (or >= 0), and within [kMinRate, kMaxValue] for a positive
+  // one, at most kMaxValue otherwise: beyond them no real machine lies, and the plan's
+  // arithmetic would print inf or 1e300-second steps.
   double number(const std::string& k, bool positive) {
     const json& v = at(k);
     if (!v.is_number()) fail(in_quotes(key(k)) + " must be a number, got " + std::string(v.type_name()));
     const double x = v.get<double>();
     if (!std::isfinite(x) || (positive ? !(x > 0) : x < 0))
       fail(in_quotes(key(k)) + " must be " + (positive ? "> 0" : ">= 0") + ", got " + v.dump());
+    if (x > kMaxValue || (positive && x < kMinRate))
+      fail(in_quotes(key(k)) + " = " + v.dump() + " is outside [" + (positive ? "1e-06" : "0") + ", 1e+07]");
     return x;
   }
   int integer(const std::string& k, int min) {
@@ -147,6 +154,12 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   peak.done();
   s.hw.gemm = per_precision(top.object("gemm"));
   s.hw.attention = per_precision(top.object("attention"));
+  for (size_t p = 0; p < 3; ++p)  // achievable is at most the peak: MFU stays <= 100 %
+    for (const auto& [what, ab] : {std::pair{"gemm", s.hw.gemm[p]}, std::pair{"attention", s.hw.attention[p]}})
+      if (ab.per_s > s.peak_flops[p] * (1 + 1e-12))
+        top.fail(in_quotes(std::string(what) + "." + kPrecisions[p] + ".tflops") + " = " + std::to_string(ab.per_s / 1e12) +
+                 " exceeds " + in_quotes(std::string("peak_tflops.") + kPrecisions[p]) + " = " +
+                 std::to_string(s.peak_flops[p] / 1e12));
   s.hw.memory = alpha_rate(top.object("memory"), "gb_per_s", kGiga);
   const json& coll = top.at("collectives");
   if (!coll.is_array() || coll.empty()) top.fail("\"collectives\" must be a non-empty array of fits");
@@ -215,13 +228,11 @@ HardwareSpec load_hardware_file(const std::string& path, const std::string& wher
     throw InputError("hardware file " + where + (std::filesystem::exists(path, ec) ? ": not a regular file" : ": no such file"));
   std::ifstream f(path);
   if (!f) throw InputError("hardware file " + where + ": cannot open");
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::parse_error& e) {
-    throw InputError(where + ": malformed JSON (" + e.what() + ")");
-  }
-  return hardware_from_json(j, where);
+  // The project's strict reader (harness/config.h): a key twice in one object, a number beyond
+  // double's range and deep nesting are refused, naming the file.
+  std::stringstream text;
+  text << f.rdbuf();
+  return hardware_from_json(parse_json_input(text.str(), "hardware file " + where), where);
 }
 
 void write_hardware_file(const std::string& path, const HardwareSpec& s) {

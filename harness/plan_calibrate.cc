@@ -2,6 +2,7 @@
 // world's ranks and written as a hardware file, for plans of the machine at hand.
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include "harness/hardware_file.h"
@@ -38,7 +39,7 @@ HardwareSpec calibrate_hardware(Communicator& world) {
     s.hw.attention[i] = hw.attention[i];
     // No published peak for a CPU: one rank's GEMM rate alone on a core (the shared rate times
     // the ranks per core), so that MFU reads as a fraction of what sgemm reaches here.
-    s.peak_flops[i] = hw.gemm[i].per_s * hw.ranks_per_core;
+    s.peak_flops[i] = std::max(hw.gemm[i].per_s, hw.attention[i].per_s) * hw.ranks_per_core;
   }
   s.hw.op_seconds.clear();
   s.hw.ranks_per_node = n;  // one machine

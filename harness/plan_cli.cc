@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "harness/cli_text.h"
@@ -127,7 +128,12 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
     throw InputError(std::string(flag(LayoutKey::zero_stage)) + " must be 0-3, got " + std::to_string(a.zero_stage));
   r.tp = a.tp, r.pp = a.pp, r.dp = a.dp, r.zero_stage = a.zero_stage;
   json notes = json::array();
-  if (r.gpus >= 1 && r.micro_batch_size >= 1 && !given(sub, "--global-batch")) {
+  if (r.micro_batch_size < 1 || r.micro_batch_size > (1 << 16))
+    throw InputError("--micro-batch-size must be in [1, 65536], got " + std::to_string(r.micro_batch_size));
+  if (r.gpus >= 1 && r.gpus <= kMaxPlanGpus && !given(sub, "--global-batch")) {
+    if (int64_t(r.gpus) * r.micro_batch_size > (1 << 20))
+      throw InputError("--gpus x --micro-batch-size = " + std::to_string(int64_t(r.gpus) * r.micro_batch_size) +
+                       " sequences is more than a global batch may be (1048576)");
     r.global_batch = default_global_batch(r.model, r.tokens(), r.gpus, r.micro_batch_size);
     notes.push_back(fmt("global batch %d sequences (default: GPT-3's batch for a model of this size, Brown et al. 2020 "
                         "Table 2.1, rounded up to a multiple of N x micro-batch size so that every dp divides it)",
@@ -139,6 +145,12 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   const std::string path = resolve_hardware_file(a.hardware);
   const std::string where = path == a.hardware ? path : std::filesystem::path(path).filename().string();
   const HardwareSpec hw = load_hardware_file(path, where);
+  bool inter = false;
+  for (const CollectiveFit& f : hw.hw.collectives) inter = inter || f.link == LinkClass::inter_node;
+  if (!inter && hw.hw.ranks_per_node > 0 && r.gpus > hw.hw.ranks_per_node)
+    throw InputError(fmt("%s has no inter-node collective fit: it plans one node of ranks_per_node = %d GPUs at most, "
+                         "not --gpus %d",
+                         where.c_str(), hw.hw.ranks_per_node, r.gpus));
   const std::vector<PlanCandidate> all = plan_layouts(r, hw.planner());
   if (all.empty())
     throw InputError(fmt("no layout of %s on %d GPUs: tp must divide --gpus and the heads (%d), pp --gpus / tp and the "
@@ -238,13 +250,32 @@ int cmd_plan(Communicator& world, const CLI::App& sub, const PlanArgs& args, boo
   if (given(sub, "--calibrate")) {
     if (a.calibrate.empty()) throw InputError("--calibrate is empty");
     if (given(sub, "--hardware")) throw InputError("give --hardware FILE or --calibrate FILE, not both");
+    // Rank 0 writes; every rank learns whether it could, before measuring and after, so that
+    // an unwritable path ends the whole job with one line rather than leaving ranks waiting.
+    auto agree = [&](const std::string& why) {
+      double bad = why.empty() ? 0 : 1;
+      world.all_reduce(&bad, &bad, 1, DType::f64, ReduceOp::max);
+      if (bad > 0) throw InputError(why.empty() ? "plan --calibrate: rank 0 could not write " + a.calibrate : why);
+    };
+    std::string why;
+    if (world.rank() == 0) {
+      std::error_code ec;
+      const bool existed = std::filesystem::exists(a.calibrate, ec);
+      if (!std::ofstream(a.calibrate, std::ios::app)) why = "hardware file " + a.calibrate + ": cannot write";
+      else if (!existed) std::filesystem::remove(a.calibrate, ec);
+    }
+    agree(why);
     const HardwareSpec hw = calibrate_hardware(world);
     if (world.rank() == 0) {
-      write_hardware_file(a.calibrate, hw);
-      if (print)  // on stderr under --json, which keeps stdout one document
+      try {
+        write_hardware_file(a.calibrate, hw);
+      } catch (const InputError& e) {
+        why = e.what();
+      }
+      if (print && why.empty())  // on stderr under --json, which keeps stdout one document
         std::fprintf(a.json ? stderr : stdout, "# wrote %s: %s\n", a.calibrate.c_str(), hw.description.c_str());
     }
-    world.barrier();
+    agree(why);
     if (!given(sub, "--gpus")) return 0;
     a.hardware = a.calibrate;
   } else {

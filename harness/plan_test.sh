@@ -28,6 +28,18 @@ assert p1["layouts"] == p2["layouts"], "the plan on the written file differs fro
 assert all(c["step_s"] > 0 and 0 < c["mfu"] < 1 for c in p1["layouts"]), p1["layouts"][0]
 print(f"plan --calibrate ok: {len(names)} layouts of the small GPT on 2 calibrated ranks, best {names[0]}")
 PY
+# A path rank 0 cannot write ends the whole 2-rank job (no rank left waiting), one line, exit 2;
+# a calibrated file of one node plans no more GPUs than it has.
+rc=0
+timeout 60 "$mpirun" -np 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" plan \
+  --calibrate "$tmp/no/such/dir/hw.json" >"$tmp/out4" 2>"$tmp/err4" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "hardware file $tmp/no/such/dir/hw.json: cannot write" "$tmp/err4" ||
+  { echo "FAIL: plan --calibrate to an unwritable path exited $rc (124: a hang):"; cat "$tmp/err4"; exit 1; }
+rc=0
+"$dtbench" plan --hardware "$tmp/hw.json" --gpus 4 "${small[@]}" >"$tmp/out5" 2>"$tmp/err5" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "has no inter-node collective fit: it plans one node of ranks_per_node = 2 GPUs at most" "$tmp/err5" ||
+  { echo "FAIL: a 2-rank calibration planned 4 GPUs, exit $rc:"; cat "$tmp/err5"; exit 1; }
+echo "plan --calibrate to an unwritable path: exit 2 on both ranks; --gpus 4 on a 2-rank file refused"
 # One rank has no collective to fit: refused, one line, exit 2.
 rc=0
 "$dtbench" plan --calibrate "$tmp/one.json" >"$tmp/out3" 2>"$tmp/err3" || rc=$?

@@ -135,8 +135,17 @@ void validate_plan_request(const PlanRequest& r) {
   };
   need(r.model.moe.num_experts == 0, "plan: MoE models are not modelled (the step-time model is dense only)");
   need(r.gpus >= 1, "--gpus must be >= 1, got " + std::to_string(r.gpus));
-  need(r.global_batch >= 1, "--global-batch must be >= 1, got " + std::to_string(r.global_batch));
-  need(r.micro_batch_size >= 1, "--micro-batch-size must be >= 1, got " + std::to_string(r.micro_batch_size));
+  // Sizes past these are no model anyone trains, and the plan's time grows with them (the
+  // schedule simulates every micro-batch; the memory plan every layer; 12 L C^2 must fit int64).
+  auto in_range = [&](const char* what, int64_t v, int64_t hi) {
+    need(v >= 1 && v <= hi, std::string(what) + " must be in [1, " + std::to_string(hi) + "], got " + std::to_string(v));
+  };
+  in_range("--gpus", r.gpus, kMaxPlanGpus);
+  in_range("--micro-batch-size", r.micro_batch_size, 1 << 16);
+  in_range("--global-batch", r.global_batch, 1 << 20);
+  in_range("--layers", r.model.L, 4096);
+  in_range("--hidden", r.model.C, 1 << 17);
+  in_range("--vocab", r.model.V, 1 << 24);
   need(r.seq_len >= 0 && r.tokens() <= r.model.T,
        "--seq " + std::to_string(r.seq_len) + " must be in [1, " + std::to_string(r.model.T) + "] (the model's T)");
   int64_t fixed = 1;

@@ -62,8 +62,13 @@ int padded_vocab(int V, int tp);
 /// dp divides it.
 int default_global_batch(const GptConfig& model, int seq_len, int gpus, int micro_batch_size);
 
+/// The largest GPU count a plan takes.
+inline constexpr int kMaxPlanGpus = 1 << 20;
+
 /// Refuses, with an InputError naming the value, a request no layout can satisfy: gpus < 1, a
-/// batch or sequence size < 1 or seq_len > T, a fixed tp / pp / dp < 1 or not dividing gpus
+/// batch or sequence size < 1 or seq_len > T; sizes past what any model trains (gpus over 2^20,
+/// micro-batch size over 2^16, global batch over 2^20 sequences, L over 4096, C over 2^17, V over
+/// 2^24: the plan's time grows with them and 12 L C^2 must fit int64), a fixed tp / pp / dp < 1 or not dividing gpus
 /// (nor their product), a zero stage outside 0-3 (or >= 1 with dp fixed at 1), an MoE model
 /// (the step-time model is dense only), an invalid GptConfig.
 void validate_plan_request(const PlanRequest& r);
