@@ -52,7 +52,9 @@ std::string in_quotes(const std::string& text) {
 class Obj {
  public:
   Obj(const json& j, std::string path, const std::string& where) : j_(j), path_(std::move(path)), where_(where) {
-    if (!j.is_object()) fail(in_quotes(path_) + " must be an object, got " + std::string(j.type_name()));
+    if (!j.is_object())
+      fail((path_.empty() ? std::string("the document") : in_quotes(path_)) + " must be an object, got " +
+           std::string(j.type_name()));
   }
   [[noreturn]] void fail(const std::string& what) const { throw InputError(where_ + ": " + what); }
   std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
