@@ -3,7 +3,6 @@
 // step-time and memory models at sizes no machine here has.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "harness/claims_evaluators.h"
 #include "harness/hardware_file.h"
@@ -199,7 +198,6 @@ void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, C
   if (!any) return;
   r.computed += fmt("; the planner's simulated bubble for %s on %d x %s at TP%d, batch %d: %s", s.model_name.c_str(),
                     s.req.gpus, s.hw_name.c_str(), s.req.tp, s.req.global_batch, line.c_str());
-  r.measured = r.measured.empty() ? "" : r.measured;
   r.why += fmt("; at a real batch (%d sequences) depth > 4 stays %s %.0f%%: m grows as dp shrinks", s.req.global_batch,
                over_beyond ? "above" : "under", 100 * bound);
 }
