@@ -11,6 +11,7 @@
 #include "kernels/slowdown.h"
 #include "kernels/timer.h"
 #include "reference/progress.h"
+#include "reference/zero.h"
 
 namespace dtb {
 
@@ -217,8 +218,7 @@ TrainRun train_local_steps(Gpt<T>& model, const Dataset& data, const TrainConfig
       ops.copy_from_host(model.params(), w[r].data(), N * sizeof(T));
       loss += replica_gradients(model, data, cfg, s, r, R);
       ops.copy_to_host(g.data(), model.grads(), N * sizeof(T));
-      double sq = 0;
-      for (T x : g) sq += double(x) * double(x);
+      const double sq = masked_sq_sum(g.data(), nullptr, g.size(), 1.0f);
       sq_sum += sq;
       if (cfg.grad_clip > 0) ops.scale(model.grads(), T(clip_coefficient(std::sqrt(sq), cfg.grad_clip)), N);
       opt[r]->step(model.params(), model.grads());
@@ -258,6 +258,7 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
   StaleQueue<T> stale{k, {}};
   TrainRun run;
   double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
+  std::vector<T> g(model.num_params());  // the step's gradient on the host; kept: no page faults per step
   for (int s = 0; s < cfg.steps; ++s) {
     StepTiming tm;
     const double cpu0 = step_slowdown != 1.0 ? thread_cpu_seconds() : 0;
@@ -266,15 +267,13 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
     run.losses.push_back(compute_gradients(model, data, cfg, s, dp, &tm, spans));
     Stopwatch opt_sw;
     auto optim = span_scope(spans, "compute.optimizer", s);
-    std::vector<T> g(model.num_params());
     model.ops().copy_to_host(g.data(), model.grads(), g.size() * sizeof(T));
     // Stale gradients: this step's gradient joins the queue, the one of step s - k leaves it.
     const bool apply = k == 0 || stale.take(g, s, model, cfg.dp_sync.delay_compensation);
     if (!apply) {
       run.grad_norms.push_back(std::numeric_limits<double>::quiet_NaN());  // no update before step k
     } else {  // the global norm, every step; the gradients are replicated after the DP all-reduce
-      double sq = 0;
-      for (T x : g) sq += double(x) * double(x);
+      const double sq = masked_sq_sum(g.data(), nullptr, g.size(), 1.0f);  // out of line: its sum in a register
       run.grad_norms.push_back(std::sqrt(sq));
       if (cfg.grad_clip > 0)
         model.ops().scale(model.grads(), T(clip_coefficient(std::sqrt(sq), cfg.grad_clip)), model.num_params());
