@@ -93,6 +93,7 @@ json load_claims_catalog(const std::string& path) {
   const json cat = parse_json_input(text.str(), "claims catalog " + path);
   if (!cat.is_object() || !cat.contains("claims") || !cat["claims"].is_array())
     throw InputError("claims catalog " + path + ": expected an object with a \"claims\" array");
+  if (cat["claims"].empty()) throw InputError("claims catalog " + path + ": the \"claims\" array is empty");
   std::set<int> ids;
   for (const json& e : cat["claims"]) {
     const std::string where = "claims catalog " + path + ": entry " + (e.is_object() && e.contains("id") ? e["id"].dump() : "?");

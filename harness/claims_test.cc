@@ -303,6 +303,7 @@ TEST(Claims, CatalogValidation) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"{", "malformed JSON"},
       {R"({"claim": []})", "\"claims\" array"},
+      {R"({"claims": []})", "array is empty"},
       {R"({"claims": [)" + ok_entry + "," + ok_entry + "]}", "duplicate id"},
       {R"({"claims": [{"id": 2, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
            "evaluator": "no_such", "tolerance": 0.1}]})", "unknown evaluator 'no_such'"},
