@@ -70,6 +70,10 @@ struct StepTimeHardware {
   /// Measured seconds of op instances by key (StepOp::key): where present they replace the
   /// rate formula (the machine at hand, timed at the layout's own shapes).
   std::map<std::string, double> op_seconds{};
+  /// The ops run one after another (as a step runs them) over the sum of their own loops' times,
+  /// at least 1: what a step's op-to-op switches cost beyond each op timed alone. A calibration
+  /// has already multiplied op_seconds and the rates above by it; kept to be reported.
+  double op_sequence_factor = 1;
 };
 
 /// What one step trains: the model, the layout (tp, pp, dp, sp, schedule, virtual stages;

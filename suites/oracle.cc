@@ -273,6 +273,15 @@ std::vector<double> slowest_step_times(const LayoutOutcome& out, Communicator& w
   return slowest;
 }
 
+double step_period(const LayoutOutcome& out, Communicator& world) {
+  if (out.timings.size() < 2) throw InputError("step_period: needs 2 or more steps (step 0 allocates)");
+  double sum = 0;
+  for (size_t s = 1; s < out.timings.size(); ++s) sum += out.timings[s].step_s;
+  double period = sum / double(out.timings.size() - 1);
+  world.all_reduce(&period, &period, 1, DType::f64, ReduceOp::max);
+  return period;
+}
+
 TimedDpSetup timed_dp_setup(const nlohmann::json& s, const nlohmann::json& config, const std::string& path,
                             int world_size) {
   TimedDpSetup t;

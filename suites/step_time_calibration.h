@@ -30,6 +30,9 @@ struct StepTimeCalibrationSpec {
 ///    rank at once and closed by a barrier: the throughput the ranks get together, so that ranks
 ///    sharing cores (more ranks than cores) see the ops slow down as in training; the largest
 ///    over ranks;
+///  - op_sequence_factor: every op of spec.ops once, in order, over a loop of 4 spec.window_s, over
+///    the sum of the ops' own times (at least 1); op_seconds and the fits below are multiplied by
+///    it, so that an op costs what it costs between other ops, as in a step;
 ///  - gemm, attention: the rate fitted to those times (total FLOPs / total seconds, alpha 0);
 ///    memory: alpha-beta fitted to the memory-bound ops' (bytes, seconds);
 ///  - collectives: for every group size g > 1 dividing the world, the all-reduce over groups of

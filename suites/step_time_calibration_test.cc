@@ -6,8 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "kernels/comm/communicator.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/timer.h"
+#include "reference/counting_ops_test_util.h"
 #include "kernels/error.h"
 #include "suites/suite.h"
 
@@ -66,6 +71,49 @@ TEST(StepTimeCalibration, MeasuresEveryOpAndGroupAlikeOnEveryRank) {
   EXPECT_GT(t.step_s, t.pipeline_s);
   const nlohmann::json j = step_time_hardware_json(hw);
   EXPECT_EQ(j.at("op_us").size(), hw.op_seconds.size());
+}
+
+// The ops in sequence cost what a switch between ops costs: ops that spin 50 us whenever the op
+// before was another (and nothing more when the same op repeats, as in each op's own loop) give a
+// factor of at least 1 + (switches x 50 us, less a fifth for the clock) / the loops' sum; every
+// op's time carries it. Plain CPU ops give a factor >= 1 (the bound is taken).
+TEST(StepTimeCalibration, OpsInSequenceCarryTheSwitchCost) {
+  auto world = make_mpi_world();
+  StepTimeInput in;
+  in.model = GptConfig{.L = 1, .C = 32, .NH = 4, .T = 16, .V = 64};
+  in.global_batch = 2 * world->size(), in.micro_batches = 2, in.seq_len = 16;
+  in.layout.dp = world->size();
+  StepTimeCalibrationSpec spec;
+  spec.ops = step_ops(in);
+  spec.samples = 3, spec.window_s = 0.002;
+  CpuDevice device;
+  CpuOps<float> cpu;
+  CountingOps<float> ops(cpu);
+  std::string last;
+  constexpr double kSwitch = 50e-6;
+  ops.on_call = [&](const char* op) {
+    if (op != last) {
+      Stopwatch sw;
+      while (sw.elapsed() < kSwitch) {
+      }
+    }
+    last = op;
+  };
+  PrecisionOps po;
+  po.fp32 = &ops;
+  const StepTimeHardware hw = calibrate_step_time(*world, device, po, spec);
+  double scaled = 0;
+  for (const StepOp& o : spec.ops) scaled += hw.op_seconds.at(o.key(Precision::fp32));
+  const double looped = scaled / hw.op_sequence_factor;
+  double switches = 0;  // ops whose predecessor in the (repeated) sequence is another op
+  for (size_t i = 0; i < spec.ops.size(); ++i)
+    switches += spec.ops[i].name != spec.ops[(i + spec.ops.size() - 1) % spec.ops.size()].name;
+  std::printf("op_sequence_factor %.3f: %zu ops, %.0f switches, loops' sum %.1f us, in sequence %.1f us\n",
+              hw.op_sequence_factor, spec.ops.size(), switches, looped * 1e6, scaled * 1e6);
+  EXPECT_GE(hw.op_sequence_factor, 1 + 0.8 * switches * kSwitch / looped);
+  EXPECT_EQ(step_time_hardware_json(hw).at("op_sequence_factor").get<double>(), hw.op_sequence_factor);
+  const StepTimeHardware plain = calibrate_step_time(*world, device, PrecisionOps{}, spec);
+  EXPECT_GE(plain.op_sequence_factor, 1.0);
 }
 
 }  // namespace

@@ -314,6 +314,7 @@ class SweepSuite : public Suite {
                       .recompute = spec.recompute, .device = ctx.device, .ops = precision_ops(be),
                       .host = world, .device_comm = &comm, .data = *ctx.dataset, .spans = &rec});
       const std::vector<double> slowest = slowest_step_times(out, world);
+      const double period = step_period(out, world);
       // This rank's shares of its step time, over the steps after the first: idle from the
       // spans (gaps between compute and messages), communication from the trainer's
       // timing (TP all-reduces, pipeline messages incl. the wait, DP reductions and gathers).
@@ -356,13 +357,14 @@ class SweepSuite : public Suite {
       const ParallelLayout& l = spec.l;
       const int m = st.cfg.micro_batches;
       const double bubble = l.pp > 1 ? pipeline_bubble_theory(l.schedule, l.pp, m, l.virtual_stages) : 0.0;
-      json rec_json = benchmark_record("sweep/" + text, t.n, 1, t.median, t.median, "ms");
+      json rec_json = benchmark_record("sweep/" + text, t.n, 1, period, period, "ms");
       rec_json["layout"] = text;
       rec_json["ranks"] = world.size();
       add_layout_fields(rec_json, spec);
       rec_json[spelling(LayoutKey::micro_batches).field_key] = m;
       rec_json["step_time_ms"] = to_json(t, 1e3);
-      rec_json["tokens_per_s"] = tokens / t.median;
+      rec_json["step_period_ms"] = period * 1e3;
+      rec_json["tokens_per_s"] = tokens / period;
       rec_json["peak_bytes_per_rank"] = peak;
       rec_json["peak_host_bytes_per_rank"] = host_peak;
       rec_json["busiest_rank"] = busiest;
@@ -374,9 +376,9 @@ class SweepSuite : public Suite {
       rec_json["final_loss"] = out.losses.back();
       if (std::isfinite(predicted[li])) {
         rec_json["predicted_step_time_ms"] = predicted[li] * 1e3;
-        rec_json["prediction_error"] = (predicted[li] - t.median) / t.median;
+        rec_json["prediction_error"] = (predicted[li] - period) / period;
         rec_json["predicted_terms_ms"] = terms_json(terms[li]);
-        pred_ok.push_back(predicted[li]), meas_ok.push_back(t.median);
+        pred_ok.push_back(predicted[li]), meas_ok.push_back(period);
       } else {
         rec_json["prediction_skipped"] = not_modelled[li];
       }
@@ -385,12 +387,12 @@ class SweepSuite : public Suite {
                                       "every rank's losses finite (0 when so)"));
       char line[300];
       std::snprintf(line, sizeof line, "   %-26s %9.0f  %8.2f  %14.2f  %16.3f  %6.3f  %6.3f", text.c_str(),
-                    tokens / t.median, t.median * 1e3, peak / (1024.0 * 1024.0), bubble, idle_mean, comm_mean);
+                    tokens / period, period * 1e3, peak / (1024.0 * 1024.0), bubble, idle_mean, comm_mean);
       char a2a[16] = "";
       if (moe) std::snprintf(a2a, sizeof a2a, "  %6.3f", rec_json["all_to_all_fraction"].get<double>());
       char pred[48] = "            -        -";
       if (std::isfinite(predicted[li]))
-        std::snprintf(pred, sizeof pred, "  %12.2f  %+6.1f%%", predicted[li] * 1e3, 100 * (predicted[li] - t.median) / t.median);
+        std::snprintf(pred, sizeof pred, "  %12.2f  %+6.1f%%", predicted[li] * 1e3, 100 * (predicted[li] - period) / period);
       ctx.print(std::string(line) + a2a + pred);
     }
     if (world.rank() == 0) {
@@ -399,7 +401,8 @@ class SweepSuite : public Suite {
       for (const auto& x : skipped)
         ctx.print("#  not applicable: " + x.at("layout").get<std::string>() + " (" + x.at("reason").get<std::string>() +
                   ")");
-      ctx.print("# step: median of the slowest rank's step time after the first; peak: the busiest rank's device "
+      ctx.print("# step: the step period, the slowest rank's mean step time after the first (step_time_ms in the "
+                "report: the per-step slowest rank's, whose median jitter raises); peak: the busiest rank's device "
                 "bytes, all categories at once; idle and comm: shares of the ranks' step time (mean over ranks; "
                 "a pipeline receive counts its wait as comm)" +
                 std::string(moe ? "; a2a: an MoE layer's dispatch and combine (all_to_allv), apart from comm" : ""));

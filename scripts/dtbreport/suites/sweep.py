@@ -12,6 +12,7 @@ PLOTS = ("sweep",)
 METRICS = {
     "peak_bytes_per_rank": metric(LOWER, "B", note="sweep: the busiest rank's"),
     "peak_host_bytes_per_rank": metric(LOWER, "B", note="sweep: the largest over ranks"),
+    "step_period_ms": metric(LOWER, "ms", note="sweep: the slowest rank's mean step time after the first"),
     "idle_fraction": metric(INFO, "fraction", note="sweep"),
     "busiest_rank": metric(INFO, "rank", note="sweep"),
     "predicted_step_time_ms": metric(INFO, "ms", note="sweep: the step-time model's (docs/plan.md)"),
@@ -37,7 +38,7 @@ def render(r, recs, cs, data):
     theory = any("bubble" not in b and "bubble_theory" in b for b in recs)
     host = any(num(b.get("peak_host_bytes_per_rank")) for b in recs)
     moe = any("all_to_all_fraction" in b for b in recs)
-    headers = ["layout", "ranks", "TP×DP×PP", unit("tokens_per_s", SUITE), f"step ({unit('step_time_ms', SUITE)})",
+    headers = ["layout", "ranks", "TP×DP×PP", unit("tokens_per_s", SUITE), f"step period ({unit('step_period_ms', SUITE)})",
                "peak bytes per rank"]
     headers += ["peak host bytes"] if host else []
     headers += ["bubble (theory)" if theory else "bubble", "idle share", "comm share"]
@@ -51,7 +52,8 @@ def render(r, recs, cs, data):
         bubble = num(b.get("bubble", b.get("bubble_theory")))
         dims = f"{b['tp']}×{b.get('dp', '?')}×{b['pp']}" if "tp" in b and "pp" in b else "–"
         row = [f"`{lay}`", fmt(b.get("ranks")), dims, fmt(num(b.get("tokens_per_s")), 5),
-               fmt_timing(b.get("step_time_ms")), fmt_bytes(num(b.get("peak_bytes_per_rank")))]
+               fmt(num(b.get("step_period_ms")), 4) if "step_period_ms" in b else fmt_timing(b.get("step_time_ms")),
+               fmt_bytes(num(b.get("peak_bytes_per_rank")))]
         row += [fmt_bytes(num(b.get("peak_host_bytes_per_rank")))] if host else []
         row += [fmt_pct(bubble) if bubble is not None else "–", fmt_pct(num(b.get("idle_fraction"))),
                 fmt_pct(num(b.get("comm_fraction")))]
