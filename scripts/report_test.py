@@ -352,7 +352,7 @@ class ReportScript(BadInput, unittest.TestCase):
         if "sweep" in have:
             self.assertIn("sweep", plots_of(out, "c"))
             sweep = md[md.index("\n## sweep\n"):]
-            self.assertIn("| layout | ranks | TP×DP×PP | tokens/s | step (ms) | peak bytes per rank |", sweep)
+            self.assertIn("| layout | ranks | TP×DP×PP | tokens/s | step period (ms) | peak bytes per rank |", sweep)
             for b in r["benchmarks"]:
                 if b["name"] == "sweep/step_time_model":  # the model's summary, below the table
                     self.assertIn("Step-time model (docs/plan.md)", sweep)

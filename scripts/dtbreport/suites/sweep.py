@@ -38,8 +38,9 @@ def render(r, recs, cs, data):
     theory = any("bubble" not in b and "bubble_theory" in b for b in recs)
     host = any(num(b.get("peak_host_bytes_per_rank")) for b in recs)
     moe = any("all_to_all_fraction" in b for b in recs)
-    headers = ["layout", "ranks", "TP×DP×PP", unit("tokens_per_s", SUITE), f"step period ({unit('step_period_ms', SUITE)})",
-               "peak bytes per rank"]
+    period = all("step_period_ms" in b for b in recs)  # reports before it carry the median step only
+    step_col = f"step period ({unit('step_period_ms', SUITE)})" if period else f"step ({unit('step_time_ms', SUITE)})"
+    headers = ["layout", "ranks", "TP×DP×PP", unit("tokens_per_s", SUITE), step_col, "peak bytes per rank"]
     headers += ["peak host bytes"] if host else []
     headers += ["bubble (theory)" if theory else "bubble", "idle share", "comm share"]
     headers += ["all-to-all share"] if moe else []
@@ -52,7 +53,7 @@ def render(r, recs, cs, data):
         bubble = num(b.get("bubble", b.get("bubble_theory")))
         dims = f"{b['tp']}×{b.get('dp', '?')}×{b['pp']}" if "tp" in b and "pp" in b else "–"
         row = [f"`{lay}`", fmt(b.get("ranks")), dims, fmt(num(b.get("tokens_per_s")), 5),
-               fmt(num(b.get("step_period_ms")), 4) if "step_period_ms" in b else fmt_timing(b.get("step_time_ms")),
+               fmt(num(b.get("step_period_ms")), 4) if period else fmt_timing(b.get("step_time_ms")),
                fmt_bytes(num(b.get("peak_bytes_per_rank")))]
         row += [fmt_bytes(num(b.get("peak_host_bytes_per_rank")))] if host else []
         row += [fmt_pct(bubble) if bubble is not None else "–", fmt_pct(num(b.get("idle_fraction"))),
@@ -75,7 +76,9 @@ def render(r, recs, cs, data):
             notes.append(f"{word}: `{b.get('layout', b['name'])}`")
     if notes:
         r.doc.p("; ".join(notes).capitalize()[:1] + "; ".join(notes)[1:] + ".")
-    r.doc.p("Step: the median of the slowest rank's step time; peak: the busiest rank's device bytes, all "
+    r.doc.p(("Step period: the slowest rank's mean step time after the first (step_time_ms has each step's "
+             "slowest rank); " if period else "Step: the median of the slowest rank's step time; ") +
+            "peak: the busiest rank's device bytes, all "
                "categories at once; idle and comm: shares of the ranks' step time, mean over ranks." +
                (" All-to-all: an MoE layer's dispatch and combine, apart from comm." if moe else "") +
                (" The bubble is the schedule's closed form, not a measurement; a pipeline rank waiting for a "
