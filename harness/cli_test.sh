@@ -268,6 +268,14 @@ expect_error "\"device_memory_gib\" = 1e+300 is outside [1e-06, 1e+07]" plan --m
 expect_error "--global-batch must be in [1, 1048576], got 2147483647" plan --model 1b --gpus 8 --global-batch 2147483647 --hardware a100-40gb
 expect_error "--layers must be in [1, 4096], got 100000" plan --layers 100000 --hidden 64 --heads 4 --gpus 8 --hardware a100-40gb
 expect_error "--micro-batch-size must be in [1, 65536], got 1000000000" plan --model 1b --gpus 8 --micro-batch-size 1000000000 --hardware a100-40gb
+# A plan past the hardware file's largest collective fit (1024 ranks inter-node) says it extrapolates;
+# one within the fits does not.
+"$dtbench" plan --model 1b --gpus 2048 --hardware a100-80gb --top 1 >"$tmp/plan_big.txt" 2>&1 &&
+  grep -q "all-reduce fits go up to 1024 ranks: groups of up to 2048 here" "$tmp/plan_big.txt" ||
+  { echo "FAIL: plan on 2048 GPUs does not say it extrapolates:"; cat "$tmp/plan_big.txt"; exit 1; }
+"$dtbench" plan --model 1b --gpus 8 --hardware a100-80gb --top 1 >"$tmp/plan_small.txt" 2>&1 &&
+  ! grep -q "extrapolation" "$tmp/plan_small.txt" ||
+  { echo "FAIL: plan on 8 GPUs says it extrapolates (or failed):"; cat "$tmp/plan_small.txt"; exit 1; }
 python3 - "$(dirname "$0")/claims.json" "$tmp" <<'PY'
 import json, sys
 cat = json.load(open(sys.argv[1]))

@@ -175,6 +175,18 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   notes.push_back(fmt("vocabulary %d padded to a multiple of 128 x tp as Megatron-LM's --make-vocab-size-divisible-by "
                       "128 does: %s; MFU counts the unpadded model's FLOPs",
                       r.model.V, padtext.c_str()));
+  // Groups larger than the file's largest collective fit on their link are priced with that fit
+  // (reference/step_time_model.h collective_seconds): said, as an extrapolation.
+  const bool multi_node = hw.hw.ranks_per_node > 0 && r.gpus > hw.hw.ranks_per_node;
+  const LinkClass far = multi_node ? LinkClass::inter_node : LinkClass::intra_node;
+  int largest_fit = 0, largest_group = r.gpus;  // the step's scalar all-reduces span every GPU
+  for (const CollectiveFit& f : hw.hw.collectives)
+    if (f.link == far) largest_fit = std::max(largest_fit, f.group);
+  if (largest_fit > 0 && largest_group > largest_fit)
+    notes.push_back(fmt("%s's %s all-reduce fits go up to %d ranks: groups of up to %d here (data-parallel groups, the "
+                        "step's scalar reductions) are priced with that fit's latency and bus bandwidth, an "
+                        "extrapolation",
+                        where.c_str(), multi_node ? "inter-node" : "intra-node", largest_fit, largest_group));
 
   json j;
   const GptConfig& m = r.model;
