@@ -233,15 +233,14 @@ expect_error "unknown evaluator 'nosuch'" claims --catalog "$tmp/bad_catalog.jso
 # dtbench plan: a hardware file missing a field, with an unknown key, a wrong type or a rate <= 0;
 # a missing hardware file or name; a model that fits no layout; N not factorable into the layout.
 hw="$(dirname "$0")/hardware/a100-40gb.json"
-sed 's/"gb_per_s": 1244/"gb_per_sec": 1244/' "$hw" >"$tmp/hw_key.json"
+# hw_case NAME SED WANT: a100-40gb.json edited by SED into hw_NAME.json, 10b planned on it: the error WANT.
+hw_case() { sed "$2" "$hw" >"$tmp/hw_$1.json"; expect_error "$3" plan --model 10b --gpus 8 --hardware "$tmp/hw_$1.json"; }
 grep -v '"gb_per_s": 1244' "$hw" | sed 's/"alpha_us": 3,/"alpha_us": 3/' >"$tmp/hw_missing.json"
-sed 's/"ranks_per_node": 8/"ranks_per_node": "8"/' "$hw" >"$tmp/hw_type.json"
-sed 's/"gb_per_s": 1244/"gb_per_s": 0/' "$hw" >"$tmp/hw_zero.json"
 expect_error "hw_missing.json: missing \"memory.gb_per_s\"" plan --model 10b --gpus 8 --hardware "$tmp/hw_missing.json"
-expect_error "missing \"memory.gb_per_s\" (found \"memory.gb_per_sec\": misspelt?)" plan --model 10b --gpus 8 --hardware "$tmp/hw_key.json"
-expect_error "\"ranks_per_node\" must be an integer" plan --model 10b --gpus 8 --hardware "$tmp/hw_type.json"
-expect_error "\"memory.gb_per_s\" must be > 0, got 0" plan --model 10b --gpus 8 --hardware "$tmp/hw_zero.json"
-expect_error "hardware file $tmp/nonexistent.json: no such file" plan --model 10b --gpus 8 --hardware "$tmp/nonexistent.json"
+hw_case key 's/"gb_per_s": 1244/"gb_per_sec": 1244/' "missing \"memory.gb_per_s\" (found \"memory.gb_per_sec\": misspelt?)"
+hw_case type 's/"ranks_per_node": 8/"ranks_per_node": "8"/' "\"ranks_per_node\" must be an integer"
+hw_case zero 's/"gb_per_s": 1244/"gb_per_s": 0/' "\"memory.gb_per_s\" must be > 0, got 0"
+expect_error "hardware file not found or unreadable: $tmp/nonexistent.json" plan --model 10b --gpus 8 --hardware "$tmp/nonexistent.json"
 expect_error "--hardware 'a100-40g': no such file and no named hardware (did you mean a100-40gb?)" plan --model 10b --gpus 8 --hardware a100-40g
 expect_error "malformed JSON in hardware file $tmp/malformed.json" plan --model 10b --gpus 8 --hardware "$tmp/malformed.json"
 expect_error "no layout of gpt3-175b on 8 GPUs fits 40.0 GiB: the smallest needs" plan --model gpt3-175b --gpus 8 --hardware a100-40gb
@@ -257,14 +256,11 @@ expect_error "--hardware is required (or --calibrate FILE)" plan --model 10b --g
 expect_error "give --hardware FILE or --calibrate FILE, not both" plan --calibrate "$tmp/cal.json" --hardware a100-40gb
 # ... a key twice, a number past double's range, an achievable rate above the peak, a figure no
 # machine has; sizes past any model's (the plan's time grows with them); the scale claims' inputs.
-sed 's/"ranks_per_node": 8,/"ranks_per_node": 8, "ranks_per_node": 2,/' "$hw" >"$tmp/hw_dup.json"
-sed 's/"device_memory_gib": 40,/"device_memory_gib": 1e400,/' "$hw" >"$tmp/hw_1e400.json"
-sed 's/"tflops": 234/"tflops": 1000/' "$hw" >"$tmp/hw_over_peak.json"
-sed 's/"device_memory_gib": 40,/"device_memory_gib": 1e300,/' "$hw" >"$tmp/hw_huge.json"
-expect_error "hardware file $tmp/hw_dup.json: key 'ranks_per_node' appears twice in one object" plan --model 10b --gpus 8 --hardware "$tmp/hw_dup.json"
-expect_error "hardware file $tmp/hw_1e400.json: number overflow" plan --model 10b --gpus 8 --hardware "$tmp/hw_1e400.json"
-expect_error "\"gemm.bf16.tflops\" = 1000.000000 exceeds \"peak_tflops.bf16\" = 312.000000" plan --model 10b --gpus 8 --hardware "$tmp/hw_over_peak.json"
-expect_error "\"device_memory_gib\" = 1e+300 is outside [1e-06, 1e+07]" plan --model 10b --gpus 8 --hardware "$tmp/hw_huge.json"
+hw_case dup 's/"ranks_per_node": 8,/"ranks_per_node": 8, "ranks_per_node": 2,/' \
+  "hardware file $tmp/hw_dup.json: key 'ranks_per_node' appears twice in one object"
+hw_case 1e400 's/"device_memory_gib": 40,/"device_memory_gib": 1e400,/' "hardware file $tmp/hw_1e400.json: number overflow"
+hw_case over_peak 's/"tflops": 234/"tflops": 1000/' "\"gemm.bf16.tflops\" = 1000.000000 exceeds \"peak_tflops.bf16\" = 312.000000"
+hw_case huge 's/"device_memory_gib": 40,/"device_memory_gib": 1e300,/' "\"device_memory_gib\" = 1e+300 is outside [1e-06, 1e+07]"
 expect_error "--global-batch must be in [1, 1048576], got 2147483647" plan --model 1b --gpus 8 --global-batch 2147483647 --hardware a100-40gb
 expect_error "--layers must be in [1, 4096], got 100000" plan --layers 100000 --hidden 64 --heads 4 --gpus 8 --hardware a100-40gb
 expect_error "--micro-batch-size must be in [1, 65536], got 1000000000" plan --model 1b --gpus 8 --micro-batch-size 1000000000 --hardware a100-40gb

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "harness/config.h"
 #include "harness/source_dir.h"
@@ -225,16 +224,10 @@ json hardware_to_json(const HardwareSpec& s) {
 
 HardwareSpec load_hardware_file(const std::string& path, const std::string& where_arg) {
   const std::string where = where_arg.empty() ? path : where_arg;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError("hardware file " + where + (std::filesystem::exists(path, ec) ? ": not a regular file" : ": no such file"));
-  std::ifstream f(path);
-  if (!f) throw InputError("hardware file " + where + ": cannot open");
-  // The project's strict reader (harness/config.h): a key twice in one object, a number beyond
-  // double's range and deep nesting are refused, naming the file.
-  std::stringstream text;
-  text << f.rdbuf();
-  return hardware_from_json(parse_json_input(text.str(), "hardware file " + where), where);
+  // The project's reader and strict parser (harness/config.h): a missing, odd or oversized file,
+  // a key twice in one object, a number beyond double's range and deep nesting are refused.
+  return hardware_from_json(parse_json_input(read_input_file(path, "hardware", size_t(1) << 20), "hardware file " + where),
+                            where);
 }
 
 void write_hardware_file(const std::string& path, const HardwareSpec& s) {

@@ -43,8 +43,10 @@ nlohmann::json hardware_to_json(const HardwareSpec& s);
 /// alpha < 0, a group < 2, a link other than intra_node / inter_node.
 HardwareSpec hardware_from_json(const nlohmann::json& j, const std::string& where);
 
-/// Reads and parses `path`. `where` names it in messages (the path when empty). Errors: InputError
-/// for a missing or unreadable file, malformed JSON, and hardware_from_json's.
+/// Reads and parses `path` (read_input_file: a readable regular file of at most 1 MiB). `where`
+/// names it in messages (the path when empty). Errors: InputError for a missing, unreadable or
+/// oversized file ("hardware file not found or unreadable: <path>"), malformed JSON, a duplicated
+/// key (parse_json_input), and hardware_from_json's.
 HardwareSpec load_hardware_file(const std::string& path, const std::string& where = "");
 
 /// Writes hardware_to_json(s) to `path` (indented, newline-terminated). Errors: InputError when

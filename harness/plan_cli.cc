@@ -128,12 +128,14 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
     throw InputError(std::string(flag(LayoutKey::zero_stage)) + " must be 0-3, got " + std::to_string(a.zero_stage));
   r.tp = a.tp, r.pp = a.pp, r.dp = a.dp, r.zero_stage = a.zero_stage;
   json notes = json::array();
-  if (r.micro_batch_size < 1 || r.micro_batch_size > (1 << 16))
-    throw InputError("--micro-batch-size must be in [1, 65536], got " + std::to_string(r.micro_batch_size));
+  // The default global batch is computed before validate_plan_request sees the request: its
+  // operands' bounds first.
+  if (r.micro_batch_size < 1 || r.micro_batch_size > kMaxPlanMicroBatchSize)
+    throw InputError(fmt("--micro-batch-size must be in [1, %d], got %d", kMaxPlanMicroBatchSize, r.micro_batch_size));
   if (r.gpus >= 1 && r.gpus <= kMaxPlanGpus && !given(sub, "--global-batch")) {
-    if (int64_t(r.gpus) * r.micro_batch_size > (1 << 20))
-      throw InputError("--gpus x --micro-batch-size = " + std::to_string(int64_t(r.gpus) * r.micro_batch_size) +
-                       " sequences is more than a global batch may be (1048576)");
+    if (int64_t(r.gpus) * r.micro_batch_size > kMaxPlanGlobalBatch)
+      throw InputError(fmt("--gpus x --micro-batch-size = %lld sequences is more than a global batch may be (%d)",
+                           (long long)(int64_t(r.gpus) * r.micro_batch_size), kMaxPlanGlobalBatch));
     r.global_batch = default_global_batch(r.model, r.tokens(), r.gpus, r.micro_batch_size);
     notes.push_back(fmt("global batch %d sequences (default: GPT-3's batch for a model of this size, Brown et al. 2020 "
                         "Table 2.1, rounded up to a multiple of N x micro-batch size so that every dp divides it)",
@@ -145,9 +147,10 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   const std::string path = resolve_hardware_file(a.hardware);
   const std::string where = path == a.hardware ? path : std::filesystem::path(path).filename().string();
   const HardwareSpec hw = load_hardware_file(path, where);
+  const bool multi_node = hw.hw.ranks_per_node > 0 && r.gpus > hw.hw.ranks_per_node;
   bool inter = false;
   for (const CollectiveFit& f : hw.hw.collectives) inter = inter || f.link == LinkClass::inter_node;
-  if (!inter && hw.hw.ranks_per_node > 0 && r.gpus > hw.hw.ranks_per_node)
+  if (!inter && multi_node)
     throw InputError(fmt("%s has no inter-node collective fit: it plans one node of ranks_per_node = %d GPUs at most, "
                          "not --gpus %d",
                          where.c_str(), hw.hw.ranks_per_node, r.gpus));
@@ -177,16 +180,15 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
                       r.model.V, padtext.c_str()));
   // Groups larger than the file's largest collective fit on their link are priced with that fit
   // (reference/step_time_model.h collective_seconds): said, as an extrapolation.
-  const bool multi_node = hw.hw.ranks_per_node > 0 && r.gpus > hw.hw.ranks_per_node;
   const LinkClass far = multi_node ? LinkClass::inter_node : LinkClass::intra_node;
-  int largest_fit = 0, largest_group = r.gpus;  // the step's scalar all-reduces span every GPU
+  int largest_fit = 0;
   for (const CollectiveFit& f : hw.hw.collectives)
     if (f.link == far) largest_fit = std::max(largest_fit, f.group);
-  if (largest_fit > 0 && largest_group > largest_fit)
+  if (largest_fit > 0 && r.gpus > largest_fit)  // the step's scalar all-reduces span every GPU
     notes.push_back(fmt("%s's %s all-reduce fits go up to %d ranks: groups of up to %d here (data-parallel groups, the "
                         "step's scalar reductions) are priced with that fit's latency and bus bandwidth, an "
                         "extrapolation",
-                        where.c_str(), multi_node ? "inter-node" : "intra-node", largest_fit, largest_group));
+                        where.c_str(), multi_node ? "inter-node" : "intra-node", largest_fit, r.gpus));
 
   json j;
   const GptConfig& m = r.model;

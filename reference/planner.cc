@@ -141,8 +141,8 @@ void validate_plan_request(const PlanRequest& r) {
     need(v >= 1 && v <= hi, std::string(what) + " must be in [1, " + std::to_string(hi) + "], got " + std::to_string(v));
   };
   in_range("--gpus", r.gpus, kMaxPlanGpus);
-  in_range("--micro-batch-size", r.micro_batch_size, 1 << 16);
-  in_range("--global-batch", r.global_batch, 1 << 20);
+  in_range("--micro-batch-size", r.micro_batch_size, kMaxPlanMicroBatchSize);
+  in_range("--global-batch", r.global_batch, kMaxPlanGlobalBatch);
   in_range("--layers", r.model.L, 4096);
   in_range("--hidden", r.model.C, 1 << 17);
   in_range("--vocab", r.model.V, 1 << 24);

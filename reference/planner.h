@@ -62,8 +62,9 @@ int padded_vocab(int V, int tp);
 /// dp divides it.
 int default_global_batch(const GptConfig& model, int seq_len, int gpus, int micro_batch_size);
 
-/// The largest GPU count a plan takes.
-inline constexpr int kMaxPlanGpus = 1 << 20;
+/// The largest GPU count, micro-batch size and global batch (sequences) a plan takes
+/// (validate_plan_request).
+inline constexpr int kMaxPlanGpus = 1 << 20, kMaxPlanMicroBatchSize = 1 << 16, kMaxPlanGlobalBatch = 1 << 20;
 
 /// Refuses, with an InputError naming the value, a request no layout can satisfy: gpus < 1, a
 /// batch or sequence size < 1 or seq_len > T; sizes past what any model trains (gpus over 2^20,
