@@ -47,7 +47,7 @@ HardwareSpec calibrate_hardware(Communicator& world) {
   auto positive = [](const char* what, double rate) {
     if (!(rate > 0))
       throw std::runtime_error(std::string("plan --calibrate: the ") + what +
-                               " fit found no bandwidth (times that do not grow with size: a machine too noisy?)");
+                               " fit found no bandwidth in 4 rounds of timing (times that do not grow with size: a machine too busy?)");
   };
   positive("memory-bound ops'", s.hw.memory.per_s);
   positive("send/receive", s.hw.p2p_intra.per_s);

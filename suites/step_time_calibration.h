@@ -3,6 +3,7 @@
 // all-reduce and send/receive timed at a few sizes over groups of the world and fitted to
 // alpha-beta — every rank measuring at once, as the ranks train. Not the model; not a suite.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,7 +45,9 @@ struct StepTimeCalibrationSpec {
 ///  - host_link: copy_to_host of 4 KiB and 1 MiB; host_pass: masked_sq_sum (reference/zero.h)
 ///    over the largest optimizer op's element count and an eighth of it; both as the ops, over a
 ///    window on every rank at once.
-/// Fits minimise the squared relative error (small messages count as much as large).
+/// Fits minimise the squared relative error (small messages count as much as large); the memory,
+/// collective, p2p and host fits time their sizes again when a fit finds no bandwidth
+/// (fit_alpha_beta_retimed).
 /// Errors: InputError for a precision whose ops the backend lacks on a non-CPU device.
 StepTimeHardware calibrate_step_time(Communicator& comm, Device& device, const PrecisionOps& ops,
                                      const StepTimeCalibrationSpec& spec);
@@ -58,5 +61,16 @@ nlohmann::json step_time_hardware_json(const StepTimeHardware& hw);
 /// t_i)^2, with alpha >= 0 and per > 0 (a non-positive slope gives per 0: the size costs
 /// nothing). Errors: InputError for fewer than two points or a time <= 0.
 AlphaBeta fit_alpha_beta(const std::vector<double>& x, const std::vector<double>& t);
+
+/// fit_alpha_beta over times measured by `time_at(i)` (seconds per call at size x[i]), timed
+/// again when the fit finds no bandwidth: other work on the machine (a busy CI runner) can leave
+/// a small size slower than a large one. Each round times every size once more and keeps each
+/// size's least time (the one least disturbed); it stops at the first fit with a bandwidth, or
+/// after `rounds` rounds with the last fit (per 0; the caller says whether that is an error). A
+/// quiet machine costs one round, as a single fit. time_at must give every rank the same time
+/// (reduced over the ranks, as the calibration's timers do), so that every rank times the same
+/// rounds. Errors: InputError for rounds < 1, and fit_alpha_beta's.
+AlphaBeta fit_alpha_beta_retimed(const std::vector<double>& x, const std::function<double(size_t)>& time_at,
+                                 int rounds = 4);
 
 }  // namespace dtb

@@ -30,6 +30,27 @@ TEST(StepTimeCalibration, FitRecoversExactPoints) {
   EXPECT_THROW(fit_alpha_beta({1, 2}, {1, 0}), InputError);
 }
 
+// A busy machine's first round: the small size disturbed (slower than the large), no bandwidth.
+// The sizes are timed again, each keeping its least time, until a fit has one; a quiet machine
+// costs one round; a machine that never settles gives per 0 after the rounds asked.
+TEST(StepTimeCalibration, FitTimesTheSizesAgainWhenItFindsNoBandwidth) {
+  const std::vector<double> x = {64, 1 << 20};
+  const std::vector<double> quiet = {1e-5 + 64 / 1e9, 1e-5 + (1 << 20) / 1e9};  // 10 us + 1 GB/s
+  int calls = 0;
+  auto busy_first = [&](size_t i) { return calls++ < 2 && i == 0 ? 5e-3 : quiet[i]; };  // a 5 ms slice
+  const AlphaBeta f = fit_alpha_beta_retimed(x, busy_first);
+  EXPECT_EQ(calls, 4);  // two rounds
+  EXPECT_NEAR(f.alpha_s, 1e-5, 1e-12);
+  EXPECT_NEAR(f.per_s, 1e9, 1e3);
+  calls = 0;
+  EXPECT_NEAR(fit_alpha_beta_retimed(x, [&](size_t i) { return ++calls, quiet[i]; }).per_s, 1e9, 1e3);
+  EXPECT_EQ(calls, 2);
+  calls = 0;
+  EXPECT_EQ(fit_alpha_beta_retimed(x, [&](size_t) { return ++calls, 3e-6; }, 3).per_s, 0);
+  EXPECT_EQ(calls, 6);
+  EXPECT_THROW(fit_alpha_beta_retimed(x, [](size_t) { return 1.0; }, 0), InputError);
+}
+
 TEST(StepTimeCalibration, MeasuresEveryOpAndGroupAlikeOnEveryRank) {
   auto world = make_mpi_world();
   const int n = world->size();
