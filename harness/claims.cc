@@ -95,11 +95,19 @@ json load_claims_catalog(const std::string& path) {
     const std::string method = e["method"];
     if (method != "analytic" && method != "suite" && method != "both")
       throw InputError(where + ": method '" + method + "' is not analytic, suite or both");
-    if (!evaluators().count(e["evaluator"].get<std::string>()))
+    const auto ev = evaluators().find(e["evaluator"].get<std::string>());
+    if (ev == evaluators().end())
       throw InputError(where + ": unknown evaluator '" + e["evaluator"].get<std::string>() + "'");
     if (!e.contains("tolerance") || !e["tolerance"].is_number() || !(e["tolerance"].get<double>() > 0))
       throw InputError(where + ": \"tolerance\" must be a number > 0");
     if (e.contains("inputs") && !e["inputs"].is_object()) throw InputError(where + ": \"inputs\" must be an object");
+    const json inputs = e.value("inputs", json::object());
+    for (const auto& [k, v] : inputs.items())
+      if (!ev->second.inputs.count(k)) {
+        std::string known;
+        for (const std::string& name : ev->second.inputs) known += (known.empty() ? "" : ", ") + name;
+        throw InputError(where + ": unknown input '" + k + "' (evaluator " + ev->first + " reads " + known + ")");
+      }
   }
   return cat;
 }
@@ -117,7 +125,7 @@ std::vector<ClaimResult> evaluate_claims(const json& catalog, const json* report
     r.measured = r.method == "analytic" ? "analytic only" : "";
     const auto it = evaluators().find(e.at("evaluator").get<std::string>());
     if (it == evaluators().end()) throw InputError("claims: unknown evaluator '" + e.at("evaluator").get<std::string>() + "'");
-    it->second(e.value("inputs", json::object()), e.at("tolerance").get<double>(), ms, r);
+    it->second.run(e.value("inputs", json::object()), e.at("tolerance").get<double>(), ms, r);
     if (r.measured.empty()) r.measured = ms.have ? "not measured by this report" : kNoReport;
     rows.push_back(std::move(r));
   }

@@ -32,9 +32,9 @@ struct ClaimResult {
 /// Reads and checks a catalog: a JSON object {"claims": [entry...]}, each entry with integer
 /// "id" (unique), strings "claim", "figures", "conditions", "method" (analytic | suite |
 /// both), "evaluator" (a name claims_evaluators.cc knows), number "tolerance" (> 0, relative) and an
-/// optional object "inputs"; at least one entry. The file is read by read_input_file (at most
-/// 1 MiB) and parsed by parse_json_input (a key twice refused). Errors: InputError naming the file
-/// and the entry.
+/// optional object "inputs" naming only inputs its evaluator reads; at least one entry. The file
+/// is read by read_input_file (at most 1 MiB) and parsed by parse_json_input (a key twice
+/// refused). Errors: InputError naming the file and the entry.
 nlohmann::json load_claims_catalog(const std::string& path);
 
 /// The catalog in the repository: DTB_CLAIMS_CATALOG when set, else harness/claims.json

@@ -570,15 +570,37 @@ void checkpoint_interval(const json& in, double tol, const Measured& ms, ClaimRe
 
 }  // namespace
 
-const std::map<std::string, Evaluator>& evaluators() {
-  static const std::map<std::string, Evaluator> table = {
-      {"model_states", model_states}, {"optimizer_ratio", optimizer_ratio}, {"dp_allreduce", dp_allreduce},
-      {"bubble", bubble},             {"gpu_only", gpu_only},               {"weight_share", weight_share},
-      {"zero_savings", zero_savings}, {"offload", offload},                 {"overlap", overlap},
-      {"per_gpu", per_gpu},           {"recompute", recompute},             {"fp16_comm", fp16_comm},
-      {"energy", energy},             {"moe_memory", moe_memory},           {"zero_bubble", zero_bubble},
-      {"checkpoint_interval", checkpoint_interval}, {"stale_gradients", stale_gradients},
-      {"parallelism_speedup", parallelism_speedup}, {"bubble_at_scale", bubble_at_scale}};
+const std::map<std::string, EvaluatorEntry>& evaluators() {
+  // Each evaluator with every input it reads (the optional ones too: model_states' batch, seq and
+  // gpu_gb, bubble's kind, gpu_only's per-`what` figures, parallelism_speedup's layout).
+  static const std::map<std::string, EvaluatorEntry> table = {
+      {"model_states",
+       {model_states, {"model", "weights_gb", "optimizer_gb", "grads_gb", "activations_gb", "batch", "seq", "gpu_gb"}}},
+      {"optimizer_ratio", {optimizer_ratio, {"ratio"}}},
+      {"dp_allreduce", {dp_allreduce, {"model", "gpus", "time_s", "busbw_GBps", "internode_busbw_GBps"}}},
+      {"bubble", {bubble, {"bubble", "stages", "kind"}}},
+      {"gpu_only",
+       {gpu_only,
+        {"what", "needs", "time_1_ms", "time_n_ms", "tp", "fp32_tflops", "tf32_tflops", "bf16_tflops", "speedup"}}},
+      {"weight_share", {weight_share, {"model", "tp", "pp", "dp", "share"}}},
+      {"zero_savings", {zero_savings, {"dp", "stage1", "stage2"}}},
+      {"offload", {offload, {"before_gb", "after_gb"}}},
+      {"overlap", {overlap, {"gain_low", "gain_high"}}},
+      {"per_gpu",
+       {per_gpu,
+        {"model", "tp", "pp", "dp", "weights_gb", "optimizer_gb", "activations_gb", "grads_gb", "micro_batches",
+         "zero_stage", "micro_batch_size"}}},
+      {"recompute", {recompute, {"model", "seq", "saving", "extra_compute"}}},
+      {"fp16_comm", {fp16_comm, {"bytes_fp32", "bytes_fp16"}}},
+      {"energy",
+       {energy,
+        {"megawatts", "days", "usd_per_kwh", "usd", "gpus", "gpu_tdp_w", "gpu_peak_tflops", "params", "tokens"}}},
+      {"moe_memory", {moe_memory, {"model", "memory_ratio"}}},
+      {"zero_bubble", {zero_bubble, {"stages", "micro_batches", "ratio"}}},
+      {"checkpoint_interval", {checkpoint_interval, {"mtbf_hours", "interval_hours"}}},
+      {"stale_gradients", {stale_gradients, {"gain"}}},
+      {"parallelism_speedup", {parallelism_speedup, {"model", "hardware", "gpus", "speedup", "layout"}}},
+      {"bubble_at_scale", {bubble_at_scale, {"bubble", "stages", "kind", "model", "hardware", "gpus", "tp"}}}};
   return table;
 }
 

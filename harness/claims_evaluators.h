@@ -1,10 +1,11 @@
 // The evaluators of `dtbench claims` (harness/claims.h), one function per kind of claim:
 // (the entry's inputs, its tolerance, what a report measured) -> the row's computed figures,
 // measured column and verdict. Internal to claims.cc and claims_evaluators.cc; adding an
-// evaluator is one function and one line in claims_evaluators.cc's table.
+// evaluator is one function and one line (its name, function and inputs) in claims_evaluators.cc's table.
 #pragma once
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,14 @@ void stale_gradients(const nlohmann::json& in, double tol, const Measured& ms, C
 void parallelism_speedup(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
 void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
 
-/// Evaluator name (the catalog's "evaluator") -> function.
-const std::map<std::string, Evaluator>& evaluators();
+/// An evaluator and the names of every input it reads: a catalog entry giving any other input
+/// is refused (a misspelt optional input would otherwise be ignored and its default used).
+struct EvaluatorEntry {
+  Evaluator run;
+  std::set<std::string> inputs;
+};
+
+/// Evaluator name (the catalog's "evaluator") -> its function and inputs.
+const std::map<std::string, EvaluatorEntry>& evaluators();
 
 }  // namespace dtb::claims_impl

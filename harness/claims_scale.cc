@@ -176,7 +176,7 @@ void parallelism_speedup(const nlohmann::json& in, double tol, const Measured&, 
 // model's best layout at each pipeline depth (inputs.tp fixed, dp = N / (tp pp), the batch GPT-3's),
 // so that the micro-batch count the batch gives is the one the depth meets.
 void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r) {
-  evaluators().at("bubble")(in, tol, ms, r);
+  evaluators().at("bubble").run(in, tol, ms, r);
   Scale s = scale_of(in);
   const double bound = num(in, "bubble");
   s.req.tp = whole(in, "tp", 1, s.req.gpus);

@@ -312,7 +312,10 @@ TEST(Claims, CatalogValidation) {
       {R"({"claims": [{"id": 2, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
            "evaluator": "energy", "tolerance": 0}]})", "tolerance"},
       {R"({"claims": [{"id": 2, "figures": "f", "conditions": "k", "method": "analytic",
-           "evaluator": "energy", "tolerance": 0.1}]})", "\"claim\" must be a string"}};
+           "evaluator": "energy", "tolerance": 0.1}]})", "\"claim\" must be a string"},
+      {R"({"claims": [{"id": 2, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "bubble", "tolerance": 0.1, "inputs": {"bubble": 0.25, "stages": 4, "knd": "depth"}}]})",
+       "unknown input 'knd' (evaluator bubble reads bubble, kind, stages)"}};
   for (const auto& [text, want] : bad) {
     try {
       load_claims_catalog(write_catalog(text));
