@@ -83,31 +83,50 @@ json load_claims_catalog(const std::string& path) {
   const json cat = parse_json_input(read_input_file(path, "claims catalog", size_t(1) << 20), "claims catalog " + path);
   if (!cat.is_object() || !cat.contains("claims") || !cat["claims"].is_array())
     throw InputError("claims catalog " + path + ": expected an object with a \"claims\" array");
+  for (const auto& [k, v] : cat.items())
+    if (k != "claims" && k != "description")
+      throw InputError("claims catalog " + path + ": unknown key '" + k + "' (a catalog has claims and description)");
   if (cat["claims"].empty()) throw InputError("claims catalog " + path + ": the \"claims\" array is empty");
-  std::set<int> ids;
+  std::set<int64_t> ids;
   for (const json& e : cat["claims"]) {
     const std::string where = "claims catalog " + path + ": entry " + (e.is_object() && e.contains("id") ? e["id"].dump() : "?");
     if (!e.is_object()) throw InputError(where + ": not an object");
-    if (!e.contains("id") || !e["id"].is_number_integer()) throw InputError(where + ": \"id\" must be an integer");
-    if (!ids.insert(e["id"].get<int>()).second) throw InputError(where + ": duplicate id");
-    for (const char* k : {"claim", "figures", "conditions", "method", "evaluator"})
-      if (!e.contains(k) || !e[k].is_string()) throw InputError(where + ": \"" + k + "\" must be a string");
+    for (const auto& [k, v] : e.items())
+      if (!std::set<std::string>{"id", "claim", "figures", "conditions", "method", "evaluator", "tolerance", "inputs"}
+               .count(k))
+        throw InputError(where + ": unknown key '" + k +
+                         "' (an entry has id, claim, figures, conditions, method, evaluator, tolerance, inputs)");
+    if (!e.contains("id") || !e["id"].is_number_integer() || e["id"].get<int64_t>() < 1 ||
+        e["id"].get<int64_t>() > 1000000 || (e["id"].is_number_unsigned() && e["id"].get<uint64_t>() > 1000000))
+      throw InputError(where + ": \"id\" must be an integer in [1, 1000000]");
+    if (!ids.insert(e["id"].get<int64_t>()).second) throw InputError(where + ": duplicate id");
+    for (const char* k : {"claim", "figures", "conditions", "method", "evaluator"}) {
+      if (!e.contains(k) || !e[k].is_string() || e[k].get<std::string>().empty())
+        throw InputError(where + ": \"" + k + "\" must be a non-empty string");
+      for (unsigned char c : e[k].get<std::string>())
+        if (c < 0x20) throw InputError(where + ": \"" + k + "\" has a control character (a line break?): one line");
+    }
     const std::string method = e["method"];
     if (method != "analytic" && method != "suite" && method != "both")
       throw InputError(where + ": method '" + method + "' is not analytic, suite or both");
     const auto ev = evaluators().find(e["evaluator"].get<std::string>());
     if (ev == evaluators().end())
       throw InputError(where + ": unknown evaluator '" + e["evaluator"].get<std::string>() + "'");
-    if (!e.contains("tolerance") || !e["tolerance"].is_number() || !(e["tolerance"].get<double>() > 0))
-      throw InputError(where + ": \"tolerance\" must be a number > 0");
+    if (!e.contains("tolerance") || !e["tolerance"].is_number() || !(e["tolerance"].get<double>() > 0) ||
+        !(e["tolerance"].get<double>() <= 10))
+      throw InputError(where + ": \"tolerance\" must be a number in (0, 10] (relative)");
     if (e.contains("inputs") && !e["inputs"].is_object()) throw InputError(where + ": \"inputs\" must be an object");
     const json inputs = e.value("inputs", json::object());
-    for (const auto& [k, v] : inputs.items())
-      if (!ev->second.inputs.count(k)) {
+    for (const auto& [k, v] : inputs.items()) {
+      const auto spec = ev->second.inputs.find(k);
+      if (spec == ev->second.inputs.end()) {
         std::string known;
-        for (const std::string& name : ev->second.inputs) known += (known.empty() ? "" : ", ") + name;
+        for (const auto& [name, s] : ev->second.inputs) known += (known.empty() ? "" : ", ") + name;
         throw InputError(where + ": unknown input '" + k + "' (evaluator " + ev->first + " reads " + known + ")");
       }
+      const std::string want = spec->second.check(v);
+      if (!want.empty()) throw InputError(where + ": input '" + k + "' must be " + want + ", got " + v.dump());
+    }
   }
   return cat;
 }
@@ -125,7 +144,13 @@ std::vector<ClaimResult> evaluate_claims(const json& catalog, const json* report
     r.measured = r.method == "analytic" ? "analytic only" : "";
     const auto it = evaluators().find(e.at("evaluator").get<std::string>());
     if (it == evaluators().end()) throw InputError("claims: unknown evaluator '" + e.at("evaluator").get<std::string>() + "'");
-    it->second.run(e.value("inputs", json::object()), e.at("tolerance").get<double>(), ms, r);
+    try {
+      it->second.run(e.value("inputs", json::object()), e.at("tolerance").get<double>(), ms, r);
+    } catch (const InputError& err) {  // an input refused by the model it feeds: name the entry
+      std::string what = err.what();
+      if (what.rfind("claims: ", 0) == 0) what = what.substr(8);
+      throw InputError("claims: entry " + std::to_string(r.id) + " (evaluator " + it->first + "): " + what);
+    }
     if (r.measured.empty()) r.measured = ms.have ? "not measured by this report" : kNoReport;
     rows.push_back(std::move(r));
   }

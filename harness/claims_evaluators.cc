@@ -34,7 +34,9 @@ constexpr double kGB = 1e9;
 GptConfig model_named(const std::string& name) {
   for (const NamedModel& m : named_models())
     if (m.name == name) return m.cfg;
-  throw InputError("claims: unknown model '" + name + "' (named models: gpt2-124m, 1b, 3b, 10b, gpt3-175b)");
+  std::string names;
+  for (const NamedModel& m : named_models()) names += (names.empty() ? "" : ", ") + m.name;
+  throw InputError("claims: unknown model '" + name + "' (named models: " + names + ")");
 }
 
 // The vocabulary padded to a multiple of 128 tp, as Megatron-LM's
@@ -49,6 +51,12 @@ std::string str(const json& in, const char* key) {
   if (!in.contains(key) || !in[key].is_string()) throw InputError(std::string("claims: input '") + key + "' missing or not a string");
   return in[key].get<std::string>();
 }
+// The entry's "seq", which the model's positions bound. Errors: InputError naming it.
+double seq_within(const json& in, const GptConfig& m) {
+  const double seq = num(in, "seq");
+  if (seq > m.T) throw InputError(fmt("claims: input 'seq' (%g) exceeds the model's %d positions", seq, m.T));
+  return seq;
+}
 bool within(double value, double claimed, double tol) { return std::abs(value - claimed) <= tol * std::abs(claimed); }
 
 // dtbench's trainer keeps layer_activation_floats per layer and micro-batch plus the
@@ -62,8 +70,9 @@ double activation_bytes(const GptConfig& m, int batch, int seq, Recompute r, dou
   return bytes_per * double(activation_set_floats(c, 0));  // pp 1: virtual stage 0 is the last
 }
 
-// ---- the evaluators: (entry inputs, tolerance, measurements) -> the row ----
+}  // namespace
 
+// ---- the evaluators: (entry inputs, tolerance, measurements) -> the row ----
 
 // Claims 1 and 2: model states and activations of a P-parameter model "in fp32 with Adam".
 void model_states(const json& in, double tol, const Measured&, ClaimResult& r) {
@@ -89,7 +98,7 @@ void model_states(const json& in, double tol, const Measured&, ClaimResult& r) {
   if (in.contains("batch")) {
     // Activations: dtbench's fp32 trainer, no recompute, at the claim's batch: what sequence
     // length gives the claimed bytes (activations grow with T and T^2; bisection on T).
-    const int batch = int(num(in, "batch")), seq = int(num(in, "seq"));
+    const int batch = int(num(in, "batch")), seq = int(seq_within(in, m));
     const double at_seq = activation_bytes(m, batch, seq, Recompute::none, 4) / kGB;
     const double doubled = activation_bytes(m, 2 * batch, seq, Recompute::none, 4) / kGB;
     int lo = 1, hi = seq;
@@ -130,9 +139,11 @@ void optimizer_ratio(const json& in, double tol, const Measured&, ClaimResult& r
   r.values = {{"fp32_ratio", rf}, {"mixed_ratio", rh}, {"claimed", claimed}};
   const bool ok = within(rf, claimed, tol) || within(rh, claimed, tol);
   r.verdict = ok ? "holds" : "differs";
-  r.why = "3x counts a 4 B weight copy beside 4 B fp32 weights, which no recipe keeps (the copy exists because the "
-          "weights are 2 B): 2x in fp32, 6x in mixed precision; the largest model state in both, but activations "
-          "can exceed it (claim 1's batch 32)";
+  r.why = fmt("%gx %s: Adam keeps 2x the weights in fp32 (m and v) and 6x in mixed precision (a 4 B master copy "
+              "beside them, kept because the weights are 2 B); a ratio between the two counts a master copy beside "
+              "fp32 weights, which no recipe keeps. The largest model state in both, but activations can exceed it "
+              "(claim 1's batch 32)",
+              claimed, ok ? "is one of these within the tolerance" : "is neither");
 }
 
 // Claim 4: DP keeps per-GPU memory; all-reduce of P fp32 gradients on n GPUs under t.
@@ -316,6 +327,7 @@ void offload(const json& in, double, const Measured&, ClaimResult& r) {
 // Claim 10: overlapping gradient communication with compute gains 15-20%.
 void overlap(const json& in, double, const Measured& ms, ClaimResult& r) {
   const double lo = num(in, "gain_low"), hi = num(in, "gain_high");
+  if (lo > hi) throw InputError(fmt("claims: input 'gain_low' (%g) exceeds 'gain_high' (%g)", lo, hi));
   // A step of compute c and exposed communication k runs in c + k; fully overlapped in
   // max(c, k) = c (k <= c): gain (c + k) / c - 1 = k / c; as a share f of the step, f / (1 - f).
   r.computed = fmt("a gain g hides communication that was g/(1+g) of the step: %.0f-%.0f%% gain needs %.0f-%.0f%% of "
@@ -373,7 +385,7 @@ void per_gpu(const json& in, double tol, const Measured&, ClaimResult& r) {
 // Claim 12: activation checkpointing halves activations for 33% more compute.
 void recompute(const json& in, double tol, const Measured& ms, ClaimResult& r) {
   const GptConfig m = model_named(str(in, "model"));
-  const int seq = int(num(in, "seq"));
+  const int seq = int(seq_within(in, m));
   const double saving_claim = num(in, "saving"), extra_claim = num(in, "extra_compute");
   PlanConfig c;
   c.model = m;
@@ -463,6 +475,7 @@ void moe_memory(const json& in, double tol, const Measured&, ClaimResult& r) {
   const GptConfig m = model_named(str(in, "model"));
   const double total = double(gpt_num_params(m)), active = double(gpt_active_params(m));
   const double claimed = num(in, "memory_ratio"), E = m.moe.num_experts, k = m.moe.topk;
+  if (E < 1) throw InputError("claims: input 'model' " + str(in, "model") + " is dense: the claim is of an MoE model (moe-6b)");
   MemoryArgs a;
   a.precision = "bf16";
   auto states = [&](int ep) {  // device model states per rank at DP = EP = ep
@@ -567,41 +580,5 @@ void checkpoint_interval(const json& in, double tol, const Measured& ms, ClaimRe
   }
 }
 
-
-}  // namespace
-
-const std::map<std::string, EvaluatorEntry>& evaluators() {
-  // Each evaluator with every input it reads (the optional ones too: model_states' batch, seq and
-  // gpu_gb, bubble's kind, gpu_only's per-`what` figures, parallelism_speedup's layout).
-  static const std::map<std::string, EvaluatorEntry> table = {
-      {"model_states",
-       {model_states, {"model", "weights_gb", "optimizer_gb", "grads_gb", "activations_gb", "batch", "seq", "gpu_gb"}}},
-      {"optimizer_ratio", {optimizer_ratio, {"ratio"}}},
-      {"dp_allreduce", {dp_allreduce, {"model", "gpus", "time_s", "busbw_GBps", "internode_busbw_GBps"}}},
-      {"bubble", {bubble, {"bubble", "stages", "kind"}}},
-      {"gpu_only",
-       {gpu_only,
-        {"what", "needs", "time_1_ms", "time_n_ms", "tp", "fp32_tflops", "tf32_tflops", "bf16_tflops", "speedup"}}},
-      {"weight_share", {weight_share, {"model", "tp", "pp", "dp", "share"}}},
-      {"zero_savings", {zero_savings, {"dp", "stage1", "stage2"}}},
-      {"offload", {offload, {"before_gb", "after_gb"}}},
-      {"overlap", {overlap, {"gain_low", "gain_high"}}},
-      {"per_gpu",
-       {per_gpu,
-        {"model", "tp", "pp", "dp", "weights_gb", "optimizer_gb", "activations_gb", "grads_gb", "micro_batches",
-         "zero_stage", "micro_batch_size"}}},
-      {"recompute", {recompute, {"model", "seq", "saving", "extra_compute"}}},
-      {"fp16_comm", {fp16_comm, {"bytes_fp32", "bytes_fp16"}}},
-      {"energy",
-       {energy,
-        {"megawatts", "days", "usd_per_kwh", "usd", "gpus", "gpu_tdp_w", "gpu_peak_tflops", "params", "tokens"}}},
-      {"moe_memory", {moe_memory, {"model", "memory_ratio"}}},
-      {"zero_bubble", {zero_bubble, {"stages", "micro_batches", "ratio"}}},
-      {"checkpoint_interval", {checkpoint_interval, {"mtbf_hours", "interval_hours"}}},
-      {"stale_gradients", {stale_gradients, {"gain"}}},
-      {"parallelism_speedup", {parallelism_speedup, {"model", "hardware", "gpus", "speedup", "layout"}}},
-      {"bubble_at_scale", {bubble_at_scale, {"bubble", "stages", "kind", "model", "hardware", "gpus", "tp"}}}};
-  return table;
-}
 
 }  // namespace dtb::claims_impl

@@ -43,22 +43,52 @@ std::string fmt(const char* f, const Args&... args) {
 /// The number input `key` of an entry. Errors: InputError naming a missing or mistyped input.
 double num(const nlohmann::json& in, const char* key);
 
-/// Claim 20's evaluator (claims_comm.cc): stale gradients' throughput gain.
+/// The evaluators (claims_evaluators.cc unless said), one per kind of claim; the table in
+/// claims_table.cc names each with its inputs.
+void model_states(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void optimizer_ratio(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void dp_allreduce(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void bubble(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void gpu_only(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void weight_share(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void zero_savings(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void offload(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void overlap(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void per_gpu(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void recompute(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void fp16_comm(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void energy(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void moe_memory(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void zero_bubble(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+void checkpoint_interval(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
+/// Claim 20's (claims_comm.cc): stale gradients' throughput gain.
 void stale_gradients(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
-
 /// Scale claims (claims_scale.cc), on the planner and a published hardware file: a layout's
 /// speed-up over pure data parallelism, and claim 14's bubble at a real batch.
 void parallelism_speedup(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
 void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
 
-/// An evaluator and the names of every input it reads: a catalog entry giving any other input
-/// is refused (a misspelt optional input would otherwise be ignored and its default used).
-struct EvaluatorEntry {
-  Evaluator run;
-  std::set<std::string> inputs;
+/// What one input of an evaluator may hold, checked when the catalog is loaded (so that an
+/// evaluator reads only sane values): text (any string, or one of `values`), a number in
+/// (lo, hi] (open_lo) or [lo, hi], or an integer in [lo, hi].
+struct InputSpec {
+  enum class Type { text, number, integer } type = Type::number;
+  double lo = 0, hi = 0;
+  bool open_lo = false;
+  std::vector<std::string> values;  // text: the values allowed (empty: any string)
+  /// "" when `v` fits, else what it must be ("an integer in [1, 1048576]", "one of depth").
+  std::string check(const nlohmann::json& v) const;
 };
 
-/// Evaluator name (the catalog's "evaluator") -> its function and inputs.
+/// An evaluator and every input it reads, each with what it may hold: a catalog entry giving
+/// any other input, or one outside its spec, is refused (a misspelt optional input would
+/// otherwise be ignored and its default used; a zero would divide).
+struct EvaluatorEntry {
+  Evaluator run;
+  std::map<std::string, InputSpec> inputs;
+};
+
+/// Evaluator name (the catalog's "evaluator") -> its function and inputs (claims_table.cc).
 const std::map<std::string, EvaluatorEntry>& evaluators();
 
 }  // namespace dtb::claims_impl

@@ -195,7 +195,12 @@ void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, C
     if (pp > 4 && c->terms.bubble <= bound) over_beyond = false;
   }
   r.values["at_scale"] = depths;
-  if (!any) return;
+  if (!any) {
+    r.computed += fmt("; the planner has no feasible layout of %s on %d x %s at TP%d with PP 2 to 32 dividing the GPUs "
+                      "and the layers, so no simulated bubble",
+                      s.model_name.c_str(), s.req.gpus, s.hw_name.c_str(), s.req.tp);
+    return;
+  }
   r.computed += fmt("; the planner's simulated bubble for %s on %d x %s at TP%d, batch %d: %s", s.model_name.c_str(),
                     s.req.gpus, s.hw_name.c_str(), s.req.tp, s.req.global_batch, line.c_str());
   r.why += fmt("; at a real batch (%d sequences) depth > 4 stays %s %.0f%%: m grows as dp shrinks", s.req.global_batch,

@@ -312,10 +312,39 @@ TEST(Claims, CatalogValidation) {
       {R"({"claims": [{"id": 2, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
            "evaluator": "energy", "tolerance": 0}]})", "tolerance"},
       {R"({"claims": [{"id": 2, "figures": "f", "conditions": "k", "method": "analytic",
-           "evaluator": "energy", "tolerance": 0.1}]})", "\"claim\" must be a string"},
+           "evaluator": "energy", "tolerance": 0.1}]})", "\"claim\" must be a non-empty string"},
       {R"({"claims": [{"id": 2, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
            "evaluator": "bubble", "tolerance": 0.1, "inputs": {"bubble": 0.25, "stages": 4, "knd": "depth"}}]})",
-       "unknown input 'knd' (evaluator bubble reads bubble, kind, stages)"}};
+       "unknown input 'knd' (evaluator bubble reads bubble, kind, stages)"},
+      // Each input is checked against its evaluator's spec (claims_table.cc) before anything runs:
+      // tp 0 divided by zero (SIGFPE), micro_batches 1e9 allocated a schedule (bad_alloc), a typo'd
+      // kind fell through to the other mode, a bubble of 0 asked for infinitely many micro-batches.
+      {R"({"claims": [{"id": 7, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "weight_share", "tolerance": 0.1, "inputs": {"model": "1b", "tp": 0, "pp": 2, "dp": 2,
+           "share": 0.25}}]})", "input 'tp' must be an integer in [1, 1048576], got 0"},
+      {R"({"claims": [{"id": 18, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "zero_bubble", "tolerance": 0.1, "inputs": {"stages": 4, "micro_batches": 1000000000,
+           "ratio": 3}}]})", "input 'micro_batches' must be an integer in [1, 65536]"},
+      {R"({"claims": [{"id": 5, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "bubble", "tolerance": 0.1, "inputs": {"bubble": 0.25, "stages": 4, "kind": "dpeth"}}]})",
+       "input 'kind' must be one of depth, got \"dpeth\""},
+      {R"({"claims": [{"id": 5, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "bubble", "tolerance": 0.1, "inputs": {"bubble": 0, "stages": 4}}]})",
+       "input 'bubble' must be a number in [0.001, 0.999], got 0"},
+      {R"({"claims": [{"id": 16, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "stale_gradients", "tolerance": 0.1, "inputs": {"gain": -1}}]})",
+       "input 'gain' must be a number in (0, 1e+30], got -1"},
+      // The catalog's and an entry's own keys, the id's range, one-line texts, the tolerance's range.
+      {R"({"claimz": [], "claims": [)" + ok_entry + "]}", "unknown key 'claimz'"},
+      {R"({"claims": [{"id": 1, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "optimizer_ratio", "tolerance": 0.1, "tolerence": 0.5, "inputs": {"ratio": 2}}]})",
+       "unknown key 'tolerence'"},
+      {R"({"claims": [{"id": 4294967297, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "optimizer_ratio", "tolerance": 0.1}]})", "\"id\" must be an integer in [1, 1000000]"},
+      {R"({"claims": [{"id": 1, "claim": "two\nlines", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "optimizer_ratio", "tolerance": 0.1}]})", "control character"},
+      {R"({"claims": [{"id": 1, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic",
+           "evaluator": "optimizer_ratio", "tolerance": 1e300}]})", "\"tolerance\" must be a number in (0, 10]"}};
   for (const auto& [text, want] : bad) {
     try {
       load_claims_catalog(write_catalog(text));
@@ -325,6 +354,20 @@ TEST(Claims, CatalogValidation) {
     }
   }
   EXPECT_THROW(load_claims_catalog(::testing::TempDir() + "/no/such/catalog.json"), InputError);
+}
+
+// Inputs that bound each other are checked by their evaluator: a sequence beyond the model's
+// positions (it was used as given), an overlap gain's low end above its high end.
+TEST(Claims, InputsThatBoundEachOther) {
+  auto entry = [](const std::string& evaluator, const std::string& inputs) {
+    return load_claims_catalog(write_catalog(R"({"claims": [{"id": 1, "claim": "c", "figures": "f", "conditions": "k",
+        "method": "analytic", "evaluator": ")" + evaluator + R"(", "tolerance": 0.1, "inputs": )" + inputs + "}]}"));
+  };
+  const nlohmann::json long_seq = entry("recompute", R"({"model": "1b", "seq": 4096, "saving": 0.5, "extra_compute": 0.33})");
+  EXPECT_THROW(evaluate_claims(long_seq, nullptr), InputError);
+  const nlohmann::json gains = entry("overlap", R"({"gain_low": 0.5, "gain_high": 0.1})");
+  EXPECT_THROW(evaluate_claims(gains, nullptr), InputError);
+  EXPECT_NO_THROW(evaluate_claims(entry("overlap", R"({"gain_low": 0.1, "gain_high": 0.5})"), nullptr));
 }
 
 // Claim 17: moe-6b holds 5,953,607,680 parameters, 1,193,353,216 active (4.99x). Model states are
