@@ -19,30 +19,67 @@ namespace {
 
 using nlohmann::json;
 
-// What a report measured: the records the evaluators' measured column reads.
-Measured measured_from(const json* report) {
+// A record's field as the evaluators read it: a number (> 0 when `positive`), an integer >= 1
+// or a string; absent only when `optional`. Errors: InputError naming the record and the key.
+enum class Field { number, positive, count, text };
+void need(const std::string& source, const json& b, const char* key, Field f, bool optional = false) {
+  const std::string where = "report " + source + ": " + (b.contains("name") ? "record " + b["name"].get<std::string>() : "context");
+  if (!b.contains(key)) {
+    if (optional) return;
+    throw InputError(where + ": no \"" + key + "\"");
+  }
+  const json& v = b[key];
+  const bool ok = f == Field::text       ? v.is_string()
+                  : f == Field::count    ? v.is_number_integer() && v.get<int64_t>() >= 1
+                  : f == Field::positive ? v.is_number() && v.get<double>() > 0
+                                         : v.is_number();
+  if (!ok)
+    throw InputError(where + ": \"" + key + "\" must be " +
+                     (f == Field::text ? "a string" : f == Field::count ? "an integer >= 1" : f == Field::positive ? "a number > 0" : "a number") +
+                     ", got " + v.dump().substr(0, 40));
+}
+
+// What a report measured: the records the evaluators' measured column reads, each field read
+// checked for its type (a report summarize_report accepted has its structure checked already).
+Measured measured_from(const json* report, const std::string& source) {
   Measured m;
   if (!report || !report->contains("benchmarks") || !(*report)["benchmarks"].is_array()) return m;
   m.have = true;
-  if (report->contains("context") && (*report)["context"].contains("world_size"))
-    m.ar_ranks = (*report)["context"].value("world_size", 0);
+  if (report->contains("context") && (*report)["context"].contains("world_size")) {
+    need(source, (*report)["context"], "world_size", Field::count);
+    m.ar_ranks = (*report)["context"]["world_size"].get<int>();
+  }
   std::map<double, double> ar_time;
   for (const json& b : (*report)["benchmarks"]) {
     if (!b.is_object() || !b.contains("name") || !b["name"].is_string()) continue;
     const std::string name = b["name"];
-    if (b.value("op", "") == "all_reduce" && b.value("placement", "") == "out_of_place" && b.contains("bytes") &&
-        b.contains("busbw_GBps") && b["busbw_GBps"].is_number() && b.contains("real_time")) {
+    if (b.value("op", json()) == "all_reduce" && b.value("placement", json()) == "out_of_place" && b.contains("bytes") &&
+        b.contains("busbw_GBps") && b.contains("real_time")) {
+      need(source, b, "bytes", Field::positive), need(source, b, "busbw_GBps", Field::positive), need(source, b, "real_time", Field::positive);
       const double bytes = b["bytes"].get<double>();
       ar_time[bytes] = b["real_time"].get<double>();
       if (bytes > m.ar_bytes) m.ar_bytes = bytes, m.ar_busbw = b["busbw_GBps"].get<double>();
     }
-    if (b.contains("bubble_measured") && b["bubble_measured"].is_number()) m.pipeline.push_back(b);
-    if (b.contains("gain") && b["gain"].is_number() && name.rfind("overlap", 0) == 0) m.overlap.push_back(b);
-    if (b.contains("activation_saving") && b.contains("overhead")) m.recompute.push_back(b);
-    if (name.rfind("checkpoint/interval/", 0) == 0 && b.contains("save_cost_ms") && b["save_cost_ms"].is_number())
+    if (b.contains("bubble_measured")) {
+      need(source, b, "bubble_measured", Field::number), need(source, b, "p", Field::count), need(source, b, "m", Field::count);
+      need(source, b, "schedule", Field::text), need(source, b, "virtual_stages", Field::count, true);
+      m.pipeline.push_back(b);
+    }
+    if (b.contains("gain") && name.rfind("overlap", 0) == 0) need(source, b, "gain", Field::positive), m.overlap.push_back(b);
+    if (b.contains("activation_saving") && b.contains("overhead")) {
+      need(source, b, "activation_saving", Field::number), need(source, b, "overhead", Field::number);
+      need(source, b, "recompute", Field::text, true);
+      m.recompute.push_back(b);
+    }
+    if (name.rfind("checkpoint/interval/", 0) == 0 && b.contains("save_cost_ms")) {
+      need(source, b, "save_cost_ms", Field::positive), need(source, b, "save", Field::text, true);
       m.checkpoint_interval.push_back(b);
-    if (name.rfind("comm_efficiency/", 0) == 0 && b.contains("speedup_vs_sync") && b["speedup_vs_sync"].is_number())
+    }
+    if (name.rfind("comm_efficiency/", 0) == 0 && b.contains("speedup_vs_sync")) {
+      need(source, b, "speedup_vs_sync", Field::positive), need(source, b, "method", Field::text), need(source, b, "link", Field::text);
+      need(source, b, "loss_vs_sync", Field::number, true);
       m.comm_efficiency.push_back(b);
+    }
   }
   if (m.ar_bytes > 0) {
     m.ar_time_us = ar_time[m.ar_bytes];
@@ -131,8 +168,8 @@ json load_claims_catalog(const std::string& path) {
   return cat;
 }
 
-std::vector<ClaimResult> evaluate_claims(const json& catalog, const json* report) {
-  const Measured ms = measured_from(report);
+std::vector<ClaimResult> evaluate_claims(const json& catalog, const json* report, const std::string& report_source) {
+  const Measured ms = measured_from(report, report_source);
   std::vector<ClaimResult> rows;
   for (const json& e : catalog.at("claims")) {
     ClaimResult r;

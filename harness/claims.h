@@ -29,22 +29,28 @@ struct ClaimResult {
   nlohmann::json values;   // the numbers behind the row (bytes, seconds, ratios)
 };
 
-/// Reads and checks a catalog: a JSON object {"claims": [entry...]}, each entry with integer
-/// "id" (unique), strings "claim", "figures", "conditions", "method" (analytic | suite |
-/// both), "evaluator" (a name claims_evaluators.cc knows), number "tolerance" (> 0, relative) and an
-/// optional object "inputs" naming only inputs its evaluator reads; at least one entry. The file
-/// is read by read_input_file (at most 1 MiB) and parsed by parse_json_input (a key twice
-/// refused). Errors: InputError naming the file and the entry.
+/// Reads and checks a catalog: a JSON object {"claims": [entry...], "description": ...}, each
+/// entry with integer "id" (unique, 1 to 1000000), one-line strings "claim", "figures",
+/// "conditions", "method" (analytic | suite | both), "evaluator" (a name claims_table.cc
+/// knows), number "tolerance" (relative, in (0, 10]) and an optional object "inputs" naming only
+/// inputs its evaluator reads, each within its spec (claims_table.cc); no other key; at least
+/// one entry. The file is read by read_input_file (at most 1 MiB) and parsed by
+/// parse_json_input (a key twice refused). Errors: InputError naming the file and the entry.
 nlohmann::json load_claims_catalog(const std::string& path);
 
 /// The catalog in the repository: DTB_CLAIMS_CATALOG when set, else harness/claims.json
 /// beside the source tree this binary was built from.
 std::string default_claims_catalog();
 
-/// Evaluates every entry. `report` (may be null) is a dtbench report whose records supply the
-/// "measured" column: collectives all_reduce busbw, pipeline bubble_measured, overlap gain,
-/// recompute overhead and activation_saving. Errors: InputError for an unknown evaluator.
-std::vector<ClaimResult> evaluate_claims(const nlohmann::json& catalog, const nlohmann::json* report);
+/// Evaluates every entry of a catalog load_claims_catalog accepted. `report` (may be null) is a
+/// dtbench report (summarize_report accepted it) whose records supply the "measured" column:
+/// the all_reduce's busbw, the pipeline's bubble_measured, overlap gain, recompute overhead and
+/// activation_saving, the checkpoint interval's save cost, comm_efficiency's speed-ups; each
+/// field read is checked for its type first. `report_source` names the report in messages.
+/// Errors: InputError "report SOURCE: record NAME: \"KEY\" must be ..." for a field of the wrong
+/// type or sign; "claims: entry N (evaluator E): ..." for an input its model refuses.
+std::vector<ClaimResult> evaluate_claims(const nlohmann::json& catalog, const nlohmann::json* report,
+                                         const std::string& report_source = "report");
 
 /// The rows as text, one block per claim (the claim, then its conditions, claimed, computed,
 /// measured and verdict lines, the verdict with its reason), and a count of the verdicts; and

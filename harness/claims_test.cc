@@ -356,6 +356,36 @@ TEST(Claims, CatalogValidation) {
   EXPECT_THROW(load_claims_catalog(::testing::TempDir() + "/no/such/catalog.json"), InputError);
 }
 
+// A report's fields the claims read are checked for their type before use: a string where a
+// number belongs threw nlohmann's type_error (exit 1, no record named); a negative save cost
+// gave a NaN interval.
+TEST(Claims, ReportFieldsAreCheckedBeforeUse) {
+  auto with = [](nlohmann::json record) {
+    return nlohmann::json{{"schema_version", 5}, {"context", {{"world_size", 4}}}, {"benchmarks", {std::move(record)}}};
+  };
+  auto error_of = [&](const nlohmann::json& report) -> std::string {
+    try {
+      evaluate_claims(catalog(), &report, "r.json");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(error_of(with({{"name", "ar"}, {"op", "all_reduce"}, {"placement", "out_of_place"}, {"bytes", "8"},
+                           {"busbw_GBps", 1.0}, {"real_time", 1.0}})),
+            "report r.json: record ar: \"bytes\" must be a number > 0, got \"8\"");
+  EXPECT_EQ(error_of(with({{"name", "pipeline/x"}, {"bubble_measured", 0.2}, {"p", "4"}, {"m", 8}, {"schedule", "1f1b"}})),
+            "report r.json: record pipeline/x: \"p\" must be an integer >= 1, got \"4\"");
+  EXPECT_EQ(error_of(with({{"name", "checkpoint/interval/save:blocking"}, {"save_cost_ms", -5}, {"save", "blocking"}})),
+            "report r.json: record checkpoint/interval/save:blocking: \"save_cost_ms\" must be a number > 0, got -5");
+  EXPECT_EQ(error_of(with({{"name", "comm_efficiency/x"}, {"speedup_vs_sync", 1.2}, {"method", nullptr}, {"link", "slow"}})),
+            "report r.json: record comm_efficiency/x: \"method\" must be a string, got null");
+  nlohmann::json bad_ranks = with({{"name", "x"}});
+  bad_ranks["context"]["world_size"] = "4";
+  EXPECT_EQ(error_of(bad_ranks), "report r.json: context: \"world_size\" must be an integer >= 1, got \"4\"");
+  EXPECT_EQ(error_of(with({{"name", "overlap/x"}, {"gain", 1.2}})), "accepted");
+}
+
 // Inputs that bound each other are checked by their evaluator: a sequence beyond the model's
 // positions (it was used as given), an overlap gain's low end above its high end.
 TEST(Claims, InputsThatBoundEachOther) {

@@ -222,10 +222,25 @@ expect_error "sweep: model.num_experts = 4 with precision bf16: the MoE layer ru
 expect_error "kernels.filter: empty" run --suites kernels --config "$tmp/kernels_empty.json"
 expect_error "conformance.layouts: 'TP2xQP2' has an unknown dimension at 'QP2'" run --suites conformance --config "$tmp/bad_layout.json"
 # dtbench claims: a missing, malformed or non-report --report, a bad catalog.
-expect_error "--report $tmp/nonexistent.json: no such file" claims --report "$tmp/nonexistent.json"
-expect_error "not a regular file" claims --report "$tmp"
+expect_error "report file not found or unreadable: $tmp/nonexistent.json" claims --report "$tmp/nonexistent.json"
+expect_error "report $tmp is a directory, not a file" claims --report "$tmp"
 expect_error "malformed JSON" claims --report "$tmp/malformed.json"
-expect_error "not a dtbench report" claims --report "$tmp/not_object.json"
+expect_error "report $tmp/not_object.json: the top level must be an object" claims --report "$tmp/not_object.json"
+expect_error "claims --report is empty" claims --report ""
+expect_error "claims --catalog is empty" claims --catalog ""
+# A report read as `dtbench summary` reads it, then each field the claims read checked for its type.
+python3 - "$(dirname "$0")/../results/baselines/ci-quick-np4.json" "$tmp" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+v = json.loads(json.dumps(r)); v["schema_version"] = 999
+json.dump(v, open(f"{sys.argv[2]}/report_v999.json", "w"))
+for b in r["benchmarks"]:
+    if b.get("op") == "all_reduce" and b.get("placement") == "out_of_place":
+        b["real_time"] = "x"
+json.dump(r, open(f"{sys.argv[2]}/report_rt_str.json", "w"))
+PY
+expect_error "schema_version 999 is not 5" claims --report "$tmp/report_v999.json"
+expect_error ": \"real_time\" must be a number > 0, got \"x\"" claims --report "$tmp/report_rt_str.json"
 expect_error "malformed JSON in claims catalog $tmp/malformed.json" claims --catalog "$tmp/malformed.json"
 printf '{"claims": [{"id": 1, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic", "evaluator": "nosuch", "tolerance": 0.1}]}' >"$tmp/bad_catalog.json"
 expect_error "unknown evaluator 'nosuch'" claims --catalog "$tmp/bad_catalog.json"
@@ -282,9 +297,9 @@ for name, key, value in (("gpus0", "gpus", 0), ("speedneg", "speedup", -17), ("l
             e["inputs"][key] = value
     json.dump(c, open(f"{sys.argv[2]}/claims_{name}.json", "w"))
 PY
-expect_error "claims: input 'gpus' must be an integer in [1, 1048576], got 0" claims --catalog "$tmp/claims_gpus0.json"
-expect_error "claims: input 'speedup' must be > 0, got -17" claims --catalog "$tmp/claims_speedneg.json"
-expect_error "claims: input 'layout' TP3xPP2xDP2 uses 12 GPUs, not the entry's gpus = 8" claims --catalog "$tmp/claims_layout.json"
+expect_error "entry 22: input 'gpus' must be an integer in [1, 1048576], got 0" claims --catalog "$tmp/claims_gpus0.json"
+expect_error "entry 22: input 'speedup' must be a number in (0, 1e+30], got -17" claims --catalog "$tmp/claims_speedneg.json"
+expect_error "claims: entry 22 (evaluator parallelism_speedup): input 'layout' TP3xPP2xDP2 uses 12 GPUs, not the entry's gpus = 8" claims --catalog "$tmp/claims_layout.json"
 # dtbench validate: bad usage before anything runs.
 expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many

@@ -133,21 +133,11 @@ struct ClaimsArgs {
 int cmd_claims(const ClaimsArgs& a, bool root) {
   const nlohmann::json catalog = load_claims_catalog(a.catalog.empty() ? default_claims_catalog() : a.catalog);
   nlohmann::json report;
-  if (!a.report.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(a.report, ec))
-      throw InputError("--report " + a.report + (std::filesystem::exists(a.report, ec) ? ": not a regular file" : ": no such file"));
-    std::ifstream f(a.report);
-    if (!f) throw InputError("--report " + a.report + ": cannot open");
-    try {
-      report = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InputError("--report " + a.report + ": malformed JSON (" + e.what() + ")");
-    }
-    if (!report.is_object() || !report.contains("benchmarks") || !report["benchmarks"].is_array())
-      throw InputError("--report " + a.report + ": not a dtbench report (no \"benchmarks\" array)");
+  if (!a.report.empty()) {  // read and checked as `dtbench summary` reads it (schema version, structure)
+    report = parse_json_input(read_input_file(a.report, "report", size_t(1) << 30), "report " + a.report);
+    summarize_report(report, a.report);
   }
-  const std::vector<ClaimResult> rows = evaluate_claims(catalog, a.report.empty() ? nullptr : &report);
+  const std::vector<ClaimResult> rows = evaluate_claims(catalog, a.report.empty() ? nullptr : &report, a.report);
   nlohmann::json out = claims_to_json(rows);
   out["catalog"] = a.catalog.empty() ? std::string("harness/claims.json") : a.catalog;  // the default, as the repository names it
   out["report"] = a.report.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.report);
@@ -559,6 +549,9 @@ int main(int argc, char** argv) {
       for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id", "--backend", "--trace"})
         if (run->count(opt) > 0 && run->get_option(opt)->as<std::string>().empty())
           throw dtb::InputError(std::string(opt) + " is empty");
+      for (const char* opt : {"--report", "--catalog", "--output"})
+        if (claims->count(opt) > 0 && claims->get_option(opt)->as<std::string>().empty())
+          throw dtb::InputError(std::string("claims ") + opt + " is empty");
       args.sweep = run->count("--sweep") > 0;
       if (run->count("--ranks-per-node") > 0) dtb::check_ranks_per_node(args.ranks_per_node, world->size());
       if (*run) code = dtb::cmd_run(*world, args);

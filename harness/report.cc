@@ -163,8 +163,9 @@ struct Where {
   // A measured figure: a number, or null (nlohmann writes NaN and infinity as null) read as NaN.
   double figure(const json& obj, const char* key, const std::string& at) const {
     const json& v = field(obj, key, at);
-    if (v.is_null()) return NAN;
-    if (!v.is_number()) fail(at + "." + key, "must be a number or null");
+    if (v.is_null()) return NAN;  // every figure read is a time, a size or a rate: none is below 0
+    if (!v.is_number() || v.get<double>() < 0)
+      fail(at + "." + key, "must be a number >= 0 or null, got " + printable(v.dump(), 40));
     return v.get<double>();
   }
   int64_t count(const json& obj, const char* key, const std::string& at, int64_t lo) const {

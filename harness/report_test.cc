@@ -168,12 +168,14 @@ TEST(ReportReader, RefusesMalformedReportsWithOneLine) {
   EXPECT_EQ(report_error(edited("/suites/0/checks_total", 18446744073709551615u)),
             "report r.json: suites[0].checks_total must be an integer >= 0, got 18446744073709551615");
   EXPECT_EQ(report_error(edited("/suites/0/duration_s", "1")),
-            "report r.json: suites[0].duration_s must be a number or null");
+            "report r.json: suites[0].duration_s must be a number >= 0 or null, got \"1\"");
+  EXPECT_EQ(report_error(edited("/suites/0/duration_s", -1)),
+            "report r.json: suites[0].duration_s must be a number >= 0 or null, got -1");
   EXPECT_EQ(report_error(edited("/suites/0/error", 7)), "report r.json: suites[0].error must be a string or null");
   EXPECT_EQ(report_error(edited("/suites/0/name", "")), "report r.json: suites[0].name is empty");
   EXPECT_EQ(report_error(edited("/checks/2/passed", "no")), "report r.json: checks[2].passed must be true or false");
   EXPECT_EQ(report_error(edited("/benchmarks/1/busbw_GBps", "fast")),
-            "report r.json: benchmarks[1].busbw_GBps must be a number or null");
+            "report r.json: benchmarks[1].busbw_GBps must be a number >= 0 or null, got \"fast\"");
   EXPECT_EQ(report_error(edited("/benchmarks/0/op", 1)), "report r.json: benchmarks[0].op must be a string");
   EXPECT_EQ(report_error(edited("/benchmarks/2/dp", 0)),
             "report r.json: benchmarks[2].dp must be an integer >= 1, got 0");
