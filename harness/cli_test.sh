@@ -114,6 +114,15 @@ expect_error "alltoall_nosuch" run --config "$tmp/bad_op.json"
 expect_error "no suites selected" run --config "$tmp/no_suites.json"
 expect_error "must be an object" run --config "$tmp/not_object.json"
 expect_error "is a directory" run --config "$tmp"
+# sweep.max_mape: a fraction (15 meant as 15 % is refused), and refused before anything runs where
+# fewer than 2 layouts are modelled (one rank: DP1 alone; the check was silently never made).
+printf '{"suites": ["sweep"], "sweep": {"steps": 4, "max_mape": 15}}' >"$tmp/mape_pct.json"
+expect_error "sweep.max_mape = 15 is out of range [0.0, 10.0]" run --config "$tmp/mape_pct.json"
+printf '{"suites": ["sweep"], "sweep": {"steps": 4, "max_mape": 0.3}}' >"$tmp/mape_one.json"
+expect_error "sweep.max_mape: the step-time model covers 1 of the sweep's 1 layouts here, and the error needs 2 or more" \
+  run --config "$tmp/mape_one.json"
+printf '{"suites": ["sweep"], "sweep": {"steps": 4, "max_mape": "0.3"}}' >"$tmp/mape_str.json"
+expect_error "sweep.max_mape" run --config "$tmp/mape_str.json"
 expect_error "data file not found" run --data "$tmp/missing.txt"
 expect_error "bytes; at least" run --data "$tmp/tiny.txt"
 expect_error "bytes; at least" run --data "$tmp/empty.txt"
@@ -269,6 +278,8 @@ expect_error "moe-6b is an MoE model" plan --model moe-6b --gpus 8 --hardware a1
 expect_error "--gpus is required" plan --model 10b --hardware a100-40gb
 expect_error "--hardware is required (or --calibrate FILE)" plan --model 10b --gpus 8
 expect_error "give --hardware FILE or --calibrate FILE, not both" plan --calibrate "$tmp/cal.json" --hardware a100-40gb
+expect_error "--model plans: give --gpus N with it" plan --calibrate "$tmp/cal.json" --model 1b --top 0
+expect_error "--precision plans: give --gpus N with it" plan --calibrate "$tmp/cal.json" --precision XX
 # ... a key twice, a number past double's range, an achievable rate above the peak, a figure no
 # machine has; sizes past any model's (the plan's time grows with them); the scale claims' inputs.
 hw_case dup 's/"ranks_per_node": 8,/"ranks_per_node": 8, "ranks_per_node": 2,/' \

@@ -264,6 +264,11 @@ int cmd_plan(Communicator& world, const CLI::App& sub, const PlanArgs& args, boo
   if (given(sub, "--calibrate")) {
     if (a.calibrate.empty()) throw InputError("--calibrate is empty");
     if (given(sub, "--hardware")) throw InputError("give --hardware FILE or --calibrate FILE, not both");
+    if (!given(sub, "--gpus"))  // calibrating alone plans nothing: a plan's option would be ignored
+      for (const CLI::Option* o : sub.get_options())
+        if (o->count() > 0 && o->get_name() != "--calibrate" && o->get_name() != "--json" && o->get_name() != "--help")
+          throw InputError(o->get_name() + " plans: give --gpus N with it (--calibrate FILE alone only measures and "
+                                           "writes the file)");
     // Rank 0 writes; every rank learns whether it could, before measuring and after, so that
     // an unwritable path ends the whole job with one line rather than leaving ranks waiting.
     auto agree = [&](const std::string& why) {

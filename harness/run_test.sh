@@ -245,6 +245,25 @@ assert rows["DP4"]["all_to_all_fraction"] == 0 and all(0 < rows[k]["all_to_all_f
 assert all(c["passed"] for c in r["checks"]), r["checks"]
 print("sweep of an MoE model ok:", {k: round(b["all_to_all_fraction"], 3) for k, b in rows.items()})
 PY
+# sweep.max_mape judges the model: a bound no run meets (0.0001: MAPE 0.01 %) fails the check and
+# the run exits 1, the report kept; an MoE model, which the model does not cover, is refused the bound.
+printf '{"sweep": {"steps": 4, "max_mape": 0.0001}}' >"$tmp/sweep_mape.json"
+rc=0
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/sweep_mape.json" \
+  --sweep DP4,TP2xDP2 --output-dir "$tmp" --run-id sweep_mape >"$tmp/sweep_mape.log" 2>&1 || rc=$?
+python3 - "$tmp/sweep_mape.json" "$rc" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = [c for c in r["checks"] if c["name"] == "sweep/step_time_model/mape"]
+assert sys.argv[2] == "1" and len(c) == 1 and not c[0]["passed"] and c[0]["tolerance"] == 0.0001, (sys.argv[2], c)
+print(f"sweep.max_mape 0.0001: exit 1, check failed at MAPE {c[0]['value']:.3f}")
+PY
+printf '{"model": {"num_experts": 4, "moe_router_topk": 2}, "sweep": {"steps": 4, "max_mape": 0.3}}' >"$tmp/sweep_moe_mape.json"
+rc=0
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/sweep_moe_mape.json" \
+  --sweep DP4,DP4xEP2 --print-config >"$tmp/sweep_moe_mape.log" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "sweep.max_mape: the step-time model covers 0 of the sweep's 2 layouts" "$tmp/sweep_moe_mape.log" ||
+  { echo "FAIL: max_mape on an MoE sweep exited $rc:"; cat "$tmp/sweep_moe_mape.log"; exit 1; }
 
 # The named configs validate at the world sizes they are written for (without running).
 for cw in "10b-tp2-pp2-dp2 8" "3b-tp4-pp2-dp4-zero1 32" "ffn8192-tp4 4" "quick 4"; do

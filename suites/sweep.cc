@@ -145,6 +145,8 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
 
 // The section, typed: the one parse validate() and run() use. `layouts` are the ones to run
 // (with their specs), `skipped` the default candidates left out and why.
+StepTimeInput model_input(const Setup& st, const LayoutSpec& spec);
+
 struct Params {
   Setup st;
   // The step-time model's check (sweep/step_time_model/mape), asked for by a bound; none by default:
@@ -158,7 +160,7 @@ struct Params {
     Params p;
     p.st = setup_from(section, config);
     if (section.contains("max_mape") && !section.at("max_mape").is_null())
-      p.max_mape = number_in_range(section, "max_mape", "sweep.max_mape", 0.0, 100.0);
+      p.max_mape = number_in_range(section, "max_mape", "sweep.max_mape", 0.0, 10.0);  // a fraction: 0.15 = 15 %
     require_half_ops(config.value("backend", "cpu"), p.st.cfg.precision, "sweep.precision");
     {  // what an MoE model refuses (the precision, the backend) is the same for every layout: said once
       LayoutSpec any;
@@ -170,7 +172,24 @@ struct Params {
       p.specs.push_back(parse_layout_spec(text, "sweep.layouts"));
       p.specs.back().precision = p.st.cfg.precision;
     }
+    if (p.max_mape) p.require_two_modelled();
     return p;
+  }
+  // A bound on the model's error needs two or more layouts the model covers (step_ops accepts
+  // them; MoE models it does not): refused before anything runs rather than a check never made.
+  void require_two_modelled() const {
+    std::string why;
+    size_t modelled = 0;
+    for (const LayoutSpec& spec : specs) try {
+        step_ops(model_input(st, spec));
+        ++modelled;
+      } catch (const InputError& e) {
+        why = e.what();
+      }
+    if (modelled < 2)
+      throw InputError("sweep.max_mape: the step-time model covers " + std::to_string(modelled) + " of the sweep's " +
+                       std::to_string(specs.size()) + " layouts here, and the error needs 2 or more" +
+                       (why.empty() ? std::string(" (more ranks give more layouts)") : " (" + why + ")"));
   }
   json to_json() const {
     json s = json::array();
@@ -248,9 +267,15 @@ std::string model_summary(const Params& p, const std::vector<double>& pred_ok, c
                                       "(predicted vs measured step time) <= sweep.max_mape"));
   }
   char summary[200];
-  std::snprintf(summary, sizeof summary,
-                "# step-time model (docs/plan.md): %zu layouts, MAPE %.1f %%, Kendall tau %.2f; calibrated in %.1f s",
-                pred_ok.size(), 100 * stm.value("mape", 0.0), stm.value("kendall_tau", 0.0), cal_s);
+  if (pred_ok.size() < 2)  // no agreement to state: printing MAPE 0.0 % and tau 0.00 would claim one
+    std::snprintf(summary, sizeof summary,
+                  "# step-time model (docs/plan.md): %zu layouts predicted, too few for MAPE and Kendall tau; "
+                  "calibrated in %.1f s",
+                  pred_ok.size(), cal_s);
+  else
+    std::snprintf(summary, sizeof summary,
+                  "# step-time model (docs/plan.md): %zu layouts, MAPE %.1f %%, Kendall tau %.2f; calibrated in %.1f s",
+                  pred_ok.size(), 100 * stm.value("mape", 0.0), stm.value("kendall_tau", 0.0), cal_s);
   return summary;
 }
 
