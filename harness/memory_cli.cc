@@ -10,6 +10,7 @@
 #include "harness/config.h"
 #include "kernels/error.h"
 #include "reference/memory_model.h"
+#include "reference/planner.h"
 #include "suites/layout_config.h"
 
 namespace dtb {
@@ -70,8 +71,12 @@ using cli::flag;
 using cli::fmt;
 using cli::given;
 
-void positive(const CLI::App& sub, const char* opt, long long v, long long min = 1) {
-  if (given(sub, opt) && v < min) throw InputError(std::string(opt) + " must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+// A count option, when given, in [min, max] (max: the planner's bounds, reference/planner.h, past
+// which a plan only allocates: 2e9 micro-batches threw bad_alloc).
+void positive(const CLI::App& sub, const char* opt, long long v, long long min = 1, long long max = kMaxPlanGpus) {
+  if (given(sub, opt) && (v < min || v > max))
+    throw InputError(std::string(opt) + " must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+                     std::to_string(v));
 }
 
 template <typename Num>
@@ -94,11 +99,14 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
                           "--moe-layer-freq", "--expert-parallel", flag(LayoutKey::sequence_parallel),
                           flag(LayoutKey::pipeline_layers)})
     if (given(sub, opt))
-      throw InputError(std::string("--params plans model states only (the ZeRO paper's accounting); ") + opt +
-                       " needs a model (--model or --layers/--hidden/--heads)");
+      throw InputError(std::string("--params and ") + opt + " exclude each other: --params plans model states "
+                       "only (the ZeRO paper's accounting), without a model; " + opt + " describes a model or its step");
   if (a.tp != 1 || a.pp != 1)
     throw InputError("--params plans data parallelism only (ZeRO over --dp); give a model for --tp/--pp");
-  if (!(a.params >= 1) || !std::isfinite(a.params)) throw InputError("--params must be >= 1");
+  if (!(a.params >= 1) || !(a.params <= 1e18))
+    throw InputError("--params must be a number in [1, 1e18], got " + fmt("%g", a.params));
+  if (given(sub, "--largest-layer-params") && !(a.largest_layer_params >= 1 && a.largest_layer_params <= a.params))
+    throw InputError("--largest-layer-params must be in [1, --params], got " + fmt("%g", a.largest_layer_params));
   positive(sub, flag(LayoutKey::dp), a.dp);
   const Precision p = parse_precision(a.precision);
   const Offload off = parse_offload(a.offload);
@@ -222,10 +230,10 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   if (given(sub, "--largest-layer-params") || given(sub, "--gpus-per-node"))
     throw InputError("--largest-layer-params and --gpus-per-node go with --params (DeepSpeed's estimators)");
   for (auto [opt, v] : {std::pair{flag(LayoutKey::tp), a.tp}, std::pair{flag(LayoutKey::pp), a.pp},
-                        std::pair{flag(LayoutKey::dp), a.dp}, std::pair{flag(LayoutKey::virtual_stages), a.virtual_stages},
-                        std::pair{flag(LayoutKey::micro_batches), a.micro_batches},
-                        std::pair{"--micro-batch-size", a.micro_batch_size}})
+                        std::pair{flag(LayoutKey::dp), a.dp}, std::pair{flag(LayoutKey::virtual_stages), a.virtual_stages}})
     positive(sub, opt, v);
+  positive(sub, flag(LayoutKey::micro_batches), a.micro_batches, 1, kMaxPlanMicroBatchSize);
+  positive(sub, "--micro-batch-size", a.micro_batch_size, 1, kMaxPlanMicroBatchSize);
   json notes = json::array();
   std::string name;
   PlanConfig c;

@@ -88,14 +88,19 @@ expect_error "heads are not divisible by tensor_parallel = 3" --model 10b --tp 3
 expect_error "layers are not divisible by pipeline_parallel (3)" --model 10b --pp 3
 expect_error "zero stage 4 is not 0, 1, 2 or 3" --model 10b --zero-stage 4
 expect_error "offload_optimizer cpu needs ZeRO stage 1, 2 or 3" --model 10b --offload-optimizer cpu
-expect_error "--layers must be >= 1, got -2" --layers -2 --hidden 64 --heads 4
-expect_error "--micro-batch-size must be >= 1" --model 1b --micro-batch-size 0
+expect_error "--layers must be in [1, 1048576], got -2" --layers -2 --hidden 64 --heads 4
+expect_error "--micro-batch-size must be in [1, 65536], got 0" --model 1b --micro-batch-size 0
+# Past the planner's bounds a plan only allocates (2e9 micro-batches threw bad_alloc, exit 1).
+expect_error "--micro-batches must be in [1, 65536], got 2000000000" --model 1b --micro-batches 2000000000 --pp 2
+expect_error "--micro-batch-size must be in [1, 65536], got 100000000" --model 1b --micro-batch-size 100000000
 expect_error "seq_len 4096 is outside [1, T = 2048]" --model 1b --seq 4096
 expect_error "unknown precision 'fp8'" --model 1b --precision fp8
 expect_error "unknown recompute 'some'" --model 1b --recompute some
 expect_error "give --model NAME, or --layers, --hidden and --heads" --hidden 64
 expect_error "not both" --model 1b --layers 4
-expect_error "--params must be >= 1" --params -5
+expect_error "--params must be a number in [1, 1e18], got -5" --params -5
+expect_error "--params must be a number in [1, 1e18], got inf" --params inf
+expect_error "--largest-layer-params must be in [1, --params], got -1" --params 7.5e9 --largest-layer-params -1 --zero-stage 3 --dp 8
 expect_error "give a model for --tp/--pp" --params 1e9 --tp 2
 expect_error "needs micro_batches (3) to be a multiple of pipeline_parallel (2)" --model 1b --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 3
 expect_error "C = 65 is not divisible by NH = 4" --layers 2 --hidden 65 --heads 4
@@ -104,7 +109,7 @@ expect_error "--expert-parallel 4 does not divide the data-parallel size --dp 2"
 expect_error "moe_router_topk = 9 is outside [1, num_experts = 8]" --model 1b --num-experts 8 --moe-router-topk 9
 expect_error "--expert-parallel is given but the model has no experts" --model 1b --expert-parallel 2
 expect_error "--recompute does not apply to an MoE model's plan" --model moe-6b --recompute full
-expect_error "--num-experts needs a model" --params 7.5e9 --num-experts 8
+expect_error "--params and --num-experts exclude each other" --params 7.5e9 --num-experts 8
 expect_error "--num-experts must be <= 65536, got 70000" --model 1b --num-experts 70000
 
 echo "$((n - fails)) passed, $fails failed"
