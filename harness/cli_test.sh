@@ -287,6 +287,13 @@ hw_case dup 's/"ranks_per_node": 8,/"ranks_per_node": 8, "ranks_per_node": 2,/' 
 hw_case 1e400 's/"device_memory_gib": 40,/"device_memory_gib": 1e400,/' "hardware file $tmp/hw_1e400.json: number overflow"
 hw_case over_peak 's/"tflops": 234/"tflops": 1000/' "\"gemm.bf16.tflops\" = 1000.000000 exceeds \"peak_tflops.bf16\" = 312.000000"
 hw_case huge 's/"device_memory_gib": 40,/"device_memory_gib": 1e300,/' "\"device_memory_gib\" = 1e+300 is outside [1e-06, 1e+07]"
+# The name printed in a plan's header is one line; a source names a key of the schema; the
+# intra-node fits are there for a node of several ranks, and none is larger than a node.
+hw_case name_nl 's/"name": "a100-40gb"/"name": "a100\\nx"/' "\"name\" has a control character: one line of text"
+hw_case src_typo 's/"gemm.tflops":/"gemm.tflopz":/' "\"sources.gemm.tflopz\" names no field of the file"
+hw_case rpn1 's/"ranks_per_node": 8/"ranks_per_node": 1/' "is an intra-node fit of group 2, larger than a node (\"ranks_per_node\" = 1)"
+python3 -c 'import json, sys; h = json.load(open(sys.argv[1])); h["collectives"] = [c for c in h["collectives"] if c["link"] != "intra_node"]; json.dump(h, open(sys.argv[2], "w"))' "$hw" "$tmp/hw_no_intra.json"
+expect_error "\"collectives\" has no intra_node fit" plan --model 10b --gpus 8 --hardware "$tmp/hw_no_intra.json"
 expect_error "--global-batch must be in [1, 1048576], got 2147483647" plan --model 1b --gpus 8 --global-batch 2147483647 --hardware a100-40gb
 expect_error "--layers must be in [1, 4096], got 100000" plan --layers 100000 --hidden 64 --heads 4 --gpus 8 --hardware a100-40gb
 expect_error "--micro-batch-size must be in [1, 65536], got 1000000000" plan --model 1b --gpus 8 --micro-batch-size 1000000000 --hardware a100-40gb

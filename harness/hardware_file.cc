@@ -148,6 +148,11 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   HardwareSpec s;
   s.name = top.string("name");
   s.description = top.string("description");
+  for (const auto& [k, text] : {std::pair{"name", &s.name}, std::pair{"description", &s.description}}) {
+    if (text->empty()) top.fail(in_quotes(k) + " is empty");
+    for (unsigned char c : *text)  // printed in a plan's header line
+      if (c < 0x20 || c == 0x7f) top.fail(in_quotes(k) + " has a control character: one line of text");
+  }
   s.device_memory_bytes = kGibi.in(top.number("device_memory_gib", true));
   s.hw.ranks_per_node = top.integer("ranks_per_node", 1);
   Obj peak = top.object("peak_tflops");
@@ -171,6 +176,21 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
         top.fail(in_quotes("collectives[" + std::to_string(i) + "]") + " repeats the fit of group " +
                  std::to_string(s.hw.collectives[i].group) + " on its link");
   }
+  // The model prices every group within a node with an intra-node fit, and no such group is
+  // larger than a node: one fit at least where a node has 2 or more ranks, none larger than it.
+  bool intra = false;
+  for (size_t i = 0; i < s.hw.collectives.size(); ++i) {
+    const CollectiveFit& f = s.hw.collectives[i];
+    if (f.link != LinkClass::intra_node) continue;
+    intra = true;
+    if (f.group > s.hw.ranks_per_node)
+      top.fail(in_quotes("collectives[" + std::to_string(i) + "]") + " is an intra-node fit of group " +
+               std::to_string(f.group) + ", larger than a node (\"ranks_per_node\" = " +
+               std::to_string(s.hw.ranks_per_node) + ")");
+  }
+  if (!intra && s.hw.ranks_per_node > 1)
+    top.fail("\"collectives\" has no intra_node fit, which the ranks of a node (\"ranks_per_node\" = " +
+             std::to_string(s.hw.ranks_per_node) + ") communicate over");
   s.hw.p2p_intra = alpha_rate(top.object("p2p_intra"), "gb_per_s", kGiga);
   s.hw.p2p_inter = alpha_rate(top.object("p2p_inter"), "gb_per_s", kGiga);
   s.hw.host_link = alpha_rate(top.object("host_link"), "gb_per_s", kGiga);
@@ -183,12 +203,23 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   if (top.has("host_pass")) s.hw.host_pass = alpha_rate(top.object("host_pass"), "g_elements_per_s", kGiga);
   const json& src = top.at("sources");
   if (!src.is_object()) top.fail("\"sources\" must be an object of field -> source text");
+  if (src.empty()) top.fail("\"sources\" is empty: say where the figures come from");
   const std::vector<std::string> fields(std::begin(kTopKeys), std::end(kTopKeys));
+  // A source names a field, optionally narrowed by the file's key names (gemm.tflops,
+  // collectives.inter_node.busbw_gb_per_s): each part a key the schema has.
+  const std::vector<std::string> parts = {"fp32", "bf16", "fp16", "alpha_us", "tflops", "gb_per_s", "busbw_gb_per_s",
+                                          "g_elements_per_s", "intra_node", "inter_node", "group", "link"};
   for (const auto& [k, v] : src.items()) {
     if (!v.is_string() || v.get<std::string>().empty()) top.fail(in_quotes("sources." + printable(k, 40)) + " must be a non-empty string");
-    const std::string field = k.substr(0, k.find_first_of(".["));
-    if (std::find(fields.begin(), fields.end(), field) == fields.end())
-      top.fail(in_quotes("sources." + printable(k, 40)) + " names no field of the file");
+    size_t at = k.find('.');
+    const std::string field = k.substr(0, at);
+    bool known = std::find(fields.begin(), fields.end(), field) != fields.end();
+    while (known && at != std::string::npos) {
+      const size_t next = k.find('.', at + 1);
+      known = std::find(parts.begin(), parts.end(), k.substr(at + 1, next - at - 1)) != parts.end();
+      at = next;
+    }
+    if (!known) top.fail(in_quotes("sources." + printable(k, 40)) + " names no field of the file");
   }
   s.sources = src;
   top.done();
