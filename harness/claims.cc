@@ -23,20 +23,19 @@ using nlohmann::json;
 // or a string; absent only when `optional`. Errors: InputError naming the record and the key.
 enum class Field { number, positive, count, text };
 void need(const std::string& source, const json& b, const char* key, Field f, bool optional = false) {
-  const std::string where = "report " + source + ": " + (b.contains("name") ? "record " + b["name"].get<std::string>() : "context");
+  const std::string where =
+      "report " + source + ": " + (b.contains("name") ? "record " + printable(b["name"].get<std::string>(), 80) : "context");
   if (!b.contains(key)) {
     if (optional) return;
     throw InputError(where + ": no \"" + key + "\"");
   }
   const json& v = b[key];
+  static const char* const kMust[] = {"a number", "a number > 0", "an integer >= 1", "a string"};
   const bool ok = f == Field::text       ? v.is_string()
                   : f == Field::count    ? v.is_number_integer() && v.get<int64_t>() >= 1
                   : f == Field::positive ? v.is_number() && v.get<double>() > 0
                                          : v.is_number();
-  if (!ok)
-    throw InputError(where + ": \"" + key + "\" must be " +
-                     (f == Field::text ? "a string" : f == Field::count ? "an integer >= 1" : f == Field::positive ? "a number > 0" : "a number") +
-                     ", got " + v.dump().substr(0, 40));
+  if (!ok) throw InputError(where + ": \"" + key + "\" must be " + kMust[int(f)] + ", got " + printable(v.dump(), 40));
 }
 
 // What a report measured: the records the evaluators' measured column reads, each field read
@@ -55,14 +54,15 @@ Measured measured_from(const json* report, const std::string& source) {
     const std::string name = b["name"];
     if (b.value("op", json()) == "all_reduce" && b.value("placement", json()) == "out_of_place" && b.contains("bytes") &&
         b.contains("busbw_GBps") && b.contains("real_time")) {
-      need(source, b, "bytes", Field::positive), need(source, b, "busbw_GBps", Field::positive), need(source, b, "real_time", Field::positive);
+      for (const char* k : {"bytes", "busbw_GBps", "real_time"}) need(source, b, k, Field::positive);
       const double bytes = b["bytes"].get<double>();
       ar_time[bytes] = b["real_time"].get<double>();
       if (bytes > m.ar_bytes) m.ar_bytes = bytes, m.ar_busbw = b["busbw_GBps"].get<double>();
     }
     if (b.contains("bubble_measured")) {
-      need(source, b, "bubble_measured", Field::number), need(source, b, "p", Field::count), need(source, b, "m", Field::count);
-      need(source, b, "schedule", Field::text), need(source, b, "virtual_stages", Field::count, true);
+      need(source, b, "bubble_measured", Field::number), need(source, b, "schedule", Field::text);
+      need(source, b, "p", Field::count), need(source, b, "m", Field::count);
+      need(source, b, "virtual_stages", Field::count, true);
       m.pipeline.push_back(b);
     }
     if (b.contains("gain") && name.rfind("overlap", 0) == 0) need(source, b, "gain", Field::positive), m.overlap.push_back(b);
@@ -76,8 +76,8 @@ Measured measured_from(const json* report, const std::string& source) {
       m.checkpoint_interval.push_back(b);
     }
     if (name.rfind("comm_efficiency/", 0) == 0 && b.contains("speedup_vs_sync")) {
-      need(source, b, "speedup_vs_sync", Field::positive), need(source, b, "method", Field::text), need(source, b, "link", Field::text);
-      need(source, b, "loss_vs_sync", Field::number, true);
+      need(source, b, "speedup_vs_sync", Field::positive), need(source, b, "loss_vs_sync", Field::number, true);
+      need(source, b, "method", Field::text), need(source, b, "link", Field::text);
       m.comm_efficiency.push_back(b);
     }
   }
@@ -122,16 +122,18 @@ json load_claims_catalog(const std::string& path) {
     throw InputError("claims catalog " + path + ": expected an object with a \"claims\" array");
   for (const auto& [k, v] : cat.items())
     if (k != "claims" && k != "description")
-      throw InputError("claims catalog " + path + ": unknown key '" + k + "' (a catalog has claims and description)");
+      throw InputError("claims catalog " + path + ": unknown key '" + printable(k, 40) +
+                       "' (a catalog has claims and description)");
   if (cat["claims"].empty()) throw InputError("claims catalog " + path + ": the \"claims\" array is empty");
   std::set<int64_t> ids;
   for (const json& e : cat["claims"]) {
     const std::string where = "claims catalog " + path + ": entry " + (e.is_object() && e.contains("id") ? e["id"].dump() : "?");
     if (!e.is_object()) throw InputError(where + ": not an object");
+    static const std::set<std::string> kEntryKeys = {"id",        "claim",     "figures",   "conditions",
+                                                     "method",    "evaluator", "tolerance", "inputs"};
     for (const auto& [k, v] : e.items())
-      if (!std::set<std::string>{"id", "claim", "figures", "conditions", "method", "evaluator", "tolerance", "inputs"}
-               .count(k))
-        throw InputError(where + ": unknown key '" + k +
+      if (!kEntryKeys.count(k))
+        throw InputError(where + ": unknown key '" + printable(k, 40) +
                          "' (an entry has id, claim, figures, conditions, method, evaluator, tolerance, inputs)");
     if (!e.contains("id") || !e["id"].is_number_integer() || e["id"].get<int64_t>() < 1 ||
         e["id"].get<int64_t>() > 1000000 || (e["id"].is_number_unsigned() && e["id"].get<uint64_t>() > 1000000))
@@ -159,10 +161,11 @@ json load_claims_catalog(const std::string& path) {
       if (spec == ev->second.inputs.end()) {
         std::string known;
         for (const auto& [name, s] : ev->second.inputs) known += (known.empty() ? "" : ", ") + name;
-        throw InputError(where + ": unknown input '" + k + "' (evaluator " + ev->first + " reads " + known + ")");
+        throw InputError(where + ": unknown input '" + printable(k, 40) + "' (evaluator " + ev->first + " reads " + known +
+                         ")");
       }
       const std::string want = spec->second.check(v);
-      if (!want.empty()) throw InputError(where + ": input '" + k + "' must be " + want + ", got " + v.dump());
+      if (!want.empty()) throw InputError(where + ": input '" + k + "' must be " + want + ", got " + printable(v.dump(), 40));
     }
   }
   return cat;
