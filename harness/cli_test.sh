@@ -319,6 +319,10 @@ expect_error "entry 22: input 'gpus' must be an integer in [1, 1048576], got 0" 
 expect_error "entry 22: input 'speedup' must be a number in (0, 1e+30], got -17" claims --catalog "$tmp/claims_speedneg.json"
 expect_error "claims: entry 22 (evaluator parallelism_speedup): input 'layout' TP3xPP2xDP2 uses 12 GPUs, not the entry's gpus = 8" claims --catalog "$tmp/claims_layout.json"
 # dtbench validate: bad usage before anything runs.
+# An --output that cannot be written is refused before measuring (it was found after the level had
+# run, its results lost): nothing on stdout.
+expect_error "--output /proc/dtb/v.json: cannot write in /proc/dtb" validate --output /proc/dtb/v.json
+[ ! -s "$tmp/out" ] || { echo "FAIL: validate ran before refusing an unwritable --output:"; cat "$tmp/out"; fails=$((fails + 1)); }
 expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many
 expect_error "--expect: nodes given twice" validate --expect nodes=1,nodes=2

@@ -1,6 +1,8 @@
 // The verdict, the report and the input files of `dtbench validate` (see verdict.h).
 #include "harness/validate/verdict.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -50,6 +52,13 @@ void check_output_path(Communicator& world, const std::string& option, const std
       }
       if (p == p.parent_path()) break;
     }
+    // Written at the end, after every measurement: a place that cannot be written must be found
+    // now, not after hours of a burn-in (the directories are made as the final write makes them).
+    const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+    fs::create_directories(dir, ec);
+    const fs::path probe = dir / (".dtbench-write-test-" + std::to_string(::getpid()));
+    if (!std::ofstream(probe)) throw InputError(option + " " + path + ": cannot write in " + dir.string());
+    fs::remove(probe, ec);
     return std::string();
   });
 }
@@ -139,8 +148,17 @@ int write_verdict(const ValidateArgs& a, const std::vector<json>& inv, const std
     const std::filesystem::path p(a.output);
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
     write_json_atomic(a.output, out);
-  } catch (const std::exception& e) {
-    throw InputError(std::string("--output: ") + e.what());
+  } catch (const std::exception& e) {  // writable when checked at the start; keep what was measured
+    const std::string kept =
+        (std::filesystem::temp_directory_path() / ("dtbench-validate-" + std::to_string(::getpid()) + ".json")).string();
+    std::string where;
+    try {
+      write_json_atomic(kept, out);
+      where = "; the report is in " + kept;
+    } catch (const std::exception&) {
+      where = "; nor could " + kept + " be written";
+    }
+    throw InputError("--output " + a.output + ": cannot write it (" + e.what() + ")" + where);
   }
   int world_fails = 0;
   for (const ValidateCheck& c : checks) world_fails += bad(c) && c.nodes.empty() ? 1 : 0;
