@@ -325,6 +325,9 @@ expect_error "--output /proc/dtb/v.json: cannot write in /proc/dtb" validate --o
 [ ! -s "$tmp/out" ] || { echo "FAIL: validate ran before refusing an unwritable --output:"; cat "$tmp/out"; fails=$((fails + 1)); }
 expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many
+expect_error "--expect: nodes=0x1 is not a non-negative number" validate --expect nodes=0x1
+expect_error "--expect: cores= 2 is not a non-negative number" validate --expect "cores= 2"
+expect_error "--ranks-per-node: Value 0 not in range 1 to 1048576" validate --ranks-per-node 0
 expect_error "--expect: nodes given twice" validate --expect nodes=1,nodes=2
 expect_error "--expect: 'device' is not key=value" validate --expect device
 expect_error "--duration must be a number of seconds in (0, 1e7]" validate --level burnin --duration 0

@@ -272,7 +272,8 @@ CLI::App* add_validate_subcommand(CLI::App& app, ValidateArgs& args) {
   validate->add_option("--expect", args.expect,
                        "expectations, e.g. nodes=2,ranks_per_node=8,device=H200,cores=64,memory_gb=500,gpus_per_node=8");
   validate->add_option("--ranks-per-node", args.ranks_per_node,
-                       "emulate nodes of N consecutive ranks on one machine (for tests)");
+                       "emulate nodes of N consecutive ranks on one machine (for tests)")
+      ->check(CLI::Range(1, 1 << 20));  // 0 given was taken as "not emulated"
   validate->add_option("--backend", args.backend, "cpu or cuda (the device each rank reports)");
   validate->add_option("--output", args.output, "the JSON report (default results/validate.json)");
   validate->add_flag("--werror", args.werror, "warnings fail the node they name");

@@ -94,7 +94,9 @@ std::map<std::string, std::string> parse_expectations(const std::string& spec) {
     if (k->second) {
       char* e = nullptr;
       const double v = std::strtod(value.c_str(), &e);
-      if (e == value.c_str() || *e != '\0' || !std::isfinite(v) || v < 0)
+      // Decimal digits only (strtod also reads " 2", "0x1" and "inf"): the report keeps the text.
+      const bool decimal = value.find_first_not_of("0123456789.eE+-") == std::string::npos && std::isdigit(value[0]);
+      if (!decimal || e == value.c_str() || *e != '\0' || !std::isfinite(v) || v < 0)
         throw InputError("--expect: " + key + "=" + value + " is not a non-negative number");
       const bool count = key == "nodes" || key == "ranks_per_node" || key == "gpus_per_node" || key == "cores";
       if (count && (v != std::floor(v) || (key != "gpus_per_node" && v < 1)))
