@@ -71,13 +71,21 @@ from dtbreport.compare_output import _jsonable, print_text, regression_lines, su
 OUTPUT_VERSION = 1  # of the --json object
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its usage errors in one line (exit 2), as the other refusals."""
+    def error(self, message):
+        print(f"compare.py: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "ab":
         from dtbreport.gate.cli import main as ab_main
         return ab_main(argv[1:])
-    ap = argparse.ArgumentParser(prog="compare.py", description="Compare two dtbench reports (see the top of this "
-                                 "script for the statistics). Exit 0: no regression, 1: regression, 2: bad input.")
+    ap = _Parser(prog="compare.py", allow_abbrev=False,  # --f is not --force
+                 description="Compare two dtbench reports (see the top of this script for the statistics). Exit 0: "
+                             "no regression, 1: regression, 2: bad input.")
     ap.add_argument("base", help="the baseline report (BASE.json)")
     ap.add_argument("new", help="the report to judge (NEW.json)")
     ap.add_argument("--threshold", type=float, default=0.10,

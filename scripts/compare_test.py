@@ -343,6 +343,32 @@ class RealReports(unittest.TestCase):
         self.assertEqual(len(err.strip().splitlines()), 1)
         self.assertIn("no such file", json.loads(out)["error"])
 
+    def test_fields_compare_reads_are_checked(self):
+        """Each made a traceback (exit 1, read as a regression) or was dropped from the table without a word."""
+        train = next(i for i, b in enumerate(self.a["benchmarks"]) if b["name"].startswith("train/"))
+        cases = [
+            ("strnum", lambda r: r["benchmarks"][train].update(real_time="30.1"), "real_time must be a number >= 0"),
+            ("negative", lambda r: r["benchmarks"][train].update(real_time=-10.0), "real_time must be a number >= 0"),
+            ("unit", lambda r: r["benchmarks"][0].update(time_unit=["us"]), "time_unit must be a string"),
+            ("checkvalue", lambda r: r["checks"][0].update(value="abc"), "value must be a number or null"),
+            ("checksuite", lambda r: r["checks"][0].update(suite=["collectives"]), "suite must be a string"),
+            ("suites", lambda r: r["context"]["config"].update(suites=5), "context.config.suites must be a list"),
+        ]
+        for name, f, words in cases:
+            rc, out, err = compare(self.reports[0], self.doctored(name, f))
+            self.assert_one_line_error(rc, out, err, words)
+        # JSON that only Python's lenient parser reads: a key twice (the last won), a number past a double.
+        text = self.reports[0].read_text()
+        dup = self.dir / "dupkey.json"
+        dup.write_text(text.replace('"schema_version":', '"schema_version": 9, "schema_version":', 1))
+        self.assert_one_line_error(*compare(self.reports[0], dup), "appears twice in one object")
+        inf = self.dir / "inf.json"
+        inf.write_text(text.replace('"schema_version":', '"overflow": 1e999, "schema_version":', 1))
+        self.assert_one_line_error(*compare(self.reports[0], inf), "1e999 overflows a double")
+        # Usage errors in one line; no abbreviation of --force.
+        self.assert_one_line_error(*compare(self.reports[0], self.reports[1], "--threshold", "abc"), "invalid float")
+        self.assert_one_line_error(*compare(self.reports[0], self.reports[1], "--f"), "unrecognized arguments: --f")
+
     def test_missing_records_checks_and_failed_suite(self):
         def drop(r):
             r["benchmarks"] = [b for b in r["benchmarks"] if not b["name"].startswith("conformance/")]
@@ -430,7 +456,7 @@ class SyntheticReports(unittest.TestCase):
 
     def test_welch_without_samples(self):
         def summary(mean, sd, n=20):
-            return {"n": n, "median": mean, "min": mean - sd, "max": mean + sd, "mean": mean, "stddev": sd}
+            return {"n": n, "median": mean, "min": max(0.0, mean - sd), "max": mean + sd, "mean": mean, "stddev": sd}
         base = synthetic([rec("train/x", step_time_ms=summary(10.0, 0.1))])
         rc, j = self.run_pair(base, synthetic([rec("train/x", step_time_ms=summary(12.0, 0.1))]))
         r = self.row(j, "step_time_ms (median)")

@@ -85,8 +85,12 @@ def main(argv=None):
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise InputError(f"cannot create the output directory '{out_dir}': {e.strerror}")
-        if not os.access(out_dir, os.W_OK):
-            raise InputError(f"the output directory '{out_dir}' is not writable")
+        probe = out_dir / f".{Path(args.report).stem}.write-test-{os.getpid()}"
+        try:  # written, not asked (os.access says yes to root in a directory nobody can write)
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise InputError(f"the output directory '{out_dir}' is not writable ({e.strerror})")
     except InputError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -477,6 +477,17 @@ class ReportScript(BadInput, unittest.TestCase):
         self.assert_bad([self.report_a, "--claims", bad / "claims-entry.json", *out], ["claim 1 has no verdict"])
         (bad / "claims-id.json").write_text(json.dumps(dict(HAND_CLAIMS, claims=[dict(entry, verdict="holds", id="1")])))
         self.assert_bad([self.report_a, "--claims", bad / "claims-id.json", *out], ["claims[0] has no integer id"])
+        # Each was a traceback (exit 1), one after 6 plots were written: a check's suite not a string, a
+        # number past a double, a trace event whose times are not finite numbers.
+        doctored = json.loads(self.report_a.read_text())
+        doctored["checks"][0]["suite"] = ["collectives"]
+        (bad / "suite.json").write_text(json.dumps(doctored))
+        self.assert_bad([bad / "suite.json", *out], ["'suite' must be a string"])
+        (bad / "inf.json").write_text(self.report_a.read_text().replace('"context":', '"big": 1e999, "context":', 1))
+        self.assert_bad([bad / "inf.json", *out], ["1e999 overflows a double"])
+        (bad / "trace-nan.json").write_text(json.dumps(
+            {"traceEvents": [{"ph": "X", "name": "fwd", "tid": 0, "ts": "nan", "dur": "inf"}]}))
+        self.assert_bad([self.report_a, "--trace", bad / "trace-nan.json", *out], ["not a finite number"])
         self.assertEqual(list(bad.glob("*.md")) + list(bad.glob("*.png")), [], "nothing written on bad input")
 
 

@@ -20,6 +20,7 @@ import jsonschema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dtbreport import schema as assembler  # noqa: E402
+from dtbreport.load import StrictJSONError, parse_strict  # noqa: E402
 
 MAX_MESSAGE = 240  # characters of one error message (jsonschema quotes whole values)
 
@@ -28,22 +29,18 @@ class InputError(Exception):
     """A file that cannot be read or is not JSON."""
 
 
-def _refuse_constant(name):
-    """JSON has no NaN or Infinity; Python's parser accepts them, a dtbench report never holds
-    them (the writer turns non-finite numbers into null)."""
-    raise json.JSONDecodeError(f"{name} is not JSON (dtbench writes null for a non-finite number)", name, 0)
-
-
 def load_json(path):
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f, parse_constant=_refuse_constant)
+            return parse_strict(f.read())
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text: {e.reason} at byte {e.start}") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except StrictJSONError as e:
+        raise InputError(f"{path}: not JSON: {e}") from None
 
 
 def load_schema(schema_path=None):
@@ -68,9 +65,12 @@ def load_validator(schema_path=None):
     return jsonschema.Draft202012Validator(schema)
 
 
-def schema_version(validator):
-    """The report schema_version the schema describes (properties.schema_version.const)."""
-    return validator.schema["properties"]["schema_version"]["const"]
+def schema_version(validator, where="the schema"):
+    """The report schema_version the schema describes (properties.schema_version.const). Errors: InputError."""
+    try:
+        return validator.schema["properties"]["schema_version"]["const"]
+    except (KeyError, TypeError):
+        raise InputError(f"{where}: not a dtbench report schema (no properties.schema_version.const)") from None
 
 
 def pointer(path):
@@ -120,7 +120,11 @@ def main(argv):
     if args.print_schema:
         print(json.dumps(validator.schema, indent=2, ensure_ascii=False))
         return 0
-    version = schema_version(validator)
+    try:
+        version = schema_version(validator, args.schema or "the assembled report schema")
+    except InputError as e:
+        print(f"validate_report: {e}", file=sys.stderr)
+        return 2
     invalid = unreadable = False
     for path in args.reports:
         try:

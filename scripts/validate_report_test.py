@@ -402,11 +402,20 @@ class Rejected(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         self.assertIn(f"{bad}: /context: Additional properties are not allowed ('surprise_field' was unexpected)",
                       p.stdout)
-        for missing in (broken, tmp / "absent.json"):
+        dup = tmp / "dup.json"  # a key twice: JSON keeps one, the C++ reader refuses it
+        dup.write_text(good.read_text().replace('"schema_version":', '"schema_version": 9, "schema_version":', 1))
+        for missing in (broken, tmp / "absent.json", dup):
             p = run(good, missing)
             self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
             self.assertIn(str(missing), p.stderr)
+        # A schema that is JSON Schema but not a report's (no properties.schema_version.const): a KeyError was
+        # raised (exit 1).
+        schema = tmp / "schema.json"
+        schema.write_text('{"type": "object"}')
+        p = run("--schema", schema, good)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("not a dtbench report schema", p.stderr)
 
 
 if __name__ == "__main__":

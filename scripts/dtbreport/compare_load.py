@@ -8,6 +8,7 @@ import math
 import os
 
 from . import registry
+from .load import StrictJSONError, parse_strict
 
 # Context: fields that make two reports incompatible (refused without --force), and fields
 # noted when they differ. The config is compared separately (its name, the sections of the
@@ -22,18 +23,7 @@ class InputError(Exception):
     """Bad input: exit 2 with this one-line message."""
 
 
-def _refuse_constant(name):
-    """JSON has no NaN or Infinity (Python's parser accepts them; dtbench writes null)."""
-    raise json.JSONDecodeError(f"{name} is not JSON (dtbench writes null for a non-finite number)", name, 0)
-
-
 MAX_REPORT_BYTES = 1 << 30
-
-
-def _parse_int(text):
-    if len(text.lstrip("-")) > 300:  # beyond any float: float() would overflow
-        raise json.JSONDecodeError(f"the integer {text[:20]}... is out of range", text, 0)
-    return int(text)
 
 
 def load_report(path):
@@ -45,11 +35,11 @@ def load_report(path):
         raise InputError(f"{path}: larger than {MAX_REPORT_BYTES >> 20} MiB, not a dtbench report")
     try:
         with open(path, encoding="utf-8") as f:
-            report = json.load(f, parse_constant=_refuse_constant, parse_int=_parse_int)
+            report = parse_strict(f.read())
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: malformed JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    except RecursionError:
-        raise InputError(f"{path}: nests too deep to be a dtbench report") from None
+    except StrictJSONError as e:
+        raise InputError(f"{path}: malformed JSON ({e})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read ({e})") from None
     if not isinstance(report, dict) or not isinstance(report.get("benchmarks"), list):
@@ -69,7 +59,51 @@ def load_report(path):
     for i, c in enumerate(report.get("checks", [])):
         if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not isinstance(c.get("passed"), bool):
             raise InputError(f"{path}: checks[{i}] has no name or no boolean passed")
+        if c.get("suite") is not None and not isinstance(c["suite"], str):
+            raise InputError(f"{path}: checks[{i}] ({c['name']}).suite must be a string")
+        for k in ("value", "tolerance", "fraction_of_tolerance"):
+            if c.get(k) is not None and not _is_number(c[k]):
+                raise InputError(f"{path}: checks[{i}] ({c['name']}).{k} must be a number or null")
+    suites = ((report.get("context") or {}).get("config") or {}).get("suites")
+    if suites is not None and (not isinstance(suites, list) or not all(isinstance(x, str) for x in suites)):
+        raise InputError(f"{path}: context.config.suites must be a list of suite names")
+    for i, b in enumerate(report["benchmarks"]):
+        _check_record(path, i, b)
     return report
+
+
+# Units whose numbers are never below 0 (times, sizes, rates, counts); the others (fractions, ratios,
+# nats, tau) may be signed.
+_NONNEGATIVE_UNITS = {"ms", "us", "s", "time_unit", "B", "bytes", "GB/s", "B/s", "TFLOP/s", "FLOP/s", "tokens/s",
+                      "B/token", "B/param", "steps", "micro-batches", "elements", "checks", "layouts"}
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_record(path, i, b):
+    """The fields compare.py reads of record i: time_unit a string, each metric of its suite a number (null
+    allowed), a timing object of numbers or a list of numbers, not below 0 where its unit cannot be. A string
+    where a number belongs was dropped from the table without a word. Errors: InputError naming the field."""
+    where = f"{path}: benchmarks[{i}] ({b['name'][:80]})"
+    if b.get("time_unit") is not None and not isinstance(b["time_unit"], str):
+        raise InputError(f"{where}.time_unit must be a string")
+    metrics = registry.metrics(b["name"].split("/", 1)[0])
+    for field, spec in metrics.items():
+        if field not in b or b[field] is None:
+            continue
+        v, floor = b[field], 0 if spec.unit in _NONNEGATIVE_UNITS else -math.inf
+        if isinstance(v, dict):  # a timing object: {n, median, mean, ..., samples}
+            values = [v[k] for k in ("median", "mean", "min", "max", "stddev", "p10", "p90") if v.get(k) is not None]
+            samples = v.get("samples") or []
+            values += samples if isinstance(samples, list) else [samples]
+        else:
+            values = v if isinstance(v, list) else [v]
+        if not all(_is_number(x) and x >= floor for x in values):
+            raise InputError(f"{where}.{field} must be {'a number >= 0' if floor == 0 else 'a number'}"
+                             f"{', or a timing object or list of them' if isinstance(v, (dict, list)) else ''}"
+                             f", got {json.dumps(v)[:40]}")
 
 
 def _flat_diff(a, b, prefix, out):
@@ -84,7 +118,7 @@ def _flat_diff(a, b, prefix, out):
 def suite_names(report):
     names = [s.get("name") for s in report.get("suites", []) if isinstance(s, dict)]
     if not names:
-        names = report.get("context", {}).get("config", {}).get("suites", []) or []
+        names = ((report.get("context") or {}).get("config") or {}).get("suites") or []
     return {n for n in names if isinstance(n, str)}
 
 

@@ -3,11 +3,54 @@
 Each loader refuses bad input with InputError (one line; the CLI exits 2); none renders anything.
 """
 import json
+import math
 from pathlib import Path
 
 
 class InputError(Exception):
     """Bad input: the message is printed on one line and the exit status is 2."""
+
+
+class StrictJSONError(ValueError):
+    """Text that is JSON only to Python's lenient parser (the message says why, in one line)."""
+
+
+def _no_constant(name):
+    raise StrictJSONError(f"{name} is not JSON (dtbench writes null for a non-finite number)")
+
+
+def _finite_float(text):
+    x = float(text)
+    if x in (float("inf"), float("-inf")):
+        raise StrictJSONError(f"the number {text[:24]} overflows a double")
+    return x
+
+
+def _bounded_int(text):
+    if len(text.lstrip("-")) > 300:  # beyond any double: float() of it would overflow
+        raise StrictJSONError(f"the integer {text[:20]}... is out of range")
+    return int(text)
+
+
+def _unique_keys(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise StrictJSONError(f"key '{k[:40]}' appears twice in one object (JSON keeps only one of them)")
+        d[k] = v
+    return d
+
+
+def parse_strict(text):
+    """JSON as dtbench writes it and its C++ reader accepts it: no NaN or Infinity literal, no number beyond a
+    double (1e999), no key twice in one object. Every report reader in scripts/ parses through it. Raises
+    StrictJSONError for those, json.JSONDecodeError for malformed JSON (with its line and column), and
+    StrictJSONError for nesting too deep."""
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int,
+                          object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise StrictJSONError("nests too deep to be a dtbench file") from None
 
 
 def load_json(path, what):
@@ -20,11 +63,11 @@ def load_json(path, what):
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read {what} '{path}': {e}")
-    def refuse(name):  # JSON has no NaN or Infinity (dtbench writes null for a non-finite number)
-        raise json.JSONDecodeError(f"{name} is not JSON", name, 0)
     try:
-        return json.loads(text, parse_constant=refuse)
+        return parse_strict(text)
     except json.JSONDecodeError as e:
+        raise InputError(f"{what} '{path}' is not valid JSON ({e})")
+    except StrictJSONError as e:
         raise InputError(f"{what} '{path}' is not valid JSON ({e})")
 
 
@@ -52,6 +95,8 @@ def load_report(path, r=None):
     for i, c in enumerate(r["checks"]):
         if not isinstance(c, dict) or not isinstance(c.get("name"), str):
             raise InputError(f"report '{path}': checks[{i}] has no name")
+        if c.get("suite") is not None and not isinstance(c["suite"], str):
+            raise InputError(f"report '{path}': checks[{i}] ({c['name'][:80]}): 'suite' must be a string")
     return r
 
 
@@ -139,8 +184,12 @@ def load_trace(path):
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         try:
-            spans.append({"rank": int(e.get("tid", 0)), "name": str(e["name"]), "ts": float(e["ts"]),
-                          "dur": float(e.get("dur", 0.0)), "step": int((e.get("args") or {}).get("step", 0))})
-        except (KeyError, TypeError, ValueError):
+            span = {"rank": int(e.get("tid", 0)), "name": str(e["name"]), "ts": float(e["ts"]),
+                    "dur": float(e.get("dur", 0.0)), "step": int((e.get("args") or {}).get("step", 0))}
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise InputError(f"trace '{path}': a complete event ('ph': 'X') lacks a numeric ts, dur or name")
+        if not (math.isfinite(span["ts"]) and math.isfinite(span["dur"]) and span["dur"] >= 0):
+            raise InputError(f"trace '{path}': a complete event ('ph': 'X') has a ts or dur that is not a finite "
+                             f"number (dur >= 0)")
+        spans.append(span)
     return spans
