@@ -72,36 +72,31 @@ def load_report(path):
     return report
 
 
-# Units whose numbers are never below 0 (times, sizes, rates, counts); the others (fractions, ratios,
-# nats, tau) may be signed.
-_NONNEGATIVE_UNITS = {"ms", "us", "s", "time_unit", "B", "bytes", "GB/s", "B/s", "TFLOP/s", "FLOP/s", "tokens/s",
-                      "B/token", "B/param", "steps", "micro-batches", "elements", "checks", "layouts"}
-
-
 def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _check_record(path, i, b):
     """The fields compare.py reads of record i: time_unit a string, each metric of its suite a number (null
-    allowed), a timing object of numbers or a list of numbers, not below 0 where its unit cannot be. A string
-    where a number belongs was dropped from the table without a word. Errors: InputError naming the field."""
+    allowed), a timing object of numbers or a list of numbers. A string where a number belongs was dropped from
+    the table without a word. The sign is not judged: some times are paired differences (checkpoint's
+    save_cost_ms), which noise can put below 0 in a real report. Errors: InputError naming the field."""
     where = f"{path}: benchmarks[{i}] ({b['name'][:80]})"
     if b.get("time_unit") is not None and not isinstance(b["time_unit"], str):
         raise InputError(f"{where}.time_unit must be a string")
     metrics = registry.metrics(b["name"].split("/", 1)[0])
-    for field, spec in metrics.items():
+    for field in metrics:
         if field not in b or b[field] is None:
             continue
-        v, floor = b[field], 0 if spec.unit in _NONNEGATIVE_UNITS else -math.inf
+        v = b[field]
         if isinstance(v, dict):  # a timing object: {n, median, mean, ..., samples}
             values = [v[k] for k in ("median", "mean", "min", "max", "stddev", "p10", "p90") if v.get(k) is not None]
             samples = v.get("samples") or []
             values += samples if isinstance(samples, list) else [samples]
         else:
             values = v if isinstance(v, list) else [v]
-        if not all(_is_number(x) and x >= floor for x in values):
-            raise InputError(f"{where}.{field} must be {'a number >= 0' if floor == 0 else 'a number'}"
+        if not all(_is_number(x) for x in values):
+            raise InputError(f"{where}.{field} must be a number"
                              f"{', or a timing object or list of them' if isinstance(v, (dict, list)) else ''}"
                              f", got {json.dumps(v)[:40]}")
 
