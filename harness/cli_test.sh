@@ -139,6 +139,11 @@ expect_error "train.checkpoint_every = 5 needs train.checkpoint_dir (where to sa
 expect_error "train.resume_from \"latest\" needs train.checkpoint_dir (where to look)" run --config "$tmp/resume_no_dir.json"
 expect_error "train.checkpoint_every = -1 is out of range [0, 1000000]" run --config "$tmp/ckpt_every.json"
 expect_error "nonexistent' is not a checkpoint step directory (no such directory)" run --config "$tmp/resume_missing.json"
+printf '{"suites": ["train"], "train": {"resume_from": "%s/tiny.txt"}}' "$tmp" >"$tmp/resume_file.json"
+expect_error "tiny.txt' is not a checkpoint step directory (not a directory)" run --config "$tmp/resume_file.json"
+# An interval past the run's steps would never save (the run went through, saving nothing).
+printf '{"suites": ["train"], "train": {"steps": 6, "checkpoint_every": 100, "checkpoint_dir": "%s/never"}}' "$tmp" >"$tmp/ckpt_never.json"
+expect_error "train.checkpoint_every = 100 exceeds train.steps = 6: no checkpoint would be saved" run --config "$tmp/ckpt_never.json"
 expect_error "train.checkpoint_dir is not writable: '/proc/dtbench-nope'" run --config "$tmp/ckpt_unwritable.json"
 mkdir -p "$tmp/held/step-5" && echo 5 >"$tmp/held/latest"
 printf '{"suites": ["train"], "train": {"steps": 10, "checkpoint_every": 5, "checkpoint_dir": "%s/held"}}' "$tmp" >"$tmp/ckpt_held.json"

@@ -275,7 +275,8 @@ std::string resolve_resume(const std::string& dir, const std::string& resume_fro
   }
   std::error_code ec;
   if (!fs::is_directory(resume_from, ec))
-    throw InputError("'" + printable(resume_from) + "' is not a checkpoint step directory (no such directory)");
+    throw InputError("'" + printable(resume_from) + "' is not a checkpoint step directory (" +
+                     (fs::exists(resume_from, ec) ? "not a directory" : "no such directory") + ")");
   return resume_from;
 }
 

@@ -414,6 +414,9 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   p.matmul_precision = prec;
   p.peak_tflops = number_in_range(section, "peak_tflops", "train.peak_tflops", 0.0, 1e6);
   p.plan = checkpoint_plan_from_json(section);
+  if (p.plan.every > train.steps)  // it would never save (the checkpoint suite bounds its interval the same way)
+    throw InputError("train.checkpoint_every = " + std::to_string(p.plan.every) + " exceeds train.steps = " +
+                     std::to_string(train.steps) + ": no checkpoint would be saved");
   p.references = section.at("references").get<bool>();
   const DpSync& d = train.dp_sync;
   if (!d.synchronous()) {  // the gradients in flight and DiLoCo's outer state are not checkpointed
