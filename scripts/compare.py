@@ -72,9 +72,13 @@ OUTPUT_VERSION = 1  # of the --json object
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, its usage errors in one line (exit 2), as the other refusals."""
+    """argparse, its usage errors in one line (exit 2) and, under --json, the JSON object, as the other refusals."""
+    json_out = False
+
     def error(self, message):
         print(f"compare.py: {message} (see --help)", file=sys.stderr)
+        if self.json_out:
+            print(json.dumps({"output_version": OUTPUT_VERSION, "exit_code": 2, "error": message}))
         sys.exit(2)
 
 
@@ -83,6 +87,7 @@ def main(argv=None):
     if argv and argv[0] == "ab":
         from dtbreport.gate.cli import main as ab_main
         return ab_main(argv[1:])
+    _Parser.json_out = "--json" in argv
     ap = _Parser(prog="compare.py", allow_abbrev=False,  # --f is not --force
                  description="Compare two dtbench reports (see the top of this script for the statistics). Exit 0: "
                              "no regression, 1: regression, 2: bad input.")

@@ -369,6 +369,9 @@ class RealReports(unittest.TestCase):
         # Usage errors in one line; no abbreviation of --force.
         self.assert_one_line_error(*compare(self.reports[0], self.reports[1], "--threshold", "abc"), "invalid float")
         self.assert_one_line_error(*compare(self.reports[0], self.reports[1], "--f"), "unrecognized arguments: --f")
+        rc, out, err = compare(self.reports[0], self.reports[1], "--json", "--threshold", "abc")  # JSON as on exit 2
+        self.assertEqual((rc, len(err.strip().splitlines())), (2, 1), err)
+        self.assertIn("invalid float", json.loads(out)["error"])
 
     def test_missing_records_checks_and_failed_suite(self):
         def drop(r):
