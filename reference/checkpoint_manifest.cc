@@ -280,6 +280,17 @@ std::string resolve_resume(const std::string& dir, const std::string& resume_fro
   return resume_from;
 }
 
+namespace {
+// The full model's tensors as the rank files' indices address them: name, global shape,
+// offset in the flat buffer (gpt_param_layout).
+json tensor_table(const GptConfig& model) {
+  json t = json::array();
+  for (const ParamTensor& p : gpt_param_layout(model))
+    t.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"numel", p.numel}});
+  return t;
+}
+}  // namespace
+
 json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunInfo& run) {
   const std::string path = (fs::path(step_dir) / "manifest.json").string();
   const std::string where = printable(step_dir);
@@ -326,6 +337,19 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   const json want = to_json(run.model);
   if (m.at("model") != want)
     throw InputError(me + "the model differs from this run's: " + printable(model_differences(m.at("model"), want), 300));
+  // The tensor table a resharded load places elements by: the model's own, entry by entry (an
+  // edited or damaged table was accepted, the rank files' indices placing the elements).
+  if (m.contains("tensors")) {
+    const json table = tensor_table(run.model);
+    const json& saved_table = m["tensors"];
+    if (!saved_table.is_array() || saved_table.size() != table.size())
+      throw InputError(me + "manifest.json's tensors table does not list the model's " + std::to_string(table.size()) +
+                       " tensors");
+    for (size_t i = 0; i < table.size(); ++i)
+      if (saved_table[i] != table[i])
+        throw InputError(me + "manifest.json's tensors[" + std::to_string(i) + "] " +
+                         printable(saved_table[i].dump(), 80) + " is not the model's " + printable(table[i].dump(), 80));
+  }
   const json& seed = m.contains("seed") ? m["seed"] : json();
   if (!seed.is_number_unsigned() && !seed.is_number_integer())
     throw InputError(me + "manifest.json lacks 'seed' or it has the wrong type");
@@ -386,16 +410,6 @@ void check_checkpoint_files(const std::string& step_dir, const json& manifest) {
 
 namespace checkpoint_io {
 
-namespace {
-// The full model's tensors as the rank files' indices address them: name, global shape,
-// offset in the flat buffer (gpt_param_layout).
-json tensor_table(const GptConfig& model) {
-  json t = json::array();
-  for (const ParamTensor& p : gpt_param_layout(model))
-    t.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"numel", p.numel}});
-  return t;
-}
-}  // namespace
 
 json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, const TrainProgress& progress,
                    int64_t adamw_steps, json ranks) {

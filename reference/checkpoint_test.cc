@@ -134,6 +134,13 @@ TEST(Checkpoint, RefusesDamagedFiles) {
          m["layout"]["dp"] = (int64_t(1) << 32) + n;
          std::ofstream(fs::path(d) / "manifest.json") << m.dump();
        }},
+      // The tensor table a resharded load places elements by: an edited entry was accepted.
+      {"an edited tensor table", "manifest.json's tensors[0] ",
+       [&](const std::string& d) {
+         nlohmann::json m = nlohmann::json::parse(std::ifstream(fs::path(d) / "manifest.json"));
+         m["tensors"][0]["numel"] = 100;
+         std::ofstream(fs::path(d) / "manifest.json") << m.dump();
+       }},
   };
   for (size_t i = 0; i < damages.size(); ++i) {
     SCOPED_TRACE(damages[i].what);
