@@ -100,6 +100,7 @@ expect_error "key 'train' appears twice in one object" run --config "$tmp/dup_ke
 printf '{"train": {"sequence_parallel": true, "sequence_parallel": false}}' >"$tmp/dup_nested.json"
 expect_error "key 'train.sequence_parallel' appears twice in one object" run --config "$tmp/dup_nested.json"
 expect_error "--allow-changed: 'steps' is not a recipe key" run --allow-changed steps
+expect_error "--allow-changed: this run resumes nothing" run --config smoke --allow-changed lr --suites collectives
 printf '{"model": {"L": 4, "C": 64, "NH": 4, "T": 64, "V": 256}, "train": {"pipeline_parallel": 1, "pipeline_layers": [3, 1]}}' >"$tmp/layers.json"
 expect_error "pipeline_layers 3+1 has 2 entries, not one per virtual stage" run --suites train --config "$tmp/layers.json"
 expect_error "config file not found" run --config "$tmp/missing.json"

@@ -335,6 +335,13 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     std::string text = read_config_text(args.config);
     if (args.sweep) text = apply_sweep(text, args.sweep_layouts);
     json c = parse_config(text, args.config, args.suites, args.data, WorldInfo(world.size(), per_node, opts), args.backend);
+    if (!args.allow_changed.empty()) {  // it resumes with a changed setting: a run must resume for it to mean anything
+      const json& suites = c["suites"];
+      const bool trains = std::find(suites.begin(), suites.end(), "train") != suites.end();
+      if (!trains || c["train"].value("resume_from", "").empty())
+        throw InputError("--allow-changed: this run resumes nothing (it lets a resumed train run change a setting; "
+                         "train.resume_from is empty or the train suite is not run)");
+    }
     check_utf8(args.output_dir, "--output-dir");
     if (!args.output_dir.empty()) c["output_dir"] = args.output_dir;
     return c.dump();
