@@ -318,6 +318,19 @@ void check_allow_changed(const std::vector<std::string>& allow) {
                        "micro_batches, recompute)");
 }
 
+// --allow-changed lets a resumed train run change a setting: its keys checked, and a run that resumes
+// nothing (the train suite not run, or train.resume_from empty in the parsed config `c`) refused
+// rather than ignored.
+void check_allow_changed_resumes(const std::vector<std::string>& allow, const json& c) {
+  check_allow_changed(allow);
+  if (allow.empty()) return;
+  const json& suites = c["suites"];
+  const bool trains = std::find(suites.begin(), suites.end(), "train") != suites.end();
+  if (!trains || c["train"].value("resume_from", "").empty())
+    throw InputError("--allow-changed: this run resumes nothing (it lets a resumed train run change a setting; "
+                     "train.resume_from is empty or the train suite is not run)");
+}
+
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
@@ -328,20 +341,13 @@ int cmd_run(Communicator& world, const RunArgs& args) {
   const int per_node = place.ranks_per_node;
   json cfg = json::parse(on_root(world, [&] {
     if (!args.run_id.empty()) check_file_stem(args.run_id, "--run-id");
-    check_allow_changed(args.allow_changed);
     if (args.run_id == "latest")
       throw InputError("--run-id 'latest' is reserved: every run also writes <output-dir>/latest.json");
     if (args.sweep && !args.suites.empty()) throw InputError("--sweep and --suites do not go together");
     std::string text = read_config_text(args.config);
     if (args.sweep) text = apply_sweep(text, args.sweep_layouts);
     json c = parse_config(text, args.config, args.suites, args.data, WorldInfo(world.size(), per_node, opts), args.backend);
-    if (!args.allow_changed.empty()) {  // it resumes with a changed setting: a run must resume for it to mean anything
-      const json& suites = c["suites"];
-      const bool trains = std::find(suites.begin(), suites.end(), "train") != suites.end();
-      if (!trains || c["train"].value("resume_from", "").empty())
-        throw InputError("--allow-changed: this run resumes nothing (it lets a resumed train run change a setting; "
-                         "train.resume_from is empty or the train suite is not run)");
-    }
+    check_allow_changed_resumes(args.allow_changed, c);
     check_utf8(args.output_dir, "--output-dir");
     if (!args.output_dir.empty()) c["output_dir"] = args.output_dir;
     return c.dump();
