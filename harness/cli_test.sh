@@ -327,7 +327,7 @@ expect_error "claims: entry 22 (evaluator parallelism_speedup): input 'layout' T
 # dtbench validate: bad usage before anything runs.
 # An --output that cannot be written is refused before measuring (it was found after the level had
 # run, its results lost): nothing on stdout.
-expect_error "--output /proc/dtb/v.json: cannot write in /proc/dtb" validate --output /proc/dtb/v.json
+expect_error "--output /proc/dtb/v.json: its directory is not writable: '/proc/dtb'" validate --output /proc/dtb/v.json
 [ ! -s "$tmp/out" ] || { echo "FAIL: validate ran before refusing an unwritable --output:"; cat "$tmp/out"; fails=$((fails + 1)); }
 expect_error "--expect: unknown key 'gpus'" validate --expect gpus=8
 expect_error "--expect: cores=many is not a non-negative number" validate --expect cores=many

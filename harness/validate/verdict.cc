@@ -12,6 +12,7 @@
 
 #include "harness/report.h"
 #include "harness/validate/inventory.h"
+#include "suites/suite.h"
 #include "kernels/error.h"
 
 namespace dtb {
@@ -55,10 +56,7 @@ void check_output_path(Communicator& world, const std::string& option, const std
     // Written at the end, after every measurement: a place that cannot be written must be found
     // now, not after hours of a burn-in (the directories are made as the final write makes them).
     const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-    fs::create_directories(dir, ec);
-    const fs::path probe = dir / (".dtbench-write-test-" + std::to_string(::getpid()));
-    if (!std::ofstream(probe)) throw InputError(option + " " + path + ": cannot write in " + dir.string());
-    fs::remove(probe, ec);
+    check_dir_writable(dir.string(), option + " " + path + ": its directory");  // run's own check (suites/suite.h)
     return std::string();
   });
 }

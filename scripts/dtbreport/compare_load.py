@@ -8,6 +8,7 @@ import math
 import os
 
 from . import registry
+from .compare_stats import _is_number
 from .load import StrictJSONError, parse_strict
 
 # Context: fields that make two reports incompatible (refused without --force), and fields
@@ -70,10 +71,6 @@ def load_report(path):
     for i, b in enumerate(report["benchmarks"]):
         _check_record(path, i, b)
     return report
-
-
-def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _check_record(path, i, b):
@@ -161,10 +158,6 @@ def parse_suite_thresholds(items):
             raise InputError(f"--suite-threshold wants SUITE=REL with REL a finite number >= 0, got '{item}'")
         out[name] = rel
     return out
-
-
-def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _absent_and_off(a, b):
