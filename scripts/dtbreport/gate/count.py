@@ -49,7 +49,9 @@ def count_side(side, out_dir, config="smoke", reps=20, only="", timeout_s=1800):
     CandidateFailed when the candidate's fails (a regression)."""
     if shutil.which("valgrind") is None:
         raise GateError("valgrind not found (scripts/setup installs it): the counting mode needs callgrind")
-    d = Path(out_dir) / side.name
+    # Absolute: valgrind runs in d (cwd below) and reads --callgrind-out-file relative to it; a relative
+    # --work-dir put the dumps in d/d (work/count/baseline/work/count/baseline/callgrind.out), never read.
+    d = Path(out_dir).resolve() / side.name
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
@@ -57,7 +59,7 @@ def count_side(side, out_dir, config="smoke", reps=20, only="", timeout_s=1800):
                        "--reps", str(reps)] + (["--only", only] if only else [])
     # Its own TMPDIR: the two sides start at once, and Open MPI 4.1's session directory ($TMPDIR/ompi.<host>.<uid>,
     # made at MPI_Init) can be raced for by two singletons ("unable to create the desired directory: File exists").
-    rc, _, err = run_child(cmd, {**run_env(side.environment()), "TMPDIR": str(d.resolve())}, timeout_s, cwd=d)
+    rc, _, err = run_child(cmd, {**run_env(side.environment()), "TMPDIR": str(d)}, timeout_s, cwd=d)
     if rc != 0:
         why = f"the {side.name} ({side.label})'s dtbench count failed ({describe_status(rc)}: " \
               f"{message(err) or 'no message'})"
