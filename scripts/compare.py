@@ -9,8 +9,10 @@ Usage: scripts/compare.py BASE.json NEW.json [--threshold REL] [--suite-threshol
 Records (the report's `benchmarks`) are matched by `name`, which encodes the suite and its
 parameters (collectives/all_reduce/bytes:4096/placement:in_place, conformance/TP2:bf16,
 ...); when a name is not unique in a report, the parameters that tell its records apart are
-added to the key. Checks are matched by name. Each metric of a matched record is compared
-(each suite's module, scripts/dtbreport/suites/<suite>.py, declares which of its fields are
+added to the key, and where none does, the order (NAME, NAME#2, ...): a further copy that only
+NEW has is compared with BASE's NAME, as the same measurement made again. Checks are matched
+by name. Each metric of a matched record is compared (each suite's module,
+scripts/dtbreport/suites/<suite>.py, declares which of its fields are
 metrics, with their unit and direction; scripts/dtbreport/metrics.py the fields several suites
 share); a table of them is printed with a summary line, or, with --json, one JSON object.
 

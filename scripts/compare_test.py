@@ -518,6 +518,27 @@ class SyntheticReports(unittest.TestCase):
         self.assertEqual({m["record"] for m in j["metrics"]}, {"train/x{dtype=f32}", "train/x{dtype=f64}"})
         self.assertEqual({m["change"] for m in j["metrics"]}, {0.0})
 
+    def test_a_further_copy_of_a_record_is_compared(self):
+        # NEW measures train/x twice, BASE once, nothing telling the copies apart: the second copy, 3x slower,
+        # is the same measurement made again and is compared with BASE's (it was listed as new, exit 0).
+        same = [1, 1.1, 1.2, 1.3, 1.4]
+        base = synthetic([rec("train/x", step_time_ms=timing(same))])
+        new = synthetic([rec("train/x", step_time_ms=timing(same)),
+                         rec("train/x", step_time_ms=timing([3 * x for x in same]))])
+        rc, j = self.run_pair(base, new)
+        self.assertEqual(rc, 1, j)
+        r = self.row(j, "step_time_ms (median)", "train/x#2")
+        self.assertTrue(r["regression"], r)
+        self.assertAlmostEqual(r["change"], 2.0)
+        self.assertEqual(j["records"]["new"], [])
+        rc, out, _ = compare(self.dir / "base.json", self.dir / "new.json")
+        self.assertIn("train/x#2: NEW has more copies of this record than BASE; compared with BASE's train/x", out)
+        # Both copies as fast: no regression; BASE's further copy alone in BASE is missing, not gated.
+        rc, j = self.run_pair(base, synthetic([rec("train/x", step_time_ms=timing(same))] * 2))
+        self.assertEqual((rc, j["records"]["new"]), (0, []))
+        rc, j = self.run_pair(synthetic([rec("train/x", step_time_ms=timing(same))] * 2), base)
+        self.assertEqual((rc, j["records"]["missing"]), (0, ["train/x#2"]))
+
     def test_checks(self):
         def check(name, passed):
             return {"name": name, "suite": "train", "passed": passed, "value": 0.0 if passed else 2.0,

@@ -51,7 +51,7 @@ def record_keys(base_records, new_records):
         for name, recs in g.items():
             for r in recs:
                 key = name
-                if name in dup_fields:
+                if dup_fields.get(name):  # no parameter tells the copies apart: NAME, NAME#2, ... by order
                     key += "{" + ",".join(f"{k}={r.get(k)}" for k in dup_fields[name]) + "}"
                 base_key, i = key, 1
                 while key in keyed:
@@ -60,6 +60,19 @@ def record_keys(base_records, new_records):
                 keyed[key] = r
         out.append(keyed)
     return out[0], out[1], notes
+
+
+def copy_stem(key, other_keys):
+    """The key of the copy `key` is matched with on the other side, where its name repeats more often on this
+    side than on that one: record_keys numbers a name's further copies that no parameter tells apart
+    (NAME#2, NAME#3, ...), and such a copy that the other side lacks is compared with the other side's copy of
+    NAME (or NAME{fields}), as the same measurement made again. Returns that key, or None where `key` is not
+    such a copy or the other side has no record to compare it with. A copy left unmatched was never compared:
+    a second copy of a record three times slower passed as "new"."""
+    stem, sep, n = key.rpartition("#")
+    if not sep or not n.isdigit() or key in other_keys:
+        return None
+    return stem if stem in other_keys else None
 
 
 def check_keys(checks):
@@ -144,10 +157,14 @@ def compare(base, new, threshold, alpha, suite_thresholds=None):
         if key not in nk:
             res["records"]["missing"].append(key)
     for key, n in nk.items():
-        if key not in bk:
+        stem = copy_stem(key, bk)
+        if key not in bk and stem is None:
             res["records"]["new"].append(key)
             continue
-        b = bk[key]
+        b = bk[key if stem is None else stem]
+        if stem is not None:
+            res["records"]["notes"].append(f"{key}: NEW has more copies of this record than BASE; compared with "
+                                           f"BASE's {stem}")
         if b.get("skipped") or n.get("skipped"):
             res["records"]["skipped"].append(key)
             continue
