@@ -18,6 +18,7 @@
 import copy
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from dtbreport.gate import GateError, count, paired, stats  # noqa: E402
+from dtbreport.gate import GateError, count, paired, runner, stats  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 
@@ -131,6 +132,21 @@ class Paired(unittest.TestCase):
         self.assertFalse(r["collectives/x"]["regression"], r["collectives/x"])  # 3 %: below the threshold
         self.assertEqual(len(res["regressions"]), 1)
 
+    def test_a_further_copy_in_the_candidate_is_compared(self):
+        # The candidate's runs measure a record twice (NAME, NAME#2), the baseline's once: the copy, 3x slower,
+        # is compared with the baseline's NAME (it was "only in the candidate", never compared, exit 0).
+        base, cand = self.make(8)
+        for c in cand:
+            first = next(r for r in c["benchmarks"] if r["name"] == "gemm/peak")
+            c["benchmarks"].append({**first, "real_time": 3 * first["real_time"]})
+        res = paired.analyse(base, cand, 0.05, 0.05)
+        r = self.rows(res)
+        self.assertTrue(r["gemm/peak#2"]["regression"], r["gemm/peak#2"])
+        self.assertAlmostEqual(r["gemm/peak#2"]["change"], 2.0, delta=0.1)
+        self.assertFalse(r["gemm/peak"]["regression"])
+        self.assertEqual(res["records_only_in"]["candidate"], [])
+        self.assertEqual(res["copies_compared_with"], {"gemm/peak#2": "gemm/peak"})
+
     def test_calibrated_reads_real_time_cal(self):
         base, cand = self.make(12, slow=1.2)
         res = paired.analyse(base, cand, 0.05, 0.05, calibrated=True)
@@ -191,7 +207,74 @@ class Paired(unittest.TestCase):
             paired.analyse(base, cand, 0.05, 0.05)
 
 
+class ConfigDifferences(unittest.TestCase):
+    """What the preflight makes of two filled-in configs (runner.config_differences)."""
+    SUITES = {"gemm", "train", "collectives", "comm_efficiency", "checkpoint", "pipeline"}
+
+    def config(self):
+        return {"name": "gate", "description": "d", "suites": ["train", "collectives"], "seed": 1234,
+                "comm_timeout_s": 300.0, "output_dir": "results", "model": {"L": 2, "C": 64},
+                "train": {"steps": 120, "grad_clip": 0.0}, "collectives": {"ops": ["all_reduce"], "iters": 20},
+                "checkpoint": {"mtbf_hours": 200.0, "repetitions": 3}, "pipeline": {"stages": [2, 4]}}
+
+    def diff(self, edit):
+        base, cand = self.config(), self.config()
+        edit(cand)
+        return runner.config_differences(base, cand, self.SUITES)
+
+    def test_a_suite_the_config_does_not_run_is_ignored(self):
+        # The unrelated default that switched the gate off ("fill in the config differently (checkpoint)").
+        d = self.diff(lambda c: c["checkpoint"].update(mtbf_hours=100.0))
+        self.assertEqual(d, {"measured": [], "ignored": [("checkpoint.mtbf_hours", 200.0, 100.0)], "added": []})
+        d = self.diff(lambda c: (c.update(comm_timeout_s=60.0, description="x"), c.pop("pipeline")))
+        self.assertEqual(d["measured"], [])
+
+    def test_a_key_where_the_gate_measures_is_named(self):
+        d = self.diff(lambda c: (c["collectives"].update(iters=10), c.update(seed=1), c["model"].update(L=4)))
+        self.assertEqual(d["measured"], [("collectives.iters", 20, 10), ("model.L", 2, 4), ("seed", 1234, 1)])
+        self.assertEqual(d["ignored"], [])
+
+    def test_a_setting_one_side_lacks(self):
+        # Off: nothing measured changes, dropped. On: the candidate's own code, listed and compared.
+        d = self.diff(lambda c: c["train"].update(fp8=False, recipe="none", arch="gpt2"))
+        self.assertEqual(d, {"measured": [], "ignored": [], "added": [("train.arch", runner.ABSENT, "gpt2")]})
+        d = self.diff(lambda c: c["train"].pop("steps"))
+        self.assertEqual(d["added"], [("train.steps", 120, runner.ABSENT)])
+
+    def test_the_reports_of_an_added_setting_are_compatible(self):
+        base, cand = Paired().make(1)
+        base[0]["context"]["config"]["train"] = {"steps": 3}
+        cand[0]["context"]["config"]["train"] = {"steps": 3, "arch": "gpt2"}
+        paired.check_compatible(base[0], cand[0])  # the preflight listed it: no GateError
+        cand[0]["context"]["config"]["train"]["steps"] = 4
+        with self.assertRaisesRegex(GateError, "config.train.steps 3 vs 4"):
+            paired.check_compatible(base[0], cand[0])
+
+
 class Count(unittest.TestCase):
+    def test_a_relative_work_dir_counts(self):
+        # callgrind runs in the side's directory and opens --callgrind-out-file relative to it, as this stand-in
+        # for valgrind does: a relative --work-dir gave work/count/baseline/work/count/baseline/callgrind.out
+        # (no such directory: the count failed, exit 2 "not compared").
+        def valgrind(cmd, env, timeout_s, cwd=None):
+            out = next(c for c in cmd if c.startswith("--callgrind-out-file="))
+            dump = Path(cwd) / (out.split("=", 1)[1] + ".1")
+            if not dump.parent.is_dir():
+                return 1, "", f"==1== Error: can not open cache simulation output file `{dump}'"
+            dump.write_text("desc: Trigger: Client Request: kernel/x\nevents: Ir D1mr\ntotals: 2000 0\n")
+            return 0, "", ""
+        from unittest import mock
+        from dtbreport.gate.runner import Side
+        with tempfile.TemporaryDirectory() as d, mock.patch.object(count, "run_child", valgrind), \
+                mock.patch.object(count.shutil, "which", return_value="/usr/bin/valgrind"):
+            cwd = Path.cwd()
+            os.chdir(d)
+            try:
+                got = count.count_side(Side("baseline", Path("/bin/true"), "x"), Path("work") / "count", reps=2)
+            finally:
+                os.chdir(cwd)
+        self.assertEqual(got, {"kernel/x": {"instructions": 1000.0, "d1_misses": 0.0, "ll_misses": 0.0}})
+
     def test_dump_parses_and_compare_gates(self):
         with tempfile.TemporaryDirectory() as d:
             p = Path(d) / "callgrind.out.1"

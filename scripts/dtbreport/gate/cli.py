@@ -22,7 +22,8 @@ from . import GateError
 from . import build as builds
 from . import count as counting
 from . import paired
-from .runner import CandidateFailed, Interrupted, Side, install_interrupt_handlers, interleaved, preflight
+from .runner import (CandidateFailed, Interrupted, Side, install_interrupt_handlers, interleaved, preflight,
+                     short_value)
 
 OUTPUT_VERSION = 1
 
@@ -195,6 +196,9 @@ def print_paired(res, out):
         if recs:
             print(f"not compared: records only the {side} measured: {', '.join(recs[:8])}"
                   + (" ..." if len(recs) > 8 else ""), file=out)
+    for copy, stem in res.get("copies_compared_with", {}).items():
+        print(f"note: the candidate's runs have more copies of {stem} than the baseline's; {copy} is compared with "
+              f"the baseline's {stem}", file=out)
     w = max([len(r["record"]) for r in res["rows"]] + [6])
     print(f"\nPaired timing: {res['metric']}, {res['pairs']} pairs of runs (baseline and candidate side by side); "
           f"change = candidate / baseline - 1 ({res.get('test', 'sign')} test's estimate), [95 % interval], "
@@ -206,6 +210,15 @@ def print_paired(res, out):
         p = "-" if r["p_holm"] is None else f"{r['p_holm']:.2g}"
         print(f"{r['record']:<{w}}  {r['base']:>10.4g}  {r['new']:>10.4g}  {_pct(r['change']):>7}  {ci:>17}  "
               f"{p:>8}  {r['verdict']}", file=out)
+
+
+def print_config_differences(diff, out):
+    """The filled-in configs' differences that preflight let through, one line each kind."""
+    for kind, what in (("ignored", "outside the suites the gate runs, ignored"),
+                       ("added", "settings one side lacks, measured as part of the change")):
+        if diff[kind]:
+            print(f"gate: config differences {what}: " + ", ".join(
+                f"{k} ({short_value(x)} vs {short_value(y)})" for k, x, y in diff[kind]), file=out)
 
 
 def print_count(res, out):
@@ -249,7 +262,10 @@ def run(a, out=sys.stdout, progress=None):
     try:
         if a.pairs:
             try:
-                preflight(base, cand, config, a.np)
+                diff = preflight(base, cand, config, a.np)
+                print_config_differences(diff, out)
+                result["config_differences"] = {kind: [{"key": k, "baseline": x, "candidate": y} for k, x, y in d]
+                                                for kind, d in diff.items()}
                 def first(r):
                     paired.check_compatible(r["baseline"][0], r["candidate"][0])
                     paired.check_pairs_suffice(a.pairs, r["baseline"][0], r["candidate"][0], a.alpha, a.calibrated)

@@ -21,7 +21,7 @@ in a candidate run, or a suite that passes and then fails, is a regression whate
 import math
 import statistics
 
-from ..compare_core import record_keys
+from ..compare_core import copy_stem, record_keys
 from ..compare_load import compatibility, describe
 from . import GateError
 from .stats import TESTS, holm
@@ -81,8 +81,11 @@ def run_values(report, calibrated, statistic="min"):
 
 def check_compatible(base, cand):
     """GateError when the first pair's reports cannot be compared: another world size, backend or config (the
-    gate's own injected slowdown, a test's, is allowed)."""
+    gate's own injected slowdown, a test's, is allowed). A config key that one side lacks is not refused here:
+    the preflight (runner.config_differences) listed it as a setting the candidate adds or removes, measured as
+    part of the change."""
     refusals, _ = compatibility(base, cand, allow=("injected_slowdown",))
+    refusals = [r for r in refusals if not (r[0].startswith("config.") and "<absent>" in r[1:])]
     if refusals:
         raise GateError("the baseline's and the candidate's runs cannot be compared: " + describe(refusals))
 
@@ -160,6 +163,11 @@ def analyse_values(bv, cv, threshold, alpha, metric="real_time", suite_threshold
     "sign" (the sign test, the median and its interval) or "signed-rank" (Wilcoxon's, Hodges-Lehmann)."""
     suite_thresholds = suite_thresholds or {}
     p_greater, estimate, interval = TESTS[test]
+    # A further copy of a record that the candidate's runs have and the baseline's lack (NAME#2) is the same
+    # measurement made again: each baseline run's NAME stands for it (compare_core.copy_stem).
+    base_keys = set().union(*bv)
+    copies = {k: stem for k in set().union(*cv) if (stem := copy_stem(k, base_keys)) is not None}
+    bv = [{**b, **{k: b[stem] for k, stem in copies.items() if stem in b}} for b in bv]
     keys = sorted(set().union(*bv) & set().union(*cv))
     if not keys:
         raise GateError(f"the runs have no {metric} in common to compare")
@@ -195,7 +203,7 @@ def analyse_values(bv, cv, threshold, alpha, metric="real_time", suite_threshold
                                f"{r['pairs']} pairs (p = {r['p_holm']:.2g} after Holm; threshold "
                                f"{r['threshold']:.0%})")
     return {"metric": metric, "test": test, "rows": rows, "regressions": regressions, "pairs": len(bv),
-            "records_only_in": only}
+            "records_only_in": only, "copies_compared_with": dict(sorted(copies.items()))}
 
 
 def _verdict(r, alpha):

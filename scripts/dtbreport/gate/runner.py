@@ -142,46 +142,98 @@ def mpirun_cmd(side, np_, args):
     return cmd + [str(side.binary), *args]
 
 
+# Top-level keys of a filled-in config that do not change what a run measures: its names, where its report goes,
+# and the watchdog's timeout (compare_load.CONFIG_NOT_COMPARED says the same of two reports).
+CONFIG_NOT_MEASURED = ("name", "description", "output_dir", "comm_timeout_s")
+ABSENT = "<absent>"  # a key the side's filled-in config lacks
+
+
+def _print_config(side, config, np_, timeout_s, printed):
+    """The config as `side` fills it in (dtbench run --print-config) and the suites its binary has (dtbench list)."""
+    rc, out, err = run_child(mpirun_cmd(side, np_, ["run", "--config", config, "--print-config"]),
+                             run_env(side.environment()), timeout_s)
+    if rc != 0:
+        why = f"{describe_status(rc)}: {message(err) or 'no message'}"
+        if "DTB_INJECT_SLOWDOWN" in why:  # the test knob given to the gate is malformed: bad input
+            raise GateError(f"the {side.name}'s runs refuse their environment ({why})")
+        if side.name == "candidate" and printed:
+            raise CandidateFailed(f"the candidate fails on the config its baseline accepts ({why})")
+        raise GateError(f"the {side.name} ({side.label}) refuses the config {config} ({why})")
+    try:
+        filled = json.loads(out[out.index("{"):])
+    except ValueError:
+        raise GateError(f"the {side.name} ({side.label}) printed no config for --print-config: is it a "
+                        "dtbench?") from None
+    rc, out, err = run_child(mpirun_cmd(side, 1, ["list"]), run_env(side.environment()), timeout_s)
+    if rc != 0:
+        raise GateError(f"the {side.name} ({side.label}) cannot list its suites ({describe_status(rc)}: "
+                        f"{message(err) or 'no message'})")
+    text = out.split("suites:", 1)[-1].split("\nconfigs", 1)[0]
+    suites = {ln.split()[0] for ln in text.splitlines() if ln.startswith("  ") and ln.split()}
+    return filled, suites
+
+
 def preflight(base, cand, config, np_, timeout_s=120):
     """Both sides validate the config at np_ ranks without measuring (dtbench run --print-config): the
     baseline refusing it, or both, is GateError (the runs cannot be compared); the candidate alone refusing
-    what its baseline accepts is CandidateFailed; the two configs as filled in (defaults included) must
-    agree, else GateError naming the first differences."""
-    printed = {}
+    what its baseline accepts is CandidateFailed. The two configs as filled in (defaults included) must agree
+    where the runs measure (config_differences): a key both sides have with different values there is
+    GateError naming each such key and its two values. Returns config_differences' other two lists, to be
+    listed: {"ignored": [...], "added": [...]}, each [(dotted key, baseline's value, candidate's value)]."""
+    printed, suites = {}, set()
     for side in (base, cand):
-        rc, out, err = run_child(mpirun_cmd(side, np_, ["run", "--config", config, "--print-config"]),
-                                 run_env(side.environment()), timeout_s)
-        if rc != 0:
-            why = f"{describe_status(rc)}: {message(err) or 'no message'}"
-            if "DTB_INJECT_SLOWDOWN" in why:  # the test knob given to the gate is malformed: bad input
-                raise GateError(f"the {side.name}'s runs refuse their environment ({why})")
-            if side is cand and base.name in printed:
-                raise CandidateFailed(f"the candidate fails on the config its baseline accepts ({why})")
-            raise GateError(f"the {side.name} ({side.label}) refuses the config {config} ({why})")
-        try:
-            printed[side.name] = json.loads(out[out.index("{"):])
-        except ValueError:
-            raise GateError(f"the {side.name} ({side.label}) printed no config for --print-config: is it a "
-                            "dtbench?") from None
-    a, b = printed[base.name], printed[cand.name]
-    diffs = []
-    for k in sorted(set(a) | set(b)):
-        if k in ("output_dir",):
+        printed[side.name], have = _print_config(side, config, np_, timeout_s, printed)
+        suites |= have
+    diff = config_differences(printed[base.name], printed[cand.name], suites)
+    if diff["measured"]:
+        raise GateError("the baseline and the candidate fill in the config differently where the gate measures ("
+                        + ", ".join(f"{k}: {short_value(x)} vs {short_value(y)}" for k, x, y in diff["measured"][:6])
+                        + (", ..." if len(diff["measured"]) > 6 else "") + "): their runs would not measure the same "
+                        "thing; to compare them, set the key in the gate's config (both sides then run its value)")
+    return {"ignored": diff["ignored"], "added": diff["added"]}
+
+
+def config_differences(base, cand, suite_names):
+    """The keys two filled-in configs (dtbench run --print-config) fill in differently, as {"measured",
+    "ignored", "added"}: lists of (dotted key, baseline's value, candidate's value, ABSENT where a side lacks
+    the key). suite_names: the suites either binary has.
+    - ignored: differences in the sections of suites the config does not run (its "suites") and in
+      CONFIG_NOT_MEASURED: they cannot change what the runs measure;
+    - added: keys one side lacks, where the runs measure, at a value that is not "off" (None, False, "", "none",
+      0; at an off value they are dropped): a setting the candidate adds or removes is its code, measured as
+      part of the change (the baseline could not be given it);
+    - measured: every other difference (a key both sides have, in a run suite's section or the model, seed,
+      data, backend): the runs would not measure the same thing."""
+    run = set(base.get("suites") or []) | set(cand.get("suites") or [])
+    out = {"measured": [], "ignored": [], "added": []}
+    for key in sorted(set(base) | set(cand)):
+        if key in CONFIG_NOT_MEASURED:
             continue
-        if a.get(k, "<absent>") != b.get(k, "<absent>") and not _added_off(a.get(k, "<absent>"), b.get(k, "<absent>")):
-            diffs.append(k)
-    if diffs:
-        raise GateError(f"the baseline and the candidate fill in the config differently ({', '.join(diffs[:6])}): "
-                        "their runs would not measure the same thing")
+        for d in _leaf_differences(key, base.get(key, ABSENT), cand.get(key, ABSENT)):
+            out["ignored" if key in suite_names and key not in run else
+                "added" if ABSENT in d[1:] else "measured"].append(d)
+    return out
 
 
-def _added_off(a, b):
-    """A section that one side has more keys in, all at off values, as compare_load treats a key one report lacks."""
+def _leaf_differences(path, a, b):
     if isinstance(a, dict) and isinstance(b, dict):
-        return all(x == y or _added_off(x, y) for x, y in ((a.get(k, "<absent>"), b.get(k, "<absent>"))
-                                                           for k in set(a) | set(b)))
-    off = lambda v: v is None or v is False or v == "" or v == "none" or v == 0  # noqa: E731
-    return (a == "<absent>" and off(b)) or (b == "<absent>" and off(a))
+        return [d for k in sorted(set(a) | set(b))
+                for d in _leaf_differences(f"{path}.{k}", a.get(k, ABSENT), b.get(k, ABSENT))]
+    if a == b or (a == ABSENT and _off(b)) or (b == ABSENT and _off(a)):
+        return []
+    return [(path, a, b)]
+
+
+def _off(v):
+    if isinstance(v, dict):
+        return all(_off(x) for x in v.values())
+    return v is None or v is False or v == "" or v == "none" or v == 0
+
+
+def short_value(v):
+    """A config value for a message: "absent" for ABSENT, else its JSON, cut at 40 characters."""
+    text = "absent" if v == ABSENT else json.dumps(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def run_once(side, config, np_, out_dir, run_id, timeout_s=600):
