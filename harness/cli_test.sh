@@ -277,7 +277,15 @@ expect_error "no layout of gpt3-175b on 8 GPUs fits 40.0 GiB: the smallest needs
 expect_error "--tp 4 does not divide --gpus 6" plan --model 10b --gpus 6 --tp 4 --hardware a100-40gb
 expect_error "--gpus must be >= 1, got 0" plan --model 10b --gpus 0 --hardware a100-40gb
 expect_error "--tp x --pp x --dp = 16 does not divide --gpus 8" plan --model 10b --gpus 8 --tp 2 --pp 2 --dp 4 --hardware a100-40gb
-expect_error "no layout of 3b on 8 GPUs: tp must divide --gpus and the heads (20)" plan --model 3b --gpus 8 --tp 8 --hardware a100-40gb
+expect_error "no layout of 3b on 8 GPUs: --tp 8 does not divide the model's 20 heads" plan --model 3b --gpus 8 --tp 8 --hardware a100-40gb
+# The refusal names what the fixed values leave (it said "tp must divide --gpus and the heads (96)"
+# for --tp 8 on 8 GPUs with ZeRO 3, although 8 divides both: ZeRO needs dp > 1).
+expect_error "--zero-stage 3 needs dp > 1 (ZeRO shards over the DP ranks): --tp 8 on --gpus 8 leaves dp 1" plan --model gpt3-175b --gpus 8 --tp 8 --zero-stage 3 --hardware a100-40gb
+expect_error "--zero-stage 1 needs dp > 1 (ZeRO shards over the DP ranks): --pp 8 on --gpus 8 leaves dp 1" plan --model gpt3-175b --gpus 8 --pp 8 --zero-stage 1 --hardware a100-40gb
+expect_error "--zero-stage 2 needs dp > 1 (ZeRO shards over the DP ranks): --gpus 1 leaves dp 1" plan --model 1b --gpus 1 --zero-stage 2 --hardware a100-40gb
+expect_error "no layout of custom on 8 GPUs: --pp 4 does not divide the model's 6 layers" plan --layers 6 --hidden 64 --heads 4 --gpus 8 --pp 4 --hardware a100-40gb
+expect_error "no layout of custom on 8 GPUs: --tp 2 x --dp 2 on --gpus 8 leaves pp = 2, which does not divide the model's 3 layers" plan --layers 3 --hidden 64 --heads 4 --gpus 8 --tp 2 --dp 2 --hardware a100-40gb
+expect_error "no layout of custom on 8 GPUs: --dp 2 on --gpus 8 leaves tp x pp = 4, and no tp dividing the model's 3 heads times a pp dividing its 3 layers makes 4" plan --layers 3 --hidden 48 --heads 3 --gpus 8 --dp 2 --hardware a100-40gb
 expect_error "unknown model '10bb' (did you mean 10b?)" plan --model 10bb --gpus 8 --hardware a100-40gb
 expect_error "--zero-stage must be 0-3, got 4" plan --model 10b --gpus 8 --zero-stage 4 --hardware a100-40gb
 expect_error "moe-6b is an MoE model" plan --model moe-6b --gpus 8 --hardware a100-40gb
