@@ -156,6 +156,10 @@ printf '{"suites": ["train"], "train": {"steps": 4, "resume_from": "latest", "ch
 "$dtbench" run --config "$tmp/ckpt_save.json" --output-dir "$tmp/dmg_out" >/dev/null 2>&1
 /usr/bin/python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-100, 2); b = f.read(1); f.seek(-100, 2); f.write(bytes([b[0] ^ 16]))" "$tmp/dmg/step-2/rank-0.bin"
 expect_error "rank-0.bin: checksum mismatch" run --config "$tmp/ckpt_load.json" --output-dir "$tmp/dmg_out"
+# A key of the manifest's layout this build does not read: refused before anything runs, as the model's are.
+/usr/bin/python3 -c "import json, sys; m = json.load(open(sys.argv[1])); m['layout']['tensor_paralel'] = 2; json.dump(m, open(sys.argv[1], 'w'))" "$tmp/dmg/step-1/manifest.json"
+printf '{"suites": ["train"], "train": {"steps": 4, "resume_from": "%s/dmg/step-1", "references": false}}' "$tmp" >"$tmp/ckpt_layout_key.json"
+expect_error "step-1: manifest.json's layout has the unknown key 'tensor_paralel' (a layout holds tp, dp, pp," run --config "$tmp/ckpt_layout_key.json"
 printf '{"suites": ["checkpoint"], "checkpoint": {"save_interval": -1}}' >"$tmp/cks_interval.json"
 printf '{"suites": ["checkpoint"], "checkpoint": {"mtbf_hours": 0}}' >"$tmp/cks_mtbf.json"
 printf '{"suites": ["checkpoint"], "checkpoint": {"steps": 4, "save_interval": 4}}' >"$tmp/cks_no_step_left.json"
