@@ -8,6 +8,7 @@
 # Usage: grad_norm_test.sh PATH/TO/dtbench PATH/TO/mpirun
 set -euo pipefail
 dtbench="$1"; mpirun="$2"
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 model='"model": {"L": 1, "C": 32, "NH": 2, "T": 32, "V": 256}'
@@ -20,6 +21,9 @@ run() {
   [ "$2" -gt 1 ] && launch=("$mpirun" -np "$2" --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1)
   "${launch[@]}" "$dtbench" run --config "$tmp/$1.json" --output-dir "$tmp" --run-id "$1" >"$tmp/$1.log" 2>&1 ||
     { echo "FAIL: $1 exited $?:"; tail -20 "$tmp/$1.log"; exit 1; }
+  # The schema takes the norms on every path (it refused them without the references).
+  /usr/bin/python3 "$here/../scripts/validate_report.py" "$tmp/$1.json" >"$tmp/$1.schema" 2>&1 ||
+    { echo "FAIL: $1's report does not validate:"; tail -5 "$tmp/$1.schema"; exit 1; }
 }
 run clip_dp2 2 ', "grad_clip": 0.5'
 run one_rank 1 ''
