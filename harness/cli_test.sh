@@ -156,6 +156,10 @@ printf '{"suites": ["train"], "train": {"steps": 4, "resume_from": "latest", "ch
 "$dtbench" run --config "$tmp/ckpt_save.json" --output-dir "$tmp/dmg_out" >/dev/null 2>&1
 /usr/bin/python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-100, 2); b = f.read(1); f.seek(-100, 2); f.write(bytes([b[0] ^ 16]))" "$tmp/dmg/step-2/rank-0.bin"
 expect_error "rank-0.bin: checksum mismatch" run --config "$tmp/ckpt_load.json" --output-dir "$tmp/dmg_out"
+# A key of the manifest's layout this build does not read: refused before anything runs, as the model's are.
+/usr/bin/python3 -c "import json, sys; m = json.load(open(sys.argv[1])); m['layout']['tensor_paralel'] = 2; json.dump(m, open(sys.argv[1], 'w'))" "$tmp/dmg/step-1/manifest.json"
+printf '{"suites": ["train"], "train": {"steps": 4, "resume_from": "%s/dmg/step-1", "references": false}}' "$tmp" >"$tmp/ckpt_layout_key.json"
+expect_error "step-1: manifest.json's layout has the unknown key 'tensor_paralel' (a layout holds tp, dp, pp," run --config "$tmp/ckpt_layout_key.json"
 printf '{"suites": ["checkpoint"], "checkpoint": {"save_interval": -1}}' >"$tmp/cks_interval.json"
 printf '{"suites": ["checkpoint"], "checkpoint": {"mtbf_hours": 0}}' >"$tmp/cks_mtbf.json"
 printf '{"suites": ["checkpoint"], "checkpoint": {"steps": 4, "save_interval": 4}}' >"$tmp/cks_no_step_left.json"
@@ -277,7 +281,15 @@ expect_error "no layout of gpt3-175b on 8 GPUs fits 40.0 GiB: the smallest needs
 expect_error "--tp 4 does not divide --gpus 6" plan --model 10b --gpus 6 --tp 4 --hardware a100-40gb
 expect_error "--gpus must be >= 1, got 0" plan --model 10b --gpus 0 --hardware a100-40gb
 expect_error "--tp x --pp x --dp = 16 does not divide --gpus 8" plan --model 10b --gpus 8 --tp 2 --pp 2 --dp 4 --hardware a100-40gb
-expect_error "no layout of 3b on 8 GPUs: tp must divide --gpus and the heads (20)" plan --model 3b --gpus 8 --tp 8 --hardware a100-40gb
+expect_error "no layout of 3b on 8 GPUs: --tp 8 does not divide the model's 20 heads" plan --model 3b --gpus 8 --tp 8 --hardware a100-40gb
+# The refusal names what the fixed values leave (it said "tp must divide --gpus and the heads (96)"
+# for --tp 8 on 8 GPUs with ZeRO 3, although 8 divides both: ZeRO needs dp > 1).
+expect_error "--zero-stage 3 needs dp > 1 (ZeRO shards over the DP ranks): --tp 8 on --gpus 8 leaves dp 1" plan --model gpt3-175b --gpus 8 --tp 8 --zero-stage 3 --hardware a100-40gb
+expect_error "--zero-stage 1 needs dp > 1 (ZeRO shards over the DP ranks): --pp 8 on --gpus 8 leaves dp 1" plan --model gpt3-175b --gpus 8 --pp 8 --zero-stage 1 --hardware a100-40gb
+expect_error "--zero-stage 2 needs dp > 1 (ZeRO shards over the DP ranks): --gpus 1 leaves dp 1" plan --model 1b --gpus 1 --zero-stage 2 --hardware a100-40gb
+expect_error "no layout of custom on 8 GPUs: --pp 4 does not divide the model's 6 layers" plan --layers 6 --hidden 64 --heads 4 --gpus 8 --pp 4 --hardware a100-40gb
+expect_error "no layout of custom on 8 GPUs: --tp 2 x --dp 2 on --gpus 8 leaves pp = 2, which does not divide the model's 3 layers" plan --layers 3 --hidden 64 --heads 4 --gpus 8 --tp 2 --dp 2 --hardware a100-40gb
+expect_error "no layout of custom on 8 GPUs: --dp 2 on --gpus 8 leaves tp x pp = 4, and no tp dividing the model's 3 heads times a pp dividing its 3 layers makes 4" plan --layers 3 --hidden 48 --heads 3 --gpus 8 --dp 2 --hardware a100-40gb
 expect_error "unknown model '10bb' (did you mean 10b?)" plan --model 10bb --gpus 8 --hardware a100-40gb
 expect_error "--zero-stage must be 0-3, got 4" plan --model 10b --gpus 8 --zero-stage 4 --hardware a100-40gb
 expect_error "moe-6b is an MoE model" plan --model moe-6b --gpus 8 --hardware a100-40gb

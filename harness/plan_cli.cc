@@ -156,10 +156,7 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
                          where.c_str(), hw.hw.ranks_per_node, r.gpus));
   const std::vector<PlanCandidate> all = plan_layouts(r, hw.planner());
   if (all.empty())
-    throw InputError(fmt("no layout of %s on %d GPUs: tp must divide --gpus and the heads (%d), pp --gpus / tp and the "
-                         "layers (%d)%s",
-                         name.c_str(), r.gpus, r.model.NH, r.model.L,
-                         r.tp || r.pp || r.dp ? " with the --tp/--pp/--dp given" : ""));
+    throw InputError(fmt("no layout of %s on %d GPUs: %s", name.c_str(), r.gpus, no_layout_reason(r).c_str()));
   if (!all.front().feasible) {
     const PlanCandidate* smallest = nullptr;
     for (const PlanCandidate& c : all)

@@ -29,6 +29,11 @@ for b in r["benchmarks"]:
     for k in ("name", "run_type", "repetitions", "iterations", "real_time", "cpu_time", "time_unit"):
         assert k in b, f"{b['name']} lacks {k}"
 assert r["checks"] and all(c["passed"] for c in r["checks"]), [c for c in r["checks"] if not c["passed"]]
+# The default path (plain data parallelism) reports each step's gradient norm and checks it.
+train = [s for s in r["suites"] if s["name"] == "train"][0]
+steps = r["context"]["config"]["train"]["steps"]
+assert len(train["data"]["grad_norms"]) == steps, train["data"].get("grad_norms")
+assert sum("train/grad_norm/step:" in c["name"] for c in r["checks"]) == steps
 print(f"report ok: {len(r['benchmarks'])} records, {len(r['checks'])} checks passed")
 PY
 
@@ -177,6 +182,7 @@ assert s["status"] == "passed", s
 rows = {b["name"]: b for b in r["benchmarks"]}
 want = ["precision/" + n for n in ["fp32", "bf16", "bf16/comm:fp32", "fp16", "fp16/comm:fp32", "fp16/forced_overflow"]]
 assert sorted(rows) == sorted(want), sorted(rows)
+assert all(len(b["grad_norms"]) == len(b["losses"]) for b in rows.values()), "a record without its gradient norms"
 o = rows["precision/fp16/forced_overflow"]
 assert o["skipped_steps"] >= 1 and o["loss_scales"][0] > o["loss_scales"][-1], o["loss_scales"]
 assert rows["precision/bf16/comm:fp32"]["dp_comm_bytes_per_step"] == 2 * rows["precision/bf16"]["dp_comm_bytes_per_step"]

@@ -4,6 +4,9 @@
 // in a collective, so the job need not end: the harness records the suite's error in the
 // report, runs on, and exits with status 2 (kExitInput) like any other refusal.
 #pragma once
+#include <string>
+
+#include "kernels/comm/communicator.h"
 #include "kernels/error.h"
 
 namespace dtb {
@@ -14,5 +17,12 @@ namespace dtb {
 struct AgreedInputError : InputError {
   using InputError::InputError;
 };
+
+/// The agreement that makes it so: every rank of `comm` passes the error it found ("" when
+/// none, e.g. the what() of an InputError it caught); when any rank found one, every rank
+/// throws AgreedInputError with the lowest failing rank's message (its first 4096 bytes), so
+/// that none waits in a collective the others left. Collective over `comm`: one all-reduce of
+/// an int when no rank failed, then an all-reduce and two broadcasts.
+void agree_on_error(Communicator& comm, const std::string& why);
 
 }  // namespace dtb

@@ -1,5 +1,5 @@
-// Training checkpoints: the collective save and load (reference/checkpoint.h) and the
-// agreement that makes every rank fail alike. Not here: the rank file format
+// Training checkpoints: the collective save and load (reference/checkpoint.h), every failure
+// agreed so that every rank fails alike (kernels/agreed_error.h). Not here: the rank file format
 // (checkpoint_file.cc) and the manifest (checkpoint_manifest.cc).
 #include "reference/checkpoint.h"
 
@@ -22,23 +22,6 @@ using namespace checkpoint_io;
 
 namespace checkpoint_io {
 
-// Agreement: every rank passes its error ("" when fine); if any rank failed, every rank
-// throws the lowest failing rank's message, so none waits in a collective the others left.
-void agree(Communicator& world, const std::string& why) {
-  int failed = why.empty() ? 0 : 1, any = failed;
-  world.all_reduce(&any, &any, 1, DType::i32, ReduceOp::max);
-  if (!any) return;
-  int who = failed ? world.rank() : world.size();
-  world.all_reduce(&who, &who, 1, DType::i32, ReduceOp::min);
-  std::string msg = world.rank() == who ? why : std::string();
-  int len = int(std::min<size_t>(msg.size(), 4096));
-  world.broadcast(&len, 1, DType::i32, who);
-  msg.resize((size_t(len) + 3) / 4 * 4);  // moved as 4-byte words
-  if (len) world.broadcast(msg.data(), msg.size() / 4, DType::i32, who);
-  msg.resize(size_t(len));
-  throw AgreedInputError(msg);
-}
-
 std::string begin_save(const std::string& dir, int64_t step, Communicator& world) {
   const std::string sdir = checkpoint_step_dir(dir, step);
   std::string why;
@@ -56,7 +39,7 @@ std::string begin_save(const std::string& dir, int64_t step, Communicator& world
       why = e.what();
     }
   }
-  agree(world, why);
+  agree_on_error(world, why);
   return sdir;
 }
 
@@ -85,7 +68,7 @@ std::vector<CheckpointSection> rank_sections(const ZeroState<T>& st, const ZeroS
 void commit_save(const std::string& dir, const std::string& sdir, const CheckpointRunInfo& run,
                  const TrainProgress& progress, int64_t adamw_steps, const FileDigest& mine, std::string why,
                  Communicator& world) {
-  agree(world, why);  // every rank file is durable past this point
+  agree_on_error(world, why);  // every rank file is durable past this point
   // Sizes and checksums to rank 0: 2 words of size, 16 of hex digits per rank.
   std::vector<int32_t> word(18, 0), all(18 * size_t(world.size()));
   word[0] = int32_t(uint32_t(mine.bytes));
@@ -110,7 +93,7 @@ void commit_save(const std::string& dir, const std::string& sdir, const Checkpoi
       why = e.what();
     }
   }
-  agree(world, why);
+  agree_on_error(world, why);
 }
 
 }  // namespace checkpoint_io
@@ -192,12 +175,12 @@ TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunIn
   } catch (const InputError& e) {
     why = e.what();
   }
-  agree(world, why);
+  agree_on_error(world, why);
   // Every rank must have read the same manifest (a shared filesystem, one checkpoint).
   int32_t h[2] = {int32_t(std::stoul(manifest_sha.substr(0, 7), nullptr, 16)), 0};
   h[1] = -h[0];
   world.all_reduce(h, h, 2, DType::i32, ReduceOp::max);  // max(x) == -max(-x) = min(x): all equal
-  agree(world, h[0] == -h[1] ? ""
+  agree_on_error(world, h[0] == -h[1] ? ""
                              : "checkpoint " + printable(step_dir) +
                                    ": the ranks read different manifest.json files (not one shared filesystem?)");
   static_assert(sizeof(A) == sizeof(typename ZeroState<T>::A));

@@ -185,7 +185,8 @@ std::string resolve_resume(const std::string& dir, const std::string& resume_fro
 /// a manifest without "layout_independent" resumes on its own layout and world size alone).
 /// Local (e.g. rank 0 while validating a config). Returns the manifest. Errors: InputError
 /// "checkpoint <step_dir>: <first mismatch>", one line; a missing manifest: the checkpoint is
-/// incomplete.
+/// incomplete; a key of the manifest's layout or model this build does not read ("manifest.json's
+/// layout has the unknown key 'x'", "the model differs from this run's: x 1 (this run none)").
 nlohmann::json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunInfo& run);
 
 /// The layout the checkpoint `manifest` (check_checkpoint_manifest's) was saved with, as

@@ -86,11 +86,6 @@ ZeroState<T> reshard_state(const std::string& step_dir, const nlohmann::json& ma
 nlohmann::json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, const TrainProgress& progress,
                              int64_t adamw_steps, nlohmann::json ranks);
 
-/// Agreement: every rank passes its error ("" when fine); if any rank failed, every rank
-/// throws AgreedInputError (kernels/agreed_error.h) with the lowest failing rank's message, so
-/// none waits in a collective the others left. Collective over `world`.
-void agree(Communicator& world, const std::string& why);
-
 /// A save's three phases (save_checkpoint is begin_save, write_rank_file of rank_sections,
 /// commit_save; the asynchronous writer, checkpoint_async.h, runs the middle one in a thread).
 /// begin_save: rank 0 makes DIR/step-<step> (removing an older manifest there); agreed.

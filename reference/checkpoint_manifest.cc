@@ -100,6 +100,16 @@ CheckpointRunInfo saved_layout(const json& m, const std::string& where) {
   }
   saved.zero.stage = int_field(m, where, "layout", "zero_stage");
   saved.zero.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
+  // Nothing else: a key this build does not read would be a setting the resume ignores (the
+  // model's keys are refused the same way, compared whole).
+  static constexpr const char* kKeys[] = {"tp",         "dp",       "pp",          "virtual_stages",
+                                          "schedule",   "ep",       "sequence_parallel", "pipeline_layers",
+                                          "zero_stage", "offload_optimizer", "precision"};
+  for (const auto& [k, v] : m.at("layout").items())
+    if (std::find(std::begin(kKeys), std::end(kKeys), k) == std::end(kKeys))
+      throw InputError("checkpoint " + where + ": manifest.json's layout has the unknown key '" + printable(k, 40) +
+                       "' (a layout holds tp, dp, pp, virtual_stages, schedule, ep, sequence_parallel, "
+                       "pipeline_layers, zero_stage, offload_optimizer, precision)");
   return saved;
 }
 

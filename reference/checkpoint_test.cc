@@ -134,6 +134,13 @@ TEST(Checkpoint, RefusesDamagedFiles) {
          m["layout"]["dp"] = (int64_t(1) << 32) + n;
          std::ofstream(fs::path(d) / "manifest.json") << m.dump();
        }},
+      // A layout key this build does not read (the model's were refused, the layout's accepted).
+      {"an unknown layout key", "manifest.json's layout has the unknown key 'tensor_paralel'",
+       [&](const std::string& d) {
+         nlohmann::json m = nlohmann::json::parse(std::ifstream(fs::path(d) / "manifest.json"));
+         m["layout"]["tensor_paralel"] = 2;
+         std::ofstream(fs::path(d) / "manifest.json") << m.dump();
+       }},
       // The tensor table a resharded load places elements by: an edited entry was accepted.
       {"an edited tensor table", "manifest.json's tensors[0] ",
        [&](const std::string& d) {

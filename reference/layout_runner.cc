@@ -207,12 +207,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
       out.peak_bytes[t][c] = double(after.peak[t][c]) - double(before.current[t][c]);
   for (int t = 0; t < kNumTiers; ++t) out.peak_total_bytes[t] = double(after.peak_total[t]) - double(before.current_total[t]);
   out.peak_activation_bytes = out.peak_bytes[int(Tier::device)][int(MemCategory::activation)];
-  taken.append(run);
-  out.losses = std::move(taken.losses);
-  out.loss_scales = std::move(taken.loss_scales);
-  out.grad_norms = std::move(taken.grad_norms);
-  out.skipped = std::move(taken.skipped);
-  out.timings = run.timings;  // the steps run here only
+  record_steps(out, std::move(taken), run, cfg);
   out.dp_comm_bytes = double(engine.comm_stats().bytes);
   if (hooks && hooks->final_params) {
     const std::vector<T> p = engine.full_params();
@@ -251,6 +246,26 @@ void validate_dp_hierarchical(const ParallelLayout& l, int zero_stage, int node_
                          n(per_node.begin()->first) + " and " + n(k) + " on node " + n(node) +
                          " (every node must hold as many of the group's ranks)");
   }
+}
+
+void record_steps(LayoutOutcome& out, TrainHistory before, const TrainRun& run, const TrainConfig& cfg) {
+  const size_t run_here = run.losses.size();
+  before.append(run);
+  out.losses = std::move(before.losses);
+  out.grad_norms = std::move(before.grad_norms);
+  out.loss_scales = std::move(before.loss_scales);
+  out.skipped = std::move(before.skipped);
+  out.timings = run.timings;
+  const size_t steps = size_t(cfg.steps), scaled = cfg.loss_scaler.enabled ? steps : 0;
+  auto expect = [](const char* field, size_t have, size_t want) {
+    DTB_CHECK(have == want, std::string("training record: ") + field + " holds " + std::to_string(have) +
+                                " values, not one per step (" + std::to_string(want) + ")");
+  };
+  expect("losses", out.losses.size(), steps);
+  expect("grad_norms", out.grad_norms.size(), steps);
+  expect("loss_scales", out.loss_scales.size(), scaled);
+  expect("skipped", out.skipped.size(), scaled);
+  expect("timings", out.timings.size(), run_here);
 }
 
 PrecisionOps precision_ops(Backend* backend) {

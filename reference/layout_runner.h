@@ -172,6 +172,18 @@ struct LayoutOutcome {
   std::vector<double> moe_all_to_all_s;
 };
 
+/// The one place a training run's per-step record becomes a LayoutOutcome's, so that no training
+/// path (run_layout, the train suite's plain data-parallel path over reference/trainer.h's
+/// train()) drops a field: out.losses, grad_norms, loss_scales and skipped are `before`'s steps
+/// (the history a resume took from its checkpoint; empty for a fresh run) followed by `run`'s,
+/// out.timings `run`'s alone (the steps run here). Then checks what every report relies on: one
+/// loss and one global gradient norm per step of cfg.steps (a norm NaN where undefined: a step
+/// skipped on an inf or NaN gradient, a stale-gradient step before the first update, a resumed
+/// step whose checkpoint did not record it), one loss scale and skip flag per step with
+/// cfg.loss_scaler.enabled and none without, one timing per step run here. A record that breaks
+/// it is a bug of the trainer: DTB_CHECK aborts naming the field and the counts.
+void record_steps(LayoutOutcome& out, TrainHistory before, const TrainRun& run, const TrainConfig& cfg);
+
 /// Trains spec.model on spec.layout in spec.train.precision with spec.zero: step 0's
 /// gradient first (unless resuming), then the training steps, saving checkpoints as
 /// spec.checkpoints says. Collective over spec.host. The device's peaks are reset before

@@ -16,6 +16,14 @@ std::string gib_text(double bytes) {
   return b;
 }
 
+// The fixed dimensions of a request, as given: "--tp 8 x --dp 2" ("" when none; 0: not fixed).
+std::string pinned_text(int tp, int pp, int dp) {
+  std::string s;
+  for (auto [flag, v] : {std::pair{"--tp", tp}, std::pair{"--pp", pp}, std::pair{"--dp", dp}})
+    if (v > 0) s += (s.empty() ? "" : " x ") + std::string(flag) + " " + std::to_string(v);
+  return s;
+}
+
 std::vector<int> divisors(int n) {
   std::vector<int> d;
   for (int k = 1; k <= n; ++k)
@@ -160,8 +168,37 @@ void validate_plan_request(const PlanRequest& r) {
   if (r.tp > 0 && r.pp > 0 && r.dp > 0)
     need(fixed == r.gpus, "--tp x --pp x --dp = " + std::to_string(fixed) + " is not --gpus " + std::to_string(r.gpus));
   need(r.zero_stage >= -1 && r.zero_stage <= 3, "--zero-stage must be 0-3, got " + std::to_string(r.zero_stage));
-  need(!(r.zero_stage >= 1 && (r.dp == 1 || (r.tp > 0 && r.pp > 0 && int64_t(r.tp) * r.pp == r.gpus))),
-       "--zero-stage " + std::to_string(r.zero_stage) + " needs dp > 1 (ZeRO shards over the DP ranks)");
+  // ZeRO shards over the DP ranks: a stage >= 1 needs a layout with dp > 1. The largest dp a
+  // request leaves is N / (tp pp) at the smallest tp and pp it allows (1 where free: 1 divides
+  // the heads and the layers), so dp > 1 is reachable exactly when that product is below N.
+  if (r.zero_stage >= 1) {
+    const std::string zero = "--zero-stage " + std::to_string(r.zero_stage) + " needs dp > 1 (ZeRO shards over the DP ranks)";
+    need(r.dp != 1, zero + ", not --dp 1");
+    const std::string pins = pinned_text(r.tp, r.pp, 0);
+    need(int64_t(std::max(r.tp, 1)) * std::max(r.pp, 1) < r.gpus,
+         zero + ": " + (pins.empty() ? "" : pins + " on ") + "--gpus " + std::to_string(r.gpus) + " leaves dp 1");
+  }
+}
+
+std::string no_layout_reason(const PlanRequest& r) {
+  auto n = [](int64_t v) { return std::to_string(v); };
+  const std::string heads = "the model's " + n(r.model.NH) + " heads", layers = "the model's " + n(r.model.L) + " layers";
+  if (r.tp > 0 && r.model.NH % r.tp != 0) return "--tp " + n(r.tp) + " does not divide " + heads;
+  if (r.pp > 0 && r.model.L % r.pp != 0) return "--pp " + n(r.pp) + " does not divide " + layers;
+  if (r.dp > 0 && r.gpus % r.dp == 0) {  // --dp fixes tp x pp = N / dp
+    const int64_t k = r.gpus / r.dp;
+    const std::string on = pinned_text(r.tp, 0, r.dp) + " on --gpus " + n(r.gpus) + " leaves ";
+    if (r.tp > 0 && k % r.tp == 0 && r.model.L % (k / r.tp) != 0)
+      return on + "pp = " + n(k / r.tp) + ", which does not divide " + layers;
+    if (r.pp > 0 && k % r.pp == 0 && r.model.NH % (k / r.pp) != 0)
+      return pinned_text(0, r.pp, r.dp) + " on --gpus " + n(r.gpus) + " leaves tp = " + n(k / r.pp) +
+             ", which does not divide " + heads;
+    if (r.tp == 0 && r.pp == 0)
+      return on + "tp x pp = " + n(k) + ", and no tp dividing " + heads + " times a pp dividing its " + n(r.model.L) +
+             " layers makes " + n(k);
+  }
+  return "tp must divide --gpus and the heads (" + n(r.model.NH) + "), pp --gpus / tp and the layers (" + n(r.model.L) +
+         ")";
 }
 
 std::vector<PlanCandidate> plan_layouts(const PlanRequest& r, const PlannerHardware& hw) {

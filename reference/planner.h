@@ -70,9 +70,17 @@ inline constexpr int kMaxPlanGpus = 1 << 20, kMaxPlanMicroBatchSize = 1 << 16, k
 /// batch or sequence size < 1 or seq_len > T; sizes past what any model trains (gpus over 2^20,
 /// micro-batch size over 2^16, global batch over 2^20 sequences, L over 4096, C over 2^17, V over
 /// 2^24: the plan's time grows with them and 12 L C^2 must fit int64), a fixed tp / pp / dp < 1 or not dividing gpus
-/// (nor their product), a zero stage outside 0-3 (or >= 1 with dp fixed at 1), an MoE model
-/// (the step-time model is dense only), an invalid GptConfig.
+/// (nor their product), a zero stage outside 0-3, a zero stage >= 1 where every layout has dp 1
+/// (--dp 1, or the fixed tp x pp equal to gpus: "--zero-stage 3 needs dp > 1 (ZeRO shards over
+/// the DP ranks): --tp 8 on --gpus 8 leaves dp 1"), an MoE model (the step-time model is dense
+/// only), an invalid GptConfig.
 void validate_plan_request(const PlanRequest& r);
+
+/// Why plan_layouts(r) has no candidate at all (r passed validate_plan_request), naming the
+/// fixed value no layout meets: "--tp 8 does not divide the model's 20 heads", "--pp 4 does not
+/// divide the model's 6 layers", or what a fixed --dp leaves ("--tp 2 x --dp 2 on --gpus 8
+/// leaves pp = 2, which does not divide the model's 3 layers"). Pure.
+std::string no_layout_reason(const PlanRequest& r);
 
 /// Every candidate of `r` on `hw`: each tp dividing N and NH, pp dividing N / tp and L, dp = N /
 /// (tp pp) (the fixed ones only where given); ZeRO 0-3 (1-3 only at dp > 1), recompute none /

@@ -195,10 +195,38 @@ TEST(Planner, RefusesRequestsNoLayoutCanSatisfy) {
   refuses(r, "--zero-stage must be 0-3");
   r = small_request(), r.dp = 1, r.zero_stage = 2;
   refuses(r, "needs dp > 1");
+  // Every layout the fixed sizes leave has dp 1: the ZeRO stage is the reason, not the heads.
+  r = small_request(), r.tp = 4, r.zero_stage = 3;
+  refuses(r, "--zero-stage 3 needs dp > 1 (ZeRO shards over the DP ranks): --tp 4 on --gpus 4 leaves dp 1");
+  r = small_request(), r.pp = 4, r.zero_stage = 1;
+  refuses(r, "--pp 4 on --gpus 4 leaves dp 1");
+  r = small_request(), r.gpus = 1, r.global_batch = 1, r.zero_stage = 1;
+  refuses(r, "--zero-stage 1 needs dp > 1 (ZeRO shards over the DP ranks): --gpus 1 leaves dp 1");
   r = small_request(), r.seq_len = 17;
   refuses(r, "--seq 17");
   r = small_request(), r.model.moe.num_experts = 4, r.model.moe.topk = 1;
   refuses(r, "MoE");
+}
+
+// A request that passes validation but leaves no layout: the reason names the fixed value no
+// layout meets (it said "tp must divide --gpus and the heads" whatever was fixed).
+TEST(Planner, NamesTheFixedValueNoLayoutMeets) {
+  auto none = [](PlanRequest r, const std::string& want) {
+    EXPECT_TRUE(plan_layouts(r, round_hardware(1e18)).empty());
+    EXPECT_EQ(no_layout_reason(r), want);
+  };
+  PlanRequest r = small_request();
+  r.model.NH = 2, r.tp = 4;
+  none(r, "--tp 4 does not divide the model's 2 heads");
+  r = small_request(), r.model.L = 3, r.pp = 2;
+  none(r, "--pp 2 does not divide the model's 3 layers");
+  r = small_request(), r.model.L = 3, r.tp = 1, r.dp = 2;
+  none(r, "--tp 1 x --dp 2 on --gpus 4 leaves pp = 2, which does not divide the model's 3 layers");
+  r = small_request(), r.model.NH = 1, r.model.C = 8, r.pp = 1, r.dp = 2;
+  none(r, "--pp 1 x --dp 2 on --gpus 4 leaves tp = 2, which does not divide the model's 1 heads");
+  r = small_request(), r.model.NH = 1, r.model.L = 1, r.dp = 1;
+  none(r, "--dp 1 on --gpus 4 leaves tp x pp = 4, and no tp dividing the model's 1 heads times a pp dividing its 1 "
+          "layers makes 4");
 }
 
 }  // namespace

@@ -111,8 +111,7 @@ Rep run_rep(const Params& p, SuiteContext& ctx, const std::string& work, int rep
   if (!r.saves[0].empty()) {  // the index's bytes, from the file itself (its runs depend on the rank's shards)
     const std::string f = (fs::path(checkpoint_step_dir(ck[0].dir, r.saves[0][0].step)) /
                            ("rank-" + std::to_string(world.rank()) + ".bin")).string();
-    for (const CheckpointSection& s : read_rank_file(f, {world.rank(), world.size(), r.saves[0][0].step}))
-      if (s.name.rfind("index.", 0) == 0) r.index_bytes += 48 + s.bytes.size();
+    r.index_bytes = rank_file_index_bytes(f, {world.rank(), world.size(), r.saves[0][0].step}, world);  // agreed
   }
   // The disk's own rate for this rank's bytes, every rank at once, as the saves wrote: the
   // median of kDiskProbes probes (a shared disk's rate moves from one moment to the next).
@@ -139,7 +138,8 @@ Rep run_rep(const Params& p, SuiteContext& ctx, const std::string& work, int rep
       const json a = manifest_ranks(checkpoint_step_dir(ck[1].dir, k));
       if (a.is_null() || a != manifest_ranks(checkpoint_step_dir(ck[0].dir, k))) ++r.differing_files;
     }
-    for (const auto& c : ck) fs::remove_all(c.dir);
+    std::error_code ec;  // best effort: a directory left behind is no error of the measurement
+    for (const auto& c : ck) fs::remove_all(c.dir, ec);
   }
   world.barrier();
   return r;
@@ -316,6 +316,14 @@ SuiteResult CheckpointSuite::run(SuiteContext& ctx) {
   Communicator& world = ctx.world;
   const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
   const std::string work = shared_work_dir(p.dir, world);
+  // Removed by rank 0 when the suite ends, also when a refusal (a damaged file) ends it early.
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;  // best effort: a directory left behind is no error of the measurement
+      if (!dir.empty()) fs::remove_all(dir, ec);
+    }
+  } cleanup{world.rank() == 0 ? work : std::string()};
   ctx.print("# checkpoint: GPT L=" + std::to_string(p.t.model.L) + " C=" + std::to_string(p.t.model.C) + ", " +
             std::to_string(gpt_num_params(p.t.model)) + " params, DP " + std::to_string(world.size()) + " zero" +
             std::to_string(p.zero.stage) + ", " + std::to_string(p.t.cfg.steps) + " steps, a save every " +
@@ -323,7 +331,6 @@ SuiteResult CheckpointSuite::run(SuiteContext& ctx) {
   std::vector<Rep> reps;
   for (int i = 0; i < p.reps; ++i) reps.push_back(run_rep(p, ctx, work, i));
   world.barrier();
-  if (world.rank() == 0) fs::remove_all(work);
   const Measured x = combine(p, reps, world);
   SuiteResult res;
   if (world.rank() != 0) return res;

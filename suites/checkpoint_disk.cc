@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "kernels/error.h"
+#include "kernels/agreed_error.h"
 
 namespace dtb {
 
@@ -20,17 +20,6 @@ namespace fs = std::filesystem;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Every rank's error ("" when fine) agreed: all throw the lowest failing rank's message.
-void agree(Communicator& world, const std::string& why) {
-  int who = why.empty() ? world.size() : world.rank();
-  world.all_reduce(&who, &who, 1, DType::i32, ReduceOp::min);
-  if (who == world.size()) return;
-  std::vector<char> buf(1024, 0);
-  if (world.rank() == who) std::memcpy(buf.data(), why.data(), std::min(why.size(), buf.size() - 1));
-  world.broadcast(buf.data(), buf.size() / 4, DType::i32, who);
-  throw InputError(buf.data());
 }
 
 std::string failed(const std::string& path, const char* call) {
@@ -72,8 +61,21 @@ std::string probe(const std::string& path, uint64_t bytes, DiskRate& d) {
 
 DiskRate measure_disk(const std::string& path, uint64_t bytes, Communicator& world) {
   DiskRate d;
-  agree(world, probe(path, std::max<uint64_t>(bytes, 1), d));
+  agree_on_error(world, probe(path, std::max<uint64_t>(bytes, 1), d));
   return d;
+}
+
+uint64_t rank_file_index_bytes(const std::string& path, const RankFileId& id, Communicator& world) {
+  uint64_t bytes = 0;
+  std::string why;
+  try {
+    for (const CheckpointSection& s : read_rank_file(path, id))
+      if (s.name.rfind("index.", 0) == 0) bytes += 48 + s.bytes.size();
+  } catch (const InputError& e) {
+    why = e.what();
+  }
+  agree_on_error(world, why);
+  return bytes;
 }
 
 void drop_cached(const std::string& path) {
@@ -93,7 +95,7 @@ std::string shared_work_dir(const std::string& base, Communicator& world) {
             ": " + std::strerror(errno);
     made = tmpl;
   }
-  agree(world, why);
+  agree_on_error(world, why);
   std::vector<char> buf(4096, 0);
   if (world.rank() == 0) std::memcpy(buf.data(), made.data(), std::min(made.size(), buf.size() - 1));
   world.broadcast(buf.data(), buf.size() / 4, DType::i32, 0);

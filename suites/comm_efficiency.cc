@@ -128,7 +128,7 @@ struct Params {
 
 // What one training run of a method over one link condition measured (rank 0's view).
 struct Run {
-  std::vector<double> step_s, losses;
+  std::vector<double> step_s, losses, grad_norms;
   double dp_bytes = 0, cross_bytes = 0, wait_s = 0, replica_params = 0;
 };
 
@@ -206,6 +206,7 @@ Run CommEfficiencySuite::train(SuiteContext& ctx, const Params& p, const Method&
   Run r;
   r.step_s = slowest_step_times(o, world);
   r.losses = o.losses;
+  r.grad_norms = o.grad_norms;
   r.replica_params = o.replica_params;
   // The busiest rank's link bytes and waits; the DP bytes are every rank's alike.
   double mine[3] = {stats->sent_bytes, stats->wait_s, o.dp_comm_bytes}, most[3] = {0, 0, 0};
@@ -237,7 +238,7 @@ SuiteResult CommEfficiencySuite::run(SuiteContext& ctx) {
     train(ctx, warm, p.methods.front(), p.fast);
   }
   SuiteResult res;
-  json curves = json::object();
+  json curves = json::object(), norms = json::object();  // per method, the fast-link run's
   double sync_tps[2] = {0, 0}, sync_loss = 0;
   for (const Method& m : p.methods) {
     Run runs[2];
@@ -253,6 +254,7 @@ SuiteResult CommEfficiencySuite::run(SuiteContext& ctx) {
                                     std::max(runs[0].replica_params, runs[1].replica_params), 0.0,
                                     "max |difference| between DP replicas' final parameters, bitwise"));
     curves[m.name] = runs[0].losses;
+    norms[m.name] = runs[0].grad_norms;
     const double loss = tail_loss(runs[0].losses);
     if (m.name == "sync") sync_loss = loss;
     for (int slow = 0; slow < 2; ++slow) {
@@ -291,7 +293,8 @@ SuiteResult CommEfficiencySuite::run(SuiteContext& ctx) {
   if (ctx.world.rank() == 0)
     res.data = {{"model", to_json(p.model)}, {"ranks_per_node", p.ranks_per_node}, {"nodes", nodes},
                 {"link_gbps", p.fast.gbps}, {"slow_link_gbps", p.slow.slow_gbps}, {"slow_node", p.slow.slow_node},
-                {"latency_us", p.fast.latency_s * 1e6}, {"tokens_per_step", tokens}, {"losses", curves}};
+                {"latency_us", p.fast.latency_s * 1e6}, {"tokens_per_step", tokens}, {"losses", curves},
+                {"grad_norms", norms}};
   return res;
 }
 

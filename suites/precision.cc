@@ -181,6 +181,7 @@ class PrecisionSuite : public Suite {
       rec["dp_comm_bytes_per_step"] = dp_bytes;
       rec["model_state_bytes_per_param"] = state / P;
       rec["losses"] = o.losses;
+      rec["grad_norms"] = o.grad_norms;  // beside the losses, as the train and conformance suites report them
       if (!o.loss_scales.empty()) {
         rec["loss_scales"] = o.loss_scales;
         rec["skipped_steps"] = skipped;

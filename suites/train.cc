@@ -170,8 +170,7 @@ LayoutOutcome run_plain_dp(const SuiteContext& ctx, const GptConfig& model_cfg, 
   clock.reset();  // the training steps' ops, not step 0's gradient
   const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans, ctx.options.slowdown.train_step);  // spans: --trace
   run.op_seconds = clock.seconds(), run.op_calls = clock.calls();
-  run.losses = r.losses;
-  run.timings = r.timings;
+  record_steps(run, {}, r, cfg);  // losses, gradient norms, timings: as run_layout records them
   // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
   const size_t P = model.num_params();
   const std::vector<float> my_params = to_host(model.params(), P);
@@ -259,11 +258,6 @@ json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit
   return rec;
 }
 
-std::string replica_detail(const TrainFacts& f) {
-  return f.dp_only ? "max |p_rank - p_rank0| over ranks, bitwise"
-                   : "max |difference| between copies of a replicated parameter (TP, DP, tied wte), bitwise";
-}
-
 // With checkpoints: data.checkpoint, and with saves the check that each one completed.
 void checkpoint_results(const TrainFacts& f, const CheckpointActivity& a, SuiteResult& res) {
   if (f.plan.on()) res.data["checkpoint"] = checkpoint_json(a, f.plan, f.cfg.steps);
@@ -276,16 +270,38 @@ void checkpoint_results(const TrainFacts& f, const CheckpointActivity& a, SuiteR
 // gradient) bitwise equal over the ranks that hold one.
 void replica_checks(const TrainFacts& f, const LayoutOutcome& run, SuiteResult& res) {
   res.checks.push_back(make_check(f.dp_only ? "train/dp_replicas_identical" : "train/replicas_identical",
-                                  run.replica_params, 0.0, replica_detail(f)));
+                                  run.replica_params, 0.0,
+                                  f.dp_only ? "max |p_rank - p_rank0| over ranks, bitwise"
+                                            : "max |difference| between copies of a replicated parameter (TP, DP, "
+                                              "tied wte), bitwise"));
   if (!f.dp_only && !run.grads0.empty())  // a resumed run has no step-0 gradient
     res.checks.push_back(make_check("train/replicas_identical/grads/step:0", run.replica_grads0, 0.0,
                                     "max |difference| between copies of a replicated gradient, bitwise"));
 }
 
+// The per-step record beside the loss curves, with or without the references: each step's global
+// gradient norm (NaN, null in JSON, where undefined) and, with loss scaling, its scale and skip.
+void per_step_data(const LayoutOutcome& run, SuiteResult& res) {
+  res.data["grad_norms"] = run.grad_norms;
+  if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
+}
+
+// Each step's gradient norm against the oracle's (grad_norm_checks: conformance's check and
+// tolerance), "train/grad_norm/step:s"; none for a resumed step whose checkpoint did not record
+// it (written when norms were kept only with clipping: NaN, not a skipped step).
+void grad_norm_results(const LayoutOutcome& run, const ReferenceSet& refs, SuiteResult& res) {
+  const int64_t resumed = run.checkpoints.first_step;
+  for (Check& c : grad_norm_checks("train/", refs, run.grad_norms)) {
+    const size_t s = std::stoul(c.name.substr(c.name.rfind(':') + 1));
+    const bool skipped = !run.skipped.empty() && run.skipped[s] != 0;
+    if (int64_t(s) < resumed && std::isnan(run.grad_norms[s]) && !skipped) continue;
+    res.checks.push_back(std::move(c));
+  }
+}
+
 // Without the references (on a GPU, or references: false): the replicas, and that the model
 // starts near the uniform loss ln V (GPT-2 init: logits ~0; an MoE model's losses add
-// moe_initial_loss) and learns. On a GPU the CUDA
-// ops are checked against the CPU's by the CUDA tests.
+// moe_initial_loss) and learns. On a GPU the CUDA ops are checked against the CPU's by the CUDA tests.
 void device_results(const TrainFacts& f, const LayoutOutcome& run, const SuiteContext& ctx, SuiteResult& res) {
   replica_checks(f, run, res);
   res.checks.push_back(make_check("train/loss_step0_near_uniform",
@@ -296,6 +312,7 @@ void device_results(const TrainFacts& f, const LayoutOutcome& run, const SuiteCo
   res.data = {{"model", to_json(f.model)},
               {"num_params", gpt_num_params(f.model)},
               {"losses", {{f.dp_only ? "dp" : "layout", run.losses}}}};
+  per_step_data(run, res);
   checkpoint_results(f, run.checkpoints, res);
 }
 
@@ -314,6 +331,7 @@ void oracle_results(const TrainFacts& f, const LayoutOutcome& run, const Referen
                     SuiteResult& res) {
   for (Check& c : oracle_checks("train/", refs, f.model, f.tokens_per_step, run.losses, run.grads0, run.params))
     res.checks.push_back(std::move(c));
+  grad_norm_results(run, refs, res);
   if (f.cfg.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
     for (Check& c : half_vs_fp32_checks("train/", f.cfg.precision, run.losses, refs.oracle.losses))
       res.checks.push_back(std::move(c));
@@ -338,8 +356,7 @@ void oracle_results(const TrainFacts& f, const LayoutOutcome& run, const Referen
               {"dataset", {{"path", data.path}, {"bytes", data.bytes.size()}, {"sha256", data.sha256}}},
               {"oracle_factor", refs.factor()},
               {"losses", losses}};
-  if (!run.loss_scales.empty()) res.data["loss_scales"] = run.loss_scales, res.data["skipped"] = run.skipped;
-  if (!run.grad_norms.empty()) res.data["grad_norms"] = run.grad_norms;
+  per_step_data(run, res);
   checkpoint_results(f, run.checkpoints, res);
 }
 
