@@ -239,7 +239,7 @@ class RealReports(unittest.TestCase):
             for k in ("median", "min", "max", "mean", "stddev"):
                 t[k] *= f
             c = next(c for c in r["checks"] if c["name"] == check)
-            c["passed"] = False
+            c["passed"], c["verdict"] = False, "failed"
             c["value"] = 2 * c["tolerance"] if c["tolerance"] else 1.0
         doctored = self.doctored("doctored", slow_and_failing)
 
@@ -272,7 +272,7 @@ class RealReports(unittest.TestCase):
 
         # The same cut is no regression at a threshold above f - 1 (worse by 25 % at f = 1.25).
         rc, out, _ = compare(self.reports[0], self.doctored("only_slow", lambda r: [
-            slow_and_failing(r), next(c for c in r["checks"] if c["name"] == check).update(passed=True)]),
+            slow_and_failing(r), next(c for c in r["checks"] if c["name"] == check).update(passed=True, verdict="passed")]),
             "--threshold", str(f - 1 + 0.05))
         self.assertEqual(rc, 0, out)
 

@@ -44,7 +44,8 @@ CpuCounters read_cpu_counters() {
   c.wall_s = now_seconds();
   rusage ru{};
   if (getrusage(RUSAGE_SELF, &ru) == 0)
-    c.process_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    c.process_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
   const long hz = sysconf(_SC_CLK_TCK);
   c.tick_s = hz > 0 ? 1.0 / double(hz) : 0.01;
   std::ifstream f("/proc/stat");
@@ -132,7 +133,8 @@ std::vector<HostLoad> LoadMeter::stop() {
       if (host_of_[size_t(r)] != int(h)) continue;
       const double* x = &all[size_t(5) * r];
       own += x[1], ++ranks;
-      if (busy < 0 && x[0] >= 0) busy = x[0], wall = x[2], cpus = x[3], tick = x[4];  // the host's lowest rank that could read it
+      if (busy < 0 && x[0] >= 0)  // the host's figures from its lowest rank that could read them
+        busy = x[0], wall = x[2], cpus = x[3], tick = x[4];
     }
     if (busy < 0) continue;
     HostLoad l = host_load(busy, own, wall, int(cpus), ranks, tick);
@@ -160,7 +162,8 @@ std::string other_work_line(const std::vector<HostLoad>& hosts) {
   for (const HostLoad& h : hosts) {
     if (!other_work_noted(h)) continue;
     char b[256];
-    std::snprintf(b, sizeof b, "%sother work on host %s: %.2f of %d cores' worth (this job's %d rank%s: %.2f) over %.1f s",
+    std::snprintf(b, sizeof b,
+                  "%sother work on host %s: %.2f of %d cores' worth (this job's %d rank%s: %.2f) over %.1f s",
                   out.empty() ? "" : "; ", printable(h.host, 40).c_str(), h.other_cores, h.cpus, h.ranks,
                   h.ranks == 1 ? "" : "s", h.own_cores, h.interval_s);
     out += b;

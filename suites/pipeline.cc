@@ -38,8 +38,8 @@ struct Params {
   static Params parse(const json& s, const json& config, const WorldInfo& world);
   json to_json() const {
     return {{"schedules", schedules}, {"stages", stages}, {"micro_batches", micro_batches}, {"v", v},
-            {"activation_elems", elems}, {"repetitions", reps}, {"max_repetitions", max_reps}, {"t_forward_s", tf_s}, {"t_backward_s", tb_s},
-            {"t_weight_s", tw_s}, {"gpt", gpt.to_json()}};
+            {"activation_elems", elems}, {"repetitions", reps}, {"max_repetitions", max_reps}, {"t_forward_s", tf_s},
+            {"t_backward_s", tb_s}, {"t_weight_s", tw_s}, {"gpt", gpt.to_json()}};
   }
 };
 using Options = Params;
@@ -270,7 +270,8 @@ constexpr double kBubbleTolerance = 0.05;
 
 // Whether world ranks first..first+count-1 share a host (host_indices), and so steady_clock.
 bool one_host(const std::vector<int>& hosts, int first, int count) {
-  return std::all_of(hosts.begin() + first, hosts.begin() + first + count, [&](int h) { return h == hosts[size_t(first)]; });
+  const int h = hosts[size_t(first)];
+  return std::all_of(hosts.begin() + first, hosts.begin() + first + count, [h](int x) { return x == h; });
 }
 
 // What a case measured over its repetitions, the same on every rank (from all_gather).
@@ -407,7 +408,8 @@ void run_case(SuiteContext& ctx, const Params& o, Communicator& group, bool acti
   // Judged on the least disturbed repetition, not judged where even that one waited for a CPU
   // beyond this analysis's per-action allowance by enough to decide it (suites/pipeline_verdict.h).
   Check bubble = bubble_check("pipeline/" + s + tag + "/bubble", sim.bubble, runs.reps, kBubbleTolerance);
-  if (!delay.available()) bubble.detail += "; no run delay on this system (schedstat): every repetition counts as undisturbed";
+  if (!delay.available())
+    bubble.detail += "; no run delay on this system (schedstat): every repetition counts as undisturbed";
   res.checks.push_back(bubble);
   // The simulation against the closed form: exact up to rounding, whatever the load. ZB-H1's
   // closed form needs T_W <= min(T_F, T_B) (pipeline_schedule.h); outside it there is none to hold.
@@ -430,9 +432,9 @@ void run_case(SuiteContext& ctx, const Params& o, Communicator& group, bool acti
     std::snprintf(b, sizeof b, "%s%g", pk.empty() ? "" : " ", x);
     pk += b;
   }
-  std::snprintf(buf, sizeof buf, "   %-12s %3d %4d   %6.4f     %6.4f    %6.4f   %6.4f ±%.3f %3d  %9.2f  %s", s.c_str(), p,
-                m, theory, sim.bubble, bs.median, bubbles[size_t(judged)], shifts[size_t(judged)], n, ss.median * 1e3,
-                pk.c_str());
+  std::snprintf(buf, sizeof buf, "   %-12s %3d %4d   %6.4f     %6.4f    %6.4f   %6.4f ±%.3f %3d  %9.2f  %s",
+                s.c_str(), p, m, theory, sim.bubble, bs.median, bubbles[size_t(judged)], shifts[size_t(judged)], n,
+                ss.median * 1e3, pk.c_str());
   ctx.print(buf);
 }
 
@@ -449,12 +451,12 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
   char buf[480];
   std::snprintf(buf, sizeof buf,
                 "# pipeline: %d rank(s), t_f %g us, t_b %g us (zb-h1: B %g us + W %g us) per micro-batch per "
-                "stage, %d-float activations, %d to %d repetitions after 1 warm-up (measured: median; judged: the least "
-                "disturbed, ±its shift bound); bubble = idle / step time",
+                "stage, %d-float activations, %d to %d repetitions after 1 warm-up (measured: median; judged: "
+                "the least disturbed, ±its shift bound); bubble = idle / step time",
                 W, o.tf_s * 1e6, o.tb_s * 1e6, (o.tb_s - o.tw_s) * 1e6, o.tw_s * 1e6, o.elems, o.reps, o.max_reps);
   ctx.print(buf);
-  ctx.print("#  schedule       p    m   theory  simulated  measured   judged ±shift reps  step (ms)  peak in-flight (per "
-            "stage)");
+  ctx.print("#  schedule       p    m   theory  simulated  measured   judged ±shift reps  step (ms)  "
+            "peak in-flight (per stage)");
   int64_t trace_step = 0;
   const std::vector<int> hosts = host_indices(world);  // per world rank (suites/host_load.h)
   for (const int p : o.stages) {

@@ -60,9 +60,9 @@ Check bubble_check(const std::string& name, double simulated, const std::vector<
   std::snprintf(detail, sizeof detail,
                 "|measured - simulated| bubble (idle / step time) of the least disturbed of %zu repetitions (number "
                 "%d: ranks waited %.0f us for a CPU beyond %.0f us per action, bound on the bubble's shift %.4f); "
-                "tolerance 0.05 absolute: per-hand-off latency and timer error against >= 250 us actions; passed "
-                "when value + shift <= 0.05, failed when value - shift > 0.05",
-                reps.size(), i + 1, r.excess_s * 1e6, kDelayAllowanceS * 1e6, e);
+                "tolerance %.2g absolute: per-hand-off latency and timer error against >= 250 us actions; passed "
+                "when value + shift <= %.2g, failed when value - shift > %.2g",
+                reps.size(), i + 1, r.excess_s * 1e6, kDelayAllowanceS * 1e6, e, tolerance, tolerance, tolerance);
   Check c = make_check(name, err, tolerance, detail);
   if (err + e <= tolerance || !(err - e <= tolerance)) {  // decided (a NaN value fails)
     c.passed = err + e <= tolerance;
