@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,13 +130,12 @@ struct StageRun {
 
   /// Receives (mb, into virtual stage vs, dir) from `src`: posts recv_async, then polls the
   /// handle until the data is in `in`. The whole wait, the message's transfer included, is
-  /// idle (no span is recorded: SpanRecorder counts the gap as idle). Returns how late this rank,
-  /// waiting for a CPU, can have noticed the data, seconds: the run delay after the last test that
-  /// found it missing (not after that test's end: a test can yield the core after it polled, as
-  /// Open MPI's do when ranks outnumber cores), and where the sender shares this clock, at most the
-  /// time since it posted the data (stamped in the message).
-  double receive(int src, int dir, int vs, int mb) {
-    double missing = delay->now();  // the run delay when a test last found the data missing
+  /// idle (no span is recorded: SpanRecorder counts the gap as idle). `missing` is set to the
+  /// run delay when a test last found the data missing (read before the test: a test can yield
+  /// the core after it polled, as Open MPI's do when ranks outnumber cores, and the data may
+  /// arrive meanwhile), left as it is when the first test finds it. Returns when the sender
+  /// posted the data (stamped in the message), or -inf where it has no stamp or no common clock.
+  double receive(int src, int dir, int vs, int mb, double& missing) {
     auto h = comm->recv_async(in.data(), in.size(), DType::f32, src, tag(dir, vs, mb));
     // Polls with a yield in between, so a waiting rank hands its core to a computing one.
     for (;;) {
@@ -144,11 +144,9 @@ struct StageRun {
       missing = before;
       std::this_thread::yield();
     }
-    const double waited = delay->now() - missing, noticed = now_seconds();
-    double posted = 0;
-    if (!one_clock || in.size() < 3) return waited;
-    std::memcpy(&posted, &in[1], sizeof posted);
-    return std::min(waited, std::max(0.0, noticed - posted));
+    double posted = -INFINITY;
+    if (one_clock && in.size() >= 3) std::memcpy(&posted, &in[1], sizeof posted);
+    return posted;
   }
   /// Non-blocking send of this action's output (its own buffer, live until the end of the
   /// step, where every send is waited for): a rank never blocks on a send, so the only waits
@@ -167,22 +165,22 @@ struct StageRun {
     sends.push_back(comm->send_async(b.data(), b.size(), DType::f32, dst, tag(dir, vs, mb)));
     rec.add("comm.send", 0, t0, now_seconds());
   }
-  /// The synthetic compute of `seconds` as span `what`. Returns how late it ended for want of a
-  /// CPU: its overrun, as far as the run delay within it explains it (a timer that fires late on
-  /// an idle core is not the machine's other work); the overrun also goes to `delays`.
-  double compute(SpanRecorder& rec, const char* what, double seconds) {
-    const double r0 = delay->now(), c0 = now_seconds();
+  /// The synthetic compute of `seconds` as span `what`; its overrun goes to `delays`.
+  void compute(SpanRecorder& rec, const char* what, double seconds) {
+    const double c0 = now_seconds();
     compute_for(seconds);
-    const double c1 = now_seconds(), r1 = delay->now();
+    const double c1 = now_seconds();
     rec.add(what, 0, c0, c1);
-    const double overrun = std::max(0.0, c1 - c0 - seconds);
-    delays.overrun_s += overrun;
-    return std::min(overrun, r1 - r0);
+    delays.overrun_s += std::max(0.0, c1 - c0 - seconds);
   }
 
   /// Runs the action list once from t0 (now); spans go to `rec` under step 0, how late each action
-  /// was for want of a CPU (receive, compute, and the run delay while posting) to `delays`.
-  /// Returns the seconds from t0 to the end of the last action.
+  /// ended for want of a CPU to `delays`: at most the run delay since its data was last found
+  /// missing (or since the previous action ended), and, where the sender's stamp says when the data
+  /// was there, at most its end less that or the previous end (the later) less its compute — a
+  /// timer that fires late on an idle core, or a slow hand-off, is not the machine's other work.
+  /// Reads the run delay once an action and once a poll. Returns the seconds from t0 to the end of
+  /// the last action.
   double step(SpanRecorder& rec, double tf, double tb, double tw) {
     const int V = p * v, prev = (stage + p - 1) % p, next = (stage + 1) % p;
     std::vector<std::unique_ptr<CommHandle>> sends;
@@ -190,28 +188,34 @@ struct StageRun {
     int in_flight = 0;
     peak_in_flight_chunks = 0;
     delays = {};
+    double last = delay->now();  // the run delay when the previous action ended
     const double t0 = now_seconds();
+    double ended = t0;           // when the previous action ended
     for (const PipeAction& a : actions) {
       const int vs = a.chunk * p + stage;
-      double late = 0;
+      double missing = last, asked = 0;
+      std::optional<double> posted;  // when its input was posted; none: the action receives nothing
       if (a.op == PipeOp::forward) {
-        if (vs > 0) late += receive(prev, 0, vs, a.micro_batch);
-        late += compute(rec, "compute.forward", tf / v);
+        if (vs > 0) posted = receive(prev, 0, vs, a.micro_batch, missing);
+        compute(rec, "compute.forward", asked = tf / v);
         peak_in_flight_chunks = std::max(peak_in_flight_chunks, ++in_flight);
-        const double r = delay->now();
-        if (vs < V - 1) post(rec, sends, next, 0, vs + 1, a.micro_batch), late += delay->now() - r;
+        if (vs < V - 1) post(rec, sends, next, 0, vs + 1, a.micro_batch);
       } else if (a.op == PipeOp::backward_weight) {  // ZB-H1's W: no message
-        late += compute(rec, "compute.backward_weight", tw / v);
+        compute(rec, "compute.backward_weight", asked = tw / v);
         --in_flight;
       } else {  // the whole backward, or ZB-H1's B (the backward less W)
         const bool input = a.op == PipeOp::backward_input;
-        if (vs < V - 1) late += receive(next, 1, vs, a.micro_batch);
-        late += compute(rec, input ? "compute.backward_input" : "compute.backward", (input ? tb - tw : tb) / v);
+        if (vs < V - 1) posted = receive(next, 1, vs, a.micro_batch, missing);
+        compute(rec, input ? "compute.backward_input" : "compute.backward", asked = (input ? tb - tw : tb) / v);
         if (!input) --in_flight;
-        const double r = delay->now();
-        if (vs > 0) post(rec, sends, prev, 1, vs - 1, a.micro_batch), late += delay->now() - r;
+        if (vs > 0) post(rec, sends, prev, 1, vs - 1, a.micro_batch);
       }
-      delays.add_action(late);
+      const double now = delay->now(), end = now_seconds();
+      double ready = ended;  // when it could have started: the stage free and its input posted
+      if (posted) ready = *posted > -INFINITY ? std::max(ended, *posted) : -INFINITY;  // -inf: not known
+      const double by_time = ready > -INFINITY ? std::max(0.0, end - ready - asked) : INFINITY;
+      delays.add_action(std::min(now - missing, by_time));
+      last = now, ended = end;
     }
     const double elapsed = now_seconds() - t0;
     for (auto& h : sends) h->wait();  // the sends' buffers are reused by the next step
