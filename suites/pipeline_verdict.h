@@ -37,11 +37,11 @@ class RunDelay {
 /// rest of it the machine's.
 inline constexpr double kDelayAllowanceS = 50e-6;
 
-/// What one rank measured in one repetition: the run delay that could have delayed its work
-/// (harmful_s: while computing or posting, and in the last gap of each receive's polling, when
-/// the data may have arrived — not in gaps that ended with the data still missing), of it the
-/// part beyond kDelayAllowanceS per action (excess_s), and how much its compute overran what it
-/// asked for (overrun_s: the run delay inside it and the timer's lateness), seconds.
+/// What one rank measured in one repetition, seconds: how late its actions ended for want of a CPU
+/// (harmful_s: per action, the run delay since its input was last found missing, or since the
+/// previous action ended, bounded by the action's lateness by the clock where it is known; see
+/// suites/pipeline.cc StageRun::step), of it the part beyond kDelayAllowanceS per action (excess_s),
+/// and how much its computes overran what they asked for (overrun_s, a figure for the report).
 struct RankDelay {
   double harmful_s = 0, excess_s = 0, overrun_s = 0;
   int actions = 0;
