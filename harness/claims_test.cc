@@ -361,7 +361,7 @@ TEST(Claims, CatalogValidation) {
 // gave a NaN interval.
 TEST(Claims, ReportFieldsAreCheckedBeforeUse) {
   auto with = [](nlohmann::json record) {
-    return nlohmann::json{{"schema_version", 5}, {"context", {{"world_size", 4}}}, {"benchmarks", {std::move(record)}}};
+    return nlohmann::json{{"schema_version", 6}, {"context", {{"world_size", 4}}}, {"benchmarks", {std::move(record)}}};
   };
   auto error_of = [&](const nlohmann::json& report) -> std::string {
     try {

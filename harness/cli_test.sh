@@ -258,7 +258,7 @@ for b in r["benchmarks"]:
         b["real_time"] = "x"
 json.dump(r, open(f"{sys.argv[2]}/report_rt_str.json", "w"))
 PY
-expect_error "schema_version 999 is not 5" claims --report "$tmp/report_v999.json"
+expect_error "schema_version 999 is not 6" claims --report "$tmp/report_v999.json"
 expect_error ": \"real_time\" must be a number > 0, got \"x\"" claims --report "$tmp/report_rt_str.json"
 expect_error "malformed JSON in claims catalog $tmp/malformed.json" claims --catalog "$tmp/malformed.json"
 printf '{"claims": [{"id": 1, "claim": "c", "figures": "f", "conditions": "k", "method": "analytic", "evaluator": "nosuch", "tolerance": 0.1}]}' >"$tmp/bad_catalog.json"

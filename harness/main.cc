@@ -26,6 +26,7 @@
 #include "harness/validate.h"
 #include "reference/checkpoint.h"
 #include "suites/calibration.h"
+#include "suites/host_load.h"
 #include "kernels/agreed_error.h"
 #include "kernels/comm/watchdog.h"
 #include "kernels/cpu/blas_threads.h"
@@ -253,16 +254,16 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
     Stopwatch sw;
     double ran_s = -1;  // the suite's own time, without the calibration after it
     try {
+      LoadMeter load(world);  // other work on the hosts while it runs (suites/host_load.h)
       out.result = suite->run(ctx);
       ran_s = sw.elapsed();
+      out.host_load = host_load_json(load.stop());
       if (calibrate) {
         const Calibration after = measure_calibration(world);
         out.calibration = calibration_json(before, after);
         apply_calibration(out.result.benchmarks, combine(before, after));
       }
-      bool ok = true;
-      for (const auto& c : out.result.checks) ok = ok && c.passed;
-      out.status = ok ? "passed" : "failed";
+      out.status = suite_status(out.result);
     } catch (const AgreedInputError& e) {  // every rank threw it: none waits, the job goes on
       out.status = "error";
       out.error = e.what();
@@ -284,10 +285,7 @@ std::vector<SuiteOutcome> run_suites(const nlohmann::json& config, Communicator&
     out.duration_s = ran_s >= 0 ? ran_s : sw.elapsed();
     if (world.rank() == 0) {
       clear_progress();
-      int passed = 0;
-      for (const auto& c : out.result.checks) passed += c.passed ? 1 : 0;
-      std::printf("# [%d/%d] %s: %s in %.1f s, %d/%zu checks\n", index, n_suites, name.c_str(), out.status.c_str(),
-                  out.duration_s, passed, out.result.checks.size());
+      std::printf("%s\n", suite_end_line(index, n_suites, out).c_str());
       std::fflush(stdout);
     }
     outcomes.push_back(std::move(out));

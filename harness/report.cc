@@ -21,6 +21,7 @@
 #include "harness/config.h"
 #include "harness/source_dir.h"
 #include "kernels/error.h"
+#include "suites/host_load.h"
 
 namespace dtb {
 
@@ -51,6 +52,8 @@ json check_json(const Check& c, const std::string& suite) {
             {"tolerance", c.tolerance}, {"passed", c.passed}, {"detail", c.detail}};
   const double f = c.fraction();
   j["fraction_of_tolerance"] = std::isfinite(f) ? json(f) : json(nullptr);
+  j["verdict"] = c.verdict();
+  if (!c.judged()) j["not_judged_reason"] = c.not_judged_reason;
   return j;
 }
 
@@ -112,19 +115,21 @@ json make_report(const json& context, const std::vector<SuiteOutcome>& suites) {
                  {"checks", json::array()}};
   for (const auto& s : suites) {
     for (const auto& b : s.result.benchmarks) report["benchmarks"].push_back(b);
-    int passed = 0;
+    int passed = 0, not_judged = 0;
     for (const auto& c : s.result.checks) {
       report["checks"].push_back(check_json(c, s.name));
-      passed += c.passed;
+      passed += c.passed, not_judged += !c.judged();
     }
     json entry = {{"name", s.name},
                   {"status", s.status},
                   {"duration_s", s.duration_s},
                   {"checks_passed", passed},
+                  {"checks_not_judged", not_judged},
                   {"checks_total", s.result.checks.size()},
                   {"data", s.result.data}};
     entry["error"] = s.error.empty() ? json(nullptr) : json(s.error);
     entry["calibration"] = s.calibration;
+    entry["host_load"] = s.host_load;
     report["suites"].push_back(entry);
   }
   return report;
@@ -134,6 +139,42 @@ bool report_passed(const std::vector<SuiteOutcome>& suites) {
   for (const auto& s : suites)
     if (s.status != "passed" && s.status != "skipped") return false;
   return true;
+}
+
+std::string suite_status(const SuiteResult& result) {
+  const bool failed = std::any_of(result.checks.begin(), result.checks.end(), [](const Check& c) { return c.failed(); });
+  return failed ? "failed" : "passed";
+}
+
+namespace {
+
+// The hosts of a suites[].host_load written by host_load_json (the reader has checked it).
+std::vector<HostLoad> hosts_of(const json& load) {
+  std::vector<HostLoad> out;
+  if (!load.is_object()) return out;
+  for (const json& h : load.at("hosts")) {
+    HostLoad l = host_load(0, 0, 0, h.at("cpus").get<int>(), h.at("ranks").get<int>(), 0);
+    l.host = h.at("host").get<std::string>();
+    l.interval_s = load.at("interval_s").get<double>();
+    l.busy_cores = h.at("busy_cores").get<double>(), l.own_cores = h.at("own_cores").get<double>();
+    l.other_cores = h.at("other_cores").get<double>(), l.resolution_cores = h.at("resolution_cores").get<double>();
+    out.push_back(l);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string suite_end_line(int index, int total, const SuiteOutcome& s) {
+  int64_t passed = 0, not_judged = 0;
+  for (const Check& c : s.result.checks) passed += c.passed, not_judged += !c.judged();
+  std::string line = "# [" + std::to_string(index) + "/" + std::to_string(total) + "] " + s.name + ": " + s.status;
+  char b[96];
+  std::snprintf(b, sizeof b, " in %.1f s, %lld/%zu checks", s.duration_s, (long long)passed, s.result.checks.size());
+  line += b;
+  if (not_judged) line += ", " + std::to_string(not_judged) + " not judged (the machine was busy)";
+  const std::string other = other_work_line(hosts_of(s.host_load));
+  return other.empty() ? line : line + "; " + other;
 }
 
 namespace {
@@ -174,6 +215,32 @@ struct Where {
     if (!fits || v.get<int64_t>() < lo)
       fail(at + "." + key, "must be an integer >= " + std::to_string(lo) + ", got " + printable(v.dump(), 40));
     return v.get<int64_t>();
+  }
+  // A suite's host_load (suites/host_load.h host_load_json): null, or its hosts with their figures.
+  std::vector<HostLoad> host_load(const json& suite, const std::string& at) const {
+    const json& v = field(suite, "host_load", at);
+    std::vector<HostLoad> out;
+    if (v.is_null()) return out;
+    const std::string here = at + ".host_load";
+    if (!v.is_object()) fail(here, "must be an object or null");
+    const double interval = figure(v, "interval_s", here);
+    figure(v, "other_cores", here);
+    const json& hosts = field(v, "hosts", here);
+    if (!hosts.is_array()) fail(here + ".hosts", "must be a list");
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      const std::string hat = here + ".hosts[" + std::to_string(i) + "]";
+      if (!hosts[i].is_object()) fail(hat, "must be an object");
+      HostLoad h;
+      h.host = string(hosts[i], "host", hat);
+      h.cpus = int(std::min<int64_t>(count(hosts[i], "cpus", hat, 0), 1 << 24));
+      h.ranks = int(std::min<int64_t>(count(hosts[i], "ranks", hat, 1), 1 << 24));
+      h.interval_s = interval;
+      h.busy_cores = figure(hosts[i], "busy_cores", hat), h.own_cores = figure(hosts[i], "own_cores", hat);
+      h.other_cores = figure(hosts[i], "other_cores", hat);
+      h.resolution_cores = figure(hosts[i], "resolution_cores", hat);
+      out.push_back(h);
+    }
+    return out;
   }
 };
 
@@ -234,10 +301,12 @@ ReportSummary summarize_report(const json& report, const std::string& source) {
       w.fail(at + ".status", "must be passed, failed, error or skipped, got \"" + printable(line.status, 40) + "\"");
     line.duration_s = w.figure(s, "duration_s", at);
     line.checks_passed = w.count(s, "checks_passed", at, 0);
+    line.checks_not_judged = w.count(s, "checks_not_judged", at, 0);
     line.checks_total = w.count(s, "checks_total", at, 0);
-    if (line.checks_passed > line.checks_total)
-      w.fail(at, "has checks_passed " + std::to_string(line.checks_passed) + " > checks_total " +
-                     std::to_string(line.checks_total));
+    if (line.checks_passed + line.checks_not_judged > line.checks_total)
+      w.fail(at, "has checks_passed " + std::to_string(line.checks_passed) + " + checks_not_judged " +
+                     std::to_string(line.checks_not_judged) + " > checks_total " + std::to_string(line.checks_total));
+    line.other_work = other_work_line(w.host_load(s, at));
     if (!w.field(s, "data", at).is_object()) w.fail(at + ".data", "must be an object");
     const json& error = w.field(s, "error", at);
     if (error.is_string()) line.error = error.get<std::string>();
@@ -251,7 +320,13 @@ ReportSummary summarize_report(const json& report, const std::string& source) {
     w.string(c, "name", at);
     const json& passed = w.field(c, "passed", at);
     if (!passed.is_boolean()) w.fail(at + ".passed", "must be true or false");
-    out.checks_failed += !passed.get<bool>();
+    const std::string& verdict = w.string(c, "verdict", at);
+    if (verdict != "passed" && verdict != "failed" && verdict != "not_judged")
+      w.fail(at + ".verdict", "must be passed, failed or not_judged, got \"" + printable(verdict, 40) + "\"");
+    if (passed.get<bool>() != (verdict == "passed"))
+      w.fail(at, "has passed " + passed.dump() + " with verdict " + verdict);
+    out.checks_failed += verdict == "failed";
+    out.checks_not_judged += verdict == "not_judged";
   }
   out.checks = checks.size();
   for (size_t i = 0; i < benchmarks.size(); ++i) {
@@ -288,16 +363,20 @@ std::string format_summary(const ReportSummary& s, const std::string& path) {
   std::string out;
   appendf(out, "\n%-14s %-8s %10s %9s\n", "suite", "status", "time (s)", "checks");
   for (const auto& line : s.suites) {
-    appendf(out, "%-14s %-8s %10.1f %4lld/%-4lld\n", terminal_safe(line.name).c_str(), line.status.c_str(),
+    appendf(out, "%-14s %-8s %10.1f %4lld/%-4lld", terminal_safe(line.name).c_str(), line.status.c_str(),
             line.duration_s, (long long)line.checks_passed, (long long)line.checks_total);
+    out += line.checks_not_judged ? " (" + std::to_string(line.checks_not_judged) + " not judged)\n" : "\n";
     if (line.error) appendf(out, "  error: %s\n", terminal_safe(*line.error).c_str());
+    if (!line.other_work.empty()) appendf(out, "  %s\n", terminal_safe(line.other_work).c_str());
   }
   for (const auto& t : s.train)
     appendf(out, "train: %.0f tokens/s over %lld rank%s, step %.1f ms (comm %.0f%%), final loss %.3f\n",
             t.tokens_per_s, (long long)t.dp, t.dp == 1 ? "" : "s", t.step_ms, 100 * t.comm_fraction, t.final_loss);
   if (s.peak_busbw_GBps > 0)
     appendf(out, "all_reduce: peak busbw %.2f GB/s at %.0f B\n", s.peak_busbw_GBps, s.peak_busbw_bytes);
-  appendf(out, "checks: %zu, failed: %zu\nreport: %s\n", s.checks, s.checks_failed, terminal_safe(path).c_str());
+  appendf(out, "checks: %zu passed, %zu failed", s.checks - s.checks_failed - s.checks_not_judged, s.checks_failed);
+  if (s.checks_not_judged) appendf(out, ", %zu not judged (the machine was busy)", s.checks_not_judged);
+  appendf(out, "\nreport: %s\n", terminal_safe(path).c_str());
   return out;
 }
 

@@ -19,10 +19,10 @@ namespace dtb {
 /// The report format's version: the report schema (harness/report.schema.json, the shell, with
 /// each suite's suites/<suite>.schema.json; scripts/validate_report.py --print-schema) describes
 /// exactly this one. Bump both together on any incompatible change (the schema's description says which).
-inline constexpr int kReportSchemaVersion = 5;
+inline constexpr int kReportSchemaVersion = 6;
 
-/// How one suite ended. status: "passed" (ran, every check passed), "failed" (a check
-/// failed), "error" (threw; `error` holds the message), "skipped".
+/// How one suite ended. status: "passed" (ran, no check failed: each passed or was not judged),
+/// "failed" (a check failed), "error" (threw; `error` holds the message), "skipped".
 struct SuiteOutcome {
   std::string name;
   std::string status;
@@ -35,7 +35,19 @@ struct SuiteOutcome {
   /// The suite stopped on bad input every rank found alike (AgreedInputError, e.g. a
   /// checkpoint refused at load): status "error", and dtbench exits 2.
   bool refused = false;
+  /// Other work on the run's hosts while the suite ran (suites/host_load.h host_load_json);
+  /// null where none was measured (the suite threw, or no /proc/stat).
+  nlohmann::json host_load = nullptr;
 };
+
+/// A suite's status from its checks: "failed" when one failed (judged and not passed), else
+/// "passed" — a check that was not judged fails nothing.
+std::string suite_status(const SuiteResult& result);
+
+/// The line rank 0 prints as suite `index` of `total` ends: "# [i/n] name: status in T s,
+/// P/N checks" with ", K not judged (the machine was busy)" and "; other work on host ..."
+/// (suites/host_load.h other_work_line) where there are.
+std::string suite_end_line(int index, int total, const SuiteOutcome& s);
 
 /// The report's `context`: date, host, git commit (read on rank 0 only), build and
 /// backend, world size, ranks per node, MPI and BLAS versions, the full config, the dataset
@@ -57,8 +69,9 @@ bool report_passed(const std::vector<SuiteOutcome>& suites);
 struct SuiteLine {
   std::string name, status;  // status: passed, failed, error, skipped
   double duration_s = 0;
-  int64_t checks_passed = 0, checks_total = 0;
+  int64_t checks_passed = 0, checks_total = 0, checks_not_judged = 0;
   std::optional<std::string> error;  // the report's message, when it has one (status error)
+  std::string other_work;            // other_work_line of its host_load; "" when quiet or unknown
 };
 
 /// A pure data-parallel training record (`train/gpt/dp:N`): the summary's train line.
@@ -73,7 +86,7 @@ struct ReportSummary {
   std::vector<SuiteLine> suites;
   std::vector<TrainLine> train;
   double peak_busbw_GBps = 0, peak_busbw_bytes = 0;  // all_reduce's best record; 0: none
-  size_t checks = 0, checks_failed = 0;
+  size_t checks = 0, checks_failed = 0, checks_not_judged = 0;
   /// True when no suite failed or errored (report_passed's rule; `dtbench summary` exits 0).
   bool passed() const;
 };
@@ -81,8 +94,10 @@ struct ReportSummary {
 /// The summary of a report (make_report's shape), its structure checked as far as the
 /// summary reads it: schema_version == kReportSchemaVersion; context an object; benchmarks,
 /// suites and checks lists of objects; each suite's name, status, duration_s,
-/// checks_passed <= checks_total, data and error; each check's name and passed; the fields
-/// of the all_reduce and train/gpt/dp records the summary shows. `source` names the report.
+/// checks_passed + checks_not_judged <= checks_total, data, error and host_load (null, or its
+/// hosts' figures); each check's name, passed and verdict (passed, failed or not_judged, agreeing
+/// with passed); the fields of the all_reduce and train/gpt/dp records the summary shows.
+/// `source` names the report.
 /// Errors: InputError "report <source>: <where> <problem>", one line.
 ReportSummary summarize_report(const nlohmann::json& report, const std::string& source);
 
@@ -94,9 +109,10 @@ ReportSummary read_report(const std::string& text, const std::string& source);
 ReportSummary read_report_file(const std::string& path);
 
 /// The summary `dtbench run` prints at its end and `dtbench summary` prints for a report
-/// on disk: one line per suite (errors under it), the training and all_reduce headline
-/// figures, the check count and the report's path. Names and messages from the report are
-/// printed through printable().
+/// on disk: one line per suite (errors and other work on its hosts under it), the training
+/// and all_reduce headline figures, the checks ("N passed, M failed", and ", K not judged (the
+/// machine was busy)" where there are) and the report's path. Names and messages from the report
+/// are printed through printable().
 std::string format_summary(const ReportSummary& s, const std::string& path);
 /// format_summary to stdout.
 void print_summary(const ReportSummary& s, const std::string& path);

@@ -13,6 +13,7 @@
 
 #include "harness/report.h"
 #include "kernels/error.h"
+#include "suites/host_load.h"
 
 namespace dtb {
 
@@ -35,6 +36,48 @@ TEST(Report, AggregatesSuitesChecksAndRecords) {
   SuiteOutcome e{"train", "error", 0.1, "boom", {}};
   EXPECT_FALSE(report_passed({a, e}));
   EXPECT_EQ(make_report({}, {e})["suites"][0]["error"], "boom");
+}
+
+// A check that was not judged (a timing check on a busy machine) fails neither its suite nor the
+// run: the suite's status is passed, the report counts it apart, the summary says so, and the
+// run's exit status (report_passed, ReportSummary::passed) is 0.
+TEST(Report, NotJudgedFailsNothing) {
+  SuiteOutcome p{"pipeline", "", 8.9, "", {}};
+  p.result.checks.push_back(make_check("pipeline/1f1b/p:2/m:4/in_flight", 2.0, 2.0));
+  p.result.checks.push_back(
+      make_not_judged(make_check("pipeline/1f1b/p:2/m:4/bubble", 0.07, 0.05), "the machine was busy: figures"));
+  EXPECT_FALSE(p.result.checks[1].passed);
+  EXPECT_FALSE(p.result.checks[1].failed());
+  p.status = suite_status(p.result);
+  EXPECT_EQ(p.status, "passed");
+  p.host_load = host_load_json({[] {
+    HostLoad h = host_load(17.5, 1.0, 8.9, 2, 4, 0.01);
+    h.host = "vm";
+    return h;
+  }()});
+  EXPECT_TRUE(report_passed({p}));
+  const nlohmann::json r = make_report(nlohmann::json::object(), {p});
+  EXPECT_EQ(r["checks"][1]["verdict"], "not_judged");
+  EXPECT_EQ(r["checks"][1]["not_judged_reason"], "the machine was busy: figures");
+  EXPECT_FALSE(r["checks"][1]["passed"].get<bool>());
+  EXPECT_EQ(r["checks"][0]["verdict"], "passed");
+  EXPECT_FALSE(r["checks"][0].contains("not_judged_reason"));
+  EXPECT_EQ(r["suites"][0]["checks_not_judged"], 1);
+  const ReportSummary s = read_report(r.dump(), "r.json");
+  EXPECT_TRUE(s.passed());
+  EXPECT_EQ(s.checks_failed, 0u);
+  EXPECT_EQ(s.checks_not_judged, 1u);
+  EXPECT_EQ(format_summary(s, "r.json"),
+            "\nsuite          status     time (s)    checks\n"
+            "pipeline       passed          8.9    1/2    (1 not judged)\n"
+            "  other work on host vm: 1.85 of 2 cores' worth (this job's 4 ranks: 0.11) over 8.9 s\n"
+            "checks: 1 passed, 0 failed, 1 not judged (the machine was busy)\nreport: r.json\n");
+  EXPECT_EQ(suite_end_line(2, 2, p),
+            "# [2/2] pipeline: passed in 8.9 s, 1/2 checks, 1 not judged (the machine was busy); other work on host "
+            "vm: 1.85 of 2 cores' worth (this job's 4 ranks: 0.11) over 8.9 s");
+  // A failed check beside it still fails the suite.
+  p.result.checks.push_back(make_check("pipeline/1f1b/p:2/m:4/bubble_closed_form", 1e-3, 1e-13));
+  EXPECT_EQ(suite_status(p.result), "failed");
 }
 
 TEST(Report, WritesAtomically) {
@@ -127,7 +170,7 @@ TEST(ReportReader, RoundTripsWhatMakeReportWrites) {
             "train          failed         37.8    1/2   \n"
             "train: 29860 tokens/s over 2 ranks, step 34.3 ms (comm 25%), final loss nan\n"
             "all_reduce: peak busbw 2.50 GB/s at 1024 B\n"
-            "checks: 3, failed: 1\nreport: r.json\n");
+            "checks: 2 passed, 1 failed\nreport: r.json\n");
 }
 
 TEST(ReportReader, PassedOnlyWithoutFailedOrErroredSuites) {
@@ -141,7 +184,7 @@ TEST(ReportReader, PassedOnlyWithoutFailedOrErroredSuites) {
   EXPECT_EQ(s.suites[1].error, "boom\n\x1b[31m");
   // A report's strings cannot drive the terminal.
   EXPECT_NE(format_summary(s, "r").find("  error: boom??[31m\n"), std::string::npos);
-  EXPECT_TRUE(read_report(R"({"schema_version":5,"context":{},"benchmarks":[],"suites":[],"checks":[]})", "r").passed());
+  EXPECT_TRUE(read_report(R"({"schema_version":6,"context":{},"benchmarks":[],"suites":[],"checks":[]})", "r").passed());
 }
 
 TEST(ReportReader, RefusesMalformedReportsWithOneLine) {
@@ -151,10 +194,10 @@ TEST(ReportReader, RefusesMalformedReportsWithOneLine) {
   EXPECT_EQ(report_error(std::string(100, '[') + std::string(100, ']')), "report r.json nests deeper than 64 levels");
   EXPECT_EQ(report_error("[1]"), "report r.json: the top level must be an object, got [1]");
   EXPECT_EQ(report_error(edited("/schema_version", 1)),
-            "report r.json: schema_version 1 is not 5, the version this dtbench reads");
+            "report r.json: schema_version 1 is not 6, the version this dtbench reads");
   EXPECT_EQ(report_error(edited("/schema_version", "3")),
-            "report r.json: schema_version \"3\" is not 5, the version this dtbench reads");
-  EXPECT_EQ(report_error(R"({"schema_version": 5, "context": {}, "benchmarks": [], "checks": []})"),
+            "report r.json: schema_version \"3\" is not 6, the version this dtbench reads");
+  EXPECT_EQ(report_error(R"({"schema_version": 6, "context": {}, "benchmarks": [], "checks": []})"),
             "report r.json: the top level has no 'suites'");
   EXPECT_EQ(report_error(edited("/context", json::array())), "report r.json: context must be an object");
   EXPECT_EQ(report_error(edited("/checks", json::object())), "report r.json: checks must be a list");
@@ -162,7 +205,7 @@ TEST(ReportReader, RefusesMalformedReportsWithOneLine) {
   EXPECT_EQ(report_error(edited("/suites/1/status", "bogus")),
             "report r.json: suites[1].status must be passed, failed, error or skipped, got \"bogus\"");
   EXPECT_EQ(report_error(edited("/suites/0/checks_passed", 5)),
-            "report r.json: suites[0] has checks_passed 5 > checks_total 1");
+            "report r.json: suites[0] has checks_passed 5 + checks_not_judged 0 > checks_total 1");
   EXPECT_EQ(report_error(edited("/suites/0/checks_total", -1)),
             "report r.json: suites[0].checks_total must be an integer >= 0, got -1");
   EXPECT_EQ(report_error(edited("/suites/0/checks_total", 18446744073709551615u)),
@@ -174,12 +217,22 @@ TEST(ReportReader, RefusesMalformedReportsWithOneLine) {
   EXPECT_EQ(report_error(edited("/suites/0/error", 7)), "report r.json: suites[0].error must be a string or null");
   EXPECT_EQ(report_error(edited("/suites/0/name", "")), "report r.json: suites[0].name is empty");
   EXPECT_EQ(report_error(edited("/checks/2/passed", "no")), "report r.json: checks[2].passed must be true or false");
+  EXPECT_EQ(report_error(edited("/checks/2/verdict", "maybe")),
+            "report r.json: checks[2].verdict must be passed, failed or not_judged, got \"maybe\"");
+  EXPECT_EQ(report_error(edited("/checks/2/verdict", "not_judged")), "");  // passed is false either way
+  EXPECT_EQ(report_error(edited("/checks/1/verdict", "not_judged")),
+            "report r.json: checks[1] has passed true with verdict not_judged");
+  EXPECT_EQ(report_error(edited("/suites/0/checks_not_judged", -1)),
+            "report r.json: suites[0].checks_not_judged must be an integer >= 0, got -1");
+  EXPECT_EQ(report_error(edited("/suites/0/host_load", 3)), "report r.json: suites[0].host_load must be an object or null");
+  EXPECT_EQ(report_error(edited("/suites/0/host_load", json{{"interval_s", 1}, {"other_cores", 0}, {"hosts", json::array({json{{"host", "h"}}})}})),
+            "report r.json: suites[0].host_load.hosts[0] has no 'cpus'");
   EXPECT_EQ(report_error(edited("/benchmarks/1/busbw_GBps", "fast")),
             "report r.json: benchmarks[1].busbw_GBps must be a number >= 0 or null, got \"fast\"");
   EXPECT_EQ(report_error(edited("/benchmarks/0/op", 1)), "report r.json: benchmarks[0].op must be a string");
   EXPECT_EQ(report_error(edited("/benchmarks/2/dp", 0)),
             "report r.json: benchmarks[2].dp must be an integer >= 1, got 0");
-  EXPECT_EQ(report_error(R"({"schema_version": 5, "context": {}, "benchmarks": [1e400]})"),
+  EXPECT_EQ(report_error(R"({"schema_version": 6, "context": {}, "benchmarks": [1e400]})"),
             "report r.json: number overflow parsing '1e400'");
   EXPECT_EQ(report_error(edited("/suites/0/data", nullptr)), "report r.json: suites[0].data must be an object");
 }

@@ -252,7 +252,9 @@ assert all(c["passed"] for c in r["checks"]), r["checks"]
 print("sweep of an MoE model ok:", {k: round(b["all_to_all_fraction"], 3) for k, b in rows.items()})
 PY
 # sweep.max_mape judges the model: a bound no run meets (0.0001: MAPE 0.01 %) fails the check and
-# the run exits 1, the report kept; an MoE model, which the model does not cover, is refused the bound.
+# the run exits 1, the report kept — or, where other work shared the cores meanwhile (its suite's
+# host_load says so), the check is not judged and the run exits 0; an MoE model, which the model does
+# not cover, is refused the bound.
 printf '{"sweep": {"steps": 4, "max_mape": 0.0001}}' >"$tmp/sweep_mape.json"
 rc=0
 "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/sweep_mape.json" \
@@ -261,8 +263,16 @@ python3 - "$tmp/sweep_mape.json" "$rc" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 c = [c for c in r["checks"] if c["name"] == "sweep/step_time_model/mape"]
-assert sys.argv[2] == "1" and len(c) == 1 and not c[0]["passed"] and c[0]["tolerance"] == 0.0001, (sys.argv[2], c)
-print(f"sweep.max_mape 0.0001: exit 1, check failed at MAPE {c[0]['value']:.3f}")
+assert len(c) == 1 and not c[0]["passed"] and c[0]["tolerance"] == 0.0001, (sys.argv[2], c)
+load = r["suites"][0]["host_load"]
+if c[0]["verdict"] == "not_judged":
+    assert sys.argv[2] == "0" and c[0]["not_judged_reason"].startswith("the machine was busy: other work on host"), c
+    assert load["other_cores"] >= 0.25, load
+    print(f"sweep.max_mape 0.0001: not judged at MAPE {c[0]['value']:.3f} ({load['other_cores']:.2f} cores of other "
+          "work), exit 0")
+else:
+    assert sys.argv[2] == "1" and c[0]["verdict"] == "failed", (sys.argv[2], c)
+    print(f"sweep.max_mape 0.0001: exit 1, check failed at MAPE {c[0]['value']:.3f}")
 PY
 printf '{"model": {"num_experts": 4, "moe_router_topk": 2}, "sweep": {"steps": 4, "max_mape": 0.3}}' >"$tmp/sweep_moe_mape.json"
 rc=0

@@ -19,7 +19,8 @@ share); a table of them is printed with a summary line, or, with --json, one JSO
 Exit status: 0 no regression; 1 a regression: a metric worse beyond --threshold (and
 significant, below), a check that passed in BASE and failed in NEW or is missing from it while
 its suite ran, or a suite that passed in BASE and failed, errored or was not run in NEW though
-selected; 2 bad input: a missing or malformed file, different
+selected (a check not judged in NEW, a timing check the machine's other work kept from being
+judged, is listed as such and is no regression); 2 bad input: a missing or malformed file, different
 schema versions, or incompatible contexts (different backend, communication backend,
 devices, world size, config name, or config contents of the compared suites) without
 --force; one line on stderr says why.

@@ -239,7 +239,7 @@ class RealReports(unittest.TestCase):
             for k in ("median", "min", "max", "mean", "stddev"):
                 t[k] *= f
             c = next(c for c in r["checks"] if c["name"] == check)
-            c["passed"] = False
+            c["passed"], c["verdict"] = False, "failed"
             c["value"] = 2 * c["tolerance"] if c["tolerance"] else 1.0
         doctored = self.doctored("doctored", slow_and_failing)
 
@@ -272,7 +272,7 @@ class RealReports(unittest.TestCase):
 
         # The same cut is no regression at a threshold above f - 1 (worse by 25 % at f = 1.25).
         rc, out, _ = compare(self.reports[0], self.doctored("only_slow", lambda r: [
-            slow_and_failing(r), next(c for c in r["checks"] if c["name"] == check).update(passed=True)]),
+            slow_and_failing(r), next(c for c in r["checks"] if c["name"] == check).update(passed=True, verdict="passed")]),
             "--threshold", str(f - 1 + 0.05))
         self.assertEqual(rc, 0, out)
 
@@ -558,6 +558,40 @@ class SyntheticReports(unittest.TestCase):
         self.assertEqual(rc, 0)
         rc, j = self.run_pair(base, synthetic([], [check("a", False)]))
         self.assertEqual((rc, [c["name"] for c in j["checks"]["regressions"]]), (1, ["a"]))
+
+    def test_a_check_not_judged_in_new_is_listed_not_a_regression(self):
+        # A timing check that the machine's other work kept from being judged (verdict not_judged, passed
+        # false) in NEW is neither a regression nor missing, with .ci/run's options or without.
+        def check(name, verdict):
+            c = {"name": name, "suite": "pipeline", "passed": verdict == "passed", "value": 0.07, "tolerance": 0.05,
+                 "verdict": verdict}
+            if verdict == "not_judged":
+                c["not_judged_reason"] = "the machine was busy: figures"
+            return c
+        base = synthetic([], [check("pipeline/1f1b/p:2/m:4/bubble", "passed"), check("pipeline/x", "passed")],
+                         suites=("pipeline",))
+        new = synthetic([], [check("pipeline/1f1b/p:2/m:4/bubble", "not_judged"), check("pipeline/x", "passed")],
+                        suites=("pipeline",))
+        for opts in ([], ["--checks-only"]):
+            rc, j = self.run_pair(base, new, *opts)
+            self.assertEqual(rc, 0, j["regressions"])
+            ck = j["checks"]
+            self.assertEqual(ck["regressions"] + ck["vanished"] + ck["still_failing"], [])
+            self.assertEqual([(c["name"], c["not_judged_reason"]) for c in ck["not_judged"]],
+                             [("pipeline/1f1b/p:2/m:4/bubble", "the machine was busy: figures")])
+            self.assertIn("1 not judged in NEW", j["summary"])
+        rc, out, err = compare(write(self.dir / "b.json", base), write(self.dir / "n.json", new), "--checks-only")
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("checks not judged in NEW (the machine was busy; not a regression) (1): "
+                      "pipeline/1f1b/p:2/m:4/bubble", out)
+        # Judged and failed is still a regression; a verdict at odds with passed is refused.
+        rc, j = self.run_pair(base, synthetic([], [check("pipeline/1f1b/p:2/m:4/bubble", "failed"),
+                                                   check("pipeline/x", "passed")], suites=("pipeline",)))
+        self.assertEqual((rc, [c["name"] for c in j["checks"]["regressions"]]), (1, ["pipeline/1f1b/p:2/m:4/bubble"]))
+        bad = synthetic([], [dict(check("pipeline/x", "not_judged"), passed=True)], suites=("pipeline",))
+        rc, out, err = compare(write(self.dir / "b.json", base), write(self.dir / "bad.json", bad))
+        self.assertEqual(rc, 2, out + err)
+        self.assertIn("verdict must be passed, failed or not_judged", err)
 
 
 if __name__ == "__main__":

@@ -177,6 +177,19 @@ class Paired(unittest.TestCase):
         self.assertEqual(res["regressions"], ["check train/loss/step:3: passed in every baseline run, failed in "
                                               "candidate run 6"])
 
+    def test_a_check_not_judged_in_a_candidate_run_is_listed_not_a_regression(self):
+        base, cand = self.make(8)
+        for r in base + cand:
+            r["checks"] = [{"name": "pipeline/1f1b/p:2/m:4/bubble", "passed": True, "verdict": "passed"}]
+        cand[5]["checks"][0].update(passed=False, verdict="not_judged", not_judged_reason="the machine was busy")
+        res = paired.analyse(base, cand, 0.05, 0.05)
+        self.assertEqual(res["regressions"], [])
+        self.assertEqual(res["not_judged"], ["check pipeline/1f1b/p:2/m:4/bubble: not judged in candidate run 6: "
+                                             "the machine was busy"])
+        cand[5]["checks"][0].update(verdict="failed")  # judged and failed: a regression
+        self.assertEqual(paired.analyse(base, cand, 0.05, 0.05)["regressions"], [
+            "check pipeline/1f1b/p:2/m:4/bubble: passed in every baseline run, failed in candidate run 6"])
+
     def test_a_suite_or_check_missing_from_a_candidate_run_is_a_regression(self):
         base, cand = self.make(8)
         for r in base + cand:

@@ -252,12 +252,12 @@ class ReportScript(BadInput, unittest.TestCase):
     def test_failed_checks_listed_first(self):
         r = json.loads(self.report_b.read_text())
         for c in r["checks"]:  # every check passes, then one fails
-            c["passed"], c["value"] = True, min(c["value"], c["tolerance"])
+            c["passed"], c["verdict"], c["value"] = True, "passed", min(c["value"], c["tolerance"])
         for s in r["suites"]:
             s["status"] = "passed"
             s["checks_passed"] = s["checks_total"]
         bad = next(c for c in r["checks"] if c["name"].startswith("conformance/TP2/loss/step:1"))
-        bad.update(passed=False, value=bad["tolerance"] * 3, fraction_of_tolerance=3.0)
+        bad.update(passed=False, verdict="failed", value=bad["tolerance"] * 3, fraction_of_tolerance=3.0)
         conf = next(s for s in r["suites"] if s["name"] == "conformance")
         conf["status"], conf["checks_passed"] = "failed", conf["checks_total"] - 1
         path = self.tmp / "doctored.json"
@@ -277,13 +277,33 @@ class ReportScript(BadInput, unittest.TestCase):
         self.assertIn(bad["name"], html[html.index("Failed checks"):html.index('id="conformance"')])
         self.assertIn('class="alert"', html)
         # and a report where everything passed has no such section
-        bad.update(passed=True, value=0.0, fraction_of_tolerance=0.0)
+        bad.update(passed=True, verdict="passed", value=0.0, fraction_of_tolerance=0.0)
         conf["status"] = "passed"
         path.write_text(json.dumps(r))
         self.assert_ok(render(path))
         md = (self.tmp / "doctored.md").read_text(encoding="utf-8")
         self.assertNotIn("## Failed checks", md)
         self.assertIn("**PASSED**", md)
+        # A timing check not judged (the machine was busy): listed with its reason, before the suites,
+        # neither failed nor passed, and the run still PASSED.
+        bad.update(passed=False, verdict="not_judged", not_judged_reason="the machine was busy: figures",
+                   value=bad["tolerance"] * 3, fraction_of_tolerance=3.0)
+        conf["checks_passed"], conf["checks_not_judged"] = conf["checks_total"] - 1, 1
+        conf["host_load"] = {"interval_s": 8.9, "other_cores": 1.85, "hosts": [
+            {"host": "vm", "cpus": 2, "ranks": 4, "busy_cores": 1.97, "own_cores": 0.12, "other_cores": 1.85,
+             "resolution_cores": 0.002}]}
+        path.write_text(json.dumps(r))
+        self.assert_ok(render(path))
+        md = (self.tmp / "doctored.md").read_text(encoding="utf-8")
+        self.assertIn("**PASSED**", md.split("## Suites")[0])
+        self.assertIn("1 not judged (the machine was busy", md.split("## Suites")[0])
+        self.assertNotIn("## Failed checks", md)
+        nj = md.index("## Checks not judged (1)")
+        self.assertLess(nj, md.index("\n## conformance\n"))
+        self.assertIn(f"`{bad['name']}`", md[nj:md.index("\n## conformance\n")])
+        self.assertIn("the machine was busy: figures", md[nj:md.index("\n## conformance\n")])
+        self.assertIn("(1 not judged)", md.split("## Checks not judged")[0])  # the suites table
+        self.assertIn("| 1.85 of 2 |", md.split("## Checks not judged")[0])
 
     def test_unknown_and_future_suites(self):
         r = json.loads(self.report_a.read_text())

@@ -373,10 +373,22 @@ class Rejected(unittest.TestCase):
         self.assert_rejected(self.mutated(["suites", s, "error"], "set", "boom"), f"/suites/{s}/error")
         # A non-finite check value (written as null) fails its check.
         r = self.mutated(["checks", 0], "set", dict(self.report["checks"][0], value=None, passed=False,
-                                                    fraction_of_tolerance=None))
+                                                    verdict="failed", fraction_of_tolerance=None))
         self.assert_valid(r)
         r["checks"][0]["passed"] = True
         self.assert_rejected(r, "/checks/0/passed")
+        # A check not judged (the machine was busy): passed false, with its reason; the reason only there.
+        c0 = dict(self.report["checks"][0], passed=False, verdict="not_judged", not_judged_reason="the machine was busy")
+        self.assert_valid(self.mutated(["checks", 0], "set", c0))
+        self.assert_rejected(self.mutated(["checks", 0], "set", dict(c0, passed=True)), "/checks/0/passed")
+        no_reason = dict(c0)
+        del no_reason["not_judged_reason"]
+        self.assert_rejected(self.mutated(["checks", 0], "set", no_reason), "/checks/0")
+        self.assert_rejected(self.mutated(["checks", 0], "set", dict(self.report["checks"][0], not_judged_reason="x")),
+                             "/checks/0")
+        self.assert_rejected(self.mutated(["checks", 0, "verdict"], "set", "maybe"), "/checks/0/verdict")
+        # A suite's other work: null where unmeasured.
+        self.assert_valid(self.mutated(["suites", s, "host_load"], "set", None))
         # A diverged loss (null) where losses may be non-finite, but not where they may not.
         b = self.index("benchmarks", "train/")
         self.assert_valid(self.mutated(["benchmarks", b, "final_loss"], "set", None))

@@ -25,6 +25,13 @@ Check make_check(std::string name, double value, double tolerance, std::string d
   return c;
 }
 
+Check make_not_judged(Check c, std::string reason) {
+  DTB_CHECK(!reason.empty(), "make_not_judged: check " + c.name + " needs a reason");
+  c.passed = false;
+  c.not_judged_reason = std::move(reason);
+  return c;
+}
+
 int64_t int_in_range(const nlohmann::json& s, const std::string& key, const std::string& path,
                      int64_t lo, int64_t hi) {
   const nlohmann::json& v = s.at(key);
@@ -167,11 +174,11 @@ void SuiteContext::print(const std::string& line) const {
 }
 
 void SuiteContext::print_checks(const std::vector<Check>& checks, int name_width, bool failed_only) const {
-  char buf[512];
+  char buf[1024];
   for (const Check& c : checks) {
     if (failed_only && c.passed) continue;
-    std::snprintf(buf, sizeof buf, "# check %-*s %.3g <= %.3g  %s", name_width, c.name.c_str(), c.value, c.tolerance,
-                  c.passed ? "ok" : "FAILED");
+    std::snprintf(buf, sizeof buf, "# check %-*s %.3g <= %.3g  %s%s", name_width, c.name.c_str(), c.value, c.tolerance,
+                  c.passed ? "ok" : c.judged() ? "FAILED" : "not judged: ", c.not_judged_reason.c_str());
     print(buf);
   }
 }

@@ -29,17 +29,29 @@
 namespace dtb {
 
 /// A conformance check: passed when value <= tolerance (both >= 0, in the unit the name
-/// says). `detail` says how the tolerance was derived.
+/// says). `detail` says how the tolerance was derived. A timing check may also be not judged
+/// (not_judged_reason non-empty, e.g. "the machine was busy: ..." with the figures): then it
+/// neither passed nor failed — `passed` is false, as for any check not shown to pass — and it
+/// fails no suite and no run (docs/report.md, "Checks not judged").
 struct Check {
   std::string name;  // e.g. "train/loss/step:12"
   double value = 0;
   double tolerance = 0;
   bool passed = false;
   std::string detail;
+  std::string not_judged_reason;  // empty: judged (passed or failed)
   double fraction() const { return tolerance > 0 ? value / tolerance : (value == 0 ? 0.0 : INFINITY); }
+  bool judged() const { return not_judged_reason.empty(); }
+  /// Judged and not passed: what makes a suite "failed" and the run exit 1.
+  bool failed() const { return judged() && !passed; }
+  /// The report's checks[].verdict: "passed", "failed" or "not_judged".
+  const char* verdict() const { return !judged() ? "not_judged" : passed ? "passed" : "failed"; }
 };
 /// Builds a Check with passed = (value <= tolerance) (NaN fails).
 Check make_check(std::string name, double value, double tolerance, std::string detail = {});
+/// `c` marked not judged for `reason` (non-empty, one line: why, with the figures): passed
+/// false, value and tolerance kept (what was measured, against what it would have been held).
+Check make_not_judged(Check c, std::string reason);
 
 /// What a suite returns. `benchmarks` are flat records (see benchmark_record); `data` is
 /// suite-specific structured output kept in the report's suites[] entry (e.g. loss curves).
@@ -106,7 +118,8 @@ struct SuiteContext {
   /// Prints a line on rank 0 only (others ignore it).
   void print(const std::string& line) const;
   /// Prints each of `checks` as "# check <name, padded to name_width> <value> <= <tolerance>  ok"
-  /// (or "FAILED"), on rank 0; with failed_only, the failed ones alone.
+  /// (or "FAILED", or "not judged: <reason>"), on rank 0; with failed_only, the failed and the
+  /// not judged ones alone.
   void print_checks(const std::vector<Check>& checks, int name_width, bool failed_only = false) const;
 };
 

@@ -25,6 +25,7 @@
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/step_time_calibration.h"
+#include "suites/host_load.h"
 #include "suites/suite.h"
 
 namespace dtb {
@@ -245,10 +246,12 @@ nlohmann::json terms_json(const StepTimeTerms& t) {
 }
 
 // The step-time model against the sweep's measurements (rank 0): res.data.step_time_model (MAPE,
-// Kendall's tau, the calibrations), the summary record sweep/step_time_model and its check; returns
-// the summary line.
+// Kendall's tau, the calibrations), the summary record sweep/step_time_model and its check, which is
+// not judged where it fails while other work shared the hosts (`load`, over the sweep); returns the
+// summary line.
 std::string model_summary(const Params& p, const std::vector<double>& pred_ok, const std::vector<double>& meas_ok,
-                          double cal_s, const nlohmann::json& calibration, SuiteResult& res) {
+                          double cal_s, const nlohmann::json& calibration, const std::vector<HostLoad>& load,
+                          SuiteResult& res) {
   json stm = {{"layouts_compared", pred_ok.size()}, {"calibration_s", cal_s}, {"calibration", calibration}};
   if (!pred_ok.empty()) stm["mape"] = mape(pred_ok, meas_ok);
   if (pred_ok.size() >= 2) stm["kendall_tau"] = kendall_tau(pred_ok, meas_ok);
@@ -260,11 +263,19 @@ std::string model_summary(const Params& p, const std::vector<double>& pred_ok, c
     r["kendall_tau"] = stm["kendall_tau"];
     res.benchmarks.push_back(r);
     // The model judged, when a bound is given (docs/plan.md, "The model watched"): on a quiet
-    // machine, a bound catches a model that has lost a term.
-    if (p.max_mape)
-      res.checks.push_back(make_check("sweep/step_time_model/mape", stm["mape"].get<double>(), *p.max_mape,
-                                      "the step-time model's mean absolute percentage error over the layouts "
-                                      "(predicted vs measured step time) <= sweep.max_mape"));
+    // machine, a bound catches a model that has lost a term. Other work only slows the measured
+    // steps (by 42 % and 327 % in MAPE beside two busy processes), so a MAPE past the bound with
+    // other work on a host (suites/host_load.h other_work_noted) is not judged, not failed.
+    if (p.max_mape) {
+      Check c = make_check("sweep/step_time_model/mape", stm["mape"].get<double>(), *p.max_mape,
+                           "the step-time model's mean absolute percentage error over the layouts (predicted vs "
+                           "measured step time) <= sweep.max_mape, on a quiet machine");
+      const std::string busy = other_work_line(load);
+      if (!c.passed && !busy.empty())
+        c = make_not_judged(c, "the machine was busy: " + busy + " while the sweep ran; the model's error is a ratio "
+                               "of timings that other work moves (docs/plan.md)");
+      res.checks.push_back(c);
+    }
   }
   char summary[200];
   if (pred_ok.size() < 2)  // no agreement to state: printing MAPE 0.0 % and tau 0.00 would claim one
@@ -325,6 +336,7 @@ class SweepSuite : public Suite {
     json calibration = json::object();
     double cal_s = 0;
     std::vector<double> pred_ok, meas_ok;
+    LoadMeter load(world);  // other work on the hosts while the layouts run (the MAPE check's verdict)
     for (size_t li = 0; li < layouts.size(); ++li) {
       const std::string& text = layouts[li];
       const LayoutSpec& spec = p.specs[li];
@@ -420,9 +432,10 @@ class SweepSuite : public Suite {
         std::snprintf(pred, sizeof pred, "  %12.2f  %+6.1f%%", predicted[li] * 1e3, 100 * (predicted[li] - period) / period);
       ctx.print(std::string(line) + a2a + pred);
     }
+    const std::vector<HostLoad> hosts = load.stop();
     if (world.rank() == 0) {
       res.data = {{"model", to_json(st.model)}, {"layouts", layouts}, {"not_applicable", skipped}};
-      ctx.print(model_summary(p, pred_ok, meas_ok, cal_s, calibration, res));
+      ctx.print(model_summary(p, pred_ok, meas_ok, cal_s, calibration, hosts, res));
       for (const auto& x : skipped)
         ctx.print("#  not applicable: " + x.at("layout").get<std::string>() + " (" + x.at("reason").get<std::string>() +
                   ")");

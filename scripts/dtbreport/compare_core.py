@@ -1,6 +1,7 @@
 """The comparison of two loaded reports: records matched by name (and their distinguishing parameters
 where a name repeats), each metric's row (registry.metrics(): direction, source of its samples), the
-checks and suites that passed in BASE and not in NEW.
+checks and suites that passed in BASE and not in NEW (a check not judged in NEW, a timing check on a busy
+machine, is listed apart and is neither).
 
 Returns plain dicts; compare_output.py prints them.
 """
@@ -11,6 +12,7 @@ from collections import defaultdict
 from . import registry
 from .compare_load import _short
 from .compare_stats import _is_number, _is_timing, significance, verdict, worse_by
+from .load import check_verdict
 from .metrics import INFO, LOWER
 
 # Parameters that may legitimately differ between two runs of the same code (the timing loop
@@ -148,7 +150,7 @@ def compare(base, new, threshold, alpha, suite_thresholds=None):
     suite_thresholds = suite_thresholds or {}
     res = {"rows": [], "records": {"matched": 0, "new": [], "missing": [], "skipped": [], "notes": []},
            "checks": {"compared": 0, "regressions": [], "fixed": [], "still_failing": [], "new": [],
-                      "missing": [], "vanished": []},
+                      "missing": [], "vanished": [], "not_judged": []},
            "suites": {"regressions": [], "new": [], "missing": [], "vanished": []}}
     parameters = registry.parameters()
     bk, nk, notes = record_keys(base["benchmarks"], new["benchmarks"])
@@ -185,18 +187,23 @@ def compare(base, new, threshold, alpha, suite_thresholds=None):
             if c["passed"] and (c.get("suite") or key.split("/", 1)[0]) in ran_in_new:
                 res["checks"]["vanished"].append(key)
     for key, c in nc.items():
-        entry = {"name": key, "value": c.get("value"), "tolerance": c.get("tolerance"), "passed": c["passed"]}
+        now = check_verdict(c)
+        entry = {"name": key, "value": c.get("value"), "tolerance": c.get("tolerance"), "passed": c["passed"],
+                 "verdict": now}
+        if now == "not_judged":  # a timing check on a busy machine: neither a regression nor vanished
+            entry["not_judged_reason"] = c.get("not_judged_reason")
+            res["checks"]["not_judged"].append(entry)
         if key not in bc:
             res["checks"]["new"].append(entry)
             continue
         res["checks"]["compared"] += 1
         entry["base_value"] = bc[key].get("value")
-        was = bc[key]["passed"]
-        if was and not c["passed"]:
+        was = check_verdict(bc[key])
+        if was == "passed" and now == "failed":
             res["checks"]["regressions"].append(entry)
-        elif not was and c["passed"]:
+        elif was == "failed" and now == "passed":
             res["checks"]["fixed"].append(entry)
-        elif not was and not c["passed"]:
+        elif was != "passed" and now == "failed":
             res["checks"]["still_failing"].append(entry)
 
     bs = {s.get("name"): s for s in base.get("suites", []) if isinstance(s, dict)}

@@ -62,6 +62,11 @@ def load_report(path):
             raise InputError(f"{path}: checks[{i}] has no name or no boolean passed")
         if c.get("suite") is not None and not isinstance(c["suite"], str):
             raise InputError(f"{path}: checks[{i}] ({c['name']}).suite must be a string")
+        if "verdict" in c and (c["verdict"] not in ("passed", "failed", "not_judged")
+                               or c["passed"] != (c["verdict"] == "passed")):
+            raise InputError(f"{path}: checks[{i}] ({c['name']}).verdict must be passed, failed or not_judged, "
+                             f"passed exactly when it is passed (got {_short(c['verdict'])} with passed "
+                             f"{json.dumps(c['passed'])})")
         for k in ("value", "tolerance", "fraction_of_tolerance"):
             if c.get(k) is not None and not _is_number(c[k]):
                 raise InputError(f"{path}: checks[{i}] ({c['name']}).{k} must be a number or null")

@@ -69,7 +69,8 @@ def summary_line(res, exit_code):
             f"{count('worse, not significant') + count('better, not significant')} changed beyond the threshold "
             f"but not significantly, {count('same')} within the threshold ({thr_only} judged by the threshold "
             f"alone); checks: {ck['compared']} compared, {len(ck['regressions'])} passed -> failed, "
-            f"{len(ck['fixed'])} fixed, {len(ck['still_failing'])} still failing; records: "
+            f"{len(ck['fixed'])} fixed, {len(ck['still_failing'])} still failing, "
+            f"{len(ck.get('not_judged', []))} not judged in NEW; records: "
             f"{len(res['records']['new'])} new, {len(res['records']['missing'])} missing; "
             f"exit {exit_code} ({'regression' if exit_code else 'no regression'})")
 
@@ -133,6 +134,10 @@ def print_text(res, base, new, args, refusals, notes, exit_code, out=sys.stdout)
         if items:
             p(f"{label} ({len(items)}): " + ", ".join(
                 c["name"] + ("" if c.get("passed", c.get("passed_in_base", True)) else " (failed)") for c in items))
+    nj = ck.get("not_judged", [])
+    if nj:
+        p(f"checks not judged in NEW (the machine was busy; not a regression) ({len(nj)}): "
+          + ", ".join(c["name"] for c in nj))
     for line in regression_lines(res):
         p(line)
     p(summary_line(res, exit_code))

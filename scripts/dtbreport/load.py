@@ -11,6 +11,14 @@ class InputError(Exception):
     """Bad input: the message is printed on one line and the exit status is 2."""
 
 
+def check_verdict(c):
+    """A report check's outcome: its "verdict" (passed, failed or not_judged: a timing check that the machine's
+    other work kept from being judged, which fails nothing; docs/report.md), or, in a report written before
+    verdicts (schema version < 6), passed or failed by its "passed"."""
+    v = c.get("verdict")
+    return v if v in ("passed", "failed", "not_judged") else ("passed" if c.get("passed") else "failed")
+
+
 class StrictJSONError(ValueError):
     """Text that is JSON only to Python's lenient parser (the message says why, in one line)."""
 

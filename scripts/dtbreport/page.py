@@ -10,6 +10,7 @@ from collections import OrderedDict, defaultdict
 from . import claims, registry, trace
 from .doc import Doc
 from .fmt import anchor, fmt, fmt_bytes, num, plural, record_tail
+from .load import check_verdict
 from .plot import close_all, plt
 
 # Google Benchmark's identifying fields: not columns of the generic table.
@@ -96,7 +97,8 @@ class Renderer:
             rows.append(["dataset", f"`{ds.get('path', '?')}`, {fmt_bytes(num(ds.get('bytes')))}, sha256 "
                                     f"`{str(ds.get('sha256', '?'))[:16]}…`"])
         checks = self.r["checks"]
-        failed = [x for x in checks if not x.get("passed", False)]
+        failed = [x for x in checks if check_verdict(x) == "failed"]
+        unjudged = [x for x in checks if check_verdict(x) == "not_judged"]
         suites = self.r["suites"]
         bad = [s for s in suites if s.get("status") in ("failed", "error")]
         verdict = "PASSED" if not bad and not failed else "FAILED"
@@ -104,8 +106,10 @@ class Renderer:
             verdict = "EMPTY"
         summary = (f"**{verdict}**: {len(suites) - len(bad)} of {len(suites)} suites passed"
                    + (f" ({', '.join(s['name'] + ' ' + str(s.get('status')) for s in bad)})" if bad else "")
-                   + f"; {len(checks) - len(failed)} of {len(checks)} checks passed"
+                   + f"; {len(checks) - len(failed) - len(unjudged)} of {len(checks)} checks passed"
                    + (f", **{len(failed)} failed**" if failed else "")
+                   + (f", {len(unjudged)} not judged (the machine was busy: [why](#checks-not-judged))"
+                      if unjudged else "")
                    + (" ([the failed checks](#failed-checks))" if failed or any(s.get("status") == "error"
                                                                                 for s in suites) else ""))
         if verdict == "EMPTY":
@@ -132,16 +136,26 @@ class Renderer:
             if total is None:
                 cs = self.checks_by_suite.get(s["name"], [])
                 total, passed = len(cs), sum(1 for x in cs if x.get("passed"))
+            nj = s.get("checks_not_judged") or 0
+            load = s.get("host_load") if isinstance(s.get("host_load"), dict) else {}
+            other = num(load.get("other_cores"))
+            cpus = max((num(h.get("cpus")) or 0 for h in load.get("hosts") or [] if isinstance(h, dict)), default=0)
             rows.append([f"[{s['name']}](#{anchor(s['name'])})", st.upper() if st in ("failed", "error") else st,
-                         fmt(num(s.get("duration_s")), 3), f"{passed}/{total}",
-                         str(len(self.by_suite.get(s["name"], []))), s.get("error") or ""])
+                         fmt(num(s.get("duration_s")), 3), f"{passed}/{total}" + (f" ({nj} not judged)" if nj else ""),
+                         str(len(self.by_suite.get(s["name"], []))),
+                         "–" if other is None else f"{other:.2f}" + (f" of {cpus:g}" if cpus else ""),
+                         s.get("error") or ""])
             cls.append("fail" if st == "failed" else "error" if st == "error" else "skip" if st == "skipped" else None)
-        d.table(["suite", "status", "duration (s)", "checks passed", "records", "error"], rows,
-                align=["l", "c", "r", "r", "r", "l"], row_cls=cls)
+        d.table(["suite", "status", "duration (s)", "checks passed", "records", "other work (cores)", "error"], rows,
+                align=["l", "c", "r", "r", "r", "r", "l"], row_cls=cls)
+        d.p("Other work: the CPU time processes other than this run's ranks used on the busiest host while the "
+            "suite ran, in cores (the host's /proc/stat less the ranks' own; docs/report.md). Timings taken beside "
+            "other work are slower than the machine's.", "note")
 
     def failures(self):
         d = self.doc
-        failed = [c for c in self.r["checks"] if not c.get("passed", False)]
+        self.not_judged()
+        failed = [c for c in self.r["checks"] if check_verdict(c) == "failed"]
         errored = [s for s in self.r["suites"] if s.get("status") == "error"]
         if not failed and not errored:
             return
@@ -163,6 +177,21 @@ class Renderer:
             if len(failed) > limit:
                 d.p(f"… and {len(failed) - limit} more failed checks (the report's `checks` has them all).")
 
+    def not_judged(self):
+        """The checks not judged: timing checks that the machine's other work kept from being judged (each
+        reason gives the figures); they fail nothing."""
+        d = self.doc
+        rows = [[f"`{c['name']}`", fmt(num(c.get("value"))), fmt(num(c.get("tolerance"))),
+                 str(c.get("not_judged_reason") or "")] for c in self.r["checks"] if check_verdict(c) == "not_judged"]
+        if not rows:
+            return
+        d.h(2, f"Checks not judged ({len(rows)})", "checks-not-judged")
+        d.p("Timing checks that other work on the machine disturbed beyond what their tolerance allows: neither "
+            "passed nor failed, and no failure of the run. The value is what was measured.")
+        d.table(["check", "value", "tolerance", "why not judged"], rows[:100], align=["l", "r", "r", "l"])
+        if len(rows) > 100:
+            d.p(f"… and {len(rows) - 100} more (the report's `checks` has them all).")
+
     def suite_section(self, s):
         name = s["name"]
         d = self.doc
@@ -171,10 +200,12 @@ class Renderer:
         recs = self.by_suite.get(name, [])
         cs = self.checks_by_suite.get(name, [])
         if st is not None:
-            nf = sum(1 for c in cs if not c.get("passed"))
+            nf = sum(1 for c in cs if check_verdict(c) == "failed")
+            nj = sum(1 for c in cs if check_verdict(c) == "not_judged")
             line = (f"Status **{st}**, {fmt(num(s.get('duration_s')), 3)} s, {plural(len(recs), 'record')}, "
                     f"{plural(len(cs), 'check')}")
-            line += f" ({nf} failed)." if nf else "."
+            extra = ", ".join(x for x in (f"{nf} failed" if nf else "", f"{nj} not judged" if nj else "") if x)
+            line += f" ({extra})." if extra else "."
             d.p(line)
         if s.get("error"):
             d.alert(f"error: {s['error']}")

@@ -16,13 +16,15 @@ all; the mean of the fastest third needs a third of the steps there. docs/ci.md'
 runs both ways.
 
 Checks and suites are compared as in the two-report mode: a check that passes in every baseline run and fails
-in a candidate run, or a suite that passes and then fails, is a regression whatever the timings.
+in a candidate run, or a suite that passes and then fails, is a regression whatever the timings; a check not
+judged in a candidate run (the machine was busy) is listed under "not_judged", not as a regression.
 """
 import math
 import statistics
 
 from ..compare_core import copy_stem, record_keys
 from ..compare_load import compatibility, describe
+from ..load import check_verdict
 from . import GateError
 from .stats import TESTS, holm
 
@@ -101,22 +103,31 @@ def check_pairs_suffice(pairs, base, cand, alpha, calibrated=False):  # noqa: D4
                         f"(Holm's smallest p is {m}/2^{pairs}); use --pairs {need} or more")
 
 
-def _checks_and_suites(base_reports, cand_reports):
+def _checks_and_suites(base_reports, cand_reports, not_judged=None):
     """Regression lines: a check passing in every baseline run and failing in some candidate run; a suite
-    passing in every baseline run and failing or erroring in some candidate run."""
+    passing in every baseline run and failing or erroring in some candidate run. A check not judged in a
+    candidate run (a timing check the machine's other work kept from being judged: verdict not_judged) is
+    neither failed nor missing there: its line ("check NAME: not judged in candidate run i: REASON") goes to
+    the list `not_judged` when one is given."""
     lines = []
     passed_base = None
     for r in base_reports:
-        ok = {c["name"] for c in r.get("checks", []) if c.get("passed")}
+        ok = {c["name"] for c in r.get("checks", []) if check_verdict(c) == "passed"}
         passed_base = ok if passed_base is None else passed_base & ok
-    failed, vanished = {}, {}
+    failed, vanished, unjudged = {}, {}, {}
     for i, r in enumerate(cand_reports):
         have = {c["name"] for c in r.get("checks", [])}
         for c in r.get("checks", []):
-            if c["name"] in (passed_base or set()) and not c.get("passed"):
+            verdict = check_verdict(c)
+            if verdict == "not_judged":
+                unjudged.setdefault(c["name"], (i, c.get("not_judged_reason") or "no reason given"))
+            elif c["name"] in (passed_base or set()) and verdict == "failed":
                 failed.setdefault(c["name"], i)
         for name in (passed_base or set()) - have:
             vanished.setdefault(name, i)
+    if not_judged is not None:
+        not_judged += [f"check {name}: not judged in candidate run {i + 1}: {why}"
+                       for name, (i, why) in sorted(unjudged.items())]
     lines += [f"check {name}: passed in every baseline run, failed in candidate run {i + 1}"
               for name, i in sorted(failed.items())]
     if vanished:
@@ -153,7 +164,8 @@ def analyse(base_reports, cand_reports, threshold, alpha, calibrated=False, suit
     res = analyse_values([run_values(r, calibrated, statistic) for r in base_reports],
                          [run_values(r, calibrated, statistic) for r in cand_reports], threshold, alpha, name,
                          suite_thresholds, confidence, test)
-    res["regressions"] += _checks_and_suites(base_reports, cand_reports)
+    res["not_judged"] = []
+    res["regressions"] += _checks_and_suites(base_reports, cand_reports, res["not_judged"])
     return res
 
 

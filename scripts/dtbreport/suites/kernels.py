@@ -4,6 +4,7 @@ their times and counters. No plot.
 from collections import OrderedDict
 
 from ..fmt import counter_kind, fmt, fmt_duration, fmt_si, num, record_tail, stat
+from ..load import check_verdict
 from ..metrics import HIGHER, LOWER, metric
 from ..page import GB_KEYS
 
@@ -28,7 +29,7 @@ def render(r, recs, cs, data):
         for k, v in b.items():
             if k not in core and k not in GB_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
                 counters.setdefault(k, None)
-    failed = {c["name"][len("kernels/"):].rsplit("/", 1)[0]: c for c in cs if not c.get("passed")}
+    failed = {c["name"][len("kernels/"):].rsplit("/", 1)[0]: c for c in cs if check_verdict(c) == "failed"}
     agg = any(b.get("run_type") == "aggregate" for b in recs)
     rows, cls = [], []
     for b in recs:

@@ -6,6 +6,7 @@ sends) and the stage balancer's before/after.
 from collections import OrderedDict
 
 from ..fmt import fmt, fmt_timing, num, record_tail, stat
+from ..load import check_verdict
 from ..metrics import INFO, LOWER, metric
 from ..plot import colors, plt
 from ..registry import unit
@@ -16,6 +17,10 @@ METRICS = {
     "bubble_measured": metric(LOWER, "fraction", "bubble_measured_stats", "pipeline: idle fraction"),
     "bubble_measured_stats": metric(INFO, "fraction", note="pipeline: bubble_measured's samples"),
     "bubble_simulated": metric(INFO, "fraction", note="pipeline"),
+    "bubble_judged": metric(INFO, "fraction", note="pipeline: the least disturbed repetition's"),
+    "disturbance": metric(INFO, "fraction", note="pipeline: per repetition, the bound on the bubble's shift"),
+    "run_delay_excess_us": metric(INFO, "us", note="pipeline: per repetition, run delay beyond 50 us an action"),
+    "compute_overrun_us": metric(INFO, "us", note="pipeline: per repetition, compute past what it asked for"),
     "stage_bubble_measured": metric(INFO, "fraction", note="pipeline"),
     "stage_bubble_simulated": metric(INFO, "fraction", note="pipeline"),
     "step_time_simulated_ms": metric(INFO, "ms", note="pipeline"),
@@ -43,7 +48,8 @@ METRICS = {
     "pipeline_time_before_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
     "pipeline_time_after_ms": metric(LOWER, "ms", note="pipeline/gpt/balance: the proposed split's"),
 }
-PARAMETERS = {"m", "p", "pipelines", "t_backward_us", "t_forward_us", "p2p", "layers_before", "layers_after"}
+PARAMETERS = {"m", "p", "pipelines", "t_backward_us", "t_forward_us", "p2p", "layers_before", "layers_after",
+              "judged_repetition"}
 
 
 def render(r, recs, cs, data):
@@ -60,24 +66,37 @@ def render(r, recs, cs, data):
     if data.get("bubble_definition"):
         d.p(f"Bubble = {data['bubble_definition']}. Theory: (p−1)/(m+p−1), (p−1)/(v m+p−1) interleaved; "
             "simulated: the schedule replayed with zero communication.")
-    failed = {c["name"] for c in cs if not c.get("passed")}
+    failed = {c["name"] for c in cs if check_verdict(c) == "failed"}
+    unjudged = {c["name"] for c in cs if check_verdict(c) == "not_judged"}
     rows, cls = [], []
     for b in run:
         tag = f"pipeline/{b['schedule']}/p:{b['p']}/m:{b['m']}/"
         bad = sorted(n[len(tag):] for n in failed if n.startswith(tag))
+        nj = sorted(n[len(tag):] for n in unjudged if n.startswith(tag))
+        dist = b.get("disturbance")
+        shift = dist.get("samples") if isinstance(dist, dict) else None
+        judged = b.get("judged_repetition")
+        judged_txt = (f"{num(b.get('bubble_judged')):.4f} ±{shift[judged]:.3f}"
+                      if isinstance(shift, list) and isinstance(judged, int) and 0 <= judged < len(shift)
+                      and num(shift[judged]) is not None else "–")
         bs = b.get("bubble_measured_stats")
         rows.append([b["schedule"], fmt(b.get("p")), fmt(b.get("m")), fmt(b.get("virtual_stages")),
                      f"{num(b.get('bubble_theory')):.4f}", f"{num(b.get('bubble_simulated')):.4f}",
                      f"{num(b.get('bubble_measured')):.4f}" + (
                          f" ({stat(bs, 'min'):.3f}–{stat(bs, 'max'):.3f})" if stat(bs, "min") is not None else ""),
-                     fmt_timing(b.get("step_time_ms"), 4), fmt(num(b.get("step_time_simulated_ms")), 4),
+                     judged_txt, fmt_timing(b.get("step_time_ms"), 4), fmt(num(b.get("step_time_simulated_ms")), 4),
                      fmt(b.get("peak_in_flight"), 3),
-                     "FAILED: " + ", ".join(bad) if bad else "passed"])
-        cls.append("fail" if bad else None)
-    d.table(["schedule", "p", "m", "v", "theory", "simulated", "measured (min–max)",
+                     "; ".join(x for x in ("FAILED: " + ", ".join(bad) if bad else "",
+                                          "not judged: " + ", ".join(nj) if nj else "") if x) or "passed"])
+        cls.append("fail" if bad else "skip" if nj else None)
+    d.table(["schedule", "p", "m", "v", "theory", "simulated", "measured (min–max)", "judged (±shift)",
              f"step ({unit('step_time_ms', SUITE)})",
              f"simulated step ({unit('step_time_simulated_ms', SUITE)})", "peak in-flight per stage", "checks"], rows,
-            align=["l"] + ["r"] * 9 + ["l"], row_cls=cls)
+            align=["l"] + ["r"] * 10 + ["l"], row_cls=cls)
+    d.p("Judged: the repetition the bubble check judged, the least disturbed (its ranks waited least for a CPU "
+        "beyond 50 µs an action), ± the bound on how far that waiting can have moved its bubble; the check "
+        "passes when |judged − simulated| + shift ≤ 0.05, fails when |judged − simulated| − shift > 0.05 and is "
+        "not judged otherwise (docs/pipeline.md).")
     if skipped:
         d.p("Not run: " + "; ".join(f"`{record_tail(b['name'], 'pipeline')}` ({b.get('skip_message', '')})"
                                     for b in skipped) + ".", "note")
@@ -93,7 +112,7 @@ def render_gpt(r, gpt, cs):
     bal = [b for b in gpt if b["name"].startswith("pipeline/gpt/balance/")]
     if not runs:
         return
-    failed = {c["name"] for c in cs if not c.get("passed")}
+    failed = {c["name"] for c in cs if check_verdict(c) == "failed"}
     d.p("On the GPT: bubble = idle / (p × pipeline time), idle = not computing (a send's posting or wait "
         "included); pipeline time from the first pipeline action on any stage to the last; simulated: the "
         "schedule replayed on the measured per-stage times with zero communication; theory: the closed form for "

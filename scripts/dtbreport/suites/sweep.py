@@ -3,6 +3,7 @@ bubble, idle and comm shares) and the throughput and memory bars (-sweep).
 """
 
 from ..fmt import drop_empty_columns, fmt, fmt_bytes, fmt_pct, fmt_timing, num, record_tail
+from ..load import check_verdict
 from ..metrics import INFO, LOWER, metric
 from ..plot import MEM_CATS, MEM_COLORS, byte_unit, plt
 from ..registry import unit
@@ -34,7 +35,7 @@ def render(r, recs, cs, data):
     recs = [b for b in recs if not b.get("skipped") and b["name"] != MODEL]
     if not recs:
         return r.generic("sweep", recs)
-    failed = {c["name"].split("/")[1] for c in cs if not c.get("passed") and c["name"].count("/") >= 2}
+    failed = {c["name"].split("/")[1] for c in cs if check_verdict(c) == "failed" and c["name"].count("/") >= 2}
     theory = any("bubble" not in b and "bubble_theory" in b for b in recs)
     host = any(num(b.get("peak_host_bytes_per_rank")) for b in recs)
     moe = any("all_to_all_fraction" in b for b in recs)
