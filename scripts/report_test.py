@@ -511,6 +511,25 @@ class ReportScript(BadInput, unittest.TestCase):
         self.assertEqual(list(bad.glob("*.md")) + list(bad.glob("*.png")), [], "nothing written on bad input")
 
 
+class PipelineTimelineCase(unittest.TestCase):
+    """The timeline's pipeline step is found by each case's own repetition count: on a busy machine a case
+    runs past pipeline.repetitions (up to max_repetitions), so the cases' counts differ (a CI run found the
+    timeline fall back to "trace step N" when the first case's count was taken for all)."""
+
+    def test_each_case_its_own_repetitions(self):
+        sys.path.insert(0, str(HERE))
+        from dtbreport.trace import pipeline_case_step
+        rec = lambda s, p, m, n: {"schedule": s, "p": p, "m": m, "virtual_stages": 2, "repetitions": n}
+        runs = [rec("gpipe", 2, 4, 5), rec("1f1b", 4, 8, 3), rec("interleaved", 4, 8, 2)]
+        # steps 0-4 gpipe, 5-7 the 1F1B case (makespans 30, 10, 20 us), 8-9 interleaved, 10-13 the GPT cases
+        dur = {5: 30, 6: 10, 7: 20}
+        by = {s: [{"rank": 0, "ts": 1000 * s, "dur": dur.get(s, 50)}] for s in range(14)}
+        b, step, k, n = pipeline_case_step(runs, {"steps": sorted(by), "by_step": by})
+        self.assertEqual((b["schedule"], b["p"], b["m"], step, k, n), ("1f1b", 4, 8, 7, 2, 3))
+        self.assertIsNone(pipeline_case_step(runs, {"steps": list(range(9)), "by_step": by}),
+                          "fewer trace steps than the records' repetitions: another run's trace")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         print("usage: report_test.py PATH/TO/dtbench PATH/TO/mpiexec", file=sys.stderr)

@@ -33,22 +33,13 @@ def plot_pipeline_timeline(r, seg):
     if runs is None:
         runs = [b for b in r.by_suite.get("pipeline", [])
                 if not b.get("skipped") and b["name"].startswith("pipeline/schedule:")]
-    reps = runs[0].get("repetitions") if runs else None
     label, chosen, stage_of = None, None, None
-    if runs and reps and len(steps) >= len(runs) * int(reps):
-        # trace step k: the (k // reps)-th synthetic case that ran, repetition k % reps (warm-ups are not
-        # traced); the GPT cases' steps follow them
-        def score(b):
-            p, m = int(b["p"]), int(b["m"])
-            return (b["schedule"] != "1f1b", -p, abs(m - 2 * p), m)
-        best = min(range(len(runs)), key=lambda i: score(runs[i]))
-        cand = [steps[best * int(reps) + r] for r in range(int(reps))]
-        durs = [step_extent(seg["by_step"][s]) for s in cand]
-        chosen = cand[sorted(range(len(cand)), key=lambda i: durs[i])[len(cand) // 2]]
-        b = runs[best]
+    picked = pipeline_case_step(runs or [], seg)
+    if picked:
+        b, chosen, k, n = picked
         label = (f"{b['schedule']}, p = {b['p']}, m = {b['m']}" +
                  (f", v = {b['virtual_stages']}" if b["schedule"] == "interleaved" else "") +
-                 f" (repetition {cand.index(chosen) + 1} of {reps}, the median makespan)")
+                 f" (repetition {k + 1} of {n}, the median makespan)")
         stage_of = int(b["p"])
     else:
         # no report to map steps to cases: the step with the most compute spans up to 40 per rank
@@ -67,6 +58,31 @@ def plot_pipeline_timeline(r, seg):
                "included). Time from the step's start. " + (
                    "The case is picked from the report's pipeline records (1F1B at the most stages, m near 2p)."
                    if stage_of else "The trace could not be matched to the report's pipeline cases."))
+
+
+def pipeline_case_step(runs, seg):
+    """The pipeline step to draw: of the case the reader knows best (1F1B at the most stages, m near 2p), the
+    repetition of median makespan. runs: the pipeline suite's synthetic-case records in the order they ran;
+    seg: a pipeline segment of trace_segments. A case runs at least pipeline.repetitions and up to
+    max_repetitions (more on a busy machine), each record giving its own count; warm-ups are not traced, so
+    the i-th case's steps are the sum(repetitions of the cases before it) first steps on, one per
+    repetition, and the GPT cases' steps follow them.
+    Returns (record, trace step, repetition index, repetitions), or None where the trace holds fewer
+    steps than the records (a trace of another run)."""
+    reps = [int(b.get("repetitions") or 0) for b in runs]
+    steps = seg["steps"]
+    if not runs or not all(reps) or len(steps) < sum(reps):
+        return None
+
+    def score(b):
+        p, m = int(b["p"]), int(b["m"])
+        return (b["schedule"] != "1f1b", -p, abs(m - 2 * p), m)
+    best = min(range(len(runs)), key=lambda i: score(runs[i]))
+    first = sum(reps[:best])
+    cand = [steps[first + k] for k in range(reps[best])]
+    durs = [step_extent(seg["by_step"][s]) for s in cand]
+    k = sorted(range(len(cand)), key=lambda i: durs[i])[len(cand) // 2]
+    return runs[best], cand[k], k, reps[best]
 
 
 def plot_train_timeline(r, seg):
