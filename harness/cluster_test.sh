@@ -38,7 +38,8 @@ check_collectives() {
 import json, sys
 r = json.load(open(sys.argv[1]))
 c = r["context"]
-assert (c["world_size"], c["nodes"], c["ranks_per_node"], c["emulated_ranks_per_node"]) == (4, 2, 2, None), c
+shape = (c["world_size"], c["nodes"], c["ranks_per_node"], c["emulated_ranks_per_node"])
+assert shape == (4, 2, 2, None), f"world, nodes, ranks per node, emulated: {shape}, not (4, 2, 2, None)"
 assert c["host_name"] == "dtbh1", c["host_name"]
 d = r["suites"][0]["data"]
 assert (d["nodes"], d["ranks_per_node"], d["nodes_emulated"]) == (2, 2, False), d
