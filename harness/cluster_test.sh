@@ -29,6 +29,11 @@ ns_ids=$(for h in dtbh1 dtbh2 dtbh3; do echo "net:[$(stat -L -c %i /run/netns/$h
 [ "$(echo "$ns_ids" | sort -u | wc -l)" -eq 6 ] || fail "the hosts' namespaces are not 6 distinct ones: $ns_ids"
 [ "$("$cluster" exec 2 hostname)" = dtbh2 ] || fail "host 2's hostname is not dtbh2"
 "$cluster" exec 3 getent hosts dtbh1 | grep -q '^127\.77\.0\.1 ' || fail "host 3 does not resolve dtbh1 to 127.77.0.1"
+# Bad usage: one line, exit 2.
+for bad in "up 0" "shape 2 --rate fast" "exec 9 true" "frob"; do
+  out=$("$cluster" $bad 2>&1); rc=$?
+  [ "$rc" -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] || fail "scripts/cluster $bad: exit $rc, not 2 with one line: $out"
+done
 
 # check_collectives REPORT: 2 nodes of 2 ranks found from the hosts' names (not emulated), every
 # #wrong 0 and every check passed, flat and hierarchical all_reduce rows over the 2 real nodes.
@@ -108,7 +113,16 @@ host=$(mbit 1 2)
 "$cluster" unshape 2 >/dev/null && "$cluster" shape-pair 1 2 --rate 100mbit >/dev/null || fail "shape-pair 1 2 --rate 100mbit"
 pair=$(mbit 2 1); other=$(mbit 3 1)
 "$cluster" unshape >/dev/null || fail "unshape"
-echo "TCP: host 2 at 200mbit: $host Mbit/s; pair 1-2 at 100mbit: $pair Mbit/s, 3 -> 1 beside it: $other Mbit/s"
+# Loss: random drops on host 3's link (iptables' statistic match, or netem where the kernel has it).
+"$cluster" shape 3 --loss 2 >/dev/null || fail "shape 3 --loss 2"
+"$cluster" bw 3 1 --seconds 1 >/dev/null || fail "TCP from host 3 at 2 % loss"
+if "$cluster" exec 3 tc qdisc show dev eth0 | grep -q netem; then drops=$("$cluster" exec 3 tc -s qdisc show dev eth0 |
+  awk '/dropped/ {sub(/,/, "", $7); n += $7} END {print n + 0}')
+else drops=$("$cluster" exec 3 iptables -w -L -v -n -x | awk '/DROP/ && /statistic/ {n += $1} END {print n + 0}'); fi
+"$cluster" unshape >/dev/null || fail "unshape"
+[ "$drops" -gt 0 ] || fail "host 3 at 2 % loss dropped no packet"
+"$cluster" exec 3 iptables -w -S | grep -q -- '-j DROP' && fail "unshape left a loss rule on host 3"
+echo "TCP: host 2 at 200mbit: $host Mbit/s; pair 1-2 at 100mbit: $pair Mbit/s, 3 -> 1 beside it: $other Mbit/s; 2 % loss: $drops drops"
 awk -v h="$host" -v p="$pair" -v o="$other" 'BEGIN {exit !(h > 100 && h <= 210 && p > 50 && p <= 105 && o > 400)}' ||
   fail "TCP rates not at the shapes: $host (100-210), $pair (50-105), $other (> 400)"
 "$cluster" shape 2 --rate 200mbit >/dev/null || fail "shape 2 --rate 200mbit"
