@@ -25,6 +25,7 @@ why=$("$cluster" check --slurm); rc=$?
 exec 8</run
 flock -w 240 8 || fail "another cluster test held the machine for 240 s"
 [ "$("$cluster" status 2>&1)" = "cluster: no cluster is up" ] || fail "a cluster, or what one left, is on this machine: scripts/cluster status"
+had_netns_dir=$(mountpoint -q /run/netns && echo yes)   # ip netns add makes it; down removes it if up did
 "$cluster" up 3 --slurm 8<&- || fail "scripts/cluster up 3 --slurm"
 # From here on the cluster is ours: down on every way out, a signal included.
 trap '"$cluster" down; rm -rf "$tmp"' EXIT
@@ -164,6 +165,7 @@ left=$(ip netns list | grep -E '^dtbh[0-9]+' || true)
 left+=$(ip -o link show | grep -E ': (dtbv[0-9]+|dtbbr0)[@:]' || true)
 left+=$(grep -E ' (/run/dtbench-cluster|/run/netns/dtbh)' /proc/mounts || true)
 left+=$(ls -d /etc/netns/dtbh* /run/dtbench-cluster 2>/dev/null || true)
+[ -n "$had_netns_dir" ] || ! mountpoint -q /run/netns || left+=" /run/netns (a mount point, which it was not before up)"
 for p in /proc/[0-9]*; do
   for ns in net uts; do
     id=$(readlink "$p/ns/$ns" 2>/dev/null) || continue
