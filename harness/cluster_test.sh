@@ -17,6 +17,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 step() { echo "[$((SECONDS - t0)) s] $*"; }
 t0=$SECONDS
 
+had_netns_dir=$(mountpoint -q /run/netns && echo yes)   # ip netns add makes it; check and down remove it
 why=$("$cluster" check --slurm); rc=$?
 [ "$rc" -ne 77 ] || { echo "SKIP: $why"; exit 77; }
 [ "$rc" -eq 0 ] || fail "scripts/cluster check exited $rc: $why"
@@ -25,7 +26,6 @@ why=$("$cluster" check --slurm); rc=$?
 exec 8</run
 flock -w 240 8 || fail "another cluster test held the machine for 240 s"
 [ "$("$cluster" status 2>&1)" = "cluster: no cluster is up" ] || fail "a cluster, or what one left, is on this machine: scripts/cluster status"
-had_netns_dir=$(mountpoint -q /run/netns && echo yes)   # ip netns add makes it; down removes it if up did
 "$cluster" up 3 --slurm 8<&- || fail "scripts/cluster up 3 --slurm"
 # From here on the cluster is ours: down on every way out, a signal included.
 trap '"$cluster" down; rm -rf "$tmp"' EXIT
@@ -165,7 +165,7 @@ left=$(ip netns list | grep -E '^dtbh[0-9]+' || true)
 left+=$(ip -o link show | grep -E ': (dtbv[0-9]+|dtbbr0)[@:]' || true)
 left+=$(grep -E ' (/run/dtbench-cluster|/run/netns/dtbh)' /proc/mounts || true)
 left+=$(ls -d /etc/netns/dtbh* /run/dtbench-cluster 2>/dev/null || true)
-[ -n "$had_netns_dir" ] || ! mountpoint -q /run/netns || left+=" /run/netns (a mount point, which it was not before up)"
+[ -n "$had_netns_dir" ] || ! mountpoint -q /run/netns || left+=" /run/netns (a mount point, which it was not before)"
 for p in /proc/[0-9]*; do
   for ns in net uts; do
     id=$(readlink "$p/ns/$ns" 2>/dev/null) || continue
