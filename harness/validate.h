@@ -59,7 +59,7 @@ struct ValidateArgs {
   std::string output = "results/validate.json";
   bool werror = false;
   double tolerance = 0.3;   // medium: a rank below (1 - tolerance) x the fleet median fails
-  std::string inject;       // "RANK:compute:FACTOR": tests only (parse_injection)
+  std::string inject;       // "RANK:compute:FACTOR", "RANK:sdc", ...: tests only (parse_injection)
   std::string make_baseline;  // write a baseline from this run's metrics to this file
   std::string baseline;       // judge this run's metrics against this baseline file too
   std::string rules;          // a rules file (parse_rules) instead of the default rules

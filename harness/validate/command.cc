@@ -308,8 +308,8 @@ CLI::App* add_validate_subcommand(CLI::App& app, ValidateArgs& args) {
                      "replays the same training steps alone; a rank whose hash differs from the majority's is named");
   validate->add_option("--inject", args.inject,
                        "FOR TESTS ONLY: RANK:compute:FACTOR or RANK:comm:FACTOR runs that rank's compute measurements "
-                       "or point-to-point transfers FACTOR times slower; RANK:hang stops that rank in its compute; RANK:sdc "
-                       "flips one bit of a GEMM output in that rank's SDC replay");
+                       "or point-to-point transfers FACTOR times slower; RANK:hang stops that rank in its compute; "
+                       "RANK:sdc flips one bit of a GEMM output in that rank's SDC replay");
   return validate;
 }
 

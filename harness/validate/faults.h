@@ -1,6 +1,7 @@
 // The test-only faults of `dtbench validate` (--inject: a rank's compute or transfers slowed,
-// the rank hung, or its arithmetic corrupted in the SDC replay) and the timing helpers that apply them: a slowed rank spins inside the
-// timed region, keeping its core busy as a slower device would. For tests only.
+// the rank hung, or its arithmetic corrupted in the SDC replay) and the timing helpers that
+// apply them: a slowed rank spins inside the timed region, keeping its core busy as a slower
+// device would. For tests only.
 #pragma once
 #include <algorithm>
 #include <chrono>

@@ -87,8 +87,9 @@ void judge_train(ValidateCheck& c, const TrainProbe& tp, const MajorityVerdict& 
       add_once(c.nodes, node_of_rank[size_t(r)]);
       c.node_detail[node_of_rank[size_t(r)]] += "rank " + std::to_string(r) + "'s parameters differ from " + than + " ";
     }
-    c.detail = "after " + std::to_string(tp.steps) + " steps, ranks " + join_ranks(v.odd) + " hold other parameters than " +
-               than + (v.majority ? "" : ": no parameters held by more than half of the ranks") +
+    c.detail = "after " + std::to_string(tp.steps) + " steps, ranks " + join_ranks(v.odd) +
+               " hold other parameters than " + than +
+               (v.majority ? "" : ": no parameters held by more than half of the ranks") +
                " (data-parallel replicas must stay bitwise equal)";
   } else if (!(tp.last_loss < tp.first_loss)) {
     c.status = "fail";

@@ -1,6 +1,7 @@
 // The composition of `dtbench validate`'s levels: quick (the inventory's checks), and the
 // measuring levels run once (medium, long) or looped (burnin), each pass folded into the run's
-// checks and metrics. The levels' checks are in level_medium.cc and level_long.cc.
+// checks and metrics. The levels' checks are in level_medium.cc and level_long.cc, the SDC
+// replay (long, burnin, or --sdc at any level) in sdc.cc.
 #include <algorithm>
 #include <chrono>
 

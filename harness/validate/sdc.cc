@@ -77,8 +77,12 @@ class SdcOps final : public Ops<float> {
     cpu_.attention_backward(dqkv, s, d, qkv, att, B, Tn, C, NH);
   }
   void gelu_forward(float* o, const float* in, size_t n) override { cpu_.gelu_forward(o, in, n); }
-  void gelu_backward(float* di, const float* in, const float* d, size_t n) override { cpu_.gelu_backward(di, in, d, n); }
-  void residual_forward(float* o, const float* a, const float* b, size_t n) override { cpu_.residual_forward(o, a, b, n); }
+  void gelu_backward(float* di, const float* in, const float* d, size_t n) override {
+    cpu_.gelu_backward(di, in, d, n);
+  }
+  void residual_forward(float* o, const float* a, const float* b, size_t n) override {
+    cpu_.residual_forward(o, a, b, n);
+  }
   void crossentropy_forward(float* l, float* p, const float* lg, const int32_t* t, int N, int V) override {
     cpu_.crossentropy_forward(l, p, lg, t, N, V);
   }
@@ -230,11 +234,13 @@ ValidateCheck judge_sdc(const std::vector<std::vector<uint64_t>>& hashes, const 
   }
   const std::string within = groups.size() > 1 ? " within " + std::to_string(groups.size()) +
                                                       " groups of identical CPU model and BLAS build" : "";
-  const std::string unchecked = alone.empty() ? "" : "; ranks " + alone + " alone with their CPU model and BLAS build: not compared";
+  const std::string unchecked =
+      alone.empty() ? "" : "; ranks " + alone + " alone with their CPU model and BLAS build: not compared";
   if (compared == 0) {
     c.status = "skip";
-    c.detail = hashes.size() < 2 ? "one rank: no other replica to compare its replay with"
-                                 : "no two ranks share a CPU model and BLAS build, so no replay has another to agree with";
+    c.detail = hashes.size() < 2
+                   ? "one rank: no other replica to compare its replay with"
+                   : "no two ranks share a CPU model and BLAS build, so no replay has another to agree with";
   } else if (!c.ranks.empty()) {
     c.status = "fail";
     c.detail = why + within + unchecked + "; " + what;

@@ -48,11 +48,12 @@ struct SdcReplay {
 /// float32, seed 1234) built on the CPU (host memory, CpuOps, whatever the rank's device),
 /// kSdcSteps steps of forward, backward and AdamW (lr 3e-3) on the same kSdcBatch sequences of
 /// 64 tokens of reference/test_dataset.h's text per step on every rank, without communication:
-/// the same binary on the same CPU model and BLAS computes the same bits. Cost: about 6 ms of
-/// one core a step (512 tokens). `corrupt` (the test-only fault --inject RANK:sdc): the first
-/// GEMM output of the second step (layer 0's qkv projection, (8 x 64, 192)) gets bit 0 of one
-/// element's mantissa flipped inside the op set the model runs on, as a faulty multiplier
-/// would leave it; everything after computes from it. Not collective. Errors: none of its own
+/// the same binary on the same CPU model and BLAS computes the same bits. Cost: about 30 ms of
+/// one core (3 steps of 512 tokens). `corrupt` (the test-only fault --inject RANK:sdc): the
+/// first GEMM output of the second step (layer 0's qkv projection, (8 x 64, 192)) gets bit 0 of
+/// one element's mantissa flipped (row 293, column 101: a key of token 37 of a sequence) inside
+/// the op set the model runs on, as a faulty multiplier would leave it; everything after
+/// computes from it. Not collective. Errors: none of its own
 /// (a broken invariant aborts through the error sink).
 SdcReplay sdc_replay(bool corrupt);
 

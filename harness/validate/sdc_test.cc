@@ -42,7 +42,8 @@ TEST(ValidateSdc, AllEqualNamesNone) {
 
 // No hash held by more than half: every rank is named, as the rule cannot tell which is wrong.
 TEST(ValidateSdc, TieHasNoMajority) {
-  for (const std::vector<uint64_t>& h : std::vector<std::vector<uint64_t>>{{1, 2}, {1, 1, 2, 2}, {1, 1, 2, 3}, {1, 2, 3}}) {
+  const std::vector<std::vector<uint64_t>> cases = {{1, 2}, {1, 1, 2, 2}, {1, 1, 2, 3}, {1, 2, 3}};
+  for (const std::vector<uint64_t>& h : cases) {
     const MajorityVerdict v = majority_hash(h);
     EXPECT_FALSE(v.majority);
     EXPECT_EQ(v.odd.size(), h.size());
@@ -64,7 +65,8 @@ TEST(ValidateSdc, CheckNamesRankNodeAndStep) {
   EXPECT_EQ(c.status, "fail");
   EXPECT_EQ(c.ranks, std::vector<int>{2});
   EXPECT_EQ(c.nodes, std::vector<std::string>{"vm/node1"});
-  EXPECT_NE(c.detail.find("rank 2's replay differs from the majority's (3 of 4 ranks agree) from step 2 of 3 on"), std::string::npos)
+  EXPECT_NE(c.detail.find("rank 2's replay differs from the majority's (3 of 4 ranks agree) from step 2 of 3 on"),
+            std::string::npos)
       << c.detail;
   EXPECT_EQ(c.node_detail.count("vm/node0"), 0u);
 
@@ -99,9 +101,8 @@ TEST(ValidateSdc, CheckComparesWithinGroups) {
 }
 
 TEST(ValidateSdc, GroupsByCpuModelAndBlas) {
-  const std::vector<json> inv = {{{"cpu_model", "A"}, {"blas_version", "x"}}, {{"cpu_model", "B"}, {"blas_version", "x"}},
-                                 {{"cpu_model", "A"}, {"blas_version", "x"}}, {{"cpu_model", "A"}, {"blas_version", "y"}},
-                                 {{"cpu_model", nullptr}, {"blas_version", "x"}}};
+  auto rank = [](json cpu, const char* blas) { return json{{"cpu_model", cpu}, {"blas_version", blas}}; };
+  const std::vector<json> inv = {rank("A", "x"), rank("B", "x"), rank("A", "x"), rank("A", "y"), rank(nullptr, "x")};
   EXPECT_EQ(sdc_groups(inv), (std::vector<std::vector<int>>{{0, 2}, {1}, {3}, {4}}));
 }
 
