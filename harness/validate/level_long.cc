@@ -74,23 +74,16 @@ void check_world_allreduce(ValidateRun& run) {
     run.add_metric("world/arrival_late_pct", late);
 }
 
-// The train check's verdict: finite losses, replicas bitwise equal (`v`: the majority rule over
-// the ranks' parameter hashes, so that an odd rank 0 is named alone), a falling loss.
-void judge_train(ValidateCheck& c, const TrainProbe& tp, const MajorityVerdict& v,
+// The train check's verdict: finite losses, replicas bitwise equal (`hashes`: each rank's
+// parameters; a rank off the majority's is named, so an odd rank 0 is named alone), a falling loss.
+void judge_train(ValidateCheck& c, const TrainProbe& tp, const std::vector<uint64_t>& hashes,
                  const std::vector<std::string>& node_of_rank) {
-  const std::string than = v.majority ? "the majority's (" + std::to_string(v.agree) + " ranks)" : "any majority's";
+  const ValidateCheck odd = replicas_check(hashes, node_of_rank, tp.steps);
   if (!tp.finite) {
     c.status = "fail", c.detail = "a loss was not finite";
-  } else if (!v.odd.empty()) {
-    c.status = "fail", c.ranks = v.odd;
-    for (int r : v.odd) {
-      add_once(c.nodes, node_of_rank[size_t(r)]);
-      c.node_detail[node_of_rank[size_t(r)]] += "rank " + std::to_string(r) + "'s parameters differ from " + than + " ";
-    }
-    c.detail = "after " + std::to_string(tp.steps) + " steps, ranks " + join_ranks(v.odd) +
-               " hold other parameters than " + than +
-               (v.majority ? "" : ": no parameters held by more than half of the ranks") +
-               " (data-parallel replicas must stay bitwise equal)";
+  } else if (odd.status == "fail") {
+    c.status = "fail", c.ranks = odd.ranks, c.nodes = odd.nodes, c.node_detail = odd.node_detail;
+    c.detail = odd.detail;
   } else if (!(tp.last_loss < tp.first_loss)) {
     c.status = "fail";
     c.detail = "the loss did not fall: " + num_str(tp.first_loss) + " to " + num_str(tp.last_loss);
@@ -124,7 +117,7 @@ void check_train(ValidateRun& run) {
   ValidateCheck c{"train/world", "pass", "", {}, {}, {{"model", tp.model}, {"steps", tp.steps},
                   {"first_loss", tp.first_loss}, {"last_loss", tp.last_loss}, {"step_seconds", tp.step_seconds},
                   {"tokens_per_s_from", by_cpu ? "compute CPU time" : "compute wall time"}}, {}};
-  judge_train(c, tp, majority_hash(hashes), run.node_of_rank);
+  judge_train(c, tp, hashes, run.node_of_rank);
   run.add_check(c);
 }
 

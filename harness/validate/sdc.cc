@@ -142,6 +142,25 @@ MajorityVerdict majority_hash(const std::vector<uint64_t>& hashes) {
   return v;
 }
 
+ValidateCheck replicas_check(const std::vector<uint64_t>& param_hashes, const std::vector<std::string>& node_of_rank,
+                             int steps) {
+  ValidateCheck c{"train/world", "pass", "", {}, {}, json::object(), {}};
+  const MajorityVerdict v = majority_hash(param_hashes);
+  if (v.odd.empty()) return c;
+  const std::string than = v.majority ? "the majority's (" + std::to_string(v.agree) + " ranks)" : "any majority's";
+  c.status = "fail", c.ranks = v.odd;
+  for (int r : v.odd) {
+    const std::string& nd = node_of_rank[size_t(r)];
+    add_once(c.nodes, nd);
+    c.node_detail[nd] += (c.node_detail[nd].empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
+                         "'s parameters differ from " + than;
+  }
+  c.detail = "after " + std::to_string(steps) + " steps, ranks " + join_ranks(v.odd) + " hold other parameters than " +
+             than + (v.majority ? "" : ": no parameters held by more than half of the ranks") +
+             " (data-parallel replicas must stay bitwise equal)";
+  return c;
+}
+
 SdcReplay sdc_replay(bool corrupt) {
   const GptConfig model_cfg{2, 64, 4, 64, 256};  // L, C, NH, T, V
   constexpr uint64_t kSeed = 1234;

@@ -34,6 +34,14 @@ MajorityVerdict majority_hash(const std::vector<uint64_t>& hashes);
 /// The replay's steps, and sequences (of 64 tokens) per step.
 inline constexpr int kSdcSteps = 3, kSdcBatch = 8;
 
+/// The train check's replicas (level long; data-parallel replicas must stay bitwise equal):
+/// the ranks whose parameter hash (`param_hashes`, one per rank, after `steps` steps) is not the
+/// majority's (majority_hash; all of them without a majority), each named at its node
+/// (`node_of_rank`), in a check "train/world" that fails; status "pass" and nothing named when
+/// all agree. Pure.
+ValidateCheck replicas_check(const std::vector<uint64_t>& param_hashes, const std::vector<std::string>& node_of_rank,
+                             int steps);
+
 /// What one rank computed in the SDC replay: per step, a running FNV-1a (64-bit) over the
 /// bits of that step's loss (double), its gradient (float32, every parameter) and the
 /// parameters after its AdamW step (float32), each step's hash chained on the one before, so

@@ -100,6 +100,24 @@ TEST(ValidateSdc, CheckComparesWithinGroups) {
   EXPECT_EQ(judge_sdc({{1, 2, 3}}, {{0}}, {"vm/node0"}, "the replay").status, "skip");
 }
 
+// The train check's replicas: a rank 0 off the others' parameters is named alone at its node,
+// not every other rank; equal replicas name nobody; 2 replicas that differ have no majority.
+TEST(ValidateSdc, TrainReplicasByMajority) {
+  const ValidateCheck c = replicas_check({5, 7, 7, 7}, kNodes, 6);
+  EXPECT_EQ(c.name, "train/world");
+  EXPECT_EQ(c.status, "fail");
+  EXPECT_EQ(c.ranks, std::vector<int>{0});
+  EXPECT_EQ(c.nodes, std::vector<std::string>{"vm/node0"});
+  EXPECT_EQ(c.node_detail.at("vm/node0"), "rank 0's parameters differ from the majority's (3 ranks)");
+  EXPECT_NE(c.detail.find("after 6 steps, ranks 0 hold other parameters than the majority's"), std::string::npos)
+      << c.detail;
+  EXPECT_EQ(replicas_check({7, 7, 7, 7}, kNodes, 6).status, "pass");
+  EXPECT_TRUE(replicas_check({7, 7, 7, 7}, kNodes, 6).ranks.empty());
+  const ValidateCheck tie = replicas_check({5, 7}, {"a/node0", "a/node1"}, 6);
+  EXPECT_EQ(tie.ranks, (std::vector<int>{0, 1}));
+  EXPECT_NE(tie.detail.find("no parameters held by more than half"), std::string::npos) << tie.detail;
+}
+
 TEST(ValidateSdc, GroupsByCpuModelAndBlas) {
   auto rank = [](json cpu, const char* blas) { return json{{"cpu_model", cpu}, {"blas_version", blas}}; };
   const std::vector<json> inv = {rank("A", "x"), rank("B", "x"), rank("A", "x"), rank("A", "y"), rank(nullptr, "x")};
