@@ -16,8 +16,9 @@
 // level): every rank replays the same few training steps of the reference GPT alone, without
 // communication, and hashes its loss, gradient and weights; among ranks of one CPU model and
 // BLAS build the majority's hash is the reference, and a rank that computed other bits is named
-// with its node (no majority: every rank of the group). The train check names odd replicas by
-// the same majority rule, not by rank 0's.
+// with its node (no majority: every rank of the group), as is a rank whose first loss is far
+// from a fresh model's ln 256. The train check names odd replicas by the same majority rule,
+// not by rank 0's.
 // Metrics are judged by rules (a rules file's, or the defaults: the fleet median, and the
 // baseline when given); a metric a rule needs and the run lacks fails. Every step of a check has
 // a timeout: a rank that does not arrive is named and the run ends incomplete. Nodes can be

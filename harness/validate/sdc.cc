@@ -3,6 +3,7 @@
 #include "harness/validate/sdc.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -214,13 +215,30 @@ std::vector<std::vector<int>> sdc_groups(const std::vector<json>& inv) {
   return groups;
 }
 
-ValidateCheck judge_sdc(const std::vector<std::vector<uint64_t>>& hashes, const std::vector<std::vector<int>>& groups,
-                        const std::vector<std::string>& node_of_rank, const std::string& what) {
+ValidateCheck judge_sdc(const std::vector<std::vector<uint64_t>>& hashes, const std::vector<double>& first_loss,
+                        const std::vector<std::vector<int>>& groups, const std::vector<std::string>& node_of_rank,
+                        const std::string& what) {
   ValidateCheck c{"sdc/replay", "pass", "", {}, {}, json::object(), {}};
-  json per_rank = json::object();
-  for (size_t r = 0; r < hashes.size(); ++r) per_rank["rank " + std::to_string(r)] = hex(hashes[r].back());
-  c.values = {{"replay", what}, {"final_hash", per_rank}, {"groups", groups}};
+  json per_rank = json::object(), losses = json::object();
+  for (size_t r = 0; r < hashes.size(); ++r) {
+    per_rank["rank " + std::to_string(r)] = hex(hashes[r].back());
+    losses["rank " + std::to_string(r)] = first_loss[r];
+  }
+  c.values = {{"replay", what}, {"final_hash", per_rank}, {"first_loss", losses}, {"groups", groups}};
   std::string why, alone;
+  auto name = [&](int r, const std::string& said) {
+    const std::string& nd = node_of_rank[size_t(r)];
+    if (std::find(c.ranks.begin(), c.ranks.end(), r) == c.ranks.end()) c.ranks.push_back(r);
+    add_once(c.nodes, nd);
+    c.node_detail[nd] += (c.node_detail[nd].empty() ? "" : "; ") + said + " (silent data corruption suspected)";
+    why += (why.empty() ? "" : "; ") + said;
+  };
+  // The known value: a fresh model's loss, whatever the CPU, is near ln V (uniform predictions).
+  const double ln_v = std::log(256.0);
+  for (size_t r = 0; r < first_loss.size(); ++r)
+    if (!(std::fabs(first_loss[r] - ln_v) <= kSdcLossBand))
+      name(int(r), "rank " + std::to_string(r) + "'s first loss " + num_str(first_loss[r]) + " is not within " +
+                       num_str(kSdcLossBand) + " of ln 256 = " + num_str(ln_v) + " (a fresh model's)");
   int compared = 0;
   for (const std::vector<int>& g : groups) {
     if (g.size() < 2) {
@@ -233,9 +251,6 @@ ValidateCheck judge_sdc(const std::vector<std::vector<uint64_t>>& hashes, const 
     const MajorityVerdict v = majority_hash(final);
     for (int i : v.odd) {
       const int r = g[size_t(i)];
-      const std::string& nd = node_of_rank[size_t(r)];
-      c.ranks.push_back(r);
-      add_once(c.nodes, nd);
       std::string said = "rank " + std::to_string(r);
       if (v.majority) {  // the first step whose chained hash left the reference rank's
         const auto& ref = hashes[size_t(g[size_t(std::find(final.begin(), final.end(), v.reference) - final.begin())])];
@@ -247,24 +262,26 @@ ValidateCheck judge_sdc(const std::vector<std::vector<uint64_t>>& hashes, const 
       } else {
         said += " in a group with no majority (" + std::to_string(g.size()) + " ranks, no hash held by more than half)";
       }
-      c.node_detail[nd] += (c.node_detail[nd].empty() ? "" : "; ") + said + " (silent data corruption suspected)";
-      why += (why.empty() ? "" : "; ") + said;
+      name(r, said);
     }
   }
+  std::sort(c.ranks.begin(), c.ranks.end());
   const std::string within = groups.size() > 1 ? " within " + std::to_string(groups.size()) +
                                                       " groups of identical CPU model and BLAS build" : "";
   const std::string unchecked =
       alone.empty() ? "" : "; ranks " + alone + " alone with their CPU model and BLAS build: not compared";
-  if (compared == 0) {
+  if (!c.ranks.empty()) {
+    c.status = "fail";
+    c.detail = why + within + unchecked + "; " + what;
+  } else if (compared == 0) {
     c.status = "skip";
     c.detail = hashes.size() < 2
                    ? "one rank: no other replica to compare its replay with"
                    : "no two ranks share a CPU model and BLAS build, so no replay has another to agree with";
-  } else if (!c.ranks.empty()) {
-    c.status = "fail";
-    c.detail = why + within + unchecked + "; " + what;
+    c.detail += " (first losses near ln 256)";
   } else {
-    c.detail = what + ": " + std::to_string(compared) + " ranks bitwise equal" + within + unchecked;
+    c.detail = what + ": " + std::to_string(compared) + " ranks bitwise equal" + within + unchecked +
+               ", first losses near ln 256";
   }
   return c;
 }
@@ -274,16 +291,18 @@ void sdc_check(ValidateRun& run) {
   run.steps->arrive(run.current);
   const SdcReplay mine = sdc_replay(run.inj.sdc && run.me == run.inj.rank);
   run.steps->arrive(run.current);
-  std::vector<double> halves;  // each 64-bit hash as two 32-bit halves, exact in a double
-  for (uint64_t h : mine.step_hashes) halves.push_back(double(h >> 32)), halves.push_back(double(h & 0xffffffffu));
-  const std::vector<double> all = run.gather(halves);
+  std::vector<double> mine_d = {mine.first_loss};  // then each 64-bit hash as two 32-bit halves, exact in a double
+  for (uint64_t h : mine.step_hashes) mine_d.push_back(double(h >> 32)), mine_d.push_back(double(h & 0xffffffffu));
+  const std::vector<double> all = run.gather(mine_d);
   std::vector<std::vector<uint64_t>> hashes(size_t(run.n));
-  for (int r = 0; r < run.n; ++r)
-    for (size_t s = 0; s < mine.step_hashes.size(); ++s) {
-      const size_t i = (size_t(r) * mine.step_hashes.size() + s) * 2;
+  std::vector<double> first_loss;
+  for (int r = 0; r < run.n; ++r) {
+    const size_t at = size_t(r) * mine_d.size();
+    first_loss.push_back(all[at]);
+    for (size_t i = at + 1; i < at + mine_d.size(); i += 2)
       hashes[size_t(r)].push_back(uint64_t(all[i]) << 32 | uint64_t(all[i + 1]));
-    }
-  run.add_check(judge_sdc(hashes, sdc_groups(run.inv), run.node_of_rank, mine.model));
+  }
+  run.add_check(judge_sdc(hashes, first_loss, sdc_groups(run.inv), run.node_of_rank, mine.model));
   run.begin_check("");
 }
 

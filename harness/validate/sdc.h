@@ -71,13 +71,19 @@ SdcReplay sdc_replay(bool corrupt);
 std::vector<std::vector<int>> sdc_groups(const std::vector<nlohmann::json>& inv);
 
 /// The check sdc/replay from every rank's step hashes (`hashes[r]`, kSdcSteps each, equal
-/// lengths), the groups (sdc_groups) and every rank's node: within each group of at least 2
-/// ranks, the majority rule over the final hashes; a rank off the majority fails at its node,
-/// with the first step its hashes differ from the reference's at; a group without a majority
-/// fails all its ranks. Pass when every group agrees; skip when no group has 2 ranks (one rank,
-/// or every CPU model alone). `what` describes the replay (SdcReplay::model). Pure.
-ValidateCheck judge_sdc(const std::vector<std::vector<uint64_t>>& hashes, const std::vector<std::vector<int>>& groups,
-                        const std::vector<std::string>& node_of_rank, const std::string& what);
+/// lengths) and first-step loss (`first_loss[r]`, nats), the groups (sdc_groups) and every
+/// rank's node: within each group of at least 2 ranks, the majority rule over the final hashes;
+/// a rank off the majority fails at its node, with the first step its hashes differ from the
+/// reference's at; a group without a majority fails all its ranks. The known value, on every
+/// rank whatever its group: a first loss not within kSdcLossBand of ln 256 (a fresh model
+/// predicts the 256 bytes about uniformly) fails that rank. Pass when every group agrees and
+/// every first loss is near ln 256; skip when, so, no group has 2 ranks (one rank, or every CPU
+/// model alone). `what` describes the replay (SdcReplay::model). Pure.
+ValidateCheck judge_sdc(const std::vector<std::vector<uint64_t>>& hashes, const std::vector<double>& first_loss,
+                        const std::vector<std::vector<int>>& groups, const std::vector<std::string>& node_of_rank,
+                        const std::string& what);
+/// How far from ln 256 a fresh model's first loss may be, nats (the replay's is 5.55, 0.006 off).
+inline constexpr double kSdcLossBand = 0.1;
 
 /// True when this run has the check sdc/replay: levels long and burnin, or --sdc at any level.
 inline bool runs_sdc(const ValidateArgs& a) { return a.sdc || a.level == "long" || a.level == "burnin"; }

@@ -58,9 +58,10 @@ std::vector<std::vector<uint64_t>> replays(int odd_rank, int from_step) {
 }
 const std::vector<std::string> kNodes = {"vm/node0", "vm/node0", "vm/node1", "vm/node1"};
 const std::vector<std::vector<int>> kOneGroup = {{0, 1, 2, 3}};
+const std::vector<double> kLoss(4, 5.55);  // a fresh model's first loss, near ln 256
 
 TEST(ValidateSdc, CheckNamesRankNodeAndStep) {
-  const ValidateCheck c = judge_sdc(replays(2, 1), kOneGroup, kNodes, "the replay");
+  const ValidateCheck c = judge_sdc(replays(2, 1), kLoss, kOneGroup, kNodes, "the replay");
   EXPECT_EQ(c.name, "sdc/replay");
   EXPECT_EQ(c.status, "fail");
   EXPECT_EQ(c.ranks, std::vector<int>{2});
@@ -70,12 +71,12 @@ TEST(ValidateSdc, CheckNamesRankNodeAndStep) {
       << c.detail;
   EXPECT_EQ(c.node_detail.count("vm/node0"), 0u);
 
-  const ValidateCheck z = judge_sdc(replays(0, 0), kOneGroup, kNodes, "the replay");
+  const ValidateCheck z = judge_sdc(replays(0, 0), kLoss, kOneGroup, kNodes, "the replay");
   EXPECT_EQ(z.ranks, std::vector<int>{0});
   EXPECT_EQ(z.nodes, std::vector<std::string>{"vm/node0"});
   EXPECT_NE(z.detail.find("from step 1 of 3"), std::string::npos) << z.detail;
 
-  const ValidateCheck ok = judge_sdc(replays(-1, 0), kOneGroup, kNodes, "the replay");
+  const ValidateCheck ok = judge_sdc(replays(-1, 0), kLoss, kOneGroup, kNodes, "the replay");
   EXPECT_EQ(ok.status, "pass");
   EXPECT_TRUE(ok.ranks.empty() && ok.nodes.empty());
   EXPECT_NE(ok.detail.find("4 ranks bitwise equal"), std::string::npos) << ok.detail;
@@ -85,19 +86,19 @@ TEST(ValidateSdc, CheckNamesRankNodeAndStep) {
 // named; a rank alone with its CPU model is not compared; no group of two skips.
 TEST(ValidateSdc, CheckComparesWithinGroups) {
   auto h = replays(3, 2);
-  const ValidateCheck c = judge_sdc(h, {{0, 1}, {2, 3}}, kNodes, "the replay");
+  const ValidateCheck c = judge_sdc(h, kLoss, {{0, 1}, {2, 3}}, kNodes, "the replay");
   EXPECT_EQ(c.status, "fail");
   EXPECT_EQ(c.ranks, (std::vector<int>{2, 3}));
   EXPECT_EQ(c.nodes, std::vector<std::string>{"vm/node1"});
   EXPECT_NE(c.detail.find("no majority"), std::string::npos) << c.detail;
   EXPECT_NE(c.detail.find("within 2 groups"), std::string::npos) << c.detail;
 
-  const ValidateCheck alone = judge_sdc(h, {{0, 1, 2}, {3}}, kNodes, "the replay");
+  const ValidateCheck alone = judge_sdc(h, kLoss, {{0, 1, 2}, {3}}, kNodes, "the replay");
   EXPECT_EQ(alone.status, "pass") << alone.detail;
   EXPECT_NE(alone.detail.find("ranks 3 alone"), std::string::npos) << alone.detail;
 
-  EXPECT_EQ(judge_sdc(h, {{0}, {1}, {2}, {3}}, kNodes, "the replay").status, "skip");
-  EXPECT_EQ(judge_sdc({{1, 2, 3}}, {{0}}, {"vm/node0"}, "the replay").status, "skip");
+  EXPECT_EQ(judge_sdc(h, kLoss, {{0}, {1}, {2}, {3}}, kNodes, "the replay").status, "skip");
+  EXPECT_EQ(judge_sdc({{1, 2, 3}}, {5.55}, {{0}}, {"vm/node0"}, "the replay").status, "skip");
 }
 
 // The train check's replicas: a rank 0 off the others' parameters is named alone at its node,
@@ -118,6 +119,22 @@ TEST(ValidateSdc, TrainReplicasByMajority) {
   EXPECT_NE(tie.detail.find("no parameters held by more than half"), std::string::npos) << tie.detail;
 }
 
+// The known value: a first loss far from ln 256 names its rank wherever it is, even alone in
+// its group or as the only rank; the others' agreement is judged as before.
+TEST(ValidateSdc, CheckNamesAGrossFirstLoss) {
+  const std::vector<double> loss = {5.55, 5.55, 5.55, 9.0};
+  const ValidateCheck c = judge_sdc(replays(-1, 0), loss, {{0, 1, 2}, {3}}, kNodes, "the replay");
+  EXPECT_EQ(c.status, "fail");
+  EXPECT_EQ(c.ranks, std::vector<int>{3});
+  EXPECT_NE(c.detail.find("rank 3's first loss 9 is not within 0.1 of ln 256"), std::string::npos) << c.detail;
+  const ValidateCheck one = judge_sdc({{1, 2, 3}}, {std::nan("")}, {{0}}, {"vm/node0"}, "the replay");
+  EXPECT_EQ(one.status, "fail");
+  EXPECT_EQ(one.ranks, std::vector<int>{0});
+  // Off the majority and off the known value: named once.
+  const ValidateCheck both = judge_sdc(replays(3, 0), loss, kOneGroup, kNodes, "the replay");
+  EXPECT_EQ(both.ranks, std::vector<int>{3});
+}
+
 TEST(ValidateSdc, GroupsByCpuModelAndBlas) {
   auto rank = [](json cpu, const char* blas) { return json{{"cpu_model", cpu}, {"blas_version", blas}}; };
   const std::vector<json> inv = {rank("A", "x"), rank("B", "x"), rank("A", "x"), rank("A", "y"), rank(nullptr, "x")};
@@ -132,7 +149,7 @@ TEST(ValidateSdc, ReplayIsDeterministicAndTheFlipShows) {
   EXPECT_EQ(a.step_hashes, b.step_hashes);
   EXPECT_EQ(bad.step_hashes[0], a.step_hashes[0]);
   for (size_t s = 1; s < a.step_hashes.size(); ++s) EXPECT_NE(bad.step_hashes[s], a.step_hashes[s]) << s;
-  EXPECT_NEAR(a.first_loss, std::log(256.0), 0.1);  // a fresh model predicts bytes uniformly
+  EXPECT_NEAR(a.first_loss, std::log(256.0), kSdcLossBand / 4);  // a fresh model predicts bytes uniformly
   EXPECT_LT(a.last_loss, a.first_loss);
 }
 
