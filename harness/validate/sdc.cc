@@ -266,10 +266,12 @@ ValidateCheck judge_sdc(const std::vector<std::vector<uint64_t>>& hashes, const 
     }
   }
   std::sort(c.ranks.begin(), c.ranks.end());
-  const std::string within = groups.size() > 1 ? " within " + std::to_string(groups.size()) +
-                                                      " groups of identical CPU model and BLAS build" : "";
-  const std::string unchecked =
-      alone.empty() ? "" : "; ranks " + alone + " alone with their CPU model and BLAS build: not compared";
+  const std::string within =
+      groups.size() > 1 ? " within " + std::to_string(groups.size()) + " groups of identical CPU model and BLAS build"
+                        : "";
+  const std::string unchecked = alone.empty() ? ""
+                                : (alone.find(',') == std::string::npos ? "; rank " : "; ranks ") + alone +
+                                      " alone with its CPU model and BLAS build: not compared";
   if (!c.ranks.empty()) {
     c.status = "fail";
     c.detail = why + within + unchecked + "; " + what;
