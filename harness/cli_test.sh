@@ -352,6 +352,8 @@ expect_error "--duration must be a number of seconds in (0, 1e7]" validate --lev
 expect_error "--check-timeout must be a number of seconds in [1, 1e6]" validate --check-timeout -1
 expect_error "--check-timeout must be a number of seconds in [1, 1e6]" validate --check-timeout inf
 expect_error "--inject: 'hang' takes no factor (RANK:hang)" validate --inject 0:hang:3
+expect_error "--inject: 'sdc' takes no factor (RANK:sdc)" validate --sdc --inject 0:sdc:1
+expect_error "--inject 0:sdc: level medium has no SDC replay to corrupt" validate --level medium --inject 0:sdc
 expect_error "--expect: nodes=1.5 is not a whole number >= 1" validate --expect nodes=1.5
 expect_error "--make-baseline needs --level medium or higher" validate --make-baseline "$tmp/b.json"
 expect_error "--make-baseline with --inject would make the injected fault the baseline" validate --level medium --make-baseline "$tmp/b.json" --inject 0:compute:2

@@ -12,11 +12,19 @@
 //    blamed), alpha-beta fits per link class (intra-node, inter-node), the world's all-reduce
 //    with arrival times, and a few data-parallel training steps of the reference GPT.
 //  - burnin: the long level looped for --duration seconds, each rank's worst figure judged.
+// Silent-data-corruption triage (check sdc/replay; levels long and burnin, or --sdc at any
+// level): every rank replays the same few training steps of the reference GPT alone, without
+// communication, and hashes its loss, gradient and weights; among ranks of one CPU model and
+// BLAS build the majority's hash is the reference, and a rank that computed other bits is named
+// with its node (no majority: every rank of the group), as is a rank whose first loss is far
+// from a fresh model's ln 256. The train check names odd replicas by the same majority rule,
+// not by rank 0's.
 // Metrics are judged by rules (a rules file's, or the defaults: the fleet median, and the
 // baseline when given); a metric a rule needs and the run lacks fails. Every step of a check has
 // a timeout: a rank that does not arrive is named and the run ends incomplete. Nodes can be
 // emulated on one machine (--ranks-per-node N groups consecutive ranks) and one rank's compute
-// or transfers slowed, or the rank hung (--inject), both for tests only.
+// or transfers slowed, the rank hung, or one bit of its SDC replay flipped (--inject), both
+// for tests only.
 //
 // Verdicts: each check is pass, warn, fail, skip (with its reason) or not_run; a node is
 // accepted when no failed check names it. Exit status: 0 every node accepted (warnings too,
@@ -24,7 +32,8 @@
 //
 // The parts live in harness/validate/: inventory.h (level quick), rules.h (metrics, rules,
 // baselines), faults.h (--inject), steps.h (a check's steps and timeouts), compute.h,
-// pairs.h and collective.h (the probes), run.h and levels.h (one function per level),
+// pairs.h and collective.h (the probes), sdc.h (the SDC replay and the majority rule), run.h
+// and levels.h (one function per level),
 // verdict.h (the verdict and the report) and command.cc (this command and its options).
 #pragma once
 #include <string>
@@ -51,12 +60,13 @@ struct ValidateArgs {
   std::string output = "results/validate.json";
   bool werror = false;
   double tolerance = 0.3;   // medium: a rank below (1 - tolerance) x the fleet median fails
-  std::string inject;       // "RANK:compute:FACTOR": tests only (parse_injection)
+  std::string inject;       // "RANK:compute:FACTOR", "RANK:sdc", ...: tests only (parse_injection)
   std::string make_baseline;  // write a baseline from this run's metrics to this file
   std::string baseline;       // judge this run's metrics against this baseline file too
   std::string rules;          // a rules file (parse_rules) instead of the default rules
   double check_timeout = 300;  // seconds a step of a check may take before its missing ranks are named (exit 3)
   double duration = 600;       // burnin: seconds to loop the long level for
+  bool sdc = false;            // the SDC replay (check sdc/replay) at levels quick and medium too
 };
 
 /// The command: collective over `world`. Prints the expected duration first, then the checks

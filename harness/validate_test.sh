@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # dtbench validate on 4 ranks grouped as 2 emulated nodes: levels quick, medium and long, the
-# test-only fault injection (one rank's compute, then its transfers, slowed 2x) and baselines.
+# test-only fault injection (one rank's compute, then its transfers, slowed 2x; one bit of one
+# rank's SDC replay flipped) and baselines.
 # Timing-based: ctest runs it alone (RUN_SERIAL), as a neighbour test on the same 2 cores could
 # slow one rank's measurement enough to pass for a fault.
 # Usage: validate_test.sh PATH/TO/dtbench PATH/TO/mpirun
@@ -69,7 +70,7 @@ assert st["copy/host_device"] == "skip", st
 # skipped with its reason; a node's 2 ranks (the nodes take turns) fit the cores.
 assert st["world/arrival"] == "skip" and "cores" in [c for c in ok["checks"] if c["name"] == "world/arrival"][0]["detail"]
 for name in ["node/sendrecv_matrix", "node/alpha_beta", "pairs/sendrecv_matrix", "pairs/alpha_beta", "train/world",
-             "floor"]:
+             "sdc/replay", "floor"]:
     assert st[name] == "pass", (name, st[name])
 assert set(ok["metrics"]) == {"compute/gemm_gflops", "compute/triad_GBps", "node/sendrecv_GBps", "node/arrival_late_pct",
     "node/allreduce_busbw_GBps", "pairs/sendrecv_GBps", "world/allreduce_busbw_GBps", "train/tokens_per_s"}, ok["metrics"]
@@ -83,6 +84,10 @@ ab = by["pairs/alpha_beta"]["values"]["classes"]
 assert set(ab) == {"intra-node", "inter-node"} and all(c["alpha_us"] > 0 and c["beta_GBps"] > 0 for c in ab.values()), ab
 t = by["train/world"]["values"]
 assert t["last_loss"] < t["first_loss"], t
+# The SDC replay with no fault: every rank computed the same bits, no rank or node named.
+sdc = by["sdc/replay"]
+assert sdc["ranks"] == [] and sdc["nodes"] == [] and "4 ranks bitwise equal" in sdc["detail"], sdc
+assert len(set(sdc["values"]["final_hash"].values())) == 1, sdc["values"]
 assert base["kind"] == "validate-baseline" and {"compute/gemm_gflops", "compute/triad_GBps", "node/sendrecv_GBps",
     "node/allreduce_busbw_GBps", "pairs/sendrecv_GBps", "world/allreduce_busbw_GBps",
     "train/tokens_per_s"} == set(base["metrics"]), sorted(base["metrics"])
@@ -149,6 +154,24 @@ assert run["verdict"] == "defective" and run["exit_status"] == 1
 print("validate baseline ok: a run missing its 7 metrics fails")
 PY
 
+# SDC triage at level quick (--sdc): rank 2's replay gets one bit of one GEMM output flipped
+# (--inject 2:sdc); the majority rule names rank 2 and its node alone (exit 1, node 1 defective,
+# node 0 accepted), with the step its hashes first differ at. (A malformed RANK:sdc: cli_test.sh.)
+expect_exit 1 "$tmp/s.log" --sdc --inject 2:sdc --output "$tmp/s.json"
+python3 - "$tmp/s.json" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))
+assert run["verdict"] == "defective" and run["exit_status"] == 1 and run["injected_fault"] == "2:sdc", run["verdict"]
+c = [c for c in run["checks"] if c["name"] == "sdc/replay"][0]
+assert c["status"] == "fail" and c["ranks"] == [2] and [n.rsplit("/", 1)[1] for n in c["nodes"]] == ["node1"], c
+assert "rank 2's replay differs from the majority's (3 of 4 ranks agree) from step 2 of 3" in c["detail"], c["detail"]
+h = c["values"]["final_hash"]
+assert h["rank 0"] == h["rank 1"] == h["rank 3"] != h["rank 2"], h
+n0, n1 = run["nodes"]
+assert n0["accepted"] and not n1["accepted"] and [v["check"] for v in n1["violations"]] == ["sdc/replay"], run["nodes"]
+print("validate sdc ok:", c["detail"].split(";")[0])
+PY
+
 # A rank that hangs: the check's step times out, rank 0 names the rank and its node, marks the
 # checks after it not_run, writes the report and ends the job: exit 3, verdict incomplete.
 expect_exit 3 "$tmp/h.log" --level long --check-timeout 3 --inject 3:hang --output "$tmp/h.json"
@@ -160,6 +183,7 @@ st = {c["name"]: c for c in run["checks"]}
 c = st["compute"]
 assert c["status"] == "fail" and c["ranks"] == [3] and "within 3 s" in c["detail"], c
 assert [x["status"] for x in run["checks"] if x["status"] == "not_run"] and st["train"]["status"] == "not_run", st
+assert st["sdc"]["status"] == "not_run", st
 n0, n1 = run["nodes"]
 assert n0["accepted"] and not n1["accepted"] and "rank 3 did not finish" in n1["violations"][0]["detail"], run["nodes"]
 assert "rank 3 did not finish a step of check compute" in open(sys.argv[2]).read()

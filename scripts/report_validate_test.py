@@ -126,6 +126,26 @@ class ValidateReport(BadInput, unittest.TestCase):
         self.assertIsNone(re.search(r"<script\b|<link\b|<img\b|https?://", page, re.I))
         self.assertTrue(page.rstrip().endswith("</html>"))
 
+    def test_sdc_check(self):
+        """The SDC triage's check (harness/validate/sdc.h) renders as any other: in the checks and at its node."""
+        v = validate_sample()
+        detail = ("rank 2's replay differs from the majority's (3 of 4 ranks agree) from step 2 of 3 on; GPT L2 C64 "
+                  "H4 T64 V256 (120576 params, fp32), 3 steps of 8 x 64 tokens, AdamW lr 0.003, cpu, no communication")
+        at_node = ("rank 2's replay differs from the majority's (3 of 4 ranks agree) from step 2 of 3 on (silent data "
+                   "corruption suspected)")
+        hashes = {f"rank {r}": "9a4f0c2d51e3b877" if r != 2 else "16c2e0b9f7a3d401" for r in range(4)}
+        v["checks"].append({"name": "sdc/replay", "status": "fail", "detail": detail, "nodes": ["vm/node1"],
+                            "ranks": [2], "values": {"replay": detail.split("; ")[1], "final_hash": hashes,
+                                                     "groups": [[0, 1, 2, 3]]}})
+        v["nodes"][1]["violations"].append({"check": "sdc/replay", "status": "fail", "detail": at_node,
+                                            "values": {"final_hash": hashes}})
+        md, page = self.render_validate(v)
+        self.assertIn(f"| **fail** | `sdc/replay` | {detail} |", md)
+        self.assertIn(f"- **fail** `sdc/replay`: {at_node}\n", md)
+        self.assertIn("| `vm/node1` | 2, 3 | **DEFECTIVE** | 4 |", md)
+        self.assertIn(f"<li><strong>fail</strong> <code>sdc/replay</code>: {htmllib.escape(at_node, quote=False)}</li>",
+                      page)
+
     def test_matrix(self):
         md, page = self.render_validate(validate_sample())
         section = md[md.index("\n## Pair bandwidth: `pairs/sendrecv_GBps`\n"):md.index("\n## Inventory\n")]

@@ -15,6 +15,7 @@
 #include "harness/validate/inventory.h"
 #include "harness/validate/levels.h"
 #include "harness/validate/rules.h"
+#include "harness/validate/sdc.h"
 #include "harness/validate/verdict.h"
 #include "kernels/comm/watchdog.h"
 #include "kernels/error.h"
@@ -55,6 +56,9 @@ Setup check_arguments(Communicator& world, const ValidateArgs& a) {
   if (!a.make_baseline.empty()) check_output_path(world, "--make-baseline", a.make_baseline);
   Setup s;
   s.inj = parse_injection(a.inject, world.size());
+  if (s.inj.sdc && !runs_sdc(a))
+    throw InputError("--inject " + a.inject + ": level " + a.level + " has no SDC replay to corrupt (--level long, "
+                     "burnin, or --sdc)");
   if (!a.baseline.empty()) s.baseline = read_baseline(world, a.baseline);
   if (!a.rules.empty()) {
     s.file_rules = parse_rules(read_json_file(world, "--rules", a.rules), "--rules " + a.rules);
@@ -83,11 +87,15 @@ void print_plan(const ValidateArgs& a, int world_size, const Injection& inj) {
   if (long_level)
     std::printf("; then every pair's send/recv (n - 1 rounds of n / 2 pairs, about 0.1 s a round), an all-reduce "
                 "over the world and a few training steps");
+  if (runs_sdc(a))
+    std::printf("; then %d training steps replayed alone on every rank, their hashes compared (SDC triage, well "
+                "under a second)", kSdcSteps);
   if (a.level == "burnin") std::printf("; looped for %s s", num_str(a.duration).c_str());
   if (!long_level) std::printf("; expected a few seconds");
   std::printf("; each step of a check times out after %s s", num_str(a.check_timeout).c_str());
   std::printf("%s\n", inj.rank >= 0 ? ("; TEST FAULT: rank " + std::to_string(inj.rank) + " " +
-                                        (inj.hang ? std::string("hangs in its compute")
+                                        (inj.hang  ? std::string("hangs in its compute")
+                                         : inj.sdc ? std::string("flips a bit of a GEMM output in its SDC replay")
                                          : inj.comm > 1 ? "communication x" + num_str(inj.comm) + " slower"
                                                         : "compute x" + num_str(inj.compute) + " slower")).c_str()
                                     : "");
@@ -117,7 +125,7 @@ void write_incomplete(const ValidateRun& run, const Setup& s, std::chrono::stead
   e.levels_run = {"quick"};
   e.incomplete = true;
   if (run.loops > 0) {
-    e.levels_run = {"quick", "medium"};
+    if (run.medium()) e.levels_run.push_back("medium");
     if (run.long_level()) e.levels_run.push_back("long");
     if (a.level == "burnin") e.levels_run.push_back("burnin");
     e.loops = run.loops;
@@ -295,9 +303,13 @@ CLI::App* add_validate_subcommand(CLI::App& app, ValidateArgs& args) {
                        "seconds a step of a check may take; then the ranks that did not finish are named and the "
                        "run ends incomplete, exit 3 (default 300)");
   validate->add_option("--duration", args.duration, "burnin: seconds to loop the long level for (default 600)");
+  validate->add_flag("--sdc", args.sdc,
+                     "silent-data-corruption triage at any level (levels long and burnin have it): every rank "
+                     "replays the same training steps alone; a rank whose hash differs from the majority's is named");
   validate->add_option("--inject", args.inject,
                        "FOR TESTS ONLY: RANK:compute:FACTOR or RANK:comm:FACTOR runs that rank's compute measurements "
-                       "or point-to-point transfers FACTOR times slower; RANK:hang stops that rank in its compute");
+                       "or point-to-point transfers FACTOR times slower; RANK:hang stops that rank in its compute; "
+                       "RANK:sdc flips one bit of a GEMM output in that rank's SDC replay");
   return validate;
 }
 

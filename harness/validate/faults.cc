@@ -15,21 +15,23 @@ Injection parse_injection(const std::string& spec, int world_size) {
   char* e = nullptr;
   const std::string rank = a == std::string::npos ? spec : spec.substr(0, a);
   const long r = std::strtol(rank.c_str(), &e, 10);
-  if (a != std::string::npos && b == std::string::npos && spec.substr(a + 1) == "hang" && !rank.empty() && *e == '\0') {
+  const std::string bare = a == std::string::npos || b != std::string::npos ? "" : spec.substr(a + 1);
+  if ((bare == "hang" || bare == "sdc") && !rank.empty() && *e == '\0') {
     if (r < 0 || r >= world_size)
       throw InputError("--inject: rank " + rank + " is not in [0, " + std::to_string(world_size) + ")");
     inj.rank = int(r);
-    inj.hang = true;
+    (bare == "hang" ? inj.hang : inj.sdc) = true;
     return inj;
   }
   if (a == std::string::npos || b == std::string::npos || rank.empty() || *e != '\0')
-    throw InputError("--inject: '" + spec + "' is not RANK:compute:FACTOR");
+    throw InputError("--inject: '" + spec + "' is not RANK:compute:FACTOR, RANK:comm:FACTOR, RANK:hang or RANK:sdc");
   if (r < 0 || r >= world_size)
     throw InputError("--inject: rank " + rank + " is not in [0, " + std::to_string(world_size) + ")");
   const std::string kind = spec.substr(a + 1, b - a - 1);
   if (kind != "compute" && kind != "comm")
-    throw InputError(kind == "hang" ? "--inject: 'hang' takes no factor (RANK:hang)"
-                                    : "--inject: '" + kind + "' is not a fault this build injects (compute, comm, hang)");
+    throw InputError(kind == "hang" || kind == "sdc"
+                         ? "--inject: '" + kind + "' takes no factor (RANK:" + kind + ")"
+                         : "--inject: '" + kind + "' is not a fault this build injects (compute, comm, hang, sdc)");
   const std::string f = spec.substr(b + 1);
   const double factor = std::strtod(f.c_str(), &e);
   if (f.empty() || *e != '\0' || !std::isfinite(factor) || factor < 1)

@@ -1,6 +1,7 @@
 // The test-only faults of `dtbench validate` (--inject: a rank's compute or transfers slowed,
-// or the rank hung) and the timing helpers that apply them: a slowed rank spins inside the
-// timed region, keeping its core busy as a slower device would. For tests only.
+// the rank hung, or its arithmetic corrupted in the SDC replay) and the timing helpers that
+// apply them: a slowed rank spins inside the timed region, keeping its core busy as a slower
+// device would. For tests only.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -12,14 +13,16 @@ namespace dtb {
 /// spins for (FACTOR - 1) x each timed repetition inside the timing), or its point-to-point
 /// transfers `comm` times slower (both sides of each pair with it stretch every timed transfer
 /// to FACTOR times the longer side's, as a link that many times slower would). Parsed from
-/// "RANK:compute:FACTOR" or "RANK:comm:FACTOR" (FACTOR >= 1), or "RANK:hang" (the rank stops in
-/// level medium's compute check, for the per-check timeout); InputError otherwise.
+/// "RANK:compute:FACTOR" or "RANK:comm:FACTOR" (FACTOR >= 1), "RANK:hang" (the rank stops in
+/// level medium's compute check, for the per-check timeout) or "RANK:sdc" (one bit of one GEMM
+/// output flipped in that rank's SDC replay, harness/validate/sdc.h); InputError otherwise.
 /// Documented as for tests only.
 struct Injection {
   int rank = -1;
   double compute = 1.0;
   double comm = 1.0;  // "RANK:comm:FACTOR": that rank's point-to-point transfers FACTOR times slower
   bool hang = false;  // "RANK:hang": that rank stops in its first compute step and never returns
+  bool sdc = false;   // "RANK:sdc": that rank's SDC replay computes one wrong bit (sdc_replay's corrupt)
 };
 
 Injection parse_injection(const std::string& spec, int world_size);

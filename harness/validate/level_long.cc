@@ -7,6 +7,7 @@
 #include "harness/validate/format.h"
 #include "harness/validate/levels.h"
 #include "harness/validate/pairs.h"
+#include "harness/validate/sdc.h"
 #include "harness/validate_train.h"
 #include "kernels/error.h"
 
@@ -73,20 +74,16 @@ void check_world_allreduce(ValidateRun& run) {
     run.add_metric("world/arrival_late_pct", late);
 }
 
-// The train check's verdict: finite losses, replicas bitwise equal (`differ`: the ranks whose
-// parameters are not rank 0's), a falling loss.
-void judge_train(ValidateCheck& c, const TrainProbe& tp, const std::vector<int>& differ,
+// The train check's verdict: finite losses, replicas bitwise equal (`hashes`: each rank's
+// parameters; a rank off the majority's is named, so an odd rank 0 is named alone), a falling loss.
+void judge_train(ValidateCheck& c, const TrainProbe& tp, const std::vector<uint64_t>& hashes,
                  const std::vector<std::string>& node_of_rank) {
+  const ValidateCheck odd = replicas_check(hashes, node_of_rank, tp.steps);
   if (!tp.finite) {
     c.status = "fail", c.detail = "a loss was not finite";
-  } else if (!differ.empty()) {
-    c.status = "fail", c.ranks = differ;
-    for (int r : differ) {
-      add_once(c.nodes, node_of_rank[size_t(r)]);
-      c.node_detail[node_of_rank[size_t(r)]] += "rank " + std::to_string(r) + "'s parameters differ from rank 0's ";
-    }
-    c.detail = "after " + std::to_string(tp.steps) + " steps, ranks " + join_ranks(differ) +
-               " hold other parameters than rank 0 (data-parallel replicas must stay bitwise equal)";
+  } else if (odd.status == "fail") {
+    c.status = "fail", c.ranks = odd.ranks, c.nodes = odd.nodes, c.node_detail = odd.node_detail;
+    c.detail = odd.detail;
   } else if (!(tp.last_loss < tp.first_loss)) {
     c.status = "fail";
     c.detail = "the loss did not fall: " + num_str(tp.first_loss) + " to " + num_str(tp.last_loss);
@@ -111,16 +108,16 @@ void check_train(ValidateRun& run) {
   const auto all = run.gather({own > 0 ? tokens / own : 0.0, double(tp.param_hash >> 32),
                                double(tp.param_hash & 0xffffffffu), tp.step_seconds});
   Metric tps{"tokens/s", {}, true};
-  std::vector<int> differ;
+  std::vector<uint64_t> hashes;
   for (int r = 0; r < run.n; ++r) {
     tps.per_rank.push_back(all[4 * size_t(r)]);
-    if (all[4 * size_t(r) + 1] != all[1] || all[4 * size_t(r) + 2] != all[2]) differ.push_back(r);
+    hashes.push_back(uint64_t(all[4 * size_t(r) + 1]) << 32 | uint64_t(all[4 * size_t(r) + 2]));
   }
   run.add_metric("train/tokens_per_s", tps);
   ValidateCheck c{"train/world", "pass", "", {}, {}, {{"model", tp.model}, {"steps", tp.steps},
                   {"first_loss", tp.first_loss}, {"last_loss", tp.last_loss}, {"step_seconds", tp.step_seconds},
                   {"tokens_per_s_from", by_cpu ? "compute CPU time" : "compute wall time"}}, {}};
-  judge_train(c, tp, differ, run.node_of_rank);
+  judge_train(c, tp, hashes, run.node_of_rank);
   run.add_check(c);
 }
 

@@ -1,11 +1,13 @@
 // The composition of `dtbench validate`'s levels: quick (the inventory's checks), and the
 // measuring levels run once (medium, long) or looped (burnin), each pass folded into the run's
-// checks and metrics. The levels' checks are in level_medium.cc and level_long.cc.
+// checks and metrics. The levels' checks are in level_medium.cc and level_long.cc, the SDC
+// replay (long, burnin, or --sdc at any level) in sdc.cc.
 #include <algorithm>
 #include <chrono>
 
 #include "harness/validate/inventory.h"
 #include "harness/validate/levels.h"
+#include "harness/validate/sdc.h"
 
 namespace dtb {
 namespace {
@@ -24,19 +26,21 @@ std::vector<std::string> planned_checks(const ValidateArgs& args) {
   if (args.level != "quick") planned = {"compute", "copy", "node/sendrecv", "node/allreduce"};
   if (args.level == "long" || args.level == "burnin")
     planned.insert(planned.end(), {"pairs", "groups/allreduce", "world/allreduce", "train"});
+  if (runs_sdc(args)) planned.push_back("sdc");
   return planned;
 }
 
 void burnin_level(ValidateRun& run) {
-  if (!run.medium()) return;
+  if (!run.medium() && !runs_sdc(run.args)) return;
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(run.mu);
       run.pass = ValidatePass{};
     }
-    medium_level(run);
+    if (run.medium()) medium_level(run);
     if (run.long_level()) long_level(run);
+    if (runs_sdc(run.args)) sdc_check(run);
     // Burnin keeps each rank's worst figure of every loop and each check's worst outcome.
     {
       std::lock_guard<std::mutex> lock(run.mu);

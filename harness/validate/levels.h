@@ -26,9 +26,9 @@ void medium_level(ValidateRun& run);
 void long_level(ValidateRun& run);
 
 /// The measuring levels of run.args.level (medium, long; burnin: long looped for
-/// args.duration seconds), each pass folded into run.checks and run.metrics: each rank's worst
-/// figure of every pass, each check's worst outcome. Collective over the world; nothing for
-/// level quick.
+/// args.duration seconds) and the SDC replay (sdc.h; with the long level, or --sdc), each pass
+/// folded into run.checks and run.metrics: each rank's worst figure of every pass, each check's
+/// worst outcome. Collective over the world; nothing for level quick without --sdc.
 void burnin_level(ValidateRun& run);
 
 /// The checks the measuring levels run, in order (the report lists the ones after a timed-out
