@@ -9,11 +9,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "harness/validate.h"
 #include "harness/validate/format.h"
 #include "harness/validate/inventory.h"
 #include "harness/validate/levels.h"
+#include "harness/validate/links.h"
 #include "harness/validate/rules.h"
 #include "harness/validate/verdict.h"
 #include "kernels/comm/watchdog.h"
@@ -154,6 +156,24 @@ ValidateCheck timeout_check(const CheckTimeout& t, const std::vector<std::string
   return c;
 }
 
+// A group's all-reduce cannot tell its nodes apart: the checks over groups/allreduce_busbw_GBps
+// (its rules, and k_of rules made of them only) name only the nodes that pairs/links (in
+// `checks`) shows slow too.
+void cross_check_groups(std::vector<ValidateCheck>& judged, const std::vector<ValidateRule>& rules,
+                        const std::vector<ValidateCheck>& checks, const std::vector<std::string>& node_of_rank) {
+  const auto links = std::find_if(checks.begin(), checks.end(), [](const ValidateCheck& c) { return c.name == "pairs/links"; });
+  if (links == checks.end()) return;
+  const std::string metric = "groups/allreduce_busbw_GBps";
+  std::set<std::string> group_rules;
+  for (const ValidateRule& r : rules)
+    if (r.type != "k_of" && r.metric == metric) group_rules.insert(r.name);
+  for (const ValidateRule& r : rules)
+    if (r.type == "k_of" && std::all_of(r.of.begin(), r.of.end(), [&](const std::string& x) { return group_rules.count(x); }))
+      group_rules.insert(r.name);
+  for (ValidateCheck& c : judged)
+    if (group_rules.count(c.name)) cross_check_group(c, nodes_slow_by_pairs(*links, node_of_rank), node_of_rank, links->detail);
+}
+
 // The rules' checks over the finished run's metrics, and the baseline's own checks, appended to
 // run.checks; the report's metrics and rules into `extra`.
 void judge(ValidateRun& run, const Setup& s, ReportExtra& extra) {
@@ -161,8 +181,9 @@ void judge(ValidateRun& run, const Setup& s, ReportExtra& extra) {
   // The rules: a rules file's, or the defaults (the fleet median, and the baseline when given).
   const std::vector<ValidateRule> rules =
       a.rules.empty() ? default_rules(run.metrics, s.baseline, a.tolerance) : s.file_rules;
-  for (ValidateCheck& c : evaluate_rules(rules, run.metrics, s.baseline, run.node_of_rank))
-    run.checks.push_back(std::move(c));
+  std::vector<ValidateCheck> judged = evaluate_rules(rules, run.metrics, s.baseline, run.node_of_rank);
+  cross_check_groups(judged, rules, run.checks, run.node_of_rank);
+  for (ValidateCheck& c : judged) run.checks.push_back(std::move(c));
   if (!a.baseline.empty()) {
     const json platform = majority(run.inv, "device");
     if (s.baseline.value("platform", json()) != platform)
