@@ -88,6 +88,9 @@ void print_plan(const ValidateArgs& a, int world_size, const Injection& inj) {
   if (a.level == "burnin") std::printf("; looped for %s s", num_str(a.duration).c_str());
   if (!long_level) std::printf("; expected a few seconds");
   std::printf("; each step of a check times out after %s s", num_str(a.check_timeout).c_str());
+  if (inj.link_a >= 0)
+    std::printf("; TEST FAULT: the transfers between ranks %d and %d x%s slower", inj.link_a, inj.link_b,
+                num_str(inj.comm).c_str());
   std::printf("%s\n", inj.rank >= 0 ? ("; TEST FAULT: rank " + std::to_string(inj.rank) + " " +
                                         (inj.hang ? std::string("hangs in its compute")
                                          : inj.comm > 1 ? "communication x" + num_str(inj.comm) + " slower"
@@ -184,6 +187,7 @@ void judge(ValidateRun& run, const Setup& s, ReportExtra& extra) {
   std::vector<ValidateCheck> judged = evaluate_rules(rules, run.metrics, s.baseline, run.node_of_rank);
   cross_check_groups(judged, rules, run.checks, run.node_of_rank);
   for (ValidateCheck& c : judged) run.checks.push_back(std::move(c));
+  if (!run.metrics.empty()) run.checks.push_back(valid_figures_check(run.metrics, run.node_of_rank));
   if (!a.baseline.empty()) {
     const json platform = majority(run.inv, "device");
     if (s.baseline.value("platform", json()) != platform)
@@ -318,7 +322,8 @@ CLI::App* add_validate_subcommand(CLI::App& app, ValidateArgs& args) {
   validate->add_option("--duration", args.duration, "burnin: seconds to loop the long level for (default 600)");
   validate->add_option("--inject", args.inject,
                        "FOR TESTS ONLY: RANK:compute:FACTOR or RANK:comm:FACTOR runs that rank's compute measurements "
-                       "or point-to-point transfers FACTOR times slower; RANK:hang stops that rank in its compute");
+                       "or point-to-point transfers FACTOR times slower; A-B:comm:FACTOR only the transfers between "
+                       "ranks A and B (one slow link); RANK:hang stops that rank in its compute");
   return validate;
 }
 

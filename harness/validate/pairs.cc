@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -242,7 +243,7 @@ ValidateCheck alpha_beta_check(const std::vector<std::vector<double>>& m_by_size
                                const std::vector<std::string>& node_of_rank, const std::string& name) {
   const int n = int(node_of_rank.size());
   json classes = json::object();
-  std::string text;
+  std::string text, bad;  // bad: the classes whose fit is not a number or whose beta is not positive
   for (const std::string cls : {"intra-node", "inter-node"}) {
     std::vector<std::pair<double, double>> pts;
     for (size_t s = 0; s < kPairSizes.size(); ++s) {
@@ -257,16 +258,20 @@ ValidateCheck alpha_beta_check(const std::vector<std::vector<double>>& m_by_size
     }
     if (pts.size() < 2) continue;
     const auto [alpha, beta] = fit_alpha_beta(pts);
+    if (!std::isfinite(alpha) || !(beta > 0) || !std::isfinite(beta)) bad += (bad.empty() ? "" : ", ") + cls;
     json p = json::array();
     for (const auto& [b, t] : pts) p.push_back({{"bytes", b}, {"seconds", t}});
     classes[cls] = {{"alpha_us", alpha * 1e6}, {"beta_GBps", beta / 1e9}, {"points", p}};
     text += (text.empty() ? "" : "; ") + cls + ": alpha " + num_str(alpha * 1e6) + " us, beta " + num_str(beta / 1e9) +
             " GB/s each way";
   }
-  return ValidateCheck{name, classes.empty() ? "skip" : "pass",
-                       classes.empty() ? "no pairs measured" : "t(n) = alpha + n / beta, relative least squares over " +
-                                                                    std::to_string(kPairSizes.size()) +
-                                                                    " sizes of each pair's best: " + text,
+  // Called where pairs were measured: no class to fit, or a fit that is no figure, fails (closed).
+  const bool failed = classes.empty() || !bad.empty();
+  return ValidateCheck{name, failed ? "fail" : "pass",
+                       classes.empty() ? "no pair measured at two sizes: nothing to fit, which fails"
+                       : (!bad.empty() ? "no valid fit (not a number, or beta not positive) for " + bad + "; " : "") +
+                             "t(n) = alpha + n / beta, relative least squares over " + std::to_string(kPairSizes.size()) +
+                             " sizes of each pair's best: " + text,
                        {}, {}, {{"classes", classes}}, {}};
 }
 

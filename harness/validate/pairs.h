@@ -66,7 +66,8 @@ std::vector<double> median_bandwidth(const std::vector<double>& m, int n, size_t
 
 /// Alpha-beta per link class (intra-node, inter-node: `node_of_rank` decides) over the measured
 /// pairs of `m_by_size` ([size][r * n + p], seconds), each size's median over the pairs: the
-/// check `name` (skip when no class has two sizes).
+/// check `name`. Called where pairs were measured, so it fails (closed) when no class has two
+/// sizes, or a class's fit is not finite or its beta not positive.
 ValidateCheck alpha_beta_check(const std::vector<std::vector<double>>& m_by_size,
                                const std::vector<std::string>& node_of_rank, const std::string& name);
 

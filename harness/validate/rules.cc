@@ -350,6 +350,25 @@ std::vector<ValidateCheck> evaluate_rules(const std::vector<ValidateRule>& rules
   return out;
 }
 
+ValidateCheck valid_figures_check(const std::map<std::string, Metric>& measured, const std::vector<std::string>& nodes) {
+  RankOutcomes o{std::vector<std::string>(nodes.size(), "pass"), std::vector<std::string>(nodes.size())};
+  json values = json::object();
+  for (const auto& [name, m] : measured)
+    for (size_t r = 0; r < m.per_rank.size() && r < nodes.size(); ++r) {
+      const std::string why = no_figure(m, r);
+      if (why.empty()) continue;
+      o.status[r] = "fail";
+      o.text[r] += (o.text[r].empty() ? "rank " + std::to_string(r) + ": " : "; ") + name + " " + num_str(m.per_rank[r]) +
+                   " (" + why + ")";
+      values[name]["rank " + std::to_string(r)] = why;
+    }
+  for (std::string& t : o.text)
+    if (!t.empty()) t += ": no valid figure, which fails";
+  return fold("metrics/valid", o, nodes,
+              "every figure of the " + std::to_string(measured.size()) + " metrics is a number (and positive where "
+              "higher is better)", values);
+}
+
 ValidateCheck fleet_median_check(const std::string& name, const std::string& unit, const std::vector<double>& value,
                                  const std::vector<std::string>& nodes, double tolerance) {
   return evaluate_rules({{name, "fleet_drop", name, tolerance, tolerance / 2, true, 0, {}}},

@@ -182,5 +182,20 @@ TEST(ValidateRules, NoFigureFailsClosed) {
   EXPECT_EQ(c.ranks, (std::vector<int>{3}));
 }
 
+// metrics/valid: whatever the rules name, a NaN or a zero rate anywhere fails, naming its rank.
+TEST(ValidateRules, ValidFiguresCheckNamesTheRankWithoutAFigure) {
+  const std::vector<std::string> nodes = {"a", "a", "b", "b"};
+  std::map<std::string, Metric> m = {{"world/allreduce_busbw_GBps", {"GB/s", {5, 5, 5, 5}, true}},
+                                     {"world/arrival_late_pct", {"%", {0, 0, 3, 1}, false}}};
+  EXPECT_EQ(valid_figures_check(m, nodes).status, "pass");
+  m["world/allreduce_busbw_GBps"].per_rank[2] = 0;
+  m["world/arrival_late_pct"].per_rank[3] = std::numeric_limits<double>::quiet_NaN();
+  const ValidateCheck c = valid_figures_check(m, nodes);
+  EXPECT_EQ(c.status, "fail");
+  EXPECT_EQ(c.ranks, (std::vector<int>{2, 3}));
+  EXPECT_EQ(c.nodes, (std::vector<std::string>{"b"}));
+  EXPECT_NE(c.detail.find("world/allreduce_busbw_GBps 0 (not positive)"), std::string::npos) << c.detail;
+}
+
 }  // namespace
 }  // namespace dtb
