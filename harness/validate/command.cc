@@ -98,6 +98,24 @@ void print_plan(const ValidateArgs& a, int world_size, const Injection& inj) {
                                     : "");
 }
 
+// A group's all-reduce cannot tell its nodes apart: the checks over groups/allreduce_busbw_GBps
+// (its rules, and k_of rules made of them only) name only the nodes that pairs/links (in
+// `checks`) shows slow too.
+void cross_check_groups(std::vector<ValidateCheck>& judged, const std::vector<ValidateRule>& rules,
+                        const std::vector<ValidateCheck>& checks, const std::vector<std::string>& node_of_rank) {
+  const auto links = std::find_if(checks.begin(), checks.end(), [](const ValidateCheck& c) { return c.name == "pairs/links"; });
+  if (links == checks.end()) return;
+  const std::string metric = "groups/allreduce_busbw_GBps";
+  std::set<std::string> group_rules;
+  for (const ValidateRule& r : rules)
+    if (r.type != "k_of" && r.metric == metric) group_rules.insert(r.name);
+  for (const ValidateRule& r : rules)
+    if (r.type == "k_of" && std::all_of(r.of.begin(), r.of.end(), [&](const std::string& x) { return group_rules.count(x); }))
+      group_rules.insert(r.name);
+  for (ValidateCheck& c : judged)
+    if (group_rules.count(c.name)) cross_check_group(c, nodes_slow_by_pairs(*links, node_of_rank), node_of_rank, links->detail);
+}
+
 // The report of a run that ended early: the checks so far, the failed one, the rest not_run,
 // and the metrics measured so far judged by the rules (`done`: finished loops' metrics merged
 // with those of the loop that was running). On rank 0.
@@ -130,7 +148,9 @@ void write_incomplete(const ValidateRun& run, const Setup& s, std::chrono::stead
   if (!done.empty()) {
     try {
       const auto rules = a.rules.empty() ? default_rules(done, s.baseline, a.tolerance) : s.file_rules;
-      for (ValidateCheck& c : evaluate_rules(rules, done, s.baseline, run.node_of_rank))
+      std::vector<ValidateCheck> judged = evaluate_rules(rules, done, s.baseline, run.node_of_rank);
+      cross_check_groups(judged, rules, so_far, run.node_of_rank);
+      for (ValidateCheck& c : judged)
         if (c.detail.rfind("missing", 0) != 0 && c.detail.find("could not be judged") == std::string::npos)
           so_far.push_back(std::move(c));  // a metric not measured yet: the run ended first, not_run says so
     } catch (const std::exception&) {
@@ -157,24 +177,6 @@ ValidateCheck timeout_check(const CheckTimeout& t, const std::vector<std::string
                              : (t.ranks.size() == 1 ? "rank " : "ranks ") + join_ranks(t.ranks) + " " + what +
                                    " within " + num_str(t.seconds) + " s (hung, or far too slow); the run is incomplete";
   return c;
-}
-
-// A group's all-reduce cannot tell its nodes apart: the checks over groups/allreduce_busbw_GBps
-// (its rules, and k_of rules made of them only) name only the nodes that pairs/links (in
-// `checks`) shows slow too.
-void cross_check_groups(std::vector<ValidateCheck>& judged, const std::vector<ValidateRule>& rules,
-                        const std::vector<ValidateCheck>& checks, const std::vector<std::string>& node_of_rank) {
-  const auto links = std::find_if(checks.begin(), checks.end(), [](const ValidateCheck& c) { return c.name == "pairs/links"; });
-  if (links == checks.end()) return;
-  const std::string metric = "groups/allreduce_busbw_GBps";
-  std::set<std::string> group_rules;
-  for (const ValidateRule& r : rules)
-    if (r.type != "k_of" && r.metric == metric) group_rules.insert(r.name);
-  for (const ValidateRule& r : rules)
-    if (r.type == "k_of" && std::all_of(r.of.begin(), r.of.end(), [&](const std::string& x) { return group_rules.count(x); }))
-      group_rules.insert(r.name);
-  for (ValidateCheck& c : judged)
-    if (group_rules.count(c.name)) cross_check_group(c, nodes_slow_by_pairs(*links, node_of_rank), node_of_rank, links->detail);
 }
 
 // The rules' checks over the finished run's metrics, and the baseline's own checks, appended to
