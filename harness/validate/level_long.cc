@@ -43,11 +43,11 @@ void check_pairs(ValidateRun& run) {
   for (const auto& again : sw.retested) retests += again.empty() ? 0 : 1;
   const bool busy = !crowded(run.inv, true).empty();
   ValidateCheck links =
-      links_check(gbps, run.node_of_rank, hosts, retests, busy ? kLinkSlowFractionCrowded : kLinkSlowFraction);
+      links_check(gbps, run.node_of_rank, hosts, retests, busy ? kLinkThresholdsCrowded : kLinkThresholds);
   if (busy) {  // the reason without its last clause, which is about arrival
     const std::string why = crowded(run.inv, true);
-    links.detail += "; slow below " + num_str(kLinkSlowFractionCrowded) + " of the quartile, not " +
-                    num_str(kLinkSlowFraction) + ", as the timings share cores: " + why.substr(0, why.find(", so "));
+    links.detail += "; slow below " + num_str(kLinkThresholdsCrowded.link) + " of the quartile, not " +
+                    num_str(kLinkThresholds.link) + ", as the timings share cores: " + why.substr(0, why.find(", so "));
   }
   run.add_check(links);
 }

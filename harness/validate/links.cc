@@ -33,7 +33,8 @@ struct Pair {
 }  // namespace
 
 ValidateCheck links_check(const std::vector<double>& gbps, const std::vector<std::string>& node_of_rank,
-                          const std::vector<std::string>& host_of_rank, int retests, double slow_fraction) {
+                          const std::vector<std::string>& host_of_rank, int retests, LinkThresholds th) {
+  const double slow_fraction = th.link;
   const int n = int(node_of_rank.size());
   ValidateCheck c{"pairs/links", "pass", "", {}, {}, json::object(), {}};
   std::vector<Pair> pairs;
@@ -80,10 +81,8 @@ ValidateCheck links_check(const std::vector<double>& gbps, const std::vector<std
   for (const Pair& p : pairs) {
     if (!q3.count(p.intra)) continue;
     ++judged[size_t(p.a)], ++judged[size_t(p.b)];
-    if (p.gbps < slow_fraction * q3[p.intra]) {
-      slow.push_back(&p);
-      ++slow_with[size_t(p.a)], ++slow_with[size_t(p.b)];
-    }
+    if (p.gbps < th.node * q3[p.intra]) ++slow_with[size_t(p.a)], ++slow_with[size_t(p.b)];
+    if (p.gbps < slow_fraction * q3[p.intra]) slow.push_back(&p);
   }
   // A rank slow with most of its partners is the fault; its partners' links are not blamed.
   std::vector<int> slow_ranks;
@@ -114,9 +113,9 @@ ValidateCheck links_check(const std::vector<double>& gbps, const std::vector<std
   for (int r : slow_ranks)
     ranks_text += (ranks_text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " (" +
                   node_of_rank[size_t(r)] + ") slow with " + std::to_string(slow_with[size_t(r)]) + " of its " +
-                  std::to_string(judged[size_t(r)]) + " partners";
+                  std::to_string(judged[size_t(r)]) + " partners (below " + pct(th.node) + " of the quartile)";
   c.values = {{"classes", classes}, {"slow_links", links}, {"slow_ranks", slow_ranks},
-              {"slow_fraction", slow_fraction}, {"retests", retests}};
+              {"slow_fraction", slow_fraction}, {"node_fraction", th.node}, {"retests", retests}};
   const std::string retested = " (suspects retested " + std::to_string(retests) + " times)";
   if (!links.empty()) {
     c.status = "fail";
