@@ -12,6 +12,7 @@ Injection parse_injection(const std::string& spec, int world_size) {
   Injection inj;
   if (spec.empty()) return inj;
   if (const size_t dash = spec.find('-', 1); dash != std::string::npos && dash < spec.find(':')) {
+    if (spec.find(':') == std::string::npos) throw InputError("--inject: '" + spec + "' is not A-B:comm:FACTOR");
     // "A-B:comm:FACTOR": one link between two ranks, parsed as "A:comm:FACTOR" with B beside it.
     const std::string b = spec.substr(dash + 1, spec.find(':') - dash - 1);
     char* e = nullptr;

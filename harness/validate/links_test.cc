@@ -134,7 +134,8 @@ TEST(ValidateLinks, PairInjectionParses) {
   EXPECT_DOUBLE_EQ(i.comm_factor(1, 3), 1.0);
   EXPECT_DOUBLE_EQ(i.comm_factor(0, 2), 1.0);
   EXPECT_DOUBLE_EQ(parse_injection("3:comm:2", 4).comm_factor(0, 3), 2.0);
-  for (const char* bad : {"1-1:comm:2", "1-4:comm:2", "1-:comm:2", "1-2:compute:2", "1-2:hang", "1-x:comm:2"})
+  for (const char* bad : {"1-1:comm:2", "1-4:comm:2", "1-:comm:2", "1-2:compute:2", "1-2:hang", "1-x:comm:2", "1-2",
+                          "1-2:comm", "1-2:comm:0.5", "1-2-3:comm:2"})
     EXPECT_THROW(parse_injection(bad, 4), InputError) << bad;
 }
 
