@@ -123,7 +123,8 @@ ValidateCheck links_check(const std::vector<double>& gbps, const std::vector<std
                " of the upper quartile of " + (links.size() > 1 ? "their" : "its") + " class" + retested + ": " +
                named + "; no node blamed: both ends are fast with their other partners";
   } else {
-    c.detail = "no pair below " + pct(slow_fraction) + " of its class's upper quartile" + retested;
+    c.detail = "no slow link (no pair below " + pct(slow_fraction) + " of its class's upper quartile between ranks "
+               "fast with most of their partners)" + retested;
     for (const auto& [cls, k] : classes.items())
       c.detail += "; " + cls + ": median " + num_str(k["median_GBps"].get<double>()) + " GB/s (quartiles " +
                   num_str(k["q1_GBps"].get<double>()) + ", " + num_str(k["q3_GBps"].get<double>()) + ")";

@@ -116,7 +116,7 @@ TEST(ValidateLinks, GroupFailureCrossCheckedWithPairs) {
   EXPECT_FALSE(one.node_detail.count("a"));
   EXPECT_EQ(one.values["not_blamed"], json({"a"}));
   ValidateCheck none = group_fail();
-  cross_check_group(none, {}, nodes, "no pair below 50%");
+  cross_check_group(none, {}, nodes, "no slow link");
   EXPECT_EQ(none.status, "fail") << "the group's failure is still reported";
   EXPECT_TRUE(none.nodes.empty() && none.ranks.empty());
   EXPECT_NE(none.detail.find("the pairs show none of its nodes slow, so no node is blamed"), std::string::npos);
