@@ -121,6 +121,9 @@ d = v["detail"]
 assert v["status"] == "fail" and "rank 3: 2 of 2 rules failed" in d, v
 assert "below the baseline" in d and "below the median" in d and "rank 2" not in d, d
 assert all("rank 3" in x["detail"] or x["check"] == "node/sendrecv_GBps" for x in n1["violations"]), n1
+# A slow rank is a node fault, never a slow link of its healthy partners.
+links = [c for c in run["checks"] if c["name"] == "pairs/links"][0]
+assert links["values"]["slow_links"] == [], links["detail"]
 print("validate long vs baseline ok:", run["injected_fault"], "->", d)
 PY
     then return 0; fi
