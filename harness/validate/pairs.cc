@@ -128,15 +128,16 @@ PairSweep sweep_pairs(Communicator& world, const std::vector<std::vector<std::pa
   int stuck = -1;  // the partner of a transfer that timed out
   // Pairs sharing a machine take turns (hosts in network namespaces of one kernel share it).
   const std::vector<std::string> machine = machine_of_rank(inv);
-  auto host = [&](int r) { return machine[size_t(r)]; };
+  auto machine_of = [&](int r) { return machine[size_t(r)]; };
   auto run = [&](const std::vector<std::vector<std::pair<int, int>>>& rs) {
     for (const auto& round : rs) {
       std::vector<int> slot(round.size(), 0);
       int slots = 1;
       for (size_t i = 0; i < round.size(); ++i) {
         for (size_t j = 0; j < i; ++j) {
-          const std::set<std::string> hi = {host(round[i].first), host(round[i].second)};
-          if (hi.count(host(round[j].first)) || hi.count(host(round[j].second))) slot[i] = std::max(slot[i], slot[j] + 1);
+          const std::set<std::string> hi = {machine_of(round[i].first), machine_of(round[i].second)};
+          if (hi.count(machine_of(round[j].first)) || hi.count(machine_of(round[j].second)))
+            slot[i] = std::max(slot[i], slot[j] + 1);
         }
         slots = std::max(slots, slot[i] + 1);
       }
