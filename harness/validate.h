@@ -9,8 +9,11 @@
 //    at a time), host<->device copies (cuda backend; skipped with its reason on cpu), each node's
 //    rank x rank send/recv matrix and its all-reduce (bus bandwidth and each rank's arrival).
 //  - long: every pair's send/recv (round-robin, n - 1 rounds of n / 2 pairs; retested before
-//    blamed), alpha-beta fits per link class (intra-node, inter-node), the world's all-reduce
-//    with arrival times, and a few data-parallel training steps of the reference GPT.
+//    blamed), each pair against its link class (pairs/links: a slow link is named as a pair and
+//    makes no node defective; a rank slow with most partners is a node fault), alpha-beta fits
+//    per link class (intra-node, inter-node), groups of two nodes' all-reduce (naming only the
+//    nodes the pairs show slow), the world's all-reduce with arrival times, and a few
+//    data-parallel training steps of the reference GPT.
 //  - burnin: the long level looped for --duration seconds, each rank's worst figure judged.
 // Silent-data-corruption triage (check sdc/replay; levels long and burnin, or --sdc at any
 // level): every rank replays the same few training steps of the reference GPT alone, without
@@ -20,11 +23,13 @@
 // from a fresh model's ln 256. The train check names odd replicas by the same majority rule,
 // not by rank 0's.
 // Metrics are judged by rules (a rules file's, or the defaults: the fleet median, and the
-// baseline when given); a metric a rule needs and the run lacks fails. Every step of a check has
+// baseline when given); a metric a rule needs and the run lacks fails, as does a figure that is
+// NaN, infinite or (a rate) not positive. Hosts sharing one machine (one kernel boot id) take
+// turns on it and are counted against its cores. Every step of a check has
 // a timeout: a rank that does not arrive is named and the run ends incomplete. Nodes can be
 // emulated on one machine (--ranks-per-node N groups consecutive ranks) and one rank's compute
-// or transfers slowed, the rank hung, or one bit of its SDC replay flipped (--inject), both
-// for tests only.
+// or transfers, or one pair's transfers, slowed, the rank hung, or one bit of its SDC replay
+// flipped (--inject), all for tests only.
 //
 // Verdicts: each check is pass, warn, fail, skip (with its reason) or not_run; a node is
 // accepted when no failed check names it. Exit status: 0 every node accepted (warnings too,
@@ -32,9 +37,9 @@
 //
 // The parts live in harness/validate/: inventory.h (level quick), rules.h (metrics, rules,
 // baselines), faults.h (--inject), steps.h (a check's steps and timeouts), compute.h,
-// pairs.h and collective.h (the probes), sdc.h (the SDC replay and the majority rule), run.h
-// and levels.h (one function per level),
-// verdict.h (the verdict and the report) and command.cc (this command and its options).
+// pairs.h and collective.h (the probes), links.h (the pair and group verdicts), sdc.h (the SDC
+// replay and the majority rule), run.h and levels.h (one function per level), verdict.h (the
+// verdict and the report) and command.cc (this command and its options).
 #pragma once
 #include <string>
 
@@ -60,7 +65,7 @@ struct ValidateArgs {
   std::string output = "results/validate.json";
   bool werror = false;
   double tolerance = 0.3;   // medium: a rank below (1 - tolerance) x the fleet median fails
-  std::string inject;       // "RANK:compute:FACTOR", "RANK:sdc", ...: tests only (parse_injection)
+  std::string inject;       // "RANK:compute:FACTOR", "A-B:comm:FACTOR", "RANK:sdc", ...: tests only (parse_injection)
   std::string make_baseline;  // write a baseline from this run's metrics to this file
   std::string baseline;       // judge this run's metrics against this baseline file too
   std::string rules;          // a rules file (parse_rules) instead of the default rules

@@ -7,6 +7,7 @@
 
 #include "harness/validate/faults.h"
 #include "harness/validate/compute.h"
+#include "harness/validate/inventory.h"
 #include "kernels/error.h"
 #include "suites/bandwidth.h"
 #include "suites/stats.h"
@@ -63,21 +64,34 @@ CollectiveProbe probe_allreduce(Communicator& comm, double factor) {
 
 std::string crowded(const std::vector<json>& inv, bool world_wide) {
   const int n = int(inv.size());
-  auto host = [&](int r) { return inv[size_t(r)].value("host", "?"); };
+  // Counted per physical machine: hosts that are namespaces of one kernel share its cores.
+  const std::vector<std::string> machine = machine_of_rank(inv);
   std::map<std::string, int> at_once;
   std::map<int, int> node_size;
   for (int r = 0; r < n; ++r) ++node_size[inv[size_t(r)].value("node_index", 0)];
   for (int r = 0; r < n; ++r) {
-    int& c = at_once[host(r)];
+    int& c = at_once[machine[size_t(r)]];
     c = world_wide ? c + 1 : std::max(c, node_size[inv[size_t(r)].value("node_index", 0)]);
   }
-  for (const auto& [h, k] : at_once) {
+  for (const auto& [m, k] : at_once) {
     int cores = 0;
+    std::vector<std::string> hosts;
     for (int r = 0; r < n; ++r)
-      if (host(r) == h) cores = inv[size_t(r)].value("cores", 0);
-    if (cores > 0 && k > cores)
-      return "host " + h + " runs " + std::to_string(k) + " ranks at once on " + std::to_string(cores) +
+      if (machine[size_t(r)] == m) {
+        cores = inv[size_t(r)].value("cores", 0);
+        if (std::find(hosts.begin(), hosts.end(), inv[size_t(r)].value("host", "?")) == hosts.end())
+          hosts.push_back(inv[size_t(r)].value("host", "?"));
+      }
+    if (cores > 0 && k > cores) {
+      std::string who = "host " + hosts.front() + " runs ";
+      if (hosts.size() > 1) {
+        who = "hosts ";
+        for (size_t i = 0; i < hosts.size(); ++i) who += (i ? ", " : "") + hosts[i];
+        who += " share one machine (" + m + ") and run ";
+      }
+      return who + std::to_string(k) + " ranks at once on " + std::to_string(cores) +
              " cores, so their arrival order is the OS scheduler's";
+    }
   }
   return "";
 }

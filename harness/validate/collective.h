@@ -28,10 +28,11 @@ struct CollectiveProbe {
 /// in one by `comm`'s group.
 CollectiveProbe probe_allreduce(Communicator& comm, double factor);
 
-/// Why arrival times cannot attribute a straggler here, or "": a host running more ranks at
-/// once than it has cores (the world's collective: all its ranks; a node's: its largest node,
-/// as a host's nodes take turns). Their arrival order is then the OS scheduler's. `inv`: every
-/// rank's inventory (host, node_index, cores).
+/// Why arrival times cannot attribute a straggler here, or "": a physical machine (a host, or
+/// the hosts that share one kernel's boot id: machine_of_rank) running more ranks at once than
+/// it has cores (the world's collective: all its ranks; a node's: its largest node, as a
+/// machine's nodes take turns); the reason names the hosts sharing it. Their arrival order is
+/// then the OS scheduler's. `inv`: every rank's inventory (host, boot_id, node_index, cores).
 std::string crowded(const std::vector<nlohmann::json>& inv, bool world_wide);
 
 }  // namespace dtb

@@ -9,11 +9,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "harness/validate.h"
 #include "harness/validate/format.h"
 #include "harness/validate/inventory.h"
 #include "harness/validate/levels.h"
+#include "harness/validate/links.h"
 #include "harness/validate/rules.h"
 #include "harness/validate/sdc.h"
 #include "harness/validate/verdict.h"
@@ -93,12 +95,33 @@ void print_plan(const ValidateArgs& a, int world_size, const Injection& inj) {
   if (a.level == "burnin") std::printf("; looped for %s s", num_str(a.duration).c_str());
   if (!long_level) std::printf("; expected a few seconds");
   std::printf("; each step of a check times out after %s s", num_str(a.check_timeout).c_str());
+  if (inj.link_a >= 0)
+    std::printf("; TEST FAULT: the transfers between ranks %d and %d x%s slower", inj.link_a, inj.link_b,
+                num_str(inj.comm).c_str());
   std::printf("%s\n", inj.rank >= 0 ? ("; TEST FAULT: rank " + std::to_string(inj.rank) + " " +
                                         (inj.hang  ? std::string("hangs in its compute")
                                          : inj.sdc ? std::string("flips a bit of a GEMM output in its SDC replay")
                                          : inj.comm > 1 ? "communication x" + num_str(inj.comm) + " slower"
                                                         : "compute x" + num_str(inj.compute) + " slower")).c_str()
                                     : "");
+}
+
+// A group's all-reduce cannot tell its nodes apart: the checks over groups/allreduce_busbw_GBps
+// (its rules, and k_of rules made of them only) name only the nodes that pairs/links (in
+// `checks`) shows slow too.
+void cross_check_groups(std::vector<ValidateCheck>& judged, const std::vector<ValidateRule>& rules,
+                        const std::vector<ValidateCheck>& checks, const std::vector<std::string>& node_of_rank) {
+  const auto links = std::find_if(checks.begin(), checks.end(), [](const ValidateCheck& c) { return c.name == "pairs/links"; });
+  if (links == checks.end()) return;
+  const std::string metric = "groups/allreduce_busbw_GBps";
+  std::set<std::string> group_rules;
+  for (const ValidateRule& r : rules)
+    if (r.type != "k_of" && r.metric == metric) group_rules.insert(r.name);
+  for (const ValidateRule& r : rules)
+    if (r.type == "k_of" && std::all_of(r.of.begin(), r.of.end(), [&](const std::string& x) { return group_rules.count(x); }))
+      group_rules.insert(r.name);
+  for (ValidateCheck& c : judged)
+    if (group_rules.count(c.name)) cross_check_group(c, nodes_slow_by_pairs(*links, node_of_rank), node_of_rank, links->detail);
 }
 
 // The report of a run that ended early: the checks so far, the failed one, the rest not_run,
@@ -133,7 +156,9 @@ void write_incomplete(const ValidateRun& run, const Setup& s, std::chrono::stead
   if (!done.empty()) {
     try {
       const auto rules = a.rules.empty() ? default_rules(done, s.baseline, a.tolerance) : s.file_rules;
-      for (ValidateCheck& c : evaluate_rules(rules, done, s.baseline, run.node_of_rank))
+      std::vector<ValidateCheck> judged = evaluate_rules(rules, done, s.baseline, run.node_of_rank);
+      cross_check_groups(judged, rules, so_far, run.node_of_rank);
+      for (ValidateCheck& c : judged)
         if (c.detail.rfind("missing", 0) != 0 && c.detail.find("could not be judged") == std::string::npos)
           so_far.push_back(std::move(c));  // a metric not measured yet: the run ended first, not_run says so
     } catch (const std::exception&) {
@@ -169,8 +194,10 @@ void judge(ValidateRun& run, const Setup& s, ReportExtra& extra) {
   // The rules: a rules file's, or the defaults (the fleet median, and the baseline when given).
   const std::vector<ValidateRule> rules =
       a.rules.empty() ? default_rules(run.metrics, s.baseline, a.tolerance) : s.file_rules;
-  for (ValidateCheck& c : evaluate_rules(rules, run.metrics, s.baseline, run.node_of_rank))
-    run.checks.push_back(std::move(c));
+  std::vector<ValidateCheck> judged = evaluate_rules(rules, run.metrics, s.baseline, run.node_of_rank);
+  cross_check_groups(judged, rules, run.checks, run.node_of_rank);
+  for (ValidateCheck& c : judged) run.checks.push_back(std::move(c));
+  if (!run.metrics.empty()) run.checks.push_back(valid_figures_check(run.metrics, run.node_of_rank));
   if (!a.baseline.empty()) {
     const json platform = majority(run.inv, "device");
     if (s.baseline.value("platform", json()) != platform)
@@ -308,7 +335,8 @@ CLI::App* add_validate_subcommand(CLI::App& app, ValidateArgs& args) {
                      "replays the same training steps alone; a rank whose hash differs from the majority's is named");
   validate->add_option("--inject", args.inject,
                        "FOR TESTS ONLY: RANK:compute:FACTOR or RANK:comm:FACTOR runs that rank's compute measurements "
-                       "or point-to-point transfers FACTOR times slower; RANK:hang stops that rank in its compute; "
+                       "or point-to-point transfers FACTOR times slower; A-B:comm:FACTOR only the transfers between "
+                       "ranks A and B (one slow link); RANK:hang stops that rank in its compute; "
                        "RANK:sdc flips one bit of a GEMM output in that rank's SDC replay");
   return validate;
 }

@@ -14,15 +14,22 @@ namespace dtb {
 /// transfers `comm` times slower (both sides of each pair with it stretch every timed transfer
 /// to FACTOR times the longer side's, as a link that many times slower would). Parsed from
 /// "RANK:compute:FACTOR" or "RANK:comm:FACTOR" (FACTOR >= 1), "RANK:hang" (the rank stops in
-/// level medium's compute check, for the per-check timeout) or "RANK:sdc" (one bit of one GEMM
-/// output flipped in that rank's SDC replay, harness/validate/sdc.h); InputError otherwise.
-/// Documented as for tests only.
+/// level medium's compute check, for the per-check timeout), "RANK:sdc" (one bit of one GEMM
+/// output flipped in that rank's SDC replay, harness/validate/sdc.h), or "A-B:comm:FACTOR" (only
+/// the transfers between ranks A and B stretched, as one slow link between two healthy ranks;
+/// A != B); InputError otherwise. Documented as for tests only.
 struct Injection {
   int rank = -1;
   double compute = 1.0;
   double comm = 1.0;  // "RANK:comm:FACTOR": that rank's point-to-point transfers FACTOR times slower
   bool hang = false;  // "RANK:hang": that rank stops in its first compute step and never returns
   bool sdc = false;   // "RANK:sdc": that rank's SDC replay computes one wrong bit (sdc_replay's corrupt)
+  int link_a = -1, link_b = -1;  // "A-B:comm:FACTOR": the transfers between A and B `comm` times slower
+  /// The stretch of the transfers between ranks x and y (1: none).
+  double comm_factor(int x, int y) const {
+    if (link_a >= 0) return (x == link_a && y == link_b) || (x == link_b && y == link_a) ? comm : 1.0;
+    return x == rank || y == rank ? comm : 1.0;
+  }
 };
 
 Injection parse_injection(const std::string& spec, int world_size);

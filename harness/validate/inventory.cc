@@ -31,6 +31,14 @@ std::string lower(std::string s) {
   return s;
 }
 
+// The kernel's boot id (one per booted machine, shared by its namespaces), or "".
+std::string boot_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
 double mem_total_bytes() {
   std::ifstream f("/proc/meminfo");
   for (std::string line; std::getline(f, line);)
@@ -63,6 +71,31 @@ std::vector<std::string> all_gather_strings(Communicator& world, const std::stri
   return out;
 }
 
+
+std::vector<std::string> machine_of_rank(const std::vector<json>& inv) {
+  std::vector<std::string> out;
+  for (const json& r : inv) {
+    const json id = r.value("boot_id", json());
+    out.push_back(id.is_string() && !id.get<std::string>().empty() ? "boot " + id.get<std::string>()
+                                                                  : "host " + r.value("host", "?"));
+  }
+  return out;
+}
+
+std::vector<SharedMachine> shared_machines(const std::vector<json>& inv) {
+  const std::vector<std::string> machine = machine_of_rank(inv);
+  std::vector<SharedMachine> all;
+  for (size_t r = 0; r < inv.size(); ++r) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const SharedMachine& m) { return m.machine == machine[r]; });
+    if (it == all.end()) it = all.insert(all.end(), SharedMachine{machine[r], {}, {}});
+    add_once(it->hosts, inv[r].value("host", "?"));
+    add_once(it->nodes, inv[r].value("node", "?"));
+  }
+  std::vector<SharedMachine> shared;
+  for (SharedMachine& m : all)
+    if (m.nodes.size() > 1 || m.hosts.size() > 1) shared.push_back(std::move(m));
+  return shared;
+}
 
 json majority(const std::vector<json>& inv, const std::string& key) {
   std::map<std::string, int> count;
@@ -120,12 +153,13 @@ json rank_inventory(int rank, int node_index, int local_rank, bool emulated, con
   if (auto nl = mpi.find_first_of(",\n"); nl != std::string::npos) mpi = mpi.substr(0, nl);
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const double mem = mem_total_bytes();
-  const std::string cpu = cpu_model();
+  const std::string cpu = cpu_model(), boot = boot_id();
   return {{"rank", rank},
           {"host", host},
           {"node", emulated ? std::string(host) + "/node" + std::to_string(node_index) : std::string(host)},
           {"node_index", node_index},
           {"local_rank", local_rank},
+          {"boot_id", boot.empty() ? json(nullptr) : json(boot)},
           {"cpu_model", cpu.empty() ? json(nullptr) : json(cpu)},
           {"cores", cores > 0 ? json(cores) : json(nullptr)},
           {"memory_bytes", mem > 0 ? json(mem) : json(nullptr)},
@@ -317,6 +351,25 @@ ValidateCheck expectation_check(const std::vector<json>& inv, Nodes& nodes, cons
   return c;
 }
 
+// Which hosts and nodes share one physical machine (by boot id): for the report, so that a
+// reader knows their figures measure each other; the probes take turns and skip arrival there.
+ValidateCheck machines_check(const std::vector<json>& inv) {
+  const std::vector<SharedMachine> shared = shared_machines(inv);
+  json values = json::array();
+  std::string text;
+  for (const SharedMachine& m : shared) {
+    values.push_back({{"machine", m.machine}, {"hosts", m.hosts}, {"nodes", m.nodes}});
+    std::string hs, ns;
+    for (const std::string& h : m.hosts) hs += (hs.empty() ? "" : ", ") + h;
+    for (const std::string& n : m.nodes) ns += (ns.empty() ? "" : ", ") + n;
+    text += (text.empty() ? "" : "; ") + std::string(m.hosts.size() > 1 ? "hosts " : "host ") + hs + " (nodes " + ns +
+            ") share one machine (" + m.machine + ")";
+  }
+  return {"consistency/machines", "pass",
+          shared.empty() ? "every node on a machine of its own" : text + ": their figures share its cores and memory",
+          {}, {}, {{"shared", values}}, {}};
+}
+
 }  // namespace
 
 std::vector<ValidateCheck> quick_checks(const std::vector<json>& inv, const std::map<std::string, std::string>& expect) {
@@ -336,6 +389,7 @@ std::vector<ValidateCheck> quick_checks(const std::vector<json>& inv, const std:
   if (std::any_of(inv.begin(), inv.end(), [](const json& r) { return r.contains("device_pci_bus_id"); }))
     checks.push_back(device_ids_check(inv, nodes));
   checks.push_back(memory_check(inv, nodes));
+  checks.push_back(machines_check(inv));
   for (const auto& [key, value] : expect) checks.push_back(expectation_check(inv, nodes, key, value));
   return checks;
 }

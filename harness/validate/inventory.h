@@ -28,10 +28,25 @@ std::vector<ValidateCheck> quick_checks(const std::vector<nlohmann::json>& inven
                                         const std::map<std::string, std::string>& expect);
 
 /// This rank's inventory: rank, host, node (the host, or host/node<k> when emulated),
-/// node_index, local_rank, cpu_model, cores, memory_bytes, device, backend, mpi_version,
-/// blas_version. Errors: none; what cannot be read is recorded as null.
+/// node_index, local_rank, boot_id (the kernel's, /proc/sys/kernel/random/boot_id: the same for
+/// every host in a network/UTS namespace of one machine), cpu_model, cores, memory_bytes,
+/// device, backend, mpi_version, blas_version. Errors: none; what cannot be read is recorded as
+/// null.
 nlohmann::json rank_inventory(int rank, int node_index, int local_rank, bool emulated, const std::string& device,
                               const std::string& backend);
+
+/// Every rank's physical machine, in rank order: "boot <boot_id>" where the inventory has one
+/// (hosts that are namespaces of one kernel share it), else "host <host>". Pure.
+std::vector<std::string> machine_of_rank(const std::vector<nlohmann::json>& inventory);
+
+/// The machines that more than one node or host runs on: per machine (machine_of_rank's
+/// key), its hosts and its nodes in order of first appearance. Emulated nodes of one host are
+/// such a machine. Pure.
+struct SharedMachine {
+  std::string machine;
+  std::vector<std::string> hosts, nodes;
+};
+std::vector<SharedMachine> shared_machines(const std::vector<nlohmann::json>& inventory);
 
 /// The CPU's model name from /proc/cpuinfo, or "" when it cannot be read.
 std::string cpu_model();

@@ -1,13 +1,15 @@
 // Tests of validate's level quick (harness/validate/inventory.h): the checks over synthetic
 // inventories (a rank with another CPU, a node with less memory or fewer ranks, expectations
-// met and missed) and the --expect parser. The 4-rank run with emulated nodes is in
-// harness/validate_test.sh.
+// met and missed), the --expect parser, and machines by boot id (hosts in namespaces of one
+// kernel share one; crowded() counts their ranks together). The 4-rank run with emulated nodes
+// is in harness/validate_test.sh.
 #include "harness/validate/inventory.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
+#include "harness/validate/collective.h"
 #include "kernels/error.h"
 
 namespace dtb {
@@ -33,7 +35,7 @@ const ValidateCheck& find(const std::vector<ValidateCheck>& cs, const std::strin
 TEST(ValidateQuick, AHealthyFleetPasses) {
   const auto checks = quick_checks(fleet(), parse_expectations("nodes=2,ranks_per_node=2,device=x,cores=8,memory_gb=60"));
   for (const ValidateCheck& c : checks) EXPECT_EQ(c.status, "pass") << c.name << ": " << c.detail;
-  EXPECT_EQ(checks.size(), 7u + 5u);  // 7 consistency checks, 5 expectations
+  EXPECT_EQ(checks.size(), 8u + 5u);  // 8 consistency checks (machines among them), 5 expectations
 }
 
 TEST(ValidateQuick, TheOddRankAndNodeAreNamed) {
@@ -105,6 +107,44 @@ TEST(ValidateQuick, ExpectationsParse) {
   EXPECT_TRUE(parse_expectations("").empty());
   for (const char* bad : {"gpus=8", "nodes", "=3", "cores=", "cores=-1", "cores=many", "nodes=1,nodes=2", "nodes=1,"})
     EXPECT_THROW(parse_expectations(bad), InputError) << bad;
+}
+
+// inv: one rank per host h<r>, each with `boot` ids and 2 cores.
+std::vector<json> machines(const std::vector<std::string>& boot) {
+  std::vector<json> inv;
+  for (size_t r = 0; r < boot.size(); ++r)
+    inv.push_back({{"rank", r}, {"host", "h" + std::to_string(r)}, {"node", "h" + std::to_string(r)},
+                   {"node_index", r}, {"cores", 2}, {"boot_id", boot[r]}});
+  return inv;
+}
+
+// Four hosts in namespaces of one kernel (one boot id) on 2 cores: one machine, crowded, the
+// reason naming the hosts; four boot ids: four machines, not crowded.
+TEST(ValidateMachines, HostsSharingABootIdShareOneMachine) {
+  const std::vector<json> shared = machines({"k1", "k1", "k1", "k1"});
+  const auto sm = shared_machines(shared);
+  ASSERT_EQ(sm.size(), 1u);
+  EXPECT_EQ(sm[0].hosts, (std::vector<std::string>{"h0", "h1", "h2", "h3"}));
+  const std::string why = crowded(shared, true);
+  EXPECT_NE(why.find("hosts h0, h1, h2, h3 share one machine (boot k1) and run 4 ranks at once on 2 cores"),
+            std::string::npos) << why;
+  const std::vector<json> apart = machines({"k1", "k2", "k3", "k4"});
+  EXPECT_TRUE(shared_machines(apart).empty());
+  EXPECT_EQ(crowded(apart, true), "");
+  // Two machines of two hosts: 2 ranks on 2 cores each, not crowded, both reported shared.
+  const std::vector<json> pairs = machines({"k1", "k1", "k2", "k2"});
+  EXPECT_EQ(shared_machines(pairs).size(), 2u);
+  EXPECT_EQ(crowded(pairs, true), "");
+  // Without a boot id the host is the machine: emulated nodes of one host share it.
+  std::vector<json> emulated = machines({"", "", "", ""});
+  for (json& r : emulated) r["host"] = "vm", r["node"] = "vm/node" + std::to_string(r["rank"].get<int>() / 2);
+  EXPECT_EQ(machine_of_rank(emulated), std::vector<std::string>(4, "host vm"));
+  ASSERT_EQ(shared_machines(emulated).size(), 1u);
+  EXPECT_EQ(shared_machines(emulated)[0].nodes, (std::vector<std::string>{"vm/node0", "vm/node1"}));
+  const auto quick = quick_checks(shared, {});
+  const auto mc = std::find_if(quick.begin(), quick.end(), [](const ValidateCheck& c) { return c.name == "consistency/machines"; });
+  ASSERT_NE(mc, quick.end());
+  EXPECT_NE(mc->detail.find("hosts h0, h1, h2, h3"), std::string::npos) << mc->detail;
 }
 
 }  // namespace

@@ -6,10 +6,12 @@
 #include "harness/validate/collective.h"
 #include "harness/validate/format.h"
 #include "harness/validate/levels.h"
+#include "harness/validate/links.h"
 #include "harness/validate/pairs.h"
 #include "harness/validate/sdc.h"
 #include "harness/validate_train.h"
 #include "kernels/error.h"
+#include "suites/bandwidth.h"
 
 namespace dtb {
 namespace {
@@ -17,7 +19,8 @@ namespace {
 using nlohmann::json;
 using namespace validate_detail;
 
-// pairs: every pair once, round-robin; each rank's median over its partners.
+// pairs: every pair once, round-robin; each rank's median over its partners; each pair against
+// the pairs of its link class (a slow link named as a pair, not as a node).
 void check_pairs(ValidateRun& run) {
   run.begin_check("pairs");
   if (run.n <= 1) return;
@@ -31,6 +34,23 @@ void check_pairs(ValidateRun& run) {
                      " MiB each way, both directions counted (2 x bytes / seconds, GB/s)",
                  {}, {}, {{"matrix_GBps", bandwidth_matrix_json(m.back(), run.n, big)}, {"bytes", big}}, {}});
   run.add_check(alpha_beta_check(m, run.node_of_rank, "pairs/alpha_beta"));
+  // pairs/links: each pair against its link class, after the sweep's retests.
+  std::vector<double> gbps(m.back().size(), 0.0);
+  for (size_t i = 0; i < gbps.size(); ++i)
+    gbps[i] = m.back()[i] > 0 ? algbw_GBps(2 * big, m.back()[i]) : 0.0;  // both directions, as the matrix
+  std::vector<std::string> hosts;
+  for (int r = 0; r < run.n; ++r) hosts.push_back(run.host(r));
+  int retests = 0;
+  for (const auto& again : sw.retested) retests += again.empty() ? 0 : 1;
+  const bool busy = !crowded(run.inv, true).empty();
+  ValidateCheck links =
+      links_check(gbps, run.node_of_rank, hosts, retests, busy ? kLinkThresholdsCrowded : kLinkThresholds);
+  if (busy) {  // the reason without its last clause, which is about arrival
+    const std::string why = crowded(run.inv, true);
+    links.detail += "; slow below " + num_str(kLinkThresholdsCrowded.link) + " of the quartile, not " +
+                    num_str(kLinkThresholds.link) + ", as the timings share cores: " + why.substr(0, why.find(", so "));
+  }
+  run.add_check(links);
 }
 
 // groups/allreduce: nodes in groups of two (nodes 2k and 2k + 1, as under one leaf switch when

@@ -9,6 +9,7 @@
 #include "harness/validate/collective.h"
 #include "harness/validate/compute.h"
 #include "harness/validate/format.h"
+#include "harness/validate/inventory.h"
 #include "harness/validate/levels.h"
 #include "harness/validate/pairs.h"
 #include "kernels/error.h"
@@ -20,7 +21,7 @@ namespace {
 using nlohmann::json;
 using namespace validate_detail;
 
-// compute: the ranks of a host one at a time, hosts at once; three rounds, each rank's best.
+// compute: the ranks of a machine one at a time, machines at once; three rounds, each rank's best.
 void check_compute(ValidateRun& run) {
   run.begin_check("compute");
   std::pair<double, double> best{0, 0};
@@ -121,12 +122,14 @@ void check_node_sendrecv(ValidateRun& run) {
 
 CollectiveProbe probe_in_turns(ValidateRun& run, Communicator* comm, const std::string& check,
                                const std::function<int(int)>& group_of) {
+  // Groups on one machine (a host, or hosts sharing one kernel) take turns.
+  const std::vector<std::string> machine = machine_of_rank(run.inv);
   std::map<std::string, std::vector<int>> groups_on_host;
   for (int r = 0; r < run.n; ++r) {
-    auto& v = groups_on_host[run.host(r)];
+    auto& v = groups_on_host[machine[size_t(r)]];
     if (std::find(v.begin(), v.end(), group_of(r)) == v.end()) v.push_back(group_of(r));
   }
-  const auto& mine_g = groups_on_host[run.host(run.me)];
+  const auto& mine_g = groups_on_host[machine[size_t(run.me)]];
   const int my_turn = int(std::find(mine_g.begin(), mine_g.end(), group_of(run.me)) - mine_g.begin());
   int turns_g = 1;
   for (const auto& [h, v] : groups_on_host) turns_g = std::max(turns_g, int(v.size()));

@@ -36,8 +36,9 @@ void burnin_level(ValidateRun& run);
 std::vector<std::string> planned_checks(const ValidateArgs& args);
 
 /// An all-reduce probe on `comm`, one communicator per group of ranks (a node, a group of
-/// nodes; group_of(rank) names it): the groups sharing a host take turns, groups on different
-/// hosts run at once; a step of `check` between turns. Null `comm`: this rank only takes the
+/// nodes; group_of(rank) names it): the groups sharing a machine (a host, or hosts of one
+/// kernel: machine_of_rank) take turns, groups on different machines run at once; a step of
+/// `check` between turns. Null `comm`: this rank only takes the
 /// turns (its group has no collective to measure). Collective over the world.
 CollectiveProbe probe_in_turns(ValidateRun& run, Communicator* comm, const std::string& check,
                                const std::function<int(int)>& group_of);

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
 #include "harness/validate/format.h"
+#include "harness/validate/inventory.h"
 #include "kernels/error.h"
 #include "suites/bandwidth.h"
 #include "suites/stats.h"
@@ -122,17 +124,20 @@ PairSweep sweep_pairs(Communicator& world, const std::vector<std::vector<std::pa
                       const std::vector<json>& inv, const Injection& inj, Steps& steps, const std::string& check) {
   const int rank = world.rank();
   const size_t n = inv.size();
-  PairSweep out{std::vector<std::vector<double>>(kPairSizes.size(), std::vector<double>(n, 0.0))};
+  PairSweep out{std::vector<std::vector<double>>(kPairSizes.size(), std::vector<double>(n, 0.0)), {{}, {}}};
   int stuck = -1;  // the partner of a transfer that timed out
-  auto host = [&](int r) { return inv[size_t(r)].value("host", "?"); };
+  // Pairs sharing a machine take turns (hosts in network namespaces of one kernel share it).
+  const std::vector<std::string> machine = machine_of_rank(inv);
+  auto machine_of = [&](int r) { return machine[size_t(r)]; };
   auto run = [&](const std::vector<std::vector<std::pair<int, int>>>& rs) {
     for (const auto& round : rs) {
       std::vector<int> slot(round.size(), 0);
       int slots = 1;
       for (size_t i = 0; i < round.size(); ++i) {
         for (size_t j = 0; j < i; ++j) {
-          const std::set<std::string> hi = {host(round[i].first), host(round[i].second)};
-          if (hi.count(host(round[j].first)) || hi.count(host(round[j].second))) slot[i] = std::max(slot[i], slot[j] + 1);
+          const std::set<std::string> hi = {machine_of(round[i].first), machine_of(round[i].second)};
+          if (hi.count(machine_of(round[j].first)) || hi.count(machine_of(round[j].second)))
+            slot[i] = std::max(slot[i], slot[j] + 1);
         }
         slots = std::max(slots, slot[i] + 1);
       }
@@ -142,8 +147,7 @@ PairSweep sweep_pairs(Communicator& world, const std::vector<std::vector<std::pa
           const auto [x, y] = round[i];
           if (slot[i] != k || (x != rank && y != rank)) continue;
           const int partner = x == rank ? y : x;
-          const bool slowed = rank == inj.rank || partner == inj.rank;
-          const std::vector<double> t = pair_times(world, partner, slowed ? inj.comm : 1.0, steps.deadline());
+          const std::vector<double> t = pair_times(world, partner, inj.comm_factor(rank, partner), steps.deadline());
           if (t.empty()) {
             stuck = partner;
             continue;
@@ -168,20 +172,29 @@ PairSweep sweep_pairs(Communicator& world, const std::vector<std::vector<std::pa
     world.all_gather(out.seconds.back().data(), m.data(), n, DType::f64);
     std::vector<std::pair<int, int>> measured;
     std::vector<double> t;
+    std::vector<bool> intra;
     for (size_t x = 0; x < n; ++x)
       for (size_t y = x + 1; y < n; ++y)
         if (m[x * n + y] > 0 && m[y * n + x] > 0) {
           measured.emplace_back(int(x), int(y));
           t.push_back(std::max(m[x * n + y], m[y * n + x]));
+          intra.push_back(inv[x].value("node", "?") == inv[y].value("node", "?"));
         }
-    // The reference is the upper quartile's time, not the median's: a slow rank's pairs (n - 1
-    // of them) would otherwise pull the median down to their own speed.
-    std::vector<double> sorted = t;
-    std::sort(sorted.begin(), sorted.end());
-    const double ref = sorted.empty() ? 0.0 : sorted[sorted.size() / 4];
+    // The reference is the upper quartile's time of the pair's link class (intra-node,
+    // inter-node), not the median's: a slow rank's pairs (n - 1 of them) would otherwise pull the
+    // median down to their own speed, and an intra-node pair is not measured against the slower
+    // inter-node links (pairs/links judges each class on its own, so suspects are chosen so too).
+    double ref[2] = {0, 0};
+    for (int cls = 0; cls < 2; ++cls) {
+      std::vector<double> sorted;
+      for (size_t i = 0; i < t.size(); ++i)
+        if (intra[i] == bool(cls)) sorted.push_back(t[i]);
+      std::sort(sorted.begin(), sorted.end());
+      ref[cls] = sorted.empty() ? 0.0 : sorted[sorted.size() / 4];
+    }
     std::vector<std::vector<std::pair<int, int>>> again;  // the suspects, packed into disjoint rounds
     for (size_t i = 0; i < measured.size(); ++i) {
-      if (!(t[i] > ref / 0.75)) continue;
+      if (!(t[i] > ref[intra[i] ? 1 : 0] / 0.75)) continue;
       const int x = measured[i].first, y = measured[i].second;
       auto fits = [&](const std::vector<std::pair<int, int>>& r) {
         return std::none_of(r.begin(), r.end(), [&](const auto& q) {
@@ -193,6 +206,7 @@ PairSweep sweep_pairs(Communicator& world, const std::vector<std::vector<std::pa
       else it->push_back(measured[i]);
     }
     if (again.empty()) break;
+    for (const auto& r : again) out.retested[size_t(retest)].insert(out.retested[size_t(retest)].end(), r.begin(), r.end());
     usleep(100000);
     run(again);
   }
@@ -230,7 +244,7 @@ ValidateCheck alpha_beta_check(const std::vector<std::vector<double>>& m_by_size
                                const std::vector<std::string>& node_of_rank, const std::string& name) {
   const int n = int(node_of_rank.size());
   json classes = json::object();
-  std::string text;
+  std::string text, bad;  // bad: the classes whose fit is not a number or whose beta is not positive
   for (const std::string cls : {"intra-node", "inter-node"}) {
     std::vector<std::pair<double, double>> pts;
     for (size_t s = 0; s < kPairSizes.size(); ++s) {
@@ -245,16 +259,20 @@ ValidateCheck alpha_beta_check(const std::vector<std::vector<double>>& m_by_size
     }
     if (pts.size() < 2) continue;
     const auto [alpha, beta] = fit_alpha_beta(pts);
+    if (!std::isfinite(alpha) || !(beta > 0) || !std::isfinite(beta)) bad += (bad.empty() ? "" : ", ") + cls;
     json p = json::array();
     for (const auto& [b, t] : pts) p.push_back({{"bytes", b}, {"seconds", t}});
     classes[cls] = {{"alpha_us", alpha * 1e6}, {"beta_GBps", beta / 1e9}, {"points", p}};
     text += (text.empty() ? "" : "; ") + cls + ": alpha " + num_str(alpha * 1e6) + " us, beta " + num_str(beta / 1e9) +
             " GB/s each way";
   }
-  return ValidateCheck{name, classes.empty() ? "skip" : "pass",
-                       classes.empty() ? "no pairs measured" : "t(n) = alpha + n / beta, relative least squares over " +
-                                                                    std::to_string(kPairSizes.size()) +
-                                                                    " sizes of each pair's best: " + text,
+  // Called where pairs were measured: no class to fit, or a fit that is no figure, fails (closed).
+  const bool failed = classes.empty() || !bad.empty();
+  return ValidateCheck{name, failed ? "fail" : "pass",
+                       classes.empty() ? "no pair measured at two sizes: nothing to fit, which fails"
+                       : (!bad.empty() ? "no valid fit (not a number, or beta not positive) for " + bad + "; " : "") +
+                             "t(n) = alpha + n / beta, relative least squares over " + std::to_string(kPairSizes.size()) +
+                             " sizes of each pair's best: " + text,
                        {}, {}, {{"classes", classes}}, {}};
 }
 

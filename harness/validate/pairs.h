@@ -39,13 +39,15 @@ inline const std::vector<size_t> kPairSizes = {8, size_t(64) << 10, size_t(4) <<
 /// partner.
 struct PairSweep {
   std::vector<std::vector<double>> seconds;
+  std::vector<std::vector<std::pair<int, int>>> retested;  // per retest (two), the pairs measured again
 };
 
 /// A sweep of pairs: rounds of disjoint pairs (world ranks); pairs of a round that share a
-/// host take turns (slots), as ranks do for compute: two transfers through one host's memory
+/// machine (machine_of_rank: a host, or hosts of one kernel) take turns (slots), as ranks do for compute: two transfers through one host's memory
 /// would measure each other. Three sweeps, each pair's best: where ranks share cores, one
 /// sweep's figure for a pair can depend on where the scheduler put its two ranks at that
-/// moment; then slow pairs are retested. A transfer that does not finish within the check's
+/// moment; then slow pairs are retested: a pair more than 25% slower than the upper quartile of
+/// its link class (intra-node, inter-node), twice, keeping its best. A transfer that does not finish within the check's
 /// timeout is reported at the next step's barrier, where rank 0 ends the run naming the pair
 /// (CheckTimeout). Collective over the world (every rank takes every step).
 /// The transfers are send_async/recv_async on `world` (its ranks are the pairs'), the retest's
@@ -64,7 +66,8 @@ std::vector<double> median_bandwidth(const std::vector<double>& m, int n, size_t
 
 /// Alpha-beta per link class (intra-node, inter-node: `node_of_rank` decides) over the measured
 /// pairs of `m_by_size` ([size][r * n + p], seconds), each size's median over the pairs: the
-/// check `name` (skip when no class has two sizes).
+/// check `name`. Called where pairs were measured, so it fails (closed) when no class has two
+/// sizes, or a class's fit is not finite or its beta not positive.
 ValidateCheck alpha_beta_check(const std::vector<std::vector<double>>& m_by_size,
                                const std::vector<std::string>& node_of_rank, const std::string& name);
 

@@ -69,5 +69,14 @@ TEST(ValidateLong, AlphaBetaFit) {
   EXPECT_THROW(parse_injection("4:hang", 4), InputError);
 }
 
+// The alpha-beta check is called where pairs were measured: none measured fails, not skips.
+TEST(ValidateLong, AlphaBetaCheckFailsWithoutPairs) {
+  const std::vector<std::vector<double>> none(kPairSizes.size(), std::vector<double>(4, 0.0));
+  EXPECT_EQ(alpha_beta_check(none, {"a", "b"}, "pairs/alpha_beta").status, "fail");
+  std::vector<std::vector<double>> two(kPairSizes.size(), std::vector<double>(4, 0.0));
+  for (size_t s = 0; s < kPairSizes.size(); ++s) two[s][1] = 1e-6 + double(kPairSizes[s]) / 1e10;  // rank 0 - rank 1
+  EXPECT_EQ(alpha_beta_check(two, {"a", "b"}, "pairs/alpha_beta").status, "pass");
+}
+
 }  // namespace
 }  // namespace dtb

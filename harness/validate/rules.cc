@@ -49,11 +49,39 @@ double worse_by(double value, double reference, bool higher_is_better) {
   return higher_is_better ? 1.0 - value / reference : value / reference - 1.0;
 }
 
+// Why rank r's value of `m` is no figure at all, or "": not a number, infinite, or, where higher
+// is better (a rate, a bandwidth), not positive: a probe that measured nothing. Such a value
+// fails every rule over it (fail closed): NaN compares false with every threshold and would pass.
+std::string no_figure(const Metric& m, size_t r) {
+  const double v = m.per_rank[r];
+  if (std::isfinite(v) && (!m.higher_is_better || v > 0)) return "";
+  return std::isnan(v) ? "not a number" : std::isinf(v) ? "infinite" : "not positive";
+}
+
+// Records a rank without a valid figure as failed; true when it was one.
+bool failed_closed(RankOutcomes& o, const ValidateRule& rule, const Metric& m, size_t r) {
+  const std::string why = no_figure(m, r);
+  if (why.empty()) return false;
+  o.status.push_back("fail");
+  o.text.push_back("rank " + std::to_string(r) + " " + num_str(m.per_rank[r]) + " " + m.unit + ": no valid figure (" +
+                   why + "), so rule " + rule.name + " fails");
+  return true;
+}
+
+// The median of the valid figures of `m` (0 when none: every rank then fails its drop rule).
+double valid_median(const Metric& m) {
+  std::vector<double> v;
+  for (size_t r = 0; r < m.per_rank.size(); ++r)
+    if (no_figure(m, r).empty()) v.push_back(m.per_rank[r]);
+  return median(v);
+}
+
 // The outcomes of a drop rule (fleet_drop, baseline_drop) against `reference`, which `what`
 // names ("the median", "the baseline").
 RankOutcomes drop_outcomes(const ValidateRule& rule, const Metric& m, double reference, const std::string& what) {
   RankOutcomes o;
   for (size_t r = 0; r < m.per_rank.size(); ++r) {
+    if (failed_closed(o, rule, m, r)) continue;
     const double w = worse_by(m.per_rank[r], reference, m.higher_is_better);
     const bool fail = w > rule.fail, warn = rule.warn > 0 && w > rule.warn;
     o.status.push_back(fail ? "fail" : warn ? "warn" : "pass");
@@ -73,6 +101,7 @@ RankOutcomes bound_outcomes(const ValidateRule& rule, const Metric& m) {
   RankOutcomes o;
   const bool is_min = rule.type == "min";
   for (size_t r = 0; r < m.per_rank.size(); ++r) {
+    if (failed_closed(o, rule, m, r)) continue;
     const double v = m.per_rank[r];
     const bool fail = is_min ? v < rule.fail : v > rule.fail;
     const bool warn = rule.has_warn && (is_min ? v < rule.warn : v > rule.warn);
@@ -256,7 +285,7 @@ std::vector<ValidateCheck> evaluate_rules(const std::vector<ValidateRule>& rules
     RankOutcomes o;
     std::string all_pass;
     if (r.type == "fleet_drop") {
-      const double med = median(m.per_rank);
+      const double med = valid_median(m);
       values["median"] = med;
       values["reference"] = med;
       o = drop_outcomes(r, m, med, "the median");
@@ -319,6 +348,25 @@ std::vector<ValidateCheck> evaluate_rules(const std::vector<ValidateRule>& rules
                        "no rank fails " + std::to_string(r.k) + " of " + std::to_string(r.of.size()) + " rules", values));
   }
   return out;
+}
+
+ValidateCheck valid_figures_check(const std::map<std::string, Metric>& measured, const std::vector<std::string>& nodes) {
+  RankOutcomes o{std::vector<std::string>(nodes.size(), "pass"), std::vector<std::string>(nodes.size())};
+  json values = json::object();
+  for (const auto& [name, m] : measured)
+    for (size_t r = 0; r < m.per_rank.size() && r < nodes.size(); ++r) {
+      const std::string why = no_figure(m, r);
+      if (why.empty()) continue;
+      o.status[r] = "fail";
+      o.text[r] += (o.text[r].empty() ? "rank " + std::to_string(r) + ": " : "; ") + name + " " + num_str(m.per_rank[r]) +
+                   " (" + why + ")";
+      values[name]["rank " + std::to_string(r)] = why;
+    }
+  for (std::string& t : o.text)
+    if (!t.empty()) t += ": no valid figure, which fails";
+  return fold("metrics/valid", o, nodes,
+              "every figure of the " + std::to_string(measured.size()) + " metrics is a number (and positive where "
+              "higher is better)", values);
 }
 
 ValidateCheck fleet_median_check(const std::string& name, const std::string& unit, const std::vector<double>& value,

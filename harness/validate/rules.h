@@ -69,6 +69,13 @@ std::vector<ValidateCheck> evaluate_rules(const std::vector<ValidateRule>& rules
                                           const nlohmann::json& baseline, const std::vector<std::string>& nodes);
 
 
+/// Every measured metric's figures checked for being figures at all, whatever the rules judge
+/// (a rules file may name a few metrics only, and the world's metrics have no fleet rule): the
+/// check "metrics/valid" fails naming each rank (and its node) whose value is NaN, infinite or,
+/// where higher is better (a rate, a bandwidth), not positive; passes otherwise. `nodes[r]` is
+/// rank r's node. Pure.
+ValidateCheck valid_figures_check(const std::map<std::string, Metric>& measured, const std::vector<std::string>& nodes);
+
 /// Level medium's rule over one metric measured on every rank (higher is better): a rank below
 /// (1 - tolerance) x the median of all ranks fails, below (1 - tolerance / 2) x warns; the
 /// check names each such rank, its node, value, the median and the deviation. `nodes[r]` is

@@ -1,9 +1,11 @@
 // Tests of validate's rules (harness/validate/rules.h): the fleet-median rule, baselines (the
 // outliers removed, missing metrics failing), rules files parsed and refused, k_of and
-// absolute bounds.
+// absolute bounds, and a rank without a valid figure (NaN, inf, 0) failing every rule.
 #include "harness/validate/rules.h"
 
 #include <gtest/gtest.h>
+
+#include <limits>
 
 #include <set>
 
@@ -157,6 +159,42 @@ TEST(ValidateRules, KOfAndBounds) {
   // baseline_drop without a baseline is bad usage.
   EXPECT_THROW(evaluate_rules(rules, {{"compute/gemm_gflops", {"GFLOP/s", {1, 1, 1, 1}, true}}}, json(), nodes),
                InputError);
+}
+
+// A rank whose figure is NaN, infinite or (higher is better) 0 fails every kind of rule; NaN
+// compares false with any threshold and passed before.
+TEST(ValidateRules, NoFigureFailsClosed) {
+  const std::vector<std::string> nodes = {"a", "a", "b", "b"};
+  const json base = {{"kind", "validate-baseline"}, {"metrics", {{"compute/gemm_gflops", {{"value", 100.0}}}}}};
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(), 0.0}) {
+    const std::map<std::string, Metric> m = {{"compute/gemm_gflops", {"GFLOP/s", {100, 101, 99, bad}, true}}};
+    for (const char* type : {"fleet_drop", "baseline_drop", "min", "max"}) {
+      const ValidateRule r{"r", type, "compute/gemm_gflops", std::string(type) == "max" ? 1e9 : 0.3, -1, false, 0, {}};
+      const ValidateCheck c = evaluate_rules({r}, m, base, nodes).front();
+      EXPECT_EQ(c.status, "fail") << type << " " << bad;
+      EXPECT_EQ(c.ranks, (std::vector<int>{3})) << type << " " << bad << ": " << c.detail;
+    }
+  }
+  // Lower is better: 0 lateness is healthy, NaN is not.
+  const std::map<std::string, Metric> late = {
+      {"world/arrival_late_pct", {"%", {0, 0, 1, std::numeric_limits<double>::quiet_NaN()}, false}}};
+  const ValidateCheck c = evaluate_rules({{"l", "max", "world/arrival_late_pct", 30, -1, false, 0, {}}}, late, json(), nodes).front();
+  EXPECT_EQ(c.ranks, (std::vector<int>{3}));
+}
+
+// metrics/valid: whatever the rules name, a NaN or a zero rate anywhere fails, naming its rank.
+TEST(ValidateRules, ValidFiguresCheckNamesTheRankWithoutAFigure) {
+  const std::vector<std::string> nodes = {"a", "a", "b", "b"};
+  std::map<std::string, Metric> m = {{"world/allreduce_busbw_GBps", {"GB/s", {5, 5, 5, 5}, true}},
+                                     {"world/arrival_late_pct", {"%", {0, 0, 3, 1}, false}}};
+  EXPECT_EQ(valid_figures_check(m, nodes).status, "pass");
+  m["world/allreduce_busbw_GBps"].per_rank[2] = 0;
+  m["world/arrival_late_pct"].per_rank[3] = std::numeric_limits<double>::quiet_NaN();
+  const ValidateCheck c = valid_figures_check(m, nodes);
+  EXPECT_EQ(c.status, "fail");
+  EXPECT_EQ(c.ranks, (std::vector<int>{2, 3}));
+  EXPECT_EQ(c.nodes, (std::vector<std::string>{"b"}));
+  EXPECT_NE(c.detail.find("world/allreduce_busbw_GBps 0 (not positive)"), std::string::npos) << c.detail;
 }
 
 }  // namespace

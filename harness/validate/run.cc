@@ -70,10 +70,12 @@ ValidateRun::ValidateRun(Communicator& w, const ValidateArgs& a, const Injection
                          inv[size_t(r)].value("host", "") + " (an emulated node must sit on one host)");
   for (const json& r : inv) node_of_rank.push_back(r.value("node", "?"));
   steps = std::make_unique<Steps>(world, a.check_timeout);
-  // This rank's turn among the ranks of its host: they share its cores and memory.
-  std::map<std::string, int> per_host;
+  // This rank's turn among the ranks of its machine (its host, or the hosts that share one
+  // kernel): they share its cores and memory.
+  const std::vector<std::string> machine = machine_of_rank(inv);
+  std::map<std::string, int> per_machine;
   for (int r = 0; r < n; ++r) {
-    const int k = per_host[host(r)]++;
+    const int k = per_machine[machine[size_t(r)]]++;
     if (r == me) turn = k;
     turns = std::max(turns, k + 1);
   }

@@ -44,7 +44,7 @@ class ValidateRun {
   const Injection inj;
   int n = 1, me = 0;            // world size, this rank
   int node_index = 0;           // this rank's node (emulated or real), numbered from 0
-  int turn = 0, turns = 1;      // this rank's turn among the ranks of its host, and their number
+  int turn = 0, turns = 1;      // this rank's turn among the ranks of its machine, and their number
   std::vector<nlohmann::json> inv;        // every rank's inventory, in rank order
   std::vector<std::string> node_of_rank;  // every rank's node name
   std::unique_ptr<Backend> gpu;           // this rank's GPU (cuda backend), or null
