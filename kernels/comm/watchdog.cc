@@ -209,9 +209,9 @@ std::string gone_peers(const Board& b) {
   return out;
 }
 
-/// Ranks on other nodes, by host, as "ranks 2,3 on dtbh2 (another node: not visible from
-/// here)": their processes and calls are on their own node's board, so from this node they can
-/// only be named with their host (from the hostnames gathered at start).
+/// Ranks on other nodes, by host, as "ranks 2,3 on dtbh2, rank 4 on dtbh3": their processes and
+/// calls are on their own node's board, so from this node they can only be named with their host
+/// (from the hostnames gathered at start), not said to have arrived or not.
 std::string remote_text(const Board& b, const std::vector<int>& ranks) {
   std::vector<std::pair<std::string, std::vector<int>>> by_host;
   for (int w : ranks) {
@@ -222,8 +222,7 @@ std::string remote_text(const Board& b, const std::vector<int>& ranks) {
   }
   std::string out;
   for (const auto& [h, rs] : by_host)
-    out += (out.empty() ? "" : ", ") + std::string(rs.size() > 1 ? "ranks " : "rank ") + ranks_text(rs) + " on " + h +
-           " (another node: not visible from here)";
+    out += (out.empty() ? "" : ", ") + std::string(rs.size() > 1 ? "ranks " : "rank ") + ranks_text(rs) + " on " + h;
   return out;
 }
 
@@ -239,8 +238,9 @@ std::string call_text(const CommGroupInfo& g, const SlotView& v) {
   return msg;
 }
 
-/// Who has not arrived at this rank's call `v` ("; not arrived: ...; arrived: ..." or, for a
-/// send or receive, "; peer: ..."): this node's ranks from the board, other nodes' by host.
+/// Who has not arrived at this rank's call `v` ("; not arrived: ...; on other nodes, not visible
+/// from here: ...; arrived: ..." or, for a send or receive, "; peer: ..."): this node's ranks from
+/// the board, other nodes' by host.
 std::string arrivals_text(const Board& b, const CommGroupInfo& g, const SlotView& v) {
   const int64_t now = now_ns();
   const CommOp base = CommOp(v.op >= kAsyncWait ? v.op - kAsyncWait : v.op);
@@ -261,12 +261,14 @@ std::string arrivals_text(const Board& b, const CommGroupInfo& g, const SlotView
       else add(w, peer_state(b, w, v.group, v.op, now));
     }
   }
-  if (!remote.empty()) missing.push_back(remote_text(b, remote));
   std::string msg;
   if (!missing.empty()) {
     msg += p2p ? "; peer: " : "; not arrived: ";
     for (size_t i = 0; i < missing.size(); ++i) msg += (i ? ", " : "") + missing[i];
   }
+  if (!remote.empty())
+    msg += (p2p ? "; peer: " : "; on other nodes, not visible from here: ") + remote_text(b, remote) +
+           (p2p ? " (another node: not visible from here)" : "");
   if (!p2p) msg += "; arrived: " + (arrived.empty() ? std::string("none") : ranks_text(arrived));
   return msg;
 }
@@ -319,12 +321,14 @@ void watch(Board* b) {
                                      ? " (a signal to the job, or the launcher ending it after another rank failed)"
                                      : gone + " (the launcher ends the job when a rank exits)") +
                                 waiting_text(*b);
-      const bool written = run_termination_hook("ended by " + name + " while this suite ran" + cause);
+      // The line first: a launcher that lost a node may exit before the report is written, and
+      // what the rank prints after that is lost.
       if (b->world_rank == 0) {
-        std::fprintf(stderr, "dtbench: error: ended by %s%s%s\n", name.c_str(), cause.c_str(),
-                     written ? "; the report holds the suites that finished" : "");
+        std::fprintf(stderr, "dtbench: error: ended by %s%s; the report keeps the suites that finished\n",
+                     name.c_str(), cause.c_str());
         std::fflush(stderr);
       }
+      run_termination_hook("ended by " + name + " while this suite ran" + cause);
       std::_Exit(128 + sig);
     }
     const SlotView v = read_slot(*b->mine);

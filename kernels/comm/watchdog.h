@@ -12,7 +12,7 @@
 // that sits in the same call on the same group has arrived; any other is named with what it
 // is doing instead (another call on another group, computing, stopped, exited). Ranks on
 // other nodes are not visible on this node's board: they are named with their host (the
-// hostnames are gathered at start), "ranks 2,3 on dtbh2 (another node: not visible from here)",
+// hostnames are gathered at start), "on other nodes, not visible from here: ranks 2,3 on dtbh2",
 // and their own node's watchdogs say what they were doing. Then it runs the termination hook (run_termination_hook, kernels/
 // error.h: the harness writes the report with the running suite marked as failed) and ends the process with exit status 3; the
 // launcher (mpirun, srun) then ends the other ranks. This is PyTorch's NCCL watchdog design
