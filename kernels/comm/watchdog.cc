@@ -273,6 +273,29 @@ std::string arrivals_text(const Board& b, const CommGroupInfo& g, const SlotView
   return msg;
 }
 
+/// Seconds a rank whose timed-out call spans nodes waits for the launcher's signal before it
+/// exits (see watch()): above `scripts/cluster mpirun`'s keepalive detection (about 7 s).
+constexpr double kNodeLossGrace = 30.0;
+
+/// Whether every rank that keeps this rank's call `v` waiting is on another node (none of this
+/// node's is missing, and one of another node's may be): then a lost node may be the cause.
+bool waits_only_on_other_nodes(const Board& b, const CommGroupInfo& g, const SlotView& v) {
+  const CommOp base = CommOp(v.op >= kAsyncWait ? v.op - kAsyncWait : v.op);
+  const bool p2p = base == CommOp::send || base == CommOp::recv || base == CommOp::sendrecv;
+  std::vector<int> waited;
+  if (p2p && v.peer >= 0 && size_t(v.peer) < g.world_ranks.size()) waited.push_back(g.world_ranks[size_t(v.peer)]);
+  else if (!p2p) waited = g.world_ranks;
+  const int64_t now = now_ns();
+  bool remote = false;
+  for (int w : waited) {
+    if (w == b.world_rank || w < 0 || w >= b.world_size) continue;
+    const PeerState p = peer_state(b, w, v.group, v.op, now);
+    if (p.text.empty() && !p.arrived) remote = true;
+    else if (!p.arrived || p2p) return false;
+  }
+  return remote;
+}
+
 CommGroupInfo group_of(uint64_t id) {
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
@@ -350,9 +373,19 @@ void watch(Board* b) {
     std::fprintf(stderr, "dtbench: error: rank %d %s: %s\n", b->world_rank, host, msg.c_str());
     std::fflush(stderr);
     run_termination_hook(msg);
-    // Rank 0 writes the report; the other ranks waiting in the same call give its watchdog
-    // a few wakes to name the call there before their exit makes the launcher end it.
-    if (b->world_rank != 0) std::this_thread::sleep_for(std::chrono::duration<double>(1.0 + 3 * period));
+    if (waits_only_on_other_nodes(*b, group_of(v.group), v)) {
+      // A call across nodes may wait on a node that is gone (its link cut): a rank that exits
+      // now makes mpirun tell that node's daemon to end the job, and mpirun then waits on it for
+      // TCP's retransmission timeout (minutes). Waiting instead lets the launcher find the node
+      // lost first (its keepalive) and end the job; a peer node that is alive ends it sooner.
+      timespec grace{time_t(kNodeLossGrace), 0};
+      siginfo_t info;
+      sigtimedwait(&set, &info, &grace);
+    } else if (b->world_rank != 0) {
+      // Rank 0 writes the report; the other ranks waiting in the same call give its watchdog
+      // a few wakes to name the call there before their exit makes the launcher end it.
+      std::this_thread::sleep_for(std::chrono::duration<double>(1.0 + 3 * period));
+    }
     std::_Exit(3);
   }
 }
