@@ -18,9 +18,9 @@ machine; e.g. 'scripts/cluster mpirun' on the test cluster, or mpirun with a hos
 launcher as --host with the hosts still in use; ranks fill them in order). When the failed
 line names a host (mpirun's "... on node dtbh2 exited on signal 9", "Remote daemon: ... on node
 dtbh2"; dtbench's "on other nodes, not visible from here: ranks 2,3 on dtbh2" when it names only
-one host), or the failed rank's host is
-known from that placement, the host is dropped: the restart runs on the other hosts, with the
-ranks that ran elsewhere (N minus the lost host's), never on the lost one again.
+one host), or the failed rank's host is known from that placement, the host is dropped: the
+restart runs on the other hosts, with the ranks that ran elsewhere (N minus the lost host's),
+never on the lost one again.
 
 Each attempt writes its own report, <run-id>-attempt<k>.json; the launcher writes
 <run-id>-elastic.json: per attempt the ranks, exit status, the rank that failed and its line,

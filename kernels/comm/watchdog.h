@@ -15,7 +15,10 @@
 // hostnames are gathered at start), "on other nodes, not visible from here: ranks 2,3 on dtbh2",
 // and their own node's watchdogs say what they were doing. Then it runs the termination hook (run_termination_hook, kernels/
 // error.h: the harness writes the report with the running suite marked as failed) and ends the process with exit status 3; the
-// launcher (mpirun, srun) then ends the other ranks. This is PyTorch's NCCL watchdog design
+// launcher (mpirun, srun) then ends the other ranks. When every rank it waits on is on another
+// node (a node that may be gone, its link cut), it first waits up to 30 s for the launcher's
+// signal: mpirun told of an exit would try to reach that node's daemon and wait minutes on TCP,
+// while its keepalive finds the node lost and ends the job. This is PyTorch's NCCL watchdog design
 // (ProcessGroupNCCL's watchdog thread, TORCH_NCCL_ASYNC_ERROR_HANDLING) applied to MPI.
 //
 // The same thread takes SIGINT and SIGTERM (blocked in every other thread by
