@@ -22,6 +22,17 @@ if [ "$rc" -ne 2 ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -q 'needs train
 else
   echo "ok: $(cat "$tmp/err")"
 fi
+# Bad --hosts: one line, exit 2.
+for bad in "h1:2,h1:2|listed twice" "h1:0|not HOST or HOST:SLOTS" "h1:1,h2:1|2 slots for --np 4"; do
+  /usr/bin/python3 scripts/elastic.py --dtbench "$dtbench" --hosts "${bad%%|*}" --np 4 -- --config "$tmp/no_resume.json" \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -ne 2 ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -q "${bad#*|}" "$tmp/err"; then
+    echo "FAIL: --hosts ${bad%%|*}: exit $rc"; cat "$tmp/err"; fails=$((fails + 1))
+  else
+    echo "ok: $(cat "$tmp/err")"
+  fi
+done
 for i in $(seq 1 "$runs"); do
   d="$tmp/run$i"; mkdir -p "$d"
   cat >"$d/config.json" <<JSON

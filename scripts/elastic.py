@@ -12,6 +12,16 @@ resumes from the newest complete checkpoint, resharded to the new layout. At mos
 --max-restarts restarts (torchelastic's max_restarts); the hang timeout is the config's
 comm_timeout_s (the communication watchdog is the heartbeat).
 
+Across hosts: --launcher names the command that starts the ranks (default: mpirun on this
+machine; e.g. 'scripts/cluster mpirun' on the test cluster, or mpirun with a hostfile) and
+--hosts the hosts and their slots (HOST:SLOTS,..., Open MPI's --host syntax, passed to the
+launcher as --host with the hosts still in use; ranks fill them in order). When the failed
+line names a host (mpirun's "... on node dtbh2 exited on signal 9", "Remote daemon: ... on node
+dtbh2"; dtbench's "on other nodes, not visible from here: ranks 2,3 on dtbh2" when it names only
+one host), or the failed rank's host is known from that placement, the host is dropped: the
+restart runs on the other hosts, with the ranks that ran elsewhere (N minus the lost host's),
+never on the lost one again.
+
 Each attempt writes its own report, <run-id>-attempt<k>.json; the launcher writes
 <run-id>-elastic.json: per attempt the ranks, exit status, the rank that failed and its line,
 the report; and where the last attempt resumed. Exit status: the last attempt's (2 when the
@@ -21,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -86,10 +97,48 @@ def failed_rank(report_path, output):
     return None, "no rank named (the job ended with no rank's error recorded)"
 
 
-def accepted(n, dtbench, args):
-    """Whether dtbench accepts the config on n ranks (validation only, nothing runs)."""
+def parse_hosts(text):
+    """HOST:SLOTS,... -> [(host, slots)] (a host without :SLOTS has 1 slot); refuses bad input."""
+    hosts = []
+    for part in text.split(","):
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9.-]*)(?::([1-9][0-9]*))?", part)
+        if not m:
+            refuse("--hosts: '%s' is not HOST or HOST:SLOTS (e.g. dtbh1:2,dtbh2:2)" % part)
+        if m.group(1) in [h for h, _ in hosts]:
+            refuse("--hosts: %s is listed twice" % m.group(1))
+        hosts.append((m.group(1), int(m.group(2) or 1)))
+    return hosts
+
+
+def placement(hosts, n):
+    """The host of each of n ranks when they fill the hosts' slots in order (mpirun's --map-by slot)."""
+    out = []
+    for h, slots in hosts:
+        out += [h] * slots
+    return out[:n]
+
+
+def lost_host(line, rank, hosts, n):
+    """The host that `line` (the launcher's output and the failed line) names as lost (the
+    launcher's word first), else the failed rank's host in the placement, else None."""
+    names = [h for h, _ in hosts]
+    for pattern in (r"on node (\S+) exited on signal", r"Remote daemon: \S+ on node (\S+)",
+                    r"on other nodes, not visible from here: ranks? [0-9,]+ on ([^\s,;]+)(?:;|$)"):
+        m = re.search(pattern, line or "")
+        if m and m.group(1) in names:
+            return m.group(1)
+    where = placement(hosts, n)
+    return where[rank] if rank is not None and 0 <= rank < len(where) else None
+
+
+def accepted(n, dtbench, args, why):
+    """Whether dtbench accepts the config on n ranks (validation only, nothing runs, on this
+    machine); appends dtbench's refusal to `why`."""
     r = subprocess.run(MPIRUN + ["-np", str(n), dtbench, "run"] + args + ["--print-config"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        said = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith("---")]
+        why.append("%d ranks: %s" % (n, said[0] if said else "exit %d" % r.returncode))
     return r.returncode == 0
 
 
@@ -98,11 +147,19 @@ def main():
     ap.add_argument("--np", type=int, default=4)
     ap.add_argument("--max-restarts", type=int, default=3)
     ap.add_argument("--dtbench", default="build/dtbench", help="the dtbench binary (default build/dtbench)")
+    ap.add_argument("--launcher", help="the command that starts the ranks, before -np N (default: %s)" % " ".join(MPIRUN))
+    ap.add_argument("--hosts", help="HOST:SLOTS,... to run on; a host whose ranks are lost is not used again")
     ap.add_argument("dtbench_args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     args = [x for x in a.dtbench_args if x != "--"]
     if a.np < 1 or a.max_restarts < 0:
         refuse("--np must be >= 1 and --max-restarts >= 0")
+    launcher = shlex.split(a.launcher) if a.launcher else MPIRUN
+    if not launcher:
+        refuse("--launcher is empty")
+    hosts = parse_hosts(a.hosts) if a.hosts else None
+    if hosts and sum(s for _, s in hosts) < a.np:
+        refuse("--hosts: %d slots for --np %d" % (sum(s for _, s in hosts), a.np))
     config = option(args, "--config")
     if not config or not os.path.isfile(config):
         refuse("needs --config FILE (a JSON file with the train section's checkpoint keys)")
@@ -116,7 +173,8 @@ def main():
     for k in range(a.max_restarts + 1):
         run_id = "%s-attempt%d" % (base, k)
         print("# elastic: attempt %d on %d ranks (%s)" % (k, n, run_id), flush=True)
-        p = subprocess.Popen(MPIRUN + ["-np", str(n), a.dtbench, "run", "--progress", "off", "--run-id", run_id]
+        where = ["--host", ",".join("%s:%d" % h for h in hosts)] if hosts else []
+        p = subprocess.Popen(launcher + where + ["-np", str(n), a.dtbench, "run", "--progress", "off", "--run-id", run_id]
                              + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output = []
         for line in p.stdout:
@@ -125,6 +183,8 @@ def main():
         rc = p.wait()
         report = os.path.join(out_dir, run_id + ".json")
         attempt = {"ranks": n, "exit": rc, "report": report}
+        if hosts:
+            attempt["hosts"] = sorted(set(placement(hosts, n)), key=[h for h, _ in hosts].index)
         resumed = None
         try:
             with open(report) as f:
@@ -146,9 +206,18 @@ def main():
             print("# elastic: no restart left (--max-restarts %d)" % a.max_restarts, flush=True)
             break
         survivors = n - 1
-        m = next((c for c in range(survivors, 0, -1) if accepted(c, a.dtbench, args)), None)
+        host = lost_host("".join(output) + "\n" + line, rank, hosts, n) if hosts else None
+        if host:
+            attempt["lost_host"] = host
+            survivors = n - placement(hosts, n).count(host)
+            hosts = [h for h in hosts if h[0] != host]
+            survivors = min(survivors, sum(s for _, s in hosts))
+            print("# elastic: host %s lost; going on with %s" % (host, ",".join(h for h, _ in hosts) or "none"), flush=True)
+        why = []
+        m = next((c for c in range(survivors, 0, -1) if accepted(c, a.dtbench, args, why)), None)
         if m is None:
-            print("# elastic: no rank count up to %d runs this config; stopping" % survivors, flush=True)
+            print("# elastic: no rank count up to %d runs this config (%s); stopping" % (survivors, why[0] if why else
+                  "none tried"), flush=True)
             break
         print("# elastic: %d ranks left; restarting on %d from the newest checkpoint" % (survivors, m), flush=True)
         n = m

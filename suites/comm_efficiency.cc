@@ -10,8 +10,12 @@
 // the loss at the end against synchronous DP's. Their correctness is the conformance suite's
 // (docs/comm-efficiency.md); here, checks that the links change only the time: each
 // method's losses are bitwise the same over fast and slow links, and its replicas end
-// bitwise identical.
+// bitwise identical. When the ranks sit on several real nodes (hosts; not `--ranks-per-node`),
+// nothing is emulated: the nodes are the real ones, each method is trained once over the links
+// as they are (recorded as the "fast" condition, with the slowest link measured), and only the
+// bytes crossing nodes are counted.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -72,7 +76,8 @@ Method parse_method(const std::string& text, double lambda, double outer_lr, dou
 struct Params {
   GptConfig model;
   TrainConfig cfg;
-  int ranks_per_node = 0;  // of the emulated nodes
+  int ranks_per_node = 0;  // of the emulated nodes, or of the real ones
+  bool real = false;       // the ranks are on several real nodes: their links, nothing emulated
   LinkModel fast, slow;    // the two link conditions
   std::vector<Method> methods;
   static Params parse(const json& s, const json& config, const WorldInfo& world) {
@@ -101,10 +106,16 @@ struct Params {
     p.slow = p.fast;
     p.slow.slow_gbps = number_in_range(s, "slow_link_gbps", "comm_efficiency.slow_link_gbps", 1e-6, 1e6);
     p.ranks_per_node = int(int_in_range(s, "ranks_per_node", "comm_efficiency.ranks_per_node", 1, 1 << 20));
+    p.real = world.options.emulated_ranks_per_node == 0 && world.ranks_per_node < world.size;
+    if (p.real && world.size % world.ranks_per_node != 0)
+      throw InputError("comm_efficiency: the " + std::to_string(world.size) + " ranks are not spread evenly over the "
+                       "nodes (at most " + std::to_string(world.ranks_per_node) + " on one): launch as many on each");
+    if (p.real) p.ranks_per_node = world.ranks_per_node;
     if (world.size % p.ranks_per_node != 0 || world.size / p.ranks_per_node < 2)
       throw InputError("comm_efficiency.ranks_per_node = " + std::to_string(p.ranks_per_node) + " must divide the " +
                        std::to_string(world.size) + " ranks into 2 or more nodes");
     p.slow.slow_node = int(int_in_range(s, "slow_node", "comm_efficiency.slow_node", 0, world.size / p.ranks_per_node - 1));
+    if (p.real) p.fast = p.slow = LinkModel{};  // unlimited: the real links' time, the bytes still counted
     ParallelLayout l;
     l.dp = world.size;
     l.micro_batches = p.cfg.micro_batches;
@@ -139,6 +150,38 @@ double tail_loss(const std::vector<double>& losses) {
   double s = 0;
   for (size_t i = losses.size() - n; i < losses.size(); ++i) s += losses[i];
   return s / double(n);
+}
+
+/// The real links out of each node, measured: for each node j >= 1 a ping-pong of `bytes` between
+/// world rank 0 and node j's first rank (best of 3), and node 0's as the fastest of those.
+/// Returns GB/s per direction (1e9 bytes/s) per node, on every rank. Collective over `world`;
+/// nodes are blocks of `per_node` consecutive ranks.
+std::vector<double> measure_node_links(Communicator& world, int per_node, size_t bytes) {
+  const int nodes = world.size() / per_node;
+  std::vector<double> gbps(size_t(nodes), 0.0);
+  std::vector<float> buf(bytes / 4, 1.0f);
+  const size_t count = buf.size();
+  for (int j = 1; j < nodes; ++j) {
+    const int peer = j * per_node;
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      if (world.rank() == 0) {
+        world.send(buf.data(), count, DType::f32, peer, 71);
+        world.recv(buf.data(), count, DType::f32, peer, 72);
+      } else if (world.rank() == peer) {
+        world.recv(buf.data(), count, DType::f32, 0, 71);
+        world.send(buf.data(), count, DType::f32, 0, 72);
+      }
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (world.rank() == 0) best = std::max(best, 2.0 * double(4 * count) / dt * 1e-9);
+    }
+    gbps[size_t(j)] = best;
+  }
+  world.broadcast(gbps.data(), gbps.size(), DType::f64, 0);
+  if (nodes > 1) gbps[0] = *std::max_element(gbps.begin() + 1, gbps.end());
+  return gbps;
 }
 
 class CommEfficiencySuite : public Suite {
@@ -222,12 +265,24 @@ SuiteResult CommEfficiencySuite::run(SuiteContext& ctx) {
   const double tokens = double(p.cfg.global_batch) * p.cfg.seq_len;
   ctx.print("# comm_efficiency: GPT L=" + std::to_string(p.model.L) + " C=" + std::to_string(p.model.C) + ", " +
             std::to_string(gpt_num_params(p.model)) + " params, DP " + std::to_string(n) + " over " +
-            std::to_string(nodes) + " emulated nodes of " + std::to_string(p.ranks_per_node) + ", " +
-            std::to_string(p.cfg.steps) + " steps of " + std::to_string(int64_t(tokens)) + " tokens");
+            std::to_string(nodes) + (p.real ? " real" : " emulated") + " nodes of " + std::to_string(p.ranks_per_node) +
+            ", " + std::to_string(p.cfg.steps) + " steps of " + std::to_string(int64_t(tokens)) + " tokens");
   char head[300];
-  std::snprintf(head, sizeof head,
-                "# links out of each node %.3g GB/s (fast); node %d's at %.3g GB/s (slow); latency %.0f us", p.fast.gbps,
-                p.slow.slow_node, p.slow.slow_gbps, p.fast.latency_s * 1e6);
+  // Real nodes: the slowest link measured stands for the link condition (slow_node, slow_link_gbps).
+  double link_gbps = p.fast.gbps, slow_gbps = p.slow.slow_gbps, latency_us = p.fast.latency_s * 1e6;
+  int slow_node = p.slow.slow_node;
+  if (p.real) {
+    const std::vector<double> g = measure_node_links(ctx.world, p.ranks_per_node, size_t(2) << 20);
+    slow_node = int(std::min_element(g.begin() + 1, g.end()) - g.begin());  // node 0 is where they are measured from
+    link_gbps = *std::max_element(g.begin(), g.end()), slow_gbps = g[size_t(slow_node)], latency_us = 0;
+    std::snprintf(head, sizeof head,
+                  "# the real links, nothing emulated: measured (2 MiB ping-pong) %.3g GB/s at most, node %d's %.3g GB/s "
+                  "(the slowest)", link_gbps, slow_node, slow_gbps);
+  } else {
+    std::snprintf(head, sizeof head,
+                  "# links out of each node %.3g GB/s (fast); node %d's at %.3g GB/s (slow); latency %.0f us",
+                  link_gbps, slow_node, slow_gbps, latency_us);
+  }
   ctx.print(head);
   ctx.print("#  method         link   step (ms)   tokens/s   vs sync   DP bytes/token   cross-node bytes/token   "
             "tail loss   vs sync");
@@ -242,22 +297,25 @@ SuiteResult CommEfficiencySuite::run(SuiteContext& ctx) {
   double sync_tps[2] = {0, 0}, sync_loss = 0;
   for (const Method& m : p.methods) {
     Run runs[2];
-    for (int slow = 0; slow < 2; ++slow) runs[slow] = train(ctx, p, m, slow ? p.slow : p.fast);
+    const int conditions = p.real ? 1 : 2;  // real nodes: one run over the links as they are
+    for (int slow = 0; slow < conditions; ++slow) runs[slow] = train(ctx, p, m, slow ? p.slow : p.fast);
     if (ctx.world.rank() != 0) continue;
-    double differ = 0;
-    for (size_t i = 0; i < runs[0].losses.size(); ++i)
-      differ = std::max(differ, std::fabs(runs[0].losses[i] - runs[1].losses[i]));
-    res.checks.push_back(make_check("comm_efficiency/" + m.name + "/losses_same_over_links", differ, 0.0,
-                                    "max |loss(fast links) - loss(slow links)| over the steps, bitwise: the emulated "
-                                    "links change the time of each collective, not what it computes"));
+    if (!p.real) {
+      double differ = 0;
+      for (size_t i = 0; i < runs[0].losses.size(); ++i)
+        differ = std::max(differ, std::fabs(runs[0].losses[i] - runs[1].losses[i]));
+      res.checks.push_back(make_check("comm_efficiency/" + m.name + "/losses_same_over_links", differ, 0.0,
+                                      "max |loss(fast links) - loss(slow links)| over the steps, bitwise: the emulated "
+                                      "links change the time of each collective, not what it computes"));
+    }
     res.checks.push_back(make_check("comm_efficiency/" + m.name + "/replicas_identical",
-                                    std::max(runs[0].replica_params, runs[1].replica_params), 0.0,
+                                    std::max(runs[0].replica_params, runs[conditions - 1].replica_params), 0.0,
                                     "max |difference| between DP replicas' final parameters, bitwise"));
     curves[m.name] = runs[0].losses;
     norms[m.name] = runs[0].grad_norms;
     const double loss = tail_loss(runs[0].losses);
     if (m.name == "sync") sync_loss = loss;
-    for (int slow = 0; slow < 2; ++slow) {
+    for (int slow = 0; slow < conditions; ++slow) {
       const Run& r = runs[slow];
       double total = 0;
       for (double t : r.step_s) total += t;
@@ -269,7 +327,7 @@ SuiteResult CommEfficiencySuite::run(SuiteContext& ctx) {
                                   total / double(r.step_s.size()), total / double(r.step_s.size()), "ms");
       rec["method"] = m.name;
       rec["link"] = link;
-      rec["slow_link_gbps"] = slow ? p.slow.slow_gbps : p.fast.gbps;
+      rec["slow_link_gbps"] = p.real ? slow_gbps : slow ? p.slow.slow_gbps : p.fast.gbps;
       rec["staleness"] = m.sync.staleness;
       rec["delay_compensation"] = m.sync.delay_compensation;
       rec["local_steps"] = m.sync.local_steps;
@@ -292,8 +350,8 @@ SuiteResult CommEfficiencySuite::run(SuiteContext& ctx) {
   }
   if (ctx.world.rank() == 0)
     res.data = {{"model", to_json(p.model)}, {"ranks_per_node", p.ranks_per_node}, {"nodes", nodes},
-                {"link_gbps", p.fast.gbps}, {"slow_link_gbps", p.slow.slow_gbps}, {"slow_node", p.slow.slow_node},
-                {"latency_us", p.fast.latency_s * 1e6}, {"tokens_per_step", tokens}, {"losses", curves},
+                {"link_gbps", link_gbps}, {"slow_link_gbps", slow_gbps}, {"slow_node", slow_node},
+                {"latency_us", latency_us}, {"tokens_per_step", tokens}, {"losses", curves},
                 {"grad_norms", norms}};
   return res;
 }

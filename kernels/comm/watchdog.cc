@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -106,6 +107,7 @@ struct Board {
   MPI_Win win = MPI_WIN_NULL;
   std::vector<Slot*> local;    // by local index
   std::vector<Place> places;   // by world rank
+  std::vector<std::string> hosts;  // hostname by world rank (gethostname, gathered at start)
   int world_rank = 0, world_size = 1;
   Slot* mine = nullptr;
 };
@@ -141,7 +143,10 @@ std::string seconds_text(double s) {
 
 std::string ranks_text(const std::vector<int>& r) {
   std::string out;
-  for (size_t i = 0; i < r.size() && i < 16; ++i) out += (i ? "," : "") + std::to_string(r[i]);
+  for (size_t i = 0; i < r.size() && i < 16; ++i) {
+    if (i) out += ',';
+    out += std::to_string(r[i]);
+  }
   if (r.size() > 16) out += ",... (" + std::to_string(r.size()) + " ranks)";
   return out;
 }
@@ -165,8 +170,7 @@ struct PeerState {
 
 PeerState peer_state(const Board& b, int w, uint64_t id, int32_t op, int64_t now) {
   const Place& p = b.places[size_t(w)];
-  if (p.node != b.places[size_t(b.world_rank)].node)
-    return {false, "rank " + std::to_string(w) + " (on another node: named by its own node's ranks)"};
+  if (p.node != b.places[size_t(b.world_rank)].node) return {false, ""};  // another node: remote_text() names it
   const Slot& s = *b.local[size_t(p.local)];
   const SlotView v = read_slot(s);
   const char st = process_state(p.pid);
@@ -205,46 +209,117 @@ std::string gone_peers(const Board& b) {
   return out;
 }
 
-/// The one-line timeout message for this rank's call `v`.
-std::string timeout_message(const Board& b, const SlotView& v, double timeout_s) {
-  State& st = state();
-  CommGroupInfo g;
-  {
-    std::lock_guard<std::mutex> lock(st.mu);
-    auto it = st.groups.find(v.group);
-    if (it != st.groups.end()) g = it->second;
+/// Ranks on other nodes, by host, as "ranks 2,3 on dtbh2, rank 4 on dtbh3": their processes and
+/// calls are on their own node's board, so from this node they can only be named with their host
+/// (from the hostnames gathered at start), not said to have arrived or not.
+std::string remote_text(const Board& b, const std::vector<int>& ranks) {
+  std::vector<std::pair<std::string, std::vector<int>>> by_host;
+  for (int w : ranks) {
+    const std::string& h = b.hosts[size_t(w)];
+    auto it = std::find_if(by_host.begin(), by_host.end(), [&](const auto& e) { return e.first == h; });
+    if (it == by_host.end()) by_host.push_back({h, {w}});
+    else it->second.push_back(w);
   }
-  const int64_t now = now_ns();
-  const int32_t op = v.op;
-  const CommOp base = CommOp(op >= kAsyncWait ? op - kAsyncWait : op);
-  std::string msg = op_text(op) + " on group '" + g.name + "' (world ranks " + ranks_text(g.world_ranks) + ")";
+  std::string out;
+  for (const auto& [h, rs] : by_host)
+    out += (out.empty() ? "" : ", ") + std::string(rs.size() > 1 ? "ranks " : "rank ") + ranks_text(rs) + " on " + h;
+  return out;
+}
+
+/// This rank's call `v` as a sentence: "all_reduce on group 'world' (world ranks 0,1,2,3)"
+/// and, for a send or receive, its peer.
+std::string call_text(const CommGroupInfo& g, const SlotView& v) {
+  const CommOp base = CommOp(v.op >= kAsyncWait ? v.op - kAsyncWait : v.op);
+  std::string msg = op_text(v.op) + " on group '" + g.name + "' (world ranks " + ranks_text(g.world_ranks) + ")";
   const bool p2p = base == CommOp::send || base == CommOp::recv || base == CommOp::sendrecv;
   if (p2p && v.peer >= 0 && size_t(v.peer) < g.world_ranks.size())
     msg += (base == CommOp::recv ? " from rank " : base == CommOp::send ? " to rank " : " with rank ") +
            std::to_string(g.world_ranks[size_t(v.peer)]);
-  msg += " did not complete within " + seconds_text(timeout_s) + " on rank " + std::to_string(b.world_rank);
+  return msg;
+}
+
+/// Who has not arrived at this rank's call `v` ("; not arrived: ...; on other nodes, not visible
+/// from here: ...; arrived: ..." or, for a send or receive, "; peer: ..."): this node's ranks from
+/// the board, other nodes' by host.
+std::string arrivals_text(const Board& b, const CommGroupInfo& g, const SlotView& v) {
+  const int64_t now = now_ns();
+  const CommOp base = CommOp(v.op >= kAsyncWait ? v.op - kAsyncWait : v.op);
+  const bool p2p = base == CommOp::send || base == CommOp::recv || base == CommOp::sendrecv;
   std::vector<std::string> missing;
-  std::vector<int> arrived;
+  std::vector<int> arrived, remote;
+  auto add = [&](int w, const PeerState& p) {
+    if (p.arrived) arrived.push_back(w);
+    else if (p.text.empty()) remote.push_back(w);
+    else missing.push_back(p.text);
+  };
   if (p2p && v.peer >= 0 && size_t(v.peer) < g.world_ranks.size()) {
     const int w = g.world_ranks[size_t(v.peer)];
-    missing.push_back(peer_state(b, w, 0, -1, now).text);  // a peer never "arrives" at a p2p call
+    add(w, peer_state(b, w, 0, -1, now));  // a peer never "arrives" at a p2p call
   } else {
     for (int w : g.world_ranks) {
-      if (w == b.world_rank) {
-        arrived.push_back(w);
-        continue;
-      }
-      PeerState p = peer_state(b, w, v.group, op, now);
-      if (p.arrived) arrived.push_back(w);
-      else missing.push_back(p.text);
+      if (w == b.world_rank) arrived.push_back(w);
+      else add(w, peer_state(b, w, v.group, v.op, now));
     }
   }
+  std::string msg;
   if (!missing.empty()) {
     msg += p2p ? "; peer: " : "; not arrived: ";
     for (size_t i = 0; i < missing.size(); ++i) msg += (i ? ", " : "") + missing[i];
   }
+  if (!remote.empty())
+    msg += (p2p ? "; peer: " : "; on other nodes, not visible from here: ") + remote_text(b, remote) +
+           (p2p ? " (another node: not visible from here)" : "");
   if (!p2p) msg += "; arrived: " + (arrived.empty() ? std::string("none") : ranks_text(arrived));
   return msg;
+}
+
+/// Seconds a rank whose timed-out call spans nodes waits for the launcher's signal before it
+/// exits (see watch()): above `scripts/cluster mpirun`'s keepalive detection (about 7 s).
+constexpr double kNodeLossGrace = 30.0;
+
+/// Whether every rank that keeps this rank's call `v` waiting is on another node (none of this
+/// node's is missing, and one of another node's may be): then a lost node may be the cause.
+bool waits_only_on_other_nodes(const Board& b, const CommGroupInfo& g, const SlotView& v) {
+  const CommOp base = CommOp(v.op >= kAsyncWait ? v.op - kAsyncWait : v.op);
+  const bool p2p = base == CommOp::send || base == CommOp::recv || base == CommOp::sendrecv;
+  std::vector<int> waited;
+  if (p2p && v.peer >= 0 && size_t(v.peer) < g.world_ranks.size()) waited.push_back(g.world_ranks[size_t(v.peer)]);
+  else if (!p2p) waited = g.world_ranks;
+  const int64_t now = now_ns();
+  bool remote = false;
+  for (int w : waited) {
+    if (w == b.world_rank || w < 0 || w >= b.world_size) continue;
+    const PeerState p = peer_state(b, w, v.group, v.op, now);
+    if (p.text.empty() && !p.arrived) remote = true;
+    else if (!p.arrived || p2p) return false;
+  }
+  return remote;
+}
+
+CommGroupInfo group_of(uint64_t id) {
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  auto it = st.groups.find(id);
+  return it != st.groups.end() ? it->second : CommGroupInfo{};
+}
+
+/// The one-line timeout message for this rank's call `v`.
+std::string timeout_message(const Board& b, const SlotView& v, double timeout_s) {
+  const CommGroupInfo g = group_of(v.group);
+  return call_text(g, v) + " did not complete within " + seconds_text(timeout_s) + " on rank " +
+         std::to_string(b.world_rank) + arrivals_text(b, g, v);
+}
+
+/// What this rank was waiting for when a signal ended it: "; rank 0 on dtbh1 was in all_reduce
+/// on group 'world' (...) for 1.2 s; not arrived: ..." (empty when it was not inside a call).
+/// The ranks that had not arrived are where to look when the launcher ended the job because a
+/// rank or a host was lost.
+std::string waiting_text(const Board& b) {
+  const SlotView v = read_slot(*b.mine);
+  if (!v.active) return "";
+  const CommGroupInfo g = group_of(v.group);
+  return "; rank " + std::to_string(b.world_rank) + " on " + b.hosts[size_t(b.world_rank)] + " was in " +
+         call_text(g, v) + " for " + seconds_text(double(now_ns() - v.t_ns) * 1e-9) + arrivals_text(b, g, v);
 }
 
 void watch(Board* b) {
@@ -265,15 +340,18 @@ void watch(Board* b) {
       b->mine->ending_signal.store(sig, std::memory_order_release);  // before looking at the others
       const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
       const std::string gone = gone_peers(*b);
-      const std::string cause = gone.empty()
-                                    ? " (a signal to the job, or the launcher ending it after another rank failed)"
-                                    : gone + " (the launcher ends the job when a rank exits)";
-      const bool written = run_termination_hook("ended by " + name + " while this suite ran" + cause);
+      const std::string cause = (gone.empty()
+                                     ? " (a signal to the job, or the launcher ending it after another rank failed)"
+                                     : gone + " (the launcher ends the job when a rank exits)") +
+                                waiting_text(*b);
+      // The line first: a launcher that lost a node may exit before the report is written, and
+      // what the rank prints after that is lost.
       if (b->world_rank == 0) {
-        std::fprintf(stderr, "dtbench: error: ended by %s%s%s\n", name.c_str(), cause.c_str(),
-                     written ? "; the report holds the suites that finished" : "");
+        std::fprintf(stderr, "dtbench: error: ended by %s%s; the report keeps the suites that finished\n",
+                     name.c_str(), cause.c_str());
         std::fflush(stderr);
       }
+      run_termination_hook("ended by " + name + " while this suite ran" + cause);
       std::_Exit(128 + sig);
     }
     const SlotView v = read_slot(*b->mine);
@@ -295,9 +373,19 @@ void watch(Board* b) {
     std::fprintf(stderr, "dtbench: error: rank %d %s: %s\n", b->world_rank, host, msg.c_str());
     std::fflush(stderr);
     run_termination_hook(msg);
-    // Rank 0 writes the report; the other ranks waiting in the same call give its watchdog
-    // a few wakes to name the call there before their exit makes the launcher end it.
-    if (b->world_rank != 0) std::this_thread::sleep_for(std::chrono::duration<double>(1.0 + 3 * period));
+    if (waits_only_on_other_nodes(*b, group_of(v.group), v)) {
+      // A call across nodes may wait on a node that is gone (its link cut): a rank that exits
+      // now makes mpirun tell that node's daemon to end the job, and mpirun then waits on it for
+      // TCP's retransmission timeout (minutes). Waiting instead lets the launcher find the node
+      // lost first (its keepalive) and end the job; a peer node that is alive ends it sooner.
+      timespec grace{time_t(kNodeLossGrace), 0};
+      siginfo_t info;
+      sigtimedwait(&set, &info, &grace);
+    } else if (b->world_rank != 0) {
+      // Rank 0 writes the report; the other ranks waiting in the same call give its watchdog
+      // a few wakes to name the call there before their exit makes the launcher end it.
+      std::this_thread::sleep_for(std::chrono::duration<double>(1.0 + 3 * period));
+    }
     std::_Exit(3);
   }
 }
@@ -372,6 +460,14 @@ void start_comm_watchdog(MPI_Comm world, double timeout_s) {
   WD_MPI(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, world), "MPI_Allgather");
   b->places.resize(size_t(b->world_size));
   for (int r = 0; r < b->world_size; ++r) b->places[size_t(r)] = {all[size_t(3 * r)], all[size_t(3 * r + 1)], all[size_t(3 * r + 2)]};
+  char host[kNameBytes] = {};
+  gethostname(host, sizeof host - 1);
+  std::vector<char> hosts(size_t(kNameBytes) * size_t(b->world_size));
+  WD_MPI(MPI_Allgather(host, kNameBytes, MPI_CHAR, hosts.data(), kNameBytes, MPI_CHAR, world), "MPI_Allgather");
+  for (int r = 0; r < b->world_size; ++r) {
+    const char* h = &hosts[size_t(kNameBytes) * size_t(r)];
+    b->hosts.emplace_back(h, strnlen(h, kNameBytes - 1));
+  }
   void* base = nullptr;
   WD_MPI(MPI_Win_allocate_shared(MPI_Aint(sizeof(Slot)), 1, MPI_INFO_NULL, b->node_comm, &base, &b->win),
          "MPI_Win_allocate_shared");

@@ -11,17 +11,22 @@
 // been inside one call for longer than the timeout it reads the board: a rank of the group
 // that sits in the same call on the same group has arrived; any other is named with what it
 // is doing instead (another call on another group, computing, stopped, exited). Ranks on
-// other nodes are not visible on this node's board and are named as such (their own node's
-// watchdogs name them). Then it runs the termination hook (run_termination_hook, kernels/
+// other nodes are not visible on this node's board: they are named with their host (the
+// hostnames are gathered at start), "on other nodes, not visible from here: ranks 2,3 on dtbh2",
+// and their own node's watchdogs say what they were doing. Then it runs the termination hook (run_termination_hook, kernels/
 // error.h: the harness writes the report with the running suite marked as failed) and ends the process with exit status 3; the
-// launcher (mpirun, srun) then ends the other ranks. This is PyTorch's NCCL watchdog design
+// launcher (mpirun, srun) then ends the other ranks. When every rank it waits on is on another
+// node (a node that may be gone, its link cut), it first waits up to 30 s for the launcher's
+// signal: mpirun told of an exit would try to reach that node's daemon and wait minutes on TCP,
+// while its keepalive finds the node lost and ends the job. This is PyTorch's NCCL watchdog design
 // (ProcessGroupNCCL's watchdog thread, TORCH_NCCL_ASYNC_ERROR_HANDLING) applied to MPI.
 //
 // The same thread takes SIGINT and SIGTERM (blocked in every other thread by
 // block_termination_signals(), which main() calls before MPI starts its own threads): it
 // runs the termination hook and exits with 128 + the signal number. Open MPI's mpirun sends
-// SIGTERM to every surviving rank when one rank dies, so a killed rank's peers write their
-// report this way.
+// SIGTERM to every surviving rank when one rank dies (or it loses a node's daemon), so a killed
+// rank's peers write their report this way; a rank inside a call when the signal comes adds
+// that call and who had not arrived, as above (so a host whose ranks died is named).
 #pragma once
 #include <mpi.h>
 
