@@ -72,6 +72,7 @@ struct ValidateArgs {
   double check_timeout = 300;  // seconds a step of a check may take before its missing ranks are named (exit 3)
   double duration = 600;       // burnin: seconds to loop the long level for
   bool sdc = false;            // the SDC replay (check sdc/replay) at levels quick and medium too
+  std::string pairs = "all";   // long: "all" (every pair) or "adaptive" (fault isolation in rounds, isolate.h)
 };
 
 /// The command: collective over `world`. Prints the expected duration first, then the checks

@@ -41,6 +41,9 @@ Setup check_arguments(Communicator& world, const ValidateArgs& a) {
   if (a.level != "quick" && a.level != "medium" && a.level != "long" && a.level != "burnin")
     throw InputError("--level '" + a.level + "' is not one of quick, medium, long, burnin");
   if (!(a.tolerance > 0 && a.tolerance < 1)) throw InputError("--tolerance must be in (0, 1)");
+  if (a.pairs != "all" && a.pairs != "adaptive") throw InputError("--pairs '" + a.pairs + "' is not one of all, adaptive");
+  if (a.pairs == "adaptive" && a.level != "long" && a.level != "burnin")
+    throw InputError("--pairs adaptive needs --level long or burnin: level " + a.level + " measures no pairs of nodes");
   if (!(a.check_timeout >= 1 && a.check_timeout <= 1e6))
     throw InputError("--check-timeout must be a number of seconds in [1, 1e6]");
   if (!(a.duration > 0 && a.duration <= 1e7)) throw InputError("--duration must be a number of seconds in (0, 1e7]");
@@ -86,7 +89,11 @@ void print_plan(const ValidateArgs& a, int world_size, const Injection& inj) {
     std::printf("; then each rank's GEMM, memory bandwidth and host-device copies, the ranks of a host one at a "
                 "time (about 0.5 s a rank of the most populated host), the send/recv pairs and an all-reduce "
                 "within each node");
-  if (long_level)
+  if (long_level && a.pairs == "adaptive")
+    std::printf("; then groups of nodes as rings of send/recv pairs, the failed ones split in halves, each suspect "
+                "confirmed with a known-good partner (about 0.1 s a round of pairs), an all-reduce over the world "
+                "and a few training steps");
+  else if (long_level)
     std::printf("; then every pair's send/recv (n - 1 rounds of n / 2 pairs, about 0.1 s a round), an all-reduce "
                 "over the world and a few training steps");
   if (runs_sdc(a))
@@ -333,6 +340,9 @@ CLI::App* add_validate_subcommand(CLI::App& app, ValidateArgs& args) {
   validate->add_flag("--sdc", args.sdc,
                      "silent-data-corruption triage at any level (levels long and burnin have it): every rank "
                      "replays the same training steps alone; a rank whose hash differs from the majority's is named");
+  validate->add_option("--pairs", args.pairs,
+                       "long: all (every pair, round-robin) or adaptive (groups of nodes as rings of pairs, only the "
+                       "failed ones split, suspects confirmed with a known-good partner; one rank per node)");
   validate->add_option("--inject", args.inject,
                        "FOR TESTS ONLY: RANK:compute:FACTOR or RANK:comm:FACTOR runs that rank's compute measurements "
                        "or point-to-point transfers FACTOR times slower; A-B:comm:FACTOR only the transfers between "
