@@ -114,11 +114,13 @@ void print_plan(const ValidateArgs& a, int world_size, const Injection& inj) {
 }
 
 // A group's all-reduce cannot tell its nodes apart: the checks over groups/allreduce_busbw_GBps
-// (its rules, and k_of rules made of them only) name only the nodes that pairs/links (in
-// `checks`) shows slow too.
+// (its rules, and k_of rules made of them only) name only the nodes that pairs/links, or
+// pairs/isolation with --pairs adaptive (in `checks`), shows slow too.
 void cross_check_groups(std::vector<ValidateCheck>& judged, const std::vector<ValidateRule>& rules,
                         const std::vector<ValidateCheck>& checks, const std::vector<std::string>& node_of_rank) {
-  const auto links = std::find_if(checks.begin(), checks.end(), [](const ValidateCheck& c) { return c.name == "pairs/links"; });
+  const auto links = std::find_if(checks.begin(), checks.end(), [](const ValidateCheck& c) {
+    return c.name == "pairs/links" || c.name == "pairs/isolation";
+  });
   if (links == checks.end()) return;
   const std::string metric = "groups/allreduce_busbw_GBps";
   std::set<std::string> group_rules;
@@ -128,7 +130,8 @@ void cross_check_groups(std::vector<ValidateCheck>& judged, const std::vector<Va
     if (r.type == "k_of" && std::all_of(r.of.begin(), r.of.end(), [&](const std::string& x) { return group_rules.count(x); }))
       group_rules.insert(r.name);
   for (ValidateCheck& c : judged)
-    if (group_rules.count(c.name)) cross_check_group(c, nodes_slow_by_pairs(*links, node_of_rank), node_of_rank, links->detail);
+    if (group_rules.count(c.name)) cross_check_group(c, nodes_slow_by_pairs(*links, node_of_rank), node_of_rank,
+                                                     links->name + ": " + links->detail);
 }
 
 // The report of a run that ended early: the checks so far, the failed one, the rest not_run,

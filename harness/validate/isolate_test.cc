@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include "harness/validate/links.h"
+
 namespace dtb {
 namespace {
 
@@ -70,6 +72,17 @@ TEST(ValidateIsolate, OneSlowLinkIsNamedAsAPairNoNode) {
   }
   // 3-4 joins the two groups: on no ring, so not seen (what round 1 cannot see, docs/validate.md).
   EXPECT_EQ(isolate({8, {}, {{3, 4}}}).status, "pass");
+}
+
+TEST(ValidateIsolate, GroupAllReduceBlamesOnlyTheConfirmedNode) {
+  // The groups' all-reduce check names nodes 2 and 3 (one group); the isolation confirmed 2 alone.
+  const ValidateCheck iso = isolate({4, {2}, {}});
+  std::vector<std::string> nodes = {"h0", "h1", "h2", "h3"};
+  EXPECT_EQ(nodes_slow_by_pairs(iso, nodes), std::vector<std::string>({"h2"}));
+  ValidateCheck group{"groups", "fail", "slow", {"h2", "h3"}, {2, 3}, nlohmann::json::object(), {}};
+  cross_check_group(group, nodes_slow_by_pairs(iso, nodes), nodes, iso.name + ": " + iso.detail);
+  EXPECT_EQ(group.nodes, std::vector<std::string>({"h2"}));
+  EXPECT_EQ(group.ranks, std::vector<int>({2}));
 }
 
 TEST(ValidateIsolate, NoFaultIsOneRoundNothingNamed) {
