@@ -349,6 +349,8 @@ expect_error "--ranks-per-node: Value 0 not in range 1 to 1048576" validate --ra
 expect_error "--expect: nodes given twice" validate --expect nodes=1,nodes=2
 expect_error "--expect: 'device' is not key=value" validate --expect device
 expect_error "--duration must be a number of seconds in (0, 1e7]" validate --level burnin --duration 0
+expect_error "--pairs 'x' is not one of all, adaptive" validate --level long --pairs x
+expect_error "--pairs adaptive needs --level long or burnin" validate --level medium --pairs adaptive
 expect_error "--check-timeout must be a number of seconds in [1, 1e6]" validate --check-timeout -1
 expect_error "--check-timeout must be a number of seconds in [1, 1e6]" validate --check-timeout inf
 expect_error "--inject: 'hang' takes no factor (RANK:hang)" validate --inject 0:hang:3

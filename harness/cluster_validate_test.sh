@@ -7,6 +7,7 @@
 #  - the link between two healthy hosts (dtbh1-dtbh2) at 1 Gbit/s: exit 1, pairs/links names
 #    that pair (its ranks and hosts) and no node is defective;
 #  - one host (dtbh3) at 1 Gbit/s: exit 1, that host alone defective, pairs/links names no link;
+#    with --pairs adaptive, pairs/isolation names dtbh3 alone in fewer tests than the 6 pairs;
 #  - the SDC triage with rank 2's replay corrupted (--inject 2:sdc, tests only): rank 2 and its
 #    host dtbh3 named, every other node accepted (the clean runs above name nobody).
 # The cluster is taken down on every way out. Exit 77 (ctest: skipped) with the reason where
@@ -97,8 +98,17 @@ grep -E '^ *fail +pairs/links' "$tmp/link.log" || fail "no pairs/links line in t
 step "host dtbh3 at 1 Gbit/s"
 "$cluster" shape 3 --rate 1gbit >/dev/null || fail "shape 3"
 validate_run host 1 mpirun --level long
+validate_run adaptive 1 mpirun --level long --pairs adaptive
 "$cluster" unshape >/dev/null || fail "unshape"
 judge "$tmp/host.json" "dtbh3" "" || fail "a slow host"
+judge "$tmp/adaptive.json" "dtbh3" "" || fail "a slow host, --pairs adaptive"
+/usr/bin/python3 -c '
+import json, sys
+c = {c["name"]: c for c in json.load(open(sys.argv[1]))["checks"]}["pairs/isolation"]
+t = c["values"]["totals"]
+assert c["status"] == "fail" and c["ranks"] == [2] and c["nodes"] == ["dtbh3"], (c["ranks"], c["nodes"], c["detail"])
+assert c["values"]["slow_links"] == [] and t["tests"] < t["all_pairs"] == 6, (t, c["detail"])
+print("ok: --pairs adaptive names dtbh3 alone:", c["detail"][:300])' "$tmp/adaptive.json" || fail "--pairs adaptive"
 
 step "SDC triage: rank 2's replay corrupted"
 validate_run sdc 1 mpirun --level quick --sdc --inject 2:sdc

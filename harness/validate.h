@@ -13,7 +13,10 @@
 //    makes no node defective; a rank slow with most partners is a node fault), alpha-beta fits
 //    per link class (intra-node, inter-node), groups of two nodes' all-reduce (naming only the
 //    nodes the pairs show slow), the world's all-reduce with arrival times, and a few
-//    data-parallel training steps of the reference GPT.
+//    data-parallel training steps of the reference GPT. --pairs adaptive replaces every pair by
+//    fault isolation in rounds (isolate.h, check pairs/isolation): groups of nodes measured at
+//    once as rings of pairs, only failed groups split, each suspect confirmed with a known-good
+//    partner; the rounds and tests are reported beside n(n - 1) / 2.
 //  - burnin: the long level looped for --duration seconds, each rank's worst figure judged.
 // Silent-data-corruption triage (check sdc/replay; levels long and burnin, or --sdc at any
 // level): every rank replays the same few training steps of the reference GPT alone, without
@@ -37,9 +40,10 @@
 //
 // The parts live in harness/validate/: inventory.h (level quick), rules.h (metrics, rules,
 // baselines), faults.h (--inject), steps.h (a check's steps and timeouts), compute.h,
-// pairs.h and collective.h (the probes), links.h (the pair and group verdicts), sdc.h (the SDC
-// replay and the majority rule), run.h and levels.h (one function per level), verdict.h (the
-// verdict and the report) and command.cc (this command and its options).
+// pairs.h and collective.h (the probes), links.h (the pair and group verdicts), isolate.h
+// (--pairs adaptive), sdc.h (the SDC replay and the majority rule), run.h and levels.h (one
+// function per level), verdict.h (the verdict and the report) and command.cc (this command and
+// its options).
 #pragma once
 #include <string>
 
@@ -72,6 +76,7 @@ struct ValidateArgs {
   double check_timeout = 300;  // seconds a step of a check may take before its missing ranks are named (exit 3)
   double duration = 600;       // burnin: seconds to loop the long level for
   bool sdc = false;            // the SDC replay (check sdc/replay) at levels quick and medium too
+  std::string pairs = "all";   // long: "all" (every pair) or "adaptive" (fault isolation in rounds, isolate.h)
 };
 
 /// The command: collective over `world`. Prints the expected duration first, then the checks

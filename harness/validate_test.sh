@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dtbench validate on 4 ranks grouped as 2 emulated nodes: levels quick, medium and long, the
 # test-only fault injection (one rank's compute, then its transfers, slowed 2x; one bit of one
-# rank's SDC replay flipped) and baselines.
+# rank's SDC replay flipped), baselines, and 4 ranks as 4 nodes for slow links and --pairs adaptive.
 # Timing-based: ctest runs it alone (RUN_SERIAL), as a neighbour test on the same 2 cores could
 # slow one rank's measurement enough to pass for a fault.
 # Usage: validate_test.sh PATH/TO/dtbench PATH/TO/mpirun
@@ -170,6 +170,31 @@ assert "rank 1 (" in links["detail"] and "- rank 2 (" in links["detail"], links[
 assert by["groups"]["nodes"] == [] and by["groups"]["ranks"] == [], by["groups"]
 assert "share one machine" in by["consistency/machines"]["detail"], by["consistency/machines"]
 print("validate slow link ok:", links["detail"][:160])
+PY
+
+# --pairs adaptive (fault isolation in rounds) on 4 ranks as 4 nodes: rank 2's transfers
+# stretched 8x make pairs/isolation name rank 2 and its node alone (the ring of 4, its halves,
+# the failed half's two ranks confirmed with known-good partners: 5 tests against 6 pairs); the
+# link 1-2 stretched 8x is named as a pair, every node accepted (the ring's pair 1-2 lies between
+# its halves, whose rings both pass). 8x as for pairs/links above: the same crowded threshold.
+rpn=1 expect_exit 1 "$tmp/a.log" --level long --pairs adaptive --rules "$tmp/floor.json" --inject 2:comm:8 \
+  --output "$tmp/a.json"
+rpn=1 expect_exit 1 "$tmp/al.log" --level long --pairs adaptive --rules "$tmp/floor.json" --inject 1-2:comm:8 \
+  --output "$tmp/al.json"
+python3 - "$tmp/a.json" "$tmp/al.json" <<'PY'
+import json, sys
+node, link = (json.load(open(p)) for p in sys.argv[1:3])
+c = {c["name"]: c for c in node["checks"]}["pairs/isolation"]
+bad = [n["node"] for n in node["nodes"] if not n["accepted"]]
+assert c["status"] == "fail" and c["ranks"] == [2] and c["nodes"] == bad == [node["nodes"][2]["node"]], (c, bad)
+assert c["values"]["slow_links"] == [], c["values"]["slow_links"]
+t = c["values"]["totals"]
+assert t["all_pairs"] == 6 and t["tests"] < t["all_pairs"] and t["rounds"] == 3, t
+assert "pairs/links" not in {c["name"] for c in node["checks"]}, "--pairs adaptive also ran every pair"
+c = {c["name"]: c for c in link["checks"]}["pairs/isolation"]
+assert link["exit_status"] == 1 and all(n["accepted"] for n in link["nodes"]), link["nodes"]
+assert c["status"] == "fail" and c["nodes"] == [] and [l["ranks"] for l in c["values"]["slow_links"]] == [[1, 2]], c
+print("validate --pairs adaptive ok:", c["detail"][:200])
 PY
 
 # Baselines: a quick run judged against the long baseline lacks its metrics, and a missing

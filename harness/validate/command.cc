@@ -41,6 +41,9 @@ Setup check_arguments(Communicator& world, const ValidateArgs& a) {
   if (a.level != "quick" && a.level != "medium" && a.level != "long" && a.level != "burnin")
     throw InputError("--level '" + a.level + "' is not one of quick, medium, long, burnin");
   if (!(a.tolerance > 0 && a.tolerance < 1)) throw InputError("--tolerance must be in (0, 1)");
+  if (a.pairs != "all" && a.pairs != "adaptive") throw InputError("--pairs '" + a.pairs + "' is not one of all, adaptive");
+  if (a.pairs == "adaptive" && a.level != "long" && a.level != "burnin")
+    throw InputError("--pairs adaptive needs --level long or burnin: level " + a.level + " measures no pairs of nodes");
   if (!(a.check_timeout >= 1 && a.check_timeout <= 1e6))
     throw InputError("--check-timeout must be a number of seconds in [1, 1e6]");
   if (!(a.duration > 0 && a.duration <= 1e7)) throw InputError("--duration must be a number of seconds in (0, 1e7]");
@@ -86,7 +89,11 @@ void print_plan(const ValidateArgs& a, int world_size, const Injection& inj) {
     std::printf("; then each rank's GEMM, memory bandwidth and host-device copies, the ranks of a host one at a "
                 "time (about 0.5 s a rank of the most populated host), the send/recv pairs and an all-reduce "
                 "within each node");
-  if (long_level)
+  if (long_level && a.pairs == "adaptive")
+    std::printf("; then groups of nodes as rings of send/recv pairs, the failed ones split in halves, each suspect "
+                "confirmed with a known-good partner (about 0.1 s a round of pairs), an all-reduce over the world "
+                "and a few training steps");
+  else if (long_level)
     std::printf("; then every pair's send/recv (n - 1 rounds of n / 2 pairs, about 0.1 s a round), an all-reduce "
                 "over the world and a few training steps");
   if (runs_sdc(a))
@@ -107,11 +114,13 @@ void print_plan(const ValidateArgs& a, int world_size, const Injection& inj) {
 }
 
 // A group's all-reduce cannot tell its nodes apart: the checks over groups/allreduce_busbw_GBps
-// (its rules, and k_of rules made of them only) name only the nodes that pairs/links (in
-// `checks`) shows slow too.
+// (its rules, and k_of rules made of them only) name only the nodes that pairs/links, or
+// pairs/isolation with --pairs adaptive (in `checks`), shows slow too.
 void cross_check_groups(std::vector<ValidateCheck>& judged, const std::vector<ValidateRule>& rules,
                         const std::vector<ValidateCheck>& checks, const std::vector<std::string>& node_of_rank) {
-  const auto links = std::find_if(checks.begin(), checks.end(), [](const ValidateCheck& c) { return c.name == "pairs/links"; });
+  const auto links = std::find_if(checks.begin(), checks.end(), [](const ValidateCheck& c) {
+    return c.name == "pairs/links" || c.name == "pairs/isolation";
+  });
   if (links == checks.end()) return;
   const std::string metric = "groups/allreduce_busbw_GBps";
   std::set<std::string> group_rules;
@@ -121,7 +130,8 @@ void cross_check_groups(std::vector<ValidateCheck>& judged, const std::vector<Va
     if (r.type == "k_of" && std::all_of(r.of.begin(), r.of.end(), [&](const std::string& x) { return group_rules.count(x); }))
       group_rules.insert(r.name);
   for (ValidateCheck& c : judged)
-    if (group_rules.count(c.name)) cross_check_group(c, nodes_slow_by_pairs(*links, node_of_rank), node_of_rank, links->detail);
+    if (group_rules.count(c.name)) cross_check_group(c, nodes_slow_by_pairs(*links, node_of_rank), node_of_rank,
+                                                     links->name + ": " + links->detail);
 }
 
 // The report of a run that ended early: the checks so far, the failed one, the rest not_run,
@@ -333,6 +343,9 @@ CLI::App* add_validate_subcommand(CLI::App& app, ValidateArgs& args) {
   validate->add_flag("--sdc", args.sdc,
                      "silent-data-corruption triage at any level (levels long and burnin have it): every rank "
                      "replays the same training steps alone; a rank whose hash differs from the majority's is named");
+  validate->add_option("--pairs", args.pairs,
+                       "long: all (every pair, round-robin) or adaptive (groups of nodes as rings of pairs, only the "
+                       "failed ones split, suspects confirmed with a known-good partner; one rank per node)");
   validate->add_option("--inject", args.inject,
                        "FOR TESTS ONLY: RANK:compute:FACTOR or RANK:comm:FACTOR runs that rank's compute measurements "
                        "or point-to-point transfers FACTOR times slower; A-B:comm:FACTOR only the transfers between "

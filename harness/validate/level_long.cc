@@ -2,9 +2,12 @@
 // groups of two nodes and of the world (bus bandwidth, arrival), and a few data-parallel
 // training steps of the reference GPT (harness/validate_train.h).
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "harness/validate/collective.h"
 #include "harness/validate/format.h"
+#include "harness/validate/isolate.h"
 #include "harness/validate/levels.h"
 #include "harness/validate/links.h"
 #include "harness/validate/pairs.h"
@@ -51,6 +54,53 @@ void check_pairs(ValidateRun& run) {
                     num_str(kLinkThresholds.link) + ", as the timings share cores: " + why.substr(0, why.find(", so "));
   }
   run.add_check(links);
+}
+
+// pairs/isolation (--pairs adaptive): groups of nodes measured at once as rings of pairs, the
+// failed ones split in halves, the suspects confirmed with known-good partners (isolate.h).
+// Every rank plans the same rounds from the same gathered figures.
+void check_isolation(ValidateRun& run) {
+  run.begin_check("pairs");
+  const std::set<std::string> nodes(run.node_of_rank.begin(), run.node_of_rank.end());
+  if (run.n < 3 || int(nodes.size()) != run.n) {
+    run.add_check({"pairs/isolation", "skip",
+                   run.n < 3 ? "fewer than 3 nodes: a ring of fewer than 3 pairs gives no quartile to judge by"
+                             : "--pairs adaptive measures one rank per node, and a node here runs several: use --pairs all",
+                   {}, {}, json::object(), {}});
+    return;
+  }
+  const size_t big = kPairSizes.back();
+  const std::string why = crowded(run.inv, true);
+  Isolation iso = isolation_start(run.n, (why.empty() ? kLinkThresholds : kLinkThresholdsCrowded).link);
+  std::map<std::pair<int, int>, double> gbps;  // (a < b): the lower direction's 4 MiB figure
+  auto measure = [&](const std::vector<std::pair<int, int>>& pairs) {
+    const PairSweep sw = sweep_pairs(run.world, disjoint_rounds(pairs), run.inv, run.inj, *run.steps, run.current);
+    const std::vector<double> m = run.gather(sw.seconds.back());
+    for (const auto& [a, b] : pairs) {
+      const double t = std::max(m[size_t(a * run.n + b)], m[size_t(b * run.n + a)]);
+      gbps[{std::min(a, b), std::max(a, b)}] = t > 0 ? algbw_GBps(2 * big, t) : 0.0;  // both directions, as pairs/links
+    }
+  };
+  const PairFigure fig = [&](int a, int b) {
+    const auto it = gbps.find({std::min(a, b), std::max(a, b)});
+    return it == gbps.end() ? 0.0 : it->second;
+  };
+  while (!iso.pending.empty()) {
+    std::vector<std::pair<int, int>> pairs;
+    for (const auto& g : iso.pending)
+      for (const auto& p : ring_pairs(g)) pairs.push_back(p);
+    measure(pairs);
+    isolation_judge_round(iso, fig);
+  }
+  if (const auto confirm = isolation_confirm_pairs(iso); !confirm.empty()) measure(confirm);
+  isolation_confirm(iso, fig);
+  std::vector<std::string> hosts;
+  for (int r = 0; r < run.n; ++r) hosts.push_back(run.host(r));
+  ValidateCheck c = isolation_check(iso, run.node_of_rank, hosts);
+  if (!why.empty())
+    c.detail += "; slow below " + num_str(kLinkThresholdsCrowded.link) + " of the quartile, not " +
+                num_str(kLinkThresholds.link) + ", as the timings share cores: " + why.substr(0, why.find(", so "));
+  run.add_check(c);
 }
 
 // groups/allreduce: nodes in groups of two (nodes 2k and 2k + 1, as under one leaf switch when
@@ -144,7 +194,10 @@ void check_train(ValidateRun& run) {
 }  // namespace
 
 void long_level(ValidateRun& run) {
-  check_pairs(run);
+  if (run.args.pairs == "adaptive")
+    check_isolation(run);
+  else
+    check_pairs(run);
   check_groups_allreduce(run);
   check_world_allreduce(run);
   check_train(run);

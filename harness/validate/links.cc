@@ -140,6 +140,7 @@ ValidateCheck links_check(const std::vector<double>& gbps, const std::vector<std
 
 std::vector<std::string> nodes_slow_by_pairs(const ValidateCheck& links, const std::vector<std::string>& node_of_rank) {
   std::vector<std::string> out;
+  if (links.name == "pairs/isolation") return links.nodes;  // its confirmed node faults
   if (links.name != "pairs/links" || !links.values.contains("slow_ranks")) return out;
   for (const json& r : links.values["slow_ranks"]) {
     const int rank = r.get<int>();
@@ -171,7 +172,7 @@ void cross_check_group(ValidateCheck& c, const std::vector<std::string>& slow_no
   c.values["not_blamed"] = cleared;
   if (kept.empty()) {
     c.detail = "a group's all-reduce is slow, but the pairs show none of its nodes slow, so no node is blamed (a link "
-               "or switch between them, or the collective itself): " + c.detail + "; pairs/links: " + links_detail;
+               "or switch between them, or the collective itself): " + c.detail + "; " + links_detail;
   } else {
     c.detail += "; not blamed, as the pairs show them fast: " + names;
   }

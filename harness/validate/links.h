@@ -53,7 +53,8 @@ ValidateCheck links_check(const std::vector<double>& gbps, const std::vector<std
                           LinkThresholds th = kLinkThresholds);
 
 /// The nodes that pairs/links found slow with most of their partners (its "slow_ranks"' nodes),
-/// in rank order; empty for any other check.
+/// in rank order, or that pairs/isolation (--pairs adaptive) confirmed slow (its nodes); empty
+/// for any other check.
 std::vector<std::string> nodes_slow_by_pairs(const ValidateCheck& links, const std::vector<std::string>& node_of_rank);
 
 /// Cross-checks a failing or warning check over the groups' all-reduce (a group's figure is the
@@ -61,8 +62,8 @@ std::vector<std::string> nodes_slow_by_pairs(const ValidateCheck& links, const s
 /// the nodes (and their ranks: node_of_rank) that `slow_nodes` (nodes_slow_by_pairs) also
 /// names, listing the others in values "not_blamed"; with none left it still fails or warns,
 /// naming no node (a check about the run: exit 1), and says that the pairs show none of the
-/// group's nodes slow, quoting `links_detail` (pairs/links' detail). A check of any other status
-/// is left as it is.
+/// group's nodes slow, quoting `links_detail` (the pair check's name and detail). A check of
+/// any other status is left as it is.
 void cross_check_group(ValidateCheck& c, const std::vector<std::string>& slow_nodes,
                        const std::vector<std::string>& node_of_rank, const std::string& links_detail);
 
