@@ -167,15 +167,15 @@ step "elastic restart on the surviving hosts"
 cat >"$tmp/el.json" <<EOF
 {"name": "cluster-elastic", "comm_timeout_s": $timeout_s, "suites": ["train"],
  "model": {"L": 2, "C": 32, "NH": 2, "T": 32, "V": 256},
- "train": {"steps": 30, "global_batch": 12, "micro_batches": 1, "seq_len": 32, "lr": 0.003,
-           "checkpoint_dir": "$tmp/ck", "checkpoint_every": 5, "resume_from": "latest"}}
+ "train": {"steps": 200, "global_batch": 12, "micro_batches": 1, "seq_len": 32, "lr": 0.003,
+           "checkpoint_dir": "$tmp/ck", "checkpoint_every": 10, "resume_from": "latest"}}
 EOF
 /usr/bin/python3 "$root/scripts/elastic.py" --dtbench "$dtbench" --launcher "$cluster mpirun --ranks-per-host 2" \
   --hosts dtbh1:2,dtbh2:2,dtbh3:2 --np 6 --max-restarts 1 -- --config "$tmp/el.json" --output-dir "$tmp/out-el" \
   --run-id e >"$tmp/el.log" 2>&1 8<&- &
 job=$!
 waited=0
-until [ -f "$tmp/ck/step-5/manifest.json" ] || [ "$waited" -ge 600 ]; do sleep 0.1; waited=$((waited + 1)); done
+until [ -f "$tmp/ck/step-10/manifest.json" ] || [ "$waited" -ge 600 ]; do sleep 0.1; waited=$((waited + 1)); done
 victims=$(dtbench_pids 2)
 [ -n "$victims" ] && kill -9 $victims || fail "elastic: no checkpoint or no rank on dtbh2 within 60 s"
 wait "$job"; rc=$?
@@ -192,7 +192,7 @@ assert rep["context"]["nodes"] == 2, rep["context"]["nodes"]
 bad = [c["name"] for c in rep["checks"] if not c["passed"]]
 assert rep["checks"] and not bad, bad
 t = [x for x in rep["suites"] if x["name"] == "train"][0]
-assert len(t["data"]["losses"]["layout"]) == 30, len(t["data"]["losses"]["layout"])
+assert len(t["data"]["losses"]["layout"]) == 200, len(t["data"]["losses"]["layout"])
 print(f"ok (elastic): lost {a[0]['lost_host']} ({a[0]['error'][:90]}); restarted on {','.join(a[1]['hosts'])}, "
       f"4 ranks, resumed at step {res['at_step']} resharded from {res['resharded_from']}; {len(rep['checks'])} checks passed")
 PY

@@ -37,12 +37,18 @@ trap 'exit 143' TERM INT HUP
 
 # validate_run NAME EXPECTED_EXIT LAUNCHER ARGS...: validate through LAUNCHER (mpirun | srun), its
 # report in $tmp/NAME.json and its output in $tmp/NAME.log; fails unless it exits EXPECTED_EXIT.
+# --tolerance 0.5: the default rules fail a rank more than this fraction below the fleet median. The
+# 4 hosts share 2 cores, and a clean rank's GEMM or triad figure was seen 34-35 % below the median
+# when other work ran (the default 0.3 would fail it); the faults this test makes are 75-95 % below
+# (a 1 Gbit/s link against 4 GB/s between unshaped hosts). A run that hangs is ended after 200 s.
 validate_run() {
   local name=$1 want=$2 how=$3; shift 3
   local launch=("$cluster" mpirun -np 4)
   [ "$how" = srun ] && launch=("$cluster" srun --mpi=pmix -N 4 --ntasks-per-node 1)
-  "${launch[@]}" "$dtbench" validate --check-timeout 120 --output "$tmp/$name.json" "$@" >"$tmp/$name.log" 2>&1
+  timeout -k 10 200 "${launch[@]}" "$dtbench" validate --check-timeout 120 --tolerance 0.5 \
+    --output "$tmp/$name.json" "$@" >"$tmp/$name.log" 2>&1
   local rc=$?
+  [ "$rc" -ne 124 ] || { cat "$tmp/$name.log"; fail "$name: validate did not end within 200 s"; }
   [ "$rc" -eq "$want" ] || { cat "$tmp/$name.log"; fail "$name: validate exited $rc, not $want"; }
   [ -f "$tmp/$name.json" ] || fail "$name: no report"
 }
