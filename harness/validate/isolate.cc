@@ -7,6 +7,7 @@
 #include <set>
 
 #include "harness/validate/format.h"
+#include "harness/validate/links.h"
 
 namespace dtb {
 
@@ -14,15 +15,6 @@ using nlohmann::json;
 using namespace validate_detail;
 
 namespace {
-
-// The p-quantile of `v` (not empty), linear between the order statistics at p (n - 1), as
-// pairs/links takes its quartiles.
-double quantile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  const double x = p * double(v.size() - 1);
-  const size_t lo = size_t(std::floor(x)), hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (x - double(lo)) * (v[hi] - v[lo]);
-}
 
 double figure(const PairFigure& fig, int a, int b) {
   const double g = fig(a, b);

@@ -14,15 +14,14 @@ namespace dtb {
 using nlohmann::json;
 using namespace validate_detail;
 
-namespace {
-
-// The p-quantile of `v` (not empty), linear between the order statistics at p (n - 1).
 double quantile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   const double x = p * double(v.size() - 1);
   const size_t lo = size_t(std::floor(x)), hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (x - double(lo)) * (v[hi] - v[lo]);
 }
+
+namespace {
 
 struct Pair {
   int a, b;

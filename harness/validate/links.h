@@ -34,6 +34,11 @@ inline constexpr LinkThresholds kLinkThresholdsCrowded = {0.25, 0.5};
 /// of the pairs under judgement (two ranks per emulated node give two intra-node pairs).
 inline constexpr int kLinkClassMinPairs = 3;
 
+/// The p-quantile of `v` (not empty; p in [0, 1]), linear between the order statistics at
+/// p (n - 1) (Hyndman and Fan 1996, definition 7; numpy's default): the quartiles pairs/links
+/// and pairs/isolation judge a pair's GB/s against.
+double quantile(std::vector<double> v, double p);
+
 /// The verdict over every pair: `gbps` is the n x n matrix of 4 MiB send/recv bandwidths
 /// (row-major, GB/s, both directions counted; a pair's figure is the lower of its two cells; 0
 /// or not finite: not measured). node_of_rank and host_of_rank (n each) name the ranks' nodes
