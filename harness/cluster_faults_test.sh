@@ -27,17 +27,8 @@ step() { echo "[$((SECONDS - t0)) s] $*"; }
 t0=$SECONDS
 timeout_s=10
 
-why=$("$cluster" check); rc=$?
-[ "$rc" -ne 77 ] || { echo "SKIP: $why"; exit 77; }
-[ "$rc" -eq 0 ] || { echo "FAIL: scripts/cluster check exited $rc: $why"; exit 1; }
-# One cluster per machine: the same lock as harness/cluster_test.sh.
-exec 8</run
-flock -w 240 8 || { echo "FAIL: another cluster test held the machine for 240 s"; exit 1; }
-[ "$("$cluster" status 2>&1)" = "cluster: no cluster is up" ] ||
-  { echo "FAIL: a cluster, or what one left, is on this machine: scripts/cluster status"; exit 1; }
-"$cluster" up 3 8<&- >/dev/null || { echo "FAIL: scripts/cluster up 3"; exit 1; }
-trap '"$cluster" down >/dev/null; rm -rf "$tmp"' EXIT
-trap 'exit 143' TERM INT HUP
+. "$root/harness/cluster_lib.sh"
+cluster_take 3 >/dev/null
 
 # The pids of this test's dtbench processes in host H (every process of a host is in its netns).
 dtbench_pids() {

@@ -18,18 +18,8 @@ step() { echo "[$((SECONDS - t0)) s] $*"; }
 t0=$SECONDS
 
 had_netns_dir=$(mountpoint -q /run/netns && echo yes)   # ip netns add makes it; check and down remove it
-why=$("$cluster" check --slurm); rc=$?
-[ "$rc" -ne 77 ] || { echo "SKIP: $why"; exit 77; }
-[ "$rc" -eq 0 ] || fail "scripts/cluster check exited $rc: $why"
-# One cluster per machine (its names and addresses are fixed): this test from another checkout
-# waits for the first to finish; a cluster brought up by hand is not this test's to take down.
-exec 8</run
-flock -w 240 8 || fail "another cluster test held the machine for 240 s"
-[ "$("$cluster" status 2>&1)" = "cluster: no cluster is up" ] || fail "a cluster, or what one left, is on this machine: scripts/cluster status"
-"$cluster" up 3 --slurm 8<&- || fail "scripts/cluster up 3 --slurm"
-# From here on the cluster is ours: down on every way out, a signal included.
-trap '"$cluster" down; rm -rf "$tmp"' EXIT
-trap 'exit 143' TERM INT HUP
+. "$root/harness/cluster_lib.sh"
+cluster_take 3 --slurm
 # The namespaces' identities, to find any process left in them after the teardown.
 ns_ids=$(for h in dtbh1 dtbh2 dtbh3; do echo "net:[$(stat -L -c %i /run/netns/$h)]"
   echo "uts:[$(stat -L -c %i /run/dtbench-cluster/uts/$h)]"; done)

@@ -24,16 +24,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 step() { echo "[$((SECONDS - t0)) s] $*"; }
 t0=$SECONDS
 
-why=$("$cluster" check --slurm); rc=$?
-[ "$rc" -ne 77 ] || { echo "SKIP: $why"; exit 77; }
-[ "$rc" -eq 0 ] || fail "scripts/cluster check exited $rc: $why"
-# One cluster per machine: wait for another cluster test (harness/cluster_test.sh takes the same lock).
-exec 8</run
-flock -w 240 8 || fail "another cluster test held the machine for 240 s"
-[ "$("$cluster" status 2>&1)" = "cluster: no cluster is up" ] || fail "a cluster, or what one left, is on this machine: scripts/cluster status"
-"$cluster" up 4 --slurm 8<&- || fail "scripts/cluster up 4 --slurm"
-trap '"$cluster" down >/dev/null; rm -rf "$tmp"' EXIT
-trap 'exit 143' TERM INT HUP
+. "$root/harness/cluster_lib.sh"
+cluster_take 4 --slurm
 
 # validate_run NAME EXPECTED_EXIT LAUNCHER ARGS...: validate through LAUNCHER (mpirun | srun), its
 # report in $tmp/NAME.json and its output in $tmp/NAME.log; fails unless it exits EXPECTED_EXIT.

@@ -1,0 +1,21 @@
+# Sourced by the tests on the test cluster (harness/cluster_*test.sh; scripts/cluster, docs/cluster.md).
+# cluster_take ARGS...: `scripts/cluster up ARGS` (e.g. `3 --slurm`) for this test alone, or exit 77
+# (ctest: skipped) with the reason where scripts/cluster check says this machine cannot host it.
+# One cluster per machine (fixed names and addresses): a second test waits for the lock on /run that
+# every cluster test takes, up to 240 s; a cluster brought up by hand fails the test instead of being
+# taken down. From then on `scripts/cluster down` runs on every way out, a signal included, and
+# removes $tmp. Needs $cluster (the path of scripts/cluster) and $tmp; exits 1 with a FAIL line.
+cluster_take() {
+  local why rc slurm=
+  [[ " $* " != *" --slurm "* ]] || slurm=--slurm
+  why=$("$cluster" check $slurm); rc=$?
+  [ "$rc" -ne 77 ] || { echo "SKIP: $why"; exit 77; }
+  [ "$rc" -eq 0 ] || { echo "FAIL: scripts/cluster check exited $rc: $why"; exit 1; }
+  exec 8</run
+  flock -w 240 8 || { echo "FAIL: another cluster test held the machine for 240 s"; exit 1; }
+  [ "$("$cluster" status 2>&1)" = "cluster: no cluster is up" ] ||
+    { echo "FAIL: a cluster, or what one left, is on this machine: scripts/cluster status"; exit 1; }
+  "$cluster" up "$@" 8<&- || { echo "FAIL: scripts/cluster up $*"; exit 1; }
+  trap '"$cluster" down >/dev/null; rm -rf "$tmp"' EXIT
+  trap 'exit 143' TERM INT HUP
+}
