@@ -16,7 +16,7 @@ In it, scripts/compare.py ab
 - builds "base" into build-gate/<commit>/ and the working tree ("slow") into build/ (two builds; ccache holds
   what the two share with this checkout's own build), runs them side by side and counts them under callgrind,
   and must exit 1, listing checkpoint.mtbf_hours as a difference it ignores, with both 1 MiB all_reduce records
-  (in and out of place) timing regressions, the train step's instructions 20 % up (19.5-20.5 %: train() has a
+  (in and out of place) estimated slower and at least one a timing regression, the train step's instructions 20 % up (19.5-20.5 %: train() has a
   fixed part besides its steps) and the training record's paired timing row over every pair asked for, its
   change estimated. Whether the timing sees the train step's 20 % is the gate's power, a benchmark
   (scripts/gate-power, docs/ci.md's table), not asserted here: beside ctest's other tests a run can take 10 s
@@ -129,8 +129,15 @@ class GateOnTwoBuilds(unittest.TestCase):
         self.assertEqual(res["errors"], [])
         all_reduce = [r for r in res["modes"]["paired"]["rows"] if r["record"].startswith("collectives/all_reduce/")]
         self.assertEqual(len(all_reduce), 2, res["modes"]["paired"]["rows"])  # 1 MiB, in and out of place
+        # Both are 2x slower; beside ctest's other tests one of the two was once left at p 0.0115 after Holm
+        # (+140 %, alpha 0.01) while the other was flagged: the gate failed the build all the same. So each
+        # must be estimated slower, and at least one flagged and named among the regressions.
         for r in all_reduce:
-            self.assertEqual(r["verdict"], "REGRESSION", r)
+            self.assertIn(r["verdict"], ("REGRESSION", "worse, not significant"), r)
+            self.assertGreater(r["change"], 0.05, r)
+        flagged = [r for r in all_reduce if r["verdict"] == "REGRESSION"]
+        self.assertTrue(flagged, all_reduce)
+        for r in flagged:
             self.assertTrue(any(ln.startswith(f"timing: {r['record']} ") for ln in res["regressions"]), r)
         # The timing ran on both builds, every pair (its verdict is the gate's power: the docstring says why
         # it is shown, not asserted). The count is exact: the train step's instructions are a fifth more.
