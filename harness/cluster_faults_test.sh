@@ -15,19 +15,13 @@
 # Exit 77 (ctest: skipped) with the reason where scripts/cluster check says this machine cannot host it.
 # Usage: cluster_faults_test.sh PATH/TO/dtbench
 set -uo pipefail
-dtbench=$(realpath "$1")
-root=$(cd "$(dirname "$0")/.." && pwd)
-cluster="$root/scripts/cluster"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/cluster_lib.sh" "$1"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 step() { echo "[$((SECONDS - t0)) s] $*"; }
 t0=$SECONDS
 timeout_s=10
 
-. "$root/harness/cluster_lib.sh"
 cluster_take 3 >/dev/null
 
 # The pids of this test's dtbench processes in host H (every process of a host is in its netns).

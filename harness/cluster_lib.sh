@@ -1,10 +1,20 @@
-# Sourced by the tests on the test cluster (harness/cluster_*test.sh; scripts/cluster, docs/cluster.md).
+# Sourced by the tests on the test cluster (harness/cluster_*test.sh; scripts/cluster, docs/cluster.md)
+# as `. "$(dirname "$0")/cluster_lib.sh" PATH/TO/dtbench`: sets $dtbench (absolute), $root (the
+# checkout), $cluster (scripts/cluster), $tmp (a directory removed on exit) and the environment every
+# run on the cluster takes (one BLAS thread, Open MPI yielding when idle, mpirun as root).
+dtbench=$(realpath "$1")
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cluster="$root/scripts/cluster"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
 # cluster_take ARGS...: `scripts/cluster up ARGS` (e.g. `3 --slurm`) for this test alone, or exit 77
 # (ctest: skipped) with the reason where scripts/cluster check says this machine cannot host it.
 # One cluster per machine (fixed names and addresses): a second test waits for the lock on /run that
 # every cluster test takes, up to 240 s; a cluster brought up by hand fails the test instead of being
 # taken down. From then on `scripts/cluster down` runs on every way out, a signal included, and
-# removes $tmp. Needs $cluster (the path of scripts/cluster) and $tmp; exits 1 with a FAIL line.
+# removes $tmp. Exits 1 with a FAIL line.
 cluster_take() {
   local why rc slurm=
   [[ " $* " != *" --slurm "* ]] || slurm=--slurm

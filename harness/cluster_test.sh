@@ -7,18 +7,12 @@
 # Exit 77 (ctest: skipped) with the reason where scripts/cluster check says this machine cannot host it.
 # Usage: cluster_test.sh PATH/TO/dtbench
 set -uo pipefail
-dtbench=$(realpath "$1")
-root=$(cd "$(dirname "$0")/.." && pwd)
-cluster="$root/scripts/cluster"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+. "$(dirname "$0")/cluster_lib.sh" "$1"
 fail() { echo "FAIL: $*"; exit 1; }
 step() { echo "[$((SECONDS - t0)) s] $*"; }
 t0=$SECONDS
 
 had_netns_dir=$(mountpoint -q /run/netns && echo yes)   # ip netns add makes it; check and down remove it
-. "$root/harness/cluster_lib.sh"
 cluster_take 3 --slurm
 # The namespaces' identities, to find any process left in them after the teardown.
 ns_ids=$(for h in dtbh1 dtbh2 dtbh3; do echo "net:[$(stat -L -c %i /run/netns/$h)]"

@@ -14,17 +14,11 @@
 # scripts/cluster check says this machine cannot host it.
 # Usage: cluster_validate_test.sh PATH/TO/dtbench
 set -uo pipefail
-dtbench=$(realpath "$1")
-root=$(cd "$(dirname "$0")/.." && pwd)
-cluster="$root/scripts/cluster"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+. "$(dirname "$0")/cluster_lib.sh" "$1"
 fail() { echo "FAIL: $*"; exit 1; }
 step() { echo "[$((SECONDS - t0)) s] $*"; }
 t0=$SECONDS
 
-. "$root/harness/cluster_lib.sh"
 cluster_take 4 --slurm
 
 # validate_run NAME EXPECTED_EXIT LAUNCHER ARGS...: validate through LAUNCHER (mpirun | srun), its
