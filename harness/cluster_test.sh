@@ -160,3 +160,20 @@ for p in /proc/[0-9]*; do
 done
 [ -z "$left" ] || fail "left after scripts/cluster down: $left"
 echo "ok: nothing left (namespaces, processes, mounts, links, files); $((SECONDS - t0)) s in all"
+
+step "orphans: what a test killed before its teardown left is taken down by down --orphaned, nothing else"
+trap '"$cluster" down >/dev/null' EXIT
+bash -c '"$0" up 1 --owner $$ >/dev/null' "$cluster" || fail "up 1 --owner (a shell that then ends)"
+st=$("$cluster" status); grep -q '^cluster: 1 hosts, .*owner process [0-9]* (ended' <<<"$st" || fail "status does not say the owner ended: $st"
+"$cluster" down --orphaned >/dev/null || fail "down --orphaned refused a cluster whose owner ended"
+[ "$("$cluster" status 2>&1)" = "cluster: no cluster is up" ] || fail "down --orphaned left: $("$cluster" status 2>&1)"
+for owner in "" "--owner $$"; do   # by hand; owned by this test, which runs
+  "$cluster" up 1 $owner >/dev/null || fail "up 1 $owner"
+  out=$("$cluster" down --orphaned 2>&1) && fail "down --orphaned took down a cluster brought up with '$owner': $out"
+  grep -q "not an orphan" <<<"$out" || fail "down --orphaned with '$owner' said: $out"
+  st=$("$cluster" status); [ "${st%%,*}" = "cluster: 1 hosts" ] || fail "down --orphaned touched the cluster up with '$owner'"
+  "$cluster" down >/dev/null || fail "down after up 1 $owner"
+done
+trap - EXIT
+[ "$("$cluster" status 2>&1)" = "cluster: no cluster is up" ] || fail "left: $("$cluster" status 2>&1)"
+echo "ok: an orphan taken down; a cluster by hand and one whose owner runs left as they were"
