@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "suites/layout_config.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb::cli {
 
@@ -16,7 +16,7 @@ std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 /// Whether option `opt` ("--tp") was given on subcommand `sub`.
 inline bool given(const CLI::App& sub, const char* opt) { return sub.count(opt) > 0; }
 
-/// A layout option's flag, from the one table of layout spellings (suites/layout_config.h).
+/// A layout option's flag, from the one table of layout spellings (reference/layout/layout_spec.h).
 inline const char* flag(LayoutKey k) { return spelling(k).memory_flag; }
 
 }  // namespace dtb::cli

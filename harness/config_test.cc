@@ -10,7 +10,7 @@
 #include "harness/config.h"
 #include "harness/fuzz/config_input.h"
 #include "kernels/error.h"
-#include "suites/layout_config.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 

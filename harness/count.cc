@@ -27,10 +27,10 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
 #include "kernels/slowdown.h"
-#include "reference/checkpoint_io.h"
-#include "reference/layout_runner.h"
-#include "reference/moe.h"
-#include "reference/trainer.h"
+#include "reference/checkpoint/checkpoint_io.h"
+#include "reference/layout/layout_runner.h"
+#include "reference/model/moe.h"
+#include "reference/training/trainer.h"
 #include "suites/oracle.h"
 #include "suites/suite.h"
 
@@ -161,7 +161,7 @@ void add_kernel_regions(std::vector<Region>& regions, Buffers& b, CpuOps<float>&
   }));
 }
 
-// One MoE layer (reference/moe.h) on one rank, the moe suite's path without its exchanges: 256
+// One MoE layer (reference/model/moe.h) on one rank, the moe suite's path without its exchanges: 256
 // tokens in routing groups of 64, C = 64, 4 experts of F = 4C, top-2, capacity factor 1.25 (some
 // assignments dropped). The pattern-filled weights route every call alike; the backward region
 // reuses one forward's activations and accumulates into the same gradient buffers. Named moe/,
@@ -196,8 +196,8 @@ void add_moe_regions(std::vector<Region>& regions, Buffers& b, CpuOps<float>& op
 }
 
 // The training step, both trainers, on one rank: the single-rank Gpt trainer (the train
-// suite's data-parallel path, reference/trainer.h train) and the sharded trainer at
-// tp = pp = dp = 1 (reference/layout_runner.h run_layout), the config's model and batch.
+// suite's data-parallel path, reference/training/trainer.h train) and the sharded trainer at
+// tp = pp = dp = 1 (reference/layout/layout_runner.h run_layout), the config's model and batch.
 void add_train_regions(std::vector<Region>& regions, const json& cfg, const Dataset& data, Device& device,
                        Communicator& world, const InjectedSlowdown& slow) {
   const GptConfig model = gpt_config_from_json(cfg.at("model"));
@@ -230,7 +230,7 @@ void add_train_regions(std::vector<Region>& regions, const json& cfg, const Data
 // A checkpoint's CPU side on one rank (the checkpoint suite's blocking save without the disk's
 // wait, which callgrind does not count): the rank file of the config's model at ZeRO 0 in fp32
 // (parameters, AdamW m and v, the pattern-filled state, the index) built into its sections and written with
-// its SHA-256 (reference/checkpoint_io.h rank_sections, write_rank_file), into a directory made
+// its SHA-256 (reference/checkpoint/checkpoint_io.h rank_sections, write_rank_file), into a directory made
 // once and removed after.
 void add_checkpoint_regions(std::vector<Region>& regions, const json& cfg) {
   const GptConfig model = gpt_config_from_json(cfg.at("model"));

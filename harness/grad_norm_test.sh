@@ -2,7 +2,7 @@
 # Every training path of the train suite reports the global gradient norm of each step
 # (docs/config.md: "computed and reported every step, clipping or not") and checks it against the
 # float64 oracle's (train/grad_norm/step:s, the conformance suite's tolerance): the plain
-# data-parallel path (reference/trainer.h's train(): the default run's, DP 2 with grad_clip on, one
+# data-parallel path (reference/training/trainer.h's train(): the default run's, DP 2 with grad_clip on, one
 # rank at ZeRO 0) reported none; the sharded path (ZeRO 1) did. Also without the references
 # (references: false: the norms reported, nothing to check them against).
 # Usage: grad_norm_test.sh PATH/TO/dtbench PATH/TO/mpirun

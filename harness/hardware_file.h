@@ -1,6 +1,6 @@
 // Hardware files: a named system's rates for the step-time model and the planner, as JSON with
 // the units in the key names (harness/hardware/*.json; docs/plan.md#hardware-files), read and
-// written here. Not the model (reference/step_time_model.h) and not the calibration that measures
+// written here. Not the model (reference/analytic/step_time_model.h) and not the calibration that measures
 // one (suites/step_time_calibration.h).
 #pragma once
 #include <array>
@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reference/planner.h"
-#include "reference/step_time_model.h"
+#include "reference/analytic/planner.h"
+#include "reference/analytic/step_time_model.h"
 
 namespace dtb {
 
@@ -28,7 +28,7 @@ struct HardwareSpec {
   std::array<double, 3> peak_flops{};  // dense peak FLOP/s per precision (index int(Precision))
   StepTimeHardware hw;                 // rates in seconds, bytes/s, FLOP/s; op_seconds empty
   nlohmann::json sources = nlohmann::json::object();  // field -> source text, as the file has it
-  /// What reference/planner.h takes of it.
+  /// What reference/analytic/planner.h takes of it.
   PlannerHardware planner() const { return {hw, device_memory_bytes, peak_flops}; }
 };
 

@@ -16,7 +16,7 @@
 #include <iostream>
 #include <mutex>
 
-#include "harness/claims.h"
+#include "harness/claims/claims.h"
 #include "harness/config.h"
 #include "harness/count.h"
 #include "harness/memory_cli.h"
@@ -24,7 +24,7 @@
 #include "harness/report.h"
 #include "harness/trace.h"
 #include "harness/validate.h"
-#include "reference/checkpoint.h"
+#include "reference/checkpoint/checkpoint.h"
 #include "suites/calibration.h"
 #include "suites/host_load.h"
 #include "kernels/agreed_error.h"
@@ -32,7 +32,7 @@
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
-#include "reference/progress.h"
+#include "reference/training/progress.h"
 
 namespace dtb {
 namespace {
@@ -123,7 +123,7 @@ int cmd_summary(const std::string& path, bool root) {
   return s.passed() ? 0 : 1;
 }
 
-// `dtbench claims`: every catalog entry evaluated (harness/claims.h), the measured column from
+// `dtbench claims`: every catalog entry evaluated (harness/claims/claims.h), the measured column from
 // REPORT's records when --report is given. Prints the table, or the JSON with --json; --output
 // also writes the JSON (scripts/report.py renders it). Exit 2 on a bad catalog or report.
 struct ClaimsArgs {
@@ -140,7 +140,7 @@ int cmd_claims(const ClaimsArgs& a, bool root) {
   }
   const std::vector<ClaimResult> rows = evaluate_claims(catalog, a.report.empty() ? nullptr : &report, a.report);
   nlohmann::json out = claims_to_json(rows);
-  out["catalog"] = a.catalog.empty() ? std::string("harness/claims.json") : a.catalog;  // the default, as the repository names it
+  out["catalog"] = a.catalog.empty() ? std::string("harness/claims/claims.json") : a.catalog;  // the default, as the repository names it
   out["report"] = a.report.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.report);
   if (!root) return 0;
   if (!a.output.empty()) {
@@ -550,9 +550,9 @@ int main(int argc, char** argv) {
     auto* count = dtb::add_count_subcommand(app, count_args);
     dtb::ClaimsArgs claims_args;
     auto* claims = app.add_subcommand(
-        "claims", "check the field's rules of thumb (harness/claims.json) against dtbench's models and a report");
+        "claims", "check the field's rules of thumb (harness/claims/claims.json) against dtbench's models and a report");
     claims->add_option("--report", claims_args.report, "a dtbench report whose suites give the measured column");
-    claims->add_option("--catalog", claims_args.catalog, "claims catalog JSON (default: harness/claims.json)");
+    claims->add_option("--catalog", claims_args.catalog, "claims catalog JSON (default: harness/claims/claims.json)");
     claims->add_option("--output", claims_args.output, "also write the evaluated claims as JSON to FILE")->type_name("FILE");
     claims->add_flag("--json", claims_args.json, "print JSON instead of the table");
     try {

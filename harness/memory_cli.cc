@@ -9,9 +9,9 @@
 #include "harness/cli_text.h"
 #include "harness/config.h"
 #include "kernels/error.h"
-#include "reference/memory_model.h"
-#include "reference/planner.h"
-#include "suites/layout_config.h"
+#include "reference/analytic/memory_model.h"
+#include "reference/analytic/planner.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
@@ -71,7 +71,7 @@ using cli::flag;
 using cli::fmt;
 using cli::given;
 
-// A count option, when given, in [min, max] (max: the planner's bounds, reference/planner.h, past
+// A count option, when given, in [min, max] (max: the planner's bounds, reference/analytic/planner.h, past
 // which a plan only allocates: 2e9 micro-batches threw bad_alloc).
 void positive(const CLI::App& sub, const char* opt, long long v, long long min = 1, long long max = kMaxPlanGpus) {
   if (given(sub, opt) && (v < min || v > max))

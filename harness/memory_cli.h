@@ -1,5 +1,5 @@
 // `dtbench memory`: plans a configuration's per-rank memory without running it
-// (reference/memory_model.h), prints a per-stage breakdown by category and tier and where
+// (reference/analytic/memory_model.h), prints a per-stage breakdown by category and tier and where
 // the usual rules of thumb differ from the exact accounting, or JSON with --json.
 // With --params P: model states only, the ZeRO paper's four stages and DeepSpeed's estimators.
 #pragma once
@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "reference/gpt.h"
+#include "reference/model/gpt.h"
 
 namespace dtb {
 

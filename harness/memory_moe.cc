@@ -1,7 +1,7 @@
 // `dtbench memory` for an MoE model (harness/memory_cli.h moe_plan_json): what is stored is every
 // expert, what a token computes is its top-k. The per-rank plan of the sharded trainer
-// (reference/memory_model.h level 2) does not cover MoE layers yet; this is the paper-level
-// accounting of reference/memory_model.h (moe_model_states: zero_model_states of the non-expert
+// (reference/analytic/memory_model.h level 2) does not cover MoE layers yet; this is the paper-level
+// accounting of reference/analytic/memory_model.h (moe_model_states: zero_model_states of the non-expert
 // and of the expert parameters, each over its own group).
 #include <string>
 
@@ -9,7 +9,7 @@
 
 #include "harness/memory_cli.h"
 #include "kernels/error.h"
-#include "reference/memory_model.h"
+#include "reference/analytic/memory_model.h"
 
 namespace dtb {
 

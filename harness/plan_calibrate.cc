@@ -9,7 +9,7 @@
 #include "harness/plan_cli.h"
 #include "kernels/backend.h"
 #include "kernels/error.h"
-#include "reference/layout_runner.h"
+#include "reference/layout/layout_runner.h"
 #include "suites/step_time_calibration.h"
 
 namespace dtb {

@@ -12,8 +12,8 @@
 #include "harness/hardware_file.h"
 #include "harness/memory_cli.h"
 #include "kernels/error.h"
-#include "reference/planner.h"
-#include "suites/layout_config.h"
+#include "reference/analytic/planner.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
@@ -176,7 +176,7 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
                       "128 does: %s; MFU counts the unpadded model's FLOPs",
                       r.model.V, padtext.c_str()));
   // Groups larger than the file's largest collective fit on their link are priced with that fit
-  // (reference/step_time_model.h collective_seconds): said, as an extrapolation.
+  // (reference/analytic/step_time_model.h collective_seconds): said, as an extrapolation.
   const LinkClass far = multi_node ? LinkClass::inter_node : LinkClass::intra_node;
   int largest_fit = 0;
   for (const CollectiveFit& f : hw.hw.collectives)

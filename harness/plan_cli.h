@@ -1,4 +1,4 @@
-// `dtbench plan`: every layout of a dense GPT on N GPUs of a named system (reference/planner.h
+// `dtbench plan`: every layout of a dense GPT on N GPUs of a named system (reference/analytic/planner.h
 // on a hardware file, harness/hardware_file.h), the feasible ones ranked by predicted step time
 // with memory per GPU, tokens/s, MFU and the main terms, and the rest grouped by why they were
 // rejected; JSON with --json. Nothing runs: the memory and the step are models (docs/plan.md).

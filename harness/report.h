@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/comm/communicator.h"
-#include "reference/data.h"
+#include "reference/model/data.h"
 #include "suites/suite.h"
 
 namespace dtb {

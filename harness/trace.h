@@ -1,4 +1,4 @@
-// Chrome trace export of per-rank spans (reference/spans.h): gathered to rank 0 over the
+// Chrome trace export of per-rank spans (reference/training/spans.h): gathered to rank 0 over the
 // world, written as Trace Event Format JSON that Perfetto and chrome://tracing open, one
 // track (thread) per rank.
 #pragma once
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/comm/communicator.h"
-#include "reference/spans.h"
+#include "reference/training/spans.h"
 
 namespace dtb {
 

@@ -11,11 +11,11 @@
 #include "kernels/device.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
-#include "reference/process_grid.h"
-#include "reference/gpt.h"
-#include "reference/layout_runner.h"
-#include "reference/test_dataset.h"
-#include "reference/trainer.h"
+#include "reference/layout/process_grid.h"
+#include "reference/model/gpt.h"
+#include "reference/layout/layout_runner.h"
+#include "reference/model/test_dataset.h"
+#include "reference/training/trainer.h"
 
 namespace dtb {
 
@@ -113,7 +113,7 @@ TrainProbe validate_train_steps(Communicator& world, int steps, double compute_s
   CpuDevice device;
   const Dataset data = test_data();
   // The world behind a clock (the loss all-reduce's return), the DP group behind the step
-  // marker (and, slowed, the spin): reference/layout_runner.h's hooks.
+  // marker (and, slowed, the spin): reference/layout/layout_runner.h's hooks.
   StepCommunicator clock(world, 1.0);
   StepCommunicator* dp = nullptr;
   TrainProbe p;

@@ -3,7 +3,7 @@
 // to end on the cluster (forward, backward, the gradient all-reduce, AdamW, replicas that
 // stay identical) and which rank is slow.
 //
-// It is a data-parallel layout run through reference/layout_runner.h (the sharded model at
+// It is a data-parallel layout run through reference/layout/layout_runner.h (the sharded model at
 // TP = PP = 1, ZeRO 0: micro-batches, the one division by the global token count, the SUM
 // all-reduce over the DP group, AdamW; bitwise the losses and parameters of the train
 // suite's plain-DP path), with each step timed through the layout runner's hooks and, for tests,
@@ -55,7 +55,7 @@ struct TrainProbe {
 /// T64 V256, 120,576 parameters, float32, initialised with seed 1234) on the CPU backend (host
 /// memory and CpuOps, whatever device the ranks have), data parallel over all of `world`: a
 /// global batch of 64 x world.size() sequences of 64 tokens per step, each rank's 64 in 4
-/// micro-batches of 16 (gradient accumulation), drawn from reference/test_dataset.h's
+/// micro-batches of 16 (gradient accumulation), drawn from reference/model/test_dataset.h's
 /// in-memory text (no file), the gradients SUM-all-reduced once per step, then AdamW (lr 3e-3).
 /// Cost: about 45 ms of one core per rank and step (4,096 tokens); 4 ranks sharing 2 cores
 /// take about 90 ms a step, so 10 steps about 1 s. The loss falls from ln 256 = 5.55 to about

@@ -1,5 +1,5 @@
 // Bad input that every rank of a job found alike (kernels/error.h's third path, InputError,
-// made collective): a checkpoint every rank read and refused together (reference/checkpoint.cc
+// made collective): a checkpoint every rank read and refused together (reference/checkpoint/checkpoint.cc
 // agrees on the lowest failing rank's message before anyone throws). No rank is left waiting
 // in a collective, so the job need not end: the harness records the suite's error in the
 // report, runs on, and exits with status 2 (kExitInput) like any other refusal.

@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
-"""Writes the PyTorch golden file for reference/golden_test.cc (after llm.c's test_gpt2).
+"""Writes the PyTorch golden file for reference/model/golden_test.cc (after llm.c's test_gpt2).
 
-The reference GPT (reference/gpt.h) is re-implemented here in plain torch ops in float64,
+The reference GPT (reference/model/gpt.h) is re-implemented here in plain torch ops in float64,
 independently of the C++ code: x = wte[tok] + wpe[pos]; per layer x += attproj(attn(ln1(x)))
 and x += fcproj(gelu_tanh(fc(ln2(x)))); then lnf, logits = x @ wte^T (tied, no bias), and the
 mean token cross-entropy. The weights are random float32 values (nonzero biases and
 layernorm parameters, so their gradients are tested), converted exactly to float64; the
 loss and every parameter gradient are computed in float64.
 
-Usage: /usr/bin/python3 scripts/make_golden.py [OUT]   (default reference/testdata/gpt_tiny.bin)
+Usage: /usr/bin/python3 scripts/make_golden.py [OUT]   (default reference/model/testdata/gpt_tiny.bin)
        /usr/bin/python3 scripts/make_golden.py --gpt-moe [OUT]   (the model with layer 0 a mixture of experts,
-       GPT_MOE below; default reference/testdata/gpt_moe.bin; both read by reference/golden_test.cc)
+       GPT_MOE below; default reference/model/testdata/gpt_moe.bin; both read by reference/model/golden_test.cc)
        /usr/bin/python3 scripts/make_golden.py --moe [OUT]   (the MoE FFN layer alone, moe_loss below;
-       default reference/testdata/moe_layer.bin, read by reference/moe_golden_test.cc)
+       default reference/model/testdata/moe_layer.bin, read by reference/model/moe_golden_test.cc)
 Needs PyTorch (>= 1.12, CPU is enough): Debian's python3-torch for /usr/bin/python3, or
 `pip install torch --index-url https://download.pytorch.org/whl/cpu`. Deterministic: a rerun
 writes a byte-identical file.
@@ -44,7 +44,7 @@ MAGIC = b"DTBGOLD1"
 # B sequences of TN+1 bytes each (4 * 17 = 68 bytes): inputs are the first TN, targets the last TN.
 TEXT = b"It was the best of times, it was the worst of times, it was the age."
 
-# The MoE GPT golden (--gpt-moe, reference/testdata/gpt_moe.bin): the same model and batch with layer 0's FFN
+# The MoE GPT golden (--gpt-moe, reference/model/testdata/gpt_moe.bin): the same model and batch with layer 0's FFN
 # a mixture of E experts of hidden size FH, top-K, capacity factor CF per sequence (the model routes each
 # sequence as one group), balance and z-loss coefficients AUX and ZL, every FREQ-th layer MoE (layer 1 dense).
 GPT_MOE = {"E": 4, "K": 2, "FREQ": 2, "FH": 48, "CF": 1.0, "AUX": 0.1, "ZL": 0.01}
@@ -74,7 +74,7 @@ LAYOUT = [
 
 
 def layout(moe=None):
-    """LAYOUT, or the MoE model's (reference/gpt.h gpt_param_layout): the dense FFN tensors over the Ld dense
+    """LAYOUT, or the MoE model's (reference/model/gpt.h gpt_param_layout): the dense FFN tensors over the Ld dense
     layers, then the Lm MoE layers' router and experts."""
     if moe is None:
         return LAYOUT
@@ -141,7 +141,7 @@ def gpt_loss(p, tokens, targets, moe=None, slots=None):
     return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="mean") + extra
 
 
-# The MoE FFN layer (reference/moe.h) alone, for reference/moe_golden_test.cc: N tokens, E experts of
+# The MoE FFN layer (reference/model/moe.h) alone, for reference/model/moe_golden_test.cc: N tokens, E experts of
 # hidden size FH, top-K routing by the router's softmax probabilities, capacity ceil(CF N K / E) with every
 # first choice placed before any second choice, a dropped assignment contributing nothing; the output
 # sum over kept assignments of p[t, e] * proj_e(gelu_tanh(fc_e(x_t))); the load-balancing loss
@@ -197,7 +197,7 @@ def moe_loss(x, R, w):
 
 
 def main_moe(out_path):
-    """Writes the MoE layer's golden file: see reference/moe_golden_test.cc for its format."""
+    """Writes the MoE layer's golden file: see reference/model/moe_golden_test.cc for its format."""
     gen = torch.Generator().manual_seed(MOE_SEED)
     shapes = [("router", (MOE_E, MOE_C)), ("fc", (MOE_E, MOE_FH, MOE_C)), ("fc_bias", (MOE_E, MOE_FH)),
               ("proj", (MOE_E, MOE_C, MOE_FH)), ("proj_bias", (MOE_E, MOE_C))]

@@ -78,7 +78,7 @@ EXPECTED_B = {"conformance-loss", "precision-loss", "step-times-precision", "ste
 # A claims file as `dtbench claims --output FILE` writes it, one claim per verdict and one with a
 # verdict report.py does not know; text with characters Markdown and HTML must escape.
 HAND_CLAIMS = {
-    "kind": "claims", "version": 1, "catalog": "harness/claims.json", "report": "results/hand.json",
+    "kind": "claims", "version": 1, "catalog": "harness/claims/claims.json", "report": "results/hand.json",
     "claims": [
         {"id": 1, "claim": "Optimizer state is three times the weights.", "conditions": "Adam | fp32",
          "method": "analytic", "predicted": "ratio 3", "computed": "fp32 2x; mixed 6x", "measured": "analytic only",
@@ -449,7 +449,7 @@ class ReportScript(BadInput, unittest.TestCase):
         self.assertIn("Adam \\| fp32", section)  # a | in a cell is escaped, not a column
         self.assertIn("all_reduce &lt;here&gt; &amp; there", page)
         self.assertNotIn("<here>", page)
-        self.assertIn("5 rules of thumb from `harness/claims.json`: 1 holds, 1 differs, 1 holds only if, "
+        self.assertIn("5 rules of thumb from `harness/claims/claims.json`: 1 holds, 1 differs, 1 holds only if, "
                       "1 cannot measure here, 1 untested.", section)
         self.assertIn("`results/hand.json`", section)
         # suite table, failed checks, rules of thumb, then the suites

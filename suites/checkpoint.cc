@@ -1,7 +1,7 @@
 // The `checkpoint` suite: what saving training checkpoints costs (the article's checkpointing
 // overhead; the recompute suite measures activation checkpointing). The GPT trained data-
 // parallel over every rank without saves, with a blocking save every save_interval steps and
-// with an asynchronous one (reference/checkpoint_async.h), alternately (repetitions); then a
+// with an asynchronous one (reference/checkpoint/checkpoint_async.h), alternately (repetitions); then a
 // resume from the asynchronous checkpoint. Per rank: bytes, save write and load seconds and
 // GB/s against the disk's own sequential write (+ fsync) and read rate, measured in the same
 // directory with the same sizes; rank 0's commit (manifest, latest); each mode's training
@@ -17,8 +17,8 @@
 #include <fstream>
 
 #include "kernels/error.h"
-#include "reference/checkpoint.h"
-#include "reference/checkpoint_interval.h"
+#include "reference/checkpoint/checkpoint.h"
+#include "reference/checkpoint/checkpoint_interval.h"
 #include "suites/checkpoint_disk.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"

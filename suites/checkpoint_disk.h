@@ -6,7 +6,7 @@
 #include <string>
 
 #include "kernels/comm/communicator.h"
-#include "reference/checkpoint.h"
+#include "reference/checkpoint/checkpoint.h"
 
 namespace dtb {
 

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "kernels/agreed_error.h"
-#include "reference/parallel_test_util.h"
+#include "reference/parallel/parallel_test_util.h"
 #include "suites/checkpoint_disk.h"
 
 namespace dtb {

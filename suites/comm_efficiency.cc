@@ -21,7 +21,7 @@
 
 #include "kernels/comm/emulated_link.h"
 #include "kernels/error.h"
-#include "suites/layout_config.h"
+#include "reference/layout/layout_spec.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"

@@ -17,7 +17,7 @@
 #include <map>
 
 #include "kernels/error.h"
-#include "reference/dp_sync.h"
+#include "reference/training/dp_sync.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"

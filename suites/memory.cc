@@ -1,6 +1,6 @@
 // The `memory` suite: each rank's measured peak bytes per category and tier (the Device's
 // accounting, kernels/device.h) while the GPT trains for a few steps, beside the analytic
-// model's prediction for that rank (reference/memory_model.h), for DP, ZeRO 1, 2, 3 and
+// model's prediction for that rank (reference/analytic/memory_model.h), for DP, ZeRO 1, 2, 3 and
 // offload over every rank, and a TP (with and without sequence parallelism) and a PP layout. Parameters, gradients, master
 // weights and optimizer state must match the model exactly, and so must activations and
 // backward scratch: the model counts this implementation's own buffers (the pooled
@@ -10,7 +10,7 @@
 #include <cstdio>
 
 #include "kernels/error.h"
-#include "reference/memory_model.h"
+#include "reference/analytic/memory_model.h"
 #include "suites/oracle.h"
 #include "suites/suite.h"
 

@@ -1,4 +1,4 @@
-// The `moe` suite: one mixture-of-experts layer (reference/moe.h) at expert parallelism 1, 2,
+// The `moe` suite: one mixture-of-experts layer (reference/model/moe.h) at expert parallelism 1, 2,
 // 4, ... and several token counts per rank: the forward's time, its dispatch and combine
 // (all_to_allv of the routed rows; DeepEP's "dispatch" and "combine") time and GB/s, the share
 // of the forward in them, the router's load imbalance (max over mean assignments per expert)
@@ -18,10 +18,10 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
-#include "reference/layout_runner.h"
-#include "reference/memory_model.h"
-#include "reference/moe.h"
-#include "reference/rng.h"
+#include "reference/layout/layout_runner.h"
+#include "reference/analytic/memory_model.h"
+#include "reference/model/moe.h"
+#include "reference/model/rng.h"
 #include "suites/bandwidth.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -136,7 +136,7 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 /// The training part: a 2-layer MoE GPT of the layer's shape (4 heads, T = seq_len, V 256) at
 /// DP = world, EP = ep, train_steps steps of 2 sequences per rank; its record, and checks that
 /// each rank's model states (parameters, gradients, Adam moments: fp32, no ZeRO) are exactly the
-/// analytic model's (reference/memory_model.h moe_model_states: the non-expert parameters and
+/// analytic model's (reference/analytic/memory_model.h moe_model_states: the non-expert parameters and
 /// E / ep of each layer's experts).
 json train_record(SuiteContext& ctx, const Params& o, int ep, std::vector<Check>& checks) {
   DTB_CHECK(ctx.dataset != nullptr, "moe suite needs a dataset");

@@ -13,7 +13,7 @@
 #include <cstdio>
 
 #include "kernels/error.h"
-#include "reference/memory_model.h"
+#include "reference/analytic/memory_model.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"

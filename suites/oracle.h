@@ -11,10 +11,10 @@
 
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
-#include "reference/gpt.h"
-#include "reference/layout_runner.h"
-#include "reference/parallel_trainer.h"
-#include "reference/trainer.h"
+#include "reference/model/gpt.h"
+#include "reference/layout/layout_runner.h"
+#include "reference/parallel/parallel_trainer.h"
+#include "reference/training/trainer.h"
 #include "suites/suite.h"
 
 namespace dtb {

@@ -17,7 +17,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
-#include "reference/pipeline_schedule.h"
+#include "reference/parallel/pipeline_schedule.h"
 #include "suites/pipeline_gpt.h"
 #include "suites/host_load.h"
 #include "suites/pipeline_verdict.h"

@@ -7,10 +7,10 @@
 #include <memory>
 
 #include "kernels/error.h"
-#include "reference/layout_runner.h"
-#include "reference/memory_model.h"
-#include "reference/pipeline_schedule.h"
-#include "reference/stage_balance.h"
+#include "reference/layout/layout_runner.h"
+#include "reference/analytic/memory_model.h"
+#include "reference/parallel/pipeline_schedule.h"
+#include "reference/analytic/stage_balance.h"
 #include "suites/stats.h"
 
 namespace dtb {
@@ -243,7 +243,7 @@ void report(SuiteContext& ctx, const GptPipelineParams& o, const std::string& s,
     worst = std::max(worst, std::fabs(x.bytes_sent[size_t(st)] - m * msg * ((st < p - 1) + (st > 0))));
   res.checks.push_back(make_check(name + "/p2p_bytes", worst, 0.0,
                                   "max |bytes sent - m (B Tn C 4) per direction| over the stages, exact"));
-  if (!zb) {  // the per-rank plan (reference/memory_model.h) does not model zb-h1's kept gradients
+  if (!zb) {  // the per-rank plan (reference/analytic/memory_model.h) does not model zb-h1's kept gradients
     PlanConfig c;
     c.model = o.model;
     c.layout.pp = p, c.layout.schedule = s, c.layout.micro_batches = m;

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reference/gpt.h"
+#include "reference/model/gpt.h"
 #include "suites/suite.h"
 
 namespace dtb {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "kernels/comm/communicator.h"
-#include "reference/test_dataset.h"
+#include "reference/model/test_dataset.h"
 #include "suites/suite.h"
 
 namespace dtb {

@@ -81,7 +81,7 @@ bool bubble_decided(double simulated, const std::vector<BubbleRepetition>& reps,
   return bubble_check("", simulated, reps, tolerance).judged();
 }
 
-// The rounding of simulate_pipeline (reference/pipeline_schedule.cc) on balanced stages, whose
+// The rounding of simulate_pipeline (reference/parallel/pipeline_schedule.cc) on balanced stages, whose
 // exact bubble is the closed form (for every schedule and m this suite runs: pipeline_bubble_theory,
 // zb_h1_bubble_theory where T_W <= min(T_F, T_B)). u = 2^-53, gamma(n) = n u / (1 - n u) (Higham,
 // "Accuracy and Stability of Numerical Algorithms", 2nd ed., Sec. 3.1); N = actions over all stages.

@@ -9,7 +9,7 @@
 #include <string>
 #include <tuple>
 
-#include "reference/pipeline_schedule.h"
+#include "reference/parallel/pipeline_schedule.h"
 #include "suites/pipeline_verdict.h"
 
 namespace dtb {

@@ -1,5 +1,5 @@
 // The `precision` suite: the mixed-precision recipes (Micikevicius et al. 2018; kernels/half.h,
-// reference/zero.h) on one model and one data stream, with data parallelism over every rank:
+// reference/zero/zero.h) on one model and one data stream, with data parallelism over every rank:
 //
 //   fp32                       the baseline
 //   bf16, fp16                 half parameters, activations and gradients, fp32 master weights
@@ -18,9 +18,9 @@
 // loss-scale trajectory and skipped steps. Checks: the half runs' losses stay within the
 // conformance suite's stated bounds of fp32 (suites/oracle.h half_vs_fp32_checks); the fp32-comm
 // variants move exactly twice the bytes; every loss-scale trajectory is the one GradScaler's
-// rule gives for its skipped steps (replayed through reference/loss_scaler.h), and the forced
+// rule gives for its skipped steps (replayed through reference/training/loss_scaler.h), and the forced
 // overflow skips at least one step and then trains; the model-state bytes are the analytic
-// model's (reference/memory_model.h), exactly.
+// model's (reference/analytic/memory_model.h), exactly.
 //
 // On the CPU backend half storage is emulated (each op widens its inputs to fp32 and rounds
 // its outputs): the numerics are the GPU recipe's, the speed is not — the conversions cost
@@ -31,8 +31,8 @@
 #include <cstdio>
 
 #include "kernels/error.h"
-#include "reference/loss_scaler.h"
-#include "reference/memory_model.h"
+#include "reference/training/loss_scaler.h"
+#include "reference/analytic/memory_model.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"

@@ -12,7 +12,7 @@
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
-#include "reference/zero.h"
+#include "reference/zero/zero.h"
 #include "suites/stats.h"
 
 namespace dtb {

@@ -1,4 +1,4 @@
-// The step-time model's hardware measured on the machine at hand (reference/step_time_model.h):
+// The step-time model's hardware measured on the machine at hand (reference/analytic/step_time_model.h):
 // the compute ops of the layouts to predict timed at their own shapes on the backend, and the
 // all-reduce and send/receive timed at a few sizes over groups of the world and fitted to
 // alpha-beta — every rank measuring at once, as the ranks train. Not the model; not a suite.
@@ -10,8 +10,8 @@
 
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
-#include "reference/layout_runner.h"
-#include "reference/step_time_model.h"
+#include "reference/layout/layout_runner.h"
+#include "reference/analytic/step_time_model.h"
 
 namespace dtb {
 
@@ -42,7 +42,7 @@ struct StepTimeCalibrationSpec {
 ///  - p2p_intra (and p2p_inter, the same): sendrecv between ranks r and r xor 1 at the same
 ///    sizes. Collectives are timed in tight loops (each call's median of spec.samples, the
 ///    largest over ranks): their own cost;
-///  - host_link: copy_to_host of 4 KiB and 1 MiB; host_pass: masked_sq_sum (reference/zero.h)
+///  - host_link: copy_to_host of 4 KiB and 1 MiB; host_pass: masked_sq_sum (reference/zero/zero.h)
 ///    over the largest optimizer op's element count and an eighth of it; both as the ops, over a
 ///    window on every rank at once.
 /// Fits minimise the squared relative error (small messages count as much as large); the memory,

@@ -12,7 +12,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/timer.h"
-#include "reference/counting_ops_test_util.h"
+#include "reference/training/counting_ops_test_util.h"
 #include "kernels/error.h"
 #include "suites/suite.h"
 

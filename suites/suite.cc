@@ -11,7 +11,7 @@
 #include <iostream>
 
 #include "kernels/error.h"
-#include "reference/progress.h"
+#include "reference/training/progress.h"
 
 namespace dtb {
 
@@ -30,27 +30,6 @@ Check make_not_judged(Check c, std::string reason) {
   c.passed = false;
   c.not_judged_reason = std::move(reason);
   return c;
-}
-
-int64_t int_in_range(const nlohmann::json& s, const std::string& key, const std::string& path,
-                     int64_t lo, int64_t hi) {
-  const nlohmann::json& v = s.at(key);
-  const bool in = v.is_number_integer() &&
-                  !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) &&
-                  v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
-  if (!in)
-    throw InputError(path + " = " + v.dump() + " is out of range [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "]");
-  return v.get<int64_t>();
-}
-
-double number_in_range(const nlohmann::json& s, const std::string& key, const std::string& path,
-                       double lo, double hi) {
-  const double x = s.at(key).get<double>();
-  if (!(x >= lo && x <= hi))
-    throw InputError(path + " = " + s.at(key).dump() + " is out of range [" + nlohmann::json(lo).dump() +
-                     ", " + nlohmann::json(hi).dump() + "]");
-  return x;
 }
 
 void check_fits_in_memory(double bytes_per_rank, int ranks_per_node, const std::string& what,
@@ -122,7 +101,7 @@ void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainCo
   if (s.contains("loss_scale_growth_interval"))
     t.loss_scaler.growth_interval =
         int(int_in_range(s, "loss_scale_growth_interval", path + ".loss_scale_growth_interval", 1, 1 << 30));
-  // How the DP replicas keep in step (reference/trainer.h DpSync; their combinations and the
+  // How the DP replicas keep in step (reference/training/trainer.h DpSync; their combinations and the
   // layouts they need: validate_dp_sync, validate_dp_sync_layout).
   DpSync& d = t.dp_sync;
   auto key = [&](LayoutKey k) { return std::string(spelling(k).config_key); };
@@ -134,11 +113,6 @@ void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainCo
   if (s.contains("outer_lr")) d.outer_lr = number_in_range(s, "outer_lr", path + ".outer_lr", 1e-12, 1e3);
   if (s.contains("outer_momentum"))
     d.outer_momentum = number_in_range(s, "outer_momentum", path + ".outer_momentum", 0.0, 0.999999);
-}
-
-nlohmann::json to_json(const DpSync& d) {
-  return {{"staleness", d.staleness}, {"delay_compensation", d.delay_compensation}, {"local_steps", d.local_steps},
-          {"outer_lr", d.outer_lr}, {"outer_momentum", d.outer_momentum}, {"replicas", d.replicas}};
 }
 
 nlohmann::json model_defaults(int L, int C, int NH, int T, int V) {

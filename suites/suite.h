@@ -16,15 +16,16 @@
 #include "kernels/comm/watchdog.h"
 #include "kernels/device.h"
 #include "kernels/slowdown.h"
-#include "reference/data.h"
-#include "reference/gpt.h"
-#include "reference/gpt_json.h"
-#include "reference/process_grid.h"
-#include "reference/memory_model.h"
-#include "reference/zero.h"
-#include "reference/spans.h"
-#include "reference/trainer.h"
-#include "suites/layout_config.h"
+#include "reference/model/data.h"
+#include "reference/model/gpt.h"
+#include "reference/model/gpt_json.h"
+#include "reference/layout/process_grid.h"
+#include "reference/analytic/memory_model.h"
+#include "reference/zero/zero.h"
+#include "reference/training/spans.h"
+#include "reference/training/trainer.h"
+#include "reference/json_keys.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
@@ -149,12 +150,6 @@ class Suite {
                                      const WorldInfo& world) const = 0;
 };
 
-/// An integer config value in [lo, hi], or InputError naming `path` (e.g. "train.steps").
-int64_t int_in_range(const nlohmann::json& section, const std::string& key, const std::string& path,
-                     int64_t lo, int64_t hi);
-/// A number config value in [lo, hi] (finite), or InputError naming `path`.
-double number_in_range(const nlohmann::json& section, const std::string& key, const std::string& path,
-                       double lo, double hi);
 /// The run config's "model" section (L, C, NH, T, V and the optional MoE keys num_experts,
 /// moe_router_topk, moe_expert_capacity_factor, moe_aux_loss_coeff, moe_z_loss_coeff,
 /// moe_layer_freq, moe_ffn_hidden_size: Megatron-LM's names) as a GptConfig, range-checked
@@ -167,14 +162,13 @@ GptConfig gpt_config_from_json(const nlohmann::json& model, const std::string& p
 nlohmann::json model_defaults(int L, int C, int NH, int T, int V);
 
 /// Comparable printable forms of the typed config parts every suite shares (every field),
-/// for Suite::params_json; the model's is reference/gpt_json.h's.
+/// for Suite::params_json; the model's is reference/model/gpt_json.h's.
 nlohmann::json to_json(const TrainConfig& t);
-nlohmann::json to_json(const DpSync& d);
 
 /// A section's training-recipe keys into `t`, each only where the section has it: precision
 /// (fp32, bf16, fp16: precision_from_json), loss_scale ("auto": dynamic for fp16, none
 /// otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval and grad_clip
-/// (0: off); and how the DP replicas keep in step (reference/trainer.h DpSync): staleness
+/// (0: off); and how the DP replicas keep in step (reference/training/trainer.h DpSync): staleness
 /// [0, 2^20], delay_compensation [0, 1e6], local_steps [0, 2^20], outer_lr [1e-12, 1e3],
 /// outer_momentum [0, 0.999999] (their combinations: validate_dp_sync).
 /// communication_data_type is the layout's (layout_from_json).

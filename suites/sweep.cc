@@ -20,8 +20,8 @@
 
 #include "kernels/error.h"
 #include "kernels/timer.h"
-#include "reference/pipeline_schedule.h"
-#include "reference/step_time_model.h"
+#include "reference/parallel/pipeline_schedule.h"
+#include "reference/analytic/step_time_model.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/step_time_calibration.h"
@@ -200,7 +200,7 @@ struct Params {
   }
 };
 
-// The step-time model's input for one layout of the sweep (reference/step_time_model.h).
+// The step-time model's input for one layout of the sweep (reference/analytic/step_time_model.h).
 StepTimeInput model_input(const Setup& st, const LayoutSpec& spec) {
   StepTimeInput in;
   in.model = st.model;

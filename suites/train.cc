@@ -10,10 +10,10 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/op_profile.h"
 #include "kernels/timer.h"
-#include "reference/checkpoint.h"
-#include "reference/dp_sync.h"
-#include "reference/layout_runner.h"
-#include "reference/trainer.h"
+#include "reference/checkpoint/checkpoint.h"
+#include "reference/training/dp_sync.h"
+#include "reference/layout/layout_runner.h"
+#include "reference/training/trainer.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -63,7 +63,7 @@ json step_breakdown_ms(const SuiteContext& ctx, Communicator& world, const std::
   return out;
 }
 
-// Training checkpoints (reference/checkpoint.h): the section's checkpoint_dir,
+// Training checkpoints (reference/checkpoint/checkpoint.h): the section's checkpoint_dir,
 // checkpoint_every and resume_from. With any of them the layout runs on the sharded
 // trainer (ZeroEngine holds the state a checkpoint saves), also for plain DP.
 struct CheckpointPlan {
@@ -136,14 +136,14 @@ struct TrainFacts {
   const ZeroConfig& zero;
   Recompute recompute;
   const CheckpointPlan& plan;
-  bool dp_only;             // the plain DP trainer (reference/trainer.h), not the sharded model
+  bool dp_only;             // the plain DP trainer (reference/training/trainer.h), not the sharded model
   std::string layout_name;  // the record's name after train/gpt/
   double tokens_per_step;
   double peak_tflops;  // the section's peak_tflops (0: no MFU)
   int hier_node_ranks = 0;  // the DP all-reduce: 0 flat, N hierarchical over nodes of N ranks
 };
 
-// The plain data-parallel run (reference/trainer.h's Gpt<float> and train()) over
+// The plain data-parallel run (reference/training/trainer.h's Gpt<float> and train()) over
 // `dev_comm`, `ops` null on the CPU: the step-0 gradient (CPU only), the losses and timings,
 // this rank's final parameters and the largest difference from rank 0's (bitwise equal
 // replicas give 0). Collective over ctx.world.
@@ -217,7 +217,7 @@ StepSplit slowest_split(const LayoutOutcome& run, Communicator& world) {
   return sp;
 }
 
-// Model FLOPs per token of the run (reference/gpt.h: 6 N + 12 L C T, PaLM appendix B).
+// Model FLOPs per token of the run (reference/model/gpt.h: 6 N + 12 L C T, PaLM appendix B).
 double model_flops_per_token(const TrainFacts& f) { return dtb::model_flops_per_token(f.model, f.cfg.seq_len); }
 
 double model_tflops(const TrainFacts& f, const StepSplit& sp) {
@@ -381,7 +381,7 @@ struct Params {
   std::string matmul_precision;
   double peak_tflops = 0;
   bool references = true;  // on the CPU: the single-rank references and the float64 oracle, and their checks
-  /// Plain DP (reference/trainer.h) unless the layout, ZeRO, recompute, loss scaling, a half
+  /// Plain DP (reference/training/trainer.h) unless the layout, ZeRO, recompute, loss scaling, a half
   /// precision or checkpoints need the sharded model.
   bool plain_dp() const {
     const ParallelLayout& l = spec.l;

@@ -12,10 +12,10 @@
 #include "harness/validate/run.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/device.h"
-#include "reference/data.h"
-#include "reference/gpt.h"
-#include "reference/test_dataset.h"
-#include "reference/trainer.h"
+#include "reference/model/data.h"
+#include "reference/model/gpt.h"
+#include "reference/model/test_dataset.h"
+#include "reference/training/trainer.h"
 
 namespace dtb {
 namespace {

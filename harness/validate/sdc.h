@@ -55,7 +55,7 @@ struct SdcReplay {
 /// The replay on this rank alone: harness/configs/quick.json's GPT (L2 C64 NH4 T64 V256,
 /// float32, seed 1234) built on the CPU (host memory, CpuOps, whatever the rank's device),
 /// kSdcSteps steps of forward, backward and AdamW (lr 3e-3) on the same kSdcBatch sequences of
-/// 64 tokens of reference/test_dataset.h's text per step on every rank, without communication:
+/// 64 tokens of reference/model/test_dataset.h's text per step on every rank, without communication:
 /// the same binary on the same CPU model and BLAS computes the same bits. Cost: about 30 ms of
 /// one core (3 steps of 512 tokens). `corrupt` (the test-only fault --inject RANK:sdc): the
 /// first GEMM output of the second step (layer 0's qkv projection, (8 x 64, 192)) gets bit 0 of

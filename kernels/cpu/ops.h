@@ -7,7 +7,7 @@
 // V vocabulary, N = number of rows (usually B*T), OC output channels.
 // Backward functions ACCUMULATE (+=) into their d-outputs unless said otherwise, so
 // gradient accumulation over micro-batches is just calling backward again.
-// Preconditions, unchecked here (callers validate: reference/gpt.cc): C % NH == 0, token
+// Preconditions, unchecked here (callers validate: reference/model/gpt.cc): C % NH == 0, token
 // and target ids in [0, V), non-overlapping buffers except where an op says out may alias.
 #pragma once
 #include <cstddef>

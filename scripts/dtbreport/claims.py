@@ -1,5 +1,5 @@
 """The rules-of-thumb section of a report page (`report.py --claims FILE`): one row per claim of
-`dtbench claims --output FILE` with its verdict. Not the evaluation of the claims (harness/claims.cc).
+`dtbench claims --output FILE` with its verdict. Not the evaluation of the claims (harness/claims/claims.cc).
 """
 from collections import defaultdict
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch eager peer of dtbench's reference trainer, for scripts/bench-peers (issue 9).
 
-The same GPT as reference/gpt.h (see scripts/make_golden.py): tied wte, learned wpe,
+The same GPT as reference/model/gpt.h (see scripts/make_golden.py): tied wte, learned wpe,
 pre-LN blocks (x += attproj(attn(ln1(x))); x += fcproj(gelu_tanh(fc(ln2(x))))), causal
 attention, lnf, logits = x wte^T, mean cross-entropy -- written as a user would in eager
 PyTorch (nn.Linear, nn.LayerNorm), fp32, trained with torch.optim.AdamW at dtbench's train

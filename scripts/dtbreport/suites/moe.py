@@ -59,7 +59,7 @@ def render_memory(r, b):
     d.p(f"Memory per rank at EP {b.get('ep')}: {fmt(num(m.get('params_per_rank')), 6)} of "
         f"{fmt(num(m.get('params_total')), 6)} parameters held ({fmt(num(m.get('params_active')), 6)} active per "
         "token), the model states measured by the Device accounting against the analytic model "
-        "(reference/memory_model.h moe_model_states).")
+        "(reference/analytic/memory_model.h moe_model_states).")
     rows = []
     for key in ("param", "grad", "master_param", "optimizer_state"):
         c = m.get(key) or {}

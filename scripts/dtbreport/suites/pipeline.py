@@ -142,7 +142,7 @@ def render_gpt(r, gpt, cs):
                          f"{num(b.get('bubble_before_simulated')):.4f} → {num(b.get('bubble_after_simulated')):.4f}",
                          f"{num(b.get('bubble_before_measured')):.4f} → {num(b.get('bubble_after_measured')):.4f}",
                          f"{num(b.get('pipeline_time_before_ms')):.1f} → {num(b.get('pipeline_time_after_ms')):.1f}"])
-        d.p("The stage balancer (reference/stage_balance.h): the split with the smallest slowest stage from the "
+        d.p("The stage balancer (reference/analytic/stage_balance.h): the split with the smallest slowest stage from the "
             "start split's measured per-part times (embedding, each layer, head), simulated and then measured.")
         d.table(["schedule", "p", "layers", "slowest stage (ms per micro-batch)", "bubble simulated",
                  "bubble measured", "pipeline time (ms)"], rows, align=["l", "r", "l", "r", "r", "r", "r"])

@@ -1,0 +1,151 @@
+// The checkpoint rank-file format (reference/checkpoint/checkpoint.h write_rank_file, read_rank_file)
+// and resolve_resume, one process alone: a round trip, every kind of damage refused in one
+// line, and how resume_from names a step. The multi-rank save and resume: checkpoint_test.cc.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/error.h"
+#include "reference/checkpoint/checkpoint.h"
+
+namespace dtb {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string local_temp_dir() {
+  std::string tmpl = (fs::temp_directory_path() / "dtb-ckpt-file-XXXXXX").string();
+  DTB_CHECK(mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
+  return tmpl;
+}
+
+std::vector<CheckpointSection> some_sections() {
+  std::vector<CheckpointSection> s = {
+      {"state", "raw", std::vector<char>(48, 7)}, {"params", "f32", {}}, {"empty", "f64", {}}};
+  for (int i = 0; i < 1000; ++i) {
+    const float x = float(i) * 0.25f - 3.0f;
+    const char* p = reinterpret_cast<const char*>(&x);
+    s[1].bytes.insert(s[1].bytes.end(), p, p + 4);
+  }
+  return s;
+}
+
+TEST(CheckpointFile, RoundTrip) {
+  const std::string d = local_temp_dir(), path = d + "/rank-1.bin";
+  const auto sections = some_sections();
+  const FileDigest dig = write_rank_file(path, {1, 4, 17}, sections);
+  EXPECT_EQ(dig.bytes, fs::file_size(path));
+  EXPECT_EQ(dig.bytes, 72 + 3 * 48 + 48 + 4000);
+  EXPECT_EQ(dig.sha256.size(), 64u);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  const auto back = read_rank_file(path, {1, 4, 17}, &dig);
+  ASSERT_EQ(back.size(), sections.size());
+  for (size_t i = 0; i < back.size(); ++i) {
+    EXPECT_EQ(back[i].name, sections[i].name);
+    EXPECT_EQ(back[i].dtype, sections[i].dtype);
+    EXPECT_EQ(back[i].bytes, sections[i].bytes);
+  }
+  fs::remove_all(d);
+}
+
+TEST(CheckpointFile, RefusesEveryDamage) {
+  const std::string d = local_temp_dir(), path = d + "/rank-0.bin";
+  const FileDigest dig = write_rank_file(path, {0, 2, 5}, some_sections());
+  auto refused = [&](const RankFileId& id, const FileDigest* expect) -> std::string {
+    try {
+      read_rank_file(path, id, expect);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto contains = [](const std::string& s, const std::string& needle) {
+    return s.find(needle) != std::string::npos
+               ? ::testing::AssertionSuccess()
+               : ::testing::AssertionFailure() << "'" << s << "' lacks '" << needle << "'";
+  };
+  EXPECT_TRUE(contains(refused({1, 2, 5}, &dig), "written by rank 0 of 2 at step 5, expected rank 1 of 2 at step 5"));
+  EXPECT_TRUE(contains(refused({0, 2, 6}, nullptr), "expected rank 0 of 2 at step 6"));
+  FileDigest wrong = dig;
+  wrong.sha256[0] = wrong.sha256[0] == 'a' ? 'b' : 'a';
+  EXPECT_TRUE(contains(refused({0, 2, 5}, &wrong), "does not match the manifest's"));
+  const std::vector<char> good = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }();
+  auto with = [&](const std::function<void(std::vector<char>&)>& change) {
+    std::vector<char> b = good;
+    change(b);
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(b.data(), long(b.size()));
+  };
+  // Every byte of the header's hashed fields and of the payload is covered.
+  for (size_t at : {size_t(13), size_t(30), size_t(72), size_t(72 + 3 * 48), good.size() - 1}) {
+    with([&](std::vector<char>& b) { b[at] ^= 1; });
+    const std::string why = refused({0, 2, 5}, nullptr);
+    EXPECT_FALSE(why.empty()) << "a flipped byte at " << at << " was not noticed";
+    EXPECT_EQ(why.find('\n'), std::string::npos);
+  }
+  with([&](std::vector<char>& b) { b[72 + 100] ^= 1; });
+  EXPECT_TRUE(contains(refused({0, 2, 5}, nullptr), "checksum mismatch"));
+  with([&](std::vector<char>& b) { b.resize(b.size() - 1); });
+  EXPECT_TRUE(contains(refused({0, 2, 5}, &dig), "truncated: " + std::to_string(dig.bytes - 1) + " of "));
+  EXPECT_TRUE(contains(refused({0, 2, 5}, nullptr), "truncated"));
+  with([&](std::vector<char>& b) { b.resize(40); });
+  EXPECT_TRUE(contains(refused({0, 2, 5}, nullptr), "shorter than the 72-byte header"));
+  with([&](std::vector<char>& b) { b.push_back(0); });
+  EXPECT_TRUE(contains(refused({0, 2, 5}, &dig), "wrong size"));
+  with([&](std::vector<char>& b) { b[0] = 'X'; });
+  EXPECT_TRUE(contains(refused({0, 2, 5}, nullptr), "bad magic"));
+  with([&](std::vector<char>& b) { b[8] = 9; });
+  EXPECT_TRUE(contains(refused({0, 2, 5}, nullptr), "format version 9 is not supported"));
+  fs::remove(path);
+  EXPECT_TRUE(contains(refused({0, 2, 5}, nullptr), "rank-0.bin: missing"));
+  fs::remove_all(d);
+}
+
+TEST(CheckpointFile, ResolveResume) {
+  const std::string d = local_temp_dir();
+  EXPECT_EQ(resolve_resume(d, ""), "");
+  EXPECT_EQ(resolve_resume(d, "latest"), "");  // nothing saved yet: a fresh start
+  write_file_durably(d + "/latest", "12\n");
+  EXPECT_EQ(resolve_resume(d, "latest"), d + "/step-12");
+  write_file_durably(d + "/latest", "twelve\n");
+  EXPECT_THROW(resolve_resume(d, "latest"), InputError);
+  EXPECT_THROW(resolve_resume("", "latest"), InputError);
+  EXPECT_THROW(resolve_resume(d, d + "/step-3"), InputError);
+  fs::create_directories(d + "/step-3");
+  EXPECT_EQ(resolve_resume(d, d + "/step-3"), d + "/step-3");
+  // No latest beside an incomplete step (no manifest): a fresh start; beside complete ones
+  // (latest lost): refused, naming the newest, not overwritten by a fresh run.
+  fs::remove(d + "/latest");
+  EXPECT_EQ(resolve_resume(d, "latest"), "");
+  for (const char* step : {"/step-4", "/step-12"}) {
+    fs::create_directories(d + step);
+    write_file_durably(d + step + "/manifest.json", "{}");
+  }
+  try {
+    resolve_resume(d, "latest");
+    ADD_FAILURE() << "complete checkpoints without latest: a fresh run would overwrite them";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 2 complete checkpoint(s), the newest " + d + "/step-12"),
+              std::string::npos)
+        << e.what();
+  }
+  CheckpointRunInfo run;
+  try {
+    check_checkpoint_manifest(d + "/step-3", run);
+    ADD_FAILURE() << "a step directory without a manifest was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no manifest.json"), std::string::npos) << e.what();
+  }
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace dtb

@@ -1,0 +1,153 @@
+// The parallel layout of a training run as one typed struct (LayoutSpec) and the one table of
+// its spellings: config keys (tensor_parallel), --sweep / conformance layout specs (TP2),
+// record names and fields (tp:2, "tp") and `dtbench memory` flags (--tp). Every parser of a
+// layout key reads its spelling from the table; no other file names a layout key.
+// Not the layout's rules (reference/layout/process_grid.h validate_layout, reference/zero/zero.h).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "reference/model/gpt.h"
+#include "reference/analytic/memory_model.h"
+#include "reference/layout/process_grid.h"
+#include "reference/training/trainer.h"
+#include "reference/zero/zero.h"
+
+namespace dtb {
+
+/// One dimension or option of a layout.
+enum class LayoutKey {
+  tp, pp, dp, ep, sequence_parallel, schedule, virtual_stages, pipeline_layers, micro_batches, zero_stage, offload, precision,
+  recompute, comm_type, dp_allreduce, staleness, delay_compensation, local_steps
+};
+
+/// How one layout key is spelled in each input and output form ("" where the form has none).
+struct LayoutSpelling {
+  LayoutKey key;
+  const char* config_key;   // a config section's key: "tensor_parallel"
+  const char* spec_token;   // in a layout spec: a dimension's prefix "TP" (TP2), an option's prefix "zero" (zero2)
+  const char* name_key;     // in a record name: "tp" (tp:2)
+  const char* field_key;    // a record's JSON field: "tp", "zero_stage"
+  const char* memory_flag;  // `dtbench memory`: "--tp"
+};
+
+/// The table: every LayoutKey once, in enum order.
+const std::vector<LayoutSpelling>& layout_spellings();
+/// The row of `k`.
+const LayoutSpelling& spelling(LayoutKey k);
+
+/// A layout with its ZeRO settings, recompute and precision, as the train, conformance and
+/// sweep suites run it. `precision` is the run's storage recipe (TrainConfig::precision is
+/// set from it); z.fp32_communication carries communication_data_type.
+struct LayoutSpec {
+  ParallelLayout l;
+  ZeroConfig z;
+  Recompute recompute = Recompute::none;
+  Precision precision = Precision::fp32;
+  /// The DP gradient all-reduce: 0 flat (the DP group's own); N > 0 hierarchical
+  /// (kernels/comm/hierarchical_communicator.h) over nodes of N consecutive ranks of the layout
+  /// (validate_dp_hierarchical, reference/layout/layout_runner.h, says which layouts it fits).
+  int hier_node_ranks = 0;
+  /// How the DP replicas keep in step (reference/training/trainer.h DpSync: staleness, delay_compensation,
+  /// local_steps); its replicas field is the caller's to set (the layout's dp, for local steps).
+  DpSync dp_sync{};
+};
+
+/// A section's dp_allreduce key: "flat" (0) or "hierarchical" (node_ranks: the run's ranks per
+/// node, real or emulated by --ranks-per-node: suite.h node_size). Errors: InputError
+/// "<path>.dp_allreduce: ...".
+int dp_allreduce_from_json(const nlohmann::json& section, const std::string& path, int node_ranks);
+
+/// A section's zero_stage in [lo, hi]: the one reader of the key. Errors: InputError
+/// "<path>.zero_stage = <v> is out of range [lo, hi]".
+int zero_stage_from_json(const nlohmann::json& section, const std::string& path, int lo = 0, int hi = 3);
+
+/// A section's training layout: tensor_parallel, pipeline_parallel, data_parallel (0: the
+/// world size / (tp pp)), expert_parallel (an MoE model's experts split over that many of the
+/// DP ranks: process_grid.h), sequence_parallel (Megatron-LM's --sequence-parallel; absent:
+/// false), schedule and virtual_stages, with the given micro-batches, refused unless it can
+/// train `model` on `world_size` ranks with `global_batch` sequences of `seq_len` tokens
+/// (validate_layout: divisibility of heads, vocabulary, layers, batch, a micro-batch's tokens
+/// under sequence parallelism; product = world). Errors: InputError "<path>: <reason naming
+/// the numbers>".
+ParallelLayout parallel_layout_from_json(const nlohmann::json& section, const std::string& path,
+                                         const GptConfig& model, int micro_batches, int global_batch, int world_size,
+                                         int seq_len = 0);
+
+/// A section's ZeRO keys, DeepSpeed's names: zero_stage (0-3), offload_optimizer ("none" or
+/// "cpu"), reduce_bucket_size and allgather_bucket_size (elements, >= 1), overlap_comm.
+/// Errors: InputError "<path>.<key>: <reason>" (validate_zero).
+ZeroConfig zero_config_from_json(const nlohmann::json& section, const std::string& path);
+
+/// A section's "recompute" key: none, selective or full; InputError "<path>.recompute: ..."
+/// otherwise.
+Recompute parse_recompute_key(const nlohmann::json& section, const std::string& path);
+
+/// A section's "precision" key: fp32, bf16 or fp16; InputError "<path>.precision: ..." otherwise.
+Precision precision_from_json(const nlohmann::json& section, const std::string& path);
+
+/// Whether the backend named `backend` trains in bf16 / fp16 storage: "cpu" (HalfCpuOps)
+/// and "cuda" (its Backend::bf16_ops / fp16_ops). By name, because a suite's validate()
+/// has the config's "backend" key, not a Backend; run_layout refuses at run time a backend
+/// whose half ops turn out null.
+bool backend_has_half_ops(const std::string& backend);
+
+/// Refuses `p` (bf16 or fp16; fp32 always passes) on a backend without half ops
+/// (backend_has_half_ops). Errors: InputError "<key>: <p> needs a backend with bf16 and
+/// fp16 ops; the <backend> backend has none".
+void require_half_ops(const std::string& backend, Precision p, const std::string& key);
+
+/// A section's "communication_data_type" (DeepSpeed's key: "auto", the gradients' type;
+/// "fp32"; or the run's half type `p`): whether gradients are reduced in fp32 (never for an
+/// fp32 run). Errors: InputError "<path>.communication_data_type: ...".
+bool fp32_communication_from_json(const nlohmann::json& section, const std::string& path, Precision p);
+
+/// A config section's whole layout, the config-key form's one parser: the parallel layout
+/// (parallel_layout_from_json), the ZeRO keys (zero_config_from_json), recompute, precision
+/// and communication_data_type (into z.fp32_communication), in that order. Errors: as theirs.
+LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& path, const GptConfig& model,
+                            int micro_batches, int global_batch, int world_size, int seq_len = 0);
+
+/// "TP2xPP2xDP2[:option...]" -> a layout: dimensions TP, DP, PP and EP (expert parallel, carved
+/// out of DP: "DP4xEP2"; EP alone sets DP to it) in any order, each at most
+/// once, case-insensitive, joined by 'x'; options a schedule (gpipe, 1f1b, interleaved, zb-h1; 1f1b
+/// by default), "vN" virtual stages, "zeroN" the ZeRO stage, "offload" (offload_optimizer
+/// cpu), "full" or "selective" recompute, "sp" (sequence parallel: "TP2xPP2:sp"), "hierN" (the
+/// DP all-reduce hierarchical over nodes of N consecutive ranks: "DP4:hier2"), "staleK" (stale
+/// gradients, K >= 1), "dc" (DC-ASGD delay compensation, lambda 0.1) or "dcX" (lambda X, e.g.
+/// "dc0.5"; with staleK only), "localH" (DiLoCo local steps, H >= 1; not with staleK), each at
+/// most once. Divisibility is not checked
+/// here (validate_layout). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
+LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
+
+/// Refuses a layout an MoE model (model.num_experts > 0) cannot train on yet, in one line
+/// naming the setting: a half precision (the MoE layer runs in fp32), a non-CPU backend. Tensor
+/// parallelism and any recompute are accepted; the sizes' divisibility is validate_layout's. A
+/// dense model passes. Errors: InputError "<path>: ...".
+void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend,
+                         const std::string& path);
+
+/// The train suite's record name of a sharded layout: "tp:T/dp:D/pp:P/schedule:S", then
+/// "/ep:E" (E > 1), "/sp:on" (sequence parallel), "/v:V" (interleaved), "/layers:A+B" (an uneven split),
+/// "/zero:Z" (Z > 0), "/offload:cpu", "/recompute:R" (not none),
+/// "/precision:P" (not fp32), "/dp_allreduce:hierN" (hierarchical), "/stale:K" (K > 0), "/dc:X"
+/// (lambda X > 0), "/local:H" (H > 0).
+std::string layout_record_name(const LayoutSpec& s);
+
+/// Sets a record's layout fields: tp, dp, pp, ep, sequence_parallel, schedule, virtual_stages,
+/// pipeline_layers ([] for the even split), zero_stage,
+/// offload_optimizer ("cpu" / "none"), recompute and precision; a hierarchical DP all-reduce adds
+/// dp_allreduce "hierarchical" and dp_allreduce_ranks_per_node N (absent: flat).
+/// Under stale gradients or local steps (not synchronous) also staleness, delay_compensation and
+/// local_steps.
+void add_layout_fields(nlohmann::json& rec, const LayoutSpec& s);
+
+/// A comparable printable form of each typed part (every field), for tests and messages.
+nlohmann::json to_json(const ParallelLayout& l);
+nlohmann::json to_json(const ZeroConfig& z);
+nlohmann::json to_json(const DpSync& d);
+nlohmann::json to_json(const LayoutSpec& s);
+
+}  // namespace dtb

@@ -1,0 +1,182 @@
+// The reference GPT-2 style model (token + position embedding, pre-LN blocks, tied LM
+// head), forward and backward on the CPU ops, templated on the compute type T (float;
+// double for the oracle). Not the trainer: data, micro-batches, DP and the optimizer step
+// are in reference/trainer.*.
+//
+// Shape legend: L layers, C channels, NH heads, T max sequence length, V vocabulary,
+// B batch (sequences in one forward). All parameters live in one buffer, in llm.c order
+// (see gpt_param_layout), which is what the PyTorch golden file and ZeRO sharding use.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <memory>
+
+#include "kernels/ops.h"
+#include "kernels/tensor.h"
+#include "reference/model/moe.h"
+
+namespace dtb {
+
+struct GptConfig {
+  int L = 2;    // layers
+  int C = 64;   // channels
+  int NH = 4;   // heads
+  int T = 64;   // max sequence length (position table rows)
+  int V = 256;  // vocabulary (byte-level)
+  /// Mixture of experts (reference/model/moe.h): moe.num_experts 0 is the dense model; otherwise layer
+  /// l has moe.num_experts experts and a router in place of its FFN when l % moe_layer_freq == 0
+  /// (Megatron-LM's --moe-layer-freq N: one MoE layer in every N, the first one MoE), routing
+  /// each sequence as one group (MoeRouting).
+  MoeConfig moe = dense_moe();
+  int moe_layer_freq = 1;
+};
+
+/// True when layer l's FFN is a mixture of experts.
+inline bool is_moe_layer(const GptConfig& c, int l) { return c.moe.num_experts > 0 && l % c.moe_layer_freq == 0; }
+/// Lm, the MoE layers (0 when dense); layer l's index among them is l / moe_layer_freq.
+inline int num_moe_layers(const GptConfig& c) {
+  return c.moe.num_experts > 0 ? (c.L + c.moe_layer_freq - 1) / c.moe_layer_freq : 0;
+}
+/// The MoE layers' part of the loss at initialisation: router logits near 0 give each token
+/// probabilities 1/E, so a layer's balance loss alpha E sum_e f_e (1/E) is alpha whatever the
+/// routing, and its z-loss beta (ln E)^2; Lm (alpha + beta ln^2 E) in all (0 when dense). What a
+/// freshly initialised MoE model's loss adds to the uniform ln V.
+inline double moe_initial_loss(const GptConfig& c) {
+  const double lnE = c.moe.num_experts > 0 ? std::log(double(c.moe.num_experts)) : 0.0;
+  return num_moe_layers(c) * (c.moe.aux_loss_coeff + c.moe.z_loss_coeff * lnE * lnE);
+}
+/// One expert's parameters: fc F C + F, proj C F + C (F = moe_hidden); 0 when dense.
+inline size_t moe_expert_params(const GptConfig& c) {
+  const size_t F = size_t(moe_hidden(c.moe, c.C)), C = size_t(c.C);
+  return c.moe.num_experts > 0 ? 2 * F * C + F + C : 0;
+}
+/// Dense layer l's index among the dense layers (the rows of fcw, fcb, fcprojw, fcprojb).
+inline int dense_layer_index(const GptConfig& c, int l) {
+  return c.moe.num_experts > 0 ? l - (l / c.moe_layer_freq + 1) : l;
+}
+
+/// One named parameter tensor inside the flat parameter buffer.
+struct ParamTensor {
+  std::string name;            // e.g. "qkvw"
+  std::vector<int64_t> shape;  // e.g. {L, 3C, C}
+  size_t offset = 0;           // in elements from the buffer's start
+  size_t numel = 0;
+};
+
+/// The refusal of an MoE model where a tool has no MoE support yet (the per-rank memory plan):
+/// one line naming num_experts and where one does train.
+inline std::string moe_not_sharded(const GptConfig& cfg) {
+  return "model.num_experts = " + std::to_string(cfg.moe.num_experts) +
+         ": not supported here yet; an MoE model trains in the train suite (data, expert, pipeline and tensor "
+         "parallel, ZeRO, recompute, checkpoints; fp32 on the CPU)";
+}
+
+/// The 16 parameter tensors in order: wte (V,C), wpe (T,C), ln1w (L,C), ln1b (L,C),
+/// qkvw (L,3C,C), qkvb (L,3C), attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C),
+/// fcw (Ld,4C,C), fcb (Ld,4C), fcprojw (Ld,C,4C), fcprojb (Ld,C), lnfw (C), lnfb (C), with
+/// Ld = L - Lm dense layers; an MoE model (Lm = num_moe_layers MoE layers, E experts of hidden
+/// size F = moe_hidden) appends routerw (Lm,E,C), expfcw (Lm,E,F,C), expfcb (Lm,E,F),
+/// expprojw (Lm,E,C,F), expprojb (Lm,E,C) (MoeWeights' router, fc, fc_bias, proj, proj_bias).
+/// Linear weights are (out, in) as torch.nn.Linear. The LM head is wte (tied).
+std::vector<ParamTensor> gpt_param_layout(const GptConfig& cfg);
+/// Number of parameters: V C + T C + L (4 C^2 + 8 C) + Ld (8 C^2 + 5 C) + Lm E (C + 2 F C + F + C) + 2 C.
+size_t gpt_num_params(const GptConfig& cfg);
+/// Parameters a token uses: gpt_num_params less, per MoE layer, the E - topk experts it is not
+/// routed to (each 2 F C + F + C); the dense model's count when dense. The "active parameters"
+/// of an MoE model (Fedus et al. 2021; DeepSeek-V3's 37B of 671B), the N of 6 N flops per token.
+size_t gpt_active_params(const GptConfig& cfg);
+/// Model FLOPs per token trained, forward and backward: 6 N for the weights (N the active
+/// parameters: an MoE token passes through its top-k experts only; the router and dropping not
+/// counted) plus 12 L C seq_len for attention's scores and values (Chowdhery et al. 2022, PaLM,
+/// appendix B; docs/metrics.md). Recompute is not counted: it is the MFU numerator, not HFU's.
+double model_flops_per_token(const GptConfig& cfg, int seq_len);
+
+/// Throws InputError when the config is not a valid model (C % NH != 0, sizes <= 0, a
+/// num_experts < 0, an MoE config validate_moe_config refuses, moe_layer_freq outside [1, L]).
+void validate_gpt_config(const GptConfig& cfg);
+
+/// Sharding-invariant GPT-2 initialisation (Radford et al. 2019, as nanoGPT): linear and
+/// embedding weights N(0, 0.02), residual projections (attprojw, fcprojw) N(0, 0.02/sqrt(2L)),
+/// biases 0, layernorm weights 1. Element i of tensor `name` is a pure function of
+/// (seed, name, i) (reference/model/rng.h), so any shard computes exactly its slice.
+/// Writes all gpt_num_params(cfg) values into `params`.
+template <typename T>
+void gpt_init_params(T* params, const GptConfig& cfg, uint64_t seed);
+
+/// The model in compute type T (float, or double for the oracle): parameters and their
+/// gradients in one flat buffer each (layout above), activations kept from forward for
+/// backward. Source: GPT-2 (Radford et al. 2019) as written in llm.c's train_gpt2.c,
+/// checked against PyTorch (reference/model/golden_test.cc). Not thread-safe.
+template <typename T>
+class Gpt {
+ public:
+  /// Allocates parameters and gradients (categories param, grad) on `device`; activations
+  /// are allocated at the first forward of a given (B, T) (category activation). `ops` is
+  /// the backend's op set, which must own `device`'s memory (not owned here); null on a
+  /// CPU device means CpuOps<T>. Errors: an invalid config throws InputError; a non-CPU
+  /// device without ops aborts.
+  Gpt(const GptConfig& cfg, Device& device, Ops<T>* ops = nullptr);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const GptConfig& config() const { return cfg_; }
+  Device& device() const { return device_; }
+  Ops<T>& ops() const { return *ops_; }
+  const std::vector<ParamTensor>& layout() const { return layout_; }
+  size_t num_params() const { return num_params_; }
+  /// Parameters and gradients in the backend's memory (host memory on the CPU backend).
+  T* params() { return params_.data<T>(); }
+  T* grads() { return grads_.data<T>(); }
+  const T* params() const { return params_.data<T>(); }
+  const T* grads() const { return grads_.data<T>(); }
+
+  /// gpt_init_params(params(), config(), seed).
+  void init(uint64_t seed);
+  /// Sets every gradient to 0 (backward accumulates).
+  void zero_grad();
+
+  /// Forward over tokens (B,Tn) with next-token targets (B,Tn), Tn <= config().T, every id
+  /// in [0, V). Returns the SUM over the B*Tn tokens of the cross-entropy loss (in double),
+  /// so callers choose the normaliser (the global token count, docs/numerics.md); an MoE model
+  /// adds, per MoE layer, B*Tn times its balance and z losses (moe_loss_sum()), so that over the
+  /// global batch the objective is the mean token loss plus each layer's mean per-sequence balance
+  /// loss and mean per-token z-loss. Errors: B <= 0, Tn outside [1, T] or an id outside [0, V)
+  /// abort through the error sink.
+  double forward(const int32_t* tokens, const int32_t* targets, int B, int Tn);
+  /// The MoE layers' part of the last forward's return (0 when dense).
+  double moe_loss_sum() const { return moe_loss_sum_; }
+  /// The routing of MoE layer i (of num_moe_layers) in the last forward.
+  const MoeRouting& moe_routing(int i) const { return moe_acts_.at(size_t(i)).routing; }
+  /// Per-token losses (B*Tn) of the last forward, on the host.
+  const std::vector<T>& token_losses() const;
+  /// Backward of the last forward: grads += d(loss_scale * sum of token losses)/d(params).
+  /// Aborts when no forward came first.
+  void backward(T loss_scale);
+
+ private:
+  void ensure_acts(int B, int Tn);
+  GptConfig cfg_;
+  Device& device_;
+  std::vector<ParamTensor> layout_;
+  size_t num_params_ = 0;
+  Tensor params_, grads_;
+  std::vector<Tensor> acts_;  // activations and backward buffers, enum Act in gpt.cc
+  int B_ = 0, Tn_ = 0;        // shape of the allocated activations
+  int last_B_ = 0, last_T_ = 0;
+  Ops<T>* ops_ = nullptr;
+  std::unique_ptr<Ops<T>> owned_ops_;
+  Tensor tokens_, targets_;     // (B, Tn) ids of the last forward, in the backend's memory
+  std::vector<T> losses_host_;  // per-token losses of the last forward
+  std::vector<MoeActivations<T>> moe_acts_;  // per MoE layer, of the last forward
+  double moe_loss_sum_ = 0;
+  MoeWeights<T> moe_weights(T* base, int l) const;  // MoE layer l's tensors in params() or grads()
+};
+
+extern template class Gpt<float>;
+extern template class Gpt<double>;
+
+}  // namespace dtb

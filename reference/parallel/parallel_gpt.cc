@@ -1,0 +1,480 @@
+#include "reference/parallel/parallel_gpt.h"
+#include "reference/parallel/parallel_gpt_detail.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/half_ops.h"
+#include "kernels/error.h"
+#include "kernels/timer.h"
+
+namespace dtb {
+
+using namespace parallel_gpt_detail;
+
+template <typename T>
+ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device,
+                            Communicator& tp, Ops<T>* ops, Communicator* ep)
+    : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ep_(ep), ops_(ops) {
+  validate_gpt_config(cfg);
+  if (cfg.moe.num_experts > 0) {
+    if constexpr (is_half_v<T>)
+      throw InputError("model.num_experts = " + std::to_string(cfg.moe.num_experts) +
+                       ": the MoE layer runs in fp32 (and fp64) only, not in a half precision yet");
+    if (cfg.moe.num_experts % layout.ep != 0)
+      throw InputError("ParallelGpt: an MoE model needs expert_parallel dividing num_experts");
+  }
+  DTB_CHECK(layout.ep == 1 || (ep != nullptr && ep->size() == layout.ep),
+            "ParallelGpt: expert_parallel > 1 needs the expert-parallel group (of layout.ep ranks)");
+  DTB_CHECK(tp.size() == layout.tp, "ParallelGpt: the TP communicator's size is not layout.tp");
+  DTB_CHECK(tp.rank() == grid_coord(rank, layout).tp,
+            "ParallelGpt: the TP communicator's rank is not this rank's TP coordinate");
+  if (cfg.NH % layout.tp || cfg.V % layout.tp ||
+      (layout.pipeline_layers.empty() && cfg.L % (layout.pp * layout.virtual_stages)))
+    throw InputError("ParallelGpt: layout tp " + std::to_string(layout.tp) + " pp " + std::to_string(layout.pp) +
+                     " x " + std::to_string(layout.virtual_stages) + " does not divide NH " +
+                     std::to_string(cfg.NH) + ", V " + std::to_string(cfg.V) + ", L " + std::to_string(cfg.L));
+  if (!layout.pipeline_layers.empty())
+    check_pipeline_layers(layout.pipeline_layers, int64_t(layout.pp) * layout.virtual_stages, cfg.L,
+                          "ParallelGpt: pp x virtual_stages");
+  if (!ops_) {
+    DTB_CHECK(device.is_cpu(), "ParallelGpt on a non-CPU device needs that backend's Ops");
+    owned_ops_ = make_cpu_ops<T>();
+    ops_ = owned_ops_.get();
+  }
+  coord_ = grid_coord(rank, layout);
+  const int v = layout.virtual_stages, C = cfg.C;
+  Cl_ = C / layout.tp;
+  NHl_ = cfg.NH / layout.tp;
+  Vl_ = cfg.V / layout.tp;
+  sp_ = layout.sequence_parallel;
+  if (sp_ && (layout.tp == 1 || cfg.moe.num_experts > 0))
+    throw InputError("ParallelGpt: sequence_parallel needs tensor_parallel > 1 and a dense model");
+  // NH % tp == 0 and C % NH == 0, so tp divides C, 3C and 4C: the layers accept the sizes.
+  qkv_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "qkv", C, 3 * C, &stats_, sp_);
+  // The row-parallel projections: with tp = 1 the bias inside the GEMM, exactly as gpt.cc.
+  attproj_ =
+      std::make_unique<RowParallelLinear<T>>(*ops_, tp, "attproj", C, C, &stats_, BiasAtTp1::in_gemm, sp_);
+  fc_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "fc", C, 4 * C, &stats_, sp_);
+  fcproj_ =
+      std::make_unique<RowParallelLinear<T>>(*ops_, tp, "fcproj", 4 * C, C, &stats_, BiasAtTp1::in_gemm, sp_);
+  head_ce_ = std::make_unique<VocabParallelCrossEntropy<T>>(*ops_, tp, cfg.V, &stats_);
+
+  // The local flat layout, unit by unit: wte shard, wpe, the chunks' layers, final LayerNorm.
+  std::map<std::string, size_t> full;  // full-buffer offset of each tensor
+  for (const auto& t : gpt_param_layout(cfg)) full[t.name] = t.offset;
+  bool holds_first = false, holds_last = false;
+  for (int c = 0; c < v; ++c) holds_first = holds_first || is_first(c), holds_last = holds_last || is_last(c);
+  if (holds_first || holds_last) {
+    wte_unit_ = open_unit("wte");
+    add_tensor("wte", -1, {{full["wte"] + size_t(coord_.tp) * Vl_ * C, 0, size_t(Vl_) * C}}, false);
+    // The tied copy on the last stage is not the owner when the first stage is elsewhere.
+    tensors_.back().owner = tensors_.back().owner && (holds_first || layout.pp == 1);
+    tensors_.back().primary = tensors_.back().primary && (holds_first || layout.pp == 1);
+    close_unit();
+  }
+  if (holds_first) {
+    wpe_unit_ = open_unit("wpe");
+    add_tensor("wpe", -1, {{full["wpe"], 0, size_t(cfg.T) * C}}, true);
+    close_unit();
+  }
+  layers_.resize(v);
+  const std::vector<int> per_stage = stage_layers(layout, cfg.L);
+  for (int c = 0; c < v; ++c)
+    for (int k = 0; k < per_stage[size_t(virtual_stage(c))]; ++k) add_layer(c, k, full);
+  if (holds_last) {
+    lnf_unit_ = open_unit("lnf");
+    add_tensor("lnfw", -1, {{full["lnfw"], 0, size_t(C)}}, true);
+    add_tensor("lnfb", -1, {{full["lnfb"], 0, size_t(C)}}, true);
+    close_unit();
+  }
+  live_.resize(v);
+  if (cfg.moe.num_experts > 0) reset_moe_stats();  // the routing counts' shape
+  pool_.resize(v);
+}
+
+template <typename T>
+ParallelGpt<T>::PartClock::PartClock(PartTimes* t, Ops<T>& ops, int pass, int part)
+    : t(t), ops(ops), pass(pass), part(part) {
+  if (!t) return;
+  ops.synchronize();
+  t0 = now_seconds();
+}
+
+template <typename T>
+ParallelGpt<T>::PartClock::~PartClock() {
+  if (!t) return;
+  ops.synchronize();
+  t->seconds[pass][size_t(part)] += now_seconds() - t0;
+}
+
+template <typename T>
+int ParallelGpt<T>::open_unit(const std::string& name) {
+  units_.push_back({name, num_params_, 0});
+  return int(units_.size()) - 1;
+}
+
+template <typename T>
+void ParallelGpt<T>::close_unit() {
+  units_.back().n = num_params_ - units_.back().begin;
+}
+
+template <typename T>
+void ParallelGpt<T>::add_layer(int chunk, int k, const std::map<std::string, size_t>& full) {
+  const size_t C = cfg_.C, l = size_t(stage_first_layer(layout_, cfg_.L, virtual_stage(chunk))) + k;
+  // Elements of each of a layer's tensors (gpt.h's layout stacks them over the L layers).
+  const size_t numel[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  // This rank's shard as runs of the full tensor (rows, cols) at `at`: rows [r0, r0 + n) of
+  // a column-parallel weight, or columns [c0, c0 + n) of every row of a row-parallel one.
+  auto rows = [](std::vector<LocalTensor::Run>& runs, size_t at, size_t cols, size_t r0, size_t n) {
+    const size_t local = runs.empty() ? 0 : runs.back().local + runs.back().n;
+    runs.push_back({at + r0 * cols, local, n * cols});
+  };
+  auto columns = [](std::vector<LocalTensor::Run>& runs, size_t at, size_t nrows, size_t cols, size_t c0, size_t n) {
+    for (size_t o = 0; o < nrows; ++o) runs.push_back({at + o * cols + c0, o * n, n});
+  };
+  // QKV: q, k and v are each column-parallel over the same rows, NH/tp whole heads.
+  const size_t qkv_rows = size_t(qkv_->local_out_features()) / 3, qkv_r0 = size_t(coord_.tp) * qkv_rows;
+  LayerParams lp;
+  lp.unit = open_unit("layer." + std::to_string(l));
+  lp.layer = int(l);
+  lp.moe = is_moe_layer(cfg_, int(l));
+  for (int i = 0; i < 12; ++i) {
+    if (lp.moe && i >= Pfcw) break;  // an MoE layer: its router and experts in place of fc, fcproj
+    const std::string name = kLayerNames[i];
+    // Layer l's tensor in the full buffer; an MoE model stacks fc and fcproj over its dense layers.
+    const size_t row = i >= Pfcw ? size_t(dense_layer_index(cfg_, int(l))) : l;
+    const size_t at = full.at(name) + row * numel[i];
+    std::vector<LocalTensor::Run> runs;
+    bool replicated = false;
+    switch (i) {
+      case Pqkvw:  // (3C, C)
+        for (size_t b = 0; b < 3; ++b) rows(runs, at, C, b * C + qkv_r0, qkv_rows);
+        break;
+      case Pqkvb:  // (3C)
+        for (size_t b = 0; b < 3; ++b) rows(runs, at, 1, b * C + qkv_r0, qkv_rows);
+        break;
+      case Pattprojw:  // (C, C)
+        columns(runs, at, C, C, attproj_->in_offset(), attproj_->local_in_features());
+        break;
+      case Pfcw:  // (4C, C)
+        rows(runs, at, C, fc_->out_offset(), fc_->local_out_features());
+        break;
+      case Pfcb:  // (4C)
+        rows(runs, at, 1, fc_->out_offset(), fc_->local_out_features());
+        break;
+      case Pfcprojw:  // (C, 4C)
+        columns(runs, at, C, 4 * C, fcproj_->in_offset(), fcproj_->local_in_features());
+        break;
+      default:  // ln1w ln1b attprojb ln2w ln2b fcprojb: (C), replicated over TP
+        runs.push_back({at, 0, C});
+        replicated = true;
+    }
+    lp.o[i] = num_params_ - units_[lp.unit].begin;
+    add_tensor(name, int(l), std::move(runs), replicated);
+  }
+  if (lp.moe) add_moe_tensors(lp, int(l), full);  // closes the layer's unit, opens and closes the experts'
+  else close_unit();
+  layers_[chunk].push_back(lp);
+}
+
+template <typename T>
+ParallelGpt<T>::~ParallelGpt() = default;
+
+template <typename T>
+void ParallelGpt<T>::add_tensor(const std::string& name, int layer, std::vector<LocalTensor::Run> runs,
+                                bool tp_replicated, bool expert) {
+  LocalTensor t;
+  t.name = name;
+  t.layer = layer;
+  t.offset = num_params_;
+  for (const auto& run : runs) t.numel += run.n;
+  t.runs = std::move(runs);
+  t.primary = !tp_replicated || coord_.tp == 0;
+  // An expert's copies are its expert-data-parallel group's; the other tensors' the DP group's.
+  t.owner = (expert ? expert_dp_rank(coord_.dp, layout_) : coord_.dp) == 0 && t.primary;
+  num_params_ += t.numel;
+  tensors_.push_back(std::move(t));
+}
+
+template <typename T>
+ParamStore<T>& ParallelGpt<T>::store() const {
+  DTB_CHECK(store_ != nullptr, "ParallelGpt: no parameter store attached");
+  return *store_;
+}
+
+template <typename T>
+std::vector<T> ParallelGpt<T>::initial_params(uint64_t seed) const {
+  // Half storage: the fp32 initialisation rounded to T (Megatron-LM builds the model in fp32,
+  // then casts it; the master weights are made from the cast parameters).
+  std::vector<acc_t<T>> full(gpt_num_params(cfg_));
+  std::vector<T> mine(num_params_);
+  gpt_init_params(full.data(), cfg_, seed);
+  for (const auto& t : tensors_)
+    for (const auto& run : t.runs)
+      convert(mine.data() + t.offset + run.local, full.data() + run.global, run.n);
+  return mine;
+}
+
+template <typename T>
+typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int B, int Tn) {
+  DTB_CHECK(!live_[chunk].count(mb), "ParallelGpt: micro-batch already in flight in this chunk");
+  std::unique_ptr<ActSet> s;
+  auto& pool = pool_[chunk];
+  for (auto it = pool.begin(); it != pool.end(); ++it)
+    if ((*it)->B == B && (*it)->Tn == Tn) {
+      s = std::move(*it);
+      pool.erase(it);
+      break;
+    }
+  const bool fresh = !s;
+  if (fresh) {
+    s = std::make_unique<ActSet>();
+    s->B = B;
+    s->Tn = Tn;
+    s->Lc = chunk_layers(chunk);
+    s->a.resize(kNumActs);
+  }
+  if (fresh || zero_bubble()) {  // a pooled set is whole unless a zero-bubble B freed some
+    const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
+    const int64_t r = rows(b * t);  // the residual stream's rows here (sequence parallel: BT / tp)
+    const bool last = is_last(chunk), full = recompute_ == Recompute::full;
+    // Layers' stacks: none keeps every activation of every layer; selective all but the
+    // attention matrix; full only each layer's input (x0, then res3 of the layer before)
+    // and, in the last chunk, the last layer's output for the head.
+    const int64_t Lc = chunk_layers(chunk), L = full ? 0 : Lc, La = recompute_ == Recompute::none ? Lc : 0;
+    const int64_t Lres = full ? Lc - 1 + (last ? 1 : 0) : Lc;
+    // Sequence parallel: the residual stream's activations and LayerNorm statistics hold r
+    // rows; the final LayerNorm's output is gathered whole for the head (kLnf, (BT, C)).
+    const std::vector<std::vector<int64_t>> shapes = {
+        {r, C},
+        {L, r, C}, {L, r}, {L, r}, {L, b, t, 3 * Cl}, {L, b, t, Cl}, {La, b, NH, t, t}, {L, r, C},
+        {L, r, C}, {L, r, C}, {L, r}, {L, r}, {L, b, t, 4 * Cl}, {L, b, t, 4 * Cl}, {L, r, C},
+        {Lres, r, C},
+        {b, t, C}, {r}, {r}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
+    // Every activation a fresh set holds; a pooled one may lack those a zero-bubble B freed.
+    for (int i = 0; i < kNumActs; ++i) {
+      const bool skip = (i >= kLnf && !last) || shapes[i][0] == 0;
+      const DType dt = is_stat(i) ? dtype_of<acc_t<T>>() : dtype_of<T>();
+      if (!skip && !s->a[size_t(i)].defined())
+        s->a[size_t(i)] = Tensor::empty(device_, shapes[i], dt, MemCategory::activation);
+    }
+  }
+  if (fresh) {
+    const int64_t b = B, t = Tn;
+    s->moe.resize(size_t(chunk_layers(chunk)));
+    s->tokens = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
+    s->targets = Tensor::empty(device_, {b, t}, DType::i32, MemCategory::activation);
+  }
+  ActSet& ref = *s;
+  live_[chunk][mb] = std::move(s);
+  return ref;
+}
+
+template <typename T>
+void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
+  if (B == sB_ && Tn == sT_) return;
+  scratch_.clear();
+  const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_, r = rows(b * t);
+  std::vector<std::vector<int64_t>> shapes = {{b, t, C},      {b, t, C}, {b, t, 4 * Cl}, {b, t, 4 * Cl},
+                                              {b, NH, t, t}, {b, t, V}, {b, t},
+                                              {sp_ ? 2 : 0, b, t, C}, {sp_ ? 2 : 0, C},  // sSp, sLnPart
+                                              {zero_bubble() ? 1 : 0, 2 * C + r * C}};   // sZb
+  // Recompute buffers after the backward scratch: selective, one attention matrix; full, one
+  // layer's activations (kLn1 .. kRes3), where the forward and its recomputation write.
+  if (recompute_ == Recompute::selective) shapes.push_back({b, NH, t, t});
+  std::vector<DType> types(shapes.size(), dtype_of<T>());
+  if (recompute_ == Recompute::full) {
+    const std::vector<std::vector<int64_t>> layer = {{r, C},        {r},    {r},    {b, t, 3 * Cl}, {b, t, Cl},
+                                                     {b, NH, t, t}, {r, C}, {r, C}, {r, C},          {r},
+                                                     {r},           {b, t, 4 * Cl}, {b, t, 4 * Cl}, {r, C}, {r, C}};
+    for (size_t i = 0; i < layer.size(); ++i) {  // kLn1 .. kRes3
+      shapes.push_back(layer[i]);
+      types.push_back(is_stat(kLn1 + int(i)) ? dtype_of<acc_t<T>>() : dtype_of<T>());
+    }
+  }
+  for (size_t i = 0; i < shapes.size(); ++i)
+    scratch_.push_back(shapes[i][0] == 0 ? Tensor() : Tensor::empty(device_, shapes[i], types[i], MemCategory::workspace));
+  sB_ = B;
+  sT_ = Tn;
+}
+
+template <typename T>
+typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, bool last_chunk) {
+  const size_t BT = size_t(s.B) * s.Tn, C = cfg_.C, Cl = Cl_, att = size_t(s.B) * NHl_ * s.Tn * s.Tn;
+  const size_t R = size_t(rows(int64_t(BT)));  // the residual stream's rows
+  LayerActs a;
+  auto Rs = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<T>(); };
+  auto RA = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<acc_t<T>>(); };
+  if (recompute_ == Recompute::full) {  // everything in the one-layer scratch set but the kept inputs
+    a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * R * C;
+    a.ln1 = Rs(kLn1), a.ln1_mean = RA(kLn1Mean), a.ln1_rstd = RA(kLn1Rstd), a.qkv = Rs(kQkv), a.atty = Rs(kAtty);
+    a.att = Rs(kAtt), a.attproj = Rs(kAttproj), a.res2 = Rs(kRes2), a.ln2 = Rs(kLn2), a.ln2_mean = RA(kLn2Mean);
+    a.ln2_rstd = RA(kLn2Rstd), a.fch = Rs(kFch), a.fchg = Rs(kFchGelu), a.fcproj = Rs(kFcproj);
+    a.res3 = k < s.Lc - 1 || last_chunk ? s.p(kRes3) + size_t(k) * R * C : Rs(kRes3);
+    return a;
+  }
+  const size_t oC = size_t(k) * R * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * R;
+  // A zero-bubble B frees what W does not read: null for those.
+  auto P = [&](int act, size_t off) { return s.a[size_t(act)].defined() ? s.p(act) + off : nullptr; };
+  a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * R * C;
+  a.ln1 = s.p(kLn1) + oC, a.ln1_mean = s.pa(kLn1Mean) + oN, a.ln1_rstd = s.pa(kLn1Rstd) + oN;
+  a.qkv = P(kQkv, 3 * oCl), a.atty = s.p(kAtty) + oCl;
+  a.att = recompute_ == Recompute::selective ? scratch_[kNumScratch].template data<T>() : P(kAtt, size_t(k) * att);
+  a.attproj = P(kAttproj, oC), a.res2 = s.p(kRes2) + oC, a.ln2 = s.p(kLn2) + oC;
+  a.ln2_mean = s.pa(kLn2Mean) + oN, a.ln2_rstd = s.pa(kLn2Rstd) + oN;
+  a.fch = P(kFch, 4 * oCl), a.fchg = s.p(kFchGelu) + 4 * oCl, a.fcproj = P(kFcproj, oC);
+  a.res3 = s.p(kRes3) + oC;
+  return a;
+}
+
+template <typename T>
+void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn,
+                                   MoeActivations<T>* ma, bool recomputing) {
+  Ops<T>& ops = *ops_;
+  const int C = cfg_.C, Cl = Cl_, NH = NHl_;
+  const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
+  T* work = sp_ ? scratch_[sSp].template data<T>() : nullptr;  // sequence parallel: the gathers' buffer
+  auto W = [&](int i) { return up + lp.o[i]; };
+  ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, W(Pln1w), W(Pln1b), int(R), C);
+  // Column-parallel QKV on the replicated ln1 (f forward is the identity; sequence parallel:
+  // ln1's blocks gathered first).
+  qkv_->forward(a.qkv, a.ln1, int(BT), W(Pqkvw), W(Pqkvb), work);
+  ops.attention_forward(a.atty, a.att, a.qkv, B, Tn, Cl, NH);
+  // Row-parallel projection: partial sums, g forward (sequence parallel: a reduce-scatter),
+  // then the bias once (tp = 1: the bias inside the GEMM, exactly as gpt.cc).
+  attproj_->forward(a.attproj, a.atty, int(BT), W(Pattprojw), W(Pattprojb), work);
+  ops.residual_forward(a.res2, a.x, a.attproj, R * C);
+  ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(R), C);
+  if (lp.moe) {
+    moe_ffn_forward(*ma, lp, a, up, int(BT), Tn, recomputing);
+  } else {
+    fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb), work);
+    ops.gelu_forward(a.fchg, a.fch, BT * 4 * Cl);
+    fcproj_->forward(a.fcproj, a.fchg, int(BT), W(Pfcprojw), W(Pfcprojb), work);
+  }
+  ops.residual_forward(a.res3, a.res2, a.fcproj, R * C);
+}
+
+template <typename T>
+const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const int32_t* targets, const T* x,
+                                 int B, int Tn, double* loss_sum) {
+  DTB_CHECK(chunk >= 0 && chunk < chunks(), "ParallelGpt::forward: chunk out of range");
+  DTB_CHECK(B > 0 && Tn > 0 && Tn <= cfg_.T, "ParallelGpt::forward: sequence length out of range");
+  const int C = cfg_.C, Vl = Vl_;
+  const size_t BT = size_t(B) * Tn;
+  DTB_CHECK(!sp_ || BT % size_t(layout_.tp) == 0, "ParallelGpt::forward: sequence parallel needs BT divisible by tp");
+  const size_t R = size_t(rows(int64_t(BT)));
+  const bool first = is_first(chunk), last = is_last(chunk);
+  ActSet& s = acquire(chunk, mb, B, Tn);
+  ensure_scratch(B, Tn);  // the recompute buffers are written in forward too
+  T* work = sp_ ? scratch_[sSp].template data<T>() : nullptr;
+  Ops<T>& ops = *ops_;
+  ParamStore<T>& st = store();
+  const int v0 = coord_.tp * Vl, v1 = v0 + Vl;
+  auto check_ids = [&](const int32_t* ids) {
+    for (size_t i = 0; i < BT; ++i) DTB_CHECK(ids[i] >= 0 && ids[i] < cfg_.V, "forward: token id out of [0, V)");
+  };
+  if (first) {
+    PartClock clock(part_times_, ops, PartTimes::kForward, 0);
+    check_ids(tokens);
+    ops.copy_from_host(s.tok(), tokens, BT * sizeof(int32_t));
+    // Vocabulary-parallel embedding: rows outside the shard are 0, wpe added on TP rank 0,
+    // then g (all-reduce SUM): each sum has one non-zero term per input, so it is exact.
+    // Sequence parallel: the sum reduce-scattered instead, each TP rank keeping its rows.
+    T* emb = sp_ ? work : s.p(kX0);
+    ops.embedding_shard_forward(emb, s.tok(), st.param(wte_unit_), coord_.tp == 0 ? st.param(wpe_unit_) : nullptr, B,
+                                Tn, C, v0, v1);
+    st.release_param(wte_unit_);
+    if (coord_.tp == 0) st.release_param(wpe_unit_);
+    if (sp_)
+      reduce_scatter_to_sequence_parallel_region<T>(Pass::forward, ops, tp_, emb, s.p(kX0), R * C, &stats_);
+    else
+      reduce_from_tensor_parallel_region<T>(Pass::forward, ops, tp_, s.p(kX0), BT * C, &stats_);
+  } else {
+    DTB_CHECK(x != nullptr, "ParallelGpt::forward: a chunk after the first needs its input");
+    copy_within(ops, s.p(kX0), x, R * C);
+  }
+  if (last) {
+    check_ids(targets);
+    ops.copy_from_host(s.tgt(), targets, BT * sizeof(int32_t));
+  }
+  moe_loss_ = 0;
+  const int Lc = chunk_layers(chunk);
+  for (int k = 0; k < Lc; ++k) {
+    const LayerParams& lp = layers_[chunk][k];
+    PartClock clock(part_times_, ops, PartTimes::kForward, 1 + lp.layer);
+    const T* up = st.param(lp.unit);
+    layer_forward(layer_acts(s, k, last), up, lp, B, Tn, &s.moe[size_t(k)]);
+    st.release_param(lp.unit);
+    if (recompute_ == Recompute::full && lp.moe) s.moe[size_t(k)] = MoeActivations<T>{};  // backward routes again
+  }
+  const T* out = layer_acts(s, Lc - 1, last).res3;  // full recompute, not last: in scratch
+  if (!last) {
+    if (loss_sum) *loss_sum = moe_loss_;
+    return out;
+  }
+
+  // LM head on the wte shard; vocabulary-parallel cross-entropy.
+  PartClock clock(part_times_, ops, PartTimes::kForward, cfg_.L + 1);
+  const T* lnf = st.param(lnf_unit_);
+  // Sequence parallel: this rank's rows into its block of kLnf, gathered in place (g-bar).
+  T* lnf_mine = s.p(kLnf) + (sp_ ? size_t(coord_.tp) * R * C : 0);
+  ops.layernorm_forward(lnf_mine, s.pa(kLnfMean), s.pa(kLnfRstd), out, lnf, lnf + C, int(R), C);
+  st.release_param(lnf_unit_);
+  if (sp_) gather_from_sequence_parallel_region<T>(Pass::forward, ops, tp_, s.p(kLnf), lnf_mine, R * C, &stats_);
+  ops.matmul_forward(s.p(kLogits), s.p(kLnf), st.param(wte_unit_), static_cast<const T*>(nullptr), int(BT), C, Vl);
+  st.release_param(wte_unit_);
+  // The max and the sum-exp travel in A (fp32 under mixed precision).
+  head_ce_->forward(s.pa(kLosses), s.p(kProbs), s.p(kLogits), s.pa(kMax), s.pa(kSums), s.tgt(), int(BT));
+  using A = acc_t<T>;
+  std::vector<A> losses(BT);
+  ops.copy_to_host(losses.data(), s.pa(kLosses), BT * sizeof(A));
+  double sum = 0;
+  for (A l : losses) sum += double(l);
+  if (loss_sum) *loss_sum = sum + moe_loss_;
+  return nullptr;
+}
+
+template <typename T>
+std::vector<double> ParallelGpt<T>::gather(const std::vector<T>& mine, Communicator& world) const {
+  DTB_CHECK(mine.size() == num_params_, "ParallelGpt::gather: not this rank's local parameter count");
+  std::vector<double> full(gpt_num_params(cfg_), 0.0);
+  for (const auto& t : tensors_) {
+    if (!t.owner) continue;
+    for (const auto& run : t.runs)
+      for (size_t i = 0; i < run.n; ++i) full[run.global + i] = double(mine[t.offset + run.local + i]);
+  }
+  // One owner per element, zeros elsewhere: the sum is exact.
+  world.all_reduce(full.data(), full.data(), full.size(), DType::f64, ReduceOp::sum);
+  return full;
+}
+
+template <typename T>
+double ParallelGpt<T>::replica_max_diff(const std::vector<T>& mine, Communicator& world) const {
+  DTB_CHECK(mine.size() == num_params_, "ParallelGpt::replica_max_diff: not this rank's local parameter count");
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> hi(gpt_num_params(cfg_), -inf), lo(hi.size(), inf);
+  for (const auto& t : tensors_)
+    for (const auto& run : t.runs)
+      for (size_t i = 0; i < run.n; ++i) {
+        const double x = double(mine[t.offset + run.local + i]);
+        hi[run.global + i] = x;
+        lo[run.global + i] = x;
+      }
+  world.all_reduce(hi.data(), hi.data(), hi.size(), DType::f64, ReduceOp::max);
+  world.all_reduce(lo.data(), lo.data(), lo.size(), DType::f64, ReduceOp::min);
+  double worst = 0;
+  for (size_t i = 0; i < hi.size(); ++i)
+    if (hi[i] > -inf) worst = std::max(worst, std::isnan(hi[i] - lo[i]) ? inf : hi[i] - lo[i]);
+  return worst;
+}
+
+template class ParallelGpt<float>;
+template class ParallelGpt<double>;
+template class ParallelGpt<bf16>;
+template class ParallelGpt<fp16>;
+
+}  // namespace dtb

@@ -1,0 +1,279 @@
+// ParallelGpt's backward (reference/parallel/parallel_gpt.h): whole, as GPipe and 1F1B run it, or split
+// into the input-gradient pass B and the weight-gradient pass W of a zero-bubble schedule
+// (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", Sec. 2: B computes each op's input
+// gradient and keeps its output gradient; W computes the weight gradients from the kept
+// output gradients and the kept activations). B and W run the very ops of the whole backward
+// with the same operands, the weight halves in the same order, so the gradients are bitwise
+// those of 1F1B.
+#include <string>
+
+#include "kernels/error.h"
+#include "reference/parallel/parallel_gpt.h"
+#include "reference/parallel/parallel_gpt_detail.h"
+
+namespace dtb {
+
+using namespace parallel_gpt_detail;
+
+template <typename T>
+const T* ParallelGpt<T>::backward(int chunk, int mb, const T* dout, acc_t<T> loss_scale) {
+  DTB_CHECK(!zero_bubble(), "ParallelGpt::backward: a zero-bubble layout runs backward_input and backward_weight");
+  return backward_pass(chunk, mb, dout, loss_scale, false);
+}
+
+template <typename T>
+const T* ParallelGpt<T>::backward_input(int chunk, int mb, const T* dout, acc_t<T> loss_scale) {
+  DTB_CHECK(zero_bubble(), "ParallelGpt::backward_input: the layout's schedule does not split the backward");
+  return backward_pass(chunk, mb, dout, loss_scale, true);
+}
+
+template <typename T>
+const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T> loss_scale, bool split) {
+  DTB_CHECK(chunk >= 0 && chunk < chunks(), "ParallelGpt::backward: chunk out of range");
+  auto it = live_[chunk].find(mb);
+  DTB_CHECK(it != live_[chunk].end() && !it->second->input_done, "ParallelGpt::backward: no forward of this micro-batch");
+  ActSet& s = *it->second;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, Vl = Vl_, Lc = s.Lc;
+  const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
+  ensure_scratch(B, Tn);
+  auto S = [&](int i) { return scratch_[i].template data<T>(); };
+  T* work = sp_ ? S(sSp) : nullptr;  // sequence parallel: the gathers' buffer
+  Ops<T>& ops = *ops_;
+  ParamStore<T>& st = store();
+  const bool first = is_first(chunk), last = is_last(chunk);
+  const int v0 = coord_.tp * Vl;
+  // The wte unit's gradient is complete for this micro-batch after its last use: the
+  // embedding's backward when this rank holds the first stage, else the LM head's.
+  const bool holds_first = wpe_unit_ >= 0;
+  // Split (B): no weight gradient is computed or touched; the LayerNorms' go to sZb, and each
+  // output gradient W needs is kept (s.k).
+  T* drop = split ? S(sZb) : nullptr;
+  // What B keeps for W (parallel_gpt_detail::Kept), held as activations until W; layer k's
+  // slice of a buffer at k kept_stride(n).
+  auto alloc = [&](int what, bool held, size_t n, int64_t layers) {
+    if (held)
+      s.kept[size_t(what)] =
+          Tensor::empty(device_, {layers, int64_t(kept_stride<T>(n))}, dtype_of<T>(), MemCategory::activation);
+  };
+  auto slice = [&](int what, int layer, size_t n) { return s.k(what) + size_t(layer) * kept_stride<T>(n); };
+  auto keep = [&](int what, int layer, const T* src, size_t n) {
+    if (split) copy_within(ops, slice(what, layer, n), src, n);
+  };
+  if (split) {
+    ops.zero(drop, 2 * size_t(C));
+    s.kept.assign(kNumKept, Tensor());
+    alloc(wLogits, last, BT * Vl, 1);  // the rest once the head's logits and probabilities are gone
+  }
+  T* dres = S(sDRes);  // the residual stream's gradient, replicated over TP
+  if (last) {
+    PartClock clock(part_times_, ops, PartTimes::kBackward, cfg_.L + 1);
+    T* dlogits = split ? slice(wLogits, 0, BT * Vl) : S(sDLogits);
+    head_ce_->backward(dlogits, s.p(kProbs), s.tgt(), loss_scale, int(BT));
+    T* dhead = sp_ ? work : S(sDLn);  // the head input's gradient, all BT rows
+    ops.zero(dhead, BT * C);
+    ops.matmul_backward(dhead, split ? nullptr : st.grad(wte_unit_), static_cast<T*>(nullptr), dlogits, s.p(kLnf),
+                        st.param(wte_unit_), int(BT), C, Vl);
+    st.release_param(wte_unit_);
+    if (!holds_first && !split) st.grad_done(wte_unit_);
+    if (split) s.a[kLogits] = Tensor(), s.a[kProbs] = Tensor();  // W reads neither
+    // The head's input is replicated; its gradient is partial over the vocabulary shards: summed
+    // over TP (sequence parallel: reduce-scattered, g-bar backward, each rank its rows).
+    if (sp_)
+      gather_from_sequence_parallel_region<T>(Pass::backward, ops, tp_, dhead, S(sDLn), R * C, &stats_);
+    else
+      copy_to_tensor_parallel_region<T>(Pass::backward, ops, tp_, S(sDLn), BT * C, &stats_);
+    ops.zero(dres, R * C);
+    const T* xL = layer_acts(s, Lc - 1, true).res3;
+    if (split) alloc(wLnf, true, R * C, 1);
+    keep(wLnf, 0, S(sDLn), R * C);
+    T* dlnf = split ? drop : st.grad(lnf_unit_);
+    ln_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.pa(kLnfMean), s.pa(kLnfRstd), int(R));
+    st.release_param(lnf_unit_);
+    if (!split) st.grad_done(lnf_unit_);
+  } else {
+    DTB_CHECK(dout != nullptr, "ParallelGpt::backward: a chunk before the last needs its output's gradient");
+    copy_within(ops, dres, dout, R * C);
+  }
+  if (split) {
+    for (int what : {wResFc, wLn2, wResAtt, wLn1}) alloc(what, true, R * C, Lc);
+    alloc(wFch, true, BT * 4 * Cl, Lc);
+    alloc(wQkv, true, BT * 3 * Cl, Lc);
+    alloc(wEmb, first, BT * C, 1);
+  }
+  for (int k = Lc - 1; k >= 0; --k) {
+    const LayerParams& lp = layers_[chunk][k];
+    PartClock clock(part_times_, ops, PartTimes::kBackward, 1 + lp.layer);
+    T* up = st.param(lp.unit);
+    T* ug = split ? nullptr : st.grad(lp.unit);
+    auto W = [&](int i) { return up + lp.o[i]; };
+    auto D = [&](int i) { return ug ? ug + lp.o[i] : nullptr; };               // linears: null in B
+    auto DL = [&](int i, int half) { return ug ? ug + lp.o[i] : drop + half * C; };  // LayerNorms: sZb in B
+    const LayerActs a = layer_acts(s, k, last);
+    // Full recompute: the layer's forward again from its kept input, the same ops on the
+    // same values, so every activation is bitwise the first forward's.
+    if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn, lp.moe ? &s.moe[size_t(k)] : nullptr, true);
+    if (lp.moe) {  // its losses weigh BT * loss_scale, as forward added them
+      ops.zero(S(sDLn), R * C);
+      moe_ffn_backward(s.moe[size_t(k)], lp, a, up, ug, int(BT), dres, S(sDLn), double(loss_scale) * double(BT));
+      // Full recompute keeps no MoE activations: the recomputed ones go with this layer's backward.
+      if (recompute_ == Recompute::full) s.moe[size_t(k)] = MoeActivations<T>{};
+    } else {
+      // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
+      // sums over TP.
+      T* dfchg = S(sDBig);
+      T* dfch = split ? slice(wFch, k, BT * 4 * Cl) : S(sDBig2);
+      keep(wResFc, k, dres, R * C);
+      fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb), work);
+      ops.zero(dfch, BT * 4 * Cl);
+      ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
+      fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb), work);
+    }
+    keep(wLn2, k, S(sDLn), R * C);
+    ln_backward(dres, DL(Pln2w, 0), DL(Pln2b, 1), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(R));
+    // Attention branch.
+    T* datty = S(sDBig2);
+    keep(wResAtt, k, dres, R * C);
+    attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb), work);
+    T* dqkv = split ? slice(wQkv, k, BT * 3 * Cl) : S(sDBig);
+    // Selective recompute: the attention core's softmax again from the kept qkv (its output
+    // into dqkv's buffer before that is zeroed; the kept atty is not touched).
+    if (recompute_ == Recompute::selective) ops.attention_forward(dqkv, a.att, a.qkv, B, Tn, Cl, NH);
+    ops.zero(dqkv, BT * 3 * Cl);
+    ops.attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.att, B, Tn, Cl, NH);
+    qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), D(Pqkvw), D(Pqkvb), work);
+    keep(wLn1, k, S(sDLn), R * C);
+    ln_backward(dres, DL(Pln1w, 0), DL(Pln1b, 1), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(R));
+    st.release_param(lp.unit);
+    if (!split) st.grad_done(lp.unit);
+  }
+  const T* result = dres;
+  if (first) {
+    PartClock clock(part_times_, ops, PartTimes::kBackward, 0);
+    // g forward's backward is the identity: dres is the full gradient on every TP rank
+    // (sequence parallel: the reduce-scatter's backward gathers the ranks' rows whole).
+    const T* demb = dres;
+    if (sp_) {
+      reduce_scatter_to_sequence_parallel_region<T>(Pass::backward, ops, tp_, work, dres, R * C, &stats_);
+      demb = work;
+    }
+    if (split) {
+      keep(wEmb, 0, demb, BT * C);
+    } else {
+      ops.embedding_shard_backward(st.grad(wte_unit_), st.grad(wpe_unit_), demb, s.tok(), B, Tn, C, v0, v0 + Vl);
+      st.grad_done(wte_unit_);
+      st.grad_done(wpe_unit_);
+    }
+    result = nullptr;
+  }
+  if (split) {
+    // The activations W does not read go now (acquire makes them again for the set's next
+    // micro-batch): QKV, the attention matrix, the projections' outputs, fc's pre-GELU
+    // output, the logits and probabilities. The layers' inputs and LayerNorm statistics stay.
+    for (int i : {kQkv, kAtt, kAttproj, kFch, kFcproj}) s.a[size_t(i)] = Tensor();
+    s.input_done = true;
+  } else {
+    pool_[chunk].push_back(std::move(it->second));
+    live_[chunk].erase(it);
+  }
+  return result;
+}
+
+template <typename T>
+void ParallelGpt<T>::backward_weight(int chunk, int mb) {
+  DTB_CHECK(chunk >= 0 && chunk < chunks(), "ParallelGpt::backward_weight: chunk out of range");
+  auto it = live_[chunk].find(mb);
+  DTB_CHECK(it != live_[chunk].end() && it->second->input_done,
+            "ParallelGpt::backward_weight: no input-gradient pass of this micro-batch");
+  ActSet& s = *it->second;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, Vl = Vl_, Lc = s.Lc;
+  const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
+  ensure_scratch(B, Tn);
+  Ops<T>& ops = *ops_;
+  ParamStore<T>& st = store();
+  const bool first = is_first(chunk), last = is_last(chunk), holds_first = wpe_unit_ >= 0;
+  const int v0 = coord_.tp * Vl;
+  // The weight halves in the whole backward's order; a LayerNorm's input gradient (not wanted
+  // here) goes to sZb. No linear reads its weight: only the LayerNorms' parameters are asked for.
+  T* drop = scratch_[sZb].template data<T>() + 2 * size_t(C);
+  auto ln_weight = [&](T* dw, T* db, const T* dout, const T* inp, const T* w, const acc_t<T>* mean,
+                       const acc_t<T>* rstd) {
+    ops.zero(drop, R * C);
+    ops.layernorm_backward(drop, dw, db, dout, inp, w, mean, rstd, int(R), C);
+  };
+  if (last) {
+    PartClock clock(part_times_, ops, PartTimes::kWeight, cfg_.L + 1);
+    ops.matmul_backward(static_cast<T*>(nullptr), st.grad(wte_unit_), static_cast<T*>(nullptr), s.k(wLogits),
+                        s.p(kLnf), static_cast<const T*>(nullptr), int(BT), C, Vl);
+    if (!holds_first) st.grad_done(wte_unit_);
+    T* dlnf = st.grad(lnf_unit_);
+    ln_weight(dlnf, dlnf + C, s.k(wLnf), layer_acts(s, Lc - 1, true).res3, st.param(lnf_unit_), s.pa(kLnfMean),
+              s.pa(kLnfRstd));
+    st.release_param(lnf_unit_);
+    st.grad_done(lnf_unit_);
+  }
+  for (int k = Lc - 1; k >= 0; --k) {
+    const LayerParams& lp = layers_[chunk][k];
+    PartClock clock(part_times_, ops, PartTimes::kWeight, 1 + lp.layer);
+    const T* up = st.param(lp.unit);
+    T* ug = st.grad(lp.unit);
+    auto W = [&](int i) { return up + lp.o[i]; };
+    auto D = [&](int i) { return ug + lp.o[i]; };
+    auto K = [&](int what, size_t n) { return s.k(what) + size_t(k) * kept_stride<T>(n); };
+    const LayerActs a = layer_acts(s, k, last);
+    const T* none = nullptr;
+    fcproj_->backward(nullptr, K(wResFc, R * C), a.fchg, int(BT), none, D(Pfcprojw), D(Pfcprojb));
+    fc_->backward(nullptr, K(wFch, BT * 4 * Cl), a.ln2, int(BT), none, D(Pfcw), D(Pfcb));
+    ln_weight(D(Pln2w), D(Pln2b), K(wLn2, R * C), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd);
+    attproj_->backward(nullptr, K(wResAtt, R * C), a.atty, int(BT), none, D(Pattprojw), D(Pattprojb));
+    qkv_->backward(nullptr, K(wQkv, BT * 3 * Cl), a.ln1, int(BT), none, D(Pqkvw), D(Pqkvb));
+    ln_weight(D(Pln1w), D(Pln1b), K(wLn1, R * C), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd);
+    st.release_param(lp.unit);
+    st.grad_done(lp.unit);
+  }
+  if (first) {
+    PartClock clock(part_times_, ops, PartTimes::kWeight, 0);
+    ops.embedding_shard_backward(st.grad(wte_unit_), st.grad(wpe_unit_), s.k(wEmb), s.tok(), B, Tn, C, v0, v0 + Vl);
+    st.grad_done(wte_unit_);
+    st.grad_done(wpe_unit_);
+  }
+  s.input_done = false;
+  s.kept.clear();
+  pool_[chunk].push_back(std::move(it->second));
+  live_[chunk].erase(it);
+}
+
+template <typename T>
+void ParallelGpt<T>::ln_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                                 const acc_t<T>* mean, const acc_t<T>* rstd, int R) {
+  Ops<T>& ops = *ops_;
+  const int C = cfg_.C;
+  if (!sp_) {
+    ops.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, R, C);
+    return;
+  }
+  // Each TP rank's rows give part of the weight and bias gradients: their sum over TP is the
+  // gradient (Megatron-LM #1446 is this sum left out), accumulated into dw and db.
+  T* part = scratch_[sLnPart].template data<T>();
+  ops.zero(part, 2 * size_t(C));
+  ops.layernorm_backward(dinp, part, part + C, dout, inp, w, mean, rstd, R, C);
+  sum_over_tensor_parallel<T>(ops, tp_, part, 2 * size_t(C), &stats_);
+  ops.residual_forward(dw, dw, part, size_t(C));
+  ops.residual_forward(db, db, part + C, size_t(C));
+}
+
+
+// The members defined here, for the types parallel_gpt.cc instantiates the class in.
+#define DTB_PARALLEL_GPT_BACKWARD(T)                                                                        \
+  template const T* ParallelGpt<T>::backward(int, int, const T*, acc_t<T>);                                 \
+  template const T* ParallelGpt<T>::backward_input(int, int, const T*, acc_t<T>);                           \
+  template const T* ParallelGpt<T>::backward_pass(int, int, const T*, acc_t<T>, bool);                      \
+  template void ParallelGpt<T>::backward_weight(int, int);                                                  \
+  template void ParallelGpt<T>::ln_backward(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,      \
+                                            const acc_t<T>*, int);
+DTB_PARALLEL_GPT_BACKWARD(float)
+DTB_PARALLEL_GPT_BACKWARD(double)
+DTB_PARALLEL_GPT_BACKWARD(bf16)
+DTB_PARALLEL_GPT_BACKWARD(fp16)
+#undef DTB_PARALLEL_GPT_BACKWARD
+
+}  // namespace dtb

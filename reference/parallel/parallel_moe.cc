@@ -1,0 +1,96 @@
+// ParallelGpt's MoE layers (reference/parallel/parallel_gpt.h): where an MoE layer's router and held
+// experts sit in the rank's flat layout, and its FFN forward and backward through moe.h's
+// expert-parallel dispatch. The rest of the layer (LayerNorms, attention, residuals) is the
+// dense layer's, in parallel_gpt.cc.
+#include "reference/parallel/parallel_gpt.h"
+
+#include "kernels/error.h"
+
+namespace dtb {
+
+template <typename T>
+void ParallelGpt<T>::reset_moe_stats() {
+  moe_counts_.assign(size_t(num_moe_layers(cfg_)) * size_t(cfg_.moe.num_experts + 1), 0.0);
+  moe_comm_ = MoeCommStats{};
+}
+
+template <typename T>
+void ParallelGpt<T>::add_moe_tensors(LayerParams& lp, int l, const std::map<std::string, size_t>& full) {
+  const size_t C = size_t(cfg_.C), E = size_t(cfg_.moe.num_experts), F = size_t(moe_hidden(cfg_.moe, cfg_.C));
+  const size_t mi = size_t(l / cfg_.moe_layer_freq);  // the layer's index among the MoE layers
+  lp.moe_index = int(mi);
+  // The router (E, C), whole on every rank, closes the layer's unit.
+  lp.router = num_params_ - units_[lp.unit].begin;
+  // Router and experts are replicated over TP (the layer's input is): TP rank 0 owns them.
+  add_tensor("routerw", l, {{full.at("routerw") + mi * E * C, 0, E * C}}, true);
+  close_unit();
+  // Experts [e0, e0 + El) of the layer: this rank's expert-parallel share, a unit of its own.
+  const size_t El = E / size_t(layout_.ep), e0 = size_t(ep_rank(coord_.dp, layout_)) * El;
+  lp.expert_unit = open_unit("experts." + std::to_string(l));
+  units_.back().expert = true;
+  const char* const names[4] = {"expfcw", "expfcb", "expprojw", "expprojb"};
+  const size_t per_expert[4] = {F * C, F, C * F, C};
+  for (int i = 0; i < 4; ++i) {
+    lp.ex[i] = num_params_ - units_[lp.expert_unit].begin;
+    const size_t n = per_expert[i];
+    add_tensor(names[i], l, {{full.at(names[i]) + (mi * E + e0) * n, 0, El * n}}, true, true);
+  }
+  close_unit();
+}
+
+template <typename T>
+void ParallelGpt<T>::moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up,
+                                     int BT, int Tn, bool recomputing) {
+  if constexpr (is_half_v<T>) {
+    DTB_CHECK(false, "ParallelGpt: an MoE layer in a half type");  // refused at construction
+  } else {
+    ParamStore<T>& st = store();
+    T* ex = st.param(lp.expert_unit);
+    const MoeWeights<T> w{const_cast<T*>(up + lp.router), ex + lp.ex[0], ex + lp.ex[1], ex + lp.ex[2], ex + lp.ex[3]};
+    // Each sequence one routing group, as Gpt: every layout that keeps sequences whole routes alike.
+    moe_forward(*ops_, cfg_.moe, w, a.ln2, a.fcproj, BT, cfg_.C, ma, Tn, layout_.ep > 1 ? ep_ : nullptr, &moe_comm_);
+    st.release_param(lp.expert_unit);
+    if (recomputing) return;  // counted by the forward this recomputes
+    moe_loss_ += double(BT) * (ma.routing.aux_loss + ma.routing.z_loss);
+    if (coord_.tp == 0) {
+      const int E = cfg_.moe.num_experts;
+      double* c = moe_counts_.data() + size_t(lp.moe_index) * size_t(E + 1);
+      for (int e = 0; e < E; ++e) c[e] += ma.routing.tokens_per_expert[size_t(e)];
+      c[E] += ma.routing.dropped;
+    }
+  }
+}
+
+template <typename T>
+void ParallelGpt<T>::moe_ffn_backward(const MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a,
+                                      const T* up, T* ug, int BT, const T* dres, T* dln, double loss_scale) {
+  if constexpr (is_half_v<T>) {
+    DTB_CHECK(false, "ParallelGpt: an MoE layer in a half type");
+  } else {
+    ParamStore<T>& st = store();
+    T* ex = st.param(lp.expert_unit);
+    T* dex = st.grad(lp.expert_unit);
+    const MoeWeights<T> w{const_cast<T*>(up + lp.router), ex + lp.ex[0], ex + lp.ex[1], ex + lp.ex[2], ex + lp.ex[3]};
+    const MoeWeights<T> dw{ug + lp.router, dex + lp.ex[0], dex + lp.ex[1], dex + lp.ex[2], dex + lp.ex[3]};
+    moe_backward(*ops_, cfg_.moe, w, dw, a.ln2, dres, dln, BT, cfg_.C, ma, loss_scale, layout_.ep > 1 ? ep_ : nullptr,
+                 &moe_comm_);
+    st.release_param(lp.expert_unit);
+    st.grad_done(lp.expert_unit);
+  }
+}
+
+// The members defined here, for the types parallel_gpt.cc instantiates the class in.
+#define DTB_PARALLEL_MOE(T)                                                                                         \
+  template void ParallelGpt<T>::reset_moe_stats();                                                                  \
+  template void ParallelGpt<T>::add_moe_tensors(LayerParams&, int, const std::map<std::string, size_t>&);          \
+  template void ParallelGpt<T>::moe_ffn_forward(MoeActivations<T>&, const LayerParams&, const LayerActs&, const T*, \
+                                                int, int, bool);                                                    \
+  template void ParallelGpt<T>::moe_ffn_backward(const MoeActivations<T>&, const LayerParams&, const LayerActs&,    \
+                                                 const T*, T*, int, const T*, T*, double);
+DTB_PARALLEL_MOE(float)
+DTB_PARALLEL_MOE(double)
+DTB_PARALLEL_MOE(bf16)
+DTB_PARALLEL_MOE(fp16)
+#undef DTB_PARALLEL_MOE
+
+}  // namespace dtb

@@ -1,0 +1,277 @@
+#include "reference/parallel/parallel_trainer.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "kernels/error.h"
+#include "reference/training/dp_sync.h"
+#include "kernels/slowdown.h"
+#include "kernels/timer.h"
+#include "reference/training/progress.h"
+#include "reference/parallel/pipeline_schedule.h"
+
+namespace dtb {
+
+namespace {
+
+// Messages between pipeline ranks: tag (micro-batch, virtual stage, direction), unique
+// among the messages of one step between two ranks, below MPI's guaranteed 32767.
+int message_tag(int mb, int vstage, bool backward, int num_vstages) {
+  return ((mb * num_vstages + vstage) * 2 + (backward ? 1 : 0)) % 32768;
+}
+
+// Interleaving sends both ways around a ring of stages: waiting for each send before the next
+// receive can deadlock there (Megatron-LM batches its sends and receives for it).
+void check_p2p_mode(const TrainConfig& cfg, const ParallelLayout& L) {
+  if (!cfg.overlap_p2p_comm && L.schedule == "interleaved")
+    throw InputError("overlap_p2p_comm false (blocking pipeline sends) is not supported with schedule interleaved");
+}
+
+}  // namespace
+
+template <typename T>
+double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data,
+                                  const TrainConfig& cfg, int64_t step, ParallelGroups& g, StepTiming* timing,
+                                  SpanRecorder* spans, double loss_scale) {
+  const ParallelLayout& L = model.layout();
+  const int p = L.pp, v = L.virtual_stages, m = cfg.micro_batches, dp = L.dp;
+  DTB_CHECK(m > 0 && cfg.global_batch % (dp * m) == 0,
+            "parallel_compute_gradients: global batch does not divide over DP ranks and micro-batches");
+  const bool recording = spans && spans->enabled();
+  check_p2p_mode(cfg, L);
+  Ops<T>& ops = model.ops();
+  const int me = g.pp.rank(), prev = (me - 1 + p) % p, next = (me + 1) % p;
+  const int per_rank = cfg.global_batch / dp, mbs = per_rank / m, Tn = cfg.seq_len;
+  // A stage's message: its output rows (sequence parallel: this TP rank's BT / tp), C wide.
+  const size_t BTC = size_t(mbs) * Tn / (L.sequence_parallel ? size_t(L.tp) : 1) * model.config().C;
+  const double global_tokens = double(cfg.global_batch) * Tn;
+  const int nv = p * v;
+  Stopwatch sw;
+  double comm_s = 0, p2p_bytes = 0;
+  engine.zero_grad();
+  const double engine_comm0 = engine.comm_stats().seconds, tp_comm0 = model.comm_stats().seconds;
+
+  std::vector<int32_t> tokens(size_t(mbs) * Tn), targets(size_t(mbs) * Tn);
+  auto fill = [&](int mb) {
+    const int first = model.coord().dp * per_rank + mb * mbs;
+    fill_batch(data, cfg.seed, step, cfg.global_batch, first, mbs, Tn, tokens.data(), targets.data());
+  };
+  // Outgoing messages stay alive until their sends complete (waited at the step's end).
+  struct Outgoing {
+    Tensor buf;
+    std::unique_ptr<CommHandle> handle;
+  };
+  std::vector<Outgoing> sent;
+  bool pending = false;  // the last send is not waited for yet (cfg.overlap_p2p_comm false)
+  std::map<int, Tensor> local_box;  // p == 1: chunk-to-chunk hand-over on this rank, by tag
+  Communicator& pp_bwd = g.pp_backward ? *g.pp_backward : g.pp;
+  auto send = [&](const T* src, int tag, int peer, Communicator& comm) {
+    Tensor buf = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
+    copy_within(ops, buf.data<T>(), src, BTC);
+    if (peer == me) {
+      local_box[tag] = std::move(buf);
+      return;
+    }
+    ops.synchronize();
+    auto span = span_scope(spans, "comm.send", step);
+    Stopwatch c;
+    auto h = comm.send_async(buf.raw(), BTC, dtype_of<T>(), peer, tag);
+    p2p_bytes += double(BTC) * sizeof(T);
+    comm_s += c.elapsed();
+    sent.push_back({std::move(buf), std::move(h)});
+    pending = !cfg.overlap_p2p_comm;
+  };
+  // Without overlap (the blocking baseline) a send is waited for before the next compute: with
+  // the next action's receive posted first when it has one, as Megatron-LM's batched
+  // send_forward_recv_backward does (two stages each waiting for its own send before posting
+  // the receive the other's send needs would deadlock: 1F1B's steady state is such a pair).
+  auto flush = [&] {
+    if (!pending) return;
+    auto span = span_scope(spans, "comm.send", step);
+    Stopwatch c;
+    sent.back().handle->wait();
+    comm_s += c.elapsed();
+    pending = false;
+  };
+  Tensor inbox = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
+  auto receive = [&](int tag, int peer, Communicator& comm) -> const T* {
+    if (peer == me) {
+      auto it = local_box.find(tag);
+      DTB_CHECK(it != local_box.end(), "pipeline: a chunk's input was not produced before its use");
+      inbox = std::move(it->second);
+      local_box.erase(it);
+      return inbox.data<T>();
+    }
+    std::unique_ptr<CommHandle> h = pending ? comm.recv_async(inbox.raw(), BTC, dtype_of<T>(), peer, tag) : nullptr;
+    flush();
+    auto span = span_scope(spans, "comm.recv", step);
+    Stopwatch c;
+    if (h)
+      h->wait();
+    else
+      comm.recv(inbox.raw(), BTC, dtype_of<T>(), peer, tag);
+    comm_s += c.elapsed();
+    return inbox.data<T>();
+  };
+
+  double loss_sum = 0;
+  for (const PipeAction& a : pipeline_schedule(L.schedule, p, m, v, me)) {
+    const int vs = model.virtual_stage(a.chunk);
+    const bool first = model.is_first(a.chunk), last = model.is_last(a.chunk);
+    if (a.op == PipeOp::forward) {
+      const T* x = nullptr;
+      if (!first) x = receive(message_tag(a.micro_batch, vs, false, nv), prev, g.pp);
+      flush();
+      if (first || last) fill(a.micro_batch);
+      auto span = span_scope(spans, "compute.forward", step);
+      double mb_loss = 0;
+      const T* out = model.forward(a.chunk, a.micro_batch, tokens.data(), targets.data(), x, mbs, Tn, &mb_loss);
+      if (recording) ops.synchronize();
+      span.end();
+      loss_sum += mb_loss;  // the last chunk's token losses; any chunk's MoE losses
+      if (!last) send(out, message_tag(a.micro_batch, vs + 1, false, nv), next, g.pp);
+    } else if (a.op == PipeOp::backward_weight) {  // W: no communication
+      flush();
+      auto span = span_scope(spans, "compute.backward_weight", step);
+      model.backward_weight(a.chunk, a.micro_batch);
+      if (recording) ops.synchronize();
+    } else {  // the whole backward, or B
+      const T* dout = nullptr;
+      if (!last) dout = receive(message_tag(a.micro_batch, vs, true, nv), next, pp_bwd);
+      flush();
+      const bool input = a.op == PipeOp::backward_input;
+      auto span = span_scope(spans, input ? "compute.backward_input" : "compute.backward", step);
+      const acc_t<T> scale = acc_t<T>(loss_scale / global_tokens);
+      const T* dx = input ? model.backward_input(a.chunk, a.micro_batch, dout, scale)
+                          : model.backward(a.chunk, a.micro_batch, dout, scale);
+      if (recording) ops.synchronize();
+      span.end();
+      if (!first) send(dx, message_tag(a.micro_batch, vs - 1, true, nv), prev, pp_bwd);
+    }
+  }
+  {
+    Stopwatch c;
+    for (auto& o : sent) o.handle->wait();
+    comm_s += c.elapsed();
+  }
+  ops.synchronize();
+  // Reduce-scatters issued during the backward (ZeRO 2-3), stage-3 gathers and the TP
+  // all-reduces are communication inside the compute loop.
+  comm_s += engine.comm_stats().seconds - engine_comm0;
+  comm_s += model.comm_stats().seconds - tp_comm0;  // TP all-reduces inside forward and backward
+  const double total_compute = sw.elapsed() - comm_s;
+  Stopwatch red;
+  {
+    auto span = span_scope(spans, engine.config().stage >= 2 ? "comm.reduce_scatter" : "comm.all_reduce", step);
+    engine.finish_gradients();
+    // The tied embedding: the first stage's copy holds the input embedding's gradient, the
+    // last stage's the LM head's; each adds the other's (a + b on one side, b + a on the
+    // other: bitwise equal).
+    if (p > 1 && model.wte_unit() >= 0 && (me == 0 || me == p - 1)) engine.add_tied_gradient(g.pp, me == 0 ? p - 1 : 0);
+    // The loss: the last stage's token losses and every stage's MoE losses, summed over the
+    // world (TP rank 0 counts them once).
+    loss_sum = all_reduce_host_scalar(g.world, model.device(), model.ops(), model.coord().tp == 0 ? loss_sum : 0.0);
+    ops.synchronize();
+  }
+  comm_s += red.elapsed();
+  if (timing) {
+    timing->compute_s += total_compute;
+    timing->comm_s += comm_s;
+    timing->p2p_bytes += p2p_bytes;
+  }
+  return loss_sum / global_tokens;
+}
+
+template <typename T>
+StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cfg, LossScaler* scaler,
+                                    ParallelGroups& g) {
+  StepOutcome out;
+  const bool scaling = scaler && scaler->config().enabled;
+  out.loss_scale = scaling ? scaler->scale() : 1.0;
+  if (scaling) {
+    // Every rank, every group: the count of ranks that saw an inf or NaN (through the
+    // backend's memory on NCCL, which reduces device buffers only).
+    const double infs = all_reduce_host_scalar(g.world, engine.device(), engine.ops(), engine.local_nonfinite() ? 1.0 : 0.0);
+    out.skipped = infs > 0;
+    scaler->update(out.skipped);
+    if (out.skipped) {
+      out.grad_norm = std::numeric_limits<double>::quiet_NaN();  // undefined: an inf or NaN somewhere
+      return out;
+    }
+    engine.scale_grads(acc_t<T>(1.0 / out.loss_scale));  // unscale before the norm (GradScaler.unscale_)
+  }
+  // The global norm, every step (Megatron-LM reports grad_norm whether or not it clips).
+  const double sq = all_reduce_host_scalar(g.world, engine.device(), engine.ops(), engine.owned_grad_sq_norm());
+  out.grad_norm = std::sqrt(sq);
+  if (cfg.grad_clip > 0) engine.scale_grads(acc_t<T>(clip_coefficient(out.grad_norm, cfg.grad_clip)));
+  engine.step();
+  return out;
+}
+
+template <typename T>
+TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data, const TrainConfig& cfg,
+                        ParallelGroups& g, SpanRecorder* spans, const TrainLoop& loop) {
+  ParallelLayout layout = model.layout();
+  layout.micro_batches = cfg.micro_batches;
+  validate_layout(layout, model.config(), cfg.global_batch, g.world.size(), cfg.seq_len);
+  validate_train_config(cfg, model.config(), layout.dp);
+  if (loop.first_step < 0 || loop.first_step > cfg.steps)
+    throw InputError("first step " + std::to_string(loop.first_step) + " is outside [0, steps = " +
+                     std::to_string(cfg.steps) + "]");
+  TrainRun run;
+  LossScaler own_scaler(cfg.loss_scaler);
+  LossScaler& scaler = loop.scaler ? *loop.scaler : own_scaler;
+  double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
+  // Stale gradients or local steps (reference/training/dp_sync.h): their own update; refused on a resume
+  // (the gradients in flight and the outer state are not in a checkpoint).
+  std::unique_ptr<DpSyncStepper<T>> sync;
+  if (!cfg.dp_sync.synchronous()) {
+    if (loop.first_step != 0)
+      throw InputError("train.resume_from: stale gradients and local steps cannot resume (their in-flight state is "
+                       "not checkpointed)");
+    sync = std::make_unique<DpSyncStepper<T>>(engine, layout, cfg, g);
+  }
+  for (int s = int(loop.first_step); s < cfg.steps; ++s) {
+    if (loop.before_step) loop.before_step(s);
+    StepTiming tm;
+    const double cpu0 = loop.step_slowdown != 1.0 ? thread_cpu_seconds() : 0;
+    auto window = spans ? spans->step_scope(s) : SpanRecorder::Scope();
+    Stopwatch step_sw;
+    const double scale = sync ? sync->loss_scale() : scaler.scale();
+    run.losses.push_back(parallel_compute_gradients(model, engine, data, cfg, s, g, &tm, spans, scale));
+    Stopwatch opt_sw;
+    auto optim = span_scope(spans, "compute.optimizer", s);
+    const StepOutcome o = sync ? sync->step(s, &tm) : parallel_optimizer_step(engine, cfg, &scaler, g);
+    run.grad_norms.push_back(o.grad_norm);
+    if (cfg.loss_scaler.enabled) {
+      run.loss_scales.push_back(o.loss_scale);
+      run.skipped.push_back(o.skipped ? 1 : 0);
+    }
+    model.ops().synchronize();
+    optim.end();
+    tm.compute_s += opt_sw.elapsed();
+    if (loop.step_slowdown != 1.0)
+      spin_cpu(extra_cpu_seconds(loop.step_slowdown, thread_cpu_seconds() - cpu0, step_sw.elapsed(), fastest));
+    tm.step_s = step_sw.elapsed();
+    window.end();
+    run.timings.push_back(tm);
+    if (loop.after_step) loop.after_step(s + 1, scaler, run);
+    report_progress(s + 1, cfg.steps);
+  }
+  return run;
+}
+
+#define DTB_INSTANTIATE_PARALLEL_TRAINER(T)                                                                     \
+  template double parallel_compute_gradients<T>(ParallelGpt<T>&, ZeroEngine<T>&, const Dataset&, const TrainConfig&, \
+                                                int64_t, ParallelGroups&, StepTiming*, SpanRecorder*, double);      \
+  template StepOutcome parallel_optimizer_step<T>(ZeroEngine<T>&, const TrainConfig&, LossScaler*, ParallelGroups&); \
+  template TrainRun parallel_train<T>(ParallelGpt<T>&, ZeroEngine<T>&, const Dataset&, const TrainConfig&,          \
+                                      ParallelGroups&, SpanRecorder*, const TrainLoop&);
+DTB_INSTANTIATE_PARALLEL_TRAINER(float)
+DTB_INSTANTIATE_PARALLEL_TRAINER(double)
+DTB_INSTANTIATE_PARALLEL_TRAINER(bf16)
+DTB_INSTANTIATE_PARALLEL_TRAINER(fp16)
+#undef DTB_INSTANTIATE_PARALLEL_TRAINER
+
+}  // namespace dtb
