@@ -97,14 +97,21 @@ json make_context(const json& config, const Dataset* dataset, const Communicator
               {"comm_backend", world.backend()},
               {"mpi_version", mpi},
               {"blas_version", std::string(openblas_get_config())},
-              {"cuda_version", nullptr},
-              {"nccl_version", nullptr},
               {"config", config}};
+  ctx.update(software_versions(backend.device_inventory()));
   const int per_node = std::max(1, emulated_ranks_per_node > 0 ? emulated_ranks_per_node : ranks_per_node);
   ctx["nodes"] = (world.size() + per_node - 1) / per_node;
   if (dataset)
     ctx["dataset"] = {{"path", dataset->path}, {"bytes", dataset->bytes.size()}, {"sha256", dataset->sha256}};
   return ctx;
+}
+
+json software_versions(const std::map<std::string, std::string>& inventory) {
+  auto value = [&](const char* key) {
+    auto it = inventory.find(key);
+    return it == inventory.end() ? json(nullptr) : json(it->second);
+  };
+  return {{"cuda_version", value("cuda_runtime_version")}, {"nccl_version", value("nccl_version")}};
 }
 
 json make_report(const json& context, const std::vector<SuiteOutcome>& suites) {

@@ -4,6 +4,7 @@
 // that what finished is never lost; read back for its summary (`dtbench summary`).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,12 @@ std::string suite_end_line(int index, int total, const SuiteOutcome& s);
 nlohmann::json make_context(const nlohmann::json& config, const Dataset* dataset,
                             const Communicator& world, int ranks_per_node, const std::string& run_id,
                             Backend& backend, int emulated_ranks_per_node = 0);
+
+/// The context's software versions of the run's backend, from its Backend::device_inventory():
+/// {"cuda_version": the inventory's "cuda_runtime_version" ("12.4", cudaRuntimeGetVersion),
+/// "nccl_version": its "nccl_version" ("2.21.5", ncclGetVersion)}, each null where the inventory
+/// has none (the CPU backend: the run uses no CUDA or NCCL). No errors.
+nlohmann::json software_versions(const std::map<std::string, std::string>& inventory);
 
 /// The whole report from a context and the suites run so far.
 nlohmann::json make_report(const nlohmann::json& context, const std::vector<SuiteOutcome>& suites);

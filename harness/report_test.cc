@@ -80,6 +80,17 @@ TEST(Report, NotJudgedFailsNothing) {
   EXPECT_EQ(suite_status(p.result), "failed");
 }
 
+// cuda_version and nccl_version come from the backend's inventory (null on the CPU backend's
+// empty one), not a constant null.
+TEST(Report, SoftwareVersionsFromTheBackendInventory) {
+  const nlohmann::json cuda = software_versions({{"cuda_runtime_version", "12.4"}, {"nccl_version", "2.21.5"},
+                                                 {"driver_version", "12.6"}});
+  EXPECT_EQ(cuda, (nlohmann::json{{"cuda_version", "12.4"}, {"nccl_version", "2.21.5"}}));
+  const nlohmann::json cpu = software_versions({});
+  EXPECT_TRUE(cpu.at("cuda_version").is_null());
+  EXPECT_TRUE(cpu.at("nccl_version").is_null());
+}
+
 TEST(Report, WritesAtomically) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(testing::TempDir()) / ("dtb_report_test." + std::to_string(getpid()));
