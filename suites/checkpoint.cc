@@ -1,4 +1,4 @@
-// The `checkpoint` suite: what saving training checkpoints costs (the article's checkpointing
+// The `checkpoint` suite: what saving training checkpoints costs (the article's [docs/claims.md#the-article] checkpointing
 // overhead; the recompute suite measures activation checkpointing). The GPT trained data-
 // parallel over every rank without saves, with a blocking save every save_interval steps and
 // with an asynchronous one (reference/checkpoint/checkpoint_async.h), alternately (repetitions); then a

@@ -6,7 +6,7 @@
 
 namespace dtb::claims_impl {
 
-// Claim 20 (the article's §6.3): one or two steps of gradient delay gain about 20 % throughput,
+// Claim 20 (the article's [docs/claims.md#the-article] §6.3): one or two steps of gradient delay gain about 20 % throughput,
 // and delay compensation keeps the accuracy. A step of compute c whose gradient all-reduce takes
 // k: synchronous DP runs in c + k, stale gradients overlap the reduction with the next steps'
 // compute, max(c, k / s) for staleness s (s reductions in flight): gain (c + k) / max(c, k / s) - 1,

@@ -469,7 +469,7 @@ void energy(const json& in, double tol, const Measured&, ClaimResult& r) {
                      : "the arithmetic gives " + dollars(usd);
 }
 
-// Claim 17: an MoE's memory against its active parameters (the article, 6.2). dtbench's moe-6b shape
+// Claim 17: an MoE's memory against its active parameters (the article [docs/claims.md#the-article], 6.2). dtbench's moe-6b shape
 // has the claim's counts; its model states come from dtbench memory's MoE accounting.
 void moe_memory(const json& in, double tol, const Measured&, ClaimResult& r) {
   const GptConfig m = model_named(str(in, "model"));

@@ -75,7 +75,7 @@ StepTimeHardware slower_links(StepTimeHardware hw, double f) {
 }  // namespace
 
 // Scale claims of the form "layout A trains S times faster than pure data parallelism on N GPUs"
-// (the article's 40x for 3D on 1024 GPUs, 17x for TP2 x PP2 x DP2 with a 10B model on 8 A100s).
+// (the article's [docs/claims.md#the-article] 40x for 3D on 1024 GPUs, 17x for TP2 x PP2 x DP2 with a 10B model on 8 A100s).
 // Pure DP at its best feasible ZeRO stage and recompute against the best feasible candidate of the
 // claimed layout (inputs.layout, "TP2xPP2xDP2"; without it the best with tp, pp and dp all > 1),
 // both planned on the hardware file; and whether plain DP (ZeRO 0) fits at all. When the ratio

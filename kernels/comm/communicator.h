@@ -1,7 +1,11 @@
 // Communicator: the collectives every parallel strategy is written against. One
-// interface, two backends: MPI on host buffers (kernels/comm/mpi_communicator.*) and NCCL
-// on device buffers (kernels/comm/nccl_communicator.*, in CUDA builds). Semantics follow
-// NCCL, including in-place conventions, so that code written once runs on both.
+// interface, two transports: MPI on host buffers (kernels/comm/mpi_communicator.*) and NCCL
+// on device buffers (kernels/comm/nccl_communicator.*, in CUDA builds); and three wrappers
+// over a transport: StagedCommunicator (device buffers through host staging to MPI,
+// staged_communicator.h), HierarchicalCommunicator (the two-level all-reduce,
+// hierarchical_communicator.h) and EmulatedLinkCommunicator (slow inter-node links emulated,
+// emulated_link.h), the last two on ForwardingCommunicator below. Semantics follow NCCL,
+// including in-place conventions, so that code written once runs on every one.
 //
 // Counts are in elements of `dtype`; buffers are host pointers for MPI, device pointers for
 // NCCL.

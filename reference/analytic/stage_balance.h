@@ -1,7 +1,7 @@
 // Stage balancing: which layers each pipeline stage holds, chosen from measured per-part
 // compute times so that the slowest stage is as fast as it can be. The first stage also
 // carries the embedding and the last the LM head and the loss, so an even split of the layers
-// leaves those two stages slower (the article dtbench is built from, §5.3: per-stage compute
+// leaves those two stages slower (the article dtbench is built from [docs/claims.md#the-article], §5.3: per-stage compute
 // monitored and layers moved between stages; Megatron-LM's --decoder-first/last-pipeline-
 // num-layers and DeepSpeed's partition_method set such splits by hand or by parameter count).
 #pragma once

@@ -105,7 +105,7 @@ class ParamStore {
 
 /// Compute seconds per model part of a ParallelGpt while attached (set_part_times): the
 /// input of the stage balancer (reference/analytic/stage_balance.h), which needs what a layer, the
-/// embedding and the LM head cost, not only a stage (the article's §5.3: per-stage compute
+/// embedding and the LM head cost, not only a stage (the article's [docs/claims.md#the-article] §5.3: per-stage compute
 /// monitored, layers moved between stages). seconds[pass][part], summed over the calls:
 /// pass 0 forward, 1 the whole backward or a zero-bubble B, 2 a zero-bubble W; part 0 the
 /// embedding (wte and wpe lookup and its backward), 1 + l global layer l, L + 1 the head (final

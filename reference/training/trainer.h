@@ -63,7 +63,7 @@ struct TrainConfig {
   /// (kernels/half.h, reference/zero/zero.h); the sharded trainer's runs (reference/layout/layout_runner.h run_layout)
   /// only: the single-rank Gpt trainer computes in its template type.
   Precision precision = Precision::fp32;
-  /// Pipeline sends (Megatron-LM's --overlap-p2p-communication; the article's §5.2): true posts
+  /// Pipeline sends (Megatron-LM's --overlap-p2p-communication; the article's [docs/claims.md#the-article] §5.2): true posts
   /// each activation or gradient send and computes on, the sends waited for at the step's end;
   /// false waits for each send before the next compute, the next action's receive posted first
   /// (Megatron-LM's non-overlapped send_forward_recv_backward pairing; the blocking baseline;
