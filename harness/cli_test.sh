@@ -323,7 +323,7 @@ expect_error "--micro-batch-size must be in [1, 65536], got 1000000000" plan --m
 "$dtbench" plan --model 1b --gpus 8 --hardware a100-80gb --top 1 >"$tmp/plan_small.txt" 2>&1 &&
   ! grep -q "extrapolation" "$tmp/plan_small.txt" ||
   { echo "FAIL: plan on 8 GPUs says it extrapolates (or failed):"; cat "$tmp/plan_small.txt"; exit 1; }
-python3 - "$(dirname "$0")/claims.json" "$tmp" <<'PY'
+python3 - "$(dirname "$0")/claims/claims.json" "$tmp" <<'PY'
 import json, sys
 cat = json.load(open(sys.argv[1]))
 for name, key, value in (("gpus0", "gpus", 0), ("speedneg", "speedup", -17), ("layout", "layout", "TP3xPP2xDP2")):
