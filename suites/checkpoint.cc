@@ -197,7 +197,7 @@ json interval_record(const std::string& mode, double delta_s, double mtbf_h, dou
   return rec;
 }
 
-class CheckpointSuite : public Suite {
+class CheckpointSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "checkpoint"; }
   std::string description() const override {
@@ -225,9 +225,6 @@ class CheckpointSuite : public Suite {
                              4.0 * p.t.cfg.global_batch * p.t.cfg.seq_len *
                                  (20.0 * p.t.model.C * p.t.model.L + p.t.model.NH * p.t.cfg.seq_len * p.t.model.L),
                          world.ranks_per_node, "checkpoint: the model, batch and a state snapshot", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };

@@ -397,7 +397,7 @@ void print_header(SuiteContext& ctx, CollectiveOp op, const std::string& op_name
   print_line(ctx, buf);
 }
 
-class CollectivesSuite final : public Suite {
+class CollectivesSuite final : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "collectives"; }
   std::string description() const override {
@@ -422,9 +422,6 @@ class CollectivesSuite final : public Suite {
     // A rank holds at most two buffers of S bytes (send and recv).
     check_fits_in_memory(2.0 * double(o.max_bytes), world.ranks_per_node,
                          "collectives.max_bytes = " + std::to_string(o.max_bytes), world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };

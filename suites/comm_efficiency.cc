@@ -184,7 +184,7 @@ std::vector<double> measure_node_links(Communicator& world, int per_node, size_t
   return gbps;
 }
 
-class CommEfficiencySuite : public Suite {
+class CommEfficiencySuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "comm_efficiency"; }
   std::string description() const override {
@@ -216,9 +216,6 @@ class CommEfficiencySuite : public Suite {
     const Params p = Params::parse(section, config, world);
     check_fits_in_memory(20.0 * double(gpt_num_params(p.model)), world.ranks_per_node, "comm_efficiency: the model",
                          world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override;

@@ -43,7 +43,7 @@ struct Params {
   json to_json() const { return {{"setup", dtb::to_json(t)}, {spelling(LayoutKey::zero_stage).config_key, stage}, {"repetitions", reps}}; }
 };
 
-class OffloadSuite : public Suite {
+class OffloadSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "offload"; }
   std::string description() const override {
@@ -59,9 +59,6 @@ class OffloadSuite : public Suite {
     const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
     check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "offload: the model", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

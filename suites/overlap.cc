@@ -49,7 +49,7 @@ struct Params {
   }
 };
 
-class OverlapSuite : public Suite {
+class OverlapSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "overlap"; }
   std::string description() const override {
@@ -65,9 +65,6 @@ class OverlapSuite : public Suite {
     const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
     check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "overlap: the model", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

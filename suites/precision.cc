@@ -76,7 +76,7 @@ struct Params {
   }
 };
 
-class PrecisionSuite : public Suite {
+class PrecisionSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "precision"; }
   std::string description() const override {
@@ -95,9 +95,6 @@ class PrecisionSuite : public Suite {
     const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
     check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "precision: the model", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

@@ -48,7 +48,7 @@ struct Params {
   json to_json() const { return {{"setup", dtb::to_json(t)}, {"repetitions", reps}}; }
 };
 
-class RecomputeSuite : public Suite {
+class RecomputeSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "recompute"; }
   std::string description() const override {
@@ -69,9 +69,6 @@ class RecomputeSuite : public Suite {
                              4.0 * t.cfg.global_batch * t.cfg.seq_len *
                                  (20.0 * t.model.C * t.model.L + t.model.NH * t.cfg.seq_len * t.model.L),
                          world.ranks_per_node, "recompute: the model and batch", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {
