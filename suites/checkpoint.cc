@@ -20,6 +20,7 @@
 #include "reference/checkpoint/checkpoint.h"
 #include "reference/checkpoint/checkpoint_interval.h"
 #include "suites/checkpoint_disk.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -221,9 +222,9 @@ class CheckpointSuite : public SuiteWithParams<Params> {
       if (!fs::is_directory(p.dir, ec)) throw InputError("checkpoint.checkpoint_dir: '" + p.dir + "' is not a directory");
       check_dir_writable(p.dir, "checkpoint.checkpoint_dir");
     }
-    check_fits_in_memory(40.0 * double(gpt_num_params(p.t.model)) +
-                             4.0 * p.t.cfg.global_batch * p.t.cfg.seq_len *
-                                 (20.0 * p.t.model.C * p.t.model.L + p.t.model.NH * p.t.cfg.seq_len * p.t.model.L),
+    // The training's state and the snapshot's.
+    check_fits_in_memory(2.0 * unsharded_training_state_bytes(p.t.model) +
+                             fp32_step_activation_bytes(p.t.model, p.t.cfg),
                          world.ranks_per_node, "checkpoint: the model, batch and a state snapshot", world.options);
   }
   SuiteResult run(SuiteContext& ctx) override;

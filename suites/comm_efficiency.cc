@@ -22,6 +22,7 @@
 #include "kernels/comm/emulated_link.h"
 #include "kernels/error.h"
 #include "reference/layout/layout_spec.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -214,7 +215,7 @@ class CommEfficiencySuite : public SuiteWithParams<Params> {
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);
-    check_fits_in_memory(20.0 * double(gpt_num_params(p.model)), world.ranks_per_node, "comm_efficiency: the model",
+    check_fits_in_memory(unsharded_training_state_bytes(p.model), world.ranks_per_node, "comm_efficiency: the model",
                          world.options);
   }
 

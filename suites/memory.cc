@@ -11,6 +11,7 @@
 
 #include "kernels/error.h"
 #include "reference/analytic/memory_model.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/suite.h"
 
@@ -111,7 +112,7 @@ class MemorySuite : public SuiteWithParams<Params> {
         throw InputError("memory: layout " + c.name + ": " + e.what());
       }
     }
-    const double bytes = 16.0 * double(gpt_num_params(model)) +
+    const double bytes = unsharded_training_state_bytes(model, 0.0) +
                          4.0 * cfg.global_batch * cfg.seq_len * (16.0 * model.C * model.L + 3.0 * model.V);
     check_fits_in_memory(bytes, world.ranks_per_node, "memory: the model and batch", world.options);
   }

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "kernels/error.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -65,9 +66,7 @@ class RecomputeSuite : public SuiteWithParams<Params> {
     const Params p = Params::parse(section, config, world);
     const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
-    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)) +
-                             4.0 * t.cfg.global_batch * t.cfg.seq_len *
-                                 (20.0 * t.model.C * t.model.L + t.model.NH * t.cfg.seq_len * t.model.L),
+    check_fits_in_memory(unsharded_training_state_bytes(t.model) + fp32_step_activation_bytes(t.model, t.cfg),
                          world.ranks_per_node, "recompute: the model and batch", world.options);
   }
 

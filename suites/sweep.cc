@@ -26,6 +26,7 @@
 #include "suites/stats.h"
 #include "suites/step_time_calibration.h"
 #include "suites/host_load.h"
+#include "suites/memory_guard.h"
 #include "suites/suite.h"
 
 namespace dtb {
@@ -303,7 +304,7 @@ class SweepSuite : public SuiteWithParams<Params> {
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);
-    check_fits_in_memory(20.0 * double(gpt_num_params(p.st.model)), world.ranks_per_node, "sweep: the model",
+    check_fits_in_memory(unsharded_training_state_bytes(p.st.model), world.ranks_per_node, "sweep: the model",
                          world.options);
   }
 
