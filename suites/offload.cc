@@ -116,6 +116,7 @@ class OffloadSuite : public SuiteWithParams<Params> {
       if (off) {
         rec["slowdown"] = s1.median / s0.median;
         rec["device_bytes_saved"] = b0 - b1;
+        rec["predicted_device_bytes_saved"] = plan_none - plan_cpu;
       }
       res.benchmarks.push_back(rec);
     }
