@@ -40,7 +40,7 @@ def record_fields(fragment):
     """{field} of the fragment's record definitions (fields.py's scope), without those it forbids."""
     name = fragment["suite"]
     return {f for k, d in fragment["$defs"].items() if k.startswith(f"record_{name}")
-            for props in fields._properties(d) for f, spec in props.items() if spec is not False}
+            for props in fields.record_properties(d) for f, spec in props.items() if spec is not False}
 
 
 class Declarations(unittest.TestCase):

@@ -24,7 +24,7 @@ class FieldError(Exception):
     """A declaration that breaks the contract above (one line naming the fragment and the field)."""
 
 
-def _properties(node):
+def record_properties(node):
     """Every `properties` object that describes the record's own fields: node's, and those of its
     allOf/anyOf/oneOf entries, then/else and dependentSchemas (not an `if`, not a nested object's)."""
     if not isinstance(node, dict):
@@ -33,12 +33,12 @@ def _properties(node):
         yield node["properties"]
     for k in ("allOf", "anyOf", "oneOf"):
         for v in node.get(k, []) if isinstance(node.get(k), list) else []:
-            yield from _properties(v)
+            yield from record_properties(v)
     for k in ("then", "else"):
-        yield from _properties(node.get(k))
+        yield from record_properties(node.get(k))
     if isinstance(node.get("dependentSchemas"), dict):
         for v in node["dependentSchemas"].values():
-            yield from _properties(v)
+            yield from record_properties(v)
 
 
 def _metric(spec, where):
@@ -63,7 +63,7 @@ def declared(fragment, origin):
     for key, definition in defs.items():
         if not key.startswith(f"record_{name}"):
             continue
-        for props in _properties(definition):
+        for props in record_properties(definition):
             for field, spec in props.items():
                 seen.add(field)
                 if not isinstance(spec, dict):
