@@ -69,7 +69,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dtbreport.compare_core import compare  # noqa: E402
 from dtbreport.compare_load import InputError, compatibility, describe, load_report, parse_suite_thresholds  # noqa: E402
-from dtbreport.compare_output import _jsonable, print_text, regression_lines, summary_line  # noqa: E402
+from dtbreport.compare_output import jsonable, print_text, regression_lines, summary_line  # noqa: E402
 
 OUTPUT_VERSION = 1  # of the --json object
 
@@ -162,7 +162,7 @@ def main(argv=None):
                "context_notes": [{"field": f, "base": a, "new": b} for f, a, b in notes],
                "regressions": regression_lines(res), "summary": summary_line(res, exit_code),
                "metrics": res["rows"], "checks": res["checks"], "records": res["records"], "suites": res["suites"]}
-        print(json.dumps(_jsonable(obj), indent=1))
+        print(json.dumps(jsonable(obj), indent=1))
     else:
         print_text(res, base, new, args, refusals, notes, exit_code)
     return exit_code

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "kernels/comm/ring.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
 
@@ -45,10 +46,10 @@ double bus_factor(CollectiveOp op, int n) {
   DTB_CHECK(n >= 1, "bus_factor: world size " + std::to_string(n) + " < 1");
   if (n == 1) return 0.0;
   switch (op) {
-    case CollectiveOp::all_reduce: return 2.0 * (n - 1) / n;
+    case CollectiveOp::all_reduce: return ring_all_reduce_factor(n);
     case CollectiveOp::all_gather:
     case CollectiveOp::reduce_scatter:
-    case CollectiveOp::all_to_all: return double(n - 1) / n;
+    case CollectiveOp::all_to_all: return ring_gather_factor(n);
     case CollectiveOp::all_to_allv: {
       size_t off = 0, all = 0;
       for (int r = 0; r < n; ++r)

@@ -20,6 +20,7 @@
 #include "reference/checkpoint/checkpoint.h"
 #include "reference/checkpoint/checkpoint_interval.h"
 #include "suites/checkpoint_disk.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -197,7 +198,7 @@ json interval_record(const std::string& mode, double delta_s, double mtbf_h, dou
   return rec;
 }
 
-class CheckpointSuite : public Suite {
+class CheckpointSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "checkpoint"; }
   std::string description() const override {
@@ -221,13 +222,10 @@ class CheckpointSuite : public Suite {
       if (!fs::is_directory(p.dir, ec)) throw InputError("checkpoint.checkpoint_dir: '" + p.dir + "' is not a directory");
       check_dir_writable(p.dir, "checkpoint.checkpoint_dir");
     }
-    check_fits_in_memory(40.0 * double(gpt_num_params(p.t.model)) +
-                             4.0 * p.t.cfg.global_batch * p.t.cfg.seq_len *
-                                 (20.0 * p.t.model.C * p.t.model.L + p.t.model.NH * p.t.cfg.seq_len * p.t.model.L),
+    // The training's state and the snapshot's.
+    check_fits_in_memory(2.0 * unsharded_training_state_bytes(p.t.model) +
+                             fp32_step_activation_bytes(p.t.model, p.t.cfg),
                          world.ranks_per_node, "checkpoint: the model, batch and a state snapshot", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };

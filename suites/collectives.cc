@@ -16,6 +16,7 @@
 #include "kernels/tensor.h"
 #include "kernels/comm/hierarchical_communicator.h"
 #include "kernels/comm/mpi_communicator.h"
+#include "kernels/comm/ring.h"
 #include "suites/bandwidth.h"
 #include "suites/calibration.h"
 #include "suites/suite.h"
@@ -379,7 +380,7 @@ void print_header(SuiteContext& ctx, CollectiveOp op, const std::string& op_name
                   "hierarchical %.4g S", nodes.count, nodes.emulated ? "emulated " : "", nodes.per_node,
                   op_name == kHierarchicalName ? "reduce_scatter in the node, all_reduce across, all_gather in the node"
                                                : "one ring over all ranks",
-                  2.0 * (n - 1) / n, 2.0 * (nodes.count - 1) / nodes.count);
+                  ring_all_reduce_factor(n), ring_all_reduce_factor(nodes.count));
     ctx.print(buf);
   }
   std::snprintf(buf, sizeof buf, "# %10s  %12s  %8s  %6s  %6s  %-31s  %-31s", "", "", "", "", "",
@@ -397,7 +398,7 @@ void print_header(SuiteContext& ctx, CollectiveOp op, const std::string& op_name
   print_line(ctx, buf);
 }
 
-class CollectivesSuite final : public Suite {
+class CollectivesSuite final : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "collectives"; }
   std::string description() const override {
@@ -422,9 +423,6 @@ class CollectivesSuite final : public Suite {
     // A rank holds at most two buffers of S bytes (send and recv).
     check_fits_in_memory(2.0 * double(o.max_bytes), world.ranks_per_node,
                          "collectives.max_bytes = " + std::to_string(o.max_bytes), world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };

@@ -22,6 +22,7 @@
 #include "kernels/comm/emulated_link.h"
 #include "kernels/error.h"
 #include "reference/layout/layout_spec.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -184,7 +185,7 @@ std::vector<double> measure_node_links(Communicator& world, int per_node, size_t
   return gbps;
 }
 
-class CommEfficiencySuite : public Suite {
+class CommEfficiencySuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "comm_efficiency"; }
   std::string description() const override {
@@ -214,11 +215,8 @@ class CommEfficiencySuite : public Suite {
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);
-    check_fits_in_memory(20.0 * double(gpt_num_params(p.model)), world.ranks_per_node, "comm_efficiency: the model",
+    check_fits_in_memory(unsharded_training_state_bytes(p.model), world.ranks_per_node, "comm_efficiency: the model",
                          world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override;

@@ -309,7 +309,7 @@ LayoutTimes gather_layout_times(Communicator& world, const LayoutOutcome& out, i
   return t;
 }
 
-class ConformanceSuite : public Suite {
+class ConformanceSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "conformance"; }
   std::string description() const override {
@@ -343,9 +343,6 @@ class ConformanceSuite : public Suite {
                        std::to_string(smallest) + "); run it under mpirun -np 8 for every default layout");
     check_fits_in_memory(conformance_memory_bytes(model, cfg), std::min(world.ranks_per_node, 4),
                          "conformance: the model and batch", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

@@ -122,7 +122,7 @@ std::vector<float> slice(const std::vector<float>& m, int cols, int r0, int r1, 
   return s;
 }
 
-class FfnTpSuite final : public Suite {
+class FfnTpSuite final : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "ffn_tp"; }
   std::string description() const override {
@@ -139,9 +139,6 @@ class FfnTpSuite final : public Suite {
     const double h = o.h, n = o.n;
     if (config.value("backend", "cpu") == "cpu")
       check_fits_in_memory(4.0 * (24 * h * h + 22 * n * h), world.ranks_per_node, "ffn_tp: the FFN", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };

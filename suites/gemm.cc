@@ -42,7 +42,7 @@ struct Params {
   }
 };
 
-class GemmSuite : public Suite {
+class GemmSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "gemm"; }
   std::string description() const override {
@@ -60,9 +60,6 @@ class GemmSuite : public Suite {
     const double peak = 4.0 * 3.0 * double(p) * p;
     if (config.value("backend", "cpu") == "cpu")  // a GPU holds them in its own memory
       check_fits_in_memory(std::max(ffn, peak), world.ranks_per_node, "gemm: the matrices", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

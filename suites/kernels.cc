@@ -80,7 +80,7 @@ struct Params {
   json to_json() const { return {{"filter", filter}, {"min_time_s", min_time_s}, {"repetitions", repetitions}}; }
 };
 
-class KernelsSuite : public Suite {
+class KernelsSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "kernels"; }
   std::string description() const override {
@@ -90,9 +90,6 @@ class KernelsSuite : public Suite {
   json defaults() const override { return {{"filter", "."}, {"min_time_s", 0.05}, {"repetitions", 3}}; }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     Params::parse(section, config, world);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

@@ -11,6 +11,7 @@
 
 #include "kernels/error.h"
 #include "reference/analytic/memory_model.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/suite.h"
 
@@ -83,7 +84,7 @@ struct Params {
   json to_json() const { return {{"model", dtb::to_json(model)}, {"train", dtb::to_json(cfg)}, {"micro_batch_size", mbs}}; }
 };
 
-class MemorySuite : public Suite {
+class MemorySuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "memory"; }
   std::string description() const override {
@@ -111,12 +112,9 @@ class MemorySuite : public Suite {
         throw InputError("memory: layout " + c.name + ": " + e.what());
       }
     }
-    const double bytes = 16.0 * double(gpt_num_params(model)) +
+    const double bytes = unsharded_training_state_bytes(model, 0.0) +
                          4.0 * cfg.global_batch * cfg.seq_len * (16.0 * model.C * model.L + 3.0 * model.V);
     check_fits_in_memory(bytes, world.ranks_per_node, "memory: the model and batch", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

@@ -228,7 +228,7 @@ json train_record(SuiteContext& ctx, const Params& o, int ep, std::vector<Check>
   return rec;
 }
 
-class MoeSuite final : public Suite {
+class MoeSuite final : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "moe"; }
   std::string description() const override {
@@ -250,9 +250,6 @@ class MoeSuite final : public Suite {
     const double n = *std::max_element(p.tokens.begin(), p.tokens.end()) * double(p.moe.topk);
     check_fits_in_memory(4.0 * (2 * E * (2 * F * C + F + 2 * C) + 2 * n * (2 * C + 2 * F)), world.ranks_per_node,
                          "moe: the layer", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };

@@ -14,6 +14,7 @@
 
 #include "kernels/error.h"
 #include "reference/analytic/memory_model.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -43,7 +44,7 @@ struct Params {
   json to_json() const { return {{"setup", dtb::to_json(t)}, {spelling(LayoutKey::zero_stage).config_key, stage}, {"repetitions", reps}}; }
 };
 
-class OffloadSuite : public Suite {
+class OffloadSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "offload"; }
   std::string description() const override {
@@ -58,10 +59,7 @@ class OffloadSuite : public Suite {
     const Params p = Params::parse(section, config, world);
     const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
-    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "offload: the model", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
+    check_fits_in_memory(unsharded_training_state_bytes(t.model), world.ranks_per_node, "offload: the model", world.options);
   }
 
   SuiteResult run(SuiteContext& ctx) override {
@@ -118,6 +116,7 @@ class OffloadSuite : public Suite {
       if (off) {
         rec["slowdown"] = s1.median / s0.median;
         rec["device_bytes_saved"] = b0 - b1;
+        rec["predicted_device_bytes_saved"] = plan_none - plan_cpu;
       }
       res.benchmarks.push_back(rec);
     }

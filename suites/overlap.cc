@@ -16,6 +16,7 @@
 #include <cstdio>
 
 #include "kernels/error.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -49,7 +50,7 @@ struct Params {
   }
 };
 
-class OverlapSuite : public Suite {
+class OverlapSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "overlap"; }
   std::string description() const override {
@@ -64,10 +65,7 @@ class OverlapSuite : public Suite {
     const Params p = Params::parse(section, config, world);
     const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
-    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "overlap: the model", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
+    check_fits_in_memory(unsharded_training_state_bytes(t.model), world.ranks_per_node, "overlap: the model", world.options);
   }
 
   SuiteResult run(SuiteContext& ctx) override {

@@ -223,7 +223,7 @@ struct StageRun {
   }
 };
 
-class PipelineSuite final : public Suite {
+class PipelineSuite final : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "pipeline"; }
   std::string description() const override {
@@ -248,9 +248,6 @@ class PipelineSuite final : public Suite {
     const Params o = Params::parse(s, config, world);
     const int mmax = *std::max_element(o.micro_batches.begin(), o.micro_batches.end());
     check_fits_in_memory(4.0 * o.elems * (4.0 * mmax * o.v + 1), world.ranks_per_node, "pipeline: the messages", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
   SuiteResult run(SuiteContext& ctx) override;
 };

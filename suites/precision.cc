@@ -33,6 +33,7 @@
 #include "kernels/error.h"
 #include "reference/training/loss_scaler.h"
 #include "reference/analytic/memory_model.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -76,7 +77,7 @@ struct Params {
   }
 };
 
-class PrecisionSuite : public Suite {
+class PrecisionSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "precision"; }
   std::string description() const override {
@@ -94,10 +95,7 @@ class PrecisionSuite : public Suite {
     const Params p = Params::parse(section, config, world);
     const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
-    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)), world.ranks_per_node, "precision: the model", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
+    check_fits_in_memory(unsharded_training_state_bytes(t.model), world.ranks_per_node, "precision: the model", world.options);
   }
 
   SuiteResult run(SuiteContext& ctx) override {

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "kernels/error.h"
+#include "suites/memory_guard.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -48,7 +49,7 @@ struct Params {
   json to_json() const { return {{"setup", dtb::to_json(t)}, {"repetitions", reps}}; }
 };
 
-class RecomputeSuite : public Suite {
+class RecomputeSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "recompute"; }
   std::string description() const override {
@@ -65,13 +66,8 @@ class RecomputeSuite : public Suite {
     const Params p = Params::parse(section, config, world);
     const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
-    check_fits_in_memory(20.0 * double(gpt_num_params(t.model)) +
-                             4.0 * t.cfg.global_batch * t.cfg.seq_len *
-                                 (20.0 * t.model.C * t.model.L + t.model.NH * t.cfg.seq_len * t.model.L),
+    check_fits_in_memory(unsharded_training_state_bytes(t.model) + fp32_step_activation_bytes(t.model, t.cfg),
                          world.ranks_per_node, "recompute: the model and batch", world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 
+#include "kernels/comm/ring.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
@@ -182,7 +183,7 @@ void time_ops(Communicator& comm, Device& dev, Ops<T>& ops, const StepTimeCalibr
     if (world % g) continue;
     std::unique_ptr<Communicator> grp = comm.split(me / g, me % g, "calibration_g" + std::to_string(g));
     std::vector<double> x;
-    for (double bytes : kSizes) x.push_back(2.0 * (g - 1) / g * bytes);
+    for (double bytes : kSizes) x.push_back(ring_all_reduce_factor(g) * bytes);
     hw.collectives.push_back({g, LinkClass::intra_node, fit_alpha_beta_retimed(x, [&](size_t i) {
                                 return loop_time([&] {
                                   grp->all_reduce(a.raw(), b.raw(), size_t(kSizes[i] / 4), DType::f32, ReduceOp::sum);

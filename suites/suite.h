@@ -150,6 +150,18 @@ class Suite {
                                      const WorldInfo& world) const = 0;
 };
 
+/// A Suite whose typed section is `Params`, a type with `static Params parse(const json& section,
+/// const json& config, const WorldInfo& world)` (throws InputError naming the key) and `json
+/// to_json() const`: params_json is that parse's to_json(), written once here for every suite.
+template <class Params>
+class SuiteWithParams : public Suite {
+ public:
+  nlohmann::json params_json(const nlohmann::json& section, const nlohmann::json& config,
+                             const WorldInfo& world) const final {
+    return Params::parse(section, config, world).to_json();
+  }
+};
+
 /// The run config's "model" section (L, C, NH, T, V and the optional MoE keys num_experts,
 /// moe_router_topk, moe_expert_capacity_factor, moe_aux_loss_coeff, moe_z_loss_coeff,
 /// moe_layer_freq, moe_ffn_hidden_size: Megatron-LM's names) as a GptConfig, range-checked

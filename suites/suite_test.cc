@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "suites/memory_guard.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
 
@@ -45,6 +46,20 @@ TEST(Stats, Summary) {
   EXPECT_DOUBLE_EQ(s.mean, 2.5);
   EXPECT_NEAR(s.stddev, std::sqrt(5.0 / 3.0), 1e-15);
   EXPECT_DOUBLE_EQ(summarize({7, 1, 3}).median, 3);
+}
+
+TEST(MemoryGuard, UnshardedStateIsTheModelsSixteenBytesPerParamPlusTheMargin) {
+  // ZeRO's model states on one rank (Rajbhandari et al. 2020, Sec. 3.1: 2 + 2 + K = 16 B/param
+  // mixed, 4 + 4 + 8 fp32), and the 4 B/param margin the GPT suites' guards add.
+  GptConfig m;
+  m.L = 2, m.C = 64, m.NH = 4, m.T = 32, m.V = 256;
+  const double P = double(gpt_num_params(m));
+  EXPECT_EQ(unsharded_training_state_bytes(m, 0.0), 16.0 * P);
+  EXPECT_EQ(unsharded_training_state_bytes(m), 20.0 * P);
+  TrainConfig t;
+  t.global_batch = 4, t.seq_len = 16;
+  // Per token and layer: 20 C floats and NH seq_len scores, 4 B each.
+  EXPECT_EQ(fp32_step_activation_bytes(m, t), 4.0 * 4 * 16 * 2 * (20.0 * 64 + 4 * 16));
 }
 
 }  // namespace dtb

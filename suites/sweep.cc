@@ -26,6 +26,7 @@
 #include "suites/stats.h"
 #include "suites/step_time_calibration.h"
 #include "suites/host_load.h"
+#include "suites/memory_guard.h"
 #include "suites/suite.h"
 
 namespace dtb {
@@ -290,7 +291,7 @@ std::string model_summary(const Params& p, const std::vector<double>& pred_ok, c
   return summary;
 }
 
-class SweepSuite : public Suite {
+class SweepSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "sweep"; }
   std::string description() const override {
@@ -303,11 +304,8 @@ class SweepSuite : public Suite {
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);
-    check_fits_in_memory(20.0 * double(gpt_num_params(p.st.model)), world.ranks_per_node, "sweep: the model",
+    check_fits_in_memory(unsharded_training_state_bytes(p.st.model), world.ranks_per_node, "sweep: the model",
                          world.options);
-  }
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

@@ -454,7 +454,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   return p;
 }
 
-class TrainSuite : public Suite {
+class TrainSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "train"; }
   std::string description() const override {
@@ -502,9 +502,6 @@ class TrainSuite : public Suite {
     }
   }
 
-  json params_json(const json& s, const json& c, const WorldInfo& w) const override {
-    return Params::parse(s, c, w).to_json();
-  }
 
   SuiteResult run(SuiteContext& ctx) override {
     DTB_CHECK(ctx.dataset != nullptr, "train suite needs a dataset");

@@ -12,6 +12,7 @@
 #include <fmt/printf.h>
 
 #include "harness/memory_cli.h"
+#include "kernels/comm/ring.h"
 #include "kernels/error.h"
 #include "reference/checkpoint/checkpoint_interval.h"
 #include "reference/analytic/memory_model.h"
@@ -154,7 +155,7 @@ void dp_allreduce(const json& in, double tol, const Measured& ms, ClaimResult& r
   const double limit_s = num(in, "time_s"), busbw = num(in, "busbw_GBps"), inter = num(in, "internode_busbw_GBps");
   const double s1 = zero_model_states(P, Precision::fp32, 0, 1).total(Tier::device);
   const double sn = zero_model_states(P, Precision::fp32, 0, n).total(Tier::device);
-  const double S = 4.0 * P, factor = 2.0 * (n - 1) / n;  // ring all-reduce: t = S 2(n-1)/n / busbw
+  const double S = 4.0 * P, factor = ring_all_reduce_factor(n);  // ring all-reduce: t = S 2(n-1)/n / busbw
   const double t = factor * S / (busbw * kGB), t_inter = factor * S / (inter * kGB), need = factor * S / limit_s / kGB;
   r.computed = fmt("model states at DP %d = DP 1 (%.1f GB, no ZeRO); fp32 grads %.2f GB: %.1f ms at busbw %.0f GB/s "
                    "(NVLink), %.0f ms at %.0f GB/s (between nodes)",

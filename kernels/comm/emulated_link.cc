@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "kernels/comm/ring.h"
 #include "kernels/error.h"
 
 namespace dtb {
@@ -98,8 +99,8 @@ void EmulatedLinkCommunicator::hold_until(Clock::time_point t) {
 
 // The bytes each rank of a ring sends, per operation (nccl-tests' bus factors times S).
 namespace {
-double all_reduce_bytes(size_t n, DType t, int g) { return 2.0 * (g - 1) / g * double(n) * double(dtype_size(t)); }
-double gather_bytes(size_t n_full, DType t, int g) { return double(g - 1) / g * double(n_full) * double(dtype_size(t)); }
+double all_reduce_bytes(size_t n, DType t, int g) { return ring_all_reduce_factor(g) * double(n) * double(dtype_size(t)); }
+double gather_bytes(size_t n_full, DType t, int g) { return ring_gather_factor(g) * double(n_full) * double(dtype_size(t)); }
 }  // namespace
 
 void EmulatedLinkCommunicator::all_reduce(const void* s, void* r, size_t n, DType t, ReduceOp op) {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "kernels/agreed_error.h"
+#include "kernels/comm/ring.h"
 #include "kernels/error.h"
 
 namespace dtb {
@@ -57,7 +58,7 @@ double busiest_node(const std::vector<int>& node_of, const std::vector<std::vect
 }
 
 /// Bytes each rank of a ring all-reduce over g ranks sends: 2(g-1)/g * bytes (0 for g = 1).
-double ring_all_reduce_per_rank(size_t g, double bytes) { return g < 2 ? 0.0 : 2.0 * double(g - 1) / double(g) * bytes; }
+double ring_all_reduce_per_rank(size_t g, double bytes) { return g < 2 ? 0.0 : ring_all_reduce_factor(double(g)) * bytes; }
 
 }  // namespace
 

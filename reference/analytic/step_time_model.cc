@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/comm/ring.h"
 #include "kernels/error.h"
 #include "reference/parallel/pipeline_schedule.h"
 
@@ -251,7 +252,7 @@ double collective_seconds(const StepTimeHardware& hw, int group, LinkClass link,
   if (!best)
     throw InputError(std::string("step-time model: the hardware has no collective fit for the ") +
                      (link == LinkClass::intra_node ? "intra-node" : "inter-node") + " link");
-  const double g = group, busbytes = (half ? 1.0 : 2.0) * (g - 1) / g * bytes;
+  const double busbytes = (half ? ring_gather_factor(group) : ring_all_reduce_factor(group)) * bytes;
   return best->bus.time(busbytes);
 }
 

@@ -10,8 +10,8 @@ import math
 from collections import defaultdict
 
 from . import registry
-from .compare_load import _short
-from .compare_stats import _is_number, _is_timing, significance, verdict, worse_by
+from .compare_load import short_value
+from .compare_stats import is_number, is_timing, significance, verdict, worse_by
 from .load import check_verdict
 from .metrics import INFO, LOWER
 
@@ -96,7 +96,7 @@ def metric_rows(key, b, n, threshold, alpha):
     """Rows for the metrics of one matched record pair."""
     metrics, parameters = registry.metrics(str(n.get("name", key)).split("/", 1)[0]), registry.parameters()
     rows = []
-    timing_medians = {k: v["median"] for k, v in b.items() if k in metrics and _is_timing(v)}
+    timing_medians = {k: v["median"] for k, v in b.items() if k in metrics and is_timing(v)}
 
     def add(metric, direction, bval, nval, bt, nt, unknown=False, note=""):
         test, p, n1, n2 = ("-", None, None, None) if direction == INFO else significance(bt, nt, alpha)
@@ -114,14 +114,14 @@ def metric_rows(key, b, n, threshold, alpha):
             continue
         spec = metrics.get(field)
         if spec is None:  # unknown: numbers (and timing medians) as info, never gated
-            if _is_number(bv) and _is_number(nv):
+            if is_number(bv) and is_number(nv):
                 add(field, INFO, float(bv), float(nv), None, None, unknown=True)
-            elif _is_timing(bv) and _is_timing(nv):
+            elif is_timing(bv) and is_timing(nv):
                 add(field + " (median)", INFO, bv["median"], nv["median"], None, None, unknown=True)
             continue
         direction, source = spec.direction, spec.source
         if field == "real_time":
-            if not (_is_number(bv) and _is_number(nv)):
+            if not (is_number(bv) and is_number(nv)):
                 continue
             bu, nu = TIME_UNITS.get(b.get("time_unit"), 1.0), TIME_UNITS.get(n.get("time_unit"), 1.0)
             nv_in_base_unit = nv * nu / bu
@@ -129,13 +129,13 @@ def metric_rows(key, b, n, threshold, alpha):
             if any(math.isclose(bv, m, rel_tol=1e-9) for m in timing_medians.values()):
                 continue
             add(f"real_time ({b.get('time_unit', '?')})", direction, float(bv), float(nv_in_base_unit), None, None)
-        elif _is_timing(bv) and _is_timing(nv):
+        elif is_timing(bv) and is_timing(nv):
             add(f"{field} (median)", direction, bv["median"], nv["median"], bv, nv)
-        elif _is_number(bv) and _is_number(nv):
+        elif is_number(bv) and is_number(nv):
             st = (b.get(source), n.get(source)) if source else (None, None)
             add(field, direction, float(bv), float(nv), *st)
         elif isinstance(bv, list) and isinstance(nv, list) and len(bv) == len(nv) and \
-                all(_is_number(x) for x in bv + nv):
+                all(is_number(x) for x in bv + nv):
             for i, (x, y) in enumerate(zip(bv, nv)):
                 add(f"{field}[{i}]", direction, float(x), float(y), None, None)
         elif isinstance(bv, list) and isinstance(nv, list) and len(bv) != len(nv):
@@ -173,7 +173,7 @@ def compare(base, new, threshold, alpha, suite_thresholds=None):
         res["records"]["matched"] += 1
         for f in sorted((set(b) | set(n)) & parameters - _PARAMS_NOT_NOTED):
             if b.get(f) != n.get(f):
-                res["records"]["notes"].append(f"{key}: {f} {_short(b.get(f))} vs {_short(n.get(f))}")
+                res["records"]["notes"].append(f"{key}: {f} {short_value(b.get(f))} vs {short_value(n.get(f))}")
         suite = str(n.get("name", key)).split("/", 1)[0]
         res["rows"] += metric_rows(key, b, n, suite_thresholds.get(suite, threshold), alpha)
 

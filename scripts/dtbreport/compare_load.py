@@ -8,7 +8,7 @@ import math
 import os
 
 from . import registry
-from .compare_stats import _is_number
+from .compare_stats import is_number
 from .load import StrictJSONError, parse_strict
 
 # Context: fields that make two reports incompatible (refused without --force), and fields
@@ -65,10 +65,10 @@ def load_report(path):
         if "verdict" in c and (c["verdict"] not in ("passed", "failed", "not_judged")
                                or c["passed"] != (c["verdict"] == "passed")):
             raise InputError(f"{path}: checks[{i}] ({c['name']}).verdict must be passed, failed or not_judged, "
-                             f"passed exactly when it is passed (got {_short(c['verdict'])} with passed "
+                             f"passed exactly when it is passed (got {short_value(c['verdict'])} with passed "
                              f"{json.dumps(c['passed'])})")
         for k in ("value", "tolerance", "fraction_of_tolerance"):
-            if c.get(k) is not None and not _is_number(c[k]):
+            if c.get(k) is not None and not is_number(c[k]):
                 raise InputError(f"{path}: checks[{i}] ({c['name']}).{k} must be a number or null")
     suites = ((report.get("context") or {}).get("config") or {}).get("suites")
     if suites is not None and (not isinstance(suites, list) or not all(isinstance(x, str) for x in suites)):
@@ -97,7 +97,7 @@ def _check_record(path, i, b):
             values += samples if isinstance(samples, list) else [samples]
         else:
             values = v if isinstance(v, list) else [v]
-        if not all(_is_number(x) for x in values):
+        if not all(is_number(x) for x in values):
             raise InputError(f"{where}.{field} must be a number"
                              f"{', or a timing object or list of them' if isinstance(v, (dict, list)) else ''}"
                              f", got {json.dumps(v)[:40]}")
@@ -167,14 +167,15 @@ def parse_suite_thresholds(items):
 
 def _absent_and_off(a, b):
     """True when one of a, b is "<absent>" and the other an off value."""
-    off = lambda v: v is None or v is False or v == "" or v == "none" or (_is_number(v) and v == 0)
+    off = lambda v: v is None or v is False or v == "" or v == "none" or (is_number(v) and v == 0)
     return (a == "<absent>" and off(b)) or (b == "<absent>" and off(a))
 
 
-def _short(v, width=40):
+def short_value(v, width=40):
+    """v as one line of at most `width` characters (JSON for a non-string; '...' where cut), for notes."""
     s = json.dumps(v) if not isinstance(v, str) else v
     return s if len(s) <= width else s[: width - 3] + "..."
 
 
 def describe(diffs):
-    return "; ".join(f"{f} {_short(a)} vs {_short(b)}" for f, a, b in diffs)
+    return "; ".join(f"{f} {short_value(a)} vs {short_value(b)}" for f, a, b in diffs)

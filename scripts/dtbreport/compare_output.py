@@ -4,7 +4,7 @@ object's values made JSON (no NaN or infinity).
 import math
 import sys
 
-from .compare_load import _short, describe
+from .compare_load import short_value, describe
 from .metrics import INFO
 
 
@@ -93,7 +93,7 @@ def print_text(res, base, new, args, refusals, notes, exit_code, out=sys.stdout)
     for suite, rel in sorted(getattr(args, "suite_thresholds", {}).items()):
         p(f"threshold for {suite}: {rel:.0%} (a time x{1 + rel:.2f})")
     for f, a, b in refusals:
-        p(f"warning (--force): incompatible {f}: {_short(a)} vs {_short(b)}")
+        p(f"warning (--force): incompatible {f}: {short_value(a)} vs {short_value(b)}")
     if notes:
         p(f"note: context differs (not refused): {describe(notes)}")
     for n in res["records"]["notes"]:
@@ -143,11 +143,13 @@ def print_text(res, base, new, args, refusals, notes, exit_code, out=sys.stdout)
     p(summary_line(res, exit_code))
 
 
-def _jsonable(v):
+def jsonable(v):
+    """v with every non-finite float made JSON-safe (NaN: null; infinities: "inf", "-inf"), recursively
+    through dicts and lists, for compare.py --json."""
     if isinstance(v, float) and not math.isfinite(v):
         return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
     if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
+        return {k: jsonable(x) for k, x in v.items()}
     if isinstance(v, list):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     return v

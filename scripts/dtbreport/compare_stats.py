@@ -9,17 +9,19 @@ import math
 from .metrics import INFO, LOWER
 
 
-def _is_number(v):
+def is_number(v):
+    """True for a finite int or float (not a bool): a value compare.py compares as a number."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _is_timing(v):
-    return isinstance(v, dict) and _is_number(v.get("median"))
+def is_timing(v):
+    """True for a timing object ({n, median, ..., samples}): a dict whose median is a number."""
+    return isinstance(v, dict) and is_number(v.get("median"))
 
 
 def _samples(t):
     s = t.get("samples") if isinstance(t, dict) else None
-    if isinstance(s, list) and s and all(_is_number(x) for x in s):
+    if isinstance(s, list) and s and all(is_number(x) for x in s):
         return [float(x) for x in s]
     return None
 
@@ -34,7 +36,7 @@ def min_p_value(n1, n2):
 def significance(bt, nt, alpha):
     """(test, p, n_base, n_new) for two timing objects (or None). test: "mann-whitney",
     "insufficient samples" (p computed but cannot reach alpha), "welch", "no samples"."""
-    if not (_is_timing(bt) and _is_timing(nt)):
+    if not (is_timing(bt) and is_timing(nt)):
         return "no samples", None, None, None
     bs, ns = _samples(bt), _samples(nt)
     if bs and ns:
@@ -52,7 +54,7 @@ def significance(bt, nt, alpha):
             return "insufficient samples", p, n1, n2
         return "mann-whitney", p, n1, n2
     keys = ("n", "mean", "stddev")
-    if all(_is_number(bt.get(k)) for k in keys) and all(_is_number(nt.get(k)) for k in keys):
+    if all(is_number(bt.get(k)) for k in keys) and all(is_number(nt.get(k)) for k in keys):
         n1, n2 = int(bt["n"]), int(nt["n"])
         if n1 < 2 or n2 < 2:
             return "no samples", None, n1, n2

@@ -1,6 +1,7 @@
 """How a record field is read: a metric (its unit and which direction is better) or a parameter (it
-identifies the record). This file holds the fields every suite's records share; a suite's own are in its
-module (dtbreport/suites/<suite>.py, METRICS and PARAMETERS), and registry.metrics() joins them.
+identifies the record). This file holds the fields every suite's records share; a suite's own are declared
+in its schema fragment (suites/<suite>.schema.json, x-metric and x-parameter: fields.py), and
+registry.metrics() joins them.
 
 direction: "lower" or "higher" is better (compare.py gates on it); "info" is reported when it changes but
 never gates. unit: what the number counts ("time_unit": the record's own time_unit). source: for a scalar

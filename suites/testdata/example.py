@@ -3,16 +3,10 @@ Found by scripts/report.py and scripts/compare.py when this directory is in $DTB
 outside the package imports dtbreport by its absolute name.
 """
 from dtbreport.fmt import fmt, fmt_si, fmt_timing, num, record_tail
-from dtbreport.metrics import HIGHER, LOWER, metric
 from dtbreport.registry import unit
 
 SUITE = "example"
 PLOTS = ()
-METRICS = {
-    "time_us": metric(LOWER, "us", note="example: the slowest rank per repetition"),
-    "items_per_s": metric(HIGHER, "items/s", "time_us", "example: n / the median time"),
-}
-PARAMETERS = {"n"}
 
 
 def render(r, recs, cs, data):

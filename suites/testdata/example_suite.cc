@@ -25,7 +25,7 @@ struct Params {
   nlohmann::json to_json() const { return {{"n", n}, {"repetitions", repetitions}}; }
 };
 
-class ExampleSuite : public Suite {
+class ExampleSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "example"; }
   std::string description() const override { return "test-only: times a sum of 1..n and checks it"; }
@@ -33,10 +33,6 @@ class ExampleSuite : public Suite {
 
   void validate(const nlohmann::json& section, const nlohmann::json& config, const WorldInfo& world) const override {
     Params::parse(section, config, world);
-  }
-  nlohmann::json params_json(const nlohmann::json& section, const nlohmann::json& config,
-                             const WorldInfo& world) const override {
-    return Params::parse(section, config, world).to_json();
   }
 
   SuiteResult run(SuiteContext& ctx) override {

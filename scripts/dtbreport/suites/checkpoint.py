@@ -4,33 +4,10 @@ load; the disk's own rate in the same directory; Young's and Daly's interval; pe
 """
 
 from ..fmt import fmt, fmt_bytes, fmt_pct, fmt_timing, num, stat
-from ..metrics import HIGHER, INFO, LOWER, metric
 from ..registry import unit
 
 SUITE = "checkpoint"
 PLOTS = ()
-METRICS = {
-    "overhead": metric(INFO, "fraction", note="checkpoint: against no saves; near 0 for none"),
-    "save_cost_ms": metric(LOWER, "ms", note="checkpoint: (time with saves - without) / saves, paired by repetition"),
-    "stall_time_ms": metric(LOWER, "ms", note="checkpoint: the training thread's time in a save, slowest rank"),
-    "write_time_ms": metric(LOWER, "ms", note="checkpoint: the rank file's durable write, slowest rank"),
-    "snapshot_time_ms": metric(LOWER, "ms", note="checkpoint: the state's host copy, slowest rank"),
-    "commit_time_ms": metric(LOWER, "ms", note="checkpoint: rank 0's manifest and latest"),
-    "load_time_ms": metric(LOWER, "ms", note="checkpoint: load_checkpoint, slowest rank"),
-    "disk_time_ms": metric(LOWER, "ms", note="checkpoint: the disk probe, slowest rank"),
-    "write_GBps": metric(HIGHER, "GB/s", "write_time_ms", "checkpoint: bytes a rank / the median write"),
-    "read_GBps": metric(HIGHER, "GB/s", "load_time_ms", "checkpoint: bytes a rank / the median load"),
-    "disk_GBps": metric(HIGHER, "GB/s", "disk_time_ms", "checkpoint: the disk's own rate"),
-    "disk_fraction": metric(INFO, "fraction", note="checkpoint: of the disk's own rate, measured in the same run"),
-    "bytes_per_rank": metric(INFO, "B", note="checkpoint: the largest rank file"),
-    "young_interval_s": metric(INFO, "s", note="checkpoint: sqrt(2 delta M)"),
-    "daly_interval_s": metric(INFO, "s", note="checkpoint: Daly 2006"),
-    "daly_interval_steps": metric(INFO, "steps", note="checkpoint"),
-    "overhead_at_daly": metric(INFO, "fraction", note="checkpoint: delta / tau + tau / 2M"),
-    "overhead_at_save_interval": metric(INFO, "fraction", note="checkpoint: measured"),
-    "predicted_overhead_at_save_interval": metric(INFO, "fraction", note="checkpoint: delta / (k t_step)"),
-}
-PARAMETERS = {"save", "op", "saves", "mtbf_hours"}
 
 
 def _by(recs, prefix):

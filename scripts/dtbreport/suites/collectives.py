@@ -7,23 +7,11 @@ import statistics
 from collections import OrderedDict, defaultdict
 
 from ..fmt import fmt, fmt_bytes, num
-from ..metrics import HIGHER, INFO, LOWER, metric
 from ..plot import bytes_axis, colors, plt
 from ..registry import unit
 
 SUITE = "collectives"
 PLOTS = ("busbw",)
-METRICS = {
-    "time_us": metric(LOWER, "us", note="collectives: slowest rank per iteration"),
-    "busbw_GBps": metric(HIGHER, "GB/s", "time_us", "collectives"),
-    "algbw_GBps": metric(HIGHER, "GB/s", "time_us", "collectives"),
-    "n_wrong": metric(INFO, "elements", note="collectives (its checks gate it)"),
-    "bare_mpi_time_us": metric(INFO, "us", note="collectives: the calibration, the bare MPI loop"),
-    "cross_node_bytes": metric(INFO, "bytes", note="collectives: all_reduce rows, the ring model's bytes leaving "
-                               "the busiest node per operation"),
-}
-PARAMETERS = {"bus_factor", "bytes", "count", "dtype", "op", "placement", "size_definition", "nodes",
-              "ranks_per_node", "nodes_emulated"}
 
 
 def render(r, recs, cs, data):

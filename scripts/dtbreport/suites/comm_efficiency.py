@@ -5,20 +5,11 @@ speed-up over sync, bytes per token and the loss against sync's; the chart -comm
 from collections import OrderedDict
 
 from ..fmt import fmt, fmt_timing, num
-from ..metrics import HIGHER, INFO, metric
 from ..plot import plt
 from ..registry import unit
 
 SUITE = "comm_efficiency"
 PLOTS = ("comm-efficiency",)
-METRICS = {
-    "speedup_vs_sync": metric(HIGHER, "x", "step_time_ms", "comm_efficiency: tokens/s over sync's, same links"),
-    "dp_bytes_per_token": metric(INFO, "B/token", note="comm_efficiency: buffers the DP group reduced, a rank"),
-    "cross_node_bytes_per_token": metric(INFO, "B/token", note="comm_efficiency: sent out of a node, busiest rank"),
-    "link_wait_s": metric(INFO, "s", note="comm_efficiency: held for the emulated links, busiest rank"),
-    "loss_vs_sync": metric(INFO, "nats", note="comm_efficiency: tail loss - sync's"),
-}
-PARAMETERS = {"method", "link", "slow_link_gbps", "staleness", "delay_compensation", "local_steps"}
 
 
 def _methods(recs):

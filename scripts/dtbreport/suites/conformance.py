@@ -7,19 +7,11 @@ import textwrap
 from collections import OrderedDict, defaultdict
 
 from ..fmt import fmt, fmt_timing, num, record_tail
-from ..metrics import INFO, LOWER, metric
 from ..plot import colors, loss_tolerance, plt
 from ..registry import unit
 
 SUITE = "conformance"
 PLOTS = ("conformance-loss",)
-METRICS = {
-    "peak_activation_bytes_per_stage": metric(LOWER, "B", note="conformance: one row per stage"),
-    "max_loss_deviation": metric(INFO, "nats", note="conformance (its checks gate it)"),
-    "worst_check_fraction": metric(INFO, "fraction", note="conformance (its checks gate it)"),
-    "checks_failed": metric(INFO, "checks", note="conformance (its checks gate it)"),
-}
-PARAMETERS = {"checks"}
 
 
 def layout_groups(names):

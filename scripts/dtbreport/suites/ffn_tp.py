@@ -4,19 +4,11 @@ size, and the speedup and efficiency bars (-tp-scaling).
 from collections import defaultdict
 
 from ..fmt import fmt, fmt_pct, fmt_timing, num
-from ..metrics import HIGHER, LOWER, metric
 from ..plot import plt
 from ..registry import unit
 
 SUITE = "ffn_tp"
 PLOTS = ("tp-scaling",)
-METRICS = {
-    "time_ms": metric(LOWER, "ms", note="ffn_tp"),
-    "speedup": metric(HIGHER, "x", note="ffn_tp: over tp 1"),
-    "efficiency": metric(HIGHER, "fraction", note="ffn_tp: speedup / tp"),
-    "comm_ms": metric(LOWER, "ms", note="ffn_tp: slowest rank"),
-}
-PARAMETERS = {"hidden", "pass", "tokens", "tp_all_reduces_per_iteration"}
 
 
 def render(r, recs, cs, data):

@@ -3,17 +3,10 @@ the measured square GEMM. No plot.
 """
 
 from ..fmt import fmt, fmt_pct, num, record_tail
-from ..metrics import HIGHER, INFO, LOWER, metric
 from ..registry import unit
 
 SUITE = "gemm"
 PLOTS = ()
-METRICS = {
-    "time_ms": metric(LOWER, "ms", note="gemm: per GEMM, the batches' summary (repetitions)"),
-    "tflops": metric(HIGHER, "TFLOP/s", "time_ms", "gemm"),
-    "fraction_of_peak": metric(INFO, "fraction", note="gemm: over the same run's peak"),
-}
-PARAMETERS = {"K", "M", "N"}
 
 
 def render(r, recs, cs, data):

@@ -5,16 +5,10 @@ from collections import OrderedDict
 
 from ..fmt import counter_kind, fmt, fmt_duration, fmt_si, num, record_tail, stat
 from ..load import check_verdict
-from ..metrics import HIGHER, LOWER, metric
 from ..page import GB_KEYS
 
 SUITE = "kernels"
 PLOTS = ()
-METRICS = {
-    "real_time_stats": metric(LOWER, "time_unit", note="kernels: real_time over Google Benchmark's repetitions"),
-    "FLOP/s": metric(HIGHER, "FLOP/s", "real_time_stats", "kernels: Google Benchmark counter"),
-    "bytes/s": metric(HIGHER, "B/s", "real_time_stats", "kernels: Google Benchmark counter"),
-}
 
 
 def render(r, recs, cs, data):

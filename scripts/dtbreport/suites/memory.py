@@ -5,19 +5,10 @@ import math
 from collections import OrderedDict
 
 from ..fmt import fmt, num, record_tail
-from ..metrics import INFO, LOWER, metric
 from ..plot import MEM_CATS, MEM_COLORS, byte_unit, plt
 
 SUITE = "memory"
 PLOTS = ("memory",)
-_TIERS = ("device", "host")
-_CATEGORIES = ("param", "grad", "master_param", "optimizer_state", "activation", "comm_buffer", "workspace")
-# Peak bytes per tier and category: deterministic (no samples), so the threshold alone gates them; the
-# analytic model's predictions are reported, never gated.
-METRICS = {
-    **{f"measured_{t}_{c}_bytes": metric(LOWER, "B", note="memory") for t in _TIERS for c in _CATEGORIES},
-    **{f"predicted_{t}_{c}_bytes": metric(INFO, "B", note="memory") for t in _TIERS for c in _CATEGORIES},
-}
 
 
 def render(r, recs, cs, data):

@@ -6,26 +6,10 @@ model states per rank against the analytic model.
 from collections import defaultdict
 
 from ..fmt import fmt, fmt_pct, fmt_timing, num
-from ..metrics import HIGHER, INFO, LOWER, metric
 from ..plot import plt
 
 SUITE = "moe"
 PLOTS = ("moe-bandwidth", "moe-imbalance")
-METRICS = {
-    "dispatch_ms": metric(LOWER, "ms", note="moe: slowest rank, per forward"),
-    "combine_ms": metric(LOWER, "ms", note="moe: slowest rank, per forward"),
-    "dispatch_GBps": metric(HIGHER, "GB/s", note="moe: bytes sent to other ranks / dispatch time"),
-    "combine_GBps": metric(HIGHER, "GB/s", note="moe: bytes sent to other ranks / combine time"),
-    "dispatch_bytes": metric(INFO, "bytes", note="moe: the most a rank sends"),
-    "combine_bytes": metric(INFO, "bytes", note="moe: the most a rank sends"),
-    "all_to_all_fraction": metric(INFO, "fraction", note="moe: of the forward"),
-    "imbalance": metric(INFO, "ratio", note="moe: max / mean assignments per expert"),
-    "drop_rate": metric(INFO, "fraction", note="moe: assignments dropped by the capacity"),
-    "all_to_all_ms": metric(LOWER, "ms", note="moe: training, slowest rank's dispatch + combine per step"),
-    "imbalance_per_step": metric(INFO, "ratio", note="moe: training, the worst layer's per step"),
-    "drop_rate_per_step": metric(INFO, "fraction", note="moe: training, per step"),
-}
-PARAMETERS = {"tokens_per_rank", "hidden", "num_experts", "topk", "steps"}
 
 
 def render(r, recs, cs, data):

@@ -3,18 +3,11 @@ slowdown and bytes saved per variant, and the step-times chart (-step-times-offl
 """
 
 from ..fmt import fmt, fmt_bytes, fmt_timing, num, record_tail
-from ..metrics import INFO, LOWER, metric
 from ..plot import plot_step_times
 from ..registry import unit
 
 SUITE = "offload"
 PLOTS = ("step-times-offload",)
-METRICS = {
-    "slowdown": metric(LOWER, "x", note="offload: over no offload"),
-    "device_model_state_bytes": metric(LOWER, "B", note="offload"),
-    "host_model_state_bytes": metric(LOWER, "B", note="offload"),
-    "device_bytes_saved": metric(INFO, "B", note="offload"),
-}
 
 
 def render(r, recs, cs, data):

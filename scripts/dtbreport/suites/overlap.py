@@ -4,16 +4,11 @@ communication per ZeRO stage and bucket, and the step-times chart (-step-times-o
 from collections import OrderedDict
 
 from ..fmt import fmt, fmt_bytes, fmt_timing, num, parse_name_fields
-from ..metrics import HIGHER, metric
 from ..plot import plot_step_times
 from ..registry import unit
 
 SUITE = "overlap"
 PLOTS = ("step-times-overlap",)
-METRICS = {
-    "gain": metric(HIGHER, "x", note="overlap: over no overlap"),
-}
-PARAMETERS = {"reduce_bucket_size"}
 
 
 def render(r, recs, cs, data):

@@ -7,49 +7,11 @@ from collections import OrderedDict
 
 from ..fmt import fmt, fmt_timing, num, record_tail, stat
 from ..load import check_verdict
-from ..metrics import INFO, LOWER, metric
 from ..plot import colors, plt
 from ..registry import unit
 
 SUITE = "pipeline"
 PLOTS = ("bubble",)
-METRICS = {
-    "bubble_measured": metric(LOWER, "fraction", "bubble_measured_stats", "pipeline: idle fraction"),
-    "bubble_measured_stats": metric(INFO, "fraction", note="pipeline: bubble_measured's samples"),
-    "bubble_simulated": metric(INFO, "fraction", note="pipeline"),
-    "bubble_judged": metric(INFO, "fraction", note="pipeline: the least disturbed repetition's"),
-    "disturbance": metric(INFO, "fraction", note="pipeline: per repetition, the bound on the bubble's shift"),
-    "run_delay_excess_us": metric(INFO, "us", note="pipeline: per repetition, run delay beyond 50 us an action"),
-    "compute_overrun_us": metric(INFO, "us", note="pipeline: per repetition, compute past what it asked for"),
-    "stage_bubble_measured": metric(INFO, "fraction", note="pipeline"),
-    "stage_bubble_simulated": metric(INFO, "fraction", note="pipeline"),
-    "step_time_simulated_ms": metric(INFO, "ms", note="pipeline"),
-    "peak_in_flight": metric(INFO, "micro-batches", note="pipeline"),
-    "peak_in_flight_simulated": metric(INFO, "micro-batches", note="pipeline"),
-    # The GPT cases (suites/pipeline_gpt.cc).
-    "pipeline_time_ms": metric(LOWER, "ms", note="pipeline/gpt: first pipeline action to the last"),
-    "pipeline_time_simulated_ms": metric(INFO, "ms", note="pipeline/gpt"),
-    "stage_forward_ms": metric(INFO, "ms", note="pipeline/gpt: per stage, per micro-batch"),
-    "stage_backward_ms": metric(INFO, "ms", note="pipeline/gpt: per stage, per micro-batch (B under zb-h1)"),
-    "stage_weight_ms": metric(INFO, "ms", note="pipeline/gpt: per stage, per micro-batch (W)"),
-    "stage_send_ms": metric(INFO, "ms", note="pipeline/gpt: per stage and step"),
-    "p2p_bytes_sent": metric(INFO, "bytes", note="pipeline/gpt: per stage and step"),
-    "peak_activation_bytes": metric(INFO, "bytes", note="pipeline/gpt: per stage"),
-    "peak_activation_bytes_model": metric(INFO, "bytes", note="pipeline/gpt: the per-rank plan"),
-    "part_time_ms": metric(INFO, "ms", note="pipeline/gpt/balance: embedding, layers, head"),
-    "bottleneck_before_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
-    "bottleneck_after_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
-    "bubble_before_simulated": metric(INFO, "fraction", note="pipeline/gpt/balance"),
-    "bubble_after_simulated": metric(INFO, "fraction", note="pipeline/gpt/balance"),
-    "bubble_before_measured": metric(INFO, "fraction", note="pipeline/gpt/balance"),
-    "bubble_after_measured": metric(INFO, "fraction", note="pipeline/gpt/balance"),
-    "pipeline_time_before_simulated_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
-    "pipeline_time_after_simulated_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
-    "pipeline_time_before_ms": metric(INFO, "ms", note="pipeline/gpt/balance"),
-    "pipeline_time_after_ms": metric(LOWER, "ms", note="pipeline/gpt/balance: the proposed split's"),
-}
-PARAMETERS = {"m", "p", "pipelines", "t_backward_us", "t_forward_us", "p2p", "layers_before", "layers_after",
-              "judged_repetition"}
 
 
 def render(r, recs, cs, data):

@@ -4,20 +4,11 @@ deviation, the loss-scale plot (-precision-loss) and the step-times chart (-step
 import math
 
 from ..fmt import fmt, fmt_bytes, fmt_timing, num, record_tail
-from ..metrics import HIGHER, INFO, LOWER, metric
 from ..plot import colors, plot_step_times, plt
 from ..registry import unit
 
 SUITE = "precision"
 PLOTS = ("precision-loss", "step-times-precision")
-METRICS = {
-    "speedup_over_fp32": metric(HIGHER, "x", note="precision"),
-    "dp_comm_bytes_per_step": metric(LOWER, "B", note="precision"),
-    "model_state_bytes_per_param": metric(LOWER, "B/param", note="precision"),
-    "max_loss_deviation_from_fp32": metric(INFO, "fraction", note="precision"),
-    "tail_mean_loss_deviation_from_fp32": metric(INFO, "fraction", note="precision"),
-}
-PARAMETERS = {"communication_data_type", "loss_scales", "losses"}
 
 
 def fmt_scale(s):

@@ -3,21 +3,11 @@ recompute mode, measured and predicted, and the step-times chart (-step-times-re
 """
 
 from ..fmt import fmt_pct, fmt_timing, num, pair_bytes, record_tail
-from ..metrics import INFO, LOWER, metric
 from ..plot import plot_step_times
 from ..registry import unit
 
 SUITE = "recompute"
 PLOTS = ("step-times-recompute",)
-METRICS = {
-    "activation_bytes": metric(LOWER, "B", note="recompute"),
-    "workspace_bytes": metric(LOWER, "B", note="recompute"),
-    "overhead": metric(INFO, "fraction", note="recompute: near 0, relative change meaningless"),
-    "activation_saving": metric(INFO, "fraction", note="recompute"),
-    "predicted_extra_flops": metric(INFO, "fraction", note="recompute"),
-    "predicted_activation_bytes": metric(INFO, "B", note="recompute"),
-    "predicted_workspace_bytes": metric(INFO, "B", note="recompute"),
-}
 
 
 def render(r, recs, cs, data):

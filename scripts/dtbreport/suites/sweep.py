@@ -4,27 +4,11 @@ bubble, idle and comm shares) and the throughput and memory bars (-sweep).
 
 from ..fmt import drop_empty_columns, fmt, fmt_bytes, fmt_pct, fmt_timing, num, record_tail
 from ..load import check_verdict
-from ..metrics import INFO, LOWER, metric
 from ..plot import MEM_CATS, MEM_COLORS, byte_unit, plt
 from ..registry import unit
 
 SUITE = "sweep"
 PLOTS = ("sweep",)
-METRICS = {
-    "peak_bytes_per_rank": metric(LOWER, "B", note="sweep: the busiest rank's"),
-    "peak_host_bytes_per_rank": metric(LOWER, "B", note="sweep: the largest over ranks"),
-    "step_period_ms": metric(LOWER, "ms", note="sweep: the slowest rank's mean step time after the first"),
-    "idle_fraction": metric(INFO, "fraction", note="sweep"),
-    "busiest_rank": metric(INFO, "rank", note="sweep"),
-    "predicted_step_time_ms": metric(INFO, "ms", note="sweep: the step-time model's (docs/plan.md)"),
-    "prediction_error": metric(INFO, "fraction", note="sweep: (predicted - measured) / measured"),
-    "mape": metric(LOWER, "fraction", note="sweep/step_time_model: the model's mean absolute percentage error"),
-    # Shown, not gated: with the layouts' times close, noise reorders them (tau -0.16 to 0.73 over runs of the same
-    # code here, docs/plan.md), and a ratio against a tau near 0 is meaningless.
-    "kendall_tau": metric(INFO, "tau", note="sweep/step_time_model: rank agreement, predicted vs measured"),
-    "layouts_compared": metric(INFO, "layouts", note="sweep/step_time_model"),
-}
-PARAMETERS = {"layout", "micro_batches", "peak_bytes_by_category", "predicted_terms_ms", "prediction_skipped"}
 MODEL = "sweep/step_time_model"
 
 

@@ -3,20 +3,11 @@ breakdown bars (-step-breakdown) and the loss curve against the float64 oracle (
 """
 
 from ..fmt import fmt, fmt_pct, fmt_timing, num, record_tail, stat
-from ..metrics import HIGHER, INFO, LOWER, metric
 from ..plot import SPAN_COLORS, SPAN_ORDER, colors, loss_tolerance, plt
 from ..registry import unit
 
 SUITE = "train"
 PLOTS = ("step-breakdown", "train-loss")
-METRICS = {
-    "compute_time_ms": metric(LOWER, "ms", note="train"),
-    "comm_time_ms": metric(LOWER, "ms", note="train: slowest rank, includes waiting"),
-    "model_tflops": metric(HIGHER, "TFLOP/s", "step_time_ms", "train"),
-    "mfu": metric(HIGHER, "fraction", "step_time_ms", "train"),
-    "final_loss_scale": metric(INFO, "factor"),
-}
-PARAMETERS = {"backend", "model_flops_per_token", "op_time_ms", "step_breakdown_ms", "steps", "tokens_per_step"}
 
 
 def render(r, recs, cs, data):
