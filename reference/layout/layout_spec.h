@@ -62,7 +62,7 @@ int dp_allreduce_from_json(const nlohmann::json& section, const std::string& pat
 
 /// A section's zero_stage in [lo, hi]: the one reader of the key. Errors: InputError
 /// "<path>.zero_stage = <v> is out of range [lo, hi]".
-int zero_stage_from_json(const nlohmann::json& section, const std::string& path, int lo = 0, int hi = 3);
+int zero_stage_from_json(const nlohmann::json& section, const std::string& path, int lo = 0, int hi = kMaxZeroStage);
 
 /// A section's training layout: tensor_parallel, pipeline_parallel, data_parallel (0: the
 /// world size / (tp pp)), expert_parallel (an MoE model's experts split over that many of the

@@ -64,7 +64,8 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
   const std::string ck = dp_sync_checkpoint_refusal(s.dp_sync, c.path, c.checkpoint_every, c.resume_from);
   if (!ck.empty()) out.push_back({LayoutRule::checkpoint, ck, keyed.empty() ? ck : keyed + ": " + ck});
   if (s.hier_node_ranks > 0)
-    check(LayoutRule::dp_allreduce, c.where.empty() ? c.path + "." + spelling(LayoutKey::dp_allreduce).config_key : c.where,
+    check(LayoutRule::dp_allreduce,
+          c.where.empty() ? c.path + "." + spelling(LayoutKey::dp_allreduce).config_key : c.where,
           [&] { validate_dp_hierarchical(s.l, s.z.stage, s.hier_node_ranks); });
   return out;
 }

@@ -177,7 +177,8 @@ class ParallelGpt {
   /// Full recompute on a zero-bubble layout is a caller's bug (DTB_CHECK): the layout's
   /// validator refuses it first (reference/layout/layout_validate.h validate_schedule_recompute).
   void set_recompute(Recompute r) {
-    DTB_CHECK(!(r == Recompute::full && zero_bubble()), "ParallelGpt: full recompute with zb-h1 (validate_schedule_recompute)");
+    DTB_CHECK(!(r == Recompute::full && zero_bubble()),
+              "ParallelGpt: full recompute with zb-h1 (validate_schedule_recompute)");
     recompute_ = r;
   }
   Recompute recompute() const { return recompute_; }

@@ -228,7 +228,8 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
   // validator refuses it, reference/layout/layout_validate.h dp_sync_checkpoint_refusal).
   std::unique_ptr<DpSyncStepper<T>> sync;
   if (!cfg.dp_sync.synchronous()) {
-    DTB_CHECK(loop.first_step == 0, "parallel_train: stale gradients or local steps resumed (dp_sync_checkpoint_refusal)");
+    DTB_CHECK(loop.first_step == 0,
+              "parallel_train: stale gradients or local steps resumed (dp_sync_checkpoint_refusal)");
     sync = std::make_unique<DpSyncStepper<T>>(engine, layout, cfg, g);
   }
   for (int s = int(loop.first_step); s < cfg.steps; ++s) {

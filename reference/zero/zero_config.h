@@ -24,8 +24,8 @@ constexpr int kMaxZeroStage = 3;
 /// "<key> must be 0-3, got <stage>" unless 0 <= stage <= kMaxZeroStage.
 void validate_zero_stage(int stage, const std::string& key);
 
-/// Throws InputError naming the value unless stage is 0-3 (validate_zero_stage, key "zero_stage"), buckets >= 1, and offload has
-/// stage >= 1 (DeepSpeed offloads stages 1-3).
+/// Throws InputError naming the value unless stage is 0-3 (validate_zero_stage, key
+/// "zero_stage"), buckets >= 1, and offload has stage >= 1 (DeepSpeed offloads stages 1-3).
 void validate_zero(const ZeroConfig& cfg);
 
 }  // namespace dtb
