@@ -124,8 +124,7 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   for (auto [opt, v] : {std::pair{flag(LayoutKey::tp), a.tp}, std::pair{flag(LayoutKey::pp), a.pp},
                         std::pair{flag(LayoutKey::dp), a.dp}})
     if (given(sub, opt) && v < 1) throw InputError(std::string(opt) + " must be >= 1, got " + std::to_string(v));
-  if (given(sub, flag(LayoutKey::zero_stage)) && (a.zero_stage < 0 || a.zero_stage > 3))
-    throw InputError(std::string(flag(LayoutKey::zero_stage)) + " must be 0-3, got " + std::to_string(a.zero_stage));
+  if (given(sub, flag(LayoutKey::zero_stage))) validate_zero_stage(a.zero_stage, flag(LayoutKey::zero_stage));
   r.tp = a.tp, r.pp = a.pp, r.dp = a.dp, r.zero_stage = a.zero_stage;
   json notes = json::array();
   // The default global batch is computed before validate_plan_request sees the request: its

@@ -45,7 +45,7 @@ struct Params {
   static Params parse(const json& s, const json& config, const WorldInfo& world) {
     Params p;
     p.t = timed_dp_setup(s, config, "checkpoint", world.size);
-    p.zero.stage = int(int_in_range(s, "zero_stage", "checkpoint.zero_stage", 0, 3));
+    p.zero.stage = zero_stage_from_json(s, "checkpoint");
     // At most steps - 1: the resume from the first save needs a step left to run.
     p.save_interval = int(int_in_range(s, "save_interval", "checkpoint.save_interval", 1, p.t.cfg.steps - 1));
     p.reps = int(int_in_range(s, "repetitions", "checkpoint.repetitions", 1, 100));

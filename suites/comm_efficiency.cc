@@ -21,6 +21,7 @@
 
 #include "kernels/comm/emulated_link.h"
 #include "kernels/error.h"
+#include "reference/layout/dp_sync_json.h"
 #include "reference/layout/layout_spec.h"
 #include "suites/memory_guard.h"
 #include "suites/oracle.h"
@@ -85,9 +86,9 @@ struct Params {
     Params p;
     p.model = gpt_config_from_json(s.at("model"), "comm_efficiency.model");
     p.cfg = train_config_from_json(s, config, "comm_efficiency");
-    const double lambda = number_in_range(s, "delay_compensation", "comm_efficiency.delay_compensation", 0.0, 1e6);
-    const double olr = number_in_range(s, "outer_lr", "comm_efficiency.outer_lr", 1e-12, 10.0);
-    const double mom = number_in_range(s, "outer_momentum", "comm_efficiency.outer_momentum", 0.0, 0.999999);
+    DpSync keys;  // the recipes' lambda and DiLoCo's outer step, read as every suite reads them
+    dp_sync_from_json(s, "comm_efficiency", keys);
+    const double lambda = keys.delay_compensation, olr = keys.outer_lr, mom = keys.outer_momentum;
     const json& list = s.at("methods");
     if (!list.is_array() || list.empty()) throw InputError("comm_efficiency.methods: a non-empty list of methods");
     for (const json& v : list) {

@@ -17,6 +17,7 @@
 #include <map>
 
 #include "kernels/error.h"
+#include "reference/layout/layout_validate.h"
 #include "reference/training/dp_sync.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
@@ -152,27 +153,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
     const LayoutSpec spec = parse_layout_spec(text, "conformance.layouts");
     ParallelLayout l = spec.l;
     l.micro_batches = cfg.micro_batches;
-    try {
-      validate_zero(spec.z);
-      TrainConfig recipe = cfg;
-      recipe.dp_sync = recipe_of(spec);
-      validate_dp_sync(recipe, "conformance");
-      validate_dp_sync_layout(recipe, l, spec.z, "conformance");
-    } catch (const InputError& e) {
-      throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
-    }
-    if (spec.hier_node_ranks > 0) {  // a hierarchical DP all-reduce that fits the layout
-      try {
-        validate_dp_hierarchical(l, spec.z.stage, spec.hier_node_ranks);
-      } catch (const InputError& e) {
-        throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
-      }
-    }
-    for (Precision pr : p.precisions) {  // each precision of the layout: an MoE model's limits
-      LayoutSpec in = spec;
-      in.precision = pr;
-      validate_moe_layout(in, p.model, backend, "conformance.layouts: '" + printable(text, 40) + "'");
-    }
+    const std::string where = "conformance.layouts: '" + printable(text, 40) + "'";
     const std::string key = layout_record_name(spec);  // every setting of the layout, one spelling
     if (std::find(seen.begin(), seen.end(), key) != seen.end())
       throw InputError("conformance.layouts: '" + printable(text, 40) + "' is listed twice");
@@ -180,12 +161,21 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
     if (l.world() > (1 << 20))
       throw InputError("conformance.layouts: '" + printable(text, 40) + "' needs " + std::to_string(l.world()) +
                        " ranks, more than 2^20");
-    p.smallest = std::min(p.smallest, l.world());
-    try {
-      validate_layout(l, p.model, cfg.global_batch, int(l.world()), cfg.seq_len);  // a larger world is skipped, not refused
-    } catch (const InputError& e) {
-      throw InputError("conformance.layouts: '" + printable(text, 40) + "': " + e.what());
+    // Every rule of the layout (reference/layout/layout_validate.h) on its own world (a larger
+    // one than the run's is skipped, not refused), the recipe's at the section's precision.
+    LayoutSpec checked = spec;
+    checked.l = l;
+    checked.precision = cfg.precision;
+    checked.dp_sync = recipe_of(spec);
+    validate_layout_spec(checked, p.model,
+                         {.world = int(l.world()), .global_batch = cfg.global_batch, .seq_len = cfg.seq_len,
+                          .backend = backend, .recipe = cfg, .path = "conformance", .where = where});
+    for (Precision pr : p.precisions) {  // each precision of the layout: an MoE model's limits
+      LayoutSpec in = spec;
+      in.precision = pr;
+      validate_moe_layout(in, p.model, backend, where);
     }
+    p.smallest = std::min(p.smallest, l.world());
     p.names.push_back(text);
     p.specs.push_back(spec);
   }

@@ -19,6 +19,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
 #include "reference/layout/layout_runner.h"
+#include "reference/layout/layout_spec.h"
 #include "reference/analytic/memory_model.h"
 #include "reference/model/moe.h"
 #include "reference/model/rng.h"
@@ -242,8 +243,9 @@ class MoeSuite final : public SuiteWithParams<Params> {
   }
   void validate(const json& s, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(s, config, world);
-    if (config.value("backend", "cpu") != "cpu")
-      throw InputError("moe: the MoE layer runs on the CPU backend only so far");
+    GptConfig model;  // the experts alone decide what an MoE layer refuses (validate_moe_layout)
+    model.moe = p.moe;
+    validate_moe_layout(LayoutSpec{}, model, config.value("backend", "cpu"), "moe");
     // A rank holds every expert (the one-rank reference) twice (weights and gradients) and, at
     // the largest token count, its tokens' rows through each expert: (C + 2F + C) per assignment.
     const double C = p.C, F = moe_hidden(p.moe, p.C), E = p.moe.num_experts;

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "kernels/error.h"
+#include "reference/layout/dp_sync_json.h"
 #include "reference/training/progress.h"
 
 namespace dtb {
@@ -101,18 +102,9 @@ void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainCo
   if (s.contains("loss_scale_growth_interval"))
     t.loss_scaler.growth_interval =
         int(int_in_range(s, "loss_scale_growth_interval", path + ".loss_scale_growth_interval", 1, 1 << 30));
-  // How the DP replicas keep in step (reference/training/trainer.h DpSync; their combinations and the
-  // layouts they need: validate_dp_sync, validate_dp_sync_layout).
-  DpSync& d = t.dp_sync;
-  auto key = [&](LayoutKey k) { return std::string(spelling(k).config_key); };
-  const std::string stale = key(LayoutKey::staleness), dc = key(LayoutKey::delay_compensation);
-  const std::string local = key(LayoutKey::local_steps);
-  if (s.contains(stale)) d.staleness = int(int_in_range(s, stale, path + "." + stale, 0, 1 << 20));
-  if (s.contains(dc)) d.delay_compensation = number_in_range(s, dc, path + "." + dc, 0.0, 1e6);
-  if (s.contains(local)) d.local_steps = int(int_in_range(s, local, path + "." + local, 0, 1 << 20));
-  if (s.contains("outer_lr")) d.outer_lr = number_in_range(s, "outer_lr", path + ".outer_lr", 1e-12, 1e3);
-  if (s.contains("outer_momentum"))
-    d.outer_momentum = number_in_range(s, "outer_momentum", path + ".outer_momentum", 0.0, 0.999999);
+  // How the DP replicas keep in step (their combinations and the layouts they need: the layout
+  // validator, reference/layout/layout_validate.h).
+  dp_sync_from_json(s, path, t.dp_sync);
 }
 
 nlohmann::json model_defaults(int L, int C, int NH, int T, int V) {

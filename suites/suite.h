@@ -180,9 +180,9 @@ nlohmann::json to_json(const TrainConfig& t);
 /// A section's training-recipe keys into `t`, each only where the section has it: precision
 /// (fp32, bf16, fp16: precision_from_json), loss_scale ("auto": dynamic for fp16, none
 /// otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval and grad_clip
-/// (0: off); and how the DP replicas keep in step (reference/training/trainer.h DpSync): staleness
-/// [0, 2^20], delay_compensation [0, 1e6], local_steps [0, 2^20], outer_lr [1e-12, 1e3],
-/// outer_momentum [0, 0.999999] (their combinations: validate_dp_sync).
+/// (0: off); and how the DP replicas keep in step (reference/training/trainer.h DpSync: the one
+/// reader reference/layout/dp_sync_json.h dp_sync_from_json, its ranges; their combinations:
+/// reference/layout/layout_validate.h).
 /// communication_data_type is the layout's (layout_from_json).
 /// Errors: InputError "<path>.<key>: <reason>".
 void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t);

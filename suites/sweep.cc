@@ -20,6 +20,7 @@
 
 #include "kernels/error.h"
 #include "kernels/timer.h"
+#include "reference/layout/layout_validate.h"
 #include "reference/parallel/pipeline_schedule.h"
 #include "reference/analytic/step_time_model.h"
 #include "suites/oracle.h"
@@ -95,8 +96,9 @@ Setup setup_from(const json& section, const json& config) {
 }
 
 // The layouts to run: the section's list (each must use every rank and fit the model), or
-// every candidate that fits. `skipped` gets the candidates left out with the reason.
-std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int world, json* skipped) {
+// every candidate that fits on `backend`. `skipped` gets the candidates left out with the reason.
+std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int world, const std::string& backend,
+                                       json* skipped) {
   std::vector<std::string> names;
   for (const auto& v : section.at("layouts")) {
     if (!v.is_string()) throw InputError("sweep.layouts: every entry must be a string, got " + v.dump());
@@ -119,17 +121,23 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
     if (spec.hier_node_ranks > 0)
       throw InputError("sweep.layouts: '" + printable(n, 40) + "': the sweep runs the flat DP all-reduce only (the "
                        "hierarchical one: train.dp_allreduce, conformance.layouts)");
-    ParallelLayout l = spec.l;
-    l.micro_batches = st.cfg.micro_batches;
+    LayoutSpec checked = spec;
+    checked.l.micro_batches = st.cfg.micro_batches;
+    checked.precision = st.cfg.precision;
+    const ParallelLayout& l = checked.l;
     try {
       if (l.world() != world)
         throw InputError("needs " + std::to_string(l.world()) + " ranks; a sweep runs every layout on all " +
                          std::to_string(world));
-      validate_layout(l, st.model, st.cfg.global_batch, world, st.cfg.seq_len);
-      validate_zero(spec.z);
       if (!spec.dp_sync.synchronous())  // the sweep times synchronous layouts; the recipes: train, conformance
         throw InputError("stale gradients and local steps (staleK, dc, localH) are not swept; use the train or "
                          "conformance suite");
+      // Every rule of the layout (reference/layout/layout_validate.h); the reason alone, as skipped records it.
+      const std::vector<LayoutRefusal> r =
+          layout_refusals(checked, st.model, {.world = world, .global_batch = st.cfg.global_batch,
+                                              .seq_len = st.cfg.seq_len, .backend = backend, .recipe = st.cfg,
+                                              .path = "sweep"});
+      if (!r.empty()) throw InputError(r.front().reason);
     } catch (const InputError& e) {
       if (given) throw InputError("sweep.layouts: '" + printable(n, 40) + "': " + e.what());
       if (skipped) skipped->push_back({{"layout", n}, {"reason", e.what()}});
@@ -169,7 +177,7 @@ struct Params {
       any.precision = p.st.cfg.precision;
       validate_moe_layout(any, p.st.model, config.value("backend", "cpu"), "sweep");
     }
-    p.layouts = sweep_layouts(section, p.st, world.size, &p.skipped);
+    p.layouts = sweep_layouts(section, p.st, world.size, config.value("backend", "cpu"), &p.skipped);
     for (const std::string& text : p.layouts) {
       p.specs.push_back(parse_layout_spec(text, "sweep.layouts"));
       p.specs.back().precision = p.st.cfg.precision;

@@ -13,6 +13,7 @@
 #include "reference/checkpoint/checkpoint.h"
 #include "reference/training/dp_sync.h"
 #include "reference/layout/layout_runner.h"
+#include "reference/layout/layout_validate.h"
 #include "reference/training/trainer.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
@@ -408,19 +409,10 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   validate_train_config(train, p.model, p.spec.l.dp);
   // dp_allreduce "hierarchical": nodes of the world's ranks per node (real, or --ranks-per-node's).
   p.spec.hier_node_ranks = dp_allreduce_from_json(section, "train", node_size(world.ranks_per_node, world.options));
-  if (p.spec.hier_node_ranks > 0) {
-    try {
-      validate_dp_hierarchical(p.spec.l, p.spec.z.stage, p.spec.hier_node_ranks);
-    } catch (const InputError& e) {
-      throw InputError("train.dp_allreduce: " + std::string(e.what()));
-    }
-  }
   train.precision = p.spec.precision;
   apply_recipe_keys(section, "train", train);  // loss scaling, clipping, DP sync (precision: the same)
   train.dp_sync.replicas = train.dp_sync.local_steps > 0 ? p.spec.l.dp : 1;  // DiLoCo: one replica per DP rank
   p.spec.dp_sync = train.dp_sync;
-  validate_dp_sync(train, "train");
-  validate_dp_sync_layout(train, p.spec.l, p.spec.z, "train");
   const std::string backend = config.value("backend", "cpu");
   const bool cpu = backend == "cpu";
   require_half_ops(backend, train.precision, "train.precision");
@@ -435,22 +427,17 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
     throw InputError("train.checkpoint_every = " + std::to_string(p.plan.every) + " exceeds train.steps = " +
                      std::to_string(train.steps) + ": no checkpoint would be saved");
   p.references = section.at("references").get<bool>();
+  // Every rule of the layout (reference/layout/layout_validate.h), checkpoints included.
+  LayoutCheckContext check{.world = world.size, .global_batch = train.global_batch, .seq_len = train.seq_len,
+                           .backend = backend, .recipe = train, .checkpoint_every = p.plan.every,
+                           .resume_from = p.plan.resume_from, .path = "train"};
+  validate_layout_spec(p.spec, p.model, check);
   const DpSync& d = train.dp_sync;
-  if (!d.synchronous()) {  // the gradients in flight and DiLoCo's outer state are not checkpointed
-    const std::string what = d.staleness > 0 ? "train.staleness = " + std::to_string(d.staleness)
-                                             : "train.local_steps = " + std::to_string(d.local_steps);
-    if (p.plan.every > 0)
-      throw InputError(what + " with train.checkpoint_every = " + std::to_string(p.plan.every) +
-                       ": not supported (the in-flight gradients and outer state are not checkpointed)");
-    if (!p.plan.resume_from.empty())
-      throw InputError(what + " with train.resume_from = \"" + printable(p.plan.resume_from, 40) +
-                       "\": not supported (the in-flight gradients and outer state are not checkpointed)");
-    if (d.local_steps > 0 && d.replicas > 1 && train.precision != Precision::fp32 && p.references)
-      throw InputError(what + " with precision " + std::string(to_string(train.precision)) + " on " +
-                       std::to_string(d.replicas) + " replicas: no reference (the one-rank reference simulates "
-                       "replicas in fp32 / fp64 only); set train.references false");
-  }
-  validate_moe_layout(p.spec, p.model, backend, "train");
+  if (d.local_steps > 0 && d.replicas > 1 && train.precision != Precision::fp32 && p.references)
+    throw InputError("train.local_steps = " + std::to_string(d.local_steps) + " with precision " +
+                     std::string(to_string(train.precision)) + " on " + std::to_string(d.replicas) +
+                     " replicas: no reference (the one-rank reference simulates replicas in fp32 / fp64 only); set "
+                     "train.references false");
   return p;
 }
 

@@ -17,7 +17,7 @@ constexpr MemCategory kParam = MemCategory::param, kGrad = MemCategory::grad, kM
 std::string num(long long x) { return std::to_string(x); }
 
 void check_zero(int zero_stage, Offload offload) {
-  if (zero_stage < 0 || zero_stage > 3) throw InputError("zero stage " + num(zero_stage) + " is not 0, 1, 2 or 3");
+  validate_zero_stage(zero_stage, "zero_stage");
   if (offload == Offload::cpu && zero_stage == 0)
     throw InputError("offload_optimizer cpu needs ZeRO stage 1, 2 or 3 (the offloaded optimizer works on the rank's "
                      "shard), not stage 0");

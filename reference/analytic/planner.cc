@@ -167,7 +167,7 @@ void validate_plan_request(const PlanRequest& r) {
                                 std::to_string(r.gpus));
   if (r.tp > 0 && r.pp > 0 && r.dp > 0)
     need(fixed == r.gpus, "--tp x --pp x --dp = " + std::to_string(fixed) + " is not --gpus " + std::to_string(r.gpus));
-  need(r.zero_stage >= -1 && r.zero_stage <= 3, "--zero-stage must be 0-3, got " + std::to_string(r.zero_stage));
+  if (r.zero_stage != -1) validate_zero_stage(r.zero_stage, "--zero-stage");  // -1: the planner's choice
   // ZeRO shards over the DP ranks: a stage >= 1 needs a layout with dp > 1. The largest dp a
   // request leaves is N / (tp pp) at the smallest tp and pp it allows (1 where free: 1 divides
   // the heads and the layers), so dp > 1 is reachable exactly when that product is below N.

@@ -11,6 +11,7 @@
 #include "kernels/cpu/half_ops.h"
 #include "kernels/error.h"
 #include "reference/checkpoint/checkpoint.h"
+#include "reference/layout/layout_validate.h"
 #include "reference/training/loss_scaler.h"
 #include "reference/parallel/parallel_gpt.h"
 #include "reference/parallel/parallel_trainer.h"
@@ -108,6 +109,19 @@ void finish_saves(const LayoutCheckpoints& c, CheckpointWriter<T>& w, Communicat
   act.save_timings = w.timings();
 }
 
+// The layout validator's refusals of the run (reference/layout/layout_validate.h), its first as
+// an AgreedInputError: a pure function of the spec, so every rank throws it alike.
+void validate_run(const LayoutRunSpec& spec, const ParallelLayout& l, int world, const LayoutCheckpoints* ck) {
+  const TrainConfig& cfg = spec.train;
+  const LayoutSpec s{.l = l, .z = spec.zero, .recompute = spec.recompute, .precision = cfg.precision,
+                     .hier_node_ranks = spec.dp_hier_node_ranks, .dp_sync = cfg.dp_sync};
+  LayoutCheckContext c{.world = world, .global_batch = cfg.global_batch, .seq_len = cfg.seq_len, .recipe = cfg};
+  c.backend = spec.device.is_cpu() ? "cpu" : spec.ops.fp32 ? spec.ops.fp32->backend() : spec.device.name();
+  if (ck) c.checkpoint_every = ck->every, c.resume_from = ck->resume_step_dir;
+  const std::vector<LayoutRefusal> r = layout_refusals(s, spec.model, c);
+  if (!r.empty()) throw AgreedInputError(r.front().message);
+}
+
 template <typename T>
 LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   const TrainConfig& cfg = spec.train;
@@ -116,19 +130,15 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   Device& device = spec.device;
   ParallelLayout l = spec.layout;
   l.micro_batches = cfg.micro_batches;
-  validate_layout(l, spec.model, cfg.global_batch, comm.size(), cfg.seq_len);
+  const LayoutCheckpoints* ck = spec.checkpoints;
+  validate_run(spec, l, comm.size(), ck);  // every rank alike, before any collective
   OwnedGroups og = make_parallel_groups(comm, l);
   const LayoutHooks* hooks = spec.hooks;
   const std::unique_ptr<Communicator> wrapped_dp = hooks && hooks->wrap_dp ? hooks->wrap_dp(*og.dp) : nullptr;
   // The hierarchical DP all-reduce goes over the hook's wrapper (a slowed or timed link stays in
-  // the path); every rank refuses alike (a pure check) before any collective of it.
+  // the path).
   std::unique_ptr<Communicator> hier_dp;
   if (spec.dp_hier_node_ranks > 0) {
-    try {
-      validate_dp_hierarchical(l, spec.zero.stage, spec.dp_hier_node_ranks);
-    } catch (const InputError& e) {
-      throw AgreedInputError(e.what());
-    }
     hier_dp = std::make_unique<HierarchicalCommunicator>(wrapped_dp ? *wrapped_dp : *og.dp,
                                                          comm.rank() / spec.dp_hier_node_ranks);
   }
@@ -157,11 +167,6 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   loop.step_slowdown = spec.step_slowdown;
   LayoutOutcome out;
   TrainHistory taken;  // the steps taken from a checkpoint
-  const LayoutCheckpoints* ck = spec.checkpoints;
-  if (ck && (ck->every > 0 || !ck->resume_step_dir.empty()) && !cfg.dp_sync.synchronous())
-    throw InputError(std::string(ck->every > 0 ? "train.checkpoint_every" : "train.resume_from") +
-                     " with stale gradients or local steps: not supported (the in-flight gradients and outer state "
-                     "are not checkpointed)");
   CheckpointRunInfo info;
   if (ck) {
     info = checkpoint_run_info(spec.model, l, spec.zero, cfg, spec.data.sha256, spec.recompute);

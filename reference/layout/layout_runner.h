@@ -192,12 +192,14 @@ void record_steps(LayoutOutcome& out, TrainHistory before, const TrainRun& run, 
 /// p - stage). Used by every suite that trains a layout (train, conformance, sweep,
 /// precision, recompute, offload, overlap, memory), by the oracle's half-precision
 /// references (suites/oracle.h) and by validate's training probe (harness/validate_train.h).
-/// Errors: InputError when the layout does not fit the model or batch (validate_layout),
+/// Errors: AgreedInputError, before any collective, with the first of the layout validator's
+/// refusals of the run (reference/layout/layout_validate.h layout_refusals: the layout, ZeRO,
+/// zb-h1 with full recompute, an MoE model's limits, the DP sync recipe and its layout,
+/// checkpoints with a non-synchronous train.dp_sync, the hierarchical all-reduce);
 /// "precision <p>: the <backend> backend has no <p> ops" for bf16 / fp16 on a non-CPU device
 /// whose ops for it are null, and from a resume (load_checkpoint's, a history that
 /// does not hold the checkpoint's steps, a checkpoint that leaves no step to run), the same
-/// on every rank; checkpoints with a non-synchronous train.dp_sync, and the refusals of
-/// reference/dp_sync.h. Stale gradients and local steps run through parallel_train's
+/// on every rank. Stale gradients and local steps run through parallel_train's
 /// DpSyncStepper (step 0's gradient, grads0, stays the synchronous one); their DP bytes are in
 /// dp_comm_bytes. A failed save is not an error: it is recorded (checkpoints.save_error)
 /// and training goes on without saving.

@@ -184,8 +184,6 @@ LayoutSpec layout_from_json(const json& s, const std::string& path, const GptCon
   spec.l = parallel_layout_from_json(s, path, model, micro_batches, global_batch, world_size, seq_len);
   spec.z = zero_config_from_json(s, path);
   spec.recompute = parse_recompute_key(s, path);
-  if (spec.l.schedule == "zb-h1" && spec.recompute == Recompute::full)
-    throw InputError(path + ": schedule zb-h1 with recompute full is not supported (W needs the activations B used)");
   spec.precision = precision_from_json(s, path);
   spec.z.fp32_communication = fp32_communication_from_json(s, path, spec.precision);
   return spec;
@@ -309,8 +307,6 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
                            : "repeats an option ('" + printable(o, 20) + "')");
     seen_opt[which] = true;
   }
-  if (spec.l.schedule == "zb-h1" && spec.recompute == Recompute::full)
-    throw bad("combines zb-h1 with full recompute (W needs the activations B used; not supported)");
   if (seen_opt[9] && !seen_opt[8]) throw bad("has dc without staleK (delay compensation compensates staleness)");
   if (seen_opt[8] && seen_opt[10]) throw bad("combines staleK with localH (stale gradients or local steps, not both)");
   return spec;

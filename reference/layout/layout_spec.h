@@ -62,7 +62,7 @@ int dp_allreduce_from_json(const nlohmann::json& section, const std::string& pat
 
 /// A section's zero_stage in [lo, hi]: the one reader of the key. Errors: InputError
 /// "<path>.zero_stage = <v> is out of range [lo, hi]".
-int zero_stage_from_json(const nlohmann::json& section, const std::string& path, int lo = 0, int hi = 3);
+int zero_stage_from_json(const nlohmann::json& section, const std::string& path, int lo = 0, int hi = kMaxZeroStage);
 
 /// A section's training layout: tensor_parallel, pipeline_parallel, data_parallel (0: the
 /// world size / (tp pp)), expert_parallel (an MoE model's experts split over that many of the
@@ -107,6 +107,7 @@ bool fp32_communication_from_json(const nlohmann::json& section, const std::stri
 /// A config section's whole layout, the config-key form's one parser: the parallel layout
 /// (parallel_layout_from_json), the ZeRO keys (zero_config_from_json), recompute, precision
 /// and communication_data_type (into z.fp32_communication), in that order. Errors: as theirs.
+/// The rules across keys (zb-h1 with full recompute, DP sync, ...): layout_validate.h.
 LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& path, const GptConfig& model,
                             int micro_batches, int global_batch, int world_size, int seq_len = 0);
 
@@ -118,8 +119,8 @@ LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& pa
 /// DP all-reduce hierarchical over nodes of N consecutive ranks: "DP4:hier2"), "staleK" (stale
 /// gradients, K >= 1), "dc" (DC-ASGD delay compensation, lambda 0.1) or "dcX" (lambda X, e.g.
 /// "dc0.5"; with staleK only), "localH" (DiLoCo local steps, H >= 1; not with staleK), each at
-/// most once. Divisibility is not checked
-/// here (validate_layout). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
+/// most once. Divisibility and the rules across options (zb-h1 with full recompute) are not
+/// checked here (layout_validate.h validate_layout_spec). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
 LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
 
 /// Refuses a layout an MoE model (model.num_experts > 0) cannot train on yet, in one line

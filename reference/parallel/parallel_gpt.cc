@@ -50,8 +50,8 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
   NHl_ = cfg.NH / layout.tp;
   Vl_ = cfg.V / layout.tp;
   sp_ = layout.sequence_parallel;
-  if (sp_ && (layout.tp == 1 || cfg.moe.num_experts > 0))
-    throw InputError("ParallelGpt: sequence_parallel needs tensor_parallel > 1 and a dense model");
+  DTB_CHECK(!sp_ || (layout.tp > 1 && cfg.moe.num_experts == 0),
+            "ParallelGpt: sequence_parallel on a layout validate_layout refuses");
   // NH % tp == 0 and C % NH == 0, so tp divides C, 3C and 4C: the layers accept the sizes.
   qkv_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "qkv", C, 3 * C, &stats_, sp_);
   // The row-parallel projections: with tp = 1 the bias inside the GEMM, exactly as gpt.cc.

@@ -174,11 +174,11 @@ class ParallelGpt {
   /// group's ranks all recompute the same micro-batch in the same slot of their schedule, as
   /// Megatron-LM's full recompute of an MoE layer does), without counting the routing or the
   /// losses twice. Set before the first forward.
-  /// Errors: InputError for full recompute on a zero-bubble layout (W needs every layer's
-  /// activations after B, which full recompute does not keep).
+  /// Full recompute on a zero-bubble layout is a caller's bug (DTB_CHECK): the layout's
+  /// validator refuses it first (reference/layout/layout_validate.h validate_schedule_recompute).
   void set_recompute(Recompute r) {
-    if (r == Recompute::full && zero_bubble())
-      throw InputError("recompute full with schedule zb-h1 is not supported (W needs the activations B used)");
+    DTB_CHECK(!(r == Recompute::full && zero_bubble()),
+              "ParallelGpt: full recompute with zb-h1 (validate_schedule_recompute)");
     recompute_ = r;
   }
   Recompute recompute() const { return recompute_; }

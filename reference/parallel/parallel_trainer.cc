@@ -223,13 +223,13 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
   LossScaler own_scaler(cfg.loss_scaler);
   LossScaler& scaler = loop.scaler ? *loop.scaler : own_scaler;
   double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
-  // Stale gradients or local steps (reference/training/dp_sync.h): their own update; refused on a resume
-  // (the gradients in flight and the outer state are not in a checkpoint).
+  // Stale gradients or local steps (reference/training/dp_sync.h): their own update; a resume is the
+  // caller's bug (the gradients in flight and the outer state are not in a checkpoint: the layout's
+  // validator refuses it, reference/layout/layout_validate.h dp_sync_checkpoint_refusal).
   std::unique_ptr<DpSyncStepper<T>> sync;
   if (!cfg.dp_sync.synchronous()) {
-    if (loop.first_step != 0)
-      throw InputError("train.resume_from: stale gradients and local steps cannot resume (their in-flight state is "
-                       "not checkpointed)");
+    DTB_CHECK(loop.first_step == 0,
+              "parallel_train: stale gradients or local steps resumed (dp_sync_checkpoint_refusal)");
     sync = std::make_unique<DpSyncStepper<T>>(engine, layout, cfg, g);
   }
   for (int s = int(loop.first_step); s < cfg.steps; ++s) {

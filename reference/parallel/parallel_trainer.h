@@ -89,8 +89,8 @@ struct TrainLoop {
 /// local steps) the update is reference/training/dp_sync.h's DpSyncStepper instead of
 /// parallel_optimizer_step (grad_norms NaN where a stale recipe has nothing to apply yet).
 /// Errors: InputError from validate_layout / validate_train_config, or when first_step is
-/// outside [0, cfg.steps]; from validate_dp_sync / validate_dp_sync_layout, or a resume
-/// (first_step > 0) under a non-synchronous recipe.
+/// outside [0, cfg.steps]; from validate_dp_sync / validate_dp_sync_layout. A resume (first_step
+/// > 0) under a non-synchronous recipe aborts (DTB_CHECK): the layout's validator refuses it first.
 template <typename T>
 TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data, const TrainConfig& cfg,
                         ParallelGroups& groups, SpanRecorder* spans = nullptr, const TrainLoop& loop = {});

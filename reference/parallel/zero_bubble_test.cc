@@ -94,7 +94,7 @@ TEST(ZeroBubble, RefusesWhatItDoesNotSplit) {
     }
     return std::string();
   };
-  EXPECT_NE(message({"PP2 full", 1, 1, 2, 0, Recompute::full}, "zb-h1").find("recompute full with schedule zb-h1"),
+  EXPECT_NE(message({"PP2 full", 1, 1, 2, 0, Recompute::full}, "zb-h1").find("schedule zb-h1 with recompute full"),
             std::string::npos);
   ParallelLayout l;
   l.tp = 2, l.schedule = "zb-h1", l.sequence_parallel = true;

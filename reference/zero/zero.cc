@@ -32,8 +32,13 @@ template double masked_sq_sum<double>(const double*, const char*, size_t, float)
 template double masked_sq_sum<bf16>(const bf16*, const char*, size_t, float);
 template double masked_sq_sum<fp16>(const fp16*, const char*, size_t, float);
 
+void validate_zero_stage(int stage, const std::string& key) {
+  if (stage < 0 || stage > kMaxZeroStage)
+    throw InputError(key + " must be 0-" + std::to_string(kMaxZeroStage) + ", got " + std::to_string(stage));
+}
+
 void validate_zero(const ZeroConfig& c) {
-  if (c.stage < 0 || c.stage > 3) throw InputError("zero_stage = " + std::to_string(c.stage) + " is not 0, 1, 2 or 3");
+  validate_zero_stage(c.stage, "zero_stage");
   if (c.reduce_bucket_size < 1 || c.allgather_bucket_size < 1)
     throw InputError("reduce_bucket_size and allgather_bucket_size must be >= 1 element");
   if (c.offload_optimizer && c.stage < 1)

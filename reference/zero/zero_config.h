@@ -3,6 +3,7 @@
 // and what a checkpoint records (reference/checkpoint/checkpoint.h). Only the settings; not the engine.
 #pragma once
 #include <cstddef>
+#include <string>
 
 namespace dtb {
 
@@ -16,8 +17,15 @@ struct ZeroConfig {
   bool fp32_communication = false;               // communication_data_type "fp32" (half T only)
 };
 
-/// Throws InputError naming the value unless stage is 0-3, buckets >= 1, and offload has
-/// stage >= 1 (DeepSpeed offloads stages 1-3).
+/// The ZeRO stages: 0 (none) to kMaxZeroStage (parameters sharded too).
+constexpr int kMaxZeroStage = 3;
+
+/// The one check of a ZeRO stage's range (every reader of a stage calls it): throws InputError
+/// "<key> must be 0-3, got <stage>" unless 0 <= stage <= kMaxZeroStage.
+void validate_zero_stage(int stage, const std::string& key);
+
+/// Throws InputError naming the value unless stage is 0-3 (validate_zero_stage, key
+/// "zero_stage"), buckets >= 1, and offload has stage >= 1 (DeepSpeed offloads stages 1-3).
 void validate_zero(const ZeroConfig& cfg);
 
 }  // namespace dtb

@@ -1,0 +1,78 @@
+// The one validator of a layout; see layout_validate.h.
+#include "reference/layout/layout_validate.h"
+
+#include "kernels/error.h"
+#include "reference/layout/layout_runner.h"
+#include "reference/training/dp_sync.h"
+#include "reference/zero/zero_config.h"
+
+namespace dtb {
+
+const char* to_string(LayoutRule r) {
+  switch (r) {
+    case LayoutRule::divisibility: return "divisibility";
+    case LayoutRule::zero: return "zero";
+    case LayoutRule::schedule: return "schedule";
+    case LayoutRule::moe: return "moe";
+    case LayoutRule::dp_sync: return "dp_sync";
+    case LayoutRule::checkpoint: return "checkpoint";
+    case LayoutRule::dp_allreduce: return "dp_allreduce";
+  }
+  return "?";
+}
+
+void validate_schedule_recompute(const ParallelLayout& l, Recompute r) {
+  if (l.schedule == "zb-h1" && r == Recompute::full)
+    throw InputError("schedule zb-h1 with recompute full is not supported (W needs the activations B used)");
+}
+
+std::string dp_sync_checkpoint_refusal(const DpSync& d, const std::string& path, int checkpoint_every,
+                                       const std::string& resume_from) {
+  if (d.synchronous() || (checkpoint_every <= 0 && resume_from.empty())) return "";
+  const std::string what = d.staleness > 0 ? path + ".staleness = " + std::to_string(d.staleness)
+                                           : path + ".local_steps = " + std::to_string(d.local_steps);
+  const std::string with = checkpoint_every > 0
+                               ? path + ".checkpoint_every = " + std::to_string(checkpoint_every)
+                               : path + ".resume_from = \"" + printable(resume_from, 40) + "\"";
+  return what + " with " + with + ": not supported (the in-flight gradients and outer state are not checkpointed)";
+}
+
+std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c) {
+  std::vector<LayoutRefusal> out;
+  const std::string where = c.where.empty() ? c.path : c.where;
+  // Runs one rule; its InputError becomes the rule's refusal, `head` + ": " before the message.
+  auto check = [&](LayoutRule rule, const std::string& head, auto&& rule_fn) {
+    try {
+      rule_fn();
+    } catch (const InputError& e) {
+      out.push_back({rule, e.what(), head.empty() ? std::string(e.what()) : head + ": " + e.what()});
+    }
+  };
+  check(LayoutRule::divisibility, where, [&] { validate_layout(s.l, model, c.global_batch, c.world, c.seq_len); });
+  check(LayoutRule::zero, where, [&] { validate_zero(s.z); });
+  check(LayoutRule::schedule, where, [&] { validate_schedule_recompute(s.l, s.recompute); });
+  check(LayoutRule::moe, "", [&] { validate_moe_layout(s, model, c.backend, where); });
+  // The DP sync messages name their keys under c.path; a `where` apart from it goes before them.
+  const std::string keyed = c.where.empty() ? "" : c.where;
+  TrainConfig recipe = c.recipe;
+  recipe.dp_sync = s.dp_sync;
+  recipe.precision = s.precision;
+  check(LayoutRule::dp_sync, keyed, [&] {
+    validate_dp_sync(recipe, c.path);
+    validate_dp_sync_layout(recipe, s.l, s.z, c.path);
+  });
+  const std::string ck = dp_sync_checkpoint_refusal(s.dp_sync, c.path, c.checkpoint_every, c.resume_from);
+  if (!ck.empty()) out.push_back({LayoutRule::checkpoint, ck, keyed.empty() ? ck : keyed + ": " + ck});
+  if (s.hier_node_ranks > 0)
+    check(LayoutRule::dp_allreduce,
+          c.where.empty() ? c.path + "." + spelling(LayoutKey::dp_allreduce).config_key : c.where,
+          [&] { validate_dp_hierarchical(s.l, s.z.stage, s.hier_node_ranks); });
+  return out;
+}
+
+void validate_layout_spec(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c) {
+  const std::vector<LayoutRefusal> r = layout_refusals(s, model, c);
+  if (!r.empty()) throw InputError(r.front().message);
+}
+
+}  // namespace dtb

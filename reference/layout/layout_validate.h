@@ -1,0 +1,85 @@
+// The one validator of a layout (reference/layout/layout_spec.h LayoutSpec) against the model,
+// the world and the recipe it would train: every rule a layout can break, each refusal with its
+// one message. The rules themselves stay beside what they guard (validate_layout in
+// process_grid.h, validate_zero in reference/zero/zero_config.h, validate_moe_layout in
+// layout_spec.h, validate_dp_sync / validate_dp_sync_layout in reference/training/,
+// validate_dp_hierarchical in layout_runner.h); the rules without another home are here
+// (validate_schedule_recompute, dp_sync_checkpoint_refusal). Every suite that accepts a layout
+// (train, conformance, sweep) and run_layout ask this file, so that each refusal is written once.
+// Not here: parsing (layout_spec.h), the config keys' ranges (reference/json_keys.h).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "reference/analytic/memory_model.h"
+#include "reference/layout/layout_spec.h"
+#include "reference/layout/process_grid.h"
+#include "reference/model/gpt.h"
+#include "reference/training/trainer.h"
+
+namespace dtb {
+
+/// The rule a refusal breaks, in the order layout_refusals checks them.
+enum class LayoutRule {
+  divisibility,  // validate_layout: sizes, heads, vocabulary, layers, batch, schedule, EP, SP
+  zero,          // validate_zero: the ZeRO stage, buckets, offload
+  schedule,      // validate_schedule_recompute: zb-h1 with full recompute
+  moe,           // validate_moe_layout: what an MoE model cannot train on yet
+  dp_sync,       // validate_dp_sync and validate_dp_sync_layout: stale gradients, local steps
+  checkpoint,    // dp_sync_checkpoint_refusal: stale gradients or local steps with checkpoints
+  dp_allreduce,  // validate_dp_hierarchical: the hierarchical DP all-reduce
+};
+
+/// "divisibility", "zero", "schedule", "moe", "dp_sync", "checkpoint", "dp_allreduce".
+const char* to_string(LayoutRule r);
+
+/// One refusal: the rule, its reason as the rule's function words it ("global batch 6 is not
+/// divisible by ...") and its message as the run prints it: the reason after
+/// LayoutCheckContext::where's prefix ("train: global batch 6 ...").
+struct LayoutRefusal {
+  LayoutRule rule;
+  std::string reason;
+  std::string message;
+};
+
+/// What a layout is checked against besides itself.
+struct LayoutCheckContext {
+  int world = 0;         // ranks the layout runs on (validate_layout: tp x dp x pp must be it)
+  int global_batch = 0;  // sequences per step over all DP ranks
+  int seq_len = 0;       // tokens per sequence; 0: no sequence-parallel token check
+  std::string backend = "cpu";  // the config's "backend" (validate_moe_layout)
+  /// The run's recipe, which the DP sync rules read: steps, micro_batches, global_batch, loss
+  /// scaling (validate_dp_sync); its dp_sync and precision are not read (the spec's are the run's).
+  TrainConfig recipe{};
+  int checkpoint_every = 0;     // saves every N steps (0: none): refused with stale gradients / local steps
+  std::string resume_from{};    // a checkpoint to resume from ("": a fresh run): likewise
+  /// The config section whose keys the messages name ("train" -> "train.staleness = 1 ...").
+  std::string path = "train";
+  /// The prefix of every message ("" -> path, and "<path>.dp_allreduce" for the hierarchical
+  /// all-reduce): a conformance layout's "conformance.layouts: 'DP4:stale1'".
+  std::string where{};
+};
+
+/// Every refusal of `s` (its l.micro_batches set) training `model` as `c` says, one per rule
+/// broken (each rule's first problem), in LayoutRule order; empty when the layout can run.
+/// A rule that needs an earlier one to hold is still checked (each is a pure function of its
+/// arguments), so a layout with several problems reports them all. Every rank decides alike.
+std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
+
+/// Throws InputError with the first of layout_refusals' messages; returns when there is none.
+/// The harness reports it and exits with status 2.
+void validate_layout_spec(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
+
+/// Refuses schedule zb-h1 with full recompute (the W pass needs the activations B used, which
+/// full recompute does not keep). Errors: InputError "schedule zb-h1 with recompute full is not
+/// supported (W needs the activations B used)".
+void validate_schedule_recompute(const ParallelLayout& l, Recompute r);
+
+/// Why a non-synchronous `d` cannot run with checkpoints (the gradients in flight and DiLoCo's
+/// outer state are not in a checkpoint): "<path>.staleness = K with <path>.checkpoint_every = N:
+/// not supported (...)", or "... with <path>.resume_from = \"DIR\": ..."; "" when `d` is
+/// synchronous or neither checkpoint_every > 0 nor resume_from is set.
+std::string dp_sync_checkpoint_refusal(const DpSync& d, const std::string& path, int checkpoint_every,
+                                       const std::string& resume_from);
+
+}  // namespace dtb

@@ -1,0 +1,125 @@
+// The one validator of a layout (reference/layout/layout_validate.h): each rule's refusal with its
+// one message, the prefixes a suite gives them, and every refusal of a layout with several problems.
+#include <gtest/gtest.h>
+
+#include "kernels/error.h"
+#include "reference/layout/layout_validate.h"
+
+namespace dtb {
+namespace {
+
+const GptConfig kModel{4, 64, 4, 32, 256};  // L, C, NH, T, V
+
+// A layout spec as the suites parse it, with the recipe's micro-batches.
+LayoutSpec spec(const std::string& text) {
+  LayoutSpec s = parse_layout_spec(text, "t");
+  s.l.micro_batches = 1;
+  if (s.dp_sync.local_steps > 0) s.dp_sync.replicas = s.l.dp;
+  return s;
+}
+
+LayoutCheckContext context(int world) {
+  LayoutCheckContext c;
+  c.world = world;
+  c.global_batch = 8;
+  c.seq_len = 16;
+  c.recipe.global_batch = 8;
+  c.recipe.micro_batches = 1;
+  c.recipe.steps = 8;
+  return c;
+}
+
+std::vector<LayoutRule> rules(const std::vector<LayoutRefusal>& r) {
+  std::vector<LayoutRule> out;
+  for (const LayoutRefusal& x : r) out.push_back(x.rule);
+  return out;
+}
+
+// The only refusal of `s`, which must break `rule`; its message.
+std::string only(LayoutRule rule, const LayoutSpec& s, const LayoutCheckContext& c, const GptConfig& m = kModel) {
+  const std::vector<LayoutRefusal> r = layout_refusals(s, m, c);
+  EXPECT_EQ(rules(r), std::vector<LayoutRule>{rule}) << to_string(rule);
+  return r.empty() ? "" : r.front().message;
+}
+
+TEST(LayoutValidate, AcceptsLayoutsThatFit) {
+  for (const char* ok : {"DP2", "TP2", "PP2:zb-h1", "PP2:full", "DP2:zero2:offload", "DP2:stale1:dc", "DP2:local2",
+                         "TP2:sp"})
+    EXPECT_TRUE(layout_refusals(spec(ok), kModel, context(2)).empty()) << ok;
+  EXPECT_TRUE(layout_refusals(spec("DP4:hier2"), kModel, context(4)).empty());
+  EXPECT_NO_THROW(validate_layout_spec(spec("DP2"), kModel, context(2)));
+}
+
+TEST(LayoutValidate, EachRuleRefusesWithItsOneMessage) {
+  EXPECT_EQ(only(LayoutRule::divisibility, spec("TP3"), context(3)),
+            "train: model.NH = 4 heads are not divisible by tensor_parallel = 3");
+  EXPECT_EQ(only(LayoutRule::divisibility, spec("DP2:sp"), context(2)),
+            "train: sequence_parallel needs tensor_parallel > 1 (it splits the TP group's replicated regions)");
+  LayoutSpec z = spec("DP2");
+  z.z.stage = 4;
+  EXPECT_EQ(only(LayoutRule::zero, z, context(2)), "train: zero_stage must be 0-3, got 4");
+  EXPECT_EQ(only(LayoutRule::schedule, spec("PP2:zb-h1:full"), context(2)),
+            "train: schedule zb-h1 with recompute full is not supported (W needs the activations B used)");
+  GptConfig moe = kModel;
+  moe.moe.num_experts = 4;
+  LayoutSpec half = spec("DP2");
+  half.precision = Precision::bf16;
+  EXPECT_EQ(only(LayoutRule::moe, half, context(2), moe),
+            "train: model.num_experts = 4 with precision bf16: the MoE layer runs in fp32 only so far");
+  EXPECT_NE(only(LayoutRule::dp_sync, spec("TP2:stale1"), context(2)).find("train.staleness = 1 with tensor_parallel = 2"),
+            std::string::npos);
+  LayoutCheckContext ck = context(2);
+  ck.checkpoint_every = 2;
+  EXPECT_EQ(only(LayoutRule::checkpoint, spec("DP2:local2"), ck),
+            "train.local_steps = 2 with train.checkpoint_every = 2: not supported (the in-flight gradients and outer "
+            "state are not checkpointed)");
+  ck.checkpoint_every = 0;
+  ck.resume_from = "ck/step-2";
+  EXPECT_EQ(only(LayoutRule::checkpoint, spec("DP2:stale1"), ck),
+            "train.staleness = 1 with train.resume_from = \"ck/step-2\": not supported (the in-flight gradients and "
+            "outer state are not checkpointed)");
+  EXPECT_EQ(only(LayoutRule::dp_allreduce, spec("DP2:hier2"), context(2)),
+            "train.dp_allreduce: hierarchical DP all-reduce over nodes of 2 ranks: the layout's 2 ranks are one node "
+            "(nothing crosses nodes)");
+}
+
+// A suite's prefix (conformance names the layout) goes before every message, the DP sync ones
+// keeping their keys under the section's path; `reason` is the rule's own text.
+TEST(LayoutValidate, WherePrefixesEveryMessage) {
+  LayoutCheckContext c = context(2);
+  c.path = "conformance";
+  c.where = "conformance.layouts: 'TP2:stale1'";
+  const std::vector<LayoutRefusal> r = layout_refusals(spec("TP2:stale1"), kModel, c);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].message.rfind("conformance.layouts: 'TP2:stale1': conformance.staleness = 1 with tensor_parallel = 2", 0),
+            0u)
+      << r[0].message;
+  EXPECT_EQ(r[0].reason.rfind("conformance.staleness = 1 with tensor_parallel = 2", 0), 0u) << r[0].reason;
+  c.where = "conformance.layouts: 'DP2:hier2'";
+  EXPECT_EQ(layout_refusals(spec("DP2:hier2"), kModel, c).at(0).message.rfind(c.where + ": hierarchical DP", 0), 0u);
+}
+
+// A layout with several problems reports every rule it breaks, in LayoutRule order; the throwing
+// form says the first.
+TEST(LayoutValidate, ReportsEveryProblemOfALayout) {
+  LayoutSpec s = spec("TP3xPP2:zb-h1:full:stale1:hier2");
+  s.z.stage = 4;
+  s.precision = Precision::bf16;
+  GptConfig moe = kModel;
+  moe.moe.num_experts = 4;
+  LayoutCheckContext c = context(6);
+  c.checkpoint_every = 1;
+  const std::vector<LayoutRefusal> r = layout_refusals(s, moe, c);
+  EXPECT_EQ(rules(r), (std::vector<LayoutRule>{LayoutRule::divisibility, LayoutRule::zero, LayoutRule::schedule,
+                                                LayoutRule::moe, LayoutRule::dp_sync, LayoutRule::checkpoint,
+                                                LayoutRule::dp_allreduce}));
+  try {
+    validate_layout_spec(s, moe, c);
+    ADD_FAILURE() << "no refusal thrown";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), r.front().message);
+  }
+}
+
+}  // namespace
+}  // namespace dtb
