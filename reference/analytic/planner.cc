@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "kernels/error.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 namespace {
@@ -100,19 +101,12 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int pp,
 }  // namespace
 
 std::string PlanCandidate::name() const {
-  const ParallelLayout& l = input.layout;
-  std::string s;
-  auto dim = [&](const char* k, int v) {
-    if (v == 1) return;
-    if (!s.empty()) s += 'x';
-    s += k + std::to_string(v);
-  };
-  dim("TP", l.tp), dim("PP", l.pp), dim("DP", l.dp);
-  if (s.empty()) s = "DP1";
-  if (input.zero.stage > 0) s += ":zero" + std::to_string(input.zero.stage);
-  if (input.recompute != Recompute::none) s += ":" + std::string(to_string(input.recompute));
-  if (l.sequence_parallel) s += ":sp";
-  return s;
+  // 1f1b left implied and "sp" last (SpecTextForm): the names plan output has always printed.
+  SpecTextForm form;
+  form.schedule = DefaultSchedule::never, form.sp_last = true;
+  LayoutSpec s;
+  s.l = input.layout, s.z = input.zero, s.recompute = input.recompute;
+  return layout_spec_text(s, form);
 }
 
 int padded_vocab(int V, int tp) {
