@@ -37,6 +37,12 @@ struct LayoutSpelling {
 const std::vector<LayoutSpelling>& layout_spellings();
 /// The row of `k`.
 const LayoutSpelling& spelling(LayoutKey k);
+/// The enumerator's own name ("tp", "sequence_parallel"): the key column of layout_spellings_json.
+const char* key_name(LayoutKey k);
+/// The table as JSON, for other languages (`dtbench list --layout-keys --json`): an array of one
+/// object per key in enum order, {"key", "config_key", "spec_token", "name_key", "field_key",
+/// "memory_flag"}, "" where the form has none.
+nlohmann::json layout_spellings_json();
 
 /// A layout with its ZeRO settings, recompute and precision, as the train, conformance and
 /// sweep suites run it. `precision` is the run's storage recipe (TrainConfig::precision is
