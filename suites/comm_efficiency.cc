@@ -84,7 +84,8 @@ struct Params {
     Params p;
     p.model = gpt_config_from_json(s.at("model"), "comm_efficiency.model");
     p.cfg = train_config_from_json(s, config, "comm_efficiency");
-    const double lambda = number_in_range(s, "delay_compensation", "comm_efficiency.delay_compensation", 0.0, 1e6);
+    const std::string dc = spelling(LayoutKey::delay_compensation).config_key;
+    const double lambda = number_in_range(s, dc, "comm_efficiency." + dc, 0.0, 1e6);
     const double olr = number_in_range(s, "outer_lr", "comm_efficiency.outer_lr", 1e-12, 10.0);
     const double mom = number_in_range(s, "outer_momentum", "comm_efficiency.outer_momentum", 0.0, 0.999999);
     const json& list = s.at("methods");
@@ -128,8 +129,9 @@ struct Params {
   json to_json() const {
     json ms = json::array();
     for (const Method& m : methods)
-      ms.push_back({{"name", m.name}, {"staleness", m.sync.staleness}, {"delay_compensation", m.sync.delay_compensation},
-                    {"local_steps", m.sync.local_steps}, {"outer_lr", m.sync.outer_lr},
+      ms.push_back({{"name", m.name}, {field_key(LayoutKey::staleness), m.sync.staleness},
+                    {field_key(LayoutKey::delay_compensation), m.sync.delay_compensation},
+                    {field_key(LayoutKey::local_steps), m.sync.local_steps}, {"outer_lr", m.sync.outer_lr},
                     {"outer_momentum", m.sync.outer_momentum}, {"hierarchical", m.hierarchical}});
     return {{"model", dtb::to_json(model)}, {"train", dtb::to_json(cfg)}, {"ranks_per_node", ranks_per_node},
             {"link_gbps", fast.gbps}, {"slow_link_gbps", slow.slow_gbps}, {"slow_node", slow.slow_node},
@@ -207,7 +209,7 @@ class CommEfficiencySuite : public Suite {
             {"slow_link_gbps", 0.05},
             {"slow_node", 1},
             {"latency_us", 20.0},
-            {"delay_compensation", 0.1},
+            {spelling(LayoutKey::delay_compensation).config_key, kDefaultDelayCompensation},
             {"outer_lr", 0.7},
             {"outer_momentum", 0.9},
             {"methods", {"sync", "hierarchical", "stale1", "stale2", "stale1:dc", "stale2:dc", "local4"}}};
@@ -328,9 +330,9 @@ SuiteResult CommEfficiencySuite::run(SuiteContext& ctx) {
       rec["method"] = m.name;
       rec["link"] = link;
       rec["slow_link_gbps"] = p.real ? slow_gbps : slow ? p.slow.slow_gbps : p.fast.gbps;
-      rec["staleness"] = m.sync.staleness;
-      rec["delay_compensation"] = m.sync.delay_compensation;
-      rec["local_steps"] = m.sync.local_steps;
+      rec[field_key(LayoutKey::staleness)] = m.sync.staleness;
+      rec[field_key(LayoutKey::delay_compensation)] = m.sync.delay_compensation;
+      rec[field_key(LayoutKey::local_steps)] = m.sync.local_steps;
       rec["step_time_ms"] = to_json(st, 1e3);
       rec["tokens_per_s"] = tps;
       rec["speedup_vs_sync"] = tps / sync_tps[slow];

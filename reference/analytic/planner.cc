@@ -20,8 +20,8 @@ std::string gib_text(double bytes) {
 // The fixed dimensions of a request, as given: "--tp 8 x --dp 2" ("" when none; 0: not fixed).
 std::string pinned_text(int tp, int pp, int dp) {
   std::string s;
-  for (auto [flag, v] : {std::pair{"--tp", tp}, std::pair{"--pp", pp}, std::pair{"--dp", dp}})
-    if (v > 0) s += (s.empty() ? "" : " x ") + std::string(flag) + " " + std::to_string(v);
+  for (auto [k, v] : {std::pair{LayoutKey::tp, tp}, std::pair{LayoutKey::pp, pp}, std::pair{LayoutKey::dp, dp}})
+    if (v > 0) s += (s.empty() ? "" : " x ") + std::string(spelling(k).memory_flag) + " " + std::to_string(v);
   return s;
 }
 
@@ -151,8 +151,9 @@ void validate_plan_request(const PlanRequest& r) {
   need(r.seq_len >= 0 && r.tokens() <= r.model.T,
        "--seq " + std::to_string(r.seq_len) + " must be in [1, " + std::to_string(r.model.T) + "] (the model's T)");
   int64_t fixed = 1;
-  for (auto [flag, v] : {std::pair{"--tp", r.tp}, std::pair{"--pp", r.pp}, std::pair{"--dp", r.dp}}) {
+  for (auto [k, v] : {std::pair{LayoutKey::tp, r.tp}, std::pair{LayoutKey::pp, r.pp}, std::pair{LayoutKey::dp, r.dp}}) {
     if (v == 0) continue;
+    const char* flag = spelling(k).memory_flag;  // `dtbench plan` takes `dtbench memory`'s flags
     need(v >= 1, std::string(flag) + " must be >= 1, got " + std::to_string(v));
     need(r.gpus % v == 0, std::string(flag) + " " + std::to_string(v) + " does not divide --gpus " + std::to_string(r.gpus));
     fixed *= v;

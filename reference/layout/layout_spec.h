@@ -37,6 +37,8 @@ struct LayoutSpelling {
 const std::vector<LayoutSpelling>& layout_spellings();
 /// The row of `k`.
 const LayoutSpelling& spelling(LayoutKey k);
+/// A record's JSON field of `k` (spelling(k).field_key): "tp", "zero_stage".
+inline const char* field_key(LayoutKey k) { return spelling(k).field_key; }
 /// The enumerator's own name ("tp", "sequence_parallel"): the key column of layout_spellings_json.
 const char* key_name(LayoutKey k);
 /// The table as JSON, for other languages (`dtbench list --layout-keys --json`): an array of one
