@@ -133,7 +133,7 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
   const StateBytesPerParam k = state_bytes_per_param(p);
   j["bytes_per_param"] = {{"param", k.param}, {"grad", k.grad}, {"master_param", k.master_param},
                           {"optimizer_state", k.optimizer_state}, {"total", k.total()}};
-  const char* names[4] = {"DP", "P_os", "P_os+g", "P_os+g+p"};
+  const char* names[4] = {"DP", "P_os", "P_os+g", "P_os+g+p"};  // layout-key-literal: the ZeRO paper's columns
   for (int z = 0; z < 4; ++z) {
     const MemoryBytes<double> m = zero_model_states(a.params, p, z, a.dp);
     j["zero_stages"].push_back({{"stage", z}, {"name", names[z]}, {"device_bytes", bytes_json(m, Tier::device)}});

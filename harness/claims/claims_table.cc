@@ -61,6 +61,7 @@ const std::map<std::string, EvaluatorEntry>& evaluators() {
          {"activations_gb", positive()}, {"batch", count(1, kMaxSteps)}, {"seq", count(1, kMaxSeq)},
          {"gpu_gb", positive()}}}},
       {"optimizer_ratio", {optimizer_ratio, {{"ratio", positive()}}}},
+      // layout-key-literal: the name of a claim's evaluator (claims.json), not the layout key
       {"dp_allreduce",
        {dp_allreduce,
         {{"model", text()}, {"gpus", count(2, kMaxRanks)}, {"time_s", positive()}, {"busbw_GBps", positive()},
