@@ -66,23 +66,25 @@ std::string random_canonical_spec(std::mt19937& rng) {
   }
   std::string text = dims.empty() ? "DP1" : dims[0];
   for (size_t i = 1; i < dims.size(); ++i) text += "x" + dims[i];
-  const char* schedules[] = {"1f1b", "gpipe", "interleaved", "zb-h1"};
-  const std::string schedule = schedules[pick(4)];
+  const char* schedules[] = {"1f1b", "1f1b", "gpipe", "interleaved", "zb-h1"};  // the default twice as often
+  const std::string schedule = schedules[pick(5)];
   std::vector<std::string> opts;
-  if (chance(20)) opts.push_back("v" + std::to_string(2 + pick(9998)));
-  if (chance(20)) {
+  const bool plain = chance(40);  // dimensions and a schedule only: "PP2:1f1b", "TP2xPP2", "DP4:gpipe"
+  auto chance_opt = [&](int pct) { return !plain && chance(pct); };
+  if (chance_opt(20)) opts.push_back("v" + std::to_string(2 + pick(9998)));
+  if (chance_opt(20)) {
     std::string layers = "layers" + std::to_string(1 + pick(9));
     for (int n = pick(4); n > 0; --n) layers += "+" + std::to_string(1 + pick(9));
     opts.push_back(layers);
   }
-  if (chance(30)) opts.push_back("sp");
-  if (chance(40)) opts.push_back("zero" + std::to_string(1 + pick(3)));
-  if (chance(20)) opts.push_back("offload");
-  const int recompute = pick(3);  // none, selective, full
+  if (chance_opt(30)) opts.push_back("sp");
+  if (chance_opt(40)) opts.push_back("zero" + std::to_string(1 + pick(3)));
+  if (chance_opt(20)) opts.push_back("offload");
+  const int recompute = plain ? 0 : pick(3);  // none, selective, full
   if (recompute == 1) opts.push_back("selective");
   if (recompute == 2 && schedule != "zb-h1") opts.push_back("full");
-  if (chance(20)) opts.push_back("hier" + std::to_string(1 + pick(64)));
-  const int sync = pick(4);  // synchronous, staleK, staleK with dc, localH
+  if (chance_opt(20)) opts.push_back("hier" + std::to_string(1 + pick(64)));
+  const int sync = plain ? 0 : pick(4);  // synchronous, staleK, staleK with dc, localH
   if (sync == 1 || sync == 2) opts.push_back("stale" + std::to_string(1 + pick(16)));
   if (sync == 2) {
     const char* lambdas[] = {"", "0.5", "2", "0.25", "1e-05", "0.125", "3.75", "1e+06"};
@@ -102,13 +104,20 @@ std::string random_canonical_spec(std::mt19937& rng) {
 
 TEST(LayoutSpecText, RoundTripsGeneratedSpecs) {
   std::mt19937 rng(43);
+  int alone = 0, experts = 0, lambdas = 0;  // how often the generator reached the rarer rules
   for (int i = 0; i < 1000; ++i) {
     const std::string t = random_canonical_spec(rng);
+    alone += t.find(":1f1b") != std::string::npos;
+    experts += t.find("EP") != std::string::npos;
+    lambdas += t.find(":dc") != std::string::npos && !t.ends_with(":dc") && t.find(":dc:") == std::string::npos;
     LayoutSpec s;
     ASSERT_NO_THROW(s = parse_layout_spec(t, "t")) << t;
     EXPECT_EQ(layout_spec_text(s), t);
     EXPECT_EQ(to_json(parse_layout_spec(layout_spec_text(s), "t")), to_json(s)) << t;
   }
+  EXPECT_GT(alone, 5);
+  EXPECT_GT(experts, 50);
+  EXPECT_GT(lambdas, 20);
 }
 
 TEST(LayoutSpecText, OtherForms) {
