@@ -14,6 +14,7 @@
 #include "harness/source_dir.h"
 #include "kernels/error.h"
 #include "suites/suite.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
@@ -303,9 +304,10 @@ json parse_config(const std::string& text, const std::string& origin,
   // train.expert_parallel is an MoE model's key too: a dense model's config has none (as before MoE).
   if (cfg["model"].value("num_experts", 0) == 0 && cfg.contains("train") && cfg["train"].is_object()) {
     const json utrain = user.value("train", json::object());
-    if (utrain.is_object() && utrain.contains("expert_parallel"))
-      throw InputError("config key 'train.expert_parallel' is set but model.num_experts is 0 (a dense model)");
-    cfg["train"].erase("expert_parallel");
+    const std::string ep = spelling(LayoutKey::ep).config_key;
+    if (utrain.is_object() && utrain.contains(ep))
+      throw InputError("config key 'train." + ep + "' is set but model.num_experts is 0 (a dense model)");
+    cfg["train"].erase(ep);
   }
   if (!suites_override.empty()) cfg["suites"] = split_names(suites_override);
   for (const auto& s : cfg["suites"])

@@ -1,7 +1,7 @@
 // dtbench: the command line. `dtbench run` runs the selected suites over the MPI world, one
 // after another on every rank (run_suites, here), and writes the JSON report; `dtbench list`
-// lists suites and named configs. Bad input ends with one line on stderr and exit status 2;
-// a failed check with exit status 1.
+// lists suites and named configs (--layout-keys: the layout keys' spellings). Bad input ends
+// with one line on stderr and exit status 2; a failed check with exit status 1.
 #include <mpi.h>
 #include <unistd.h>
 
@@ -19,6 +19,7 @@
 #include "harness/claims/claims.h"
 #include "harness/config.h"
 #include "harness/count.h"
+#include "harness/list_cli.h"
 #include "harness/memory_cli.h"
 #include "harness/plan_cli.h"
 #include "harness/report.h"
@@ -95,24 +96,6 @@ std::string make_run_id(const std::string& config_name) {
   char b[32];
   std::strftime(b, sizeof b, "%Y%m%d-%H%M%S", std::localtime(&t));
   return std::string(b) + "-" + config_name;
-}
-
-int cmd_list(Communicator& world) {
-  if (world.rank() != 0) return 0;
-  std::printf("suites:\n");
-  for (const auto& [name, f] : suite_registry()) std::printf("  %-14s %s\n", name.c_str(), f()->description().c_str());
-  std::printf("configs (%s):\n", config_dir().c_str());
-  for (const auto& n : config_names()) {
-    std::string what;
-    try {  // the description, when the file is a JSON object that has one
-      const json c = json::parse(read_config_text(n));
-      if (c.is_object() && c.contains("description") && c["description"].is_string()) what = c["description"];
-    } catch (const std::exception&) {
-      what = "(unreadable: dtbench run --config " + n + " says why)";
-    }
-    std::printf("  %-22s %s\n", n.c_str(), what.c_str());
-  }
-  return 0;
 }
 
 // `dtbench summary REPORT`: the summary `dtbench run` prints at its end, for a report on
@@ -536,6 +519,11 @@ int main(int argc, char** argv) {
     run->add_option("--ranks-per-node", args.ranks_per_node, "emulate nodes of N consecutive ranks (for tests): the "
                     "collectives suite's hierarchical rows and train.dp_allreduce see them")->type_name("N");
     auto* list = app.add_subcommand("list", "list suites and named configs");
+    bool list_layout_keys = false, list_json = false;
+    list->add_flag("--layout-keys", list_layout_keys,
+                   "list the layout keys' spellings instead: config key, layout spec token, record name key, record "
+                   "field, `dtbench memory` flag");
+    list->add_flag("--json", list_json, "with --layout-keys: print them as JSON, one object per key");
     std::string summary_path;
     auto* summary = app.add_subcommand(
         "summary", "print the end-of-run summary of a report (e.g. results/latest.json); exit 1 if a suite failed");
@@ -566,7 +554,7 @@ int main(int argc, char** argv) {
       args.sweep = run->count("--sweep") > 0;
       if (run->count("--ranks-per-node") > 0) dtb::check_ranks_per_node(args.ranks_per_node, world->size());
       if (*run) code = dtb::cmd_run(*world, args);
-      else if (*list) code = dtb::cmd_list(*world);
+      else if (*list) code = dtb::cmd_list(*world, list_layout_keys, list_json);
       else if (*summary) code = dtb::cmd_summary(summary_path, root);
       else if (*memory) code = dtb::cmd_memory(*memory, memory_args, root);
       else if (*plan) code = dtb::cmd_plan(*world, *plan, plan_args, root);

@@ -18,6 +18,12 @@ namespace dtb {
 using nlohmann::json;
 
 namespace {
+// The layout's keys in `dtbench memory --json`: a record's fields (reference/layout/layout_spec.h).
+const std::string kTp = field_key(LayoutKey::tp), kPp = field_key(LayoutKey::pp), kDp = field_key(LayoutKey::dp);
+const std::string kSp = field_key(LayoutKey::sequence_parallel), kVirtualStages = field_key(LayoutKey::virtual_stages);
+const std::string kPipelineLayers = field_key(LayoutKey::pipeline_layers);
+const std::string kZeroStage = field_key(LayoutKey::zero_stage), kOffload = field_key(LayoutKey::offload);
+
 GptConfig moe_6b() {
   GptConfig m{24, 2048, 16, 2048, 50257};
   m.moe.num_experts = 64, m.moe.topk = 8, m.moe.ffn_hidden = 864;
@@ -96,7 +102,7 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
   for (const char* opt : {"--model", "--layers", "--hidden", "--heads", "--vocab", "--seq", flag(LayoutKey::virtual_stages),
                           flag(LayoutKey::schedule), flag(LayoutKey::micro_batches), "--micro-batch-size",
                           flag(LayoutKey::recompute), "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-                          "--moe-layer-freq", "--expert-parallel", flag(LayoutKey::sequence_parallel),
+                          "--moe-layer-freq", flag(LayoutKey::ep), flag(LayoutKey::sequence_parallel),
                           flag(LayoutKey::pipeline_layers)})
     if (given(sub, opt))
       throw InputError(std::string("--params and ") + opt + " exclude each other: --params plans model states "
@@ -121,13 +127,13 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
   j["mode"] = "params";
   j["params"] = a.params;
   j["precision"] = to_string(p);
-  j["dp"] = a.dp;
-  j["zero_stage"] = a.zero_stage;
-  j["offload_optimizer"] = to_string(off);
+  j[kDp] = a.dp;
+  j[kZeroStage] = a.zero_stage;
+  j[kOffload] = to_string(off);
   const StateBytesPerParam k = state_bytes_per_param(p);
   j["bytes_per_param"] = {{"param", k.param}, {"grad", k.grad}, {"master_param", k.master_param},
                           {"optimizer_state", k.optimizer_state}, {"total", k.total()}};
-  const char* names[4] = {"DP", "P_os", "P_os+g", "P_os+g+p"};
+  const char* names[4] = {"DP", "P_os", "P_os+g", "P_os+g+p"};  // layout-key-literal: the ZeRO paper's columns
   for (int z = 0; z < 4; ++z) {
     const MemoryBytes<double> m = zero_model_states(a.params, p, z, a.dp);
     j["zero_stages"].push_back({{"stage", z}, {"name", names[z]}, {"device_bytes", bytes_json(m, Tier::device)}});
@@ -142,19 +148,19 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
   ds["num_nodes"] = nodes;
   for (bool o : {true, false}) {
     const DeepSpeedEstimate e = deepspeed_zero2_estimate(a.params, gpn, nodes, o);
-    ds["zero2"].push_back({{"offload_optimizer", o ? "cpu" : "none"}, {"legacy", false}, {"cpu_bytes", e.cpu_bytes},
+    ds["zero2"].push_back({{kOffload, o ? "cpu" : "none"}, {"legacy", false}, {"cpu_bytes", e.cpu_bytes},
                            {"gpu_bytes", e.gpu_bytes}});
   }
   // DeepSpeed's docs (memory.rst) still print the formula before 18: 4P + 16P/N.
   const DeepSpeedEstimate old = deepspeed_zero2_estimate(a.params, gpn, nodes, false, 1.5, true);
   ds["zero2"].push_back(
-      {{"offload_optimizer", "none"}, {"legacy", true}, {"cpu_bytes", old.cpu_bytes}, {"gpu_bytes", old.gpu_bytes}});
+      {{kOffload, "none"}, {"legacy", true}, {"cpu_bytes", old.cpu_bytes}, {"gpu_bytes", old.gpu_bytes}});
   if (a.largest_layer_params >= 0) {
     ds["largest_layer_params"] = a.largest_layer_params;
     for (auto [o, op] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}})
       for (bool zi : {true, false}) {
         const DeepSpeedEstimate e = deepspeed_zero3_estimate(a.params, a.largest_layer_params, gpn, nodes, o, op, zi);
-        ds["zero3"].push_back({{"offload_param", op ? "cpu" : "none"}, {"offload_optimizer", o ? "cpu" : "none"},
+        ds["zero3"].push_back({{"offload_param", op ? "cpu" : "none"}, {kOffload, o ? "cpu" : "none"},
                                {"zero_init", zi}, {"cpu_bytes", e.cpu_bytes}, {"gpu_bytes", e.gpu_bytes}});
       }
   }
@@ -208,7 +214,7 @@ GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* n
   // The MoE options turn the model's FFNs into experts (or set a named MoE model's).
   for (auto [opt, v, min] : {std::tuple{"--num-experts", a.num_experts, 0}, std::tuple{"--moe-router-topk", a.moe_topk, 1},
                              std::tuple{"--moe-ffn-hidden-size", a.moe_ffn_hidden, 0},
-                             std::tuple{"--moe-layer-freq", a.moe_layer_freq, 1}, std::tuple{"--expert-parallel", a.ep, 1}})
+                             std::tuple{"--moe-layer-freq", a.moe_layer_freq, 1}, std::tuple{flag(LayoutKey::ep), a.ep, 1}})
     positive(sub, opt, v, min);
   if (a.num_experts > (1 << 16))  // the config's bound (model.num_experts)
     throw InputError("--num-experts must be <= 65536, got " + std::to_string(a.num_experts));
@@ -219,7 +225,7 @@ GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* n
     if (given(sub, "--moe-ffn-hidden-size") || !named_moe) m.moe.ffn_hidden = a.moe_ffn_hidden;
     if (given(sub, "--moe-layer-freq") || !named_moe) m.moe_layer_freq = a.moe_layer_freq;
   } else {
-    for (const char* o : {"--moe-router-topk", "--moe-ffn-hidden-size", "--moe-layer-freq", "--expert-parallel"})
+    for (const char* o : {"--moe-router-topk", "--moe-ffn-hidden-size", "--moe-layer-freq", flag(LayoutKey::ep)})
       if (given(sub, o)) throw InputError(std::string(o) + " is given but the model has no experts (--num-experts)");
   }
   validate_gpt_config(m);
@@ -273,13 +279,13 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   j["mode"] = "plan";
   j["model"] = {{"name", name}, {"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T}, {"V", m.V}, {"params", total}};
   const ParallelLayout& l = c.layout;
-  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"world", l.world()}, {"sequence_parallel", l.sequence_parallel},
+  j["layout"] = {{kTp, l.tp}, {kPp, l.pp}, {kDp, l.dp}, {"world", l.world()}, {kSp, l.sequence_parallel},
                  {"schedule", l.schedule},
-                 {"virtual_stages", l.virtual_stages}, {"pipeline_layers", l.pipeline_layers},
+                 {kVirtualStages, l.virtual_stages}, {kPipelineLayers, l.pipeline_layers},
                  {"micro_batches", l.micro_batches},
                  {"micro_batch_size", c.micro_batch_size}, {"seq_len", c.tokens()},
-                 {"global_batch", c.global_batch()}, {"zero_stage", c.zero.stage},
-                 {"offload_optimizer", to_string(offload_of(c.zero))}, {"precision", to_string(c.precision)},
+                 {"global_batch", c.global_batch()}, {kZeroStage, c.zero.stage},
+                 {kOffload, to_string(offload_of(c.zero))}, {"precision", to_string(c.precision)},
                  {"recompute", to_string(c.recompute)}};
   size_t busiest = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -414,7 +420,7 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   s->add_option("--moe-router-topk", a.moe_topk, "experts per token (default 2)");
   s->add_option("--moe-ffn-hidden-size", a.moe_ffn_hidden, "each expert's hidden size (default 4C)");
   s->add_option("--moe-layer-freq", a.moe_layer_freq, "one MoE layer in every N (default 1)");
-  s->add_option("--expert-parallel", a.ep, "expert-parallel size: ranks an MoE layer's experts are split over (default 1)");
+  s->add_option(flag(LayoutKey::ep), a.ep, "expert-parallel size: ranks an MoE layer's experts are split over (default 1)");
   s->add_flag("--json", a.json, "print the plan as JSON");
   return s;
 }
@@ -428,7 +434,7 @@ std::string memory_plan_text(const json& j) {
   if (j["mode"] == "params") {
     const double P = j["params"];
     o += fmt("dtbench memory: %s parameters, model states only (ZeRO paper's accounting), %s, DP %d\n",
-             commas(uint64_t(std::llround(P))).c_str(), j["precision"].get<std::string>().c_str(), j["dp"].get<int>());
+             commas(uint64_t(std::llround(P))).c_str(), j["precision"].get<std::string>().c_str(), j[kDp].get<int>());
     const json& k = j["bytes_per_param"];
     o += fmt("bytes per parameter: param %g + grad %g + master_param %g + optimizer_state %g = %g\n\n",
              k["param"].get<double>(), k["grad"].get<double>(), k["master_param"].get<double>(),
@@ -442,7 +448,7 @@ std::string memory_plan_text(const json& j) {
                fmt("%d (%s)", st, z["name"].get<std::string>().c_str()).c_str(), d["param"].get<double>() / 1e9,
                d["grad"].get<double>() / 1e9, d["master_param"].get<double>() / 1e9,
                d["optimizer_state"].get<double>() / 1e9, d["total"].get<double>() / 1e9,
-               d["total"].get<double>() / kGiB, st == j["zero_stage"].get<int>() ? "  <- --zero-stage" : "");
+               d["total"].get<double>() / kGiB, st == j[kZeroStage].get<int>() ? "  <- --zero-stage" : "");
     }
     o += "(GB = 1e9 bytes per rank, as the paper; its Fig. 1, 7.5B parameters, 64 ranks, K = 12: 120, 31.4, 16.6, "
          "1.88 GB)\n";
@@ -459,14 +465,14 @@ std::string memory_plan_text(const json& j) {
     o += "  per CPU  |  per GPU |   Options\n";
     for (const json& e : ds["zero2"])
       o += fmt(" %7.2fGB | %6.2fGB | ZeRO-2 offload_optimizer=%s%s\n", e["cpu_bytes"].get<double>() / kGiB,
-               e["gpu_bytes"].get<double>() / kGiB, e["offload_optimizer"].get<std::string>().c_str(),
+               e["gpu_bytes"].get<double>() / kGiB, e[kOffload].get<std::string>().c_str(),
                e["legacy"].get<bool>() ? "  (the docs' formula, 4P + 16P/N, before DeepSpeed changed it to 2P + 18P/N)"
                                        : "");
     if (ds.contains("zero3")) {
       for (const json& e : ds["zero3"])
         o += fmt(" %7.2fGB | %6.2fGB | ZeRO-3 offload_param=%s, offload_optimizer=%s, zero_init=%d\n",
                  e["cpu_bytes"].get<double>() / kGiB, e["gpu_bytes"].get<double>() / kGiB,
-                 e["offload_param"].get<std::string>().c_str(), e["offload_optimizer"].get<std::string>().c_str(),
+                 e["offload_param"].get<std::string>().c_str(), e[kOffload].get<std::string>().c_str(),
                  e["zero_init"].get<bool>() ? 1 : 0);
     } else {
       o += "  (ZeRO-3 needs --largest-layer-params)\n";
@@ -481,17 +487,17 @@ std::string memory_plan_text(const json& j) {
              commas(m["params"].get<uint64_t>()).c_str());
     o += fmt("layout: TP %d x PP %d x DP %d = %d ranks, %s%s, %d micro-batch%s of %d sequence%s x %d tokens per DP "
              "rank (global batch %lld); ZeRO %d, offload_optimizer %s, %s, recompute %s\n",
-             l["tp"].get<int>(), l["pp"].get<int>(), l["dp"].get<int>(), l["world"].get<int>(),
+             l[kTp].get<int>(), l[kPp].get<int>(), l[kDp].get<int>(), l["world"].get<int>(),
              l["schedule"].get<std::string>().c_str(),
-             (std::string(l["virtual_stages"].get<int>() > 1 ? fmt(" v %d", l["virtual_stages"].get<int>()) : "") +
-              (l["pipeline_layers"].empty()
+             (std::string(l[kVirtualStages].get<int>() > 1 ? fmt(" v %d", l[kVirtualStages].get<int>()) : "") +
+              (l[kPipelineLayers].empty()
                    ? ""
-                   : ", layers " + pipeline_layers_text(l["pipeline_layers"].get<std::vector<int>>())))
+                   : ", layers " + pipeline_layers_text(l[kPipelineLayers].get<std::vector<int>>())))
                  .c_str(),
              l["micro_batches"].get<int>(), l["micro_batches"].get<int>() == 1 ? "" : "es",
              l["micro_batch_size"].get<int>(), l["micro_batch_size"].get<int>() == 1 ? "" : "s", l["seq_len"].get<int>(),
              l["global_batch"].get<long long>(),
-             l["zero_stage"].get<int>(), l["offload_optimizer"].get<std::string>().c_str(),
+             l[kZeroStage].get<int>(), l[kOffload].get<std::string>().c_str(),
              l["precision"].get<std::string>().c_str(), l["recompute"].get<std::string>().c_str());
     const double busiest = j["busiest_device_bytes"].get<double>();
     const bool gib = busiest >= kGiB;

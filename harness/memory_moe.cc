@@ -10,12 +10,18 @@
 #include "harness/memory_cli.h"
 #include "kernels/error.h"
 #include "reference/analytic/memory_model.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
 using nlohmann::json;
 
 namespace {
+
+// The layout's keys in `dtbench memory --json` (reference/layout/layout_spec.h): records' fields, and the
+// expert-parallel size under its config key.
+const std::string kDp = field_key(LayoutKey::dp), kEp = spelling(LayoutKey::ep).config_key;
+const std::string kZeroStage = field_key(LayoutKey::zero_stage), kOffload = field_key(LayoutKey::offload);
 
 json states_json(const MemoryBytes<double>& b) {
   return {{"param", b.get(Tier::device, MemCategory::param)},
@@ -56,8 +62,8 @@ json moe_plan_json(const GptConfig& m, const std::string& name, const MemoryArgs
                 {"moe_layer_freq", m.moe_layer_freq}, {"moe_layers", num_moe_layers(m)}};
   j["params"] = {{"total", total}, {"active", active}, {"experts", experts}, {"non_expert", dense},
                  {"per_rank", n.per_rank(ep)}, {"active_share", active / total}};
-  j["layout"] = {{"dp", dp}, {"expert_parallel", ep}, {"expert_data_parallel", dp / ep}, {"zero_stage", a.zero_stage},
-                 {"offload_optimizer", std::string(to_string(off))}, {"precision", std::string(to_string(p))}};
+  j["layout"] = {{kDp, dp}, {kEp, ep}, {"expert_data_parallel", dp / ep}, {kZeroStage, a.zero_stage},
+                 {kOffload, std::string(to_string(off))}, {"precision", std::string(to_string(p))}};
   j["per_rank_bytes"] = states_json(rank);
   j["dense_total_bytes"] = states_json(as_total);
   j["dense_active_bytes"] = states_json(as_active);
@@ -104,10 +110,10 @@ std::string moe_plan_text(const json& j) {
       commas(uint64_t(p["active"].get<double>())), 100 * p["active_share"].get<double>());
   o += fmt::format("experts {} parameters, the rest {}; per rank at expert-parallel {}: {}\n",
                    commas(uint64_t(p["experts"].get<double>())), commas(uint64_t(p["non_expert"].get<double>())),
-                   l["expert_parallel"].get<int>(), commas(uint64_t(p["per_rank"].get<double>())));
+                   l[kEp].get<int>(), commas(uint64_t(p["per_rank"].get<double>())));
   o += fmt::format("layout: DP {}, EP {} (expert-data-parallel {}), ZeRO {}, offload_optimizer {}, {}\n\n",
-                   l["dp"].get<int>(), l["expert_parallel"].get<int>(), l["expert_data_parallel"].get<int>(),
-                   l["zero_stage"].get<int>(), l["offload_optimizer"].get<std::string>(),
+                   l[kDp].get<int>(), l[kEp].get<int>(), l["expert_data_parallel"].get<int>(),
+                   l[kZeroStage].get<int>(), l[kOffload].get<std::string>(),
                    l["precision"].get<std::string>());
   o += fmt::format("{:<34} {:>9} {:>9} {:>13} {:>16} {:>10}\n", "model states per rank, GB", "param", "grad",
                    "master_param", "optimizer_state", "total");

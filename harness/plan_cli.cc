@@ -64,8 +64,10 @@ json terms_json(const PlanCandidate& c) {
 
 json candidate_json(const PlanCandidate& c) {
   const ParallelLayout& l = c.input.layout;
-  json j = {{"layout", c.name()}, {"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"sequence_parallel", l.sequence_parallel},
-            {"schedule", l.schedule}, {"zero_stage", c.input.zero.stage},
+  auto f = [](LayoutKey k) { return field_key(k); };  // a record's field names
+  json j = {{"layout", c.name()}, {f(LayoutKey::tp), l.tp}, {f(LayoutKey::pp), l.pp}, {f(LayoutKey::dp), l.dp},
+            {f(LayoutKey::sequence_parallel), l.sequence_parallel}, {"schedule", l.schedule},
+            {f(LayoutKey::zero_stage), c.input.zero.stage},
             {"recompute", std::string(to_string(c.input.recompute))}, {"micro_batches", c.input.micro_batches},
             {"vocab_padded", c.input.model.V}, {"device_bytes", c.device_bytes}, {"feasible", c.feasible}};
   if (c.feasible) {

@@ -22,6 +22,7 @@
 #include "harness/source_dir.h"
 #include "kernels/error.h"
 #include "suites/host_load.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
@@ -347,7 +348,7 @@ ReportSummary summarize_report(const json& report, const std::string& source) {
     }
     if (name.starts_with("train/gpt/dp:")) {
       TrainLine t;
-      t.dp = w.count(b, "dp", at, 1);
+      t.dp = w.count(b, field_key(LayoutKey::dp), at, 1);
       t.tokens_per_s = w.figure(b, "tokens_per_s", at);
       t.step_ms = w.figure(b, "real_time", at);
       t.comm_fraction = w.figure(b, "comm_fraction", at);

@@ -130,8 +130,9 @@ struct Params {
   json to_json() const {
     json ms = json::array();
     for (const Method& m : methods)
-      ms.push_back({{"name", m.name}, {"staleness", m.sync.staleness}, {"delay_compensation", m.sync.delay_compensation},
-                    {"local_steps", m.sync.local_steps}, {"outer_lr", m.sync.outer_lr},
+      ms.push_back({{"name", m.name}, {field_key(LayoutKey::staleness), m.sync.staleness},
+                    {field_key(LayoutKey::delay_compensation), m.sync.delay_compensation},
+                    {field_key(LayoutKey::local_steps), m.sync.local_steps}, {"outer_lr", m.sync.outer_lr},
                     {"outer_momentum", m.sync.outer_momentum}, {"hierarchical", m.hierarchical}});
     return {{"model", dtb::to_json(model)}, {"train", dtb::to_json(cfg)}, {"ranks_per_node", ranks_per_node},
             {"link_gbps", fast.gbps}, {"slow_link_gbps", slow.slow_gbps}, {"slow_node", slow.slow_node},
@@ -209,7 +210,7 @@ class CommEfficiencySuite : public SuiteWithParams<Params> {
             {"slow_link_gbps", 0.05},
             {"slow_node", 1},
             {"latency_us", 20.0},
-            {"delay_compensation", 0.1},
+            {spelling(LayoutKey::delay_compensation).config_key, kDefaultDelayCompensation},
             {"outer_lr", 0.7},
             {"outer_momentum", 0.9},
             {"methods", {"sync", "hierarchical", "stale1", "stale2", "stale1:dc", "stale2:dc", "local4"}}};
@@ -327,9 +328,9 @@ SuiteResult CommEfficiencySuite::run(SuiteContext& ctx) {
       rec["method"] = m.name;
       rec["link"] = link;
       rec["slow_link_gbps"] = p.real ? slow_gbps : slow ? p.slow.slow_gbps : p.fast.gbps;
-      rec["staleness"] = m.sync.staleness;
-      rec["delay_compensation"] = m.sync.delay_compensation;
-      rec["local_steps"] = m.sync.local_steps;
+      rec[field_key(LayoutKey::staleness)] = m.sync.staleness;
+      rec[field_key(LayoutKey::delay_compensation)] = m.sync.delay_compensation;
+      rec[field_key(LayoutKey::local_steps)] = m.sync.local_steps;
       rec["step_time_ms"] = to_json(st, 1e3);
       rec["tokens_per_s"] = tps;
       rec["speedup_vs_sync"] = tps / sync_tps[slow];

@@ -19,6 +19,7 @@
 #include "kernels/error.h"
 #include "reference/layout/layout_validate.h"
 #include "reference/training/dp_sync.h"
+#include "suites/conformance.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
@@ -92,7 +93,7 @@ std::vector<std::string> layout_names(const json& section, const GptConfig& mode
     names.push_back(v.get<std::string>());
   }
   if (!names.empty()) return names;
-  return model.moe.num_experts > 0 ? kDefaultMoeLayouts : kDefaultLayouts;
+  return default_conformance_layouts(model.moe.num_experts > 0);
 }
 
 // Bytes the busiest rank holds: the float64 oracle or a float32 reference (as train.cc
@@ -488,5 +489,9 @@ class ConformanceSuite : public SuiteWithParams<Params> {
 }  // namespace
 
 DTB_REGISTER_SUITE("conformance", ConformanceSuite);
+
+const std::vector<std::string>& default_conformance_layouts(bool moe) {
+  return moe ? kDefaultMoeLayouts : kDefaultLayouts;
+}
 
 }  // namespace dtb

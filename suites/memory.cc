@@ -33,17 +33,12 @@ std::vector<MemCase> memory_cases(int n) {
     c.layout.tp = tp, c.layout.dp = dp, c.layout.pp = pp, c.layout.sequence_parallel = sp;
     c.zero.stage = stage;
     c.zero.offload_optimizer = offload;
-    auto part = [&](const char* before, LayoutKey k, const std::string& size) {  // the layout spec's spelling
-      c.name += before;
-      c.name += spelling(k).spec_token;
-      c.name += size;
-    };
-    if (tp > 1) part("", LayoutKey::tp, std::to_string(tp) + "x");
-    if (pp > 1) part("", LayoutKey::pp, std::to_string(pp) + "x");
-    part("", LayoutKey::dp, std::to_string(dp));
-    if (stage) part(":", LayoutKey::zero_stage, std::to_string(stage));
-    if (offload) part(":", LayoutKey::offload, "");
-    if (sp) part(":", LayoutKey::sequence_parallel, "");
+    // DP named even at 1 beside TP or PP ("TP2xDP1"), 1f1b left implied: the cases' record names.
+    SpecTextForm form;
+    form.data_parallel_always = true, form.schedule = DefaultSchedule::never;
+    LayoutSpec spec;
+    spec.l = c.layout, spec.z = c.zero;
+    c.name = layout_spec_text(spec, form);
     out.push_back(c);
   };
   for (int stage = 0; stage <= 3; ++stage) add(1, n, 1, stage, false);

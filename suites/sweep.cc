@@ -39,35 +39,30 @@ using nlohmann::json;
 // batch's divisibility filter them); with `experts` > 0 (an MoE model), each layout without
 // ZeRO also at every expert-parallel size > 1 dividing its DP size and the experts.
 std::vector<std::string> candidate_layouts(int world, int experts) {
+  // The sweep's names: every dimension > 1 in the order TP, PP, DP, EP and every pipeline's
+  // schedule named, 1f1b too (SpecTextForm), as its records have always been named.
+  SpecTextForm form;
+  form.schedule = DefaultSchedule::every_pipeline, form.fixed_dimension_order = true;
   std::vector<std::string> out;
   for (int tp = 1; tp <= world; ++tp) {
     if (world % tp) continue;
     for (int pp = 1; pp <= world / tp; ++pp) {
       if ((world / tp) % pp) continue;
       const int dp = world / (tp * pp);
-      std::string dims;
-      auto tok = [](LayoutKey k) { return std::string(spelling(k).spec_token); };  // the layout spec's spelling
-      auto add_dim = [&](LayoutKey d, int k) {
-        if (k == 1) return;
-        if (!dims.empty()) dims += "x";
-        dims += tok(d) + std::to_string(k);
-      };
-      add_dim(LayoutKey::tp, tp);
-      add_dim(LayoutKey::pp, pp);
-      add_dim(LayoutKey::dp, dp);
-      if (dims.empty()) dims = tok(LayoutKey::dp) + "1";
-      std::vector<std::string> with_ep = {dims};
-      for (int ep = 2; ep <= dp; ++ep)
-        if (experts > 0 && dp % ep == 0 && experts % ep == 0) with_ep.push_back(dims + "x" + tok(LayoutKey::ep) + std::to_string(ep));
-      for (const std::string& d : with_ep) {
+      for (int ep = 1; ep <= dp; ++ep) {
+        if (ep > 1 && !(experts > 0 && dp % ep == 0 && experts % ep == 0)) continue;
+        LayoutSpec s;
+        s.l.tp = tp, s.l.pp = pp, s.l.dp = dp, s.l.ep = ep;
         if (pp == 1) {
-          out.push_back(d);
-          if (tp == 1 && dp > 1 && d == dims)
-            for (int z = 1; z <= 3; ++z) out.push_back(d + ":" + tok(LayoutKey::zero_stage) + std::to_string(z));
+          out.push_back(layout_spec_text(s, form));
+          if (tp == 1 && dp > 1 && ep == 1)
+            for (s.z.stage = 1; s.z.stage <= 3; ++s.z.stage) out.push_back(layout_spec_text(s, form));
         } else {
-          for (const std::string& s : {std::string("1f1b"), std::string("gpipe"),
-                                       "interleaved:" + tok(LayoutKey::virtual_stages) + "2"})
-            out.push_back(d + ":" + s);
+          for (const char* schedule : {"1f1b", "gpipe", "interleaved"}) {
+            s.l.schedule = schedule;
+            s.l.virtual_stages = s.l.schedule == "interleaved" ? 2 : 1;
+            out.push_back(layout_spec_text(s, form));
+          }
         }
       }
     }

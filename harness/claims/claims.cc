@@ -12,6 +12,7 @@
 #include "harness/config.h"
 #include "harness/source_dir.h"
 #include "kernels/error.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 namespace claims_impl {
@@ -62,7 +63,7 @@ Measured measured_from(const json* report, const std::string& source) {
     if (b.contains("bubble_measured")) {
       need(source, b, "bubble_measured", Field::number), need(source, b, "schedule", Field::text);
       need(source, b, "p", Field::count), need(source, b, "m", Field::count);
-      need(source, b, "virtual_stages", Field::count, true);
+      need(source, b, field_key(LayoutKey::virtual_stages), Field::count, true);
       m.pipeline.push_back(b);
     }
     if (b.contains("gain") && name.rfind("overlap", 0) == 0) need(source, b, "gain", Field::positive), m.overlap.push_back(b);

@@ -17,6 +17,7 @@
 #include "reference/checkpoint/checkpoint_interval.h"
 #include "reference/analytic/memory_model.h"
 #include "reference/parallel/pipeline_schedule.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb::claims_impl {
 
@@ -222,7 +223,9 @@ void bubble(const json& in, double, const Measured& ms, ClaimResult& r) {
     const std::string sched = one_f_one_b ? "1f1b" : ms.pipeline.front().value("schedule", "?");
     std::vector<const json*> rows;
     for (const json& b : ms.pipeline)
-      if (b.value("p", 0) == pmax && b.value("schedule", "") == sched && b.value("virtual_stages", 1) == 1) rows.push_back(&b);
+      if (b.value("p", 0) == pmax && b.value("schedule", "") == sched &&
+          b.value(field_key(LayoutKey::virtual_stages), 1) == 1)
+        rows.push_back(&b);
     std::sort(rows.begin(), rows.end(), [](const json* a, const json* b) { return a->value("m", 0) < b->value("m", 0); });
     std::string s;
     for (const json* b : rows)
@@ -241,7 +244,7 @@ void gpu_only(const json& in, double, const Measured&, ClaimResult& r) {
   r.measured = "needs " + str(in, "needs");
   if (what == "ffn_tp") {
     const double t1 = num(in, "time_1_ms"), tn = num(in, "time_n_ms");
-    const int n = int(num(in, "tp"));
+    const int n = int(num(in, field_key(LayoutKey::tp)));
     r.computed = fmt("speedup %.2fx of an ideal %dx (%.0f%% efficiency): %.2f ms over the ideal %.2f ms is TP's two "
                      "all-reduces and launch overhead", t1 / tn, n, 100 * t1 / tn / n, tn - t1 / n, t1 / n);
     r.values = {{"speedup", t1 / tn}, {"efficiency", t1 / tn / n}, {"overhead_ms", tn - t1 / n}};
@@ -263,10 +266,10 @@ void gpu_only(const json& in, double, const Measured&, ClaimResult& r) {
 // Claim 7: the share of the weights one GPU holds under TP x PP (x DP).
 void weight_share(const json& in, double tol, const Measured&, ClaimResult& r) {
   PlanConfig c;
-  c.layout.tp = int(num(in, "tp"));
+  c.layout.tp = int(num(in, field_key(LayoutKey::tp)));
   c.model = padded_for_tp(model_named(str(in, "model")), c.layout.tp);
-  c.layout.pp = int(num(in, "pp"));
-  c.layout.dp = int(num(in, "dp"));
+  c.layout.pp = int(num(in, field_key(LayoutKey::pp)));
+  c.layout.dp = int(num(in, field_key(LayoutKey::dp)));
   c.layout.micro_batches = std::max(1, c.layout.pp);
   c.seq_len = 0;
   const double P = double(gpt_num_params(c.model)), claimed = num(in, "share");
@@ -286,7 +289,7 @@ void weight_share(const json& in, double tol, const Measured&, ClaimResult& r) {
 // Claim 8: ZeRO stage 1 saves ~4x, stage 2 ~8x.
 void zero_savings(const json& in, double tol, const Measured&, ClaimResult& r) {
   const double s1c = num(in, "stage1"), s2c = num(in, "stage2");
-  const int dp_small = int(num(in, "dp"));
+  const int dp_small = int(num(in, field_key(LayoutKey::dp)));
   auto saving = [](int stage, int dp, Precision p) {
     return zero_model_states(1.0, p, 0, dp).total(Tier::device) / zero_model_states(1.0, p, stage, dp).total(Tier::device);
   };
@@ -299,7 +302,7 @@ void zero_savings(const json& in, double tol, const Measured&, ClaimResult& r) {
                    dp_small, saving(1, dp_small, Precision::bf16), saving(2, dp_small, Precision::bf16), dp_need,
                    saving(1, dp_need, Precision::bf16), saving(2, dp_need, Precision::bf16), dp_small,
                    saving(1, dp_small, Precision::fp32), saving(2, dp_small, Precision::fp32));
-  r.values = {{"dp", dp_small}, {"stage1_saving", saving(1, dp_small, Precision::bf16)},
+  r.values = {{field_key(LayoutKey::dp), dp_small}, {"stage1_saving", saving(1, dp_small, Precision::bf16)},
               {"stage2_saving", saving(2, dp_small, Precision::bf16)}, {"dp_needed", dp_need}};
   r.verdict = "holds only if";
   r.why = fmt("model states only, mixed precision, and DP >= %d (the ZeRO paper's 4x and 8x are limits as DP grows); "
@@ -351,7 +354,8 @@ void overlap(const json& in, double, const Measured& ms, ClaimResult& r) {
 
 // Claim 11: per-GPU memory of a 3B model on TP x PP x DP with ZeRO.
 void per_gpu(const json& in, double tol, const Measured&, ClaimResult& r) {
-  const int tp = int(num(in, "tp")), pp = int(num(in, "pp")), dp = int(num(in, "dp"));
+  const int tp = int(num(in, field_key(LayoutKey::tp))), pp = int(num(in, field_key(LayoutKey::pp)));
+  const int dp = int(num(in, field_key(LayoutKey::dp)));
   const GptConfig m = padded_for_tp(model_named(str(in, "model")), tp);
   const double P = double(gpt_num_params(m)), share = P / (tp * pp);
   const double w = num(in, "weights_gb"), o = num(in, "optimizer_gb"), a = num(in, "activations_gb"),
@@ -360,7 +364,7 @@ void per_gpu(const json& in, double tol, const Measured&, ClaimResult& r) {
   c.model = m;
   c.layout.tp = tp, c.layout.pp = pp, c.layout.dp = dp;
   c.layout.micro_batches = int(num(in, "micro_batches"));
-  c.zero.stage = int(num(in, "zero_stage"));
+  c.zero.stage = int(num(in, field_key(LayoutKey::zero_stage)));
   c.precision = Precision::bf16;
   c.recompute = Recompute::full;
   c.micro_batch_size = int(num(in, "micro_batch_size"));
@@ -528,7 +532,7 @@ void zero_bubble(const json& in, double tol, const Measured& ms, ClaimResult& r)
   // Measured: the pipeline suite's zb-h1 and 1f1b rows at the deepest p and the largest m both ran.
   std::map<std::pair<int, int>, std::map<std::string, double>> rows;  // (p, m) -> schedule -> bubble
   for (const json& b : ms.pipeline)
-    if (b.contains("bubble_measured") && b.value("virtual_stages", 1) == 1)
+    if (b.contains("bubble_measured") && b.value(field_key(LayoutKey::virtual_stages), 1) == 1)
       rows[{b.value("p", 0), b.value("m", 0)}][b.value("schedule", "")] = b["bubble_measured"].get<double>();
   const std::pair<int, int>* best = nullptr;
   for (const auto& [k, v] : rows)

@@ -179,7 +179,7 @@ void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, C
   evaluators().at("bubble").run(in, tol, ms, r);
   Scale s = scale_of(in);
   const double bound = num(in, "bubble");
-  s.req.tp = whole(in, "tp", 1, s.req.gpus);
+  s.req.tp = whole(in, field_key(LayoutKey::tp), 1, s.req.gpus);
   std::string line;
   nlohmann::json depths = nlohmann::json::array();
   bool over_beyond = true, any = false;
@@ -190,7 +190,8 @@ void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, C
     const PlanCandidate* c = best(all, [](const PlanCandidate&) { return true; });
     if (!c) continue;
     any = true;
-    depths.push_back({{"pp", pp}, {"layout", c->name()}, {"micro_batches", c->input.micro_batches}, {"bubble", c->terms.bubble}});
+    depths.push_back({{field_key(LayoutKey::pp), pp}, {"layout", c->name()}, {"micro_batches", c->input.micro_batches},
+                      {"bubble", c->terms.bubble}});
     line += fmt("%sPP%d %.1f%% (m %d)", line.empty() ? "" : ", ", pp, 100 * c->terms.bubble, c->input.micro_batches);
     if (pp > 4 && c->terms.bubble <= bound) over_beyond = false;
   }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "harness/claims/claims_evaluators.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb::claims_impl {
 
@@ -50,6 +51,9 @@ std::string InputSpec::check(const nlohmann::json& v) const {
 }
 
 const std::map<std::string, EvaluatorEntry>& evaluators() {
+  // The layout's inputs, named as a record's fields.
+  const std::string tp = field_key(LayoutKey::tp), pp = field_key(LayoutKey::pp), dp = field_key(LayoutKey::dp);
+  const std::string zero_stage = field_key(LayoutKey::zero_stage);
   static const std::map<std::string, EvaluatorEntry> table = {
       {"model_states",
        {model_states,
@@ -57,6 +61,7 @@ const std::map<std::string, EvaluatorEntry>& evaluators() {
          {"activations_gb", positive()}, {"batch", count(1, kMaxSteps)}, {"seq", count(1, kMaxSeq)},
          {"gpu_gb", positive()}}}},
       {"optimizer_ratio", {optimizer_ratio, {{"ratio", positive()}}}},
+      // layout-key-literal: the name of a claim's evaluator (claims.json), not the layout key
       {"dp_allreduce",
        {dp_allreduce,
         {{"model", text()}, {"gpus", count(2, kMaxRanks)}, {"time_s", positive()}, {"busbw_GBps", positive()},
@@ -65,21 +70,21 @@ const std::map<std::string, EvaluatorEntry>& evaluators() {
       {"gpu_only",
        {gpu_only,
         {{"what", one_of({"ffn_tp", "mixed_precision"})}, {"needs", text()}, {"time_1_ms", positive()},
-         {"time_n_ms", positive()}, {"tp", count(2, kMaxRanks)}, {"fp32_tflops", positive()},
+         {"time_n_ms", positive()}, {tp, count(2, kMaxRanks)}, {"fp32_tflops", positive()},
          {"tf32_tflops", positive()}, {"bf16_tflops", positive()}, {"speedup", positive()}}}},
       {"weight_share",
        {weight_share,
-        {{"model", text()}, {"tp", count(1, kMaxRanks)}, {"pp", count(1, kMaxStages)}, {"dp", count(1, kMaxRanks)},
+        {{"model", text()}, {tp, count(1, kMaxRanks)}, {pp, count(1, kMaxStages)}, {dp, count(1, kMaxRanks)},
          {"share", between(0, 1)}}}},
       {"zero_savings",
-       {zero_savings, {{"dp", count(1, kMaxRanks)}, {"stage1", positive()}, {"stage2", positive()}}}},
+       {zero_savings, {{dp, count(1, kMaxRanks)}, {"stage1", positive()}, {"stage2", positive()}}}},
       {"offload", {offload, {{"before_gb", positive()}, {"after_gb", positive()}}}},
       {"overlap", {overlap, {{"gain_low", between(0, 1)}, {"gain_high", between(0, 1)}}}},
       {"per_gpu",
        {per_gpu,
-        {{"model", text()}, {"tp", count(1, kMaxRanks)}, {"pp", count(1, kMaxStages)}, {"dp", count(1, kMaxRanks)},
+        {{"model", text()}, {tp, count(1, kMaxRanks)}, {pp, count(1, kMaxStages)}, {dp, count(1, kMaxRanks)},
          {"weights_gb", positive()}, {"optimizer_gb", positive()}, {"activations_gb", positive()},
-         {"grads_gb", positive()}, {"micro_batches", count(1, kMaxSteps)}, {"zero_stage", count(0, 3)},
+         {"grads_gb", positive()}, {"micro_batches", count(1, kMaxSteps)}, {zero_stage, count(0, 3)},
          {"micro_batch_size", count(1, kMaxSteps)}}}},
       {"recompute",
        {recompute,
@@ -104,7 +109,7 @@ const std::map<std::string, EvaluatorEntry>& evaluators() {
       {"bubble_at_scale",
        {bubble_at_scale,
         {{"bubble", bubble_share()}, {"stages", count(2, kMaxStages)}, {"kind", one_of({"depth"})},
-         {"model", text()}, {"hardware", text()}, {"gpus", count(1, kMaxRanks)}, {"tp", count(1, kMaxRanks)}}}}};
+         {"model", text()}, {"hardware", text()}, {"gpus", count(1, kMaxRanks)}, {tp, count(1, kMaxRanks)}}}}};
   return table;
 }
 

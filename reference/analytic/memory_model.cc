@@ -5,6 +5,7 @@
 
 #include "kernels/error.h"
 #include "reference/parallel/pipeline_schedule.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
@@ -17,7 +18,7 @@ constexpr MemCategory kParam = MemCategory::param, kGrad = MemCategory::grad, kM
 std::string num(long long x) { return std::to_string(x); }
 
 void check_zero(int zero_stage, Offload offload) {
-  validate_zero_stage(zero_stage, "zero_stage");
+  validate_zero_stage(zero_stage, spelling(LayoutKey::zero_stage).config_key);
   if (offload == Offload::cpu && zero_stage == 0)
     throw InputError("offload_optimizer cpu needs ZeRO stage 1, 2 or 3 (the offloaded optimizer works on the rank's "
                      "shard), not stage 0");

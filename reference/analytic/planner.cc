@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "kernels/error.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 namespace {
@@ -19,8 +20,8 @@ std::string gib_text(double bytes) {
 // The fixed dimensions of a request, as given: "--tp 8 x --dp 2" ("" when none; 0: not fixed).
 std::string pinned_text(int tp, int pp, int dp) {
   std::string s;
-  for (auto [flag, v] : {std::pair{"--tp", tp}, std::pair{"--pp", pp}, std::pair{"--dp", dp}})
-    if (v > 0) s += (s.empty() ? "" : " x ") + std::string(flag) + " " + std::to_string(v);
+  for (auto [k, v] : {std::pair{LayoutKey::tp, tp}, std::pair{LayoutKey::pp, pp}, std::pair{LayoutKey::dp, dp}})
+    if (v > 0) s += (s.empty() ? "" : " x ") + std::string(spelling(k).memory_flag) + " " + std::to_string(v);
   return s;
 }
 
@@ -100,19 +101,12 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int pp,
 }  // namespace
 
 std::string PlanCandidate::name() const {
-  const ParallelLayout& l = input.layout;
-  std::string s;
-  auto dim = [&](const char* k, int v) {
-    if (v == 1) return;
-    if (!s.empty()) s += 'x';
-    s += k + std::to_string(v);
-  };
-  dim("TP", l.tp), dim("PP", l.pp), dim("DP", l.dp);
-  if (s.empty()) s = "DP1";
-  if (input.zero.stage > 0) s += ":zero" + std::to_string(input.zero.stage);
-  if (input.recompute != Recompute::none) s += ":" + std::string(to_string(input.recompute));
-  if (l.sequence_parallel) s += ":sp";
-  return s;
+  // 1f1b left implied and "sp" last (SpecTextForm): the names plan output has always printed.
+  SpecTextForm form;
+  form.schedule = DefaultSchedule::never, form.sp_last = true;
+  LayoutSpec s;
+  s.l = input.layout, s.z = input.zero, s.recompute = input.recompute;
+  return layout_spec_text(s, form);
 }
 
 int padded_vocab(int V, int tp) {
@@ -157,8 +151,9 @@ void validate_plan_request(const PlanRequest& r) {
   need(r.seq_len >= 0 && r.tokens() <= r.model.T,
        "--seq " + std::to_string(r.seq_len) + " must be in [1, " + std::to_string(r.model.T) + "] (the model's T)");
   int64_t fixed = 1;
-  for (auto [flag, v] : {std::pair{"--tp", r.tp}, std::pair{"--pp", r.pp}, std::pair{"--dp", r.dp}}) {
+  for (auto [k, v] : {std::pair{LayoutKey::tp, r.tp}, std::pair{LayoutKey::pp, r.pp}, std::pair{LayoutKey::dp, r.dp}}) {
     if (v == 0) continue;
+    const char* flag = spelling(k).memory_flag;  // `dtbench plan` takes `dtbench memory`'s flags
     need(v >= 1, std::string(flag) + " must be >= 1, got " + std::to_string(v));
     need(r.gpus % v == 0, std::string(flag) + " " + std::to_string(v) + " does not divide --gpus " + std::to_string(r.gpus));
     fixed *= v;
@@ -167,7 +162,7 @@ void validate_plan_request(const PlanRequest& r) {
                                 std::to_string(r.gpus));
   if (r.tp > 0 && r.pp > 0 && r.dp > 0)
     need(fixed == r.gpus, "--tp x --pp x --dp = " + std::to_string(fixed) + " is not --gpus " + std::to_string(r.gpus));
-  if (r.zero_stage != -1) validate_zero_stage(r.zero_stage, "--zero-stage");  // -1: the planner's choice
+  if (r.zero_stage != -1) validate_zero_stage(r.zero_stage, spelling(LayoutKey::zero_stage).memory_flag);  // -1: the planner's choice
   // ZeRO shards over the DP ranks: a stage >= 1 needs a layout with dp > 1. The largest dp a
   // request leaves is N / (tp pp) at the smallest tp and pp it allows (1 where free: 1 divides
   // the heads and the layers), so dp > 1 is reachable exactly when that product is below N.

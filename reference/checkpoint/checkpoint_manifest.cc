@@ -10,6 +10,7 @@
 #include "kernels/error.h"
 #include "reference/checkpoint/checkpoint.h"
 #include "reference/checkpoint/checkpoint_io.h"
+#include "reference/layout/layout_spec.h"
 #include "reference/model/gpt_json.h"
 
 namespace dtb {
@@ -73,24 +74,37 @@ std::string model_differences(const json& saved, const json& run) {
   return s;
 }
 
+// The keys of a manifest's "layout" object, each a record's field; nothing else may be there.
+constexpr LayoutKey kManifestLayoutKeys[] = {LayoutKey::tp,
+                                             LayoutKey::dp,
+                                             LayoutKey::pp,
+                                             LayoutKey::virtual_stages,
+                                             LayoutKey::schedule,
+                                             LayoutKey::ep,
+                                             LayoutKey::sequence_parallel,
+                                             LayoutKey::pipeline_layers,
+                                             LayoutKey::zero_stage,
+                                             LayoutKey::offload,
+                                             LayoutKey::precision};
+
 // The layout and ZeRO settings a manifest records (validated field by field).
 CheckpointRunInfo saved_layout(const json& m, const std::string& where) {
   CheckpointRunInfo saved;
-  saved.layout.tp = int_field(m, where, "layout", "tp");
-  saved.layout.dp = int_field(m, where, "layout", "dp");
-  saved.layout.pp = int_field(m, where, "layout", "pp");
-  saved.layout.virtual_stages = int_field(m, where, "layout", "virtual_stages");
-  saved.layout.schedule = field<std::string>(m, where, "layout", "schedule");
+  saved.layout.tp = int_field(m, where, "layout", field_key(LayoutKey::tp));
+  saved.layout.dp = int_field(m, where, "layout", field_key(LayoutKey::dp));
+  saved.layout.pp = int_field(m, where, "layout", field_key(LayoutKey::pp));
+  saved.layout.virtual_stages = int_field(m, where, "layout", field_key(LayoutKey::virtual_stages));
+  saved.layout.schedule = field<std::string>(m, where, "layout", field_key(LayoutKey::schedule));
   // Expert parallelism: absent in a manifest written before it existed (a dense run, EP 1).
-  saved.layout.ep = m.contains("layout") && m["layout"].is_object() && m["layout"].contains("ep")
-                        ? int_field(m, where, "layout", "ep")
+  saved.layout.ep = m.contains("layout") && m["layout"].is_object() && m["layout"].contains(field_key(LayoutKey::ep))
+                        ? int_field(m, where, "layout", field_key(LayoutKey::ep))
                         : 1;
   // Sequence parallelism: absent in a manifest written before it existed (off).
-  saved.layout.sequence_parallel = m.at("layout").contains("sequence_parallel") &&
-                                   field<bool>(m, where, "layout", "sequence_parallel");
+  saved.layout.sequence_parallel = m.at("layout").contains(field_key(LayoutKey::sequence_parallel)) &&
+                                   field<bool>(m, where, "layout", field_key(LayoutKey::sequence_parallel));
   // The layers per virtual stage: absent in a manifest written before uneven splits ([]: even).
-  if (m.at("layout").contains("pipeline_layers")) {
-    const json& pl = m.at("layout").at("pipeline_layers");
+  if (m.at("layout").contains(field_key(LayoutKey::pipeline_layers))) {
+    const json& pl = m.at("layout").at(field_key(LayoutKey::pipeline_layers));
     if (!pl.is_array()) throw InputError("checkpoint " + where + ": layout.pipeline_layers is not a list");
     for (const json& x : pl) {
       if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > kMaxStageLayers)
@@ -98,18 +112,20 @@ CheckpointRunInfo saved_layout(const json& m, const std::string& where) {
       saved.layout.pipeline_layers.push_back(x.get<int>());
     }
   }
-  saved.zero.stage = int_field(m, where, "layout", "zero_stage");
-  saved.zero.offload_optimizer = field<bool>(m, where, "layout", "offload_optimizer");
+  saved.zero.stage = int_field(m, where, "layout", field_key(LayoutKey::zero_stage));
+  saved.zero.offload_optimizer = field<bool>(m, where, "layout", field_key(LayoutKey::offload));
   // Nothing else: a key this build does not read would be a setting the resume ignores (the
   // model's keys are refused the same way, compared whole).
-  static constexpr const char* kKeys[] = {"tp",         "dp",       "pp",          "virtual_stages",
-                                          "schedule",   "ep",       "sequence_parallel", "pipeline_layers",
-                                          "zero_stage", "offload_optimizer", "precision"};
+  std::vector<std::string> keys;
+  std::string listed;  // "tp, dp, ..."
+  for (LayoutKey k : kManifestLayoutKeys) {
+    keys.push_back(field_key(k));
+    listed += (listed.empty() ? "" : ", ") + keys.back();
+  }
   for (const auto& [k, v] : m.at("layout").items())
-    if (std::find(std::begin(kKeys), std::end(kKeys), k) == std::end(kKeys))
+    if (std::find(keys.begin(), keys.end(), k) == keys.end())
       throw InputError("checkpoint " + where + ": manifest.json's layout has the unknown key '" + printable(k, 40) +
-                       "' (a layout holds tp, dp, pp, virtual_stages, schedule, ep, sequence_parallel, "
-                       "pipeline_layers, zero_stage, offload_optimizer, precision)");
+                       "' (a layout holds " + listed + ")");
   return saved;
 }
 
@@ -180,16 +196,17 @@ CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayo
 std::string describe_layout(const CheckpointRunInfo& r) {
   const ParallelLayout& l = r.layout;
   std::string s;
-  if (l.tp > 1) s += "TP" + std::to_string(l.tp) + "x";
-  if (l.pp > 1) s += "PP" + std::to_string(l.pp) + "x";
-  s += "DP" + std::to_string(l.dp);
-  if (l.ep > 1) s += "xEP" + std::to_string(l.ep);
-  if (l.sequence_parallel) s += " sp";
-  s += " zero" + std::to_string(r.zero.stage);
-  if (r.zero.offload_optimizer) s += " offload";
+  auto tok = [](LayoutKey k) { return std::string(spelling(k).spec_token); };
+  if (l.tp > 1) s += tok(LayoutKey::tp) + std::to_string(l.tp) + "x";
+  if (l.pp > 1) s += tok(LayoutKey::pp) + std::to_string(l.pp) + "x";
+  s += tok(LayoutKey::dp) + std::to_string(l.dp);
+  if (l.ep > 1) s += 'x' + tok(LayoutKey::ep) + std::to_string(l.ep);
+  if (l.sequence_parallel) s += ' ' + tok(LayoutKey::sequence_parallel);
+  s += ' ' + tok(LayoutKey::zero_stage) + std::to_string(r.zero.stage);
+  if (r.zero.offload_optimizer) s += ' ' + tok(LayoutKey::offload);
   if (l.pp > 1) s += " " + l.schedule;
-  if (l.virtual_stages > 1) s += " v" + std::to_string(l.virtual_stages);
-  if (!l.pipeline_layers.empty()) s += " layers " + pipeline_layers_text(l.pipeline_layers);
+  if (l.virtual_stages > 1) s += ' ' + tok(LayoutKey::virtual_stages) + std::to_string(l.virtual_stages);
+  if (!l.pipeline_layers.empty()) s += ' ' + tok(LayoutKey::pipeline_layers) + ' ' + pipeline_layers_text(l.pipeline_layers);
   return s;
 }
 
@@ -432,17 +449,17 @@ json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, c
           {"step", step},
           {"world_size", world_size},
           {"layout",
-           {{"tp", l.tp},
-            {"dp", l.dp},
-            {"pp", l.pp},
-            {"virtual_stages", l.virtual_stages},
-            {"schedule", l.schedule},
-            {"ep", l.ep},
-            {"sequence_parallel", l.sequence_parallel},
-            {"pipeline_layers", l.pipeline_layers},
-            {"zero_stage", run.zero.stage},
-            {"offload_optimizer", run.zero.offload_optimizer},
-            {"precision", precision_name(run.precision)}}},
+           {{field_key(LayoutKey::tp), l.tp},
+            {field_key(LayoutKey::dp), l.dp},
+            {field_key(LayoutKey::pp), l.pp},
+            {field_key(LayoutKey::virtual_stages), l.virtual_stages},
+            {field_key(LayoutKey::schedule), l.schedule},
+            {field_key(LayoutKey::ep), l.ep},
+            {field_key(LayoutKey::sequence_parallel), l.sequence_parallel},
+            {field_key(LayoutKey::pipeline_layers), l.pipeline_layers},
+            {field_key(LayoutKey::zero_stage), run.zero.stage},
+            {field_key(LayoutKey::offload), run.zero.offload_optimizer},
+            {field_key(LayoutKey::precision), precision_name(run.precision)}}},
           {"model", to_json(run.model)},
           {"recipe", run.recipe},
           {"seed", run.seed},

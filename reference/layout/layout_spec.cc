@@ -52,8 +52,6 @@ std::string number_text(double x) {
   o << x;
   return o.str();
 }
-// The lambda of a layout spec's "dc" option without a number.
-constexpr double kDefaultDelayCompensation = 0.1;
 // The schedule names (a spec's schedule option; the config key's values).
 constexpr const char* kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 }  // namespace

@@ -37,6 +37,14 @@ struct LayoutSpelling {
 const std::vector<LayoutSpelling>& layout_spellings();
 /// The row of `k`.
 const LayoutSpelling& spelling(LayoutKey k);
+/// A record's JSON field of `k` (spelling(k).field_key): "tp", "zero_stage".
+inline const char* field_key(LayoutKey k) { return spelling(k).field_key; }
+/// The enumerator's own name ("tp", "sequence_parallel"): the key column of layout_spellings_json.
+const char* key_name(LayoutKey k);
+/// The table as JSON, for other languages (`dtbench list --layout-keys --json`): an array of one
+/// object per key in enum order, {"key", "config_key", "spec_token", "name_key", "field_key",
+/// "memory_flag"}, "" where the form has none.
+nlohmann::json layout_spellings_json();
 
 /// A layout with its ZeRO settings, recompute and precision, as the train, conformance and
 /// sweep suites run it. `precision` is the run's storage recipe (TrainConfig::precision is
@@ -122,6 +130,41 @@ LayoutSpec layout_from_json(const nlohmann::json& section, const std::string& pa
 /// most once. Divisibility and the rules across options (zb-h1 with full recompute) are not
 /// checked here (layout_validate.h validate_layout_spec). Errors: InputError "<path>: '<text>' <reason> (expected e.g. ...)".
 LayoutSpec parse_layout_spec(const std::string& text, const std::string& path);
+
+/// The lambda of a layout spec's "dc" option without a number (DC-ASGD's delay compensation).
+constexpr double kDefaultDelayCompensation = 0.1;
+
+/// When layout_spec_text writes the default schedule 1f1b (the parser's default when none is named).
+enum class DefaultSchedule {
+  alone,           // for a pipeline alone (PP > 1, no other dimension > 1, no other option): "PP2:1f1b"
+                   // beside "PP2:gpipe", while "TP2xPP2" and "PP2:layers5+3" leave it implied
+  every_pipeline,  // whenever PP > 1 ("TP2xPP2:1f1b"): the sweep's candidates, each schedule named
+  never,           // never ("PP2"): the planner's candidate names
+};
+
+/// The form layout_spec_text writes; the default is the canonical form. The other forms are the
+/// names some outputs printed before the canonical form existed, kept so that their record
+/// names do not change.
+struct SpecTextForm {
+  DefaultSchedule schedule = DefaultSchedule::alone;
+  bool fixed_dimension_order = false;  // TP, PP, DP, EP whatever EP is ("PP2xDP4xEP2", "DP2xEP2": the sweep)
+  bool data_parallel_always = false;   // DP named even at size 1 ("TP2xDP1": the memory suite's cases)
+  bool sp_last = false;                // "sp" after every other option ("TP2xDP2:zero1:full:sp": the planner)
+};
+
+/// The layout spec text of `s`, parse_layout_spec's inverse, every token from the spellings
+/// table (spec_token). Canonical form: the dimensions > 1 joined by 'x' ("DP1" when all are 1),
+/// in the order TP, PP, DP without experts, TP, DP, EP, PP with them (DP left implied by EP
+/// when equal and PP is 1: "EP2", "TP2xEP2", "DP4xEP2", "DP2xEP2xPP2"); then the options,
+/// joined by ':', in the order: the schedule (see DefaultSchedule), vN (N != 1),
+/// layersA+B+.. (an uneven split), sp, zeroN (N > 0), offload, full or selective, hierN
+/// (N > 0), staleK (K > 0), dc (lambda 0.1) or dcX (the shortest X that reads back), localH
+/// (H > 0). parse_layout_spec(layout_spec_text(s)) equals s for every spec the parser makes,
+/// and layout_spec_text(parse_layout_spec(t)) == t for a canonical t (every default
+/// conformance layout is one: suites/conformance.h). Not written: precision, communication
+/// type and the ZeRO buckets (a spec has none), micro-batches, DpSync's outer optimizer and
+/// replicas. Errors: none.
+std::string layout_spec_text(const LayoutSpec& s, const SpecTextForm& form = {});
 
 /// Refuses a layout an MoE model (model.num_experts > 0) cannot train on yet, in one line
 /// naming the setting: a half precision (the MoE layer runs in fp32), a non-CPU backend. Tensor

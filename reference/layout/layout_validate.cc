@@ -5,6 +5,7 @@
 #include "reference/layout/layout_runner.h"
 #include "reference/training/dp_sync.h"
 #include "reference/zero/zero_config.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
@@ -16,7 +17,7 @@ const char* to_string(LayoutRule r) {
     case LayoutRule::moe: return "moe";
     case LayoutRule::dp_sync: return "dp_sync";
     case LayoutRule::checkpoint: return "checkpoint";
-    case LayoutRule::dp_allreduce: return "dp_allreduce";
+    case LayoutRule::dp_allreduce: return spelling(LayoutKey::dp_allreduce).config_key;
   }
   return "?";
 }

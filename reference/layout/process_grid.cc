@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "kernels/error.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
@@ -23,13 +24,14 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
   const GridCoord c = grid_coord(world.rank(), layout);
   // Color: the coordinates that stay fixed in the group; key: the one that varies.
   OwnedGroups g;
-  g.tp = world.split(c.dp + layout.dp * c.pp, c.tp, "tp");
-  g.dp = world.split(c.tp + layout.tp * c.pp, c.dp, "dp");
-  g.pp = world.split(c.tp + layout.tp * c.dp, c.pp, "pp");
+  auto name = [](LayoutKey k) { return spelling(k).name_key; };  // a group is named as its dimension in a record name
+  g.tp = world.split(c.dp + layout.dp * c.pp, c.tp, name(LayoutKey::tp));
+  g.dp = world.split(c.tp + layout.tp * c.pp, c.dp, name(LayoutKey::dp));
+  g.pp = world.split(c.tp + layout.tp * c.dp, c.pp, name(LayoutKey::pp));
   g.pp_backward = world.split(c.tp + layout.tp * c.dp, c.pp, "pp-backward");
   if (layout.ep > 1) {
     const int e = ep_rank(c.dp, layout), x = expert_dp_rank(c.dp, layout), nx = layout.dp / layout.ep;
-    g.ep = world.split(c.tp + layout.tp * (x + nx * c.pp), e, "ep");
+    g.ep = world.split(c.tp + layout.tp * (x + nx * c.pp), e, name(LayoutKey::ep));
     g.expert_dp = world.split(c.tp + layout.tp * (e + layout.ep * c.pp), x, "expert-dp");
   }
   return g;

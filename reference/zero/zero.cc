@@ -10,6 +10,7 @@
 #include "kernels/half.h"
 #include "kernels/timer.h"
 #include "reference/zero/fp32_comm.h"
+#include "reference/layout/layout_spec.h"
 
 namespace dtb {
 
@@ -38,7 +39,7 @@ void validate_zero_stage(int stage, const std::string& key) {
 }
 
 void validate_zero(const ZeroConfig& c) {
-  validate_zero_stage(c.stage, "zero_stage");
+  validate_zero_stage(c.stage, spelling(LayoutKey::zero_stage).config_key);
   if (c.reduce_bucket_size < 1 || c.allgather_bucket_size < 1)
     throw InputError("reduce_bucket_size and allgather_bucket_size must be >= 1 element");
   if (c.offload_optimizer && c.stage < 1)

@@ -5,6 +5,7 @@ Reads the trace spans of load.load_trace and the pipeline records of the report;
 """
 from collections import defaultdict
 
+from .layout_keys import FIELD
 from .plot import SPAN_COLORS, SPAN_ORDER, plt
 
 
@@ -38,7 +39,7 @@ def plot_pipeline_timeline(r, seg):
     if picked:
         b, chosen, k, n = picked
         label = (f"{b['schedule']}, p = {b['p']}, m = {b['m']}" +
-                 (f", v = {b['virtual_stages']}" if b["schedule"] == "interleaved" else "") +
+                 (f", v = {b[FIELD.virtual_stages]}" if b["schedule"] == "interleaved" else "") +
                  f" (repetition {k + 1} of {n}, the median makespan)")
         stage_of = int(b["p"])
     else:

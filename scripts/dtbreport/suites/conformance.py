@@ -7,6 +7,7 @@ import textwrap
 from collections import OrderedDict, defaultdict
 
 from ..fmt import fmt, fmt_timing, num, record_tail
+from ..layout_keys import FIELD
 from ..plot import colors, loss_tolerance, plt
 from ..registry import unit
 
@@ -65,7 +66,7 @@ def render(r, recs, cs, data):
         failed = b.get("checks_failed")
         st = "passed" if not failed else f"FAILED ({failed})"
         rows.append([f"`{record_tail(b['name'], 'conformance')}`", str(b.get("precision", "")),
-                     fmt(b.get("ranks")), f"{b.get('tp', 1)}×{b.get('dp', 1)}×{b.get('pp', 1)}",
+                     fmt(b.get("ranks")), f"{b.get(FIELD.tp, 1)}×{b.get(FIELD.dp, 1)}×{b.get(FIELD.pp, 1)}",
                      fmt(num(b.get("final_loss")), 7), fmt(num(b.get("max_loss_deviation")), 3),
                      fmt(num(b.get("worst_check_fraction")), 3), fmt(b.get("checks")), st,
                      fmt_timing(b.get("step_time_ms"), 3)])

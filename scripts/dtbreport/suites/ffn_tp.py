@@ -4,6 +4,7 @@ size, and the speedup and efficiency bars (-tp-scaling).
 from collections import defaultdict
 
 from ..fmt import fmt, fmt_pct, fmt_timing, num
+from ..layout_keys import FIELD
 from ..plot import plt
 from ..registry import unit
 
@@ -15,12 +16,12 @@ def render(r, recs, cs, data):
     """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
     suites[] data."""
     d = r.doc
-    recs = [b for b in recs if not b.get("skipped") and "tp" in b]
+    recs = [b for b in recs if not b.get("skipped") and FIELD.tp in b]
     if not recs:
         return r.generic("ffn_tp", recs)
     by = defaultdict(dict)
     for b in recs:
-        by[int(b["tp"])][b.get("pass", "forward")] = b
+        by[int(b[FIELD.tp])][b.get("pass", "forward")] = b
     passes = [p for p in ("forward", "forward_backward") if any(p in v for v in by.values())]
     h = recs[0].get("hidden", data.get("hidden"))
     n = recs[0].get("tokens", data.get("tokens"))

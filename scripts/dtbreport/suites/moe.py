@@ -6,6 +6,7 @@ model states per rank against the analytic model.
 from collections import defaultdict
 
 from ..fmt import fmt, fmt_pct, fmt_timing, num
+from ..layout_keys import FIELD
 from ..plot import plt
 
 SUITE = "moe"
@@ -16,7 +17,7 @@ def render(r, recs, cs, data):
     """The suite's section on the page r (page.Renderer): recs its records, cs its checks, data its
     suites[] data."""
     d = r.doc
-    recs = [b for b in recs if not b.get("skipped") and "ep" in b]
+    recs = [b for b in recs if not b.get("skipped") and FIELD.ep in b]
     train = [b for b in recs if b["name"].startswith("moe/train/")]
     recs = [b for b in recs if "tokens_per_rank" in b]
     if not recs and not train:
@@ -24,7 +25,8 @@ def render(r, recs, cs, data):
     if recs:
         render_layer(r, recs)
     for b in train:
-        d.p(f"Training a 2-layer MoE GPT at DP {b.get('world_size')} × EP {b.get('ep')}, {b.get('steps')} steps: step "
+        d.p(f"Training a 2-layer MoE GPT at DP {b.get('world_size')} × EP {b.get(FIELD.ep)}, {b.get('steps')} steps: "
+            "step "
             f"{fmt_timing(b.get('step_time_ms'), 4)} ms, of which dispatch and combine "
             f"{fmt_timing(b.get('all_to_all_ms'), 4)} ms ({fmt_pct(num(b.get('all_to_all_fraction')))}); imbalance "
             f"{fmt(num(b.get('imbalance')), 3)} (the worst layer, median over steps), dropped "
@@ -40,7 +42,7 @@ def render_memory(r, b):
     if not isinstance(m, dict):
         return
     d = r.doc
-    d.p(f"Memory per rank at EP {b.get('ep')}: {fmt(num(m.get('params_per_rank')), 6)} of "
+    d.p(f"Memory per rank at EP {b.get(FIELD.ep)}: {fmt(num(m.get('params_per_rank')), 6)} of "
         f"{fmt(num(m.get('params_total')), 6)} parameters held ({fmt(num(m.get('params_active')), 6)} active per "
         "token), the model states measured by the Device accounting against the analytic model "
         "(reference/analytic/memory_model.h moe_model_states).")
@@ -61,8 +63,8 @@ def render_layer(r, recs):
         "slowest rank's all-to-all time per forward and the bytes a rank sends to other ranks over it; imbalance: "
         "the most-loaded expert's assignments over the mean (1 is perfect balance).")
     rows = []
-    for b in sorted(recs, key=lambda b: (int(b["ep"]), int(b["tokens_per_rank"]))):
-        rows.append([str(b["ep"]), str(b["tokens_per_rank"]), fmt_timing(b.get("time_ms"), 4),
+    for b in sorted(recs, key=lambda b: (int(b[FIELD.ep]), int(b["tokens_per_rank"]))):
+        rows.append([str(b[FIELD.ep]), str(b["tokens_per_rank"]), fmt_timing(b.get("time_ms"), 4),
                      fmt(num(b.get("dispatch_ms")), 3), fmt(num(b.get("dispatch_GBps")), 3),
                      fmt(num(b.get("combine_ms")), 3), fmt(num(b.get("combine_GBps")), 3),
                      fmt_pct(num(b.get("all_to_all_fraction"))), fmt(num(b.get("imbalance")), 3),
@@ -78,10 +80,10 @@ def plot_imbalance(r, train):
     for b in train:
         imb = [num(v) for v in b.get("imbalance_per_step", [])]
         drop = [100 * num(v) for v in b.get("drop_rate_per_step", [])]
-        ax.plot(range(len(imb)), imb, marker=".", label=f"imbalance, EP {b.get('ep')}")
+        ax.plot(range(len(imb)), imb, marker=".", label=f"imbalance, EP {b.get(FIELD.ep)}")
         if any(drop):
             ax2 = ax.twinx()
-            ax2.plot(range(len(drop)), drop, color="#c44e52", ls="--", label=f"dropped (%), EP {b.get('ep')}")
+            ax2.plot(range(len(drop)), drop, color="#c44e52", ls="--", label=f"dropped (%), EP {b.get(FIELD.ep)}")
             ax2.set_ylabel("dropped (%)")
             ax2.legend(fontsize=8, loc="lower right")
     ax.axhline(1.0, color="black", ls=":", lw=1, label="perfect balance")
@@ -97,8 +99,8 @@ def plot_imbalance(r, train):
 def plot_bandwidth(r, recs):
     by = defaultdict(list)
     for b in recs:
-        if int(b["ep"]) > 1 and num(b.get("dispatch_bytes")):
-            by[int(b["ep"])].append(b)
+        if int(b[FIELD.ep]) > 1 and num(b.get("dispatch_bytes")):
+            by[int(b[FIELD.ep])].append(b)
     if not by:
         return
     p = plt()

@@ -6,6 +6,7 @@ sends) and the stage balancer's before/after.
 from collections import OrderedDict
 
 from ..fmt import fmt, fmt_timing, num, record_tail, stat
+from ..layout_keys import FIELD
 from ..load import check_verdict
 from ..plot import colors, plt
 from ..registry import unit
@@ -42,7 +43,7 @@ def render(r, recs, cs, data):
                       if isinstance(shift, list) and isinstance(judged, int) and 0 <= judged < len(shift)
                       and num(shift[judged]) is not None else "–")
         bs = b.get("bubble_measured_stats")
-        rows.append([b["schedule"], fmt(b.get("p")), fmt(b.get("m")), fmt(b.get("virtual_stages")),
+        rows.append([b["schedule"], fmt(b.get("p")), fmt(b.get("m")), fmt(b.get(FIELD.virtual_stages)),
                      f"{num(b.get('bubble_theory')):.4f}", f"{num(b.get('bubble_simulated')):.4f}",
                      f"{num(b.get('bubble_measured')):.4f}" + (
                          f" ({stat(bs, 'min'):.3f}–{stat(bs, 'max'):.3f})" if stat(bs, "min") is not None else ""),
@@ -85,7 +86,8 @@ def render_gpt(r, gpt, cs):
         fbw = [num(f) + num(x) + num(w) for f, x, w in zip(b.get("stage_forward_ms", []), b.get("stage_backward_ms", []),
                                                           b.get("stage_weight_ms", []))]
         sent = b.get("p2p_bytes_sent") or [0]
-        rows.append([b["schedule"], fmt(b.get("p")), fmt(b.get("m")), "+".join(str(x) for x in b["pipeline_layers"]),
+        rows.append([b["schedule"], fmt(b.get("p")), fmt(b.get("m")),
+                     "+".join(str(x) for x in b[FIELD.pipeline_layers]),
                      b.get("p2p", ""), f"{num(b.get('bubble_measured')):.4f}", f"{num(b.get('bubble_simulated')):.4f}",
                      f"{num(b.get('bubble_theory')):.4f}", fmt(num(b.get("pipeline_time_ms")), 4),
                      fmt(num(b.get("pipeline_time_simulated_ms")), 4), " ".join(f"{x:.2f}" for x in fbw),
@@ -131,7 +133,7 @@ def plot_bubble(r, run, failed):
             if not own:
                 continue
             if s == "interleaved":
-                v = int(own[0].get("virtual_stages", 1))
+                v = int(own[0].get(FIELD.virtual_stages, 1))
                 key, lab = ("v", v), f"(p−1)/({v}m+p−1)"
                 f = (lambda v: lambda mm: (pp - 1) / (v * mm + pp - 1))(v)
             elif s == "zb-h1":

@@ -4,6 +4,7 @@ deviation, the loss-scale plot (-precision-loss) and the step-times chart (-step
 import math
 
 from ..fmt import fmt, fmt_bytes, fmt_timing, num, record_tail
+from ..layout_keys import FIELD
 from ..plot import colors, plot_step_times, plt
 from ..registry import unit
 
@@ -31,7 +32,7 @@ def render(r, recs, cs, data):
         sc = b.get("loss_scales")
         scale = f"{fmt_scale(sc[0])} → {fmt_scale(sc[-1])}" if isinstance(sc, list) and sc else "–"
         rows.append([f"`{record_tail(b['name'], 'precision')}`", str(b.get("precision", "")),
-                     str(b.get("communication_data_type", "")), fmt_timing(b.get("step_time_ms")),
+                     str(b.get(FIELD.comm_type, "")), fmt_timing(b.get("step_time_ms")),
                      f"{fmt(num(b.get('speedup_over_fp32')), 3)}×", fmt(num(b.get("final_loss")), 6),
                      fmt(num(b.get("max_loss_deviation_from_fp32")), 3),
                      fmt(num(b.get("tail_mean_loss_deviation_from_fp32")), 3),

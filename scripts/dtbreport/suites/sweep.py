@@ -3,6 +3,7 @@ bubble, idle and comm shares) and the throughput and memory bars (-sweep).
 """
 
 from ..fmt import drop_empty_columns, fmt, fmt_bytes, fmt_pct, fmt_timing, num, record_tail
+from ..layout_keys import FIELD
 from ..load import check_verdict
 from ..plot import MEM_CATS, MEM_COLORS, byte_unit, plt
 from ..registry import unit
@@ -36,7 +37,7 @@ def render(r, recs, cs, data):
     for b in recs:
         lay = b.get("layout", record_tail(b["name"], "sweep"))
         bubble = num(b.get("bubble", b.get("bubble_theory")))
-        dims = f"{b['tp']}×{b.get('dp', '?')}×{b['pp']}" if "tp" in b and "pp" in b else "–"
+        dims = f"{b[FIELD.tp]}×{b.get(FIELD.dp, '?')}×{b[FIELD.pp]}" if FIELD.tp in b and FIELD.pp in b else "–"
         row = [f"`{lay}`", fmt(b.get("ranks")), dims, fmt(num(b.get("tokens_per_s")), 5),
                fmt(num(b.get("step_period_ms")), 4) if period else fmt_timing(b.get("step_time_ms")),
                fmt_bytes(num(b.get("peak_bytes_per_rank")))]

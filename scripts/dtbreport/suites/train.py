@@ -3,6 +3,7 @@ breakdown bars (-step-breakdown) and the loss curve against the float64 oracle (
 """
 
 from ..fmt import fmt, fmt_pct, fmt_timing, num, record_tail, stat
+from ..layout_keys import FIELD
 from ..plot import SPAN_COLORS, SPAN_ORDER, colors, loss_tolerance, plt
 from ..registry import unit
 
@@ -26,7 +27,8 @@ def render(r, recs, cs, data):
     rows = []
     for b in recs:
         rows.append([f"`{record_tail(b['name'], 'train')}`",
-                     f"{b.get('tp', 1)}×{b.get('dp', '?')}×{b.get('pp', 1)}", fmt(num(b.get("tokens_per_s")), 5),
+                     f"{b.get(FIELD.tp, 1)}×{b.get(FIELD.dp, '?')}×{b.get(FIELD.pp, 1)}",
+                     fmt(num(b.get("tokens_per_s")), 5),
                      fmt_timing(b.get("step_time_ms")), fmt(num(b.get("compute_time_ms"))),
                      fmt(num(b.get("comm_time_ms"))), fmt_pct(num(b.get("comm_fraction"))),
                      fmt(num(b.get("model_tflops")), 3), fmt_pct(num(b.get("mfu"))) if "mfu" in b else "–",

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""The layout keys' spellings live in one table (reference/layout/layout_spec.cc, layout_spellings();
+`dtbench list --layout-keys --json` prints it). Two checks, each a ctest:
+
+  json DTBENCH      scripts/dtbreport/layout_keys.json (what the Python scripts read) equals the binary's
+                    table (ctest layout_keys_json); `json DTBENCH --write` rewrites the file from it.
+  literals DTBENCH  no source outside the table spells a layout key as a whole string literal (ctest
+                    layout_key_literals); every one found is printed as FILE:LINE.
+
+The literal rule, exact: a string literal (C++: "..." with comments removed; Python: every str constant
+of the parsed module, f-string parts and their expressions included, docstrings excluded) whose whole
+text is one of these spellings of the table: each config_key, field_key and memory_flag, and in C++
+the dimensions' spec tokens (TP, PP, DP, EP). Left out, each for a stated reason:
+  - the spellings that also name something else, so a literal of them mostly means that: "precision"
+    and "recompute" (suites of those names, and their own records' fields), "schedule" (the pipeline
+    suite's own records' field), "micro_batches" (every suite section's training key, TrainConfig's),
+    and the options' spec tokens and record-name keys ("v", "m", "zero", "offload", "local", ...), which
+    are pieces of a name, not whole literals;
+  - the dimensions' spec tokens in Python, where "TP" and "EP" are column headings (no script builds
+    a layout spec);
+  - a literal on a line that says why it is not the key, in a comment "layout-key-literal: <reason>"
+    on that line or the line above (the ZeRO paper's column "DP", a peer record's scaling kind);
+  - the table itself (reference/layout/layout_spec*.cc), tests (*_test.cc, *_test.py, *_test.sh,
+    *_test_util.h: a test states the spelling it expects), docs (*.md; not scanned).
+Scanned: reference/, suites/, harness/, kernels/ (*.cc, *.h, *.cu, *.cuh) and scripts/ (*.py and the
+Python scripts without a suffix).
+"""
+
+import argparse
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+# Literals not yet read from the table, {(file, spelling): count}: the test fails on one more (a new
+# literal) and on one fewer (then drop it here). Each group is code that other work of the same change
+# rewrites: the suites' record fields and defaults (declared once per suite, with their schema
+# fragments and scripts/dtbreport's metric metadata), and the DpSync and zero_stage validation.
+PENDING = {
+    # Suites' own record fields and group names (a record field declared once).
+    ("suites/ffn_tp.cc", "tp"): 2, ("suites/moe.cc", "ep"): 3, ("suites/pipeline.cc", "pp"): 1,
+    ("suites/pipeline.cc", "virtual_stages"): 2, ("suites/pipeline_gpt.cc", "pipeline_layers"): 1,
+    ("suites/precision.cc", "communication_data_type"): 1, ("suites/train.cc", "dp"): 2,
+    # scripts/dtbreport's metric metadata (PARAMETERS).
+    ("scripts/dtbreport/metrics.py", "tp"): 1, ("scripts/dtbreport/metrics.py", "dp"): 1,
+    ("scripts/dtbreport/metrics.py", "pp"): 1, ("scripts/dtbreport/metrics.py", "ep"): 1,
+    ("scripts/dtbreport/metrics.py", "virtual_stages"): 1, ("scripts/dtbreport/metrics.py", "pipeline_layers"): 1,
+    ("scripts/dtbreport/metrics.py", "zero_stage"): 1, ("scripts/dtbreport/metrics.py", "offload_optimizer"): 1,
+    # Suites' defaults (their config sections' keys, with the schema fragments).
+    ("suites/train.cc", "tensor_parallel"): 1, ("suites/train.cc", "pipeline_parallel"): 1,
+    ("suites/train.cc", "data_parallel"): 1, ("suites/train.cc", "expert_parallel"): 1,
+    ("suites/train.cc", "sequence_parallel"): 1, ("suites/train.cc", "virtual_stages"): 1,
+    ("suites/train.cc", "pipeline_layers"): 1, ("suites/train.cc", "zero_stage"): 1,
+    ("suites/train.cc", "offload_optimizer"): 1, ("suites/train.cc", "communication_data_type"): 1,
+    ("suites/train.cc", "dp_allreduce"): 1, ("suites/train.cc", "staleness"): 1,
+    ("suites/train.cc", "delay_compensation"): 1, ("suites/train.cc", "local_steps"): 1,
+    ("suites/offload.cc", "zero_stage"): 1, ("suites/overlap.cc", "zero_stage"): 1,
+    ("suites/precision.cc", "zero_stage"): 1,
+    # The zero_stage range check and DpSync's validation.
+    ("suites/checkpoint.cc", "zero_stage"): 2, ("reference/training/trainer.cc", "staleness"): 3,
+    ("reference/training/trainer.cc", "delay_compensation"): 2, ("reference/training/trainer.cc", "local_steps"): 4,
+}
+ROOT = Path(__file__).resolve().parents[1]
+JSON_FILE = ROOT / "scripts" / "dtbreport" / "layout_keys.json"
+NOT_CHECKED = {"precision", "recompute", "schedule", "micro_batches"}
+DIMENSIONS = {"tp", "pp", "dp", "ep"}
+MARK = "layout-key-literal:"
+
+
+def table(dtbench):
+    """The binary's table (a list of dicts)."""
+    out = subprocess.run([dtbench, "list", "--layout-keys", "--json"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def spellings(rows, cpp=True):
+    """{spelling: "key.form"} of the spellings the rule checks (in C++ or in Python)."""
+    out = {}
+    for r in rows:
+        forms = [("config_key", r["config_key"]), ("field_key", r["field_key"]), ("memory_flag", r["memory_flag"])]
+        if cpp and r["key"] in DIMENSIONS:
+            forms.append(("spec_token", r["spec_token"]))
+        for form, s in forms:
+            if s and s.strip("-").replace("-", "_") not in NOT_CHECKED:
+                out.setdefault(s, f"{r['key']}.{form}")
+    return out
+
+
+def cpp_literals(text):
+    """(line, text) of each "..." literal of C++ source `text`, comments and char literals skipped."""
+    out, i, line, n = [], 0, 1, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+        elif text.startswith("//", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+            continue
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            line += text.count("\n", i, j)
+            i = j
+            continue
+        elif c == "'" and not (i > 0 and (text[i - 1].isalnum())):  # a char literal, not a digit separator
+            j = i + 1
+            while j < n and text[j] != "'":
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        elif c == '"':
+            j, buf = i + 1, []
+            while j < n and text[j] != '"':
+                if text[j] == "\\":
+                    buf.append(text[j:j + 2])
+                    j += 2
+                else:
+                    buf.append(text[j])
+                    j += 1
+            out.append((line, "".join(buf)))
+            i = j + 1
+            continue
+        i += 1
+    return out
+
+
+def python_literals(text):
+    """(line, text) of each str constant of Python source `text` but docstrings."""
+    tree = ast.parse(text)
+    docs = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            for stmt in body:  # a bare string statement: a docstring or one that documents what follows
+                if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+                    docs.add(id(stmt.value))
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs]
+
+
+def exempt(rel):
+    return (re.fullmatch(r"reference/layout/layout_spec[a-z_]*\.cc", rel) is not None
+            or re.search(r"_test\.(cc|py|sh)$|_test_util\.h$", rel) is not None)
+
+
+def sources():
+    """(path relative to the root, 'cpp' or 'py') of every scanned file, sorted."""
+    out = []
+    for d in ("reference", "suites", "harness", "kernels"):
+        out += [(p, "cpp") for p in (ROOT / d).rglob("*") if p.suffix in (".cc", ".h", ".cu", ".cuh")]
+    for p in (ROOT / "scripts").rglob("*"):
+        if not p.is_file():
+            continue
+        if p.suffix == ".py":
+            out.append((p, "py"))
+        elif p.suffix == "" and p.read_bytes()[:64].startswith(b"#!") and b"python" in p.read_bytes()[:64]:
+            out.append((p, "py"))
+    return sorted((str(p.relative_to(ROOT)), kind) for p, kind in out if not exempt(str(p.relative_to(ROOT))))
+
+
+def find_literals(rows):
+    """['FILE:LINE: "spelling" (key.form)'] of every literal the rule finds."""
+    spelled = {"cpp": spellings(rows, True), "py": spellings(rows, False)}
+    found = []
+    for rel, kind in sources():
+        text = (ROOT / rel).read_text(errors="replace")
+        lines = text.split("\n")
+        said = {i + 1 for i, l in enumerate(lines) if MARK in l} | {i + 2 for i, l in enumerate(lines) if MARK in l}
+        for line, s in (cpp_literals(text) if kind == "cpp" else python_literals(text)):
+            if s in spelled[kind] and line not in said:
+                found.append(f'{rel}:{line}: "{s}" ({spelled[kind][s]}: read it from the table)')
+    return found
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("check", choices=("json", "literals"))
+    ap.add_argument("dtbench")
+    ap.add_argument("--write", action="store_true", help="json: rewrite scripts/dtbreport/layout_keys.json")
+    a = ap.parse_args()
+    rows = table(a.dtbench)
+    if a.check == "json":
+        if a.write:
+            JSON_FILE.write_text(json.dumps(rows, indent=1) + "\n")
+        have = json.loads(JSON_FILE.read_text())
+        if have != rows:
+            print(f"FAIL: {JSON_FILE.relative_to(ROOT)} is not `dtbench list --layout-keys --json`; rewrite it with "
+                  f"scripts/layout_keys_test.py json BUILD/dtbench --write")
+            return 1
+        print(f"ok: {JSON_FILE.relative_to(ROOT)} is the binary's table ({len(rows)} keys)")
+        return 0
+    found, counts = [], {}
+    for f in find_literals(rows):
+        path, spelled = f.split(":")[0], f.split('"')[1]
+        counts[(path, spelled)] = counts.get((path, spelled), 0) + 1
+        if counts[(path, spelled)] > PENDING.get((path, spelled), 0):
+            found.append(f)
+    for f in found:
+        print(f)
+    gone = [f"{p}: \"{s}\" {n - counts.get((p, s), 0)} fewer than PENDING says" for (p, s), n in PENDING.items()
+            if counts.get((p, s), 0) < n]
+    for g in gone:
+        print(g)
+    if found or gone:
+        print(f"FAIL: {len(found)} layout key spelling(s) outside the table (reference/layout/layout_spec.cc)"
+              + (f"; {len(gone)} PENDING entr(ies) to lower in scripts/layout_keys_test.py" if gone else ""))
+        return 1
+    print(f"ok: no layout key spelled outside the table ({len(spellings(rows))} spellings, {len(sources())} files; "
+          f"{sum(PENDING.values())} literals pending in {len({p for p, _ in PENDING})} files)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
