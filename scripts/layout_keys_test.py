@@ -39,27 +39,11 @@ from pathlib import Path
 # rewrites: the suites' record fields and defaults (declared once per suite, with their schema
 # fragments and scripts/dtbreport's metric metadata), and the DpSync and zero_stage validation.
 PENDING = {
-    # Suites' own record fields and group names (a record field declared once).
-    ("suites/ffn_tp.cc", "tp"): 2, ("suites/moe.cc", "ep"): 3, ("suites/pipeline.cc", "pp"): 1,
-    ("suites/pipeline.cc", "virtual_stages"): 2, ("suites/pipeline_gpt.cc", "pipeline_layers"): 1,
-    ("suites/precision.cc", "communication_data_type"): 1, ("suites/train.cc", "dp"): 2,
     # scripts/dtbreport's metric metadata (PARAMETERS).
     ("scripts/dtbreport/metrics.py", "tp"): 1, ("scripts/dtbreport/metrics.py", "dp"): 1,
     ("scripts/dtbreport/metrics.py", "pp"): 1, ("scripts/dtbreport/metrics.py", "ep"): 1,
     ("scripts/dtbreport/metrics.py", "virtual_stages"): 1, ("scripts/dtbreport/metrics.py", "pipeline_layers"): 1,
     ("scripts/dtbreport/metrics.py", "zero_stage"): 1, ("scripts/dtbreport/metrics.py", "offload_optimizer"): 1,
-    # Suites' defaults (their config sections' keys, with the schema fragments).
-    ("suites/train.cc", "tensor_parallel"): 1, ("suites/train.cc", "pipeline_parallel"): 1,
-    ("suites/train.cc", "data_parallel"): 1, ("suites/train.cc", "expert_parallel"): 1,
-    ("suites/train.cc", "sequence_parallel"): 1, ("suites/train.cc", "virtual_stages"): 1,
-    ("suites/train.cc", "pipeline_layers"): 1, ("suites/train.cc", "zero_stage"): 1,
-    ("suites/train.cc", "offload_optimizer"): 1, ("suites/train.cc", "communication_data_type"): 1,
-    ("suites/train.cc", "dp_allreduce"): 1, ("suites/train.cc", "staleness"): 1,
-    ("suites/train.cc", "delay_compensation"): 1, ("suites/train.cc", "local_steps"): 1,
-    ("suites/offload.cc", "zero_stage"): 1, ("suites/overlap.cc", "zero_stage"): 1,
-    ("suites/precision.cc", "zero_stage"): 1,
-    # The zero_stage range check and DpSync's validation.
-    ("suites/checkpoint.cc", "zero_stage"): 2,
 }
 ROOT = Path(__file__).resolve().parents[1]
 JSON_FILE = ROOT / "scripts" / "dtbreport" / "layout_keys.json"
