@@ -39,11 +39,6 @@ from pathlib import Path
 # rewrites: the suites' record fields and defaults (declared once per suite, with their schema
 # fragments and scripts/dtbreport's metric metadata), and the DpSync and zero_stage validation.
 PENDING = {
-    # scripts/dtbreport's metric metadata (PARAMETERS).
-    ("scripts/dtbreport/metrics.py", "tp"): 1, ("scripts/dtbreport/metrics.py", "dp"): 1,
-    ("scripts/dtbreport/metrics.py", "pp"): 1, ("scripts/dtbreport/metrics.py", "ep"): 1,
-    ("scripts/dtbreport/metrics.py", "virtual_stages"): 1, ("scripts/dtbreport/metrics.py", "pipeline_layers"): 1,
-    ("scripts/dtbreport/metrics.py", "zero_stage"): 1, ("scripts/dtbreport/metrics.py", "offload_optimizer"): 1,
 }
 ROOT = Path(__file__).resolve().parents[1]
 JSON_FILE = ROOT / "scripts" / "dtbreport" / "layout_keys.json"
