@@ -19,7 +19,8 @@ the dimensions' spec tokens (TP, PP, DP, EP). Left out, each for a stated reason
   - the dimensions' spec tokens in Python, where "TP" and "EP" are column headings (no script builds
     a layout spec);
   - a literal on a line that says why it is not the key, in a comment "layout-key-literal: <reason>"
-    on that line or the line above (the ZeRO paper's column "DP", a peer record's scaling kind);
+    on that line or the line above (the ZeRO paper's column "DP", a peer record's scaling kind, train's
+    loss curve of its plain data-parallel run);
   - the table itself (reference/layout/layout_spec*.cc), tests (*_test.cc, *_test.py, *_test.sh,
     *_test_util.h: a test states the spelling it expects), docs (*.md; not scanned).
 Scanned: reference/, suites/, harness/, kernels/ (*.cc, *.h, *.cu, *.cuh) and scripts/ (*.py and the
@@ -34,34 +35,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Literals not yet read from the table, {(file, spelling): count}: the test fails on one more (a new
-# literal) and on one fewer (then drop it here). Each group is code that other work of the same change
-# rewrites: the suites' record fields and defaults (declared once per suite, with their schema
-# fragments and scripts/dtbreport's metric metadata), and the DpSync and zero_stage validation.
-PENDING = {
-    # Suites' own record fields and group names (a record field declared once).
-    ("suites/ffn_tp.cc", "tp"): 2, ("suites/moe.cc", "ep"): 3, ("suites/pipeline.cc", "pp"): 1,
-    ("suites/pipeline.cc", "virtual_stages"): 2, ("suites/pipeline_gpt.cc", "pipeline_layers"): 1,
-    ("suites/precision.cc", "communication_data_type"): 1, ("suites/train.cc", "dp"): 2,
-    # scripts/dtbreport's metric metadata (PARAMETERS).
-    ("scripts/dtbreport/metrics.py", "tp"): 1, ("scripts/dtbreport/metrics.py", "dp"): 1,
-    ("scripts/dtbreport/metrics.py", "pp"): 1, ("scripts/dtbreport/metrics.py", "ep"): 1,
-    ("scripts/dtbreport/metrics.py", "virtual_stages"): 1, ("scripts/dtbreport/metrics.py", "pipeline_layers"): 1,
-    ("scripts/dtbreport/metrics.py", "zero_stage"): 1, ("scripts/dtbreport/metrics.py", "offload_optimizer"): 1,
-    # Suites' defaults (their config sections' keys, with the schema fragments).
-    ("suites/train.cc", "tensor_parallel"): 1, ("suites/train.cc", "pipeline_parallel"): 1,
-    ("suites/train.cc", "data_parallel"): 1, ("suites/train.cc", "expert_parallel"): 1,
-    ("suites/train.cc", "sequence_parallel"): 1, ("suites/train.cc", "virtual_stages"): 1,
-    ("suites/train.cc", "pipeline_layers"): 1, ("suites/train.cc", "zero_stage"): 1,
-    ("suites/train.cc", "offload_optimizer"): 1, ("suites/train.cc", "communication_data_type"): 1,
-    ("suites/train.cc", "dp_allreduce"): 1, ("suites/train.cc", "staleness"): 1,
-    ("suites/train.cc", "delay_compensation"): 1, ("suites/train.cc", "local_steps"): 1,
-    ("suites/offload.cc", "zero_stage"): 1, ("suites/overlap.cc", "zero_stage"): 1,
-    ("suites/precision.cc", "zero_stage"): 1,
-    # The zero_stage range check and DpSync's validation.
-    ("suites/checkpoint.cc", "zero_stage"): 2, ("reference/training/trainer.cc", "staleness"): 3,
-    ("reference/training/trainer.cc", "delay_compensation"): 2, ("reference/training/trainer.cc", "local_steps"): 4,
-}
 ROOT = Path(__file__).resolve().parents[1]
 JSON_FILE = ROOT / "scripts" / "dtbreport" / "layout_keys.json"
 NOT_CHECKED = {"precision", "recompute", "schedule", "micro_batches"}
@@ -192,24 +165,13 @@ def main():
             return 1
         print(f"ok: {JSON_FILE.relative_to(ROOT)} is the binary's table ({len(rows)} keys)")
         return 0
-    found, counts = [], {}
-    for f in find_literals(rows):
-        path, spelled = f.split(":")[0], f.split('"')[1]
-        counts[(path, spelled)] = counts.get((path, spelled), 0) + 1
-        if counts[(path, spelled)] > PENDING.get((path, spelled), 0):
-            found.append(f)
+    found = find_literals(rows)
     for f in found:
         print(f)
-    gone = [f"{p}: \"{s}\" {n - counts.get((p, s), 0)} fewer than PENDING says" for (p, s), n in PENDING.items()
-            if counts.get((p, s), 0) < n]
-    for g in gone:
-        print(g)
-    if found or gone:
-        print(f"FAIL: {len(found)} layout key spelling(s) outside the table (reference/layout/layout_spec.cc)"
-              + (f"; {len(gone)} PENDING entr(ies) to lower in scripts/layout_keys_test.py" if gone else ""))
+    if found:
+        print(f"FAIL: {len(found)} layout key spelling(s) outside the table (reference/layout/layout_spec.cc)")
         return 1
-    print(f"ok: no layout key spelled outside the table ({len(spellings(rows))} spellings, {len(sources())} files; "
-          f"{sum(PENDING.values())} literals pending in {len({p for p, _ in PENDING})} files)")
+    print(f"ok: no layout key spelled outside the table ({len(spellings(rows))} spellings, {len(sources())} files)")
     return 0
 
 

@@ -54,7 +54,8 @@ struct Params {
     return p;
   }
   json to_json() const {
-    return {{"setup", dtb::to_json(t)}, {"zero_stage", zero.stage}, {"save_interval", save_interval},
+    return {{"setup", dtb::to_json(t)}, {config_key(LayoutKey::zero_stage), zero.stage},
+            {"save_interval", save_interval},
             {"repetitions", reps}, {"mtbf_hours", mtbf_hours}, {"checkpoint_dir", dir}};
   }
   int saves() const { return t.cfg.steps / save_interval; }
@@ -207,7 +208,8 @@ class CheckpointSuite : public SuiteWithParams<Params> {
   }
   json defaults() const override {
     return {{"model", {{"L", 4}, {"C", 128}, {"NH", 4}, {"T", 64}, {"V", 256}}},
-            {"steps", 8}, {"micro_batches", 1}, {"micro_batch_size", 2}, {"seq_len", 64}, {"zero_stage", 1},
+            {"steps", 8}, {"micro_batches", 1}, {"micro_batch_size", 2}, {"seq_len", 64},
+            {config_key(LayoutKey::zero_stage), 1},
             {"save_interval", 2}, {"repetitions", 3}, {"mtbf_hours", 200.0}, {"checkpoint_dir", ""}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {

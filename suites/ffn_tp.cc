@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
+#include "reference/layout/layout_spec.h"
 #include "reference/model/rng.h"
 #include "reference/parallel/tensor_parallel.h"
 #include "suites/bandwidth.h"
@@ -169,7 +170,7 @@ SuiteResult FfnTpSuite::run(SuiteContext& ctx) {
   std::vector<Row> rows;
   for (const int t : tps) {
     // TP groups of t consecutive ranks; ranks past the last whole group sit this round out.
-    auto tp = base.split(me / t, me % t, "tp" + std::to_string(t));
+    auto tp = base.split(me / t, me % t, std::string(spelling(LayoutKey::tp).name_key) + std::to_string(t));
     const bool active = me < (W / t) * t;
     std::unique_ptr<FfnShard> ffn;
     if (active) ffn = std::make_unique<FfnShard>(ops, ctx.device, *tp, o);
@@ -250,7 +251,7 @@ SuiteResult FfnTpSuite::run(SuiteContext& ctx) {
                                       std::to_string(o.h) + "/tokens:" + std::to_string(o.n),
                                   o.iters, o.reps, s.median, s.median, "ms");
       rec["pass"] = pname;
-      rec["tp"] = t;
+      rec[field_key(LayoutKey::tp)] = t;
       rec["hidden"] = o.h;
       rec["tokens"] = o.n;
       rec["world_size"] = W;

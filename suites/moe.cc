@@ -198,7 +198,7 @@ json train_record(SuiteContext& ctx, const Params& o, int ep, std::vector<Check>
   }
   const Summary st = summarize(step), sa = summarize(a2a);
   json rec = benchmark_record("moe/train/ep:" + std::to_string(ep), 1, int64_t(S), st.median, st.median, "ms");
-  rec["ep"] = ep;
+  rec[field_key(LayoutKey::ep)] = ep;
   rec["world_size"] = W;
   rec["hidden"] = o.C;
   rec["num_experts"] = E;
@@ -299,7 +299,7 @@ SuiteResult MoeSuite::run(SuiteContext& ctx) {
       moe_backward(ops, o.moe, w.view(0), g.view(0), x.data(), dout.data(), ref_dx.data(), n, C, a);
     }
     for (const int p : eps) {
-      auto ep = world.split(me / p, me % p, "ep" + std::to_string(p));
+      auto ep = world.split(me / p, me % p, std::string(spelling(LayoutKey::ep).name_key) + std::to_string(p));
       const int e0 = (me % p) * (E / p);
       Weights grads(o.moe, C, o.seed, false);
       MoeActivations<float> a;
@@ -337,7 +337,7 @@ SuiteResult MoeSuite::run(SuiteContext& ctx) {
       const Summary& s = tr.summary;
       const std::string name = "moe/ep:" + std::to_string(p) + "/tokens:" + std::to_string(n);
       json rec = benchmark_record(name, o.iters, o.reps, s.median, s.median, "ms");
-      rec["ep"] = p;
+      rec[field_key(LayoutKey::ep)] = p;
       rec["tokens_per_rank"] = n;
       rec["hidden"] = C;
       rec["num_experts"] = E;

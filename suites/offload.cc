@@ -53,7 +53,7 @@ class OffloadSuite : public SuiteWithParams<Params> {
   json defaults() const override {
     return {{"model", {{"L", 4}, {"C", 256}, {"NH", 4}, {"T", 64}, {"V", 256}}},
             {"steps", 6}, {"micro_batches", 1}, {"micro_batch_size", 2}, {"seq_len", 64},
-            {"zero_stage", 2}, {"repetitions", 3}};
+            {config_key(LayoutKey::zero_stage), 2}, {"repetitions", 3}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);

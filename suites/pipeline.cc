@@ -235,7 +235,7 @@ class PipelineSuite final : public SuiteWithParams<Params> {
     return {{"schedules", {"gpipe", "1f1b", "interleaved", "zb-h1"}},
             {"stages", {2, 4}},
             {"micro_batches", {1, 2, 4, 8, 16}},
-            {"virtual_stages", 2},
+            {config_key(LayoutKey::virtual_stages), 2},
             {"t_forward_us", 500},
             {"t_backward_us", 1000},
             {"t_weight_us", 0},
@@ -384,7 +384,7 @@ void run_case(SuiteContext& ctx, const Params& o, Communicator& group, bool acti
   for (auto& x : runs.stage_bubbles) stage_med.push_back(summarize(x).median);
   const std::string tag = "/p:" + std::to_string(p) + "/m:" + std::to_string(m);
   json rec = benchmark_record("pipeline/schedule:" + s + tag, 1, n, ss.median, ss.median, "ms");
-  rec["schedule"] = s, rec["p"] = p, rec["m"] = m, rec["virtual_stages"] = v;
+  rec["schedule"] = s, rec["p"] = p, rec["m"] = m, rec[field_key(LayoutKey::virtual_stages)] = v;
   rec["world_size"] = W, rec["pipelines"] = G, rec["idle_ranks"] = W - G * p;
   rec["t_forward_us"] = o.tf_s * 1e6, rec["t_backward_us"] = o.tb_s * 1e6;
   if (zb) rec["t_weight_us"] = o.tw_s * 1e6;
@@ -479,7 +479,8 @@ SuiteResult PipelineSuite::run(SuiteContext& ctx) {
     // Pipelines of p consecutive ranks; ranks past the last whole one sit out (barriers only).
     const int G = W / p;
     const bool active = me < G * p;
-    auto group = world.split(active ? me / p : G, me % p, "pp" + std::to_string(p));
+    auto group = world.split(active ? me / p : G, me % p,
+                             std::string(spelling(LayoutKey::pp).name_key) + std::to_string(p));
     for (const auto& s : o.schedules) {
       const int v = s == "interleaved" ? o.v : 1;
       for (const int m : o.micro_batches) {

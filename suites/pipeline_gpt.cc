@@ -225,7 +225,7 @@ void report(SuiteContext& ctx, const GptPipelineParams& o, const std::string& s,
   const double formula = zb ? zb_h1_bubble_theory(p, m, mf, mb, mw) : pipeline_bubble_theory(s, p, m, 1);
   const std::string name = name_of(s, p, m, x.layers, overlap);
   json rec = benchmark_record(name, 1, o.steps, x.time_s, x.time_s, "ms");
-  rec["schedule"] = s, rec["p"] = p, rec["m"] = m, rec["pipeline_layers"] = x.layers;
+  rec["schedule"] = s, rec["p"] = p, rec["m"] = m, rec[field_key(LayoutKey::pipeline_layers)] = x.layers;
   rec["p2p"] = overlap ? "overlap" : "blocking";
   rec["stage_forward_ms"] = x.f_ms, rec["stage_backward_ms"] = x.b_ms, rec["stage_weight_ms"] = x.w_ms;
   rec["stage_send_ms"] = x.send_ms;

@@ -87,7 +87,7 @@ class PrecisionSuite : public SuiteWithParams<Params> {
   json defaults() const override {
     return {{"model", {{"L", 4}, {"C", 128}, {"NH", 4}, {"T", 64}, {"V", 256}}},
             {"steps", 30}, {"micro_batches", 2}, {"micro_batch_size", 2}, {"seq_len", 64},
-            {"zero_stage", 0}, {"repetitions", 2},
+            {config_key(LayoutKey::zero_stage), 0}, {"repetitions", 2},
             {"loss_scale_growth_interval", 10}, {"overflow_loss_scale_init", 0x1.0p24}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
@@ -170,7 +170,8 @@ class PrecisionSuite : public SuiteWithParams<Params> {
       const double state = model_state_bytes(o, Tier::device) + model_state_bytes(o, Tier::host);
       json rec = benchmark_record("precision/" + v.name, int64_t(times[i].size()), reps, s.median, s.median, "ms");
       rec["precision"] = std::string(to_string(v.precision));
-      rec["communication_data_type"] = v.fp32_comm || v.precision == Precision::fp32 ? "fp32" : to_string(v.precision);
+      rec[field_key(LayoutKey::comm_type)] =
+          v.fp32_comm || v.precision == Precision::fp32 ? "fp32" : to_string(v.precision);
       rec["step_time_ms"] = to_json(s, 1e3);
       rec["speedup_over_fp32"] = s32.median / s.median;
       rec["final_loss"] = o.losses.back();

@@ -312,6 +312,7 @@ void device_results(const TrainFacts& f, const LayoutOutcome& run, const SuiteCo
                                   "last loss / first loss <= 0.99"));
   res.data = {{"model", to_json(f.model)},
               {"num_params", gpt_num_params(f.model)},
+              // layout-key-literal: the plain data-parallel run's loss curve (vs "layout"), not the dp degree
               {"losses", {{f.dp_only ? "dp" : "layout", run.losses}}}};
   per_step_data(run, res);
   checkpoint_results(f, run.checkpoints, res);
@@ -346,6 +347,7 @@ void oracle_results(const TrainFacts& f, const LayoutOutcome& run, const Referen
   res.checks.push_back(make_check("train/loss_below_uniform", tail_loss, 0.75 * uniform + moe_initial_loss(f.model),
                                   "mean loss of the last 10% of steps <= 0.75 ln V (+ the MoE losses at init)"));
 
+  // layout-key-literal: the plain data-parallel run's loss curve (vs "layout"), not the dp degree
   json losses = {{f.dp_only ? "dp" : "layout", run.losses}, {"oracle_f64", refs.oracle.losses}};
   for (size_t j = 0; j < refs.single.size(); ++j)
     losses["single_rank_" + std::string(to_string(refs.precision)) + "_micro_batches:" +
@@ -451,14 +453,18 @@ class TrainSuite : public SuiteWithParams<Params> {
     return {{"steps", 200},     {"global_batch", 16}, {"micro_batches", 2}, {"seq_len", 64},
             {"lr", 1e-3},       {"beta1", 0.9},       {"beta2", 0.95},      {"eps", 1e-8},
             {"weight_decay", 0.0}, {"matmul_precision", "fp32"}, {"peak_tflops", 0.0},
-            {"tensor_parallel", 1}, {"pipeline_parallel", 1}, {"data_parallel", 0}, {"expert_parallel", 1},
-            {"sequence_parallel", false}, {"schedule", "1f1b"}, {"virtual_stages", 1},
-            {"pipeline_layers", json::array()}, {"zero_stage", 0}, {"offload_optimizer", "none"}, {"reduce_bucket_size", 500000000},
+            {config_key(LayoutKey::tp), 1}, {config_key(LayoutKey::pp), 1}, {config_key(LayoutKey::dp), 0},
+            {config_key(LayoutKey::ep), 1}, {config_key(LayoutKey::sequence_parallel), false}, {"schedule", "1f1b"},
+            {config_key(LayoutKey::virtual_stages), 1}, {config_key(LayoutKey::pipeline_layers), json::array()},
+            {config_key(LayoutKey::zero_stage), 0}, {config_key(LayoutKey::offload), "none"},
+            {"reduce_bucket_size", 500000000},
             {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},
             {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},
-            {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"communication_data_type", "auto"},
+            {"loss_scale_growth_interval", 2000}, {"precision", "fp32"},
+            {config_key(LayoutKey::comm_type), "auto"},
             {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}, {"references", true},
-            {"dp_allreduce", "flat"}, {"staleness", 0}, {"delay_compensation", 0.0}, {"local_steps", 0},
+            {config_key(LayoutKey::dp_allreduce), "flat"}, {config_key(LayoutKey::staleness), 0},
+            {config_key(LayoutKey::delay_compensation), 0.0}, {config_key(LayoutKey::local_steps), 0},
             {"outer_lr", 0.7}, {"outer_momentum", 0.9}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {

@@ -39,6 +39,8 @@ const std::vector<LayoutSpelling>& layout_spellings();
 const LayoutSpelling& spelling(LayoutKey k);
 /// A record's JSON field of `k` (spelling(k).field_key): "tp", "zero_stage".
 inline const char* field_key(LayoutKey k) { return spelling(k).field_key; }
+/// A config section's key of `k` (spelling(k).config_key): "tensor_parallel", "zero_stage".
+inline const char* config_key(LayoutKey k) { return spelling(k).config_key; }
 /// The enumerator's own name ("tp", "sequence_parallel"): the key column of layout_spellings_json.
 const char* key_name(LayoutKey k);
 /// The table as JSON, for other languages (`dtbench list --layout-keys --json`): an array of one

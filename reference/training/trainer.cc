@@ -10,6 +10,7 @@
 
 #include "kernels/slowdown.h"
 #include "kernels/timer.h"
+#include "reference/layout/layout_spec.h"
 #include "reference/training/progress.h"
 #include "reference/zero/zero.h"
 
@@ -35,29 +36,33 @@ void validate_dp_sync(const TrainConfig& cfg, const std::string& path) {
     o << path << "." << key << " = " << v;
     return o.str();
   };
-  if (d.staleness < 0) throw InputError(kv("staleness", d.staleness) + " is negative (0: synchronous, k >= 1: stale)");
+  // The keys' spellings: the layout table's config keys (reference/layout/layout_spec.h).
+  const char* stale = spelling(LayoutKey::staleness).config_key;
+  const char* local = spelling(LayoutKey::local_steps).config_key;
+  const char* dc = spelling(LayoutKey::delay_compensation).config_key;
+  if (d.staleness < 0) throw InputError(kv(stale, d.staleness) + " is negative (0: synchronous, k >= 1: stale)");
   if (d.local_steps < 0)
-    throw InputError(kv("local_steps", d.local_steps) + " is negative (0: synchronous, H >= 1: DiLoCo)");
+    throw InputError(kv(local, d.local_steps) + " is negative (0: synchronous, H >= 1: DiLoCo)");
   if (d.staleness > 0 && d.local_steps > 0)
-    throw InputError(kv("staleness", d.staleness) + " with " + kv("local_steps", d.local_steps) +
+    throw InputError(kv(stale, d.staleness) + " with " + kv(local, d.local_steps) +
                      ": stale gradients and local steps do not combine, set one");
   if (!(d.delay_compensation >= 0))
-    throw InputError(kv("delay_compensation", d.delay_compensation) + " is negative (DC-ASGD's lambda >= 0)");
+    throw InputError(kv(dc, d.delay_compensation) + " is negative (DC-ASGD's lambda >= 0)");
   if (d.delay_compensation > 0 && d.staleness == 0)
-    throw InputError(kv("delay_compensation", d.delay_compensation) + " needs " + path +
-                     ".staleness >= 1 (it compensates a gradient's delay)");
+    throw InputError(kv(dc, d.delay_compensation) + " needs " + path + "." + stale +
+                     " >= 1 (it compensates a gradient's delay)");
   if (!(d.outer_lr > 0)) throw InputError(kv("outer_lr", d.outer_lr) + " must be > 0");
   if (!(d.outer_momentum >= 0 && d.outer_momentum < 1))
     throw InputError(kv("outer_momentum", d.outer_momentum) + " is outside [0, 1)");
   if (d.replicas < 1) throw InputError(kv("replicas", d.replicas) + " must be >= 1");
   if (d.local_steps > 0 && cfg.steps % d.local_steps != 0)
-    throw InputError(kv("steps", cfg.steps) + " is not a multiple of " + kv("local_steps", d.local_steps) +
+    throw InputError(kv("steps", cfg.steps) + " is not a multiple of " + kv(local, d.local_steps) +
                      " (every run ends with an outer step)");
   if (d.local_steps > 0 && cfg.global_batch % (d.replicas * cfg.micro_batches) != 0)
     throw InputError(kv("global_batch", cfg.global_batch) + " does not divide over " + std::to_string(d.replicas) +
                      " DiLoCo replicas x " + std::to_string(cfg.micro_batches) + " micro-batches");
   if (!d.synchronous() && (cfg.loss_scaler.enabled || cfg.precision == Precision::fp16))
-    throw InputError(std::string(d.staleness > 0 ? kv("staleness", d.staleness) : kv("local_steps", d.local_steps)) +
+    throw InputError(std::string(d.staleness > 0 ? kv(stale, d.staleness) : kv(local, d.local_steps)) +
                      " with " + (cfg.precision == Precision::fp16 ? "precision fp16" : "loss scaling") +
                      ": not supported (a skipped step and the in-flight gradients or replicas do not compose)");
 }

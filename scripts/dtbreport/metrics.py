@@ -10,6 +10,8 @@ computed from a timing object of the same record, that object's field, whose sam
 """
 from typing import NamedTuple, Optional
 
+from .layout_keys import FIELD
+
 LOWER, HIGHER, INFO = "lower", "higher", "info"
 
 
@@ -52,6 +54,7 @@ PARAMETERS = {
     "name", "run_name", "run_type", "aggregate_name", "repetitions", "repetition_index", "threads",
     "iterations", "time_unit", "cpu_time", "family_index", "per_family_instance_index", "error_message", "label",
     "skipped", "skip_message", "world_size", "ranks", "idle_ranks",
-    "tp", "dp", "pp", "ep", "schedule", "virtual_stages", "pipeline_layers", "zero_stage", "offload_optimizer", "recompute", "precision",
+    FIELD.tp, FIELD.dp, FIELD.pp, FIELD.ep, FIELD.schedule, FIELD.virtual_stages, FIELD.pipeline_layers, FIELD.zero_stage,
+    FIELD.offload, FIELD.recompute, FIELD.precision,
     "calibration",
 }
