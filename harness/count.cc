@@ -222,7 +222,7 @@ void add_train_regions(std::vector<Region>& regions, const json& cfg, const Data
                        hooks.after_step = [&](int64_t done, const TrainRun&) {
                          if (done == runs) w.stop();
                        };
-                       (void)run_layout({.model = model, .layout = ParallelLayout{}, .train = t, .device = device,
+                       (void)run_layout({.model = model, .layout = {}, .train = t, .device = device,
                                          .host = world, .data = data, .hooks = &hooks});
                      }});
 }

@@ -154,7 +154,7 @@ TrainProbe validate_train_steps(Communicator& world, int steps, double compute_s
   };
   ParallelLayout layout;
   layout.dp = world.size();
-  run_layout({.model = model_cfg, .layout = layout, .train = cfg, .device = device, .host = world,
+  run_layout({.model = model_cfg, .layout = {.l = layout}, .train = cfg, .device = device, .host = world,
               .device_comm = &clock, .data = data, .hooks = &hooks});
   p.step_seconds = median(step_s);
   p.compute_seconds = median(compute_s);

@@ -82,7 +82,7 @@ LayoutOutcome timed_run(const Params& p, SuiteContext& ctx, const LayoutCheckpoi
   LayoutHooks hooks{.before_step = [&](int64_t) {
     if (t0 == 0) t0 = now_s();
   }};
-  LayoutOutcome out = run_layout({.model = p.t.model, .layout = p.t.layout, .train = p.t.cfg, .zero = p.zero,
+  LayoutOutcome out = run_layout({.model = p.t.model, .layout = {.l = p.t.layout, .z = p.zero}, .train = p.t.cfg,
                                   .device = ctx.device, .host = ctx.world, .data = *ctx.dataset,
                                   .checkpoints = ck, .hooks = &hooks});
   loop_s = now_s() - t0;

@@ -233,19 +233,20 @@ Run CommEfficiencySuite::train(SuiteContext& ctx, const Params& p, const Method&
   ParallelLayout l;
   l.dp = world.size();
   l.micro_batches = p.cfg.micro_batches;
-  TrainConfig cfg = p.cfg;
-  cfg.dp_sync = m.sync;
-  cfg.dp_sync.replicas = m.sync.local_steps > 0 ? l.dp : 1;  // DiLoCo: one replica per DP rank (DpSync::replicas)
+  DpSync sync = m.sync;
+  sync.replicas = m.sync.local_steps > 0 ? l.dp : 1;  // DiLoCo: one replica per DP rank (DpSync::replicas)
   auto stats = std::make_shared<LinkStats>();
   // DP rank d is world rank d (tp = pp = 1): its node is d / ranks_per_node.
   LayoutHooks hooks;
   hooks.wrap_dp = [&](Communicator& dp) -> std::unique_ptr<Communicator> {
     return std::make_unique<EmulatedLinkCommunicator>(dp, dp.rank() / p.ranks_per_node, link, stats);
   };
-  const LayoutOutcome o = run_layout({.model = p.model, .layout = l, .train = cfg, .device = ctx.device,
+  const LayoutOutcome o = run_layout({.model = p.model,
+                                      .layout = {.l = l, .hier_node_ranks = m.hierarchical ? p.ranks_per_node : 0,
+                                                 .dp_sync = sync},
+                                      .train = p.cfg, .device = ctx.device,
                                       .ops = precision_ops(ctx.backend), .host = world, .device_comm = &comm,
-                                      .data = *ctx.dataset, .gather = true, .hooks = &hooks,
-                                      .dp_hier_node_ranks = m.hierarchical ? p.ranks_per_node : 0});
+                                      .data = *ctx.dataset, .gather = true, .hooks = &hooks});
   Run r;
   r.step_s = slowest_step_times(o, world);
   r.losses = o.losses;

@@ -415,11 +415,12 @@ class ConformanceSuite : public SuiteWithParams<Params> {
         const int color = world.rank() < k ? 0 : 1;
         auto sub = world.split(color, world.rank(), "conformance:" + text);
         auto dev_sub = ctx.device_world ? ctx.device_world->split(color, world.rank(), "conformance:" + text) : nullptr;
+        LayoutSpec run = spec;  // its recipe with DiLoCo's replicas (recipe_of), as the references take it
+        run.dp_sync = cfg.dp_sync;
         LayoutOutcome out;
         if (world.rank() < k)
-          out = run_layout({.model = model, .layout = l, .train = cfg, .zero = spec.z, .recompute = spec.recompute,
-                            .device = ctx.device, .ops = ops, .host = *sub, .device_comm = dev_sub.get(),
-                            .data = data, .gather = true, .dp_hier_node_ranks = spec.hier_node_ranks});
+          out = run_layout({.model = model, .layout = run, .train = cfg, .device = ctx.device, .ops = ops,
+                            .host = *sub, .device_comm = dev_sub.get(), .data = data, .gather = true});
         world.barrier();
         const LayoutTimes times = gather_layout_times(world, out, cfg.steps, k, l.pp);
         if (world.rank() != 0) continue;

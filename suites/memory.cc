@@ -133,7 +133,7 @@ class MemorySuite : public SuiteWithParams<Params> {
       ParallelLayout l = c.layout;
       l.micro_batches = cfg.micro_batches;
       const LayoutOutcome out = run_layout(
-          {.model = model, .layout = l, .train = cfg, .zero = c.zero, .device = ctx.device, .host = world,
+          {.model = model, .layout = {.l = l, .z = c.zero}, .train = cfg, .device = ctx.device, .host = world,
            .data = *ctx.dataset});
       PlanConfig pc;
       pc.model = model;

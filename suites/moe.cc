@@ -153,7 +153,7 @@ json train_record(SuiteContext& ctx, const Params& o, int ep, std::vector<Check>
   cfg.micro_batches = 1;
   cfg.seq_len = o.seq;
   cfg.seed = o.seed;
-  const LayoutOutcome out = run_layout({.model = model, .layout = l, .train = cfg, .device = ctx.device,
+  const LayoutOutcome out = run_layout({.model = model, .layout = {.l = l}, .train = cfg, .device = ctx.device,
                                         .host = world, .data = *ctx.dataset});
   const size_t S = out.timings.size(), Lm = size_t(num_moe_layers(model)), per = size_t(E + 1);
   // Per step: the slowest rank's step and exchange seconds; the routing summed over ranks.

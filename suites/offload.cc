@@ -82,7 +82,7 @@ class OffloadSuite : public SuiteWithParams<Params> {
         ZeroConfig z;
         z.stage = stage;
         z.offload_optimizer = off == 1;
-        last[off] = run_layout({.model = t.model, .layout = t.layout, .train = t.cfg, .zero = z, .device = ctx.device,
+        last[off] = run_layout({.model = t.model, .layout = {.l = t.layout, .z = z}, .train = t.cfg, .device = ctx.device,
                                 .ops = precision_ops(be), .host = world, .device_comm = &comm,
                                 .data = *ctx.dataset});
         const std::vector<double> st = slowest_step_times(last[off], world);

@@ -108,8 +108,8 @@ ReferenceSet run_references(const GptConfig& model_cfg, Device& device, const Da
         ParallelLayout one;
         one.micro_batches = single.micro_batches;
         LayoutOutcome o =
-            run_layout({.model = model_cfg, .layout = one, .train = single, .device = device, .host = *self,
-                        .data = data, .gather = true});
+            run_layout({.model = model_cfg, .layout = {.l = one, .precision = cfg.precision, .dp_sync = cfg.dp_sync},
+                        .train = single, .device = device, .host = *self, .data = data, .gather = true});
         all[j].losses = o.losses;
         all[j].grad_norms = o.grad_norms;
         all[j].params = std::move(o.params);

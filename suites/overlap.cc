@@ -93,7 +93,7 @@ class OverlapSuite : public SuiteWithParams<Params> {
           z.reduce_bucket_size = bucket;
           z.overlap_comm = on == 1;
           const LayoutOutcome o =
-              run_layout({.model = t.model, .layout = t.layout, .train = t.cfg, .zero = z, .device = ctx.device,
+              run_layout({.model = t.model, .layout = {.l = t.layout, .z = z}, .train = t.cfg, .device = ctx.device,
                           .ops = precision_ops(be), .host = world, .device_comm = &comm,
                           .data = *ctx.dataset});
           const std::vector<double> st = slowest_step_times(o, world);

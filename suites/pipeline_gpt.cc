@@ -126,7 +126,7 @@ Measured measure(SuiteContext& ctx, const GptPipelineParams& o, Communicator* gr
     hooks.before_step = [&](int64_t step) {
       if (step == 1) pt = PartTimes(L);
     };
-    const LayoutOutcome out = run_layout({.model = o.model, .layout = l, .train = cfg, .device = ctx.device,
+    const LayoutOutcome out = run_layout({.model = o.model, .layout = {.l = l}, .train = cfg, .device = ctx.device,
                                           .ops = precision_ops(ctx.backend), .host = *group, .device_comm = dgroup,
                                           .data = *ctx.dataset, .spans = &rec, .hooks = &hooks, .part_times = &pt});
     for (int t = 0; t < T; ++t) {

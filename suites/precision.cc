@@ -124,8 +124,8 @@ class PrecisionSuite : public SuiteWithParams<Params> {
     for (int r = 0; r < reps; ++r)
       for (size_t i = 0; i < V; ++i) {
         TrainConfig cfg = t.cfg;
-        cfg.precision = variants[i].precision;
-        cfg.loss_scaler.enabled = cfg.precision == Precision::fp16;
+        const Precision prec = variants[i].precision;
+        cfg.loss_scaler.enabled = prec == Precision::fp16;
         cfg.loss_scaler.growth_interval = growth;
         if (variants[i].loss_scale_init > 0) {
           cfg.loss_scaler.init_scale = variants[i].loss_scale_init;
@@ -133,7 +133,8 @@ class PrecisionSuite : public SuiteWithParams<Params> {
         }
         ZeroConfig z = zero;
         z.fp32_communication = variants[i].fp32_comm;
-        last[i] = run_layout({.model = t.model, .layout = t.layout, .train = cfg, .zero = z, .device = ctx.device,
+        last[i] = run_layout({.model = t.model, .layout = {.l = t.layout, .z = z, .precision = prec}, .train = cfg,
+                              .device = ctx.device,
                               .ops = precision_ops(ctx.backend), .host = world, .device_comm = ctx.device_world,
                               .data = *ctx.dataset});
         const std::vector<double> st = slowest_step_times(last[i], world);

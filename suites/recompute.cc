@@ -87,7 +87,7 @@ class RecomputeSuite : public SuiteWithParams<Params> {
     LayoutOutcome last[3];
     for (int r = 0; r < reps; ++r)
       for (int i = 0; i < 3; ++i) {
-        last[i] = run_layout({.model = t.model, .layout = t.layout, .train = t.cfg, .recompute = kModes[i],
+        last[i] = run_layout({.model = t.model, .layout = {.l = t.layout, .recompute = kModes[i]}, .train = t.cfg,
                               .device = ctx.device, .host = world, .data = *ctx.dataset});
         const std::vector<double> st = slowest_step_times(last[i], world);
         times[i].insert(times[i].end(), st.begin() + 1, st.end());

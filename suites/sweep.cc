@@ -348,8 +348,8 @@ class SweepSuite : public SuiteWithParams<Params> {
       cal_s += cal_clock.elapsed();
       SpanRecorder rec(true);
       const LayoutOutcome out =
-          run_layout({.model = st.model, .layout = spec.l, .train = st.cfg, .zero = spec.z,
-                      .recompute = spec.recompute, .device = ctx.device, .ops = precision_ops(be),
+          run_layout({.model = st.model, .layout = spec, .train = st.cfg,
+                      .device = ctx.device, .ops = precision_ops(be),
                       .host = world, .device_comm = &comm, .data = *ctx.dataset, .spans = &rec});
       const std::vector<double> slowest = slowest_step_times(out, world);
       const double period = step_period(out, world);

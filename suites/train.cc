@@ -543,11 +543,11 @@ class TrainSuite : public SuiteWithParams<Params> {
         if (ck.resume_step_dir.empty() && plan.resume_from == "latest")
           ctx.print("# train: no checkpoint in " + plan.dir + " yet: a fresh run");
       }
-      run = run_layout({.model = model_cfg, .layout = layout, .train = cfg, .zero = zero, .recompute = recompute,
+      run = run_layout({.model = model_cfg, .layout = p.spec, .train = cfg,
                         .device = ctx.device, .ops = precision_ops(be), .host = world,
                         .device_comm = &dev_comm, .data = data, .gather = true, .spans = ctx.spans,
                         .checkpoints = plan.on() ? &ck : nullptr, .op_clock = clock.get(),
-                        .dp_hier_node_ranks = p.spec.hier_node_ranks, .step_slowdown = ctx.options.slowdown.train_step});
+                        .step_slowdown = ctx.options.slowdown.train_step});
     }
     const int every = std::max(1, cfg.steps / 10);
     for (int s = 0; s < cfg.steps; ++s)

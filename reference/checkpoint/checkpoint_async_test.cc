@@ -50,7 +50,7 @@ struct Fixture {
     zero.stage = 1;
   }
   LayoutOutcome run(const LayoutCheckpoints* ck) {
-    return run_layout({.model = kModel, .layout = l, .train = cfg, .zero = zero, .device = dev, .host = *w,
+    return run_layout({.model = kModel, .layout = {.l = l, .z = zero}, .train = cfg, .device = dev, .host = *w,
                        .data = data, .gather = true, .checkpoints = ck});
   }
   std::string sub(const std::string& name) const { return (fs::path(dir) / name).string(); }

@@ -113,8 +113,8 @@ void finish_saves(const LayoutCheckpoints& c, CheckpointWriter<T>& w, Communicat
 // an AgreedInputError: a pure function of the spec, so every rank throws it alike.
 void validate_run(const LayoutRunSpec& spec, const ParallelLayout& l, int world, const LayoutCheckpoints* ck) {
   const TrainConfig& cfg = spec.train;
-  const LayoutSpec s{.l = l, .z = spec.zero, .recompute = spec.recompute, .precision = cfg.precision,
-                     .hier_node_ranks = spec.dp_hier_node_ranks, .dp_sync = cfg.dp_sync};
+  LayoutSpec s = spec.layout;
+  s.l = l;
   LayoutCheckContext c{.world = world, .global_batch = cfg.global_batch, .seq_len = cfg.seq_len, .recipe = cfg};
   c.backend = spec.device.is_cpu() ? "cpu" : spec.ops.fp32 ? spec.ops.fp32->backend() : spec.device.name();
   if (ck) c.checkpoint_every = ck->every, c.resume_from = ck->resume_step_dir;
@@ -128,7 +128,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   Communicator& host = spec.host;
   Communicator& comm = spec.device_comm ? *spec.device_comm : spec.host;
   Device& device = spec.device;
-  ParallelLayout l = spec.layout;
+  ParallelLayout l = spec.layout.l;
   l.micro_batches = cfg.micro_batches;
   const LayoutCheckpoints* ck = spec.checkpoints;
   validate_run(spec, l, comm.size(), ck);  // every rank alike, before any collective
@@ -138,9 +138,9 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   // The hierarchical DP all-reduce goes over the hook's wrapper (a slowed or timed link stays in
   // the path).
   std::unique_ptr<Communicator> hier_dp;
-  if (spec.dp_hier_node_ranks > 0) {
-    hier_dp = std::make_unique<HierarchicalCommunicator>(wrapped_dp ? *wrapped_dp : *og.dp,
-                                                         comm.rank() / spec.dp_hier_node_ranks);
+  const int node_ranks = spec.layout.hier_node_ranks;
+  if (node_ranks > 0) {
+    hier_dp = std::make_unique<HierarchicalCommunicator>(wrapped_dp ? *wrapped_dp : *og.dp, comm.rank() / node_ranks);
   }
   Communicator& dp = hier_dp ? *hier_dp : wrapped_dp ? *wrapped_dp : *og.dp;
   ParallelGroups g{comm, *og.tp, dp, *og.pp, og.pp_backward.get(), og.ep.get(), og.expert_dp.get()};
@@ -158,8 +158,8 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
     ops = profiled.get();
   }
   ParallelGpt<T> m(spec.model, l, comm.rank(), device, *og.tp, ops, og.ep.get());
-  m.set_recompute(spec.recompute);
-  ZeroEngine<T> engine(m, spec.zero, dp, cfg.adamw, og.expert_dp.get());
+  m.set_recompute(spec.layout.recompute);
+  ZeroEngine<T> engine(m, spec.layout.z, dp, cfg.adamw, og.expert_dp.get());
   engine.load(m.initial_params(cfg.seed));
   LossScaler scaler(cfg.loss_scaler);
   TrainLoop loop;
@@ -169,7 +169,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   TrainHistory taken;  // the steps taken from a checkpoint
   CheckpointRunInfo info;
   if (ck) {
-    info = checkpoint_run_info(spec.model, l, spec.zero, cfg, spec.data.sha256, spec.recompute);
+    info = checkpoint_run_info(spec.model, l, spec.layout.z, cfg, spec.data.sha256, spec.layout.recompute);
     info.allowed_changes = ck->allowed_changes;
   }
   std::unique_ptr<CheckpointWriter<T>> writer;
@@ -273,13 +273,27 @@ void record_steps(LayoutOutcome& out, TrainHistory before, const TrainRun& run, 
   expect("timings", out.timings.size(), run_here);
 }
 
+TrainConfig layout_train_config(const LayoutSpec& s, const TrainConfig& train) {
+  TrainConfig t = train;
+  DTB_CHECK(t.precision == Precision::fp32 || t.precision == s.precision,
+            "run_layout: train.precision " + std::string(to_string(t.precision)) + " disagrees with layout.precision " +
+                std::string(to_string(s.precision)) + " (a layout run's precision is the LayoutSpec's)");
+  DTB_CHECK(t.dp_sync == DpSync{} || t.dp_sync == s.dp_sync,
+            "run_layout: train.dp_sync disagrees with layout.dp_sync (a layout run's DP sync recipe is the LayoutSpec's)");
+  t.precision = s.precision;
+  t.dp_sync = s.dp_sync;
+  return t;
+}
+
 PrecisionOps precision_ops(Backend* backend) {
   if (!backend) return {};
   return {.fp32 = &backend->ops(), .bf16 = backend->bf16_ops(), .fp16 = backend->fp16_ops()};
 }
 
-LayoutOutcome run_layout(const LayoutRunSpec& spec) {
-  const Precision p = spec.train.precision;
+LayoutOutcome run_layout(const LayoutRunSpec& in) {
+  LayoutRunSpec spec = in;
+  spec.train = layout_train_config(in.layout, in.train);  // one copy of precision and dp_sync: the layout's
+  const Precision p = spec.layout.precision;
   const bool half_ops = p == Precision::bf16 ? spec.ops.bf16 != nullptr : spec.ops.fp16 != nullptr;
   if (p != Precision::fp32 && !half_ops && !spec.device.is_cpu()) {
     const std::string name = spec.ops.fp32 ? spec.ops.fp32->backend() : spec.device.name();

@@ -21,6 +21,7 @@
 #include "reference/model/data.h"
 #include "reference/model/gpt.h"
 #include "reference/analytic/memory_model.h"
+#include "reference/layout/layout_spec.h"
 #include "reference/layout/process_grid.h"
 #include "reference/training/spans.h"
 #include "reference/training/trainer.h"
@@ -94,19 +95,29 @@ struct PrecisionOps {
 PrecisionOps precision_ops(Backend* backend);
 
 /// One layout run. Designated-initialiser friendly: the references are required, the rest
-/// has defaults, e.g. run_layout({.model = m, .layout = l, .train = cfg, .device = dev,
+/// has defaults, e.g. run_layout({.model = m, .layout = spec, .train = cfg, .device = dev,
 /// .host = world, .data = data}).
+///
+/// Every per-layout setting is in `layout` and nowhere else: degrees, schedule, virtual stages,
+/// layer split, SP, EP, ZeRO stage and offload, recompute, precision, the DP sync recipe and the
+/// hierarchical node size. `train` holds the run's other settings (steps, batch, data, AdamW,
+/// clipping, loss scaling, p2p overlap). The trainer's TrainConfig::precision and
+/// TrainConfig::dp_sync are derived from `layout` by run_layout; leave them at their defaults
+/// here (a value that disagrees with the layout's is refused: run_layout).
 struct LayoutRunSpec {
   GptConfig model{};
-  /// tp x dp x pp, schedule, virtual stages; micro_batches is taken from train.micro_batches.
-  ParallelLayout layout{};
+  /// The layout and its settings (reference/layout/layout_spec.h); layout.l.micro_batches is
+  /// taken from train.micro_batches. layout.hier_node_ranks: the DP all-reduce, 0 flat, N > 0
+  /// hierarchical (kernels/comm/hierarchical_communicator.h) over nodes of N consecutive ranks
+  /// of the layout's communicator (node of rank r = r / N), wrapped around the DP group after
+  /// hooks->wrap_dp (validate_dp_hierarchical must pass). layout.dp_sync.replicas is the
+  /// caller's to set (the layout's dp, for local steps).
+  LayoutSpec layout{};
   /// Steps, global batch (sequences per step), micro-batches per DP rank, seq_len, seed,
-  /// AdamW, clipping, loss scaling, precision (fp32, bf16, fp16): the ops of `ops` for it.
+  /// AdamW, clipping, loss scaling. Its precision and dp_sync are not read: see above.
   TrainConfig train{};
-  ZeroConfig zero{};
-  Recompute recompute = Recompute::none;
   Device& device;
-  /// The backend's compute ops per precision (precision_ops); the one for train.precision is
+  /// The backend's compute ops per precision (precision_ops); the one for layout.precision is
   /// used, and must be non-null on a non-CPU device.
   PrecisionOps ops{};
   /// An MPI communicator of layout.world() ranks: the gathers and the checkpoints' files
@@ -127,10 +138,6 @@ struct LayoutRunSpec {
   /// Compute seconds per model part over the training steps (ParallelGpt::set_part_times; this
   /// rank's parts), attached after step 0's gradient as op_clock; null: none. Its L is the model's.
   PartTimes* part_times = nullptr;
-  /// The DP all-reduce: 0 flat; N > 0 hierarchical (kernels/comm/hierarchical_communicator.h)
-  /// over nodes of N consecutive ranks of the layout's communicator (node of rank r = r / N),
-  /// wrapped around the DP group after hooks->wrap_dp (validate_dp_hierarchical must pass).
-  int dp_hier_node_ranks = 0;
   /// Test-only: each training step takes this factor times as long (TrainLoop::step_slowdown,
   /// DTB_INJECT_SLOWDOWN's train_step); 1: none.
   double step_slowdown = 1.0;
@@ -184,7 +191,7 @@ struct LayoutOutcome {
 /// it is a bug of the trainer: DTB_CHECK aborts naming the field and the counts.
 void record_steps(LayoutOutcome& out, TrainHistory before, const TrainRun& run, const TrainConfig& cfg);
 
-/// Trains spec.model on spec.layout in spec.train.precision with spec.zero: step 0's
+/// Trains spec.model on spec.layout (its precision, ZeRO, recompute, DP sync recipe): step 0's
 /// gradient first (unless resuming), then the training steps, saving checkpoints as
 /// spec.checkpoints says. Collective over spec.host. The device's peaks are reset before
 /// the model is built, so peak_activation_bytes is the stored activations' high-water mark
@@ -195,15 +202,24 @@ void record_steps(LayoutOutcome& out, TrainHistory before, const TrainRun& run, 
 /// Errors: AgreedInputError, before any collective, with the first of the layout validator's
 /// refusals of the run (reference/layout/layout_validate.h layout_refusals: the layout, ZeRO,
 /// zb-h1 with full recompute, an MoE model's limits, the DP sync recipe and its layout,
-/// checkpoints with a non-synchronous train.dp_sync, the hierarchical all-reduce);
+/// checkpoints with a non-synchronous layout.dp_sync, the hierarchical all-reduce);
 /// "precision <p>: the <backend> backend has no <p> ops" for bf16 / fp16 on a non-CPU device
 /// whose ops for it are null, and from a resume (load_checkpoint's, a history that
 /// does not hold the checkpoint's steps, a checkpoint that leaves no step to run), the same
 /// on every rank. Stale gradients and local steps run through parallel_train's
 /// DpSyncStepper (step 0's gradient, grads0, stays the synchronous one); their DP bytes are in
 /// dp_comm_bytes. A failed save is not an error: it is recorded (checkpoints.save_error)
-/// and training goes on without saving.
+/// and training goes on without saving. The trainer sees layout_train_config(spec.layout,
+/// spec.train): a spec.train.precision / dp_sync set and unlike the layout's aborts (DTB_CHECK),
+/// so the two copies cannot silently differ.
 LayoutOutcome run_layout(const LayoutRunSpec& spec);
+
+/// The TrainConfig a layout run's trainer sees: `train` with precision and dp_sync set to
+/// `layout`'s, the one copy of each. A train.precision other than fp32, or a train.dp_sync other
+/// than DpSync{}, that differs from the layout's is a caller's bug (two copies of one setting
+/// disagreeing): DTB_CHECK aborts naming both precisions, or "train.dp_sync disagrees with
+/// layout.dp_sync". A pure function of its arguments.
+TrainConfig layout_train_config(const LayoutSpec& layout, const TrainConfig& train);
 
 /// Refuses a hierarchical DP all-reduce over nodes of `node_ranks` consecutive ranks that cannot
 /// work or would change nothing, with an InputError naming the numbers: node_ranks < 1; nodes not

@@ -78,7 +78,6 @@ TEST(LayoutRunner, ResumeThroughTheRunnerContinuesBitwise) {
   auto w = make_mpi_world();
   const int n = w->size();
   TrainConfig cfg = small_config();
-  cfg.precision = Precision::fp16;
   cfg.loss_scaler.enabled = true;
   ParallelLayout l;
   l.tp = n % 2 == 0 ? 2 : 1;
@@ -90,7 +89,8 @@ TEST(LayoutRunner, ResumeThroughTheRunnerContinuesBitwise) {
   const SharedTempDir tmp(*w);
   const std::string& dir = tmp.path();
   auto spec = [&](const LayoutCheckpoints* ck) {
-    return LayoutRunSpec{.model = kModel, .layout = l, .train = cfg, .zero = zero, .device = dev, .host = *w,
+    return LayoutRunSpec{.model = kModel, .layout = {.l = l, .z = zero, .precision = Precision::fp16}, .train = cfg,
+                         .device = dev, .host = *w,
                          .data = data, .gather = true, .checkpoints = ck};
   };
   const LayoutOutcome full = run_layout(spec(nullptr));
@@ -144,7 +144,7 @@ TEST(LayoutRunner, StagedDeviceWorldTrainsBitwiseAsTheHostOne) {
   for (const Case& c : cases) {
     CpuDevice dev_host, dev_staged;
     auto spec = [&](CpuDevice& dev, Communicator* device_comm) {
-      return LayoutRunSpec{.model = kModel, .layout = c.l, .train = cfg, .zero = c.z, .device = dev, .host = *w,
+      return LayoutRunSpec{.model = kModel, .layout = {.l = c.l, .z = c.z}, .train = cfg, .device = dev, .host = *w,
                            .device_comm = device_comm, .data = data, .gather = true};
     };
     const LayoutOutcome ref = run_layout(spec(dev_host, nullptr));
@@ -177,7 +177,6 @@ TEST(LayoutRunner, PassedOpsTrainBitwiseAsTheDefaultsOnANonCpuDeviceToo) {
   const Dataset data = test_data();
   for (const Precision prec : {Precision::fp32, Precision::bf16, Precision::fp16}) {
     TrainConfig cfg = small_config();
-    cfg.precision = prec;
     cfg.loss_scaler.enabled = prec == Precision::fp16;
     const bool half = prec != Precision::fp32;
     struct Case {
@@ -193,7 +192,7 @@ TEST(LayoutRunner, PassedOpsTrainBitwiseAsTheDefaultsOnANonCpuDeviceToo) {
     for (const Case& c : cases) {
       CpuDevice dev_cpu, dev_cpu2;
       HostAsDevice dev_other;
-      const LayoutOutcome ref = run_layout({.model = kModel, .layout = c.l, .train = cfg, .zero = c.z,
+      const LayoutOutcome ref = run_layout({.model = kModel, .layout = {.l = c.l, .z = c.z, .precision = prec}, .train = cfg,
                                             .device = dev_cpu, .host = *w, .data = data, .gather = true});
       const std::string what = std::string(to_string(prec)) + " tp " + std::to_string(c.l.tp) + " dp " +
                                std::to_string(c.l.dp) + " zero " + std::to_string(c.z.stage) +
@@ -203,7 +202,7 @@ TEST(LayoutRunner, PassedOpsTrainBitwiseAsTheDefaultsOnANonCpuDeviceToo) {
         CountingOps<bf16> b16(half_b);
         CountingOps<fp16> f16(half_f);
         const LayoutOutcome out =
-            run_layout({.model = kModel, .layout = c.l, .train = cfg, .zero = c.z, .device = *dev,
+            run_layout({.model = kModel, .layout = {.l = c.l, .z = c.z, .precision = prec}, .train = cfg, .device = *dev,
                         .ops = {.fp32 = &f32, .bf16 = &b16, .fp16 = &f16}, .host = *w, .data = data, .gather = true});
         const std::string on = what + " on " + dev->name();
         EXPECT_EQ(out.losses, ref.losses) << on;
@@ -225,11 +224,10 @@ TEST(LayoutRunner, HalfPrecisionWithoutTheBackendsOpsIsRefused) {
   const Dataset data = test_data();
   HostAsDevice dev;
   for (const Precision prec : {Precision::bf16, Precision::fp16}) {
-    TrainConfig cfg = small_config();
-    cfg.precision = prec;
+    const TrainConfig cfg = small_config();
     const std::string p(to_string(prec));
     try {
-      run_layout({.model = kModel, .layout = {}, .train = cfg, .device = dev, .host = *self, .data = data});
+      run_layout({.model = kModel, .layout = {.precision = prec}, .train = cfg, .device = dev, .host = *self, .data = data});
       ADD_FAILURE() << p << " ran without its ops on a non-CPU device";
     } catch (const InputError& e) {
       EXPECT_EQ(std::string(e.what()), "precision " + p + ": the host-as-device backend has no " + p + " ops");
@@ -266,7 +264,7 @@ TEST(LayoutRunner, BlockingSendsTrainBitwiseAsOverlappedOnes) {
       CpuDevice dev;
       TrainConfig t = cfg;
       t.overlap_p2p_comm = blocking == 0;
-      out[blocking] = run_layout({.model = model, .layout = l, .train = t, .device = dev, .host = *world,
+      out[blocking] = run_layout({.model = model, .layout = {.l = l}, .train = t, .device = dev, .host = *world,
                                   .data = data, .gather = true, .part_times = blocking ? nullptr : &parts});
     }
     EXPECT_EQ(out[0].losses, out[1].losses);
@@ -294,8 +292,45 @@ TEST(LayoutRunner, BlockingSendsTrainBitwiseAsOverlappedOnes) {
   TrainConfig t = cfg;
   t.overlap_p2p_comm = false;
   CpuDevice dev;
-  EXPECT_THROW(run_layout({.model = model, .layout = l, .train = t, .device = dev, .host = *world, .data = data}),
+  EXPECT_THROW(run_layout({.model = model, .layout = {.l = l}, .train = t, .device = dev, .host = *world, .data = data}),
                InputError);
+}
+
+// The layout's precision and DP sync recipe are the ones the run trains with: set in the
+// LayoutSpec alone (the TrainConfig's left at their defaults), the run is bitwise the one with
+// both copies set alike, and not the fp32 / synchronous one. Stale gradients (staleness 1) over
+// DP n; bf16 on one rank.
+TEST(LayoutRunner, PrecisionAndDpSyncComeFromTheLayoutSpec) {
+  auto w = make_mpi_world();
+  const int n = w->size();
+  const Dataset data = test_data();
+  CpuDevice dev;
+  const TrainConfig plain = small_config();
+  TrainConfig both = plain;
+  both.precision = Precision::bf16;
+  auto run_in = [&](Precision p, const TrainConfig& cfg) {
+    auto self = make_mpi_self();
+    return run_layout({.model = kModel, .layout = {.precision = p}, .train = cfg, .device = dev, .host = *self,
+                       .data = data, .gather = true});
+  };
+  const LayoutOutcome bf16_spec = run_in(Precision::bf16, plain), bf16_both = run_in(Precision::bf16, both);
+  const LayoutOutcome fp32 = run_in(Precision::fp32, plain);
+  EXPECT_EQ(bf16_spec.losses, bf16_both.losses);
+  EXPECT_EQ(bf16_spec.params, bf16_both.params);
+  EXPECT_NE(bf16_spec.losses, fp32.losses) << "layout.precision bf16 trained in fp32";
+
+  if (n < 2) GTEST_SKIP() << "stale gradients need DP >= 2";
+  const DpSync stale{.staleness = 1};
+  TrainConfig stale_cfg = plain;
+  stale_cfg.dp_sync = stale;
+  auto run_dp = [&](const DpSync& d, const TrainConfig& cfg) {
+    return run_layout({.model = kModel, .layout = {.l = {.dp = n}, .dp_sync = d}, .train = cfg, .device = dev,
+                       .host = *w, .data = data, .gather = true});
+  };
+  const LayoutOutcome stale_spec = run_dp(stale, plain), stale_both = run_dp(stale, stale_cfg);
+  const LayoutOutcome sync = run_dp(DpSync{}, plain);
+  EXPECT_EQ(stale_spec.losses, stale_both.losses);
+  EXPECT_NE(stale_spec.losses, sync.losses) << "layout.dp_sync staleness 1 trained synchronously";
 }
 
 }  // namespace

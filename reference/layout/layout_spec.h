@@ -48,12 +48,14 @@ const char* key_name(LayoutKey k);
 /// "memory_flag"}, "" where the form has none.
 nlohmann::json layout_spellings_json();
 
-/// A layout with its ZeRO settings, recompute and precision, as the train, conformance and
-/// sweep suites run it. `precision` is the run's storage recipe (TrainConfig::precision is
-/// set from it); z.fp32_communication carries communication_data_type.
+/// A layout with every per-layout setting, as every suite runs it (reference/layout/layout_runner.h
+/// LayoutRunSpec::layout, the one copy): degrees, schedule, virtual stages, layer split, SP and EP
+/// (l), ZeRO stage and offload (z; z.fp32_communication carries communication_data_type),
+/// recompute, precision, the DP sync recipe and the hierarchical node size. `precision` is the
+/// run's storage recipe (run_layout sets the trainer's TrainConfig::precision from it).
 struct LayoutSpec {
-  ParallelLayout l;
-  ZeroConfig z;
+  ParallelLayout l{};
+  ZeroConfig z{};
   Recompute recompute = Recompute::none;
   Precision precision = Precision::fp32;
   /// The DP gradient all-reduce: 0 flat (the DP group's own); N > 0 hierarchical

@@ -243,8 +243,8 @@ TEST(ExpertParallel, RecomputeIsBitwiseKeepingEveryActivation) {
   std::vector<std::vector<double>> counts[2];
   for (int i = 0; i < 2; ++i) {
     CpuDevice dev;
-    counts[i] = run_layout({.model = model, .layout = l, .train = two, .recompute = i ? Recompute::full : Recompute::none,
-                            .device = dev, .host = *w, .data = test_data()})
+    counts[i] = run_layout({.model = model, .layout = {.l = l, .recompute = i ? Recompute::full : Recompute::none},
+                            .train = two, .device = dev, .host = *w, .data = test_data()})
                     .moe_counts;
   }
   EXPECT_EQ(counts[1], counts[0]) << "full recompute counted the routing again";
@@ -266,7 +266,7 @@ TEST(ExpertParallel, TheRunnerCountsEachStepsAssignmentsOnce) {
     l.tp = tp, l.dp = dp, l.pp = pp, l.ep = 2;
     SCOPED_TRACE("tp " + std::to_string(tp) + " dp " + std::to_string(dp) + " pp " + std::to_string(pp));
     CpuDevice dev;
-    const LayoutOutcome out = run_layout({.model = model, .layout = l, .train = cfg, .device = dev, .host = *w,
+    const LayoutOutcome out = run_layout({.model = model, .layout = {.l = l}, .train = cfg, .device = dev, .host = *w,
                                           .data = test_data()});
     ASSERT_EQ(out.moe_counts.size(), size_t(cfg.steps));
     ASSERT_EQ(out.moe_all_to_all_s.size(), size_t(cfg.steps));
@@ -296,13 +296,13 @@ TEST(ExpertParallel, TheLayoutRunnerTrainsItAndRefusesWhatDoesNotDivide) {
   CpuDevice dev;
   ParallelLayout l;
   l.dp = 4, l.ep = 2;
-  const LayoutOutcome out = run_layout({.model = model, .layout = l, .train = cfg, .device = dev, .host = *w,
+  const LayoutOutcome out = run_layout({.model = model, .layout = {.l = l}, .train = cfg, .device = dev, .host = *w,
                                         .data = test_data(), .gather = true});
   EXPECT_EQ(out.losses.size(), 2u);
   EXPECT_EQ(out.replica_params, 0.0);
   auto refused = [&](ParallelLayout bad, const GptConfig& m, const std::string& what) {
     try {
-      run_layout({.model = m, .layout = bad, .train = cfg, .device = dev, .host = *w, .data = test_data()});
+      run_layout({.model = m, .layout = {.l = bad}, .train = cfg, .device = dev, .host = *w, .data = test_data()});
       ADD_FAILURE() << "not refused: " << what;
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();

@@ -32,15 +32,14 @@ LayoutOutcome run(const Case& c, const std::string& schedule, Communicator& w) {
   cfg.micro_batches = 8 / c.dp;  // m >= p on every layout here
   cfg.seq_len = 16;
   cfg.adamw.lr = 1e-2f;
-  cfg.precision = c.precision;
   ParallelLayout l;
   l.tp = c.tp, l.dp = c.dp, l.pp = c.pp, l.schedule = schedule;
   ZeroConfig z;
   z.stage = c.zero;
   CpuDevice dev;
   const Dataset data = test_data();
-  return run_layout({.model = kModel, .layout = l, .train = cfg, .zero = z, .recompute = c.recompute, .device = dev,
-                     .host = w, .data = data, .gather = true});
+  return run_layout({.model = kModel, .layout = {.l = l, .z = z, .recompute = c.recompute, .precision = c.precision},
+                     .train = cfg, .device = dev, .host = w, .data = data, .gather = true});
 }
 
 size_t differing(const std::vector<double>& a, const std::vector<double>& b) {

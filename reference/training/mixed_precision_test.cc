@@ -68,8 +68,10 @@ double unit_roundoff_of(Precision p) {
 LayoutOutcome run(const ParallelLayout& layout, const TrainConfig& cfg, const ZeroConfig& zero, Communicator& comm,
                   Recompute recompute = Recompute::none, bool gather = true) {
   CpuDevice dev;
-  return run_layout({.model = kModel, .layout = layout, .train = cfg, .zero = zero, .recompute = recompute,
-                     .device = dev, .host = comm, .data = test_data(), .gather = gather});
+  return run_layout({.model = kModel,
+                     .layout = {.l = layout, .z = zero, .recompute = recompute, .precision = cfg.precision,
+                                .dp_sync = cfg.dp_sync},
+                     .train = cfg, .device = dev, .host = comm, .data = test_data(), .gather = gather});
 }
 
 // The largest per-tensor ||a - ref|| / ||ref|| over gpt.h's tensors (each tensor all layers;

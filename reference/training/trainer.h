@@ -46,6 +46,10 @@ struct DpSync {
 
 /// One training run's settings: steps, the global batch (sequences per step over all DP
 /// ranks) split into micro-batches per rank, the sequence length, the data seed and AdamW.
+/// precision and dp_sync are read by the single-rank trainers (train, compute_gradients, the
+/// oracle's references); a layout run (reference/layout/layout_runner.h run_layout) takes both
+/// from its LayoutSpec instead, the one copy: leave them at their defaults there (run_layout
+/// aborts on a value set here that differs from the LayoutSpec's).
 struct TrainConfig {
   int steps = 10;
   int global_batch = 8;   // sequences per step, over all DP ranks
@@ -60,8 +64,8 @@ struct TrainConfig {
   LossScalerConfig loss_scaler;
   /// The precision recipe (Micikevicius et al. 2018): fp32, or bf16 / fp16 parameters,
   /// activations and gradients with fp32 accumulation, master weights and Adam moments
-  /// (kernels/half.h, reference/zero/zero.h); the sharded trainer's runs (reference/layout/layout_runner.h run_layout)
-  /// only: the single-rank Gpt trainer computes in its template type.
+  /// (kernels/half.h, reference/zero/zero.h); the sharded trainer's runs (reference/layout/layout_runner.h run_layout,
+  /// which sets it from LayoutSpec::precision) only: the single-rank Gpt trainer computes in its template type.
   Precision precision = Precision::fp32;
   /// Pipeline sends (Megatron-LM's --overlap-p2p-communication; the article's [docs/claims.md#the-article] §5.2): true posts
   /// each activation or gradient send and computes on, the sends waited for at the step's end;
@@ -69,7 +73,8 @@ struct TrainConfig {
   /// (Megatron-LM's non-overlapped send_forward_recv_backward pairing; the blocking baseline;
   /// not with schedule interleaved, refused). Values are the same either way.
   bool overlap_p2p_comm = true;
-  /// How DP replicas keep in step: synchronous, stale gradients or local steps (DpSync).
+  /// How DP replicas keep in step: synchronous, stale gradients or local steps (DpSync). In a
+  /// layout run: LayoutSpec::dp_sync's (run_layout sets it).
   DpSync dp_sync{};
 };
 
