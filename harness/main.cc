@@ -312,6 +312,45 @@ void check_allow_changed_resumes(const std::vector<std::string>& allow, const js
                      "train.resume_from is empty or the train suite is not run)");
 }
 
+// The run's id, rank 0's (its clock, its directory: one report path): --run-id as given, else
+// the config's name and the time (make_run_id), with "-2", "-3", ... for two runs in one second.
+std::string choose_run_id(const std::string& given, const std::string& config_name, const std::string& out_dir) {
+  std::string id = given.empty() ? make_run_id(config_name) : given;
+  for (int k = 2; given.empty() && k < 1000 && fs::exists(out_dir + "/" + id + ".json"); ++k)
+    id = make_run_id(config_name) + "-" + std::to_string(k);
+  return id;
+}
+
+// Before anything is measured: the output directory writable, the report paths regular files
+// where they exist, the trace's directory writable. Errors: InputError naming the path.
+void check_output_paths(const std::string& out_dir, const std::string& run_id, const std::string& trace) {
+  check_dir_writable(out_dir, "output directory");
+  for (const std::string& f : {out_dir + "/latest.json", out_dir + "/" + run_id + ".json"}) {
+    std::error_code ec;
+    if (fs::exists(f, ec) && !fs::is_regular_file(f, ec))
+      throw InputError("report path " + f + " exists and is not a regular file");
+  }
+  if (!trace.empty()) {
+    if (fs::is_directory(trace)) throw InputError("--trace: '" + trace + "' is a directory");
+    const fs::path dir = fs::path(trace).parent_path();
+    check_dir_writable(dir.empty() ? "." : dir.string(), "--trace directory");
+  }
+}
+
+// The dataset at `path` (at least min_bytes), read on rank 0 and sent to every rank (no shared
+// file system assumed). Errors: load_dataset's InputError, on every rank.
+Dataset dataset_on_every_rank(Communicator& world, const std::string& path, size_t min_bytes) {
+  const std::string bytes = on_root(world, [&] {
+    Dataset d = load_dataset(path, min_bytes);
+    return d.sha256 + std::string(d.bytes.begin(), d.bytes.end());
+  });
+  Dataset data;
+  data.path = path;
+  data.sha256 = bytes.substr(0, 64);
+  data.bytes.assign(bytes.begin() + 64, bytes.end());
+  return data;
+}
+
 int cmd_run(Communicator& world, const RunArgs& args) {
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
@@ -338,37 +377,12 @@ int cmd_run(Communicator& world, const RunArgs& args) {
     return 0;
   }
   const std::string out_dir = cfg["output_dir"];
-  const std::string run_id = on_root(world, [&] {  // rank 0's (its clock, its directory): one report path
-    std::string id = args.run_id.empty() ? make_run_id(cfg["name"]) : args.run_id;
-    for (int k = 2; args.run_id.empty() && k < 1000 && fs::exists(out_dir + "/" + id + ".json"); ++k)
-      id = make_run_id(cfg["name"]) + "-" + std::to_string(k);  // two runs in the same second: "-2", "-3", ...
-    return id;
-  });
-  // The output directory (and the trace's) must be writable before anything is measured.
+  const std::string run_id = on_root(world, [&] { return choose_run_id(args.run_id, cfg["name"], out_dir); });
   on_root(world, [&] {
-    check_dir_writable(out_dir, "output directory");
-    for (const std::string& f : {out_dir + "/latest.json", out_dir + "/" + run_id + ".json"}) {
-      std::error_code ec;
-      if (fs::exists(f, ec) && !fs::is_regular_file(f, ec))
-        throw InputError("report path " + f + " exists and is not a regular file");
-    }
-    if (!args.trace.empty()) {
-      if (fs::is_directory(args.trace)) throw InputError("--trace: '" + args.trace + "' is a directory");
-      const fs::path dir = fs::path(args.trace).parent_path();
-      check_dir_writable(dir.empty() ? "." : dir.string(), "--trace directory");
-    }
+    check_output_paths(out_dir, run_id, args.trace);
     return std::string();
   });
-  // The dataset: read on rank 0, sent to all (no shared file system assumed).
-  Dataset data;
-  const size_t min_bytes = cfg["model"]["T"].get<size_t>() + 2;
-  std::string bytes = on_root(world, [&] {
-    Dataset d = load_dataset(cfg["data"], min_bytes);
-    return d.sha256 + std::string(d.bytes.begin(), d.bytes.end());
-  });
-  data.path = cfg["data"];
-  data.sha256 = bytes.substr(0, 64);
-  data.bytes.assign(bytes.begin() + 64, bytes.end());
+  const Dataset data = dataset_on_every_rank(world, cfg["data"], cfg["model"]["T"].get<size_t>() + 2);
 
   // The backend: one GPU per rank (by its index on the node) on CUDA.
   std::unique_ptr<Backend> backend;
