@@ -37,7 +37,7 @@ struct Params {
   static Params parse(const json& s, const json& config, const WorldInfo& world) {
     Params p;
     p.t = timed_dp_setup(s, config, "offload", world.size);
-    p.stage = zero_stage_from_json(s, "offload", 1, 3);
+    p.stage = zero_stage_from_json(s, "offload", 1, kMaxZeroStage);
     p.reps = int(int_in_range(s, "repetitions", "offload.repetitions", 1, 100));
     return p;
   }

@@ -34,7 +34,7 @@ struct Params {
   static Params parse(const json& s, const json& config, const WorldInfo& world) {
     Params p;
     p.t = timed_dp_setup(s, config, "overlap", world.size);
-    p.stage = zero_stage_from_json(s, "overlap", 2, 3);
+    p.stage = zero_stage_from_json(s, "overlap", 2, kMaxZeroStage);
     p.reps = int(int_in_range(s, "repetitions", "overlap.repetitions", 1, 100));
     const json& b = s.at("bucket_sizes");
     if (b.empty()) throw InputError("overlap.bucket_sizes is empty");

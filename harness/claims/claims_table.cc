@@ -84,7 +84,7 @@ const std::map<std::string, EvaluatorEntry>& evaluators() {
        {per_gpu,
         {{"model", text()}, {tp, count(1, kMaxRanks)}, {pp, count(1, kMaxStages)}, {dp, count(1, kMaxRanks)},
          {"weights_gb", positive()}, {"optimizer_gb", positive()}, {"activations_gb", positive()},
-         {"grads_gb", positive()}, {"micro_batches", count(1, kMaxSteps)}, {zero_stage, count(0, 3)},
+         {"grads_gb", positive()}, {"micro_batches", count(1, kMaxSteps)}, {zero_stage, count(0, kMaxZeroStage)},
          {"micro_batch_size", count(1, kMaxSteps)}}}},
       {"recompute",
        {recompute,
