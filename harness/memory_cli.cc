@@ -426,6 +426,7 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
 }
 
 json memory_plan_json(const CLI::App& sub, const MemoryArgs& a) {
+  validate_zero_stage(a.zero_stage, flag(LayoutKey::zero_stage));  // named as the user gave it, as plan does
   return given(sub, "--params") ? params_plan(sub, a) : model_plan(sub, a);
 }
 

@@ -86,7 +86,7 @@ expect_error() {  # expect_error WANTED_SUBSTRING ARGS...
 expect_error "unknown model 'gpt2-125m' (did you mean gpt2-124m?)" --model gpt2-125m
 expect_error "heads are not divisible by tensor_parallel = 3" --model 10b --tp 3
 expect_error "layers are not divisible by pipeline_parallel (3)" --model 10b --pp 3
-expect_error "zero_stage must be 0-3, got 4" --model 10b --zero-stage 4
+expect_error "--zero-stage must be 0-3, got 4" --model 10b --zero-stage 4
 expect_error "offload_optimizer cpu needs ZeRO stage 1, 2 or 3" --model 10b --offload-optimizer cpu
 expect_error "--layers must be in [1, 1048576], got -2" --layers -2 --hidden 64 --heads 4
 expect_error "--micro-batch-size must be in [1, 65536], got 0" --model 1b --micro-batch-size 0
