@@ -229,7 +229,8 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   size_t start = 0;
   for (size_t i = 0; i <= text.size(); ++i)
     if (i == text.size() || text[i] == ':') parts.push_back(text.substr(start, i - start)), start = i + 1;
-  if (parts.empty() || parts.size() > 8 || parts[0].empty()) throw bad("is not a layout");
+  // The dimensions and each of the 11 option kinds at most once (a repeat is refused below, by name).
+  if (parts.empty() || parts.size() > 12 || parts[0].empty()) throw bad("is not a layout");
   LayoutSpec spec;
   parse_spec_dims(parts[0], spec.l, bad);
   const std::string v = spelling(LayoutKey::virtual_stages).spec_token, zero = spelling(LayoutKey::zero_stage).spec_token;

@@ -122,6 +122,17 @@ TEST(LayoutSpecText, RoundTripsGeneratedSpecs) {
   EXPECT_GT(lambdas, 20);
 }
 
+// Every option kind at once (10 options, 11 parts) parses and prints back: the parser once
+// refused more than 8 parts as "is not a layout".
+TEST(LayoutSpecText, EveryOptionAtOnce) {
+  for (const std::string t : {"PP4:interleaved:v2:layers1+3+3+1:sp:zero1:offload:full:hier2:stale1:dc",
+                              "TP2xPP2xDP2:zb-h1:layers3+5:sp:zero3:offload:selective:hier4:local8"}) {
+    const LayoutSpec s = parse_layout_spec(t, "t");
+    EXPECT_EQ(layout_spec_text(s), t);
+  }
+  EXPECT_THROW(parse_layout_spec("TP2:zero1:zero2", "t"), InputError);  // a repeat, by name
+}
+
 TEST(LayoutSpecText, OtherForms) {
   const LayoutSpec moe = parse_layout_spec("DP4xEP2xPP2", "t");
   SpecTextForm sweep;
