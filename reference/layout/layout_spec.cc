@@ -15,25 +15,25 @@ using nlohmann::json;
 
 const std::vector<LayoutSpelling>& layout_spellings() {
   static const std::vector<LayoutSpelling> table = {
-      // key                       config key                 spec    name key     field key                  memory flag
-      {LayoutKey::tp,             "tensor_parallel",         "TP",   "tp",        "tp",                      "--tp"},
-      {LayoutKey::pp,             "pipeline_parallel",       "PP",   "pp",        "pp",                      "--pp"},
-      {LayoutKey::dp,             "data_parallel",           "DP",   "dp",        "dp",                      "--dp"},
-      {LayoutKey::ep,             "expert_parallel",         "EP",   "ep",        "ep",                      "--expert-parallel"},
-      {LayoutKey::sequence_parallel, "sequence_parallel",    "sp",   "sp",        "sequence_parallel",       "--sequence-parallel"},
-      {LayoutKey::schedule,       "schedule",                "",     "schedule",  "schedule",                "--schedule"},
-      {LayoutKey::virtual_stages, "virtual_stages",          "v",    "v",         "virtual_stages",          "--virtual-stages"},
-      {LayoutKey::pipeline_layers, "pipeline_layers",        "layers", "layers",  "pipeline_layers",         "--pipeline-layers"},
-      {LayoutKey::micro_batches,  "micro_batches",           "",     "m",         "micro_batches",           "--micro-batches"},
-      {LayoutKey::zero_stage,     "zero_stage",              "zero", "zero",      "zero_stage",              "--zero-stage"},
-      {LayoutKey::offload,        "offload_optimizer",       "offload", "offload", "offload_optimizer",      "--offload-optimizer"},
-      {LayoutKey::precision,      "precision",               "",     "precision", "precision",               "--precision"},
-      {LayoutKey::recompute,      "recompute",               "",     "recompute", "recompute",               "--recompute"},
-      {LayoutKey::comm_type,      "communication_data_type", "",     "comm",      "communication_data_type", ""},
-      {LayoutKey::dp_allreduce,   "dp_allreduce",            "hier", "dp_allreduce", "dp_allreduce",         ""},
-      {LayoutKey::staleness,      "staleness",               "stale", "stale",    "staleness",               ""},
-      {LayoutKey::delay_compensation, "delay_compensation",  "dc",   "dc",        "delay_compensation",      ""},
-      {LayoutKey::local_steps,    "local_steps",             "local", "local",    "local_steps",             ""},
+      // key                            name                  config key                 spec       name key        field key                  memory flag
+      {LayoutKey::tp,                 "tp",                 "tensor_parallel",         "TP",      "tp",           "tp",                      "--tp"},
+      {LayoutKey::pp,                 "pp",                 "pipeline_parallel",       "PP",      "pp",           "pp",                      "--pp"},
+      {LayoutKey::dp,                 "dp",                 "data_parallel",           "DP",      "dp",           "dp",                      "--dp"},
+      {LayoutKey::ep,                 "ep",                 "expert_parallel",         "EP",      "ep",           "ep",                      "--expert-parallel"},
+      {LayoutKey::sequence_parallel,  "sequence_parallel",  "sequence_parallel",       "sp",      "sp",           "sequence_parallel",       "--sequence-parallel"},
+      {LayoutKey::schedule,           "schedule",           "schedule",                "",        "schedule",     "schedule",                "--schedule"},
+      {LayoutKey::virtual_stages,     "virtual_stages",     "virtual_stages",          "v",       "v",            "virtual_stages",          "--virtual-stages"},
+      {LayoutKey::pipeline_layers,    "pipeline_layers",    "pipeline_layers",         "layers",  "layers",       "pipeline_layers",         "--pipeline-layers"},
+      {LayoutKey::micro_batches,      "micro_batches",      "micro_batches",           "",        "m",            "micro_batches",           "--micro-batches"},
+      {LayoutKey::zero_stage,         "zero_stage",         "zero_stage",              "zero",    "zero",         "zero_stage",              "--zero-stage"},
+      {LayoutKey::offload,            "offload",            "offload_optimizer",       "offload", "offload",      "offload_optimizer",       "--offload-optimizer"},
+      {LayoutKey::precision,          "precision",          "precision",               "",        "precision",    "precision",               "--precision"},
+      {LayoutKey::recompute,          "recompute",          "recompute",               "",        "recompute",    "recompute",               "--recompute"},
+      {LayoutKey::comm_type,          "comm_type",          "communication_data_type", "",        "comm",         "communication_data_type", ""},
+      {LayoutKey::dp_allreduce,       "dp_allreduce",       "dp_allreduce",            "hier",    "dp_allreduce", "dp_allreduce",            ""},
+      {LayoutKey::staleness,          "staleness",          "staleness",               "stale",   "stale",        "staleness",               ""},
+      {LayoutKey::delay_compensation, "delay_compensation", "delay_compensation",      "dc",      "dc",           "delay_compensation",      ""},
+      {LayoutKey::local_steps,        "local_steps",        "local_steps",             "local",   "local",        "local_steps",             ""},
   };
   return table;
 }

@@ -26,6 +26,7 @@ enum class LayoutKey {
 /// How one layout key is spelled in each input and output form ("" where the form has none).
 struct LayoutSpelling {
   LayoutKey key;
+  const char* name;         // the enumerator's own name: "tp", "sequence_parallel" (dtbench list's key column)
   const char* config_key;   // a config section's key: "tensor_parallel"
   const char* spec_token;   // in a layout spec: a dimension's prefix "TP" (TP2), an option's prefix "zero" (zero2)
   const char* name_key;     // in a record name: "tp" (tp:2)
@@ -41,8 +42,9 @@ const LayoutSpelling& spelling(LayoutKey k);
 inline const char* field_key(LayoutKey k) { return spelling(k).field_key; }
 /// A config section's key of `k` (spelling(k).config_key): "tensor_parallel", "zero_stage".
 inline const char* config_key(LayoutKey k) { return spelling(k).config_key; }
-/// The enumerator's own name ("tp", "sequence_parallel"): the key column of layout_spellings_json.
-const char* key_name(LayoutKey k);
+/// The enumerator's own name (spelling(k).name: "tp", "sequence_parallel"): the key column of
+/// layout_spellings_json.
+inline const char* key_name(LayoutKey k) { return spelling(k).name; }
 /// The table as JSON, for other languages (`dtbench list --layout-keys --json`): an array of one
 /// object per key in enum order, {"key", "config_key", "spec_token", "name_key", "field_key",
 /// "memory_flag"}, "" where the form has none.

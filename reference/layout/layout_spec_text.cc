@@ -65,30 +65,6 @@ std::string layout_spec_text(const LayoutSpec& s, const SpecTextForm& form) {
   return text;
 }
 
-const char* key_name(LayoutKey k) {
-  switch (k) {
-    case LayoutKey::tp: return "tp";
-    case LayoutKey::pp: return "pp";
-    case LayoutKey::dp: return "dp";
-    case LayoutKey::ep: return "ep";
-    case LayoutKey::sequence_parallel: return "sequence_parallel";
-    case LayoutKey::schedule: return "schedule";
-    case LayoutKey::virtual_stages: return "virtual_stages";
-    case LayoutKey::pipeline_layers: return "pipeline_layers";
-    case LayoutKey::micro_batches: return "micro_batches";
-    case LayoutKey::zero_stage: return "zero_stage";
-    case LayoutKey::offload: return "offload";
-    case LayoutKey::precision: return "precision";
-    case LayoutKey::recompute: return "recompute";
-    case LayoutKey::comm_type: return "comm_type";
-    case LayoutKey::dp_allreduce: return "dp_allreduce";
-    case LayoutKey::staleness: return "staleness";
-    case LayoutKey::delay_compensation: return "delay_compensation";
-    case LayoutKey::local_steps: return "local_steps";
-  }
-  return "?";
-}
-
 nlohmann::json layout_spellings_json() {
   nlohmann::json a = nlohmann::json::array();
   for (const LayoutSpelling& s : layout_spellings())
