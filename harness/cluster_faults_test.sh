@@ -88,6 +88,13 @@ for cut in "cut $tmp/fault.json" "cut_early $tmp/fault4.json did.not.complete.wi
   step "host 2's link cut during training ($1)"
   fault "$1" "$2" '"$cluster" cut 2 >/dev/null' "${3:-}"
   "$cluster" restore 2 >/dev/null || fail "restore 2"
+  # The restored link carries traffic both ways before the next job's launch uses it (an answer:
+  # a connection refused by port 9), else its daemon on host 2 may never reach mpirun.
+  for _ in $(seq 1 75); do
+    "$cluster" exec 1 timeout 1 bash -c "exec 3<>/dev/tcp/127.77.0.2/9" 2>&1 | grep -q 'Connection refused' &&
+      "$cluster" exec 2 timeout 1 bash -c "exec 3<>/dev/tcp/127.77.0.1/9" 2>&1 | grep -q 'Connection refused' && break
+    sleep 0.2
+  done
   # Host 2's ranks end too: its daemon, or their own watchdog (timeout, then at most 30 s' wait).
   for _ in $(seq 1 175); do [ -z "$(dtbench_pids 2; dtbench_pids 1)" ] && break; sleep 0.2; done
   left=$(dtbench_pids 2; dtbench_pids 1)
