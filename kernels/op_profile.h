@@ -96,6 +96,21 @@ class ProfiledOps final : public Ops<T> {
                           int NH) override {
     timed(OpFamily::attention, [&] { in_.attention_backward(dqkv, scratch, dout, qkv, att, B, Tn, C, NH); });
   }
+  void attention_block_forward(T* out, A* lse, T* scratch, const T* q, int qs, const T* k, const T* v, int ks,
+                               int B, int Tq, int Tk, int C, int NH, int qp, int kp) override {
+    timed(OpFamily::attention,
+          [&] { in_.attention_block_forward(out, lse, scratch, q, qs, k, v, ks, B, Tq, Tk, C, NH, qp, kp); });
+  }
+  void attention_merge(T* out, A* lse, const T* out2, const A* lse2, int N, int C, int NH) override {
+    timed(OpFamily::attention, [&] { in_.attention_merge(out, lse, out2, lse2, N, C, NH); });
+  }
+  void attention_block_backward(T* dq, T* dk, T* dv, T* scratch, const T* dout, const T* out, const A* lse,
+                                const T* q, int qs, const T* k, const T* v, int ks, int B, int Tq, int Tk, int C,
+                                int NH, int qp, int kp) override {
+    timed(OpFamily::attention, [&] {
+      in_.attention_block_backward(dq, dk, dv, scratch, dout, out, lse, q, qs, k, v, ks, B, Tq, Tk, C, NH, qp, kp);
+    });
+  }
   void gelu_forward(T* out, const T* inp, size_t n) override {
     timed(OpFamily::pointwise, [&] { in_.gelu_forward(out, inp, n); });
   }

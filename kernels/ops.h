@@ -96,7 +96,40 @@ class Ops {
                                           int N, int Vl) = 0;
   virtual void crossentropy_shard_backward(T* dlogits, const T* probs, const int32_t* targets, A dloss, int N,
                                            int Vl, int v_begin) = 0;
+
+  // Blockwise causal attention at absolute positions, its log-sum-exp merge and its backward:
+  // context parallelism's blocks (reference/parallel/context_parallel.h); semantics, layouts
+  // and scratch sizes in kernels/cpu/ops.h. lse is kept in A. The defaults throw InputError
+  // (a backend or precision without them: so far only CpuOps<float> and CpuOps<double>).
+  virtual void attention_block_forward(T* out, A* lse, T* scratch, const T* q, int q_stride, const T* k,
+                                       const T* v, int kv_stride, int B, int Tq, int Tk, int C, int NH, int qpos0,
+                                       int kpos0);
+  virtual void attention_merge(T* out, A* lse, const T* out2, const A* lse2, int N, int C, int NH);
+  virtual void attention_block_backward(T* dq, T* dk, T* dv, T* scratch, const T* dout, const T* out,
+                                        const A* lse, const T* q, int q_stride, const T* k, const T* v,
+                                        int kv_stride, int B, int Tq, int Tk, int C, int NH, int qpos0, int kpos0);
+
+ private:
+  [[noreturn]] void no_block_attention() const {
+    throw InputError("blockwise attention (context parallelism) is not implemented on the " + backend() +
+                     " backend at this precision");
+  }
 };
+
+template <typename T>
+void Ops<T>::attention_block_forward(T*, A*, T*, const T*, int, const T*, const T*, int, int, int, int, int, int,
+                                     int, int) {
+  no_block_attention();
+}
+template <typename T>
+void Ops<T>::attention_merge(T*, A*, const T*, const A*, int, int, int) {
+  no_block_attention();
+}
+template <typename T>
+void Ops<T>::attention_block_backward(T*, T*, T*, T*, const T*, const T*, const A*, const T*, int, const T*,
+                                      const T*, int, int, int, int, int, int, int, int) {
+  no_block_attention();
+}
 
 template <typename T>
 void Ops<T>::adamw_update_master(T*, A*, const T*, A*, A*, size_t, const AdamWParams&, int, A) {

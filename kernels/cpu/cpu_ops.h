@@ -88,6 +88,19 @@ class CpuOps final : public Ops<T> {
                                    int v_begin) override {
     cpu::crossentropy_shard_backward(dlogits, probs, targets, dloss, N, Vl, v_begin);
   }
+  void attention_block_forward(T* out, T* lse, T* scratch, const T* q, int q_stride, const T* k, const T* v,
+                               int kv_stride, int B, int Tq, int Tk, int C, int NH, int qpos0, int kpos0) override {
+    cpu::attention_block_forward(out, lse, scratch, q, q_stride, k, v, kv_stride, B, Tq, Tk, C, NH, qpos0, kpos0);
+  }
+  void attention_merge(T* out, T* lse, const T* out2, const T* lse2, int N, int C, int NH) override {
+    cpu::attention_merge(out, lse, out2, lse2, N, C, NH);
+  }
+  void attention_block_backward(T* dq, T* dk, T* dv, T* scratch, const T* dout, const T* out, const T* lse,
+                                const T* q, int q_stride, const T* k, const T* v, int kv_stride, int B, int Tq,
+                                int Tk, int C, int NH, int qpos0, int kpos0) override {
+    cpu::attention_block_backward(dq, dk, dv, scratch, dout, out, lse, q, q_stride, k, v, kv_stride, B, Tq, Tk, C,
+                                  NH, qpos0, kpos0);
+  }
 };
 
 template <typename T>

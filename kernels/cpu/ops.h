@@ -83,6 +83,44 @@ template <typename T>
 void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int Tn,
                         int C, int NH);
 
+/// Blockwise causal attention (attention_block.cc): one block of queries against one block of
+/// keys/values, at ABSOLUTE positions, for context parallelism's ring (Liu et al. 2023, "Ring
+/// Attention with Blockwise Transformers"; Megatron-Core / Transformer Engine context
+/// parallel) and flash attention's online softmax (Dao et al. 2022; Milakov & Gimelshein 2018).
+/// Query row t (t < Tq) sits at position qpos0 + t, key row s (s < Tk) at kpos0 + s; the
+/// score of (t, s) is masked when kpos0 + s > qpos0 + t. Scale 1/sqrt(hs), hs = C / NH.
+/// Layout: token rows as the model's packed qkv (B, T, 3C): row (b, t) of q starts at
+/// q + (b Tq + t) q_stride, head h at channels [h hs, (h+1) hs) of it; k and v likewise with
+/// kv_stride over Tk rows. For a packed qkv pass q = qkv, k = qkv + C, v = qkv + 2C and
+/// strides 3C; a packed kv block (B, Tk, 2C) is k = kv, v = kv + C, kv_stride 2C.
+/// WRITES out (B, Tq, C) (heads concatenated, as attention_forward) = the block's own softmax
+/// of the unmasked scores times v, and lse (B, Tq, NH) = log sum_s exp(score), the
+/// log-sum-exp of the scaled unmasked scores (row-major by token as out, so a run of token
+/// rows is one contiguous slice of both); a row with every key masked gets out 0 and lse
+/// -inf. `scratch` holds Tq * Tk elements (overwritten). No other buffer may overlap out.
+template <typename T>
+void attention_block_forward(T* out, T* lse, T* scratch, const T* q, int q_stride, const T* k, const T* v,
+                             int kv_stride, int B, int Tq, int Tk, int C, int NH, int qpos0, int kpos0);
+/// The online-softmax merge of two blocks' results for the same queries, in place into the
+/// first: lse' = logaddexp(lse, lse2), out' = e^(lse - lse') out + e^(lse2 - lse') out2, per
+/// (row, head); out, out2 (N, C), lse, lse2 (N, NH), N = B Tq rows. A row of lse2 = -inf (all
+/// masked) leaves the row bitwise as it was; a row of lse = -inf becomes out2, lse2 bitwise.
+/// Merging blocks in any order gives the same result up to rounding (the order is the
+/// caller's: context_parallel.h states what is bitwise).
+template <typename T>
+void attention_merge(T* out, T* lse, const T* out2, const T* lse2, int N, int C, int NH);
+/// The block's part of the backward (flash attention's, Dao et al. 2022 Alg. 4), given the
+/// FULL result of the queries (merged over every key block): out (B, Tq, C), lse (B, Tq, NH)
+/// and dout (B, Tq, C): P = exp(score - lse) (0 where masked), dv += P^T dout, dP = dout v^T,
+/// D = rowsum(dout * out), dS = P (dP - D), dq += scale dS k, dk += scale dS^T q. dq, dk, dv
+/// ACCUMULATE, with q's stride (dq) and kv_stride (dk, dv), so a packed dqkv takes them as
+/// qkv does. Summed over every key block, dq is attention_backward's; each block's dk, dv
+/// summed over every query block are its. `scratch` holds 2 Tq Tk + Tq elements.
+template <typename T>
+void attention_block_backward(T* dq, T* dk, T* dv, T* scratch, const T* dout, const T* out, const T* lse,
+                              const T* q, int q_stride, const T* k, const T* v, int kv_stride, int B, int Tq,
+                              int Tk, int C, int NH, int qpos0, int kpos0);
+
 /// GELU, tanh approximation (GPT-2; torch.nn.functional.gelu(approximate="tanh")):
 /// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n.
 template <typename T>
