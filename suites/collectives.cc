@@ -182,6 +182,65 @@ struct Measurement {
   Summary bare;
 };
 
+/// The elements of hrecv (recv_len of them, as rank `me` of n holds them after `op` on
+/// per-rank count `count`; split: the all-to-alls' blocks) that differ from the exact result
+/// of the inputs input<T>; a NaN counts as wrong.
+template <typename T>
+int64_t count_wrong(CollectiveOp op, const T* hrecv, size_t recv_len, size_t count, int n, int me,
+                    const AlltoallvSplit& split) {
+  const bool to_all = op == CollectiveOp::all_to_all, to_allv = op == CollectiveOp::all_to_allv;
+  const int prev = (me + n - 1) % n;
+  std::vector<size_t> from_offset(size_t(n), 0);  // rank i's send offset of its block for me
+  for (int i = 0; to_allv && i < n; ++i) from_offset[size_t(i)] = alltoallv_split(n, i, count).send_displs[size_t(me)];
+  for (int i = 0; to_all && i < n; ++i) from_offset[size_t(i)] = size_t(me) * count;
+  int64_t wrong = 0;
+  for (size_t j = 0, from = 0; j < recv_len; ++j) {
+    const size_t i = j % count;
+    // The all-to-alls: the block of recv that j falls in comes from rank `from`.
+    while ((to_all || to_allv) && j >= split.recv_displs[from] + split.recv_counts[from]) ++from;
+    T want = 0;
+    switch (op) {
+      case CollectiveOp::all_reduce: want = sum_over_ranks<T>(n, i); break;
+      case CollectiveOp::all_gather: want = input<T>(int(j / count), i); break;
+      case CollectiveOp::reduce_scatter: want = sum_over_ranks<T>(n, me * count + i); break;
+      case CollectiveOp::broadcast: want = input<T>(kRoot, i); break;
+      case CollectiveOp::sendrecv: want = input<T>(prev, i); break;
+      case CollectiveOp::all_to_all:
+      case CollectiveOp::all_to_allv:
+        want = input<T>(int(from), from_offset[from] + (j - split.recv_displs[from]));
+        break;
+    }
+    wrong += !(hrecv[j] == want);  // NaN counts as wrong
+  }
+  return wrong;
+}
+
+/// The non-blocking launch of `op` on c (suites/bandwidth.h's AsyncLaunch), with the blocking
+/// call's operands; split (the all-to-alls' blocks) must outlive it.
+template <typename T>
+AsyncLaunch async_launch(Communicator& c, CollectiveOp op, T* send, T* recv, size_t count, DType dt, int next, int prev,
+                         const AlltoallvSplit& split) {
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      return [=, &c] { return c.all_reduce_async(send, recv, count, dt, ReduceOp::sum); };
+    case CollectiveOp::all_gather:
+      return [=, &c] { return c.all_gather_async(send, recv, count, dt); };
+    case CollectiveOp::reduce_scatter:
+      return [=, &c] { return c.reduce_scatter_async(send, recv, count, dt, ReduceOp::sum); };
+    case CollectiveOp::broadcast:
+      return [=, &c] { return c.broadcast_out_of_place_async(send, recv, count, dt, kRoot); };
+    case CollectiveOp::sendrecv:
+      return [=, &c] { return c.sendrecv_async(send, recv, count, dt, next, prev); };
+    case CollectiveOp::all_to_all:
+    case CollectiveOp::all_to_allv:
+      return [=, &c, &split] {
+        return c.all_to_allv_async(send, split.send_counts, split.send_displs, recv, split.recv_counts,
+                                   split.recv_displs, dt);
+      };
+  }
+  return {};
+}
+
 /// Allocates the buffers, fills them, runs the op once and counts wrong elements (summed
 /// over ranks), then times it. Buffers are freed on return, outside any timed region.
 /// The op runs on ctx.device_world (NCCL on device buffers on CUDA) when set, else on
@@ -199,14 +258,10 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
   const bool in_place = placement == Placement::in_place;
   const bool gathered = op == CollectiveOp::all_gather;
   const bool scattered = op == CollectiveOp::reduce_scatter;
-  // The all-to-alls' blocks: equal (count each) or alltoallv_split's (count the unit); and
-  // where each rank's block for this rank starts in that rank's send buffer.
+  // The all-to-alls' blocks: equal (count each) or alltoallv_split's (count the unit).
   const bool to_all = op == CollectiveOp::all_to_all, to_allv = op == CollectiveOp::all_to_allv;
   const AlltoallvSplit split = to_allv ? alltoallv_split(n, me, count)
                                        : to_all ? alltoallv_split_even(n, count) : AlltoallvSplit{};
-  std::vector<size_t> from_offset(size_t(n), 0);  // rank i's send offset of its block for me
-  for (int i = 0; to_allv && i < n; ++i) from_offset[size_t(i)] = alltoallv_split(n, i, count).send_displs[size_t(me)];
-  for (int i = 0; to_all && i < n; ++i) from_offset[size_t(i)] = size_t(me) * count;
   const size_t send_len = scattered ? count * n : (to_all || to_allv) ? total(split.send_counts) : count;
   const size_t recv_len = gathered ? count * n : (to_all || to_allv) ? total(split.recv_counts) : count;
   auto alloc = [&](size_t elems) {
@@ -267,54 +322,12 @@ Measurement measure(SuiteContext& ctx, const Options& o, CollectiveOp op, size_t
   }
 
   // The device path's launches: the same operation, non-blocking (suites/bandwidth.h).
-  AsyncLaunch launch;
-  switch (op) {
-    case CollectiveOp::all_reduce:
-      launch = [&] { return c.all_reduce_async(send, recv, count, dt, ReduceOp::sum); };
-      break;
-    case CollectiveOp::all_gather:
-      launch = [&] { return c.all_gather_async(send, recv, count, dt); };
-      break;
-    case CollectiveOp::reduce_scatter:
-      launch = [&] { return c.reduce_scatter_async(send, recv, count, dt, ReduceOp::sum); };
-      break;
-    case CollectiveOp::broadcast:
-      launch = [&] { return c.broadcast_out_of_place_async(send, recv, count, dt, kRoot); };
-      break;
-    case CollectiveOp::sendrecv:
-      launch = [&] { return c.sendrecv_async(send, recv, count, dt, next, prev); };
-      break;
-    case CollectiveOp::all_to_all:
-    case CollectiveOp::all_to_allv:
-      launch = [&] {
-        return c.all_to_allv_async(send, split.send_counts, split.send_displs, recv, split.recv_counts,
-                                   split.recv_displs, dt);
-      };
-      break;
-  }
+  const AsyncLaunch launch = async_launch(c, op, send, recv, count, dt, next, prev, split);
 
   call();
   if (ctx.backend) ctx.backend->copy_to_host(ha.data(), a.raw(), a_len * sizeof(T));
   else std::memcpy(ha.data(), a.raw(), a_len * sizeof(T));
-  int64_t wrong = 0;
-  for (size_t j = 0, from = 0; j < recv_len; ++j) {
-    const size_t i = j % count;
-    // The all-to-alls: the block of recv that j falls in comes from rank `from`.
-    while ((to_all || to_allv) && j >= split.recv_displs[from] + split.recv_counts[from]) ++from;
-    T want = 0;
-    switch (op) {
-      case CollectiveOp::all_reduce: want = sum_over_ranks<T>(n, i); break;
-      case CollectiveOp::all_gather: want = input<T>(int(j / count), i); break;
-      case CollectiveOp::reduce_scatter: want = sum_over_ranks<T>(n, me * count + i); break;
-      case CollectiveOp::broadcast: want = input<T>(kRoot, i); break;
-      case CollectiveOp::sendrecv: want = input<T>(prev, i); break;
-      case CollectiveOp::all_to_all:
-      case CollectiveOp::all_to_allv:
-        want = input<T>(int(from), from_offset[from] + (j - split.recv_displs[from]));
-        break;
-    }
-    wrong += !(hrecv[j] == want);  // NaN counts as wrong
-  }
+  const int64_t wrong = count_wrong<T>(op, hrecv, recv_len, count, n, me, split);
   double total = double(wrong);
   host.all_reduce(&total, &total, 1, DType::f64, ReduceOp::sum);
 

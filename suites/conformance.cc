@@ -206,6 +206,45 @@ Twin bitwise_twin(const LayoutSpec& s) {
   return {};
 }
 
+// The runs kept for the bitwise comparisons (bitwise_twin), by record name + precision suffix:
+// a layout and its twin (recompute and none, ZB-H1 and 1F1B) may run in either order, and are
+// compared when the second of a pair is done.
+class TwinRuns {
+ public:
+  // The checks "<prefix><twin check>/<the other's text>" of the layout `spec` (its precision
+  // set, `suffix` that precision's, named `text`) against each of its twins in `specs` already
+  // run, 0 allowed; keeps `out` when the layout has a twin.
+  std::vector<Check> checks(const std::vector<LayoutSpec>& specs, const LayoutSpec& spec, const std::string& suffix,
+                            const std::string& text, const std::string& prefix, const LayoutOutcome& out) {
+    const std::string key = layout_record_name(spec) + suffix;
+    std::vector<Twin> partners;  // (the other's key, the check)
+    if (Twin t = bitwise_twin(spec); !t.key.empty()) partners.push_back({t.key + suffix, t.check, t.detail});
+    for (LayoutSpec other : specs) {
+      other.precision = spec.precision;
+      if (Twin t = bitwise_twin(other); !t.key.empty() && t.key + suffix == key)
+        partners.push_back({layout_record_name(other) + suffix, t.check, t.detail});
+    }
+    if (!partners.empty()) kept_[key] = {text, out.losses, out.params};
+    std::vector<Check> checks;
+    for (const Twin& t : partners) {
+      auto it = kept_.find(t.key);
+      if (it == kept_.end() || t.key == key) continue;
+      double d = 0;
+      for (size_t i = 0; i < out.losses.size(); ++i) d = std::max(d, std::fabs(out.losses[i] - it->second.losses[i]));
+      for (size_t i = 0; i < out.params.size(); ++i) d = std::max(d, std::fabs(out.params[i] - it->second.params[i]));
+      checks.push_back(make_check(prefix + t.check + "/" + it->second.text, d, 0.0, t.detail));
+    }
+    return checks;
+  }
+
+ private:
+  struct Run {
+    std::string text;
+    std::vector<double> losses, params;
+  };
+  std::map<std::string, Run> kept_;
+};
+
 // A layout's checks against the oracle and its replicas (and, in half precision, the stated
 // bounds of the fp32 trajectory, suites/oracle.h), named "<prefix>...".
 std::vector<Check> layout_checks(const std::string& prefix, const ReferenceSet& refs, const GptConfig& model,
@@ -278,6 +317,15 @@ std::map<std::string, ReferenceSet> recipe_references(const Params& p, const Tra
   return refsets;
 }
 
+// The suite's first line: the model, the batch and steps, the world's ranks.
+std::string header_line(const GptConfig& model, const TrainConfig& base, int ranks) {
+  return "# conformance: GPT L=" + std::to_string(model.L) + " C=" + std::to_string(model.C) +
+         " NH=" + std::to_string(model.NH) + " V=" + std::to_string(model.V) + ", " +
+         std::to_string(gpt_num_params(model)) + " params, T=" + std::to_string(base.seq_len) + ", global batch " +
+         std::to_string(base.global_batch) + " in " + std::to_string(base.micro_batches) +
+         " micro-batches per DP rank, " + std::to_string(base.steps) + " steps, " + std::to_string(ranks) + " ranks";
+}
+
 // Per step the slowest step time of the layout's k ranks (world ranks 0..k-1 ran `out`), and
 // per pipeline stage the largest peak activation bytes, on rank 0 of `world`: each rank sends
 // its step times, then its stage and peak. Collective over world.
@@ -344,12 +392,7 @@ class ConformanceSuite : public SuiteWithParams<Params> {
     const GptConfig& model = p.model;
     const TrainConfig& base = p.base;
     const double tokens_per_step = double(base.global_batch) * base.seq_len;
-    ctx.print("# conformance: GPT L=" + std::to_string(model.L) + " C=" + std::to_string(model.C) +
-              " NH=" + std::to_string(model.NH) + " V=" + std::to_string(model.V) + ", " +
-              std::to_string(gpt_num_params(model)) + " params, T=" + std::to_string(base.seq_len) +
-              ", global batch " + std::to_string(base.global_batch) + " in " + std::to_string(base.micro_batches) +
-              " micro-batches per DP rank, " + std::to_string(base.steps) + " steps, " +
-              std::to_string(world.size()) + " ranks");
+    ctx.print(header_line(model, base, world.size()));
     // The layouts run on the backend (its device, its ops for the precision, collectives over
     // the device world); the float64 oracle and the single-rank references on a CPU device of
     // their own with the CPU's ops, whatever the backend. The tolerances are fp32's, so the
@@ -362,13 +405,7 @@ class ConformanceSuite : public SuiteWithParams<Params> {
               " backend, the oracle and references on the cpu");
     SuiteResult res;
     json skipped = json::array(), table = json::array();
-    // Outcomes kept for the bitwise comparisons (bitwise_twin): record name + precision ->
-    // layout text, losses, params.
-    struct Kept {
-      std::string text;
-      std::vector<double> losses, params;
-    };
-    std::map<std::string, Kept> kept;
+    TwinRuns twins;
     const std::vector<std::string>& names = p.names;
     std::vector<double> oracle_losses, oracle_grad_norms;  // the synchronous recipe's (else the first's)
     double factor = 0;
@@ -434,25 +471,7 @@ class ConformanceSuite : public SuiteWithParams<Params> {
 
         const std::string prefix = "conformance/" + text + "/";
         std::vector<Check> checks = layout_checks(prefix, refs, model, tokens_per_step, out, prec);
-        // A layout and its bitwise twin (recompute and none, ZB-H1 and 1F1B): either may run
-        // first; compare when the second of a pair is done.
-        const std::string key = layout_record_name(spec) + suffix;
-        std::vector<Twin> partners;  // (the other's key, the check)
-        if (Twin t = bitwise_twin(spec); !t.key.empty()) partners.push_back({t.key + suffix, t.check, t.detail});
-        for (LayoutSpec other : p.specs) {
-          other.precision = prec;
-          if (Twin t = bitwise_twin(other); !t.key.empty() && t.key + suffix == key)
-            partners.push_back({layout_record_name(other) + suffix, t.check, t.detail});
-        }
-        if (!partners.empty()) kept[key] = {text, out.losses, out.params};
-        for (const Twin& t : partners) {
-          auto it = kept.find(t.key);
-          if (it == kept.end() || t.key == key) continue;
-          double d = 0;
-          for (size_t i = 0; i < out.losses.size(); ++i) d = std::max(d, std::fabs(out.losses[i] - it->second.losses[i]));
-          for (size_t i = 0; i < out.params.size(); ++i) d = std::max(d, std::fabs(out.params[i] - it->second.params[i]));
-          checks.push_back(make_check(prefix + t.check + "/" + it->second.text, d, 0.0, t.detail));
-        }
+        for (Check& c : twins.checks(p.specs, spec, suffix, text, prefix, out)) checks.push_back(std::move(c));
         int failed = 0;
         double worst = 0, dloss = 0;
         for (const Check& c : checks) {

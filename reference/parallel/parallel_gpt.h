@@ -314,6 +314,10 @@ class ParallelGpt {
                    const acc_t<T>* rstd, int R);
   // reference/parallel/parallel_gpt_backward.cc: the whole backward, or (split) its pass B.
   const T* backward_pass(int chunk, int mb, const T* dout, acc_t<T> loss_scale, bool split);
+  // One layer's share of backward_pass (layer k of the chunk, set s, its parameters lp): dres,
+  // the residual stream's gradient (R, C) at the layer's output, becomes the gradient at its
+  // input. split: B's share, no weight gradient, the output gradients W needs kept in s.kept.
+  void layer_backward(ActSet& s, const LayerParams& lp, int k, bool last, bool split, T* dres, acc_t<T> loss_scale);
   std::vector<LocalTensor> tensors_;
   std::vector<ParamUnit> units_;
   size_t num_params_ = 0;

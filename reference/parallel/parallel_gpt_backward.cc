@@ -33,7 +33,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   auto it = live_[chunk].find(mb);
   DTB_CHECK(it != live_[chunk].end() && !it->second->input_done, "ParallelGpt::backward: no forward of this micro-batch");
   ActSet& s = *it->second;
-  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, Vl = Vl_, Lc = s.Lc;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, Vl = Vl_, Lc = s.Lc;
   const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   ensure_scratch(B, Tn);
   auto S = [&](int i) { return scratch_[i].template data<T>(); };
@@ -100,52 +100,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     alloc(wQkv, true, BT * 3 * Cl, Lc);
     alloc(wEmb, first, BT * C, 1);
   }
-  for (int k = Lc - 1; k >= 0; --k) {
-    const LayerParams& lp = layers_[chunk][k];
-    PartClock clock(part_times_, ops, PartTimes::kBackward, 1 + lp.layer);
-    T* up = st.param(lp.unit);
-    T* ug = split ? nullptr : st.grad(lp.unit);
-    auto W = [&](int i) { return up + lp.o[i]; };
-    auto D = [&](int i) { return ug ? ug + lp.o[i] : nullptr; };               // linears: null in B
-    auto DL = [&](int i, int half) { return ug ? ug + lp.o[i] : drop + half * C; };  // LayerNorms: sZb in B
-    const LayerActs a = layer_acts(s, k, last);
-    // Full recompute: the layer's forward again from its kept input, the same ops on the
-    // same values, so every activation is bitwise the first forward's.
-    if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn, lp.moe ? &s.moe[size_t(k)] : nullptr, true);
-    if (lp.moe) {  // its losses weigh BT * loss_scale, as forward added them
-      ops.zero(S(sDLn), R * C);
-      moe_ffn_backward(s.moe[size_t(k)], lp, a, up, ug, int(BT), dres, S(sDLn), double(loss_scale) * double(BT));
-      // Full recompute keeps no MoE activations: the recomputed ones go with this layer's backward.
-      if (recompute_ == Recompute::full) s.moe[size_t(k)] = MoeActivations<T>{};
-    } else {
-      // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
-      // sums over TP.
-      T* dfchg = S(sDBig);
-      T* dfch = split ? slice(wFch, k, BT * 4 * Cl) : S(sDBig2);
-      keep(wResFc, k, dres, R * C);
-      fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb), work);
-      ops.zero(dfch, BT * 4 * Cl);
-      ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
-      fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb), work);
-    }
-    keep(wLn2, k, S(sDLn), R * C);
-    ln_backward(dres, DL(Pln2w, 0), DL(Pln2b, 1), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(R));
-    // Attention branch.
-    T* datty = S(sDBig2);
-    keep(wResAtt, k, dres, R * C);
-    attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb), work);
-    T* dqkv = split ? slice(wQkv, k, BT * 3 * Cl) : S(sDBig);
-    // Selective recompute: the attention core's softmax again from the kept qkv (its output
-    // into dqkv's buffer before that is zeroed; the kept atty is not touched).
-    if (recompute_ == Recompute::selective) ops.attention_forward(dqkv, a.att, a.qkv, B, Tn, Cl, NH);
-    ops.zero(dqkv, BT * 3 * Cl);
-    ops.attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.att, B, Tn, Cl, NH);
-    qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), D(Pqkvw), D(Pqkvb), work);
-    keep(wLn1, k, S(sDLn), R * C);
-    ln_backward(dres, DL(Pln1w, 0), DL(Pln1b, 1), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(R));
-    st.release_param(lp.unit);
-    if (!split) st.grad_done(lp.unit);
-  }
+  for (int k = Lc - 1; k >= 0; --k) layer_backward(s, layers_[chunk][k], k, last, split, dres, loss_scale);
   const T* result = dres;
   if (first) {
     PartClock clock(part_times_, ops, PartTimes::kBackward, 0);
@@ -176,6 +131,65 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     live_[chunk].erase(it);
   }
   return result;
+}
+
+template <typename T>
+void ParallelGpt<T>::layer_backward(ActSet& s, const LayerParams& lp, int k, bool last, bool split, T* dres,
+                                    acc_t<T> loss_scale) {
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, NH = NHl_;
+  const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
+  auto S = [&](int i) { return scratch_[i].template data<T>(); };
+  T* work = sp_ ? S(sSp) : nullptr;
+  T* drop = split ? S(sZb) : nullptr;
+  Ops<T>& ops = *ops_;
+  ParamStore<T>& st = store();
+  auto slice = [&](int what, int layer, size_t n) { return s.k(what) + size_t(layer) * kept_stride<T>(n); };
+  auto keep = [&](int what, int layer, const T* src, size_t n) {
+    if (split) copy_within(ops, slice(what, layer, n), src, n);
+  };
+  PartClock clock(part_times_, ops, PartTimes::kBackward, 1 + lp.layer);
+  T* up = st.param(lp.unit);
+  T* ug = split ? nullptr : st.grad(lp.unit);
+  auto W = [&](int i) { return up + lp.o[i]; };
+  auto D = [&](int i) { return ug ? ug + lp.o[i] : nullptr; };               // linears: null in B
+  auto DL = [&](int i, int half) { return ug ? ug + lp.o[i] : drop + half * C; };  // LayerNorms: sZb in B
+  const LayerActs a = layer_acts(s, k, last);
+  // Full recompute: the layer's forward again from its kept input, the same ops on the
+  // same values, so every activation is bitwise the first forward's.
+  if (recompute_ == Recompute::full) layer_forward(a, up, lp, B, Tn, lp.moe ? &s.moe[size_t(k)] : nullptr, true);
+  if (lp.moe) {  // its losses weigh BT * loss_scale, as forward added them
+    ops.zero(S(sDLn), R * C);
+    moe_ffn_backward(s.moe[size_t(k)], lp, a, up, ug, int(BT), dres, S(sDLn), double(loss_scale) * double(BT));
+    // Full recompute keeps no MoE activations: the recomputed ones go with this layer's backward.
+    if (recompute_ == Recompute::full) s.moe[size_t(k)] = MoeActivations<T>{};
+  } else {
+    // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
+    // sums over TP.
+    T* dfchg = S(sDBig);
+    T* dfch = split ? slice(wFch, k, BT * 4 * Cl) : S(sDBig2);
+    keep(wResFc, k, dres, R * C);
+    fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb), work);
+    ops.zero(dfch, BT * 4 * Cl);
+    ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
+    fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb), work);
+  }
+  keep(wLn2, k, S(sDLn), R * C);
+  ln_backward(dres, DL(Pln2w, 0), DL(Pln2b, 1), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(R));
+  // Attention branch.
+  T* datty = S(sDBig2);
+  keep(wResAtt, k, dres, R * C);
+  attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb), work);
+  T* dqkv = split ? slice(wQkv, k, BT * 3 * Cl) : S(sDBig);
+  // Selective recompute: the attention core's softmax again from the kept qkv (its output
+  // into dqkv's buffer before that is zeroed; the kept atty is not touched).
+  if (recompute_ == Recompute::selective) ops.attention_forward(dqkv, a.att, a.qkv, B, Tn, Cl, NH);
+  ops.zero(dqkv, BT * 3 * Cl);
+  ops.attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.att, B, Tn, Cl, NH);
+  qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), D(Pqkvw), D(Pqkvb), work);
+  keep(wLn1, k, S(sDLn), R * C);
+  ln_backward(dres, DL(Pln1w, 0), DL(Pln1b, 1), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(R));
+  st.release_param(lp.unit);
+  if (!split) st.grad_done(lp.unit);
 }
 
 template <typename T>
@@ -267,6 +281,7 @@ void ParallelGpt<T>::ln_backward(T* dinp, T* dw, T* db, const T* dout, const T* 
   template const T* ParallelGpt<T>::backward(int, int, const T*, acc_t<T>);                                 \
   template const T* ParallelGpt<T>::backward_input(int, int, const T*, acc_t<T>);                           \
   template const T* ParallelGpt<T>::backward_pass(int, int, const T*, acc_t<T>, bool);                      \
+  template void ParallelGpt<T>::layer_backward(ActSet&, const LayerParams&, int, bool, bool, T*, acc_t<T>);  \
   template void ParallelGpt<T>::backward_weight(int, int);                                                  \
   template void ParallelGpt<T>::ln_backward(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,      \
                                             const acc_t<T>*, int);

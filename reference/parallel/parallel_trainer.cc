@@ -28,6 +28,95 @@ void check_p2p_mode(const TrainConfig& cfg, const ParallelLayout& L) {
     throw InputError("overlap_p2p_comm false (blocking pipeline sends) is not supported with schedule interleaved");
 }
 
+// One step's point-to-point messages between pipeline stages, each n elements of T: sends
+// (each buffer alive until wait_all), receives into one inbox (valid until the next receive),
+// and, where the peer is this rank (a one-stage pipeline of several chunks), the hand-over
+// between its chunks by tag. comm_s: the seconds spent sending and receiving; p2p_bytes: the
+// bytes sent to other ranks.
+template <typename T>
+class StageMessages {
+ public:
+  StageMessages(Ops<T>& ops, Device& device, size_t n, int me, bool overlap, int64_t step, SpanRecorder* spans)
+      : ops_(ops), device_(device), n_(n), me_(me), overlap_(overlap), step_(step), spans_(spans),
+        inbox_(Tensor::empty(device, {int64_t(n)}, dtype_of<T>(), MemCategory::comm_buffer)) {}
+
+  void send(const T* src, int tag, int peer, Communicator& comm) {
+    Tensor buf = Tensor::empty(device_, {int64_t(n_)}, dtype_of<T>(), MemCategory::comm_buffer);
+    copy_within(ops_, buf.data<T>(), src, n_);
+    if (peer == me_) {
+      local_box_[tag] = std::move(buf);
+      return;
+    }
+    ops_.synchronize();
+    auto span = span_scope(spans_, "comm.send", step_);
+    Stopwatch c;
+    auto h = comm.send_async(buf.raw(), n_, dtype_of<T>(), peer, tag);
+    p2p_bytes += double(n_) * sizeof(T);
+    comm_s += c.elapsed();
+    sent_.push_back({std::move(buf), std::move(h)});
+    pending_ = !overlap_;
+  }
+
+  // Without overlap (the blocking baseline) a send is waited for before the next compute: with
+  // the next action's receive posted first when it has one, as Megatron-LM's batched
+  // send_forward_recv_backward does (two stages each waiting for its own send before posting
+  // the receive the other's send needs would deadlock: 1F1B's steady state is such a pair).
+  void flush() {
+    if (!pending_) return;
+    auto span = span_scope(spans_, "comm.send", step_);
+    Stopwatch c;
+    sent_.back().handle->wait();
+    comm_s += c.elapsed();
+    pending_ = false;
+  }
+
+  const T* receive(int tag, int peer, Communicator& comm) {
+    if (peer == me_) {
+      auto it = local_box_.find(tag);
+      DTB_CHECK(it != local_box_.end(), "pipeline: a chunk's input was not produced before its use");
+      inbox_ = std::move(it->second);
+      local_box_.erase(it);
+      return inbox_.data<T>();
+    }
+    std::unique_ptr<CommHandle> h = pending_ ? comm.recv_async(inbox_.raw(), n_, dtype_of<T>(), peer, tag) : nullptr;
+    flush();
+    auto span = span_scope(spans_, "comm.recv", step_);
+    Stopwatch c;
+    if (h)
+      h->wait();
+    else
+      comm.recv(inbox_.raw(), n_, dtype_of<T>(), peer, tag);
+    comm_s += c.elapsed();
+    return inbox_.data<T>();
+  }
+
+  // Every send's completion, at the step's end.
+  void wait_all() {
+    Stopwatch c;
+    for (auto& o : sent_) o.handle->wait();
+    comm_s += c.elapsed();
+  }
+
+  double comm_s = 0, p2p_bytes = 0;
+
+ private:
+  struct Outgoing {
+    Tensor buf;
+    std::unique_ptr<CommHandle> handle;
+  };
+  Ops<T>& ops_;
+  Device& device_;
+  const size_t n_;
+  const int me_;
+  const bool overlap_;
+  const int64_t step_;
+  SpanRecorder* spans_;
+  std::vector<Outgoing> sent_;
+  bool pending_ = false;  // the last send is not waited for yet (overlap false)
+  std::map<int, Tensor> local_box_;  // peer == me: chunk-to-chunk hand-over on this rank, by tag
+  Tensor inbox_;
+};
+
 }  // namespace
 
 template <typename T>
@@ -48,7 +137,6 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   const double global_tokens = double(cfg.global_batch) * Tn;
   const int nv = p * v;
   Stopwatch sw;
-  double comm_s = 0, p2p_bytes = 0;
   engine.zero_grad();
   const double engine_comm0 = engine.comm_stats().seconds, tp_comm0 = model.comm_stats().seconds;
 
@@ -57,63 +145,8 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     const int first = model.coord().dp * per_rank + mb * mbs;
     fill_batch(data, cfg.seed, step, cfg.global_batch, first, mbs, Tn, tokens.data(), targets.data());
   };
-  // Outgoing messages stay alive until their sends complete (waited at the step's end).
-  struct Outgoing {
-    Tensor buf;
-    std::unique_ptr<CommHandle> handle;
-  };
-  std::vector<Outgoing> sent;
-  bool pending = false;  // the last send is not waited for yet (cfg.overlap_p2p_comm false)
-  std::map<int, Tensor> local_box;  // p == 1: chunk-to-chunk hand-over on this rank, by tag
+  StageMessages<T> msgs(ops, model.device(), BTC, me, cfg.overlap_p2p_comm, step, spans);
   Communicator& pp_bwd = g.pp_backward ? *g.pp_backward : g.pp;
-  auto send = [&](const T* src, int tag, int peer, Communicator& comm) {
-    Tensor buf = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
-    copy_within(ops, buf.data<T>(), src, BTC);
-    if (peer == me) {
-      local_box[tag] = std::move(buf);
-      return;
-    }
-    ops.synchronize();
-    auto span = span_scope(spans, "comm.send", step);
-    Stopwatch c;
-    auto h = comm.send_async(buf.raw(), BTC, dtype_of<T>(), peer, tag);
-    p2p_bytes += double(BTC) * sizeof(T);
-    comm_s += c.elapsed();
-    sent.push_back({std::move(buf), std::move(h)});
-    pending = !cfg.overlap_p2p_comm;
-  };
-  // Without overlap (the blocking baseline) a send is waited for before the next compute: with
-  // the next action's receive posted first when it has one, as Megatron-LM's batched
-  // send_forward_recv_backward does (two stages each waiting for its own send before posting
-  // the receive the other's send needs would deadlock: 1F1B's steady state is such a pair).
-  auto flush = [&] {
-    if (!pending) return;
-    auto span = span_scope(spans, "comm.send", step);
-    Stopwatch c;
-    sent.back().handle->wait();
-    comm_s += c.elapsed();
-    pending = false;
-  };
-  Tensor inbox = Tensor::empty(model.device(), {int64_t(BTC)}, dtype_of<T>(), MemCategory::comm_buffer);
-  auto receive = [&](int tag, int peer, Communicator& comm) -> const T* {
-    if (peer == me) {
-      auto it = local_box.find(tag);
-      DTB_CHECK(it != local_box.end(), "pipeline: a chunk's input was not produced before its use");
-      inbox = std::move(it->second);
-      local_box.erase(it);
-      return inbox.data<T>();
-    }
-    std::unique_ptr<CommHandle> h = pending ? comm.recv_async(inbox.raw(), BTC, dtype_of<T>(), peer, tag) : nullptr;
-    flush();
-    auto span = span_scope(spans, "comm.recv", step);
-    Stopwatch c;
-    if (h)
-      h->wait();
-    else
-      comm.recv(inbox.raw(), BTC, dtype_of<T>(), peer, tag);
-    comm_s += c.elapsed();
-    return inbox.data<T>();
-  };
 
   double loss_sum = 0;
   for (const PipeAction& a : pipeline_schedule(L.schedule, p, m, v, me)) {
@@ -121,8 +154,8 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     const bool first = model.is_first(a.chunk), last = model.is_last(a.chunk);
     if (a.op == PipeOp::forward) {
       const T* x = nullptr;
-      if (!first) x = receive(message_tag(a.micro_batch, vs, false, nv), prev, g.pp);
-      flush();
+      if (!first) x = msgs.receive(message_tag(a.micro_batch, vs, false, nv), prev, g.pp);
+      msgs.flush();
       if (first || last) fill(a.micro_batch);
       auto span = span_scope(spans, "compute.forward", step);
       double mb_loss = 0;
@@ -130,16 +163,16 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
       if (recording) ops.synchronize();
       span.end();
       loss_sum += mb_loss;  // the last chunk's token losses; any chunk's MoE losses
-      if (!last) send(out, message_tag(a.micro_batch, vs + 1, false, nv), next, g.pp);
+      if (!last) msgs.send(out, message_tag(a.micro_batch, vs + 1, false, nv), next, g.pp);
     } else if (a.op == PipeOp::backward_weight) {  // W: no communication
-      flush();
+      msgs.flush();
       auto span = span_scope(spans, "compute.backward_weight", step);
       model.backward_weight(a.chunk, a.micro_batch);
       if (recording) ops.synchronize();
     } else {  // the whole backward, or B
       const T* dout = nullptr;
-      if (!last) dout = receive(message_tag(a.micro_batch, vs, true, nv), next, pp_bwd);
-      flush();
+      if (!last) dout = msgs.receive(message_tag(a.micro_batch, vs, true, nv), next, pp_bwd);
+      msgs.flush();
       const bool input = a.op == PipeOp::backward_input;
       auto span = span_scope(spans, input ? "compute.backward_input" : "compute.backward", step);
       const acc_t<T> scale = acc_t<T>(loss_scale / global_tokens);
@@ -147,14 +180,12 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
                           : model.backward(a.chunk, a.micro_batch, dout, scale);
       if (recording) ops.synchronize();
       span.end();
-      if (!first) send(dx, message_tag(a.micro_batch, vs - 1, true, nv), prev, pp_bwd);
+      if (!first) msgs.send(dx, message_tag(a.micro_batch, vs - 1, true, nv), prev, pp_bwd);
     }
   }
-  {
-    Stopwatch c;
-    for (auto& o : sent) o.handle->wait();
-    comm_s += c.elapsed();
-  }
+  msgs.wait_all();
+  double comm_s = msgs.comm_s;
+  const double p2p_bytes = msgs.p2p_bytes;
   ops.synchronize();
   // Reduce-scatters issued during the backward (ZeRO 2-3), stage-3 gathers and the TP
   // all-reduces are communication inside the compute loop.
