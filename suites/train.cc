@@ -133,15 +133,12 @@ json checkpoint_json(const CheckpointActivity& a, const CheckpointPlan& p, int s
 struct TrainFacts {
   const GptConfig& model;
   const TrainConfig& cfg;
-  const ParallelLayout& layout;
-  const ZeroConfig& zero;
-  Recompute recompute;
+  const LayoutSpec& spec;  // the layout with every setting: ZeRO, recompute, precision, DP sync, DP all-reduce
   const CheckpointPlan& plan;
   bool dp_only;             // the plain DP trainer (reference/training/trainer.h), not the sharded model
   std::string layout_name;  // the record's name after train/gpt/
   double tokens_per_step;
   double peak_tflops;  // the section's peak_tflops (0: no MFU)
-  int hier_node_ranks = 0;  // the DP all-reduce: 0 flat, N hierarchical over nodes of N ranks
 };
 
 // The plain data-parallel run (reference/training/trainer.h's Gpt<float> and train()) over
@@ -169,7 +166,8 @@ LayoutOutcome run_plain_dp(const SuiteContext& ctx, const GptConfig& model_cfg, 
   }
   world.barrier();
   clock.reset();  // the training steps' ops, not step 0's gradient
-  const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans, ctx.options.slowdown.train_step);  // spans: --trace
+  // Synchronous (Params::plain_dp); spans: --trace.
+  const TrainRun r = train(model, data, cfg, DpSync{}, dev_comm, ctx.spans, ctx.options.slowdown.train_step);
   run.op_seconds = clock.seconds(), run.op_calls = clock.calls();
   record_steps(run, {}, r, cfg);  // losses, gradient norms, timings: as run_layout records them
   // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
@@ -229,9 +227,8 @@ double model_tflops(const TrainFacts& f, const StepSplit& sp) {
 json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit& sp, const json& breakdown,
                   const std::string& backend) {
   const int timed = int(run.timings.size());
-  const ParallelLayout& layout = f.layout;
   json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
-  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision, f.hier_node_ranks, f.cfg.dp_sync});
+  add_layout_fields(rec, f.spec);
   rec["steps"] = f.cfg.steps;
   rec["tokens_per_step"] = f.tokens_per_step;
   rec["tokens_per_s"] = f.tokens_per_step / sp.step.median;
@@ -334,8 +331,8 @@ void oracle_results(const TrainFacts& f, const LayoutOutcome& run, const Referen
   for (Check& c : oracle_checks("train/", refs, f.model, f.tokens_per_step, run.losses, run.grads0, run.params))
     res.checks.push_back(std::move(c));
   grad_norm_results(run, refs, res);
-  if (f.cfg.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
-    for (Check& c : half_vs_fp32_checks("train/", f.cfg.precision, run.losses, refs.oracle.losses))
+  if (f.spec.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
+    for (Check& c : half_vs_fp32_checks("train/", f.spec.precision, run.losses, refs.oracle.losses))
       res.checks.push_back(std::move(c));
   replica_checks(f, run, res);
   // Learning: the mean of the last 10% of losses well below the uniform ln(256) = 5.55.
@@ -379,7 +376,7 @@ void print_cpu_line(const TrainFacts& f, const StepSplit& sp, int n, const Layou
 struct Params {
   GptConfig model;
   TrainConfig cfg;
-  LayoutSpec spec;  // spec.precision == cfg.precision
+  LayoutSpec spec;  // its precision and DP sync recipe too
   CheckpointPlan plan;
   std::string matmul_precision;
   double peak_tflops = 0;
@@ -388,8 +385,8 @@ struct Params {
   /// precision or checkpoints need the sharded model.
   bool plain_dp() const {
     const ParallelLayout& l = spec.l;
-    return !plan.on() && cfg.dp_sync.synchronous() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 &&
-           spec.recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32 &&
+    return !plan.on() && spec.dp_sync.synchronous() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 &&
+           spec.recompute == Recompute::none && !cfg.loss_scaler.enabled && spec.precision == Precision::fp32 &&
            spec.hier_node_ranks == 0;
   }
   static Params parse(const json& section, const json& config, const WorldInfo& world);
@@ -411,13 +408,11 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   validate_train_config(train, p.model, p.spec.l.dp);
   // dp_allreduce "hierarchical": nodes of the world's ranks per node (real, or --ranks-per-node's).
   p.spec.hier_node_ranks = dp_allreduce_from_json(section, "train", node_size(world.ranks_per_node, world.options));
-  train.precision = p.spec.precision;
-  apply_recipe_keys(section, "train", train);  // loss scaling, clipping, DP sync (precision: the same)
-  train.dp_sync.replicas = train.dp_sync.local_steps > 0 ? p.spec.l.dp : 1;  // DiLoCo: one replica per DP rank
-  p.spec.dp_sync = train.dp_sync;
+  apply_recipe_keys(section, "train", train, p.spec);  // loss scaling, clipping, DP sync (precision: the same)
+  p.spec.dp_sync.replicas = p.spec.dp_sync.local_steps > 0 ? p.spec.l.dp : 1;  // DiLoCo: one replica per DP rank
   const std::string backend = config.value("backend", "cpu");
   const bool cpu = backend == "cpu";
-  require_half_ops(backend, train.precision, "train.precision");
+  require_half_ops(backend, p.spec.precision, "train.precision");
   const std::string prec = section.at("matmul_precision");
   if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
     throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
@@ -434,10 +429,10 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
                            .backend = backend, .recipe = train, .checkpoint_every = p.plan.every,
                            .resume_from = p.plan.resume_from, .path = "train"};
   validate_layout_spec(p.spec, p.model, check);
-  const DpSync& d = train.dp_sync;
-  if (d.local_steps > 0 && d.replicas > 1 && train.precision != Precision::fp32 && p.references)
+  const DpSync& d = p.spec.dp_sync;
+  if (d.local_steps > 0 && d.replicas > 1 && p.spec.precision != Precision::fp32 && p.references)
     throw InputError("train.local_steps = " + std::to_string(d.local_steps) + " with precision " +
-                     std::string(to_string(train.precision)) + " on " + std::to_string(d.replicas) +
+                     std::string(to_string(p.spec.precision)) + " on " + std::to_string(d.replicas) +
                      " replicas: no reference (the one-rank reference simulates replicas in fp32 / fp64 only); set "
                      "train.references false");
   return p;
@@ -483,7 +478,7 @@ class TrainSuite : public SuiteWithParams<Params> {
     const CheckpointPlan& plan = p.plan;
     const std::string step_dir = resume_step_dir(plan);
     if (!step_dir.empty()) {
-      CheckpointRunInfo info = checkpoint_run_info(model, layout, zero, train, "", p.spec.recompute);
+      CheckpointRunInfo info = checkpoint_run_info(model, layout, zero, p.spec.precision, train, "", p.spec.recompute);
       info.allowed_changes = world.options.allow_changed;
       const json m = check_checkpoint_manifest(step_dir, info);
       const int64_t k = m.at("step").get<int64_t>();
@@ -504,15 +499,12 @@ class TrainSuite : public SuiteWithParams<Params> {
     const GptConfig& model_cfg = p.model;
     const TrainConfig& cfg = p.cfg;
     const int n = world.size();
-    const ParallelLayout& layout = p.spec.l;
-    const ZeroConfig& zero = p.spec.z;
-    const Recompute recompute = p.spec.recompute;
     const CheckpointPlan& plan = p.plan;
     const bool dp_only = p.plain_dp();
-    const TrainFacts f{model_cfg, cfg, layout, zero, recompute, plan, dp_only,
+    const TrainFacts f{model_cfg, cfg, p.spec, plan, dp_only,
                        dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n)
                                : layout_record_name(p.spec),
-                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops, p.spec.hier_node_ranks};
+                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops};
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
@@ -557,7 +549,9 @@ class TrainSuite : public SuiteWithParams<Params> {
     // and float32 runs with 1, 2 and 4 micro-batches (those that divide the batch). Not with
     // references: false (the regression gate's config, which times the steps only).
     const bool with_refs = on_cpu && p.references;
-    const ReferenceSet refs = with_refs ? run_references(model_cfg, ctx.device, data, cfg, world) : ReferenceSet{};
+    const ReferenceSet refs = with_refs ? run_references(model_cfg, ctx.device, data, cfg, p.spec.precision,
+                                                         p.spec.dp_sync, world)
+                                        : ReferenceSet{};
 
     SuiteResult res;
     const StepSplit split = slowest_split(run, world);
