@@ -209,7 +209,7 @@ void add_train_regions(std::vector<Region>& regions, const json& cfg, const Data
                        TrainConfig t = train;
                        t.steps = runs;
                        w.start();
-                       (void)dtb::train(m, data, t, world);
+                       (void)dtb::train(m, data, t, DpSync{}, world);
                        w.stop();
                      }});
   regions.push_back({"train_step/parallel_gpt" + tag, slow.train_step, [=, &data, &device, &world](int runs, Window& w) {

@@ -163,10 +163,10 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
       throw InputError("conformance.layouts: '" + printable(text, 40) + "' needs " + std::to_string(l.world()) +
                        " ranks, more than 2^20");
     // Every rule of the layout (reference/layout/layout_validate.h) on its own world (a larger
-    // one than the run's is skipped, not refused), the recipe's at the section's precision.
+    // one than the run's is skipped, not refused), the DP sync recipe's in fp32 (a half
+    // precision's limits: no_reference_reason in run(), validate_moe_layout below).
     LayoutSpec checked = spec;
     checked.l = l;
-    checked.precision = cfg.precision;
     checked.dp_sync = recipe_of(spec);
     validate_layout_spec(checked, p.model,
                          {.world = int(l.world()), .global_batch = cfg.global_batch, .seq_len = cfg.seq_len,
@@ -284,24 +284,23 @@ json layout_record(const std::string& text, const ParallelLayout& l, const Layou
   return rec;
 }
 
-// The references of every recipe the layouts run in cfg.precision (DpSync as to_json prints it
+// The references of every recipe the layouts run in `prec` (DpSync as to_json prints it
 // -> its ReferenceSet), computed in the layouts' order, each announced on rank 0; the float64
 // oracle of a recipe from `oracles` when there, else run and kept there. Collective over
 // ctx.world (the keys are the same on every rank).
-std::map<std::string, ReferenceSet> recipe_references(const Params& p, const TrainConfig& cfg, Device& cpu,
-                                                      const Dataset& data, SuiteContext& ctx,
+std::map<std::string, ReferenceSet> recipe_references(const Params& p, const TrainConfig& cfg, Precision precision,
+                                                      Device& cpu, const Dataset& data, SuiteContext& ctx,
                                                       std::map<std::string, Reference>& oracles) {
   std::map<std::string, ReferenceSet> refsets;
-  const std::string prec(to_string(cfg.precision));
+  const std::string prec(to_string(precision));
   for (const LayoutSpec& spec : p.specs) {
     const DpSync d = recipe_of(spec);
     const std::string key = to_json(d).dump();
-    if (refsets.contains(key) || !no_reference_reason(d, cfg.precision).empty() || spec.l.world() > ctx.world.size())
+    if (refsets.contains(key) || !no_reference_reason(d, precision).empty() || spec.l.world() > ctx.world.size())
       continue;
-    TrainConfig c = cfg;
-    c.dp_sync = d;
     auto o = oracles.find(key);
-    ReferenceSet refs = run_references(p.model, cpu, data, c, ctx.world, o != oracles.end() ? &o->second : nullptr);
+    ReferenceSet refs =
+        run_references(p.model, cpu, data, cfg, precision, d, ctx.world, o != oracles.end() ? &o->second : nullptr);
     if (o == oracles.end()) oracles[key] = refs.oracle;
     char lambda[32];
     std::snprintf(lambda, sizeof lambda, "%g", d.delay_compensation);
@@ -416,10 +415,9 @@ class ConformanceSuite : public SuiteWithParams<Params> {
     const std::string sync_key = to_json(DpSync{}).dump();
     for (const Precision prec : p.precisions) {
       TrainConfig cfg = base;
-      cfg.precision = prec;
       cfg.loss_scaler.enabled = prec == Precision::fp16;  // GradScaler defaults: 2^16, x2 per 2000 good steps
       const std::string suffix = prec == Precision::fp32 ? "" : ":" + std::string(to_string(prec));
-      const std::map<std::string, ReferenceSet> refsets = recipe_references(p, cfg, cpu, data, ctx, oracles);
+      const std::map<std::string, ReferenceSet> refsets = recipe_references(p, cfg, prec, cpu, data, ctx, oracles);
       for (const auto& [key, refs] : refsets) {
         if (oracle_losses.empty() || key == sync_key)
           oracle_losses = refs.oracle.losses, oracle_grad_norms = refs.oracle.grad_norms;
@@ -441,19 +439,19 @@ class ConformanceSuite : public SuiteWithParams<Params> {
                     std::to_string(k) + " ranks, the world has " + std::to_string(world.size()));
           continue;
         }
-        cfg.dp_sync = recipe_of(spec);
-        if (const std::string why = no_reference_reason(cfg.dp_sync, prec); !why.empty()) {
+        const DpSync sync = recipe_of(spec);
+        if (const std::string why = no_reference_reason(sync, prec); !why.empty()) {
           skipped.push_back({{"layout", text}, {"reason", why}});
           ctx.print("#  " + pad(text, 28) + " " + pad(std::to_string(l.world()), 5) + "  skipped: " + why);
           continue;
         }
-        const ReferenceSet& refs = refsets.at(to_json(cfg.dp_sync).dump());
+        const ReferenceSet& refs = refsets.at(to_json(sync).dump());
         const int k = int(l.world());
         const int color = world.rank() < k ? 0 : 1;
         auto sub = world.split(color, world.rank(), "conformance:" + text);
         auto dev_sub = ctx.device_world ? ctx.device_world->split(color, world.rank(), "conformance:" + text) : nullptr;
         LayoutSpec run = spec;  // its recipe with DiLoCo's replicas (recipe_of), as the references take it
-        run.dp_sync = cfg.dp_sync;
+        run.dp_sync = sync;
         LayoutOutcome out;
         if (world.rank() < k)
           out = run_layout({.model = model, .layout = run, .train = cfg, .device = ctx.device, .ops = ops,

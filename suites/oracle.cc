@@ -51,13 +51,13 @@ namespace {
 
 template <typename T>
 Reference run_reference(const GptConfig& model_cfg, Device& device, const Dataset& data, const TrainConfig& cfg,
-                        Communicator& self) {
+                        const DpSync& sync, Communicator& self) {
   Gpt<T> m(model_cfg, device);
   m.init(cfg.seed);
   compute_gradients(m, data, cfg, 0, self);  // leaves the parameters as initialised
   Reference r(cfg.steps, m.num_params());
   r.grads0.assign(m.grads(), m.grads() + m.num_params());
-  TrainRun run = train(m, data, cfg, self);
+  TrainRun run = train(m, data, cfg, sync, self);
   r.losses = std::move(run.losses);
   r.grad_norms = std::move(run.grad_norms);
   r.params.assign(m.params(), m.params() + m.num_params());
@@ -81,10 +81,10 @@ TrainConfig train_config_from_json(const nlohmann::json& s, const nlohmann::json
 }
 
 ReferenceSet run_references(const GptConfig& model_cfg, Device& device, const Dataset& data, const TrainConfig& cfg,
-                            Communicator& world, const Reference* oracle) {
+                            Precision precision, const DpSync& sync, Communicator& world, const Reference* oracle) {
   ReferenceSet set;
   // DiLoCo's replicas each split their share of the batch into the micro-batches.
-  const int R = cfg.dp_sync.local_steps > 0 ? cfg.dp_sync.replicas : 1;
+  const int R = sync.local_steps > 0 ? sync.replicas : 1;
   for (int mb : {1, 2, 4})
     if (cfg.global_batch % (mb * R) == 0) set.micro_batches.push_back(mb);
   const int refs = int(set.micro_batches.size()), n = world.size();
@@ -101,14 +101,14 @@ ReferenceSet run_references(const GptConfig& model_cfg, Device& device, const Da
       TrainConfig single = cfg;
       single.micro_batches = j < refs ? set.micro_batches[j] : 1;
       if (j == refs) {
-        all[j] = run_reference<double>(model_cfg, device, data, single, *self);
-      } else if (cfg.precision == Precision::fp32) {
-        all[j] = run_reference<float>(model_cfg, device, data, single, *self);
+        all[j] = run_reference<double>(model_cfg, device, data, single, sync, *self);
+      } else if (precision == Precision::fp32) {
+        all[j] = run_reference<float>(model_cfg, device, data, single, sync, *self);
       } else {  // the sharded model on one rank: gpt.cc's ops in the half recipe
         ParallelLayout one;
         one.micro_batches = single.micro_batches;
         LayoutOutcome o =
-            run_layout({.model = model_cfg, .layout = {.l = one, .precision = cfg.precision, .dp_sync = cfg.dp_sync},
+            run_layout({.model = model_cfg, .layout = {.l = one, .precision = precision, .dp_sync = sync},
                         .train = single, .device = device, .host = *self, .data = data, .gather = true});
         all[j].losses = o.losses;
         all[j].grad_norms = o.grad_norms;
@@ -129,8 +129,8 @@ ReferenceSet run_references(const GptConfig& model_cfg, Device& device, const Da
     }
   }
   world.barrier();
-  set.precision = cfg.precision;
-  if (world.rank() != 0) return ReferenceSet{set.micro_batches, {}, Reference(), cfg.precision};
+  set.precision = precision;
+  if (world.rank() != 0) return ReferenceSet{set.micro_batches, {}, Reference(), precision};
   set.oracle = std::move(all[refs]);
   all.pop_back();
   set.single = std::move(all);

@@ -49,18 +49,19 @@ struct ReferenceSet {
 TrainConfig train_config_from_json(const nlohmann::json& section, const nlohmann::json& config,
                                    const std::string& path);
 
-/// Runs the references of `cfg` (its recipe too: cfg.dp_sync's stale gradients or local steps,
-/// whose one-rank references are train()'s; micro-batches that divide each DiLoCo replica's
-/// share) on one rank each (job j on rank j % world.size(), side by
+/// Runs the references of `cfg` in `precision` under `sync` (the layout's recipe: stale
+/// gradients or local steps, whose one-rank references are train()'s; micro-batches that divide
+/// each DiLoCo replica's share) on one rank each (job j on rank j % world.size(), side by
 /// side) with the CPU ops, and collects them on rank 0 (other ranks get an empty set):
 /// fp32 through the single-rank Gpt<float>, bf16 / fp16 through the sharded model on a
 /// one-rank layout (which with tp = 1 runs gpt.cc's ops); the oracle is Gpt<double>.
 /// Collective over `world`.
 /// `oracle` (optional): a float64 oracle of the same model, data and steps from an earlier
-/// call (rank 0's), used instead of running it again (it does not depend on cfg.precision);
+/// call (rank 0's), used instead of running it again (it does not depend on `precision`);
 /// every rank must pass one or none alike.
 ReferenceSet run_references(const GptConfig& model, Device& device, const Dataset& data, const TrainConfig& cfg,
-                            Communicator& world, const Reference* oracle = nullptr);
+                            Precision precision, const DpSync& sync, Communicator& world,
+                            const Reference* oracle = nullptr);
 
 /// ||a - ref|| / ||ref|| (||a - ref|| when ref is 0).
 double rel_norm_diff(const double* a, const double* ref, size_t n);

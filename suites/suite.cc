@@ -88,14 +88,14 @@ GptConfig gpt_config_from_json(const nlohmann::json& m, const std::string& path)
   return c;
 }
 
-void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainConfig& t) {
-  if (s.contains(spelling(LayoutKey::precision).config_key)) t.precision = precision_from_json(s, path);
+void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainConfig& t, LayoutSpec& layout) {
+  if (s.contains(spelling(LayoutKey::precision).config_key)) layout.precision = precision_from_json(s, path);
   if (s.contains("grad_clip")) t.grad_clip = number_in_range(s, "grad_clip", path + ".grad_clip", 0.0, 1e30);
   if (s.contains("loss_scale")) {
     const std::string ls = s.at("loss_scale").get<std::string>();
     if (ls != "none" && ls != "dynamic" && ls != "auto")
       throw InputError(path + ".loss_scale: '" + printable(ls, 40) + "' is not \"auto\", \"none\" or \"dynamic\"");
-    t.loss_scaler.enabled = ls == "dynamic" || (ls == "auto" && t.precision == Precision::fp16);
+    t.loss_scaler.enabled = ls == "dynamic" || (ls == "auto" && layout.precision == Precision::fp16);
   }
   if (s.contains("loss_scale_init"))
     t.loss_scaler.init_scale = number_in_range(s, "loss_scale_init", path + ".loss_scale_init", 1e-30, 0x1.0p127);
@@ -104,7 +104,7 @@ void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainCo
         int(int_in_range(s, "loss_scale_growth_interval", path + ".loss_scale_growth_interval", 1, 1 << 30));
   // How the DP replicas keep in step (their combinations and the layouts they need: the layout
   // validator, reference/layout/layout_validate.h).
-  dp_sync_from_json(s, path, t.dp_sync);
+  dp_sync_from_json(s, path, layout.dp_sync);
 }
 
 nlohmann::json model_defaults(int L, int C, int NH, int T, int V) {
@@ -129,8 +129,7 @@ nlohmann::json to_json(const TrainConfig& t) {
                      {"weight_decay", a.weight_decay}}},
           {"grad_clip", t.grad_clip},
           {"loss_scaler", {{"enabled", ls.enabled}, {"init_scale", ls.init_scale},
-                           {"growth_interval", ls.growth_interval}}},
-          {"precision", std::string(to_string(t.precision))}, {"dp_sync", to_json(t.dp_sync)}};
+                           {"growth_interval", ls.growth_interval}}}};
 }
 
 void SuiteContext::print(const std::string& line) const {

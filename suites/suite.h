@@ -177,15 +177,15 @@ nlohmann::json model_defaults(int L, int C, int NH, int T, int V);
 /// for Suite::params_json; the model's is reference/model/gpt_json.h's.
 nlohmann::json to_json(const TrainConfig& t);
 
-/// A section's training-recipe keys into `t`, each only where the section has it: precision
-/// (fp32, bf16, fp16: precision_from_json), loss_scale ("auto": dynamic for fp16, none
-/// otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval and grad_clip
-/// (0: off); and how the DP replicas keep in step (reference/training/trainer.h DpSync: the one
-/// reader reference/layout/dp_sync_json.h dp_sync_from_json, its ranges; their combinations:
-/// reference/layout/layout_validate.h).
-/// communication_data_type is the layout's (layout_from_json).
+/// A section's training-recipe keys, each only where the section has it: into `layout` (the
+/// layout's recipe, LayoutSpec's one copy) precision (fp32, bf16, fp16: precision_from_json) and
+/// how the DP replicas keep in step (reference/training/trainer.h DpSync: the one reader
+/// reference/layout/dp_sync_json.h dp_sync_from_json, its ranges; their combinations:
+/// reference/layout/layout_validate.h); into `t` loss_scale ("auto": dynamic for layout.precision
+/// fp16, none otherwise; "none"; "dynamic"), loss_scale_init, loss_scale_growth_interval and
+/// grad_clip (0: off). communication_data_type is the layout's too (layout_from_json).
 /// Errors: InputError "<path>.<key>: <reason>".
-void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t);
+void apply_recipe_keys(const nlohmann::json& section, const std::string& path, TrainConfig& t, LayoutSpec& layout);
 
 /// Refuses a run before it allocates: throws InputError "<what>: predicted B bytes (X MiB)
 /// per rank x Y ranks per node, more than this machine's memory allows: A bytes available

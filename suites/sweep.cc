@@ -73,6 +73,7 @@ std::vector<std::string> candidate_layouts(int world, int experts) {
 struct Setup {
   GptConfig model;
   TrainConfig cfg;
+  Precision precision = Precision::fp32;  // every layout's (the section's "precision")
 };
 
 Setup setup_from(const json& section, const json& config) {
@@ -86,7 +87,9 @@ Setup setup_from(const json& section, const json& config) {
   if (s.cfg.seq_len > s.model.T)
     throw InputError("sweep.seq_len = " + std::to_string(s.cfg.seq_len) + " exceeds model.T = " +
                      std::to_string(s.model.T));
-  apply_recipe_keys(section, "sweep", s.cfg);
+  LayoutSpec recipe;  // the layouts' recipe keys: the section has "precision" alone
+  apply_recipe_keys(section, "sweep", s.cfg, recipe);
+  s.precision = recipe.precision;
   return s;
 }
 
@@ -118,7 +121,7 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
                        "hierarchical one: train.dp_allreduce, conformance.layouts)");
     LayoutSpec checked = spec;
     checked.l.micro_batches = st.cfg.micro_batches;
-    checked.precision = st.cfg.precision;
+    checked.precision = st.precision;
     const ParallelLayout& l = checked.l;
     try {
       if (l.world() != world)
@@ -159,23 +162,23 @@ struct Params {
   // 327 % in two runs here beside two busy processes), so a default check would be a timed test.
   std::optional<double> max_mape;
   std::vector<std::string> layouts;
-  std::vector<LayoutSpec> specs;  // of `layouts`, precision st.cfg.precision
+  std::vector<LayoutSpec> specs;  // of `layouts`, precision st.precision
   json skipped = json::array();
   static Params parse(const json& section, const json& config, const WorldInfo& world) {
     Params p;
     p.st = setup_from(section, config);
     if (section.contains("max_mape") && !section.at("max_mape").is_null())
       p.max_mape = number_in_range(section, "max_mape", "sweep.max_mape", 0.0, 10.0);  // a fraction: 0.15 = 15 %
-    require_half_ops(config.value("backend", "cpu"), p.st.cfg.precision, "sweep.precision");
+    require_half_ops(config.value("backend", "cpu"), p.st.precision, "sweep.precision");
     {  // what an MoE model refuses (the precision, the backend) is the same for every layout: said once
       LayoutSpec any;
-      any.precision = p.st.cfg.precision;
+      any.precision = p.st.precision;
       validate_moe_layout(any, p.st.model, config.value("backend", "cpu"), "sweep");
     }
     p.layouts = sweep_layouts(section, p.st, world.size, config.value("backend", "cpu"), &p.skipped);
     for (const std::string& text : p.layouts) {
       p.specs.push_back(parse_layout_spec(text, "sweep.layouts"));
-      p.specs.back().precision = p.st.cfg.precision;
+      p.specs.back().precision = p.st.precision;
     }
     if (p.max_mape) p.require_two_modelled();
     return p;
@@ -199,7 +202,8 @@ struct Params {
   json to_json() const {
     json s = json::array();
     for (const LayoutSpec& x : specs) s.push_back(dtb::to_json(x));
-    return {{"model", dtb::to_json(st.model)}, {"train", dtb::to_json(st.cfg)}, {"layouts", layouts}, {"specs", s},
+    return {{"model", dtb::to_json(st.model)}, {"train", dtb::to_json(st.cfg)},
+            {"precision", std::string(dtb::to_string(st.precision))}, {"layouts", layouts}, {"specs", s},
             {"skipped", skipped}, {"max_mape", max_mape ? json(*max_mape) : json(nullptr)}};
   }
 };
@@ -214,7 +218,7 @@ StepTimeInput model_input(const Setup& st, const LayoutSpec& spec) {
   in.seq_len = st.cfg.seq_len;
   in.zero = spec.z;
   in.recompute = spec.recompute;
-  in.precision = st.cfg.precision;
+  in.precision = st.precision;
   return in;
 }
 
@@ -227,7 +231,7 @@ StepTimeTerms predict_layout(const Params& p, size_t i, Communicator& comm, Devi
                              std::string& why, nlohmann::json& calibration) {
   const StepTimeInput in = model_input(p.st, p.specs[i]);
   StepTimeCalibrationSpec cal;
-  cal.precision = p.st.cfg.precision;
+  cal.precision = p.st.precision;
   try {
     cal.ops = step_ops(in);
   } catch (const InputError& e) {
@@ -375,7 +379,7 @@ class SweepSuite : public SuiteWithParams<Params> {
     const double tokens = double(st.cfg.global_batch) * st.cfg.seq_len;
     ctx.print("# sweep: GPT L=" + std::to_string(st.model.L) + " C=" + std::to_string(st.model.C) + " NH=" +
               std::to_string(st.model.NH) + " V=" + std::to_string(st.model.V) + ", " +
-              std::to_string(gpt_num_params(st.model)) + " params, " + std::string(to_string(st.cfg.precision)) + ", global batch " +
+              std::to_string(gpt_num_params(st.model)) + " params, " + std::string(to_string(st.precision)) + ", global batch " +
               std::to_string(st.cfg.global_batch) + " x T " + std::to_string(st.cfg.seq_len) + ", " +
               std::to_string(st.cfg.micro_batches) + " micro-batches per DP rank, " + std::to_string(st.cfg.steps) +
               " steps, " + std::to_string(world.size()) + " ranks; " + std::to_string(layouts.size()) + " layouts");

@@ -63,7 +63,8 @@ LayoutOutcome run_plain_dp(const SuiteContext& ctx, const GptConfig& model_cfg, 
   }
   world.barrier();
   clock.reset();  // the training steps' ops, not step 0's gradient
-  const TrainRun r = train(model, data, cfg, dev_comm, ctx.spans, ctx.options.slowdown.train_step);  // spans: --trace
+  // Synchronous (Params::plain_dp); spans: --trace.
+  const TrainRun r = train(model, data, cfg, DpSync{}, dev_comm, ctx.spans, ctx.options.slowdown.train_step);
   run.op_seconds = clock.seconds(), run.op_calls = clock.calls();
   record_steps(run, {}, r, cfg);  // losses, gradient norms, timings: as run_layout records them
   // DP replicas must hold the same parameters: compare with rank 0's, bitwise.
@@ -82,7 +83,7 @@ LayoutOutcome run_plain_dp(const SuiteContext& ctx, const GptConfig& model_cfg, 
 struct Params {
   GptConfig model;
   TrainConfig cfg;
-  LayoutSpec spec;  // spec.precision == cfg.precision
+  LayoutSpec spec;  // its precision and DP sync recipe too
   CheckpointPlan plan;
   std::string matmul_precision;
   double peak_tflops = 0;
@@ -91,8 +92,8 @@ struct Params {
   /// precision or checkpoints need the sharded model.
   bool plain_dp() const {
     const ParallelLayout& l = spec.l;
-    return !plan.on() && cfg.dp_sync.synchronous() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 &&
-           spec.recompute == Recompute::none && !cfg.loss_scaler.enabled && cfg.precision == Precision::fp32 &&
+    return !plan.on() && spec.dp_sync.synchronous() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 &&
+           spec.recompute == Recompute::none && !cfg.loss_scaler.enabled && spec.precision == Precision::fp32 &&
            spec.hier_node_ranks == 0;
   }
   static Params parse(const json& section, const json& config, const WorldInfo& world);
@@ -114,13 +115,11 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   validate_train_config(train, p.model, p.spec.l.dp);
   // dp_allreduce "hierarchical": nodes of the world's ranks per node (real, or --ranks-per-node's).
   p.spec.hier_node_ranks = dp_allreduce_from_json(section, "train", node_size(world.ranks_per_node, world.options));
-  train.precision = p.spec.precision;
-  apply_recipe_keys(section, "train", train);  // loss scaling, clipping, DP sync (precision: the same)
-  train.dp_sync.replicas = train.dp_sync.local_steps > 0 ? p.spec.l.dp : 1;  // DiLoCo: one replica per DP rank
-  p.spec.dp_sync = train.dp_sync;
+  apply_recipe_keys(section, "train", train, p.spec);  // loss scaling, clipping, DP sync (precision: the same)
+  p.spec.dp_sync.replicas = p.spec.dp_sync.local_steps > 0 ? p.spec.l.dp : 1;  // DiLoCo: one replica per DP rank
   const std::string backend = config.value("backend", "cpu");
   const bool cpu = backend == "cpu";
-  require_half_ops(backend, train.precision, "train.precision");
+  require_half_ops(backend, p.spec.precision, "train.precision");
   const std::string prec = section.at("matmul_precision");
   if (prec != "fp32" && prec != "tf32" && prec != "bf16" && prec != "fp16")
     throw InputError("train.matmul_precision: '" + prec + "' is not one of fp32, tf32, bf16, fp16");
@@ -137,10 +136,10 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
                            .backend = backend, .recipe = train, .checkpoint_every = p.plan.every,
                            .resume_from = p.plan.resume_from, .path = "train"};
   validate_layout_spec(p.spec, p.model, check);
-  const DpSync& d = train.dp_sync;
-  if (d.local_steps > 0 && d.replicas > 1 && train.precision != Precision::fp32 && p.references)
+  const DpSync& d = p.spec.dp_sync;
+  if (d.local_steps > 0 && d.replicas > 1 && p.spec.precision != Precision::fp32 && p.references)
     throw InputError("train.local_steps = " + std::to_string(d.local_steps) + " with precision " +
-                     std::string(to_string(train.precision)) + " on " + std::to_string(d.replicas) +
+                     std::string(to_string(p.spec.precision)) + " on " + std::to_string(d.replicas) +
                      " replicas: no reference (the one-rank reference simulates replicas in fp32 / fp64 only); set "
                      "train.references false");
   return p;
@@ -186,7 +185,7 @@ class TrainSuite : public SuiteWithParams<Params> {
     const CheckpointPlan& plan = p.plan;
     const std::string step_dir = resume_step_dir(plan);
     if (!step_dir.empty()) {
-      CheckpointRunInfo info = checkpoint_run_info(model, layout, zero, train, "", p.spec.recompute);
+      CheckpointRunInfo info = checkpoint_run_info(model, layout, zero, p.spec.precision, train, "", p.spec.recompute);
       info.allowed_changes = world.options.allow_changed;
       const json m = check_checkpoint_manifest(step_dir, info);
       const int64_t k = m.at("step").get<int64_t>();
@@ -207,15 +206,12 @@ class TrainSuite : public SuiteWithParams<Params> {
     const GptConfig& model_cfg = p.model;
     const TrainConfig& cfg = p.cfg;
     const int n = world.size();
-    const ParallelLayout& layout = p.spec.l;
-    const ZeroConfig& zero = p.spec.z;
-    const Recompute recompute = p.spec.recompute;
     const CheckpointPlan& plan = p.plan;
     const bool dp_only = p.plain_dp();
-    const TrainFacts f{model_cfg, cfg, layout, zero, recompute, plan, dp_only,
+    const TrainFacts f{model_cfg, cfg, p.spec, plan, dp_only,
                        dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n)
                                : layout_record_name(p.spec),
-                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops, p.spec.hier_node_ranks};
+                       double(cfg.global_batch) * cfg.seq_len, p.peak_tflops};
     ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
               " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
@@ -260,7 +256,8 @@ class TrainSuite : public SuiteWithParams<Params> {
     // and float32 runs with 1, 2 and 4 micro-batches (those that divide the batch). Not with
     // references: false (the regression gate's config, which times the steps only).
     const bool with_refs = on_cpu && p.references;
-    const ReferenceSet refs = with_refs ? run_references(model_cfg, ctx.device, data, cfg, world) : ReferenceSet{};
+    const ReferenceSet refs = with_refs ? run_references(model_cfg, ctx.device, data, cfg, p.spec.precision,
+                                                         p.spec.dp_sync, world) : ReferenceSet{};
 
     SuiteResult res;
     const StepSplit split = slowest_split(run, world);

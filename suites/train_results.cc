@@ -115,9 +115,8 @@ json step_breakdown_ms(const SuiteContext& ctx, Communicator& world, const std::
 json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit& sp, const json& breakdown,
                   const std::string& backend) {
   const int timed = int(run.timings.size());
-  const ParallelLayout& layout = f.layout;
   json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
-  add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision, f.hier_node_ranks, f.cfg.dp_sync});
+  add_layout_fields(rec, f.spec);
   rec["steps"] = f.cfg.steps;
   rec["tokens_per_step"] = f.tokens_per_step;
   rec["tokens_per_s"] = f.tokens_per_step / sp.step.median;
@@ -179,8 +178,8 @@ void oracle_results(const TrainFacts& f, const LayoutOutcome& run, const Referen
   for (Check& c : oracle_checks("train/", refs, f.model, f.tokens_per_step, run.losses, run.grads0, run.params))
     res.checks.push_back(std::move(c));
   grad_norm_results(run, refs, res);
-  if (f.cfg.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
-    for (Check& c : half_vs_fp32_checks("train/", f.cfg.precision, run.losses, refs.oracle.losses))
+  if (f.spec.precision != Precision::fp32)  // the stated bounds of the fp32 trajectory (suites/oracle.h)
+    for (Check& c : half_vs_fp32_checks("train/", f.spec.precision, run.losses, refs.oracle.losses))
       res.checks.push_back(std::move(c));
   replica_checks(f, run, res);
   // Learning: the mean of the last 10% of losses well below the uniform ln(256) = 5.55.

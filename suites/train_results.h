@@ -22,15 +22,12 @@ namespace dtb::train_suite {
 struct TrainFacts {
   const GptConfig& model;
   const TrainConfig& cfg;
-  const ParallelLayout& layout;
-  const ZeroConfig& zero;
-  Recompute recompute;
+  const LayoutSpec& spec;  // the layout with every setting: ZeRO, recompute, precision, DP sync, DP all-reduce
   const CheckpointPlan& plan;
   bool dp_only;             // the plain DP trainer (reference/training/trainer.h), not the sharded model
   std::string layout_name;  // the record's name after train/gpt/
   double tokens_per_step;
   double peak_tflops;  // the section's peak_tflops (0: no MFU)
-  int hier_node_ranks = 0;  // the DP all-reduce: 0 flat, N hierarchical over nodes of N ranks
 };
 
 /// Per step run here, the slowest rank's step time (it sets the pace), split as that rank saw

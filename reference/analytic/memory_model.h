@@ -26,6 +26,14 @@ namespace dtb {
 /// 16-bit weights and gradients, fp32 master weights and moments (the sharded trainer:
 /// reference/zero/zero.h, kernels/half.h).
 enum class Precision { fp32, bf16, fp16 };
+/// The recipe of a run that stores T (run_layout's choice of T inverted): bf16, fp16, and fp32
+/// for float (and the float64 oracle's double).
+template <typename T>
+constexpr Precision precision_of() {
+  if constexpr (std::is_same_v<T, bf16>) return Precision::bf16;
+  else if constexpr (std::is_same_v<T, fp16>) return Precision::fp16;
+  else return Precision::fp32;
+}
 /// Activation recompute (Korthikanti et al. 2022): ParallelGpt::set_recompute.
 enum class Recompute { none, full, selective };
 /// Where the optimizer state and its fp32 working copies live (DeepSpeed offload_optimizer).

@@ -120,11 +120,11 @@ const std::vector<std::string>& checkpoint_recipe_keys();
 /// {"key", "saved", "now"} (an empty array for a manifest without a recipe).
 nlohmann::json recipe_changes(const nlohmann::json& m, const CheckpointRunInfo& run);
 
-/// The identity of a run of `model` on `layout` with `zero` and `cfg` (precision, seed,
+/// The identity of a run of `model` on `layout` with `zero` in `precision` and `cfg` (seed,
 /// global batch, seq_len, loss scaling; the recipe: AdamW's lr, betas, eps and weight decay,
 /// grad_clip, micro_batches and `recompute`) on the dataset of `dataset_sha256` ("": not checked).
 CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
-                                      const TrainConfig& cfg, const std::string& dataset_sha256,
+                                      Precision precision, const TrainConfig& cfg, const std::string& dataset_sha256,
                                       Recompute recompute = Recompute::none);
 
 /// "TP2xPP2xDP1 zero0", "DP4xEP2 zero2" (TP and PP when > 1, "xEP<n>" when expert parallel

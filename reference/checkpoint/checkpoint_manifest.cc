@@ -168,7 +168,8 @@ json recipe_changes(const json& m, const CheckpointRunInfo& run) {
 }
 
 CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
-                                      const TrainConfig& cfg, const std::string& dataset_sha256, Recompute recompute) {
+                                      Precision precision, const TrainConfig& cfg, const std::string& dataset_sha256,
+                                      Recompute recompute) {
   CheckpointRunInfo r;
   // AdamW's floats as their shortest decimal (0.01f is 0.01 in the manifest and in a message,
   // not 0.009999999776...): the same float gives the same number on both sides.
@@ -183,7 +184,7 @@ CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayo
               {"micro_batches", cfg.micro_batches}, {"recompute", std::string(to_string(recompute))}};
   r.layout = layout;
   r.zero = zero;
-  r.precision = cfg.precision;
+  r.precision = precision;
   r.model = model;
   r.seed = cfg.seed;
   r.dataset_sha256 = dataset_sha256;

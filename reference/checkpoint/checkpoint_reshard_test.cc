@@ -48,9 +48,9 @@ std::vector<double> reshard_copy(const Case& c, const TrainConfig& cfg, Communic
   ZeroEngine<T> e(m, c.zero, *og.dp, cfg.adamw, og.expert_dp.get());
   e.load(m.initial_params(cfg.seed));
   LossScaler scaler(cfg.loss_scaler);
-  const TrainProgress p = load_checkpoint(from, info_of(c, cfg), e, &scaler, w);
-  EXPECT_FALSE(resharded_from(check_checkpoint_manifest(from, info_of(c, cfg)), info_of(c, cfg)).empty());
-  save_checkpoint(to, info_of(c, cfg), e, p, w);
+  const TrainProgress p = load_checkpoint(from, info_of<T>(c, cfg), e, &scaler, w);
+  EXPECT_FALSE(resharded_from(check_checkpoint_manifest(from, info_of<T>(c, cfg)), info_of<T>(c, cfg)).empty());
+  save_checkpoint(to, info_of<T>(c, cfg), e, p, w);
   return m.gather(e.full_params(), w);
 }
 
@@ -103,13 +103,11 @@ TEST(Reshard, RoundTripIsBitwiseInHalfPrecision) {
   const int n = w->size(), h = n / 2;
   if (n != 2 && n != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
   expect_round_trip<::dtb::fp16>(dp_case(n, 3), dp_case(h, 2), fp16_scaling_config(8), *w, 3);
-  TrainConfig bf16 = base_config();
-  bf16.precision = Precision::bf16;
   Case offload = dp_case(n, 1);
   offload.zero.offload_optimizer = true;
   offload.name += " offload";
-  expect_round_trip<::dtb::bf16>(offload, n == 4 ? make_case("TP2xDP2 zero3", 2, 2, 1, 3) : dp_case(h, 3), bf16, *w,
-                                 3);
+  expect_round_trip<::dtb::bf16>(offload, n == 4 ? make_case("TP2xDP2 zero3", 2, 2, 1, 3) : dp_case(h, 3),
+                                 base_config(), *w, 3);
 }
 
 // Expert parallel (an MoE model's experts spread over another EP size), sequence parallel

@@ -78,8 +78,7 @@ TEST(Checkpoint, ResumeIsBitwiseFp16LossScaler) {
 
 TEST(Checkpoint, ResumeIsBitwiseBf16Offload) {
   auto w = make_mpi_world();
-  TrainConfig cfg = base_config();
-  cfg.precision = Precision::bf16;
+  const TrainConfig cfg = base_config();
   Case c = dp_case(w->size(), 1);
   c.zero.offload_optimizer = true;
   c.name += " offload bf16";

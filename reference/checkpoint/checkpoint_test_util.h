@@ -55,8 +55,10 @@ inline ParallelLayout layout_of(const Case& c, const TrainConfig& cfg) {
   return l;
 }
 
-inline CheckpointRunInfo info_of(const Case& c, const TrainConfig& cfg) {
-  CheckpointRunInfo r = checkpoint_run_info(c.model, layout_of(c, cfg), c.zero, cfg, "test-data");
+// The identity of a run of `c` and `cfg` storing T (its precision: precision_of<T>).
+template <typename T = float>
+CheckpointRunInfo info_of(const Case& c, const TrainConfig& cfg) {
+  CheckpointRunInfo r = checkpoint_run_info(c.model, layout_of(c, cfg), c.zero, precision_of<T>(), cfg, "test-data");
   r.allowed_changes = c.allowed_changes;
   return r;
 }
@@ -96,7 +98,7 @@ Outcome<T> run_case(const Case& c, const TrainConfig& cfg, Communicator& w, cons
   ZeroEngine<T> e(m, c.zero, *og.dp, cfg.adamw, og.expert_dp.get());
   e.load(m.initial_params(cfg.seed));
   LossScaler scaler(cfg.loss_scaler);
-  const CheckpointRunInfo info = info_of(c, cfg);
+  const CheckpointRunInfo info = info_of<T>(c, cfg);
   TrainLoop loop;
   loop.scaler = &scaler;
   if (!resume_dir.empty()) loop.first_step = load_checkpoint(resume_dir, info, e, &scaler, w).next_step;
@@ -109,7 +111,7 @@ Outcome<T> run_case(const Case& c, const TrainConfig& cfg, Communicator& w, cons
     save_checkpoint(save_dir, info, e, p, w);
   };
   Outcome<T> out;
-  out.run = parallel_train(m, e, test_data(), cfg, g, nullptr, loop);
+  out.run = parallel_train(m, e, test_data(), cfg, DpSync{}, g, nullptr, loop);
   out.params = m.gather(e.full_params(), w);
   out.state = e.export_state();
   out.scaler = scaler.state();
@@ -145,12 +147,11 @@ void expect_same_end(const Outcome<T>& resumed, const Outcome<T>& full, int64_t 
   EXPECT_EQ(resumed.scaler.skipped, full.scaler.skipped);
 }
 
-// base_config() in fp16 with dynamic loss scaling from 2^18, growing every 2 good steps: the
+// base_config() for fp16 with dynamic loss scaling from 2^18, growing every 2 good steps: the
 // first steps overflow and are skipped, then the scale grows and overflows again.
 inline TrainConfig fp16_scaling_config(int steps) {
   TrainConfig cfg = base_config();
   cfg.steps = steps;
-  cfg.precision = Precision::fp16;
   cfg.loss_scaler.enabled = true;
   cfg.loss_scaler.init_scale = 0x1p18;
   cfg.loss_scaler.growth_interval = 2;
@@ -181,7 +182,7 @@ TrainRun expect_bitwise_resume(const Case& c, const TrainConfig& cfg, Communicat
     EXPECT_TRUE(same_bits(resumed.run.loss_scales, scales, "loss scales after the checkpoint"));
   }
   // The loss history of the first part, kept in the manifest.
-  const nlohmann::json m = check_checkpoint_manifest(step_dir, info_of(c, cfg));
+  const nlohmann::json m = check_checkpoint_manifest(step_dir, info_of<T>(c, cfg));
   const std::vector<double> head(full.run.losses.begin(), full.run.losses.begin() + k);
   EXPECT_TRUE(same_bits(m.at("history").at("losses").get<std::vector<double>>(), head, "manifest loss history"));
   return full.run;

@@ -169,7 +169,8 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   TrainHistory taken;  // the steps taken from a checkpoint
   CheckpointRunInfo info;
   if (ck) {
-    info = checkpoint_run_info(spec.model, l, spec.layout.z, cfg, spec.data.sha256, spec.layout.recompute);
+    info = checkpoint_run_info(spec.model, l, spec.layout.z, spec.layout.precision, cfg, spec.data.sha256,
+                               spec.layout.recompute);
     info.allowed_changes = ck->allowed_changes;
   }
   std::unique_ptr<CheckpointWriter<T>> writer;
@@ -200,7 +201,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   if (spec.op_clock) spec.op_clock->reset();
   m.set_part_times(spec.part_times);
   if (moe) m.reset_moe_stats();  // step 0's gradient is not a training step
-  const TrainRun run = parallel_train(m, engine, spec.data, cfg, g, spec.spans, loop);
+  const TrainRun run = parallel_train(m, engine, spec.data, cfg, spec.layout.dp_sync, g, spec.spans, loop);
   if (writer) finish_saves(*ck, *writer, host, out.checkpoints);
   if (spec.op_clock) out.op_seconds = spec.op_clock->seconds(), out.op_calls = spec.op_clock->calls();
   m.set_part_times(nullptr);
@@ -273,26 +274,12 @@ void record_steps(LayoutOutcome& out, TrainHistory before, const TrainRun& run, 
   expect("timings", out.timings.size(), run_here);
 }
 
-TrainConfig layout_train_config(const LayoutSpec& s, const TrainConfig& train) {
-  TrainConfig t = train;
-  DTB_CHECK(t.precision == Precision::fp32 || t.precision == s.precision,
-            "run_layout: train.precision " + std::string(to_string(t.precision)) + " disagrees with layout.precision " +
-                std::string(to_string(s.precision)) + " (a layout run's precision is the LayoutSpec's)");
-  DTB_CHECK(t.dp_sync == DpSync{} || t.dp_sync == s.dp_sync,
-            "run_layout: train.dp_sync disagrees with layout.dp_sync (a layout run's DP sync recipe is the LayoutSpec's)");
-  t.precision = s.precision;
-  t.dp_sync = s.dp_sync;
-  return t;
-}
-
 PrecisionOps precision_ops(Backend* backend) {
   if (!backend) return {};
   return {.fp32 = &backend->ops(), .bf16 = backend->bf16_ops(), .fp16 = backend->fp16_ops()};
 }
 
-LayoutOutcome run_layout(const LayoutRunSpec& in) {
-  LayoutRunSpec spec = in;
-  spec.train = layout_train_config(in.layout, in.train);  // one copy of precision and dp_sync: the layout's
+LayoutOutcome run_layout(const LayoutRunSpec& spec) {
   const Precision p = spec.layout.precision;
   const bool half_ops = p == Precision::bf16 ? spec.ops.bf16 != nullptr : spec.ops.fp16 != nullptr;
   if (p != Precision::fp32 && !half_ops && !spec.device.is_cpu()) {

@@ -101,9 +101,7 @@ PrecisionOps precision_ops(Backend* backend);
 /// Every per-layout setting is in `layout` and nowhere else: degrees, schedule, virtual stages,
 /// layer split, SP, EP, ZeRO stage and offload, recompute, precision, the DP sync recipe and the
 /// hierarchical node size. `train` holds the run's other settings (steps, batch, data, AdamW,
-/// clipping, loss scaling, p2p overlap). The trainer's TrainConfig::precision and
-/// TrainConfig::dp_sync are derived from `layout` by run_layout; leave them at their defaults
-/// here (a value that disagrees with the layout's is refused: run_layout).
+/// clipping, loss scaling, p2p overlap).
 struct LayoutRunSpec {
   GptConfig model{};
   /// The layout and its settings (reference/layout/layout_spec.h); layout.l.micro_batches is
@@ -114,7 +112,7 @@ struct LayoutRunSpec {
   /// caller's to set (the layout's dp, for local steps).
   LayoutSpec layout{};
   /// Steps, global batch (sequences per step), micro-batches per DP rank, seq_len, seed,
-  /// AdamW, clipping, loss scaling. Its precision and dp_sync are not read: see above.
+  /// AdamW, clipping, loss scaling.
   TrainConfig train{};
   Device& device;
   /// The backend's compute ops per precision (precision_ops); the one for layout.precision is
@@ -209,17 +207,8 @@ void record_steps(LayoutOutcome& out, TrainHistory before, const TrainRun& run, 
 /// on every rank. Stale gradients and local steps run through parallel_train's
 /// DpSyncStepper (step 0's gradient, grads0, stays the synchronous one); their DP bytes are in
 /// dp_comm_bytes. A failed save is not an error: it is recorded (checkpoints.save_error)
-/// and training goes on without saving. The trainer sees layout_train_config(spec.layout,
-/// spec.train): a spec.train.precision / dp_sync set and unlike the layout's aborts (DTB_CHECK),
-/// so the two copies cannot silently differ.
+/// and training goes on without saving.
 LayoutOutcome run_layout(const LayoutRunSpec& spec);
-
-/// The TrainConfig a layout run's trainer sees: `train` with precision and dp_sync set to
-/// `layout`'s, the one copy of each. A train.precision other than fp32, or a train.dp_sync other
-/// than DpSync{}, that differs from the layout's is a caller's bug (two copies of one setting
-/// disagreeing): DTB_CHECK aborts naming both precisions, or "train.dp_sync disagrees with
-/// layout.dp_sync". A pure function of its arguments.
-TrainConfig layout_train_config(const LayoutSpec& layout, const TrainConfig& train);
 
 /// Refuses a hierarchical DP all-reduce over nodes of `node_ranks` consecutive ranks that cannot
 /// work or would change nothing, with an InputError naming the numbers: node_ranks < 1; nodes not

@@ -54,11 +54,14 @@ nlohmann::json layout_spellings_json();
 /// LayoutRunSpec::layout, the one copy): degrees, schedule, virtual stages, layer split, SP and EP
 /// (l), ZeRO stage and offload (z; z.fp32_communication carries communication_data_type),
 /// recompute, precision, the DP sync recipe and the hierarchical node size. `precision` is the
-/// run's storage recipe (run_layout sets the trainer's TrainConfig::precision from it).
+/// run's storage recipe (run_layout picks the trainer's element type by it).
 struct LayoutSpec {
   ParallelLayout l{};
   ZeroConfig z{};
   Recompute recompute = Recompute::none;
+  /// The precision recipe (Micikevicius et al. 2018): fp32, or bf16 / fp16 parameters,
+  /// activations and gradients with fp32 accumulation, master weights and Adam moments
+  /// (kernels/half.h, reference/zero/zero.h).
   Precision precision = Precision::fp32;
   /// The DP gradient all-reduce: 0 flat (the DP group's own); N > 0 hierarchical
   /// (kernels/comm/hierarchical_communicator.h) over nodes of N consecutive ranks of the layout

@@ -1,14 +1,12 @@
 // The layout spec options of stale gradients and local steps (reference/layout/layout_spec.h): their
 // spellings in a spec, a record name and a record's fields, and the specs refused. The spec text
 // (layout_spec_text) as parse_layout_spec's inverse: on the default conformance layouts and on
-// generated specs. A layout run's precision and DP sync recipe taken from the LayoutSpec
-// (layout_train_config).
+// generated specs.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "kernels/error.h"
-#include "reference/layout/layout_runner.h"
 #include "reference/layout/layout_spec.h"
 #include "suites/conformance.h"
 
@@ -148,28 +146,6 @@ TEST(LayoutSpecText, OtherForms) {
   EXPECT_EQ(layout_spec_text(parse_layout_spec("TP2xDP2:sp:zero1:full", "t"), planner), "TP2xDP2:zero1:full:sp");
   // Parsed in any order and case, printed in one.
   EXPECT_EQ(layout_spec_text(parse_layout_spec("dp2xtp2:zero1:sp", "t")), "TP2xDP2:sp:zero1");
-}
-
-// A layout run's precision and DP sync recipe are the LayoutSpec's (layout_train_config): the
-// TrainConfig's left at their defaults take them; the same value set in both is accepted; a
-// TrainConfig value that disagrees aborts, so the two copies cannot silently differ.
-TEST(LayoutSpecDeathTest, LayoutRunTakesPrecisionAndDpSyncFromTheSpec) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  LayoutSpec s;
-  s.precision = Precision::bf16;
-  s.dp_sync.staleness = 1;
-  const TrainConfig t = layout_train_config(s, TrainConfig{});
-  EXPECT_EQ(t.precision, Precision::bf16);
-  EXPECT_EQ(t.dp_sync, s.dp_sync);
-  TrainConfig same;
-  same.precision = Precision::bf16, same.dp_sync = s.dp_sync;
-  EXPECT_EQ(layout_train_config(s, same).precision, Precision::bf16);
-  TrainConfig other_precision;
-  other_precision.precision = Precision::fp16;
-  EXPECT_DEATH(layout_train_config(s, other_precision), "train.precision fp16 disagrees with layout.precision bf16");
-  TrainConfig other_sync;
-  other_sync.dp_sync.local_steps = 4;
-  EXPECT_DEATH(layout_train_config(s, other_sync), "train.dp_sync disagrees with layout.dp_sync");
 }
 
 }  // namespace

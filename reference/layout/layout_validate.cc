@@ -55,12 +55,9 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
   check(LayoutRule::moe, "", [&] { validate_moe_layout(s, model, c.backend, where); });
   // The DP sync messages name their keys under c.path; a `where` apart from it goes before them.
   const std::string keyed = c.where.empty() ? "" : c.where;
-  TrainConfig recipe = c.recipe;
-  recipe.dp_sync = s.dp_sync;
-  recipe.precision = s.precision;
   check(LayoutRule::dp_sync, keyed, [&] {
-    validate_dp_sync(recipe, c.path);
-    validate_dp_sync_layout(recipe, s.l, s.z, c.path);
+    validate_dp_sync(s.dp_sync, s.precision, c.recipe, c.path);
+    validate_dp_sync_layout(s.dp_sync, s.l, s.z, c.path);
   });
   const std::string ck = dp_sync_checkpoint_refusal(s.dp_sync, c.path, c.checkpoint_every, c.resume_from);
   if (!ck.empty()) out.push_back({LayoutRule::checkpoint, ck, keyed.empty() ? ck : keyed + ": " + ck});

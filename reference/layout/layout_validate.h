@@ -49,7 +49,7 @@ struct LayoutCheckContext {
   int seq_len = 0;       // tokens per sequence; 0: no sequence-parallel token check
   std::string backend = "cpu";  // the config's "backend" (validate_moe_layout)
   /// The run's recipe, which the DP sync rules read: steps, micro_batches, global_batch, loss
-  /// scaling (validate_dp_sync); its dp_sync and precision are not read (the spec's are the run's).
+  /// scaling (validate_dp_sync, with the spec's dp_sync and precision).
   TrainConfig recipe{};
   int checkpoint_every = 0;     // saves every N steps (0: none): refused with stale gradients / local steps
   std::string resume_from{};    // a checkpoint to resume from ("": a fresh run): likewise

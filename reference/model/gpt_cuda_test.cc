@@ -83,8 +83,8 @@ TEST(CudaGpt, TrainingStepsMatchCpu) {
   Gpt<float> gpu(model, gdev, &ops);
   cpu.init(cfg.seed);
   gpu.init(cfg.seed);
-  const TrainRun rc = train(cpu, data, cfg, *self);
-  const TrainRun rg = train(gpu, data, cfg, *self);
+  const TrainRun rc = train(cpu, data, cfg, DpSync{}, *self);
+  const TrainRun rg = train(gpu, data, cfg, DpSync{}, *self);
   // Five Adam steps from identical weights: the runs differ by rounding only, which Adam
   // can amplify to lr-sized steps in near-zero-gradient weights; the loss stays within
   // 1e-4 relative of the CPU's over so few steps (as trainer_test measures for DP).
@@ -158,7 +158,7 @@ TEST(CudaGpt, ZeroOffloadOnOneGpuTrainsLikeCpu) {
   CpuDevice cdev;
   Gpt<float> cpu(model, cdev);
   cpu.init(cfg.seed);
-  const TrainRun rc = train(cpu, data, cfg, *self);
+  const TrainRun rc = train(cpu, data, cfg, DpSync{}, *self);
   CudaDevice gdev(0);
   cuda::Gemm gemm;
   CudaOps ops(gdev, gemm);
@@ -175,7 +175,7 @@ TEST(CudaGpt, ZeroOffloadOnOneGpuTrainsLikeCpu) {
     engine.load(gpu.initial_params(cfg.seed));
     EXPECT_GT(gdev.stats().bytes(Tier::host, MemCategory::optimizer_state), 0u);  // pinned host tier
     EXPECT_EQ(gdev.stats().bytes(Tier::device, MemCategory::optimizer_state), 0u);
-    const TrainRun rg = parallel_train(gpu, engine, data, cfg, g);
+    const TrainRun rg = parallel_train(gpu, engine, data, cfg, DpSync{}, g);
     for (int s = 0; s < cfg.steps; ++s)
       EXPECT_NEAR(rg.losses[s], rc.losses[s], 1e-4 * rc.losses[s]) << "zero " << stage << " step " << s;
   }

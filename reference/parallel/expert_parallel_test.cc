@@ -183,7 +183,7 @@ TEST(ExpertParallel, ClippedTrainingFollowsTheSingleRankRun) {
   Gpt<double> base(model, dev);
   base.init(cfg.seed);
   auto self = make_mpi_self();
-  const TrainRun ref = train(base, test_data(), cfg, *self);
+  const TrainRun ref = train(base, test_data(), cfg, DpSync{}, *self);
   const std::vector<double> ref_params(base.params(), base.params() + base.num_params());
   for (const Case& c : cases_of(w->size())) {
     SCOPED_TRACE(c.name);
@@ -198,7 +198,7 @@ TEST(ExpertParallel, ClippedTrainingFollowsTheSingleRankRun) {
     z.stage = c.stage;
     ZeroEngine<double> engine(m, z, *og.dp, cfg.adamw, og.expert_dp.get());
     engine.load(m.initial_params(cfg.seed));
-    const TrainRun run = parallel_train(m, engine, test_data(), cfg, g);
+    const TrainRun run = parallel_train(m, engine, test_data(), cfg, DpSync{}, g);
     ASSERT_EQ(run.losses.size(), ref.losses.size());
     for (int s = 0; s < cfg.steps; ++s) {
       EXPECT_GT(ref.grad_norms[size_t(s)], cfg.grad_clip);  // clipping is active

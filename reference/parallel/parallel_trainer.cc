@@ -242,7 +242,7 @@ StepOutcome parallel_optimizer_step(ZeroEngine<T>& engine, const TrainConfig& cf
 
 template <typename T>
 TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data, const TrainConfig& cfg,
-                        ParallelGroups& g, SpanRecorder* spans, const TrainLoop& loop) {
+                        const DpSync& dp_sync, ParallelGroups& g, SpanRecorder* spans, const TrainLoop& loop) {
   ParallelLayout layout = model.layout();
   layout.micro_batches = cfg.micro_batches;
   validate_layout(layout, model.config(), cfg.global_batch, g.world.size(), cfg.seq_len);
@@ -258,10 +258,10 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
   // caller's bug (the gradients in flight and the outer state are not in a checkpoint: the layout's
   // validator refuses it, reference/layout/layout_validate.h dp_sync_checkpoint_refusal).
   std::unique_ptr<DpSyncStepper<T>> sync;
-  if (!cfg.dp_sync.synchronous()) {
+  if (!dp_sync.synchronous()) {
     DTB_CHECK(loop.first_step == 0,
               "parallel_train: stale gradients or local steps resumed (dp_sync_checkpoint_refusal)");
-    sync = std::make_unique<DpSyncStepper<T>>(engine, layout, cfg, g);
+    sync = std::make_unique<DpSyncStepper<T>>(engine, layout, cfg, dp_sync, g);
   }
   for (int s = int(loop.first_step); s < cfg.steps; ++s) {
     if (loop.before_step) loop.before_step(s);
@@ -298,7 +298,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
                                                 int64_t, ParallelGroups&, StepTiming*, SpanRecorder*, double);      \
   template StepOutcome parallel_optimizer_step<T>(ZeroEngine<T>&, const TrainConfig&, LossScaler*, ParallelGroups&); \
   template TrainRun parallel_train<T>(ParallelGpt<T>&, ZeroEngine<T>&, const Dataset&, const TrainConfig&,          \
-                                      ParallelGroups&, SpanRecorder*, const TrainLoop&);
+                                      const DpSync&, ParallelGroups&, SpanRecorder*, const TrainLoop&);
 DTB_INSTANTIATE_PARALLEL_TRAINER(float)
 DTB_INSTANTIATE_PARALLEL_TRAINER(double)
 DTB_INSTANTIATE_PARALLEL_TRAINER(bf16)

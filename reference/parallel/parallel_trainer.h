@@ -85,7 +85,7 @@ struct TrainLoop {
 /// Trains `model` (its engine loaded) for steps [loop.first_step, cfg.steps):
 /// parallel_compute_gradients, then the engine's AdamW step (elementwise, so every replica
 /// stays identical), then loop.after_step. The TrainRun holds the steps run, in order
-/// (losses[i] is step first_step + i's). With a non-synchronous cfg.dp_sync (stale gradients,
+/// (losses[i] is step first_step + i's). With a non-synchronous `sync` (stale gradients,
 /// local steps) the update is reference/training/dp_sync.h's DpSyncStepper instead of
 /// parallel_optimizer_step (grad_norms NaN where a stale recipe has nothing to apply yet).
 /// Errors: InputError from validate_layout / validate_train_config, or when first_step is
@@ -93,6 +93,7 @@ struct TrainLoop {
 /// > 0) under a non-synchronous recipe aborts (DTB_CHECK): the layout's validator refuses it first.
 template <typename T>
 TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Dataset& data, const TrainConfig& cfg,
-                        ParallelGroups& groups, SpanRecorder* spans = nullptr, const TrainLoop& loop = {});
+                        const DpSync& sync, ParallelGroups& groups, SpanRecorder* spans = nullptr,
+                        const TrainLoop& loop = {});
 
 }  // namespace dtb

@@ -224,13 +224,13 @@ TEST(ParallelGpt, TrainingFollowsTheSingleRankRun) {
   Gpt<double> base(kModel, dev);
   base.init(cfg.seed);
   auto self = make_mpi_self();
-  const TrainRun ref = train(base, test_data(), cfg, *self);
+  const TrainRun ref = train(base, test_data(), cfg, DpSync{}, *self);
   OwnedGroups og = make_parallel_groups(*w, l);
   ParallelGroups g{*w, *og.tp, *og.dp, *og.pp};
   ParallelGpt<double> m(kModel, l, w->rank(), dev, *og.tp);
   ZeroEngine<double> engine(m, ZeroConfig{}, *og.dp, cfg.adamw);
   engine.load(m.initial_params(cfg.seed));
-  const TrainRun run = parallel_train(m, engine, test_data(), cfg, g);
+  const TrainRun run = parallel_train(m, engine, test_data(), cfg, DpSync{}, g);
   for (int s = 0; s < cfg.steps; ++s) EXPECT_LE(std::fabs(run.losses[s] - ref.losses[s]), 1e-10 * ref.losses[s]);
   EXPECT_EQ(m.replica_max_diff(engine.full_params(), *w), 0.0);
 }
@@ -308,7 +308,7 @@ Trained train_dp(const ZeroConfig& zero, int micro_batches, Communicator& w) {
   ZeroEngine<T> engine(m, zero, *og.dp, cfg.adamw);
   engine.load(m.initial_params(cfg.seed));
   Trained t;
-  t.losses = parallel_train(m, engine, test_data(), cfg, g).losses;
+  t.losses = parallel_train(m, engine, test_data(), cfg, DpSync{}, g).losses;
   t.params = m.gather(engine.full_params(), w);
   return t;
 }
@@ -469,13 +469,13 @@ TEST(GradClip, ClippedTrainingFollowsTheSingleRankRun) {
   Gpt<double> base(kModel, dev);
   base.init(cfg.seed);
   auto self = make_mpi_self();
-  const TrainRun ref = train(base, test_data(), cfg, *self);
+  const TrainRun ref = train(base, test_data(), cfg, DpSync{}, *self);
   OwnedGroups og = make_parallel_groups(*w, l);
   ParallelGroups g{*w, *og.tp, *og.dp, *og.pp};
   ParallelGpt<double> m(kModel, l, w->rank(), dev, *og.tp);
   ZeroEngine<double> engine(m, ZeroConfig{}, *og.dp, cfg.adamw);
   engine.load(m.initial_params(cfg.seed));
-  const TrainRun run = parallel_train(m, engine, test_data(), cfg, g);
+  const TrainRun run = parallel_train(m, engine, test_data(), cfg, DpSync{}, g);
   ASSERT_EQ(run.grad_norms.size(), ref.grad_norms.size());
   for (int s = 0; s < cfg.steps; ++s) {
     EXPECT_GT(ref.grad_norms[s], cfg.grad_clip);  // clipping is active

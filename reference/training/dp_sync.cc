@@ -10,9 +10,8 @@
 
 namespace dtb {
 
-void validate_dp_sync_layout(const TrainConfig& cfg, const ParallelLayout& l, const ZeroConfig& z,
+void validate_dp_sync_layout(const DpSync& d, const ParallelLayout& l, const ZeroConfig& z,
                              const std::string& path) {
-  const DpSync& d = cfg.dp_sync;
   if (d.synchronous()) return;
   const std::string what = d.staleness > 0 ? path + ".staleness = " + std::to_string(d.staleness)
                                            : path + ".local_steps = " + std::to_string(d.local_steps);
@@ -34,13 +33,13 @@ void validate_dp_sync_layout(const TrainConfig& cfg, const ParallelLayout& l, co
 
 template <typename T>
 DpSyncStepper<T>::DpSyncStepper(ZeroEngine<T>& engine, const ParallelLayout& layout, const TrainConfig& cfg,
-                                ParallelGroups& g)
-    : engine_(engine), cfg_(cfg), g_(g) {
-  validate_dp_sync(cfg, "train");
-  validate_dp_sync_layout(cfg, layout, engine.config(), "train");
+                                const DpSync& sync, ParallelGroups& g)
+    : engine_(engine), cfg_(cfg), sync_(sync), g_(g) {
+  validate_dp_sync(sync, precision_of<T>(), cfg, "train");
+  validate_dp_sync_layout(sync, layout, engine.config(), "train");
   n_ = engine.state_shape().params;
   engine_.set_dp_reduction(false);
-  if (cfg.dp_sync.local_steps > 0) {
+  if (sync.local_steps > 0) {
     theta_ = weights();
     mom_.assign(n_, A(0));
   }
@@ -55,7 +54,7 @@ DpSyncStepper<T>::~DpSyncStepper() {
 
 template <typename T>
 double DpSyncStepper<T>::loss_scale() const {
-  return cfg_.dp_sync.local_steps > 0 ? double(cfg_.dp_sync.replicas) : 1.0;
+  return sync_.local_steps > 0 ? double(sync_.replicas) : 1.0;
 }
 
 template <typename T>
@@ -67,14 +66,14 @@ std::vector<acc_t<T>> DpSyncStepper<T>::weights() {
 
 template <typename T>
 StepOutcome DpSyncStepper<T>::step(int64_t s, StepTiming* timing) {
-  return cfg_.dp_sync.staleness > 0 ? stale_step(s, timing) : local_step(s);
+  return sync_.staleness > 0 ? stale_step(s, timing) : local_step(s);
 }
 
 template <typename T>
 StepOutcome DpSyncStepper<T>::stale_step(int64_t s, StepTiming* timing) {
   Ops<T>& ops = engine_.ops();
   Communicator& dp = g_.dp;
-  const double lambda = cfg_.dp_sync.delay_compensation;
+  const double lambda = sync_.delay_compensation;
   Slot slot;
   slot.grad = Tensor::empty(engine_.device(), {int64_t(n_)}, dtype_of<T>(), MemCategory::comm_buffer);
   copy_within(ops, slot.grad.template data<T>(), engine_.full_grad_data(), n_);
@@ -89,7 +88,7 @@ StepOutcome DpSyncStepper<T>::stale_step(int64_t s, StepTiming* timing) {
     engine_.comm_stats().calls++;
   }
   slots_.push_back(std::move(slot));
-  if (s < cfg_.dp_sync.staleness) {  // nothing to apply yet: no update, AdamW's t stays
+  if (s < sync_.staleness) {  // nothing to apply yet: no update, AdamW's t stays
     StepOutcome out;
     out.grad_norm = std::numeric_limits<double>::quiet_NaN();
     return out;
@@ -121,10 +120,10 @@ StepOutcome DpSyncStepper<T>::local_step(int64_t s) {
   double sq = 0;
   for (T x : engine_.full_grads()) sq += double(A(x)) * double(A(x));  // this replica's whole gradient
   const double sum = all_reduce_host_scalar(g_.dp, engine_.device(), engine_.ops(), sq);
-  out.grad_norm = std::sqrt(sum / cfg_.dp_sync.replicas);
+  out.grad_norm = std::sqrt(sum / sync_.replicas);
   if (cfg_.grad_clip > 0) engine_.scale_grads(A(clip_coefficient(std::sqrt(sq), cfg_.grad_clip)));
   engine_.step();
-  if ((s + 1) % cfg_.dp_sync.local_steps == 0) outer_step();
+  if ((s + 1) % sync_.local_steps == 0) outer_step();
   return out;
 }
 
@@ -149,7 +148,7 @@ void DpSyncStepper<T>::outer_step() {
     engine_.comm_stats().seconds += sw.elapsed();
   }
   // PyTorch SGD with nesterov=True, dampening 0, on the outer gradient theta - mean_r w_r.
-  const A eta = A(cfg_.dp_sync.outer_lr), mu = A(cfg_.dp_sync.outer_momentum), R = A(cfg_.dp_sync.replicas);
+  const A eta = A(sync_.outer_lr), mu = A(sync_.outer_momentum), R = A(sync_.replicas);
   for (size_t i = 0; i < n_; ++i) {
     const A delta = theta_[i] - sum[i] / R;
     mom_[i] = mu * mom_[i] + delta;

@@ -18,14 +18,14 @@
 
 namespace dtb {
 
-/// Refuses a non-synchronous cfg.dp_sync on a layout it is not defined for, in one line naming
+/// Refuses a non-synchronous `sync` on a layout it is not defined for, in one line naming
 /// the setting ("<path>.staleness = 1 with tensor_parallel = 2: ..."): tp, pp or expert
 /// parallel > 1, sequence parallel, ZeRO stage >= 1 or offload, and local steps whose
 /// replicas differ from layout.dp. A synchronous recipe passes. Errors: InputError.
-void validate_dp_sync_layout(const TrainConfig& cfg, const ParallelLayout& layout, const ZeroConfig& zero,
+void validate_dp_sync_layout(const DpSync& sync, const ParallelLayout& layout, const ZeroConfig& zero,
                              const std::string& path);
 
-/// The update of one step under a non-synchronous cfg.dp_sync, after parallel_compute_gradients
+/// The update of one step under a non-synchronous `sync`, after parallel_compute_gradients
 /// (with loss scale loss_scale()) left this rank's own, unreduced gradient in the engine
 /// (construction turns the engine's DP reduction off; destruction turns it back on).
 ///  - Stale gradients, staleness k: the gradient is copied to a slot buffer (device memory,
@@ -44,8 +44,9 @@ template <typename T>
 class DpSyncStepper {
  public:
   using A = acc_t<T>;
-  /// Errors: InputError from validate_dp_sync / validate_dp_sync_layout.
-  DpSyncStepper(ZeroEngine<T>& engine, const ParallelLayout& layout, const TrainConfig& cfg, ParallelGroups& groups);
+  /// Errors: InputError from validate_dp_sync (in T's precision) / validate_dp_sync_layout.
+  DpSyncStepper(ZeroEngine<T>& engine, const ParallelLayout& layout, const TrainConfig& cfg, const DpSync& sync,
+                ParallelGroups& groups);
   /// Waits for the reductions still in flight (their gradients are never applied).
   ~DpSyncStepper();
   DpSyncStepper(const DpSyncStepper&) = delete;
@@ -70,6 +71,7 @@ class DpSyncStepper {
 
   ZeroEngine<T>& engine_;
   const TrainConfig& cfg_;
+  const DpSync sync_;
   ParallelGroups& g_;
   size_t n_ = 0;
   std::deque<Slot> slots_;      // stale: the reductions not yet applied, oldest first

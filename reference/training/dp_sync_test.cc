@@ -28,7 +28,7 @@ struct SyncRun {
 
 // 8 steps of 4 sequences per DP rank in 2 micro-batches; lr 1e-2 so that the recipes move the
 // weights apart measurably within 8 steps.
-TrainConfig config(int world, DpSync d = {}) {
+TrainConfig config(int world) {
   TrainConfig cfg;
   cfg.steps = 8;
   cfg.global_batch = 4 * world;
@@ -36,14 +36,18 @@ TrainConfig config(int world, DpSync d = {}) {
   cfg.seq_len = 16;
   cfg.adamw.lr = 1e-2f;
   cfg.grad_clip = 1.0;  // on: each recipe's norm feeds its update
-  d.replicas = d.local_steps > 0 ? world : 1;
-  cfg.dp_sync = d;
   return cfg;
+}
+
+// Recipe `d` over `world` DP ranks: DiLoCo's replicas are the ranks.
+DpSync recipe(int world, DpSync d = {}) {
+  d.replicas = d.local_steps > 0 ? world : 1;
+  return d;
 }
 
 // The parallel trainer on DP = the world, ZeRO 0, the full parameters gathered on every rank.
 template <typename T>
-SyncRun parallel_run(const TrainConfig& cfg, Communicator& w) {
+SyncRun parallel_run(const TrainConfig& cfg, const DpSync& sync, Communicator& w) {
   CpuDevice dev;
   ParallelLayout l;
   l.dp = w.size();
@@ -52,18 +56,18 @@ SyncRun parallel_run(const TrainConfig& cfg, Communicator& w) {
   ParallelGpt<T> m(kModel, l, w.rank(), dev, *og.tp);
   ZeroEngine<T> engine(m, ZeroConfig{}, *og.dp, cfg.adamw);
   engine.load(m.initial_params(cfg.seed));
-  const TrainRun r = parallel_train(m, engine, test_data(), cfg, g);
+  const TrainRun r = parallel_train(m, engine, test_data(), cfg, sync, g);
   return {r.losses, r.grad_norms, m.gather(engine.full_params(), w), double(engine.comm_stats().bytes),
           engine.steps_taken()};
 }
 
 // The sequential reference: the single-rank Gpt<double> on every rank alone.
-SyncRun reference_run(const TrainConfig& cfg) {
+SyncRun reference_run(const TrainConfig& cfg, const DpSync& sync) {
   CpuDevice dev;
   Gpt<double> m(kModel, dev);
   m.init(cfg.seed);
   auto self = make_mpi_self();
-  const TrainRun r = train(m, test_data(), cfg, *self);
+  const TrainRun r = train(m, test_data(), cfg, sync, *self);
   return {r.losses, r.grad_norms, {m.params(), m.params() + m.num_params()}, 0, 0};
 }
 
@@ -93,8 +97,9 @@ TEST(DpSync, StaleGradientsMatchTheSequentialReference) {
   for (int k : {1, 2})
     for (double lambda : {0.0, 1.0}) {
       SCOPED_TRACE("staleness " + std::to_string(k) + " lambda " + std::to_string(lambda));
-      const TrainConfig cfg = config(w->size(), {.staleness = k, .delay_compensation = lambda});
-      const SyncRun par = parallel_run<double>(cfg, *w), ref = reference_run(cfg);
+      const TrainConfig cfg = config(w->size());
+      const DpSync d = recipe(w->size(), {.staleness = k, .delay_compensation = lambda});
+      const SyncRun par = parallel_run<double>(cfg, d, *w), ref = reference_run(cfg, d);
       expect_agree(par, ref);
       for (int s = 0; s < cfg.steps; ++s) EXPECT_EQ(std::isnan(ref.grad_norms[s]), s < k) << "step " << s;
       EXPECT_EQ(par.adam_steps, cfg.steps - k);  // no update before step k
@@ -107,8 +112,9 @@ TEST(DpSync, LocalStepsMatchTheSequentialReference) {
   auto w = make_mpi_world();
   for (int H : {2, 4}) {
     SCOPED_TRACE("local steps " + std::to_string(H));
-    const TrainConfig cfg = config(w->size(), {.local_steps = H});
-    const SyncRun par = parallel_run<double>(cfg, *w), ref = reference_run(cfg);
+    const TrainConfig cfg = config(w->size());
+    const DpSync d = recipe(w->size(), {.local_steps = H});
+    const SyncRun par = parallel_run<double>(cfg, d, *w), ref = reference_run(cfg, d);
     expect_agree(par, ref);
     EXPECT_EQ(par.adam_steps, cfg.steps);
     // One all-reduce of the N weights per outer step, nothing else over DP.
@@ -119,18 +125,19 @@ TEST(DpSync, LocalStepsMatchTheSequentialReference) {
 // Staleness 0 is synchronous training, bitwise, whatever the other (unused) fields say.
 TEST(DpSync, StalenessZeroIsBitwiseSynchronous) {
   auto w = make_mpi_world();
-  const TrainConfig sync = config(w->size());
-  TrainConfig zero = sync;
-  zero.dp_sync.staleness = 0;
-  zero.dp_sync.outer_lr = 0.3;
-  zero.dp_sync.outer_momentum = 0.5;
-  zero.dp_sync.replicas = w->size();
-  ASSERT_TRUE(sync.dp_sync.synchronous() && zero.dp_sync.synchronous());
-  const SyncRun a = parallel_run<float>(sync, *w), b = parallel_run<float>(zero, *w);
+  const TrainConfig cfg = config(w->size());
+  const DpSync sync = recipe(w->size());
+  DpSync zero = sync;
+  zero.staleness = 0;
+  zero.outer_lr = 0.3;
+  zero.outer_momentum = 0.5;
+  zero.replicas = w->size();
+  ASSERT_TRUE(sync.synchronous() && zero.synchronous());
+  const SyncRun a = parallel_run<float>(cfg, sync, *w), b = parallel_run<float>(cfg, zero, *w);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.grad_norms, b.grad_norms);
   EXPECT_EQ(a.params, b.params);
-  const SyncRun ra = reference_run(sync), rb = reference_run(zero);
+  const SyncRun ra = reference_run(cfg, sync), rb = reference_run(cfg, zero);
   EXPECT_EQ(ra.losses, rb.losses);
   EXPECT_EQ(ra.params, rb.params);
 }
@@ -140,24 +147,25 @@ TEST(DpSync, StalenessZeroIsBitwiseSynchronous) {
 // recipe silently off would be worthless.
 TEST(DpSync, RecipesDifferFromSynchronousTraining) {
   auto w = make_mpi_world();
-  const SyncRun sync = reference_run(config(w->size()));
+  const int n = w->size();
+  const TrainConfig cfg = config(n);
+  const SyncRun sync = reference_run(cfg, recipe(n));
   auto differ = [](const SyncRun& a, const SyncRun& b) { return rel_diff(a.params, b.params); };
   for (int k : {1, 2}) {
-    const SyncRun plain = parallel_run<double>(config(w->size(), {.staleness = k}), *w);
-    const SyncRun dc = parallel_run<double>(config(w->size(), {.staleness = k, .delay_compensation = 1.0}), *w);
+    const SyncRun plain = parallel_run<double>(cfg, recipe(n, {.staleness = k}), *w);
+    const SyncRun dc = parallel_run<double>(cfg, recipe(n, {.staleness = k, .delay_compensation = 1.0}), *w);
     EXPECT_GT(differ(plain, sync), 1e-4) << "staleness " << k;
     EXPECT_GT(differ(dc, plain), 1e-6) << "staleness " << k << ": compensation";
   }
-  for (int H : {2, 4}) EXPECT_GT(differ(parallel_run<double>(config(w->size(), {.local_steps = H}), *w), sync), 1e-4);
+  for (int H : {2, 4}) EXPECT_GT(differ(parallel_run<double>(cfg, recipe(n, {.local_steps = H}), *w), sync), 1e-4);
 }
 
 // The recipes' refusals, each in one line naming the key and value.
 TEST(DpSync, RefusesWhatIsNotARecipe) {
   auto bad = [](DpSync d, int steps = 8) {
-    TrainConfig cfg = config(4, d);
+    TrainConfig cfg = config(4);
     cfg.steps = steps;
-    cfg.dp_sync.replicas = d.replicas;
-    EXPECT_THROW(validate_dp_sync(cfg, "train"), InputError);
+    EXPECT_THROW(validate_dp_sync(d, Precision::fp32, cfg, "train"), InputError);
   };
   bad({.staleness = -1});
   bad({.local_steps = -1});
@@ -167,10 +175,9 @@ TEST(DpSync, RefusesWhatIsNotARecipe) {
   bad({.local_steps = 2, .outer_lr = 0});
   bad({.local_steps = 2, .outer_momentum = 1.0});
   bad({.local_steps = 3}, 8);
-  TrainConfig fp16 = config(4, {.staleness = 1});
-  fp16.precision = Precision::fp16;
-  EXPECT_THROW(validate_dp_sync(fp16, "train"), InputError);
-  const TrainConfig stale = config(4, {.staleness = 1});
+  const DpSync stale = recipe(4, {.staleness = 1});
+  EXPECT_NO_THROW(validate_dp_sync(stale, Precision::bf16, config(4), "train"));
+  EXPECT_THROW(validate_dp_sync(stale, Precision::fp16, config(4), "train"), InputError);
   ParallelLayout tp2;
   tp2.tp = 2, tp2.dp = 2;
   EXPECT_THROW(validate_dp_sync_layout(stale, tp2, ZeroConfig{}, "train"), InputError);
@@ -179,12 +186,12 @@ TEST(DpSync, RefusesWhatIsNotARecipe) {
   ParallelLayout dp4;
   dp4.dp = 4;
   EXPECT_THROW(validate_dp_sync_layout(stale, dp4, z1, "train"), InputError);
-  TrainConfig local = config(4, {.local_steps = 2});
-  local.dp_sync.replicas = 2;
+  DpSync local = recipe(4, {.local_steps = 2});
+  local.replicas = 2;
   EXPECT_THROW(validate_dp_sync_layout(local, dp4, ZeroConfig{}, "train"), InputError);
   std::string what;
   try {
-    validate_dp_sync(config(4, {.staleness = -1}), "train");
+    validate_dp_sync(recipe(4, {.staleness = -1}), Precision::fp32, config(4), "train");
   } catch (const InputError& e) {
     what = e.what();
   }

@@ -63,14 +63,13 @@ double unit_roundoff_of(Precision p) {
   return p == Precision::bf16 ? unit_roundoff<bf16>() : p == Precision::fp16 ? unit_roundoff<fp16>() : unit_roundoff<float>();
 }
 
-// Runs `layout` in cfg.precision over `comm` (all its ranks), gathering the step-0 gradient
+// Runs `layout` in `precision` over `comm` (all its ranks), gathering the step-0 gradient
 // and the final parameters.
-LayoutOutcome run(const ParallelLayout& layout, const TrainConfig& cfg, const ZeroConfig& zero, Communicator& comm,
-                  Recompute recompute = Recompute::none, bool gather = true) {
+LayoutOutcome run(const ParallelLayout& layout, Precision precision, const TrainConfig& cfg, const ZeroConfig& zero,
+                  Communicator& comm, Recompute recompute = Recompute::none, bool gather = true) {
   CpuDevice dev;
   return run_layout({.model = kModel,
-                     .layout = {.l = layout, .z = zero, .recompute = recompute, .precision = cfg.precision,
-                                .dp_sync = cfg.dp_sync},
+                     .layout = {.l = layout, .z = zero, .recompute = recompute, .precision = precision},
                      .train = cfg, .device = dev, .host = comm, .data = test_data(), .gather = gather});
 }
 
@@ -222,8 +221,7 @@ TEST(MixedPrecisionMemory, PeakBytesPerCategoryAreThePlansExactly) {
         cfg.micro_batches = 2;
         cfg.seq_len = 16;
         cfg.global_batch = mbs * c.layout.dp * cfg.micro_batches;
-        cfg.precision = prec;
-        const LayoutOutcome out = run(c.layout, cfg, c.zero, *w, rc, false);
+        const LayoutOutcome out = run(c.layout, prec, cfg, c.zero, *w, rc, false);
         PlanConfig pc;
         pc.model = kModel;
         pc.layout = c.layout;
@@ -281,15 +279,14 @@ TEST(MixedPrecisionZero, StagesAreBitwiseEqualAtDp2) {
     cfg.global_batch = 4;
     cfg.micro_batches = 1;
     cfg.seq_len = 16;
-    cfg.precision = prec;
-    const LayoutOutcome ref = run(l, cfg, zero_of(0), *pair);
+    const LayoutOutcome ref = run(l, prec, cfg, zero_of(0), *pair);
     ASSERT_EQ(ref.losses.size(), 3u);
     for (const ZeroConfig& z : {zero_of(1), zero_of(2), zero_of(3), zero_of(1, true), zero_of(2, true),
                                 zero_of(3, true), zero_of(2, false, 20000, true), zero_of(3, false, 20000, true),
                                 zero_of(1, false, 20000), zero_of(0, false, 500000000, false, true),
                                 zero_of(2, false, 20000, true, true), zero_of(3, true, 500000000, false, true)}) {
       SCOPED_TRACE(std::string(to_string(prec)) + " " + describe(z));
-      const LayoutOutcome o = run(l, cfg, z, *pair);
+      const LayoutOutcome o = run(l, prec, cfg, z, *pair);
       EXPECT_EQ(o.losses, ref.losses);
       EXPECT_EQ(count_differ(o.grads0, ref.grads0), 0u);
       EXPECT_EQ(count_differ(o.params, ref.params), 0u);
@@ -342,8 +339,7 @@ TEST(MixedPrecisionLayouts, Bf16LayoutsFollowTheOneRankBf16Gradient) {
   cfg.global_batch = 4;
   cfg.micro_batches = 2;
   cfg.seq_len = 16;
-  cfg.precision = Precision::bf16;
-  const LayoutOutcome base = run(ParallelLayout{}, cfg, zero_of(0), *self);
+  const LayoutOutcome base = run(ParallelLayout{}, Precision::bf16, cfg, zero_of(0), *self);
   auto layout = [](int tp, int dp, int pp) {
     ParallelLayout l;
     l.tp = tp, l.dp = dp, l.pp = pp;
@@ -353,7 +349,7 @@ TEST(MixedPrecisionLayouts, Bf16LayoutsFollowTheOneRankBf16Gradient) {
     SCOPED_TRACE(describe(l));
     TrainConfig c = cfg;
     if (l.dp == 2) c.micro_batches = 1;  // each DP rank one micro-batch of the baseline's 2 sequences
-    const LayoutOutcome o = run(l, c, zero_of(0), *pair);
+    const LayoutOutcome o = run(l, Precision::bf16, c, zero_of(0), *pair);
     std::string worst;
     const double d = max_tensor_rel_diff(o.grads0, base.grads0, &worst);
     EXPECT_LE(d, kLayoutUlps * u) << "worst tensor " << worst << ": " << d / u << " u";
@@ -385,16 +381,15 @@ TEST(MixedPrecisionRecompute, FullAndSelectiveAreBitwiseNone) {
     cfg.global_batch = 4;
     cfg.micro_batches = 2;
     cfg.seq_len = 16;
-    cfg.precision = prec;
     struct On {
       const ParallelLayout& l;
       Communicator& comm;
     };
     for (const On& on : {On{one, *self}, On{tp2, *pair}, On{pp2, *pair}}) {
-      const LayoutOutcome none = run(on.l, cfg, zero_of(0), on.comm, Recompute::none);
+      const LayoutOutcome none = run(on.l, prec, cfg, zero_of(0), on.comm, Recompute::none);
       for (Recompute rc : {Recompute::selective, Recompute::full}) {
         SCOPED_TRACE(std::string(to_string(prec)) + " " + describe(on.l) + " recompute " + std::string(to_string(rc)));
-        const LayoutOutcome r = run(on.l, cfg, zero_of(0), on.comm, rc);
+        const LayoutOutcome r = run(on.l, prec, cfg, zero_of(0), on.comm, rc);
         EXPECT_EQ(r.losses, none.losses);
         EXPECT_EQ(count_differ(r.grads0, none.grads0), 0u);
         EXPECT_EQ(count_differ(r.params, none.params), 0u);
@@ -417,13 +412,12 @@ TEST(MixedPrecisionLossScaling, Fp16ScaleTrajectoryIsTheGradScalerRule) {
   cfg.global_batch = 2 * w->size();
   cfg.micro_batches = 1;
   cfg.seq_len = 16;
-  cfg.precision = Precision::fp16;
   cfg.loss_scaler.enabled = true;
   cfg.loss_scaler.init_scale = 65536.0;
   cfg.loss_scaler.growth_interval = 2;
   ParallelLayout l;
   l.dp = w->size();
-  const LayoutOutcome o = run(l, cfg, zero_of(1), *w, Recompute::none, false);
+  const LayoutOutcome o = run(l, Precision::fp16, cfg, zero_of(1), *w, Recompute::none, false);
   ASSERT_EQ(o.loss_scales.size(), size_t(cfg.steps));
   ASSERT_EQ(o.skipped.size(), size_t(cfg.steps));
   LossScaler replay(cfg.loss_scaler);
@@ -461,7 +455,6 @@ TEST(MixedPrecisionLossScaling, Fp16InfOnOneRankSkipsTheStepEverywhere) {
   cfg.global_batch = 2 * w->size();
   cfg.micro_batches = 1;
   cfg.seq_len = 16;
-  cfg.precision = Precision::fp16;
   cfg.loss_scaler.enabled = true;
   cfg.loss_scaler.init_scale = 65536.0;
   cfg.loss_scaler.growth_interval = 2;
@@ -540,10 +533,9 @@ TEST(MixedPrecisionComm, Fp32CommunicationDoublesBytesAndRoundsOnce) {
     cfg.global_batch = 2 * w->size();
     cfg.micro_batches = 1;
     cfg.seq_len = 16;
-    cfg.precision = prec;
     ZeroConfig wide = zero_of(0);
     wide.fp32_communication = true;
-    const LayoutOutcome h = run(l, cfg, zero_of(0), *w), f = run(l, cfg, wide, *w);
+    const LayoutOutcome h = run(l, prec, cfg, zero_of(0), *w), f = run(l, prec, cfg, wide, *w);
     EXPECT_GT(h.dp_comm_bytes, 0.0);
     EXPECT_EQ(f.dp_comm_bytes, 2 * h.dp_comm_bytes);
     // (cfg.steps + 1) all-reduces of N half elements: the step-0 gradient and each step's.

@@ -29,8 +29,7 @@ void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int d
                      " must be in [1, model.T = " + std::to_string(model.T) + "]");
 }
 
-void validate_dp_sync(const TrainConfig& cfg, const std::string& path) {
-  const DpSync& d = cfg.dp_sync;
+void validate_dp_sync(const DpSync& d, Precision precision, const TrainConfig& cfg, const std::string& path) {
   auto kv = [&](const char* key, double v) {
     std::ostringstream o;
     o << path << "." << key << " = " << v;
@@ -61,9 +60,9 @@ void validate_dp_sync(const TrainConfig& cfg, const std::string& path) {
   if (d.local_steps > 0 && cfg.global_batch % (d.replicas * cfg.micro_batches) != 0)
     throw InputError(kv("global_batch", cfg.global_batch) + " does not divide over " + std::to_string(d.replicas) +
                      " DiLoCo replicas x " + std::to_string(cfg.micro_batches) + " micro-batches");
-  if (!d.synchronous() && (cfg.loss_scaler.enabled || cfg.precision == Precision::fp16))
+  if (!d.synchronous() && (cfg.loss_scaler.enabled || precision == Precision::fp16))
     throw InputError(std::string(d.staleness > 0 ? kv(stale, d.staleness) : kv(local, d.local_steps)) +
-                     " with " + (cfg.precision == Precision::fp16 ? "precision fp16" : "loss scaling") +
+                     " with " + (precision == Precision::fp16 ? "precision fp16" : "loss scaling") +
                      ": not supported (a skipped step and the in-flight gradients or replicas do not compose)");
 }
 
@@ -197,15 +196,15 @@ double replica_gradients(Gpt<T>& model, const Dataset& data, const TrainConfig& 
   return loss_sum / tokens;
 }
 
-// DiLoCo (Douillard et al. 2023, Algorithm 1) on one rank: R = cfg.dp_sync.replicas replicas
+// DiLoCo (Douillard et al. 2023, Algorithm 1) on one rank: R = d.replicas replicas
 // simulated in turn, each with its own weights and AdamW state; every H steps the outer
 // Nesterov SGD step on theta from the replicas' average, and every replica restarts from theta.
 template <typename T>
-TrainRun train_local_steps(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp) {
+TrainRun train_local_steps(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, const DpSync& d,
+                           Communicator& dp) {
   if (dp.size() != 1)
     throw InputError("train: local_steps' reference simulates its replicas on one rank, not " +
                      std::to_string(dp.size()));
-  const DpSync& d = cfg.dp_sync;
   const int R = d.replicas, H = d.local_steps;
   const size_t N = model.num_params();
   Ops<T>& ops = model.ops();
@@ -253,13 +252,13 @@ TrainRun train_local_steps(Gpt<T>& model, const Dataset& data, const TrainConfig
 }  // namespace
 
 template <typename T>
-TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp,
+TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, const DpSync& sync, Communicator& dp,
                SpanRecorder* spans, double step_slowdown) {
   validate_train_config(cfg, model.config(), dp.size());
-  validate_dp_sync(cfg, "train");
-  if (cfg.dp_sync.local_steps > 0) return train_local_steps(model, data, cfg, dp);
+  validate_dp_sync(sync, Precision::fp32, cfg, "train");  // the model computes in T: no half recipe
+  if (sync.local_steps > 0) return train_local_steps(model, data, cfg, sync, dp);
   AdamW<T> opt(model.num_params(), model.device(), model.ops(), cfg.adamw);
-  const int k = cfg.dp_sync.staleness;
+  const int k = sync.staleness;
   StaleQueue<T> stale{k, {}};
   TrainRun run;
   double fastest = INFINITY;  // step_slowdown's state (kernels/slowdown.h)
@@ -274,7 +273,7 @@ TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Commu
     auto optim = span_scope(spans, "compute.optimizer", s);
     model.ops().copy_to_host(g.data(), model.grads(), g.size() * sizeof(T));
     // Stale gradients: this step's gradient joins the queue, the one of step s - k leaves it.
-    const bool apply = k == 0 || stale.take(g, s, model, cfg.dp_sync.delay_compensation);
+    const bool apply = k == 0 || stale.take(g, s, model, sync.delay_compensation);
     if (!apply) {
       run.grad_norms.push_back(std::numeric_limits<double>::quiet_NaN());  // no update before step k
     } else {  // the global norm, every step; the gradients are replicated after the DP all-reduce
@@ -303,9 +302,9 @@ template double compute_gradients<double>(Gpt<double>&, const Dataset&, const Tr
                                           Communicator&, StepTiming*, SpanRecorder*);
 template class AdamW<float>;
 template class AdamW<double>;
-template TrainRun train<float>(Gpt<float>&, const Dataset&, const TrainConfig&, Communicator&,
+template TrainRun train<float>(Gpt<float>&, const Dataset&, const TrainConfig&, const DpSync&, Communicator&,
                                SpanRecorder*, double);
-template TrainRun train<double>(Gpt<double>&, const Dataset&, const TrainConfig&, Communicator&,
+template TrainRun train<double>(Gpt<double>&, const Dataset&, const TrainConfig&, const DpSync&, Communicator&,
                                 SpanRecorder*, double);
 
 }  // namespace dtb

@@ -44,12 +44,11 @@ struct DpSync {
   bool operator==(const DpSync&) const = default;
 };
 
-/// One training run's settings: steps, the global batch (sequences per step over all DP
-/// ranks) split into micro-batches per rank, the sequence length, the data seed and AdamW.
-/// precision and dp_sync are read by the single-rank trainers (train, compute_gradients, the
-/// oracle's references); a layout run (reference/layout/layout_runner.h run_layout) takes both
-/// from its LayoutSpec instead, the one copy: leave them at their defaults there (run_layout
-/// aborts on a value set here that differs from the LayoutSpec's).
+/// One training run's settings apart from its layout: steps, the global batch (sequences per
+/// step over all DP ranks) split into micro-batches per rank, the sequence length, the data
+/// seed, AdamW, clipping, loss scaling and the pipeline sends' overlap. The precision recipe
+/// and the DP sync recipe are the layout's (reference/layout/layout_spec.h LayoutSpec::precision
+/// and dp_sync); the single-rank trainer takes its DpSync as an argument (train).
 struct TrainConfig {
   int steps = 10;
   int global_batch = 8;   // sequences per step, over all DP ranks
@@ -62,32 +61,25 @@ struct TrainConfig {
   double grad_clip = 0.0;
   /// Dynamic loss scaling (reference/training/loss_scaler.h); the sharded trainer only.
   LossScalerConfig loss_scaler;
-  /// The precision recipe (Micikevicius et al. 2018): fp32, or bf16 / fp16 parameters,
-  /// activations and gradients with fp32 accumulation, master weights and Adam moments
-  /// (kernels/half.h, reference/zero/zero.h); the sharded trainer's runs (reference/layout/layout_runner.h run_layout,
-  /// which sets it from LayoutSpec::precision) only: the single-rank Gpt trainer computes in its template type.
-  Precision precision = Precision::fp32;
   /// Pipeline sends (Megatron-LM's --overlap-p2p-communication; the article's [docs/claims.md#the-article] §5.2): true posts
   /// each activation or gradient send and computes on, the sends waited for at the step's end;
   /// false waits for each send before the next compute, the next action's receive posted first
   /// (Megatron-LM's non-overlapped send_forward_recv_backward pairing; the blocking baseline;
   /// not with schedule interleaved, refused). Values are the same either way.
   bool overlap_p2p_comm = true;
-  /// How DP replicas keep in step: synchronous, stale gradients or local steps (DpSync). In a
-  /// layout run: LayoutSpec::dp_sync's (run_layout sets it).
-  DpSync dp_sync{};
 };
 
 /// Throws InputError when the batch does not divide: global_batch must be a multiple of
 /// dp * micro_batches, seq_len in [1, model T].
 void validate_train_config(const TrainConfig& cfg, const GptConfig& model, int dp);
 
-/// Throws InputError, naming the key and value ("<path>.staleness = -1 ..."), when cfg.dp_sync is
-/// not a recipe: staleness or local_steps negative, both set, delay_compensation negative or
-/// without staleness, outer_lr <= 0, outer_momentum outside [0, 1), replicas < 1, steps not a
-/// multiple of local_steps, global_batch not a multiple of replicas x micro_batches (DiLoCo),
-/// and a non-synchronous recipe with loss scaling or in fp16 (docs/comm-efficiency.md).
-void validate_dp_sync(const TrainConfig& cfg, const std::string& path);
+/// Throws InputError, naming the key and value ("<path>.staleness = -1 ..."), when `sync` is
+/// not a recipe for a run of `cfg` in `precision`: staleness or local_steps negative, both set,
+/// delay_compensation negative or without staleness, outer_lr <= 0, outer_momentum outside
+/// [0, 1), replicas < 1, cfg.steps not a multiple of local_steps, cfg.global_batch not a
+/// multiple of replicas x cfg.micro_batches (DiLoCo), and a non-synchronous recipe with loss
+/// scaling (cfg.loss_scaler) or in fp16 (docs/comm-efficiency.md).
+void validate_dp_sync(const DpSync& sync, Precision precision, const TrainConfig& cfg, const std::string& path);
 
 /// The sum over `comm` of a host double `x` (one per rank), through a one-element buffer in
 /// `device`'s memory when that is not the host's (NCCL reduces device buffers only).
@@ -149,11 +141,11 @@ struct TrainRun {
 inline double clip_coefficient(double norm, double max_norm) { return std::min(1.0, max_norm / (norm + 1e-6)); }
 
 /// Trains `model` (already initialised) for cfg.steps steps with DP over `dp`. With
-/// cfg.dp_sync non-synchronous this is the sequential reference of the recipe
+/// `sync` non-synchronous this is the sequential reference of the recipe
 /// (docs/comm-efficiency.md): stale gradients (staleness k) keep a queue of the step's
 /// gradients (and, with delay compensation, of the weights they were taken at) and apply the one
 /// of step t - k at step t (no update for t < k, grad_norms NaN there); local steps (DiLoCo)
-/// need `dp` of size 1 and simulate cfg.dp_sync.replicas replicas in turn, each with its own
+/// need `dp` of size 1 and simulate sync.replicas replicas in turn, each with its own
 /// weights and AdamW state on its share of each global batch, and an outer Nesterov step on
 /// their average every local_steps steps (losses: the mean of the replicas' local losses;
 /// grad_norms: sqrt of the mean of their squared norms). Synchronous: per step
@@ -165,9 +157,9 @@ inline double clip_coefficient(double norm, double max_norm) { return std::min(1
 /// (step_slowdown - 1) times the smaller of its CPU time and the fastest step's time) before its
 /// timing ends; 1: none.
 /// Errors: InputError from validate_train_config when the batch does not divide, from
-/// validate_dp_sync, or for local steps on more than one rank.
+/// validate_dp_sync (in fp32: the model computes in T), or for local steps on more than one rank.
 template <typename T>
-TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, Communicator& dp,
+TrainRun train(Gpt<T>& model, const Dataset& data, const TrainConfig& cfg, const DpSync& sync, Communicator& dp,
                SpanRecorder* spans = nullptr, double step_slowdown = 1.0);
 
 }  // namespace dtb

@@ -113,10 +113,10 @@ TEST(DataParallel, TrainingMatchesSingleRankAndReplicasAgree) {
   Gpt<float> dp(kModel, dev), one(kModel, dev);
   dp.init(cfg.seed);
   one.init(cfg.seed);
-  const TrainRun rdp = train(dp, data, cfg, *world);
+  const TrainRun rdp = train(dp, data, cfg, DpSync{}, *world);
   TrainConfig single = cfg;
   single.micro_batches = 1;
-  const TrainRun r1 = train(one, data, single, *self);
+  const TrainRun r1 = train(one, data, single, DpSync{}, *self);
   // Five steps of float32 Adam from identical weights: the runs differ by rounding only.
   // Adam's update is about lr in size whatever the gradient's, so a rounding-level
   // gradient difference moves a weight by at most ~lr * (relative gradient difference)
