@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/claims/claims.h"
+#include "reference/model/gpt.h"
 
 namespace dtb::claims_impl {
 
@@ -42,8 +43,18 @@ std::string fmt(const char* f, const Args&... args) {
 
 /// The number input `key` of an entry. Errors: InputError naming a missing or mistyped input.
 double num(const nlohmann::json& in, const char* key);
+/// The string input `key` of an entry. Errors: InputError naming a missing or mistyped input.
+std::string string_input(const nlohmann::json& in, const char* key);
+/// Whether `value` is within the relative tolerance `tol` of `claimed`: |value - claimed| <= tol |claimed|.
+bool within(double value, double claimed, double tol);
+/// The named model `name` (harness/memory_cli.h named_models). Errors: InputError naming it and
+/// the named models.
+GptConfig model_named(const std::string& name);
+/// GB as the claims use it (harness/claims/claims.h): 1e9 bytes.
+constexpr double kGB = 1e9;
 
-/// The evaluators (claims_evaluators.cc unless said), one per kind of claim; the table in
+/// The evaluators, one per kind of claim: about memory in claims_memory.cc, about time,
+/// communication and the pipeline in claims_evaluators.cc, the others where said; the table in
 /// claims_table.cc names each with its inputs.
 void model_states(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
 void optimizer_ratio(const nlohmann::json& in, double tol, const Measured& ms, ClaimResult& r);
