@@ -122,7 +122,7 @@ constexpr double unit_roundoff() {
 /// inf, subnormals, -0, NaN -> the same NaN bits), but vectorised: fp16 through the x86
 /// F16C instructions where the CPU has them (chosen at run time; the scalar loop elsewhere
 /// and for the tail), bf16 in branch-free loops the compiler vectorises. Any alignment;
-/// dst and src must not overlap. Defined in kernels/cpu/half_ops.cc (dtb_kernels).
+/// dst and src must not overlap. Defined in kernels/half.cc (dtb_kernels).
 /// float_to_fp16_bits rounds its subnormal results with an fp32 addition, i.e. in the
 /// current rounding mode, F16C always to nearest: the two agree (bitwise) under the default
 /// FE_TONEAREST only, which the whole project assumes.
