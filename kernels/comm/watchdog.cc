@@ -1,6 +1,7 @@
 // The communication watchdog (see watchdog.h): a node-wide board of what each rank is
-// doing, written with relaxed stores around every MPI call, and one thread per process
-// that watches its own rank's call and takes SIGINT / SIGTERM.
+// doing (kernels/comm/watchdog_board.h), written with relaxed stores around every MPI call, and
+// one thread per process that watches its own rank's call and takes SIGINT / SIGTERM; what it
+// says about a stuck call is in kernels/comm/watchdog_text.h.
 #include "kernels/comm/watchdog.h"
 
 #include <pthread.h>
@@ -19,98 +20,14 @@
 #include <mutex>
 #include <thread>
 
+#include "kernels/comm/watchdog_board.h"
+#include "kernels/comm/watchdog_text.h"
 #include "kernels/error.h"
 
 namespace dtb {
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-constexpr int kGroupSlots = 64;    // group names a rank publishes (a ring: old ones overwritten)
-constexpr int kNameBytes = 48;
-constexpr int32_t kAsyncWait = 100;  // op + kAsyncWait: waiting on that op's async handle
-
-/// A group name a rank publishes: `id` is written last (release), so a reader that sees
-/// the same id before and after copying the name has a whole one.
-struct GroupName {
-  std::atomic<uint64_t> id{0};
-  char name[kNameBytes] = {};
-};
-
-/// One rank's entry, in the node's shared window. `version` is a seqlock: odd while the
-/// rank writes. `active` is 1 inside a call; after it, op, peer, group and t_ns still
-/// describe that last call.
-struct Slot {
-  std::atomic<uint32_t> version{0};
-  std::atomic<int32_t> active{0};
-  std::atomic<int32_t> op{0};
-  std::atomic<int32_t> peer{-1};
-  std::atomic<int32_t> pid{0};
-  /// The signal (SIGINT, SIGTERM) this rank is exiting on, 0 before: a rank the launcher
-  /// ended after another died is not that rank (gone_peers).
-  std::atomic<int32_t> ending_signal{0};
-  std::atomic<uint64_t> group{0};
-  std::atomic<int64_t> t_ns{0};
-  std::atomic<uint32_t> next_name{0};
-  GroupName names[kGroupSlots];
-};
-static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free,
-              "the board's atomics must be lock-free to work across processes");
-
-struct SlotView {
-  int32_t active = 0, op = 0, peer = -1;
-  uint64_t group = 0;
-  int64_t t_ns = 0;
-  uint32_t version = 0;
-};
-
-SlotView read_slot(const Slot& s) {
-  for (;;) {
-    SlotView v;
-    const uint32_t v1 = s.version.load(std::memory_order_acquire);
-    v.active = s.active.load(std::memory_order_relaxed);
-    v.op = s.op.load(std::memory_order_relaxed);
-    v.peer = s.peer.load(std::memory_order_relaxed);
-    v.group = s.group.load(std::memory_order_relaxed);
-    v.t_ns = s.t_ns.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    const uint32_t v2 = s.version.load(std::memory_order_relaxed);
-    if (v1 == v2 && (v1 & 1u) == 0) {
-      v.version = v1;
-      return v;
-    }
-  }
-}
-
-std::string name_in(const Slot& s, uint64_t id) {
-  for (const GroupName& g : s.names) {
-    if (g.id.load(std::memory_order_acquire) != id) continue;
-    char copy[kNameBytes];
-    std::memcpy(copy, g.name, kNameBytes);
-    copy[kNameBytes - 1] = 0;
-    if (g.id.load(std::memory_order_acquire) == id) return copy;
-  }
-  return "";
-}
-
-/// Where every world rank is: the world rank of its node's first rank (the node's id),
-/// its index on that node, its pid.
-struct Place {
-  int node = 0, local = 0, pid = 0;
-};
-
-struct Board {
-  MPI_Comm node_comm = MPI_COMM_NULL;
-  MPI_Win win = MPI_WIN_NULL;
-  std::vector<Slot*> local;    // by local index
-  std::vector<Place> places;   // by world rank
-  std::vector<std::string> hosts;  // hostname by world rank (gethostname, gathered at start)
-  int world_rank = 0, world_size = 1;
-  Slot* mine = nullptr;
-};
+using namespace watchdog;
 
 struct State {
   Board* board = nullptr;  // null until started
@@ -129,172 +46,6 @@ State& state() {
 
 // Read by every CommOpScope: the calling rank's slot, or null when no board is up.
 std::atomic<Slot*> g_slot{nullptr};
-
-std::string op_text(int32_t op) {
-  if (op >= kAsyncWait) return std::string(comm_op_name(CommOp(op - kAsyncWait))) + " (async wait)";
-  return comm_op_name(CommOp(op));
-}
-
-std::string seconds_text(double s) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f s", s);
-  return b;
-}
-
-std::string ranks_text(const std::vector<int>& r) {
-  std::string out;
-  for (size_t i = 0; i < r.size() && i < 16; ++i) {
-    if (i) out += ',';
-    out += std::to_string(r[i]);
-  }
-  if (r.size() > 16) out += ",... (" + std::to_string(r.size()) + " ranks)";
-  return out;
-}
-
-/// The process state letter of /proc/PID/stat ('R', 'S', 'T' stopped, 'Z' zombie ...), or
-/// 0 when the process is gone.
-char process_state(int pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!f || !std::getline(f, line)) return 0;
-  const size_t close = line.rfind(')');  // the command name may hold spaces
-  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
-}
-
-/// What world rank `w` is doing, as seen from this node's board, and whether it sits in
-/// `op` on group `id`.
-struct PeerState {
-  bool arrived = false;
-  std::string text;
-};
-
-PeerState peer_state(const Board& b, int w, uint64_t id, int32_t op, int64_t now) {
-  const Place& p = b.places[size_t(w)];
-  if (p.node != b.places[size_t(b.world_rank)].node) return {false, ""};  // another node: remote_text() names it
-  const Slot& s = *b.local[size_t(p.local)];
-  const SlotView v = read_slot(s);
-  const char st = process_state(p.pid);
-  const std::string who = "rank " + std::to_string(w) + " (pid " + std::to_string(p.pid);
-  if (st == 0 || st == 'Z' || st == 'X') return {false, who + ": exited)"};
-  if (st == 'T' || st == 't') return {false, who + ": stopped)"};
-  const double ago = double(now - v.t_ns) * 1e-9;
-  std::string gname = name_in(s, v.group);
-  if (gname.empty()) gname = "?";
-  if (v.active && v.group == id && v.op == op) return {true, "rank " + std::to_string(w)};
-  if (v.active && v.group == id)
-    return {false, who + ": in " + op_text(v.op) + " on the same group for " + seconds_text(ago) +
-                       ", a mismatched call)"};
-  if (v.active)
-    return {false, who + ": in " + op_text(v.op) + " on group '" + gname + "' for " + seconds_text(ago) + ")"};
-  if (v.t_ns == 0 || v.op == 0) return {false, who + ": computing or hung, no MPI call yet)"};
-  return {false, who + ": computing or hung, no MPI call since its last one (" + op_text(v.op) + " on group '" +
-                     gname + "') began " + seconds_text(ago) + " ago)"};
-}
-
-/// The ranks on this node whose process has exited or is stopped, as "; rank 2 (pid 5474)
-/// had exited" (empty when none): what a signal from the launcher follows (Open MPI's mpirun
-/// sends SIGTERM to every rank once one dies). Ranks that took a signal themselves (their
-/// ending_signal set) are not named: they exited because the launcher ended them.
-std::string gone_peers(const Board& b) {
-  std::string out;
-  for (int w = 0; w < b.world_size; ++w) {
-    const Place& p = b.places[size_t(w)];
-    if (w == b.world_rank || p.node != b.places[size_t(b.world_rank)].node) continue;
-    if (b.local[size_t(p.local)]->ending_signal.load(std::memory_order_acquire) != 0) continue;  // ended by a signal
-    const char st = process_state(p.pid);
-    const std::string who = "rank " + std::to_string(w) + " (pid " + std::to_string(p.pid) + ")";
-    if (st == 0 || st == 'Z' || st == 'X') out += "; " + who + " had exited";
-    else if (st == 'T' || st == 't') out += "; " + who + " was stopped";
-  }
-  return out;
-}
-
-/// Ranks on other nodes, by host, as "ranks 2,3 on dtbh2, rank 4 on dtbh3": their processes and
-/// calls are on their own node's board, so from this node they can only be named with their host
-/// (from the hostnames gathered at start), not said to have arrived or not.
-std::string remote_text(const Board& b, const std::vector<int>& ranks) {
-  std::vector<std::pair<std::string, std::vector<int>>> by_host;
-  for (int w : ranks) {
-    const std::string& h = b.hosts[size_t(w)];
-    auto it = std::find_if(by_host.begin(), by_host.end(), [&](const auto& e) { return e.first == h; });
-    if (it == by_host.end()) by_host.push_back({h, {w}});
-    else it->second.push_back(w);
-  }
-  std::string out;
-  for (const auto& [h, rs] : by_host)
-    out += (out.empty() ? "" : ", ") + std::string(rs.size() > 1 ? "ranks " : "rank ") + ranks_text(rs) + " on " + h;
-  return out;
-}
-
-/// This rank's call `v` as a sentence: "all_reduce on group 'world' (world ranks 0,1,2,3)"
-/// and, for a send or receive, its peer.
-std::string call_text(const CommGroupInfo& g, const SlotView& v) {
-  const CommOp base = CommOp(v.op >= kAsyncWait ? v.op - kAsyncWait : v.op);
-  std::string msg = op_text(v.op) + " on group '" + g.name + "' (world ranks " + ranks_text(g.world_ranks) + ")";
-  const bool p2p = base == CommOp::send || base == CommOp::recv || base == CommOp::sendrecv;
-  if (p2p && v.peer >= 0 && size_t(v.peer) < g.world_ranks.size())
-    msg += (base == CommOp::recv ? " from rank " : base == CommOp::send ? " to rank " : " with rank ") +
-           std::to_string(g.world_ranks[size_t(v.peer)]);
-  return msg;
-}
-
-/// Who has not arrived at this rank's call `v` ("; not arrived: ...; on other nodes, not visible
-/// from here: ...; arrived: ..." or, for a send or receive, "; peer: ..."): this node's ranks from
-/// the board, other nodes' by host.
-std::string arrivals_text(const Board& b, const CommGroupInfo& g, const SlotView& v) {
-  const int64_t now = now_ns();
-  const CommOp base = CommOp(v.op >= kAsyncWait ? v.op - kAsyncWait : v.op);
-  const bool p2p = base == CommOp::send || base == CommOp::recv || base == CommOp::sendrecv;
-  std::vector<std::string> missing;
-  std::vector<int> arrived, remote;
-  auto add = [&](int w, const PeerState& p) {
-    if (p.arrived) arrived.push_back(w);
-    else if (p.text.empty()) remote.push_back(w);
-    else missing.push_back(p.text);
-  };
-  if (p2p && v.peer >= 0 && size_t(v.peer) < g.world_ranks.size()) {
-    const int w = g.world_ranks[size_t(v.peer)];
-    add(w, peer_state(b, w, 0, -1, now));  // a peer never "arrives" at a p2p call
-  } else {
-    for (int w : g.world_ranks) {
-      if (w == b.world_rank) arrived.push_back(w);
-      else add(w, peer_state(b, w, v.group, v.op, now));
-    }
-  }
-  std::string msg;
-  if (!missing.empty()) {
-    msg += p2p ? "; peer: " : "; not arrived: ";
-    for (size_t i = 0; i < missing.size(); ++i) msg += (i ? ", " : "") + missing[i];
-  }
-  if (!remote.empty())
-    msg += (p2p ? "; peer: " : "; on other nodes, not visible from here: ") + remote_text(b, remote) +
-           (p2p ? " (another node: not visible from here)" : "");
-  if (!p2p) msg += "; arrived: " + (arrived.empty() ? std::string("none") : ranks_text(arrived));
-  return msg;
-}
-
-/// Seconds a rank whose timed-out call spans nodes waits for the launcher's signal before it
-/// exits (see watch()): above `scripts/cluster mpirun`'s keepalive detection (about 7 s).
-constexpr double kNodeLossGrace = 30.0;
-
-/// Whether every rank that keeps this rank's call `v` waiting is on another node (none of this
-/// node's is missing, and one of another node's may be): then a lost node may be the cause.
-bool waits_only_on_other_nodes(const Board& b, const CommGroupInfo& g, const SlotView& v) {
-  const CommOp base = CommOp(v.op >= kAsyncWait ? v.op - kAsyncWait : v.op);
-  const bool p2p = base == CommOp::send || base == CommOp::recv || base == CommOp::sendrecv;
-  std::vector<int> waited;
-  if (p2p && v.peer >= 0 && size_t(v.peer) < g.world_ranks.size()) waited.push_back(g.world_ranks[size_t(v.peer)]);
-  else if (!p2p) waited = g.world_ranks;
-  const int64_t now = now_ns();
-  bool remote = false;
-  for (int w : waited) {
-    if (w == b.world_rank || w < 0 || w >= b.world_size) continue;
-    const PeerState p = peer_state(b, w, v.group, v.op, now);
-    if (p.text.empty() && !p.arrived) remote = true;
-    else if (!p.arrived || p2p) return false;
-  }
-  return remote;
-}
 
 CommGroupInfo group_of(uint64_t id) {
   State& st = state();
@@ -321,6 +72,10 @@ std::string waiting_text(const Board& b) {
   return "; rank " + std::to_string(b.world_rank) + " on " + b.hosts[size_t(b.world_rank)] + " was in " +
          call_text(g, v) + " for " + seconds_text(double(now_ns() - v.t_ns) * 1e-9) + arrivals_text(b, g, v);
 }
+
+/// Seconds a rank whose timed-out call spans nodes waits for the launcher's signal before it
+/// exits (see watch()): above `scripts/cluster mpirun`'s keepalive detection (about 7 s).
+constexpr double kNodeLossGrace = 30.0;
 
 void watch(Board* b) {
   State& st = state();
@@ -401,16 +156,6 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
   const auto* p = static_cast<const unsigned char*>(data);
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
-}
-
-void publish_name(Slot& s, uint64_t id, const std::string& name) {
-  for (const GroupName& g : s.names)
-    if (g.id.load(std::memory_order_relaxed) == id) return;
-  GroupName& g = s.names[s.next_name.fetch_add(1, std::memory_order_relaxed) % kGroupSlots];
-  g.id.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  std::strncpy(g.name, name.c_str(), kNameBytes - 1);
-  g.id.store(id, std::memory_order_release);
 }
 
 }  // namespace
