@@ -249,6 +249,58 @@ nlohmann::json terms_json(const StepTimeTerms& t) {
           {"offload", t.offload_s * 1e3},          {"scalars", t.scalars_s * 1e3}};
 }
 
+// One layout's run as the ranks saw it (collective over `world`; every rank gets the result):
+// the mean over ranks of each rank's idle share of its step time (spans `rec`), communication
+// share (the trainer's timing) and, for an MoE model, all-to-all share, over the steps after the
+// first; the busiest rank's peak device bytes (all categories, and per category) and the largest
+// host peak; whether every rank's losses are finite.
+struct LayoutShares {
+  double idle_mean = 0, comm_mean = 0, a2a_mean = 0, peak = 0, host_peak = 0;
+  int busiest = 0;
+  bool finite = true;
+  json by_cat = json::object();
+};
+LayoutShares layout_shares(const LayoutOutcome& out, const SpanRecorder& rec, int steps, Communicator& world) {
+  // This rank's shares of its step time, over the steps after the first: idle from the
+  // spans (gaps between compute and messages), communication from the trainer's
+  // timing (TP all-reduces, pipeline messages incl. the wait, DP reductions and gathers).
+  double step_sum = 0, idle = 0, comm_s = 0;
+  for (int s = 1; s < steps; ++s) {
+    step_sum += out.timings[size_t(s)].step_s;
+    comm_s += out.timings[size_t(s)].comm_s;
+    const auto b = rec.breakdown(s);
+    if (b.count("idle")) idle += b.at("idle");
+  }
+  double a2a_s = 0;  // an MoE model's dispatch and combine (its own share; not in comm_s)
+  for (int s = 1; s < steps && size_t(s) < out.moe_all_to_all_s.size(); ++s) a2a_s += out.moe_all_to_all_s[size_t(s)];
+  std::vector<double> mine = {step_sum > 0 ? idle / step_sum : 0.0, step_sum > 0 ? comm_s / step_sum : 0.0,
+                              out.peak_total_bytes[int(Tier::device)], out.peak_total_bytes[int(Tier::host)],
+                              step_sum > 0 ? a2a_s / step_sum : 0.0};
+  for (int c = 0; c < kNumMemCategories; ++c) mine.push_back(out.peak_bytes[int(Tier::device)][c]);
+  double finite_losses = 1;
+  for (double l : out.losses) finite_losses = std::isfinite(l) ? finite_losses : 0;
+  mine.push_back(finite_losses);
+  std::vector<double> all(mine.size() * world.size());
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+  const size_t K = mine.size();
+  double idle_mean = 0, comm_mean = 0, a2a_mean = 0, peak = 0, host_peak = 0;
+  int busiest = 0;
+  bool finite = true;
+  for (int r = 0; r < world.size(); ++r) {
+    const double* v = &all[size_t(r) * K];
+    idle_mean += v[0] / world.size();
+    comm_mean += v[1] / world.size();
+    a2a_mean += v[4] / world.size();
+    if (v[2] > peak) peak = v[2], busiest = r;
+    host_peak = std::max(host_peak, v[3]);
+    finite = finite && v[K - 1] == 1;
+  }
+  json by_cat = json::object();
+  for (int c = 0; c < kNumMemCategories; ++c)
+    by_cat[std::string(to_string(MemCategory(c)))] = all[size_t(busiest) * K + 5 + size_t(c)];
+  return {idle_mean, comm_mean, a2a_mean, peak, host_peak, busiest, finite, by_cat};
+}
+
 // The step-time model against the sweep's measurements (rank 0): res.data.step_time_model (MAPE,
 // Kendall's tau, the calibrations), the summary record sweep/step_time_model and its check, which is
 // not judged where it fails while other work shared the hosts (`load`, over the sweep); returns the
@@ -353,44 +405,10 @@ class SweepSuite : public SuiteWithParams<Params> {
                       .host = world, .device_comm = &comm, .data = *ctx.dataset, .spans = &rec});
       const std::vector<double> slowest = slowest_step_times(out, world);
       const double period = step_period(out, world);
-      // This rank's shares of its step time, over the steps after the first: idle from the
-      // spans (gaps between compute and messages), communication from the trainer's
-      // timing (TP all-reduces, pipeline messages incl. the wait, DP reductions and gathers).
-      double step_sum = 0, idle = 0, comm_s = 0;
-      for (int s = 1; s < st.cfg.steps; ++s) {
-        step_sum += out.timings[size_t(s)].step_s;
-        comm_s += out.timings[size_t(s)].comm_s;
-        const auto b = rec.breakdown(s);
-        if (b.count("idle")) idle += b.at("idle");
-      }
-      double a2a_s = 0;  // an MoE model's dispatch and combine (its own share; not in comm_s)
-      for (int s = 1; s < st.cfg.steps && size_t(s) < out.moe_all_to_all_s.size(); ++s) a2a_s += out.moe_all_to_all_s[size_t(s)];
-      std::vector<double> mine = {step_sum > 0 ? idle / step_sum : 0.0, step_sum > 0 ? comm_s / step_sum : 0.0,
-                                  out.peak_total_bytes[int(Tier::device)], out.peak_total_bytes[int(Tier::host)],
-                                  step_sum > 0 ? a2a_s / step_sum : 0.0};
-      for (int c = 0; c < kNumMemCategories; ++c) mine.push_back(out.peak_bytes[int(Tier::device)][c]);
-      double finite_losses = 1;
-      for (double l : out.losses) finite_losses = std::isfinite(l) ? finite_losses : 0;
-      mine.push_back(finite_losses);
-      std::vector<double> all(mine.size() * world.size());
-      world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+      const LayoutShares sh = layout_shares(out, rec, st.cfg.steps, world);  // collective
       if (world.rank() != 0) continue;
-      const size_t K = mine.size();
-      double idle_mean = 0, comm_mean = 0, a2a_mean = 0, peak = 0, host_peak = 0;
-      int busiest = 0;
-      bool finite = true;
-      for (int r = 0; r < world.size(); ++r) {
-        const double* v = &all[size_t(r) * K];
-        idle_mean += v[0] / world.size();
-        comm_mean += v[1] / world.size();
-        a2a_mean += v[4] / world.size();
-        if (v[2] > peak) peak = v[2], busiest = r;
-        host_peak = std::max(host_peak, v[3]);
-        finite = finite && v[K - 1] == 1;
-      }
-      json by_cat = json::object();
-      for (int c = 0; c < kNumMemCategories; ++c)
-        by_cat[std::string(to_string(MemCategory(c)))] = all[size_t(busiest) * K + 5 + size_t(c)];
+      const double idle_mean = sh.idle_mean, comm_mean = sh.comm_mean, a2a_mean = sh.a2a_mean, peak = sh.peak;
+      const bool finite = sh.finite;
       const Summary t = summarize(std::vector<double>(slowest.begin() + 1, slowest.end()));  // step 0 allocates
       const ParallelLayout& l = spec.l;
       const int m = st.cfg.micro_batches;
@@ -404,9 +422,9 @@ class SweepSuite : public SuiteWithParams<Params> {
       rec_json["step_period_ms"] = period * 1e3;
       rec_json["tokens_per_s"] = tokens / period;
       rec_json["peak_bytes_per_rank"] = peak;
-      rec_json["peak_host_bytes_per_rank"] = host_peak;
-      rec_json["busiest_rank"] = busiest;
-      rec_json["peak_bytes_by_category"] = by_cat;
+      rec_json["peak_host_bytes_per_rank"] = sh.host_peak;
+      rec_json["busiest_rank"] = sh.busiest;
+      rec_json["peak_bytes_by_category"] = sh.by_cat;
       rec_json["bubble_theory"] = bubble;
       rec_json["idle_fraction"] = idle_mean;
       rec_json["comm_fraction"] = comm_mean;
