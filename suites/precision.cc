@@ -77,6 +77,33 @@ struct Params {
   }
 };
 
+// The suite's first line: the model, DP and ZeRO, the steps and repetitions, the loss scaler.
+std::string header_line(const Params& p, int ranks) {
+  const TimedDpSetup& t = p.t;
+  return "# precision: GPT L=" + std::to_string(t.model.L) + " C=" + std::to_string(t.model.C) + ", " +
+         std::to_string(gpt_num_params(t.model)) + " params, DP " + std::to_string(ranks) + ", ZeRO " +
+         std::to_string(p.zero_stage) + ", " + std::to_string(t.cfg.steps) + " steps x " + std::to_string(p.reps) +
+         " repetitions alternating; fp16 loss scale from 2^16, x2 after " + std::to_string(p.growth) +
+         " good steps, x0.5 and skip on inf/NaN";
+}
+
+// How far run o's loss scales are from the trajectory GradScaler's rule gives for its skipped
+// steps, replayed from init_scale (0: the scaler's default) with growth_interval `growth`: the
+// largest |difference|, 0 when they agree.
+double loss_scale_off(const LayoutOutcome& o, int growth, double init_scale) {
+  LossScalerConfig lc;
+  lc.enabled = true;
+  lc.growth_interval = growth;
+  lc.init_scale = init_scale > 0 ? init_scale : lc.init_scale;
+  LossScaler replay(lc);
+  double off = 0;
+  for (size_t k = 0; k < o.loss_scales.size(); ++k) {
+    off = std::max(off, std::fabs(o.loss_scales[k] - replay.scale()));
+    replay.update(o.skipped[k] != 0);
+  }
+  return off;
+}
+
 class PrecisionSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "precision"; }
@@ -113,11 +140,7 @@ class PrecisionSuite : public SuiteWithParams<Params> {
                                            {"fp16", Precision::fp16},
                                            {"fp16/comm:fp32", Precision::fp16, true},
                                            {"fp16/forced_overflow", Precision::fp16, false, overflow_init}};
-    ctx.print("# precision: GPT L=" + std::to_string(t.model.L) + " C=" + std::to_string(t.model.C) + ", " +
-              std::to_string(gpt_num_params(t.model)) + " params, DP " + std::to_string(world.size()) + ", ZeRO " +
-              std::to_string(zero.stage) + ", " + std::to_string(t.cfg.steps) + " steps x " + std::to_string(reps) +
-              " repetitions alternating; fp16 loss scale from 2^16, x2 after " + std::to_string(growth) +
-              " good steps, x0.5 and skip on inf/NaN");
+    ctx.print(header_line(p, world.size()));
     const size_t V = variants.size();
     std::vector<std::vector<double>> times(V);
     std::vector<LayoutOutcome> last(V);
@@ -202,21 +225,9 @@ class PrecisionSuite : public SuiteWithParams<Params> {
       if (v.fp32_comm && world.size() > 1 && zero.stage == 0)  // (stages 1-3 also gather parameters, in T)
         res.checks.push_back(make_check(prefix + "comm_bytes_ratio", std::fabs(o.dp_comm_bytes / last[i - 1].dp_comm_bytes - 2.0),
                                         0.0, "|fp32-comm bytes / half-comm bytes - 2|, exact"));
-      if (!o.loss_scales.empty()) {
-        // The trajectory GradScaler's rule gives for these skips, replayed.
-        LossScalerConfig lc;
-        lc.enabled = true;
-        lc.growth_interval = growth;
-        lc.init_scale = v.loss_scale_init > 0 ? v.loss_scale_init : lc.init_scale;
-        LossScaler replay(lc);
-        double off = 0;
-        for (size_t k = 0; k < o.loss_scales.size(); ++k) {
-          off = std::max(off, std::fabs(o.loss_scales[k] - replay.scale()));
-          replay.update(o.skipped[k] != 0);
-        }
-        res.checks.push_back(make_check(prefix + "loss_scale_trajectory", off, 0.0,
-                                        "max |scale - GradScaler rule replayed on the skipped steps|, exact"));
-      }
+      if (!o.loss_scales.empty())
+        res.checks.push_back(make_check(prefix + "loss_scale_trajectory", loss_scale_off(o, growth, v.loss_scale_init),
+                                        0.0, "max |scale - GradScaler rule replayed on the skipped steps|, exact"));
       if (v.loss_scale_init > 0) {
         res.checks.push_back(make_check(prefix + "skipped_steps", skipped >= 1 ? 0.0 : 1.0, 0.0,
                                         "at least one skipped step (0 when so)"));
