@@ -167,6 +167,17 @@ Dataset dataset_on_every_rank(Communicator& world, const std::string& path, size
   return data;
 }
 
+// The options as given on `sub`: no path or name empty, --ranks-per-node within the world
+// (check_ranks_per_node); args.sweep set when --sweep was given. Errors: InputError naming
+// the option.
+void check_run_options(const CLI::App& sub, RunArgs& args, int world_size) {
+  for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id", "--backend", "--trace"})
+    if (sub.count(opt) > 0 && sub.get_option(opt)->as<std::string>().empty())
+      throw InputError(std::string(opt) + " is empty");
+  args.sweep = sub.count("--sweep") > 0;
+  if (sub.count("--ranks-per-node") > 0) check_ranks_per_node(args.ranks_per_node, world_size);
+}
+
 }  // namespace
 
 CLI::App* add_run_subcommand(CLI::App& app, RunArgs& a) {
@@ -206,12 +217,7 @@ CLI::App* add_run_subcommand(CLI::App& app, RunArgs& a) {
 }
 
 int cmd_run(Communicator& world, const CLI::App& sub, RunArgs args) {
-  for (const char* opt : {"--config", "--suites", "--data", "--output-dir", "--run-id", "--backend", "--trace"})
-    if (sub.count(opt) > 0 && sub.get_option(opt)->as<std::string>().empty())
-      throw InputError(std::string(opt) + " is empty");
-  args.sweep = sub.count("--sweep") > 0;
-  if (sub.count("--ranks-per-node") > 0) check_ranks_per_node(args.ranks_per_node, world.size());
-
+  check_run_options(sub, args, world.size());
   // Rank 0 reads and validates the config and every rank takes its verdict, so ranks that
   // differ (another node's memory, say) cannot disagree about whether the run starts.
   RunOptions opts{args.force};  // travels in each suite's WorldInfo and SuiteContext

@@ -5,7 +5,7 @@
 // The catalog (harness/claims/claims.json) is data: one entry per claim with the statement in our
 // words, the figures it quotes, the conditions it assumes, the method (analytic, suite or
 // both), the evaluator that checks it and the relative tolerance for "holds". Adding a claim
-// is adding an entry, and, when no evaluator fits, one function in claims_evaluators.cc's table.
+// is adding an entry, and, when no evaluator fits, one function and a line in claims_table.cc's table.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,7 +1,8 @@
 // The evaluators of `dtbench claims` (harness/claims/claims.h), one function per kind of claim:
 // (the entry's inputs, its tolerance, what a report measured) -> the row's computed figures,
-// measured column and verdict. Internal to claims.cc and claims_evaluators.cc; adding an
-// evaluator is one function and one line (its name, function and inputs) in claims_evaluators.cc's table.
+// measured column and verdict. Internal to the claims files (harness/claims/*.cc); adding an
+// evaluator is one function, in the file of its family, and one line (its name, function and
+// inputs) in claims_table.cc's table.
 #pragma once
 #include <functional>
 #include <map>
