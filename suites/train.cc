@@ -138,7 +138,7 @@ struct TrainFacts {
   Recompute recompute;
   const CheckpointPlan& plan;
   bool dp_only;             // the plain DP trainer (reference/training/trainer.h), not the sharded model
-  std::string layout_name;  // the record's name after train/gpt/
+  std::string layout_name;  // the record's name after train/gpt/ (train/llama/)
   double tokens_per_step;
   double peak_tflops;  // the section's peak_tflops (0: no MFU)
   int hier_node_ranks = 0;  // the DP all-reduce: 0 flat, N hierarchical over nodes of N ranks
@@ -225,12 +225,12 @@ double model_tflops(const TrainFacts& f, const StepSplit& sp) {
   return model_flops_per_token(f) * f.tokens_per_step / sp.step.median / 1e12;
 }
 
-// The run's record, train/gpt/<layout>.
+// The run's record, train/gpt/<layout> (train/llama/<layout> for a Llama model).
 json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit& sp, const json& breakdown,
                   const std::string& backend) {
   const int timed = int(run.timings.size());
   const ParallelLayout& layout = f.layout;
-  json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
+  json rec = benchmark_record(std::string("train/") + (is_llama(f.model) ? "llama/" : "gpt/") + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
   add_layout_fields(rec, LayoutSpec{layout, f.zero, f.recompute, f.cfg.precision, f.hier_node_ranks, f.cfg.dp_sync});
   rec["steps"] = f.cfg.steps;
   rec["tokens_per_step"] = f.tokens_per_step;
@@ -432,7 +432,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   // Every rule of the layout (reference/layout/layout_validate.h), checkpoints included.
   LayoutCheckContext check{.world = world.size, .global_batch = train.global_batch, .seq_len = train.seq_len,
                            .backend = backend, .recipe = train, .checkpoint_every = p.plan.every,
-                           .resume_from = p.plan.resume_from, .path = "train"};
+                           .resume_from = p.plan.resume_from, .path = "train", .model_replicas = p.plain_dp()};
   validate_layout_spec(p.spec, p.model, check);
   const DpSync& d = train.dp_sync;
   if (d.local_steps > 0 && d.replicas > 1 && train.precision != Precision::fp32 && p.references)
@@ -513,8 +513,10 @@ class TrainSuite : public SuiteWithParams<Params> {
                        dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n)
                                : layout_record_name(p.spec),
                        double(cfg.global_batch) * cfg.seq_len, p.peak_tflops, p.spec.hier_node_ranks};
-    ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
-              " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
+    const std::string kv = is_llama(model_cfg) ? " KV=" + std::to_string(kv_heads(model_cfg)) : "";
+    ctx.print(std::string("# train: ") + (is_llama(model_cfg) ? "Llama" : "GPT") + " L=" + std::to_string(model_cfg.L) +
+              " C=" + std::to_string(model_cfg.C) + " NH=" + std::to_string(model_cfg.NH) + kv +
+              " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
               " params, " + (dp_only ? "dp=" + std::to_string(n) : f.layout_name) + ", global batch " +
               std::to_string(cfg.global_batch) + " x " + std::to_string(cfg.micro_batches) +
