@@ -1,10 +1,11 @@
-// CPU compute ops of a GPT-2 style transformer, forward and backward side by side, after
-// llm.c's train_gpt2.c. Templated on the compute type T (float, or double for the oracle
-// and the finite-difference tests); explicit instantiations for float and double live in
-// ops.cc. Raw row-major pointers, no allocation inside an op.
+// CPU compute ops of a GPT-2 style transformer and of the Llama block (RMSNorm, SwiGLU, rotary
+// embeddings, grouped-query attention), forward and backward side by side, after llm.c's
+// train_gpt2.c. Templated on the compute type T (float, or double for the oracle and the
+// finite-difference tests); explicit instantiations for float and double live in ops.cc,
+// attention.cc, crossentropy.cc and llama_ops.cc. Raw row-major pointers, no allocation inside an op.
 //
-// Shape legend: B batch, T sequence length, C channels, NH heads (hs = C / NH),
-// V vocabulary, N = number of rows (usually B*T), OC output channels.
+// Shape legend: B batch, T sequence length, C channels, NH heads (hs = C / NH), KV key/value
+// heads, F the SwiGLU hidden size, V vocabulary, N = number of rows (usually B*T), OC output channels.
 // Backward functions ACCUMULATE (+=) into their d-outputs unless said otherwise, so
 // gradient accumulation over micro-batches is just calling backward again.
 // Preconditions, unchecked here (callers validate: reference/model/gpt.cc): C % NH == 0, token
