@@ -185,7 +185,7 @@ json top_defaults() {
             {"output_dir", "results"},
             {"backend", "cpu"},
             {"comm_timeout_s", 300.0},
-            {"model", model_defaults(2, 64, 4, 64, 256)}};
+            {"model", model_defaults(2, 64, 4, 64, 256, true)}};
   for (const auto& [name, factory] : suite_registry()) d[name] = factory()->defaults();
   return d;
 }
@@ -257,15 +257,27 @@ json merge(const json& defaults, const json& user, const std::string& where) {
   return out;
 }
 
-// A dense model's section without the MoE keys (their defaults merged in): the config a dense run
-// prints and reports is then the one it was before MoE existed, so reports and the regression
-// gate's baselines stay comparable. A key set by the user without num_experts has no effect: refused.
-void drop_dense_moe_keys(json& model, const json& user_model, const std::string& where) {
+// A GPT-2 model's section without the Llama keys and a dense model's without the MoE keys (their
+// defaults merged in): the config a run prints and reports is then the one it was before either
+// existed, so reports and the regression gate's baselines stay comparable. A key set by the user
+// that the model does not use has no effect: refused. An unknown arch is gpt_config_from_json's.
+void drop_unused_model_keys(json& model, const json& user_model, const std::string& where) {
+  auto user_set = [&](const std::string& k) { return user_model.is_object() && user_model.contains(k); };
+  static const char* const kLlamaKeys[] = {"arch", "num_kv_heads", "ffn_hidden_size", "rope_theta", "norm_eps"};
+  const std::string arch = model.value("arch", std::string("gpt2"));
+  if (arch == "gpt2")
+    for (const char* k : kLlamaKeys) {
+      if (std::string(k) != "arch" && user_set(k))
+        throw InputError("config key '" + where + "." + k + "' is a Llama option but " + where +
+                         ".arch is \"gpt2\" (set it to \"llama\")");
+      model.erase(k);
+    }
   if (model.value("num_experts", 0) != 0) return;
-  const json dense = to_json(GptConfig{}), all = model_defaults(2, 64, 4, 64, 256);  // dense keys; all keys
+  const json dense = to_json(GptConfig{}), all = model_defaults(2, 64, 4, 64, 256, true);  // dense keys; all keys
   for (const auto& [k, v] : all.items()) {
-    if (dense.contains(k)) continue;
-    if (k != "num_experts" && user_model.is_object() && user_model.contains(k))
+    if (dense.contains(k) || std::find(std::begin(kLlamaKeys), std::end(kLlamaKeys), k) != std::end(kLlamaKeys))
+      continue;
+    if (k != "num_experts" && user_set(k))
       throw InputError("config key '" + where + "." + k + "' is set but " + where + ".num_experts is 0 (a dense model)");
     model.erase(k);
   }
@@ -293,12 +305,12 @@ json parse_config(const std::string& text, const std::string& origin,
   check_utf8(data_override, "--data");
   check_utf8(backend_override, "--backend");
   json cfg = merge(top_defaults(), user, "");
-  drop_dense_moe_keys(cfg["model"], user.value("model", json::object()), "model");
-  for (auto& [name, section] : cfg.items())  // a suite's own model that may be an MoE model (conformance.model)
+  drop_unused_model_keys(cfg["model"], user.value("model", json::object()), "model");
+  for (auto& [name, section] : cfg.items())  // a suite's own model (conformance.model): MoE or Llama keys too
     if (section.is_object() && section.contains("model") && section["model"].is_object() &&
         section["model"].contains("num_experts")) {
       const json us = user.value(name, json::object());
-      drop_dense_moe_keys(section["model"], us.is_object() ? us.value("model", json::object()) : json::object(),
+      drop_unused_model_keys(section["model"], us.is_object() ? us.value("model", json::object()) : json::object(),
                           name + ".model");
     }
   // train.expert_parallel is an MoE model's key too: a dense model's config has none (as before MoE).

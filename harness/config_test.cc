@@ -111,6 +111,31 @@ TEST(Config, MoeKeysOnlyInAnMoeModel) {
                 .find("the MoE layer runs in fp32 only so far"), std::string::npos);
 }
 
+// The Llama family's keys (docs/models.md): a GPT-2 model's merged config has none of them (as before
+// the family existed); a Llama model's has all; a Llama key with arch gpt2, an unknown arch, KV
+// heads not dividing NH are refused in one line, and so is every layout but plain data parallelism
+// in fp32 on the CPU (the sharded model runs GPT-2 only so far), and every suite but train.
+TEST(Config, LlamaKeysOnlyInALlamaModel) {
+  const auto llama = parse_config(R"({"model": {"arch": "llama", "num_kv_heads": 2}})", "t", "train", "", 2);
+  EXPECT_EQ(llama["model"]["rope_theta"], 10000.0);
+  EXPECT_EQ(llama["model"]["num_kv_heads"], 2);
+  EXPECT_EQ(parse_config(R"({"model": {"arch": "gpt2"}})", "t", "train", "", 2)["model"],
+            nlohmann::json({{"L", 2}, {"C", 64}, {"NH", 4}, {"T", 64}, {"V", 256}}));
+  EXPECT_EQ(error_of(R"({"model": {"norm_eps": 1e-6}})", 2, "train"),
+            "config key 'model.norm_eps' is a Llama option but model.arch is \"gpt2\" (set it to \"llama\")");
+  EXPECT_EQ(error_of(R"({"model": {"arch": "mistral"}})", 2, "train"),
+            "model.arch: 'mistral' is not \"gpt2\" or \"llama\"");
+  EXPECT_EQ(error_of(R"({"model": {"arch": "llama", "num_kv_heads": 3}})", 2, "train"),
+            "model.num_kv_heads = 3 does not divide NH = 4");
+  EXPECT_EQ(error_of(R"({"model": {"arch": "llama"}})", 2, "train"), "");
+  EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"tensor_parallel": 2}})", 2, "train")
+                .find("train: model.arch = llama: not supported by the sharded model"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"precision": "bf16"}})", 2, "train")
+                .find("model.arch = llama: not supported by"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"arch": "llama"}})", 4, "sweep").find("not supported by the sweep suite"),
+            std::string::npos);
+}
+
 // bf16 and fp16 validate on a backend with half ops (cpu, cuda: decided by name, as validate()
 // has no Backend), in every suite that trains in them; a backend without them is refused
 // with one line naming the key, the precision and the backend.

@@ -201,6 +201,7 @@ void add_moe_regions(std::vector<Region>& regions, Buffers& b, CpuOps<float>& op
 void add_train_regions(std::vector<Region>& regions, const json& cfg, const Dataset& data, Device& device,
                        Communicator& world, const InjectedSlowdown& slow) {
   const GptConfig model = gpt_config_from_json(cfg.at("model"));
+  require_gpt2(model, "model", "the instruction counts (its sharded-trainer region)");
   TrainConfig train = train_config_from_json(cfg.at("train"), cfg, "train");
   const std::string tag = "/" + cfg.at("name").get<std::string>();
   regions.push_back({"train_step/gpt" + tag, slow.train_step, [=, &data, &device, &world](int runs, Window& w) {

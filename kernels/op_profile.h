@@ -5,8 +5,8 @@
 // call on a GPU (the backend's make_op_clock), so the sum is device time, not launch time,
 // as Nsight Systems' per-kernel "CUDA GPU Kernel Summary" adds it up. The families are the
 // ones the GPT step's time is usually split into (llm.c's and Megatron-LM's profiles): GEMMs,
-// attention, the memory-bound ops (LayerNorm, GELU, residual, bias, scale, embeddings), the
-// loss, the optimizer, and memory (zeroing, copies).
+// attention (and the rotary embeddings), the memory-bound ops (LayerNorm, RMSNorm, GELU, SwiGLU,
+// residual, bias, scale, embeddings), the loss, the optimizer, and memory (zeroing, copies).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -110,6 +110,32 @@ class ProfiledOps final : public Ops<T> {
     timed(OpFamily::attention, [&] {
       in_.attention_block_backward(dq, dk, dv, scratch, dout, out, lse, q, qs, k, v, ks, B, Tq, Tk, C, NH, qp, kp);
     });
+  }
+  void gqa_attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int NH, int KV, int hs) override {
+    timed(OpFamily::attention, [&] { in_.gqa_attention_forward(out, att, qkv, B, Tn, NH, KV, hs); });
+  }
+  void gqa_attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int Tn, int NH,
+                              int KV, int hs) override {
+    timed(OpFamily::attention, [&] { in_.gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, Tn, NH, KV, hs); });
+  }
+  void rope_forward(T* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override {
+    timed(OpFamily::attention, [&] { in_.rope_forward(qkv, B, Tn, NH, KV, hs, pos0, theta); });
+  }
+  void rope_backward(T* dqkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override {
+    timed(OpFamily::attention, [&] { in_.rope_backward(dqkv, B, Tn, NH, KV, hs, pos0, theta); });
+  }
+  void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, A eps, int N, int C) override {
+    timed(OpFamily::pointwise, [&] { in_.rmsnorm_forward(out, rstd, inp, w, eps, N, C); });
+  }
+  void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
+                        int C) override {
+    timed(OpFamily::pointwise, [&] { in_.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C); });
+  }
+  void swiglu_forward(T* out, const T* inp, int N, int F) override {
+    timed(OpFamily::pointwise, [&] { in_.swiglu_forward(out, inp, N, F); });
+  }
+  void swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) override {
+    timed(OpFamily::pointwise, [&] { in_.swiglu_backward(dinp, inp, dout, N, F); });
   }
   void gelu_forward(T* out, const T* inp, size_t n) override {
     timed(OpFamily::pointwise, [&] { in_.gelu_forward(out, inp, n); });

@@ -2,7 +2,8 @@
 // so reference/ runs unchanged on the CPU (CpuOps, kernels/cpu/cpu_ops.h) and on CUDA
 // (CudaOps, kernels/cuda/cuda_ops.h). The op semantics, shapes and accumulate-vs-write
 // rules are those of kernels/cpu/ops.h, which documents each; here they take pointers into
-// the backend's memory. Shape legend: B batch, T sequence, C channels, NH heads, V vocabulary, N rows.
+// the backend's memory. Shape legend: B batch, T sequence, C channels, NH heads, KV key/value heads, hs head
+// size, F the SwiGLU hidden size, V vocabulary, N rows.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -81,6 +82,20 @@ class Ops {
   virtual void adamw_update_master(T* param, A* master, const T* grad, A* m, A* v, size_t n,
                                    const AdamWParams& hp, int t, A grad_scale = A(1));
 
+  // The Llama block's ops (RMSNorm, SwiGLU, rotary embeddings, grouped-query attention):
+  // semantics in kernels/cpu/ops.h. A backend without them throws InputError naming itself and the
+  // op (the defaults below), so that a model it cannot run is refused, never computed wrongly.
+  virtual void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* weight, A eps, int N, int C);
+  virtual void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const A* rstd,
+                                int N, int C);
+  virtual void swiglu_forward(T* out, const T* inp, int N, int F);
+  virtual void swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F);
+  virtual void rope_forward(T* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta);
+  virtual void rope_backward(T* dqkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta);
+  virtual void gqa_attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int NH, int KV, int hs);
+  virtual void gqa_attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int Tn,
+                                      int NH, int KV, int hs);
+
   // The sharded ops of tensor parallelism (vocabulary-parallel embedding and cross-entropy,
   // the row-parallel bias): semantics in kernels/cpu/ops.h.
   virtual void embedding_shard_forward(T* out, const int32_t* tokens, const T* wte_shard, const T* wpe, int B,
@@ -134,6 +149,39 @@ void Ops<T>::attention_block_backward(T*, T*, T*, T*, const T*, const T*, const 
 template <typename T>
 void Ops<T>::adamw_update_master(T*, A*, const T*, A*, A*, size_t, const AdamWParams&, int, A) {
   throw InputError("the " + backend() + " backend has no mixed-precision optimizer step (fp32 master weights)");
+}
+
+template <typename T>
+void Ops<T>::rmsnorm_forward(T*, A*, const T*, const T*, A, int, int) {
+  throw InputError("the " + backend() + " backend has no rmsnorm_forward (the Llama block's RMSNorm) yet");
+}
+template <typename T>
+void Ops<T>::rmsnorm_backward(T*, T*, const T*, const T*, const T*, const A*, int, int) {
+  throw InputError("the " + backend() + " backend has no rmsnorm_backward (the Llama block's RMSNorm) yet");
+}
+template <typename T>
+void Ops<T>::swiglu_forward(T*, const T*, int, int) {
+  throw InputError("the " + backend() + " backend has no swiglu_forward (the Llama block's MLP) yet");
+}
+template <typename T>
+void Ops<T>::swiglu_backward(T*, const T*, const T*, int, int) {
+  throw InputError("the " + backend() + " backend has no swiglu_backward (the Llama block's MLP) yet");
+}
+template <typename T>
+void Ops<T>::rope_forward(T*, int, int, int, int, int, int, double) {
+  throw InputError("the " + backend() + " backend has no rope_forward (rotary embeddings) yet");
+}
+template <typename T>
+void Ops<T>::rope_backward(T*, int, int, int, int, int, int, double) {
+  throw InputError("the " + backend() + " backend has no rope_backward (rotary embeddings) yet");
+}
+template <typename T>
+void Ops<T>::gqa_attention_forward(T*, T*, const T*, int, int, int, int, int) {
+  throw InputError("the " + backend() + " backend has no gqa_attention_forward (grouped-query attention) yet");
+}
+template <typename T>
+void Ops<T>::gqa_attention_backward(T*, T*, const T*, const T*, const T*, int, int, int, int, int) {
+  throw InputError("the " + backend() + " backend has no gqa_attention_backward (grouped-query attention) yet");
 }
 
 /// dst = src, n elements, both in the backend's memory (non-overlapping): std::copy on the

@@ -11,6 +11,9 @@ loss and every parameter gradient are computed in float64.
 Usage: /usr/bin/python3 scripts/make_golden.py [OUT]   (default reference/model/testdata/gpt_tiny.bin)
        /usr/bin/python3 scripts/make_golden.py --gpt-moe [OUT]   (the model with layer 0 a mixture of experts,
        GPT_MOE below; default reference/model/testdata/gpt_moe.bin; both read by reference/model/golden_test.cc)
+       /usr/bin/python3 scripts/make_golden.py --llama [OUT]   (the Llama family, LLAMA below: RMSNorm, rotary
+       embeddings, grouped-query attention, SwiGLU, untied head, no biases; default
+       reference/model/testdata/llama_tiny.bin, read by reference/model/llama_test.cc)
        /usr/bin/python3 scripts/make_golden.py --moe [OUT]   (the MoE FFN layer alone, moe_loss below;
        default reference/model/testdata/moe_layer.bin, read by reference/model/moe_golden_test.cc)
 Needs PyTorch (>= 1.12, CPU is enough): Debian's python3-torch for /usr/bin/python3, or
@@ -18,12 +21,13 @@ Needs PyTorch (>= 1.12, CPU is enough): Debian's python3-torch for /usr/bin/pyth
 writes a byte-identical file.
 
 File format, all little-endian, no padding:
-  char    magic[8]        "DTBGOLD1" ("DTBGOLD2" with --gpt-moe)
+  char    magic[8]        "DTBGOLD1" ("DTBGOLD2" with --gpt-moe, "DTBGOLD3" with --llama)
   int32   L, C, NH, T, V, B, Tn
   (DTBGOLD2: int32 E, K, FREQ, FH; float64 CF, AUX, ZL)
+  (DTBGOLD3: int32 KV, F; float64 THETA, EPS)
   int32   tokens[B*Tn]    row-major (B, Tn), byte ids of TEXT below
   int32   targets[B*Tn]   tokens shifted by one (the next byte)
-  float32 params[P]       flat buffer, llm.c order (LAYOUT below, = gpt_param_layout)
+  float32 params[P]       flat buffer, llm.c order (LAYOUT below, = gpt_param_layout; LLAMA_LAYOUT with --llama)
   float64 loss            mean cross-entropy over the B*Tn tokens
   float64 grads[P]        d(mean loss)/d(params), same layout
   (DTBGOLD2: int32 slots[Lm][B*Tn*K], each MoE layer's routing: row in the expert's batch, -1 dropped)
@@ -226,18 +230,116 @@ def main_moe(out_path):
     print(f"wrote {out_path}: N={MOE_N} E={MOE_E} top-{MOE_K}, {dropped} assignments dropped, loss={loss.item():.17g}")
 
 
+# The Llama golden (--llama, reference/model/testdata/llama_tiny.bin): the same batch through a Llama-style model,
+# written from the math (Touvron et al. 2023; Hugging Face's LlamaForCausalLM), not from the C++: x = wte[tok]; per
+# layer x += attproj(attn(rope(q), rope(k), v)) on rmsnorm1(x), with KV key/value heads each shared by NH/KV
+# consecutive query heads, and x += down(silu(gate) * up) on rmsnorm2(x); rmsnormf; logits = x @ lmheadw^T (untied).
+# Rotary embeddings in the rotate-half form: channel i of a head pairs with i + hs/2, angle p * THETA^(-2i/hs).
+# The rows of qkvw are q (NH heads), then k (KV heads), then v (KV heads); fcw's are gate (F), then up (F).
+LLAMA = {"L": 2, "C": 32, "NH": 4, "KV": 2, "T": 16, "V": 256, "F": 48, "THETA": 10000.0, "EPS": 1e-5}
+MAGIC_LLAMA = b"DTBGOLD3"
+LLAMA_SEED = 20261206
+
+
+def llama_layout():
+    """(name, shape, std or None for a norm weight) in reference/model/gpt.h's Llama order. Weights N(0, 0.1) (larger
+    than an initialisation's 0.02, so that attention is far from uniform and the rotary angles matter); norm weights
+    1 + 0.1 N(0, 1)."""
+    c, l, v, f = LLAMA["C"], LLAMA["L"], LLAMA["V"], LLAMA["F"]
+    hs = c // LLAMA["NH"]
+    w = (LLAMA["NH"] + 2 * LLAMA["KV"]) * hs
+    return [("wte", (v, c), 0.1), ("ln1w", (l, c), None), ("qkvw", (l, w, c), 0.1), ("attprojw", (l, c, c), 0.1),
+            ("ln2w", (l, c), None), ("fcw", (l, 2 * f, c), 0.1), ("fcprojw", (l, c, f), 0.1), ("lnfw", (c,), None),
+            ("lmheadw", (v, c), 0.1)]
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * w
+
+
+def rotary(x, theta):
+    """x (b, heads, tn, hs) rotated by position (0..tn-1): x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1)."""
+    tn, hs = x.shape[-2], x.shape[-1]
+    inv_freq = 1.0 / theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    angles = torch.arange(tn, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (tn, hs/2)
+    cos = torch.cat([angles.cos(), angles.cos()], dim=-1)
+    sin = torch.cat([angles.sin(), angles.sin()], dim=-1)
+    x1, x2 = x[..., : hs // 2], x[..., hs // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def llama_loss(p, tokens, targets):
+    """Mean cross-entropy of the Llama model on tokens (B, TN); p holds float64 leaf tensors."""
+    b, tn = tokens.shape
+    c, nh, kv, f, eps, theta = LLAMA["C"], LLAMA["NH"], LLAMA["KV"], LLAMA["F"], LLAMA["EPS"], LLAMA["THETA"]
+    hs = c // nh
+    x = p["wte"][tokens]
+    causal = torch.ones(tn, tn, dtype=torch.bool).tril()
+    for l in range(LLAMA["L"]):
+        h = rms_norm(x, p["ln1w"][l], eps)
+        qkv = h @ p["qkvw"][l].T
+        q, k, v = qkv.split([nh * hs, kv * hs, kv * hs], dim=-1)
+        q = rotary(q.view(b, tn, nh, hs).transpose(1, 2), theta)
+        k = rotary(k.view(b, tn, kv, hs).transpose(1, 2), theta)
+        v = v.view(b, tn, kv, hs).transpose(1, 2)
+        k = k.repeat_interleave(nh // kv, dim=1)  # query head j uses key/value head j // (nh / kv)
+        v = v.repeat_interleave(nh // kv, dim=1)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+        a = (att @ v).transpose(1, 2).reshape(b, tn, c)
+        x = x + a @ p["attprojw"][l].T
+        h2 = rms_norm(x, p["ln2w"][l], eps)
+        gate, up = (h2 @ p["fcw"][l].T).split(f, dim=-1)
+        x = x + (F.silu(gate) * up) @ p["fcprojw"][l].T
+    x = rms_norm(x, p["lnfw"], eps)
+    logits = x @ p["lmheadw"].T
+    return F.cross_entropy(logits.reshape(-1, LLAMA["V"]), targets.reshape(-1), reduction="mean")
+
+
+def main_llama(out_path, tokens, targets):
+    """Writes the Llama golden file (format in the module docstring, magic DTBGOLD3)."""
+    gen = torch.Generator().manual_seed(LLAMA_SEED)
+    p32 = {}
+    for name, shape, std in llama_layout():
+        z = torch.randn(shape, generator=gen, dtype=torch.float32)
+        p32[name] = (1.0 + 0.1 * z if std is None else std * z).to(torch.float32)
+    p64 = {k: v.to(torch.float64).requires_grad_(True) for k, v in p32.items()}
+    loss = llama_loss(p64, tokens, targets)
+    loss.backward()
+    m = LLAMA
+    with open(out_path, "wb") as f:
+        f.write(MAGIC_LLAMA)
+        f.write(np.array([m["L"], m["C"], m["NH"], m["T"], m["V"], B, TN], dtype="<i4").tobytes())
+        f.write(np.array([m["KV"], m["F"]], dtype="<i4").tobytes())
+        f.write(np.array([m["THETA"], m["EPS"]], dtype="<f8").tobytes())
+        f.write(tokens.numpy().astype("<i4").tobytes())
+        f.write(targets.numpy().astype("<i4").tobytes())
+        for name, _, _ in llama_layout():
+            f.write(p32[name].numpy().astype("<f4").tobytes())
+        f.write(np.array([loss.item()], dtype="<f8").tobytes())
+        for name, _, _ in llama_layout():
+            f.write(p64[name].grad.numpy().astype("<f8").tobytes())
+    nparams = sum(int(np.prod(s)) for _, s, _ in llama_layout())
+    print(f"wrote {out_path}: P={nparams} loss={loss.item():.17g}")
+
+
 def main():
     torch.set_num_threads(1)  # one fixed summation order, so reruns are byte-identical
-    testdata = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "testdata"))
+    testdata = os.path.normpath(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "model", "testdata"))
     if len(sys.argv) > 1 and sys.argv[1] == "--moe":
         return main_moe(sys.argv[2] if len(sys.argv) > 2 else os.path.join(testdata, "moe_layer.bin"))
     moe = GPT_MOE if len(sys.argv) > 1 and sys.argv[1] == "--gpt-moe" else None
-    args = sys.argv[2:] if moe else sys.argv[1:]
-    out_path = args[0] if args else os.path.join(testdata, "gpt_moe.bin" if moe else "gpt_tiny.bin")
+    llama = len(sys.argv) > 1 and sys.argv[1] == "--llama"
+    args = sys.argv[2:] if moe or llama else sys.argv[1:]
+    out_path = args[0] if args else os.path.join(testdata, "llama_tiny.bin" if llama else
+                                                 "gpt_moe.bin" if moe else "gpt_tiny.bin")
     assert len(TEXT) == B * (TN + 1)
     seqs = np.frombuffer(TEXT, dtype=np.uint8).astype(np.int64).reshape(B, TN + 1)
     tokens = torch.from_numpy(seqs[:, :TN].copy())
     targets = torch.from_numpy(seqs[:, 1:].copy())
+    if llama:
+        return main_llama(out_path, tokens, targets)
 
     gen = torch.Generator().manual_seed(SEED)
     p32 = make_params(gen, moe)

@@ -85,6 +85,7 @@ struct Params {
   static Params parse(const json& s, const json& config, const WorldInfo& world) {
     Params p;
     p.model = gpt_config_from_json(s.at("model"), "comm_efficiency.model");
+    require_gpt2(p.model, "comm_efficiency.model", "the comm_efficiency suite");
     p.cfg = train_config_from_json(s, config, "comm_efficiency");
     DpSync keys;  // the recipes' lambda and DiLoCo's outer step, read as every suite reads them
     dp_sync_from_json(s, "comm_efficiency", keys);

@@ -143,6 +143,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
   const std::string backend = config.value("backend", "cpu");
   Params p;
   p.model = gpt_config_from_json(section.at("model"), "conformance.model");
+  require_gpt2(p.model, "conformance.model", "the conformance suite");
   p.base = train_config_from_json(section, config, "conformance");
   const TrainConfig& cfg = p.base;
   p.precisions = precisions_from_json(section);

@@ -64,6 +64,7 @@ struct Params {
   static Params parse(const json& s, const json& config, const WorldInfo& world) {
     Params p;
     p.model = gpt_config_from_json(s.at("model"), "memory.model");
+    require_gpt2(p.model, "memory.model", "the memory suite (and its analytic model)");
     TrainConfig& t = p.cfg;
     t.steps = int(int_in_range(s, "steps", "memory.steps", 1, 1000));
     t.micro_batches = int(int_in_range(s, "micro_batches", "memory.micro_batches", 1, 1024));

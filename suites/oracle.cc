@@ -286,6 +286,7 @@ TimedDpSetup timed_dp_setup(const nlohmann::json& s, const nlohmann::json& confi
                             int world_size) {
   TimedDpSetup t;
   t.model = gpt_config_from_json(s.at("model"), path + ".model");
+  require_gpt2(t.model, path + ".model", "the " + path + " suite");
   t.cfg.steps = int(int_in_range(s, "steps", path + ".steps", 2, 100000));
   t.cfg.micro_batches = int(int_in_range(s, "micro_batches", path + ".micro_batches", 1, 1024));
   const int mbs = int(int_in_range(s, "micro_batch_size", path + ".micro_batch_size", 1, 1 << 16));

@@ -37,6 +37,7 @@ GptPipelineParams GptPipelineParams::parse(const json& s) {
   const std::string at = "pipeline.gpt";
   o.model = gpt_config_from_json(s.at("model"), at + ".model");
   if (o.model.moe.num_experts > 0) throw InputError(at + ".model: an MoE model is not run by the pipeline suite");
+  require_gpt2(o.model, at + ".model", "the pipeline suite");
   const json& st = s.at("stages");
   if (!st.is_array()) throw InputError(at + ".stages must be a list (of pipeline sizes; [] for none)");
   for (const json& x : st) {

@@ -84,8 +84,21 @@ GptConfig gpt_config_from_json(const nlohmann::json& m, const std::string& path)
       throw InputError(path + ".moe_expert_capacity_factor must be a number or null (null: no token is dropped)");
     c.moe.capacity_factor = v.get<double>();
   }
+  // The family and the Llama block's keys (Megatron-LM / Hugging Face names; docs/models.md).
+  if (m.contains("arch")) {
+    if (!m.at("arch").is_string()) throw InputError(path + ".arch must be \"gpt2\" or \"llama\"");
+    c.arch = parse_model_arch(m.at("arch").get<std::string>(), path + ".arch");
+  }
+  opt_int("num_kv_heads", c.num_kv_heads, 0, 65536);
+  opt_int("ffn_hidden_size", c.ffn_hidden, 0, 1 << 20);
+  if (m.contains("rope_theta")) c.rope_theta = number_in_range(m, "rope_theta", path + ".rope_theta", 1.0, 1e12);
+  if (m.contains("norm_eps")) c.norm_eps = number_in_range(m, "norm_eps", path + ".norm_eps", 1e-30, 1.0);
   validate_gpt_config(c);
   return c;
+}
+
+void require_gpt2(const GptConfig& model, const std::string& path, const std::string& by) {
+  if (is_llama(model)) throw InputError(llama_not_supported(by, path + ".arch"));
 }
 
 void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainConfig& t, LayoutSpec& layout) {
@@ -107,7 +120,7 @@ void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainCo
   dp_sync_from_json(s, path, layout.dp_sync);
 }
 
-nlohmann::json model_defaults(int L, int C, int NH, int T, int V) {
+nlohmann::json model_defaults(int L, int C, int NH, int T, int V, bool llama_keys) {
   nlohmann::json j = to_json(GptConfig{L, C, NH, T, V});
   const MoeConfig moe;  // Megatron-LM's defaults but the balance loss's coefficient (its 0; Switch's 1e-2 here)
   j["num_experts"] = 0;
@@ -117,6 +130,12 @@ nlohmann::json model_defaults(int L, int C, int NH, int T, int V) {
   j["moe_aux_loss_coeff"] = moe.aux_loss_coeff;
   j["moe_z_loss_coeff"] = moe.z_loss_coeff;
   j["moe_expert_capacity_factor"] = nullptr;
+  if (!llama_keys) return j;
+  j["arch"] = "gpt2";  // the Llama block's keys (0: num_kv_heads NH, ffn_hidden_size by Llama's rule)
+  j["num_kv_heads"] = 0;
+  j["ffn_hidden_size"] = 0;
+  j["rope_theta"] = 10000.0;
+  j["norm_eps"] = 1e-5;
   return j;
 }
 

@@ -162,16 +162,22 @@ class SuiteWithParams : public Suite {
   }
 };
 
-/// The run config's "model" section (L, C, NH, T, V and the optional MoE keys num_experts,
+/// The run config's "model" section (L, C, NH, T, V, the optional MoE keys num_experts,
 /// moe_router_topk, moe_expert_capacity_factor, moe_aux_loss_coeff, moe_z_loss_coeff,
-/// moe_layer_freq, moe_ffn_hidden_size: Megatron-LM's names) as a GptConfig, range-checked
+/// moe_layer_freq, moe_ffn_hidden_size: Megatron-LM's names, and the family arch "gpt2" or
+/// "llama" with the Llama keys num_kv_heads, ffn_hidden_size, rope_theta, norm_eps) as a GptConfig, range-checked
 /// (V >= 256: the data is byte-level) and validated; InputError naming the key otherwise.
 GptConfig gpt_config_from_json(const nlohmann::json& model, const std::string& path = "model");
+/// Refuses a Llama model where `by` (a suite, a tool) runs the GPT-2 family only: InputError
+/// "<path>.arch = llama: not supported by <by> yet (...)" (llama_not_supported); nothing for GPT-2.
+void require_gpt2(const GptConfig& model, const std::string& path, const std::string& by);
 /// A "model" section's defaults: the shape given, dense (num_experts 0), and the MoE keys'
 /// defaults (moe_router_topk 2, moe_layer_freq 1, moe_ffn_hidden_size 0: 4C, moe_aux_loss_coeff
-/// 0.01, moe_z_loss_coeff 0, moe_expert_capacity_factor null: no dropping), so that the config
-/// merge accepts them there.
-nlohmann::json model_defaults(int L, int C, int NH, int T, int V);
+/// 0.01, moe_z_loss_coeff 0, moe_expert_capacity_factor null: no dropping), and the Llama keys'
+/// (arch "gpt2", num_kv_heads 0: NH, ffn_hidden_size 0: Llama's rule, rope_theta 10000, norm_eps
+/// 1e-5) with `llama_keys` (the run's own "model" section: the suites with a model section of their
+/// own run GPT-2 only, so far), so that the config merge accepts them there.
+nlohmann::json model_defaults(int L, int C, int NH, int T, int V, bool llama_keys = false);
 
 /// Comparable printable forms of the typed config parts every suite shares (every field),
 /// for Suite::params_json; the model's is reference/model/gpt_json.h's.

@@ -79,6 +79,7 @@ struct Setup {
 Setup setup_from(const json& section, const json& config) {
   Setup s;
   s.model = gpt_config_from_json(config.at("model"));
+  require_gpt2(s.model, "model", "the sweep suite");
   s.cfg.steps = int(int_in_range(section, "steps", "sweep.steps", 2, 100000));
   s.cfg.global_batch = int(int_in_range(section, "global_batch", "sweep.global_batch", 1, 1 << 20));
   s.cfg.micro_batches = int(int_in_range(section, "micro_batches", "sweep.micro_batches", 1, 1 << 16));

@@ -134,7 +134,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   // Every rule of the layout (reference/layout/layout_validate.h), checkpoints included.
   LayoutCheckContext check{.world = world.size, .global_batch = train.global_batch, .seq_len = train.seq_len,
                            .backend = backend, .recipe = train, .checkpoint_every = p.plan.every,
-                           .resume_from = p.plan.resume_from, .path = "train"};
+                           .resume_from = p.plan.resume_from, .path = "train", .model_replicas = p.plain_dp()};
   validate_layout_spec(p.spec, p.model, check);
   const DpSync& d = p.spec.dp_sync;
   if (d.local_steps > 0 && d.replicas > 1 && p.spec.precision != Precision::fp32 && p.references)
@@ -212,8 +212,10 @@ class TrainSuite : public SuiteWithParams<Params> {
                        dp_only ? std::string(spelling(LayoutKey::dp).name_key) + ":" + std::to_string(n)
                                : layout_record_name(p.spec),
                        double(cfg.global_batch) * cfg.seq_len, p.peak_tflops};
-    ctx.print("# train: GPT L=" + std::to_string(model_cfg.L) + " C=" + std::to_string(model_cfg.C) +
-              " NH=" + std::to_string(model_cfg.NH) + " T=" + std::to_string(cfg.seq_len) +
+    const std::string kv = is_llama(model_cfg) ? " KV=" + std::to_string(kv_heads(model_cfg)) : "";
+    ctx.print(std::string("# train: ") + (is_llama(model_cfg) ? "Llama" : "GPT") + " L=" + std::to_string(model_cfg.L) +
+              " C=" + std::to_string(model_cfg.C) + " NH=" + std::to_string(model_cfg.NH) + kv +
+              " T=" + std::to_string(cfg.seq_len) +
               " V=" + std::to_string(model_cfg.V) + ", " + std::to_string(gpt_num_params(model_cfg)) +
               " params, " + (dp_only ? "dp=" + std::to_string(n) : f.layout_name) + ", global batch " +
               std::to_string(cfg.global_batch) + " x " + std::to_string(cfg.micro_batches) +

@@ -115,7 +115,8 @@ json step_breakdown_ms(const SuiteContext& ctx, Communicator& world, const std::
 json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit& sp, const json& breakdown,
                   const std::string& backend) {
   const int timed = int(run.timings.size());
-  json rec = benchmark_record("train/gpt/" + f.layout_name, timed, 1, sp.step.median, sp.step.median, "ms");
+  json rec = benchmark_record(std::string("train/") + (is_llama(f.model) ? "llama/" : "gpt/") + f.layout_name, timed, 1,
+                              sp.step.median, sp.step.median, "ms");
   add_layout_fields(rec, f.spec);
   rec["steps"] = f.cfg.steps;
   rec["tokens_per_step"] = f.tokens_per_step;

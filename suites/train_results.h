@@ -25,7 +25,7 @@ struct TrainFacts {
   const LayoutSpec& spec;  // the layout with every setting: ZeRO, recompute, precision, DP sync, DP all-reduce
   const CheckpointPlan& plan;
   bool dp_only;             // the plain DP trainer (reference/training/trainer.h), not the sharded model
-  std::string layout_name;  // the record's name after train/gpt/
+  std::string layout_name;  // the record's name after train/gpt/ (train/llama/)
   double tokens_per_step;
   double peak_tflops;  // the section's peak_tflops (0: no MFU)
 };
@@ -51,7 +51,7 @@ StepSplit slowest_split(const LayoutOutcome& run, Communicator& world);
 nlohmann::json step_breakdown_ms(const SuiteContext& ctx, Communicator& world, const std::vector<int>& slowest,
                                  int64_t first_step = 0);
 
-/// The run's record, train/gpt/<layout> (`backend` its backend's name).
+/// The run's record, train/gpt/<layout> (train/llama/<layout> for a Llama model; `backend` its backend's name).
 nlohmann::json train_record(const TrainFacts& f, const LayoutOutcome& run, const StepSplit& sp,
                             const nlohmann::json& breakdown, const std::string& backend);
 

@@ -20,7 +20,8 @@ using namespace detail;
 
 namespace {
 
-// Runs fn(b, h) for every (batch row, head) pair: on one thread in order, or, when OpenBLAS
+// Runs fn(b, h) for every (batch row, head) pair (h < NH; `hs` the channels a pair's products
+// run over, for the flop count): on one thread in order, or, when OpenBLAS
 // may use n > 1 threads (OPENBLAS_NUM_THREADS), on n threads taking pairs in turn, each pair's
 // gemms on one OpenBLAS thread. A head's products (T x T x hs, 64 x 256 x 64 at the GPT-2
 // shape) are too small for OpenBLAS to split well: attention forward at that shape ran slower
@@ -83,21 +84,32 @@ constexpr int kAttBlock = 64;
 
 namespace {
 
-// One (batch row b, head h) of attention_forward: the products up to the diagonal block and
-// the softmax of its rows.
+// The packed qkv's row (B,T,(NH+2KV)hs): query head h at channel h hs, key head g at (NH + g) hs,
+// value head g at (NH + KV + g) hs; out's row (NH hs). For KV = NH (the GPT) these are 3C, C + h hs,
+// 2C + h hs and C: the arithmetic below is then the multi-head op's, bitwise.
+struct Heads {
+  int NH, KV, hs;
+  int width() const { return (NH + 2 * KV) * hs; }
+  int kv_of(int h) const { return h / (NH / KV); }
+  size_t q(int h) const { return size_t(h) * hs; }
+  size_t k(int g) const { return size_t(NH + g) * hs; }
+  size_t v(int g) const { return size_t(NH + KV + g) * hs; }
+};
+
+// One (batch row b, query head h) of attention_forward: the products up to the diagonal block
+// and the softmax of its rows.
 template <typename T>
-DTB_VECTOR_CLONES void attention_forward_head(T* out, T* att, const T* qkv, int b, int h, int Tn, int C,
-                                              int NH) {
-  const int hs = C / NH;
-  const int C3 = 3 * C;
+DTB_VECTOR_CLONES void attention_forward_head(T* out, T* att, const T* qkv, int b, int h, int Tn, Heads hd) {
+  const int hs = hd.hs, W = hd.width(), C = hd.NH * hs, g = hd.kv_of(h);
   const T scale = T(1) / std::sqrt(T(hs));
-    const T* q = qkv + size_t(b) * Tn * C3 + size_t(h) * hs;
-    const T* k = q + C;
-    const T* v = q + 2 * C;
-    T* a = att + (size_t(b) * NH + h) * Tn * Tn;
+    const T* row0 = qkv + size_t(b) * Tn * W;
+    const T* q = row0 + hd.q(h);
+    const T* k = row0 + hd.k(g);
+    const T* v = row0 + hd.v(g);
+    T* a = att + (size_t(b) * hd.NH + h) * Tn * Tn;
     for (int r0 = 0; r0 < Tn; r0 += kAttBlock) {  // preatt = q k^T * scale, up to the diagonal
       const int rows = std::min(kAttBlock, Tn - r0);
-      gemm(false, true, rows, r0 + rows, hs, scale, q + size_t(r0) * C3, C3, k, C3, T(0),
+      gemm(false, true, rows, r0 + rows, hs, scale, q + size_t(r0) * W, W, k, W, T(0),
            a + size_t(r0) * Tn, Tn);
     }
     for (int t = 0; t < Tn; t++) {
@@ -112,39 +124,39 @@ DTB_VECTOR_CLONES void attention_forward_head(T* out, T* att, const T* qkv, int 
     T* o = out + size_t(b) * Tn * C + size_t(h) * hs;
     for (int r0 = 0; r0 < Tn; r0 += kAttBlock) {
       const int rows = std::min(kAttBlock, Tn - r0);
-      gemm(false, false, rows, hs, r0 + rows, T(1), a + size_t(r0) * Tn, Tn, v, C3, T(0),
+      gemm(false, false, rows, hs, r0 + rows, T(1), a + size_t(r0) * Tn, Tn, v, W, T(0),
            o + size_t(r0) * C, C);
     }
 }
 
-// One (batch row b, head h) of attention_backward.
+// One (batch row b, query head h) of attention_backward: adds into h's dq and into the dk, dv
+// of its key/value head.
 template <typename T>
 DTB_VECTOR_CLONES void attention_backward_head(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att,
-                                               int b, int h, int Tn, int C, int NH) {
-  const int hs = C / NH;
-  const int C3 = 3 * C;
+                                               int b, int h, int Tn, Heads hd) {
+  const int hs = hd.hs, W = hd.width(), C = hd.NH * hs, g = hd.kv_of(h);
   const T scale = T(1) / std::sqrt(T(hs));
-    const size_t qoff = size_t(b) * Tn * C3 + size_t(h) * hs;
-    const T* q = qkv + qoff;
-    const T* k = q + C;
-    const T* v = q + 2 * C;
-    T* dq = dqkv + qoff;
-    T* dk = dq + C;
-    T* dv = dq + 2 * C;
-    const T* a = att + (size_t(b) * NH + h) * Tn * Tn;
+    const size_t row0 = size_t(b) * Tn * W;
+    const T* q = qkv + row0 + hd.q(h);
+    const T* k = qkv + row0 + hd.k(g);
+    const T* v = qkv + row0 + hd.v(g);
+    T* dq = dqkv + row0 + hd.q(h);
+    T* dk = dqkv + row0 + hd.k(g);
+    T* dv = dqkv + row0 + hd.v(g);
+    const T* a = att + (size_t(b) * hd.NH + h) * Tn * Tn;
     const T* d = dout + size_t(b) * Tn * C + size_t(h) * hs;
-    T* da = scratch + (size_t(b) * NH + h) * Tn * Tn;
+    T* da = scratch + (size_t(b) * hd.NH + h) * Tn * Tn;
     // Row block [r0, r0 + rows) of datt, dq; column block [c0, c0 + cols) of dv, dk, which
     // only rows from c0 on reach (att and dpre are zero above the diagonal).
     for (int r0 = 0; r0 < Tn; r0 += kAttBlock) {  // datt = dout v^T
       const int rows = std::min(kAttBlock, Tn - r0);
-      gemm(false, true, rows, r0 + rows, hs, T(1), d + size_t(r0) * C, C, v, C3, T(0),
+      gemm(false, true, rows, r0 + rows, hs, T(1), d + size_t(r0) * C, C, v, W, T(0),
            da + size_t(r0) * Tn, Tn);
     }
     for (int c0 = 0; c0 < Tn; c0 += kAttBlock) {  // dv += att^T dout
       const int cols = std::min(kAttBlock, Tn - c0);
       gemm(true, false, cols, hs, Tn - c0, T(1), a + size_t(c0) * Tn + c0, Tn, d + size_t(c0) * C, C,
-           T(1), dv + size_t(c0) * C3, C3);
+           T(1), dv + size_t(c0) * W, W);
     }
     // Softmax backward in place: dpre[t2] = att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3]).
     for (int t = 0; t < Tn; t++) {
@@ -157,33 +169,52 @@ DTB_VECTOR_CLONES void attention_backward_head(T* dqkv, T* scratch, const T* dou
     // preatt = scale * q k^T, so dq += scale * dpre k and dk += scale * dpre^T q.
     for (int r0 = 0; r0 < Tn; r0 += kAttBlock) {
       const int rows = std::min(kAttBlock, Tn - r0);
-      gemm(false, false, rows, hs, r0 + rows, scale, da + size_t(r0) * Tn, Tn, k, C3, T(1),
-           dq + size_t(r0) * C3, C3);
+      gemm(false, false, rows, hs, r0 + rows, scale, da + size_t(r0) * Tn, Tn, k, W, T(1),
+           dq + size_t(r0) * W, W);
     }
     for (int c0 = 0; c0 < Tn; c0 += kAttBlock) {
       const int cols = std::min(kAttBlock, Tn - c0);
-      gemm(true, false, cols, hs, Tn - c0, scale, da + size_t(c0) * Tn + c0, Tn, q + size_t(c0) * C3,
-           C3, T(1), dk + size_t(c0) * C3, C3);
+      gemm(true, false, cols, hs, Tn - c0, scale, da + size_t(c0) * Tn + c0, Tn, q + size_t(c0) * W,
+           W, T(1), dk + size_t(c0) * W, W);
     }
 }
 
 }  // namespace
 
 template <typename T>
+void gqa_attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int NH, int KV, int hs) {
+  const Heads hd{NH, KV, hs};
+  for_each_head(B, NH, Tn, hs, [&](int b, int h) { attention_forward_head(out, att, qkv, b, h, Tn, hd); });
+}
+
+// One task per (batch row, key/value head): its query heads in order, so that no two threads add
+// into one dk, dv (with KV = NH a task is one head, as before grouped-query heads).
+template <typename T>
+void gqa_attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int Tn, int NH,
+                            int KV, int hs) {
+  const Heads hd{NH, KV, hs};
+  const int group = NH / KV;
+  for_each_head(B, KV, Tn, hs * group, [&](int b, int g) {
+    for (int h = g * group; h < (g + 1) * group; h++) attention_backward_head(dqkv, scratch, dout, qkv, att, b, h, Tn, hd);
+  });
+}
+
+template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
-  for_each_head(B, NH, Tn, C / NH, [&](int b, int h) { attention_forward_head(out, att, qkv, b, h, Tn, C, NH); });
+  gqa_attention_forward(out, att, qkv, B, Tn, NH, NH, C / NH);
 }
 
 template <typename T>
 void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
                         int NH) {
-  for_each_head(B, NH, Tn, C / NH,
-                [&](int b, int h) { attention_backward_head(dqkv, scratch, dout, qkv, att, b, h, Tn, C, NH); });
+  gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, Tn, NH, NH, C / NH);
 }
 
 #define DTB_INSTANTIATE_ATTENTION(T)                                                             \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                      \
-  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);
+  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);                 \
+  template void gqa_attention_forward<T>(T*, T*, const T*, int, int, int, int, int);                            \
+  template void gqa_attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, int);
 
 DTB_INSTANTIATE_ATTENTION(float)
 DTB_INSTANTIATE_ATTENTION(double)

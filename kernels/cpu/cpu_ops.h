@@ -49,6 +49,30 @@ class CpuOps final : public Ops<T> {
                           int NH) override {
     cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, Tn, C, NH);
   }
+  void gqa_attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int NH, int KV, int hs) override {
+    cpu::gqa_attention_forward(out, att, qkv, B, Tn, NH, KV, hs);
+  }
+  void gqa_attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int Tn, int NH,
+                              int KV, int hs) override {
+    cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, Tn, NH, KV, hs);
+  }
+  void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, T eps, int N, int C) override {
+    cpu::rmsnorm_forward(out, rstd, inp, weight, eps, N, C);
+  }
+  void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int N,
+                        int C) override {
+    cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void swiglu_forward(T* out, const T* inp, int N, int F) override { cpu::swiglu_forward(out, inp, N, F); }
+  void swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) override {
+    cpu::swiglu_backward(dinp, inp, dout, N, F);
+  }
+  void rope_forward(T* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override {
+    cpu::rope_forward(qkv, B, Tn, NH, KV, hs, pos0, theta);
+  }
+  void rope_backward(T* dqkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override {
+    cpu::rope_backward(dqkv, B, Tn, NH, KV, hs, pos0, theta);
+  }
   void gelu_forward(T* out, const T* inp, size_t n) override { cpu::gelu_forward(out, inp, n); }
   void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) override {
     cpu::gelu_backward(dinp, inp, dout, n);

@@ -1,10 +1,11 @@
-// CPU compute ops of a GPT-2 style transformer, forward and backward side by side, after
-// llm.c's train_gpt2.c. Templated on the compute type T (float, or double for the oracle
-// and the finite-difference tests); explicit instantiations for float and double live in
-// ops.cc. Raw row-major pointers, no allocation inside an op.
+// CPU compute ops of a GPT-2 style transformer and of the Llama block (RMSNorm, SwiGLU, rotary
+// embeddings, grouped-query attention), forward and backward side by side, after llm.c's
+// train_gpt2.c. Templated on the compute type T (float, or double for the oracle and the
+// finite-difference tests); explicit instantiations for float and double live in ops.cc,
+// attention.cc, crossentropy.cc and llama_ops.cc. Raw row-major pointers, no allocation inside an op.
 //
-// Shape legend: B batch, T sequence length, C channels, NH heads (hs = C / NH),
-// V vocabulary, N = number of rows (usually B*T), OC output channels.
+// Shape legend: B batch, T sequence length, C channels, NH heads (hs = C / NH), KV key/value
+// heads, F the SwiGLU hidden size, V vocabulary, N = number of rows (usually B*T), OC output channels.
 // Backward functions ACCUMULATE (+=) into their d-outputs unless said otherwise, so
 // gradient accumulation over micro-batches is just calling backward again.
 // Preconditions, unchecked here (callers validate: reference/model/gpt.cc): C % NH == 0, token
@@ -71,6 +72,21 @@ template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC);
 
+/// Causal self-attention with grouped-query heads (Ainslie et al. 2023, GQA): qkv
+/// (B,T,(NH+2KV)hs) holds on its last dim the NH query heads, then KV key heads, then KV value
+/// heads, hs channels each; query head h attends with key/value head h / (NH/KV) (consecutive
+/// query heads share one, as Hugging Face's repeat_kv and Megatron's query groups). KV divides NH.
+/// Scale 1/sqrt(hs). Writes out (B,T,NH hs) (heads concatenated) and att (B,NH,T,T), the
+/// softmax probabilities (zero above the diagonal). KV = NH is attention_forward below, bitwise.
+template <typename T>
+void gqa_attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int NH, int KV, int hs);
+/// dqkv (B,T,(NH+2KV)hs) += gradient of out w.r.t. qkv given dout (B,T,NH hs) and the saved att
+/// (a key/value head's gradient sums its NH/KV query heads', in head order). `scratch` must hold
+/// B*NH*T*T elements (overwritten).
+template <typename T>
+void gqa_attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int Tn, int NH,
+                            int KV, int hs);
+
 /// Causal multi-head self-attention core. qkv (B,T,3C) holds q, k, v concatenated on the
 /// last dim, head h using channels [h*hs, (h+1)*hs) of each. Scale 1/sqrt(hs).
 /// Writes out (B,T,C) (heads concatenated) and att (B,NH,T,T), the softmax probabilities
@@ -120,6 +136,38 @@ template <typename T>
 void attention_block_backward(T* dq, T* dk, T* dv, T* scratch, const T* dout, const T* out, const T* lse,
                               const T* q, int q_stride, const T* k, const T* v, int kv_stride, int B, int Tq,
                               int Tk, int C, int NH, int qpos0, int kpos0);
+/// RMSNorm over the last dim (Zhang & Sennrich 2019; Llama, torch.nn.RMSNorm): rstd (N) =
+/// 1 / sqrt(mean(x^2) + eps) is saved, out (N,C) = x * rstd * weight (C). No mean, no bias.
+template <typename T>
+void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, T eps, int N, int C);
+/// dinp (N,C) +=, dweight (C) +=, given dout (N,C) and the saved rstd: with xhat = x rstd and
+/// g = weight * dout, dinp = rstd (g - xhat mean(g xhat)), dweight = sum over rows of xhat dout.
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int N, int C);
+
+/// SwiGLU (Shazeer 2020): inp (N,2F) is the fused gate|up projection (each row the F gate
+/// values, then the F up values: Megatron's linear_fc1 with gated_linear_unit); WRITES out
+/// (N,F) = silu(gate) * up, silu(g) = g / (1 + e^-g).
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int N, int F);
+/// dinp (N,2F) += the gradient given dout (N,F): d gate = dout up silu'(gate), d up = dout silu(gate).
+template <typename T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F);
+
+/// Rotary position embeddings (Su et al. 2021, RoFormer) IN PLACE on the query and key heads of
+/// the packed qkv (B,T,(NH+2KV)hs) (the v heads untouched), in the rotate-half convention of
+/// Hugging Face Llama and Megatron's default (rotary_interleaved false): in every head channel i
+/// < hs/2 pairs with i + hs/2, and the pair (x1, x2) at position p becomes (x1 cos a - x2 sin a,
+/// x2 cos a + x1 sin a), a = p theta^(-2i/hs). Row t of each sequence is at position
+/// p = pos0 + t, so that a chunk of a sequence (context parallelism) gets its true positions.
+/// The angle, cos and sin are computed in double and rounded to T.
+template <typename T>
+void rope_forward(T* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta);
+/// The backward, IN PLACE: dqkv's q and k heads, holding the gradient w.r.t. the rotated q, k,
+/// become the gradient w.r.t. the unrotated ones (each pair rotated by -a: the rotation's
+/// transpose); v untouched. Not an accumulation: call it on the finished gradient.
+template <typename T>
+void rope_backward(T* dqkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta);
 
 /// GELU, tanh approximation (GPT-2; torch.nn.functional.gelu(approximate="tanh")):
 /// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n.

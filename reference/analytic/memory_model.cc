@@ -206,6 +206,7 @@ void validate_plan(const PlanConfig& c) {
   validate_gpt_config(c.model);
   if (c.model.moe.num_experts > 0)  // the plan is ParallelGpt's tensors and buffers
     throw InputError("the per-rank plan: " + moe_not_sharded(c.model));
+  if (is_llama(c.model)) throw InputError(llama_not_supported("the per-rank memory plan"));
   if (c.micro_batch_size < 1) throw InputError("micro_batch_size must be >= 1, got " + num(c.micro_batch_size));
   if (c.seq_len < 0 || c.seq_len > c.model.T)
     throw InputError("seq_len " + num(c.seq_len) + " is outside [1, T = " + num(c.model.T) + "]");

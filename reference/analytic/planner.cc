@@ -136,6 +136,7 @@ void validate_plan_request(const PlanRequest& r) {
     if (!ok) throw InputError(what);
   };
   need(r.model.moe.num_experts == 0, "plan: MoE models are not modelled (the step-time model is dense only)");
+  if (is_llama(r.model)) throw InputError(llama_not_supported("dtbench plan"));
   need(r.gpus >= 1, "--gpus must be >= 1, got " + std::to_string(r.gpus));
   // Sizes past these are no model anyone trains, and the plan's time grows with them (the
   // schedule simulates every micro-batch; the memory plan every layer; 12 L C^2 must fit int64).

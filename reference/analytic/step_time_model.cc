@@ -157,6 +157,7 @@ void validate_step_time_input(const StepTimeInput& in) {
   };
   need(in.model.moe.num_experts == 0, "MoE models are not modelled (model.num_experts = " +
                                           std::to_string(in.model.moe.num_experts) + ")");
+  if (is_llama(in.model)) throw InputError(llama_not_supported("the step-time model"));
   need(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.virtual_stages >= 1, "tp, pp, dp and virtual stages must be >= 1");
   need(in.micro_batches >= 1 && in.seq_len >= 1 && in.global_batch >= 1, "global_batch, micro_batches and seq_len must be >= 1");
   need(in.global_batch % (int64_t(l.dp) * in.micro_batches) == 0,

@@ -15,11 +15,20 @@ const char* to_string(LayoutRule r) {
     case LayoutRule::zero: return "zero";
     case LayoutRule::schedule: return "schedule";
     case LayoutRule::moe: return "moe";
+    case LayoutRule::arch: return "arch";
     case LayoutRule::dp_sync: return "dp_sync";
     case LayoutRule::checkpoint: return "checkpoint";
     case LayoutRule::dp_allreduce: return spelling(LayoutKey::dp_allreduce).config_key;
   }
   return "?";
+}
+
+void validate_arch_layout(const GptConfig& model, const LayoutCheckContext& c) {
+  if (!is_llama(model)) return;
+  if (c.backend != "cpu") throw InputError(llama_not_supported("the " + printable(c.backend, 40) + " backend"));
+  if (!c.model_replicas)
+    throw InputError(llama_not_supported("the sharded model (tensor, pipeline, expert parallel, ZeRO, recompute, loss "
+                                         "scaling, half precision, checkpoints, DP sync recipes)"));
 }
 
 void validate_schedule_recompute(const ParallelLayout& l, Recompute r) {
@@ -53,6 +62,7 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
   check(LayoutRule::zero, where, [&] { validate_zero(s.z); });
   check(LayoutRule::schedule, where, [&] { validate_schedule_recompute(s.l, s.recompute); });
   check(LayoutRule::moe, "", [&] { validate_moe_layout(s, model, c.backend, where); });
+  check(LayoutRule::arch, where, [&] { validate_arch_layout(model, c); });
   // The DP sync messages name their keys under c.path; a `where` apart from it goes before them.
   const std::string keyed = c.where.empty() ? "" : c.where;
   check(LayoutRule::dp_sync, keyed, [&] {

@@ -25,12 +25,13 @@ enum class LayoutRule {
   zero,          // validate_zero: the ZeRO stage, buckets, offload
   schedule,      // validate_schedule_recompute: zb-h1 with full recompute
   moe,           // validate_moe_layout: what an MoE model cannot train on yet
+  arch,          // validate_arch_layout: what a Llama model cannot train on yet
   dp_sync,       // validate_dp_sync and validate_dp_sync_layout: stale gradients, local steps
   checkpoint,    // dp_sync_checkpoint_refusal: stale gradients or local steps with checkpoints
   dp_allreduce,  // validate_dp_hierarchical: the hierarchical DP all-reduce
 };
 
-/// "divisibility", "zero", "schedule", "moe", "dp_sync", "checkpoint", "dp_allreduce".
+/// "divisibility", "zero", "schedule", "moe", "arch", "dp_sync", "checkpoint", "dp_allreduce".
 const char* to_string(LayoutRule r);
 
 /// One refusal: the rule, its reason as the rule's function words it ("global batch 6 is not
@@ -58,6 +59,10 @@ struct LayoutCheckContext {
   /// The prefix of every message ("" -> path, and "<path>.dp_allreduce" for the hierarchical
   /// all-reduce): a conformance layout's "conformance.layouts: 'DP4:stale1'".
   std::string where{};
+  /// The run trains whole-model replicas (reference/training/trainer.h, the train suite's plain
+  /// data parallelism), not the sharded model (reference/parallel): the one way a Llama model
+  /// trains yet (validate_arch_layout).
+  bool model_replicas = false;
 };
 
 /// Every refusal of `s` (its l.micro_batches set) training `model` as `c` says, one per rule
@@ -69,6 +74,11 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
 /// Throws InputError with the first of layout_refusals' messages; returns when there is none.
 /// The harness reports it and exits with status 2.
 void validate_layout_spec(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
+
+/// Refuses a Llama model (model.arch llama) wherever it cannot train yet: on a backend other than
+/// the CPU, and on the sharded model (any layout unless c.model_replicas). Errors: InputError
+/// llama_not_supported(...) (reference/model/gpt.h). Nothing for GPT-2.
+void validate_arch_layout(const GptConfig& model, const LayoutCheckContext& c);
 
 /// Refuses schedule zb-h1 with full recompute (the W pass needs the activations B used, which
 /// full recompute does not keep). Errors: InputError "schedule zb-h1 with recompute full is not

@@ -10,16 +10,33 @@
 
 namespace dtb {
 
+const char* to_string(ModelArch a) { return a == ModelArch::llama ? "llama" : "gpt2"; }
+
+ModelArch parse_model_arch(const std::string& s, const std::string& key) {
+  if (s == "gpt2") return ModelArch::gpt2;
+  if (s == "llama") return ModelArch::llama;
+  throw InputError(key + ": '" + printable(s, 40) + "' is not \"gpt2\" or \"llama\"");
+}
+
+namespace {
+std::vector<ParamTensor> llama_param_layout(const GptConfig& c) {
+  const int64_t L = c.L, C = c.C, V = c.V, F = ffn_hidden(c), W = qkv_width(c);
+  return {{"wte", {V, C}},        {"ln1w", {L, C}},          {"qkvw", {L, W, C}},
+          {"attprojw", {L, C, C}}, {"ln2w", {L, C}},          {"fcw", {L, 2 * F, C}},
+          {"fcprojw", {L, C, F}},  {"lnfw", {C}},             {"lmheadw", {V, C}}};
+}
+}  // namespace
+
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   const int64_t L = c.L, C = c.C, V = c.V, T = c.T, Lm = num_moe_layers(c), Ld = L - Lm;
-  std::vector<ParamTensor> out = {
+  std::vector<ParamTensor> out = is_llama(c) ? llama_param_layout(c) : std::vector<ParamTensor>{
       {"wte", {V, C}},          {"wpe", {T, C}},          {"ln1w", {L, C}},
       {"ln1b", {L, C}},         {"qkvw", {L, 3 * C, C}},  {"qkvb", {L, 3 * C}},
       {"attprojw", {L, C, C}},  {"attprojb", {L, C}},     {"ln2w", {L, C}},
       {"ln2b", {L, C}},         {"fcw", {Ld, 4 * C, C}},  {"fcb", {Ld, 4 * C}},
       {"fcprojw", {Ld, C, 4 * C}}, {"fcprojb", {Ld, C}},  {"lnfw", {C}},
       {"lnfb", {C}}};
-  if (Lm > 0) {
+  if (Lm > 0 && !is_llama(c)) {
     const int64_t E = c.moe.num_experts, F = moe_hidden(c.moe, c.C);
     out.insert(out.end(), {{"routerw", {Lm, E, C}}, {"expfcw", {Lm, E, F, C}}, {"expfcb", {Lm, E, F}},
                            {"expprojw", {Lm, E, C, F}}, {"expprojb", {Lm, E, C}}});
@@ -48,6 +65,32 @@ double model_flops_per_token(const GptConfig& c, int seq_len) {
   return 6.0 * double(gpt_active_params(c)) + 12.0 * c.L * double(c.C) * seq_len;
 }
 
+namespace {
+// The Llama keys: valid for llama, at their defaults for gpt2 (a Llama option given to GPT-2 would
+// otherwise be ignored without a word).
+void validate_arch_settings(const GptConfig& c) {
+  const GptConfig d;
+  if (!is_llama(c)) {
+    for (auto [key, off] : {std::pair{"num_kv_heads", c.num_kv_heads != d.num_kv_heads},
+                            {"ffn_hidden_size", c.ffn_hidden != d.ffn_hidden},
+                            {"rope_theta", c.rope_theta != d.rope_theta}, {"norm_eps", c.norm_eps != d.norm_eps}})
+      if (off) throw InputError(std::string("model.") + key + " is a Llama option: set model.arch \"llama\" (arch is gpt2)");
+    return;
+  }
+  const int KV = kv_heads(c);
+  if (c.num_kv_heads < 0 || c.NH % KV != 0)
+    throw InputError("model.num_kv_heads = " + std::to_string(c.num_kv_heads) + " does not divide NH = " +
+                     std::to_string(c.NH));
+  if ((c.C / c.NH) % 2 != 0)
+    throw InputError("model: head size C / NH = " + std::to_string(c.C / c.NH) +
+                     " is odd; rotary embeddings rotate pairs of channels");
+  if (c.ffn_hidden < 0) throw InputError("model.ffn_hidden_size = " + std::to_string(c.ffn_hidden) + ": must be > 0 (0: Llama's rule)");
+  if (!(c.rope_theta > 1)) throw InputError("model.rope_theta must be > 1, got " + std::to_string(c.rope_theta));
+  if (!(c.norm_eps > 0)) throw InputError("model.norm_eps must be > 0, got " + std::to_string(c.norm_eps));
+  if (c.moe.num_experts > 0) throw InputError("model.num_experts with arch llama: not supported yet");
+}
+}  // namespace
+
 void validate_gpt_config(const GptConfig& c) {
   if (c.L <= 0 || c.C <= 0 || c.NH <= 0 || c.T <= 0 || c.V <= 0)
     throw InputError("model: L, C, NH, T and V must be positive");
@@ -56,6 +99,7 @@ void validate_gpt_config(const GptConfig& c) {
                      std::to_string(c.NH));
   if (c.moe.num_experts < 0)
     throw InputError("model.num_experts = " + std::to_string(c.moe.num_experts) + ": must be >= 0 (0: dense)");
+  validate_arch_settings(c);
   if (c.moe.num_experts == 0) return;
   validate_moe_config(c.moe);
   if (c.moe_layer_freq < 1 || c.moe_layer_freq > c.L)
@@ -166,6 +210,7 @@ void Gpt<T>::zero_grad() {
 template <typename T>
 void Gpt<T>::ensure_acts(int B, int Tn) {
   if (B == B_ && Tn == Tn_) return;
+  if (is_llama(cfg_)) return ensure_llama_acts(B, Tn);
   const int64_t L = cfg_.L, C = cfg_.C, NH = cfg_.NH, V = cfg_.V, b = B, t = Tn;
   const std::vector<std::vector<int64_t>> shapes = {
       {b, t, C},     {L, b, t, C},  {L, b, t},        {L, b, t},     {L, b, t, 3 * C},
@@ -201,6 +246,11 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
   ops_->copy_from_host(tgt, targets, BT * sizeof(int32_t));
   last_B_ = B;
   last_T_ = Tn;
+  moe_loss_sum_ = 0;
+  if (is_llama(cfg_)) {
+    llama_forward(tok, tgt, B, Tn);
+    return sum_losses();
+  }
   auto A = [&](int i) { return acts_[i].template data<T>(); };
   auto P = [&](int i) { return params() + layout_[i].offset; };
   // Parameter indices in layout order.
@@ -208,7 +258,6 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
          fcprojb, lnfw, lnfb };
 
   Ops<T>& ops = *ops_;
-  moe_loss_sum_ = 0;
   ops.encoder_forward(A(kEncoded), tok, P(wte), P(wpe), B, Tn, C);
   for (int l = 0; l < cfg_.L; ++l) {
     const T* x = l == 0 ? A(kEncoded) : A(kRes3) + size_t(l - 1) * BT * C;
@@ -252,8 +301,13 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
   ops.crossentropy_forward(A(kLosses), A(kProbs), A(kLogits), tgt, int(BT), V);
   losses_host_.resize(BT);
   ops.copy_to_host(losses_host_.data(), A(kLosses), BT * sizeof(T));
+  return sum_losses();
+}
+
+template <typename T>
+double Gpt<T>::sum_losses() const {
   double sum = 0;
-  for (size_t i = 0; i < BT; ++i) sum += double(losses_host_[i]);
+  for (T l : losses_host_) sum += double(l);
   return sum + moe_loss_sum_;
 }
 
@@ -265,6 +319,7 @@ const std::vector<T>& Gpt<T>::token_losses() const {
 template <typename T>
 void Gpt<T>::backward(T loss_scale) {
   DTB_CHECK(last_B_ > 0, "backward without forward");
+  if (is_llama(cfg_)) return llama_backward(loss_scale);
   const int B = last_B_, Tn = last_T_, C = cfg_.C, NH = cfg_.NH, V = cfg_.V;
   const size_t BT = size_t(B) * Tn;
   auto A = [&](int i) { return acts_[i].template data<T>(); };

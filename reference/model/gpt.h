@@ -1,9 +1,11 @@
-// The reference GPT-2 style model (token + position embedding, pre-LN blocks, tied LM
-// head), forward and backward on the CPU ops, templated on the compute type T (float;
-// double for the oracle). Not the trainer: data, micro-batches, DP and the optimizer step
-// are in reference/trainer.*.
+// The reference model, two families (model.arch): GPT-2 (token + position embedding, pre-LN
+// blocks, tied LM head) and Llama (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU,
+// untied head, no biases: reference/model/llama_block.cc, docs/models.md), forward and backward on
+// the CPU ops, templated on the compute type T (float; double for the oracle). Not the trainer:
+// data, micro-batches, DP and the optimizer step are in reference/trainer.*.
 //
-// Shape legend: L layers, C channels, NH heads, T max sequence length, V vocabulary,
+// Shape legend: L layers, C channels, NH heads, KV key/value heads (Llama; NH for GPT-2),
+// hs = C / NH head size, F the Llama FFN's hidden size, T max sequence length, V vocabulary,
 // B batch (sequences in one forward). All parameters live in one buffer, in llm.c order
 // (see gpt_param_layout), which is what the PyTorch golden file and ZeRO sharding use.
 #pragma once
@@ -20,6 +22,12 @@
 
 namespace dtb {
 
+/// The model family: "gpt2" (the default) or "llama".
+enum class ModelArch { gpt2, llama };
+const char* to_string(ModelArch a);
+/// "gpt2" or "llama"; anything else throws InputError "<key>: 'x' is not \"gpt2\" or \"llama\"".
+ModelArch parse_model_arch(const std::string& s, const std::string& key = "model.arch");
+
 struct GptConfig {
   int L = 2;    // layers
   int C = 64;   // channels
@@ -32,7 +40,34 @@ struct GptConfig {
   /// each sequence as one group (MoeRouting).
   MoeConfig moe = dense_moe();
   int moe_layer_freq = 1;
+  /// The family, and the Llama block's settings (Megatron-LM / Hugging Face names in the config:
+  /// model.arch, num_kv_heads, ffn_hidden_size, rope_theta, norm_eps); with gpt2 they must stay
+  /// at these defaults (validate_gpt_config).
+  ModelArch arch = ModelArch::gpt2;
+  int num_kv_heads = 0;      // KV, dividing NH (grouped-query attention); 0: NH
+  int ffn_hidden = 0;        // F of the SwiGLU MLP; 0: llama_default_ffn_hidden(C)
+  double rope_theta = 1e4;   // rotary base θ (Llama 2: 1e4; Llama 3: 5e5)
+  double norm_eps = 1e-5;    // RMSNorm's eps
 };
+
+inline bool is_llama(const GptConfig& c) { return c.arch == ModelArch::llama; }
+/// Llama's FFN size rule (meta-llama/llama, llama/model.py FeedForward: hidden = int(2 * 4C / 3),
+/// rounded up to a multiple of multiple_of = 256): 11008 at C = 4096 (Llama 2 7B). Llama 3 scales
+/// it further (ffn_dim_multiplier: 14336 at C = 4096), which a config gives as ffn_hidden_size.
+inline int llama_default_ffn_hidden(int C) { return (int(int64_t(8) * C / 3) + 255) / 256 * 256; }
+/// KV: num_kv_heads, or NH when 0 (and for GPT-2).
+inline int kv_heads(const GptConfig& c) { return c.num_kv_heads > 0 ? c.num_kv_heads : c.NH; }
+/// F: ffn_hidden, or Llama's rule when 0.
+inline int ffn_hidden(const GptConfig& c) { return c.ffn_hidden > 0 ? c.ffn_hidden : llama_default_ffn_hidden(c.C); }
+/// Rows of the packed qkv projection: (NH + 2 KV) hs (3C for GPT-2).
+inline int qkv_width(const GptConfig& c) { return (c.NH + 2 * kv_heads(c)) * (c.C / c.NH); }
+/// The refusal of a Llama model where `by` has no Llama support yet: one line, as
+/// moe_not_sharded, naming the key (`key` = llama). Where it trains: the train suite's plain data
+/// parallelism in fp32 on the CPU.
+inline std::string llama_not_supported(const std::string& by, const std::string& key = "model.arch") {
+  return key + " = llama: not supported by " + by + " yet (a Llama model trains in the train suite: data "
+         "parallel only, fp32, CPU)";
+}
 
 /// True when layer l's FFN is a mixture of experts.
 inline bool is_moe_layer(const GptConfig& c, int l) { return c.moe.num_experts > 0 && l % c.moe_layer_freq == 0; }
@@ -74,15 +109,20 @@ inline std::string moe_not_sharded(const GptConfig& cfg) {
          "parallel, ZeRO, recompute, checkpoints; fp32 on the CPU)";
 }
 
-/// The 16 parameter tensors in order: wte (V,C), wpe (T,C), ln1w (L,C), ln1b (L,C),
+/// GPT-2, the 16 parameter tensors in order: wte (V,C), wpe (T,C), ln1w (L,C), ln1b (L,C),
 /// qkvw (L,3C,C), qkvb (L,3C), attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C),
 /// fcw (Ld,4C,C), fcb (Ld,4C), fcprojw (Ld,C,4C), fcprojb (Ld,C), lnfw (C), lnfb (C), with
 /// Ld = L - Lm dense layers; an MoE model (Lm = num_moe_layers MoE layers, E experts of hidden
 /// size F = moe_hidden) appends routerw (Lm,E,C), expfcw (Lm,E,F,C), expfcb (Lm,E,F),
 /// expprojw (Lm,E,C,F), expprojb (Lm,E,C) (MoeWeights' router, fc, fc_bias, proj, proj_bias).
 /// Linear weights are (out, in) as torch.nn.Linear. The LM head is wte (tied).
+/// Llama, 9 tensors, no biases, no position table: wte (V,C), ln1w (L,C) (RMSNorm weights),
+/// qkvw (L,(NH+2KV)hs,C) (q rows, then k rows, then v rows, each head's hs rows together),
+/// attprojw (L,C,C), ln2w (L,C), fcw (L,2F,C) (gate rows, then up rows: Megatron's fused
+/// linear_fc1), fcprojw (L,C,F) (down), lnfw (C), lmheadw (V,C) (untied head).
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& cfg);
-/// Number of parameters: V C + T C + L (4 C^2 + 8 C) + Ld (8 C^2 + 5 C) + Lm E (C + 2 F C + F + C) + 2 C.
+/// Number of parameters: GPT-2 V C + T C + L (4 C^2 + 8 C) + Ld (8 C^2 + 5 C) + Lm E (C + 2 F C + F + C) + 2 C;
+/// Llama 2 V C + L (2 C^2 + 2 KV hs C + 3 C F + 2 C) + C.
 size_t gpt_num_params(const GptConfig& cfg);
 /// Parameters a token uses: gpt_num_params less, per MoE layer, the E - topk experts it is not
 /// routed to (each 2 F C + F + C); the dense model's count when dense. The "active parameters"
@@ -92,15 +132,20 @@ size_t gpt_active_params(const GptConfig& cfg);
 /// parameters: an MoE token passes through its top-k experts only; the router and dropping not
 /// counted) plus 12 L C seq_len for attention's scores and values (Chowdhery et al. 2022, PaLM,
 /// appendix B; docs/metrics.md). Recompute is not counted: it is the MFU numerator, not HFU's.
+/// Llama alike: N counts SwiGLU's three C x F matrices, grouped-query attention's smaller k, v
+/// projections and the untied head; the attention term is per query head, so still 12 L C T.
 double model_flops_per_token(const GptConfig& cfg, int seq_len);
 
 /// Throws InputError when the config is not a valid model (C % NH != 0, sizes <= 0, a
-/// num_experts < 0, an MoE config validate_moe_config refuses, moe_layer_freq outside [1, L]).
+/// num_experts < 0, an MoE config validate_moe_config refuses, moe_layer_freq outside [1, L]; for
+/// llama num_kv_heads not dividing NH, an odd head size (rotary pairs), ffn_hidden_size,
+/// rope_theta or norm_eps not positive, an MoE layer; for gpt2 any Llama setting off its default).
 void validate_gpt_config(const GptConfig& cfg);
 
 /// Sharding-invariant GPT-2 initialisation (Radford et al. 2019, as nanoGPT): linear and
 /// embedding weights N(0, 0.02), residual projections (attprojw, fcprojw) N(0, 0.02/sqrt(2L)),
-/// biases 0, layernorm weights 1. Element i of tensor `name` is a pure function of
+/// biases 0, layernorm weights 1; Llama the same rule on its tensors (the residual projections
+/// attprojw and fcprojw N(0, 0.02/sqrt(2L)), RMSNorm weights 1). Element i of tensor `name` is a pure function of
 /// (seed, name, i) (reference/model/rng.h), so any shard computes exactly its slice.
 /// Writes all gpt_num_params(cfg) values into `params`.
 template <typename T>
@@ -159,6 +204,12 @@ class Gpt {
 
  private:
   void ensure_acts(int B, int Tn);
+  // The Llama family's blocks (reference/model/llama_block.cc): its activations and the part of
+  // forward and backward between the token ids and the cross-entropy's sum.
+  void ensure_llama_acts(int B, int Tn);
+  void llama_forward(const int32_t* tok, const int32_t* tgt, int B, int Tn);
+  void llama_backward(T loss_scale);
+  double sum_losses() const;  // of losses_host_, plus moe_loss_sum_
   GptConfig cfg_;
   Device& device_;
   std::vector<ParamTensor> layout_;

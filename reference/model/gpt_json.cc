@@ -4,6 +4,13 @@ namespace dtb {
 
 nlohmann::json to_json(const GptConfig& m) {
   nlohmann::json j = {{"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T}, {"V", m.V}};
+  if (is_llama(m)) {  // a GPT-2 section as before the Llama family existed; Llama's with its settings resolved
+    j["arch"] = to_string(m.arch);
+    j["num_kv_heads"] = kv_heads(m);
+    j["ffn_hidden_size"] = ffn_hidden(m);
+    j["rope_theta"] = m.rope_theta;
+    j["norm_eps"] = m.norm_eps;
+  }
   if (m.moe.num_experts == 0) return j;  // a dense model's section as before MoE existed
   j["num_experts"] = m.moe.num_experts;
   j["moe_router_topk"] = m.moe.topk;

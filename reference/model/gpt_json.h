@@ -10,7 +10,9 @@ namespace dtb {
 /// {"L", "C", "NH", "T", "V"}, and for an MoE model (moe.num_experts > 0) its keys as the config
 /// names them after Megatron-LM: num_experts, moe_router_topk, moe_layer_freq,
 /// moe_ffn_hidden_size, moe_aux_loss_coeff, moe_z_loss_coeff, moe_expert_capacity_factor (null:
-/// no capacity limit). A dense model's is the section as before MoE existed. No errors.
+/// no capacity limit); for a Llama model (arch llama) arch, num_kv_heads, ffn_hidden_size (both
+/// resolved: never 0), rope_theta and norm_eps. A dense GPT-2 model's is the section as before MoE
+/// and Llama existed. No errors.
 nlohmann::json to_json(const GptConfig& m);
 
 }  // namespace dtb

@@ -19,6 +19,9 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
                             Communicator& tp, Ops<T>* ops, Communicator* ep)
     : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ep_(ep), ops_(ops) {
   validate_gpt_config(cfg);
+  // The layout validator refuses it first (validate_arch_layout); this keeps any other caller from
+  // running GPT-2 math on a Llama config.
+  if (is_llama(cfg)) throw InputError(llama_not_supported("the sharded model (reference/parallel)"));
   if (cfg.moe.num_experts > 0) {
     if constexpr (is_half_v<T>)
       throw InputError("model.num_experts = " + std::to_string(cfg.moe.num_experts) +
