@@ -321,6 +321,13 @@ json parse_config(const std::string& text, const std::string& origin,
       throw InputError("config key 'train." + ep + "' is set but model.num_experts is 0 (a dense model)");
     cfg["train"].erase(ep);
   }
+  // train.context_parallel and cp_comm_type: absent unless set (their absence is CP 1, "p2p":
+  // the config of a run without context parallelism is the one it was before CP).
+  if (cfg.contains("train") && cfg["train"].is_object()) {
+    const json utrain = user.value("train", json::object());
+    for (LayoutKey k : {LayoutKey::cp, LayoutKey::cp_comm_type})
+      if (!utrain.is_object() || !utrain.contains(spelling(k).config_key)) cfg["train"].erase(spelling(k).config_key);
+  }
   if (!suites_override.empty()) cfg["suites"] = split_names(suites_override);
   for (const auto& s : cfg["suites"])
     if (s.get<std::string>().empty()) throw InputError("config key 'suites' has an empty name");

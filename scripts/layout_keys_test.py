@@ -10,7 +10,7 @@
 The literal rule, exact: a string literal (C++: "..." with comments removed; Python: every str constant
 of the parsed module, f-string parts and their expressions included, docstrings excluded) whose whole
 text is one of these spellings of the table: each config_key, field_key and memory_flag, and in C++
-the dimensions' spec tokens (TP, PP, DP, EP). Left out, each for a stated reason:
+the dimensions' spec tokens (TP, PP, DP, EP, CP). Left out, each for a stated reason:
   - the spellings that also name something else, so a literal of them mostly means that: "precision"
     and "recompute" (suites of those names, and their own records' fields), "schedule" (the pipeline
     suite's own records' field), "micro_batches" (every suite section's training key, TrainConfig's),
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 JSON_FILE = ROOT / "scripts" / "dtbreport" / "layout_keys.json"
 NOT_CHECKED = {"precision", "recompute", "schedule", "micro_batches"}
-DIMENSIONS = {"tp", "pp", "dp", "ep"}
+DIMENSIONS = {"tp", "pp", "dp", "ep", "cp"}
 MARK = "layout-key-literal:"
 
 

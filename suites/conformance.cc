@@ -56,7 +56,12 @@ const std::vector<std::string> kDefaultLayouts = {
     "DP4:hier2", "DP4:zero1:hier2", "TP2xDP2:hier2",
     // Stale gradients, with DC-ASGD's delay compensation, and DiLoCo's local steps
     // (docs/comm-efficiency.md), each against the one-rank reference of its recipe.
-    "DP4:stale1", "DP4:stale2", "DP4:stale1:dc", "DP4:stale2:dc", "DP4:local4"};
+    "DP4:stale1", "DP4:stale2", "DP4:stale1:dc", "DP4:stale2:dc", "DP4:local4",
+    // Context parallelism (docs/context-parallel.md): the ring alone at CP 2 and 4, the
+    // all-gather form, with TP 2 and sequence parallelism, with PP 2, with DP 2 under ZeRO 3
+    // (gradients reduced and sharded over the data-and-context group), with full recompute
+    // (bitwise CP2 without it). fp32 only: the block attention ops have no half version yet.
+    "CP2", "CP4", "CP2:all_gather", "TP2xCP2:sp", "CP2xPP2", "CP2xDP2:zero3", "CP2:full"};
 
 // A layout spec's recipe as the trainer and the references take it: DiLoCo's replicas are its
 // DP ranks; the other recipes do not depend on the DP size (their references are one rank's).
@@ -75,6 +80,19 @@ std::string no_reference_reason(const DpSync& d, Precision p) {
   if (d.local_steps > 0 && d.replicas > 1)
     return "no " + std::string(to_string(p)) + " reference: DiLoCo's " + std::to_string(d.replicas) +
            " replicas are simulated on one rank in fp32 only";
+  return "";
+}
+
+// Why a context-parallel layout does not run in its precision or on this backend ("" when it
+// runs): validate_cp_layout's refusal (the half recipes and other backends have no block
+// attention ops yet).
+std::string cp_skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
+  if (spec.l.cp == 1) return "";
+  try {
+    validate_cp_layout(spec, model, backend, 0, "");
+  } catch (const InputError& e) {
+    return e.what();
+  }
   return "";
 }
 
@@ -169,9 +187,13 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
     LayoutSpec checked = spec;
     checked.l = l;
     checked.dp_sync = recipe_of(spec);
+    // A default context-parallel layout on a backend without the block attention ops is skipped
+    // when it would run (validate_cp_layout's reason), not refused: its other rules hold here.
+    const bool cp_default = l.cp > 1 && section.at("layouts").empty();
     validate_layout_spec(checked, p.model,
                          {.world = int(l.world()), .global_batch = cfg.global_batch, .seq_len = cfg.seq_len,
-                          .backend = backend, .recipe = cfg, .path = "conformance", .where = where});
+                          .backend = cp_default ? "cpu" : backend, .recipe = cfg, .path = "conformance",
+                          .where = where});
     for (Precision pr : p.precisions) {  // each precision of the layout: an MoE model's limits
       LayoutSpec in = spec;
       in.precision = pr;
@@ -441,6 +463,11 @@ class ConformanceSuite : public SuiteWithParams<Params> {
           continue;
         }
         const DpSync sync = recipe_of(spec);
+        if (const std::string why = cp_skip_reason(spec, model, be ? be->name() : "cpu"); !why.empty()) {
+          skipped.push_back({{"layout", text}, {"reason", why}});
+          ctx.print("#  " + pad(text, 28) + " " + pad(std::to_string(l.world()), 5) + "  skipped: " + why);
+          continue;
+        }
         if (const std::string why = no_reference_reason(sync, prec); !why.empty()) {
           skipped.push_back({{"layout", text}, {"reason", why}});
           ctx.print("#  " + pad(text, 28) + " " + pad(std::to_string(l.world()), 5) + "  skipped: " + why);

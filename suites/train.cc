@@ -92,7 +92,7 @@ struct Params {
   /// precision or checkpoints need the sharded model.
   bool plain_dp() const {
     const ParallelLayout& l = spec.l;
-    return !plan.on() && spec.dp_sync.synchronous() && l.tp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 &&
+    return !plan.on() && spec.dp_sync.synchronous() && l.tp == 1 && l.cp == 1 && l.pp == 1 && l.ep == 1 && spec.z.stage == 0 &&
            spec.recompute == Recompute::none && !cfg.loss_scaler.enabled && spec.precision == Precision::fp32 &&
            spec.hier_node_ranks == 0;
   }
@@ -157,6 +157,7 @@ class TrainSuite : public SuiteWithParams<Params> {
             {"weight_decay", 0.0}, {"matmul_precision", "fp32"}, {"peak_tflops", 0.0},
             {config_key(LayoutKey::tp), 1}, {config_key(LayoutKey::pp), 1}, {config_key(LayoutKey::dp), 0},
             {config_key(LayoutKey::ep), 1}, {config_key(LayoutKey::sequence_parallel), false}, {"schedule", "1f1b"},
+            {config_key(LayoutKey::cp), 1}, {config_key(LayoutKey::cp_comm_type), "p2p"},
             {config_key(LayoutKey::virtual_stages), 1}, {config_key(LayoutKey::pipeline_layers), json::array()},
             {config_key(LayoutKey::zero_stage), 0}, {config_key(LayoutKey::offload), "none"},
             {"reduce_bucket_size", 500000000},

@@ -213,6 +213,9 @@ void validate_plan(const PlanConfig& c) {
   const int64_t g = c.global_batch();
   if (g > INT32_MAX) throw InputError("global batch " + num(g) + " is too large");
   validate_layout(c.layout, c.model, int(g), c.layout.world(), c.tokens());
+  if (c.layout.cp > 1)
+    throw InputError(std::string(spelling(LayoutKey::cp).config_key) + " = " + num(c.layout.cp) +
+                     ": context parallelism is not in the memory plan yet (docs/context-parallel.md)");
   if (c.layout.schedule == "zb-h1")
     throw InputError("the per-rank plan does not model schedule zb-h1 yet (the output gradients B keeps for W)");
   check_zero(c.zero.stage, offload_of(c.zero));

@@ -134,16 +134,19 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   validate_run(spec, l, comm.size(), ck);  // every rank alike, before any collective
   OwnedGroups og = make_parallel_groups(comm, l);
   const LayoutHooks* hooks = spec.hooks;
-  const std::unique_ptr<Communicator> wrapped_dp = hooks && hooks->wrap_dp ? hooks->wrap_dp(*og.dp) : nullptr;
+  // Gradients are reduced, and ZeRO shards, over the DP group, or with context parallelism over
+  // the data-and-context group (the CP ranks' gradients are partial sums over their tokens).
+  Communicator& grad_group = og.dp_cp ? *og.dp_cp : *og.dp;
+  const std::unique_ptr<Communicator> wrapped_dp = hooks && hooks->wrap_dp ? hooks->wrap_dp(grad_group) : nullptr;
   // The hierarchical DP all-reduce goes over the hook's wrapper (a slowed or timed link stays in
   // the path).
   std::unique_ptr<Communicator> hier_dp;
   const int node_ranks = spec.layout.hier_node_ranks;
   if (node_ranks > 0) {
-    hier_dp = std::make_unique<HierarchicalCommunicator>(wrapped_dp ? *wrapped_dp : *og.dp, comm.rank() / node_ranks);
+    hier_dp = std::make_unique<HierarchicalCommunicator>(wrapped_dp ? *wrapped_dp : grad_group, comm.rank() / node_ranks);
   }
-  Communicator& dp = hier_dp ? *hier_dp : wrapped_dp ? *wrapped_dp : *og.dp;
-  ParallelGroups g{comm, *og.tp, dp, *og.pp, og.pp_backward.get(), og.ep.get(), og.expert_dp.get()};
+  Communicator& dp = hier_dp ? *hier_dp : wrapped_dp ? *wrapped_dp : grad_group;
+  ParallelGroups g{comm, *og.tp, dp, *og.pp, og.pp_backward.get(), og.ep.get(), og.expert_dp.get(), og.cp.get()};
   device.reset_peaks();
   const MemoryStats before = device.stats();
   std::unique_ptr<Ops<T>> cpu_ops;  // the model's own default, built here to be wrapped
@@ -157,7 +160,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
     profiled = std::make_unique<ProfiledOps<T>>(*ops, *spec.op_clock);
     ops = profiled.get();
   }
-  ParallelGpt<T> m(spec.model, l, comm.rank(), device, *og.tp, ops, og.ep.get());
+  ParallelGpt<T> m(spec.model, l, comm.rank(), device, *og.tp, ops, og.ep.get(), og.cp.get());
   m.set_recompute(spec.layout.recompute);
   ZeroEngine<T> engine(m, spec.layout.z, dp, cfg.adamw, og.expert_dp.get());
   engine.load(m.initial_params(cfg.seed));

@@ -66,7 +66,8 @@ struct CheckpointActivity {
 
 /// Probe and fault hooks into a layout run (validate's training probe, tests).
 struct LayoutHooks {
-  /// Replaces the DP group's communicator (split from the device communicator) by what it
+  /// Replaces the DP group's communicator (split from the device communicator; with context
+  /// parallelism the data-and-context group, over which gradients are reduced) by what it
   /// returns, e.g. a ForwardingCommunicator that times, slows or corrupts the gradient
   /// all-reduce; the ZeRO engine and the trainer reduce over it. Null: the group as split.
   std::function<std::unique_ptr<Communicator>(Communicator& dp)> wrap_dp{};

@@ -34,6 +34,8 @@ const std::vector<LayoutSpelling>& layout_spellings() {
       {LayoutKey::staleness,          "staleness",          "staleness",               "stale",   "stale",        "staleness",               ""},
       {LayoutKey::delay_compensation, "delay_compensation", "delay_compensation",      "dc",      "dc",           "delay_compensation",      ""},
       {LayoutKey::local_steps,        "local_steps",        "local_steps",             "local",   "local",        "local_steps",             ""},
+      {LayoutKey::cp,                 "cp",                 "context_parallel",        "CP",      "cp",           "cp",                      ""},
+      {LayoutKey::cp_comm_type,       "cp_comm_type",       "cp_comm_type",            "",        "cp_comm",      "cp_comm_type",            ""},
   };
   return table;
 }
@@ -76,6 +78,13 @@ ParallelLayout parallel_layout_from_json(const json& s, const std::string& path,
     l.sequence_parallel = s.at(sp).get<bool>();
   }
   l.dp = int(int_in_range(s, dp, path + "." + dp, 0, 1 << 20));
+  // context_parallel and cp_comm_type: absent, 1 and "p2p" (a section without them trains as before).
+  const std::string cp = key_of(LayoutKey::cp), cpt = key_of(LayoutKey::cp_comm_type);
+  if (s.contains(cp)) l.cp = int(int_in_range(s, cp, path + "." + cp, 1, 1 << 16));
+  if (s.contains(cpt)) {
+    if (!s.at(cpt).is_string()) throw InputError(path + "." + cpt + ": must be \"p2p\" or \"all_gather\", got " + printable(s.at(cpt).dump(), 40));
+    l.cp_comm_type = s.at(cpt).get<std::string>();
+  }
   l.virtual_stages = int(int_in_range(s, vs, path + "." + vs, 1, 1024));
   l.schedule = s.at(key_of(LayoutKey::schedule)).get<std::string>();
   // pipeline_layers: absent or [] for the even split, else one layer count per virtual stage.
@@ -93,18 +102,21 @@ ParallelLayout parallel_layout_from_json(const json& s, const std::string& path,
     }
   }
   auto n = [](int64_t x) { return std::to_string(x); };
-  if (int64_t(l.tp) * l.pp > world_size)
-    throw InputError(path + ": " + tp + " (" + n(l.tp) + ") x " + pp + " (" + n(l.pp) + ") = " +
-                     n(int64_t(l.tp) * l.pp) + " exceeds the world size " + n(world_size));
+  // tp x pp below: tp x cp x pp where context parallel (the messages name cp only then).
+  const std::string tpn = l.cp > 1 ? tp + " (" + n(l.tp) + ") x " + cp + " (" + n(l.cp) + ")" : tp + " (" + n(l.tp) + ")";
+  const int64_t tcp = int64_t(l.tp) * l.cp;
+  if (tcp * l.pp > world_size)
+    throw InputError(path + ": " + tpn + " x " + pp + " (" + n(l.pp) + ") = " +
+                     n(tcp * l.pp) + " exceeds the world size " + n(world_size));
   if (l.world() > world_size)
-    throw InputError(path + ": " + tp + " (" + n(l.tp) + ") x " + dp + " (" + n(l.dp) + ") x " + pp + " (" +
+    throw InputError(path + ": " + tpn + " x " + dp + " (" + n(l.dp) + ") x " + pp + " (" +
                      n(l.pp) + ") = " + n(l.world()) + " is not the world size " + n(world_size));
   l.micro_batches = micro_batches;
   if (l.dp == 0) {
-    if (world_size % (int64_t(l.tp) * l.pp) != 0)
-      throw InputError(path + ": " + tp + " (" + n(l.tp) + ") x " + pp + " (" + n(l.pp) +
+    if (world_size % (tcp * l.pp) != 0)
+      throw InputError(path + ": " + tpn + " x " + pp + " (" + n(l.pp) +
                        ") does not divide the world size " + n(world_size));
-    l.dp = world_size / (l.tp * l.pp);
+    l.dp = int(world_size / (tcp * l.pp));
   }
   try {
     validate_layout(l, model, global_batch, world_size, seq_len);
@@ -192,14 +204,15 @@ namespace {
 template <typename Bad>
 void parse_spec_dims(std::string dims, ParallelLayout& l, const Bad& bad) {
   for (char& c : dims) c = char(std::toupper(static_cast<unsigned char>(c)));
-  const std::string names[4] = {spelling(LayoutKey::tp).spec_token, spelling(LayoutKey::dp).spec_token,
-                                spelling(LayoutKey::pp).spec_token, spelling(LayoutKey::ep).spec_token};
-  bool seen[4] = {false, false, false, false};
+  const std::string names[5] = {spelling(LayoutKey::tp).spec_token, spelling(LayoutKey::dp).spec_token,
+                                spelling(LayoutKey::pp).spec_token, spelling(LayoutKey::ep).spec_token,
+                                spelling(LayoutKey::cp).spec_token};
+  bool seen[5] = {false, false, false, false, false};
   size_t pos = 0;
   while (pos < dims.size()) {
     const std::string dim = dims.substr(pos, 2);
-    const int which = int(std::find(names, names + 4, dim) - names);
-    if (which == 4) throw bad("has an unknown dimension at '" + printable(dims.substr(pos), 20) + "' (TP, DP, PP, EP)");
+    const int which = int(std::find(names, names + 5, dim) - names);
+    if (which == 5) throw bad("has an unknown dimension at '" + printable(dims.substr(pos), 20) + "' (TP, CP, DP, PP, EP)");
     if (seen[which]) throw bad("names " + dim + " twice");
     seen[which] = true;
     pos += 2;
@@ -208,7 +221,7 @@ void parse_spec_dims(std::string dims, ParallelLayout& l, const Bad& bad) {
     if (end == pos || end - pos > 4) throw bad("needs a size after " + dim);
     const int size = std::stoi(dims.substr(pos, end - pos));
     if (size < 1) throw bad("has " + dim + " size 0");
-    (which == 0 ? l.tp : which == 1 ? l.dp : which == 2 ? l.pp : l.ep) = size;
+    (which == 0 ? l.tp : which == 1 ? l.dp : which == 2 ? l.pp : which == 3 ? l.ep : l.cp) = size;
     pos = end;
     if (pos < dims.size()) {
       if (dims[pos] != 'X') throw bad("joins dimensions with '" + printable(std::string(1, dims[pos])) + "', not 'x'");
@@ -229,8 +242,8 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   size_t start = 0;
   for (size_t i = 0; i <= text.size(); ++i)
     if (i == text.size() || text[i] == ':') parts.push_back(text.substr(start, i - start)), start = i + 1;
-  // The dimensions and each of the 11 option kinds at most once (a repeat is refused below, by name).
-  if (parts.empty() || parts.size() > 12 || parts[0].empty()) throw bad("is not a layout");
+  // The dimensions and each of the 12 option kinds at most once (a repeat is refused below, by name).
+  if (parts.empty() || parts.size() > 13 || parts[0].empty()) throw bad("is not a layout");
   LayoutSpec spec;
   parse_spec_dims(parts[0], spec.l, bad);
   const std::string v = spelling(LayoutKey::virtual_stages).spec_token, zero = spelling(LayoutKey::zero_stage).spec_token;
@@ -240,7 +253,7 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   const std::string hier = spelling(LayoutKey::dp_allreduce).spec_token;
   const std::string stale = spelling(LayoutKey::staleness).spec_token, dc = spelling(LayoutKey::delay_compensation).spec_token;
   const std::string local = spelling(LayoutKey::local_steps).spec_token;
-  bool seen_opt[11] = {};  // schedule, v, zero, offload, recompute, sp, layers, hier, stale, dc, local
+  bool seen_opt[12] = {};  // schedule, v, zero, offload, recompute, sp, layers, hier, stale, dc, local, cp comm type
   auto digits_after = [](const std::string& o, size_t k) {
     return o.size() > k && o.size() <= k + 4 &&
            std::all_of(o.begin() + long(k), o.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
@@ -266,6 +279,9 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
     } else if (o == sp) {
       which = 5;
       spec.l.sequence_parallel = true;
+    } else if (o == "p2p" || o == "all_gather") {  // context parallelism's cp_comm_type (Megatron's values)
+      which = 11;
+      spec.l.cp_comm_type = o;
     } else if (o.rfind(hier, 0) == 0 && digits_after(o, hier.size())) {
       which = 7;
       spec.hier_node_ranks = std::stoi(o.substr(hier.size()));
@@ -299,7 +315,7 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
     } else {
       throw bad("has an unknown option '" + printable(o, 20) +
                 "' (gpipe, 1f1b, interleaved, zb-h1, vN, zeroN, offload, full, selective, sp, layersA+B+.., hierN, "
-                "staleK, dc, dcX, localH)");
+                "staleK, dc, dcX, localH, p2p, all_gather)");
     }
     if (seen_opt[which])
       throw bad(which == 0 ? "names a second schedule ('" + printable(o, 20) + "')"
@@ -308,6 +324,7 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   }
   if (seen_opt[9] && !seen_opt[8]) throw bad("has dc without staleK (delay compensation compensates staleness)");
   if (seen_opt[8] && seen_opt[10]) throw bad("combines staleK with localH (stale gradients or local steps, not both)");
+  if (seen_opt[11] && spec.l.cp == 1) throw bad("names a CP communication type without a CP dimension (e.g. CP2:all_gather)");
   return spec;
 }
 
@@ -336,6 +353,8 @@ std::string layout_record_name(const LayoutSpec& s) {
   seg(LayoutKey::pp, std::to_string(l.pp));
   seg(LayoutKey::schedule, l.schedule);
   if (l.ep > 1) seg(LayoutKey::ep, std::to_string(l.ep));
+  if (l.cp > 1) seg(LayoutKey::cp, std::to_string(l.cp));
+  if (l.cp > 1 && l.cp_comm_type != ParallelLayout{}.cp_comm_type) seg(LayoutKey::cp_comm_type, l.cp_comm_type);
   if (l.sequence_parallel) seg(LayoutKey::sequence_parallel, "on");
   if (l.schedule == "interleaved") seg(LayoutKey::virtual_stages, std::to_string(l.virtual_stages));
   if (!l.pipeline_layers.empty()) seg(LayoutKey::pipeline_layers, pipeline_layers_text(l.pipeline_layers));
@@ -364,6 +383,10 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
   f(LayoutKey::offload) = s.z.offload_optimizer ? "cpu" : "none";
   f(LayoutKey::recompute) = std::string(to_string(s.recompute));
   f(LayoutKey::precision) = std::string(to_string(s.precision));
+  if (s.l.cp > 1) {  // absent without context parallelism: the records of every other layout as before
+    f(LayoutKey::cp) = s.l.cp;
+    f(LayoutKey::cp_comm_type) = s.l.cp_comm_type;
+  }
   if (s.hier_node_ranks > 0) {  // absent when flat: the records of every flat layout as before
     f(LayoutKey::dp_allreduce) = "hierarchical";
     rec[std::string(spelling(LayoutKey::dp_allreduce).field_key) + "_ranks_per_node"] = s.hier_node_ranks;
@@ -376,7 +399,8 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
 }
 
 json to_json(const ParallelLayout& l) {
-  return {{"tp", l.tp}, {"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"sequence_parallel", l.sequence_parallel},
+  return {{"tp", l.tp}, {"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"cp", l.cp}, {"cp_comm_type", l.cp_comm_type},
+          {"sequence_parallel", l.sequence_parallel},
           {"micro_batches", l.micro_batches},
           {"schedule", l.schedule}, {"virtual_stages", l.virtual_stages}, {"pipeline_layers", l.pipeline_layers}};
 }

@@ -20,7 +20,7 @@ namespace dtb {
 /// One dimension or option of a layout.
 enum class LayoutKey {
   tp, pp, dp, ep, sequence_parallel, schedule, virtual_stages, pipeline_layers, micro_batches, zero_stage, offload, precision,
-  recompute, comm_type, dp_allreduce, staleness, delay_compensation, local_steps
+  recompute, comm_type, dp_allreduce, staleness, delay_compensation, local_steps, cp, cp_comm_type
 };
 
 /// How one layout key is spelled in each input and output form ("" where the form has none).

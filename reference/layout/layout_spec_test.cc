@@ -35,6 +35,34 @@ TEST(LayoutSpec, StaleDelayCompensationAndLocalStepsOptions) {
     EXPECT_THROW(parse_layout_spec(bad, "t"), InputError) << bad;
 }
 
+TEST(LayoutSpec, ContextParallelDimensionAndCommType) {
+  const LayoutSpec s = parse_layout_spec("tp2xcp2:sp:all_gather", "t");
+  EXPECT_EQ(s.l.tp, 2);
+  EXPECT_EQ(s.l.cp, 2);
+  EXPECT_EQ(s.l.dp, 1);
+  EXPECT_EQ(s.l.world(), 4);
+  EXPECT_EQ(s.l.cp_comm_type, "all_gather");
+  EXPECT_EQ(layout_spec_text(s), "TP2xCP2:sp:all_gather");
+  EXPECT_EQ(layout_record_name(s), "tp:2/dp:1/pp:1/schedule:1f1b/cp:2/cp_comm:all_gather/sp:on");
+  EXPECT_EQ(layout_spec_text(parse_layout_spec("DP2xCP2xPP2", "t")), "CP2xPP2xDP2");
+  EXPECT_EQ(layout_record_name(parse_layout_spec("CP2", "t")), "tp:1/dp:1/pp:1/schedule:1f1b/cp:2");
+  nlohmann::json rec, plain;
+  add_layout_fields(rec, parse_layout_spec("CP4", "t"));
+  EXPECT_EQ(rec["cp"], 4);
+  EXPECT_EQ(rec["cp_comm_type"], "p2p");
+  add_layout_fields(plain, parse_layout_spec("TP2", "t"));
+  EXPECT_FALSE(plain.contains("cp"));  // the records of every other layout as before
+  for (const char* bad : {"CP2xCP2", "DP2:p2p", "CP2:p2p:all_gather"})
+    EXPECT_THROW(parse_layout_spec(bad, "t"), InputError) << bad;
+  const nlohmann::json section = {{"tensor_parallel", 1},  {"pipeline_parallel", 1}, {"data_parallel", 0},
+                                  {"context_parallel", 2}, {"cp_comm_type", "all_gather"}, {"virtual_stages", 1},
+                                  {"schedule", "1f1b"}};
+  const ParallelLayout l = parallel_layout_from_json(section, "train", {4, 64, 4, 32, 256}, 1, 8, 4, 16);
+  EXPECT_EQ(l.cp, 2);
+  EXPECT_EQ(l.dp, 2);
+  EXPECT_EQ(l.cp_comm_type, "all_gather");
+}
+
 TEST(LayoutSpecText, DefaultConformanceLayoutsAreCanonical) {
   for (bool moe : {false, true})
     for (const std::string& t : default_conformance_layouts(moe)) {

@@ -24,6 +24,7 @@ std::string layout_spec_text(const LayoutSpec& s, const SpecTextForm& form) {
     dims += tok(k) + std::to_string(size);
   };
   dim(LayoutKey::tp, l.tp);
+  dim(LayoutKey::cp, l.cp);
   if (l.ep == 1 || form.fixed_dimension_order) {
     dim(LayoutKey::pp, l.pp);
     dim(LayoutKey::dp, l.dp, form.data_parallel_always);
@@ -39,6 +40,7 @@ std::string layout_spec_text(const LayoutSpec& s, const SpecTextForm& form) {
   if (l.virtual_stages != 1) opts.push_back(tok(LayoutKey::virtual_stages) + std::to_string(l.virtual_stages));
   if (!l.pipeline_layers.empty()) opts.push_back(tok(LayoutKey::pipeline_layers) + pipeline_layers_text(l.pipeline_layers));
   if (l.sequence_parallel && !form.sp_last) opts.push_back(tok(LayoutKey::sequence_parallel));
+  if (l.cp_comm_type != ParallelLayout{}.cp_comm_type) opts.push_back(l.cp_comm_type);
   if (s.z.stage > 0) opts.push_back(tok(LayoutKey::zero_stage) + std::to_string(s.z.stage));
   if (s.z.offload_optimizer) opts.push_back(tok(LayoutKey::offload));
   if (s.recompute != Recompute::none) opts.push_back(std::string(to_string(s.recompute)));
@@ -54,7 +56,7 @@ std::string layout_spec_text(const LayoutSpec& s, const SpecTextForm& form) {
   bool schedule = l.schedule != ParallelLayout{}.schedule;  // a schedule other than the default is always named
   if (!schedule && l.pp > 1) {
     switch (form.schedule) {
-      case DefaultSchedule::alone: schedule = l.tp == 1 && l.dp == 1 && l.ep == 1 && opts.empty(); break;
+      case DefaultSchedule::alone: schedule = l.tp == 1 && l.cp == 1 && l.dp == 1 && l.ep == 1 && opts.empty(); break;
       case DefaultSchedule::every_pipeline: schedule = true; break;
       case DefaultSchedule::never: break;
     }

@@ -19,6 +19,7 @@ const char* to_string(LayoutRule r) {
     case LayoutRule::dp_sync: return "dp_sync";
     case LayoutRule::checkpoint: return "checkpoint";
     case LayoutRule::dp_allreduce: return spelling(LayoutKey::dp_allreduce).config_key;
+    case LayoutRule::cp: return spelling(LayoutKey::cp).config_key;
   }
   return "?";
 }
@@ -34,6 +35,30 @@ void validate_arch_layout(const GptConfig& model, const LayoutCheckContext& c) {
 void validate_schedule_recompute(const ParallelLayout& l, Recompute r) {
   if (l.schedule == "zb-h1" && r == Recompute::full)
     throw InputError("schedule zb-h1 with recompute full is not supported (W needs the activations B used)");
+}
+
+void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend, int checkpoint_every,
+                        const std::string& resume_from) {
+  if (s.l.cp <= 1) return;
+  const std::string cp = std::string(spelling(LayoutKey::cp).config_key) + " = " + std::to_string(s.l.cp);
+  auto refuse = [&](const std::string& why) { throw InputError(cp + " with " + why + " is not supported yet"); };
+  if (model.moe.num_experts > 0 || s.l.ep > 1)
+    refuse("an MoE model (model.num_experts = " + std::to_string(model.moe.num_experts) + ", " +
+           spelling(LayoutKey::ep).config_key + " = " + std::to_string(s.l.ep) + ")");
+  if (!s.dp_sync.synchronous())
+    refuse(s.dp_sync.staleness > 0 ? std::string("stale gradients (") + spelling(LayoutKey::staleness).config_key + " = " +
+                                         std::to_string(s.dp_sync.staleness) + ")"
+                                   : std::string("local steps (") + spelling(LayoutKey::local_steps).config_key + " = " +
+                                         std::to_string(s.dp_sync.local_steps) + ")");
+  if (s.precision != Precision::fp32)
+    refuse("precision " + std::string(to_string(s.precision)) +
+           " (the block attention ops are float and double only: fp32 only so far)");
+  if (backend != "cpu") refuse("the " + printable(backend, 40) + " backend (the block attention ops are on the CPU only so far)");
+  if (s.l.schedule == "zb-h1") refuse("schedule zb-h1");
+  if (s.hier_node_ranks > 0) refuse("the hierarchical DP all-reduce (" + std::string(spelling(LayoutKey::dp_allreduce).spec_token) +
+                                    std::to_string(s.hier_node_ranks) + ")");
+  if (checkpoint_every > 0 || !resume_from.empty())
+    refuse("checkpoints (checkpoint_every or resume_from: the manifest does not record the data-and-context sharding)");
 }
 
 std::string dp_sync_checkpoint_refusal(const DpSync& d, const std::string& path, int checkpoint_every,
@@ -71,6 +96,7 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
   });
   const std::string ck = dp_sync_checkpoint_refusal(s.dp_sync, c.path, c.checkpoint_every, c.resume_from);
   if (!ck.empty()) out.push_back({LayoutRule::checkpoint, ck, keyed.empty() ? ck : keyed + ": " + ck});
+  check(LayoutRule::cp, where, [&] { validate_cp_layout(s, model, c.backend, c.checkpoint_every, c.resume_from); });
   if (s.hier_node_ranks > 0)
     check(LayoutRule::dp_allreduce,
           c.where.empty() ? c.path + "." + spelling(LayoutKey::dp_allreduce).config_key : c.where,

@@ -29,9 +29,10 @@ enum class LayoutRule {
   dp_sync,       // validate_dp_sync and validate_dp_sync_layout: stale gradients, local steps
   checkpoint,    // dp_sync_checkpoint_refusal: stale gradients or local steps with checkpoints
   dp_allreduce,  // validate_dp_hierarchical: the hierarchical DP all-reduce
+  cp,            // validate_cp_layout: what context parallelism does not compose with yet
 };
 
-/// "divisibility", "zero", "schedule", "moe", "arch", "dp_sync", "checkpoint", "dp_allreduce".
+/// "divisibility", "zero", "schedule", "moe", "arch", "dp_sync", "checkpoint", "dp_allreduce", "context_parallel".
 const char* to_string(LayoutRule r);
 
 /// One refusal: the rule, its reason as the rule's function words it ("global batch 6 is not
@@ -84,6 +85,15 @@ void validate_arch_layout(const GptConfig& model, const LayoutCheckContext& c);
 /// full recompute does not keep). Errors: InputError "schedule zb-h1 with recompute full is not
 /// supported (W needs the activations B used)".
 void validate_schedule_recompute(const ParallelLayout& l, Recompute r);
+
+/// Refuses, in one line naming the setting, what context parallelism (s.l.cp > 1) does not
+/// compose with yet: an MoE model or expert_parallel, stale gradients or local steps, a half
+/// precision (the block attention ops of kernels/cpu/attention_block.cc are float and double
+/// only), a backend other than the CPU (no block ops there yet), schedule zb-h1, the
+/// hierarchical DP all-reduce, and checkpoints (checkpoint_every > 0 or resume_from set: the
+/// manifest does not record the data-and-context sharding). cp = 1 passes. Errors: InputError.
+void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend, int checkpoint_every,
+                        const std::string& resume_from);
 
 /// Why a non-synchronous `d` cannot run with checkpoints (the gradients in flight and DiLoCo's
 /// outer state are not in a checkpoint): "<path>.staleness = K with <path>.checkpoint_every = N:

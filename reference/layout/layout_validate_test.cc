@@ -101,6 +101,45 @@ TEST(LayoutValidate, WherePrefixesEveryMessage) {
 
 // A layout with several problems reports every rule it breaks, in LayoutRule order; the throwing
 // form says the first.
+// Context parallelism: what it composes with passes; each setting it does not compose with yet
+// is refused in one line naming it.
+TEST(LayoutValidate, ContextParallelRefusals) {
+  for (const char* ok : {"CP2", "CP2:all_gather", "CP2:full", "CP2:selective", "CP2:zero3"})
+    EXPECT_TRUE(layout_refusals(spec(ok), kModel, context(2)).empty()) << ok;
+  for (const char* ok : {"TP2xCP2:sp", "CP2xPP2", "CP2xDP2:zero3", "CP4"})
+    EXPECT_TRUE(layout_refusals(spec(ok), kModel, context(4)).empty()) << ok;
+  LayoutCheckContext odd = context(2);
+  odd.seq_len = 18;
+  EXPECT_EQ(only(LayoutRule::divisibility, spec("CP2"), odd),
+            "train: seq_len 18 is not divisible by 2 x context_parallel = 4 (each CP rank holds two of 2 x "
+            "context_parallel equal chunks of every sequence)");
+  LayoutSpec half = spec("CP2");
+  half.precision = Precision::bf16;
+  EXPECT_EQ(only(LayoutRule::cp, half, context(2)),
+            "train: context_parallel = 2 with precision bf16 (the block attention ops are float and double only: "
+            "fp32 only so far) is not supported yet");
+  LayoutCheckContext cuda = context(2);
+  cuda.backend = "cuda";
+  EXPECT_EQ(only(LayoutRule::cp, spec("CP2"), cuda),
+            "train: context_parallel = 2 with the cuda backend (the block attention ops are on the CPU only so far) "
+            "is not supported yet");
+  EXPECT_EQ(only(LayoutRule::cp, spec("CP2xPP2:zb-h1"), context(4)),
+            "train: context_parallel = 2 with schedule zb-h1 is not supported yet");
+  EXPECT_EQ(rules(layout_refusals(spec("CP2xDP2:stale1"), kModel, context(4))).back(), LayoutRule::cp);
+  EXPECT_EQ(layout_refusals(spec("CP2xDP2:stale1"), kModel, context(4)).back().message,
+            "train: context_parallel = 2 with stale gradients (staleness = 1) is not supported yet");
+  LayoutCheckContext ck = context(2);
+  ck.checkpoint_every = 2;
+  EXPECT_EQ(only(LayoutRule::cp, spec("CP2"), ck),
+            "train: context_parallel = 2 with checkpoints (checkpoint_every or resume_from: the manifest does not "
+            "record the data-and-context sharding) is not supported yet");
+  GptConfig moe = kModel;
+  moe.moe.num_experts = 4;
+  EXPECT_EQ(only(LayoutRule::cp, spec("CP2"), context(2), moe),
+            "train: context_parallel = 2 with an MoE model (model.num_experts = 4, expert_parallel = 1) is not "
+            "supported yet");
+}
+
 TEST(LayoutValidate, ReportsEveryProblemOfALayout) {
   LayoutSpec s = spec("TP3xPP2:zb-h1:full:stale1:hier2");
   s.z.stage = 4;

@@ -1,4 +1,4 @@
-// Rank <-> grid coordinates in tp-dp-pp order, group rank lists, the groups split from a
+// Rank <-> grid coordinates in tp-cp-dp-pp order, group rank lists, the groups split from a
 // communicator, and layout validation.
 #include "reference/layout/process_grid.h"
 
@@ -11,13 +11,17 @@ namespace dtb {
 
 GridCoord grid_coord(int rank, const ParallelLayout& l) {
   DTB_CHECK(rank >= 0 && rank < l.world(), "grid_coord: rank " + std::to_string(rank) + " outside the grid");
-  return {rank % l.tp, (rank / l.tp) % l.dp, rank / (l.tp * l.dp)};
+  const int tcp = l.tp * l.cp;
+  GridCoord c{rank % l.tp, (rank / tcp) % l.dp, rank / (tcp * l.dp)};
+  c.cp = (rank / l.tp) % l.cp;
+  return c;
 }
 
 int grid_rank(const GridCoord& c, const ParallelLayout& l) {
-  DTB_CHECK(c.tp >= 0 && c.tp < l.tp && c.dp >= 0 && c.dp < l.dp && c.pp >= 0 && c.pp < l.pp,
+  DTB_CHECK(c.tp >= 0 && c.tp < l.tp && c.cp >= 0 && c.cp < l.cp && c.dp >= 0 && c.dp < l.dp && c.pp >= 0 &&
+                c.pp < l.pp,
             "grid_rank: coordinates outside the grid");
-  return c.tp + l.tp * (c.dp + l.dp * c.pp);
+  return c.tp + l.tp * (c.cp + l.cp * (c.dp + l.dp * c.pp));
 }
 
 OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layout) {
@@ -25,14 +29,20 @@ OwnedGroups make_parallel_groups(Communicator& world, const ParallelLayout& layo
   // Color: the coordinates that stay fixed in the group; key: the one that varies.
   OwnedGroups g;
   auto name = [](LayoutKey k) { return spelling(k).name_key; };  // a group is named as its dimension in a record name
-  g.tp = world.split(c.dp + layout.dp * c.pp, c.tp, name(LayoutKey::tp));
-  g.dp = world.split(c.tp + layout.tp * c.pp, c.dp, name(LayoutKey::dp));
-  g.pp = world.split(c.tp + layout.tp * c.dp, c.pp, name(LayoutKey::pp));
-  g.pp_backward = world.split(c.tp + layout.tp * c.dp, c.pp, "pp-backward");
+  // With cp = 1 (c.cp = 0) every colour is the one of the tp-dp-pp grid.
+  const int tp = layout.tp, cp = layout.cp, dp = layout.dp;
+  g.tp = world.split(c.cp + cp * (c.dp + dp * c.pp), c.tp, name(LayoutKey::tp));
+  g.dp = world.split(c.tp + tp * (c.cp + cp * c.pp), c.dp, name(LayoutKey::dp));
+  g.pp = world.split(c.tp + tp * (c.cp + cp * c.dp), c.pp, name(LayoutKey::pp));
+  g.pp_backward = world.split(c.tp + tp * (c.cp + cp * c.dp), c.pp, "pp-backward");
   if (layout.ep > 1) {
     const int e = ep_rank(c.dp, layout), x = expert_dp_rank(c.dp, layout), nx = layout.dp / layout.ep;
-    g.ep = world.split(c.tp + layout.tp * (x + nx * c.pp), e, name(LayoutKey::ep));
-    g.expert_dp = world.split(c.tp + layout.tp * (e + layout.ep * c.pp), x, "expert-dp");
+    g.ep = world.split(c.tp + tp * (c.cp + cp * (x + nx * c.pp)), e, name(LayoutKey::ep));
+    g.expert_dp = world.split(c.tp + tp * (c.cp + cp * (e + layout.ep * c.pp)), x, "expert-dp");
+  }
+  if (cp > 1) {
+    g.cp = world.split(c.tp + tp * (c.dp + dp * c.pp), c.cp, name(LayoutKey::cp));
+    g.dp_cp = world.split(c.tp + tp * c.pp, c.cp + cp * c.dp, "dp-cp");
   }
   return g;
 }
@@ -62,6 +72,13 @@ std::vector<int> dp_group(int rank, const ParallelLayout& l) {
 }
 std::vector<int> pp_group(int rank, const ParallelLayout& l) {
   return group_along(rank, l, l.pp, [](GridCoord& c, int i) { c.pp = i; });
+}
+
+std::vector<int> cp_group(int rank, const ParallelLayout& l) {
+  return group_along(rank, l, l.cp, [](GridCoord& c, int i) { c.cp = i; });
+}
+std::vector<int> dp_cp_group(int rank, const ParallelLayout& l) {
+  return group_along(rank, l, l.cp * l.dp, [&](GridCoord& c, int i) { c.cp = i % l.cp, c.dp = i / l.cp; });
 }
 
 std::vector<int> ep_group(int rank, const ParallelLayout& l) {
@@ -130,11 +147,19 @@ std::vector<int> parse_pipeline_layers(const std::string& text) {
 }
 
 void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_batch, int world_size, int seq_len) {
+  const std::string cpk = spelling(LayoutKey::cp).config_key, cpt = spelling(LayoutKey::cp_comm_type).config_key;
   if (l.tp < 1 || l.dp < 1 || l.pp < 1 || l.micro_batches < 1 || l.virtual_stages < 1)
     throw InputError("tensor_parallel, data_parallel, pipeline_parallel, micro_batches and virtual_stages must be >= 1");
+  if (l.cp < 1) throw InputError(cpk + " must be >= 1, got " + num(l.cp));
   if (l.world() != world_size)
-    throw InputError("tensor_parallel (" + num(l.tp) + ") x data_parallel (" + num(l.dp) + ") x pipeline_parallel (" +
-                     num(l.pp) + ") = " + num(l.world()) + " is not the world size " + num(world_size));
+    throw InputError("tensor_parallel (" + num(l.tp) + ") x " + (l.cp > 1 ? cpk + " (" + num(l.cp) + ") x " : "") +
+                     "data_parallel (" + num(l.dp) + ") x pipeline_parallel (" + num(l.pp) + ") = " + num(l.world()) +
+                     " is not the world size " + num(world_size));
+  if (l.cp_comm_type != "p2p" && l.cp_comm_type != "all_gather")
+    throw InputError(cpt + " '" + printable(l.cp_comm_type, 40) + "' is not \"p2p\" or \"all_gather\"");
+  if (l.cp > 1 && seq_len > 0 && seq_len % (2 * int64_t(l.cp)) != 0)
+    throw InputError("seq_len " + num(seq_len) + " is not divisible by 2 x " + cpk + " = " + num(2 * int64_t(l.cp)) +
+                     " (each CP rank holds two of 2 x " + cpk + " equal chunks of every sequence)");
   if (m.NH % l.tp != 0)
     throw InputError("model.NH = " + num(m.NH) + " heads are not divisible by tensor_parallel = " + num(l.tp));
   if (m.V % l.tp != 0)
@@ -181,11 +206,12 @@ void validate_layout(const ParallelLayout& l, const GptConfig& m, int global_bat
     if (m.moe.num_experts > 0)
       throw InputError("sequence_parallel with an MoE model (model.num_experts = " + num(m.moe.num_experts) +
                        ") is not supported yet");
-    const int64_t tokens = int64_t(global_batch) / (int64_t(l.dp) * l.micro_batches) * seq_len;
+    const int64_t tokens = int64_t(global_batch) / (int64_t(l.dp) * l.micro_batches) * (seq_len / l.cp);
     if (seq_len > 0 && tokens % l.tp != 0)
       throw InputError("sequence_parallel: a micro-batch's " + num(tokens) + " tokens (" +
                        num(global_batch / (l.dp * l.micro_batches)) + " sequences x seq_len " + num(seq_len) +
-                       ") are not divisible by tensor_parallel = " + num(l.tp));
+                       (l.cp > 1 ? " / " + cpk + " " + num(l.cp) : "") + ") are not divisible by tensor_parallel = " +
+                       num(l.tp));
   }
 }
 

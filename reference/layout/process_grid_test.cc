@@ -45,6 +45,36 @@ TEST(ProcessGrid, CoordinatesRoundTripAndGroupsPartitionTheWorld) {
   }
 }
 
+// Megatron-Core's default order "tp-cp-ep-dp-pp" (parallel_state.py): 8 ranks at tp 2, cp 2,
+// dp 2; and cp = 1 leaves every rank where the "tp-dp-pp" grid put it.
+TEST(ProcessGrid, ContextParallelBetweenTensorAndDataParallel) {
+  ParallelLayout l;
+  l.tp = 2, l.cp = 2, l.dp = 2;
+  EXPECT_EQ(l.world(), 8);
+  EXPECT_EQ(tp_group(2, l), (std::vector<int>{2, 3}));
+  EXPECT_EQ(cp_group(0, l), (std::vector<int>{0, 2}));
+  EXPECT_EQ(cp_group(5, l), (std::vector<int>{5, 7}));
+  EXPECT_EQ(dp_group(0, l), (std::vector<int>{0, 4}));
+  EXPECT_EQ(dp_group(3, l), (std::vector<int>{3, 7}));
+  EXPECT_EQ(dp_cp_group(0, l), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(dp_cp_group(7, l), (std::vector<int>{1, 3, 5, 7}));
+  GridCoord c{0, 1, 0};
+  c.cp = 1;
+  EXPECT_EQ(grid_coord(6, l), c);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(grid_rank(grid_coord(r, l), l), r);
+  l.pp = 2;  // 16 ranks: PP slowest
+  EXPECT_EQ(pp_group(1, l), (std::vector<int>{1, 9}));
+  EXPECT_EQ(dp_cp_group(9, l), (std::vector<int>{9, 11, 13, 15}));
+  for (auto [tp, dp, pp] : {std::tuple{2, 2, 2}, {4, 2, 1}, {1, 3, 2}}) {
+    ParallelLayout one;
+    one.tp = tp, one.dp = dp, one.pp = pp;
+    for (int r = 0; r < one.world(); ++r) {
+      EXPECT_EQ(grid_coord(r, one), (GridCoord{r % tp, (r / tp) % dp, r / (tp * dp)}));
+      EXPECT_EQ(dp_cp_group(r, one), dp_group(r, one));
+    }
+  }
+}
+
 std::string refusal(ParallelLayout l, GptConfig m, int global_batch, int world) {
   try {
     validate_layout(l, m, global_batch, world);

@@ -26,6 +26,13 @@ CpSplit make_cp_split(int cp, int rank, int Tn) {
 
 std::string to_string(CpCommType t) { return t == CpCommType::p2p ? "p2p" : "all_gather"; }
 
+CpCommType parse_cp_comm_type(const std::string& text) {
+  for (CpCommType t : {CpCommType::p2p, CpCommType::all_gather})
+    if (text == to_string(t)) return t;
+  throw InputError("CP communication type '" + printable(text, 40) + "' is not " + to_string(CpCommType::p2p) + " or " +
+                   to_string(CpCommType::all_gather));
+}
+
 template <typename T>
 void cp_scatter_rows(Ops<T>& ops, const CpSplit& split, T* local, const T* full, int B, int W) {
   const int Tc = split.chunk_len(), Tl = split.local_len();

@@ -71,6 +71,8 @@ void cp_gather_rows(Ops<T>& ops, Device& dev, Communicator& cp, const CpSplit& s
 enum class CpCommType { p2p, all_gather };
 /// "p2p", "all_gather" (Megatron's spellings).
 std::string to_string(CpCommType t);
+/// The inverse of to_string. Errors: InputError naming `text` for any other.
+CpCommType parse_cp_comm_type(const std::string& text);
 
 /// What one rank did, summed over calls: (query chunk, key chunk) block pairs attended and
 /// skipped as fully masked (of the 4 cp pairs a pass meets), unmasked scores computed per

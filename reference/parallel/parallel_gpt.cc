@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/half_ops.h"
@@ -16,12 +17,19 @@ using namespace parallel_gpt_detail;
 
 template <typename T>
 ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device,
-                            Communicator& tp, Ops<T>* ops, Communicator* ep)
-    : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ep_(ep), ops_(ops) {
+                            Communicator& tp, Ops<T>* ops, Communicator* ep, Communicator* cp)
+    : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ep_(ep), cp_(layout.cp > 1 ? cp : nullptr), ops_(ops) {
   validate_gpt_config(cfg);
   // The layout validator refuses it first (validate_arch_layout); this keeps any other caller from
   // running GPT-2 math on a Llama config.
   if (is_llama(cfg)) throw InputError(llama_not_supported("the sharded model (reference/parallel)"));
+  DTB_CHECK(layout.cp == 1 || (cp != nullptr && cp->size() == layout.cp && cp->rank() == grid_coord(rank, layout).cp),
+            "ParallelGpt: context_parallel > 1 needs the CP group (of layout.cp ranks, this rank's CP coordinate)");
+  if (layout.cp > 1 && !(std::is_same_v<T, float> || std::is_same_v<T, double>))
+    throw InputError("context_parallel = " + std::to_string(layout.cp) +
+                     ": the block attention ops are float and double only, not a half precision yet");
+  if (layout.cp > 1 && cfg.moe.num_experts > 0)
+    throw InputError("context_parallel = " + std::to_string(layout.cp) + " with an MoE model is not supported yet");
   if (cfg.moe.num_experts > 0) {
     if constexpr (is_half_v<T>)
       throw InputError("model.num_experts = " + std::to_string(cfg.moe.num_experts) +
@@ -197,7 +205,8 @@ void ParallelGpt<T>::add_tensor(const std::string& name, int layer, std::vector<
   t.runs = std::move(runs);
   t.primary = !tp_replicated || coord_.tp == 0;
   // An expert's copies are its expert-data-parallel group's; the other tensors' the DP group's.
-  t.owner = (expert ? expert_dp_rank(coord_.dp, layout_) : coord_.dp) == 0 && t.primary;
+  // CP ranks hold the same parameters: CP rank 0's copy is the owner.
+  t.owner = (expert ? expert_dp_rank(coord_.dp, layout_) : coord_.dp) == 0 && coord_.cp == 0 && t.primary;
   num_params_ += t.numel;
   tensors_.push_back(std::move(t));
 }
@@ -253,7 +262,8 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
     // rows; the final LayerNorm's output is gathered whole for the head (kLnf, (BT, C)).
     const std::vector<std::vector<int64_t>> shapes = {
         {r, C},
-        {L, r, C}, {L, r}, {L, r}, {L, b, t, 3 * Cl}, {L, b, t, Cl}, {La, b, NH, t, t}, {L, r, C},
+        {L, r, C}, {L, r}, {L, r}, {L, b, t, 3 * Cl}, {L, b, t, Cl},
+        cp_ ? std::vector<int64_t>{La, b, t, NH} : std::vector<int64_t>{La, b, NH, t, t}, {L, r, C},
         {L, r, C}, {L, r, C}, {L, r}, {L, r}, {L, b, t, 4 * Cl}, {L, b, t, 4 * Cl}, {L, r, C},
         {Lres, r, C},
         {b, t, C}, {r}, {r}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
@@ -306,7 +316,7 @@ void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
 
 template <typename T>
 typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, bool last_chunk) {
-  const size_t BT = size_t(s.B) * s.Tn, C = cfg_.C, Cl = Cl_, att = size_t(s.B) * NHl_ * s.Tn * s.Tn;
+  const size_t BT = size_t(s.B) * s.Tn, C = cfg_.C, Cl = Cl_, att = att_elems(s.B, s.Tn);
   const size_t R = size_t(rows(int64_t(BT)));  // the residual stream's rows
   LayerActs a;
   auto Rs = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<T>(); };
@@ -337,7 +347,7 @@ template <typename T>
 void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn,
                                    MoeActivations<T>* ma, bool recomputing) {
   Ops<T>& ops = *ops_;
-  const int C = cfg_.C, Cl = Cl_, NH = NHl_;
+  const int C = cfg_.C, Cl = Cl_;
   const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   T* work = sp_ ? scratch_[sSp].template data<T>() : nullptr;  // sequence parallel: the gathers' buffer
   auto W = [&](int i) { return up + lp.o[i]; };
@@ -345,7 +355,7 @@ void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerP
   // Column-parallel QKV on the replicated ln1 (f forward is the identity; sequence parallel:
   // ln1's blocks gathered first).
   qkv_->forward(a.qkv, a.ln1, int(BT), W(Pqkvw), W(Pqkvb), work);
-  ops.attention_forward(a.atty, a.att, a.qkv, B, Tn, Cl, NH);
+  attention_forward(a.atty, a.att, a.qkv, B, Tn);
   // Row-parallel projection: partial sums, g forward (sequence parallel: a reduce-scatter),
   // then the bias once (tp = 1: the bias inside the GEMM, exactly as gpt.cc).
   attproj_->forward(a.attproj, a.atty, int(BT), W(Pattprojw), W(Pattprojb), work);
@@ -388,8 +398,10 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     // then g (all-reduce SUM): each sum has one non-zero term per input, so it is exact.
     // Sequence parallel: the sum reduce-scattered instead, each TP rank keeping its rows.
     T* emb = sp_ ? work : s.p(kX0);
-    ops.embedding_shard_forward(emb, s.tok(), st.param(wte_unit_), coord_.tp == 0 ? st.param(wpe_unit_) : nullptr, B,
-                                Tn, C, v0, v1);
+    Tensor wpe_rows;  // context parallel: wpe's rows at this rank's global positions
+    if (cp_ && coord_.tp == 0) wpe_rows = Tensor::empty(device_, {Tn, C}, dtype_of<T>(), MemCategory::workspace);
+    const T* wpe = coord_.tp == 0 ? local_wpe(st.param(wpe_unit_), cp_ ? wpe_rows.data<T>() : nullptr, Tn) : nullptr;
+    ops.embedding_shard_forward(emb, s.tok(), st.param(wte_unit_), wpe, B, Tn, C, v0, v1);
     st.release_param(wte_unit_);
     if (coord_.tp == 0) st.release_param(wpe_unit_);
     if (sp_)
@@ -439,6 +451,45 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   for (A l : losses) sum += double(l);
   if (loss_sum) *loss_sum = sum + moe_loss_;
   return nullptr;
+}
+
+template <typename T>
+const T* ParallelGpt<T>::local_wpe(const T* wpe, T* local, int Tn) {
+  if (!cp_) return wpe;
+  // A CP rank's rows are its two chunks, each Tc consecutive positions: two copies.
+  const CpSplit split = cp_split(Tn);
+  const size_t Tc = size_t(split.chunk_len()), C = size_t(cfg_.C);
+  for (int j = 0; j < 2; ++j) copy_within(*ops_, local + j * Tc * C, wpe + size_t(split.chunk(j)) * Tc * C, Tc * C);
+  return local;
+}
+
+template <typename T>
+void ParallelGpt<T>::attention_forward(T* out, T* att, const T* qkv, int B, int Tn) {
+  if (!cp_) {
+    ops_->attention_forward(out, att, qkv, B, Tn, Cl_, NHl_);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    const CpAttention<T> cpa{*ops_, device_, *cp_, cp_split(Tn), parse_cp_comm_type(layout_.cp_comm_type)};
+    context_parallel_attention_forward(cpa, out, att, qkv, B, Cl_, NHl_);  // att: the (B, Tn, NHl) log-sum-exp
+  } else {
+    DTB_CHECK(false, "ParallelGpt: context parallelism in a half type (the constructor refuses it)");
+  }
+}
+
+template <typename T>
+void ParallelGpt<T>::attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* out, const T* att,
+                                        int B, int Tn) {
+  if (!cp_) {
+    ops_->attention_backward(dqkv, datt, dout, qkv, att, B, Tn, Cl_, NHl_);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    const CpAttention<T> cpa{*ops_, device_, *cp_, cp_split(Tn), parse_cp_comm_type(layout_.cp_comm_type)};
+    context_parallel_attention_backward(cpa, dqkv, dout, qkv, out, att, B, Cl_, NHl_);
+  } else {
+    DTB_CHECK(false, "ParallelGpt: context parallelism in a half type (the constructor refuses it)");
+  }
 }
 
 template <typename T>

@@ -33,6 +33,13 @@
 // the LM head, so with pp > 1 the tied wte lives on two ranks (pp rank 0 and pp - 1) whose
 // gradients the trainer sums after the step's last backward (reference/parallel/parallel_trainer.h).
 //
+// Context parallelism (layout.cp > 1; docs/context-parallel.md): a micro-batch's B sequences
+// arrive as this CP rank's Tl = Tn / cp rows of each (its two chunks, reference/parallel/
+// context_parallel.h CpSplit), and every op works on those rows: the position embedding at each
+// row's global position, attention through context_parallel_attention_forward/backward over the
+// CP group (whose kept "attention matrix" is then the (B, Tl, NH) log-sum-exp), the rest row-wise
+// as before. Stages exchange the local rows.
+//
 // With tp = 1 every op is gpt.cc's with the same arguments, so a chunk computes bitwise
 // what Gpt computes for its layers. T is the storage type: float, double (the oracle), or
 // bf16 / fp16 for mixed precision, where parameters, activations and gradients are T and
@@ -53,6 +60,7 @@
 #include "reference/model/gpt.h"
 #include "reference/analytic/memory_model.h"
 #include "reference/layout/process_grid.h"
+#include "reference/parallel/context_parallel.h"
 #include "reference/parallel/tensor_parallel.h"
 
 namespace dtb {
@@ -137,8 +145,11 @@ class ParallelGpt {
   /// output) is, so every TP rank routes the same tokens, dispatches them within its own
   /// expert-parallel group (ranks of its TP coordinate) and computes the same output and
   /// gradients; router and experts count as TP-replicated (owned by TP rank 0).
+  ///
+  /// Context parallelism (layout.cp > 1) needs `cp`, the CP group (size layout.cp, rank this
+  /// rank's CP coordinate); forward's Tn is then the local rows per sequence, Tl = seq_len / cp.
   ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, int rank, Device& device, Communicator& tp,
-              Ops<T>* ops = nullptr, Communicator* ep = nullptr);
+              Ops<T>* ops = nullptr, Communicator* ep = nullptr, Communicator* cp = nullptr);
   ~ParallelGpt();
   ParallelGpt(const ParallelGpt&) = delete;
   ParallelGpt& operator=(const ParallelGpt&) = delete;
@@ -188,7 +199,8 @@ class ParallelGpt {
   /// the host once: host memory of gpt_num_params(cfg) values).
   std::vector<T> initial_params(uint64_t seed) const;
 
-  /// Forward of micro-batch `mb` (B sequences of Tn tokens) through `chunk`.
+  /// Forward of micro-batch `mb` (B sequences of Tn tokens; under context parallelism this CP
+  /// rank's Tn = Tl rows of each, its CpSplit's chunks of sequences of Tl * cp) through `chunk`.
   /// The first chunk embeds `tokens` (host, B*Tn ids in [0, V)); another takes its input
   /// activation `x` (BT, C) in the backend's memory (copied; the caller may reuse it).
   /// The last chunk needs `targets` (host) and returns null, setting *loss_sum to the sum
@@ -294,6 +306,24 @@ class ParallelGpt {
   Device& device_;
   Communicator& tp_;
   Communicator* ep_ = nullptr;
+  Communicator* cp_ = nullptr;  // the CP group (layout.cp > 1), else null
+  // Context parallelism: the split of a sequence of Tl * cp tokens with Tl local rows.
+  CpSplit cp_split(int Tl) const { return {layout_.cp, coord_.cp, Tl * layout_.cp}; }
+  // Elements of one layer's attention activation kept for backward: the (B, NH, Tn, Tn)
+  // probabilities, or under context parallelism the (B, Tl, NH) log-sum-exp.
+  size_t att_elems(int B, int Tn) const {
+    return cp_ ? size_t(B) * Tn * NHl_ : size_t(B) * NHl_ * Tn * Tn;
+  }
+  // Causal self-attention of qkv (B, Tn, 3 Cl) into out (B, Tn, Cl): ops.attention_forward with
+  // its probabilities in att, or under context parallelism the CP core with its log-sum-exp in att.
+  void attention_forward(T* out, T* att, const T* qkv, int B, int Tn);
+  void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* out, const T* att, int B, int Tn);
+  // The first chunk's position embedding: wpe's rows at the global positions of this CP rank's
+  // Tn rows (under context parallelism copied into `local`, (Tn, C); else wpe itself).
+  const T* local_wpe(const T* wpe, T* local, int Tn);
+  // The embedding's backward into dwte (this TP rank's shard, from vocabulary id v0) and dwpe
+  // (every row of wpe; under context parallelism the rows at this rank's global positions).
+  void embedding_backward(T* dwte, T* dwpe, const T* demb, const int32_t* tok, int B, int Tn, int v0);
   double moe_loss_ = 0;  // the MoE layers' BT (aux + z) of the forward running
   std::vector<double> moe_counts_;  // moe_counts()
   MoeCommStats moe_comm_;

@@ -114,7 +114,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     if (split) {
       keep(wEmb, 0, demb, BT * C);
     } else {
-      ops.embedding_shard_backward(st.grad(wte_unit_), st.grad(wpe_unit_), demb, s.tok(), B, Tn, C, v0, v0 + Vl);
+      embedding_backward(st.grad(wte_unit_), st.grad(wpe_unit_), demb, s.tok(), B, Tn, v0);
       st.grad_done(wte_unit_);
       st.grad_done(wpe_unit_);
     }
@@ -136,7 +136,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
 template <typename T>
 void ParallelGpt<T>::layer_backward(ActSet& s, const LayerParams& lp, int k, bool last, bool split, T* dres,
                                     acc_t<T> loss_scale) {
-  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, NH = NHl_;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_;
   const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   auto S = [&](int i) { return scratch_[i].template data<T>(); };
   T* work = sp_ ? S(sSp) : nullptr;
@@ -182,9 +182,10 @@ void ParallelGpt<T>::layer_backward(ActSet& s, const LayerParams& lp, int k, boo
   T* dqkv = split ? slice(wQkv, k, BT * 3 * Cl) : S(sDBig);
   // Selective recompute: the attention core's softmax again from the kept qkv (its output
   // into dqkv's buffer before that is zeroed; the kept atty is not touched).
-  if (recompute_ == Recompute::selective) ops.attention_forward(dqkv, a.att, a.qkv, B, Tn, Cl, NH);
+  // (Context parallel: the log-sum-exp again, the CP group's ranks each in the same slot.)
+  if (recompute_ == Recompute::selective) attention_forward(dqkv, a.att, a.qkv, B, Tn);
   ops.zero(dqkv, BT * 3 * Cl);
-  ops.attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.att, B, Tn, Cl, NH);
+  attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.atty, a.att, B, Tn);
   qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), D(Pqkvw), D(Pqkvb), work);
   keep(wLn1, k, S(sDLn), R * C);
   ln_backward(dres, DL(Pln1w, 0), DL(Pln1b, 1), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(R));
@@ -246,7 +247,7 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
   }
   if (first) {
     PartClock clock(part_times_, ops, PartTimes::kWeight, 0);
-    ops.embedding_shard_backward(st.grad(wte_unit_), st.grad(wpe_unit_), s.k(wEmb), s.tok(), B, Tn, C, v0, v0 + Vl);
+    embedding_backward(st.grad(wte_unit_), st.grad(wpe_unit_), s.k(wEmb), s.tok(), B, Tn, v0);
     st.grad_done(wte_unit_);
     st.grad_done(wpe_unit_);
   }
@@ -254,6 +255,25 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
   s.kept.clear();
   pool_[chunk].push_back(std::move(it->second));
   live_[chunk].erase(it);
+}
+
+template <typename T>
+void ParallelGpt<T>::embedding_backward(T* dwte, T* dwpe, const T* demb, const int32_t* tok, int B, int Tn, int v0) {
+  Ops<T>& ops = *ops_;
+  const int C = cfg_.C;
+  if (!cp_) {
+    ops.embedding_shard_backward(dwte, dwpe, demb, tok, B, Tn, C, v0, v0 + Vl_);
+    return;
+  }
+  // Context parallel: wpe's gradient rows at this rank's global positions, taken out, accumulated
+  // into (the same additions in the same order as on one rank's rows) and put back.
+  const CpSplit split = cp_split(Tn);
+  const size_t Tc = size_t(split.chunk_len()), n = Tc * size_t(C);
+  Tensor rows = Tensor::empty(device_, {Tn, C}, dtype_of<T>(), MemCategory::workspace);
+  T* local = rows.data<T>();
+  for (int j = 0; j < 2; ++j) copy_within(ops, local + j * n, dwpe + size_t(split.chunk(j)) * n, n);
+  ops.embedding_shard_backward(dwte, local, demb, tok, B, Tn, C, v0, v0 + Vl_);
+  for (int j = 0; j < 2; ++j) copy_within(ops, dwpe + size_t(split.chunk(j)) * n, local + j * n, n);
 }
 
 template <typename T>
@@ -283,6 +303,7 @@ void ParallelGpt<T>::ln_backward(T* dinp, T* dw, T* db, const T* dout, const T* 
   template const T* ParallelGpt<T>::backward_pass(int, int, const T*, acc_t<T>, bool);                      \
   template void ParallelGpt<T>::layer_backward(ActSet&, const LayerParams&, int, bool, bool, T*, acc_t<T>);  \
   template void ParallelGpt<T>::backward_weight(int, int);                                                  \
+  template void ParallelGpt<T>::embedding_backward(T*, T*, const T*, const int32_t*, int, int, int);         \
   template void ParallelGpt<T>::ln_backward(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,      \
                                             const acc_t<T>*, int);
 DTB_PARALLEL_GPT_BACKWARD(float)

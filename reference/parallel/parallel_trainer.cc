@@ -132,8 +132,12 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   Ops<T>& ops = model.ops();
   const int me = g.pp.rank(), prev = (me - 1 + p) % p, next = (me + 1) % p;
   const int per_rank = cfg.global_batch / dp, mbs = per_rank / m, Tn = cfg.seq_len;
-  // A stage's message: its output rows (sequence parallel: this TP rank's BT / tp), C wide.
-  const size_t BTC = size_t(mbs) * Tn / (L.sequence_parallel ? size_t(L.tp) : 1) * model.config().C;
+  // Context parallel: each CP rank trains its Tl = Tn / cp rows of every sequence (its two
+  // chunks, CpSplit); the loss is still normalised by every token of the global batch.
+  const CpSplit split = L.cp > 1 ? make_cp_split(L.cp, model.coord().cp, Tn) : CpSplit{1, 0, Tn};
+  const int Tl = split.local_len();
+  // A stage's message: its output rows (sequence parallel: this TP rank's B Tl / tp), C wide.
+  const size_t BTC = size_t(mbs) * Tl / (L.sequence_parallel ? size_t(L.tp) : 1) * model.config().C;
   const double global_tokens = double(cfg.global_batch) * Tn;
   const int nv = p * v;
   Stopwatch sw;
@@ -144,6 +148,15 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
   auto fill = [&](int mb) {
     const int first = model.coord().dp * per_rank + mb * mbs;
     fill_batch(data, cfg.seed, step, cfg.global_batch, first, mbs, Tn, tokens.data(), targets.data());
+    if (L.cp == 1) return;
+    // This CP rank's rows of each sequence, in place (row b t of the local layout comes from
+    // row b Tn + global_position(t) >= b Tl + t: a forward pass never overwrites a row it reads).
+    for (int b = 0; b < mbs; ++b)
+      for (int t = 0; t < Tl; ++t) {
+        const size_t from = size_t(b) * Tn + size_t(split.global_position(t)), to = size_t(b) * Tl + size_t(t);
+        tokens[to] = tokens[from];
+        targets[to] = targets[from];
+      }
   };
   StageMessages<T> msgs(ops, model.device(), BTC, me, cfg.overlap_p2p_comm, step, spans);
   Communicator& pp_bwd = g.pp_backward ? *g.pp_backward : g.pp;
@@ -159,7 +172,7 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
       if (first || last) fill(a.micro_batch);
       auto span = span_scope(spans, "compute.forward", step);
       double mb_loss = 0;
-      const T* out = model.forward(a.chunk, a.micro_batch, tokens.data(), targets.data(), x, mbs, Tn, &mb_loss);
+      const T* out = model.forward(a.chunk, a.micro_batch, tokens.data(), targets.data(), x, mbs, Tl, &mb_loss);
       if (recording) ops.synchronize();
       span.end();
       loss_sum += mb_loss;  // the last chunk's token losses; any chunk's MoE losses

@@ -55,6 +55,6 @@ PARAMETERS = {
     "iterations", "time_unit", "cpu_time", "family_index", "per_family_instance_index", "error_message", "label",
     "skipped", "skip_message", "world_size", "ranks", "idle_ranks",
     FIELD.tp, FIELD.dp, FIELD.pp, FIELD.ep, FIELD.schedule, FIELD.virtual_stages, FIELD.pipeline_layers, FIELD.zero_stage,
-    FIELD.offload, FIELD.recompute, FIELD.precision,
+    FIELD.offload, FIELD.recompute, FIELD.precision, FIELD.cp, FIELD.cp_comm_type,
     "calibration",
 }
