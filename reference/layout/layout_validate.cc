@@ -24,12 +24,17 @@ const char* to_string(LayoutRule r) {
   return "?";
 }
 
-void validate_arch_layout(const GptConfig& model, const LayoutCheckContext& c) {
+void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c) {
   if (!is_llama(model)) return;
   if (c.backend != "cpu") throw InputError(llama_not_supported("the " + printable(c.backend, 40) + " backend"));
-  if (!c.model_replicas)
-    throw InputError(llama_not_supported("the sharded model (tensor, pipeline, expert parallel, ZeRO, recompute, loss "
-                                         "scaling, half precision, checkpoints, DP sync recipes)"));
+  if (s.precision != Precision::fp32)
+    throw InputError(llama_not_supported("precision " + std::string(to_string(s.precision)) +
+                                         " (the Llama ops are float and double only so far)"));
+  if (const std::string why = llama_tp_refusal(model, s.l.tp); !why.empty()) throw InputError(why);
+  if (c.model_replicas) return;
+  if (s.l.cp > 1) throw InputError(llama_not_supported("context parallelism (its block attention is multi-head only so far)"));
+  if (!s.dp_sync.synchronous()) throw InputError(llama_not_supported("the DP sync recipes (stale gradients, local steps)"));
+  if (c.checkpoint_every > 0 || !c.resume_from.empty()) throw InputError(llama_not_supported("checkpoints"));
 }
 
 void validate_schedule_recompute(const ParallelLayout& l, Recompute r) {
@@ -87,7 +92,7 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
   check(LayoutRule::zero, where, [&] { validate_zero(s.z); });
   check(LayoutRule::schedule, where, [&] { validate_schedule_recompute(s.l, s.recompute); });
   check(LayoutRule::moe, "", [&] { validate_moe_layout(s, model, c.backend, where); });
-  check(LayoutRule::arch, where, [&] { validate_arch_layout(model, c); });
+  check(LayoutRule::arch, where, [&] { validate_arch_layout(s, model, c); });
   // The DP sync messages name their keys under c.path; a `where` apart from it goes before them.
   const std::string keyed = c.where.empty() ? "" : c.where;
   check(LayoutRule::dp_sync, keyed, [&] {

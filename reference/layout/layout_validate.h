@@ -61,8 +61,7 @@ struct LayoutCheckContext {
   /// all-reduce): a conformance layout's "conformance.layouts: 'DP4:stale1'".
   std::string where{};
   /// The run trains whole-model replicas (reference/training/trainer.h, the train suite's plain
-  /// data parallelism), not the sharded model (reference/parallel): the one way a Llama model
-  /// trains yet (validate_arch_layout).
+  /// data parallelism), not the sharded model (reference/parallel) (validate_arch_layout).
   bool model_replicas = false;
 };
 
@@ -77,9 +76,11 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
 void validate_layout_spec(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
 
 /// Refuses a Llama model (model.arch llama) wherever it cannot train yet: on a backend other than
-/// the CPU, and on the sharded model (any layout unless c.model_replicas). Errors: InputError
-/// llama_not_supported(...) (reference/model/gpt.h). Nothing for GPT-2.
-void validate_arch_layout(const GptConfig& model, const LayoutCheckContext& c);
+/// the CPU, in a precision other than fp32, on a tensor-parallel degree its KV heads or FFN do not
+/// shard to (llama_tp_refusal), and on the sharded model (reference/parallel) with context
+/// parallelism, a DP sync recipe or checkpoints. Errors: InputError llama_not_supported(...) or
+/// llama_tp_refusal's line (reference/model/gpt.h). Nothing for GPT-2.
+void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
 
 /// Refuses schedule zb-h1 with full recompute (the W pass needs the activations B used, which
 /// full recompute does not keep). Errors: InputError "schedule zb-h1 with recompute full is not

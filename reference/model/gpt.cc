@@ -107,6 +107,18 @@ void validate_gpt_config(const GptConfig& c) {
                      std::to_string(c.L) + "]");
 }
 
+std::string llama_tp_refusal(const GptConfig& c, int tp) {
+  if (!is_llama(c) || tp <= 1) return "";
+  const int KV = kv_heads(c), F = ffn_hidden(c);
+  if (KV % tp != 0 && tp % KV != 0)
+    return "tensor_parallel = " + std::to_string(tp) + " neither divides nor is a multiple of model.num_kv_heads = " +
+           std::to_string(KV) + " (grouped-query attention shards whole KV heads, or replicates each over tp / KV ranks)";
+  if (F % tp != 0)
+    return "tensor_parallel = " + std::to_string(tp) + " does not divide model.ffn_hidden_size = " + std::to_string(F) +
+           " (SwiGLU's gate and up rows are each column-parallel)";
+  return "";
+}
+
 template <typename T>
 void gpt_init_params(T* params, const GptConfig& cfg, uint64_t seed) {
   const double std_w = 0.02;

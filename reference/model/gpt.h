@@ -61,12 +61,19 @@ inline int kv_heads(const GptConfig& c) { return c.num_kv_heads > 0 ? c.num_kv_h
 inline int ffn_hidden(const GptConfig& c) { return c.ffn_hidden > 0 ? c.ffn_hidden : llama_default_ffn_hidden(c.C); }
 /// Rows of the packed qkv projection: (NH + 2 KV) hs (3C for GPT-2).
 inline int qkv_width(const GptConfig& c) { return (c.NH + 2 * kv_heads(c)) * (c.C / c.NH); }
+/// Why tensor parallelism of degree `tp` cannot shard Llama model `c`, or "" when it can (and for
+/// GPT-2): grouped-query attention's k and v rows go by whole KV heads, sharded when tp divides
+/// num_kv_heads or each replicated over tp / KV ranks when KV divides tp (Megatron-Core asks the
+/// first; the second is the replication of Llama-style models with KV < tp), so a tp that neither
+/// divides nor is divided by KV is refused; SwiGLU's gate and up rows are each column-parallel, so
+/// tp must divide ffn_hidden_size. One line naming the numbers.
+std::string llama_tp_refusal(const GptConfig& c, int tp);
+
 /// The refusal of a Llama model where `by` has no Llama support yet: one line, as
-/// moe_not_sharded, naming the key (`key` = llama). Where it trains: the train suite's plain data
-/// parallelism in fp32 on the CPU.
+/// moe_not_sharded, naming the key (`key` = llama). Where it trains: the train suite, fp32 on the CPU.
 inline std::string llama_not_supported(const std::string& by, const std::string& key = "model.arch") {
-  return key + " = llama: not supported by " + by + " yet (a Llama model trains in the train suite: data "
-         "parallel only, fp32, CPU)";
+  return key + " = llama: not supported by " + by + " yet (a Llama model trains in the train suite: data, tensor, "
+         "sequence and pipeline parallel, ZeRO, recompute; fp32, CPU)";
 }
 
 /// True when layer l's FFN is a mixture of experts.

@@ -20,9 +20,11 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
                             Communicator& tp, Ops<T>* ops, Communicator* ep, Communicator* cp)
     : cfg_(cfg), layout_(layout), device_(device), tp_(tp), ep_(ep), cp_(layout.cp > 1 ? cp : nullptr), ops_(ops) {
   validate_gpt_config(cfg);
-  // The layout validator refuses it first (validate_arch_layout); this keeps any other caller from
-  // running GPT-2 math on a Llama config.
-  if (is_llama(cfg)) throw InputError(llama_not_supported("the sharded model (reference/parallel)"));
+  // The layout validator refuses these first (validate_arch_layout); this keeps any other caller
+  // from running a Llama model on a layout it cannot shard.
+  if (const std::string why = llama_tp_refusal(cfg, layout.tp); !why.empty()) throw InputError(why);
+  if (is_llama(cfg) && layout.cp > 1)
+    throw InputError(llama_not_supported("context parallelism (its block attention is multi-head only so far)"));
   DTB_CHECK(layout.cp == 1 || (cp != nullptr && cp->size() == layout.cp && cp->rank() == grid_coord(rank, layout).cp),
             "ParallelGpt: context_parallel > 1 needs the CP group (of layout.cp ranks, this rank's CP coordinate)");
   if (layout.cp > 1 && !(std::is_same_v<T, float> || std::is_same_v<T, double>))
@@ -56,37 +58,49 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
     ops_ = owned_ops_.get();
   }
   coord_ = grid_coord(rank, layout);
-  const int v = layout.virtual_stages, C = cfg.C;
-  Cl_ = C / layout.tp;
-  NHl_ = cfg.NH / layout.tp;
-  Vl_ = cfg.V / layout.tp;
+  const int v = layout.virtual_stages, C = cfg.C, tpn = layout.tp;
+  Cl_ = C / tpn;
+  NHl_ = cfg.NH / tpn;
+  Vl_ = cfg.V / tpn;
   sp_ = layout.sequence_parallel;
-  DTB_CHECK(!sp_ || (layout.tp > 1 && cfg.moe.num_experts == 0),
+  llama_ = is_llama(cfg);
+  DTB_CHECK(!sp_ || (tpn > 1 && cfg.moe.num_experts == 0),
             "ParallelGpt: sequence_parallel on a layout validate_layout refuses");
-  // NH % tp == 0 and C % NH == 0, so tp divides C, 3C and 4C: the layers accept the sizes.
-  qkv_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "qkv", C, 3 * C, &stats_, sp_);
+  const int hs = C / cfg.NH, KV = kv_heads(cfg), F = llama_ ? ffn_hidden(cfg) : 4 * C;
+  // GPT-2: KV = NH, so KVl = NHl. Llama: tp divides KV, or KV divides tp (llama_tp_refusal).
+  KVl_ = KV % tpn == 0 ? KV / tpn : 1;
+  kv_share_ = KV % tpn == 0 ? 1 : tpn / KV;
+  qkv_w_ = (NHl_ + 2 * KVl_) * hs;
+  fch_w_ = llama_ ? 2 * (F / tpn) : 4 * Cl_;
+  fchg_w_ = llama_ ? F / tpn : 4 * Cl_;
+  // NH % tp == 0 and C % NH == 0, so tp divides C, 3C and 4C (Llama: F, by llama_tp_refusal); the
+  // QKV layer's full width is tp x the local one (more than (NH + 2 KV) hs when KV heads are shared).
+  qkv_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "qkv", C, tpn * qkv_w_, &stats_, sp_);
   // The row-parallel projections: with tp = 1 the bias inside the GEMM, exactly as gpt.cc.
   attproj_ =
       std::make_unique<RowParallelLinear<T>>(*ops_, tp, "attproj", C, C, &stats_, BiasAtTp1::in_gemm, sp_);
-  fc_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "fc", C, 4 * C, &stats_, sp_);
-  fcproj_ =
-      std::make_unique<RowParallelLinear<T>>(*ops_, tp, "fcproj", 4 * C, C, &stats_, BiasAtTp1::in_gemm, sp_);
+  fc_ = std::make_unique<ColumnParallelLinear<T>>(*ops_, tp, "fc", C, tpn * fch_w_, &stats_, sp_);
+  fcproj_ = std::make_unique<RowParallelLinear<T>>(*ops_, tp, "fcproj", F, C, &stats_, BiasAtTp1::in_gemm, sp_);
   head_ce_ = std::make_unique<VocabParallelCrossEntropy<T>>(*ops_, tp, cfg.V, &stats_);
+  if (kv_share_ > 1)
+    kv_grad_ = Tensor::empty(device, {int64_t(qkv_w_ + 2 * KV * hs) * C}, dtype_of<T>(), MemCategory::workspace);
 
-  // The local flat layout, unit by unit: wte shard, wpe, the chunks' layers, final LayerNorm.
+  // The local flat layout, unit by unit: wte shard, wpe, the chunks' layers, final LayerNorm
+  // (Llama: wte, the layers, the final RMSNorm, the head).
   std::map<std::string, size_t> full;  // full-buffer offset of each tensor
   for (const auto& t : gpt_param_layout(cfg)) full[t.name] = t.offset;
-  bool holds_first = false, holds_last = false;
-  for (int c = 0; c < v; ++c) holds_first = holds_first || is_first(c), holds_last = holds_last || is_last(c);
-  if (holds_first || holds_last) {
+  bool holds_last = false;
+  for (int c = 0; c < v; ++c) holds_first_ = holds_first_ || is_first(c), holds_last = holds_last || is_last(c);
+  const LocalTensor::Run vocab_shard{size_t(coord_.tp) * Vl_ * C, 0, size_t(Vl_) * C};  // rows [r Vl, (r+1) Vl)
+  if (holds_first_ || (holds_last && !llama_)) {
     wte_unit_ = open_unit("wte");
-    add_tensor("wte", -1, {{full["wte"] + size_t(coord_.tp) * Vl_ * C, 0, size_t(Vl_) * C}}, false);
+    add_tensor("wte", -1, {{full["wte"] + vocab_shard.global, 0, vocab_shard.n}}, false);
     // The tied copy on the last stage is not the owner when the first stage is elsewhere.
-    tensors_.back().owner = tensors_.back().owner && (holds_first || layout.pp == 1);
-    tensors_.back().primary = tensors_.back().primary && (holds_first || layout.pp == 1);
+    tensors_.back().owner = tensors_.back().owner && (holds_first_ || layout.pp == 1);
+    tensors_.back().primary = tensors_.back().primary && (holds_first_ || layout.pp == 1);
     close_unit();
   }
-  if (holds_first) {
+  if (holds_first_ && !llama_) {
     wpe_unit_ = open_unit("wpe");
     add_tensor("wpe", -1, {{full["wpe"], 0, size_t(cfg.T) * C}}, true);
     close_unit();
@@ -98,8 +112,14 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
   if (holds_last) {
     lnf_unit_ = open_unit("lnf");
     add_tensor("lnfw", -1, {{full["lnfw"], 0, size_t(C)}}, true);
-    add_tensor("lnfb", -1, {{full["lnfb"], 0, size_t(C)}}, true);
+    if (!llama_) add_tensor("lnfb", -1, {{full["lnfb"], 0, size_t(C)}}, true);
     close_unit();
+    head_unit_ = wte_unit_;
+    if (llama_) {
+      head_unit_ = open_unit("lmhead");
+      add_tensor("lmheadw", -1, {{full["lmheadw"] + vocab_shard.global, 0, vocab_shard.n}}, false);
+      close_unit();
+    }
   }
   live_.resize(v);
   if (cfg.moe.num_experts > 0) reset_moe_stats();  // the routing counts' shape
@@ -135,8 +155,11 @@ void ParallelGpt<T>::close_unit() {
 template <typename T>
 void ParallelGpt<T>::add_layer(int chunk, int k, const std::map<std::string, size_t>& full) {
   const size_t C = cfg_.C, l = size_t(stage_first_layer(layout_, cfg_.L, virtual_stage(chunk))) + k;
-  // Elements of each of a layer's tensors (gpt.h's layout stacks them over the L layers).
-  const size_t numel[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  // Elements of each of a layer's tensors (gpt.h's layout stacks them over the L layers): W the
+  // QKV's rows, F the MLP's hidden size (4C for GPT-2); 0 for a tensor the family lacks.
+  const size_t W = size_t(qkv_width(cfg_)), F = llama_ ? size_t(ffn_hidden(cfg_)) : 4 * C, bias = llama_ ? 0 : 1;
+  const size_t F1 = llama_ ? 2 * F : F;  // fc's rows: gate | up (Llama), or the 4C of GPT-2
+  const size_t numel[12] = {C, bias * C, W * C, bias * W, C * C, bias * C, C, bias * C, F1 * C, bias * F1, C * F, bias * C};
   // This rank's shard as runs of the full tensor (rows, cols) at `at`: rows [r0, r0 + n) of
   // a column-parallel weight, or columns [c0, c0 + n) of every row of a row-parallel one.
   auto rows = [](std::vector<LocalTensor::Run>& runs, size_t at, size_t cols, size_t r0, size_t n) {
@@ -146,14 +169,20 @@ void ParallelGpt<T>::add_layer(int chunk, int k, const std::map<std::string, siz
   auto columns = [](std::vector<LocalTensor::Run>& runs, size_t at, size_t nrows, size_t cols, size_t c0, size_t n) {
     for (size_t o = 0; o < nrows; ++o) runs.push_back({at + o * cols + c0, o * n, n});
   };
-  // QKV: q, k and v are each column-parallel over the same rows, NH/tp whole heads.
-  const size_t qkv_rows = size_t(qkv_->local_out_features()) / 3, qkv_r0 = size_t(coord_.tp) * qkv_rows;
+  // QKV: q, k and v are each column-parallel, NH/tp whole query heads and their KVl KV heads
+  // (GPT-2: the same rows of each; Llama: the KV heads its query heads read, llama_tp_refusal).
+  const size_t hs = C / size_t(cfg_.NH), q_rows = size_t(NHl_) * hs, kv_rows = size_t(KVl_) * hs;
+  const size_t q_r0 = size_t(coord_.tp) * q_rows, NHhs = size_t(cfg_.NH) * hs, KVhs = size_t(kv_heads(cfg_)) * hs;
+  const size_t kv_r0 = (kv_share_ > 1 ? size_t(coord_.tp / kv_share_) : size_t(coord_.tp)) * kv_rows;
+  const size_t fl = size_t(fchg_w_);  // Llama: this rank's rows of each of gate and up
   LayerParams lp;
   lp.unit = open_unit("layer." + std::to_string(l));
   lp.layer = int(l);
   lp.moe = is_moe_layer(cfg_, int(l));
+  std::fill(std::begin(lp.o), std::end(lp.o), LayerParams::kAbsent);
   for (int i = 0; i < 12; ++i) {
     if (lp.moe && i >= Pfcw) break;  // an MoE layer: its router and experts in place of fc, fcproj
+    if (numel[i] == 0) continue;     // Llama's biases
     const std::string name = kLayerNames[i];
     // Layer l's tensor in the full buffer; an MoE model stacks fc and fcproj over its dense layers.
     const size_t row = i >= Pfcw ? size_t(dense_layer_index(cfg_, int(l))) : l;
@@ -161,23 +190,38 @@ void ParallelGpt<T>::add_layer(int chunk, int k, const std::map<std::string, siz
     std::vector<LocalTensor::Run> runs;
     bool replicated = false;
     switch (i) {
-      case Pqkvw:  // (3C, C)
-        for (size_t b = 0; b < 3; ++b) rows(runs, at, C, b * C + qkv_r0, qkv_rows);
+      case Pqkvw:  // (W, C): q rows, k rows, v rows
+      case Pqkvb: {  // (W)
+        const size_t cols = i == Pqkvw ? C : 1;
+        rows(runs, at, cols, q_r0, q_rows);
+        if (kv_share_ > 1) {  // the q rows this rank's own; the shared KV head's rows a tensor of their own
+          lp.o[i] = num_params_ - units_[lp.unit].begin;
+          add_tensor(name, int(l), std::move(runs), false);
+          runs.clear();
+          rows(runs, at, cols, NHhs + kv_r0, kv_rows);
+          rows(runs, at, cols, NHhs + KVhs + kv_r0, kv_rows);
+          add_tensor(name, int(l), std::move(runs), false);
+          // One copy counts: the first of the kv_share_ ranks holding it.
+          tensors_.back().primary = coord_.tp % kv_share_ == 0;
+          tensors_.back().owner = tensors_.back().owner && tensors_.back().primary;
+          continue;
+        }
+        rows(runs, at, cols, NHhs + kv_r0, kv_rows);
+        rows(runs, at, cols, NHhs + KVhs + kv_r0, kv_rows);
         break;
-      case Pqkvb:  // (3C)
-        for (size_t b = 0; b < 3; ++b) rows(runs, at, 1, b * C + qkv_r0, qkv_rows);
-        break;
+      }
       case Pattprojw:  // (C, C)
         columns(runs, at, C, C, attproj_->in_offset(), attproj_->local_in_features());
         break;
-      case Pfcw:  // (4C, C)
-        rows(runs, at, C, fc_->out_offset(), fc_->local_out_features());
+      case Pfcw:  // (4C, C); Llama (2F, C): this rank's rows of gate, then the same rows of up
+        rows(runs, at, C, llama_ ? size_t(coord_.tp) * fl : fc_->out_offset(), llama_ ? fl : fc_->local_out_features());
+        if (llama_) rows(runs, at, C, F + size_t(coord_.tp) * fl, fl);
         break;
       case Pfcb:  // (4C)
         rows(runs, at, 1, fc_->out_offset(), fc_->local_out_features());
         break;
-      case Pfcprojw:  // (C, 4C)
-        columns(runs, at, C, 4 * C, fcproj_->in_offset(), fcproj_->local_in_features());
+      case Pfcprojw:  // (C, F)
+        columns(runs, at, C, F, fcproj_->in_offset(), fcproj_->local_in_features());
         break;
       default:  // ln1w ln1b attprojb ln2w ln2b fcprojb: (C), replicated over TP
         runs.push_back({at, 0, C});
@@ -250,7 +294,7 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
     s->a.resize(kNumActs);
   }
   if (fresh || zero_bubble()) {  // a pooled set is whole unless a zero-bubble B freed some
-    const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_;
+    const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_, Wq = qkv_w_, F1 = fch_w_, Fa = fchg_w_;
     const int64_t r = rows(b * t);  // the residual stream's rows here (sequence parallel: BT / tp)
     const bool last = is_last(chunk), full = recompute_ == Recompute::full;
     // Layers' stacks: none keeps every activation of every layer; selective all but the
@@ -258,15 +302,16 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
     // and, in the last chunk, the last layer's output for the head.
     const int64_t Lc = chunk_layers(chunk), L = full ? 0 : Lc, La = recompute_ == Recompute::none ? Lc : 0;
     const int64_t Lres = full ? Lc - 1 + (last ? 1 : 0) : Lc;
+    const int64_t Lm = llama_ ? 0 : L, m = llama_ ? 0 : r;  // LayerNorm means (an RMSNorm has none)
     // Sequence parallel: the residual stream's activations and LayerNorm statistics hold r
     // rows; the final LayerNorm's output is gathered whole for the head (kLnf, (BT, C)).
     const std::vector<std::vector<int64_t>> shapes = {
         {r, C},
-        {L, r, C}, {L, r}, {L, r}, {L, b, t, 3 * Cl}, {L, b, t, Cl},
+        {L, r, C}, {Lm, r}, {L, r}, {L, b, t, Wq}, {L, b, t, Cl},
         cp_ ? std::vector<int64_t>{La, b, t, NH} : std::vector<int64_t>{La, b, NH, t, t}, {L, r, C},
-        {L, r, C}, {L, r, C}, {L, r}, {L, r}, {L, b, t, 4 * Cl}, {L, b, t, 4 * Cl}, {L, r, C},
+        {L, r, C}, {L, r, C}, {Lm, r}, {L, r}, {L, b, t, F1}, {L, b, t, Fa}, {L, r, C},
         {Lres, r, C},
-        {b, t, C}, {r}, {r}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
+        {b, t, C}, {m}, {r}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
     // Every activation a fresh set holds; a pooled one may lack those a zero-bubble B freed.
     for (int i = 0; i < kNumActs; ++i) {
       const bool skip = (i >= kLnf && !last) || shapes[i][0] == 0;
@@ -290,8 +335,11 @@ template <typename T>
 void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
   if (B == sB_ && Tn == sT_) return;
   scratch_.clear();
-  const int64_t b = B, t = Tn, C = cfg_.C, Cl = Cl_, NH = NHl_, V = Vl_, r = rows(b * t);
-  std::vector<std::vector<int64_t>> shapes = {{b, t, C},      {b, t, C}, {b, t, 4 * Cl}, {b, t, 4 * Cl},
+  const int64_t b = B, t = Tn, C = cfg_.C, NH = NHl_, V = Vl_, r = rows(b * t);
+  const int64_t Wq = qkv_w_, F1 = fch_w_, Fa = fchg_w_, m = llama_ ? 0 : r;
+  // sDBig, sDBig2: the largest of a layer's per-rank widths (the MLP's, QKV's, the attention's Cl).
+  const int64_t big = std::max({F1, Fa, Wq, int64_t(Cl_)});
+  std::vector<std::vector<int64_t>> shapes = {{b, t, C},      {b, t, C}, {b, t, big}, {b, t, big},
                                               {b, NH, t, t}, {b, t, V}, {b, t},
                                               {sp_ ? 2 : 0, b, t, C}, {sp_ ? 2 : 0, C},  // sSp, sLnPart
                                               {zero_bubble() ? 1 : 0, 2 * C + r * C}};   // sZb
@@ -300,9 +348,9 @@ void ParallelGpt<T>::ensure_scratch(int B, int Tn) {
   if (recompute_ == Recompute::selective) shapes.push_back({b, NH, t, t});
   std::vector<DType> types(shapes.size(), dtype_of<T>());
   if (recompute_ == Recompute::full) {
-    const std::vector<std::vector<int64_t>> layer = {{r, C},        {r},    {r},    {b, t, 3 * Cl}, {b, t, Cl},
-                                                     {b, NH, t, t}, {r, C}, {r, C}, {r, C},          {r},
-                                                     {r},           {b, t, 4 * Cl}, {b, t, 4 * Cl}, {r, C}, {r, C}};
+    const std::vector<std::vector<int64_t>> layer = {{r, C},        {m},    {r},    {b, t, Wq},     {b, t, Cl_},
+                                                     {b, NH, t, t}, {r, C}, {r, C}, {r, C},          {m},
+                                                     {r},           {b, t, F1},     {b, t, Fa},     {r, C}, {r, C}};
     for (size_t i = 0; i < layer.size(); ++i) {  // kLn1 .. kRes3
       shapes.push_back(layer[i]);
       types.push_back(is_stat(kLn1 + int(i)) ? dtype_of<acc_t<T>>() : dtype_of<T>());
@@ -320,7 +368,10 @@ typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, 
   const size_t R = size_t(rows(int64_t(BT)));  // the residual stream's rows
   LayerActs a;
   auto Rs = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<T>(); };
-  auto RA = [&](int act) { return scratch_[kNumScratch + (act - kLn1)].template data<acc_t<T>>(); };
+  auto RA = [&](int act) {
+    const Tensor& x = scratch_[kNumScratch + (act - kLn1)];
+    return x.defined() ? x.template data<acc_t<T>>() : nullptr;
+  };
   if (recompute_ == Recompute::full) {  // everything in the one-layer scratch set but the kept inputs
     a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * R * C;
     a.ln1 = Rs(kLn1), a.ln1_mean = RA(kLn1Mean), a.ln1_rstd = RA(kLn1Rstd), a.qkv = Rs(kQkv), a.atty = Rs(kAtty);
@@ -330,15 +381,18 @@ typename ParallelGpt<T>::LayerActs ParallelGpt<T>::layer_acts(ActSet& s, int k, 
     return a;
   }
   const size_t oC = size_t(k) * R * C, oCl = size_t(k) * BT * Cl, oN = size_t(k) * R;
+  const size_t oQkv = size_t(k) * BT * size_t(qkv_w_), oFch = size_t(k) * BT * size_t(fch_w_);
+  const size_t oFchg = size_t(k) * BT * size_t(fchg_w_);
+  auto PA = [&](int act, size_t off) { return s.a[size_t(act)].defined() ? s.pa(act) + off : nullptr; };
   // A zero-bubble B frees what W does not read: null for those.
   auto P = [&](int act, size_t off) { return s.a[size_t(act)].defined() ? s.p(act) + off : nullptr; };
   a.x = k == 0 ? s.p(kX0) : s.p(kRes3) + size_t(k - 1) * R * C;
-  a.ln1 = s.p(kLn1) + oC, a.ln1_mean = s.pa(kLn1Mean) + oN, a.ln1_rstd = s.pa(kLn1Rstd) + oN;
-  a.qkv = P(kQkv, 3 * oCl), a.atty = s.p(kAtty) + oCl;
+  a.ln1 = s.p(kLn1) + oC, a.ln1_mean = PA(kLn1Mean, oN), a.ln1_rstd = s.pa(kLn1Rstd) + oN;
+  a.qkv = P(kQkv, oQkv), a.atty = s.p(kAtty) + oCl;
   a.att = recompute_ == Recompute::selective ? scratch_[kNumScratch].template data<T>() : P(kAtt, size_t(k) * att);
   a.attproj = P(kAttproj, oC), a.res2 = s.p(kRes2) + oC, a.ln2 = s.p(kLn2) + oC;
-  a.ln2_mean = s.pa(kLn2Mean) + oN, a.ln2_rstd = s.pa(kLn2Rstd) + oN;
-  a.fch = P(kFch, 4 * oCl), a.fchg = s.p(kFchGelu) + 4 * oCl, a.fcproj = P(kFcproj, oC);
+  a.ln2_mean = PA(kLn2Mean, oN), a.ln2_rstd = s.pa(kLn2Rstd) + oN;
+  a.fch = P(kFch, oFch), a.fchg = s.p(kFchGelu) + oFchg, a.fcproj = P(kFcproj, oC);
   a.res3 = s.p(kRes3) + oC;
   return a;
 }
@@ -347,25 +401,29 @@ template <typename T>
 void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerParams& lp, int B, int Tn,
                                    MoeActivations<T>* ma, bool recomputing) {
   Ops<T>& ops = *ops_;
-  const int C = cfg_.C, Cl = Cl_;
+  const int C = cfg_.C;
   const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   T* work = sp_ ? scratch_[sSp].template data<T>() : nullptr;  // sequence parallel: the gathers' buffer
-  auto W = [&](int i) { return up + lp.o[i]; };
-  ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, W(Pln1w), W(Pln1b), int(R), C);
+  auto W = [&](int i) { return lp.o[i] == LayerParams::kAbsent ? nullptr : up + lp.o[i]; };
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, W(Pln1w), W(Pln1b), int(R));
   // Column-parallel QKV on the replicated ln1 (f forward is the identity; sequence parallel:
-  // ln1's blocks gathered first).
+  // ln1's blocks gathered first); Llama's rotary embeddings on its q and k.
   qkv_->forward(a.qkv, a.ln1, int(BT), W(Pqkvw), W(Pqkvb), work);
+  if (llama_) rope(a.qkv, B, Tn, false);
   attention_forward(a.atty, a.att, a.qkv, B, Tn);
   // Row-parallel projection: partial sums, g forward (sequence parallel: a reduce-scatter),
   // then the bias once (tp = 1: the bias inside the GEMM, exactly as gpt.cc).
   attproj_->forward(a.attproj, a.atty, int(BT), W(Pattprojw), W(Pattprojb), work);
   ops.residual_forward(a.res2, a.x, a.attproj, R * C);
-  ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(R), C);
+  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(R));
   if (lp.moe) {
     moe_ffn_forward(*ma, lp, a, up, int(BT), Tn, recomputing);
   } else {
     fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb), work);
-    ops.gelu_forward(a.fchg, a.fch, BT * 4 * Cl);
+    if (llama_)
+      ops.swiglu_forward(a.fchg, a.fch, int(BT), fchg_w_);  // this rank's gate | up rows
+    else
+      ops.gelu_forward(a.fchg, a.fch, BT * size_t(fchg_w_));
     fcproj_->forward(a.fcproj, a.fchg, int(BT), W(Pfcprojw), W(Pfcprojb), work);
   }
   ops.residual_forward(a.res3, a.res2, a.fcproj, R * C);
@@ -398,12 +456,14 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     // then g (all-reduce SUM): each sum has one non-zero term per input, so it is exact.
     // Sequence parallel: the sum reduce-scattered instead, each TP rank keeping its rows.
     T* emb = sp_ ? work : s.p(kX0);
+    // (Llama: no position table.)
+    const bool wpe_here = coord_.tp == 0 && wpe_unit_ >= 0;
     Tensor wpe_rows;  // context parallel: wpe's rows at this rank's global positions
-    if (cp_ && coord_.tp == 0) wpe_rows = Tensor::empty(device_, {Tn, C}, dtype_of<T>(), MemCategory::workspace);
-    const T* wpe = coord_.tp == 0 ? local_wpe(st.param(wpe_unit_), cp_ ? wpe_rows.data<T>() : nullptr, Tn) : nullptr;
+    if (cp_ && wpe_here) wpe_rows = Tensor::empty(device_, {Tn, C}, dtype_of<T>(), MemCategory::workspace);
+    const T* wpe = wpe_here ? local_wpe(st.param(wpe_unit_), cp_ ? wpe_rows.data<T>() : nullptr, Tn) : nullptr;
     ops.embedding_shard_forward(emb, s.tok(), st.param(wte_unit_), wpe, B, Tn, C, v0, v1);
     st.release_param(wte_unit_);
-    if (coord_.tp == 0) st.release_param(wpe_unit_);
+    if (wpe_here) st.release_param(wpe_unit_);
     if (sp_)
       reduce_scatter_to_sequence_parallel_region<T>(Pass::forward, ops, tp_, emb, s.p(kX0), R * C, &stats_);
     else
@@ -432,16 +492,17 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
     return out;
   }
 
-  // LM head on the wte shard; vocabulary-parallel cross-entropy.
+  // LM head on the wte shard (Llama: the lmheadw shard); vocabulary-parallel cross-entropy.
   PartClock clock(part_times_, ops, PartTimes::kForward, cfg_.L + 1);
   const T* lnf = st.param(lnf_unit_);
   // Sequence parallel: this rank's rows into its block of kLnf, gathered in place (g-bar).
   T* lnf_mine = s.p(kLnf) + (sp_ ? size_t(coord_.tp) * R * C : 0);
-  ops.layernorm_forward(lnf_mine, s.pa(kLnfMean), s.pa(kLnfRstd), out, lnf, lnf + C, int(R), C);
+  norm_forward(lnf_mine, llama_ ? nullptr : s.pa(kLnfMean), s.pa(kLnfRstd), out, lnf, llama_ ? nullptr : lnf + C,
+               int(R));
   st.release_param(lnf_unit_);
   if (sp_) gather_from_sequence_parallel_region<T>(Pass::forward, ops, tp_, s.p(kLnf), lnf_mine, R * C, &stats_);
-  ops.matmul_forward(s.p(kLogits), s.p(kLnf), st.param(wte_unit_), static_cast<const T*>(nullptr), int(BT), C, Vl);
-  st.release_param(wte_unit_);
+  ops.matmul_forward(s.p(kLogits), s.p(kLnf), st.param(head_unit_), static_cast<const T*>(nullptr), int(BT), C, Vl);
+  st.release_param(head_unit_);
   // The max and the sum-exp travel in A (fp32 under mixed precision).
   head_ce_->forward(s.pa(kLosses), s.p(kProbs), s.p(kLogits), s.pa(kMax), s.pa(kSums), s.tgt(), int(BT));
   using A = acc_t<T>;
@@ -451,6 +512,24 @@ const T* ParallelGpt<T>::forward(int chunk, int mb, const int32_t* tokens, const
   for (A l : losses) sum += double(l);
   if (loss_sum) *loss_sum = sum + moe_loss_;
   return nullptr;
+}
+
+template <typename T>
+void ParallelGpt<T>::norm_forward(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* inp, const T* w, const T* b, int R) {
+  if (llama_)
+    ops_->rmsnorm_forward(out, rstd, inp, w, acc_t<T>(cfg_.norm_eps), R, cfg_.C);
+  else
+    ops_->layernorm_forward(out, mean, rstd, inp, w, b, R, cfg_.C);
+}
+
+template <typename T>
+void ParallelGpt<T>::rope(T* qkv, int B, int Tn, bool backward) {
+  const int hs = cfg_.C / cfg_.NH;
+  // Context parallelism refuses Llama so far (the constructor): positions 0..Tn-1.
+  if (backward)
+    ops_->rope_backward(qkv, B, Tn, NHl_, KVl_, hs, 0, cfg_.rope_theta);
+  else
+    ops_->rope_forward(qkv, B, Tn, NHl_, KVl_, hs, 0, cfg_.rope_theta);
 }
 
 template <typename T>
@@ -465,6 +544,10 @@ const T* ParallelGpt<T>::local_wpe(const T* wpe, T* local, int Tn) {
 
 template <typename T>
 void ParallelGpt<T>::attention_forward(T* out, T* att, const T* qkv, int B, int Tn) {
+  if (llama_) {  // grouped-query attention: NHl query heads on KVl KV heads
+    ops_->gqa_attention_forward(out, att, qkv, B, Tn, NHl_, KVl_, cfg_.C / cfg_.NH);
+    return;
+  }
   if (!cp_) {
     ops_->attention_forward(out, att, qkv, B, Tn, Cl_, NHl_);
     return;
@@ -480,6 +563,10 @@ void ParallelGpt<T>::attention_forward(T* out, T* att, const T* qkv, int B, int 
 template <typename T>
 void ParallelGpt<T>::attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* out, const T* att,
                                         int B, int Tn) {
+  if (llama_) {
+    ops_->gqa_attention_backward(dqkv, datt, dout, qkv, att, B, Tn, NHl_, KVl_, cfg_.C / cfg_.NH);
+    return;
+  }
   if (!cp_) {
     ops_->attention_backward(dqkv, datt, dout, qkv, att, B, Tn, Cl_, NHl_);
     return;

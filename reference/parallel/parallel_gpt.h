@@ -40,6 +40,20 @@
 // CP group (whose kept "attention matrix" is then the (B, Tl, NH) log-sum-exp), the rest row-wise
 // as before. Stages exchange the local rows.
 //
+// The Llama family (is_llama(cfg); reference/model/llama_block.cc, docs/models.md) runs the same
+// structure with its ops: RMSNorm in place of LayerNorm (its rstd kept, no mean, no bias), the
+// rotary embeddings on the QKV output (each row at its position), grouped-query attention of this
+// rank's NHl query heads on its KVl key/value heads, SwiGLU in place of GELU, no biases, no wpe,
+// and an untied LM head lmheadw (V, C) on the last stage, vocabulary-parallel as the tied wte is
+// (unit "lmhead"; the first stage's wte is then the embedding only). TP: qkvw's q rows by whole
+// heads as GPT-2's; its k and v rows by KV heads when tp divides KV (KVl = KV / tp), else each
+// rank holds the one KV head its query heads read (KVl = 1, rank r head r KV / tp; tp / KV ranks
+// share it: kv_share) and the gradients of a shared head's rows are summed over the ranks that
+// share it, each micro-batch (sum_shared_kv_grad); a tp that neither divides nor is divided by KV
+// is refused. fcw's gate rows and up rows are each column-parallel: rank r holds rows
+// [r Fl, (r+1) Fl) of both (Megatron's fused linear_fc1 sharded per projection), so its swiglu
+// pairs each gate with its up; fcprojw (down) is row-parallel over F.
+//
 // With tp = 1 every op is gpt.cc's with the same arguments, so a chunk computes bitwise
 // what Gpt computes for its layers. T is the storage type: float, double (the oracle), or
 // bf16 / fp16 for mixed precision, where parameters, activations and gradients are T and
@@ -172,8 +186,11 @@ class ParallelGpt {
   const std::vector<LocalTensor>& tensors() const { return tensors_; }
   const std::vector<ParamUnit>& units() const { return units_; }
   /// The unit holding the wte shard (Vl, C), or -1 when this rank holds neither the first
-  /// nor the last stage.
+  /// nor the last stage (Llama: not the first stage; its head is lmhead).
   int wte_unit() const { return wte_unit_; }
+  /// Whether the LM head is the input embedding (GPT-2's tied wte, whose two pipeline copies'
+  /// gradients the trainer sums), not a tensor of its own (Llama's lmheadw).
+  bool tied_embedding() const { return !is_llama(cfg_); }
   /// Attaches the storage (not owned; must outlive the model's use).
   void attach(ParamStore<T>* store) { store_ = store; }
   /// Activation checkpointing (Korthikanti et al. 2022): none keeps every activation;
@@ -270,7 +287,10 @@ class ParallelGpt {
   struct LayerParams {
     int unit = 0;
     int layer = 0;  // the global layer index
-    size_t o[12];  // offsets within the unit of ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
+    // Offsets within the unit of ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw
+    // fcprojb; kAbsent for a tensor the family lacks (Llama's biases).
+    static constexpr size_t kAbsent = size_t(-1);
+    size_t o[12];
     // An MoE layer: routerw's offset in `unit` (in place of the fc tensors), and the unit of
     // its held experts with the offsets of expfcw expfcb expprojw expprojb in it.
     bool moe = false;
@@ -335,6 +355,26 @@ class ParallelGpt {
   std::unique_ptr<RowParallelLinear<T>> attproj_, fcproj_;
   std::unique_ptr<VocabParallelCrossEntropy<T>> head_ce_;  // the LM head's loss
   int Cl_ = 0, NHl_ = 0, Vl_ = 0;  // per-TP-rank sizes
+  // Per-TP-rank widths: QKV's output 3 Cl (GPT-2) or (NHl + 2 KVl) hs (Llama); fc's output
+  // 4 Cl or 2 Fl (gate | up); the activation's output 4 Cl (GELU) or Fl (SwiGLU).
+  int qkv_w_ = 0, fch_w_ = 0, fchg_w_ = 0;
+  // Llama: KV heads held (KVl) and the TP ranks sharing each (kv_share_ = tp / KV when tp > KV,
+  // else 1); the head's unit (lmhead; GPT-2's is wte_unit_).
+  bool llama_ = false;
+  int KVl_ = 0, kv_share_ = 1;
+  int head_unit_ = -1;
+  bool holds_first_ = false;  // this rank holds virtual stage 0 (the embedding)
+  // A LayerNorm (GPT-2: mean, rstd, weight, bias) or an RMSNorm (Llama: rstd, weight; mean and
+  // b unused) of R rows.
+  void norm_forward(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* inp, const T* w, const T* b, int R);
+  // Rotary embeddings (Llama) on qkv (B, Tn, qkv_w_) at this rank's positions: 0..Tn-1, or under
+  // context parallelism each of its two chunks' true positions. backward: on dqkv, the inverse.
+  void rope(T* qkv, int B, int Tn, bool backward);
+  // Llama with kv_share_ > 1: the k and v rows' gradient of this micro-batch's layer (in
+  // `dqkvw`, (qkv_w_, C), this rank's rows) summed over the TP ranks sharing its KV head, then
+  // accumulated with the q rows' into dw.
+  void add_qkv_grad(T* dw, T* dqkvw);
+  Tensor kv_grad_;  // kv_share_ > 1: a layer's QKV weight gradient (qkv_w_, C), then (KV, 2 hs, C) to sum
   bool sp_ = false;                          // layout.sequence_parallel
   // The rows of the residual stream this rank holds: BT / tp under sequence parallelism.
   int64_t rows(int64_t BT) const { return sp_ ? BT / layout_.tp : BT; }

@@ -43,8 +43,9 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   const bool first = is_first(chunk), last = is_last(chunk);
   const int v0 = coord_.tp * Vl;
   // The wte unit's gradient is complete for this micro-batch after its last use: the
-  // embedding's backward when this rank holds the first stage, else the LM head's.
-  const bool holds_first = wpe_unit_ >= 0;
+  // embedding's backward when this rank holds the first stage, else the LM head's (Llama's
+  // head is a unit of its own, done after the head's backward).
+  const bool head_done_at_head = !(holds_first_ && head_unit_ == wte_unit_);
   // Split (B): no weight gradient is computed or touched; the LayerNorms' go to sZb, and each
   // output gradient W needs is kept (s.k).
   T* drop = split ? S(sZb) : nullptr;
@@ -71,10 +72,10 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     head_ce_->backward(dlogits, s.p(kProbs), s.tgt(), loss_scale, int(BT));
     T* dhead = sp_ ? work : S(sDLn);  // the head input's gradient, all BT rows
     ops.zero(dhead, BT * C);
-    ops.matmul_backward(dhead, split ? nullptr : st.grad(wte_unit_), static_cast<T*>(nullptr), dlogits, s.p(kLnf),
-                        st.param(wte_unit_), int(BT), C, Vl);
-    st.release_param(wte_unit_);
-    if (!holds_first && !split) st.grad_done(wte_unit_);
+    ops.matmul_backward(dhead, split ? nullptr : st.grad(head_unit_), static_cast<T*>(nullptr), dlogits, s.p(kLnf),
+                        st.param(head_unit_), int(BT), C, Vl);
+    st.release_param(head_unit_);
+    if (head_done_at_head && !split) st.grad_done(head_unit_);
     if (split) s.a[kLogits] = Tensor(), s.a[kProbs] = Tensor();  // W reads neither
     // The head's input is replicated; its gradient is partial over the vocabulary shards: summed
     // over TP (sequence parallel: reduce-scattered, g-bar backward, each rank its rows).
@@ -87,7 +88,8 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     if (split) alloc(wLnf, true, R * C, 1);
     keep(wLnf, 0, S(sDLn), R * C);
     T* dlnf = split ? drop : st.grad(lnf_unit_);
-    ln_backward(dres, dlnf, dlnf + C, S(sDLn), xL, st.param(lnf_unit_), s.pa(kLnfMean), s.pa(kLnfRstd), int(R));
+    ln_backward(dres, dlnf, llama_ ? nullptr : dlnf + C, S(sDLn), xL, st.param(lnf_unit_),
+                llama_ ? nullptr : s.pa(kLnfMean), s.pa(kLnfRstd), int(R));
     st.release_param(lnf_unit_);
     if (!split) st.grad_done(lnf_unit_);
   } else {
@@ -96,8 +98,8 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   }
   if (split) {
     for (int what : {wResFc, wLn2, wResAtt, wLn1}) alloc(what, true, R * C, Lc);
-    alloc(wFch, true, BT * 4 * Cl, Lc);
-    alloc(wQkv, true, BT * 3 * Cl, Lc);
+    alloc(wFch, true, BT * size_t(fch_w_), Lc);
+    alloc(wQkv, true, BT * size_t(qkv_w_), Lc);
     alloc(wEmb, first, BT * C, 1);
   }
   for (int k = Lc - 1; k >= 0; --k) layer_backward(s, layers_[chunk][k], k, last, split, dres, loss_scale);
@@ -114,9 +116,9 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
     if (split) {
       keep(wEmb, 0, demb, BT * C);
     } else {
-      embedding_backward(st.grad(wte_unit_), st.grad(wpe_unit_), demb, s.tok(), B, Tn, v0);
+      embedding_backward(st.grad(wte_unit_), wpe_unit_ >= 0 ? st.grad(wpe_unit_) : nullptr, demb, s.tok(), B, Tn, v0);
       st.grad_done(wte_unit_);
-      st.grad_done(wpe_unit_);
+      if (wpe_unit_ >= 0) st.grad_done(wpe_unit_);
     }
     result = nullptr;
   }
@@ -136,7 +138,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
 template <typename T>
 void ParallelGpt<T>::layer_backward(ActSet& s, const LayerParams& lp, int k, bool last, bool split, T* dres,
                                     acc_t<T> loss_scale) {
-  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C;
   const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   auto S = [&](int i) { return scratch_[i].template data<T>(); };
   T* work = sp_ ? S(sSp) : nullptr;
@@ -150,9 +152,12 @@ void ParallelGpt<T>::layer_backward(ActSet& s, const LayerParams& lp, int k, boo
   PartClock clock(part_times_, ops, PartTimes::kBackward, 1 + lp.layer);
   T* up = st.param(lp.unit);
   T* ug = split ? nullptr : st.grad(lp.unit);
-  auto W = [&](int i) { return up + lp.o[i]; };
-  auto D = [&](int i) { return ug ? ug + lp.o[i] : nullptr; };               // linears: null in B
-  auto DL = [&](int i, int half) { return ug ? ug + lp.o[i] : drop + half * C; };  // LayerNorms: sZb in B
+  const auto absent = [&](int i) { return lp.o[i] == LayerParams::kAbsent; };  // Llama's biases
+  auto W = [&](int i) { return absent(i) ? nullptr : up + lp.o[i]; };
+  auto D = [&](int i) { return ug && !absent(i) ? ug + lp.o[i] : nullptr; };  // linears: null in B
+  auto DL = [&](int i, int half) {  // LayerNorms: sZb in B
+    return absent(i) ? nullptr : ug ? ug + lp.o[i] : drop + half * C;
+  };
   const LayerActs a = layer_acts(s, k, last);
   // Full recompute: the layer's forward again from its kept input, the same ops on the
   // same values, so every activation is bitwise the first forward's.
@@ -166,11 +171,15 @@ void ParallelGpt<T>::layer_backward(ActSet& s, const LayerParams& lp, int k, boo
     // MLP branch; g backward (fcproj's input gradient) is the identity, f backward (fc's)
     // sums over TP.
     T* dfchg = S(sDBig);
-    T* dfch = split ? slice(wFch, k, BT * 4 * Cl) : S(sDBig2);
+    const size_t nfch = BT * size_t(fch_w_);
+    T* dfch = split ? slice(wFch, k, nfch) : S(sDBig2);
     keep(wResFc, k, dres, R * C);
     fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb), work);
-    ops.zero(dfch, BT * 4 * Cl);
-    ops.gelu_backward(dfch, a.fch, dfchg, BT * 4 * Cl);
+    ops.zero(dfch, nfch);
+    if (llama_)
+      ops.swiglu_backward(dfch, a.fch, dfchg, int(BT), fchg_w_);
+    else
+      ops.gelu_backward(dfch, a.fch, dfchg, nfch);
     fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb), work);
   }
   keep(wLn2, k, S(sDLn), R * C);
@@ -179,14 +188,20 @@ void ParallelGpt<T>::layer_backward(ActSet& s, const LayerParams& lp, int k, boo
   T* datty = S(sDBig2);
   keep(wResAtt, k, dres, R * C);
   attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb), work);
-  T* dqkv = split ? slice(wQkv, k, BT * 3 * Cl) : S(sDBig);
+  const size_t nqkv = BT * size_t(qkv_w_);
+  T* dqkv = split ? slice(wQkv, k, nqkv) : S(sDBig);
   // Selective recompute: the attention core's softmax again from the kept qkv (its output
   // into dqkv's buffer before that is zeroed; the kept atty is not touched).
   // (Context parallel: the log-sum-exp again, the CP group's ranks each in the same slot.)
   if (recompute_ == Recompute::selective) attention_forward(dqkv, a.att, a.qkv, B, Tn);
-  ops.zero(dqkv, BT * 3 * Cl);
+  ops.zero(dqkv, nqkv);
   attention_backward(dqkv, S(sDAtt), datty, a.qkv, a.atty, a.att, B, Tn);
-  qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), D(Pqkvw), D(Pqkvb), work);
+  if (llama_) rope(dqkv, B, Tn, true);  // to the gradient of QKV's output, before the rotation
+  // A KV head shared over TP ranks: this micro-batch's weight gradient apart, its k and v rows summed.
+  T* dqkvw = kv_share_ > 1 && D(Pqkvw) ? kv_grad_.template data<T>() : D(Pqkvw);
+  if (dqkvw != D(Pqkvw)) ops.zero(dqkvw, size_t(qkv_w_) * C);
+  qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), dqkvw, D(Pqkvb), work);
+  if (dqkvw != D(Pqkvw)) add_qkv_grad(D(Pqkvw), dqkvw);
   keep(wLn1, k, S(sDLn), R * C);
   ln_backward(dres, DL(Pln1w, 0), DL(Pln1b, 1), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(R));
   st.release_param(lp.unit);
@@ -205,7 +220,8 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
   ensure_scratch(B, Tn);
   Ops<T>& ops = *ops_;
   ParamStore<T>& st = store();
-  const bool first = is_first(chunk), last = is_last(chunk), holds_first = wpe_unit_ >= 0;
+  const bool first = is_first(chunk), last = is_last(chunk);
+  const bool head_done_at_head = !(holds_first_ && head_unit_ == wte_unit_);
   const int v0 = coord_.tp * Vl;
   // The weight halves in the whole backward's order; a LayerNorm's input gradient (not wanted
   // here) goes to sZb. No linear reads its weight: only the LayerNorms' parameters are asked for.
@@ -213,16 +229,19 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
   auto ln_weight = [&](T* dw, T* db, const T* dout, const T* inp, const T* w, const acc_t<T>* mean,
                        const acc_t<T>* rstd) {
     ops.zero(drop, R * C);
-    ops.layernorm_backward(drop, dw, db, dout, inp, w, mean, rstd, int(R), C);
+    if (llama_)
+      ops.rmsnorm_backward(drop, dw, dout, inp, w, rstd, int(R), C);
+    else
+      ops.layernorm_backward(drop, dw, db, dout, inp, w, mean, rstd, int(R), C);
   };
   if (last) {
     PartClock clock(part_times_, ops, PartTimes::kWeight, cfg_.L + 1);
-    ops.matmul_backward(static_cast<T*>(nullptr), st.grad(wte_unit_), static_cast<T*>(nullptr), s.k(wLogits),
+    ops.matmul_backward(static_cast<T*>(nullptr), st.grad(head_unit_), static_cast<T*>(nullptr), s.k(wLogits),
                         s.p(kLnf), static_cast<const T*>(nullptr), int(BT), C, Vl);
-    if (!holds_first) st.grad_done(wte_unit_);
+    if (head_done_at_head) st.grad_done(head_unit_);
     T* dlnf = st.grad(lnf_unit_);
-    ln_weight(dlnf, dlnf + C, s.k(wLnf), layer_acts(s, Lc - 1, true).res3, st.param(lnf_unit_), s.pa(kLnfMean),
-              s.pa(kLnfRstd));
+    ln_weight(dlnf, llama_ ? nullptr : dlnf + C, s.k(wLnf), layer_acts(s, Lc - 1, true).res3, st.param(lnf_unit_),
+              llama_ ? nullptr : s.pa(kLnfMean), s.pa(kLnfRstd));
     st.release_param(lnf_unit_);
     st.grad_done(lnf_unit_);
   }
@@ -231,25 +250,30 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
     PartClock clock(part_times_, ops, PartTimes::kWeight, 1 + lp.layer);
     const T* up = st.param(lp.unit);
     T* ug = st.grad(lp.unit);
-    auto W = [&](int i) { return up + lp.o[i]; };
-    auto D = [&](int i) { return ug + lp.o[i]; };
+    const auto absent = [&](int i) { return lp.o[i] == LayerParams::kAbsent; };  // Llama's biases
+    auto W = [&](int i) { return absent(i) ? nullptr : up + lp.o[i]; };
+    auto D = [&](int i) { return absent(i) ? nullptr : ug + lp.o[i]; };
     auto K = [&](int what, size_t n) { return s.k(what) + size_t(k) * kept_stride<T>(n); };
     const LayerActs a = layer_acts(s, k, last);
     const T* none = nullptr;
     fcproj_->backward(nullptr, K(wResFc, R * C), a.fchg, int(BT), none, D(Pfcprojw), D(Pfcprojb));
-    fc_->backward(nullptr, K(wFch, BT * 4 * Cl), a.ln2, int(BT), none, D(Pfcw), D(Pfcb));
+    fc_->backward(nullptr, K(wFch, BT * size_t(fch_w_)), a.ln2, int(BT), none, D(Pfcw), D(Pfcb));
     ln_weight(D(Pln2w), D(Pln2b), K(wLn2, R * C), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd);
     attproj_->backward(nullptr, K(wResAtt, R * C), a.atty, int(BT), none, D(Pattprojw), D(Pattprojb));
-    qkv_->backward(nullptr, K(wQkv, BT * 3 * Cl), a.ln1, int(BT), none, D(Pqkvw), D(Pqkvb));
+    T* dqkvw = kv_share_ > 1 ? kv_grad_.template data<T>() : D(Pqkvw);
+    if (kv_share_ > 1) ops.zero(dqkvw, size_t(qkv_w_) * C);
+    qkv_->backward(nullptr, K(wQkv, BT * size_t(qkv_w_)), a.ln1, int(BT), none, dqkvw, D(Pqkvb));
+    if (kv_share_ > 1) add_qkv_grad(D(Pqkvw), dqkvw);
     ln_weight(D(Pln1w), D(Pln1b), K(wLn1, R * C), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd);
     st.release_param(lp.unit);
     st.grad_done(lp.unit);
   }
   if (first) {
     PartClock clock(part_times_, ops, PartTimes::kWeight, 0);
-    embedding_backward(st.grad(wte_unit_), st.grad(wpe_unit_), s.k(wEmb), s.tok(), B, Tn, v0);
+    embedding_backward(st.grad(wte_unit_), wpe_unit_ >= 0 ? st.grad(wpe_unit_) : nullptr, s.k(wEmb), s.tok(), B, Tn,
+                       v0);
     st.grad_done(wte_unit_);
-    st.grad_done(wpe_unit_);
+    if (wpe_unit_ >= 0) st.grad_done(wpe_unit_);
   }
   s.input_done = false;
   s.kept.clear();
@@ -261,7 +285,7 @@ template <typename T>
 void ParallelGpt<T>::embedding_backward(T* dwte, T* dwpe, const T* demb, const int32_t* tok, int B, int Tn, int v0) {
   Ops<T>& ops = *ops_;
   const int C = cfg_.C;
-  if (!cp_) {
+  if (!cp_ || !dwpe) {  // (Llama: no position table)
     ops.embedding_shard_backward(dwte, dwpe, demb, tok, B, Tn, C, v0, v0 + Vl_);
     return;
   }
@@ -281,18 +305,42 @@ void ParallelGpt<T>::ln_backward(T* dinp, T* dw, T* db, const T* dout, const T* 
                                  const acc_t<T>* mean, const acc_t<T>* rstd, int R) {
   Ops<T>& ops = *ops_;
   const int C = cfg_.C;
+  auto norm_backward = [&](T* dweight, T* dbias) {
+    if (llama_)
+      ops.rmsnorm_backward(dinp, dweight, dout, inp, w, rstd, R, C);
+    else
+      ops.layernorm_backward(dinp, dweight, dbias, dout, inp, w, mean, rstd, R, C);
+  };
   if (!sp_) {
-    ops.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, R, C);
+    norm_backward(dw, db);
     return;
   }
   // Each TP rank's rows give part of the weight and bias gradients: their sum over TP is the
-  // gradient (Megatron-LM #1446 is this sum left out), accumulated into dw and db.
+  // gradient (Megatron-LM #1446 is this sum left out), accumulated into dw and db (an RMSNorm:
+  // its weight's only).
+  const size_t n = llama_ ? size_t(C) : 2 * size_t(C);
   T* part = scratch_[sLnPart].template data<T>();
-  ops.zero(part, 2 * size_t(C));
-  ops.layernorm_backward(dinp, part, part + C, dout, inp, w, mean, rstd, R, C);
-  sum_over_tensor_parallel<T>(ops, tp_, part, 2 * size_t(C), &stats_);
+  ops.zero(part, n);
+  norm_backward(part, llama_ ? nullptr : part + C);
+  sum_over_tensor_parallel<T>(ops, tp_, part, n, &stats_);
   ops.residual_forward(dw, dw, part, size_t(C));
-  ops.residual_forward(db, db, part + C, size_t(C));
+  if (!llama_) ops.residual_forward(db, db, part + C, size_t(C));
+}
+
+template <typename T>
+void ParallelGpt<T>::add_qkv_grad(T* dw, T* dqkvw) {
+  Ops<T>& ops = *ops_;
+  const size_t C = size_t(cfg_.C), hs = C / size_t(cfg_.NH), KV = size_t(kv_heads(cfg_));
+  const size_t q = size_t(NHl_) * hs * C, kv = 2 * hs * C;  // this rank's q rows; its one KV head's k and v rows
+  // Each rank's k and v rows at its head's slot of a (KV, 2 hs, C) buffer, zeros elsewhere: the sum
+  // over TP adds the ranks sharing each head (the zeros add exactly), the same bits on every rank.
+  T* buf = kv_grad_.template data<T>() + size_t(qkv_w_) * C;
+  const size_t head = size_t(coord_.tp / kv_share_);
+  ops.zero(buf, KV * kv);
+  copy_within(ops, buf + head * kv, dqkvw + q, kv);
+  sum_over_tensor_parallel<T>(ops, tp_, buf, KV * kv, &stats_);
+  copy_within(ops, dqkvw + q, buf + head * kv, kv);
+  ops.residual_forward(dw, dw, dqkvw, size_t(qkv_w_) * C);
 }
 
 
@@ -304,6 +352,7 @@ void ParallelGpt<T>::ln_backward(T* dinp, T* dw, T* db, const T* dout, const T* 
   template void ParallelGpt<T>::layer_backward(ActSet&, const LayerParams&, int, bool, bool, T*, acc_t<T>);  \
   template void ParallelGpt<T>::backward_weight(int, int);                                                  \
   template void ParallelGpt<T>::embedding_backward(T*, T*, const T*, const int32_t*, int, int, int);         \
+  template void ParallelGpt<T>::add_qkv_grad(T*, T*);                                                       \
   template void ParallelGpt<T>::ln_backward(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,      \
                                             const acc_t<T>*, int);
 DTB_PARALLEL_GPT_BACKWARD(float)

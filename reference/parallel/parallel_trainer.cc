@@ -212,7 +212,8 @@ double parallel_compute_gradients(ParallelGpt<T>& model, ZeroEngine<T>& engine, 
     // The tied embedding: the first stage's copy holds the input embedding's gradient, the
     // last stage's the LM head's; each adds the other's (a + b on one side, b + a on the
     // other: bitwise equal).
-    if (p > 1 && model.wte_unit() >= 0 && (me == 0 || me == p - 1)) engine.add_tied_gradient(g.pp, me == 0 ? p - 1 : 0);
+    if (p > 1 && model.tied_embedding() && model.wte_unit() >= 0 && (me == 0 || me == p - 1))
+      engine.add_tied_gradient(g.pp, me == 0 ? p - 1 : 0);
     // The loss: the last stage's token losses and every stage's MoE losses, summed over the
     // world (TP rank 0 counts them once).
     loss_sum = all_reduce_host_scalar(g.world, model.device(), model.ops(), model.coord().tp == 0 ? loss_sum : 0.0);

@@ -244,7 +244,7 @@ void RowParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, cons
     const int Nl = N / tp_.size();
     ops_.matmul_forward(work, inp, w, static_cast<const T*>(nullptr), N, local_in_features(), OC_);
     reduce_scatter_to_sequence_parallel_region<T>(Pass::forward, ops_, tp_, work, out, size_t(Nl) * OC_, stats_);
-    ops_.add_bias(out, b, Nl, OC_);
+    if (b) ops_.add_bias(out, b, Nl, OC_);
     return;
   }
   // tp = 1 and BiasAtTp1::in_gemm: the unsharded linear of reference/model/gpt.cc, bias and all.
@@ -254,7 +254,7 @@ void RowParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, cons
   // g forward: the partial products over this rank's C/tp input features are summed.
   reduce_from_tensor_parallel_region<T>(Pass::forward, ops_, tp_, out, size_t(N) * OC_, stats_);
   // The replicated bias, added once after the reduction (layers.py: output = output_ + bias).
-  ops_.add_bias(out, b, N, OC_);
+  if (b) ops_.add_bias(out, b, N, OC_);
 }
 
 template <typename T>

@@ -224,7 +224,7 @@ class RowParallelLinear {
   /// out (N, OC) = sum over TP ranks of inp_r (N, C/tp) @ W_r^T, then + b: g forward, one
   /// all-reduce SUM of N*OC elements over tp. `out` is identical on every TP rank.
   void forward(T* out, const T* inp, int N) { forward(out, inp, N, w_.data<T>(), b_.data<T>()); }
-  /// The same with the caller's w (OC, C/tp) and b (OC). Sequence parallel: out is this
+  /// The same with the caller's w (OC, C/tp) and b (OC; may be null: no bias). Sequence parallel: out is this
   /// rank's block (N/tp, OC) of the sum; the partial products go to `work`
   /// (workspace_elements(N), not null).
   void forward(T* out, const T* inp, int N, const T* w, const T* b, T* work = nullptr);
