@@ -115,7 +115,7 @@ class Ops {
   // Blockwise causal attention at absolute positions, its log-sum-exp merge and its backward:
   // context parallelism's blocks (reference/parallel/context_parallel.h); semantics, layouts
   // and scratch sizes in kernels/cpu/ops.h. lse is kept in A. The defaults throw InputError
-  // (a backend or precision without them: so far only CpuOps<float> and CpuOps<double>).
+  // (a backend without them: so far the CPU's CpuOps and HalfCpuOps have them, CUDA not).
   virtual void attention_block_forward(T* out, A* lse, T* scratch, const T* q, int q_stride, const T* k,
                                        const T* v, int kv_stride, int B, int Tq, int Tk, int C, int NH, int qpos0,
                                        int kpos0);

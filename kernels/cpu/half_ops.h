@@ -56,6 +56,17 @@ namespace dtb {
 ///     accumulates the small updates the H copy cannot hold (Micikevicius et al. Sec. 3.1).
 ///   - the cross-entropy shard ops take and return their A maxes, sums and losses as they
 ///     are (only logits, probs and dlogits are H).
+///   - the Llama block's ops (half_llama_ops.cc): rmsnorm's rstd and the blockwise
+///     attention's lse are A, written or read as they are. rope_forward / rope_backward
+///     rotate in place: the q and k heads are converted, rotated by the float kernel (its
+///     cos and sin rounded from double to float) and rounded once; the v heads are not
+///     written. gqa_attention_backward, attention_block_forward and _backward use float
+///     scratch of this object's; the caller's H `scratch` is not touched.
+///   - attention_block_forward / _backward gather the strided rows of q, k, v (and dq, dk,
+///     dv) into dense float (rows, C) copies and call the float kernel with strides C: the
+///     sgemm of each (b, h) then sees the same operands as on the whole strided tensors.
+///   - attention_merge: out = round(the float merge of float(out), float(out2)), lse
+///     merged in A; a row merged with lse2 = -inf keeps its bits.
 ///
 /// Memory: the conversion scratch is float buffers held in this object (grown to the
 /// largest call seen, reused, so no allocation per call in the steady state; a token-row
@@ -63,7 +74,8 @@ namespace dtb {
 /// CPU's cost of emulating half storage, not part of the recipe's footprint. Its size is
 /// the float copy of one op's tensors: chunked ops about kChunk elements per buffer; GEMMs
 /// (inp, weight, out), the embeddings (the distinct rows touched, B*T*C at most) and the
-/// layernorm dweight/dbias whole.
+/// layernorm and rmsnorm dweight/dbias whole; the attention ops (whole-sequence, GQA and
+/// blockwise) one group of batch entries (about kChunk elements, at least one entry).
 /// Errors: none of its own (bad shapes are the caller's, as for CpuOps). Not thread-safe:
 /// one object per rank thread, as Device.
 template <typename H>
@@ -114,6 +126,25 @@ class HalfCpuOps final : public Ops<H> {
                                   int Vl) override;
   void crossentropy_shard_backward(H* dlogits, const H* probs, const int32_t* targets, A dloss, int N, int Vl,
                                    int v_begin) override;
+
+  // The Llama block's ops and context parallelism's blockwise attention
+  // (kernels/cpu/half_llama_ops.cc), by the same recipe.
+  void rmsnorm_forward(H* out, A* rstd, const H* inp, const H* weight, A eps, int N, int C) override;
+  void rmsnorm_backward(H* dinp, H* dweight, const H* dout, const H* inp, const H* weight, const A* rstd, int N,
+                        int C) override;
+  void swiglu_forward(H* out, const H* inp, int N, int F) override;
+  void swiglu_backward(H* dinp, const H* inp, const H* dout, int N, int F) override;
+  void rope_forward(H* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override;
+  void rope_backward(H* dqkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override;
+  void gqa_attention_forward(H* out, H* att, const H* qkv, int B, int Tn, int NH, int KV, int hs) override;
+  void gqa_attention_backward(H* dqkv, H* scratch, const H* dout, const H* qkv, const H* att, int B, int Tn, int NH,
+                              int KV, int hs) override;
+  void attention_block_forward(H* out, A* lse, H* scratch, const H* q, int q_stride, const H* k, const H* v,
+                               int kv_stride, int B, int Tq, int Tk, int C, int NH, int qpos0, int kpos0) override;
+  void attention_merge(H* out, A* lse, const H* out2, const A* lse2, int N, int C, int NH) override;
+  void attention_block_backward(H* dq, H* dk, H* dv, H* scratch, const H* dout, const H* out, const A* lse,
+                                const H* q, int q_stride, const H* k, const H* v, int kv_stride, int B, int Tq,
+                                int Tk, int C, int NH, int qpos0, int kpos0) override;
 
   /// Bytes of conversion scratch this object holds now (floats and token maps): for tests
   /// and for reporting the emulation's host overhead. Grows only.

@@ -123,4 +123,61 @@ void attention_backward(Gemm& gemm, float* dqkv, float* scratch, const float* do
   }
 }
 
+// Grouped-query heads: as above with the row width W = (NH + 2KV) hs of qkv and NH hs of out,
+// and query head h reading key/value head g = h / (NH / KV).
+void gqa_attention_forward(Gemm& gemm, float* out, float* att, const float* qkv, int B, int T, int NH, int KV,
+                           int hs, cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || NH <= 0 || KV <= 0 || hs <= 0) return;
+  DTB_CHECK(NH % KV == 0, "gqa_attention_forward: KV does not divide NH");
+  const int group = NH / KV, W = (NH + 2 * KV) * hs, C = NH * hs;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const long long sq = (long long)T * W, sa = (long long)NH * T * T, so = (long long)T * C;
+  const GemmPrecision p = GemmPrecision::fp32;
+  for (int h = 0; h < NH; h++) {
+    const float* q = qkv + size_t(h) * hs;
+    const float* k = qkv + size_t(NH + h / group) * hs;
+    gemm.matmul_batched(q, W, sq, k, W, sq, att + size_t(h) * T * T, T, sa, B, T, T, hs, false, true, scale, 0.0f,
+                        p, stream);
+  }
+  const size_t rows = size_t(B) * NH * T;
+  causal_softmax_kernel<<<grid_for_rows(rows), kBlock, 0, stream>>>(att, T, rows);
+  DTB_LAUNCH_CHECK();
+  for (int h = 0; h < NH; h++) {
+    const float* v = qkv + size_t(NH + KV + h / group) * hs;
+    gemm.matmul_batched(att + size_t(h) * T * T, T, sa, v, W, sq, out + size_t(h) * hs, C, so, B, T, hs, T, false,
+                        false, 1.0f, 0.0f, p, stream);
+  }
+}
+
+void gqa_attention_backward(Gemm& gemm, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* att, int B, int T, int NH, int KV, int hs, cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || NH <= 0 || KV <= 0 || hs <= 0) return;
+  DTB_CHECK(NH % KV == 0, "gqa_attention_backward: KV does not divide NH");
+  const int group = NH / KV, W = (NH + 2 * KV) * hs, C = NH * hs;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const long long sq = (long long)T * W, sa = (long long)NH * T * T, so = (long long)T * C;
+  const GemmPrecision p = GemmPrecision::fp32;
+  for (int h = 0; h < NH; h++) {
+    const size_t voff = size_t(NH + KV + h / group) * hs;
+    const float* d = dout + size_t(h) * hs;
+    float* da = scratch + size_t(h) * T * T;
+    // datt (T,T) = dout (T,hs) @ v^T; dv (T,hs) += att^T @ dout, the group's heads in order.
+    gemm.matmul_batched(d, C, so, qkv + voff, W, sq, da, T, sa, B, T, T, hs, false, true, 1.0f, 0.0f, p, stream);
+    gemm.matmul_batched(att + size_t(h) * T * T, T, sa, d, C, so, dqkv + voff, W, sq, B, T, hs, T, true, false,
+                        1.0f, 1.0f, p, stream);
+  }
+  const size_t rows = size_t(B) * NH * T;
+  causal_softmax_backward_kernel<<<grid_for_rows(rows), kBlock, 0, stream>>>(scratch, att, T, rows);
+  DTB_LAUNCH_CHECK();
+  for (int h = 0; h < NH; h++) {
+    const size_t qoff = size_t(h) * hs, koff = size_t(NH + h / group) * hs;
+    const float* da = scratch + size_t(h) * T * T;
+    // dq (T,hs) += scale * dpre @ k; dk += scale * dpre^T @ q.
+    gemm.matmul_batched(da, T, sa, qkv + koff, W, sq, dqkv + qoff, W, sq, B, T, hs, T, false, false, scale, 1.0f,
+                        p, stream);
+    gemm.matmul_batched(da, T, sa, qkv + qoff, W, sq, dqkv + koff, W, sq, B, T, hs, T, true, false, scale, 1.0f,
+                        p, stream);
+  }
+}
+
 }  // namespace dtb::cuda

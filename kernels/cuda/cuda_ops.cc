@@ -140,4 +140,31 @@ void CudaOps::crossentropy_shard_backward(float* dlogits, const float* probs, co
   cuda::crossentropy_shard_backward(dlogits, probs, targets, dloss, N, Vl, v_begin, s());
 }
 
+void CudaOps::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int N,
+                              int C) {
+  cuda::rmsnorm_forward(out, rstd, inp, weight, eps, N, C, s());
+}
+void CudaOps::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                               const float* weight, const float* rstd, int N, int C) {
+  cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, s());
+}
+void CudaOps::swiglu_forward(float* out, const float* inp, int N, int F) { cuda::swiglu_forward(out, inp, N, F, s()); }
+void CudaOps::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+  cuda::swiglu_backward(dinp, inp, dout, N, F, s());
+}
+void CudaOps::rope_forward(float* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) {
+  cuda::rope_forward(qkv, B, Tn, NH, KV, hs, pos0, theta, s());
+}
+void CudaOps::rope_backward(float* dqkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) {
+  cuda::rope_backward(dqkv, B, Tn, NH, KV, hs, pos0, theta, s());
+}
+void CudaOps::gqa_attention_forward(float* out, float* att, const float* qkv, int B, int Tn, int NH, int KV,
+                                    int hs) {
+  cuda::gqa_attention_forward(gemm_, out, att, qkv, B, Tn, NH, KV, hs, s());
+}
+void CudaOps::gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                     const float* att, int B, int Tn, int NH, int KV, int hs) {
+  cuda::gqa_attention_backward(gemm_, dqkv, scratch, dout, qkv, att, B, Tn, NH, KV, hs, s());
+}
+
 }  // namespace dtb

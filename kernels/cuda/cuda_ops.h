@@ -70,6 +70,19 @@ class CudaOps final : public Ops<float> {
                                   const float* sums, int N, int Vl) override;
   void crossentropy_shard_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss, int N,
                                    int Vl, int v_begin) override;
+  /// The Llama block's ops (kernels/cuda/llama_ops.cu, attention.cu's gqa_attention_*).
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int N,
+                       int C) override;
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int N, int C) override;
+  void swiglu_forward(float* out, const float* inp, int N, int F) override;
+  void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
+  void rope_forward(float* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override;
+  void rope_backward(float* dqkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override;
+  void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int Tn, int NH, int KV,
+                             int hs) override;
+  void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                              int B, int Tn, int NH, int KV, int hs) override;
 
  private:
   cudaStream_t s() const { return device_.compute_stream(); }

@@ -393,6 +393,104 @@ void CudaHalfOps<H>::crossentropy_shard_backward(H* dlogits, const H* probs, con
   }
 }
 
+// ---- the Llama block: the fp32 kernels on whole widened tensors ----
+
+template <typename H>
+void CudaHalfOps<H>::rmsnorm_forward(H* out, A* rstd, const H* inp, const H* weight, A eps, int N, int C) {
+  const size_t n = dim(N) * dim(C);
+  float* x = widen(0, inp, n);
+  float* w = widen(1, weight, dim(C));
+  float* y = buf(2, n);
+  cuda::rmsnorm_forward(y, rstd, x, w, eps, N, C, s());  // writes y and rstd
+  round_to(out, y, n);
+}
+
+template <typename H>
+void CudaHalfOps<H>::rmsnorm_backward(H* dinp, H* dweight, const H* dout, const H* inp, const H* weight,
+                                      const A* rstd, int N, int C) {
+  const size_t n = dim(N) * dim(C), Cs = dim(C);
+  float* dx = widen(0, dinp, n);
+  float* d = widen(1, dout, n);
+  float* x = widen(2, inp, n);
+  float* w = widen(3, weight, Cs);
+  float* dw = widen(4, dweight, Cs);
+  cuda::rmsnorm_backward(dx, dw, d, x, w, rstd, N, C, s());  // accumulates both
+  round_to(dinp, dx, n);
+  round_to(dweight, dw, Cs);
+}
+
+template <typename H>
+void CudaHalfOps<H>::swiglu_forward(H* out, const H* inp, int N, int F) {
+  const size_t n = dim(N) * dim(F);
+  float* x = widen(0, inp, 2 * n);
+  float* y = buf(1, n);
+  cuda::swiglu_forward(y, x, N, F, s());  // writes
+  round_to(out, y, n);
+}
+
+template <typename H>
+void CudaHalfOps<H>::swiglu_backward(H* dinp, const H* inp, const H* dout, int N, int F) {
+  const size_t n = dim(N) * dim(F);
+  float* dx = widen(0, dinp, 2 * n);
+  float* x = widen(1, inp, 2 * n);
+  float* d = widen(2, dout, n);
+  cuda::swiglu_backward(dx, x, d, N, F, s());  // accumulates
+  round_to(dinp, dx, 2 * n);
+}
+
+template <typename H>
+void CudaHalfOps<H>::rope(H* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta, int sign) {
+  const size_t rows = dim(B) * dim(Tn), W = (dim(NH) + 2 * dim(KV)) * dim(hs), QK = (dim(NH) + dim(KV)) * dim(hs);
+  if (rows == 0 || QK == 0) return;
+  float* x = widen(0, qkv, rows * W);
+  if (sign > 0) {
+    cuda::rope_forward(x, B, Tn, NH, KV, hs, pos0, theta, s());
+  } else {
+    cuda::rope_backward(x, B, Tn, NH, KV, hs, pos0, theta, s());
+  }
+  H* r = reinterpret_cast<H*>(buf(1, (rows * W + 1) / 2));  // rows * W H values in float slots
+  round_to(r, x, rows * W);
+  DTB_CUDA_CHECK(cudaMemcpy2DAsync(qkv, W * sizeof(H), r, W * sizeof(H), QK * sizeof(H), rows,
+                                   cudaMemcpyDeviceToDevice, s()));
+}
+
+template <typename H>
+void CudaHalfOps<H>::rope_forward(H* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) {
+  rope(qkv, B, Tn, NH, KV, hs, pos0, theta, +1);
+}
+
+template <typename H>
+void CudaHalfOps<H>::rope_backward(H* dqkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) {
+  rope(dqkv, B, Tn, NH, KV, hs, pos0, theta, -1);
+}
+
+template <typename H>
+void CudaHalfOps<H>::gqa_attention_forward(H* out, H* att, const H* qkv, int B, int Tn, int NH, int KV, int hs) {
+  const size_t BT = dim(B) * dim(Tn), natt = dim(B) * dim(NH) * dim(Tn) * dim(Tn);
+  const size_t nq = BT * (dim(NH) + 2 * dim(KV)) * dim(hs), no = BT * dim(NH) * dim(hs);
+  float* q = widen(0, qkv, nq);
+  float* o = buf(1, no);
+  float* a = buf(2, natt);
+  cuda::gqa_attention_forward(gemm_, o, a, q, B, Tn, NH, KV, hs, s());  // writes both
+  round_to(out, o, no);
+  round_to(att, a, natt);
+}
+
+template <typename H>
+void CudaHalfOps<H>::gqa_attention_backward(H* dqkv, H* scratch, const H* dout, const H* qkv, const H* att, int B,
+                                            int Tn, int NH, int KV, int hs) {
+  (void)scratch;  // the fp32 kernel's scratch is buf(4); the caller's H scratch is not touched
+  const size_t BT = dim(B) * dim(Tn), natt = dim(B) * dim(NH) * dim(Tn) * dim(Tn);
+  const size_t nq = BT * (dim(NH) + 2 * dim(KV)) * dim(hs), no = BT * dim(NH) * dim(hs);
+  float* dq = widen(0, dqkv, nq);
+  float* q = widen(1, qkv, nq);
+  float* d = widen(2, dout, no);
+  float* a = widen(3, att, natt);
+  float* sc = buf(4, natt);
+  cuda::gqa_attention_backward(gemm_, dq, sc, d, q, a, B, Tn, NH, KV, hs, s());  // accumulates into dq
+  round_to(dqkv, dq, nq);
+}
+
 template class CudaHalfOps<bf16>;
 template class CudaHalfOps<fp16>;
 

@@ -136,6 +136,22 @@ class CudaHalfOps final : public Ops<H> {
                                   int Vl) override;
   void crossentropy_shard_backward(H* dlogits, const H* probs, const int32_t* targets, A dloss, int N, int Vl,
                                    int v_begin) override;
+  /// The Llama block's ops: the fp32 kernels of llama_ops.cu and attention.cu's
+  /// gqa_attention_* on whole widened tensors; rstd in A. rope_forward / _backward round
+  /// the rotated tensor into H scratch and copy back only the q and k heads of each row
+  /// (cudaMemcpy2DAsync), so v is not written, as HalfCpuOps. gqa_attention_backward's fp32
+  /// scratch is this object's; the caller's H `scratch` is not touched. Not yet run on a GPU:
+  /// half_llama_ops_test.cc checks them against HalfCpuOps<H>.
+  void rmsnorm_forward(H* out, A* rstd, const H* inp, const H* weight, A eps, int N, int C) override;
+  void rmsnorm_backward(H* dinp, H* dweight, const H* dout, const H* inp, const H* weight, const A* rstd, int N,
+                        int C) override;
+  void swiglu_forward(H* out, const H* inp, int N, int F) override;
+  void swiglu_backward(H* dinp, const H* inp, const H* dout, int N, int F) override;
+  void rope_forward(H* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override;
+  void rope_backward(H* dqkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta) override;
+  void gqa_attention_forward(H* out, H* att, const H* qkv, int B, int Tn, int NH, int KV, int hs) override;
+  void gqa_attention_backward(H* dqkv, H* scratch, const H* dout, const H* qkv, const H* att, int B, int Tn, int NH,
+                              int KV, int hs) override;
 
   /// Bytes of fp32 device scratch this object holds now (grows only): for tests and for
   /// reporting the conversions' footprint (also under MemCategory::workspace).
@@ -156,6 +172,8 @@ class CudaHalfOps final : public Ops<H> {
   /// the device touch, from their smallest to their largest (a synchronising copy to the
   /// host); lo = end = v_begin when none does (n = 0, or every id outside the shard).
   std::pair<int64_t, int64_t> touched_rows(const int32_t* tokens, size_t n, int v_begin, int v_end);
+  /// rope_forward (sign +1) or rope_backward (-1) by the recipe (see rope_forward above).
+  void rope(H* qkv, int B, int Tn, int NH, int KV, int hs, int pos0, double theta, int sign);
 
   CudaDevice& device_;
   cuda::Gemm& gemm_;

@@ -68,6 +68,42 @@ void attention_backward(Gemm& gemm, float* dqkv, float* scratch, const float* do
                         const float* qkv, const float* att, int B, int T, int C, int NH,
                         cudaStream_t stream);
 
+/// Causal self-attention with grouped-query heads (cpu::gqa_attention_forward): qkv
+/// (B,T,(NH+2KV)hs) holds the NH query heads, then KV key heads, then KV value heads; query
+/// head h uses key/value head h / (NH/KV). WRITES out (B,T,NH hs) and att (B,NH,T,T), zero
+/// above the diagonal. As attention_forward: fp32 batched GEMMs per head, a warp per row for
+/// the softmax. KV = NH is attention_forward's computation. KV must divide NH (aborts if not).
+void gqa_attention_forward(Gemm& gemm, float* out, float* att, const float* qkv, int B, int T, int NH,
+                           int KV, int hs, cudaStream_t stream);
+/// dqkv (B,T,(NH+2KV)hs) += gradient given dout (B,T,NH hs) and the saved att; a key/value
+/// head's dk, dv add its query heads' contributions in head order (one GEMM each, beta 1, on
+/// the stream: deterministic). `scratch` (B*NH*T*T floats) is overwritten.
+void gqa_attention_backward(Gemm& gemm, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* att, int B, int T, int NH, int KV, int hs, cudaStream_t stream);
+
+// ---- the Llama block (llama_ops.cu; contracts and the math in kernels/cpu/ops.h) ----
+
+/// RMSNorm, one warp per row: rstd (N) = 1 / sqrt(mean(x^2) + eps), out (N,C) = (x rstd) w.
+/// WRITES out and rstd.
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int N, int C,
+                     cudaStream_t stream);
+/// dinp (N,C) += rstd (w dout - xhat mean(w dout xhat)), one warp per row; dweight (C) +=
+/// column sums of xhat dout (the column-reduction kernel: deterministic).
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C, cudaStream_t stream);
+/// SwiGLU: inp (N,2F) = gate | up per row; WRITES out (N,F) = silu(gate) up. The exponent is
+/// clamped to [-80, 80] as on the CPU (so silu' has no inf * 0).
+void swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t stream);
+/// dinp (N,2F) += (dout up silu'(gate) | dout silu(gate)).
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, cudaStream_t stream);
+/// Rotary embeddings IN PLACE on the q and k heads of qkv (B,T,(NH+2KV)hs), rotate-half
+/// pairs (i, i + hs/2), position pos0 + t, angle (pos0 + t) theta^(-2i/hs) computed in
+/// double and its cos, sin rounded to float, as cpu::rope_forward. v untouched.
+void rope_forward(float* qkv, int B, int T, int NH, int KV, int hs, int pos0, double theta, cudaStream_t stream);
+/// The transpose (each pair rotated by -angle), in place on dqkv's q and k heads.
+void rope_backward(float* dqkv, int B, int T, int NH, int KV, int hs, int pos0, double theta,
+                   cudaStream_t stream);
+
 /// GELU, tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
 /// elementwise over n. WRITES out.
 void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream);
