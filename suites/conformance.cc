@@ -111,7 +111,19 @@ std::vector<std::string> layout_names(const json& section, const GptConfig& mode
     names.push_back(v.get<std::string>());
   }
   if (!names.empty()) return names;
-  return default_conformance_layouts(model.moe.num_experts > 0);
+  if (!is_llama(model)) return default_conformance_layouts(model.moe.num_experts > 0);
+  // A Llama model: the defaults less what the family does not train yet (validate_arch_layout:
+  // context parallelism, the DP sync recipes), and DP 4 under ZeRO 3.
+  for (const std::string& text : default_conformance_layouts(false)) {
+    const LayoutSpec spec = parse_layout_spec(text, "conformance.layouts");
+    try {
+      validate_arch_layout(spec, model, {});
+      names.push_back(text);
+    } catch (const InputError&) {
+    }
+  }
+  names.push_back("DP4:zero3");
+  return names;
 }
 
 // Bytes the busiest rank holds: the float64 oracle or a float32 reference (as train.cc
@@ -161,7 +173,6 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
   const std::string backend = config.value("backend", "cpu");
   Params p;
   p.model = gpt_config_from_json(section.at("model"), "conformance.model");
-  require_gpt2(p.model, "conformance.model", "the conformance suite");
   p.base = train_config_from_json(section, config, "conformance");
   const TrainConfig& cfg = p.base;
   p.precisions = precisions_from_json(section);
@@ -378,7 +389,7 @@ class ConformanceSuite : public SuiteWithParams<Params> {
            "single-rank baseline and the float64 oracle";
   }
   json defaults() const override {
-    return {{"model", model_defaults(8, 64, 4, 32, 256)},  // an MoE model's keys too (docs/moe.md)
+    return {{"model", model_defaults(8, 64, 4, 32, 256, true)},  // MoE and Llama keys too (docs/moe.md, docs/models.md)
             {"steps", 20},
             {"global_batch", 16},
             {"micro_batches", 4},

@@ -175,8 +175,9 @@ void require_gpt2(const GptConfig& model, const std::string& path, const std::st
 /// defaults (moe_router_topk 2, moe_layer_freq 1, moe_ffn_hidden_size 0: 4C, moe_aux_loss_coeff
 /// 0.01, moe_z_loss_coeff 0, moe_expert_capacity_factor null: no dropping), and the Llama keys'
 /// (arch "gpt2", num_kv_heads 0: NH, ffn_hidden_size 0: Llama's rule, rope_theta 10000, norm_eps
-/// 1e-5) with `llama_keys` (the run's own "model" section: the suites with a model section of their
-/// own run GPT-2 only, so far), so that the config merge accepts them there.
+/// 1e-5) with `llama_keys` (the run's own "model" section and the conformance suite's; the other
+/// suites with a model section of their own run GPT-2 only, so far), so that the config merge
+/// accepts them there.
 nlohmann::json model_defaults(int L, int C, int NH, int T, int V, bool llama_keys = false);
 
 /// Comparable printable forms of the typed config parts every suite shares (every field),
