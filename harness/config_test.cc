@@ -113,8 +113,9 @@ TEST(Config, MoeKeysOnlyInAnMoeModel) {
 
 // The Llama family's keys (docs/models.md): a GPT-2 model's merged config has none of them (as before
 // the family existed); a Llama model's has all; a Llama key with arch gpt2, an unknown arch, KV
-// heads not dividing NH are refused in one line, and so is every layout but plain data parallelism
-// in fp32 on the CPU (the sharded model runs GPT-2 only so far), and every suite but train.
+// heads not dividing NH are refused in one line; the sharded model trains it (TP, PP, ZeRO) in fp32,
+// refusing a tp the KV heads do not shard or replicate to, a half precision, context parallelism;
+// every suite but train and conformance refuses it.
 TEST(Config, LlamaKeysOnlyInALlamaModel) {
   const auto llama = parse_config(R"({"model": {"arch": "llama", "num_kv_heads": 2}})", "t", "train", "", 2);
   EXPECT_EQ(llama["model"]["rope_theta"], 10000.0);
@@ -128,8 +129,22 @@ TEST(Config, LlamaKeysOnlyInALlamaModel) {
   EXPECT_EQ(error_of(R"({"model": {"arch": "llama", "num_kv_heads": 3}})", 2, "train"),
             "model.num_kv_heads = 3 does not divide NH = 4");
   EXPECT_EQ(error_of(R"({"model": {"arch": "llama"}})", 2, "train"), "");
-  EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"tensor_parallel": 2}})", 2, "train")
-                .find("train: model.arch = llama: not supported by the sharded model"), std::string::npos);
+  EXPECT_EQ(error_of(R"({"model": {"arch": "llama", "num_kv_heads": 2}, "train": {"tensor_parallel": 2}})", 2, "train"), "");
+  EXPECT_EQ(error_of(R"({"model": {"arch": "llama", "num_kv_heads": 1}, "train": {"tensor_parallel": 4}})", 4, "train"), "");
+  EXPECT_EQ(error_of(R"({"model": {"arch": "llama", "L": 4}, "train": {"pipeline_parallel": 2, "zero_stage": 1}})", 4,
+                     "train"),
+            "");
+  // NH 6, KV 3 (head size 16): tp 2 neither divides 3 nor is a multiple of it.
+  EXPECT_EQ(error_of(R"({"model": {"arch": "llama", "C": 96, "NH": 6, "num_kv_heads": 3},
+                         "train": {"tensor_parallel": 2}})", 2, "train"),
+            "train: tensor_parallel = 2 neither divides nor is a multiple of model.num_kv_heads = 3 (grouped-query "
+            "attention shards whole KV heads, or replicates each over tp / KV ranks)");
+  EXPECT_EQ(error_of(R"({"model": {"arch": "llama", "ffn_hidden_size": 170}, "train": {"tensor_parallel": 4}})", 4,
+                     "train"),
+            "train: tensor_parallel = 4 does not divide model.ffn_hidden_size = 170 (SwiGLU's gate and up rows are "
+            "each column-parallel)");
+  EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"context_parallel": 2, "seq_len": 32}})", 2, "train")
+                .find("train: model.arch = llama: not supported by context parallelism"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"precision": "bf16"}})", 2, "train")
                 .find("model.arch = llama: not supported by"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"arch": "llama"}})", 4, "sweep").find("not supported by the sweep suite"),

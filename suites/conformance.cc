@@ -83,13 +83,13 @@ std::string no_reference_reason(const DpSync& d, Precision p) {
   return "";
 }
 
-// Why a context-parallel layout does not run in its precision or on this backend ("" when it
-// runs): validate_cp_layout's refusal (the half recipes and other backends have no block
-// attention ops yet).
-std::string cp_skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
-  if (spec.l.cp == 1) return "";
+// Why a layout does not run in its precision or on this backend ("" when it runs):
+// validate_cp_layout's refusal (the half recipes and other backends have no block attention ops
+// yet), or validate_arch_layout's (a Llama model in a half precision: docs/models.md).
+std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
   try {
-    validate_cp_layout(spec, model, backend, 0, "");
+    if (spec.l.cp > 1) validate_cp_layout(spec, model, backend, 0, "");
+    if (is_llama(model)) validate_arch_layout(spec, model, {.backend = backend});
   } catch (const InputError& e) {
     return e.what();
   }
@@ -330,7 +330,10 @@ std::map<std::string, ReferenceSet> recipe_references(const Params& p, const Tra
   for (const LayoutSpec& spec : p.specs) {
     const DpSync d = recipe_of(spec);
     const std::string key = to_json(d).dump();
-    if (refsets.contains(key) || !no_reference_reason(d, precision).empty() || spec.l.world() > ctx.world.size())
+    LayoutSpec in = spec;
+    in.precision = precision;
+    if (refsets.contains(key) || !no_reference_reason(d, precision).empty() || spec.l.world() > ctx.world.size() ||
+        !skip_reason(in, p.model, "cpu").empty())
       continue;
     auto o = oracles.find(key);
     ReferenceSet refs =
@@ -352,8 +355,9 @@ std::map<std::string, ReferenceSet> recipe_references(const Params& p, const Tra
 
 // The suite's first line: the model, the batch and steps, the world's ranks.
 std::string header_line(const GptConfig& model, const TrainConfig& base, int ranks) {
-  return "# conformance: GPT L=" + std::to_string(model.L) + " C=" + std::to_string(model.C) +
-         " NH=" + std::to_string(model.NH) + " V=" + std::to_string(model.V) + ", " +
+  const std::string kv = is_llama(model) ? " KV=" + std::to_string(kv_heads(model)) : "";
+  return std::string("# conformance: ") + (is_llama(model) ? "Llama" : "GPT") + " L=" + std::to_string(model.L) +
+         " C=" + std::to_string(model.C) + " NH=" + std::to_string(model.NH) + kv + " V=" + std::to_string(model.V) + ", " +
          std::to_string(gpt_num_params(model)) + " params, T=" + std::to_string(base.seq_len) + ", global batch " +
          std::to_string(base.global_batch) + " in " + std::to_string(base.micro_batches) +
          " micro-batches per DP rank, " + std::to_string(base.steps) + " steps, " + std::to_string(ranks) + " ranks";
@@ -474,7 +478,7 @@ class ConformanceSuite : public SuiteWithParams<Params> {
           continue;
         }
         const DpSync sync = recipe_of(spec);
-        if (const std::string why = cp_skip_reason(spec, model, be ? be->name() : "cpu"); !why.empty()) {
+        if (const std::string why = skip_reason(spec, model, be ? be->name() : "cpu"); !why.empty()) {
           skipped.push_back({{"layout", text}, {"reason", why}});
           ctx.print("#  " + pad(text, 28) + " " + pad(std::to_string(l.world()), 5) + "  skipped: " + why);
           continue;
