@@ -114,7 +114,8 @@ TEST(Config, MoeKeysOnlyInAnMoeModel) {
 // The Llama family's keys (docs/models.md): a GPT-2 model's merged config has none of them (as before
 // the family existed); a Llama model's has all; a Llama key with arch gpt2, an unknown arch, KV
 // heads not dividing NH are refused in one line; the sharded model trains it (TP, PP, ZeRO) in fp32,
-// refusing a tp the KV heads do not shard or replicate to, a half precision, context parallelism;
+// with context parallelism, refusing a tp the KV heads do not shard or replicate to, a half
+// precision, checkpoints;
 // every suite but train and conformance refuses it.
 TEST(Config, LlamaKeysOnlyInALlamaModel) {
   const auto llama = parse_config(R"({"model": {"arch": "llama", "num_kv_heads": 2}})", "t", "train", "", 2);
@@ -143,8 +144,9 @@ TEST(Config, LlamaKeysOnlyInALlamaModel) {
                      "train"),
             "train: tensor_parallel = 4 does not divide model.ffn_hidden_size = 170 (SwiGLU's gate and up rows are "
             "each column-parallel)");
-  EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"context_parallel": 2, "seq_len": 32}})", 2, "train")
-                .find("train: model.arch = llama: not supported by context parallelism"), std::string::npos);
+  EXPECT_EQ(error_of(R"({"model": {"arch": "llama"}, "train": {"context_parallel": 2, "seq_len": 32}})", 2, "train"), "");
+  EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"checkpoint_every": 5}})", 2, "train")
+                .find("train: model.arch = llama: not supported by checkpoints"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"precision": "bf16"}})", 2, "train")
                 .find("model.arch = llama: not supported by"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"arch": "llama"}})", 4, "sweep").find("not supported by the sweep suite"),

@@ -174,8 +174,9 @@ print(f"conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks
 PY
 
 # The conformance suite on a Llama model (grouped-query attention with 2 KV heads, so TP4 replicates
-# them) on 4 ranks: the default layouts less context parallelism and the DP sync recipes, plus
-# DP4:zero3, in fp32; bf16 and fp16 are reported as skipped (docs/models.md), not passed.
+# them) on 4 ranks: the default layouts less the DP sync recipes, plus DP4:zero3, in fp32 (context
+# parallelism with the rotary embeddings at each chunk's positions and only the KV heads on the
+# ring); bf16 and fp16 are reported as skipped (docs/models.md), not passed.
 cat >"$tmp/llama-config.json" <<'JSON'
 {"suites": ["conformance"],
  "conformance": {"model": {"arch": "llama", "L": 8, "C": 64, "NH": 4, "num_kv_heads": 2, "ffn_hidden_size": 176,
@@ -190,11 +191,12 @@ s = [s for s in r["suites"] if s["name"] == "conformance"][0]
 assert s["status"] == "passed", s
 ran = sorted(b["name"].split("/", 1)[1] for b in r["benchmarks"])
 assert {"TP2", "TP4", "TP2:sp", "PP2:1f1b", "PP4:1f1b", "PP2:interleaved:v2", "PP4:zb-h1", "DP4:zero3",
-        "TP2xPP2:full", "DP2:zero3:offload"} <= set(ran), ran
-assert not any(l.startswith("CP") or "stale" in l or "local" in l for l in ran), ran
-assert len(ran) == 44 and all(b["precision"] == "fp32" for b in r["benchmarks"]), ran
+        "TP2xPP2:full", "DP2:zero3:offload", "CP2", "CP4", "CP2:all_gather", "TP2xCP2:sp", "CP2xPP2",
+        "CP2xDP2:zero3", "CP2:full"} <= set(ran), ran
+assert not any("stale" in l or "local" in l for l in ran), ran
+assert len(ran) == 51 and all(b["precision"] == "fp32" for b in r["benchmarks"]), ran
 half = [x for x in s["data"]["skipped"] if "reason" in x]
-assert len(half) == 2 * 44 and all("model.arch = llama" in x["reason"] for x in half), half[:2]
+assert len(half) == 2 * 51 and all("model.arch = llama" in x["reason"] for x in half), half[:2]
 assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"llama conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed")
 PY

@@ -88,8 +88,8 @@ std::string no_reference_reason(const DpSync& d, Precision p) {
 // yet), or validate_arch_layout's (a Llama model in a half precision: docs/models.md).
 std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
   try {
-    if (spec.l.cp > 1) validate_cp_layout(spec, model, backend, 0, "");
     if (is_llama(model)) validate_arch_layout(spec, model, {.backend = backend});
+    if (spec.l.cp > 1) validate_cp_layout(spec, model, backend, 0, "");
   } catch (const InputError& e) {
     return e.what();
   }
@@ -113,7 +113,7 @@ std::vector<std::string> layout_names(const json& section, const GptConfig& mode
   if (!names.empty()) return names;
   if (!is_llama(model)) return default_conformance_layouts(model.moe.num_experts > 0);
   // A Llama model: the defaults less what the family does not train yet (validate_arch_layout:
-  // context parallelism, the DP sync recipes), and DP 4 under ZeRO 3.
+  // the DP sync recipes), and DP 4 under ZeRO 3.
   for (const std::string& text : default_conformance_layouts(false)) {
     const LayoutSpec spec = parse_layout_spec(text, "conformance.layouts");
     try {

@@ -32,7 +32,6 @@ void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const Lay
                                          " (docs/models.md)"));
   if (const std::string why = llama_tp_refusal(model, s.l.tp); !why.empty()) throw InputError(why);
   if (c.model_replicas) return;
-  if (s.l.cp > 1) throw InputError(llama_not_supported("context parallelism (its block attention is multi-head only so far)"));
   if (!s.dp_sync.synchronous()) throw InputError(llama_not_supported("the DP sync recipes (stale gradients, local steps)"));
   if (c.checkpoint_every > 0 || !c.resume_from.empty()) throw InputError(llama_not_supported("checkpoints"));
 }

@@ -70,14 +70,23 @@ template <typename T>
 struct CpPass {
   using A = acc_t<T>;
   const CpAttention<T>& cpa;
-  int B, C, NH, Tc, Tl;
-  size_t kv_count;                      // B Tl 2C: one rank's packed K/V (or dK/dV)
+  int B, C, NH, KV, Tc, Tl;
+  int hs, g;                            // head size; query heads per KV head (grouped-query attention)
+  size_t W, KVW;                        // qkv's row width (NH + 2 KV) hs; packed K/V's 2 KV hs
+  size_t kv_count;                      // B Tl KVW: one rank's packed K/V (or dK/dV)
   Tensor bout, blse, scratch, merge_tmp;  // a block's result (1, Tc, C) and (1, Tc, NH); op scratch
+  Tensor rep, drep;  // g > 1: a block's K/V, and its dK/dV, repeated to NH heads (Tc, 2C)
 
-  CpPass(const CpAttention<T>& a, int B_, int C_, int NH_)
-      : cpa(a), B(B_), C(C_), NH(NH_), Tc(a.split.chunk_len()), Tl(a.split.local_len()),
-        kv_count(size_t(B_) * a.split.local_len() * 2 * C_) {
+  CpPass(const CpAttention<T>& a, int B_, int C_, int NH_, int KV_)
+      : cpa(a), B(B_), C(C_), NH(NH_), KV(KV_ > 0 ? KV_ : NH_), Tc(a.split.chunk_len()), Tl(a.split.local_len()),
+        hs(C_ / NH_), g(NH_ / (KV_ > 0 ? KV_ : NH_)), W(size_t(NH_ + 2 * KV) * size_t(C_ / NH_)),
+        KVW(2 * size_t(KV) * size_t(C_ / NH_)), kv_count(size_t(B_) * a.split.local_len() * KVW) {
     DTB_CHECK(C % NH == 0, "context parallel attention: C % NH != 0");
+    DTB_CHECK(NH % KV == 0, "context parallel attention: NH % KV != 0");
+    if (g > 1) {
+      rep = Tensor::empty(a.dev, {Tc, 2 * int64_t(C)}, dtype_of<T>(), MemCategory::workspace);
+      drep = Tensor::empty(a.dev, {Tc, 2 * int64_t(C)}, dtype_of<T>(), MemCategory::workspace);
+    }
     DTB_CHECK(a.group.size() == a.split.cp && a.group.rank() == a.split.rank,
               "context parallel attention: the communicator is not the split's CP group");
     bout = Tensor::empty(a.dev, {Tc, C}, dtype_of<T>(), MemCategory::workspace);
@@ -94,15 +103,46 @@ struct CpPass {
     return cpa.fault == CpFault::no_chunk_offset ? j * Tc : cpa.split.global_position_of(of, j * Tc);
   }
 
-  // kv (B, Tl, 2C) = the k and v parts of qkv (B, Tl, 3C).
+  // kv (B, Tl, KVW) = the k and v parts of qkv (B, Tl, W): only the KV heads travel.
   void pack_kv(T* kv, const T* qkv) const {
-    for (size_t row = 0; row < size_t(B) * Tl; row++)
-      copy_within(cpa.ops, kv + row * 2 * C, qkv + row * 3 * C + C, 2 * size_t(C));
+    for (size_t row = 0; row < size_t(B) * Tl; row++) copy_within(cpa.ops, kv + row * KVW, qkv + row * W + C, KVW);
   }
-  // The k and v parts of dqkv (B, Tl, 3C) += dkv (B, Tl, 2C).
+  // The k and v parts of dqkv (B, Tl, W) += dkv (B, Tl, KVW).
   void add_dkv(T* dqkv, const T* dkv) const {
     for (size_t row = 0; row < size_t(B) * Tl; row++)
-      cpa.ops.residual_forward(dqkv + row * 3 * C + C, dqkv + row * 3 * C + C, dkv + row * 2 * C, 2 * size_t(C));
+      cpa.ops.residual_forward(dqkv + row * W + C, dqkv + row * W + C, dkv + row * KVW, KVW);
+  }
+  // The block of Tc packed K/V rows at kv as the block ops read it: itself (g = 1), or repeated
+  // to NH heads in `rep` (query head h reads KV head h / g, as gqa_attention_forward).
+  const T* block_kv(const T* kv) const {
+    if (g == 1) return kv;
+    T* r = rep.template data<T>();
+    const size_t n = size_t(hs), kvhs = size_t(KV) * n;
+    for (size_t t = 0; t < size_t(Tc); t++)
+      for (size_t h = 0; h < size_t(NH); h++) {
+        copy_within(cpa.ops, r + t * 2 * C + h * n, kv + t * KVW + (h / g) * n, n);
+        copy_within(cpa.ops, r + t * 2 * C + C + h * n, kv + t * KVW + kvhs + (h / g) * n, n);
+      }
+    return r;
+  }
+  // Where the block ops write a block's dK/dV: dkv itself (g = 1), or `drep` zeroed, which
+  // fold_dkv then sums into dkv's KV heads.
+  T* block_dkv(T* dkv) const {
+    if (g == 1) return dkv;
+    cpa.ops.zero(drep.template data<T>(), size_t(Tc) * 2 * C);
+    return drep.template data<T>();
+  }
+  void fold_dkv(T* dkv) const {
+    if (g == 1) return;
+    const T* d = drep.template data<T>();
+    const size_t n = size_t(hs), kvhs = size_t(KV) * n;
+    for (size_t t = 0; t < size_t(Tc); t++)
+      for (size_t h = 0; h < size_t(NH); h++) {
+        T* k = dkv + t * KVW + (h / g) * n;
+        T* v = dkv + t * KVW + kvhs + (h / g) * n;
+        cpa.ops.residual_forward(k, k, d + t * 2 * C + h * n, n);
+        cpa.ops.residual_forward(v, v, d + t * 2 * C + C + h * n, n);
+      }
   }
 
   // Calls fn(j, jj, qpos0, kpos0) for every pair of a local query chunk j and a key chunk jj of
@@ -133,8 +173,10 @@ struct CpPass {
     for_each_pair(src, [&](int j, int jj, int qpos0, int kpos0) {
       for (int b = 0; b < B; b++) {
         const size_t qr = size_t(b) * Tl + size_t(j) * Tc, kr = size_t(b) * Tl + size_t(jj) * Tc;
-        cpa.ops.attention_block_forward(bo, bl, scratch.data<T>(), qkv + qr * 3 * C, 3 * C, kv + kr * 2 * C,
-                                        kv + kr * 2 * C + C, 2 * C, 1, Tc, Tc, C, NH, qpos0, kpos0);
+        const T* k = block_kv(kv + kr * KVW);
+        const int ks = g == 1 ? int(KVW) : 2 * C;
+        cpa.ops.attention_block_forward(bo, bl, scratch.data<T>(), qkv + qr * W, int(W), k, k + C, ks, 1, Tc, Tc, C,
+                                        NH, qpos0, kpos0);
         T* o = out + qr * C;
         A* l = lse + qr * NH;
         if (cpa.fault == CpFault::merge_without_lse) {  // lse merged right, out a plain sum
@@ -154,10 +196,13 @@ struct CpPass {
     for_each_pair(src, [&](int j, int jj, int qpos0, int kpos0) {
       for (int b = 0; b < B; b++) {
         const size_t qr = size_t(b) * Tl + size_t(j) * Tc, kr = size_t(b) * Tl + size_t(jj) * Tc;
-        cpa.ops.attention_block_backward(dqkv + qr * 3 * C, dkv + kr * 2 * C, dkv + kr * 2 * C + C,
-                                         scratch.data<T>(), dout + qr * C, out + qr * C, lse + qr * NH,
-                                         qkv + qr * 3 * C, 3 * C, kv + kr * 2 * C, kv + kr * 2 * C + C, 2 * C, 1, Tc,
-                                         Tc, C, NH, qpos0, kpos0);
+        const T* k = block_kv(kv + kr * KVW);
+        T* dk = block_dkv(dkv + kr * KVW);
+        const int ks = g == 1 ? int(KVW) : 2 * C;
+        cpa.ops.attention_block_backward(dqkv + qr * W, dk, dk + C, scratch.data<T>(), dout + qr * C, out + qr * C,
+                                         lse + qr * NH, qkv + qr * W, int(W), k, k + C, ks, 1, Tc, Tc, C, NH, qpos0,
+                                         kpos0);
+        fold_dkv(dkv + kr * KVW);
       }
     });
   }
@@ -177,9 +222,9 @@ constexpr int kTagKv = 71, kTagDkv = 72;
 
 template <typename T>
 void context_parallel_attention_forward(const CpAttention<T>& cpa, T* out, acc_t<T>* lse, const T* qkv, int B, int C,
-                                        int NH) {
+                                        int NH, int KV) {
   using A = acc_t<T>;
-  CpPass<T> p(cpa, B, C, NH);
+  CpPass<T> p(cpa, B, C, NH, KV);
   const int cp = cpa.split.cp;
   cpa.ops.zero(out, size_t(B) * p.Tl * C);
   const std::vector<A> neg_inf(size_t(B) * p.Tl * NH, -std::numeric_limits<A>::infinity());
@@ -212,8 +257,8 @@ void context_parallel_attention_forward(const CpAttention<T>& cpa, T* out, acc_t
 
 template <typename T>
 void context_parallel_attention_backward(const CpAttention<T>& cpa, T* dqkv, const T* dout, const T* qkv,
-                                         const T* out, const acc_t<T>* lse, int B, int C, int NH) {
-  CpPass<T> p(cpa, B, C, NH);
+                                         const T* out, const acc_t<T>* lse, int B, int C, int NH, int KV) {
+  CpPass<T> p(cpa, B, C, NH, KV);
   const int cp = cpa.split.cp;
   Tensor kv = p.buffer(p.kv_count, MemCategory::comm_buffer);
   p.pack_kv(kv.data<T>(), qkv);
@@ -265,9 +310,9 @@ void context_parallel_attention_backward(const CpAttention<T>& cpa, T* dqkv, con
   template void cp_place_rows<T>(Ops<T>&, const CpSplit&, T*, const T*, int, int);                               \
   template void cp_gather_rows<T>(Ops<T>&, Device&, Communicator&, const CpSplit&, T*, const T*, int, int);      \
   template void context_parallel_attention_forward<T>(const CpAttention<T>&, T*, acc_t<T>*, const T*, int, int,   \
-                                                      int);                                                      \
+                                                      int, int);                                                 \
   template void context_parallel_attention_backward<T>(const CpAttention<T>&, T*, const T*, const T*, const T*,  \
-                                                       const acc_t<T>*, int, int, int);
+                                                       const acc_t<T>*, int, int, int, int);
 
 DTB_INSTANTIATE_CP(float)
 DTB_INSTANTIATE_CP(double)

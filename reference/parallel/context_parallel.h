@@ -105,7 +105,7 @@ struct CpAttention {
 };
 
 /// Forward: causal self-attention of this rank's queries against all Tn keys/values of the CP
-/// group. qkv (B, Tl, 3C) is this rank's rows of the packed q, k, v (attention_forward's
+/// group. qkv (B, Tl, 3C) (multi-head; grouped-query below) is this rank's rows of the packed q, k, v (attention_forward's
 /// layout). WRITES out (B, Tl, C) and lse (B, Tl, NH), the log-sum-exp of each row's scaled
 /// scores (what the backward needs instead of the (Tn, Tn) probabilities). Every block pair of
 /// a local query chunk and a key chunk is computed with attention_block_forward at the
@@ -114,11 +114,15 @@ struct CpAttention {
 /// merged by attention_merge into a start of (0, -inf). Both comm types visit the same pairs in
 /// the same order, so their out and lse are bitwise equal; against the whole-sequence
 /// attention_forward they agree within the bound of kernels/cpu/attention_block_test_util.h.
-/// Collective over the CP group. Errors: C % NH != 0 aborts; a backend without the block ops
-/// throws InputError (Ops<T>::attention_block_forward).
+/// Grouped-query attention (KV > 0 key/value heads dividing NH; 0: NH): qkv is (B, Tl, (NH + 2 KV)
+/// hs), q rows then the KV heads' k and v rows (gqa_attention_forward's layout); only the KV heads
+/// travel (K/V blocks of 2 KV hs per row: the ring's bytes are KV / NH of multi-head attention's),
+/// repeated to the NH query heads (head h reads KV head h / (NH / KV)) where a block is attended.
+/// Collective over the CP group. Errors: C % NH != 0 or NH % KV != 0 aborts; a backend without
+/// the block ops throws InputError (Ops<T>::attention_block_forward).
 template <typename T>
 void context_parallel_attention_forward(const CpAttention<T>& cpa, T* out, acc_t<T>* lse, const T* qkv, int B, int C,
-                                        int NH);
+                                        int NH, int KV = 0);
 
 /// Backward: dqkv (B, Tl, 3C) ACCUMULATES this rank's share of the gradient of the full
 /// attention given dout (B, Tl, C) and the forward's out and lse: dq from every block pair its
@@ -128,10 +132,12 @@ void context_parallel_attention_forward(const CpAttention<T>& cpa, T* out, acc_t
 /// in all); all_gather: dK/dV of every rank's keys are computed locally and reduce-scattered to
 /// their owners. dq is bitwise equal between the two (same pairs, same order); dk, dv are the
 /// same cp partial sums added in another order (ring order against the reduce-scatter's), so
-/// they agree within cp - 1 roundings of their sum. Collective over the CP group. Errors as
-/// the forward.
+/// they agree within cp - 1 roundings of their sum. Grouped-query attention (KV as the forward):
+/// dqkv (B, Tl, (NH + 2 KV) hs); a block's dK/dV of the NH repeated heads are summed into their
+/// KV head (in head order) before they join the travelling accumulator. Collective over the CP
+/// group. Errors as the forward.
 template <typename T>
 void context_parallel_attention_backward(const CpAttention<T>& cpa, T* dqkv, const T* dout, const T* qkv,
-                                         const T* out, const acc_t<T>* lse, int B, int C, int NH);
+                                         const T* out, const acc_t<T>* lse, int B, int C, int NH, int KV = 0);
 
 }  // namespace dtb

@@ -142,6 +142,45 @@ TEST_P(ContextParallel, MatchesWholeSequenceAttention) {
   EXPECT_LT(cpu::test::max_abs_diff(r.cp_dqkv, r.dqkv), 1e-14);
 }
 
+// Grouped-query attention (NH 4 query heads on KV 2 key/value heads): CP with only the KV heads on
+// the ring, repeated to the query heads where a block is attended and their dK/dV summed back,
+// against the whole-sequence gqa_attention_forward / backward, double, p2p and all-gather; the
+// ring's bytes are those of the KV heads (3 cp - 2 sends of a rank's K/V block under p2p:
+// cp - 1 in forward, cp - 1 K/V and cp dK/dV in backward).
+TEST_P(ContextParallel, GroupedQueryMatchesWholeSequence) {
+  auto world = make_mpi_world();
+  auto group = cp_group(*world, GetParam());
+  if (!group) GTEST_SKIP() << "needs a world divisible into CP groups of " << GetParam();
+  const int B = 2, Tn = 24, NH = 4, KV = 2, hs = 3, C = NH * hs, W = (NH + 2 * KV) * hs, cp = group->size();
+  const std::vector<double> qkv = inputs(size_t(B) * Tn * W, 41), dout = inputs(size_t(B) * Tn * C, 42);
+  std::vector<double> out(dout.size()), att(size_t(B) * NH * Tn * Tn), scratch(att.size()), dqkv(qkv.size(), 0.0);
+  cpu::gqa_attention_forward(out.data(), att.data(), qkv.data(), B, Tn, NH, KV, hs);
+  cpu::gqa_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, Tn, NH, KV, hs);
+  CpuOps<double> ops;
+  CpuDevice dev;
+  const CpSplit split = make_cp_split(cp, group->rank(), Tn);
+  const int Tl = split.local_len();
+  for (CpCommType type : {CpCommType::p2p, CpCommType::all_gather}) {
+    std::vector<double> lqkv(size_t(B) * Tl * W), ldout(size_t(B) * Tl * C), lout(ldout.size()),
+        llse(size_t(B) * Tl * NH), ldqkv(lqkv.size(), 0.0);
+    cp_scatter_rows(ops, split, lqkv.data(), qkv.data(), B, W);
+    cp_scatter_rows(ops, split, ldout.data(), dout.data(), B, C);
+    CpAttentionStats stats;
+    const CpAttention<double> cpa{ops, dev, *group, split, type, &stats};
+    context_parallel_attention_forward(cpa, lout.data(), llse.data(), lqkv.data(), B, C, NH, KV);
+    context_parallel_attention_backward(cpa, ldqkv.data(), ldout.data(), lqkv.data(), lout.data(), llse.data(), B, C,
+                                        NH, KV);
+    std::vector<double> cp_out(out.size()), cp_dqkv(dqkv.size());
+    cp_gather_rows(ops, dev, *group, split, cp_out.data(), lout.data(), B, C);
+    cp_gather_rows(ops, dev, *group, split, cp_dqkv.data(), ldqkv.data(), B, W);
+    // As MatchesWholeSequenceAttention's double check: the worst-case bound is ~1e-13 here.
+    EXPECT_LT(cpu::test::max_abs_diff(cp_out, out), 1e-14);
+    EXPECT_LT(cpu::test::max_abs_diff(cp_dqkv, dqkv), 1e-14);
+    const double kv_bytes = double(B) * Tl * 2 * KV * hs * sizeof(double);
+    if (type == CpCommType::p2p) EXPECT_EQ(double(stats.bytes_sent), cp > 1 ? (3 * cp - 2) * kv_bytes : 0.0);
+  }
+}
+
 // Every rank attends the same number of unmasked scores: chunk i meets i whole chunks and its own
 // diagonal, so ranks r and 2cp-1-r together meet 2cp-1 whole chunks and two diagonals, Tn (Tn + 1)
 // / (2 cp) scores each (a contiguous split would give rank r (2r + 1) Tn^2 / (2 cp^2) roughly:

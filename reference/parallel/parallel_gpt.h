@@ -50,7 +50,8 @@
 // rank holds the one KV head its query heads read (KVl = 1, rank r head r KV / tp; tp / KV ranks
 // share it: kv_share) and the gradients of a shared head's rows are summed over the ranks that
 // share it, each micro-batch (sum_shared_kv_grad); a tp that neither divides nor is divided by KV
-// is refused. fcw's gate rows and up rows are each column-parallel: rank r holds rows
+// is refused. Under context parallelism the rotary embeddings rotate each local chunk at its true
+// positions, and the ring carries the KV heads only (context_parallel.h). fcw's gate rows and up rows are each column-parallel: rank r holds rows
 // [r Fl, (r+1) Fl) of both (Megatron's fused linear_fc1 sharded per projection), so its swiglu
 // pairs each gate with its up; fcprojw (down) is row-parallel over F.
 //

@@ -1,4 +1,5 @@
-// ParallelGpt's internals shared by its source files (parallel_gpt.cc: layout, forward;
+// ParallelGpt's internals shared by its source files (parallel_gpt.cc: construction, forward;
+// parallel_gpt_params.cc: the local parameter layout, initialisation, gathers;
 // parallel_gpt_backward.cc: backward, whole or split into B and W; parallel_moe.cc): the
 // index of each per-layer tensor, activation and scratch buffer, and the activation set of one
 // (chunk, micro-batch). Not part of the interface: include it from those files only.
