@@ -174,13 +174,14 @@ print(f"conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks
 PY
 
 # The conformance suite on a Llama model (grouped-query attention with 2 KV heads, so TP4 replicates
-# them) on 4 ranks: the default layouts less the DP sync recipes, plus DP4:zero3, in fp32 (context
-# parallelism with the rotary embeddings at each chunk's positions and only the KV heads on the
-# ring); bf16 and fp16 are reported as skipped (docs/models.md), not passed.
+# them) on 4 ranks: the default layouts less the DP sync recipes, plus DP4:zero3, in fp32, bf16 and
+# fp16 (context parallelism, with the rotary embeddings at each chunk's positions and only the KV
+# heads on the ring, in fp32 only: its half layouts reported as skipped, not passed). norm_eps 1e-2:
+# at 1e-5 this shape's trajectories part at the rounding of a half start (docs/models.md).
 cat >"$tmp/llama-config.json" <<'JSON'
 {"suites": ["conformance"],
  "conformance": {"model": {"arch": "llama", "L": 8, "C": 64, "NH": 4, "num_kv_heads": 2, "ffn_hidden_size": 176,
-                           "T": 32, "V": 256}}}
+                           "norm_eps": 1e-2, "T": 32, "V": 256}}}
 JSON
 "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/llama-config.json" \
   --output-dir "$tmp" --run-id llama >"$tmp/llama.log" 2>&1 || { cat "$tmp/llama.log"; exit 1; }
@@ -189,14 +190,15 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 s = [s for s in r["suites"] if s["name"] == "conformance"][0]
 assert s["status"] == "passed", s
-ran = sorted(b["name"].split("/", 1)[1] for b in r["benchmarks"])
+ran = sorted(b["name"].split("/", 1)[1] for b in r["benchmarks"] if b["precision"] == "fp32")
 assert {"TP2", "TP4", "TP2:sp", "PP2:1f1b", "PP4:1f1b", "PP2:interleaved:v2", "PP4:zb-h1", "DP4:zero3",
         "TP2xPP2:full", "DP2:zero3:offload", "CP2", "CP4", "CP2:all_gather", "TP2xCP2:sp", "CP2xPP2",
         "CP2xDP2:zero3", "CP2:full"} <= set(ran), ran
 assert not any("stale" in l or "local" in l for l in ran), ran
-assert len(ran) == 51 and all(b["precision"] == "fp32" for b in r["benchmarks"]), ran
-half = [x for x in s["data"]["skipped"] if "reason" in x]
-assert len(half) == 2 * 51 and all("model.arch = llama" in x["reason"] for x in half), half[:2]
+n = {p: sum(b["precision"] == p for b in r["benchmarks"]) for p in ["fp32", "bf16", "fp16"]}
+assert n == {"fp32": 51, "bf16": 44, "fp16": 44}, n
+half = [x["layout"] for x in s["data"]["skipped"] if "reason" in x]
+assert len(half) == 2 * 7 and all(l.startswith(("CP", "TP2xCP2")) for l in half), half
 assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"llama conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed")
 PY

@@ -27,9 +27,6 @@ const char* to_string(LayoutRule r) {
 void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c) {
   if (!is_llama(model)) return;
   if (c.backend != "cpu") throw InputError(llama_not_supported("the " + printable(c.backend, 40) + " backend"));
-  if (s.precision != Precision::fp32)
-    throw InputError(llama_not_supported("precision " + std::string(to_string(s.precision)) +
-                                         " (docs/models.md)"));
   if (const std::string why = llama_tp_refusal(model, s.l.tp); !why.empty()) throw InputError(why);
   if (c.model_replicas) return;
   if (!s.dp_sync.synchronous()) throw InputError(llama_not_supported("the DP sync recipes (stale gradients, local steps)"));

@@ -73,7 +73,7 @@ std::string llama_tp_refusal(const GptConfig& c, int tp);
 /// moe_not_sharded, naming the key (`key` = llama). Where it trains: the train suite, fp32 on the CPU.
 inline std::string llama_not_supported(const std::string& by, const std::string& key = "model.arch") {
   return key + " = llama: not supported by " + by + " yet (a Llama model trains in the train suite: data, tensor, "
-         "sequence and pipeline parallel, ZeRO, recompute; fp32, CPU)";
+         "sequence, context and pipeline parallel, ZeRO, recompute; fp32, bf16, fp16; CPU)";
 }
 
 /// True when layer l's FFN is a mixture of experts.
