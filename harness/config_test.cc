@@ -145,7 +145,8 @@ TEST(Config, LlamaKeysOnlyInALlamaModel) {
             "train: tensor_parallel = 4 does not divide model.ffn_hidden_size = 170 (SwiGLU's gate and up rows are "
             "each column-parallel)");
   EXPECT_EQ(error_of(R"({"model": {"arch": "llama"}, "train": {"context_parallel": 2, "seq_len": 32}})", 2, "train"), "");
-  EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"checkpoint_every": 5}})", 2, "train")
+  EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"checkpoint_every": 5, "checkpoint_dir": "ck"}})", 2,
+                     "train")
                 .find("train: model.arch = llama: not supported by checkpoints"), std::string::npos);
   EXPECT_EQ(error_of(R"({"model": {"arch": "llama"}, "train": {"precision": "bf16"}})", 2, "train"), "");
   EXPECT_NE(error_of(R"({"model": {"arch": "llama"}, "train": {"staleness": 1}})", 2, "train")
