@@ -203,6 +203,30 @@ assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"llama conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed")
 PY
 
+# A Llama checkpoint saved at TP4 (KV heads replicated over pairs of ranks) resumes resharded at
+# DP4 under ZeRO 2: the resumed steps pass the train suite's checks against the single-rank and
+# float64 references of the whole run, and end at the uninterrupted run's loss.
+llama_ck() {  # $1 run id, $2 the layout's train keys
+  cat >"$tmp/$1-config.json" <<JSON
+{"suites": ["train"], "model": {"arch": "llama", "L": 4, "C": 64, "NH": 4, "num_kv_heads": 2, "ffn_hidden_size": 176},
+ "train": {"steps": 20, "global_batch": 8, "micro_batches": 2, "seq_len": 32, $2}}
+JSON
+  "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/$1-config.json" \
+    --output-dir "$tmp" --run-id "$1" >"$tmp/$1.log" 2>&1 || { cat "$tmp/$1.log"; exit 1; }
+}
+llama_ck llama-save "\"tensor_parallel\": 4, \"checkpoint_dir\": \"$tmp/llama-ck\", \"checkpoint_every\": 10"
+llama_ck llama-resume "\"data_parallel\": 4, \"zero_stage\": 2, \"resume_from\": \"$tmp/llama-ck/step-10\""
+grep -q "resharded from TP4xDP1 zero0" "$tmp/llama-resume.log" || { cat "$tmp/llama-resume.log"; exit 1; }
+python3 - "$tmp/llama-save.json" "$tmp/llama-resume.json" <<'PY'
+import json, sys
+whole, resumed = (json.load(open(f)) for f in sys.argv[1:])
+for r in (whole, resumed):
+    assert r["checks"] and all(c["passed"] for c in r["checks"]), [c for c in r["checks"] if not c["passed"]][:3]
+loss = lambda r: [b for b in r["benchmarks"] if b["name"].startswith("train/")][0]["final_loss"]
+assert abs(loss(whole) - loss(resumed)) < 1e-5, (loss(whole), loss(resumed))
+print(f"llama checkpoint TP4 -> DP4:zero2 ok: final loss {loss(resumed):.6f}, {len(resumed['checks'])} checks passed")
+PY
+
 # The precision suite on 4 ranks: fp32, bf16, fp16, the fp32-communication variants and the
 # forced overflow, each row present; the overflow skips steps and backs off to a finite scale.
 "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --suites precision \

@@ -30,7 +30,6 @@ void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const Lay
   if (const std::string why = llama_tp_refusal(model, s.l.tp); !why.empty()) throw InputError(why);
   if (c.model_replicas) return;
   if (!s.dp_sync.synchronous()) throw InputError(llama_not_supported("the DP sync recipes (stale gradients, local steps)"));
-  if (c.checkpoint_every > 0 || !c.resume_from.empty()) throw InputError(llama_not_supported("checkpoints"));
 }
 
 void validate_schedule_recompute(const ParallelLayout& l, Recompute r) {

@@ -78,7 +78,7 @@ void validate_layout_spec(const LayoutSpec& s, const GptConfig& model, const Lay
 /// Refuses a Llama model (model.arch llama) wherever it cannot train yet: on a backend other than
 /// the CPU, on a tensor-parallel degree its KV heads or FFN do not
 /// shard to (llama_tp_refusal), and on the sharded model (reference/parallel) with a DP sync
-/// recipe or checkpoints. Errors: InputError llama_not_supported(...) or
+/// recipe. Errors: InputError llama_not_supported(...) or
 /// llama_tp_refusal's line (reference/model/gpt.h). Nothing for GPT-2.
 void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
 
