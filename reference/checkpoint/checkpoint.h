@@ -4,7 +4,7 @@
 // (DeepSpeed save_checkpoint/load_checkpoint's per-rank files and `latest` tag; PyTorch
 // Distributed Checkpoint's per-rank shards plus a metadata file written last). Layout-
 // independent: each rank file also stores where each of its elements sits in the full model
-// (ZeroStateIndex), so a checkpoint of any layout (TP, PP, DP, EP, SP, virtual stages, the
+// (ZeroStateIndex), so a checkpoint of any layout (TP, CP, PP, DP, EP, SP, virtual stages, the
 // stage split, ZeRO stage, offload) loads into any other of the same model and precision —
 // resharded on load, as PyTorch Distributed Checkpoint reshards and DeepSpeed's universal
 // checkpoint (Lian et al. 2024) converts. Not here: retention of old checkpoints; asynchronous
@@ -127,8 +127,9 @@ CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayo
                                       Precision precision, const TrainConfig& cfg, const std::string& dataset_sha256,
                                       Recompute recompute = Recompute::none);
 
-/// "TP2xPP2xDP1 zero0", "DP4xEP2 zero2" (TP and PP when > 1, "xEP<n>" when expert parallel
-/// > 1, the schedule when PP > 1, " offload"): a layout as the mismatch messages name it.
+/// "TP2xPP2xDP1 zero0", "CP2xDP2 zero3", "DP4xEP2 zero2" (TP, CP and PP when > 1, "xEP<n>"
+/// when expert parallel > 1, the schedule when PP > 1, " offload"): a layout as the mismatch
+/// messages name it.
 std::string describe_layout(const CheckpointRunInfo& run);
 
 /// The state outside the engine that a checkpoint carries.

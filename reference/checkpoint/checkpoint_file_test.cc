@@ -1,6 +1,7 @@
 // The checkpoint rank-file format (reference/checkpoint/checkpoint.h write_rank_file, read_rank_file)
 // and resolve_resume, one process alone: a round trip, every kind of damage refused in one
-// line, and how resume_from names a step. The multi-rank save and resume: checkpoint_test.cc.
+// line, how resume_from names a step, and the layout a manifest records (context parallelism).
+// The multi-rank save and resume: checkpoint_test.cc.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "kernels/error.h"
 #include "reference/checkpoint/checkpoint.h"
+#include "reference/checkpoint/checkpoint_io.h"
 
 namespace dtb {
 namespace {
@@ -144,6 +146,46 @@ TEST(CheckpointFile, ResolveResume) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("no manifest.json"), std::string::npos) << e.what();
   }
+  fs::remove_all(d);
+}
+
+// A manifest records the context-parallel size: a CP run's checkpoint reshards into a run
+// without CP (and back), naming the saved layout, and a manifest written before cp was
+// recorded reads as CP 1.
+TEST(CheckpointFile, ManifestRecordsContextParallel) {
+  const std::string d = local_temp_dir();
+  const GptConfig model{4, 64, 4, 32, 256};  // L, C, NH, T, V
+  auto run_of = [&](int cp, int dp, int zero) {
+    ParallelLayout l;
+    l.cp = cp;
+    l.dp = dp;
+    ZeroConfig z;
+    z.stage = zero;
+    return checkpoint_run_info(model, l, z, Precision::fp32, TrainConfig{}, "");
+  };
+  // `run`'s manifest in DIR/<name> (rank entries as listed: the files are not read here).
+  auto save = [&](const CheckpointRunInfo& run, const std::string& name, bool drop_cp) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int r = 0; r < run.world_size(); ++r)
+      ranks.push_back({{"rank", r}, {"file", "rank-" + std::to_string(r) + ".bin"}});
+    nlohmann::json m = checkpoint_io::make_manifest(run, 10, run.world_size(), TrainProgress{}, 10, ranks);
+    if (drop_cp) m["layout"].erase("cp");
+    fs::create_directories(d + "/" + name);
+    write_file_durably(d + "/" + name + "/manifest.json", m.dump());
+    return d + "/" + name;
+  };
+  const CheckpointRunInfo cp2dp2 = run_of(2, 2, 3);
+  EXPECT_EQ(describe_layout(cp2dp2), "CP2xDP2 zero3");
+  const std::string a = save(cp2dp2, "cp2", false);
+  EXPECT_EQ(check_checkpoint_manifest(a, cp2dp2)["layout"]["cp"], 2);
+  EXPECT_EQ(resharded_from(check_checkpoint_manifest(a, cp2dp2), cp2dp2), "");
+  for (const CheckpointRunInfo& to : {run_of(1, 4, 3), run_of(1, 2, 3), run_of(4, 1, 3), run_of(2, 1, 0)})
+    EXPECT_EQ(resharded_from(check_checkpoint_manifest(a, to), to), "CP2xDP2 zero3") << describe_layout(to);
+  // Written before cp was recorded: CP 1, on its own layout and resharded into a CP run.
+  const CheckpointRunInfo dp2 = run_of(1, 2, 0);
+  const std::string old = save(dp2, "old", true);
+  EXPECT_EQ(resharded_from(check_checkpoint_manifest(old, dp2), dp2), "");
+  EXPECT_EQ(resharded_from(check_checkpoint_manifest(old, run_of(2, 1, 0)), run_of(2, 1, 0)), "DP2 zero0");
   fs::remove_all(d);
 }
 

@@ -78,6 +78,7 @@ std::string model_differences(const json& saved, const json& run) {
 constexpr LayoutKey kManifestLayoutKeys[] = {LayoutKey::tp,
                                              LayoutKey::dp,
                                              LayoutKey::pp,
+                                             LayoutKey::cp,
                                              LayoutKey::virtual_stages,
                                              LayoutKey::schedule,
                                              LayoutKey::ep,
@@ -95,6 +96,14 @@ CheckpointRunInfo saved_layout(const json& m, const std::string& where) {
   saved.layout.pp = int_field(m, where, "layout", field_key(LayoutKey::pp));
   saved.layout.virtual_stages = int_field(m, where, "layout", field_key(LayoutKey::virtual_stages));
   saved.layout.schedule = field<std::string>(m, where, "layout", field_key(LayoutKey::schedule));
+  // Context parallelism: absent in a manifest written before it was recorded (CP 1). The CP
+  // ranks of a DP rank hold the same parameters, and ZeRO shards over the data-and-context
+  // group, so cp identifies which elements each rank file holds (and the world size). The
+  // communication type (p2p, all_gather) holds no state and may change on a resume.
+  const bool has_cp = m.at("layout").is_object() && m.at("layout").contains(field_key(LayoutKey::cp));
+  saved.layout.cp = has_cp ? int_field(m, where, "layout", field_key(LayoutKey::cp)) : 1;
+  if (saved.layout.cp < 1)
+    throw InputError("checkpoint " + where + ": manifest.json's 'layout.cp' = 0 is out of range [1, 1073741824]");
   // Expert parallelism: absent in a manifest written before it existed (a dense run, EP 1).
   saved.layout.ep = m.contains("layout") && m["layout"].is_object() && m["layout"].contains(field_key(LayoutKey::ep))
                         ? int_field(m, where, "layout", field_key(LayoutKey::ep))
@@ -133,7 +142,8 @@ CheckpointRunInfo saved_layout(const json& m, const std::string& where) {
 bool same_layout(const CheckpointRunInfo& x, const CheckpointRunInfo& y, int L) {
   const ParallelLayout& a = x.layout;
   const ParallelLayout& b = y.layout;
-  return a.tp == b.tp && a.dp == b.dp && a.pp == b.pp && a.ep == b.ep && a.sequence_parallel == b.sequence_parallel &&
+  return a.tp == b.tp && a.dp == b.dp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep &&
+         a.sequence_parallel == b.sequence_parallel &&
          a.virtual_stages == b.virtual_stages && stage_layers(a, L) == stage_layers(b, L) &&
          (a.pp == 1 || a.schedule == b.schedule) && x.zero.stage == y.zero.stage &&
          x.zero.offload_optimizer == y.zero.offload_optimizer;
@@ -199,6 +209,7 @@ std::string describe_layout(const CheckpointRunInfo& r) {
   std::string s;
   auto tok = [](LayoutKey k) { return std::string(spelling(k).spec_token); };
   if (l.tp > 1) s += tok(LayoutKey::tp) + std::to_string(l.tp) + "x";
+  if (l.cp > 1) s += tok(LayoutKey::cp) + std::to_string(l.cp) + "x";
   if (l.pp > 1) s += tok(LayoutKey::pp) + std::to_string(l.pp) + "x";
   s += tok(LayoutKey::dp) + std::to_string(l.dp);
   if (l.ep > 1) s += 'x' + tok(LayoutKey::ep) + std::to_string(l.ep);
@@ -453,6 +464,7 @@ json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, c
            {{field_key(LayoutKey::tp), l.tp},
             {field_key(LayoutKey::dp), l.dp},
             {field_key(LayoutKey::pp), l.pp},
+            {field_key(LayoutKey::cp), l.cp},
             {field_key(LayoutKey::virtual_stages), l.virtual_stages},
             {field_key(LayoutKey::schedule), l.schedule},
             {field_key(LayoutKey::ep), l.ep},
