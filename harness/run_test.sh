@@ -227,6 +227,49 @@ assert abs(loss(whole) - loss(resumed)) < 1e-5, (loss(whole), loss(resumed))
 print(f"llama checkpoint TP4 -> DP4:zero2 ok: final loss {loss(resumed):.6f}, {len(resumed['checks'])} checks passed")
 PY
 
+# A GPT checkpoint of a context-parallel run: saved at CP2 (CP2xDP2 on 4 ranks, and
+# CP2xDP2:zero3) at step 10 of 20, it resumes at CP2 bitwise, at CP 1 (DP2 on 2 ranks) and
+# at DP4:zero3 resharded (the ZeRO shards were cut over the data-and-context group), and a
+# DP4:zero3 checkpoint resumes at CP2xDP2:zero3; every resumed run passes the train suite's
+# checks and ends at the uninterrupted run's losses (resharded: within 1e-5, as the Llama
+# block above).
+cp_ck() {  # $1 ranks, $2 run id, $3 the layout's train keys
+  cat >"$tmp/$2-config.json" <<JSON
+{"suites": ["train"], "model": {"L": 2, "C": 64, "NH": 4, "T": 32, "V": 256},
+ "train": {"steps": 20, "global_batch": 8, "micro_batches": 2, "seq_len": 32, $3}}
+JSON
+  "$mpirun" -np "$1" --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/$2-config.json" \
+    --output-dir "$tmp" --run-id "$2" >"$tmp/$2.log" 2>&1 || { cat "$tmp/$2.log"; exit 1; }
+}
+cp_ck 4 cp-save "\"context_parallel\": 2, \"checkpoint_dir\": \"$tmp/cp-ck\", \"checkpoint_every\": 10"
+cp_ck 4 cp-resume-cp2 "\"context_parallel\": 2, \"resume_from\": \"$tmp/cp-ck/step-10\""
+cp_ck 2 cp-resume-dp2 "\"zero_stage\": 1, \"resume_from\": \"$tmp/cp-ck/step-10\""
+cp_ck 4 cp-save-z3 "\"context_parallel\": 2, \"zero_stage\": 3, \"checkpoint_dir\": \"$tmp/cpz3-ck\", \"checkpoint_every\": 10"
+cp_ck 4 cp-resume-dp4z3 "\"data_parallel\": 4, \"zero_stage\": 3, \"resume_from\": \"$tmp/cpz3-ck/step-10\",
+ \"checkpoint_dir\": \"$tmp/dp4z3-ck\", \"checkpoint_every\": 5"
+cp_ck 4 cp-back-cp2z3 "\"context_parallel\": 2, \"zero_stage\": 3, \"resume_from\": \"$tmp/dp4z3-ck/step-15\""
+for x in "cp-resume-dp2:resharded from CP2xDP2 zero0" "cp-resume-dp4z3:resharded from CP2xDP2 zero3" \
+         "cp-back-cp2z3:resharded from DP4 zero3"; do
+  grep -q "${x#*:}" "$tmp/${x%%:*}.log" || { cat "$tmp/${x%%:*}.log"; exit 1; }
+done
+! grep -q "resharded" "$tmp/cp-resume-cp2.log" || { cat "$tmp/cp-resume-cp2.log"; exit 1; }
+python3 - "$tmp" <<'PY'
+import json, os, sys
+rep = lambda i: json.load(open(os.path.join(sys.argv[1], i + ".json")))
+def curve(r):
+    assert r["checks"] and all(c["passed"] for c in r["checks"]), [c for c in r["checks"] if not c["passed"]][:3]
+    return [s for s in r["suites"] if s["name"] == "train"][0]["data"]["losses"]["layout"]
+whole, whole_z3 = curve(rep("cp-save")), curve(rep("cp-save-z3"))
+assert len(whole) == 20 and whole[-1] < whole[0], whole
+assert curve(rep("cp-resume-cp2")) == whole, "CP2 -> CP2 is not bitwise"
+for run, ref in (("cp-resume-dp2", whole), ("cp-resume-dp4z3", whole_z3), ("cp-back-cp2z3", whole_z3)):
+    got = curve(rep(run))
+    assert len(got) == 20 and max(abs(a - b) for a, b in zip(got, ref)) < 1e-5, (run, got, ref)
+    print(f"{run}: worst loss difference {max(abs(a - b) for a, b in zip(got, ref)):.2e}")
+print("CP checkpoints ok: CP2 -> CP2 bitwise, CP2 -> DP2, CP2xDP2:zero3 -> DP4:zero3 -> CP2xDP2:zero3;",
+      f"final loss {whole[-1]:.6f}")
+PY
+
 # The precision suite on 4 ranks: fp32, bf16, fp16, the fp32-communication variants and the
 # forced overflow, each row present; the overflow skips steps and backs off to a finite scale.
 "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --suites precision \

@@ -89,7 +89,7 @@ std::string no_reference_reason(const DpSync& d, Precision p) {
 std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
   try {
     if (is_llama(model)) validate_arch_layout(spec, model, {.backend = backend});
-    if (spec.l.cp > 1) validate_cp_layout(spec, model, backend, 0, "");
+    if (spec.l.cp > 1) validate_cp_layout(spec, model, backend);
   } catch (const InputError& e) {
     return e.what();
   }

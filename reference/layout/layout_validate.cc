@@ -37,8 +37,7 @@ void validate_schedule_recompute(const ParallelLayout& l, Recompute r) {
     throw InputError("schedule zb-h1 with recompute full is not supported (W needs the activations B used)");
 }
 
-void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend, int checkpoint_every,
-                        const std::string& resume_from) {
+void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend) {
   if (s.l.cp <= 1) return;
   const std::string cp = std::string(spelling(LayoutKey::cp).config_key) + " = " + std::to_string(s.l.cp);
   auto refuse = [&](const std::string& why) { throw InputError(cp + " with " + why + " is not supported yet"); };
@@ -57,8 +56,6 @@ void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::
   if (s.l.schedule == "zb-h1") refuse("schedule zb-h1");
   if (s.hier_node_ranks > 0) refuse("the hierarchical DP all-reduce (" + std::string(spelling(LayoutKey::dp_allreduce).spec_token) +
                                     std::to_string(s.hier_node_ranks) + ")");
-  if (checkpoint_every > 0 || !resume_from.empty())
-    refuse("checkpoints (checkpoint_every or resume_from: the manifest does not record the data-and-context sharding)");
 }
 
 std::string dp_sync_checkpoint_refusal(const DpSync& d, const std::string& path, int checkpoint_every,
@@ -96,7 +93,7 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
   });
   const std::string ck = dp_sync_checkpoint_refusal(s.dp_sync, c.path, c.checkpoint_every, c.resume_from);
   if (!ck.empty()) out.push_back({LayoutRule::checkpoint, ck, keyed.empty() ? ck : keyed + ": " + ck});
-  check(LayoutRule::cp, where, [&] { validate_cp_layout(s, model, c.backend, c.checkpoint_every, c.resume_from); });
+  check(LayoutRule::cp, where, [&] { validate_cp_layout(s, model, c.backend); });
   if (s.hier_node_ranks > 0)
     check(LayoutRule::dp_allreduce,
           c.where.empty() ? c.path + "." + spelling(LayoutKey::dp_allreduce).config_key : c.where,
