@@ -186,6 +186,17 @@ TEST(CheckpointFile, ManifestRecordsContextParallel) {
   const std::string old = save(dp2, "old", true);
   EXPECT_EQ(resharded_from(check_checkpoint_manifest(old, dp2), dp2), "");
   EXPECT_EQ(resharded_from(check_checkpoint_manifest(old, run_of(2, 1, 0)), run_of(2, 1, 0)), "DP2 zero0");
+  // A CP size of 0 is no layout (every other size is checked against the world size).
+  nlohmann::json zero = nlohmann::json::parse(std::ifstream(a + "/manifest.json"));
+  zero["layout"]["cp"] = 0;
+  write_file_durably(a + "/manifest.json", zero.dump());
+  try {
+    check_checkpoint_manifest(a, cp2dp2);
+    ADD_FAILURE() << "layout.cp 0 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'layout.cp' = 0 is out of range [1, 1073741824]"), std::string::npos)
+        << e.what();
+  }
   fs::remove_all(d);
 }
 
