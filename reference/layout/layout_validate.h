@@ -88,9 +88,8 @@ void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const Lay
 void validate_schedule_recompute(const ParallelLayout& l, Recompute r);
 
 /// Refuses, in one line naming the setting, what context parallelism (s.l.cp > 1) does not
-/// compose with yet: an MoE model or expert_parallel, stale gradients or local steps, a half
-/// precision (the block attention ops of kernels/cpu/attention_block.cc are float and double
-/// only), a backend other than the CPU (no block ops there yet), schedule zb-h1, the
+/// compose with yet: an MoE model or expert_parallel, stale gradients or local steps, a backend
+/// other than the CPU (no block ops there yet), schedule zb-h1, the
 /// hierarchical DP all-reduce, and checkpoints (checkpoint_every > 0 or resume_from set: the
 /// manifest does not record the data-and-context sharding). cp = 1 passes. Errors: InputError.
 void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend, int checkpoint_every,
