@@ -150,14 +150,11 @@ skipped = sorted(x["layout"] for x in s["data"]["skipped"])
 # recipes in fp16 (they refuse loss scaling) and local steps in bf16 (no one-rank bf16 reference
 # simulates 4 replicas): docs/comm-efficiency.md.
 recipes = ["DP4:stale1", "DP4:stale2", "DP4:stale1:dc", "DP4:stale2:dc", "DP4:local4"]
-# Context parallelism runs in fp32 only (the block attention ops have no half version yet).
-cp = ["CP2", "CP4", "CP2:all_gather", "TP2xCP2:sp", "CP2xPP2", "CP2xDP2:zero3", "CP2:full"]
 want_skipped = sorted([l + p for l in ["TP2xDP4", "TP2xPP2xDP2"] for p in ["", ":bf16", ":fp16"]] +
-                      [l + ":fp16" for l in recipes] + ["DP4:local4:bf16"] +
-                      [l + p for l in cp for p in [":bf16", ":fp16"]])
+                      [l + ":fp16" for l in recipes] + ["DP4:local4:bf16"])
 assert skipped == want_skipped, skipped
-# 57 default layouts, 55 of up to 4 ranks: all in fp32, 47 in bf16, 43 in fp16.
-n_fp32, n_bf16, n_fp16 = 55, 47, 43
+# 57 default layouts, 55 of up to 4 ranks: all in fp32, 54 in bf16, 50 in fp16.
+n_fp32, n_bf16, n_fp16 = 55, 54, 50
 assert len(ran) == n_fp32 + n_bf16 + n_fp16 and all(b["checks_failed"] == 0 for b in r["benchmarks"]), ran
 assert sorted({b["precision"] for b in r["benchmarks"]}) == ["bf16", "fp16", "fp32"]
 # Half layouts carry the stated bounds of the fp32 trajectory; recompute layouts the bitwise
@@ -167,7 +164,7 @@ names = [c["name"] for c in r["checks"]]
 assert sum(n.endswith("loss_vs_fp32/tail_mean") for n in names) == n_bf16 + n_fp16, names
 # Every layout's global gradient norm against the oracle's at each of the 20 steps.
 assert sum("/grad_norm/step:" in n for n in names) == len(ran) * 20, [n for n in names if "/grad_norm/" in n][:5]
-assert sum("/recompute_bitwise_vs/" in n for n in names) == 3 * 5 + 1, [n for n in names if "recompute_bitwise" in n]
+assert sum("/recompute_bitwise_vs/" in n for n in names) == 3 * 6, [n for n in names if "recompute_bitwise" in n]
 assert sum("/schedule_bitwise_vs/" in n for n in names) == 3 * 4, [n for n in names if "schedule_bitwise" in n]
 assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed, skipped {skipped}")

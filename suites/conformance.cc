@@ -84,8 +84,8 @@ std::string no_reference_reason(const DpSync& d, Precision p) {
 }
 
 // Why a layout does not run in its precision or on this backend ("" when it runs):
-// validate_cp_layout's refusal (the half recipes and other backends have no block attention ops
-// yet), or validate_arch_layout's (a Llama model in a half precision: docs/models.md).
+// validate_cp_layout's refusal (other backends have no block attention ops
+// yet), or validate_arch_layout's (a Llama model where the family does not run yet).
 std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
   try {
     if (is_llama(model)) validate_arch_layout(spec, model, {.backend = backend});

@@ -49,9 +49,6 @@ void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::
                                          std::to_string(s.dp_sync.staleness) + ")"
                                    : std::string("local steps (") + spelling(LayoutKey::local_steps).config_key + " = " +
                                          std::to_string(s.dp_sync.local_steps) + ")");
-  if (s.precision != Precision::fp32)
-    refuse("precision " + std::string(to_string(s.precision)) +
-           " (the block attention ops are float and double only: fp32 only so far)");
   if (backend != "cpu") refuse("the " + printable(backend, 40) + " backend (the block attention ops are on the CPU only so far)");
   if (s.l.schedule == "zb-h1") refuse("schedule zb-h1");
   if (s.hier_node_ranks > 0) refuse("the hierarchical DP all-reduce (" + std::string(spelling(LayoutKey::dp_allreduce).spec_token) +

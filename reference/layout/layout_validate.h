@@ -88,12 +88,11 @@ void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const Lay
 void validate_schedule_recompute(const ParallelLayout& l, Recompute r);
 
 /// Refuses, in one line naming the setting, what context parallelism (s.l.cp > 1) does not
-/// compose with yet: an MoE model or expert_parallel, stale gradients or local steps, a half
-/// precision (the block attention ops of kernels/cpu/attention_block.cc are float and double
-/// only), a backend other than the CPU (no block ops there yet), schedule zb-h1 and the
-/// hierarchical DP all-reduce. Checkpoints pass: the manifest records cp and each rank file
-/// indexes its ZeRO shard over the data-and-context group, so a CP run saves and reshards as
-/// any other layout (docs/checkpoints.md). cp = 1 passes. Errors: InputError.
+/// compose with yet: an MoE model or expert_parallel, stale gradients or local steps, a backend
+/// other than the CPU (no block ops there yet), schedule zb-h1 and the hierarchical DP
+/// all-reduce. Checkpoints pass: the manifest records cp and each rank file indexes its ZeRO
+/// shard over the data-and-context group, so a CP run saves and reshards as any other layout
+/// (docs/checkpoints.md). cp = 1 passes. Errors: InputError.
 void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend);
 
 /// Why a non-synchronous `d` cannot run with checkpoints (the gradients in flight and DiLoCo's

@@ -316,6 +316,8 @@ void context_parallel_attention_backward(const CpAttention<T>& cpa, T* dqkv, con
 
 DTB_INSTANTIATE_CP(float)
 DTB_INSTANTIATE_CP(double)
+DTB_INSTANTIATE_CP(bf16)
+DTB_INSTANTIATE_CP(fp16)
 #undef DTB_INSTANTIATE_CP
 
 }  // namespace dtb

@@ -25,9 +25,6 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
   if (const std::string why = llama_tp_refusal(cfg, layout.tp); !why.empty()) throw InputError(why);
   DTB_CHECK(layout.cp == 1 || (cp != nullptr && cp->size() == layout.cp && cp->rank() == grid_coord(rank, layout).cp),
             "ParallelGpt: context_parallel > 1 needs the CP group (of layout.cp ranks, this rank's CP coordinate)");
-  if (layout.cp > 1 && !(std::is_same_v<T, float> || std::is_same_v<T, double>))
-    throw InputError("context_parallel = " + std::to_string(layout.cp) +
-                     ": the block attention ops are float and double only, not a half precision yet");
   if (layout.cp > 1 && cfg.moe.num_experts > 0)
     throw InputError("context_parallel = " + std::to_string(layout.cp) + " with an MoE model is not supported yet");
   if (cfg.moe.num_experts > 0) {
@@ -176,7 +173,7 @@ typename ParallelGpt<T>::ActSet& ParallelGpt<T>::acquire(int chunk, int mb, int 
     const std::vector<std::vector<int64_t>> shapes = {
         {r, C},
         {L, r, C}, {Lm, r}, {L, r}, {L, b, t, Wq}, {L, b, t, Cl},
-        cp_ ? std::vector<int64_t>{La, b, t, NH} : std::vector<int64_t>{La, b, NH, t, t}, {L, r, C},
+        cp_ ? std::vector<int64_t>{La, b, t, NH * int64_t(kLseT)} : std::vector<int64_t>{La, b, NH, t, t}, {L, r, C},
         {L, r, C}, {L, r, C}, {Lm, r}, {L, r}, {L, b, t, F1}, {L, b, t, Fa}, {L, r, C},
         {Lres, r, C},
         {b, t, C}, {m}, {r}, {b, t, V}, {b, t, V}, {b, t}, {b, t}, {2, b, t}};
@@ -431,12 +428,9 @@ void ParallelGpt<T>::attention_forward(T* out, T* att, const T* qkv, int B, int 
     ops_->attention_forward(out, att, qkv, B, Tn, Cl_, NHl_);
     return;
   }
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    const CpAttention<T> cpa{*ops_, device_, *cp_, cp_split(Tn), parse_cp_comm_type(layout_.cp_comm_type)};
-    context_parallel_attention_forward(cpa, out, att, qkv, B, Cl_, NHl_, KVl_);  // att: the (B, Tn, NHl) log-sum-exp
-  } else {
-    DTB_CHECK(false, "ParallelGpt: context parallelism in a half type (the constructor refuses it)");
-  }
+  const CpAttention<T> cpa{*ops_, device_, *cp_, cp_split(Tn), parse_cp_comm_type(layout_.cp_comm_type)};
+  // att: the (B, Tn, NHl) log-sum-exp in acc_t<T> (att_elems; the recompute scratch holds it too, Tn >= 2)
+  context_parallel_attention_forward(cpa, out, reinterpret_cast<acc_t<T>*>(att), qkv, B, Cl_, NHl_, KVl_);
 }
 
 template <typename T>
@@ -450,12 +444,9 @@ void ParallelGpt<T>::attention_backward(T* dqkv, T* datt, const T* dout, const T
     ops_->attention_backward(dqkv, datt, dout, qkv, att, B, Tn, Cl_, NHl_);
     return;
   }
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    const CpAttention<T> cpa{*ops_, device_, *cp_, cp_split(Tn), parse_cp_comm_type(layout_.cp_comm_type)};
-    context_parallel_attention_backward(cpa, dqkv, dout, qkv, out, att, B, Cl_, NHl_, KVl_);
-  } else {
-    DTB_CHECK(false, "ParallelGpt: context parallelism in a half type (the constructor refuses it)");
-  }
+  const CpAttention<T> cpa{*ops_, device_, *cp_, cp_split(Tn), parse_cp_comm_type(layout_.cp_comm_type)};
+  context_parallel_attention_backward(cpa, dqkv, dout, qkv, out, reinterpret_cast<const acc_t<T>*>(att), B, Cl_, NHl_,
+                                      KVl_);
 }
 
 template class ParallelGpt<float>;

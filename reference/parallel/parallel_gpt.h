@@ -330,10 +330,12 @@ class ParallelGpt {
   Communicator* cp_ = nullptr;  // the CP group (layout.cp > 1), else null
   // Context parallelism: the split of a sequence of Tl * cp tokens with Tl local rows.
   CpSplit cp_split(int Tl) const { return {layout_.cp, coord_.cp, Tl * layout_.cp}; }
-  // Elements of one layer's attention activation kept for backward: the (B, NH, Tn, Tn)
-  // probabilities, or under context parallelism the (B, Tl, NH) log-sum-exp.
+  // Elements (of T) of one layer's attention activation kept for backward: the (B, NH, Tn, Tn)
+  // probabilities, or under context parallelism the (B, Tl, NH) log-sum-exp, kept in acc_t<T>
+  // (fp32 under mixed precision, as the statistics) in kLseT elements of T each.
+  static constexpr size_t kLseT = sizeof(acc_t<T>) / sizeof(T);
   size_t att_elems(int B, int Tn) const {
-    return cp_ ? size_t(B) * Tn * NHl_ : size_t(B) * NHl_ * Tn * Tn;
+    return cp_ ? size_t(B) * Tn * NHl_ * kLseT : size_t(B) * NHl_ * Tn * Tn;
   }
   // Causal self-attention of qkv (B, Tn, 3 Cl) into out (B, Tn, Cl): ops.attention_forward with
   // its probabilities in att, or under context parallelism the CP core with its log-sum-exp in att.
