@@ -111,10 +111,11 @@ std::vector<std::string> layout_names(const json& section, const GptConfig& mode
     names.push_back(v.get<std::string>());
   }
   if (!names.empty()) return names;
-  if (!is_llama(model)) return default_conformance_layouts(model.moe.num_experts > 0);
-  // A Llama model: the defaults less what the family does not train yet (validate_arch_layout:
-  // the DP sync recipes), and DP 4 under ZeRO 3.
-  for (const std::string& text : default_conformance_layouts(false)) {
+  const bool moe = model.moe.num_experts > 0;
+  if (!is_llama(model)) return default_conformance_layouts(moe);
+  // A Llama model: the defaults (an MoE Llama's: the MoE ones) less what the family does not
+  // train yet (validate_arch_layout: the DP sync recipes), and a dense one's DP 4 under ZeRO 3.
+  for (const std::string& text : default_conformance_layouts(moe)) {
     const LayoutSpec spec = parse_layout_spec(text, "conformance.layouts");
     try {
       validate_arch_layout(spec, model, {});
@@ -122,7 +123,7 @@ std::vector<std::string> layout_names(const json& section, const GptConfig& mode
     } catch (const InputError&) {
     }
   }
-  names.push_back("DP4:zero3");
+  if (!moe) names.push_back("DP4:zero3");
   return names;
 }
 

@@ -20,10 +20,15 @@ ModelArch parse_model_arch(const std::string& s, const std::string& key) {
 
 namespace {
 std::vector<ParamTensor> llama_param_layout(const GptConfig& c) {
-  const int64_t L = c.L, C = c.C, V = c.V, F = ffn_hidden(c), W = qkv_width(c);
-  return {{"wte", {V, C}},        {"ln1w", {L, C}},          {"qkvw", {L, W, C}},
-          {"attprojw", {L, C, C}}, {"ln2w", {L, C}},          {"fcw", {L, 2 * F, C}},
-          {"fcprojw", {L, C, F}},  {"lnfw", {C}},             {"lmheadw", {V, C}}};
+  const int64_t L = c.L, C = c.C, V = c.V, F = ffn_hidden(c), W = qkv_width(c), Lm = num_moe_layers(c), Ld = L - Lm;
+  std::vector<ParamTensor> out = {{"wte", {V, C}},         {"ln1w", {L, C}},   {"qkvw", {L, W, C}},
+                                  {"attprojw", {L, C, C}},  {"ln2w", {L, C}},   {"fcw", {Ld, 2 * F, C}},
+                                  {"fcprojw", {Ld, C, F}},  {"lnfw", {C}},      {"lmheadw", {V, C}}};
+  if (Lm > 0) {  // SwiGLU experts, no biases (moe_layer_config)
+    const int64_t E = c.moe.num_experts, Fe = moe_expert_hidden(c);
+    out.insert(out.end(), {{"routerw", {Lm, E, C}}, {"expfcw", {Lm, E, 2 * Fe, C}}, {"expprojw", {Lm, E, C, Fe}}});
+  }
+  return out;
 }
 }  // namespace
 
@@ -37,7 +42,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       {"fcprojw", {Ld, C, 4 * C}}, {"fcprojb", {Ld, C}},  {"lnfw", {C}},
       {"lnfb", {C}}};
   if (Lm > 0 && !is_llama(c)) {
-    const int64_t E = c.moe.num_experts, F = moe_hidden(c.moe, c.C);
+    const int64_t E = c.moe.num_experts, F = moe_expert_hidden(c);
     out.insert(out.end(), {{"routerw", {Lm, E, C}}, {"expfcw", {Lm, E, F, C}}, {"expfcb", {Lm, E, F}},
                            {"expprojw", {Lm, E, C, F}}, {"expprojb", {Lm, E, C}}});
   }
@@ -87,7 +92,6 @@ void validate_arch_settings(const GptConfig& c) {
   if (c.ffn_hidden < 0) throw InputError("model.ffn_hidden_size = " + std::to_string(c.ffn_hidden) + ": must be > 0 (0: Llama's rule)");
   if (!(c.rope_theta > 1)) throw InputError("model.rope_theta must be > 1, got " + std::to_string(c.rope_theta));
   if (!(c.norm_eps > 0)) throw InputError("model.norm_eps must be > 0, got " + std::to_string(c.norm_eps));
-  if (c.moe.num_experts > 0) throw InputError("model.num_experts with arch llama: not supported yet");
 }
 }  // namespace
 
@@ -202,8 +206,11 @@ Gpt<T>::~Gpt() = default;
 template <typename T>
 MoeWeights<T> Gpt<T>::moe_weights(T* base, int l) const {
   const size_t m = size_t(l / cfg_.moe_layer_freq);
-  constexpr size_t kRouterw = 16;  // after the 16 dense tensors: routerw expfcw expfcb expprojw expprojb
   auto at = [&](size_t i) { return base + layout_[i].offset + m * (layout_[i].numel / size_t(num_moe_layers(cfg_))); };
+  // After the dense tensors: Llama's 9, then routerw expfcw expprojw (no biases); GPT-2's 16,
+  // then routerw expfcw expfcb expprojw expprojb.
+  if (is_llama(cfg_)) return {at(9), at(10), nullptr, at(11), nullptr};
+  constexpr size_t kRouterw = 16;
   return {at(kRouterw), at(kRouterw + 1), at(kRouterw + 2), at(kRouterw + 3), at(kRouterw + 4)};
 }
 
@@ -297,7 +304,7 @@ double Gpt<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int
                            P(ln2b) + l * C, int(BT), C);
     if (is_moe_layer(cfg_, l)) {  // each sequence one routing group
       MoeActivations<T>& ma = moe_acts_[size_t(l / cfg_.moe_layer_freq)];
-      moe_forward(ops, cfg_.moe, moe_weights(params(), l), ln2, fcproj, int(BT), C, ma, Tn);
+      moe_forward(ops, moe_layer_config(cfg_), moe_weights(params(), l), ln2, fcproj, int(BT), C, ma, Tn);
       moe_loss_sum_ += double(BT) * (ma.routing.aux_loss + ma.routing.z_loss);
     } else {
       const size_t d = size_t(dense_layer_index(cfg_, l));
@@ -361,7 +368,7 @@ void Gpt<T>::backward(T loss_scale) {
     // MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))), or the MoE layer's output.
     if (is_moe_layer(cfg_, l)) {  // the losses weigh BT * loss_scale, as forward added them
       zero(kDLn, BT * C);
-      moe_backward(ops, cfg_.moe, moe_weights(params(), l), moe_weights(grads(), l), A(kLn2) + oC, dres, A(kDLn),
+      moe_backward(ops, moe_layer_config(cfg_), moe_weights(params(), l), moe_weights(grads(), l), A(kLn2) + oC, dres, A(kDLn),
                    int(BT), C, moe_acts_[size_t(l / cfg_.moe_layer_freq)], double(loss_scale) * double(BT));
     } else {
       const size_t d = size_t(dense_layer_index(cfg_, l));

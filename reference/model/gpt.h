@@ -90,10 +90,26 @@ inline double moe_initial_loss(const GptConfig& c) {
   const double lnE = c.moe.num_experts > 0 ? std::log(double(c.moe.num_experts)) : 0.0;
   return num_moe_layers(c) * (c.moe.aux_loss_coeff + c.moe.z_loss_coeff * lnE * lnE);
 }
-/// One expert's parameters: fc F C + F, proj C F + C (F = moe_hidden); 0 when dense.
+/// The MoE layers' settings as the layer (moe.h) takes them: model.moe with the experts' form
+/// and hidden size resolved from the family, the one place that says which. GPT-2: GELU
+/// experts with biases (MoeExpert::gelu), F = moe_ffn_hidden_size or 4C. Llama: Mixtral's
+/// SwiGLU experts without biases (MoeExpert::swiglu: Hugging Face MixtralSparseMoeBlock,
+/// Megatron-Core's MoE with --swiglu), F = moe_ffn_hidden_size or, when 0, the dense
+/// SwiGLU's ffn_hidden (ffn_hidden_size or Llama's rule). Errors: none.
+inline MoeConfig moe_layer_config(const GptConfig& c) {
+  MoeConfig m = c.moe;
+  m.expert = is_llama(c) ? MoeExpert::swiglu : MoeExpert::gelu;
+  m.ffn_hidden = is_llama(c) && m.ffn_hidden == 0 ? ffn_hidden(c) : moe_hidden(c.moe, c.C);
+  return m;
+}
+/// An expert's hidden size F (moe_layer_config's).
+inline int moe_expert_hidden(const GptConfig& c) { return moe_layer_config(c).ffn_hidden; }
+/// One expert's parameters: GPT-2, fc F C + F, proj C F + C; Llama (SwiGLU, no biases), gate
+/// and up 2 F C, down C F: 3 F C (F = moe_expert_hidden); 0 when dense.
 inline size_t moe_expert_params(const GptConfig& c) {
-  const size_t F = size_t(moe_hidden(c.moe, c.C)), C = size_t(c.C);
-  return c.moe.num_experts > 0 ? 2 * F * C + F + C : 0;
+  if (c.moe.num_experts <= 0) return 0;
+  const size_t F = size_t(moe_expert_hidden(c)), C = size_t(c.C);
+  return is_llama(c) ? 3 * F * C : 2 * F * C + F + C;
 }
 /// Dense layer l's index among the dense layers (the rows of fcw, fcb, fcprojw, fcprojb).
 inline int dense_layer_index(const GptConfig& c, int l) {
@@ -126,7 +142,10 @@ inline std::string moe_not_sharded(const GptConfig& cfg) {
 /// Llama, 9 tensors, no biases, no position table: wte (V,C), ln1w (L,C) (RMSNorm weights),
 /// qkvw (L,(NH+2KV)hs,C) (q rows, then k rows, then v rows, each head's hs rows together),
 /// attprojw (L,C,C), ln2w (L,C), fcw (L,2F,C) (gate rows, then up rows: Megatron's fused
-/// linear_fc1), fcprojw (L,C,F) (down), lnfw (C), lmheadw (V,C) (untied head).
+/// linear_fc1), fcprojw (L,C,F) (down), lnfw (C), lmheadw (V,C) (untied head). An MoE Llama
+/// stacks fcw and fcprojw over its Ld dense layers and appends routerw (Lm,E,C), expfcw
+/// (Lm,E,2Fe,C) (each expert's gate rows then up rows: Mixtral's w1 then w3, fused as
+/// Megatron-Core's linear_fc1) and expprojw (Lm,E,C,Fe) (w2), Fe = moe_expert_hidden; no biases.
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& cfg);
 /// Number of parameters: GPT-2 V C + T C + L (4 C^2 + 8 C) + Ld (8 C^2 + 5 C) + Lm E (C + 2 F C + F + C) + 2 C;
 /// Llama 2 V C + L (2 C^2 + 2 KV hs C + 3 C F + 2 C) + C.

@@ -1,7 +1,8 @@
 // The Llama family's part of Gpt<T> (reference/model/gpt.h): its activations, and forward and
 // backward from the token ids to the per-token losses. Per layer
 //   x += attproj(attention(rope(qkv(rmsnorm1(x)))));  x += down(swiglu(fc(rmsnorm2(x))))
-// after x = wte[tok], then rmsnormf and the untied head lmheadw. No biases, no position table:
+// after x = wte[tok], then rmsnormf and the untied head lmheadw. An MoE layer's MLP is moe.h's
+// layer with SwiGLU experts (moe_layer_config), its balance and z losses added as the GPT's. No biases, no position table:
 // positions enter through the rotary embeddings only (rows at positions 0..Tn-1).
 // Shape legend: W = (NH + 2 KV) hs, the packed qkv's width; F the SwiGLU hidden size.
 #include <algorithm>
@@ -97,9 +98,16 @@ void Gpt<T>::llama_forward(const int32_t* tok, const int32_t* tgt, int B, int Tn
     ops.matmul_forward(branch, atty, P(attprojw) + size_t(l) * C * C, nullptr, int(BT), C, C);
     ops.residual_forward(res2, x, branch, BT * C);
     ops.rmsnorm_forward(ln2, A(kLn2Rstd) + oN, res2, P(ln2w) + size_t(l) * C, eps, int(BT), C);
-    ops.matmul_forward(fch, ln2, P(fcw) + size_t(l) * 2 * F * C, nullptr, int(BT), C, 2 * F);
-    ops.swiglu_forward(sw, fch, int(BT), F);
-    ops.matmul_forward(branch, sw, P(fcprojw) + size_t(l) * C * F, nullptr, int(BT), F, C);
+    if (is_moe_layer(cfg_, l)) {  // SwiGLU experts (moe_layer_config), each sequence one routing group
+      MoeActivations<T>& ma = moe_acts_[size_t(l / cfg_.moe_layer_freq)];
+      moe_forward(ops, moe_layer_config(cfg_), moe_weights(params(), l), ln2, branch, int(BT), C, ma, Tn);
+      moe_loss_sum_ += double(BT) * (ma.routing.aux_loss + ma.routing.z_loss);
+    } else {
+      const size_t d = size_t(dense_layer_index(cfg_, l));  // fcw, fcprojw stack the dense layers
+      ops.matmul_forward(fch, ln2, P(fcw) + d * 2 * F * C, nullptr, int(BT), C, 2 * F);
+      ops.swiglu_forward(sw, fch, int(BT), F);
+      ops.matmul_forward(branch, sw, P(fcprojw) + d * C * F, nullptr, int(BT), F, C);
+    }
     ops.residual_forward(A(kRes3) + oC, res2, branch, BT * C);
   }
   const T* xL = A(kRes3) + size_t(cfg_.L - 1) * BT * C;
@@ -135,18 +143,26 @@ void Gpt<T>::llama_backward(T loss_scale) {
   for (int l = cfg_.L - 1; l >= 0; --l) {
     const T* x = l == 0 ? A(kEmb) : A(kRes3) + size_t(l - 1) * BT * C;
     const size_t oC = size_t(l) * BT * C, oN = size_t(l) * BT;
-    // MLP branch: res3 = res2 + down(swiglu(fc(rmsnorm2(res2)))).
-    T* dsw = A(kDBig2);
-    zero(kDBig2, BT * F);
-    ops.matmul_backward(dsw, G(fcprojw) + size_t(l) * C * F, nullptr, dres, A(kSwiglu) + size_t(l) * BT * F,
-                        P(fcprojw) + size_t(l) * C * F, int(BT), F, C);
-    T* dfch = A(kDBig);
-    T* fch = A(kFch) + size_t(l) * BT * 2 * F;
-    zero(kDBig, BT * 2 * F);
-    ops.swiglu_backward(dfch, fch, dsw, int(BT), F);
-    zero(kDLn, BT * C);
-    ops.matmul_backward(A(kDLn), G(fcw) + size_t(l) * 2 * F * C, nullptr, dfch, A(kLn2) + oC,
-                        P(fcw) + size_t(l) * 2 * F * C, int(BT), C, 2 * F);
+    // MLP branch: res3 = res2 + down(swiglu(fc(rmsnorm2(res2)))), or the MoE layer's output.
+    if (is_moe_layer(cfg_, l)) {  // the losses weigh BT * loss_scale, as forward added them
+      zero(kDLn, BT * C);
+      moe_backward(ops, moe_layer_config(cfg_), moe_weights(params(), l), moe_weights(grads(), l), A(kLn2) + oC,
+                   dres, A(kDLn), int(BT), C, moe_acts_[size_t(l / cfg_.moe_layer_freq)],
+                   double(loss_scale) * double(BT));
+    } else {
+      const size_t d = size_t(dense_layer_index(cfg_, l));
+      T* dsw = A(kDBig2);
+      zero(kDBig2, BT * F);
+      ops.matmul_backward(dsw, G(fcprojw) + d * C * F, nullptr, dres, A(kSwiglu) + size_t(l) * BT * F,
+                          P(fcprojw) + d * C * F, int(BT), F, C);
+      T* dfch = A(kDBig);
+      T* fch = A(kFch) + size_t(l) * BT * 2 * F;
+      zero(kDBig, BT * 2 * F);
+      ops.swiglu_backward(dfch, fch, dsw, int(BT), F);
+      zero(kDLn, BT * C);
+      ops.matmul_backward(A(kDLn), G(fcw) + d * 2 * F * C, nullptr, dfch, A(kLn2) + oC, P(fcw) + d * 2 * F * C,
+                          int(BT), C, 2 * F);
+    }
     ops.rmsnorm_backward(dres, G(ln2w) + size_t(l) * C, A(kDLn), A(kRes2) + oC, P(ln2w) + size_t(l) * C,
                          A(kLn2Rstd) + oN, int(BT), C);
     // Attention branch: res2 = x + attproj(attention(rope(qkv(rmsnorm1(x))))).

@@ -1,6 +1,7 @@
 // The MoE FFN (moe.h). The router's logits, softmax, losses and their gradients are computed in
 // double and rounded to T where they meet the model's tensors (the gates, the router's and the
-// input's gradients); the experts run the model's own matmul and GELU ops on gathered rows.
+// input's gradients); the experts run the model's own matmul and GELU (or SwiGLU) ops on
+// gathered rows.
 #include "reference/model/moe.h"
 
 #include <algorithm>
@@ -124,6 +125,17 @@ void route(const MoeConfig& cfg, const T* x, const T* router, int N, int G, int 
 
 namespace {
 
+// An expert's FFN form (MoeExpert): glu for SwiGLU, whose fc has F1 = 2F rows (gate | up) and
+// no biases; the GPT's GELU FFN has F1 = F rows and biases.
+struct ExpertShape {
+  bool glu = false;
+  size_t F1 = 0;
+};
+ExpertShape expert_shape(const MoeConfig& cfg, int F) {
+  const bool glu = cfg.expert == MoeExpert::swiglu;
+  return {glu, size_t(glu ? 2 * F : F)};
+}
+
 // The expert-parallel group at one call: P ranks, this one r, El = E / P experts held.
 struct EpShape {
   int P = 1, r = 0, El = 0;
@@ -241,15 +253,19 @@ void moe_forward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, cons
                    sh, a.held_rows, size_t(C));
   a.pre.assign(size_t(sh.El), {}), a.act.assign(size_t(sh.El), {});
   std::vector<std::vector<T>> y(static_cast<size_t>(sh.El));
+  const ExpertShape x_ = expert_shape(cfg, F);
   for (int j = 0; j < sh.El; ++j) {
     const int n = int(a.in[size_t(j)].size() / size_t(C));
     if (n == 0) continue;
-    a.pre[size_t(j)].resize(size_t(n) * F), a.act[size_t(j)].resize(size_t(n) * F), y[size_t(j)].resize(size_t(n) * C);
-    ops.matmul_forward(a.pre[size_t(j)].data(), a.in[size_t(j)].data(), w.fc + size_t(j) * F * C,
-                       w.fc_bias + size_t(j) * F, n, C, F);
-    ops.gelu_forward(a.act[size_t(j)].data(), a.pre[size_t(j)].data(), size_t(n) * F);
+    a.pre[size_t(j)].resize(size_t(n) * x_.F1), a.act[size_t(j)].resize(size_t(n) * F), y[size_t(j)].resize(size_t(n) * C);
+    ops.matmul_forward(a.pre[size_t(j)].data(), a.in[size_t(j)].data(), w.fc + size_t(j) * x_.F1 * C,
+                       x_.glu ? nullptr : w.fc_bias + size_t(j) * F, n, C, x_.F1);
+    if (x_.glu)
+      ops.swiglu_forward(a.act[size_t(j)].data(), a.pre[size_t(j)].data(), n, F);
+    else
+      ops.gelu_forward(a.act[size_t(j)].data(), a.pre[size_t(j)].data(), size_t(n) * F);
     ops.matmul_forward(y[size_t(j)].data(), a.act[size_t(j)].data(), w.proj + size_t(j) * C * F,
-                       w.proj_bias + size_t(j) * C, n, F, C);
+                       x_.glu ? nullptr : w.proj_bias + size_t(j) * C, n, F, C);
   }
   // The outputs back to their tokens' ranks, in expert order: expert e's own rows.
   const std::vector<T> back =
@@ -309,16 +325,20 @@ void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, con
                                       stats ? &stats->dispatch_bytes : nullptr),
                              sh, a.held_rows, size_t(C));
   std::vector<std::vector<T>> dinh(static_cast<size_t>(sh.El));
+  const ExpertShape x_ = expert_shape(cfg, F);
   for (int j = 0; j < sh.El; ++j) {
     const int n = int(dyh[size_t(j)].size() / size_t(C));
     if (n == 0) continue;
-    std::vector<T> dact(size_t(n) * F, T(0)), dpre(size_t(n) * F, T(0));
+    std::vector<T> dact(size_t(n) * F, T(0)), dpre(size_t(n) * x_.F1, T(0));
     dinh[size_t(j)].assign(size_t(n) * C, T(0));
-    ops.matmul_backward(dact.data(), dw.proj + size_t(j) * C * F, dw.proj_bias + size_t(j) * C, dyh[size_t(j)].data(),
-                        a.act[size_t(j)].data(), w.proj + size_t(j) * C * F, n, F, C);
-    ops.gelu_backward(dpre.data(), a.pre[size_t(j)].data(), dact.data(), size_t(n) * F);
-    ops.matmul_backward(dinh[size_t(j)].data(), dw.fc + size_t(j) * F * C, dw.fc_bias + size_t(j) * F, dpre.data(),
-                        a.in[size_t(j)].data(), w.fc + size_t(j) * F * C, n, C, F);
+    ops.matmul_backward(dact.data(), dw.proj + size_t(j) * C * F, x_.glu ? nullptr : dw.proj_bias + size_t(j) * C,
+                        dyh[size_t(j)].data(), a.act[size_t(j)].data(), w.proj + size_t(j) * C * F, n, F, C);
+    if (x_.glu)
+      ops.swiglu_backward(dpre.data(), a.pre[size_t(j)].data(), dact.data(), n, F);
+    else
+      ops.gelu_backward(dpre.data(), a.pre[size_t(j)].data(), dact.data(), size_t(n) * F);
+    ops.matmul_backward(dinh[size_t(j)].data(), dw.fc + size_t(j) * x_.F1 * C, x_.glu ? nullptr : dw.fc_bias + size_t(j) * F,
+                        dpre.data(), a.in[size_t(j)].data(), w.fc + size_t(j) * x_.F1 * C, n, C, x_.F1);
   }
   // The input gradients back to their tokens, scattered in expert index order.
   const std::vector<T> din =

@@ -1,5 +1,6 @@
 // The mixture-of-experts FFN of the reference model: a learned router sends each token to its
-// top-k of E experts, each the GPT's FFN (fc, GELU, proj) with its own weights, and the token's
+// top-k of E experts, each the model family's FFN with its own weights (GPT: fc, GELU, proj with
+// biases; Llama: Mixtral's SwiGLU expert, MoeExpert), and the token's
 // output is the gate-weighted sum of its experts' outputs (Switch Transformer, Fedus et al.
 // 2021, top-1; GShard, Lepikhin et al. 2020, top-2). Capacity with token dropping, the
 // load-balancing loss (Fedus et al. eq. 4) and the router z-loss (ST-MoE, Zoph et al. 2022
@@ -18,6 +19,12 @@
 
 namespace dtb {
 
+/// An expert's FFN. gelu: the GPT's, proj(gelu(fc x + fc_bias)) + proj_bias, fc (F, C).
+/// swiglu: Mixtral's (Hugging Face MixtralBlockSparseTop2MLP, w2(silu(w1 x) * w3 x); Megatron-Core's
+/// MoE experts with --swiglu, gate and up fused as its linear_fc1), no biases: fc (2F, C) holds
+/// the gate rows (w1) then the up rows (w3), proj (C, F) is w2, the activation the ops' swiglu.
+enum class MoeExpert { gelu, swiglu };
+
 /// The MoE settings of a layer. Errors: validate_moe_config.
 struct MoeConfig {
   int num_experts = 1;  // E
@@ -28,6 +35,9 @@ struct MoeConfig {
   double aux_loss_coeff = 0.01;  // alpha of the load-balancing loss (Fedus et al.: 1e-2)
   double z_loss_coeff = 0.0;     // beta of the router z-loss (ST-MoE: 1e-3)
   int ffn_hidden = 0;            // each expert's hidden size F; 0: 4C, as the dense FFN
+  /// The experts' form. A model never sets it: moe_layer_config (reference/model/gpt.h) derives it
+  /// from model.arch, the one place that says which.
+  MoeExpert expert = MoeExpert::gelu;
 };
 
 /// No experts: the settings of a dense model's FFN (GptConfig's default).
@@ -46,6 +56,8 @@ int moe_hidden(const MoeConfig& cfg, int C);
 
 /// A layer's weights (or their gradients), row-major, linear weights (out, in) as
 /// torch.nn.Linear: router (E, C); fc (E, F, C), fc_bias (E, F); proj (E, C, F), proj_bias (E, C).
+/// SwiGLU experts (MoeExpert::swiglu): fc (E, 2F, C), each expert's F gate rows then its F up
+/// rows; proj (E, C, F); fc_bias and proj_bias unused (null).
 template <typename T> struct MoeWeights {
   T* router = nullptr;
   T* fc = nullptr;
@@ -106,7 +118,8 @@ template <typename T> struct MoeActivations {
 /// out (N, C) = sum over a token's kept assignments of gate * expert(x), gate = the router's
 /// softmax probability of that expert (Switch's gate; not renormalised over the top-k, as
 /// Megatron-LM's moe_router_pre_softmax). A dropped assignment contributes 0 (the residual
-/// carries the token). Each expert runs ops' matmul and GELU on its rows in assignment order
+/// carries the token). Each expert runs ops' matmul and GELU (or, cfg.expert swiglu, matmul
+/// without biases and swiglu: the Llama block's MLP ops) on its rows in assignment order
 /// (MoeRouting's), so E = 1 without dropping is the dense FFN times gate 1, bitwise. A token's
 /// output adds its experts' contributions best choice first. Fills `acts` for backward.
 /// x (N, C); `group` tokens per routing group (MoeRouting), 0 for one group of N.

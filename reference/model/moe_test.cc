@@ -21,25 +21,29 @@ namespace dtb {
 namespace {
 
 /// A layer's weights and gradients in one buffer each, with MoeWeights views.
+/// SwiGLU experts (cfg.expert): fc (E, 2F, C), no biases.
 template <typename T> struct Layer {
-  Layer(const MoeConfig& cfg, int C) : E(cfg.num_experts), C(C), F(moe_hidden(cfg, C)) {
-    const size_t n = size_t(E) * C + 2 * size_t(E) * F * C + size_t(E) * F + size_t(E) * C;
+  Layer(const MoeConfig& cfg, int C)
+      : E(cfg.num_experts), C(C), F(moe_hidden(cfg, C)), glu(cfg.expert == MoeExpert::swiglu) {
+    const size_t n = size_t(E) * C + size_t(E) * (glu ? 2 : 1) * F * C + size_t(E) * C * F +
+                     (glu ? 0 : size_t(E) * F + size_t(E) * C);
     w.assign(n, T(0)), g.assign(n, T(0));
   }
   MoeWeights<T> view(std::vector<T>& b) {
     T* p = b.data();
     MoeWeights<T> v;
     v.router = p, p += size_t(E) * C;
-    v.fc = p, p += size_t(E) * F * C;
-    v.fc_bias = p, p += size_t(E) * F;
+    v.fc = p, p += size_t(E) * (glu ? 2 : 1) * F * C;
+    if (!glu) v.fc_bias = p, p += size_t(E) * F;
     v.proj = p, p += size_t(E) * C * F;
-    v.proj_bias = p;
+    if (!glu) v.proj_bias = p;
     return v;
   }
   void randomise(uint64_t seed, double scale) {
     for (size_t i = 0; i < w.size(); ++i) w[i] = T(scale * random_normal(seed, 7, i));
   }
   int E, C, F;
+  bool glu;
   std::vector<T> w, g;
 };
 
@@ -55,13 +59,16 @@ std::vector<double> normal(size_t n, uint64_t stream, double scale = 1.0) {
 // eps |f| / h = 1e-16 * 10 / 1e-5 = 1e-10; so 1e-7 absolute plus 1e-6 relative leaves a margin
 // of 100 while a missing term (the aux loss's alpha E f / N = 0.025 per probability) is far
 // above it. No routing decision changes under a 1e-5 step with these seeds (asserted).
+// SwiGLU experts (the MoE Llama's) take the same checks: their gate and up rows, down, the input.
 TEST(Moe, GradientsMatchCentralDifferences) {
   // loss_scale: the losses' weight in the model's loss (a scaled loss), 1 and 3; group: tokens per
   // routing group (0: the call's 10 as one; 5: two groups, each with its own capacity and balance loss).
+  for (MoeExpert form : {MoeExpert::gelu, MoeExpert::swiglu})
   for (auto [topk, scale, group] : {std::tuple{1, 1.0, 0}, std::tuple{2, 3.0, 0}, std::tuple{2, 1.0, 5}}) {
-    SCOPED_TRACE("topk " + std::to_string(topk) + ", loss scale " + std::to_string(scale) + ", group " +
-                 std::to_string(group));
+    SCOPED_TRACE(std::string(form == MoeExpert::swiglu ? "swiglu" : "gelu") + " topk " + std::to_string(topk) +
+                 ", loss scale " + std::to_string(scale) + ", group " + std::to_string(group));
     MoeConfig cfg;
+    cfg.expert = form;
     cfg.num_experts = 4, cfg.topk = topk, cfg.capacity_factor = 1.0;
     cfg.aux_loss_coeff = 0.1, cfg.z_loss_coeff = 0.01, cfg.ffn_hidden = 6;
     const int N = 10, C = 5;
@@ -172,6 +179,72 @@ TEST(Moe, OneExpertIsTheDenseFfnBitwise) {
   ops.matmul_backward(wdx.data(), rg.fc, rg.fc_bias, dpre.data(), x.data(), w.fc, N, C, F);
   EXPECT_EQ(layer.g, want);  // the router's part of both is 0
   EXPECT_EQ(dx, wdx);
+}
+
+// SwiGLU experts, E = 1, top-1, nothing dropped: the gate is exactly 1, so the layer is the
+// Llama block's dense MLP (fc without bias, the ops' swiglu on [gate | up], down) bitwise, forward
+// and backward. And each expert is Mixtral's w2(silu(w1 x) * w3 x) with w1 its first F fc rows and
+// w3 the next F: at E = 2, top-2, the output against that definition written out in double
+// (the gates the router's probabilities), within the roundings of a few dozen terms (1e-13,
+// the values O(1)); gate and up swapped errs by O(0.1).
+TEST(Moe, SwigluExpertsAreTheDenseLlamaMlpAndMixtralsDefinition) {
+  MoeConfig cfg;
+  cfg.expert = MoeExpert::swiglu;
+  cfg.num_experts = 1, cfg.topk = 1, cfg.aux_loss_coeff = 0.01, cfg.ffn_hidden = 12;
+  const int N = 16, C = 8, F = 12;
+  {
+    Layer<float> layer(cfg, C);
+    layer.randomise(9, 0.3);
+    std::vector<float> x(size_t(N) * C), R(size_t(N) * C), out(size_t(N) * C);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(random_normal(1, 1, i)), R[i] = float(random_normal(1, 2, i));
+    CpuOps<float> ops;
+    MoeActivations<float> a;
+    const MoeWeights<float> w = layer.view(layer.w), g = layer.view(layer.g);
+    EXPECT_EQ(w.fc_bias, nullptr);
+    moe_forward(ops, cfg, w, x.data(), out.data(), N, C, a);
+    std::vector<float> pre(size_t(N) * 2 * F), act(size_t(N) * F), dense(size_t(N) * C);
+    ops.matmul_forward(pre.data(), x.data(), w.fc, nullptr, N, C, 2 * F);
+    ops.swiglu_forward(act.data(), pre.data(), N, F);
+    ops.matmul_forward(dense.data(), act.data(), w.proj, nullptr, N, F, C);
+    EXPECT_EQ(out, dense);
+    std::vector<float> dx(x.size(), 0.f);
+    moe_backward(ops, cfg, w, g, x.data(), R.data(), dx.data(), N, C, a);
+    std::vector<float> want(layer.g.size(), 0.f), dact(act.size(), 0.f), dpre(pre.size(), 0.f), wdx(x.size(), 0.f);
+    Layer<float> ref(cfg, C);
+    const MoeWeights<float> rg = ref.view(want);
+    ops.matmul_backward(dact.data(), rg.proj, nullptr, R.data(), act.data(), w.proj, N, F, C);
+    ops.swiglu_backward(dpre.data(), pre.data(), dact.data(), N, F);
+    ops.matmul_backward(wdx.data(), rg.fc, nullptr, dpre.data(), x.data(), w.fc, N, C, 2 * F);
+    EXPECT_EQ(layer.g, want);  // the router's part of both is 0
+    EXPECT_EQ(dx, wdx);
+  }
+  cfg.num_experts = 2, cfg.topk = 2;
+  Layer<double> layer(cfg, C);
+  layer.randomise(5, 0.5);
+  std::vector<double> x = normal(size_t(N) * C, 3), out(size_t(N) * C);
+  CpuOps<double> ops;
+  MoeActivations<double> a;
+  const MoeWeights<double> w = layer.view(layer.w);
+  moe_forward(ops, cfg, w, x.data(), out.data(), N, C, a);
+  double worst = 0;
+  for (int t = 0; t < N; ++t)
+    for (int c = 0; c < C; ++c) {
+      double want = 0;
+      for (int e = 0; e < 2; ++e) {
+        const double* w1 = w.fc + size_t(e) * 2 * F * C;  // gate rows
+        const double* w3 = w1 + size_t(F) * C;             // up rows
+        const double* w2 = w.proj + size_t(e) * C * F;
+        double y = 0;
+        for (int f = 0; f < F; ++f) {
+          double g = 0, u = 0;
+          for (int i = 0; i < C; ++i) g += w1[size_t(f) * C + i] * x[size_t(t) * C + i], u += w3[size_t(f) * C + i] * x[size_t(t) * C + i];
+          y += w2[size_t(c) * F + f] * (g / (1 + std::exp(-g))) * u;
+        }
+        want += a.probs[size_t(t) * 2 + e] * y;
+      }
+      worst = std::max(worst, std::fabs(out[size_t(t) * C + c] - want));
+    }
+  EXPECT_LE(worst, 1e-13);
 }
 
 // Routing groups: one call of two groups routes, gates and computes each group as a call of its

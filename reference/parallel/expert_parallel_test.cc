@@ -33,6 +33,14 @@ GptConfig moe_model() {
   return m;
 }
 
+// The MoE Llama of the same shape (Mixtral's SwiGLU experts, no biases; KV 2 of NH 4, dense F 48,
+// expert F 40): moe_layer_config.
+GptConfig moe_llama() {
+  GptConfig m = moe_model();
+  m.arch = ModelArch::llama, m.num_kv_heads = 2, m.ffn_hidden = 48, m.moe.ffn_hidden = 40;
+  return m;
+}
+
 TrainConfig small_batch() {
   TrainConfig cfg;
   cfg.global_batch = 8;
@@ -47,12 +55,13 @@ double rel_diff(const std::vector<double>& a, const std::vector<double>& ref, si
   return std::sqrt(s / r);
 }
 
-// [begin, end) of the experts' tensors (expfcw .. expprojb) in the full flat layout.
+// [begin, end) of the experts' tensors (expfcw .. expprojb, or the Llama's expfcw, expprojw) in
+// the full flat layout: the layout's last ones.
 std::pair<size_t, size_t> expert_range(const GptConfig& m) {
   size_t begin = 0, end = 0;
   for (const ParamTensor& t : gpt_param_layout(m)) {
     if (t.name == "expfcw") begin = t.offset;
-    if (t.name == "expprojb") end = t.offset + t.numel;
+    end = t.offset + t.numel;
   }
   return {begin, end};
 }
@@ -122,12 +131,15 @@ Result layout_grads(const GptConfig& model, const Case& c, const TrainConfig& cf
 TEST(ExpertParallel, OneRankIsBitwiseTheGptModel) {
   auto self = make_mpi_self();
   const TrainConfig cfg = small_batch();
-  double base_loss = 0;
-  const std::vector<double> base = baseline_grads<float>(moe_model(), cfg, &base_loss);
-  const Result r = layout_grads<float>(moe_model(), Case{"one rank", ParallelLayout{}, 0}, cfg, *self);
-  EXPECT_EQ(r.loss, base_loss);
-  ASSERT_EQ(r.grads.size(), base.size());
-  for (size_t i = 0; i < base.size(); ++i) ASSERT_EQ(r.grads[i], base[i]) << "element " << i;
+  for (const GptConfig& model : {moe_model(), moe_llama()}) {
+    SCOPED_TRACE(to_string(model.arch));
+    double base_loss = 0;
+    const std::vector<double> base = baseline_grads<float>(model, cfg, &base_loss);
+    const Result r = layout_grads<float>(model, Case{"one rank", ParallelLayout{}, 0}, cfg, *self);
+    EXPECT_EQ(r.loss, base_loss);
+    ASSERT_EQ(r.grads.size(), base.size());
+    for (size_t i = 0; i < base.size(); ++i) ASSERT_EQ(r.grads[i], base[i]) << "element " << i;
+  }
 }
 
 // Every expert-parallel layout's step-0 loss and gradient against the single-rank model's, in
@@ -140,9 +152,11 @@ TEST(ExpertParallel, OneRankIsBitwiseTheGptModel) {
 // sums the same squares in another order: 1e-12; an expert shard counted on one group only
 // (Megatron-LM #5916) or twice changes it by 5e-3 or more (measured). Replicated copies (the router and the
 // dense tensors over DP, each expert over its expert-data-parallel group) must be bitwise equal.
-TEST(ExpertParallel, EveryLayoutMatchesTheSingleRankGradientAndNorm) {
+// The MoE Llama (SwiGLU experts) takes every layout too, under the same bounds: a wrong shard of
+// an expert's gate and up rows, or an expert gradient not reduced over its expert-data-parallel
+// group, errs by O(1).
+void every_layout_matches(const GptConfig& model) {
   auto w = make_mpi_world();
-  const GptConfig model = moe_model();
   const TrainConfig cfg = small_batch();
   double base_loss = 0;
   int dropped = 0;
@@ -158,7 +172,7 @@ TEST(ExpertParallel, EveryLayoutMatchesTheSingleRankGradientAndNorm) {
     SCOPED_TRACE(c.name);
     const Result r = layout_grads<double>(model, c, cfg, *w);
     if (w->rank() == 0)
-      std::printf("ep %s: loss %.1e, gradient %.1e, experts' %.1e, norm %.1e (relative to one rank)\n", c.name.c_str(),
+      std::printf("ep %s %s: loss %.1e, gradient %.1e, experts' %.1e, norm %.1e (relative to one rank)\n", to_string(model.arch), c.name.c_str(),
                   std::fabs(r.loss - base_loss) / base_loss, rel_diff(r.grads, base, 0, base.size()),
                   rel_diff(r.grads, base, e0, e1), std::fabs(r.grad_norm - base_norm) / base_norm);
     EXPECT_LE(std::fabs(r.loss - base_loss), 1e-11 * base_loss);
@@ -168,6 +182,8 @@ TEST(ExpertParallel, EveryLayoutMatchesTheSingleRankGradientAndNorm) {
     EXPECT_EQ(r.replica_diff, 0.0);
   }
 }
+TEST(ExpertParallel, EveryLayoutMatchesTheSingleRankGradientAndNorm) { every_layout_matches(moe_model()); }
+TEST(ExpertParallel, MoeLlamaEveryLayoutMatchesTheSingleRankGradientAndNorm) { every_layout_matches(moe_llama()); }
 
 // Training with clipping through the layout runner follows the single-rank run, in double: the
 // losses (the MoE balance and z losses of every stage included) within 1e-10 after three AdamW

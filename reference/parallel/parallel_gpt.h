@@ -293,7 +293,8 @@ class ParallelGpt {
     static constexpr size_t kAbsent = size_t(-1);
     size_t o[12];
     // An MoE layer: routerw's offset in `unit` (in place of the fc tensors), and the unit of
-    // its held experts with the offsets of expfcw expfcb expprojw expprojb in it.
+    // its held experts with the offsets of expfcw expfcb expprojw expprojb in it (kAbsent:
+    // SwiGLU experts have no biases).
     bool moe = false;
     int moe_index = -1;  // among the MoE layers
     size_t router = 0;
@@ -312,6 +313,9 @@ class ParallelGpt {
   // reference/parallel/parallel_moe.cc: an MoE layer's tensors, and its FFN forward (a.ln2 -> a.fcproj,
   // adding its losses to moe_loss_) or backward (dres -> dln += its input gradient).
   void add_moe_tensors(LayerParams& lp, int l, const std::map<std::string, size_t>& full);
+  // The MoeWeights of an MoE layer: its router at lp.router in `layer` (the layer's unit, params
+  // or grads), its held experts at lp.ex in `ex` (the experts' unit); absent biases null.
+  static MoeWeights<T> moe_weights(T* layer, T* ex, const LayerParams& lp);
   void moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up, int BT, int Tn,
                        bool recomputing);
   void moe_ffn_backward(const MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up, T* ug,
