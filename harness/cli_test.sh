@@ -234,10 +234,10 @@ expect_error "conformance.precisions: a non-empty list of fp32, bf16, fp16" run 
 expect_error "sweep.layouts: 'TP2': needs 2 ranks; a sweep runs every layout on all 1" run --sweep TP2
 expect_error "--sweep and --suites do not go together" run --sweep --suites train
 expect_error "--sweep: an empty layout in 'DP1,,TP1'" run --sweep DP1,,TP1
-# An MoE model in bf16: said once for the whole sweep (not "no layout fits").
-printf '{"model": {"num_experts": 4, "moe_router_topk": 2}, "sweep": {"precision": "bf16"}}' >"$tmp/sweep_moe_bf16.json"
-expect_error "sweep: model.num_experts = 4 with precision bf16: the MoE layer runs in fp32 only so far" \
-  run --config "$tmp/sweep_moe_bf16.json" --sweep
+# An MoE model on a non-CPU backend: said once for the whole sweep (not "no layout fits").
+printf '{"backend": "cuda", "model": {"num_experts": 4, "moe_router_topk": 2}, "sweep": {"precision": "bf16"}}' >"$tmp/sweep_moe_cuda.json"
+expect_error "sweep: model.num_experts = 4: MoE layers run on the CPU backend only so far, not cuda" \
+  run --config "$tmp/sweep_moe_cuda.json" --sweep
 expect_error "kernels.filter: empty" run --suites kernels --config "$tmp/kernels_empty.json"
 expect_error "conformance.layouts: 'TP2xQP2' has an unknown dimension at 'QP2'" run --suites conformance --config "$tmp/bad_layout.json"
 # dtbench claims: a missing, malformed or non-report --report, a bad catalog.

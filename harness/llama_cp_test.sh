@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end on 4 ranks, the Llama family and context parallelism (docs/models.md,
-# docs/context-parallel.md): the conformance suite on a Llama model in fp32, bf16 and fp16; a Llama
+# docs/context-parallel.md): the conformance suite on a Llama model in fp32, bf16 and fp16, and on
+# an MoE Llama at expert parallelism 2 (docs/moe.md); a Llama
 # checkpoint resharded; context-parallel checkpoints resumed at CP 2, CP 1 and resharded. Its own
 # ctest (llama_cp_np4) beside cli_run_np4, so that each keeps its time limit's headroom.
 # Usage: llama_cp_test.sh PATH/TO/dtbench PATH/TO/mpirun
@@ -36,6 +37,31 @@ assert n == {"fp32": 51, "bf16": 51, "fp16": 51}, n
 assert not [x for x in s["data"]["skipped"] if "reason" in x], s["data"]["skipped"]
 assert r["checks"] and all(c["passed"] for c in r["checks"])
 print(f"llama conformance on 4 ranks ok: {len(ran)} layouts, {len(r['checks'])} checks passed")
+PY
+
+# An MoE Llama (Mixtral's SwiGLU experts, 4 of them top-2 with drops at capacity factor 1.25; L 2)
+# at expert parallelism 2, alone (DP2xEP2) and with TP 2 (the MoE layer TP-replicated), in fp32,
+# bf16 and fp16: each against its precision's single-rank runs and the float64 oracle
+# (docs/moe.md).
+cat >"$tmp/moe-llama-config.json" <<'JSON'
+{"suites": ["conformance"],
+ "conformance": {"model": {"arch": "llama", "L": 2, "C": 64, "NH": 4, "num_kv_heads": 2, "ffn_hidden_size": 176,
+                           "norm_eps": 1e-2, "T": 32, "V": 256, "num_experts": 4, "moe_router_topk": 2,
+                           "moe_expert_capacity_factor": 1.25},
+                 "layouts": ["EP2", "TP2xEP2"]}}
+JSON
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/moe-llama-config.json" \
+  --output-dir "$tmp" --run-id moe-llama >"$tmp/moe-llama.log" 2>&1 || { cat "$tmp/moe-llama.log"; exit 1; }
+python3 - "$tmp/moe-llama.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = [s for s in r["suites"] if s["name"] == "conformance"][0]
+assert s["status"] == "passed", s
+ran = sorted(b["name"].split("/", 1)[1] for b in r["benchmarks"])
+assert ran == sorted(["EP2", "TP2xEP2", "EP2:bf16", "TP2xEP2:bf16", "EP2:fp16", "TP2xEP2:fp16"]), ran
+assert not s["data"]["skipped"], s["data"]["skipped"]
+assert r["checks"] and all(c["passed"] for c in r["checks"])
+print(f"MoE llama conformance at EP2 ok: {len(ran)} layouts, {len(r['checks'])} checks passed")
 PY
 
 # A Llama checkpoint saved at TP4 (KV heads replicated over pairs of ranks) resumes resharded at

@@ -328,15 +328,12 @@ LayoutSpec parse_layout_spec(const std::string& text, const std::string& path) {
   return spec;
 }
 
-void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend,
+void validate_moe_layout(const LayoutSpec&, const GptConfig& model, const std::string& backend,
                          const std::string& path) {
   if (model.moe.num_experts == 0) return;
   const std::string moe = "model.num_experts = " + std::to_string(model.moe.num_experts);
   if (backend != "cpu")
     throw InputError(path + ": " + moe + ": MoE layers run on the CPU backend only so far, not " + printable(backend, 40));
-  if (s.precision != Precision::fp32)
-    throw InputError(path + ": " + moe + " with precision " + std::string(to_string(s.precision)) +
-                     ": the MoE layer runs in fp32 only so far");
 }
 
 std::string layout_record_name(const LayoutSpec& s) {

@@ -176,9 +176,9 @@ struct SpecTextForm {
 std::string layout_spec_text(const LayoutSpec& s, const SpecTextForm& form = {});
 
 /// Refuses a layout an MoE model (model.num_experts > 0) cannot train on yet, in one line
-/// naming the setting: a half precision (the MoE layer runs in fp32), a non-CPU backend. Tensor
-/// parallelism and any recompute are accepted; the sizes' divisibility is validate_layout's. A
-/// dense model passes. Errors: InputError "<path>: ...".
+/// naming the setting: a non-CPU backend (moe.cc routes and gathers on the host). Every
+/// precision, tensor parallelism and any recompute are accepted; the sizes' divisibility is
+/// validate_layout's. A dense model passes. Errors: InputError "<path>: ...".
 void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend,
                          const std::string& path);
 

@@ -64,8 +64,11 @@ TEST(LayoutValidate, EachRuleRefusesWithItsOneMessage) {
   moe.moe.num_experts = 4;
   LayoutSpec half = spec("DP2");
   half.precision = Precision::bf16;
-  EXPECT_EQ(only(LayoutRule::moe, half, context(2), moe),
-            "train: model.num_experts = 4 with precision bf16: the MoE layer runs in fp32 only so far");
+  EXPECT_TRUE(layout_refusals(half, moe, context(2)).empty());  // an MoE model trains in bf16 and fp16 too
+  LayoutCheckContext gpu = context(2);
+  gpu.backend = "cuda";
+  EXPECT_EQ(only(LayoutRule::moe, spec("DP2"), gpu, moe),
+            "train: model.num_experts = 4: MoE layers run on the CPU backend only so far, not cuda");
   EXPECT_NE(only(LayoutRule::dp_sync, spec("TP2:stale1"), context(2)).find("train.staleness = 1 with tensor_parallel = 2"),
             std::string::npos);
   LayoutCheckContext ck = context(2);
@@ -149,6 +152,7 @@ TEST(LayoutValidate, ReportsEveryProblemOfALayout) {
   moe.moe.num_experts = 4;
   LayoutCheckContext c = context(6);
   c.checkpoint_every = 1;
+  c.backend = "cuda";  // the MoE rule's refusal (an MoE model on a non-CPU backend)
   const std::vector<LayoutRefusal> r = layout_refusals(s, moe, c);
   EXPECT_EQ(rules(r), (std::vector<LayoutRule>{LayoutRule::divisibility, LayoutRule::zero, LayoutRule::schedule,
                                                 LayoutRule::moe, LayoutRule::dp_sync, LayoutRule::checkpoint,

@@ -129,7 +129,7 @@ struct ParamTensor {
 inline std::string moe_not_sharded(const GptConfig& cfg) {
   return "model.num_experts = " + std::to_string(cfg.moe.num_experts) +
          ": not supported here yet; an MoE model trains in the train suite (data, expert, pipeline and tensor "
-         "parallel, ZeRO, recompute, checkpoints; fp32 on the CPU)";
+         "parallel, ZeRO, recompute, checkpoints; fp32, bf16, fp16 on the CPU)";
 }
 
 /// GPT-2, the 16 parameter tensors in order: wte (V,C), wpe (T,C), ln1w (L,C), ln1b (L,C),

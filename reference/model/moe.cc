@@ -17,6 +17,8 @@
 namespace dtb {
 
 namespace {
+// a += v rounded to T once; the half types add in float (acc_t), as their ops accumulate.
+template <typename T> void add_to(T& a, acc_t<T> v) { a = T(acc_t<T>(a) + v); }
 std::string num(double v) { return fmt::format("{}", v); }  // shortest round-trip form: 0, -1.5, 1e+300
 }  // namespace
 
@@ -285,7 +287,7 @@ void moe_forward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, cons
       if (s < 0) continue;
       const T gate = a.probs[size_t(t) * E + e];
       const T* yr = a.out[size_t(e)].data() + size_t(s) * C;
-      for (int c = 0; c < C; ++c) out[size_t(t) * C + c] += gate * yr[c];
+      for (int c = 0; c < C; ++c) add_to(out[size_t(t) * C + c], acc_t<T>(gate) * acc_t<T>(yr[c]));
     }
 }
 
@@ -346,12 +348,14 @@ void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, con
   size_t at = 0;
   for (int e = 0; e < E; ++e)
     for (int t : a.token[size_t(e)]) {
-      for (int c = 0; c < C; ++c) dx[size_t(t) * C + c] += din[at + size_t(c)];
+      for (int c = 0; c < C; ++c) add_to(dx[size_t(t) * C + c], acc_t<T>(din[at + size_t(c)]));
       at += size_t(C);
     }
   // The router: for token t of group g, d(aux) / d p_tj = alpha E f_gj / G / groups = alpha E f_gj / N
   // (f counts, not differentiated, as Fedus et al.); softmax backward; d(z) / d l_tj = beta 2 lse_t p_tj / N.
-  std::vector<double> dl(static_cast<size_t>(E));
+  // A half type sums the router's gradient over the tokens in double and rounds it once (a
+  // bf16 running sum over N tokens would lose it); float and double add token by token into T.
+  std::vector<double> dl(static_cast<size_t>(E)), drouter(is_half_v<T> ? size_t(E) * C : 0, 0.0);
   for (int t = 0; t < N; ++t) {
     double dot = 0;
     for (int j = 0; j < E; ++j) {
@@ -365,14 +369,33 @@ void moe_backward(Ops<T>& ops, const MoeConfig& cfg, const MoeWeights<T>& w, con
       dl[size_t(j)] = p * (dp[size_t(t) * E + j] - dot) + loss_scale * cfg.z_loss_coeff * 2.0 * a.lse[size_t(t)] * p / N;
     }
     for (int j = 0; j < E; ++j)
-      for (int c = 0; c < C; ++c) dw.router[size_t(j) * C + c] += T(dl[size_t(j)] * double(x[size_t(t) * C + c]));
+      for (int c = 0; c < C; ++c) {
+        const double v = dl[size_t(j)] * double(x[size_t(t) * C + c]);
+        if constexpr (is_half_v<T>)
+          drouter[size_t(j) * C + c] += v;
+        else
+          dw.router[size_t(j) * C + c] += T(v);
+      }
     for (int c = 0; c < C; ++c) {
       double s = 0;
       for (int j = 0; j < E; ++j) s += dl[size_t(j)] * double(w.router[size_t(j) * C + c]);
-      dx[size_t(t) * C + c] += T(s);
+      add_to(dx[size_t(t) * C + c], acc_t<T>(s));
     }
   }
+  if constexpr (is_half_v<T>)
+    for (size_t i = 0; i < drouter.size(); ++i) add_to(dw.router[i], acc_t<T>(drouter[i]));
 }
+
+// The half types (ParallelGpt<bf16>, <fp16>): the router in double as above, the experts on
+// the half ops (kernels/cpu/half_ops.h: convert, the float kernel, round).
+#define DTB_MOE_HALF(T)                                                                                              \
+  template void moe_forward<T>(Ops<T>&, const MoeConfig&, const MoeWeights<T>&, const T*, T*, int, int,              \
+                               MoeActivations<T>&, int, Communicator*, MoeCommStats*);                               \
+  template void moe_backward<T>(Ops<T>&, const MoeConfig&, const MoeWeights<T>&, const MoeWeights<T>&, const T*,     \
+                                const T*, T*, int, int, const MoeActivations<T>&, double, Communicator*, MoeCommStats*);
+DTB_MOE_HALF(bf16)
+DTB_MOE_HALF(fp16)
+#undef DTB_MOE_HALF
 
 template void moe_forward<float>(Ops<float>&, const MoeConfig&, const MoeWeights<float>&, const float*, float*, int,
                                  int, MoeActivations<float>&, int, Communicator*, MoeCommStats*);

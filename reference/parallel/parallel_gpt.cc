@@ -28,9 +28,6 @@ ParallelGpt<T>::ParallelGpt(const GptConfig& cfg, const ParallelLayout& layout, 
   if (layout.cp > 1 && cfg.moe.num_experts > 0)
     throw InputError("context_parallel = " + std::to_string(layout.cp) + " with an MoE model is not supported yet");
   if (cfg.moe.num_experts > 0) {
-    if constexpr (is_half_v<T>)
-      throw InputError("model.num_experts = " + std::to_string(cfg.moe.num_experts) +
-                       ": the MoE layer runs in fp32 (and fp64) only, not in a half precision yet");
     if (cfg.moe.num_experts % layout.ep != 0)
       throw InputError("ParallelGpt: an MoE model needs expert_parallel dividing num_experts");
   }

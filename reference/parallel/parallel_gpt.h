@@ -155,8 +155,8 @@ class ParallelGpt {
   /// layers hold their router whole and E / layout.ep experts (unit "experts.<l>"), and
   /// dispatch over `ep`, the expert-parallel group (reference/model/moe.h; size layout.ep, needed
   /// when it is above 1). Errors: InputError when the layout does not divide the model
-  /// (validate_layout), or for an MoE model in a half type (the MoE layer runs in fp32 and
-  /// fp64 only). With tp > 1 an MoE layer is replicated over the TP group: its input (ln2's
+  /// (validate_layout). An MoE model's layers run in every type (in bf16 and fp16 the router in
+  /// double, the experts on the half ops: moe.h). With tp > 1 an MoE layer is replicated over the TP group: its input (ln2's
   /// output) is, so every TP rank routes the same tokens, dispatches them within its own
   /// expert-parallel group (ranks of its TP coordinate) and computes the same output and
   /// gradients; router and experts count as TP-replicated (owned by TP rank 0).

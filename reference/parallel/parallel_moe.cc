@@ -55,42 +55,35 @@ MoeWeights<T> ParallelGpt<T>::moe_weights(T* layer, T* ex, const LayerParams& lp
 template <typename T>
 void ParallelGpt<T>::moe_ffn_forward(MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a, const T* up,
                                      int BT, int Tn, bool recomputing) {
-  if constexpr (is_half_v<T>) {
-    DTB_CHECK(false, "ParallelGpt: an MoE layer in a half type");  // refused at construction
-  } else {
-    ParamStore<T>& st = store();
-    T* ex = st.param(lp.expert_unit);
-    const MoeWeights<T> w = moe_weights(const_cast<T*>(up), ex, lp);
-    // Each sequence one routing group, as Gpt: every layout that keeps sequences whole routes alike.
-    moe_forward(*ops_, moe_layer_config(cfg_), w, a.ln2, a.fcproj, BT, cfg_.C, ma, Tn, layout_.ep > 1 ? ep_ : nullptr, &moe_comm_);
-    st.release_param(lp.expert_unit);
-    if (recomputing) return;  // counted by the forward this recomputes
-    moe_loss_ += double(BT) * (ma.routing.aux_loss + ma.routing.z_loss);
-    if (coord_.tp == 0) {
-      const int E = cfg_.moe.num_experts;
-      double* c = moe_counts_.data() + size_t(lp.moe_index) * size_t(E + 1);
-      for (int e = 0; e < E; ++e) c[e] += ma.routing.tokens_per_expert[size_t(e)];
-      c[E] += ma.routing.dropped;
-    }
+  ParamStore<T>& st = store();
+  T* ex = st.param(lp.expert_unit);
+  const MoeWeights<T> w = moe_weights(const_cast<T*>(up), ex, lp);
+  // Each sequence one routing group, as Gpt: every layout that keeps sequences whole routes alike.
+  moe_forward(*ops_, moe_layer_config(cfg_), w, a.ln2, a.fcproj, BT, cfg_.C, ma, Tn, layout_.ep > 1 ? ep_ : nullptr,
+              &moe_comm_);
+  st.release_param(lp.expert_unit);
+  if (recomputing) return;  // counted by the forward this recomputes
+  moe_loss_ += double(BT) * (ma.routing.aux_loss + ma.routing.z_loss);
+  if (coord_.tp == 0) {
+    const int E = cfg_.moe.num_experts;
+    double* c = moe_counts_.data() + size_t(lp.moe_index) * size_t(E + 1);
+    for (int e = 0; e < E; ++e) c[e] += ma.routing.tokens_per_expert[size_t(e)];
+    c[E] += ma.routing.dropped;
   }
 }
 
 template <typename T>
 void ParallelGpt<T>::moe_ffn_backward(const MoeActivations<T>& ma, const LayerParams& lp, const LayerActs& a,
                                       const T* up, T* ug, int BT, const T* dres, T* dln, double loss_scale) {
-  if constexpr (is_half_v<T>) {
-    DTB_CHECK(false, "ParallelGpt: an MoE layer in a half type");
-  } else {
-    ParamStore<T>& st = store();
-    T* ex = st.param(lp.expert_unit);
-    T* dex = st.grad(lp.expert_unit);
-    const MoeWeights<T> w = moe_weights(const_cast<T*>(up), ex, lp);
-    const MoeWeights<T> dw = moe_weights(ug, dex, lp);
-    moe_backward(*ops_, moe_layer_config(cfg_), w, dw, a.ln2, dres, dln, BT, cfg_.C, ma, loss_scale, layout_.ep > 1 ? ep_ : nullptr,
-                 &moe_comm_);
-    st.release_param(lp.expert_unit);
-    st.grad_done(lp.expert_unit);
-  }
+  ParamStore<T>& st = store();
+  T* ex = st.param(lp.expert_unit);
+  T* dex = st.grad(lp.expert_unit);
+  const MoeWeights<T> w = moe_weights(const_cast<T*>(up), ex, lp);
+  const MoeWeights<T> dw = moe_weights(ug, dex, lp);
+  moe_backward(*ops_, moe_layer_config(cfg_), w, dw, a.ln2, dres, dln, BT, cfg_.C, ma, loss_scale,
+               layout_.ep > 1 ? ep_ : nullptr, &moe_comm_);
+  st.release_param(lp.expert_unit);
+  st.grad_done(lp.expert_unit);
 }
 
 // The members defined here, for the types parallel_gpt.cc instantiates the class in.
