@@ -29,6 +29,26 @@ GptConfig moe_6b() {
   m.moe.num_experts = 64, m.moe.topk = 8, m.moe.ffn_hidden = 864;
   return m;
 }
+
+// A Llama 3 model of Dubey et al. 2024, Table 3: 8 KV heads, vocabulary 128256, RoPE base 5e5,
+// T 131072 (the longest sequence Meta trained, the 405B's long-context phase, Table 4).
+GptConfig llama3(int L, int C, int NH, int F) {
+  GptConfig m{L, C, NH, 131072, 128256};
+  m.arch = ModelArch::llama;
+  m.num_kv_heads = 8;
+  m.ffn_hidden = F;
+  m.rope_theta = 5e5;
+  return m;
+}
+
+// Meta's 405B runs, Dubey et al. 2024 Table 4 (GPUs, TP, CP, PP, DP, sequence, sequences per DP
+// rank, BF16 MFU), each 16M tokens a step.
+const char* const kLlama3Table4 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 4";
+std::vector<PublishedLayout> llama3_405b_layouts() {
+  return {{8192, 8, 1, 16, 64, 8192, 32, 0.43, kLlama3Table4},
+          {16384, 8, 1, 16, 128, 8192, 16, 0.41, kLlama3Table4},
+          {16384, 8, 16, 16, 8, 131072, 16, 0.38, kLlama3Table4}};
+}
 }  // namespace
 
 const std::vector<NamedModel>& named_models() {
@@ -40,6 +60,10 @@ const std::vector<NamedModel>& named_models() {
       {"gpt3-175b", {96, 12288, 96, 2048, 50257}, "GPT-3 175B (Brown et al. 2020, Table 2.1)"},
       {"moe-6b", moe_6b(), "the article's MoE (6.2: 6B parameters, 1.2B active, 8 of 64 experts): 1b's width, 24 "
                            "layers of 64 experts of 864, top-8"},
+      {"llama3-8b", llama3(32, 4096, 32, 14336), "Llama 3 8B (Dubey et al. 2024, Table 3)", 8192},
+      {"llama3-70b", llama3(80, 8192, 64, 28672), "Llama 3 70B (Dubey et al. 2024, Table 3)", 8192},
+      {"llama3-405b", llama3(126, 16384, 128, 53248), "Llama 3 405B (Dubey et al. 2024, Table 3)", 8192,
+       16 << 20, llama3_405b_layouts()},
   };
   return models;
 }
@@ -400,10 +424,12 @@ std::string size_cell(double bytes, double unit) { return bytes == 0 ? "0" : fmt
 CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   std::string models;
   for (const NamedModel& m : named_models())
-    models += fmt("\n  %-10s L%d C%d NH%d T%d V%d: %s parameters (%s)", m.name.c_str(), m.cfg.L, m.cfg.C, m.cfg.NH,
-                  m.cfg.T, m.cfg.V, commas(gpt_num_params(m.cfg)).c_str(), m.source.c_str());
+    models += fmt("\n  %-11s L%d C%d NH%d%s T%d V%d: %s parameters (%s)", m.name.c_str(), m.cfg.L, m.cfg.C, m.cfg.NH,
+                  is_llama(m.cfg) ? fmt(" KV%d F%d", kv_heads(m.cfg), ffn_hidden(m.cfg)).c_str() : "", m.cfg.T, m.cfg.V,
+                  commas(gpt_num_params(m.cfg)).c_str(), m.source.c_str());
   auto* s = app.add_subcommand("memory", "plan a configuration's per-rank memory without running it");
-  s->footer("Named models (tied embedding, learned positions; V padded to a multiple of 128 x tp when tp does "
+  s->footer("Named models (GPT-2 family: tied embedding, learned positions; llama3-*: RMSNorm, RoPE, grouped-query "
+            "attention with KV heads, SwiGLU of width F, untied head; V padded to a multiple of 128 x tp when tp does "
             "not divide it):" + models +
             "\nThe plan is the trainer's own accounting (measured equal in the memory and precision suites' checks).");
   s->add_option("--model", a.model, "named model (see below)");

@@ -54,6 +54,25 @@ PY
 check "gpt2-124m has 124,439,808 parameters" grep -q "124,439,808 parameters" "$tmp/gpt2.txt"
 "$dtbench" memory --help >"$tmp/help.txt" 2>&1
 check "--help lists gpt3-175b with its count" grep -q "gpt3-175b.*174,604,259,328 parameters" "$tmp/help.txt"
+# The Llama 3 models (Dubey et al. 2024, Table 3): their counts derived here from the shapes — the
+# embedding and the untied head 2 V C, per layer q and the projection 2 C^2, k and v 2 KV hs C,
+# SwiGLU's three C x F, two RMSNorm weights; the final RMSNorm — printed by --help, and within
+# 0.1 % of the published 8.03e9, 70.6e9 and 405.9e9 (rounded to 3-4 digits: 0.06 % at most).
+llama_counts=$(python3 - <<'PY'
+V, KV = 128256, 8
+for name, L, C, NH, F, published in (("llama3-8b", 32, 4096, 32, 14336, 8.03e9),
+                                     ("llama3-70b", 80, 8192, 64, 28672, 70.6e9),
+                                     ("llama3-405b", 126, 16384, 128, 53248, 405.9e9)):
+    hs = C // NH
+    n = 2 * V * C + L * (2 * C * C + 2 * KV * hs * C + 3 * C * F + 2 * C) + C
+    assert abs(n - published) <= 1e-3 * published, (name, n, published)
+    print(f"{name}.*KV8 F{F} T131072 V128256: {n:,} parameters")
+PY
+)
+check "the three Llama counts derived and within 0.1 % of the published" test "$(grep -c parameters <<<"$llama_counts")" -eq 3
+while IFS= read -r want; do
+  check "--help lists ${want%%.*} with its count" grep -q "$want" "$tmp/help.txt"
+done <<<"$llama_counts"
 
 # An MoE model (harness/memory_moe.cc): its counts, and model states that follow the total parameters
 # on one rank (95.3 GB, a dense 5.95B model's) and the active ones at EP 8 = E / k (19.1 GB).
