@@ -77,7 +77,10 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int cp,
         pc.seq_len = r.tokens();
         pc.micro_batch_size = r.micro_batch_size;
         try {
-          c.device_bytes = double(plan_busiest_rank(pc).device_total());
+          // The busiest rank's device bytes and, under context parallelism, its ring's K/V and
+          // dK/dV blocks (comm_buffer, which RankPlan keeps beside mem: a lower bound of that peak).
+          const RankPlan busiest = plan_busiest_rank(pc);
+          c.device_bytes = double(busiest.device_total()) + double(busiest.cp_comm_buffer_bytes);
         } catch (const InputError& e) {  // a layout the reference trainer refuses (validate_plan)
           c.rejected_kind = "refused by the reference trainer";
           c.rejected = e.what();
