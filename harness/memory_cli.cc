@@ -44,6 +44,8 @@ GptConfig llama3(int L, int C, int NH, int F) {
 // Meta's 405B runs, Dubey et al. 2024 Table 4 (GPUs, TP, CP, PP, DP, sequence, sequences per DP
 // rank, BF16 MFU), each 16M tokens a step.
 const char* const kLlama3Table4 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 4";
+// The one batch the paper gives (the 405B's, Table 4), taken for the family.
+const char* const kLlama3Batch = "the Llama 3 405B's 16M tokens, Dubey et al. 2024 Table 4, taken for the family";
 std::vector<PublishedLayout> llama3_405b_layouts() {
   return {{8192, 8, 1, 16, 64, 8192, 32, 0.43, kLlama3Table4},
           {16384, 8, 1, 16, 128, 8192, 16, 0.41, kLlama3Table4},
@@ -60,10 +62,12 @@ const std::vector<NamedModel>& named_models() {
       {"gpt3-175b", {96, 12288, 96, 2048, 50257}, "GPT-3 175B (Brown et al. 2020, Table 2.1)"},
       {"moe-6b", moe_6b(), "the article's MoE (6.2: 6B parameters, 1.2B active, 8 of 64 experts): 1b's width, 24 "
                            "layers of 64 experts of 864, top-8"},
-      {"llama3-8b", llama3(32, 4096, 32, 14336), "Llama 3 8B (Dubey et al. 2024, Table 3)", 8192},
-      {"llama3-70b", llama3(80, 8192, 64, 28672), "Llama 3 70B (Dubey et al. 2024, Table 3)", 8192},
+      {"llama3-8b", llama3(32, 4096, 32, 14336), "Llama 3 8B (Dubey et al. 2024, Table 3)", 8192, 16 << 20,
+       kLlama3Batch},
+      {"llama3-70b", llama3(80, 8192, 64, 28672), "Llama 3 70B (Dubey et al. 2024, Table 3)", 8192, 16 << 20,
+       kLlama3Batch},
       {"llama3-405b", llama3(126, 16384, 128, 53248), "Llama 3 405B (Dubey et al. 2024, Table 3)", 8192,
-       16 << 20, llama3_405b_layouts()},
+       16 << 20, kLlama3Batch, llama3_405b_layouts()},
   };
   return models;
 }

@@ -27,14 +27,17 @@ struct PublishedLayout {
 /// Llama: untied head, no position table). `plan_seq` is the sequence `dtbench plan` uses when
 /// --seq is not given (0: T): 8192 for the Llama 3 models, whose T is the long-context phase's
 /// 131072 (Dubey et al. 2024 Sec. 3.4: pre-training at 8K, then the context extended).
-/// `plan_batch_tokens` is the published global batch in tokens (0: none published; the planner's
-/// GPT-3 rule, default_global_batch). `published` the layouts the model's authors trained with.
+/// `plan_batch_tokens` is the global batch in tokens `dtbench plan` takes by default, with its
+/// source (0: the planner's GPT-3 rule, default_global_batch): for the Llama 3 models the 405B's
+/// published 16M tokens (Table 4), the only batch the paper gives, for all three. `published`
+/// the layouts the model's authors trained with.
 struct NamedModel {
   std::string name;
   GptConfig cfg;
   std::string source;  // where the shape comes from
   int plan_seq = 0;
   int64_t plan_batch_tokens = 0;
+  std::string plan_batch_source{};  // where plan_batch_tokens comes from
   std::vector<PublishedLayout> published{};
 };
 /// gpt2-124m (L12 C768 NH12 T1024 V50257: 124,439,808), 1b (L20 C2048 NH16 T2048:

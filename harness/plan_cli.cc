@@ -184,9 +184,8 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
     // a multiple of the micro-batch size; the layouts whose dp it does not divide are rejected.
     const int64_t seqs = std::max<int64_t>(1, (named->plan_batch_tokens + r.tokens() - 1) / std::max(1, r.tokens()));
     r.global_batch = int((seqs + r.micro_batch_size - 1) / r.micro_batch_size * r.micro_batch_size);
-    notes.push_back(fmt("global batch %d sequences (default: %s's published batch of %lld tokens, %s)", r.global_batch,
-                        name.c_str(), (long long)named->plan_batch_tokens,
-                        named->published.empty() ? named->source.c_str() : named->published.front().source.c_str()));
+    notes.push_back(fmt("global batch %d sequences (default: %s's batch of %lld tokens: %s)", r.global_batch,
+                        name.c_str(), (long long)named->plan_batch_tokens, named->plan_batch_source.c_str()));
   } else if (r.gpus >= 1 && r.gpus <= kMaxPlanGpus && !given(sub, "--global-batch")) {
     if (int64_t(r.gpus) * r.micro_batch_size > kMaxPlanGlobalBatch)
       throw InputError(fmt("--gpus x --micro-batch-size = %lld sequences is more than a global batch may be (%d)",
