@@ -64,6 +64,12 @@ struct MemoryArgs {
   double params = -1;  // --params: paper-level mode when >= 0
   double largest_layer_params = -1;
   int tp = 1, pp = 1, dp = 1, virtual_stages = 1, micro_batches = 0, micro_batch_size = 1;
+  int cp = 1;                      // --cp: context parallelism (docs/context-parallel.md)
+  std::string cp_comm_type = "p2p";  // --cp-comm-type p2p | all_gather
+  // A model by shape of the Llama family (model.arch, num_kv_heads, ffn_hidden_size; docs/models.md):
+  // --arch llama, --kv-heads (0: NH), --ffn-hidden (0: Llama's rule from C).
+  std::string arch = "gpt2";
+  int kv_heads = 0, ffn_hidden = 0;
   int zero_stage = 0, gpus_per_node = 0;
   int num_experts = 0, moe_topk = 2, moe_ffn_hidden = 0, moe_layer_freq = 1, ep = 1;  // MoE (docs/moe.md)
   std::string schedule = "1f1b", offload = "none", precision = "fp32", recompute = "none";

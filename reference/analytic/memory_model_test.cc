@@ -460,6 +460,54 @@ TEST(MemoryModelPlan, MatchesParallelGptAllocationsLlamaAndCp) {
   }
 }
 
+TEST(MemoryModelPlan, MatchesParallelGptAllocationsHalfCp) {
+  // Context parallelism under a 16-bit recipe, both families: the log-sum-exp kept in fp32 (two
+  // elements of T each), the CP pass's fp32 block log-sum-exp, everything else 2 bytes; the ZeRO
+  // store's fp32 master and moments. Every category's peak equals the plan's.
+  GptConfig llama{8, 64, 4, 32, 256};
+  llama.arch = ModelArch::llama;
+  llama.num_kv_heads = 2;
+  llama.ffn_hidden = 96;
+  for (bool is_llama_model : {false, true})
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
+  for (auto [tp, pp] : {std::pair{1, 1}, std::pair{2, 2}, std::pair{4, 1}}) {
+    PlanConfig c = small_plan(tp, pp, 1, "1f1b", 1, 2);
+    if (is_llama_model) c.model = llama;
+    c.recompute = rc;
+    c.layout.cp = 2;
+    c.precision = Precision::bf16;
+    const int B = c.micro_batch_size, Tn = c.seq_len / 2;
+    const size_t BT = size_t(B) * Tn;
+    std::vector<int32_t> ids(BT);
+    for (size_t i = 0; i < BT; ++i) ids[i] = int32_t(i % size_t(c.model.V));
+    std::vector<bf16> zeros(BT * size_t(c.model.C), bf16(0.0f));
+    for (int t = 0; t < tp; ++t)
+      for (int p = 0; p < pp; ++p) {
+        SCOPED_TRACE(std::string(is_llama_model ? "llama" : "gpt2") + " bf16 tp " + std::to_string(tp) + " pp " +
+                     std::to_string(pp) + " cp 2, rank (" + std::to_string(t) + ", " + std::to_string(p) +
+                     "), recompute " + std::string(to_string(rc)));
+        CpuDevice dev;
+        CopyComm tpc(t, tp), dp(0, 1), cpc(1, 2);
+        GridCoord g{t, 0, p};
+        g.cp = 1;
+        ParallelGpt<bf16> model(c.model, c.layout, grid_rank(g, c.layout), dev, tpc, nullptr, nullptr, &cpc);
+        model.set_recompute(rc);
+        ZeroEngine<bf16> store(model, ZeroConfig{}, dp, AdamWParams{});
+        for (const PipeAction& a : pipeline_schedule("1f1b", pp, 2, 1, p)) {
+          if (a.op == PipeOp::forward) {
+            double loss = 0;
+            model.forward(a.chunk, a.micro_batch, ids.data(), ids.data(), zeros.data(), B, Tn, &loss);
+          } else {
+            model.backward(a.chunk, a.micro_batch, zeros.data(), 1.0f);
+          }
+        }
+        const RankPlan r = plan_rank(c, t, p);
+        expect_plan_matches(r, dev);
+        EXPECT_EQ(r.cp_comm_buffer_bytes, dev.stats().peak_bytes(Tier::device, MemCategory::comm_buffer));
+      }
+  }
+}
+
 TEST(MemoryModelPlan, ContextParallelShardsOverDpCp) {
   // ZeRO shards over the dp cp ranks of the data-and-context group: CP2 x DP2 shards as DP4.
   PlanConfig c = small_plan(1, 1, 2);
