@@ -135,7 +135,7 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
   s->add_option("--seq", a.seq,
                 "sequence length (default: a named model's plan sequence, 8192 for llama3-*, else its T; a custom "
                 "model's T, default 1024)");
-  s->add_option("--gpus", a.gpus, "N GPUs: every layout tp x pp x dp = N (required, but for --calibrate alone)");
+  s->add_option("--gpus", a.gpus, "N GPUs: every layout tp x cp x pp x dp = N (required, but for --calibrate alone)");
   s->add_option("--hardware", a.hardware, "a hardware file, or a name in harness/hardware (a100-40gb, ...)");
   s->add_option("--calibrate", a.calibrate,
                 "measure this machine over the ranks of the run (mpirun -np N) and write its hardware file to FILE; "
@@ -183,6 +183,11 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
     // The published batch in tokens, as sequences of this length (at least one), rounded up to
     // a multiple of the micro-batch size; the layouts whose dp it does not divide are rejected.
     const int64_t seqs = std::max<int64_t>(1, (named->plan_batch_tokens + r.tokens() - 1) / std::max(1, r.tokens()));
+    if (seqs > kMaxPlanGlobalBatch)
+      throw InputError(fmt("%s's default batch of %lld tokens is %lld sequences of %d, more than a global batch may be "
+                           "(%d): give --global-batch",
+                           name.c_str(), (long long)named->plan_batch_tokens, (long long)seqs, r.tokens(),
+                           kMaxPlanGlobalBatch));
     r.global_batch = int((seqs + r.micro_batch_size - 1) / r.micro_batch_size * r.micro_batch_size);
     notes.push_back(fmt("global batch %d sequences (default: %s's batch of %lld tokens: %s)", r.global_batch,
                         name.c_str(), (long long)named->plan_batch_tokens, named->plan_batch_source.c_str()));
