@@ -293,6 +293,10 @@ expect_error "no layout of custom on 8 GPUs: --dp 2 on --gpus 8 leaves tp x pp =
 expect_error "unknown model '10bb' (did you mean 10b?)" plan --model 10bb --gpus 8 --hardware a100-40gb
 expect_error "--zero-stage must be 0-3, got 4" plan --model 10b --gpus 8 --zero-stage 4 --hardware a100-40gb
 expect_error "moe-6b is an MoE model" plan --model moe-6b --gpus 8 --hardware a100-40gb
+# Context parallelism: a --cp whose 2 cp does not divide the sequence, and one not dividing --gpus.
+expect_error "--cp 4 needs 2 cp = 8 to divide --seq 4100 (each sequence is cut into 2 cp chunks)" plan --model llama3-8b --gpus 8 --cp 4 --seq 4100 --hardware h100-sxm
+expect_error "--cp 3 does not divide --gpus 8" plan --model llama3-8b --gpus 8 --cp 3 --hardware h100-sxm
+expect_error "llama3-405b's default batch of 16777216 tokens is 2097152 sequences of 8, more than a global batch may be (1048576): give --global-batch" plan --model llama3-405b --gpus 16 --seq 8 --hardware h100-sxm
 expect_error "--gpus is required" plan --model 10b --hardware a100-40gb
 expect_error "--hardware is required (or --calibrate FILE)" plan --model 10b --gpus 8
 expect_error "give --hardware FILE or --calibrate FILE, not both" plan --calibrate "$tmp/cal.json" --hardware a100-40gb

@@ -23,11 +23,34 @@ const std::string kTp = field_key(LayoutKey::tp), kPp = field_key(LayoutKey::pp)
 const std::string kSp = field_key(LayoutKey::sequence_parallel), kVirtualStages = field_key(LayoutKey::virtual_stages);
 const std::string kPipelineLayers = field_key(LayoutKey::pipeline_layers);
 const std::string kZeroStage = field_key(LayoutKey::zero_stage), kOffload = field_key(LayoutKey::offload);
+const std::string kCp = field_key(LayoutKey::cp), kCpComm = field_key(LayoutKey::cp_comm_type);
 
 GptConfig moe_6b() {
   GptConfig m{24, 2048, 16, 2048, 50257};
   m.moe.num_experts = 64, m.moe.topk = 8, m.moe.ffn_hidden = 864;
   return m;
+}
+
+// A Llama 3 model of Dubey et al. 2024, Table 3: 8 KV heads, vocabulary 128256, RoPE base 5e5,
+// T 131072 (the longest sequence Meta trained, the 405B's long-context phase, Table 4).
+GptConfig llama3(int L, int C, int NH, int F) {
+  GptConfig m{L, C, NH, 131072, 128256};
+  m.arch = ModelArch::llama;
+  m.num_kv_heads = 8;
+  m.ffn_hidden = F;
+  m.rope_theta = 5e5;
+  return m;
+}
+
+// Meta's 405B runs, Dubey et al. 2024 Table 4 (GPUs, TP, CP, PP, DP, sequence, sequences per DP
+// rank, BF16 MFU), each 16M tokens a step.
+const char* const kLlama3Table4 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 4";
+// The one batch the paper gives (the 405B's, Table 4), taken for the family.
+const char* const kLlama3Batch = "the Llama 3 405B's 16M tokens, Dubey et al. 2024 Table 4, taken for the family";
+std::vector<PublishedLayout> llama3_405b_layouts() {
+  return {{8192, 8, 1, 16, 64, 8192, 32, 0.43, kLlama3Table4},
+          {16384, 8, 1, 16, 128, 8192, 16, 0.41, kLlama3Table4},
+          {16384, 8, 16, 16, 8, 131072, 16, 0.38, kLlama3Table4}};
 }
 }  // namespace
 
@@ -40,6 +63,12 @@ const std::vector<NamedModel>& named_models() {
       {"gpt3-175b", {96, 12288, 96, 2048, 50257}, "GPT-3 175B (Brown et al. 2020, Table 2.1)"},
       {"moe-6b", moe_6b(), "the article's MoE (6.2: 6B parameters, 1.2B active, 8 of 64 experts): 1b's width, 24 "
                            "layers of 64 experts of 864, top-8"},
+      {"llama3-8b", llama3(32, 4096, 32, 14336), "Llama 3 8B (Dubey et al. 2024, Table 3)", 8192, 16 << 20,
+       kLlama3Batch},
+      {"llama3-70b", llama3(80, 8192, 64, 28672), "Llama 3 70B (Dubey et al. 2024, Table 3)", 8192, 16 << 20,
+       kLlama3Batch},
+      {"llama3-405b", llama3(126, 16384, 128, 53248), "Llama 3 405B (Dubey et al. 2024, Table 3)", 8192,
+       16 << 20, kLlama3Batch, llama3_405b_layouts()},
   };
   return models;
 }
@@ -103,12 +132,12 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
                           flag(LayoutKey::schedule), flag(LayoutKey::micro_batches), "--micro-batch-size",
                           flag(LayoutKey::recompute), "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
                           "--moe-layer-freq", flag(LayoutKey::ep), flag(LayoutKey::sequence_parallel),
-                          flag(LayoutKey::pipeline_layers)})
+                          flag(LayoutKey::pipeline_layers), "--arch", "--kv-heads", "--ffn-hidden"})
     if (given(sub, opt))
       throw InputError(std::string("--params and ") + opt + " exclude each other: --params plans model states "
                        "only (the ZeRO paper's accounting), without a model; " + opt + " describes a model or its step");
-  if (a.tp != 1 || a.pp != 1)
-    throw InputError("--params plans data parallelism only (ZeRO over --dp); give a model for --tp/--pp");
+  if (a.tp != 1 || a.pp != 1 || a.cp != 1)
+    throw InputError("--params plans data parallelism only (ZeRO over --dp); give a model for --tp/--pp/--cp");
   if (!(a.params >= 1) || !(a.params <= 1e18))
     throw InputError("--params must be a number in [1, 1e18], got " + fmt("%g", a.params));
   if (given(sub, "--largest-layer-params") && !(a.largest_layer_params >= 1 && a.largest_layer_params <= a.params))
@@ -183,10 +212,13 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
 }
 
 GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* name, json* notes) {
-  const bool shape = given(sub, "--layers") || given(sub, "--hidden") || given(sub, "--heads") || given(sub, "--vocab");
+  const bool shape = given(sub, "--layers") || given(sub, "--hidden") || given(sub, "--heads") || given(sub, "--vocab") ||
+                     given(sub, "--arch") || given(sub, "--kv-heads") || given(sub, "--ffn-hidden");
   GptConfig m;
   if (given(sub, "--model")) {
-    if (shape) throw InputError("give --model NAME or the shape (--layers --hidden --heads --vocab), not both");
+    if (shape)
+      throw InputError("give --model NAME or the shape (--layers --hidden --heads --vocab; --arch --kv-heads --ffn-hidden), "
+                       "not both");
     const NamedModel* found = &find_named_model(a.model);
     m = found->cfg;
     *name = found->name;
@@ -206,6 +238,16 @@ GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* n
     m.NH = a.heads;
     m.V = given(sub, "--vocab") ? a.vocab : 50257;
     m.T = given(sub, "--seq") ? a.seq : 1024;
+    // The Llama family by shape: the config's model.arch, num_kv_heads and ffn_hidden_size.
+    m.arch = parse_model_arch(a.arch, "--arch");
+    if (!is_llama(m))
+      for (const char* o : {"--kv-heads", "--ffn-hidden"})
+        if (given(sub, o))
+          throw InputError(std::string(o) + " is a Llama option but --arch is \"gpt2\" (give --arch llama)");
+    positive(sub, "--kv-heads", a.kv_heads);
+    positive(sub, "--ffn-hidden", a.ffn_hidden, 1, int64_t(1) << 30);
+    m.num_kv_heads = a.kv_heads;
+    m.ffn_hidden = a.ffn_hidden;
     *name = "custom";
   }
   for (auto [opt, v] : {std::pair{"--layers", a.layers}, std::pair{"--hidden", a.hidden}, std::pair{"--heads", a.heads},
@@ -245,12 +287,16 @@ json rules_of_thumb(const PlanConfig& c, const std::vector<RankPlan>& stages, co
   const StateBytesPerParam k = state_bytes_per_param(c.precision);
   const double N = double(b.N);
   const double states = double(b.mem.model_states(Tier::device) + b.mem.model_states(Tier::host));
-  const MemoryBytes<double> paper_states = zero_model_states(N, c.precision, c.zero.stage, l.dp, offload_of(c.zero));
+  // ZeRO shards over the DP group, or with context parallelism the dp cp ranks of the data-and-context group.
+  const int zero_ranks = l.dp * l.cp;
+  const MemoryBytes<double> paper_states =
+      zero_model_states(N, c.precision, c.zero.stage, zero_ranks, offload_of(c.zero));
   const double paper = paper_states.total(Tier::device) + paper_states.total(Tier::host);
   const bool fp32 = c.precision == Precision::fp32;
   std::string zero_note;
   if (c.zero.stage > 0)
-    zero_note = fmt(" (ZeRO-%d over DP %d: the paper's %.3f%s)", c.zero.stage, l.dp, paper / N,
+    zero_note = fmt(" (ZeRO-%d over %s %d: the paper's %.3f%s)", c.zero.stage, l.cp > 1 ? "DP x CP" : "DP", zero_ranks,
+                    paper / N,
                     std::abs(states - paper) < 0.5 ? "" : "; the rest is the padding of the shards");
   rules.push_back(rule(
       "16 B/param of model state",
@@ -275,9 +321,13 @@ json rules_of_thumb(const PlanConfig& c, const std::vector<RankPlan>& stages, co
       fmt("%s / %d = %s; stage %d holds %s (%+.1f%%)%s", commas(total).c_str(), l.tp * l.pp,
           commas(uint64_t(std::llround(even))).c_str(), b.pp_rank, commas(b.N).c_str(), 100 * (N / even - 1),
           l.tp * l.pp == 1 ? ""
+          : is_llama(m)    ? ": the embedding sits on the first stage and the untied head on the last, RMSNorm "
+                             "weights are replicated over TP, and a KV head is held by every rank whose query heads "
+                             "read it when TP exceeds the KV heads"
                            : ": the tied embedding sits on the first and the last stage, wpe on the first, and "
                              "LayerNorms and row-parallel biases are replicated over TP"),
       std::abs(N / even - 1) < 0.01));
+  if (kor > 0)  // the GPT block's formulas (model_plan's gpt_formulas)
   rules.push_back(rule(
       l.sequence_parallel
           ? "activations per layer s b h (34/t + 5 a s/(h t)) bytes (Korthikanti et al. 2022 eq. 4: TP t with sequence "
@@ -288,6 +338,7 @@ json rules_of_thumb(const PlanConfig& c, const std::vector<RankPlan>& stages, co
           ours_layer / kGiB, kor / kGiB, ours_layer / kor, fp32 ? "fp32" : "16-bit"),
       std::abs(ours_layer / kor - 1) < 0.05));
   const double first_states = double(stages[0].mem.model_states(Tier::device) + stages[0].mem.model_states(Tier::host));
+  if (meg > 0)
   rules.push_back(rule(
       "Megatron-LM theoretical weight + optimizer: 18 B/param (6 + 12/DP distributed), bf16 with fp32 main grads",
       fmt("%.2f GiB for stage 0 vs %.2f GiB here: Megatron adds fp32 main gradients, omits biases and wpe", meg / kGiB,
@@ -308,8 +359,11 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   if (given(sub, "--largest-layer-params") || given(sub, "--gpus-per-node"))
     throw InputError("--largest-layer-params and --gpus-per-node go with --params (DeepSpeed's estimators)");
   for (auto [opt, v] : {std::pair{flag(LayoutKey::tp), a.tp}, std::pair{flag(LayoutKey::pp), a.pp},
-                        std::pair{flag(LayoutKey::dp), a.dp}, std::pair{flag(LayoutKey::virtual_stages), a.virtual_stages}})
+                        std::pair{flag(LayoutKey::dp), a.dp}, std::pair{flag(LayoutKey::virtual_stages), a.virtual_stages},
+                        std::pair{flag(LayoutKey::cp), a.cp}})
     positive(sub, opt, v);
+  if (given(sub, flag(LayoutKey::cp_comm_type)) && a.cp == 1)
+    throw InputError(std::string(flag(LayoutKey::cp_comm_type)) + " goes with " + flag(LayoutKey::cp) + " > 1");
   positive(sub, flag(LayoutKey::micro_batches), a.micro_batches, 1, kMaxPlanMicroBatchSize);
   positive(sub, "--micro-batch-size", a.micro_batch_size, 1, kMaxPlanMicroBatchSize);
   json notes = json::array();
@@ -319,13 +373,15 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   if (c.model.moe.num_experts > 0) {
     for (const char* o : {flag(LayoutKey::schedule), flag(LayoutKey::virtual_stages), flag(LayoutKey::micro_batches),
                           "--micro-batch-size", flag(LayoutKey::recompute), "--seq", flag(LayoutKey::sequence_parallel),
-                          flag(LayoutKey::pipeline_layers)})
+                          flag(LayoutKey::pipeline_layers), flag(LayoutKey::cp), flag(LayoutKey::cp_comm_type)})
       if (given(sub, o))
         throw InputError(std::string(o) + " does not apply to an MoE model's plan (model states only; its activations "
                          "are not planned yet)");
     return moe_plan_json(c.model, name, a, notes);
   }
   c.layout.tp = a.tp;
+  c.layout.cp = a.cp;
+  c.layout.cp_comm_type = a.cp_comm_type;
   c.layout.sequence_parallel = a.sequence_parallel;
   c.layout.pp = a.pp;
   c.layout.dp = a.dp;
@@ -349,16 +405,20 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
 
   json j;
   j["mode"] = "plan";
-  j["model"] = {{"name", name}, {"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T}, {"V", m.V}, {"params", total}};
+  j["model"] = {{"name", name}, {"arch", to_string(m.arch)}, {"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T},
+                {"V", m.V}, {"params", total}};
+  if (is_llama(m)) j["model"]["num_kv_heads"] = kv_heads(m), j["model"]["ffn_hidden_size"] = ffn_hidden(m);
   const ParallelLayout& l = c.layout;
-  j["layout"] = {{kTp, l.tp}, {kPp, l.pp}, {kDp, l.dp}, {"world", l.world()}, {kSp, l.sequence_parallel},
+  j["layout"] = {{kTp, l.tp}, {kCp, l.cp}, {kPp, l.pp}, {kDp, l.dp}, {"world", l.world()}, {kSp, l.sequence_parallel},
                  {"schedule", l.schedule},
                  {kVirtualStages, l.virtual_stages}, {kPipelineLayers, l.pipeline_layers},
                  {"micro_batches", l.micro_batches},
                  {"micro_batch_size", c.micro_batch_size}, {"seq_len", c.tokens()},
+                 {"seq_len_per_rank", c.local_tokens()},
                  {"global_batch", c.global_batch()}, {kZeroStage, c.zero.stage},
                  {kOffload, to_string(offload_of(c.zero))}, {"precision", to_string(c.precision)},
                  {"recompute", to_string(c.recompute)}};
+  if (l.cp > 1) j["layout"][kCpComm] = l.cp_comm_type;
   size_t busiest = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
     const RankPlan& r = stages[i];
@@ -366,6 +426,8 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
     j["stages"].push_back({{"pp_rank", r.pp_rank}, {"tp_rank", r.tp_rank}, {"params", r.N}, {"shard_params", r.S},
                            {"activation_sets", r.activation_sets},
                            {"activation_set_bytes", r.activation_set_bytes},
+                           {"transient_workspace_bytes", r.transient_workspace_bytes},
+                           {"cp_comm_buffer_bytes", r.cp_comm_buffer_bytes},
                            {"device_bytes", bytes_json(r.mem, Tier::device)},
                            {"host_bytes", bytes_json(r.mem, Tier::host)}});
   }
@@ -373,14 +435,27 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   j["busiest_stage"] = b.pp_rank;
   j["busiest_device_bytes"] = b.device_total();
 
-  // Beside ours: Korthikanti's per-layer activations and Megatron's weight + optimizer.
+  // Beside ours: Korthikanti's per-layer activations and Megatron's weight + optimizer, both written
+  // for the GPT block (LayerNorm, 4h GELU MLP, multi-head attention, the whole sequence on a rank):
+  // compared for GPT-2 without context parallelism only (gpt_formulas), said in a note otherwise.
   const double ours_layer = double(layer_activation_floats(c) * (c.precision == Precision::fp32 ? 4 : 2));
-  const double kor =
-      korthikanti_layer_activation_bytes(m, c.tokens(), c.micro_batch_size, l.tp, c.recompute, l.sequence_parallel);
-  const double meg = megatron_weight_and_optimizer_bytes(m, l.tp, l.pp, l.dp, c.zero.stage >= 1);
+  const bool gpt_formulas = !is_llama(m) && l.cp == 1;
+  const double kor = gpt_formulas ? korthikanti_layer_activation_bytes(m, c.tokens(), c.micro_batch_size, l.tp,
+                                                                        c.recompute, l.sequence_parallel)
+                                  : 0.0;
+  const double meg = gpt_formulas ? megatron_weight_and_optimizer_bytes(m, l.tp, l.pp, l.dp, c.zero.stage >= 1) : 0.0;
   j["layer_activation_bytes"] = ours_layer;
-  j["korthikanti_layer_activation_bytes"] = kor;
-  j["megatron_weight_and_optimizer_bytes"] = meg;
+  if (gpt_formulas) {
+    j["korthikanti_layer_activation_bytes"] = kor;
+    j["megatron_weight_and_optimizer_bytes"] = meg;
+  } else {
+    notes.push_back(std::string(is_llama(m) ? "Llama (RMSNorm, SwiGLU, grouped-query attention, untied head)"
+                                            : "context parallelism (each rank's Tn / cp rows, the log-sum-exp kept "
+                                              "in place of the attention matrix)") +
+                    ": Korthikanti's activation formula and Megatron-LM's weight + optimizer formula are written for "
+                    "the GPT block on whole sequences, so they are not compared here; the plan is the trainer's "
+                    "own accounting");
+  }
 
   j["rules_of_thumb"] = rules_of_thumb(c, stages, b, ours_layer, kor, meg);
 
@@ -389,6 +464,13 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
                     " as the trainer stores it: parameters, gradients, activations and scratch in 2 bytes; LayerNorm "
                     "statistics, token losses, master weights and Adam moments in fp32");
   notes.push_back("comm_buffer (pipeline messages, ZeRO's gathered units and buckets) is transient and not planned");
+  if (l.cp > 1)
+    notes.push_back(fmt("context parallelism: each rank trains %d of the %d tokens of every sequence; ZeRO shards over "
+                        "the DP x CP = %d ranks; the CP attention's K/V and dK/dV blocks (%s) take %s bytes of "
+                        "comm_buffer at their peak, and its scratch (in workspace) %s",
+                        c.local_tokens(), c.tokens(), l.dp * l.cp, l.cp_comm_type.c_str(),
+                        commas(stages[0].cp_comm_buffer_bytes).c_str(),
+                        commas(stages[0].transient_workspace_bytes).c_str()));
   j["notes"] = notes;
   return j;
 }
@@ -400,10 +482,12 @@ std::string size_cell(double bytes, double unit) { return bytes == 0 ? "0" : fmt
 CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   std::string models;
   for (const NamedModel& m : named_models())
-    models += fmt("\n  %-10s L%d C%d NH%d T%d V%d: %s parameters (%s)", m.name.c_str(), m.cfg.L, m.cfg.C, m.cfg.NH,
-                  m.cfg.T, m.cfg.V, commas(gpt_num_params(m.cfg)).c_str(), m.source.c_str());
+    models += fmt("\n  %-11s L%d C%d NH%d%s T%d V%d: %s parameters (%s)", m.name.c_str(), m.cfg.L, m.cfg.C, m.cfg.NH,
+                  is_llama(m.cfg) ? fmt(" KV%d F%d", kv_heads(m.cfg), ffn_hidden(m.cfg)).c_str() : "", m.cfg.T, m.cfg.V,
+                  commas(gpt_num_params(m.cfg)).c_str(), m.source.c_str());
   auto* s = app.add_subcommand("memory", "plan a configuration's per-rank memory without running it");
-  s->footer("Named models (tied embedding, learned positions; V padded to a multiple of 128 x tp when tp does "
+  s->footer("Named models (GPT-2 family: tied embedding, learned positions; llama3-*: RMSNorm, RoPE, grouped-query "
+            "attention with KV heads, SwiGLU of width F, untied head; V padded to a multiple of 128 x tp when tp does "
             "not divide it):" + models +
             "\nThe plan is the trainer's own accounting (measured equal in the memory and precision suites' checks).");
   s->add_option("--model", a.model, "named model (see below)");
@@ -418,6 +502,14 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   s->add_option(flag(LayoutKey::tp), a.tp, "tensor-parallel size (default 1)");
   s->add_option(flag(LayoutKey::pp), a.pp, "pipeline-parallel size (default 1)");
   s->add_option(flag(LayoutKey::dp), a.dp, "data-parallel size (default 1)");
+  s->add_option(flag(LayoutKey::cp), a.cp,
+                "context-parallel size (default 1): each rank trains seq / cp tokens of every sequence; 2 cp must "
+                "divide --seq");
+  s->add_option(flag(LayoutKey::cp_comm_type), a.cp_comm_type, "with --cp: p2p (a ring, default) or all_gather");
+  s->add_option("--arch", a.arch, "with the shape: gpt2 (default) or llama (RMSNorm, RoPE, GQA, SwiGLU, untied head)");
+  s->add_option("--kv-heads", a.kv_heads, "with --arch llama: key/value heads (num_kv_heads; default NH)");
+  s->add_option("--ffn-hidden", a.ffn_hidden,
+                "with --arch llama: the SwiGLU MLP's hidden size (ffn_hidden_size; default 8C/3 rounded up to 256)");
   s->add_option(flag(LayoutKey::virtual_stages), a.virtual_stages, "model chunks per pipeline rank (interleaved; default 1)");
   s->add_option(flag(LayoutKey::schedule), a.schedule, "gpipe, 1f1b, interleaved or zb-h1 (default 1f1b; zb-h1 is not planned yet)");
   s->add_option(flag(LayoutKey::micro_batches), a.micro_batches, "micro-batches per step and DP rank (default pp)");
@@ -497,12 +589,17 @@ std::string memory_plan_text(const json& j) {
   } else {
     const json& m = j["model"];
     const json& l = j["layout"];
-    o += fmt("dtbench memory: %s (L %d, C %d, NH %d, T %d, V %d): %s parameters\n", m["name"].get<std::string>().c_str(),
-             m["L"].get<int>(), m["C"].get<int>(), m["NH"].get<int>(), m["T"].get<int>(), m["V"].get<int>(),
-             commas(m["params"].get<uint64_t>()).c_str());
-    o += fmt("layout: TP %d x PP %d x DP %d = %d ranks, %s%s, %d micro-batch%s of %d sequence%s x %d tokens per DP "
-             "rank (global batch %lld); ZeRO %d, offload_optimizer %s, %s, recompute %s\n",
-             l[kTp].get<int>(), l[kPp].get<int>(), l[kDp].get<int>(), l["world"].get<int>(),
+    const bool llama = m.value("arch", "gpt2") == "llama";
+    o += fmt("dtbench memory: %s (%sL %d, C %d, NH %d%s, T %d, V %d): %s parameters\n",
+             m["name"].get<std::string>().c_str(), llama ? "Llama, " : "", m["L"].get<int>(), m["C"].get<int>(),
+             m["NH"].get<int>(),
+             llama ? fmt(", KV %d, F %d", m["num_kv_heads"].get<int>(), m["ffn_hidden_size"].get<int>()).c_str() : "",
+             m["T"].get<int>(), m["V"].get<int>(), commas(m["params"].get<uint64_t>()).c_str());
+    const int cp = l.value(kCp, 1);
+    o += fmt("layout: TP %d x %sPP %d x DP %d = %d ranks, %s%s, %d micro-batch%s of %d sequence%s x %d tokens per DP "
+             "rank (global batch %lld)%s; ZeRO %d, offload_optimizer %s, %s, recompute %s\n",
+             l[kTp].get<int>(), cp > 1 ? fmt("CP %d x ", cp).c_str() : "", l[kPp].get<int>(), l[kDp].get<int>(),
+             l["world"].get<int>(),
              l["schedule"].get<std::string>().c_str(),
              (std::string(l[kVirtualStages].get<int>() > 1 ? fmt(" v %d", l[kVirtualStages].get<int>()) : "") +
               (l[kPipelineLayers].empty()
@@ -512,6 +609,9 @@ std::string memory_plan_text(const json& j) {
              l["micro_batches"].get<int>(), l["micro_batches"].get<int>() == 1 ? "" : "es",
              l["micro_batch_size"].get<int>(), l["micro_batch_size"].get<int>() == 1 ? "" : "s", l["seq_len"].get<int>(),
              l["global_batch"].get<long long>(),
+             cp > 1 ? fmt(", %d tokens a rank (CP %s)", l["seq_len_per_rank"].get<int>(),
+                          l[kCpComm].get<std::string>().c_str()).c_str()
+                    : "",
              l[kZeroStage].get<int>(), l[kOffload].get<std::string>().c_str(),
              l["precision"].get<std::string>().c_str(), l["recompute"].get<std::string>().c_str());
     const double busiest = j["busiest_device_bytes"].get<double>();

@@ -13,17 +13,41 @@
 
 namespace dtb {
 
-/// A named model shape. Parameters: gpt_num_params (tied embedding, learned positions).
+/// A layout a named model was trained with, as published: its sizes, the sequence and the
+/// sequences per DP rank of a step, the reported BF16 MFU (a fraction) and the source.
+struct PublishedLayout {
+  int gpus = 0, tp = 1, cp = 1, pp = 1, dp = 1;
+  int seq_len = 0;
+  int seqs_per_dp = 0;
+  double mfu = 0;
+  std::string source;
+};
+
+/// A named model shape. Parameters: gpt_num_params (GPT-2: tied embedding, learned positions;
+/// Llama: untied head, no position table). `plan_seq` is the sequence `dtbench plan` uses when
+/// --seq is not given (0: T): 8192 for the Llama 3 models, whose T is the long-context phase's
+/// 131072 (Dubey et al. 2024 Sec. 3.4: pre-training at 8K, then the context extended).
+/// `plan_batch_tokens` is the global batch in tokens `dtbench plan` takes by default, with its
+/// source (0: the planner's GPT-3 rule, default_global_batch): for the Llama 3 models the 405B's
+/// published 16M tokens (Table 4), the only batch the paper gives, for all three. `published`
+/// the layouts the model's authors trained with.
 struct NamedModel {
   std::string name;
   GptConfig cfg;
   std::string source;  // where the shape comes from
+  int plan_seq = 0;
+  int64_t plan_batch_tokens = 0;
+  std::string plan_batch_source{};  // where plan_batch_tokens comes from
+  std::vector<PublishedLayout> published{};
 };
 /// gpt2-124m (L12 C768 NH12 T1024 V50257: 124,439,808), 1b (L20 C2048 NH16 T2048:
 /// 1,114,290,176), 3b (L36 C2560 NH20 T2048: 2,966,259,200), 10b (L32 C5120 NH40 T2048:
 /// 10,336,271,360), gpt3-175b (L96 C12288 NH96 T2048: 174,604,259,328); V 50257 (GPT-2's BPE);
 /// moe-6b (L24 C2048 NH16 T2048, every layer 64 experts of hidden size 864, top-8:
-/// 5,953,607,680 parameters, 1,193,353,216 active).
+/// 5,953,607,680 parameters, 1,193,353,216 active); llama3-8b (L32 C4096 NH32 KV8 F14336),
+/// llama3-70b (L80 C8192 NH64 KV8 F28672), llama3-405b (L126 C16384 NH128 KV8 F53248), each V
+/// 128256, T 131072, RoPE base 5e5 (Dubey et al. 2024, Table 3; 405B's batch of 16M tokens and
+/// its Table 4 layouts).
 const std::vector<NamedModel>& named_models();
 
 /// The named model `name`. Errors: InputError "unknown model '<name>' (did you mean <nearest>?);
@@ -40,6 +64,12 @@ struct MemoryArgs {
   double params = -1;  // --params: paper-level mode when >= 0
   double largest_layer_params = -1;
   int tp = 1, pp = 1, dp = 1, virtual_stages = 1, micro_batches = 0, micro_batch_size = 1;
+  int cp = 1;                      // --cp: context parallelism (docs/context-parallel.md)
+  std::string cp_comm_type = "p2p";  // --cp-comm-type p2p | all_gather
+  // A model by shape of the Llama family (model.arch, num_kv_heads, ffn_hidden_size; docs/models.md):
+  // --arch llama, --kv-heads (0: NH), --ffn-hidden (0: Llama's rule from C).
+  std::string arch = "gpt2";
+  int kv_heads = 0, ffn_hidden = 0;
   int zero_stage = 0, gpus_per_node = 0;
   int num_experts = 0, moe_topk = 2, moe_ffn_hidden = 0, moe_layer_freq = 1, ep = 1;  // MoE (docs/moe.md)
   std::string schedule = "1f1b", offload = "none", precision = "fp32", recompute = "none";

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `dtbench memory`: the ZeRO paper's four numbers (Fig. 1: 7.5B parameters, 64 ranks, K = 12:
 # 120, 31.4, 16.6, 1.88 GB per rank), DeepSpeed's ZeRO-2 estimate for t5-3b, a planned layout
-# whose JSON adds up, and bad input ending with one line on stderr and exit status 2.
+# whose JSON adds up, a Llama model with context parallelism, and bad input ending with one line on stderr and exit status 2.
 # Usage: memory_cli_test.sh PATH/TO/dtbench
 set -u
 dtbench="$1"
@@ -54,6 +54,25 @@ PY
 check "gpt2-124m has 124,439,808 parameters" grep -q "124,439,808 parameters" "$tmp/gpt2.txt"
 "$dtbench" memory --help >"$tmp/help.txt" 2>&1
 check "--help lists gpt3-175b with its count" grep -q "gpt3-175b.*174,604,259,328 parameters" "$tmp/help.txt"
+# The Llama 3 models (Dubey et al. 2024, Table 3): their counts derived here from the shapes — the
+# embedding and the untied head 2 V C, per layer q and the projection 2 C^2, k and v 2 KV hs C,
+# SwiGLU's three C x F, two RMSNorm weights; the final RMSNorm — printed by --help, and within
+# 0.1 % of the published 8.03e9, 70.6e9 and 405.9e9 (rounded to 3-4 digits: 0.06 % at most).
+llama_counts=$(python3 - <<'PY'
+V, KV = 128256, 8
+for name, L, C, NH, F, published in (("llama3-8b", 32, 4096, 32, 14336, 8.03e9),
+                                     ("llama3-70b", 80, 8192, 64, 28672, 70.6e9),
+                                     ("llama3-405b", 126, 16384, 128, 53248, 405.9e9)):
+    hs = C // NH
+    n = 2 * V * C + L * (2 * C * C + 2 * KV * hs * C + 3 * C * F + 2 * C) + C
+    assert abs(n - published) <= 1e-3 * published, (name, n, published)
+    print(f"{name}.*KV8 F{F} T131072 V128256: {n:,} parameters")
+PY
+)
+check "the three Llama counts derived and within 0.1 % of the published" test "$(grep -c parameters <<<"$llama_counts")" -eq 3
+while IFS= read -r want; do
+  check "--help lists ${want%%.*} with its count" grep -q "$want" "$tmp/help.txt"
+done <<<"$llama_counts"
 
 # An MoE model (harness/memory_moe.cc): its counts, and model states that follow the total parameters
 # on one rank (95.3 GB, a dense 5.95B model's) and the active ones at EP 8 = E / k (19.1 GB).
@@ -68,6 +87,33 @@ assert abs(one["per_rank_bytes"]["total"] - 16 * 5953607680) < 1, one["per_rank_
 assert one["per_rank_bytes"]["total"] == one["dense_total_bytes"]["total"]
 assert abs(ep8["per_rank_bytes"]["total"] - 16 * 1193353216) < 1, ep8["per_rank_bytes"]
 assert [r["holds"] for r in one["rules_of_thumb"]] == [False, True] and ep8["rules_of_thumb"][0]["holds"]
+PY
+
+# A Llama model by shape (--arch llama --kv-heads --ffn-hidden) and context parallelism (--cp): the
+# JSON adds up; CP2 x DP2 at ZeRO 3 shards as DP4 does (over the dp cp ranks) and keeps fewer
+# activation bytes (half the rows); GPT-2's formulas (Korthikanti, Megatron) are not compared for Llama.
+llama=(--layers 8 --hidden 64 --heads 4 --vocab 256 --seq 32 --arch llama --kv-heads 2 --ffn-hidden 128)
+"$dtbench" memory "${llama[@]}" --tp 2 --cp 2 --dp 2 --zero-stage 3 --json >"$tmp/llama_cp.json"
+"$dtbench" memory "${llama[@]}" --tp 2 --dp 4 --zero-stage 3 --json >"$tmp/llama_dp.json"
+"$dtbench" memory "${llama[@]}" --tp 4 --cp 2 --cp-comm-type all_gather --json >"$tmp/llama_tp4.json"
+check "Llama by shape with --cp: categories add up, shards over DP x CP, half the rows, no GPT-2 formulas" \
+  python3 - "$tmp/llama_cp.json" "$tmp/llama_dp.json" "$tmp/llama_tp4.json" <<'PY'
+import json, sys
+cp, dp, tp4 = (json.load(open(f)) for f in sys.argv[1:])
+assert cp["model"]["arch"] == "llama" and cp["model"]["num_kv_heads"] == 2 and cp["model"]["ffn_hidden_size"] == 128
+assert cp["layout"]["cp"] == 2 and cp["layout"]["world"] == 8 and cp["layout"]["seq_len_per_rank"] == 16, cp["layout"]
+for j in (cp, dp, tp4):
+    for s in j["stages"]:
+        d = s["device_bytes"]
+        assert d["total"] == sum(v for k, v in d.items() if k != "total")
+    assert "korthikanti_layer_activation_bytes" not in j and "megatron_weight_and_optimizer_bytes" not in j
+s, t = cp["stages"][0], dp["stages"][0]
+assert s["shard_params"] == t["shard_params"] and s["device_bytes"]["param"] == t["device_bytes"]["param"], (s, t)
+assert s["device_bytes"]["activation"] < t["device_bytes"]["activation"]
+assert s["cp_comm_buffer_bytes"] == 4 * 16 * 2 * 1 * 16 * 4, s  # p2p: 4 blocks of B Tl 2 KVl hs fp32
+assert t["cp_comm_buffer_bytes"] == 0 and t["transient_workspace_bytes"] == 0
+u = tp4["stages"][0]  # tp 4 > 2 KV heads: each rank holds its one shared KV head; all_gather: 2 + 2 cp blocks
+assert u["cp_comm_buffer_bytes"] == 6 * 16 * 2 * 1 * 16 * 4, u
 PY
 
 expect_error() {  # expect_error WANTED_SUBSTRING ARGS...
@@ -111,6 +157,14 @@ expect_error "--expert-parallel is given but the model has no experts" --model 1
 expect_error "--recompute does not apply to an MoE model's plan" --model moe-6b --recompute full
 expect_error "--params and --num-experts exclude each other" --params 7.5e9 --num-experts 8
 expect_error "--num-experts must be <= 65536, got 70000" --model 1b --num-experts 70000
+expect_error "--kv-heads is a Llama option but --arch is \"gpt2\"" --layers 2 --hidden 64 --heads 4 --kv-heads 2
+expect_error "--arch: 'mistral' is not \"gpt2\" or \"llama\"" --layers 2 --hidden 64 --heads 4 --arch mistral
+expect_error "not both" --model 1b --arch llama
+expect_error "seq_len 30 is not divisible by 2 x context_parallel = 4" --model 1b --cp 2 --seq 30
+expect_error "--cp-comm-type goes with --cp > 1" --model 1b --cp-comm-type all_gather
+expect_error "context_parallel = 2 with schedule zb-h1 is not supported yet" --model 1b --cp 2 --pp 2 --schedule zb-h1
+expect_error "give a model for --tp/--pp/--cp" --params 1e9 --cp 2
+expect_error "--cp must be in [1," --model 1b --cp 0
 
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

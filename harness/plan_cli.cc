@@ -2,6 +2,7 @@
 // JSON, and the text report.
 #include "harness/plan_cli.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
@@ -27,8 +28,8 @@ using cli::flag;
 using cli::fmt;
 using cli::given;
 
-// The model and its name: a named one (--seq at most its T), or the shape given.
-GptConfig resolve_plan_model(const CLI::App& sub, const PlanArgs& a, std::string* name) {
+// The model and its name: a named one (--seq at most its T; *named set), or the shape given.
+GptConfig resolve_plan_model(const CLI::App& sub, const PlanArgs& a, std::string* name, const NamedModel** named) {
   const bool shape = given(sub, "--layers") || given(sub, "--hidden") || given(sub, "--heads") || given(sub, "--vocab");
   for (auto [opt, v] : {std::pair{"--layers", a.layers}, std::pair{"--hidden", a.hidden}, std::pair{"--heads", a.heads},
                         std::pair{"--vocab", a.vocab}, std::pair{"--seq", a.seq}})
@@ -39,6 +40,7 @@ GptConfig resolve_plan_model(const CLI::App& sub, const PlanArgs& a, std::string
     const NamedModel& nm = find_named_model(a.model);
     m = nm.cfg;
     *name = nm.name;
+    *named = &nm;
   } else {
     if (!given(sub, "--layers") || !given(sub, "--hidden") || !given(sub, "--heads"))
       throw InputError("give --model NAME, or --layers, --hidden and --heads (with --vocab, --seq)");
@@ -56,7 +58,8 @@ json terms_json(const PlanCandidate& c) {
   const int m = c.input.micro_batches;
   return {{"forward_compute_s", t.forward_compute_s}, {"backward_compute_s", t.backward_compute_s},
           {"compute_s", m * (t.forward_compute_s + t.backward_compute_s)},
-          {"tp_comm_s", t.tp_comm_s}, {"tp_comm_step_s", m * t.tp_comm_s}, {"p2p_s", t.p2p_s},
+          {"tp_comm_s", t.tp_comm_s}, {"tp_comm_step_s", m * t.tp_comm_s}, {"cp_comm_s", t.cp_comm_s},
+          {"cp_comm_step_s", m * t.cp_comm_s}, {"p2p_s", t.p2p_s},
           {"zero_mb_comm_s", t.zero_mb_comm_s}, {"pipeline_s", t.pipeline_s}, {"bubble", t.bubble},
           {"dp_comm_s", t.dp_comm_s}, {"dp_exposed_s", t.dp_exposed_s}, {"optimizer_s", t.optimizer_s},
           {"offload_s", t.offload_s}, {"scalars_s", t.scalars_s}, {"step_s", t.step_s}};
@@ -65,7 +68,8 @@ json terms_json(const PlanCandidate& c) {
 json candidate_json(const PlanCandidate& c) {
   const ParallelLayout& l = c.input.layout;
   auto f = [](LayoutKey k) { return field_key(k); };  // a record's field names
-  json j = {{"layout", c.name()}, {f(LayoutKey::tp), l.tp}, {f(LayoutKey::pp), l.pp}, {f(LayoutKey::dp), l.dp},
+  json j = {{"layout", c.name()}, {f(LayoutKey::tp), l.tp}, {f(LayoutKey::cp), l.cp}, {f(LayoutKey::pp), l.pp},
+            {f(LayoutKey::dp), l.dp}, {f(LayoutKey::pipeline_layers), l.pipeline_layers},
             {f(LayoutKey::sequence_parallel), l.sequence_parallel}, {"schedule", l.schedule},
             {f(LayoutKey::zero_stage), c.input.zero.stage},
             {"recompute", std::string(to_string(c.input.recompute))}, {"micro_batches", c.input.micro_batches},
@@ -81,6 +85,41 @@ json candidate_json(const PlanCandidate& c) {
   return j;
 }
 
+// Where a published layout ranks among the plan's candidates: the best-ranked feasible candidate
+// of its tp, cp, pp and dp (any ZeRO stage, recompute and sequence parallelism: the paper gives
+// the sizes), its rank among the feasible ones (1-based), predicted step and MFU beside the
+// published MFU; or, when none of its candidates is feasible, the first one's reason. The
+// published batch per DP rank is compared with the request's.
+json published_json(const PublishedLayout& pl, const PlanRequest& r, const std::vector<PlanCandidate>& all) {
+  json j = {{"tp", pl.tp}, {"cp", pl.cp}, {"pp", pl.pp}, {"dp", pl.dp}, {"seq_len", pl.seq_len},
+            {"seqs_per_dp", pl.seqs_per_dp}, {"published_mfu", pl.mfu}, {"source", pl.source},
+            {"layout", fmt("TP%dxCP%dxPP%dxDP%d", pl.tp, pl.cp, pl.pp, pl.dp)},
+            {"batch_matches", int64_t(pl.seqs_per_dp) * pl.dp == r.global_batch}};
+  int rank = 0, feasible = 0;
+  const PlanCandidate* best = nullptr;
+  const PlanCandidate* first = nullptr;
+  for (const PlanCandidate& c : all) {
+    const ParallelLayout& l = c.input.layout;
+    const bool same = l.tp == pl.tp && l.cp == pl.cp && l.pp == pl.pp && l.dp == pl.dp;
+    if (c.feasible) ++feasible;
+    if (!same) continue;
+    if (!first) first = &c;
+    if (c.feasible && !best) best = &c, rank = feasible;
+  }
+  j["feasible_layouts"] = std::count_if(all.begin(), all.end(), [](const PlanCandidate& c) { return c.feasible; });
+  if (best) {
+    j["rank"] = rank;
+    j["candidate"] = best->name();
+    j["step_s"] = best->terms.step_s;
+    j["mfu"] = best->mfu;
+  } else {
+    j["rank"] = 0;
+    j["candidate"] = first ? first->name() : "";
+    j["rejected"] = first ? first->rejected : "not a candidate (the enumeration does not reach it)";
+  }
+  return j;
+}
+
 }  // namespace
 
 CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
@@ -88,13 +127,15 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
                                        "time, with memory per GPU and MFU (models; nothing runs)");
   s->footer("Hardware files: harness/hardware/*.json (a100-40gb, a100-80gb, h100-sxm, h200-sxm), each figure with its "
             "source; docs/plan.md. Named models: as `dtbench memory --help`.");
-  s->add_option("--model", a.model, "named model (gpt2-124m, 1b, 3b, 10b, gpt3-175b)");
+  s->add_option("--model", a.model, "named model (gpt2-124m, 1b, 3b, 10b, gpt3-175b, llama3-8b, llama3-70b, llama3-405b)");
   s->add_option("--layers", a.layers, "L layers");
   s->add_option("--hidden", a.hidden, "C channels");
   s->add_option("--heads", a.heads, "NH attention heads");
   s->add_option("--vocab", a.vocab, "V vocabulary (default 50257)");
-  s->add_option("--seq", a.seq, "sequence length (default the model's T; a custom model's T, default 1024)");
-  s->add_option("--gpus", a.gpus, "N GPUs: every layout tp x pp x dp = N (required, but for --calibrate alone)");
+  s->add_option("--seq", a.seq,
+                "sequence length (default: a named model's plan sequence, 8192 for llama3-*, else its T; a custom "
+                "model's T, default 1024)");
+  s->add_option("--gpus", a.gpus, "N GPUs: every layout tp x cp x pp x dp = N (required, but for --calibrate alone)");
   s->add_option("--hardware", a.hardware, "a hardware file, or a name in harness/hardware (a100-40gb, ...)");
   s->add_option("--calibrate", a.calibrate,
                 "measure this machine over the ranks of the run (mpirun -np N) and write its hardware file to FILE; "
@@ -108,6 +149,7 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
   s->add_option(flag(LayoutKey::tp), a.tp, "fix the tensor-parallel size");
   s->add_option(flag(LayoutKey::pp), a.pp, "fix the pipeline-parallel size");
   s->add_option(flag(LayoutKey::dp), a.dp, "fix the data-parallel size");
+  s->add_option("--cp", a.cp, "fix the context-parallel size (free: enumerated for llama3-* models, 1 otherwise)");
   s->add_option(flag(LayoutKey::zero_stage), a.zero_stage, "fix the ZeRO stage (0-3)");
   s->add_option("--top", a.top, "feasible layouts to print (default 10)");
   s->add_flag("--json", a.json, "print the plan as JSON");
@@ -117,23 +159,39 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
 json plan_json(const CLI::App& sub, const PlanArgs& a) {
   if (a.top < 1) throw InputError("--top must be >= 1, got " + std::to_string(a.top));
   std::string name;
+  const NamedModel* named = nullptr;
   PlanRequest r;
-  r.model = resolve_plan_model(sub, a, &name);
-  r.seq_len = given(sub, "--seq") ? a.seq : 0;
+  r.model = resolve_plan_model(sub, a, &name, &named);
+  r.seq_len = given(sub, "--seq") ? a.seq : named ? named->plan_seq : 0;
   r.gpus = a.gpus;
   r.micro_batch_size = a.micro_batch_size;
   r.precision = parse_precision(a.precision);
   for (auto [opt, v] : {std::pair{flag(LayoutKey::tp), a.tp}, std::pair{flag(LayoutKey::pp), a.pp},
-                        std::pair{flag(LayoutKey::dp), a.dp}})
+                        std::pair{flag(LayoutKey::dp), a.dp}, std::pair{"--cp", a.cp}})
     if (given(sub, opt) && v < 1) throw InputError(std::string(opt) + " must be >= 1, got " + std::to_string(v));
   if (given(sub, flag(LayoutKey::zero_stage))) validate_zero_stage(a.zero_stage, flag(LayoutKey::zero_stage));
-  r.tp = a.tp, r.pp = a.pp, r.dp = a.dp, r.zero_stage = a.zero_stage;
+  r.tp = a.tp, r.pp = a.pp, r.dp = a.dp, r.cp = a.cp, r.zero_stage = a.zero_stage;
   json notes = json::array();
+  if (named && named->plan_seq > 0 && !given(sub, "--seq"))
+    notes.push_back(fmt("sequence %d tokens (%s's plan sequence; its T %d is the longest it takes: --seq)", r.tokens(),
+                        name.c_str(), r.model.T));
   // The default global batch is computed before validate_plan_request sees the request: its
   // operands' bounds first.
   if (r.micro_batch_size < 1 || r.micro_batch_size > kMaxPlanMicroBatchSize)
     throw InputError(fmt("--micro-batch-size must be in [1, %d], got %d", kMaxPlanMicroBatchSize, r.micro_batch_size));
-  if (r.gpus >= 1 && r.gpus <= kMaxPlanGpus && !given(sub, "--global-batch")) {
+  if (named && named->plan_batch_tokens > 0 && !given(sub, "--global-batch")) {
+    // The published batch in tokens, as sequences of this length (at least one), rounded up to
+    // a multiple of the micro-batch size; the layouts whose dp it does not divide are rejected.
+    const int64_t seqs = std::max<int64_t>(1, (named->plan_batch_tokens + r.tokens() - 1) / std::max(1, r.tokens()));
+    if (seqs > kMaxPlanGlobalBatch)
+      throw InputError(fmt("%s's default batch of %lld tokens is %lld sequences of %d, more than a global batch may be "
+                           "(%d): give --global-batch",
+                           name.c_str(), (long long)named->plan_batch_tokens, (long long)seqs, r.tokens(),
+                           kMaxPlanGlobalBatch));
+    r.global_batch = int((seqs + r.micro_batch_size - 1) / r.micro_batch_size * r.micro_batch_size);
+    notes.push_back(fmt("global batch %d sequences (default: %s's batch of %lld tokens: %s)", r.global_batch,
+                        name.c_str(), (long long)named->plan_batch_tokens, named->plan_batch_source.c_str()));
+  } else if (r.gpus >= 1 && r.gpus <= kMaxPlanGpus && !given(sub, "--global-batch")) {
     if (int64_t(r.gpus) * r.micro_batch_size > kMaxPlanGlobalBatch)
       throw InputError(fmt("--gpus x --micro-batch-size = %lld sequences is more than a global batch may be (%d)",
                            (long long)(int64_t(r.gpus) * r.micro_batch_size), kMaxPlanGlobalBatch));
@@ -190,7 +248,8 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
 
   json j;
   const GptConfig& m = r.model;
-  j["model"] = {{"name", name}, {"L", m.L}, {"C", m.C}, {"NH", m.NH}, {"T", m.T}, {"V", m.V},
+  j["model"] = {{"name", name}, {"arch", is_llama(m) ? "llama" : "gpt2"}, {"L", m.L}, {"C", m.C}, {"NH", m.NH},
+                {"KV", kv_heads(m)}, {"F", is_llama(m) ? ffn_hidden(m) : 4 * m.C}, {"T", m.T}, {"V", m.V},
                 {"params", gpt_num_params(m)}, {"flops_per_token", model_flops_per_token(m, r.tokens())}};
   j["hardware"] = {{"name", hw.name}, {"file", where}, {"device_memory_bytes", hw.device_memory_bytes},
                    {"ranks_per_node", hw.hw.ranks_per_node}, {"peak_flops", hw.peak_flops[size_t(r.precision)]}};
@@ -215,6 +274,10 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   }
   j["rejections"] = json::array();
   for (const std::string& k : order) j["rejections"].push_back(groups[k]);
+  j["published"] = json::array();
+  if (named)
+    for (const PublishedLayout& pl : named->published)
+      if (pl.gpus == r.gpus && pl.seq_len == r.tokens()) j["published"].push_back(published_json(pl, r, all));
   j["notes"] = notes;
   return j;
 }
@@ -224,10 +287,11 @@ std::string plan_text(const json& p) {
   const json& h = p["hardware"];
   const json& r = p["request"];
   std::string out;
-  out += fmt("model     %s: L%d C%d NH%d T%d V%d, %s parameters, %.3g GFLOP per token\n",
+  const bool llama = m["arch"] == "llama";
+  out += fmt("model     %s: L%d C%d NH%d%s T%d V%d, %s parameters, %.3g GFLOP per token\n",
              m["name"].get<std::string>().c_str(), m["L"].get<int>(), m["C"].get<int>(), m["NH"].get<int>(),
-             m["T"].get<int>(), m["V"].get<int>(), commas(m["params"].get<uint64_t>()).c_str(),
-             m["flops_per_token"].get<double>() / 1e9);
+             llama ? fmt(" KV%d F%d", m["KV"].get<int>(), m["F"].get<int>()).c_str() : "", m["T"].get<int>(),
+             m["V"].get<int>(), commas(m["params"].get<uint64_t>()).c_str(), m["flops_per_token"].get<double>() / 1e9);
   out += fmt("hardware  %d x %s (%s): %.1f GiB per GPU, %d GPUs per node, peak %.3g TFLOP/s %s\n", r["gpus"].get<int>(),
              h["name"].get<std::string>().c_str(), h["file"].get<std::string>().c_str(),
              h["device_memory_bytes"].get<double>() / kGiB, h["ranks_per_node"].get<int>(),
@@ -236,15 +300,34 @@ std::string plan_text(const json& p) {
              r["seq_len"].get<int>(), r["micro_batch_size"].get<int>());
   out += fmt("layouts   %d feasible of %zu candidates; the best %zu by predicted step time:\n\n", p["feasible"].get<int>(),
              p["candidates"].get<size_t>(), p["layouts"].size());
-  out += fmt("%-30s %5s %8s %9s %11s %6s %9s %7s %9s %9s\n", "layout", "m", "GiB/GPU", "step s", "tokens/s", "MFU",
-             "compute s", "bubble", "TP comm s", "DP exp. s");
+  // The widest layout name sets the first column (an uneven split's names are long).
+  int w = 30;
+  for (const json& c : p["layouts"]) w = std::max(w, int(c["layout"].get<std::string>().size()));
+  out += fmt("%-*s %5s %8s %9s %11s %6s %9s %7s %9s %9s%s\n", w, "layout", "m", "GiB/GPU", "step s", "tokens/s", "MFU",
+             "compute s", "bubble", "TP comm s", "DP exp. s", llama ? " CP comm s" : "");
   // Seconds to 4 significant digits: 85.67 on a cluster, 0.004512 for a calibrated small model.
   for (const json& c : p["layouts"]) {
     const json& t = c["terms"];
-    out += fmt("%-30s %5d %8.3g %9.4g %11.0f %5.1f%% %9.4g %6.1f%% %9.4g %9.4g\n", c["layout"].get<std::string>().c_str(),
-               c["micro_batches"].get<int>(), c["device_bytes"].get<double>() / kGiB, c["step_s"].get<double>(),
-               c["tokens_per_s"].get<double>(), 100 * c["mfu"].get<double>(), t["compute_s"].get<double>(),
-               100 * t["bubble"].get<double>(), t["tp_comm_step_s"].get<double>(), t["dp_exposed_s"].get<double>());
+    out += fmt("%-*s %5d %8.3g %9.4g %11.0f %5.1f%% %9.4g %6.1f%% %9.4g %9.4g%s\n", w,
+               c["layout"].get<std::string>().c_str(), c["micro_batches"].get<int>(),
+               c["device_bytes"].get<double>() / kGiB, c["step_s"].get<double>(), c["tokens_per_s"].get<double>(),
+               100 * c["mfu"].get<double>(), t["compute_s"].get<double>(), 100 * t["bubble"].get<double>(),
+               t["tp_comm_step_s"].get<double>(), t["dp_exposed_s"].get<double>(),
+               llama ? fmt(" %9.4g", t["cp_comm_step_s"].get<double>()).c_str() : "");
+  }
+  if (!p["published"].empty()) out += "\npublished layouts of this model at this size and sequence:\n";
+  for (const json& q : p["published"]) {
+    if (q["rank"].get<int>() > 0)
+      out += fmt("  %s (%s): ranks #%d of %d feasible, as %s: predicted %.4g s, MFU %.1f%% vs published %.0f%%%s\n",
+                 q["layout"].get<std::string>().c_str(), q["source"].get<std::string>().c_str(), q["rank"].get<int>(),
+                 q["feasible_layouts"].get<int>(), q["candidate"].get<std::string>().c_str(), q["step_s"].get<double>(),
+                 100 * q["mfu"].get<double>(), 100 * q["published_mfu"].get<double>(),
+                 q["batch_matches"].get<bool>() ? "" : fmt(" (published at %d sequences per DP rank; this batch differs)",
+                                                           q["seqs_per_dp"].get<int>()).c_str());
+    else
+      out += fmt("  %s (%s): not feasible here: %s%s%s\n", q["layout"].get<std::string>().c_str(),
+                 q["source"].get<std::string>().c_str(), q["candidate"].get<std::string>().c_str(),
+                 q["candidate"].get<std::string>().empty() ? "" : ": ", q["rejected"].get<std::string>().c_str());
   }
   if (!p["rejections"].empty()) out += "\nrejected:\n";
   for (const json& g : p["rejections"])

@@ -21,7 +21,7 @@ struct PlanArgs {
   std::string hardware;
   int global_batch = 0, micro_batch_size = 1;
   std::string precision = "bf16";
-  int tp = 0, pp = 0, dp = 0, zero_stage = -1;
+  int tp = 0, pp = 0, dp = 0, cp = 0, zero_stage = -1;
   int top = 10;
   bool json = false;
   std::string calibrate;  // --calibrate FILE: measure this machine and write its hardware file

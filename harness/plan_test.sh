@@ -46,3 +46,34 @@ rc=0
 [ "$rc" -eq 2 ] && grep -q "needs 2 or more ranks" "$tmp/err3" ||
   { echo "FAIL: plan --calibrate on one rank exited $rc:"; cat "$tmp/err3"; exit 1; }
 echo "plan --calibrate on one rank refused (exit 2)"
+# Llama 3 405B on 16384 H100s at its 8K phase and at 131072 tokens (no mpirun: the plan is a
+# model): Meta's published layouts (Dubey et al. 2024 Table 4: TP8 CP1 PP16 DP128; TP8 CP16 PP16
+# DP8) are among the candidates, each ranked, on Meta's split of 126 layers (7 + 14 x 8 + 7) at
+# Meta's batch (16M tokens: 2048 sequences of 8192, 128 of 131072, i.e. 16 per DP rank as
+# published), in seconds (docs/plan.md: the time measured).
+for seq in 8192 131072; do
+  start=$(date +%s%N)
+  "$dtbench" plan --model llama3-405b --gpus 16384 --hardware h100-sxm --seq "$seq" --top 3 --json \
+    >"$tmp/l405_$seq.json" 2>"$tmp/l405_$seq.err" ||
+    { echo "FAIL: plan llama3-405b --seq $seq:"; cat "$tmp/l405_$seq.err"; exit 1; }
+  secs=$(( ($(date +%s%N) - start) / 1000000 ))e-3
+  python3 - "$tmp/l405_$seq.json" "$seq" "$secs" <<'PY'
+import json, sys
+p, seq, secs = json.load(open(sys.argv[1])), int(sys.argv[2]), float(sys.argv[3])
+cp, dp = (1, 128) if seq == 8192 else (16, 8)
+assert p["request"]["seq_len"] == seq and p["request"]["global_batch"] == (16 << 20) // seq, p["request"]
+pub = p["published"]
+assert len(pub) == 1 and (pub[0]["tp"], pub[0]["cp"], pub[0]["pp"], pub[0]["dp"]) == (8, cp, 16, dp), pub
+q = pub[0]
+assert q["batch_matches"] and q["published_mfu"] == (0.41 if seq == 8192 else 0.38), q
+assert 1 <= q["rank"] <= q["feasible_layouts"] == p["feasible"], q
+assert q["candidate"].startswith(f"TP8x{'CP16x' if cp > 1 else ''}PP16xDP{dp}:layers7+" + "8+" * 14 + "7"), q["candidate"]
+assert 0 < q["mfu"] < 1 and q["step_s"] > 0, q
+best = p["layouts"][0]["step_s"]
+assert q["step_s"] >= best, (q["step_s"], best)
+assert secs < 60, f"the plan took {secs:.1f} s"
+print(f"plan llama3-405b --gpus 16384 --seq {seq}: Meta's {q['layout']} ranks #{q['rank']} of {q['feasible_layouts']} "
+      f"({q['candidate']}: {q['step_s']:.3g} s, MFU {100 * q['mfu']:.1f} % vs published {100 * q['published_mfu']:.0f} %), "
+      f"{p['candidates']} candidates in {secs:.1f} s")
+PY
+done

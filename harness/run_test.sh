@@ -192,15 +192,21 @@ print(f"precision on 4 ranks ok: {len(rows)} rows, {len(r['checks'])} checks pas
 PY
 
 # The memory suite on 4 ranks: every rank's state, activation and scratch bytes equal the
-# analytic model's, for DP, ZeRO 1-3, offload, TP 2 and PP 2.
+# analytic model's, for DP, ZeRO 1-3, offload, TP 2 and PP 2, context parallelism, and the Llama model.
 "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --suites memory \
   --output-dir "$tmp" --run-id memory >"$tmp/memory.log" 2>&1 || { cat "$tmp/memory.log"; exit 1; }
 python3 - "$tmp/memory.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-names = {b["name"].split("/")[1] for b in r["benchmarks"]}
-want = {"DP4", "DP4:zero1", "DP4:zero2", "DP4:zero3", "DP4:zero2:offload", "DP4:zero3:offload", "TP2xDP2", "TP2xDP2:sp", "PP2xDP2"}
+names = {b["name"][len("memory/"):b["name"].rindex("/rank:")] for b in r["benchmarks"]}
+want = {"DP4", "DP4:zero1", "DP4:zero2", "DP4:zero3", "DP4:zero2:offload", "DP4:zero3:offload", "TP2xDP2", "TP2xDP2:sp", "PP2xDP2",
+        "CP2xDP2", "CP2xDP2:zero2", "CP2xDP2:all_gather:zero1", "CP2xDP2:full", "TP2xCP2xDP1:sp",
+        "llama/DP4:zero1", "llama/TP2xDP2", "llama/PP2xDP2:full", "llama/CP2xDP2:zero3:selective", "llama/TP4xDP1:sp",
+        "llama/TP2xCP2xDP1"}
 assert names == want, names
+assert all(b["arch"] == ("llama" if b["name"].startswith("memory/llama/") else "gpt2") for b in r["benchmarks"])
+assert all(b["measured_device_comm_buffer_bytes"] >= b["analytic_cp_comm_buffer_bytes"] > 0
+           for b in r["benchmarks"] if b["cp"] > 1)
 for b in r["benchmarks"]:
     for k, v in b.items():
         if k.startswith("predicted_"):
@@ -215,16 +221,21 @@ PY
   --output-dir "$tmp" --run-id sweep >"$tmp/sweep.log" 2>&1 || { cat "$tmp/sweep.log"; exit 1; }
 "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --sweep TP2xDP2,DP4:zero3 \
   --output-dir "$tmp" --run-id sweep2 >"$tmp/sweep2.log" 2>&1 || { cat "$tmp/sweep2.log"; exit 1; }
-python3 - "$tmp/sweep.json" "$tmp/sweep2.json" <<'PY'
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --sweep CP2xDP2,CP2xDP2:all_gather \
+  --output-dir "$tmp" --run-id sweep3 >"$tmp/sweep3.log" 2>&1 || { cat "$tmp/sweep3.log"; exit 1; }
+python3 - "$tmp/sweep.json" "$tmp/sweep2.json" "$tmp/sweep3.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 # One record per layout, and the step-time model's summary (docs/plan.md): predicted against measured.
 rows = {b["layout"]: b for b in r["benchmarks"] if b["name"] != "sweep/step_time_model"}
 model = [b for b in r["benchmarks"] if b["name"] == "sweep/step_time_model"]
-assert len(model) == 1 and model[0]["layouts_compared"] == len(rows) and model[0]["mape"] >= 0, model
-assert all(b["predicted_step_time_ms"] > 0 for b in rows.values()), rows
+# Context-parallel rows are measured, not predicted (the step-time model has no CP yet).
+modelled = {k: b for k, b in rows.items() if b.get("cp", 1) == 1}
+assert len(model) == 1 and model[0]["layouts_compared"] == len(modelled) and model[0]["mape"] >= 0, model
+assert all(b["predicted_step_time_ms"] > 0 for b in modelled.values()), rows
+assert all("context parallelism" in b["prediction_skipped"] for k, b in rows.items() if k not in modelled), rows
 for want in ["DP4", "DP4:zero1", "DP4:zero2", "DP4:zero3", "TP2xDP2", "TP4", "PP2xDP2:1f1b", "PP2xDP2:gpipe",
-             "TP2xPP2:1f1b", "TP2xPP2:gpipe"]:
+             "TP2xPP2:1f1b", "TP2xPP2:gpipe", "CP2xDP2", "CP4", "TP2xCP2"]:
     assert want in rows, (want, sorted(rows))
 for b in rows.values():
     assert b["tokens_per_s"] > 0 and b["peak_bytes_per_rank"] > 0 and 0 <= b["comm_fraction"] <= 1, b
@@ -233,6 +244,11 @@ na = {x["layout"] for x in r["suites"][0]["data"]["not_applicable"]}
 assert "PP4:1f1b" in na, na  # 2 layers do not split over 4 stages
 r2 = json.load(open(sys.argv[2]))
 assert [b["layout"] for b in r2["benchmarks"] if "layout" in b] == ["TP2xDP2", "DP4:zero3"], r2["benchmarks"]
+r3 = json.load(open(sys.argv[3]))
+rows3 = {b["layout"]: b for b in r3["benchmarks"] if "layout" in b}
+assert list(rows3) == ["CP2xDP2", "CP2xDP2:all_gather"], list(rows3)
+assert all(b["cp"] == 2 and b["tokens_per_s"] > 0 and b["peak_bytes_per_rank"] > 0 for b in rows3.values()), rows3
+assert rows3["CP2xDP2:all_gather"]["cp_comm_type"] == "all_gather", rows3
 print(f"sweep on 4 ranks ok: {len(rows)} layouts, {len(na)} not applicable")
 PY
 # An MoE model's sweep: expert-parallel layouts beside the others, each row with the share of its

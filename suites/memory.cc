@@ -1,12 +1,18 @@
 // The `memory` suite: each rank's measured peak bytes per category and tier (the Device's
 // accounting, kernels/device.h) while the GPT trains for a few steps, beside the analytic
-// model's prediction for that rank (reference/analytic/memory_model.h), for DP, ZeRO 1, 2, 3 and
-// offload over every rank, and a TP (with and without sequence parallelism) and a PP layout. Parameters, gradients, master
-// weights and optimizer state must match the model exactly, and so must activations and
-// backward scratch: the model counts this implementation's own buffers (the pooled
-// activation sets of the schedule's in-flight micro-batches), so the bound is 0 bytes.
-// comm_buffer (pipeline messages, ZeRO's gathered units and buckets) is transient and
-// reported as measured only.
+// model's prediction for that rank (reference/analytic/memory_model.h): the GPT (`model`) for DP,
+// ZeRO 1, 2, 3 and offload over every rank, a TP (with and without sequence parallelism) and a PP
+// layout, and context-parallel layouts (CP2 beside DP, with ZeRO over the dp cp ranks, the
+// all_gather form, full recompute, and CP beside TP with sequence parallelism); a Llama model
+// (`llama_model`: RMSNorm, grouped-query attention, SwiGLU, the untied head) for DP, TP (its KV
+// heads sharded, and shared when tp > num_kv_heads), PP with full recompute, CP with selective
+// recompute and CP beside TP. Parameters, gradients, master weights and optimizer state must
+// match the model exactly, and so must activations and backward scratch: the model counts this
+// implementation's own buffers (the pooled activation sets of the schedule's in-flight
+// micro-batches, the CP attention's scratch), so the bound is 0 bytes. comm_buffer (pipeline
+// messages, ZeRO's gathered units and buckets, CP's K/V blocks) is transient and reported as
+// measured; with CP the model's K/V blocks must fit under it (a lower bound, checked).
+#include <algorithm>
 #include <cstdio>
 
 #include "kernels/error.h"
@@ -21,33 +27,65 @@ namespace {
 using nlohmann::json;
 
 struct MemCase {
-  std::string name;
+  std::string name;  // "<layout>", or "llama/<layout>" for the Llama model
   ParallelLayout layout;
   ZeroConfig zero;
+  Recompute recompute = Recompute::none;
+  bool llama = false;
+};
+
+// One case: sizes, ZeRO, and the options; cp_comm_type "" keeps p2p.
+struct CaseSpec {
+  int tp = 1, cp = 1, dp = 1, pp = 1, stage = 0;
+  bool offload = false, sp = false, llama = false;
+  Recompute recompute = Recompute::none;
+  std::string cp_comm;
 };
 
 std::vector<MemCase> memory_cases(int n) {
   std::vector<MemCase> out;
-  auto add = [&](int tp, int dp, int pp, int stage, bool offload, bool sp = false) {
+  auto add = [&](const CaseSpec& k) {
     MemCase c;
-    c.layout.tp = tp, c.layout.dp = dp, c.layout.pp = pp, c.layout.sequence_parallel = sp;
-    c.zero.stage = stage;
-    c.zero.offload_optimizer = offload;
+    c.layout.tp = k.tp, c.layout.cp = k.cp, c.layout.dp = k.dp, c.layout.pp = k.pp, c.layout.sequence_parallel = k.sp;
+    if (!k.cp_comm.empty()) c.layout.cp_comm_type = k.cp_comm;
+    c.zero.stage = k.stage;
+    c.zero.offload_optimizer = k.offload;
+    c.recompute = k.recompute;
+    c.llama = k.llama;
     // DP named even at 1 beside TP or PP ("TP2xDP1"), 1f1b left implied: the cases' record names.
     SpecTextForm form;
     form.data_parallel_always = true, form.schedule = DefaultSchedule::never;
     LayoutSpec spec;
-    spec.l = c.layout, spec.z = c.zero;
-    c.name = layout_spec_text(spec, form);
+    spec.l = c.layout, spec.z = c.zero, spec.recompute = c.recompute;
+    c.name = (k.llama ? "llama/" : "") + layout_spec_text(spec, form);
     out.push_back(c);
   };
-  for (int stage = 0; stage <= 3; ++stage) add(1, n, 1, stage, false);
-  add(1, n, 1, 2, true);
-  add(1, n, 1, 3, true);
+  for (int stage = 0; stage <= 3; ++stage) add({.dp = n, .stage = stage});
+  add({.dp = n, .stage = 2, .offload = true});
+  add({.dp = n, .stage = 3, .offload = true});
   if (n % 2 == 0) {
-    add(2, n / 2, 1, 0, false);
-    add(2, n / 2, 1, 0, false, true);  // sequence parallel: the LayerNorm and residual regions' 1/tp
-    add(1, n / 2, 2, 0, false);
+    add({.tp = 2, .dp = n / 2});
+    add({.tp = 2, .dp = n / 2, .sp = true});  // sequence parallel: the LayerNorm and residual regions' 1/tp
+    add({.dp = n / 2, .pp = 2});
+    // Context parallelism: each rank's Tn / 2 rows, the log-sum-exp kept, the CP attention's
+    // scratch; ZeRO over the dp cp ranks; the all_gather form's blocks; full recompute.
+    add({.cp = 2, .dp = n / 2});
+    add({.cp = 2, .dp = n / 2, .stage = 2});
+    add({.cp = 2, .dp = n / 2, .stage = 1, .cp_comm = "all_gather"});
+    add({.cp = 2, .dp = n / 2, .recompute = Recompute::full});
+  }
+  if (n % 4 == 0) add({.tp = 2, .cp = 2, .dp = n / 4, .sp = true});
+  // The Llama model: its tensors and buffers on DP, TP (KV heads sharded; tp 4 > 2 KV heads
+  // shares each over two ranks), PP with full recompute, CP with selective recompute, TP beside CP.
+  add({.dp = n, .stage = 1, .llama = true});
+  if (n % 2 == 0) {
+    add({.tp = 2, .dp = n / 2, .llama = true});
+    add({.dp = n / 2, .pp = 2, .llama = true, .recompute = Recompute::full});
+    add({.cp = 2, .dp = n / 2, .stage = 3, .llama = true, .recompute = Recompute::selective});
+  }
+  if (n % 4 == 0) {
+    add({.tp = 4, .dp = n / 4, .sp = true, .llama = true});
+    add({.tp = 2, .cp = 2, .dp = n / 4, .llama = true});
   }
   return out;
 }
@@ -59,12 +97,15 @@ constexpr MemCategory kCats[] = {MemCategory::param,      MemCategory::grad,    
 // The section, typed: the one parse validate() and run() use.
 struct Params {
   GptConfig model;
+  GptConfig llama;  // the Llama model (llama_model)
   TrainConfig cfg;  // global_batch: micro_batch_size x world x micro_batches (each case sets its own)
   int mbs = 0;      // sequences per micro-batch
   static Params parse(const json& s, const json& config, const WorldInfo& world) {
     Params p;
     p.model = gpt_config_from_json(s.at("model"), "memory.model");
-    require_gpt2(p.model, "memory.model", "the memory suite (and its analytic model)");
+    require_gpt2(p.model, "memory.model", "the memory suite's GPT cases");
+    p.llama = gpt_config_from_json(s.at("llama_model"), "memory.llama_model");
+    if (!is_llama(p.llama)) throw InputError("memory.llama_model: model.arch must be \"llama\" (the Llama cases' model)");
     TrainConfig& t = p.cfg;
     t.steps = int(int_in_range(s, "steps", "memory.steps", 1, 1000));
     t.micro_batches = int(int_in_range(s, "micro_batches", "memory.micro_batches", 1, 1024));
@@ -72,22 +113,30 @@ struct Params {
     t.seq_len = int(int_in_range(s, "seq_len", "memory.seq_len", 1, 1 << 20));
     t.global_batch = p.mbs * world.size * t.micro_batches;
     t.seed = config.at("seed").get<uint64_t>();
-    if (t.seq_len > p.model.T)
-      throw InputError("memory.seq_len = " + std::to_string(t.seq_len) + " exceeds memory.model.T = " +
-                       std::to_string(p.model.T));
+    for (const auto& [m, key] : {std::pair{&p.model, "model"}, std::pair{&p.llama, "llama_model"}})
+      if (t.seq_len > m->T)
+        throw InputError("memory.seq_len = " + std::to_string(t.seq_len) + " exceeds memory." + key + ".T = " +
+                         std::to_string(m->T));
     return p;
   }
-  json to_json() const { return {{"model", dtb::to_json(model)}, {"train", dtb::to_json(cfg)}, {"micro_batch_size", mbs}}; }
+  json to_json() const {
+    return {{"model", dtb::to_json(model)}, {"llama_model", dtb::to_json(llama)}, {"train", dtb::to_json(cfg)},
+            {"micro_batch_size", mbs}};
+  }
 };
 
 class MemorySuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "memory"; }
   std::string description() const override {
-    return "measured peak bytes per category and rank for DP, ZeRO 1-3, offload, TP and PP vs the analytic model";
+    return "measured peak bytes per category and rank for DP, ZeRO 1-3, offload, TP, PP and CP, GPT and Llama, vs the "
+           "analytic model";
   }
   json defaults() const override {
     return {{"model", {{"L", 4}, {"C", 64}, {"NH", 4}, {"T", 32}, {"V", 256}}},
+            {"llama_model",
+             {{"arch", "llama"}, {"L", 4}, {"C", 64}, {"NH", 4}, {"num_kv_heads", 2}, {"ffn_hidden_size", 128},
+              {"T", 32}, {"V", 256}}},
             {"steps", 2},
             {"micro_batches", 2},
             {"micro_batch_size", 2},
@@ -102,14 +151,24 @@ class MemorySuite : public SuiteWithParams<Params> {
     for (const MemCase& c : memory_cases(world.size)) {
       ParallelLayout l = c.layout;
       l.micro_batches = cfg.micro_batches;
+      // The plan's refusals: the layout validator's (sizes, Llama's KV heads, CP) and the plan's own.
+      PlanConfig pc;
+      pc.model = c.llama ? p.llama : model;
+      pc.layout = l;
+      pc.zero = c.zero;
+      pc.recompute = c.recompute;
+      pc.seq_len = cfg.seq_len;
+      pc.micro_batch_size = p.mbs;
       try {
-        validate_layout(l, model, int(int64_t(cfg.global_batch) * l.dp / world.size), world.size, cfg.seq_len);
+        validate_plan(pc);
       } catch (const InputError& e) {
         throw InputError("memory: layout " + c.name + ": " + e.what());
       }
     }
-    const double bytes = unsharded_training_state_bytes(model, 0.0) +
-                         4.0 * cfg.global_batch * cfg.seq_len * (16.0 * model.C * model.L + 3.0 * model.V);
+    double bytes = 0;
+    for (const GptConfig* m : {&model, &p.llama})
+      bytes = std::max(bytes, unsharded_training_state_bytes(*m, 0.0) +
+                                  4.0 * cfg.global_batch * cfg.seq_len * (16.0 * m->C * m->L + 3.0 * m->V));
     check_fits_in_memory(bytes, world.ranks_per_node, "memory: the model and batch", world.options);
   }
 
@@ -120,12 +179,16 @@ class MemorySuite : public SuiteWithParams<Params> {
     const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
     const GptConfig& model = p.model;
     const int mbs = p.mbs;
+    const GptConfig& llama = p.llama;
     ctx.print("# memory: GPT L=" + std::to_string(model.L) + " C=" + std::to_string(model.C) + " NH=" +
               std::to_string(model.NH) + " V=" + std::to_string(model.V) + ", " +
-              std::to_string(gpt_num_params(model)) + " params, fp32, " + std::to_string(mbs) +
+              std::to_string(gpt_num_params(model)) + " params; Llama L=" + std::to_string(llama.L) + " C=" +
+              std::to_string(llama.C) + " NH=" + std::to_string(llama.NH) + " KV=" + std::to_string(kv_heads(llama)) +
+              " F=" + std::to_string(ffn_hidden(llama)) + " V=" + std::to_string(llama.V) + ", " +
+              std::to_string(gpt_num_params(llama)) + " params; fp32, " + std::to_string(mbs) +
               " sequences per micro-batch; peak bytes per rank from the model's construction through training, "
               "measured (Device accounting) vs the analytic model (KiB; '=' where they agree exactly)");
-    ctx.print("#  layout              rank  param         grad          optimizer     host (master+opt+grad)  "
+    ctx.print("#  layout                          rank  param         grad          optimizer     host (master+opt+grad)  "
               "activation    workspace     comm_buffer");
     SuiteResult res;
     for (const MemCase& c : memory_cases(n)) {
@@ -133,18 +196,21 @@ class MemorySuite : public SuiteWithParams<Params> {
       cfg.global_batch = mbs * c.layout.dp * cfg.micro_batches;
       ParallelLayout l = c.layout;
       l.micro_batches = cfg.micro_batches;
+      const GptConfig& cm = c.llama ? llama : model;
       const LayoutOutcome out = run_layout(
-          {.model = model, .layout = {.l = l, .z = c.zero}, .train = cfg, .device = ctx.device, .host = world,
-           .data = *ctx.dataset});
+          {.model = cm, .layout = {.l = l, .z = c.zero, .recompute = c.recompute}, .train = cfg, .device = ctx.device,
+           .host = world, .data = *ctx.dataset});
       PlanConfig pc;
-      pc.model = model;
+      pc.model = cm;
       pc.layout = l;
       pc.zero = c.zero;
+      pc.recompute = c.recompute;
       pc.seq_len = cfg.seq_len;
       pc.micro_batch_size = mbs;
       const RankPlan plan = plan_rank(pc, out.tp_rank, out.pp_rank);
       // Per rank: measured then predicted, [tier][category].
       const size_t per = 2 * kNumTiers * kNumMemCategories;
+      const double cp_comm = double(plan.cp_comm_buffer_bytes);  // the same on every rank
       std::vector<double> mine(per), all(per * n);
       for (int t = 0; t < kNumTiers; ++t)
         for (int k = 0; k < kNumMemCategories; ++k) {
@@ -160,7 +226,10 @@ class MemorySuite : public SuiteWithParams<Params> {
         auto meas = [&](Tier t, MemCategory k) { return m[int(t) * kNumMemCategories + int(k)]; };
         auto pred = [&](Tier t, MemCategory k) { return p[int(t) * kNumMemCategories + int(k)]; };
         json rec = benchmark_record("memory/" + c.name + "/rank:" + std::to_string(r), cfg.steps, 1, 0.0, 0.0, "s");
-        for (const auto& [k, v] : {std::pair{LayoutKey::tp, json(l.tp)}, std::pair{LayoutKey::dp, json(l.dp)},
+        rec["arch"] = to_string(cm.arch);
+        rec[spelling(LayoutKey::recompute).field_key] = to_string(c.recompute);
+        for (const auto& [k, v] : {std::pair{LayoutKey::tp, json(l.tp)}, std::pair{LayoutKey::cp, json(l.cp)},
+                                   std::pair{LayoutKey::dp, json(l.dp)},
                                    std::pair{LayoutKey::pp, json(l.pp)}, std::pair{LayoutKey::zero_stage, json(c.zero.stage)},
                                    std::pair{LayoutKey::offload, json(c.zero.offload_optimizer ? "cpu" : "none")},
                                    std::pair{LayoutKey::sequence_parallel, json(l.sequence_parallel)}})
@@ -176,6 +245,13 @@ class MemorySuite : public SuiteWithParams<Params> {
                                             std::fabs(meas(t, k) - pred(t, k)), 0.0,
                                             "|measured peak - analytic model| bytes, exact"));
           }
+        if (l.cp > 1) {  // CP's K/V blocks, a part of the comm_buffer peak
+          rec["analytic_cp_comm_buffer_bytes"] = cp_comm;
+          res.checks.push_back(make_check("memory/" + c.name + "/rank:" + std::to_string(r) + "/cp_comm_buffer",
+                                          std::max(0.0, cp_comm - meas(Tier::device, MemCategory::comm_buffer)), 0.0,
+                                          "analytic CP K/V blocks - measured comm_buffer peak, bytes (a lower bound: "
+                                          "0 when it fits under the peak)"));
+        }
         res.benchmarks.push_back(rec);
         auto cell = [&](Tier t, std::initializer_list<MemCategory> ks) {
           double a = 0, b = 0;
@@ -186,8 +262,8 @@ class MemorySuite : public SuiteWithParams<Params> {
         };
         char comm[32];
         std::snprintf(comm, sizeof comm, "%9.1f", meas(Tier::device, MemCategory::comm_buffer) / 1024);
-        char line[300];
-        std::snprintf(line, sizeof line, "   %-19s %4d  %s  %s  %s  %s               %s  %s  %s", c.name.c_str(), r,
+        char line[340];
+        std::snprintf(line, sizeof line, "   %-31s %4d  %s  %s  %s  %s               %s  %s  %s", c.name.c_str(), r,
                       cell(Tier::device, {MemCategory::param}).c_str(), cell(Tier::device, {MemCategory::grad}).c_str(),
                       cell(Tier::device, {MemCategory::optimizer_state, MemCategory::master_param}).c_str(),
                       cell(Tier::host, {MemCategory::master_param, MemCategory::optimizer_state, MemCategory::grad})

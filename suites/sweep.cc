@@ -9,7 +9,9 @@
 // of the world's ranks that fits the model: each factorisation tp x pp x dp, pipelines under
 // 1F1B, GPipe and (where the layers and micro-batches allow) interleaved 1F1B, and pure DP at
 // ZeRO 0-3; for an MoE model also each of those with expert parallelism E (EP E dividing DP and
-// the experts), whose rows add the step's share in dispatch and combine. Correctness is the
+// the experts), whose rows add the step's share in dispatch and combine; and each layout with
+// context parallelism CP (tp x cp x dp, no pipeline: CP2, CP2xDP2, TP2xCP2, ...; the layout
+// rules leave out what CP does not compose with, and the step-time model does not predict them). Correctness is the
 // conformance suite's job; here the rows are measurements, and the only check is that each
 // layout trained (every rank's losses finite).
 #include <algorithm>
@@ -46,6 +48,13 @@ std::vector<std::string> candidate_layouts(int world, int experts) {
   std::vector<std::string> out;
   for (int tp = 1; tp <= world; ++tp) {
     if (world % tp) continue;
+    // Context parallelism beside TP and DP (pipelines, ZeRO and EP left to the layouts above).
+    for (int cp = 2; cp <= world / tp; ++cp) {
+      if ((world / tp) % cp || experts > 0) continue;
+      LayoutSpec s;
+      s.l.tp = tp, s.l.cp = cp, s.l.dp = world / (tp * cp);
+      out.push_back(layout_spec_text(s, form));
+    }
     for (int pp = 1; pp <= world / tp; ++pp) {
       if ((world / tp) % pp) continue;
       const int dp = world / (tp * pp);
@@ -155,6 +164,15 @@ std::vector<std::string> sweep_layouts(const json& section, const Setup& st, int
 // The section, typed: the one parse validate() and run() use. `layouts` are the ones to run
 // (with their specs), `skipped` the default candidates left out and why.
 StepTimeInput model_input(const Setup& st, const LayoutSpec& spec);
+// Why the sweep does not predict `spec` ("" when it does, as far as the sweep knows before
+// step_ops): its CP rows are not predicted yet (the step-time model has CP's terms,
+// docs/plan.md, but the sweep has not been checked against them).
+std::string not_modelled_here(const LayoutSpec& spec) {
+  if (spec.l.cp > 1)
+    return std::string(spelling(LayoutKey::cp).config_key) + " = " + std::to_string(spec.l.cp) +
+           ": the sweep does not predict context-parallel layouts yet";
+  return "";
+}
 
 struct Params {
   Setup st;
@@ -190,6 +208,7 @@ struct Params {
     std::string why;
     size_t modelled = 0;
     for (const LayoutSpec& spec : specs) try {
+        if (const std::string no = not_modelled_here(spec); !no.empty()) throw InputError(no);
         step_ops(model_input(st, spec));
         ++modelled;
       } catch (const InputError& e) {
@@ -234,6 +253,7 @@ StepTimeTerms predict_layout(const Params& p, size_t i, Communicator& comm, Devi
   StepTimeCalibrationSpec cal;
   cal.precision = p.st.precision;
   try {
+    if (const std::string no = not_modelled_here(p.specs[i]); !no.empty()) throw InputError(no);
     cal.ops = step_ops(in);
   } catch (const InputError& e) {
     why = e.what();

@@ -6,6 +6,7 @@
 #include "kernels/error.h"
 #include "reference/parallel/pipeline_schedule.h"
 #include "reference/layout/layout_spec.h"
+#include "reference/layout/layout_validate.h"
 
 namespace dtb {
 
@@ -28,32 +29,75 @@ void check_zero(int zero_stage, Offload offload) {
 // the statistics kept in fp32 (LayerNorm mean and rstd, the cross-entropy's max, sum-exp and
 // losses: ParallelGpt's acc_t<T> slots, as llm.c and Megatron-LM).
 u64 act_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
-// The residual stream's rows a rank holds of a micro-batch's BT tokens: BT / tp under
-// sequence parallelism (ParallelGpt::rows), else BT.
-u64 stream_rows(const PlanConfig& c) {
-  const u64 BT = u64(c.micro_batch_size) * u64(c.tokens());
-  return c.layout.sequence_parallel ? BT / u64(c.layout.tp) : BT;
+// The per-rank shapes ParallelGpt's constructor derives from the model and layout (parallel_gpt.cc),
+// and the micro-batch's local shape: B sequences of Tn = tokens / cp rows (context parallelism:
+// each CP rank's two chunks of every sequence, CpSplit), BT = B Tn, R the residual stream's rows
+// (BT / tp under sequence parallelism, ParallelGpt::rows, else BT). GPT-2: Wq = 3 Cl (KVl = NHl),
+// F1 = Fa = 4 Cl. Llama: KVl = KV / tp when tp divides KV, else 1 (one KV head shared by tp / KV
+// ranks, kv_share); Wq = (NHl + 2 KVl) hs; F1 = 2 Fl (gate | up rows), Fa = Fl = F / tp (SwiGLU's
+// output). norm_stats: a norm's fp32 statistics per row, 2 (LayerNorm's mean and rstd) or 1
+// (RMSNorm's rstd).
+struct Dims {
+  bool llama = false, cp = false;
+  u64 B = 0, Tn = 0, BT = 0, R = 0, C = 0, Cl = 0, NHl = 0, KV = 0, KVl = 0, kv_share = 1, hs = 0, Vl = 0;
+  u64 Wq = 0, F1 = 0, Fa = 0, norm_stats = 2;
+};
+Dims dims(const PlanConfig& c) {
+  const ParallelLayout& l = c.layout;
+  const GptConfig& m = c.model;
+  const u64 tp = u64(l.tp);
+  Dims d;
+  d.llama = is_llama(m);
+  d.cp = l.cp > 1;
+  d.B = u64(c.micro_batch_size);
+  d.Tn = u64(c.local_tokens());
+  d.BT = d.B * d.Tn;
+  d.R = l.sequence_parallel ? d.BT / tp : d.BT;
+  d.C = u64(m.C);
+  d.Cl = d.C / tp;
+  d.NHl = u64(m.NH) / tp;
+  d.hs = d.C / u64(m.NH);
+  d.Vl = u64(m.V) / tp;
+  d.KV = u64(kv_heads(m));
+  d.KVl = d.KV % tp == 0 ? d.KV / tp : 1;
+  d.kv_share = d.KV % tp == 0 ? 1 : tp / d.KV;
+  d.Wq = (d.NHl + 2 * d.KVl) * d.hs;
+  const u64 F = d.llama ? u64(ffn_hidden(m)) : 4 * d.C;
+  d.F1 = d.llama ? 2 * (F / tp) : 4 * d.Cl;
+  d.Fa = d.llama ? F / tp : 4 * d.Cl;
+  d.norm_stats = d.llama ? 1 : 2;
+  return d;
 }
 
-// Of a stored activation set: the fp32 statistics' elements (4 R per kept layer, the LayerNorm
-// statistics of its R rows; at the head lnf's 2 R and the cross-entropy's 4 BT).
+// One layer's kept attention activation (ParallelGpt::att_elems): the (B, NHl, Tn, Tn)
+// probabilities of T, or under context parallelism the (B, Tn, NHl) log-sum-exp the CP core
+// returns, in acc_t<T> (fp32 under every recipe: a statistic here).
+u64 attention_floats(const Dims& d) { return d.cp ? 0 : d.B * d.NHl * d.Tn * d.Tn; }
+u64 attention_lse_floats(const Dims& d) { return d.cp ? d.B * d.Tn * d.NHl : 0; }
+// The (B, NHl, Tn, Tn) buffers of T the backward scratch and the recompute scratch hold whatever
+// the attention keeps (ensure_scratch: datt, the selective recompute's matrix, the full
+// recompute layer's att, which under context parallelism holds the log-sum-exp, Tn >= 2).
+u64 attention_matrix_floats(const Dims& d) { return d.B * d.NHl * d.Tn * d.Tn; }
+
+// Of one layer's stored activations in ParallelGpt::acquire (recompute none), the elements of
+// T apart from the attention's: ln1 (R,C), qkv (BT,Wq), atty (BT,Cl), attproj, res2, ln2 (R,C
+// each), fch (BT,F1), its activation (BT,Fa), fcproj and res3 (R,C each): 6 R C + BT (Wq + Cl +
+// F1 + Fa) (GPT-2: 6 R C + 12 BT Cl). Its fp32 statistics: each norm's norm_stats R.
+u64 layer_body_floats(const Dims& d) { return 6 * d.R * d.C + d.BT * (d.Wq + d.Cl + d.F1 + d.Fa); }
+u64 layer_stat_floats(const Dims& d) { return 2 * d.norm_stats * d.R; }
+
+// Of a stored activation set: the fp32 statistics' elements (per kept layer its norms'
+// statistics and, under context parallelism with recompute none, its log-sum-exp; at the head
+// lnf's statistics of R rows and the cross-entropy's losses, max and sums, 4 BT).
 u64 stat_floats(const PlanConfig& c, int virtual_stage) {
+  const Dims d = dims(c);
   const bool last_chunk = virtual_stage == c.layout.pp * c.layout.virtual_stages - 1;
-  const u64 BT = u64(c.micro_batch_size) * u64(c.tokens()), Lc = u64(stage_layers(c.layout, c.model.L).at(size_t(virtual_stage)));
-  const u64 R = stream_rows(c);
-  return (c.recompute == Recompute::full ? 0 : Lc * 4 * R) + (last_chunk ? 2 * R + 4 * BT : 0);
+  const u64 Lc = u64(stage_layers(c.layout, c.model.L).at(size_t(virtual_stage)));
+  u64 per_layer = 0;
+  if (c.recompute != Recompute::full) per_layer += layer_stat_floats(d);
+  if (c.recompute == Recompute::none) per_layer += attention_lse_floats(d);
+  return Lc * per_layer + (last_chunk ? d.norm_stats * d.R + 4 * d.BT : 0);
 }
-
-// Elements of one transformer layer's stored activations in ParallelGpt::acquire: ln1 (R,C),
-// its mean and rstd (2R), qkv (BT,3Cl), atty (BT,Cl), att (B,NHl,Tn,Tn), attproj, res2,
-// ln2 (R,C each), its mean and rstd (2R), fch and fch_gelu (BT,4Cl each), fcproj and res3
-// (R,C each); R = BT rows of the residual stream, BT / tp under sequence parallelism.
-u64 layer_floats(u64 B, u64 Tn, u64 C, u64 Cl, u64 NHl, u64 R) {
-  const u64 BT = B * Tn;
-  return R * C + 2 * R + 3 * BT * Cl + BT * Cl + B * NHl * Tn * Tn + R * C + R * C + R * C + 2 * R +
-         4 * BT * Cl + 4 * BT * Cl + R * C + R * C;
-}
-u64 attention_floats(u64 B, u64 Tn, u64 NHl) { return B * NHl * Tn * Tn; }
 }  // namespace
 
 std::string_view to_string(Precision p) {
@@ -206,16 +250,22 @@ void validate_plan(const PlanConfig& c) {
   validate_gpt_config(c.model);
   if (c.model.moe.num_experts > 0)  // the plan is ParallelGpt's tensors and buffers
     throw InputError("the per-rank plan: " + moe_not_sharded(c.model));
-  if (is_llama(c.model)) throw InputError(llama_not_supported("the per-rank memory plan"));
   if (c.micro_batch_size < 1) throw InputError("micro_batch_size must be >= 1, got " + num(c.micro_batch_size));
   if (c.seq_len < 0 || c.seq_len > c.model.T)
     throw InputError("seq_len " + num(c.seq_len) + " is outside [1, T = " + num(c.model.T) + "]");
   const int64_t g = c.global_batch();
   if (g > INT32_MAX) throw InputError("global batch " + num(g) + " is too large");
+  // Sizes, heads, vocabulary, layers, batch, schedule, sequence parallelism, and context
+  // parallelism's 2 cp dividing the sequence (validate_layout's own messages).
   validate_layout(c.layout, c.model, int(g), c.layout.world(), c.tokens());
-  if (c.layout.cp > 1)
-    throw InputError(std::string(spelling(LayoutKey::cp).config_key) + " = " + num(c.layout.cp) +
-                     ": context parallelism is not in the memory plan yet (docs/context-parallel.md)");
+  // Llama: a tp that neither divides nor is divided by num_kv_heads, or does not divide
+  // ffn_hidden_size, as ParallelGpt refuses it (llama_tp_refusal).
+  if (const std::string why = llama_tp_refusal(c.model, c.layout.tp); !why.empty()) throw InputError(why);
+  // Context parallelism: what it does not compose with yet, the layout validator's rule and
+  // messages (layout_validate.h validate_cp_layout; the plan has no backend, so none is refused).
+  LayoutSpec spec;
+  spec.l = c.layout, spec.z = c.zero, spec.recompute = c.recompute, spec.precision = c.precision;
+  validate_cp_layout(spec, c.model, "cpu");
   if (c.layout.schedule == "zb-h1")
     throw InputError("the per-rank plan does not model schedule zb-h1 yet (the output gradients B keeps for W)");
   check_zero(c.zero.stage, offload_of(c.zero));
@@ -234,7 +284,11 @@ std::vector<int> activation_sets_per_chunk(const std::string& schedule, int p, i
 std::vector<PlanTensor> plan_tensors(const GptConfig& m, const ParallelLayout& l, int tp_rank, int pp_rank) {
   DTB_CHECK(tp_rank >= 0 && tp_rank < l.tp && pp_rank >= 0 && pp_rank < l.pp, "plan_tensors: rank out of range");
   const int v = l.virtual_stages, nv = l.pp * v;
-  const u64 C = u64(m.C), Cl = C / u64(l.tp), Vl = u64(m.V) / u64(l.tp);
+  const bool llama = is_llama(m);
+  const u64 tp = u64(l.tp), C = u64(m.C), Cl = C / tp, Vl = u64(m.V) / tp, NHl = u64(m.NH) / tp, hs = C / u64(m.NH);
+  // Llama's KV heads here (ParallelGpt's KVl_, kv_share_) and SwiGLU's rows per projection (Fl).
+  const u64 KV = u64(kv_heads(m)), KVl = KV % tp == 0 ? KV / tp : 1, kv_share = KV % tp == 0 ? 1 : tp / KV;
+  const u64 Fl = llama ? u64(ffn_hidden(m)) / tp : 0;
   const std::vector<int> per_stage = stage_layers(l, m.L);
   bool first = false, last = false;
   for (int c = 0; c < v; ++c) {
@@ -243,25 +297,47 @@ std::vector<PlanTensor> plan_tensors(const GptConfig& m, const ParallelLayout& l
     last = last || s == nv - 1;
   }
   std::vector<PlanTensor> t;
-  if (first || last) t.push_back({"wte", -1, Vl * C, false});
-  if (first) t.push_back({"wpe", -1, u64(m.T) * C, true});
+  // GPT-2's wte is the tied head too (on the first and the last stage); Llama's only the
+  // embedding (first stage), its head lmheadw a unit of its own on the last.
+  if (first || (last && !llama)) t.push_back({"wte", -1, Vl * C, false});
+  if (first && !llama) t.push_back({"wpe", -1, u64(m.T) * C, true});
   for (int c = 0; c < v; ++c)
     for (int k = 0; k < per_stage[size_t(c * l.pp + pp_rank)]; ++k) {
       const int layer = stage_first_layer(l, m.L, c * l.pp + pp_rank) + k;
-      const std::pair<const char*, u64> w[12] = {
-          {"ln1w", C},          {"ln1b", C},         {"qkvw", 3 * Cl * C}, {"qkvb", 3 * Cl},
-          {"attprojw", C * Cl}, {"attprojb", C},     {"ln2w", C},          {"ln2b", C},
-          {"fcw", 4 * Cl * C},  {"fcb", 4 * Cl},     {"fcprojw", C * 4 * Cl}, {"fcprojb", C}};
-      for (const auto& [name, n] : w) {
-        const std::string s = name;
-        const bool replicated = s == "ln1w" || s == "ln1b" || s == "attprojb" || s == "ln2w" || s == "ln2b" ||
-                                s == "fcprojb";
-        t.push_back({s, layer, n, replicated});
+      if (!llama) {
+        const std::pair<const char*, u64> w[12] = {
+            {"ln1w", C},          {"ln1b", C},         {"qkvw", 3 * Cl * C}, {"qkvb", 3 * Cl},
+            {"attprojw", C * Cl}, {"attprojb", C},     {"ln2w", C},          {"ln2b", C},
+            {"fcw", 4 * Cl * C},  {"fcb", 4 * Cl},     {"fcprojw", C * 4 * Cl}, {"fcprojb", C}};
+        for (const auto& [name, n] : w) {
+          const std::string s = name;
+          const bool replicated = s == "ln1w" || s == "ln1b" || s == "attprojb" || s == "ln2w" || s == "ln2b" ||
+                                  s == "fcprojb";
+          t.push_back({s, layer, n, replicated});
+        }
+        continue;
       }
+      // Llama (parallel_gpt_params.cc add_layer, no biases): ln1w (C, replicated); qkvw's
+      // NHl hs query rows and its KVl KV heads' k and v rows (2 KVl hs), of C columns each; a
+      // KV head shared by kv_share > 1 ranks is a second qkvw tensor (its 2 hs rows; not
+      // TP-replicated: the ranks sharing it are a part of the TP group); attprojw (C rows of Cl
+      // columns); ln2w; fcw's Fl gate rows and Fl up rows (2 Fl C); fcprojw (C rows of Fl).
+      t.push_back({"ln1w", layer, C, true});
+      if (kv_share > 1) {
+        t.push_back({"qkvw", layer, NHl * hs * C, false});
+        t.push_back({"qkvw", layer, 2 * KVl * hs * C, false});
+      } else {
+        t.push_back({"qkvw", layer, (NHl + 2 * KVl) * hs * C, false});
+      }
+      t.push_back({"attprojw", layer, C * Cl, false});
+      t.push_back({"ln2w", layer, C, true});
+      t.push_back({"fcw", layer, 2 * Fl * C, false});
+      t.push_back({"fcprojw", layer, C * Fl, false});
     }
   if (last) {
     t.push_back({"lnfw", -1, C, true});
-    t.push_back({"lnfb", -1, C, true});
+    if (!llama) t.push_back({"lnfb", -1, C, true});
+    if (llama) t.push_back({"lmheadw", -1, Vl * C, false});  // rows [r Vl, (r+1) Vl), as wte's
   }
   return t;
 }
@@ -272,6 +348,7 @@ std::vector<ZeroUnit> plan_zero_units(const std::vector<PlanTensor>& tensors, in
   for (const PlanTensor& t : tensors) {
     const std::string name = t.layer >= 0                          ? "layer." + std::to_string(t.layer)
                              : t.name == "lnfw" || t.name == "lnfb" ? std::string("lnf")
+                             : t.name == "lmheadw"                  ? std::string("lmhead")
                                                                     : t.name;
     if (units.empty() || units.back().name != name) units.push_back({name, 0, 0});
     units.back().numel += t.numel;
@@ -282,12 +359,13 @@ std::vector<ZeroUnit> plan_zero_units(const std::vector<PlanTensor>& tensors, in
 
 uint64_t activation_set_floats(const PlanConfig& c, int virtual_stage) {
   const ParallelLayout& l = c.layout;
+  const Dims d = dims(c);
   const bool last_chunk = virtual_stage == l.pp * l.virtual_stages - 1;
-  const u64 BT = u64(c.micro_batch_size) * u64(c.tokens()), C = u64(c.model.C), Vl = u64(c.model.V) / u64(l.tp),
-            Lc = u64(stage_layers(l, c.model.L).at(size_t(virtual_stage))), R = stream_rows(c);
-  // LM head (last chunk): lnf (BT,C; gathered whole under sequence parallelism), its mean
-  // and rstd (2R), logits and probs (BT,Vl each), losses (BT), max (BT), sums (2BT).
-  const u64 head = last_chunk ? BT * C + 2 * R + 2 * BT * Vl + BT + BT + 2 * BT : 0;
+  const u64 Lc = u64(stage_layers(l, c.model.L).at(size_t(virtual_stage))), R = d.R, BT = d.BT, C = d.C;
+  // LM head (last chunk): lnf (BT,C; gathered whole under sequence parallelism), its
+  // statistics (LayerNorm's mean and rstd 2R, RMSNorm's rstd R), logits and probs (BT,Vl
+  // each), losses (BT), max (BT), sums (2BT).
+  const u64 head = last_chunk ? BT * C + d.norm_stats * R + 2 * BT * d.Vl + BT + BT + 2 * BT : 0;
   // Planned full recompute: each layer's input (x0 the first's), and the last layer's
   // output for the head.
   if (c.recompute == Recompute::full) return Lc * layer_activation_floats(c) + (last_chunk ? R * C + head : 0);
@@ -295,31 +373,63 @@ uint64_t activation_set_floats(const PlanConfig& c, int virtual_stage) {
 }
 
 uint64_t layer_activation_floats(const PlanConfig& c) {
-  const ParallelLayout& l = c.layout;
-  const u64 B = u64(c.micro_batch_size), Tn = u64(c.tokens()), C = u64(c.model.C), Cl = C / u64(l.tp),
-            NHl = u64(c.model.NH) / u64(l.tp), R = stream_rows(c);
+  const Dims d = dims(c);
   switch (c.recompute) {
-    case Recompute::none: return layer_floats(B, Tn, C, Cl, NHl, R);
-    case Recompute::selective: return layer_floats(B, Tn, C, Cl, NHl, R) - attention_floats(B, Tn, NHl);
-    case Recompute::full: return R * C;
+    case Recompute::none:
+      return layer_body_floats(d) + layer_stat_floats(d) + attention_floats(d) + attention_lse_floats(d);
+    case Recompute::selective: return layer_body_floats(d) + layer_stat_floats(d);  // no attention kept
+    case Recompute::full: return d.R * d.C;
   }
   return 0;
 }
 
 uint64_t workspace_floats(const PlanConfig& c) {
-  const ParallelLayout& l = c.layout;
-  const u64 B = u64(c.micro_batch_size), Tn = u64(c.tokens()), BT = B * Tn, C = u64(c.model.C),
-            Cl = C / u64(l.tp), NHl = u64(c.model.NH) / u64(l.tp), Vl = u64(c.model.V) / u64(l.tp);
-  const u64 R = stream_rows(c);
-  // ensure_scratch: dres, dln (BT,C each), two (BT,4Cl), datt (B,NHl,Tn,Tn), dlogits (BT,Vl), (BT);
-  // sequence parallel: the TP linears' work buffer (2 BT C) and a LayerNorm's partial
-  // gradients (2 C).
-  u64 w = BT * C + BT * C + BT * 4 * Cl + BT * 4 * Cl + B * NHl * Tn * Tn + BT * Vl + BT;
-  if (l.sequence_parallel) w += 2 * BT * C + 2 * C;
-  // Planned: the one layer being recomputed in backward.
-  if (c.recompute == Recompute::full) w += layer_floats(B, Tn, C, Cl, NHl, R);
-  if (c.recompute == Recompute::selective) w += attention_floats(B, Tn, NHl);
+  const Dims d = dims(c);
+  const u64 BT = d.BT, C = d.C;
+  // ensure_scratch: dres, dln (BT,C each), two (BT,big) of the largest per-rank width (GPT-2's
+  // 4Cl; Llama's max of 2 Fl, Wq, Cl), datt (B,NHl,Tn,Tn), dlogits (BT,Vl), (BT); sequence
+  // parallel: the TP linears' work buffer (2 BT C) and a norm's partial gradients (2 C).
+  const u64 big = std::max({d.F1, d.Fa, d.Wq, d.Cl});
+  u64 w = BT * C + BT * C + 2 * BT * big + attention_matrix_floats(d) + BT * d.Vl + BT;
+  if (c.layout.sequence_parallel) w += 2 * BT * C + 2 * C;
+  // Planned: selective, the one attention matrix recomputed in backward; full, the one layer's
+  // activations recomputed (its statistics included, its attention buffer (B,NHl,Tn,Tn)
+  // whatever the attention keeps).
+  if (c.recompute == Recompute::full) w += layer_body_floats(d) + layer_stat_floats(d) + attention_matrix_floats(d);
+  if (c.recompute == Recompute::selective) w += attention_matrix_floats(d);
+  // Llama with a KV head shared by kv_share > 1 TP ranks: kv_grad_, a layer's QKV weight
+  // gradient (Wq, C) then (KV, 2 hs, C) to sum over the sharing ranks, held from construction.
+  if (d.kv_share > 1) w += (d.Wq + 2 * d.KV * d.hs) * C;
   return w;
+}
+
+uint64_t transient_workspace_bytes(const PlanConfig& c, int pp_rank) {
+  const Dims d = dims(c);
+  if (!d.cp) return 0;
+  const ParallelLayout& l = c.layout;
+  const u64 ab = act_bytes(c.precision), Tc = d.Tn / 2, g = d.NHl / d.KVl;
+  // context_parallel.cc CpPass, alive through one attention forward or backward (C = Cl, NH =
+  // NHl, KV = KVl there): a block's output (Tc, Cl) and log-sum-exp (Tc, NHl, acc_t<T>), the
+  // block ops' scratch (2 Tc^2 + Tc), and with grouped-query attention (g = NHl / KVl > 1) a
+  // block's K/V and its dK/dV repeated to NHl heads ((Tc, 2 Cl) each).
+  const u64 pass = (Tc * d.Cl + 2 * Tc * Tc + Tc + (g > 1 ? 4 * Tc * d.Cl : 0)) * ab + Tc * d.NHl * 4;
+  // GPT-2's first stage: wpe's rows at this rank's positions, (Tn, C), in the embedding's
+  // forward (TP rank 0) and its backward (every TP rank: embedding_backward's dwpe rows).
+  bool first = false;
+  for (int ch = 0; ch < l.virtual_stages; ++ch) first = first || ch * l.pp + pp_rank == 0;
+  const u64 wpe = first && !d.llama ? d.Tn * d.C * ab : 0;
+  return std::max(pass, wpe);  // never alive together
+}
+
+uint64_t cp_comm_buffer_bytes(const PlanConfig& c) {
+  const Dims d = dims(c);
+  if (!d.cp) return 0;
+  // One rank's packed K/V of the micro-batch: B Tn rows of its KVl heads' k and v (2 KVl hs).
+  // The backward holds the most: p2p, K/V, dK/dV and the next of each (4 blocks); all_gather,
+  // its K/V and dK/dV and the gathered cp of each (2 + 2 cp blocks). Forward: 2, or 1 + cp.
+  const u64 kv = d.BT * 2 * d.KVl * d.hs, cp = u64(c.layout.cp);
+  const u64 blocks = c.layout.cp_comm_type == "all_gather" ? 2 + 2 * cp : 4;
+  return blocks * kv * act_bytes(c.precision);
 }
 
 RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
@@ -331,7 +441,10 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
   r.tp_rank = tp_rank;
   r.pp_rank = pp_rank;
   r.tensors = plan_tensors(c.model, l, tp_rank, pp_rank);
-  r.units = plan_zero_units(r.tensors, l.dp);
+  // ZeRO shards over the gradient group: the DP group, or with context parallelism the dp cp
+  // ranks of the data-and-context group (layout_runner.cc: the CP ranks' gradients are partial
+  // sums over their tokens, reduced with the DP replicas').
+  r.units = plan_zero_units(r.tensors, l.dp * l.cp);
   for (const PlanTensor& t : r.tensors) r.N += t.numel;
   for (const ZeroUnit& u : r.units) r.S += u.shard;
 
@@ -354,7 +467,8 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
   }
 
   // Activations: pooled sets per chunk, as many as the schedule keeps in flight at once.
-  const u64 ab = act_bytes(c.precision), BT = u64(c.micro_batch_size) * u64(c.tokens());
+  const Dims d = dims(c);
+  const u64 ab = act_bytes(c.precision), BT = d.BT;
   r.activation_sets = activation_sets_per_chunk(l.schedule, l.pp, l.micro_batches, l.virtual_stages, pp_rank);
   for (int ch = 0; ch < l.virtual_stages; ++ch) {
     const u64 stats = stat_floats(c, ch * l.pp + pp_rank);
@@ -362,9 +476,12 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
     r.activation_set_bytes.push_back(set);
     m.at(Tier::device, kAct) += u64(r.activation_sets[size_t(ch)]) * set;
   }
-  const u64 ws_stats = c.recompute == Recompute::full ? 4 * stream_rows(c) : 0;  // the recomputed layer's LayerNorm statistics
-  r.workspace_bytes = (workspace_floats(c) - ws_stats) * ab + ws_stats * 4;
+  // The recomputed layer's norm statistics, fp32.
+  const u64 ws_stats = c.recompute == Recompute::full ? layer_stat_floats(d) : 0;
+  r.transient_workspace_bytes = transient_workspace_bytes(c, pp_rank);
+  r.workspace_bytes = (workspace_floats(c) - ws_stats) * ab + ws_stats * 4 + r.transient_workspace_bytes;
   m.at(Tier::device, kWork) = r.workspace_bytes;
+  r.cp_comm_buffer_bytes = cp_comm_buffer_bytes(c);
   return r;
 }
 

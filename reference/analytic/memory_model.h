@@ -5,9 +5,15 @@
 //  2. the exact per-rank plan of the reference trainer (reference/parallel_gpt.*): the same
 //     tensors, ZeRO shards, activation sets and scratch the trainer allocates, so the memory
 //     suite can compare it byte for byte with the Device accounting.
-// Not the trainer: nothing here runs. Shape legend as gpt.h / parallel_gpt.h: B sequences per
-// micro-batch, Tn tokens, BT = B Tn, Cl = C/tp, NHl = NH/tp, Vl = V/tp, Lc = a virtual stage's layers
-// (L/(pp v), or layout.pipeline_layers' entry).
+// Not the trainer: nothing here runs. Both families (GPT-2 and Llama, reference/model/gpt.h) and
+// every layout the trainer runs but MoE and zb-h1: TP (Llama's KV heads sharded or shared), SP, PP,
+// DP with ZeRO 0-3 and offload, and context parallelism (each CP rank's Tn / cp rows, ZeRO over
+// the dp cp ranks, the CP attention's log-sum-exp, scratch and ring buffers).
+// Shape legend as gpt.h / parallel_gpt.h: B sequences per micro-batch, Tn tokens (a CP rank's
+// Tn / cp under context parallelism), BT = B Tn, Cl = C/tp, NHl = NH/tp, Vl = V/tp, KVl = Llama's KV
+// heads per rank, Wq = QKV's rows per rank ((NHl + 2 KVl) hs; GPT-2 3 Cl), F1 and Fa = fc's rows
+// and the activation's width per rank (GPT-2 4 Cl each; Llama 2 Fl and Fl, Fl = F/tp), Lc = a
+// virtual stage's layers (L/(pp v), or layout.pipeline_layers' entry).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -157,12 +163,17 @@ struct PlanConfig {
   int micro_batch_size = 1;
   int64_t global_batch() const { return int64_t(micro_batch_size) * layout.dp * layout.micro_batches; }
   int tokens() const { return seq_len > 0 ? seq_len : model.T; }
+  /// The rows of each sequence one rank trains: tokens(), or its tokens() / cp under context
+  /// parallelism (its two chunks, reference/parallel/context_parallel.h CpSplit).
+  int local_tokens() const { return tokens() / (layout.cp > 0 ? layout.cp : 1); }
 };
 
 /// Throws InputError naming the value for a plan that cannot be trained: validate_gpt_config,
-/// validate_layout (world = tp dp pp, global batch as above), zero stage outside 0-3,
-/// offload with stage 0, seq_len outside [1, T] (0 means T), micro_batch_size < 1, schedule zb-h1, an MoE model
-/// (the sharded model has no MoE layers yet).
+/// validate_layout (world = tp cp dp pp, global batch as above, 2 cp dividing the sequence),
+/// llama_tp_refusal (a Llama model's tp against its KV heads and ffn_hidden_size),
+/// validate_cp_layout's refusals (layout_validate.h: what context parallelism does not compose
+/// with yet), zero stage outside 0-3, offload with stage 0, seq_len outside [1, T] (0 means T),
+/// micro_batch_size < 1, schedule zb-h1, an MoE model (the sharded model has no MoE layers yet).
 void validate_plan(const PlanConfig& c);
 
 /// One parameter tensor a rank holds, in ParallelGpt's add_tensor order.
@@ -171,12 +182,15 @@ struct PlanTensor {
   int layer = -1;             // global layer, -1 outside the blocks
   uint64_t numel = 0;
   bool tp_replicated = false;  // LayerNorms, wpe, row-parallel biases: the same on every TP rank
+  // (Llama's KV head shared by tp / KV ranks is a second "qkvw" tensor of its 2 hs rows, not
+  // marked: the ranks sharing it are a part of the TP group, as ParallelGpt marks it.)
 };
 
-/// A ZeRO unit: tensors sharded together over the DP group, each rank holding
-/// shard = ceil(numel / dp) elements (the last rank's padded).
+/// A ZeRO unit: tensors sharded together over the DP group (with context parallelism the
+/// dp cp ranks of the data-and-context group), each rank holding shard = ceil(numel / (dp cp))
+/// elements (the last rank's padded).
 struct ZeroUnit {
-  std::string name;  // "wte", "wpe", "layer.<l>", "lnf" (ParamUnit's names)
+  std::string name;  // "wte", "wpe", "layer.<l>", "lnf", "lmhead" (ParamUnit's names)
   uint64_t numel = 0, shard = 0;
 };
 
@@ -189,7 +203,13 @@ struct RankPlan {
   std::vector<ZeroUnit> units;
   std::vector<int> activation_sets;           // per chunk: the most (micro-batch) sets alive at once
   std::vector<uint64_t> activation_set_bytes;  // per chunk: bytes of one set
-  uint64_t workspace_bytes = 0;
+  uint64_t workspace_bytes = 0;  // its peak: the backward scratch and the transient below
+  /// Of workspace_bytes, the peak of the buffers allocated and freed within one op: under
+  /// context parallelism the CP attention's per-pass scratch or GPT-2's wpe rows (transient_workspace_bytes).
+  uint64_t transient_workspace_bytes = 0;
+  /// Context parallelism's ring (or all-gather) K/V and dK/dV blocks at their peak, in the
+  /// backward (cp_comm_buffer_bytes): category comm_buffer, not in mem; a lower bound of its peak.
+  uint64_t cp_comm_buffer_bytes = 0;
   MemoryBytes<uint64_t> mem;  // every category at its peak; comm_buffer not modelled (0)
   uint64_t device_total() const { return mem.total(Tier::device); }
 };
@@ -200,22 +220,35 @@ struct RankPlan {
 /// rank allocates (sets are pooled per chunk and reused). Errors: as pipeline_schedule.
 std::vector<int> activation_sets_per_chunk(const std::string& schedule, int p, int m, int v, int stage);
 
-/// The parameters of each rank as ParallelGpt's constructor adds them, and their ZeRO units.
+/// The parameters of each rank as ParallelGpt's constructor adds them (Llama: no biases, no wpe,
+/// RMSNorm weights, QKV by query and KV heads, SwiGLU's gate | up rows, the untied lmheadw on the
+/// last stage), and their ZeRO units over dp ranks (pass dp cp under context parallelism).
 std::vector<PlanTensor> plan_tensors(const GptConfig& m, const ParallelLayout& l, int tp_rank, int pp_rank);
 std::vector<ZeroUnit> plan_zero_units(const std::vector<PlanTensor>& tensors, int dp);
 
 /// Elements of one activation set of virtual stage `virtual_stage`'s chunk (floats; plus 2 BT
 /// int32 token and target ids: its stage_layers count of layers, the head on the last), and of
-/// the backward scratch, as ParallelGpt::acquire / ensure_scratch allocate them (recompute
-/// none); full / selective recompute as planned in memory_model.cc. Throws std::out_of_range
+/// the backward scratch held from the first forward (and Llama's shared-KV-head gradient
+/// buffer, from construction), as ParallelGpt::acquire / ensure_scratch allocate them; full /
+/// selective recompute as ParallelGpt keeps and recomputes them. Throws std::out_of_range
 /// for a virtual stage outside [0, pp v) (a programming error: callers loop over the stages).
 uint64_t activation_set_floats(const PlanConfig& c, int virtual_stage);
 uint64_t workspace_floats(const PlanConfig& c);
-/// Elements one transformer layer keeps per micro-batch: recompute none 6 R C + 4 R +
-/// 12 BT Cl + B NHl Tn^2; selective without the B NHl Tn^2 attention matrix; full R C; R =
-/// BT, or BT / tp under sequence parallelism (Korthikanti et al. 2022's 1/t on the
+/// Elements one transformer layer keeps per micro-batch: recompute none 6 R C + 2 s R +
+/// BT (Wq + Cl + F1 + Fa) + the attention's (B NHl Tn^2 probabilities, or under context
+/// parallelism the B Tn NHl log-sum-exp); selective without the attention's; full R C. s = 2
+/// statistics per norm row (LayerNorm) or 1 (RMSNorm); GPT-2: 6 R C + 4 R + 12 BT Cl + B NHl Tn^2.
+/// R = BT, or BT / tp under sequence parallelism (Korthikanti et al. 2022's 1/t on the
 /// LayerNorm and residual regions).
 uint64_t layer_activation_floats(const PlanConfig& c);
+/// Bytes of the workspace buffers alive within one op only, at their largest, on pipeline rank
+/// pp_rank: 0 without context parallelism; with it the CP attention pass's scratch (a block's
+/// output, log-sum-exp and op scratch, and under grouped-query attention its K/V and dK/dV
+/// repeated to the query heads), or on GPT-2's first stage wpe's (Tn, C) rows, the larger.
+uint64_t transient_workspace_bytes(const PlanConfig& c, int pp_rank);
+/// Bytes of context parallelism's K/V blocks at their peak (the backward's: p2p 4 blocks, all_gather
+/// 2 + 2 cp, each B Tn 2 KVl hs elements); 0 without it.
+uint64_t cp_comm_buffer_bytes(const PlanConfig& c);
 
 /// The plan of the rank at (tp_rank, pp_rank): bytes per (tier, category) at their peaks.
 /// Errors: validate_plan's InputError; ranks out of range.

@@ -33,7 +33,8 @@ std::vector<int> divisors(int n) {
 }
 
 // One layout's candidates (ZeRO x recompute x sequence parallelism), each checked and priced.
-void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int pp, int dp, std::vector<PlanCandidate>& out) {
+void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int cp, int pp, int dp,
+                const std::vector<int>& split, std::vector<PlanCandidate>& out) {
   const int64_t per_mb = int64_t(dp) * r.micro_batch_size;
   const bool divides = r.global_batch % per_mb == 0;
   const int m = divides ? int(r.global_batch / per_mb) : 1;
@@ -41,7 +42,7 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int pp,
   GptConfig padded = r.model;
   padded.V = padded_vocab(r.model.V, tp);
   for (int z = 0; z <= 3; ++z) {
-    if (z >= 1 && dp == 1) continue;  // nothing to shard over
+    if (z >= 1 && dp * cp == 1) continue;  // nothing to shard over (ZeRO shards over the dp cp ranks)
     if (r.zero_stage >= 0 && z != r.zero_stage) continue;
     for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
       for (bool sp : {false, true}) {
@@ -49,7 +50,8 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int pp,
         PlanCandidate c;
         StepTimeInput& in = c.input;
         in.model = padded;
-        in.layout.tp = tp, in.layout.pp = pp, in.layout.dp = dp;
+        in.layout.tp = tp, in.layout.cp = cp, in.layout.pp = pp, in.layout.dp = dp;
+        in.layout.pipeline_layers = split;
         in.layout.sequence_parallel = sp;
         in.layout.schedule = "1f1b";
         in.layout.micro_batches = m;
@@ -75,7 +77,10 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int pp,
         pc.seq_len = r.tokens();
         pc.micro_batch_size = r.micro_batch_size;
         try {
-          c.device_bytes = double(plan_busiest_rank(pc).device_total());
+          // The busiest rank's device bytes and, under context parallelism, its ring's K/V and
+          // dK/dV blocks (comm_buffer, which RankPlan keeps beside mem: a lower bound of that peak).
+          const RankPlan busiest = plan_busiest_rank(pc);
+          c.device_bytes = double(busiest.device_total()) + double(busiest.cp_comm_buffer_bytes);
         } catch (const InputError& e) {  // a layout the reference trainer refuses (validate_plan)
           c.rejected_kind = "refused by the reference trainer";
           c.rejected = e.what();
@@ -136,7 +141,6 @@ void validate_plan_request(const PlanRequest& r) {
     if (!ok) throw InputError(what);
   };
   need(r.model.moe.num_experts == 0, "plan: MoE models are not modelled (the step-time model is dense only)");
-  if (is_llama(r.model)) throw InputError(llama_not_supported("dtbench plan"));
   need(r.gpus >= 1, "--gpus must be >= 1, got " + std::to_string(r.gpus));
   // Sizes past these are no model anyone trains, and the plan's time grows with them (the
   // schedule simulates every micro-batch; the memory plan every layer; 12 L C^2 must fit int64).
@@ -152,17 +156,25 @@ void validate_plan_request(const PlanRequest& r) {
   need(r.seq_len >= 0 && r.tokens() <= r.model.T,
        "--seq " + std::to_string(r.seq_len) + " must be in [1, " + std::to_string(r.model.T) + "] (the model's T)");
   int64_t fixed = 1;
-  for (auto [k, v] : {std::pair{LayoutKey::tp, r.tp}, std::pair{LayoutKey::pp, r.pp}, std::pair{LayoutKey::dp, r.dp}}) {
+  for (auto [k, v] : {std::pair{LayoutKey::tp, r.tp}, std::pair{LayoutKey::cp, r.cp}, std::pair{LayoutKey::pp, r.pp},
+                      std::pair{LayoutKey::dp, r.dp}}) {
     if (v == 0) continue;
-    const char* flag = spelling(k).memory_flag;  // `dtbench plan` takes `dtbench memory`'s flags
+    // `dtbench plan` takes `dtbench memory`'s flags, and --cp for context parallelism.
+    const char* flag = k == LayoutKey::cp ? "--cp" : spelling(k).memory_flag;
     need(v >= 1, std::string(flag) + " must be >= 1, got " + std::to_string(v));
     need(r.gpus % v == 0, std::string(flag) + " " + std::to_string(v) + " does not divide --gpus " + std::to_string(r.gpus));
     fixed *= v;
   }
-  need(r.gpus % fixed == 0, "--tp x --pp x --dp = " + std::to_string(fixed) + " does not divide --gpus " +
-                                std::to_string(r.gpus));
-  if (r.tp > 0 && r.pp > 0 && r.dp > 0)
-    need(fixed == r.gpus, "--tp x --pp x --dp = " + std::to_string(fixed) + " is not --gpus " + std::to_string(r.gpus));
+  const std::string product = r.cp > 0 ? "--tp x --cp x --pp x --dp = " : "--tp x --pp x --dp = ";
+  need(r.gpus % fixed == 0, product + std::to_string(fixed) + " does not divide --gpus " + std::to_string(r.gpus));
+  if (r.tp > 0 && r.pp > 0 && r.dp > 0 && r.cp > 0)
+    need(fixed == r.gpus, product + std::to_string(fixed) + " is not --gpus " + std::to_string(r.gpus));
+  if (r.tp > 0 && r.pp > 0 && r.dp > 0 && r.cp == 0 && !is_llama(r.model))  // cp is 1 for GPT-2 unless fixed
+    need(fixed == r.gpus, product + std::to_string(fixed) + " is not --gpus " + std::to_string(r.gpus));
+  if (r.cp > 1)
+    need(r.tokens() % (2 * r.cp) == 0, "--cp " + std::to_string(r.cp) + " needs 2 cp = " + std::to_string(2 * r.cp) +
+                                           " to divide --seq " + std::to_string(r.tokens()) +
+                                           " (each sequence is cut into 2 cp chunks)");
   if (r.zero_stage != -1) validate_zero_stage(r.zero_stage, spelling(LayoutKey::zero_stage).memory_flag);  // -1: the planner's choice
   // ZeRO shards over the DP ranks: a stage >= 1 needs a layout with dp > 1. The largest dp a
   // request leaves is N / (tp pp) at the smallest tp and pp it allows (1 where free: 1 divides
@@ -180,7 +192,9 @@ std::string no_layout_reason(const PlanRequest& r) {
   auto n = [](int64_t v) { return std::to_string(v); };
   const std::string heads = "the model's " + n(r.model.NH) + " heads", layers = "the model's " + n(r.model.L) + " layers";
   if (r.tp > 0 && r.model.NH % r.tp != 0) return "--tp " + n(r.tp) + " does not divide " + heads;
-  if (r.pp > 0 && r.model.L % r.pp != 0) return "--pp " + n(r.pp) + " does not divide " + layers;
+  if (r.tp > 0 && !llama_tp_refusal(r.model, r.tp).empty()) return llama_tp_refusal(r.model, r.tp);
+  if (is_llama(r.model) && r.pp > r.model.L) return "--pp " + n(r.pp) + " is more stages than " + layers;
+  if (!is_llama(r.model) && r.pp > 0 && r.model.L % r.pp != 0) return "--pp " + n(r.pp) + " does not divide " + layers;
   if (r.dp > 0 && r.gpus % r.dp == 0) {  // --dp fixes tp x pp = N / dp
     const int64_t k = r.gpus / r.dp;
     const std::string on = pinned_text(r.tp, 0, r.dp) + " on --gpus " + n(r.gpus) + " leaves ";
@@ -197,16 +211,38 @@ std::string no_layout_reason(const PlanRequest& r) {
          ")";
 }
 
+std::vector<int> ends_light_split(int L, int pp) {
+  if (pp < 1 || pp > L)
+    throw InputError("pipeline split: " + std::to_string(pp) + " stages for " + std::to_string(L) +
+                     " layers (each stage needs a layer)");
+  if (L % pp == 0) return {};
+  const int per = (L + pp - 1) / pp;
+  std::vector<int> split(size_t(pp), per);
+  int deficit = pp * per - L;  // < pp: at most one layer off each stage
+  for (int k = 0; deficit > 0; ++k, --deficit) split[size_t(k % 2 == 0 ? k / 2 : pp - 1 - k / 2)] -= 1;
+  return split;
+}
+
 std::vector<PlanCandidate> plan_layouts(const PlanRequest& r, const PlannerHardware& hw) {
   validate_plan_request(r);
   std::vector<PlanCandidate> out;
+  const bool llama = is_llama(r.model);
   for (int tp : divisors(r.gpus)) {
     if (r.model.NH % tp != 0 || (r.tp > 0 && tp != r.tp)) continue;
-    for (int pp : divisors(r.gpus / tp)) {
-      if (r.model.L % pp != 0 || (r.pp > 0 && pp != r.pp)) continue;
-      const int dp = r.gpus / tp / pp;
-      if (r.dp > 0 && dp != r.dp) continue;
-      add_layout(r, hw, tp, pp, dp, out);
+    if (!llama_tp_refusal(r.model, tp).empty()) continue;
+    for (int cp : divisors(r.gpus / tp)) {
+      // Context parallelism: enumerated for the Llama family (2 cp dividing the sequence), fixed by
+      // --cp for any model, else 1.
+      if (r.cp > 0 ? cp != r.cp : (cp > 1 && (!llama || r.tokens() % (2 * cp) != 0))) continue;
+      for (int pp : divisors(r.gpus / tp / cp)) {
+        // An even split, or for Llama a split with the first and last stages one layer lighter
+        // (ends_light_split: Meta's 126 layers on 16 stages).
+        const bool even = r.model.L % pp == 0;
+        if ((!even && !(llama && pp <= r.model.L)) || (r.pp > 0 && pp != r.pp)) continue;
+        const int dp = r.gpus / tp / cp / pp;
+        if (r.dp > 0 && dp != r.dp) continue;
+        add_layout(r, hw, tp, cp, pp, dp, even ? std::vector<int>{} : ends_light_split(r.model.L, pp), out);
+      }
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const PlanCandidate& a, const PlanCandidate& b) {

@@ -1,9 +1,9 @@
-// The layout planner: every layout tp x pp x dp = N of a dense GPT, each ZeRO stage, recompute
+// The layout planner: every layout tp x cp x pp x dp = N of a dense GPT or Llama model, each ZeRO stage, recompute
 // and sequence-parallel choice, with its busiest rank's device bytes (reference/analytic/memory_model.h's
 // exact plan of the reference trainer) and its predicted step (reference/analytic/step_time_model.h),
 // tokens/s and MFU; the ones that cannot run are kept with the reason. Model code: no JSON, no
 // files (harness/plan_cli.h prints it, harness/hardware_file.h reads the hardware).
-// Legend: N GPUs, t = tp, p = pp, d = dp, m micro-batches per DP rank, b the micro-batch size.
+// Legend: N GPUs, t = tp, c = cp, p = pp, d = dp, m micro-batches per DP rank, b the micro-batch size.
 #pragma once
 #include <array>
 #include <string>
@@ -22,7 +22,8 @@ struct PlannerHardware {
   std::array<double, 3> peak_flops{};  // dense peak FLOP/s per precision (index int(Precision)), MFU's denominator
 };
 
-/// What to plan. 0 (tp, pp, dp) or -1 (zero_stage) leaves a dimension free; a value fixes it.
+/// What to plan. 0 (tp, cp, pp, dp) or -1 (zero_stage) leaves a dimension free; a value fixes
+/// it. A free cp is enumerated for Llama models only (1 for GPT-2).
 struct PlanRequest {
   GptConfig model{};        // dense; its V as given (the planner pads it per tp)
   int gpus = 1;             // N
@@ -31,6 +32,7 @@ struct PlanRequest {
   int seq_len = 0;          // tokens per sequence (0: model.T)
   Precision precision = Precision::bf16;
   int tp = 0, pp = 0, dp = 0;
+  int cp = 0;
   int zero_stage = -1;
   int tokens() const { return seq_len > 0 ? seq_len : model.T; }
 };
@@ -82,11 +84,24 @@ void validate_plan_request(const PlanRequest& r);
 /// leaves pp = 2, which does not divide the model's 3 layers"). Pure.
 std::string no_layout_reason(const PlanRequest& r);
 
-/// Every candidate of `r` on `hw`: each tp dividing N and NH, pp dividing N / tp and L, dp = N /
-/// (tp pp) (the fixed ones only where given); ZeRO 0-3 (1-3 only at dp > 1), recompute none /
+/// The layers of each of pp stages when pp does not divide L: every stage ceil(L / pp) layers,
+/// less one layer from the stages at the ends, first and last alternately inwards, until they
+/// sum to L; empty (the even split) when pp divides L. For Llama 3 405B's 126 layers on 16
+/// stages: 7, 8 x 14, 7, Meta's split (Dubey et al. 2024 Sec. 3.3.2: one layer removed from the
+/// first and the last stage, which hold the embedding and the head and loss). Errors: InputError
+/// for pp < 1 or pp > L.
+std::vector<int> ends_light_split(int L, int pp);
+
+/// Every candidate of `r` on `hw`: each tp dividing N and NH (for Llama also passing
+/// llama_tp_refusal), cp dividing N / tp (Llama: each with 2 cp dividing the sequence; GPT-2:
+/// 1, or the fixed --cp), pp dividing N / (tp cp) and L (Llama: any pp <= L, split by
+/// ends_light_split when it does not divide L), dp = N / (tp cp pp) (the fixed ones only where
+/// given); ZeRO 0-3 (1-3 only at dp cp > 1), recompute none /
 /// selective / full, sequence parallelism off and (at tp > 1) on; schedule 1f1b, no offload, no
 /// overlap (the reference trainer's defaults). Rejected: m = global_batch / (dp b) not an integer;
-/// a layout validate_plan refuses; the busiest rank's bytes above device_memory_bytes. Sorted feasible first by step time, then
+/// a layout validate_plan refuses; the busiest rank's bytes above device_memory_bytes. The
+/// memory plan runs before the step-time model, so a layout that does not fit is never priced
+/// (the plan's pruning). Sorted feasible first by step time, then
 /// the rejected by device bytes. Assumptions (docs/plan.md): the memory is the reference
 /// trainer's plan (no framework or NCCL buffers, no fragmentation), the step has no
 /// compute-communication overlap, TP groups stay inside a node when tp <= ranks_per_node.

@@ -64,6 +64,62 @@ TEST(Planner, EnumeratesEveryLayoutCountedByHand) {
   EXPECT_EQ(plan_layouts(r, round_hardware(1e18)).size(), 6u);
 }
 
+// Meta's split of Llama 3 405B (Dubey et al. 2024 Sec. 3.3.2): 126 layers on 16 stages, one layer
+// fewer on the first and the last: 7 + 14 x 8 + 7 = 126. The same rule elsewhere: 10 on 4 is
+// ceil 3 each less one off each end (2, 3, 3, 2); 7 on 3 (2, 3, 2); 9 on 4 takes three off,
+// first, last, then second (2, 2, 3, 2); an even split is left empty.
+TEST(Planner, EndsLightSplitIsMetasRule) {
+  std::vector<int> meta(16, 8);
+  meta.front() = meta.back() = 7;
+  EXPECT_EQ(ends_light_split(126, 16), meta);
+  EXPECT_EQ(ends_light_split(10, 4), (std::vector<int>{2, 3, 3, 2}));
+  EXPECT_EQ(ends_light_split(7, 3), (std::vector<int>{2, 3, 2}));
+  EXPECT_EQ(ends_light_split(9, 4), (std::vector<int>{2, 2, 3, 2}));
+  EXPECT_TRUE(ends_light_split(6, 3).empty());
+  EXPECT_THROW(ends_light_split(3, 4), InputError);
+}
+
+// A Llama model (L 3, C 8, NH 2, KV 1, F 16) on 4 GPUs at s = 8, 4 sequences. By hand: tp in
+// {1, 2} (dividing NH 2; KV 1 replicated at tp 2); cp dividing 4 / tp with 2 cp dividing 8; pp
+// dividing 4 / (tp cp), at most L = 3 (3 % 2 != 0: split 1 + 2, the first stage lighter):
+// (tp,cp,pp,dp) (1,1,1,4) (1,1,2,2) (1,2,1,2) (1,2,2,1) (1,4,1,1) (2,1,1,2) (2,1,2,1) (2,2,1,1).
+// ZeRO 0-3 where dp cp > 1, 3 recomputes, SP at tp 2: 5 x 12 + 24 + 6 + 24 = 114 candidates
+// (counted with the rejected: the count does not depend on the memory plan).
+TEST(Planner, EnumeratesContextParallelAndUnevenSplitsForLlama) {
+  PlanRequest r = small_request();
+  r.model = GptConfig{.L = 3, .C = 8, .NH = 2, .T = 8, .V = 100};
+  r.model.arch = ModelArch::llama;
+  r.model.num_kv_heads = 1;
+  r.model.ffn_hidden = 16;
+  r.global_batch = 4;
+  const std::vector<PlanCandidate> all = plan_layouts(r, round_hardware(1e18));
+  EXPECT_EQ(all.size(), 114u);
+  int cp4 = 0, split = 0;
+  for (const PlanCandidate& c : all) {
+    const ParallelLayout& l = c.input.layout;
+    EXPECT_EQ(l.world(), 4);
+    if (l.cp == 4) ++cp4;
+    if (!l.pipeline_layers.empty()) {
+      ++split;
+      EXPECT_EQ(l.pipeline_layers, (std::vector<int>{1, 2}));
+    }
+  }
+  EXPECT_EQ(cp4, 12);
+  EXPECT_EQ(split, 12 + 12 + 6);  // (1,1,2,2), (1,2,2,1), (2,1,2,1)
+  // A fixed --cp keeps its layouts only: cp 2 -> (1,2,1,2) (1,2,2,1) (2,2,1,1) = 12 + 12 + 24.
+  r.cp = 2;
+  EXPECT_EQ(plan_layouts(r, round_hardware(1e18)).size(), 48u);
+  // GPT-2 enumerates cp 1 only unless fixed (small_request's 63 candidates, as counted above).
+  EXPECT_EQ(plan_layouts(small_request(), round_hardware(1e18)).size(), 63u);
+  r.cp = 4, r.seq_len = 6;  // 2 cp = 8 does not divide s = 6
+  try {
+    plan_layouts(r, round_hardware(1e18));
+    ADD_FAILURE() << "--cp 4 at --seq 6 accepted";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "--cp 4 needs 2 cp = 8 to divide --seq 6 (each sequence is cut into 2 cp chunks)");
+  }
+}
+
 // The vocabulary is padded per tp to a multiple of 128 tp (Megatron-LM): 100 -> 128 at tp 1 and
 // 2 (256), 512 at tp 4.
 TEST(Planner, PadsTheVocabularyPerTp) {

@@ -13,10 +13,14 @@ namespace {
 
 double elem_bytes(Precision p) { return p == Precision::fp32 ? 4.0 : 2.0; }
 
-// The shapes one rank works on: b sequences per micro-batch, N = b s rows, the TP shard's
-// channels and heads, LayerNorm/residual rows (N / t under sequence parallelism).
+// The shapes one rank works on: b sequences per micro-batch, s tokens per sequence, sl = s / cp
+// of them on this CP rank, N = b sl rows, the TP shard's channels and heads, LayerNorm/residual
+// rows (N / t under sequence parallelism); for Llama the shard's KV heads (KV / t, or one
+// replicated head when KV < t: reference/parallel/parallel_gpt.cc), packed qkv rows
+// Wl = (NH / t + 2 KVl) hs and SwiGLU width Fl = F / t.
 struct Shapes {
-  int64_t b, s, N, C, Cl, NHl, Vl, Nln, t;
+  int64_t b, s, sl, N, C, Cl, NHl, Vl, Nln, t, cp, hs, KVl, Wl, Fl;
+  bool llama;
   double e;
 };
 
@@ -24,12 +28,19 @@ Shapes shapes_of(const StepTimeInput& in) {
   const ParallelLayout& l = in.layout;
   Shapes x{};
   x.t = l.tp;
+  x.cp = l.cp;
   x.b = in.global_batch / (int64_t(l.dp) * in.micro_batches);
   x.s = in.seq_len;
-  x.N = x.b * x.s;
+  x.sl = in.seq_len / l.cp;
+  x.N = x.b * x.sl;
   x.C = in.model.C;
   x.Cl = in.model.C / l.tp;
   x.NHl = in.model.NH / l.tp;
+  x.hs = in.model.C / in.model.NH;
+  x.llama = is_llama(in.model);
+  x.KVl = x.llama ? std::max<int64_t>(1, kv_heads(in.model) / l.tp) : x.NHl;
+  x.Wl = (x.NHl + 2 * x.KVl) * x.hs;
+  x.Fl = x.llama ? ffn_hidden(in.model) / l.tp : 4 * x.Cl;
   x.Vl = (in.model.V + l.tp - 1) / l.tp;
   x.Nln = l.sequence_parallel ? (x.N + l.tp - 1) / l.tp : x.N;
   x.e = elem_bytes(in.precision);
@@ -45,16 +56,27 @@ StepOp mem(const std::string& name, std::array<int64_t, 4> dims, double bytes, i
   return StepOp{StepOp::Kind::memory, name, dims, 0, bytes, count};
 }
 
+// Attention's core of one layer on one micro-batch, forward (backward: twice the FLOPs): QK^T
+// and AV, 2 b s^2 C/t FLOPs each over the full square (the convention of model_flops_per_token's
+// 12 L C s, PaLM appendix B). Under context parallelism each CP rank does 1/cp of it (the
+// 2 cp-chunk split gives every rank the same share of the causal work: docs/context-parallel.md):
+// 4 b s^2 C/t / cp = cp x 4 b sl^2 C/t with sl = s / cp, priced as cp instances (count) of the
+// square over the rank's own sl rows (one per ring step, a block of sl queries against a block of
+// sl keys), so that the instance is a shape a calibration can time.
+StepOp attention_op(const Shapes& x, bool forward) {
+  const double flops = (forward ? 4.0 : 8.0) * double(x.b) * x.sl * x.sl * x.Cl;
+  return {StepOp::Kind::attention, forward ? "attention_forward" : "attention_backward", {x.b, x.sl, x.Cl, x.NHl},
+          flops, 0, int(x.cp)};
+}
+
 // One transformer layer's ops on one micro-batch (Megatron-LM's ParallelTransformerLayer: QKV and
 // FC1 column-parallel, projection and FC2 row-parallel).
 void layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
   const double e = x.e;
-  // attention core: QK^T and AV, 2 b s^2 C/t FLOPs each forward (the full square); backward 2x.
-  const double attn = 4.0 * double(x.b) * x.s * x.s * x.Cl;
   if (forward) {
     out.push_back(mem("layernorm_forward", {x.Nln, x.C, 0, 0}, 2.0 * x.Nln * x.C * e, 2));
     out.push_back(gemm("matmul_forward", x.N, x.C, 3 * x.Cl, false));
-    out.push_back({StepOp::Kind::attention, "attention_forward", {x.b, x.s, x.Cl, x.NHl}, attn, 0, 1});
+    out.push_back(attention_op(x, true));
     out.push_back(gemm("matmul_forward", x.N, x.Cl, x.C, false));
     out.push_back(mem("residual_forward", {x.Nln * x.C, 0, 0, 0}, 3.0 * x.Nln * x.C * e, 2));
     out.push_back(gemm("matmul_forward", x.N, x.C, 4 * x.Cl, false));
@@ -66,7 +88,7 @@ void layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
     out.push_back(gemm("matmul_backward", x.N, x.C, 4 * x.Cl, true));
     out.push_back(mem("layernorm_backward", {x.Nln, x.C, 0, 0}, 4.0 * x.Nln * x.C * e, 2));
     out.push_back(gemm("matmul_backward", x.N, x.Cl, x.C, true));
-    out.push_back({StepOp::Kind::attention, "attention_backward", {x.b, x.s, x.Cl, x.NHl}, 2 * attn, 0, 1});
+    out.push_back(attention_op(x, false));
     out.push_back(gemm("matmul_backward", x.N, x.C, 3 * x.Cl, true));
     // The buffers the accumulating kernels (matmul, GELU and attention backward) write into,
     // cleared first (reference/parallel/tensor_parallel.cc, parallel_gpt_backward.cc): FC2's and GELU's
@@ -80,28 +102,88 @@ void layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
   }
 }
 
+// One Llama layer's ops on one micro-batch (reference/model/llama_block.cc, sharded as
+// Megatron-Core's TransformerLayer with no biases): RMSNorm; the packed q, k, v GEMM
+// column-parallel at the GQA width Wl = (NH/t + 2 KVl) hs; RoPE (rotate-half) on q and k, a
+// read and a write of their N (NHl + KVl) hs elements; attention's core; the projection
+// row-parallel; RMSNorm; SwiGLU's gate and up rows in one column-parallel GEMM (N x C -> 2 Fl),
+// silu(gate) * up (reads 2 Fl, writes Fl), and the down GEMM row-parallel (Fl -> C).
+void llama_layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
+  const double e = x.e, rope = 2.0 * x.N * (x.NHl + x.KVl) * x.hs * e;
+  if (forward) {
+    out.push_back(mem("rmsnorm_forward", {x.Nln, x.C, 0, 0}, 2.0 * x.Nln * x.C * e, 2));
+    out.push_back(gemm("matmul_forward", x.N, x.C, x.Wl, false));
+    out.push_back(mem("rope_forward", {x.b, x.sl, x.NHl, x.KVl}, rope));
+    out.push_back(attention_op(x, true));
+    out.push_back(gemm("matmul_forward", x.N, x.Cl, x.C, false));
+    out.push_back(mem("residual_forward", {x.Nln * x.C, 0, 0, 0}, 3.0 * x.Nln * x.C * e, 2));
+    out.push_back(gemm("matmul_forward", x.N, x.C, 2 * x.Fl, false));
+    out.push_back(mem("swiglu_forward", {x.N, x.Fl, 0, 0}, 3.0 * x.N * x.Fl * e));
+    out.push_back(gemm("matmul_forward", x.N, x.Fl, x.C, false));
+  } else {
+    out.push_back(gemm("matmul_backward", x.N, x.Fl, x.C, true));
+    // swiglu_backward reads the 2 Fl inputs and the Fl output gradient, writes 2 Fl.
+    out.push_back(mem("swiglu_backward", {x.N, x.Fl, 0, 0}, 5.0 * x.N * x.Fl * e));
+    out.push_back(gemm("matmul_backward", x.N, x.C, 2 * x.Fl, true));
+    out.push_back(mem("rmsnorm_backward", {x.Nln, x.C, 0, 0}, 4.0 * x.Nln * x.C * e, 2));
+    out.push_back(gemm("matmul_backward", x.N, x.Cl, x.C, true));
+    out.push_back(attention_op(x, false));
+    out.push_back(mem("rope_backward", {x.b, x.sl, x.NHl, x.KVl}, rope));
+    out.push_back(gemm("matmul_backward", x.N, x.C, x.Wl, true));
+    // The cleared gradient buffers, as layer_ops': down's input gradient (N x Fl), SwiGLU's
+    // (N x 2 Fl), the gate/up and qkv GEMMs' input gradients (N x C each), the projection's
+    // (N x C/t), qkv's output gradient (N x Wl).
+    out.push_back(mem("zero", {x.N * x.Fl, 0, 0, 0}, double(x.N) * x.Fl * e));
+    out.push_back(mem("zero", {x.N * 2 * x.Fl, 0, 0, 0}, double(x.N) * 2 * x.Fl * e));
+    out.push_back(mem("zero", {x.N * x.C, 0, 0, 0}, double(x.N) * x.C * e, 2));
+    out.push_back(mem("zero", {x.N * x.Cl, 0, 0, 0}, double(x.N) * x.Cl * e));
+    out.push_back(mem("zero", {x.N * x.Wl, 0, 0, 0}, double(x.N) * x.Wl * e));
+  }
+}
+
+void block_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
+  if (x.llama) llama_layer_ops(x, forward, out);
+  else layer_ops(x, forward, out);
+}
+
 void scale_counts(std::vector<StepOp>& ops, size_t from, int k) {
   for (size_t i = from; i < ops.size(); ++i) ops[i].count *= k;
 }
 
-// Parameters of one layer on one TP rank (weights split, row-parallel biases and LayerNorms
-// replicated).
-double layer_params(int64_t C, int t) {
+// Parameters of one layer on one TP rank. GPT-2: weights split, row-parallel biases and
+// LayerNorms replicated. Llama: the qkv rows Wl, projection, gate/up and down split, the two
+// RMSNorm weights replicated, no biases.
+double layer_params(const Shapes& x) {
+  const double C = double(x.C);
+  if (x.llama) return double(x.Wl) * C + double(x.Cl) * C + 3.0 * double(x.Fl) * C + 2.0 * C;
+  const int t = int(x.t);
   return (3.0 * C * C + 4.0 * C * C + 4.0 * C * C + C * C) / t + (3.0 * C + 4.0 * C) / t + 2.0 * C + 4.0 * C;
 }
 
-// The busiest rank's local parameters (its TP shard of its pipeline stage's chunks): layers,
-// the vocabulary-parallel wte and wpe on stage 0, the final LayerNorm and the tied wte on the last.
+// The parameters of virtual stage `vs`'s chunk on one TP rank besides its layers: the first
+// stage's vocabulary-parallel wte (and GPT-2's wpe), the last's final norm (LayerNorm's weight
+// and bias, RMSNorm's weight) and head (GPT-2's tied wte when pp > 1; Llama's untied lmheadw).
+double end_params(const StepTimeInput& in, const Shapes& x, bool first, bool last, int pp) {
+  const double C = double(x.C), wte = std::ceil(double(in.model.V) / x.t) * C;
+  double p = 0;
+  if (first) p += wte + (x.llama ? 0.0 : double(in.model.T) * C);
+  if (last) p += x.llama ? C + wte : 2 * C + (pp > 1 ? wte : 0.0);
+  return p;
+}
+
+// The busiest rank's local parameters (its TP shard of its pipeline stage's chunks).
 double busiest_rank_params(const StepTimeInput& in) {
   const ParallelLayout& l = in.layout;
+  const Shapes x = shapes_of(in);
   const std::vector<int> layers = stage_layers(l, in.model.L);
-  const double C = in.model.C, wte = std::ceil(double(in.model.V) / l.tp) * C;
+  const int nv = l.pp * l.virtual_stages;
   double most = 0;
   for (int r = 0; r < l.pp; ++r) {
     double p = 0;
-    for (int c = 0; c < l.virtual_stages; ++c) p += layers[size_t(c * l.pp + r)] * layer_params(in.model.C, l.tp);
-    if (r == 0) p += wte + double(in.model.T) * C;
-    if (r == l.pp - 1) p += 2 * C + (l.pp > 1 ? wte : 0.0);
+    for (int c = 0; c < l.virtual_stages; ++c) {
+      const int vs = c * l.pp + r;
+      p += layers[size_t(vs)] * layer_params(x) + end_params(in, x, vs == 0, vs == nv - 1, l.pp);
+    }
     most = std::max(most, p);
   }
   return most;
@@ -130,11 +212,12 @@ LinkClass link_of(const StepTimeHardware& hw, int span_ranks) {
 }
 
 // The step's optimizer ops on the busiest rank: zeroing its gradients, AdamW over its share
-// (its shard at ZeRO >= 1), which reads param, grad, m, v and writes param, m, v (m, v in fp32;
-// in half precision also the fp32 master, read and written).
+// (its shard at ZeRO >= 1, over the data-and-context group of dp cp ranks), which reads param,
+// grad, m, v and writes param, m, v (m, v in fp32; in half precision also the fp32 master, read
+// and written).
 std::vector<StepOp> optimizer_ops(const StepTimeInput& in) {
   const double local = busiest_rank_params(in), e = elem_bytes(in.precision);
-  const double shard = std::ceil(local / (in.zero.stage >= 1 ? in.layout.dp : 1));
+  const double shard = std::ceil(local / (in.zero.stage >= 1 ? double(in.layout.dp) * in.layout.cp : 1.0));
   return {mem("zero", {int64_t(local), 0, 0, 0}, local * e),
           mem("adamw_update", {int64_t(shard), 0, 0, 0}, shard * (3 * e + 16 + (e < 4 ? 8 : 0)))};
 }
@@ -157,8 +240,8 @@ void validate_step_time_input(const StepTimeInput& in) {
   };
   need(in.model.moe.num_experts == 0, "MoE models are not modelled (model.num_experts = " +
                                           std::to_string(in.model.moe.num_experts) + ")");
-  if (is_llama(in.model)) throw InputError(llama_not_supported("the step-time model"));
-  need(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.virtual_stages >= 1, "tp, pp, dp and virtual stages must be >= 1");
+  need(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.cp >= 1 && l.virtual_stages >= 1,
+       "tp, cp, pp, dp and virtual stages must be >= 1");
   need(in.micro_batches >= 1 && in.seq_len >= 1 && in.global_batch >= 1, "global_batch, micro_batches and seq_len must be >= 1");
   need(in.global_batch % (int64_t(l.dp) * in.micro_batches) == 0,
        "global_batch " + std::to_string(in.global_batch) + " is not divisible by dp x micro_batches = " +
@@ -166,6 +249,11 @@ void validate_step_time_input(const StepTimeInput& in) {
   need(in.model.C % l.tp == 0 && in.model.NH % l.tp == 0,
        "channels " + std::to_string(in.model.C) + " and heads " + std::to_string(in.model.NH) +
            " must be divisible by tp " + std::to_string(l.tp));
+  const std::string gqa = llama_tp_refusal(in.model, l.tp);
+  need(gqa.empty(), gqa);
+  need(l.cp == 1 || in.seq_len % (2 * l.cp) == 0,
+       "seq_len " + std::to_string(in.seq_len) + " is not divisible by 2 cp = " + std::to_string(2 * l.cp) +
+           " (context parallelism cuts each sequence into 2 cp chunks)");
   need(l.pipeline_layers.empty() ? in.model.L % (l.pp * l.virtual_stages) == 0
                                  : int64_t(l.pipeline_layers.size()) == int64_t(l.pp) * l.virtual_stages,
        "layers " + std::to_string(in.model.L) + " do not split over pp x virtual stages = " +
@@ -184,12 +272,14 @@ std::vector<StepOp> stage_ops(const StepTimeInput& in, int vs, bool forward) {
   const bool first = vs == 0, last = vs == nv - 1;
   auto embedding = [&](bool fwd) {
     // The vocabulary-parallel embedding (reference/parallel/parallel_gpt.cc), its shard's rows only.
-    out.push_back(mem(fwd ? "embedding_shard_forward" : "embedding_shard_backward", {x.b, x.s, x.C, x.Vl},
+    out.push_back(mem(fwd ? "embedding_shard_forward" : "embedding_shard_backward", {x.b, x.sl, x.C, x.Vl},
                       3.0 * x.N * x.C * x.e));
   };
   auto head = [&](bool fwd) {
     if (fwd) {
-      out.push_back(mem("layernorm_forward", {x.Nln, x.C, 0, 0}, 2.0 * x.Nln * x.C * x.e));
+      // The final norm (LayerNorm, or Llama's RMSNorm: the same bytes), the head's GEMM
+      // (GPT-2's tied wte, Llama's untied lmheadw: the same shape).
+      out.push_back(mem(x.llama ? "rmsnorm_forward" : "layernorm_forward", {x.Nln, x.C, 0, 0}, 2.0 * x.Nln * x.C * x.e));
       out.push_back(gemm("matmul_forward", x.N, x.C, x.Vl, false));
       // The vocabulary-parallel cross-entropy (tensor_parallel.h): the shard's row maxima, its
       // sums of exponentials, then the losses and probabilities (Megatron-LM's
@@ -201,13 +291,13 @@ std::vector<StepOp> stage_ops(const StepTimeInput& in, int vs, bool forward) {
       out.push_back(mem("crossentropy_shard_backward", {x.N, x.Vl, 0, 0}, 2.0 * x.N * x.Vl * x.e));
       out.push_back(mem("zero", {x.N * x.C, 0, 0, 0}, double(x.N) * x.C * x.e, 2));  // the head's and residual's input gradients
       out.push_back(gemm("matmul_backward", x.N, x.C, x.Vl, true));
-      out.push_back(mem("layernorm_backward", {x.Nln, x.C, 0, 0}, 4.0 * x.Nln * x.C * x.e));
+      out.push_back(mem(x.llama ? "rmsnorm_backward" : "layernorm_backward", {x.Nln, x.C, 0, 0}, 4.0 * x.Nln * x.C * x.e));
     }
   };
   if (forward) {
     if (first) embedding(true);
     const size_t from = out.size();
-    layer_ops(x, true, out);
+    block_ops(x, true, out);
     scale_counts(out, from, layers);
     if (last) head(true);
     return out;
@@ -216,11 +306,9 @@ std::vector<StepOp> stage_ops(const StepTimeInput& in, int vs, bool forward) {
   size_t from = out.size();
   // Recompute: full re-runs each layer's forward in its backward (Chen et al. 2016; Megatron's
   // --recompute-granularity full), selective only attention's core (Korthikanti et al. 2022).
-  if (in.recompute == Recompute::full) layer_ops(x, true, out);
-  if (in.recompute == Recompute::selective)
-    out.push_back({StepOp::Kind::attention, "attention_forward", {x.b, x.s, x.Cl, x.NHl},
-                   4.0 * double(x.b) * x.s * x.s * x.Cl, 0, 1});
-  layer_ops(x, false, out);
+  if (in.recompute == Recompute::full) block_ops(x, true, out);
+  if (in.recompute == Recompute::selective) out.push_back(attention_op(x, true));
+  block_ops(x, false, out);
   scale_counts(out, from, layers);
   if (first) embedding(false);
   return out;
@@ -265,9 +353,13 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   const int nv = l.pp * l.virtual_stages, m = in.micro_batches;
   const double e = x.e, ce = in.zero.fp32_communication ? 4.0 : e;
   const std::vector<int> layers = stage_layers(l, in.model.L);
-  // Groups (reference/layout/process_grid.h): TP ranks consecutive, DP ranks tp apart, stages tp dp apart.
-  const LinkClass tp_link = link_of(hw, l.tp), dp_link = link_of(hw, l.tp * (l.dp - 1) + 1);
-  const AlphaBeta& p2p = link_of(hw, l.tp * l.dp + 1) == LinkClass::intra_node ? hw.p2p_intra : hw.p2p_inter;
+  // Groups (reference/layout/process_grid.h, Megatron-Core's tp-cp-dp-pp order): TP ranks
+  // consecutive, CP ranks tp apart, DP ranks tp cp apart, stages tp cp dp apart. Gradients are
+  // reduced, and ZeRO shards, over the data-and-context group: its dp cp ranks, tp apart.
+  const int dcp = l.dp * l.cp;
+  const LinkClass tp_link = link_of(hw, l.tp), dp_link = link_of(hw, l.tp * (dcp - 1) + 1);
+  const AlphaBeta& p2p = link_of(hw, l.tp * dcp + 1) == LinkClass::intra_node ? hw.p2p_intra : hw.p2p_inter;
+  const AlphaBeta& cp_p2p = link_of(hw, l.tp * (l.cp - 1) + 1) == LinkClass::intra_node ? hw.p2p_intra : hw.p2p_inter;
   // A TP all-reduce of n bytes; under sequence parallelism an all-gather plus a reduce-scatter
   // (Korthikanti et al. 2022): the same bus bytes, twice the latency.
   auto tp_ar = [&](double bytes) {
@@ -275,9 +367,19 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
     return l.sequence_parallel ? 2 * collective_seconds(hw, l.tp, tp_link, bytes, true)
                                : collective_seconds(hw, l.tp, tp_link, bytes, false);
   };
-  auto dp_coll = [&](double bytes, bool half) { return collective_seconds(hw, l.dp, dp_link, bytes, half); };
+  auto dp_coll = [&](double bytes, bool half) { return collective_seconds(hw, dcp, dp_link, bytes, half); };
   const double act = double(x.N) * x.C * e;  // one activation tensor, bytes
-  const double C = in.model.C, wte = std::ceil(double(in.model.V) / l.tp) * C;
+  // Context parallelism's ring (cp_comm_type p2p; Megatron-Core / Transformer Engine's
+  // AttnFuncWithCPAndKVP2P): per layer, cp - 1 steps, each sending the rank's K and V blocks
+  // (2 KVl hs sl b elements) to the next CP rank while attention runs on the block in hand;
+  // the backward sends K/V again and the dK/dV accumulators with them (twice the bytes). A step
+  // costs what its send exceeds its block's attention (1/cp of the layer's): the transfer is
+  // hidden as far as that compute is longer, and never shortens it (overlap assumption,
+  // docs/plan.md). 0 at cp 1.
+  const double kv = 2.0 * x.KVl * x.hs * x.sl * x.b * e;
+  const double attn_f = op_time(attention_op(x, true), hw, p), attn_b = op_time(attention_op(x, false), hw, p);
+  const double ring_f = (l.cp - 1) * std::max(0.0, cp_p2p.time(kv) - attn_f / l.cp);
+  const double ring_b = (l.cp - 1) * std::max(0.0, cp_p2p.time(2 * kv) - attn_b / l.cp);
   StepTimeTerms r;
   std::vector<StageCost> costs(static_cast<size_t>(nv));
   for (int vs = 0; vs < nv; ++vs) {
@@ -288,10 +390,13 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
     // forward, the head's input gradient in the backward, the loss's max and sum (N floats each).
     double tpf = ly * 2 * tp_ar(act) + (first ? tp_ar(act) : 0) + (last ? 2 * tp_ar(4.0 * x.N) : 0);
     double tpb = ly * 2 * tp_ar(act) + (last ? tp_ar(act) : 0) + (in.recompute == Recompute::full ? ly * 2 * tp_ar(act) : 0);
+    // The ring in each layer's forward, and again in its backward (with the forward's again
+    // when recompute re-runs attention: full or selective).
+    const double cpf = ly * ring_f, cpb = ly * (ring_b + (in.recompute != Recompute::none ? ring_f : 0.0));
     const double pf = last ? 0 : p2p.time(act), pb = first ? 0 : p2p.time(act);
     // ZeRO-3 gathers each unit's parameters before its forward and again before its backward;
     // stages 2-3 reduce-scatter each micro-batch's gradients (reference/zero/zero.h).
-    const double chunk = ly * layer_params(in.model.C, l.tp) + (first ? wte + in.model.T * C : 0) + (last ? 2 * C : 0);
+    const double chunk = ly * layer_params(x) + end_params(in, x, first, last, l.pp);
     const int units = ly + (first ? 1 : 0) + (last ? 1 : 0);
     double zf = 0, zb = 0;
     if (in.zero.stage == 3) {
@@ -299,9 +404,11 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
       zb = zf;
     }
     if (in.zero.stage >= 2 && !in.zero.overlap_comm) zb += dp_coll(chunk * ce, true);
-    costs[size_t(vs)] = {fc + tpf + pf + zf, bc + tpb + pb + zb, 0};
-    if (fc + bc + tpf + tpb + zf + zb > r.forward_compute_s + r.backward_compute_s + r.tp_comm_s + r.zero_mb_comm_s) {
-      r.forward_compute_s = fc, r.backward_compute_s = bc, r.tp_comm_s = tpf + tpb, r.zero_mb_comm_s = zf + zb;
+    costs[size_t(vs)] = {fc + tpf + cpf + pf + zf, bc + tpb + cpb + pb + zb, 0};
+    if (fc + bc + tpf + tpb + cpf + cpb + zf + zb >
+        r.forward_compute_s + r.backward_compute_s + r.tp_comm_s + r.cp_comm_s + r.zero_mb_comm_s) {
+      r.forward_compute_s = fc, r.backward_compute_s = bc, r.tp_comm_s = tpf + tpb, r.cp_comm_s = cpf + cpb,
+      r.zero_mb_comm_s = zf + zb;
     }
     r.p2p_s = l.pp > 1 ? p2p.time(act) : 0;
   }
@@ -322,7 +429,7 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   // DP: stages 0-1 all-reduce the rank's gradients once (one bucket), stages 1-2 all-gather the
   // updated parameters after the optimizer; with overlap_comm the reduce-scatters of stages 2-3
   // hide under the backward but the last (Rajbhandari et al. 2020; DeepSpeed's overlap_comm).
-  const double local = busiest_rank_params(in), shard = std::ceil(local / (in.zero.stage >= 1 ? l.dp : 1));
+  const double local = busiest_rank_params(in), shard = std::ceil(local / (in.zero.stage >= 1 ? double(dcp) : 1.0));
   if (in.zero.stage <= 1) r.dp_comm_s += dp_coll(local * ce, false);
   if (in.zero.stage == 1 || in.zero.stage == 2) r.dp_comm_s += dp_coll(local * e, true);
   if (in.zero.stage >= 2 && in.zero.overlap_comm) r.dp_comm_s += dp_coll(local * ce, true);

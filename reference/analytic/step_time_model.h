@@ -2,9 +2,13 @@
 // hardware description (GEMM rate, memory-bound ops' alpha-beta, each collective's alpha-beta
 // per group size and link class, the pipeline's point-to-point alpha-beta) — measured on the
 // machine at hand (suites/step_time_calibration.h) or written from published figures. Not here:
-// measuring, memory (reference/analytic/memory_model.h), MoE layers. Equations and sources: docs/plan.md.
-// Legend: b sequences per micro-batch, s tokens per sequence, N = b s rows, C channels, NH heads,
-// V vocabulary, t = tp, p = pp, v virtual stages, m micro-batches, d = dp, g a group's ranks.
+// measuring, memory (reference/analytic/memory_model.h), MoE layers. Both families: GPT-2 and
+// Llama (RMSNorm, RoPE, grouped-query attention, SwiGLU, untied head). Equations and sources:
+// docs/plan.md.
+// Legend: b sequences per micro-batch, s tokens per sequence, cp context-parallel ranks,
+// sl = s / cp a CP rank's tokens, N = b sl rows, C channels, NH heads, KV key/value heads,
+// hs = C / NH, F SwiGLU's width, V vocabulary, t = tp, p = pp, v virtual stages, m
+// micro-batches, d = dp, g a group's ranks.
 #pragma once
 #include <array>
 #include <map>
@@ -76,8 +80,8 @@ struct StepTimeHardware {
   double op_sequence_factor = 1;
 };
 
-/// What one step trains: the model, the layout (tp, pp, dp, sp, schedule, virtual stages;
-/// its micro_batches are ignored), the batch, ZeRO (stage, offload, overlap), recompute,
+/// What one step trains: the model, the layout (tp, cp, pp, dp, sp, schedule, virtual stages,
+/// pipeline_layers; its micro_batches are ignored; cp_comm_type is priced as "p2p"), the batch, ZeRO (stage, offload, overlap), recompute,
 /// precision.
 struct StepTimeInput {
   GptConfig model{};
@@ -104,8 +108,11 @@ struct StepOp {
 
 /// The forward ops (forward = true) or backward ops of one micro-batch through virtual stage
 /// `vs` (0..p v - 1) on one rank: its layers' ops at the TP shard's shapes (Megatron-LM's
-/// column/row-parallel split of QKV, projection, FC1, FC2 and the vocabulary), the embedding on
-/// virtual stage 0, the final LayerNorm, LM head and loss on the last. The backward includes
+/// column/row-parallel split of QKV, projection, FC1, FC2 and the vocabulary; for Llama
+/// RMSNorm, qkv at the GQA width (NH/t + 2 max(1, KV/t)) hs, RoPE, gate and up in one
+/// column-parallel GEMM of 2 F/t rows, SwiGLU, down row-parallel, no biases) on the CP rank's
+/// N = b s/cp rows, attention's core at 1/cp of the full-square 4 b s^2 C/t FLOPs, the
+/// embedding on virtual stage 0, the final norm, LM head and loss on the last. The backward includes
 /// the forward again under full recompute and attention's forward under selective recompute.
 /// Errors: InputError as validate_step_time_input.
 std::vector<StepOp> stage_ops(const StepTimeInput& in, int vs, bool forward);
@@ -120,6 +127,7 @@ struct StepTimeTerms {
   double forward_compute_s = 0;   // per micro-batch, busiest stage: its forward ops
   double backward_compute_s = 0;  // per micro-batch, busiest stage: backward ops (+ recompute)
   double tp_comm_s = 0;           // per micro-batch, busiest stage: TP/SP collectives, both passes
+  double cp_comm_s = 0;           // per micro-batch, busiest stage: CP ring sends not hidden under attention, both passes
   double p2p_s = 0;               // per micro-batch: one activation send/receive between stages
   double zero_mb_comm_s = 0;      // per micro-batch, busiest stage: ZeRO-3 gathers, ZeRO-2/3 reduce-scatters
   double pipeline_s = 0;          // the schedule's makespan of m micro-batches (simulate_pipeline)
@@ -133,15 +141,16 @@ struct StepTimeTerms {
 };
 
 /// Refuses, with an InputError naming the value, what the model does not cover: an MoE model,
-/// sizes < 1, a batch that the layout does not divide (global_batch % (dp m), L % (p v)),
-/// heads or vocabulary not divisible by tp.
+/// sizes < 1, a batch that the layout does not divide (global_batch % (dp m), L % (p v) unless
+/// pipeline_layers gives p v entries), heads or channels not divisible by tp, a Llama tp that
+/// llama_tp_refusal refuses, a seq_len that 2 cp does not divide (cp > 1).
 void validate_step_time_input(const StepTimeInput& in);
 
 /// The predicted step time of `in` on `hw`, by term (docs/plan.md): each stage's per-micro-batch
 /// forward and backward (its ops, from hw.op_seconds or the rate formulas, plus its TP
-/// collectives, point-to-point sends and ZeRO-3 gathers) run through simulate_pipeline under
-/// the layout's schedule; then the DP reduction (exposed), the optimizer, offload's transfers
-/// and the step's scalar reductions. Errors: InputError from validate_step_time_input, or when
+/// collectives, the CP ring's exposed part, point-to-point sends and ZeRO-3 gathers) run
+/// through simulate_pipeline under the layout's schedule; then the gradient reduction over the
+/// dp cp ranks (exposed), the optimizer, offload's transfers and the step's scalar reductions. Errors: InputError from validate_step_time_input, or when
 /// `hw` lacks a rate the input needs (a GEMM rate <= 0 for its precision with no measured time,
 /// no collective fit for a group > 1).
 StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw);

@@ -224,6 +224,92 @@ TEST(StepTimeModel, RefusesWhatItDoesNotModel) {
   EXPECT_THROW(predict_step(in, no_coll), InputError);
 }
 
+// A Llama layer (reference/model/llama_block.cc) on one rank: L 1, C 4, NH 2 heads of hs 2, KV 1,
+// F 8, V 8, T 8; one sequence of s = 2 tokens (N = 2 rows), fp32. Forward, ns at 1 FLOP/ns, 1 B/ns:
+//  GEMMs 2 N C OC: qkv at the GQA width (NH + 2 KV) hs = 8: 128, proj 64, gate and up (2F = 16)
+//  256, down 128, untied head 2*2*4*8 = 128 -> 704; attention 4 b s^2 C = 64;
+//  memory: embedding 3 N C 4 = 96, 2 RMSNorms 2 N C 4 = 64 each, RoPE over q and k (a read and a
+//  write of N (2 + 1) hs elements: 2*2*3*2*4 = 96), 2 residuals 96 each, SwiGLU (reads 2F,
+//  writes F: 3 N F 4 = 192), the final RMSNorm 64, cross-entropy 64 + 64 + 128 -> 1024. 1792.
+// Backward: GEMMs 1408, attention 128; memory: cross-entropy 128, the head's cleared buffers 64,
+//  the final RMSNorm 4 N C 4 = 128, SwiGLU (reads 3F, writes 2F: 5 N F 4 = 320), 2 RMSNorms 256,
+//  RoPE 96, cleared buffers N F + 2 N F + 2 N C + N C + N (NH + 2 KV) hs = 16 + 32 + 16 + 8 + 16
+//  = 88 elements x 4 = 352, embedding 96 -> 1440. 2976.
+// Parameters, counted from the tensors (not from gpt_num_params' formula): wte and the untied
+//  head 2 x 8 x 4 = 64, qkv 8 x 4 = 32, proj 16, gate/up/down 3 x 8 x 4 = 96, two RMSNorm
+//  weights 8, the final one 4 -> 220. Optimizer: zeroing 880 B + AdamW 220 x 28 = 6160 -> 7040.
+// Step 1792 + 2976 + 7040 = 11808 ns.
+StepTimeInput tiny_llama() {
+  StepTimeInput in = tiny();
+  in.model = GptConfig{.L = 1, .C = 4, .NH = 2, .T = 8, .V = 8};
+  in.model.arch = ModelArch::llama;
+  in.model.num_kv_heads = 1;
+  in.model.ffn_hidden = 8;
+  return in;
+}
+
+TEST(StepTimeModel, LlamaLayerByHand) {
+  const StepTimeTerms t = predict_step(tiny_llama(), round_hardware());
+  EXPECT_NEAR(t.forward_compute_s, 1792e-9, 1e-15);
+  EXPECT_NEAR(t.backward_compute_s, 2976e-9, 1e-15);
+  EXPECT_NEAR(t.optimizer_s, 7040e-9, 1e-15);
+  EXPECT_NEAR(t.step_s, 11808e-9, 1e-15);
+  EXPECT_EQ(t.cp_comm_s, 0);
+}
+
+// Context parallelism on tiny() with s = 4 tokens over cp 2 (dp 1): each CP rank has sl = 2 rows,
+// so every op but attention has tiny()'s shapes; attention is 4 b s^2 C / cp = 4*16*4/2 = 128
+// forward (tiny()'s 64 + 64) and 256 backward (+ 128): forward 2016, backward 3552 ns.
+// The ring: cp - 1 = 1 step a layer of K and V blocks, 2 KV hs sl b = 2*1*4*2 = 16 floats = 64 B:
+// forward 10 us + 64 ns less the block's attention 128 / cp = 64 ns -> 10000 ns exposed; backward
+// K/V and dK/dV, 128 B: 10 us + 128 ns less 256 / 2 = 128 -> 10000 ns. cp_comm 20000 ns.
+// Gradients over the dp cp = 2 ranks: an all-reduce of 316 x 4 B, 10 us + 2 (1/2) 1264 ns = 11264.
+// Scalars: 3 all-reduces of 8 B over the 2 ranks, 3 (10 us + 8 ns) = 30024. Optimizer 10112 as
+// tiny()'s. Step 2016 + 3552 + 20000 + 11264 + 10112 + 30024 = 76968 ns.
+TEST(StepTimeModel, ContextParallelTermsByHand) {
+  StepTimeInput in = tiny();
+  in.seq_len = 4;
+  in.layout.cp = 2;
+  const StepTimeTerms t = predict_step(in, round_hardware());
+  EXPECT_NEAR(t.forward_compute_s, 2016e-9, 1e-15);
+  EXPECT_NEAR(t.backward_compute_s, 3552e-9, 1e-15);
+  EXPECT_NEAR(t.cp_comm_s, 20000e-9, 1e-15);
+  EXPECT_NEAR(t.dp_comm_s, 11264e-9, 1e-15);
+  EXPECT_NEAR(t.scalars_s, 30024e-9, 1e-15);
+  EXPECT_NEAR(t.step_s, 76968e-9, 1e-15);
+  // ZeRO-1 shards AdamW over the dp cp = 2 ranks: 158 parameters' update, 158 x 28 = 4424 B,
+  // beside zeroing all 316 (1264 B) -> 5688 ns.
+  in.zero.stage = 1;
+  EXPECT_NEAR(predict_step(in, round_hardware()).optimizer_s, 5688e-9, 1e-15);
+  // A ring with no latency: each step's send (64 ns forward, 128 backward) is no longer than the
+  // block's attention (64, 128): hidden, nothing exposed.
+  StepTimeHardware fast = round_hardware();
+  fast.p2p_intra = {0, 1e9};
+  in.zero.stage = 0;
+  EXPECT_EQ(predict_step(in, fast).cp_comm_s, 0);
+  // Selective recompute re-runs attention, and its ring, in the backward: + 10000 ns.
+  in.recompute = Recompute::selective;
+  EXPECT_NEAR(predict_step(in, round_hardware()).cp_comm_s, 30000e-9, 1e-15);
+}
+
+TEST(StepTimeModel, RefusesContextParallelSequencesNotIn2CpChunks) {
+  StepTimeInput in = tiny();
+  in.seq_len = 6;  // 2 cp = 4 does not divide it
+  in.layout.cp = 2;
+  try {
+    predict_step(in, round_hardware());
+    FAIL() << "seq_len 6 at cp 2 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("seq_len 6 is not divisible by 2 cp = 4"), std::string::npos) << e.what();
+  }
+  in = tiny_llama();
+  in.layout.tp = 2;  // KV 1 < tp 2: the KV head replicated, accepted
+  in.model.V = 8;
+  EXPECT_NO_THROW(predict_step(in, round_hardware()));
+  in.model.ffn_hidden = 6, in.layout.tp = 4;  // NH 2: refused (heads)
+  EXPECT_THROW(predict_step(in, round_hardware()), InputError);
+}
+
 // step_ops lists each shape once, with the optimizer's ops: what a calibration times.
 TEST(StepTimeModel, StepOpsAreUnique) {
   const std::vector<StepOp> ops = step_ops(tiny());

@@ -34,8 +34,8 @@ const std::vector<LayoutSpelling>& layout_spellings() {
       {LayoutKey::staleness,          "staleness",          "staleness",               "stale",   "stale",        "staleness",               ""},
       {LayoutKey::delay_compensation, "delay_compensation", "delay_compensation",      "dc",      "dc",           "delay_compensation",      ""},
       {LayoutKey::local_steps,        "local_steps",        "local_steps",             "local",   "local",        "local_steps",             ""},
-      {LayoutKey::cp,                 "cp",                 "context_parallel",        "CP",      "cp",           "cp",                      ""},
-      {LayoutKey::cp_comm_type,       "cp_comm_type",       "cp_comm_type",            "",        "cp_comm",      "cp_comm_type",            ""},
+      {LayoutKey::cp,                 "cp",                 "context_parallel",        "CP",      "cp",           "cp",                      "--cp"},
+      {LayoutKey::cp_comm_type,       "cp_comm_type",       "cp_comm_type",            "",        "cp_comm",      "cp_comm_type",            "--cp-comm-type"},
   };
   return table;
 }
