@@ -127,8 +127,8 @@ class Communicator {
                                                                    int root);
   /// Non-blocking sendrecv: same semantics (and in-place form) as sendrecv(), completion at
   /// handle->wait(). The default runs the blocking sendrecv and returns a completed handle
-  /// (MPI before MPI 4 has no MPI_Isendrecv); NcclCommunicator issues its grouped
-  /// ncclSend/ncclRecv without waiting.
+  /// (MPI before MPI 4 has no MPI_Isendrecv); MpiCommunicator posts MPI_Irecv and MPI_Isend,
+  /// NcclCommunicator issues its grouped ncclSend/ncclRecv without waiting.
   virtual std::unique_ptr<CommHandle> sendrecv_async(const void* send, void* recv, size_t count,
                                                      DType dtype, int send_peer, int recv_peer,
                                                      int tag = 0);

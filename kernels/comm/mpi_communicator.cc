@@ -427,6 +427,39 @@ std::unique_ptr<CommHandle> MpiCommunicator::recv_async(void* buf, size_t count,
   return std::make_unique<MpiHandle>(req, call, std::move(g), Plan{}, group_id_, CommOp::recv, peer, RecvCheck{t, count});
 }
 
+namespace {
+// Two requests as one handle (sendrecv_async): both posted before either is waited for, so the
+// order of the waits cannot deadlock.
+class PairHandle final : public CommHandle {
+ public:
+  PairHandle(std::unique_ptr<CommHandle> recv, std::unique_ptr<CommHandle> send)
+      : recv_(std::move(recv)), send_(std::move(send)) {}
+  void wait() override {
+    recv_->wait();
+    send_->wait();
+  }
+  bool test() override {
+    const bool r = recv_->test();
+    const bool s = send_->test();
+    return r && s;
+  }
+
+ private:
+  std::unique_ptr<CommHandle> recv_, send_;
+};
+}  // namespace
+
+std::unique_ptr<CommHandle> MpiCommunicator::sendrecv_async(const void* send, void* recv, size_t count,
+                                                            DType dtype, int send_peer, int recv_peer, int tag) {
+  if (send == recv) return Communicator::sendrecv_async(send, recv, count, dtype, send_peer, recv_peer, tag);
+  const std::string& g = desc_;
+  const size_t bytes = count * dtype_size(dtype);
+  check_no_overlap(send, bytes, recv, bytes, "MPI_Isend/MPI_Irecv", g);
+  auto r = recv_async(recv, count, dtype, recv_peer, tag);
+  auto s = send_async(send, count, dtype, send_peer, tag);
+  return std::make_unique<PairHandle>(std::move(r), std::move(s));
+}
+
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
   const std::string& g = desc_;  // built once: nothing allocated per call
   DTB_CHECK(color >= 0, "split of " + g + " into '" + name + "': color " +

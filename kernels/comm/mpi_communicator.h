@@ -100,6 +100,16 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<CommHandle> recv_async(void* buf, size_t count, DType dtype, int peer,
                                          int tag = 0) override;
 
+  /// MPI_Irecv from recv_peer then MPI_Isend to send_peer (MPI before MPI 4 has no
+  /// MPI_Isendrecv), one handle over both: wait() waits for both, test() is true once both have
+  /// completed; the received length is checked as recv() does. send and recv must not overlap
+  /// (the in-place form runs the blocking MPI_Sendrecv_replace and returns a completed handle).
+  /// Progress: Open MPI's shared-memory and TCP transports move a message past the eager limit
+  /// only inside MPI calls, so computation between the post and wait() hides the transfer only as
+  /// far as test() is called in between (context_parallel.cc polls between attention blocks).
+  std::unique_ptr<CommHandle> sendrecv_async(const void* send, void* recv, size_t count, DType dtype,
+                                             int send_peer, int recv_peer, int tag = 0) override;
+
   /// MPI_Comm_split. `color` must be >= 0 (every rank gets a group).
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 

@@ -167,7 +167,9 @@ struct CpPass {
   }
 
   // Local queries against rank src's packed K/V, merged into out (B, Tl, C), lse (B, Tl, NH).
-  void forward_source(int src, const T* kv, T* out, A* lse, const T* qkv) {
+  // `inflight`, the next block's transfer (or null), is polled after every block so that a
+  // backend that progresses only inside its calls (MPI) moves it while this one is attended to.
+  void forward_source(int src, const T* kv, T* out, A* lse, const T* qkv, CommHandle* inflight = nullptr) {
     T* bo = bout.data<T>();
     A* bl = blse.data<A>();
     for_each_pair(src, [&](int j, int jj, int qpos0, int kpos0) {
@@ -186,13 +188,14 @@ struct CpPass {
         } else {
           cpa.ops.attention_merge(o, l, bo, bl, Tc, C, NH);
         }
+        if (inflight) inflight->test();
       }
     });
   }
 
   // The gradient through local queries x rank src's K/V: dq into dqkv, dk and dv into dkv (B, Tl, 2C).
   void backward_source(int src, const T* kv, T* dkv, T* dqkv, const T* dout, const T* qkv, const T* out,
-                       const A* lse) {
+                       const A* lse, CommHandle* inflight = nullptr) {
     for_each_pair(src, [&](int j, int jj, int qpos0, int kpos0) {
       for (int b = 0; b < B; b++) {
         const size_t qr = size_t(b) * Tl + size_t(j) * Tc, kr = size_t(b) * Tl + size_t(jj) * Tc;
@@ -203,6 +206,7 @@ struct CpPass {
                                          lse + qr * NH, qkv + qr * W, int(W), k, k + C, ks, 1, Tc, Tc, C, NH, qpos0,
                                          kpos0);
         fold_dkv(dkv + kr * KVW);
+        if (inflight) inflight->test();
       }
     });
   }
@@ -247,7 +251,7 @@ void context_parallel_attention_forward(const CpAttention<T>& cpa, T* out, acc_t
                                    kTagKv);
       p.sent(p.kv_count);
     }
-    p.forward_source(p.source(i), kv.data<T>(), out, lse, qkv);
+    p.forward_source(p.source(i), kv.data<T>(), out, lse, qkv, h.get());
     if (h) {
       h->wait();
       std::swap(kv, kv_next);
@@ -289,7 +293,7 @@ void context_parallel_attention_backward(const CpAttention<T>& cpa, T* dqkv, con
                                    kTagKv);
       p.sent(p.kv_count);
     }
-    p.backward_source(p.source(i), kv.data<T>(), dkv.data<T>(), dqkv, dout, qkv, out, lse);
+    p.backward_source(p.source(i), kv.data<T>(), dkv.data<T>(), dqkv, dout, qkv, out, lse, h.get());
     if (h) h->wait();
     // The dK/dV accumulator of the keys held goes to the next rank with them; after the last
     // step that rank is their owner (step cp - 1 holds rank r+1's keys).

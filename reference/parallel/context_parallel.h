@@ -3,8 +3,8 @@
 // Blockwise Transformers for Near-Infinite Context"): the load-balanced split of the sequence
 // over the CP group, moving rows between the full and a rank's local layout, and causal
 // attention of the local queries against every rank's keys/values, by a ring of K/V blocks
-// (p2p) or by an all-gather of them. On Ops<T> and a CP Communicator. Not yet: its place in the
-// parallel model, the layout table or the suites (docs/context-parallel.md says what is owed).
+// (p2p) or by an all-gather of them. On Ops<T> and a CP Communicator. Its place in the parallel
+// model: reference/parallel/parallel_gpt*.cc; measured by suites/context_parallel.cc.
 //
 // Shape legend: B batch, Tn full sequence, cp = CP group size, r = this rank's index in it,
 // Tc = Tn / (2 cp) a chunk, Tl = 2 Tc = Tn / cp this rank's rows, C channels, NH heads, W any
@@ -65,8 +65,9 @@ void cp_gather_rows(Ops<T>& ops, Device& dev, Communicator& cp, const CpSplit& s
                     int W);
 
 /// Megatron's `cp_comm_type`: `p2p` passes K/V blocks around the CP ring (cp - 1 steps, each
-/// overlapping the next block's transfer with attention on the current one, where the backend's
-/// sendrecv_async does not block: NCCL); `all_gather` gathers every rank's K/V first and
+/// overlapping the next block's transfer with attention on the current one: NCCL's grouped
+/// send/recv on its stream, MPI's Isend/Irecv polled between blocks; the dK/dV accumulator's
+/// step of the backward is not overlapped); `all_gather` gathers every rank's K/V first and
 /// attends the local queries to them. (`a2a`, Ulysses-style head sharding, is not built.)
 enum class CpCommType { p2p, all_gather };
 /// "p2p", "all_gather" (Megatron's spellings).
