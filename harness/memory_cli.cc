@@ -1,4 +1,5 @@
 #include "harness/memory_cli.h"
+#include "harness/memory_rules.h"
 
 #include <cmath>
 #include <cstdarg>
@@ -122,9 +123,6 @@ json bytes_json(const MemoryBytes<Num>& m, Tier t) {
   return j;
 }
 
-json rule(const std::string& rule, const std::string& plan, bool holds) {
-  return {{"rule", rule}, {"plan", plan}, {"holds", holds}};
-}
 
 // --params: the ZeRO paper's model-state table and DeepSpeed's estimators.
 json params_plan(const CLI::App& sub, const MemoryArgs& a) {
@@ -196,13 +194,13 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
   j["deepspeed"] = ds;
   const double mine = zero_model_states(a.params, p, 2, a.dp).total(Tier::device);
   const double theirs = deepspeed_zero2_estimate(a.params, gpn, nodes, false).gpu_bytes;
-  j["rules_of_thumb"].push_back(rule(
+  j["rules_of_thumb"].push_back(memory_rule(
       "16 B/param of model state (ZeRO paper: 2 + 2 + K, K = 12)",
       p == Precision::fp32 ? "fp32 Adam: 4 param + 4 grad + 8 Adam m, v = 16 B/param; no separate fp32 master copy "
                              "(AdamW updates the fp32 weights themselves), so K = 8 and the weights are 4 bytes"
                            : "mixed precision: 2 param + 2 grad + 4 fp32 master + 8 Adam m, v = 16 B/param",
       true));
-  j["rules_of_thumb"].push_back(rule(
+  j["rules_of_thumb"].push_back(memory_rule(
       "DeepSpeed ZeRO-2 GPU estimate 2 + 18/N B/param (2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam)",
       fmt("ZeRO-2 here %.2f GiB vs DeepSpeed %.2f GiB: DeepSpeed counts fp16 and fp32 gradients, the paper a 16-bit "
           "gradient shard only",
@@ -274,86 +272,6 @@ GptConfig resolve_model(const CLI::App& sub, const MemoryArgs& a, std::string* n
   return m;
 }
 
-// The rules of thumb, each held against the exact plan c of `stages` (b its busiest stage):
-// 16 B/param of model state, optimizer state 3x the weights, params / (TP x PP) a rank,
-// Korthikanti's activations per layer (kor bytes, ours_layer ours), Megatron's weight +
-// optimizer bytes (meg), the schedule's activation sets; each a rule() record.
-json rules_of_thumb(const PlanConfig& c, const std::vector<RankPlan>& stages, const RankPlan& b, double ours_layer,
-                    double kor, double meg) {
-  const GptConfig& m = c.model;
-  const uint64_t total = gpt_num_params(m);
-  const ParallelLayout& l = c.layout;
-  json rules = json::array();
-  const StateBytesPerParam k = state_bytes_per_param(c.precision);
-  const double N = double(b.N);
-  const double states = double(b.mem.model_states(Tier::device) + b.mem.model_states(Tier::host));
-  // ZeRO shards over the DP group, or with context parallelism the dp cp ranks of the data-and-context group.
-  const int zero_ranks = l.dp * l.cp;
-  const MemoryBytes<double> paper_states =
-      zero_model_states(N, c.precision, c.zero.stage, zero_ranks, offload_of(c.zero));
-  const double paper = paper_states.total(Tier::device) + paper_states.total(Tier::host);
-  const bool fp32 = c.precision == Precision::fp32;
-  std::string zero_note;
-  if (c.zero.stage > 0)
-    zero_note = fmt(" (ZeRO-%d over %s %d: the paper's %.3f%s)", c.zero.stage, l.cp > 1 ? "DP x CP" : "DP", zero_ranks,
-                    paper / N,
-                    std::abs(states - paper) < 0.5 ? "" : "; the rest is the padding of the shards");
-  rules.push_back(rule(
-      "16 B/param of model state",
-      fmt("%s; this plan: %.3f B per held parameter over the %s held by stage %d%s",
-          fp32 ? "fp32 Adam: 4 param + 4 grad + 8 Adam m, v = 16, with no separate master copy (AdamW updates the "
-                 "fp32 weights themselves)"
-               : "mixed precision: 2 param + 2 grad + 4 fp32 master + 8 Adam m, v = 16",
-          states / N, commas(b.N).c_str(), b.pp_rank, zero_note.c_str()),
-      std::abs(states / N - 16) < 0.005));
-  const double opt_ratio = (k.master_param + k.optimizer_state) / 4.0;
-  rules.push_back(rule(
-      "optimizer state = 3x the weights",
-      fp32 ? fmt("only with a separate fp32 master copy (mixed precision: 4 master + 8 Adam = 3x 4-byte weights); fp32 "
-                 "Adam keeps m and v only: %.0fx the weights",
-                 opt_ratio)
-           : fmt("mixed precision: 4 fp32 master + 8 Adam = %.0fx the fp32 weights (%.0fx the 16-bit ones held)", opt_ratio,
-                 (k.master_param + k.optimizer_state) / k.param),
-      !fp32));
-  const double even = double(total) / (l.tp * l.pp);
-  rules.push_back(rule(
-      "each rank holds params / (TP x PP)",
-      fmt("%s / %d = %s; stage %d holds %s (%+.1f%%)%s", commas(total).c_str(), l.tp * l.pp,
-          commas(uint64_t(std::llround(even))).c_str(), b.pp_rank, commas(b.N).c_str(), 100 * (N / even - 1),
-          l.tp * l.pp == 1 ? ""
-          : is_llama(m)    ? ": the embedding sits on the first stage and the untied head on the last, RMSNorm "
-                             "weights are replicated over TP, and a KV head is held by every rank whose query heads "
-                             "read it when TP exceeds the KV heads"
-                           : ": the tied embedding sits on the first and the last stage, wpe on the first, and "
-                             "LayerNorms and row-parallel biases are replicated over TP"),
-      std::abs(N / even - 1) < 0.01));
-  if (kor > 0)  // the GPT block's formulas (model_plan's gpt_formulas)
-  rules.push_back(rule(
-      l.sequence_parallel
-          ? "activations per layer s b h (34/t + 5 a s/(h t)) bytes (Korthikanti et al. 2022 eq. 4: TP t with sequence "
-            "parallelism, 16-bit)"
-          : "activations per layer s b h (34 + 5 a s / h) bytes (Korthikanti et al. 2022, 16-bit; TP: 10 + 24/t + 5as/(ht))",
-      fmt("%.3f GiB per layer and micro-batch here vs %.3f GiB by the formula (x%.2f): the reference GPT keeps %s "
-          "activations, both LayerNorm outputs and the softmax output, and has no dropout",
-          ours_layer / kGiB, kor / kGiB, ours_layer / kor, fp32 ? "fp32" : "16-bit"),
-      std::abs(ours_layer / kor - 1) < 0.05));
-  const double first_states = double(stages[0].mem.model_states(Tier::device) + stages[0].mem.model_states(Tier::host));
-  if (meg > 0)
-  rules.push_back(rule(
-      "Megatron-LM theoretical weight + optimizer: 18 B/param (6 + 12/DP distributed), bf16 with fp32 main grads",
-      fmt("%.2f GiB for stage 0 vs %.2f GiB here: Megatron adds fp32 main gradients, omits biases and wpe", meg / kGiB,
-          first_states / kGiB),
-      std::abs(meg / first_states - 1) < 0.05));
-  const std::string sched = l.schedule;
-  const int want_sets = sched == "gpipe" ? l.micro_batches : std::min(l.pp, l.micro_batches);
-  if (sched != "interleaved")
-    rules.push_back(rule(
-        sched == "gpipe" ? "GPipe holds all m micro-batches' activations" : "1F1B holds at most p micro-batches' activations",
-        fmt("stage 0 holds %d activation sets (m %d, p %d)", stages[0].activation_sets[0], l.micro_batches, l.pp),
-        stages[0].activation_sets[0] == want_sets));
-
-  return rules;
-}
 
 json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   if (given(sub, "--largest-layer-params") || given(sub, "--gpus-per-node"))
@@ -457,7 +375,7 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
                     "own accounting");
   }
 
-  j["rules_of_thumb"] = rules_of_thumb(c, stages, b, ours_layer, kor, meg);
+  j["rules_of_thumb"] = memory_rules_of_thumb(c, stages, b, ours_layer, kor, meg);
 
   if (c.precision != Precision::fp32)
     notes.push_back(std::string(to_string(c.precision)) +

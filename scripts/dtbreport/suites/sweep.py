@@ -38,6 +38,8 @@ def render(r, recs, cs, data):
         lay = b.get("layout", record_tail(b["name"], "sweep"))
         bubble = num(b.get("bubble", b.get("bubble_theory")))
         dims = f"{b[FIELD.tp]}×{b.get(FIELD.dp, '?')}×{b[FIELD.pp]}" if FIELD.tp in b and FIELD.pp in b else "–"
+        if num(b.get(FIELD.cp)) and b[FIELD.cp] > 1:  # context parallelism: a dimension beside the three
+            dims += f" (CP {b[FIELD.cp]})"
         row = [f"`{lay}`", fmt(b.get("ranks")), dims, fmt(num(b.get("tokens_per_s")), 5),
                fmt(num(b.get("step_period_ms")), 4) if period else fmt_timing(b.get("step_time_ms")),
                fmt_bytes(num(b.get("peak_bytes_per_rank")))]
