@@ -311,7 +311,12 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   if (a.micro_batches <= 0 && a.pp > 1)
     notes.push_back(fmt("%d micro-batches per step (default: pp, the fewest that fill the pipeline)", a.pp));
   c.micro_batch_size = a.micro_batch_size;
-  c.seq_len = given(sub, "--seq") ? a.seq : 0;
+  // A named model's plan sequence where it has one (the Llama 3 models: 8192, their T being the
+  // long-context phase's 131072), as `dtbench plan` takes it.
+  const int named_seq = given(sub, "--model") ? find_named_model(a.model).plan_seq : 0;
+  c.seq_len = given(sub, "--seq") ? a.seq : named_seq;
+  if (named_seq > 0 && !given(sub, "--seq"))
+    notes.push_back(fmt("sequence %d, the model's plan sequence (--seq to change it; its T is %d)", named_seq, c.model.T));
   c.zero.stage = a.zero_stage;
   c.zero.offload_optimizer = parse_offload(a.offload) == Offload::cpu;
   c.precision = parse_precision(a.precision);
@@ -413,7 +418,7 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   s->add_option("--hidden", a.hidden, "C channels");
   s->add_option("--heads", a.heads, "NH attention heads");
   s->add_option("--vocab", a.vocab, "V vocabulary (default 50257)");
-  s->add_option("--seq", a.seq, "sequence length Tn (default the model's T; a custom model's T, default 1024)");
+  s->add_option("--seq", a.seq, "sequence length Tn (default a named model's plan sequence, else its T; a custom model's T, default 1024)");
   s->add_option("--params", a.params, "P parameters: model states only, ZeRO paper and DeepSpeed (e.g. 7.5e9)");
   s->add_option("--largest-layer-params", a.largest_layer_params, "with --params: for DeepSpeed's ZeRO-3 estimate");
   s->add_option("--gpus-per-node", a.gpus_per_node, "with --params: for DeepSpeed's estimates (default gcd(dp, 8))");

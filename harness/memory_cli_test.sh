@@ -74,6 +74,15 @@ while IFS= read -r want; do
   check "--help lists ${want%%.*} with its count" grep -q "$want" "$tmp/help.txt"
 done <<<"$llama_counts"
 
+# A named model's plan sequence: llama3-8b plans 8192 tokens (its T is 131072), as `dtbench plan` does.
+"$dtbench" memory --model llama3-8b --tp 8 --json >"$tmp/l8b.json"
+"$dtbench" memory --model llama3-8b --tp 8 --seq 4096 --json >"$tmp/l8b-4k.json"
+check "llama3-8b plans its 8192-token sequence unless --seq is given" python3 - "$tmp/l8b.json" "$tmp/l8b-4k.json" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["layout"]["seq_len"] == 8192 and b["layout"]["seq_len"] == 4096, (a["layout"], b["layout"])
+PY
+
 # An MoE model (harness/memory_moe.cc): its counts, and model states that follow the total parameters
 # on one rank (95.3 GB, a dense 5.95B model's) and the active ones at EP 8 = E / k (19.1 GB).
 "$dtbench" memory --model moe-6b --json >"$tmp/moe1.json"
