@@ -18,13 +18,14 @@ def render(r, recs, cs, data):
     d.p(f"Causal attention forward + backward at CP {fmt(data.get('cp'))} (every rank), B = {fmt(data.get('batch'))}, "
         f"C = {fmt(data.get('channels'))}, {fmt(data.get('heads'))} query heads, {fmt(data.get('num_kv_heads'))} KV "
         "heads, fp32; times are medians of the slowest rank. Hidden: (compute alone + comm alone − CP) / comm "
-        "alone; in comm: the time inside communication calls, waiting for a slower peer included.")
+        "alone (n/r: the communication is below the timings' standard error); in comm: the time inside "
+        "communication calls, waiting for a slower peer included.")
     rows = []
     for b in sorted(recs, key=lambda b: (b["seq_len"], b.get("cp_comm_type", ""))):
         rows.append([fmt(b["seq_len"]), b.get("cp_comm_type", "?"), fmt_timing(b.get("attention_ms")),
                      fmt_timing(b.get("single_rank_ms")), f"{fmt(num(b.get('speedup')), 3)}×",
                      fmt_bytes(num(b.get("ring_bytes_per_rank"))), fmt_timing(b.get("compute_alone_ms")),
                      fmt_timing(b.get("comm_alone_ms")), fmt(num(b.get("exposed_comm_ms")), 3),
-                     fmt_pct(num(b.get("hidden_fraction")))])
+                     fmt_pct(num(b.get("hidden_fraction"))) if b.get("hidden_fraction_resolved") else "n/r"])
     d.table(["sequence", "comm", "CP (ms)", "one rank (ms)", "speedup", "bytes sent / rank", "compute alone (ms)",
              "comm alone (ms)", "in comm (ms)", "hidden"], rows)
