@@ -210,8 +210,8 @@ TEST(Config, OverridesMustBeUtf8) {
   EXPECT_EQ(error_of("{}", 4, "collectives,\xff"), "--suites 'collectives,?' is not valid UTF-8");
   EXPECT_EQ(error_of("{}", 4, "tr\nain"),
             "unknown suite 'tr?ain' (did you mean 'train'?); suites: checkpoint, collectives, comm_efficiency, "
-            "conformance, ffn_tp, gemm, kernels, memory, moe, offload, overlap, pipeline, precision, recompute, sweep, "
-            "train");
+            "conformance, cp_attention, ffn_tp, gemm, kernels, memory, moe, offload, overlap, pipeline, "
+            "precision, recompute, sweep, train");
   try {
     parse_config("{}", "t", "", "/tmp/\xc3" "(", 4);
     ADD_FAILURE() << "no error";

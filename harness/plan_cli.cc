@@ -91,7 +91,8 @@ json candidate_json(const PlanCandidate& c) {
 // published MFU; or, when none of its candidates is feasible, the first one's reason. The
 // published batch per DP rank is compared with the request's.
 json published_json(const PublishedLayout& pl, const PlanRequest& r, const std::vector<PlanCandidate>& all) {
-  json j = {{"tp", pl.tp}, {"cp", pl.cp}, {"pp", pl.pp}, {"dp", pl.dp}, {"seq_len", pl.seq_len},
+  json j = {{field_key(LayoutKey::tp), pl.tp}, {field_key(LayoutKey::cp), pl.cp}, {field_key(LayoutKey::pp), pl.pp},
+            {field_key(LayoutKey::dp), pl.dp}, {"seq_len", pl.seq_len},
             {"seqs_per_dp", pl.seqs_per_dp}, {"published_mfu", pl.mfu}, {"source", pl.source},
             {"layout", fmt("TP%dxCP%dxPP%dxDP%d", pl.tp, pl.cp, pl.pp, pl.dp)},
             {"batch_matches", int64_t(pl.seqs_per_dp) * pl.dp == r.global_batch}};
@@ -149,7 +150,7 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
   s->add_option(flag(LayoutKey::tp), a.tp, "fix the tensor-parallel size");
   s->add_option(flag(LayoutKey::pp), a.pp, "fix the pipeline-parallel size");
   s->add_option(flag(LayoutKey::dp), a.dp, "fix the data-parallel size");
-  s->add_option("--cp", a.cp, "fix the context-parallel size (free: enumerated for llama3-* models, 1 otherwise)");
+  s->add_option(flag(LayoutKey::cp), a.cp, "fix the context-parallel size (free: enumerated for llama3-* models, 1 otherwise)");
   s->add_option(flag(LayoutKey::zero_stage), a.zero_stage, "fix the ZeRO stage (0-3)");
   s->add_option("--top", a.top, "feasible layouts to print (default 10)");
   s->add_flag("--json", a.json, "print the plan as JSON");
@@ -167,7 +168,7 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   r.micro_batch_size = a.micro_batch_size;
   r.precision = parse_precision(a.precision);
   for (auto [opt, v] : {std::pair{flag(LayoutKey::tp), a.tp}, std::pair{flag(LayoutKey::pp), a.pp},
-                        std::pair{flag(LayoutKey::dp), a.dp}, std::pair{"--cp", a.cp}})
+                        std::pair{flag(LayoutKey::dp), a.dp}, std::pair{flag(LayoutKey::cp), a.cp}})
     if (given(sub, opt) && v < 1) throw InputError(std::string(opt) + " must be >= 1, got " + std::to_string(v));
   if (given(sub, flag(LayoutKey::zero_stage))) validate_zero_stage(a.zero_stage, flag(LayoutKey::zero_stage));
   r.tp = a.tp, r.pp = a.pp, r.dp = a.dp, r.cp = a.cp, r.zero_stage = a.zero_stage;

@@ -233,7 +233,7 @@ model = [b for b in r["benchmarks"] if b["name"] == "sweep/step_time_model"]
 modelled = {k: b for k, b in rows.items() if b.get("cp", 1) == 1}
 assert len(model) == 1 and model[0]["layouts_compared"] == len(modelled) and model[0]["mape"] >= 0, model
 assert all(b["predicted_step_time_ms"] > 0 for b in modelled.values()), rows
-assert all("context parallelism" in b["prediction_skipped"] for k, b in rows.items() if k not in modelled), rows
+assert all("context-parallel layouts" in b["prediction_skipped"] for k, b in rows.items() if k not in modelled), rows
 for want in ["DP4", "DP4:zero1", "DP4:zero2", "DP4:zero3", "TP2xDP2", "TP4", "PP2xDP2:1f1b", "PP2xDP2:gpipe",
              "TP2xPP2:1f1b", "TP2xPP2:gpipe", "CP2xDP2", "CP4", "TP2xCP2"]:
     assert want in rows, (want, sorted(rows))

@@ -379,7 +379,7 @@ class ReportScript(BadInput, unittest.TestCase):
                 elif b["name"].startswith("sweep/"):
                     self.assertIn(f"`{b['layout']}`", sweep)
                     if b.get("cp", 1) > 1:  # context parallelism: measured, not predicted (no CP in the model)
-                        self.assertIn("context parallelism", b["prediction_skipped"])
+                        self.assertIn("context-parallel layouts", b["prediction_skipped"])
                     else:
                         self.assertIn("predicted_step_time_ms", b)
         if "kernels" in have:

@@ -48,7 +48,7 @@ RUNS = {
     # bound: failed suites, whose reports must validate too. gemm bf16 is skipped on the cpu.
     "all4": (4, {
         "suites": ["collectives", "gemm", "ffn_tp", "moe", "pipeline", "conformance", "memory", "offload", "overlap",
-                   "recompute", "precision", "checkpoint", "comm_efficiency", "context_parallel"],
+                   "recompute", "precision", "checkpoint", "comm_efficiency", "cp_attention"],
         "model": TINY_MODEL,
         "collectives": {"ops": ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"],
                         "max_bytes": 4096, "step_factor": 8, "iters": 2, "repetitions": 2},
@@ -72,7 +72,7 @@ RUNS = {
         "checkpoint": TIMED,
         "comm_efficiency": {"model": TINY_MODEL, "steps": 4, "global_batch": 4, "seq_len": 16,
                             "methods": ["sync", "hierarchical", "stale1:dc", "local2"]},
-        "context_parallel": {"channels": 32, "heads": 4, "num_kv_heads": 2, "seq_lens": [16, 32], "warmup": 0,
+        "cp_attention": {"channels": 32, "heads": 4, "num_kv_heads": 2, "seq_lens": [16, 32], "warmup": 0,
                              "iters": 1, "repetitions": 2},
     }, []),
     # train on a TP x PP layout in fp16: loss scaling, gradient clipping, recompute, mfu and,

@@ -159,8 +159,8 @@ void validate_plan_request(const PlanRequest& r) {
   for (auto [k, v] : {std::pair{LayoutKey::tp, r.tp}, std::pair{LayoutKey::cp, r.cp}, std::pair{LayoutKey::pp, r.pp},
                       std::pair{LayoutKey::dp, r.dp}}) {
     if (v == 0) continue;
-    // `dtbench plan` takes `dtbench memory`'s flags, and --cp for context parallelism.
-    const char* flag = k == LayoutKey::cp ? "--cp" : spelling(k).memory_flag;
+    // `dtbench plan` takes `dtbench memory`'s flags (--cp among them).
+    const char* flag = spelling(k).memory_flag;
     need(v >= 1, std::string(flag) + " must be >= 1, got " + std::to_string(v));
     need(r.gpus % v == 0, std::string(flag) + " " + std::to_string(v) + " does not divide --gpus " + std::to_string(r.gpus));
     fixed *= v;

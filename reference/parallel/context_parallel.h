@@ -4,7 +4,7 @@
 // over the CP group, moving rows between the full and a rank's local layout, and causal
 // attention of the local queries against every rank's keys/values, by a ring of K/V blocks
 // (p2p) or by an all-gather of them. On Ops<T> and a CP Communicator. Its place in the parallel
-// model: reference/parallel/parallel_gpt*.cc; measured by suites/context_parallel.cc.
+// model: reference/parallel/parallel_gpt*.cc; measured by suites/cp_attention.cc.
 //
 // Shape legend: B batch, Tn full sequence, cp = CP group size, r = this rank's index in it,
 // Tc = Tn / (2 cp) a chunk, Tl = 2 Tc = Tn / cp this rank's rows, C channels, NH heads, W any

@@ -1,4 +1,4 @@
-// The `context_parallel` suite: what context parallelism's attention costs and how much of its
+// The `cp_attention` suite: what context parallelism's attention costs and how much of its
 // communication the computation hides (Megatron-Core `--cp-comm-type`; Liu et al. 2023, "Ring
 // Attention"), at several sequence lengths over a CP group of every rank. Per sequence length
 // Tn and comm type (p2p ring, all_gather), fp32, B sequences of C channels in NH query heads and
@@ -40,6 +40,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/error.h"
 #include "kernels/timer.h"
+#include "reference/layout/layout_spec.h"
 #include "reference/model/rng.h"
 #include "reference/parallel/context_parallel.h"
 #include "suites/bandwidth.h"
@@ -72,33 +73,33 @@ struct Params {
 
 Params Params::parse(const json& s, const json&, const WorldInfo& world) {
   Params p;
-  p.B = int(int_in_range(s, "batch", "context_parallel.batch", 1, 64));
-  p.C = int(int_in_range(s, "channels", "context_parallel.channels", 1, 8192));
-  p.NH = int(int_in_range(s, "heads", "context_parallel.heads", 1, 256));
-  p.KV = int(int_in_range(s, "num_kv_heads", "context_parallel.num_kv_heads", 1, 256));
-  p.warmup = int(int_in_range(s, "warmup", "context_parallel.warmup", 0, 100));
-  p.iters = int(int_in_range(s, "iters", "context_parallel.iters", 1, 1000));
-  p.reps = int(int_in_range(s, "repetitions", "context_parallel.repetitions", 1, 100));
-  p.seed = uint64_t(int_in_range(s, "seed", "context_parallel.seed", 0, int64_t(1) << 53));
+  p.B = int(int_in_range(s, "batch", "cp_attention.batch", 1, 64));
+  p.C = int(int_in_range(s, "channels", "cp_attention.channels", 1, 8192));
+  p.NH = int(int_in_range(s, "heads", "cp_attention.heads", 1, 256));
+  p.KV = int(int_in_range(s, "num_kv_heads", "cp_attention.num_kv_heads", 1, 256));
+  p.warmup = int(int_in_range(s, "warmup", "cp_attention.warmup", 0, 100));
+  p.iters = int(int_in_range(s, "iters", "cp_attention.iters", 1, 1000));
+  p.reps = int(int_in_range(s, "repetitions", "cp_attention.repetitions", 1, 100));
+  p.seed = uint64_t(int_in_range(s, "seed", "cp_attention.seed", 0, int64_t(1) << 53));
   if (p.C % p.NH != 0)
-    throw InputError("context_parallel.channels = " + std::to_string(p.C) + " is not a multiple of heads = " +
+    throw InputError("cp_attention.channels = " + std::to_string(p.C) + " is not a multiple of heads = " +
                      std::to_string(p.NH));
   if (p.NH % p.KV != 0)
-    throw InputError("context_parallel.num_kv_heads = " + std::to_string(p.KV) + " does not divide heads = " +
+    throw InputError("cp_attention.num_kv_heads = " + std::to_string(p.KV) + " does not divide heads = " +
                      std::to_string(p.NH));
   const json& t = s.at("seq_lens");
-  if (!t.is_array() || t.empty()) throw InputError("context_parallel.seq_lens must be a non-empty array");
+  if (!t.is_array() || t.empty()) throw InputError("cp_attention.seq_lens must be a non-empty array");
   for (const json& v : t) {
     if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 16))
-      throw InputError("context_parallel.seq_lens: every entry must be an integer in [1, 65536], got " + v.dump());
+      throw InputError("cp_attention.seq_lens: every entry must be an integer in [1, 65536], got " + v.dump());
     const int Tn = v.get<int>();
     make_cp_split(world.size, 0, Tn);  // 2 cp must divide Tn: one line naming both
     p.seq_lens.push_back(Tn);
   }
   const json& c = s.at("cp_comm_types");
-  if (!c.is_array() || c.empty()) throw InputError("context_parallel.cp_comm_types must be a non-empty array");
+  if (!c.is_array() || c.empty()) throw InputError("cp_attention.cp_comm_types must be a non-empty array");
   for (const json& v : c) {
-    if (!v.is_string()) throw InputError("context_parallel.cp_comm_types: every entry must be a string, got " + v.dump());
+    if (!v.is_string()) throw InputError("cp_attention.cp_comm_types: every entry must be a string, got " + v.dump());
     p.comm_types.push_back(parse_cp_comm_type(v.get<std::string>()));
   }
   return p;
@@ -198,9 +199,33 @@ std::vector<float> random_vector(size_t n, uint64_t seed, const char* stream, do
   return v;
 }
 
-class ContextParallelSuite final : public SuiteWithParams<Params> {
+/// The transfers of one CP attention forward + backward with nothing between them, timed as
+/// time_iterations does (the slowest rank's): p2p 2 (cp - 1) ring steps of n floats and cp dK/dV
+/// steps; all_gather two gathers and a reduce-scatter of n floats per rank. Collective over `g`
+/// (the CP group) and `world`.
+TimedResult time_transfers(Communicator& g, Communicator& world, Device& dev, CpCommType type, size_t n,
+                           const Params& p) {
+  const int cp = g.size(), me = g.rank(), next = (me + 1) % cp, prev = (me + cp - 1) % cp;
+  const size_t elems = n * size_t(type == CpCommType::p2p ? 1 : cp);
+  Tensor a = Tensor::empty(dev, {int64_t(elems)}, DType::f32, MemCategory::comm_buffer);
+  Tensor z = Tensor::empty(dev, {int64_t(elems)}, DType::f32, MemCategory::comm_buffer);
+  float *x = a.data<float>(), *y = z.data<float>();
+  return time_iterations(world, p.warmup, p.iters, p.reps, [&] {
+    if (cp == 1) return;
+    if (type == CpCommType::p2p) {
+      for (int i = 0; i < 2 * (cp - 1); ++i) g.sendrecv_async(x, y, n, DType::f32, next, prev, 71)->wait();
+      for (int i = 0; i < cp; ++i) g.sendrecv(x, y, n, DType::f32, next, prev, 72);
+    } else {
+      g.all_gather(x, y, n, DType::f32);
+      g.all_gather(x, y, n, DType::f32);
+      g.reduce_scatter(y, x, n, DType::f32, ReduceOp::sum);
+    }
+  });
+}
+
+class CpAttentionSuite final : public SuiteWithParams<Params> {
  public:
-  std::string name() const override { return "context_parallel"; }
+  std::string name() const override { return "cp_attention"; }
   std::string description() const override {
     return "context-parallel causal attention over every rank (p2p ring, all_gather) at several sequence lengths: "
            "time against one rank's whole-sequence attention, bytes around the ring, the share of the "
@@ -214,18 +239,18 @@ class ContextParallelSuite final : public SuiteWithParams<Params> {
   void validate(const json& s, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(s, config, world);
     if (config.value("backend", "cpu") != "cpu")
-      throw InputError("context_parallel: the block attention ops run on the CPU backend only so far");
+      throw InputError("cp_attention: the block attention ops run on the CPU backend only so far");
     // The largest sequence's whole-sequence attention: probabilities and scratch (2 B NH Tn^2
     // floats), qkv, dqkv, out, dout and CP's local copies (about 4 B Tn (NH + 2 KV) hs floats).
     const double Tn = *std::max_element(p.seq_lens.begin(), p.seq_lens.end());
     const double W = double(p.NH + 2 * p.KV) * p.hs();
     check_fits_in_memory(4.0 * (2.0 * p.B * p.NH * Tn * Tn + 4.0 * p.B * Tn * W), world.ranks_per_node,
-                         "context_parallel: the attention at the longest sequence", world.options);
+                         "cp_attention: the attention at the longest sequence", world.options);
   }
   SuiteResult run(SuiteContext& ctx) override;
 };
 
-SuiteResult ContextParallelSuite::run(SuiteContext& ctx) {
+SuiteResult CpAttentionSuite::run(SuiteContext& ctx) {
   const Params p = Params::parse(ctx.section, ctx.config, ctx.world_info());
   std::unique_ptr<Ops<float>> own_ops;
   if (!ctx.backend) own_ops = std::make_unique<CpuOps<float>>();
@@ -234,15 +259,15 @@ SuiteResult ContextParallelSuite::run(SuiteContext& ctx) {
   Communicator& base = ctx.device_world ? *ctx.device_world : ctx.world;
   const int cp = world.size(), me = world.rank(), B = p.B, C = p.C, NH = p.NH, KV = p.KV, hs = p.hs();
   const int W = (NH + 2 * KV) * hs;
-  auto cp_group = base.split(0, me, "cp");
+  auto cp_group = base.split(0, me, std::string(spelling(LayoutKey::cp).name_key));
   CommProbe probe(*cp_group);
   LocalCopyComm local(*cp_group);
 
   SuiteResult res;
-  res.data = {{"cp", cp}, {"batch", B}, {"channels", C}, {"heads", NH}, {"num_kv_heads", KV}};
+  res.data = {{field_key(LayoutKey::cp), cp}, {"batch", B}, {"channels", C}, {"heads", NH}, {"num_kv_heads", KV}};
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "# context_parallel: causal attention, B=%d C=%d NH=%d KV=%d, fp32, CP %d over every rank; "
+                "# cp_attention: causal attention, B=%d C=%d NH=%d KV=%d, fp32, CP %d over every rank; "
                 "forward + backward, median of the slowest rank over %d repetitions of %d",
                 B, C, NH, KV, cp, p.reps, p.iters);
   ctx.print(buf);
@@ -253,8 +278,8 @@ SuiteResult ContextParallelSuite::run(SuiteContext& ctx) {
     const CpSplit split = make_cp_split(cp, me, Tn);
     const int Tl = split.local_len();
     // Every rank draws the same full batch (the data loader's replication), then takes its rows.
-    const std::vector<float> qkv = random_vector(size_t(B) * Tn * W, p.seed + Tn, "context_parallel.qkv", 1.0);
-    const std::vector<float> dout = random_vector(size_t(B) * Tn * C, p.seed + Tn, "context_parallel.dout", 1.0);
+    const std::vector<float> qkv = random_vector(size_t(B) * Tn * W, p.seed + Tn, "cp_attention.qkv", 1.0);
+    const std::vector<float> dout = random_vector(size_t(B) * Tn * C, p.seed + Tn, "cp_attention.dout", 1.0);
     auto tensor = [&](size_t n, MemCategory c) { return Tensor::empty(ctx.device, {int64_t(n)}, DType::f32, c); };
     Tensor fqkv = tensor(qkv.size(), MemCategory::activation), fdout = tensor(dout.size(), MemCategory::activation);
     Tensor fout = tensor(dout.size(), MemCategory::activation), fdqkv = tensor(qkv.size(), MemCategory::activation);
@@ -316,24 +341,7 @@ SuiteResult ContextParallelSuite::run(SuiteContext& ctx) {
       // The computation alone (transfers replaced by local copies), then the same transfers with
       // nothing between them (on the plain group: not counted).
       const TimedResult t_compute = time_iterations(world, p.warmup, p.iters, p.reps, [&] { pass_on(local); });
-      Communicator& g = *cp_group;
-      Tensor a = tensor(block_bytes / sizeof(float) * size_t(type == CpCommType::p2p ? 1 : cp), MemCategory::comm_buffer);
-      Tensor z = tensor(a.numel(), MemCategory::comm_buffer);
-      const size_t n = block_bytes / sizeof(float);
-      const int next = (me + 1) % cp, prev = (me + cp - 1) % cp;
-      auto comm_only = [&] {
-        if (cp == 1) return;
-        if (type == CpCommType::p2p) {
-          for (int i = 0; i + 1 < cp; ++i) g.sendrecv_async(a.data<float>(), z.data<float>(), n, DType::f32, next, prev, 71)->wait();
-          for (int i = 0; i + 1 < cp; ++i) g.sendrecv_async(a.data<float>(), z.data<float>(), n, DType::f32, next, prev, 71)->wait();
-          for (int i = 0; i < cp; ++i) g.sendrecv(a.data<float>(), z.data<float>(), n, DType::f32, next, prev, 72);
-        } else {
-          g.all_gather(a.data<float>(), z.data<float>(), n, DType::f32);
-          g.all_gather(a.data<float>(), z.data<float>(), n, DType::f32);
-          g.reduce_scatter(z.data<float>(), a.data<float>(), n, DType::f32, ReduceOp::sum);
-        }
-      };
-      const TimedResult t_comm = time_iterations(world, p.warmup, p.iters, p.reps, comm_only);
+      const TimedResult t_comm = time_transfers(*cp_group, world, ctx.device, type, block_bytes / sizeof(float), p);
 
       if (me != 0) continue;
       const std::string ct = to_string(type), ts = std::to_string(Tn);
@@ -348,11 +356,11 @@ SuiteResult ContextParallelSuite::run(SuiteContext& ctx) {
                                             t_compute.summary.stddev * t_compute.summary.stddev) /
                                            double(std::max(t_cp.summary.n, 1)));
       const bool resolved = comm_s > se;
-      json rec = benchmark_record("context_parallel/seq:" + ts + "/cp:" + std::to_string(cp) + "/cp_comm_type:" + ct,
+      json rec = benchmark_record("cp_attention/seq:" + ts + "/cp:" + std::to_string(cp) + "/cp_comm_type:" + ct,
                                   p.iters, p.reps, cp_s, cp_s, "ms");
       rec["seq_len"] = Tn;
-      rec["cp"] = cp;
-      rec["cp_comm_type"] = ct;
+      rec[field_key(LayoutKey::cp)] = cp;
+      rec[field_key(LayoutKey::cp_comm_type)] = ct;
       rec["attention_ms"] = to_json(t_cp.summary, 1e3);
       rec["single_rank_ms"] = to_json(t_single.summary, 1e3);
       rec["speedup"] = single_s / cp_s;
@@ -365,12 +373,12 @@ SuiteResult ContextParallelSuite::run(SuiteContext& ctx) {
       rec["hidden_fraction"] = hidden;
       rec["hidden_fraction_resolved"] = resolved;
       res.benchmarks.push_back(std::move(rec));
-      res.checks.push_back(make_check("context_parallel/ring_bytes/seq:" + ts + "/" + ct, checks[0], 0,
+      res.checks.push_back(make_check("cp_attention/ring_bytes/seq:" + ts + "/" + ct, checks[0], 0,
                                       "1 when any rank's counted bytes differ from the algorithm's: " +
                                           std::to_string(want) + " B per rank (" +
                                           (type == CpCommType::p2p ? "3 cp - 2" : "3 (cp - 1)") +
                                           " blocks of B Tn/cp 2 KV hs floats)"));
-      res.checks.push_back(make_check("context_parallel/output/seq:" + ts + "/" + ct, checks[1], 1,
+      res.checks.push_back(make_check("cp_attention/output/seq:" + ts + "/" + ct, checks[1], 1,
                                       "max over ranks of |out_CP - out_whole| / (2 E_out), E_out the float32 "
                                       "error bound of blockwise attention (kernels/cpu/attention_block_test_util.h, "
                                       "2 cp blocks per row)"));
@@ -387,6 +395,6 @@ SuiteResult ContextParallelSuite::run(SuiteContext& ctx) {
 
 }  // namespace
 
-DTB_REGISTER_SUITE("context_parallel", ContextParallelSuite);
+DTB_REGISTER_SUITE("cp_attention", CpAttentionSuite);
 
 }  // namespace dtb
