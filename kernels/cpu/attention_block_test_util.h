@@ -1,6 +1,7 @@
 // The error bound of blockwise causal attention against the whole-sequence op, shared by the
 // block op's tests (attention_block_test.cc) and context parallelism's (reference/parallel/
-// context_parallel_test.cc). Test code only.
+// context_parallel_test.cc), and by the cp_attention suite's output check (suites/cp_attention.cc).
+// Header-only; nothing here is linked into the trainer.
 #pragma once
 #include <algorithm>
 #include <cmath>
