@@ -12,6 +12,7 @@
 #include "harness/cli_text.h"
 #include "harness/hardware_file.h"
 #include "harness/memory_cli.h"
+#include "harness/plan_validate.h"
 #include "kernels/error.h"
 #include "reference/analytic/planner.h"
 #include "reference/layout/layout_spec.h"
@@ -153,6 +154,10 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
   s->add_option(flag(LayoutKey::cp), a.cp, "fix the context-parallel size (free: enumerated for llama3-* models, 1 otherwise)");
   s->add_option(flag(LayoutKey::zero_stage), a.zero_stage, "fix the ZeRO stage (0-3)");
   s->add_option("--top", a.top, "feasible layouts to print (default 10)");
+  s->add_option("--validate", a.validate,
+                "judge the step-time model against a published set (harness/plan_validation.json): predicted "
+                "against published per row, MAPE, worst rows, the papers' comparisons")
+      ->type_name("FILE");
   s->add_flag("--json", a.json, "print the plan as JSON");
   return s;
 }
@@ -280,6 +285,7 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
     for (const PublishedLayout& pl : named->published)
       if (pl.gpus == r.gpus && pl.seq_len == r.tokens()) j["published"].push_back(published_json(pl, r, all));
   j["notes"] = notes;
+  j["model_error"] = published_set_error();  // the model's error on the shipped set, computed now
   return j;
 }
 
@@ -334,6 +340,7 @@ std::string plan_text(const json& p) {
   for (const json& g : p["rejections"])
     out += fmt("  %5d %s (e.g. %s)\n", g["count"].get<int>(), g["reason"].get<std::string>().c_str(),
                g["example"].get<std::string>().c_str());
+  if (p.contains("model_error")) out += "\n" + published_set_error_text(p["model_error"]) + "\n";
   out += "\nnotes:\n";
   for (const json& n : p["notes"]) out += "  - " + n.get<std::string>() + "\n";
   out += "  - compute: the busiest stage's forward and backward over the step's m micro-batches; TP comm the same for "
@@ -343,6 +350,19 @@ std::string plan_text(const json& p) {
 
 int cmd_plan(Communicator& world, const CLI::App& sub, const PlanArgs& args, bool print) {
   PlanArgs a = args;
+  if (given(sub, "--validate")) {  // the set alone: a plan's option would be ignored
+    for (const CLI::Option* o : sub.get_options())
+      if (o->count() > 0 && o->get_name() != "--validate" && o->get_name() != "--json" && o->get_name() != "--help")
+        throw InputError("--validate FILE takes no plan option (only --json), got " + o->get_name());
+    if (a.validate.empty()) throw InputError("--validate is empty");
+    const ValidationSet set = load_validation_set(a.validate);
+    const json v = validation_json(set, evaluate_validation_set(set), a.validate);
+    if (print) {
+      if (a.json) std::printf("%s\n", v.dump(2).c_str());
+      else std::fputs(validation_text(v).c_str(), stdout);
+    }
+    return 0;
+  }
   if (given(sub, "--calibrate")) {
     if (a.calibrate.empty()) throw InputError("--calibrate is empty");
     if (given(sub, "--hardware")) throw InputError("give --hardware FILE or --calibrate FILE, not both");

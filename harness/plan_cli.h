@@ -25,6 +25,7 @@ struct PlanArgs {
   int top = 10;
   bool json = false;
   std::string calibrate;  // --calibrate FILE: measure this machine and write its hardware file
+  std::string validate;   // --validate FILE: the model against a published set (harness/plan_validate.h)
 };
 
 /// Adds the `plan` subcommand with its options bound to `args` (which must outlive `app`).
@@ -50,7 +51,8 @@ std::string plan_text(const nlohmann::json& plan);
 /// fit finds no bandwidth (a machine too noisy to measure).
 HardwareSpec calibrate_hardware(Communicator& world);
 
-/// Runs the subcommand: with --calibrate, calibrate_hardware and its file written (rank 0), then
+/// Runs the subcommand: with --validate FILE, the published set judged (harness/plan_validate.h),
+/// alone or with --json; with --calibrate, calibrate_hardware and its file written (rank 0), then
 /// the plan on it when --gpus is given; otherwise the plan on --hardware. Prints the text report
 /// (or JSON with --json) when `print`. Returns 0. Errors: as plan_json; --gpus or --hardware
 /// missing without --calibrate, or --hardware with it; calibrate_hardware's.
