@@ -33,7 +33,7 @@ struct Reader {
   std::string path, where;
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw InputError(where + ": " + path + (key.empty() ? "" : "." + key) + ": " + what);
+    throw InputError(where + ": " + path + (key.empty() || path.empty() ? "" : ".") + key + ": " + what);
   }
   // Every required key present, no key outside required and optional (the nearest named).
   void keys(const std::vector<std::string>& required, const std::vector<std::string>& optional = {}) const {
@@ -235,7 +235,7 @@ double published_step_s(const ValidationRow& r) {
 }
 
 ValidationSet validation_set_from_json(const json& j, const std::string& where) {
-  const Reader top{j, "$", where};
+  const Reader top{j, "", where};
   top.keys({"description", "flop_conventions", "rows", "comparisons"});
   ValidationSet set;
   std::set<std::string> ids;
