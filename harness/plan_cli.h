@@ -25,6 +25,8 @@ struct PlanArgs {
   int top = 10;
   bool json = false;
   std::string calibrate;  // --calibrate FILE: measure this machine and write its hardware file
+  std::string schedules = "all";  // --schedules all | 1f1b
+  std::string stack = "dtbench";  // --stack NAME: a stack profile's overlap (reference/analytic/stack_profile.h)
 };
 
 /// Adds the `plan` subcommand with its options bound to `args` (which must outlive `app`).
