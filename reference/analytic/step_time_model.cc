@@ -222,6 +222,28 @@ std::vector<StepOp> optimizer_ops(const StepTimeInput& in) {
           mem("adamw_update", {int64_t(shard), 0, 0, 0}, shard * (3 * e + 16 + (e < 4 ? 8 : 0)))};
 }
 
+// The busiest pipeline rank's per-micro-batch compute over its chunks (virtual stages c p + rank)
+// and its layers: what the DP buckets hide behind, its last micro-batch's backward (the reduction)
+// and its next step's first forward (the distributed optimizer's gather).
+struct RankCompute {
+  double forward = 0, backward = 0;
+  int layers = 0;
+};
+
+RankCompute busiest_rank_compute(const ParallelLayout& l, const std::vector<double>& fcs, const std::vector<double>& bcs,
+                                 const std::vector<int>& layers) {
+  RankCompute best;
+  for (int s = 0; s < l.pp; ++s) {
+    RankCompute r;
+    for (int c = 0; c < l.virtual_stages; ++c) {
+      const size_t vs = size_t(c * l.pp + s);
+      r.forward += fcs[vs], r.backward += bcs[vs], r.layers += layers[vs];
+    }
+    if (r.forward + r.backward > best.forward + best.backward) best = r;
+  }
+  return best;
+}
+
 }  // namespace
 
 double ops_seconds(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p) { return ops_time(ops, hw, p); }
@@ -473,20 +495,10 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   r.dp_comm_s = reduce + gather;
   r.dp_exposed_s = r.dp_comm_s;
   if (ov.dp_grad_reduce || ov.param_gather_prefetch) {
-    // Buckets behind the busiest rank's last micro-batch backward (the reduction) and its next
-    // step's first forward (the distributed optimizer's gather): all of its chunks' compute.
-    double fwd = 0, bwd = 0;
-    int rank_layers = 0;
-    for (int s = 0; s < l.pp; ++s) {
-      double f = 0, b = 0;
-      int ly = 0;
-      for (int c = 0; c < l.virtual_stages; ++c)
-        f += fcs[size_t(c * l.pp + s)], b += bcs[size_t(c * l.pp + s)], ly += layers[size_t(c * l.pp + s)];
-      if (f + b > fwd + bwd) fwd = f, bwd = b, rank_layers = ly;
-    }
-    const int64_t k = dp_bucket_count(ov, local, dcp, rank_layers);
-    r.dp_exposed_s = (ov.dp_grad_reduce ? overlapped_exposed(reduce, bwd, k) : reduce) +
-                     (ov.param_gather_prefetch ? overlapped_exposed(gather, fwd, k) : gather);
+    const RankCompute c = busiest_rank_compute(l, fcs, bcs, layers);
+    const int64_t k = dp_bucket_count(ov, local, dcp, c.layers);
+    r.dp_exposed_s = (ov.dp_grad_reduce ? overlapped_exposed(reduce, c.backward, k) : reduce) +
+                     (ov.param_gather_prefetch ? overlapped_exposed(gather, c.forward, k) : gather);
   }
   r.optimizer_s = ops_time(optimizer_ops(in), hw, p);
   // The global gradient norm (and the fp16 inf/NaN scan): the held gradient, the rank's whole at
