@@ -14,7 +14,9 @@
 #include "harness/memory_cli.h"
 #include "harness/plan_validate.h"
 #include "kernels/error.h"
+#include "reference/analytic/plan_schedules.h"
 #include "reference/analytic/planner.h"
+#include "reference/analytic/stack_profile.h"
 #include "reference/layout/layout_spec.h"
 
 namespace dtb {
@@ -72,6 +74,7 @@ json candidate_json(const PlanCandidate& c) {
   json j = {{"layout", c.name()}, {f(LayoutKey::tp), l.tp}, {f(LayoutKey::cp), l.cp}, {f(LayoutKey::pp), l.pp},
             {f(LayoutKey::dp), l.dp}, {f(LayoutKey::pipeline_layers), l.pipeline_layers},
             {f(LayoutKey::sequence_parallel), l.sequence_parallel}, {"schedule", l.schedule},
+            {f(LayoutKey::virtual_stages), l.virtual_stages},
             {f(LayoutKey::zero_stage), c.input.zero.stage},
             {"recompute", std::string(to_string(c.input.recompute))}, {"micro_batches", c.input.micro_batches},
             {"vocab_padded", c.input.model.V}, {"device_bytes", c.device_bytes}, {"feasible", c.feasible}};
@@ -153,6 +156,15 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
   s->add_option(flag(LayoutKey::dp), a.dp, "fix the data-parallel size");
   s->add_option(flag(LayoutKey::cp), a.cp, "fix the context-parallel size (free: enumerated for llama3-* models, 1 otherwise)");
   s->add_option(flag(LayoutKey::zero_stage), a.zero_stage, "fix the ZeRO stage (0-3)");
+  std::string stacks;
+  for (const StackProfile& p : stack_profiles()) stacks += (stacks.empty() ? "" : ", ") + p.name;
+  s->add_option("--stack", a.stack,
+                "the training stack whose communication overlap the step is priced with: " + stacks +
+                    " (default dtbench: the reference trainer, no overlap; docs/plan.md)");
+  s->add_option("--schedules", a.schedules,
+                fmt("all (default: 1f1b; at pp > 1 zb-h1 and interleaved at each v <= %d that splits the layers "
+                    "evenly) or 1f1b (the reference trainer's default schedule alone)",
+                    kMaxPlanVirtualStages));
   s->add_option("--top", a.top, "feasible layouts to print (default 10)");
   s->add_option("--validate", a.validate,
                 "judge the step-time model against a published set (harness/plan_validation.json): predicted "
@@ -177,6 +189,11 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
     if (given(sub, opt) && v < 1) throw InputError(std::string(opt) + " must be >= 1, got " + std::to_string(v));
   if (given(sub, flag(LayoutKey::zero_stage))) validate_zero_stage(a.zero_stage, flag(LayoutKey::zero_stage));
   r.tp = a.tp, r.pp = a.pp, r.dp = a.dp, r.cp = a.cp, r.zero_stage = a.zero_stage;
+  const StackProfile& stack = find_stack_profile(a.stack);
+  r.overlap = stack.overlap;
+  if (a.schedules != "all" && a.schedules != "1f1b")
+    throw InputError("--schedules " + a.schedules + ": expected all or 1f1b");
+  r.only_1f1b = a.schedules == "1f1b";
   json notes = json::array();
   if (named && named->plan_seq > 0 && !given(sub, "--seq"))
     notes.push_back(fmt("sequence %d tokens (%s's plan sequence; its T %d is the longest it takes: --seq)", r.tokens(),
@@ -260,7 +277,14 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   j["hardware"] = {{"name", hw.name}, {"file", where}, {"device_memory_bytes", hw.device_memory_bytes},
                    {"ranks_per_node", hw.hw.ranks_per_node}, {"peak_flops", hw.peak_flops[size_t(r.precision)]}};
   j["request"] = {{"gpus", r.gpus}, {"global_batch", r.global_batch}, {"micro_batch_size", r.micro_batch_size},
-                  {"seq_len", r.tokens()}, {"precision", std::string(to_string(r.precision))}, {"schedule", "1f1b"}};
+                  {"seq_len", r.tokens()}, {"precision", std::string(to_string(r.precision))},
+                  {"schedules", r.only_1f1b ? std::string("1f1b")
+                                            : fmt("1f1b; at pp > 1 zb-h1 and interleaved at v 2-%d", kMaxPlanVirtualStages)}};
+  const StepOverlap& o = r.overlap;
+  j["stack"] = {{"name", stack.name}, {"overlap", overlap_text(o)}, {"dp_grad_reduce", o.dp_grad_reduce},
+                {"bucket_params", o.bucket_params}, {"bucket_params_per_dp", o.bucket_params_per_dp},
+                {"param_gather_prefetch", o.param_gather_prefetch}, {"tp_comm_overlap", o.tp_comm},
+                {"p2p_overlap", o.pp_send}, {"p2p_scatter_gather", o.pp_scatter_gather}, {"source", stack.source}};
   int feasible = 0;
   j["layouts"] = json::array();
   for (const PlanCandidate& c : all)
@@ -303,8 +327,10 @@ std::string plan_text(const json& p) {
              h["name"].get<std::string>().c_str(), h["file"].get<std::string>().c_str(),
              h["device_memory_bytes"].get<double>() / kGiB, h["ranks_per_node"].get<int>(),
              h["peak_flops"].get<double>() / 1e12, r["precision"].get<std::string>().c_str());
-  out += fmt("batch     %d sequences x %d tokens, micro-batch size %d, schedule 1f1b\n", r["global_batch"].get<int>(),
-             r["seq_len"].get<int>(), r["micro_batch_size"].get<int>());
+  out += fmt("batch     %d sequences x %d tokens, micro-batch size %d, schedules %s\n", r["global_batch"].get<int>(),
+             r["seq_len"].get<int>(), r["micro_batch_size"].get<int>(), r["schedules"].get<std::string>().c_str());
+  out += fmt("stack     %s: overlap %s\n", p["stack"]["name"].get<std::string>().c_str(),
+             p["stack"]["overlap"].get<std::string>().c_str());
   out += fmt("layouts   %d feasible of %zu candidates; the best %zu by predicted step time:\n\n", p["feasible"].get<int>(),
              p["candidates"].get<size_t>(), p["layouts"].size());
   // The widest layout name sets the first column (an uneven split's names are long).

@@ -26,6 +26,8 @@ struct PlanArgs {
   bool json = false;
   std::string calibrate;  // --calibrate FILE: measure this machine and write its hardware file
   std::string validate;   // --validate FILE: the model against a published set (harness/plan_validate.h)
+  std::string schedules = "all";  // --schedules all | 1f1b
+  std::string stack = "dtbench";  // --stack NAME: a stack profile's overlap (reference/analytic/stack_profile.h)
 };
 
 /// Adds the `plan` subcommand with its options bound to `args` (which must outlive `app`).

@@ -77,3 +77,15 @@ print(f"plan llama3-405b --gpus 16384 --seq {seq}: Meta's {q['layout']} ranks #{
       f"{p['candidates']} candidates in {secs:.1f} s")
 PY
 done
+# --stack: an unknown stack is refused with the known ones (one line, exit 2); a known one is named
+# in the header with its settings.
+rc=0
+"$dtbench" plan --model gpt3-175b --gpus 96 --hardware a100-80gb --tp 8 --pp 12 --stack deepspeed >"$tmp/out6" 2>"$tmp/err6" || rc=$?
+[ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/err6")" -eq 1 ] &&
+  grep -q -- "--stack deepspeed: not a known stack (dtbench, megatron-2021, megatron-core, fsdp2)" "$tmp/err6" ||
+  { echo "FAIL: --stack deepspeed exited $rc:"; cat "$tmp/err6"; exit 1; }
+"$dtbench" plan --model gpt3-175b --gpus 96 --hardware a100-80gb --tp 8 --pp 12 --stack megatron-core --top 1 >"$tmp/out7" ||
+  { echo "FAIL: --stack megatron-core"; exit 1; }
+grep -q "^stack     megatron-core: overlap grad reduce behind the backward" "$tmp/out7" ||
+  { echo "FAIL: the header does not name the stack:"; cat "$tmp/out7"; exit 1; }
+echo "plan --stack: deepspeed refused (exit 2), megatron-core named in the header"

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "kernels/error.h"
+#include "reference/analytic/plan_schedules.h"
 #include "reference/layout/layout_spec.h"
 
 namespace dtb {
@@ -32,7 +33,10 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-// One layout's candidates (ZeRO x recompute x sequence parallelism), each checked and priced.
+// One layout's candidates (ZeRO x recompute x sequence parallelism x schedule), each checked and
+// priced. A schedule other than 1F1B is tried only where 1F1B's candidate fits: interleaving holds
+// more activations than 1F1B (Narayanan et al. 2021 Sec. 2.2.2) and ZB-H1 as many (Qi et al. 2024
+// Sec. 3.1), so where 1F1B runs out of memory they do too (the plan's pruning, not counted).
 void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int cp, int pp, int dp,
                 const std::vector<int>& split, std::vector<PlanCandidate>& out) {
   const int64_t per_mb = int64_t(dp) * r.micro_batch_size;
@@ -46,27 +50,32 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int cp,
     if (r.zero_stage >= 0 && z != r.zero_stage) continue;
     for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
       for (bool sp : {false, true}) {
-        if (sp && tp == 1) continue;
-        PlanCandidate c;
-        StepTimeInput& in = c.input;
-        in.model = padded;
-        in.layout.tp = tp, in.layout.cp = cp, in.layout.pp = pp, in.layout.dp = dp;
-        in.layout.pipeline_layers = split;
-        in.layout.sequence_parallel = sp;
-        in.layout.schedule = "1f1b";
-        in.layout.micro_batches = m;
-        in.global_batch = r.global_batch;
-        in.micro_batches = m;
-        in.seq_len = r.tokens();
-        in.zero.stage = z;
-        in.recompute = rc;
-        in.precision = r.precision;
-        if (!divides) {
-          c.rejected_kind = "global batch not divisible by dp x micro-batch size";
-          c.rejected = "global batch " + std::to_string(r.global_batch) + " is not divisible by dp " +
-                       std::to_string(dp) + " x micro-batch size " + std::to_string(r.micro_batch_size);
-          out.push_back(std::move(c));
-          continue;
+        bool fits = true;  // 1F1B's candidate (the first schedule) fits
+        for (const ScheduleChoice& sc : plan_schedule_choices(r.model.L, r.only_1f1b ? 1 : pp, m, rc == Recompute::full)) {
+          if (sp && tp == 1) continue;
+          if (sc.schedule != "1f1b" && (!divides || !fits)) continue;
+          PlanCandidate c;
+          StepTimeInput& in = c.input;
+          in.model = padded;
+          in.layout.tp = tp, in.layout.cp = cp, in.layout.pp = pp, in.layout.dp = dp;
+          in.layout.pipeline_layers = split;
+          in.layout.sequence_parallel = sp;
+          in.layout.schedule = sc.schedule;
+          in.layout.virtual_stages = sc.virtual_stages;
+          in.overlap = r.overlap;
+          in.layout.micro_batches = m;
+          in.global_batch = r.global_batch;
+          in.micro_batches = m;
+          in.seq_len = r.tokens();
+          in.zero.stage = z;
+          in.recompute = rc;
+          in.precision = r.precision;
+          if (!divides) {
+            c.rejected_kind = "global batch not divisible by dp x micro-batch size";
+            c.rejected = "global batch " + std::to_string(r.global_batch) + " is not divisible by dp " +
+                         std::to_string(dp) + " x micro-batch size " + std::to_string(r.micro_batch_size);
+            out.push_back(std::move(c));
+            continue;
         }
         PlanConfig pc;
         pc.model = padded;
@@ -89,6 +98,7 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int cp,
         }
         if (c.device_bytes > hw.device_memory_bytes) {
           c.rejected_kind = "out of device memory";
+          fits = fits && sc.schedule != "1f1b";
           c.rejected = "needs " + gib_text(c.device_bytes) + " > " + gib_text(hw.device_memory_bytes);
           out.push_back(std::move(c));
           continue;
@@ -99,8 +109,21 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int cp,
         const double peak = hw.peak_flops[size_t(r.precision)];
         c.mfu = peak > 0 ? model_flops * c.tokens_per_s / (double(r.gpus) * peak) : 0.0;
         out.push_back(std::move(c));
+        }
       }
   }
+}
+
+// What the balancer prices a layout's parts with: one micro-batch of b sequences at tp and cp, no
+// recompute, no sequence parallelism.
+StepTimeInput balance_input(const PlanRequest& r, int tp, int cp, int pp) {
+  StepTimeInput in;
+  in.model = r.model;
+  in.model.V = padded_vocab(r.model.V, tp);
+  in.layout.tp = tp, in.layout.cp = cp, in.layout.pp = pp, in.layout.dp = 1;
+  in.global_batch = r.micro_batch_size, in.micro_batches = 1, in.seq_len = r.tokens();
+  in.precision = r.precision;
+  return in;
 }
 
 }  // namespace
@@ -193,22 +216,21 @@ std::string no_layout_reason(const PlanRequest& r) {
   const std::string heads = "the model's " + n(r.model.NH) + " heads", layers = "the model's " + n(r.model.L) + " layers";
   if (r.tp > 0 && r.model.NH % r.tp != 0) return "--tp " + n(r.tp) + " does not divide " + heads;
   if (r.tp > 0 && !llama_tp_refusal(r.model, r.tp).empty()) return llama_tp_refusal(r.model, r.tp);
-  if (is_llama(r.model) && r.pp > r.model.L) return "--pp " + n(r.pp) + " is more stages than " + layers;
-  if (!is_llama(r.model) && r.pp > 0 && r.model.L % r.pp != 0) return "--pp " + n(r.pp) + " does not divide " + layers;
+  if (r.pp > r.model.L) return "--pp " + n(r.pp) + " is more stages than " + layers;
   if (r.dp > 0 && r.gpus % r.dp == 0) {  // --dp fixes tp x pp = N / dp
     const int64_t k = r.gpus / r.dp;
     const std::string on = pinned_text(r.tp, 0, r.dp) + " on --gpus " + n(r.gpus) + " leaves ";
-    if (r.tp > 0 && k % r.tp == 0 && r.model.L % (k / r.tp) != 0)
-      return on + "pp = " + n(k / r.tp) + ", which does not divide " + layers;
+    if (r.tp > 0 && k % r.tp == 0 && k / r.tp > r.model.L)
+      return on + "pp = " + n(k / r.tp) + ", more stages than " + layers;
     if (r.pp > 0 && k % r.pp == 0 && r.model.NH % (k / r.pp) != 0)
       return pinned_text(0, r.pp, r.dp) + " on --gpus " + n(r.gpus) + " leaves tp = " + n(k / r.pp) +
              ", which does not divide " + heads;
     if (r.tp == 0 && r.pp == 0)
-      return on + "tp x pp = " + n(k) + ", and no tp dividing " + heads + " times a pp dividing its " + n(r.model.L) +
+      return on + "tp x pp = " + n(k) + ", and no tp dividing " + heads + " times a pp of at most its " + n(r.model.L) +
              " layers makes " + n(k);
   }
-  return "tp must divide --gpus and the heads (" + n(r.model.NH) + "), pp --gpus / tp and the layers (" + n(r.model.L) +
-         ")";
+  return "tp must divide --gpus and the heads (" + n(r.model.NH) + "), pp --gpus / tp and be at most the layers (" +
+         n(r.model.L) + ")";
 }
 
 std::vector<int> ends_light_split(int L, int pp) {
@@ -235,13 +257,17 @@ std::vector<PlanCandidate> plan_layouts(const PlanRequest& r, const PlannerHardw
       // --cp for any model, else 1.
       if (r.cp > 0 ? cp != r.cp : (cp > 1 && (!llama || r.tokens() % (2 * cp) != 0))) continue;
       for (int pp : divisors(r.gpus / tp / cp)) {
-        // An even split, or for Llama a split with the first and last stages one layer lighter
-        // (ends_light_split: Meta's 126 layers on 16 stages).
+        // An even split; else for Llama the first and last stages one layer lighter
+        // (ends_light_split: Meta's 126 layers on 16 stages, as published), for GPT-2 the balancer's
+        // split over the step-time model's per-part costs (balanced_split).
         const bool even = r.model.L % pp == 0;
-        if ((!even && !(llama && pp <= r.model.L)) || (r.pp > 0 && pp != r.pp)) continue;
+        if (pp > r.model.L || (r.pp > 0 && pp != r.pp)) continue;
         const int dp = r.gpus / tp / cp / pp;
         if (r.dp > 0 && dp != r.dp) continue;
-        add_layout(r, hw, tp, cp, pp, dp, even ? std::vector<int>{} : ends_light_split(r.model.L, pp), out);
+        std::vector<int> split;
+        if (!even && llama) split = ends_light_split(r.model.L, pp);
+        if (!even && !llama) split = balanced_split(balance_input(r, tp, cp, pp), hw.hw);
+        add_layout(r, hw, tp, cp, pp, dp, split, out);
       }
     }
   }

@@ -34,6 +34,12 @@ struct PlanRequest {
   int tp = 0, pp = 0, dp = 0;
   int cp = 0;
   int zero_stage = -1;
+  /// Which communication every candidate overlaps with compute (a stack profile's settings,
+  /// reference/analytic/stack_profile.h; default all off: dtbench's reference trainer).
+  StepOverlap overlap{};
+  /// true: 1F1B alone, the reference trainer's default schedule (`dtbench plan --schedules 1f1b`);
+  /// false: every schedule of plan_schedule_choices.
+  bool only_1f1b = false;
   int tokens() const { return seq_len > 0 ? seq_len : model.T; }
 };
 
@@ -94,17 +100,19 @@ std::vector<int> ends_light_split(int L, int pp);
 
 /// Every candidate of `r` on `hw`: each tp dividing N and NH (for Llama also passing
 /// llama_tp_refusal), cp dividing N / tp (Llama: each with 2 cp dividing the sequence; GPT-2:
-/// 1, or the fixed --cp), pp dividing N / (tp cp) and L (Llama: any pp <= L, split by
-/// ends_light_split when it does not divide L), dp = N / (tp cp pp) (the fixed ones only where
-/// given); ZeRO 0-3 (1-3 only at dp cp > 1), recompute none /
-/// selective / full, sequence parallelism off and (at tp > 1) on; schedule 1f1b, no offload, no
-/// overlap (the reference trainer's defaults). Rejected: m = global_batch / (dp b) not an integer;
+/// 1, or the fixed --cp), pp dividing N / (tp cp) and at most L (where it does not divide L, Llama
+/// split by ends_light_split, GPT-2 by balanced_split), dp = N / (tp cp pp) (the fixed ones only
+/// where given); ZeRO 0-3 (1-3 only at dp cp > 1), recompute none / selective / full, sequence
+/// parallelism off and (at tp > 1) on; each schedule of plan_schedule_choices (1F1B; at pp > 1
+/// ZB-H1 and interleaved at each v that splits the layers evenly), the non-1F1B ones only where
+/// 1F1B's candidate fits in memory (they hold at least its activations); no offload; r.overlap's
+/// communication overlap (default none: the reference trainer's). Rejected: m = global_batch / (dp b) not an integer;
 /// a layout validate_plan refuses; the busiest rank's bytes above device_memory_bytes. The
 /// memory plan runs before the step-time model, so a layout that does not fit is never priced
 /// (the plan's pruning). Sorted feasible first by step time, then
 /// the rejected by device bytes. Assumptions (docs/plan.md): the memory is the reference
-/// trainer's plan (no framework or NCCL buffers, no fragmentation), the step has no
-/// compute-communication overlap, TP groups stay inside a node when tp <= ranks_per_node.
+/// trainer's plan (no framework or NCCL buffers, no fragmentation), the step overlaps only what
+/// r.overlap says, TP groups stay inside a node when tp <= ranks_per_node.
 /// Errors: validate_plan_request's InputError; predict_step's when the hardware lacks a rate.
 std::vector<PlanCandidate> plan_layouts(const PlanRequest& r, const PlannerHardware& hw);
 

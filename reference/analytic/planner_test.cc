@@ -33,6 +33,7 @@ PlanRequest small_request() {
   r.global_batch = 8;
   r.micro_batch_size = 1;
   r.precision = Precision::fp32;
+  r.only_1f1b = true;  // the counts below are 1F1B's; plan_schedules_test.cc counts the schedules
   return r;
 }
 
@@ -274,14 +275,14 @@ TEST(Planner, NamesTheFixedValueNoLayoutMeets) {
   PlanRequest r = small_request();
   r.model.NH = 2, r.tp = 4;
   none(r, "--tp 4 does not divide the model's 2 heads");
-  r = small_request(), r.model.L = 3, r.pp = 2;
-  none(r, "--pp 2 does not divide the model's 3 layers");
-  r = small_request(), r.model.L = 3, r.tp = 1, r.dp = 2;
-  none(r, "--tp 1 x --dp 2 on --gpus 4 leaves pp = 2, which does not divide the model's 3 layers");
+  r = small_request(), r.model.L = 3, r.pp = 4;  // GPT-2 takes an uneven split, not more stages than layers
+  none(r, "--pp 4 is more stages than the model's 3 layers");
+  r = small_request(), r.model.L = 1, r.tp = 1, r.dp = 2;
+  none(r, "--tp 1 x --dp 2 on --gpus 4 leaves pp = 2, more stages than the model's 1 layers");
   r = small_request(), r.model.NH = 1, r.model.C = 8, r.pp = 1, r.dp = 2;
   none(r, "--pp 1 x --dp 2 on --gpus 4 leaves tp = 2, which does not divide the model's 1 heads");
   r = small_request(), r.model.NH = 1, r.model.L = 1, r.dp = 1;
-  none(r, "--dp 1 on --gpus 4 leaves tp x pp = 4, and no tp dividing the model's 1 heads times a pp dividing its 1 "
+  none(r, "--dp 1 on --gpus 4 leaves tp x pp = 4, and no tp dividing the model's 1 heads times a pp of at most its 1 "
           "layers makes 4");
 }
 

@@ -222,7 +222,38 @@ std::vector<StepOp> optimizer_ops(const StepTimeInput& in) {
           mem("adamw_update", {int64_t(shard), 0, 0, 0}, shard * (3 * e + 16 + (e < 4 ? 8 : 0)))};
 }
 
+// The busiest pipeline rank's per-micro-batch compute over its chunks (virtual stages c p + rank)
+// and its layers: what the DP buckets hide behind, its last micro-batch's backward (the reduction)
+// and its next step's first forward (the distributed optimizer's gather).
+struct RankCompute {
+  double forward = 0, backward = 0;
+  int layers = 0;
+};
+
+RankCompute busiest_rank_compute(const ParallelLayout& l, const std::vector<double>& fcs, const std::vector<double>& bcs,
+                                 const std::vector<int>& layers) {
+  RankCompute best;
+  for (int s = 0; s < l.pp; ++s) {
+    RankCompute r;
+    for (int c = 0; c < l.virtual_stages; ++c) {
+      const size_t vs = size_t(c * l.pp + s);
+      r.forward += fcs[vs], r.backward += bcs[vs], r.layers += layers[vs];
+    }
+    if (r.forward + r.backward > best.forward + best.backward) best = r;
+  }
+  return best;
+}
+
 }  // namespace
+
+double ops_seconds(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p) { return ops_time(ops, hw, p); }
+
+double weight_grad_seconds(const std::vector<StepOp>& backward_ops, const StepTimeHardware& hw, Precision p) {
+  double t = 0;
+  for (const StepOp& o : backward_ops)
+    if (o.kind == StepOp::Kind::gemm && o.name == "matmul_backward") t += 0.5 * op_time(o, hw, p);
+  return t;
+}
 
 std::string StepOp::key(Precision p) const {
   std::string k = name + ":";
@@ -382,35 +413,62 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   const double ring_b = (l.cp - 1) * std::max(0.0, cp_p2p.time(2 * kv) - attn_b / l.cp);
   StepTimeTerms r;
   std::vector<StageCost> costs(static_cast<size_t>(nv));
+  // Overlap (StepOverlap, all off by default): each hidden transfer costs what its compute does
+  // not cover (overlapped_exposed), never less than 0, never shortening the compute.
+  const StepOverlap& ov = in.overlap;
+  std::vector<double> fcs(size_t(nv), 0.0), bcs(size_t(nv), 0.0);  // each virtual stage's compute
+  // One inter-stage activation send, or with the scatter-gather 1/t of it and a TP all-gather.
+  auto send = [&]() {
+    if (ov.pp_scatter_gather && l.tp > 1) return p2p.time(act / l.tp) + collective_seconds(hw, l.tp, tp_link, act, true);
+    return p2p.time(act);
+  };
   for (int vs = 0; vs < nv; ++vs) {
     const bool first = vs == 0, last = vs == nv - 1;
-    const double fc = ops_time(stage_ops(in, vs, true), hw, p), bc = ops_time(stage_ops(in, vs, false), hw, p);
+    const std::vector<StepOp> fops = stage_ops(in, vs, true), bops = stage_ops(in, vs, false);
+    const double fc = ops_time(fops, hw, p), bc = ops_time(bops, hw, p);
+    fcs[size_t(vs)] = fc, bcs[size_t(vs)] = bc;
     const int ly = layers[size_t(vs)];
     // Megatron's f and g: two all-reduces of the layer's output per pass; the embedding's in the
     // forward, the head's input gradient in the backward, the loss's max and sum (N floats each).
     double tpf = ly * 2 * tp_ar(act) + (first ? tp_ar(act) : 0) + (last ? 2 * tp_ar(4.0 * x.N) : 0);
     double tpb = ly * 2 * tp_ar(act) + (last ? tp_ar(act) : 0) + (in.recompute == Recompute::full ? ly * 2 * tp_ar(act) : 0);
+    if (ov.tp_comm && l.tp > 1) {  // in tp chunks under the pass's TP GEMMs (userbuffers' ring exchange)
+      auto gemms = [&](const std::vector<StepOp>& ops) {
+        std::vector<StepOp> g;
+        for (const StepOp& o : ops)
+          if (o.kind == StepOp::Kind::gemm) g.push_back(o);
+        return ops_time(g, hw, p);
+      };
+      tpf = overlapped_exposed(tpf, gemms(fops), l.tp), tpb = overlapped_exposed(tpb, gemms(bops), l.tp);
+    }
     // The ring in each layer's forward, and again in its backward (with the forward's again
     // when recompute re-runs attention: full or selective).
     const double cpf = ly * ring_f, cpb = ly * (ring_b + (in.recompute != Recompute::none ? ring_f : 0.0));
-    const double pf = last ? 0 : p2p.time(act), pb = first ? 0 : p2p.time(act);
+    double pf = last ? 0 : send(), pb = first ? 0 : send();
+    if (ov.pp_send && l.schedule == "interleaved")  // overlap_p2p_comm: behind the next chunk's pass
+      pf = std::max(0.0, pf - fc), pb = std::max(0.0, pb - bc);
     // ZeRO-3 gathers each unit's parameters before its forward and again before its backward;
     // stages 2-3 reduce-scatter each micro-batch's gradients (reference/zero/zero.h).
     const double chunk = ly * layer_params(x) + end_params(in, x, first, last, l.pp);
     const int units = ly + (first ? 1 : 0) + (last ? 1 : 0);
-    double zf = 0, zb = 0;
+    // Prefetched, unit i+1's gather hides behind unit i's pass; bucketed, the reduce-scatter
+    // behind the rest of the backward (both against the backward's compute when both are on).
+    double zf = 0, zb = 0, gather = 0;
     if (in.zero.stage == 3) {
-      zf = units * dp_coll(chunk * e / units, true);
-      zb = zf;
+      gather = units * dp_coll(chunk * e / units, true);
+      zf = ov.param_gather_prefetch ? overlapped_exposed(gather, fc, units) : gather;
     }
-    if (in.zero.stage >= 2 && !in.zero.overlap_comm) zb += dp_coll(chunk * ce, true);
-    costs[size_t(vs)] = {fc + tpf + cpf + pf + zf, bc + tpb + cpb + pb + zb, 0};
+    const double rs = in.zero.stage >= 2 && !in.zero.overlap_comm ? dp_coll(chunk * ce, true) : 0.0;
+    const double hidden = (ov.param_gather_prefetch ? gather : 0.0) + (ov.dp_grad_reduce ? rs : 0.0);
+    zb = gather + rs - hidden + overlapped_exposed(hidden, bc, units);
+    const double w = l.schedule == "zb-h1" ? weight_grad_seconds(bops, hw, p) : 0.0;  // ZB-H1's W
+    costs[size_t(vs)] = {fc + tpf + cpf + pf + zf, bc + tpb + cpb + pb + zb, w};
     if (fc + bc + tpf + tpb + cpf + cpb + zf + zb >
         r.forward_compute_s + r.backward_compute_s + r.tp_comm_s + r.cp_comm_s + r.zero_mb_comm_s) {
       r.forward_compute_s = fc, r.backward_compute_s = bc, r.tp_comm_s = tpf + tpb, r.cp_comm_s = cpf + cpb,
       r.zero_mb_comm_s = zf + zb;
     }
-    r.p2p_s = l.pp > 1 ? p2p.time(act) : 0;
+    r.p2p_s = l.pp > 1 ? send() : 0;
   }
   if (nv == 1) {
     r.pipeline_s = m * (costs[0].forward + costs[0].backward);
@@ -430,10 +488,18 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   // updated parameters after the optimizer; with overlap_comm the reduce-scatters of stages 2-3
   // hide under the backward but the last (Rajbhandari et al. 2020; DeepSpeed's overlap_comm).
   const double local = busiest_rank_params(in), shard = std::ceil(local / (in.zero.stage >= 1 ? double(dcp) : 1.0));
-  if (in.zero.stage <= 1) r.dp_comm_s += dp_coll(local * ce, false);
-  if (in.zero.stage == 1 || in.zero.stage == 2) r.dp_comm_s += dp_coll(local * e, true);
-  if (in.zero.stage >= 2 && in.zero.overlap_comm) r.dp_comm_s += dp_coll(local * ce, true);
+  double reduce = 0, gather = 0;
+  if (in.zero.stage <= 1) reduce += dp_coll(local * ce, false);
+  if (in.zero.stage == 1 || in.zero.stage == 2) gather += dp_coll(local * e, true);
+  if (in.zero.stage >= 2 && in.zero.overlap_comm) reduce += dp_coll(local * ce, true);
+  r.dp_comm_s = reduce + gather;
   r.dp_exposed_s = r.dp_comm_s;
+  if (ov.dp_grad_reduce || ov.param_gather_prefetch) {
+    const RankCompute c = busiest_rank_compute(l, fcs, bcs, layers);
+    const int64_t k = dp_bucket_count(ov, local, dcp, c.layers);
+    r.dp_exposed_s = (ov.dp_grad_reduce ? overlapped_exposed(reduce, c.backward, k) : reduce) +
+                     (ov.param_gather_prefetch ? overlapped_exposed(gather, c.forward, k) : gather);
+  }
   r.optimizer_s = ops_time(optimizer_ops(in), hw, p);
   // The global gradient norm (and the fp16 inf/NaN scan): the held gradient, the rank's whole at
   // ZeRO 0-1 and its shard at 2-3, copied to the host and passed over there.

@@ -17,6 +17,7 @@
 
 #include "reference/model/gpt.h"
 #include "reference/analytic/memory_model.h"
+#include "reference/analytic/stack_profile.h"
 #include "reference/layout/process_grid.h"
 #include "reference/zero/zero_config.h"
 
@@ -82,7 +83,8 @@ struct StepTimeHardware {
 
 /// What one step trains: the model, the layout (tp, cp, pp, dp, sp, schedule, virtual stages,
 /// pipeline_layers; its micro_batches are ignored; cp_comm_type is priced as "p2p"), the batch, ZeRO (stage, offload, overlap), recompute,
-/// precision.
+/// precision, and which communication overlaps compute (StepOverlap: all off by default, as the
+/// reference trainer runs; reference/analytic/stack_profile.h).
 struct StepTimeInput {
   GptConfig model{};
   ParallelLayout layout{};
@@ -92,6 +94,7 @@ struct StepTimeInput {
   ZeroConfig zero{};
   Recompute recompute = Recompute::none;
   Precision precision = Precision::fp32;
+  StepOverlap overlap{};
 };
 
 /// One compute op instance of a stage's micro-batch: its family, name and integer shape (what
@@ -154,6 +157,17 @@ void validate_step_time_input(const StepTimeInput& in);
 /// `hw` lacks a rate the input needs (a GEMM rate <= 0 for its precision with no measured time,
 /// no collective fit for a group > 1).
 StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw);
+
+/// Seconds of `ops` on `hw` at precision `p` (each op's measured time or its rate formula, times
+/// its count), the sum predict_step charges for a stage's pass. Errors: InputError when hw lacks a
+/// rate an op needs (as predict_step).
+double ops_seconds(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p);
+
+/// Seconds of the weight-gradient half of `backward_ops`' GEMMs: each matmul_backward does
+/// 4 N C OC FLOPs, 2 N C OC of them dW = dY^T X (Megatron-LM's LinearWithGradAccumulation, the
+/// W pass of Qi et al. 2024 Sec. 2), priced at half its time. What a zero-bubble schedule
+/// defers as W (StageCost::weight). Errors: as ops_seconds.
+double weight_grad_seconds(const std::vector<StepOp>& backward_ops, const StepTimeHardware& hw, Precision p);
 
 /// Seconds of an all-reduce (or, with `half`, a reduce-scatter or all-gather) of `bytes` in
 /// total over `group` ranks on `link`, from hw's fits (CollectiveFit). 0 for group 1.

@@ -1,0 +1,76 @@
+// Communication overlap as the step-time model prices it (StepOverlap: which of a step's
+// transfers run behind compute, and in how many pieces) and the named stack profiles that set
+// it as a training stack does (dtbench's reference trainer, Megatron-LM 2021, Megatron-Core,
+// PyTorch FSDP2). Settings only: the pricing is predict_step's (reference/analytic/
+// step_time_model.cc), the equation overlapped_exposed's; sources in docs/plan.md.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtb {
+
+/// Which communication a step overlaps with compute. Every field off is what dtbench's reference
+/// trainer does (reference/zero/zero.cc: the stage 0-1 gradient all-reduce in reduce_bucket_size
+/// buckets after the backward, blocking; ZeRO-3 gathers blocking before each unit's use;
+/// reference/parallel's TP collectives and pipeline sends blocking), and what the step-time model
+/// priced before these settings existed. ZeroConfig::overlap_comm (the ZeRO-2/3 reduce-scatters
+/// issued async, DeepSpeed's overlap_comm) is separate and unchanged.
+struct StepOverlap {
+  /// The DP gradient reduction (stage 0-1 all-reduce; stage 2-3 reduce-scatter) in buckets
+  /// launched as the backward produces them, all but the last hidden under the rest of the
+  /// backward (Megatron-Core's --overlap-grad-reduce; PyTorch DDP's bucketed hooks; FSDP2's
+  /// per-module reduce-scatter on its own stream).
+  bool dp_grad_reduce = false;
+  /// The bucket, parameters: max(bucket_params, bucket_params_per_dp x the DP group's ranks)
+  /// (Megatron-Core DistributedDataParallelConfig.bucket_size's default max(40e6, 1e6 dp)); 0:
+  /// one bucket per transformer layer (FSDP2's per-module unit; NeMo: "chunked by the
+  /// granularity of a Transformer layer").
+  int64_t bucket_params = 0, bucket_params_per_dp = 0;
+  /// Parameter all-gathers prefetched: ZeRO-3 / FSDP unit i+1's gather behind unit i's compute
+  /// (forward and backward), and the distributed optimizer's (ZeRO 1-2) post-step all-gather
+  /// behind the next forward (Megatron-Core's --overlap-param-gather).
+  bool param_gather_prefetch = false;
+  /// TP collectives overlapped with the TP GEMMs (Megatron-Core --tp-comm-overlap, Transformer
+  /// Engine userbuffers' ring exchange: each collective cut into tp chunks, one per TP rank, all
+  /// but the first hidden under the chunked GEMM).
+  bool tp_comm = false;
+  /// Pipeline sends and receives behind the next compute (Megatron-Core's overlap_p2p_comm)
+  /// instead of blocking.
+  bool pp_send = false;
+  /// The scatter-gather of inter-stage activations (Narayanan et al. 2021 Sec. 4.1): each of the
+  /// tp ranks sends 1/tp of the activation, then an all-gather over the TP group rebuilds it.
+  bool pp_scatter_gather = false;
+};
+
+/// A named training stack: its overlap settings and where each was read.
+struct StackProfile {
+  std::string name;
+  StepOverlap overlap;
+  std::string source;  // the code, flags and papers each setting follows
+};
+
+/// The stacks `dtbench plan --stack` knows, "dtbench" (the default: all off) first.
+const std::vector<StackProfile>& stack_profiles();
+
+/// The profile called `name`. Errors: InputError "--stack NAME: not a known stack (dtbench,
+/// megatron-2021, megatron-core, fsdp2)".
+const StackProfile& find_stack_profile(const std::string& name);
+
+/// Seconds of `comm_s` communication not hidden when it runs in `pieces` equal pieces beside
+/// `compute_s` of compute cut the same way, each piece's transfer behind the next (or previous)
+/// piece's compute on a separate stream, as a two-machine flow shop (Johnson 1954) with equal
+/// jobs: c + (k - 1) max(0, c - w), c = comm_s / k, w = compute_s / k. One piece is always
+/// exposed (the first gather before any compute; the last bucket after the backward); the
+/// result is never below 0 nor above comm_s, and compute is never shortened. pieces < 1 is 1.
+double overlapped_exposed(double comm_s, double compute_s, int64_t pieces);
+
+/// The DP buckets of `params` gradient elements under `o` over a DP group of `dp` ranks,
+/// transformer layers `layers` (the bucket count when bucket_params is 0): at least 1.
+int64_t dp_bucket_count(const StepOverlap& o, double params, int dp, int layers);
+
+/// "grad-reduce bucketed (40M params), param-gather prefetch, tp-comm overlap, p2p overlap" or
+/// "none" : the settings for a plan's header.
+std::string overlap_text(const StepOverlap& o);
+
+}  // namespace dtb
