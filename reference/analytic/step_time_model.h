@@ -12,10 +12,12 @@
 #pragma once
 #include <array>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "reference/model/gpt.h"
+#include "reference/analytic/gemm_model.h"
 #include "reference/analytic/memory_model.h"
 #include "reference/layout/process_grid.h"
 #include "reference/zero/zero_config.h"
@@ -78,6 +80,10 @@ struct StepTimeHardware {
   /// at least 1: what a step's op-to-op switches cost beyond each op timed alone. A calibration
   /// has already multiplied op_seconds and the rates above by it; kept to be reported.
   double op_sequence_factor = 1;
+  /// A GPU's GEMM and fused-attention shape model (gemm_model.h), from a hardware file that gives
+  /// its figures: where present it prices GEMMs (and fused attention) by their shapes instead of
+  /// the flat rates above; op_seconds still come first. Absent for a calibrated CPU machine.
+  std::optional<GemmShapeModel> shape{};
 };
 
 /// What one step trains: the model, the layout (tp, cp, pp, dp, sp, schedule, virtual stages,
@@ -92,6 +98,10 @@ struct StepTimeInput {
   ZeroConfig zero{};
   Recompute recompute = Recompute::none;
   Precision precision = Precision::fp32;
+  /// Attention's core: materialized prices the full square (4 b s^2 C/t forward) at the flat
+  /// rate; fused, with a shape model, the causal fused kernel (fused_attention_seconds); without
+  /// one, fused is priced as materialized (the op's shapes and keys are the same).
+  AttentionKernel attention = AttentionKernel::materialized;
 };
 
 /// One compute op instance of a stage's micro-batch: its family, name and integer shape (what
