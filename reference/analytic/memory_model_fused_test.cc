@@ -74,6 +74,21 @@ TEST(MemoryModelFused, SelectiveSavesOnlyTheLogSumExp) {
   EXPECT_EQ(rs.workspace_bytes - rn.workspace_bytes, s.lse() * 4);
 }
 
+TEST(MemoryModelFused, ContextParallelPassKeepsTheBlockOutputAndLogSumExpOnly) {
+  // cp 2: Tn = 8 rows a rank, chunks of Tc = 4; on pipeline rank 1 (no wpe rows) the transient
+  // workspace is the CP pass's: materialized (Tc Cl + 2 Tc^2 + Tc) e + Tc NHl 4, fused without the
+  // block ops' 2 Tc^2 + Tc scratch.
+  PlanConfig m = plan(Recompute::none, AttentionKernel::materialized);
+  m.layout.cp = 2;
+  PlanConfig f = m;
+  f.attention = AttentionKernel::fused;
+  const uint64_t Tc = 4, Cl = 32, NHl = 2, ab = 2;
+  EXPECT_EQ(transient_workspace_bytes(m, 1), (Tc * Cl + 2 * Tc * Tc + Tc) * ab + Tc * NHl * 4);
+  EXPECT_EQ(transient_workspace_bytes(f, 1), Tc * Cl * ab + Tc * NHl * 4);
+  // The kept attention is the log-sum-exp under both (the CP path's already).
+  EXPECT_EQ(layer_activation_floats(m), layer_activation_floats(f));
+}
+
 TEST(MemoryModelFused, ParsesItsName) {
   EXPECT_EQ(parse_attention_kernel("fused"), AttentionKernel::fused);
   EXPECT_EQ(parse_attention_kernel("materialized"), AttentionKernel::materialized);
