@@ -274,6 +274,10 @@ expect_error "hw_missing.json: missing \"memory.gb_per_s\"" plan --model 10b --g
 hw_case key 's/"gb_per_s": 1244/"gb_per_sec": 1244/' "missing \"memory.gb_per_s\" (found \"memory.gb_per_sec\": misspelt?)"
 hw_case type 's/"ranks_per_node": 8/"ranks_per_node": "8"/' "\"ranks_per_node\" must be an integer"
 hw_case zero 's/"gb_per_s": 1244/"gb_per_s": 0/' "\"memory.gb_per_s\" must be > 0, got 0"
+hw_case sms 's/"sm_count": 108/"sm_count": 0/' "\"sm_count\" must be in [1, 1048576], got 0"
+hw_case kernel 's/"attention_kernel": "fused"/"attention_kernel": "flash"/' "\"attention_kernel\" must be \"materialized\" or \"fused\""
+expect_error "unknown attention kernel 'flash' (materialized, fused)" plan --model 10b --gpus 8 --hardware a100-40gb --attention flash
+expect_error "unknown attention kernel 'flash' (materialized, fused)" memory --model 10b --attention flash
 expect_error "hardware file not found or unreadable: $tmp/nonexistent.json" plan --model 10b --gpus 8 --hardware "$tmp/nonexistent.json"
 expect_error "--hardware 'a100-40g': no such file and no named hardware (did you mean a100-40gb?)" plan --model 10b --gpus 8 --hardware a100-40g
 expect_error "malformed JSON in hardware file $tmp/malformed.json" plan --model 10b --gpus 8 --hardware "$tmp/malformed.json"

@@ -21,7 +21,10 @@ constexpr const char* kPrecisions[] = {"fp32", "bf16", "fp16"};  // index int(Pr
 constexpr const char* kTopKeys[] = {"name",      "description", "device_memory_gib", "ranks_per_node",
                                     "peak_tflops", "gemm",       "attention",          "memory",
                                     "collectives", "p2p_intra",  "p2p_inter",          "host_link",
-                                    "sources",     "ranks_per_core", "host_pass"};
+                                    "sources",     "ranks_per_core", "host_pass",        "sm_count",
+                                    "gemm_tiles",  "gemm_fraction",  "l2_gb_per_s",      "fused_attention",
+                                    "attention_kernel"};
+constexpr const char* kShapeKeys[] = {"sm_count", "gemm_tiles", "gemm_fraction", "l2_gb_per_s", "fused_attention"};
 
 // File units to SI: a value u in the file is u * mul / div in the spec. The writer inverts it so
 // that the reader gives the value back exactly when some u does (hardware_to_json's promise).
@@ -141,6 +144,53 @@ CollectiveFit collective(const json& j, const std::string& path, const std::stri
   return f;
 }
 
+// A fraction of the peak: a number in (0, 1].
+double fraction(Obj& o, const std::string& k) {
+  const double x = o.number(k, true);
+  if (x > 1) o.fail(in_quotes(o.key(k)) + " must be a fraction of the peak in (0, 1], got " + std::to_string(x));
+  return x;
+}
+
+// The shape model's figures (all present: the caller checked), with the file's peak, HBM rate and
+// alphas; validated by the model's own check besides the file's.
+GemmShapeModel shape_model(Obj& top, const HardwareSpec& s, const std::string& where) {
+  GemmShapeModel g;
+  g.sm_count = top.integer("sm_count", 1);
+  const json& tiles = top.at("gemm_tiles");
+  if (!tiles.is_array() || tiles.empty()) top.fail("\"gemm_tiles\" must be a non-empty array of [m, n] tiles");
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const json& t = tiles[i];
+    const bool ok = t.is_array() && t.size() == 2 && t[0].is_number_integer() && t[1].is_number_integer() &&
+                    t[0].get<int64_t>() >= 1 && t[0].get<int64_t>() <= 4096 && t[1].get<int64_t>() >= 1 &&
+                    t[1].get<int64_t>() <= 4096;
+    if (!ok) top.fail(in_quotes("gemm_tiles[" + std::to_string(i) + "]") + " must be [m, n], integers in [1, 4096], got " + printable(t.dump(), 40));
+    g.tiles.push_back({int(t[0].get<int64_t>()), int(t[1].get<int64_t>())});
+  }
+  Obj fr = top.object("gemm_fraction");
+  for (size_t p = 0; p < 3; ++p) g.gemm_fraction[p] = fraction(fr, kPrecisions[p]);
+  fr.done();
+  g.l2_bytes_per_s = kGiga.in(top.number("l2_gb_per_s", true));
+  const json& fa = top.at("fused_attention");
+  if (!fa.is_array() || fa.empty()) top.fail("\"fused_attention\" must be a non-empty array of {head_dim, forward, backward}");
+  for (size_t i = 0; i < fa.size(); ++i) {
+    Obj o(fa[i], "fused_attention[" + std::to_string(i) + "]", where);
+    FusedAttentionFraction f{o.integer("head_dim", 1), fraction(o, "forward"), fraction(o, "backward")};
+    o.done();
+    if (i > 0 && f.head_dim <= g.attention.back().head_dim)
+      top.fail(in_quotes("fused_attention[" + std::to_string(i) + "].head_dim") + " must be larger than the one before it");
+    g.attention.push_back(f);
+  }
+  g.peak_flops = s.peak_flops;
+  g.memory_bytes_per_s = s.hw.memory.per_s;
+  for (size_t p = 0; p < 3; ++p) g.gemm_alpha_s[p] = s.hw.gemm[p].alpha_s, g.attention_alpha_s[p] = s.hw.attention[p].alpha_s;
+  try {
+    validate_gemm_shape_model(g);
+  } catch (const InputError& e) {
+    top.fail(e.what());
+  }
+  return g;
+}
+
 }  // namespace
 
 HardwareSpec hardware_from_json(const json& j, const std::string& where) {
@@ -201,6 +251,21 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
     if (s.hw.ranks_per_core < 1) top.fail("\"ranks_per_core\" must be >= 1, got " + top.at("ranks_per_core").dump());
   }
   if (top.has("host_pass")) s.hw.host_pass = alpha_rate(top.object("host_pass"), "g_elements_per_s", kGiga);
+  // The GEMM and attention shape model: its figures all or none.
+  int shape_keys = 0;
+  for (const char* k : kShapeKeys) shape_keys += top.has(k) ? 1 : 0;
+  if (shape_keys > 0 && shape_keys < int(std::size(kShapeKeys)))
+    for (const char* k : kShapeKeys)
+      if (!top.has(k)) top.fail("missing " + in_quotes(k) + ": the shape model needs sm_count, gemm_tiles, gemm_fraction, l2_gb_per_s and fused_attention together");
+  if (shape_keys > 0) s.hw.shape = shape_model(top, s, where);
+  if (top.has("attention_kernel")) {
+    const json& v = top.at("attention_kernel");
+    if (!v.is_string() || (v != "materialized" && v != "fused"))
+      top.fail("\"attention_kernel\" must be \"materialized\" or \"fused\", got " + printable(v.dump(), 40));
+    s.attention_kernel = parse_attention_kernel(v.get<std::string>());
+    if (s.attention_kernel == AttentionKernel::fused && !s.hw.shape)
+      top.fail("\"attention_kernel\" fused needs the shape model's figures (sm_count, gemm_tiles, gemm_fraction, l2_gb_per_s, fused_attention)");
+  }
   const json& src = top.at("sources");
   if (!src.is_object()) top.fail("\"sources\" must be an object of field -> source text");
   if (src.empty()) top.fail("\"sources\" is empty: say where the figures come from");
@@ -249,6 +314,18 @@ json hardware_to_json(const HardwareSpec& s) {
   j["host_link"] = alpha_rate_json(s.hw.host_link, "gb_per_s", kGiga);
   if (s.hw.ranks_per_core != 1) j["ranks_per_core"] = s.hw.ranks_per_core;
   if (s.hw.host_pass.per_s > 0) j["host_pass"] = alpha_rate_json(s.hw.host_pass, "g_elements_per_s", kGiga);
+  if (s.hw.shape) {
+    const GemmShapeModel& g = *s.hw.shape;
+    j["sm_count"] = g.sm_count;
+    j["gemm_tiles"] = json::array();
+    for (const GemmTile& t : g.tiles) j["gemm_tiles"].push_back({t.m, t.n});
+    for (size_t p = 0; p < 3; ++p) j["gemm_fraction"][kPrecisions[p]] = g.gemm_fraction[p];
+    j["l2_gb_per_s"] = kGiga.out(g.l2_bytes_per_s);
+    j["fused_attention"] = json::array();
+    for (const FusedAttentionFraction& f : g.attention)
+      j["fused_attention"].push_back({{"head_dim", f.head_dim}, {"forward", f.forward}, {"backward", f.backward}});
+  }
+  if (s.attention_kernel != AttentionKernel::materialized) j["attention_kernel"] = std::string(to_string(s.attention_kernel));
   j["sources"] = s.sources.is_object() ? s.sources : json::object();
   return j;
 }

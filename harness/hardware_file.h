@@ -19,7 +19,11 @@ namespace dtb {
 /// collectives [{group, link: "intra_node" | "inter_node", alpha_us, busbw_gb_per_s}, ...],
 /// p2p_intra, p2p_inter, host_link {alpha_us, gb_per_s}, sources {field: "where the figure
 /// comes from"}; optional: ranks_per_core (>= 1, default 1) and host_pass {alpha_us,
-/// g_elements_per_s} (StepTimeHardware's; written by a calibration of a CPU machine).
+/// g_elements_per_s} (StepTimeHardware's; written by a calibration of a CPU machine); the shape
+/// model's figures, all or none (reference/analytic/gemm_model.h): sm_count, gemm_tiles [[m, n],
+/// ...] largest first, gemm_fraction {fp32, bf16, fp16} in (0, 1], l2_gb_per_s, fused_attention
+/// [{head_dim, forward, backward}, ...] ascending; attention_kernel "materialized" (default) or
+/// "fused" (which needs the shape model).
 /// GB = 1e9 bytes (nccl-tests' unit), GiB = 2^30 bytes, TFLOP/s = 1e12 FLOP/s.
 struct HardwareSpec {
   std::string name;
@@ -27,6 +31,8 @@ struct HardwareSpec {
   double device_memory_bytes = 0;      // one GPU's memory, bytes
   std::array<double, 3> peak_flops{};  // dense peak FLOP/s per precision (index int(Precision))
   StepTimeHardware hw;                 // rates in seconds, bytes/s, FLOP/s; op_seconds empty
+  /// The attention kernel the machine's trainers run: `dtbench plan`'s default.
+  AttentionKernel attention_kernel = AttentionKernel::materialized;
   nlohmann::json sources = nlohmann::json::object();  // field -> source text, as the file has it
   /// What reference/analytic/planner.h takes of it.
   PlannerHardware planner() const { return {hw, device_memory_bytes, peak_flops}; }
@@ -40,7 +46,9 @@ nlohmann::json hardware_to_json(const HardwareSpec& s);
 /// Parses a document in the schema, strictly. Errors: InputError "<where>: <what>" naming the key
 /// by its dotted path: missing "memory.gb_per_s", unknown key "gemm.bf16.tflop" (with the
 /// nearest valid name), "ranks_per_node" must be an integer, a rate or peak that is not > 0, an
-/// alpha < 0, a group < 2, a link other than intra_node / inter_node.
+/// alpha < 0, a group < 2, a link other than intra_node / inter_node, a shape figure without the
+/// others, a fraction outside (0, 1], a tile side outside [1, 4096], head dimensions not
+/// ascending, an attention_kernel other than materialized / fused, fused without the shape model.
 HardwareSpec hardware_from_json(const nlohmann::json& j, const std::string& where);
 
 /// Reads and parses `path` (read_input_file: a readable regular file of at most 1 MiB). `where`

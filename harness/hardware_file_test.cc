@@ -52,6 +52,23 @@ void expect_same(const HardwareSpec& a, const HardwareSpec& b) {
   expect_same(a.hw.host_link, b.hw.host_link, "host_link");
   expect_same(a.hw.host_pass, b.hw.host_pass, "host_pass");
   EXPECT_EQ(a.hw.ranks_per_core, b.hw.ranks_per_core);
+  EXPECT_EQ(a.attention_kernel, b.attention_kernel);
+  ASSERT_EQ(a.hw.shape.has_value(), b.hw.shape.has_value());
+  if (a.hw.shape) {
+    const GemmShapeModel &x = *a.hw.shape, &y = *b.hw.shape;
+    EXPECT_EQ(x.sm_count, y.sm_count);
+    ASSERT_EQ(x.tiles.size(), y.tiles.size());
+    for (size_t i = 0; i < x.tiles.size(); ++i) EXPECT_TRUE(x.tiles[i].m == y.tiles[i].m && x.tiles[i].n == y.tiles[i].n);
+    EXPECT_EQ(x.gemm_fraction, y.gemm_fraction);
+    EXPECT_EQ(x.peak_flops, y.peak_flops);
+    EXPECT_EQ(x.l2_bytes_per_s, y.l2_bytes_per_s);
+    EXPECT_EQ(x.memory_bytes_per_s, y.memory_bytes_per_s);
+    EXPECT_EQ(x.gemm_alpha_s, y.gemm_alpha_s);
+    ASSERT_EQ(x.attention.size(), y.attention.size());
+    for (size_t i = 0; i < x.attention.size(); ++i)
+      EXPECT_TRUE(x.attention[i].head_dim == y.attention[i].head_dim && x.attention[i].forward == y.attention[i].forward &&
+                  x.attention[i].backward == y.attention[i].backward);
+  }
   EXPECT_EQ(a.sources, b.sources);
 }
 
@@ -156,6 +173,59 @@ TEST(HardwareFile, MalformedFilesAreRefusedNamingTheKey) {
     }
   }
   EXPECT_THROW(load_hardware_file("/nonexistent/hw.json"), InputError);
+}
+
+// The GEMM shape model's figures: read into SI units, all or none, each malformed one refused.
+TEST(HardwareFile, ShapeModelFigures) {
+  const HardwareSpec a100 = load_hardware_file(shipped("a100-80gb"));
+  ASSERT_TRUE(a100.hw.shape.has_value());
+  EXPECT_EQ(a100.hw.shape->sm_count, 108);
+  EXPECT_EQ(a100.hw.shape->gemm_fraction[1], 0.859);
+  EXPECT_EQ(a100.hw.shape->l2_bytes_per_s, 7219e9);
+  EXPECT_EQ(a100.hw.shape->memory_bytes_per_s, a100.hw.memory.per_s);
+  EXPECT_EQ(a100.hw.shape->peak_flops, a100.peak_flops);
+  EXPECT_EQ(a100.attention_kernel, AttentionKernel::fused);
+  EXPECT_EQ(load_hardware_file(shipped("h100-sxm")).hw.shape->sm_count, 132);
+  EXPECT_EQ(load_hardware_file(shipped("h200-sxm")).hw.shape->sm_count, 132);
+  json j = shipped_json("a100-40gb");  // without the shape model and the kernel: flat rates, materialized
+  for (const char* k : {"sm_count", "gemm_tiles", "gemm_fraction", "l2_gb_per_s", "fused_attention", "attention_kernel"})
+    j.erase(k), j["sources"].erase(k);
+  const HardwareSpec flat = hardware_from_json(j, "x.json");
+  EXPECT_FALSE(flat.hw.shape.has_value());
+  EXPECT_EQ(flat.attention_kernel, AttentionKernel::materialized);
+  EXPECT_FALSE(hardware_to_json(flat).contains("sm_count"));
+  struct Case {
+    std::string what;
+    void (*edit)(json&);
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"one figure missing", [](json& j) { j.erase("l2_gb_per_s"); }, "missing \"l2_gb_per_s\": the shape model needs"},
+      {"fraction above 1", [](json& j) { j["gemm_fraction"]["bf16"] = 1.2; }, "\"gemm_fraction.bf16\" must be a fraction"},
+      {"tile side 0", [](json& j) { j["gemm_tiles"][2] = {0, 128}; }, "\"gemm_tiles[2]\" must be [m, n]"},
+      {"no tiles", [](json& j) { j["gemm_tiles"] = json::array(); }, "\"gemm_tiles\" must be a non-empty array"},
+      {"zero SMs", [](json& j) { j["sm_count"] = 0; }, "\"sm_count\" must be in [1,"},
+      {"head dims descending", [](json& j) { j["fused_attention"][1]["head_dim"] = 32; },
+       "\"fused_attention[1].head_dim\" must be larger"},
+      {"attention fraction 0", [](json& j) { j["fused_attention"][0]["backward"] = 0; },
+       "\"fused_attention[0].backward\" must be > 0"},
+      {"unknown kernel", [](json& j) { j["attention_kernel"] = "flash"; }, "\"attention_kernel\" must be \"materialized\" or \"fused\""},
+      {"fused without the model",
+       [](json& j) {
+         for (const char* k : {"sm_count", "gemm_tiles", "gemm_fraction", "l2_gb_per_s", "fused_attention"}) j.erase(k);
+       },
+       "\"attention_kernel\" fused needs the shape model"},
+  };
+  for (const Case& c : cases) {
+    json k = shipped_json("a100-40gb");
+    c.edit(k);
+    try {
+      hardware_from_json(k, "x.json");
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << c.what << ": " << e.what();
+    }
+  }
 }
 
 TEST(HardwareFile, NamesResolveBesideTheSourceTree) {

@@ -130,7 +130,7 @@ json params_plan(const CLI::App& sub, const MemoryArgs& a) {
                           flag(LayoutKey::schedule), flag(LayoutKey::micro_batches), "--micro-batch-size",
                           flag(LayoutKey::recompute), "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
                           "--moe-layer-freq", flag(LayoutKey::ep), flag(LayoutKey::sequence_parallel),
-                          flag(LayoutKey::pipeline_layers), "--arch", "--kv-heads", "--ffn-hidden"})
+                          flag(LayoutKey::pipeline_layers), "--arch", "--kv-heads", "--ffn-hidden", "--attention"})
     if (given(sub, opt))
       throw InputError(std::string("--params and ") + opt + " exclude each other: --params plans model states "
                        "only (the ZeRO paper's accounting), without a model; " + opt + " describes a model or its step");
@@ -291,7 +291,7 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   if (c.model.moe.num_experts > 0) {
     for (const char* o : {flag(LayoutKey::schedule), flag(LayoutKey::virtual_stages), flag(LayoutKey::micro_batches),
                           "--micro-batch-size", flag(LayoutKey::recompute), "--seq", flag(LayoutKey::sequence_parallel),
-                          flag(LayoutKey::pipeline_layers), flag(LayoutKey::cp), flag(LayoutKey::cp_comm_type)})
+                          flag(LayoutKey::pipeline_layers), flag(LayoutKey::cp), flag(LayoutKey::cp_comm_type), "--attention"})
       if (given(sub, o))
         throw InputError(std::string(o) + " does not apply to an MoE model's plan (model states only; its activations "
                          "are not planned yet)");
@@ -321,6 +321,7 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
   c.zero.offload_optimizer = parse_offload(a.offload) == Offload::cpu;
   c.precision = parse_precision(a.precision);
   c.recompute = parse_recompute(a.recompute);
+  c.attention = parse_attention_kernel(a.attention);
   validate_plan(c);
   const std::vector<RankPlan> stages = plan_stages(c);
   const GptConfig& m = c.model;
@@ -340,7 +341,7 @@ json model_plan(const CLI::App& sub, const MemoryArgs& a) {
                  {"seq_len_per_rank", c.local_tokens()},
                  {"global_batch", c.global_batch()}, {kZeroStage, c.zero.stage},
                  {kOffload, to_string(offload_of(c.zero))}, {"precision", to_string(c.precision)},
-                 {"recompute", to_string(c.recompute)}};
+                 {"recompute", to_string(c.recompute)}, {"attention", to_string(c.attention)}};
   if (l.cp > 1) j["layout"][kCpComm] = l.cp_comm_type;
   size_t busiest = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -441,6 +442,8 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   s->add_option(flag(LayoutKey::offload), a.offload, "none or cpu (ZeRO stages 1-3)");
   s->add_option(flag(LayoutKey::precision), a.precision, "fp32, bf16 or fp16 (default fp32)");
   s->add_option(flag(LayoutKey::recompute), a.recompute, "none, full or selective (default none)");
+  s->add_option("--attention", a.attention, "materialized (the reference trainer's T x T probabilities, default) or fused "
+                "(a GPU's fused kernel: the log-sum-exp only; docs/memory.md)");
   s->add_option(flag(LayoutKey::pipeline_layers), a.pipeline_layers,
                 "layers per virtual stage, e.g. 1+3+3+1 (default: L / (pp v) each)");
   s->add_flag(flag(LayoutKey::sequence_parallel), a.sequence_parallel,
@@ -520,7 +523,7 @@ std::string memory_plan_text(const json& j) {
              m["T"].get<int>(), m["V"].get<int>(), commas(m["params"].get<uint64_t>()).c_str());
     const int cp = l.value(kCp, 1);
     o += fmt("layout: TP %d x %sPP %d x DP %d = %d ranks, %s%s, %d micro-batch%s of %d sequence%s x %d tokens per DP "
-             "rank (global batch %lld)%s; ZeRO %d, offload_optimizer %s, %s, recompute %s\n",
+             "rank (global batch %lld)%s; ZeRO %d, offload_optimizer %s, %s, recompute %s%s\n",
              l[kTp].get<int>(), cp > 1 ? fmt("CP %d x ", cp).c_str() : "", l[kPp].get<int>(), l[kDp].get<int>(),
              l["world"].get<int>(),
              l["schedule"].get<std::string>().c_str(),
@@ -536,7 +539,8 @@ std::string memory_plan_text(const json& j) {
                           l[kCpComm].get<std::string>().c_str()).c_str()
                     : "",
              l[kZeroStage].get<int>(), l[kOffload].get<std::string>().c_str(),
-             l["precision"].get<std::string>().c_str(), l["recompute"].get<std::string>().c_str());
+             l["precision"].get<std::string>().c_str(), l["recompute"].get<std::string>().c_str(),
+             l.value("attention", "") == "fused" ? ", fused attention (log-sum-exp kept, no T x T probabilities)" : "");
     const double busiest = j["busiest_device_bytes"].get<double>();
     const bool gib = busiest >= kGiB;
     const double unit = gib ? kGiB : 1048576.0;

@@ -73,6 +73,7 @@ struct MemoryArgs {
   int zero_stage = 0, gpus_per_node = 0;
   int num_experts = 0, moe_topk = 2, moe_ffn_hidden = 0, moe_layer_freq = 1, ep = 1;  // MoE (docs/moe.md)
   std::string schedule = "1f1b", offload = "none", precision = "fp32", recompute = "none";
+  std::string attention = "materialized";  // --attention: materialized (the reference trainer) or fused
   std::string pipeline_layers;      // --pipeline-layers A+B+..: layers per virtual stage (empty: even)
   bool sequence_parallel = false;  // --sequence-parallel (with --tp > 1)
   bool json = false;

@@ -84,8 +84,10 @@ json memory_rules_of_thumb(const PlanConfig& c, const std::vector<RankPlan>& sta
             "parallelism, 16-bit)"
           : "activations per layer s b h (34 + 5 a s / h) bytes (Korthikanti et al. 2022, 16-bit; TP: 10 + 24/t + 5as/(ht))",
       fmt("%.3f GiB per layer and micro-batch here vs %.3f GiB by the formula (x%.2f): the reference GPT keeps %s "
-          "activations, both LayerNorm outputs and the softmax output, and has no dropout",
-          ours_layer / kGiB, kor / kGiB, ours_layer / kor, fp32 ? "fp32" : "16-bit"),
+          "activations, both LayerNorm outputs and %s, and has no dropout",
+          ours_layer / kGiB, kor / kGiB, ours_layer / kor, fp32 ? "fp32" : "16-bit",
+          c.attention == AttentionKernel::fused ? "the fused attention's log-sum-exp (no softmax output)"
+                                                : "the softmax output"),
       std::abs(ours_layer / kor - 1) < 0.05));
   const double first_states = double(stages[0].mem.model_states(Tier::device) + stages[0].mem.model_states(Tier::host));
   if (meg > 0)

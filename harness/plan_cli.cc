@@ -151,6 +151,8 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
                 "N x micro-batch size)");
   s->add_option("--micro-batch-size", a.micro_batch_size, "sequences per micro-batch (default 1)");
   s->add_option(flag(LayoutKey::precision), a.precision, "fp32, bf16 or fp16 (default bf16)");
+  s->add_option("--attention", a.attention,
+                "materialized or fused attention, in memory and time (default: the hardware file's attention_kernel)");
   s->add_option(flag(LayoutKey::tp), a.tp, "fix the tensor-parallel size");
   s->add_option(flag(LayoutKey::pp), a.pp, "fix the pipeline-parallel size");
   s->add_option(flag(LayoutKey::dp), a.dp, "fix the data-parallel size");
@@ -184,6 +186,7 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   r.gpus = a.gpus;
   r.micro_batch_size = a.micro_batch_size;
   r.precision = parse_precision(a.precision);
+  if (given(sub, "--attention")) r.attention = parse_attention_kernel(a.attention);
   for (auto [opt, v] : {std::pair{flag(LayoutKey::tp), a.tp}, std::pair{flag(LayoutKey::pp), a.pp},
                         std::pair{flag(LayoutKey::dp), a.dp}, std::pair{flag(LayoutKey::cp), a.cp}})
     if (given(sub, opt) && v < 1) throw InputError(std::string(opt) + " must be >= 1, got " + std::to_string(v));
@@ -229,6 +232,9 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   const std::string path = resolve_hardware_file(a.hardware);
   const std::string where = path == a.hardware ? path : std::filesystem::path(path).filename().string();
   const HardwareSpec hw = load_hardware_file(path, where);
+  // The attention kernel: --attention, else the stack's (megatron-2021 materialized, megatron-core fused, ...),
+  // else the hardware file's attention_kernel.
+  if (!given(sub, "--attention")) r.attention = stack.attention.value_or(hw.attention_kernel);
   const bool multi_node = hw.hw.ranks_per_node > 0 && r.gpus > hw.hw.ranks_per_node;
   bool inter = false;
   for (const CollectiveFit& f : hw.hw.collectives) inter = inter || f.link == LinkClass::inter_node;
@@ -278,6 +284,7 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
                    {"ranks_per_node", hw.hw.ranks_per_node}, {"peak_flops", hw.peak_flops[size_t(r.precision)]}};
   j["request"] = {{"gpus", r.gpus}, {"global_batch", r.global_batch}, {"micro_batch_size", r.micro_batch_size},
                   {"seq_len", r.tokens()}, {"precision", std::string(to_string(r.precision))},
+                  {"attention", std::string(to_string(r.attention))},
                   {"schedules", r.only_1f1b ? std::string("1f1b")
                                             : fmt("1f1b; at pp > 1 zb-h1 and interleaved at v 2-%d", kMaxPlanVirtualStages)}};
   const StepOverlap& o = r.overlap;
@@ -327,8 +334,9 @@ std::string plan_text(const json& p) {
              h["name"].get<std::string>().c_str(), h["file"].get<std::string>().c_str(),
              h["device_memory_bytes"].get<double>() / kGiB, h["ranks_per_node"].get<int>(),
              h["peak_flops"].get<double>() / 1e12, r["precision"].get<std::string>().c_str());
-  out += fmt("batch     %d sequences x %d tokens, micro-batch size %d, schedules %s\n", r["global_batch"].get<int>(),
-             r["seq_len"].get<int>(), r["micro_batch_size"].get<int>(), r["schedules"].get<std::string>().c_str());
+  out += fmt("batch     %d sequences x %d tokens, micro-batch size %d, schedules %s, %s attention\n",
+             r["global_batch"].get<int>(), r["seq_len"].get<int>(), r["micro_batch_size"].get<int>(),
+             r["schedules"].get<std::string>().c_str(), r["attention"].get<std::string>().c_str());
   out += fmt("stack     %s: overlap %s\n", p["stack"]["name"].get<std::string>().c_str(),
              p["stack"]["overlap"].get<std::string>().c_str());
   out += fmt("layouts   %d feasible of %zu candidates; the best %zu by predicted step time:\n\n", p["feasible"].get<int>(),

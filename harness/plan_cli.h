@@ -21,6 +21,7 @@ struct PlanArgs {
   std::string hardware;
   int global_batch = 0, micro_batch_size = 1;
   std::string precision = "bf16";
+  std::string attention;  // --attention materialized | fused (empty: the hardware file's attention_kernel)
   int tp = 0, pp = 0, dp = 0, cp = 0, zero_stage = -1;
   int top = 10;
   bool json = false;

@@ -82,7 +82,7 @@ done
 rc=0
 "$dtbench" plan --model gpt3-175b --gpus 96 --hardware a100-80gb --tp 8 --pp 12 --stack deepspeed >"$tmp/out6" 2>"$tmp/err6" || rc=$?
 [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/err6")" -eq 1 ] &&
-  grep -q -- "--stack deepspeed: not a known stack (dtbench, megatron-2021, megatron-core, fsdp2)" "$tmp/err6" ||
+  grep -q -- "--stack deepspeed: not a known stack (dtbench, megatron-2021, megatron-core, fsdp2, deepspeed-zero3-2021)" "$tmp/err6" ||
   { echo "FAIL: --stack deepspeed exited $rc:"; cat "$tmp/err6"; exit 1; }
 "$dtbench" plan --model gpt3-175b --gpus 96 --hardware a100-80gb --tp 8 --pp 12 --stack megatron-core --top 1 >"$tmp/out7" ||
   { echo "FAIL: --stack megatron-core"; exit 1; }

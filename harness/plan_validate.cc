@@ -15,6 +15,7 @@
 #include "kernels/error.h"
 #include "reference/analytic/memory_model.h"
 #include "reference/analytic/planner.h"
+#include "reference/analytic/stack_profile.h"
 #include "reference/analytic/step_time_model.h"
 
 namespace dtb {
@@ -89,6 +90,16 @@ LayoutSpec read_layout(const Reader& r, const std::string& text, int gpus, Preci
   return s;
 }
 
+// The software measured: a stack profile's name (reference/analytic/stack_profile.h), whose
+// overlap and attention kernel the row is priced under.
+void read_stack(const Reader& r, const std::string& name) {
+  try {
+    find_stack_profile(name);
+  } catch (const InputError& e) {
+    r.fail("stack", e.what());
+  }
+}
+
 Precision read_precision(const Reader& r) {
   try {
     return parse_precision(r.str("precision"));
@@ -108,6 +119,7 @@ ValidationRow read_row(const Reader& r) {
          {"assumptions"});
   ValidationRow w;
   w.id = r.str("id"), w.source = r.str("source"), w.stack = r.str("stack"), w.hardware = r.str("hardware");
+  read_stack(r, w.stack);
   w.seq_len = r.integer("seq_len"), w.gpus = r.integer("gpus");
   w.model = read_model(r.sub("model"), w.seq_len);
   w.layout_text = r.str("layout");
@@ -143,10 +155,11 @@ ValidationComparison read_comparison(const Reader& r, const std::map<std::string
       if (it->second->flop_convention == "none") r.fail(k, "'" + r.str(k) + "' has no FLOP convention to compare throughputs in");
     }
   } else if (c.kind == "best") {
-    r.keys({"id", "kind", "source", "hardware", "model", "seq_len", "gpus", "global_batch", "precision", "candidates",
-            "winner"},
+    r.keys({"id", "kind", "source", "stack", "hardware", "model", "seq_len", "gpus", "global_batch", "precision",
+            "candidates", "winner"},
            {"assumptions"});
-    c.hardware = r.str("hardware"), c.winner = r.str("winner");
+    c.hardware = r.str("hardware"), c.winner = r.str("winner"), c.stack = r.str("stack");
+    read_stack(r, c.stack);
     c.seq_len = r.integer("seq_len"), c.gpus = r.integer("gpus"), c.global_batch = r.integer("global_batch");
     c.model = read_model(r.sub("model"), c.seq_len);
     const Precision p = read_precision(r);
@@ -175,8 +188,11 @@ ValidationComparison read_comparison(const Reader& r, const std::map<std::string
 
 // predict_step's input for a layout of `model` at this batch (the vocabulary padded as the
 // planner pads it), and the memory model's.
-StepTimeInput step_input(const GptConfig& model, const LayoutSpec& s, int seq, int global_batch, int b) {
+StepTimeInput step_input(const GptConfig& model, const LayoutSpec& s, int seq, int global_batch, int b,
+                         const StackProfile& stack, AttentionKernel hw_attention) {
   StepTimeInput in;
+  in.overlap = stack.overlap;
+  in.attention = stack.attention.value_or(hw_attention);
   in.model = model;
   in.model.V = padded_vocab(model.V, s.l.tp);
   in.layout = s.l;
@@ -202,13 +218,15 @@ double row_flops(const ValidationRow& w) {
 
 RowVerdict judge_row(const ValidationRow& w, const HardwareSpec& hw) {
   RowVerdict v;
-  const StepTimeInput in = step_input(w.model, w.layout, w.seq_len, w.global_batch, w.micro_batch_size);
+  const StepTimeInput in = step_input(w.model, w.layout, w.seq_len, w.global_batch, w.micro_batch_size,
+                                      find_stack_profile(w.stack), hw.attention_kernel);
   v.predicted_s = predict_step(in, hw.hw).step_s;
   v.error = v.predicted_s / w.step_s - 1;
   if (w.flop_convention != "none") v.predicted_tflops = row_flops(w) / (double(w.gpus) * v.predicted_s * 1e12);
   PlanConfig pc;
   pc.model = in.model, pc.layout = in.layout, pc.zero = in.zero, pc.precision = in.precision;
   pc.recompute = in.recompute, pc.seq_len = w.seq_len, pc.micro_batch_size = w.micro_batch_size;
+  pc.attention = in.attention;
   v.device_memory_bytes = hw.device_memory_bytes;
   try {
     const RankPlan busiest = plan_busiest_rank(pc);
@@ -313,7 +331,9 @@ ValidationResult evaluate_validation_set(const ValidationSet& set, bool rows_onl
     std::vector<double> steps;
     for (const ValidationCandidate& v : c.candidates)
       steps.push_back(
-          predict_step(step_input(c.model, v.layout, c.seq_len, c.global_batch, v.micro_batch_size), hardware(cache, c.hardware).hw)
+          predict_step(step_input(c.model, v.layout, c.seq_len, c.global_batch, v.micro_batch_size,
+                                  find_stack_profile(c.stack), hardware(cache, c.hardware).attention_kernel),
+                       hardware(cache, c.hardware).hw)
               .step_s);
     r.comparisons.push_back(judge_comparison(c, steps, set, r.rows));
   }

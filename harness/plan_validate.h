@@ -43,6 +43,7 @@ struct ValidationCandidate {
 /// when the predicted ratio is within `tolerance` (a fraction) of the published one.
 struct ValidationComparison {
   std::string id, kind, source, assumptions, hardware, winner, numerator, denominator;
+  std::string stack;  // best: the stack profile its candidates are priced under (reference/analytic/stack_profile.h)
   GptConfig model{};
   int seq_len = 0, gpus = 0, global_batch = 0;
   std::vector<ValidationCandidate> candidates;

@@ -38,7 +38,7 @@ u64 act_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
 // output). norm_stats: a norm's fp32 statistics per row, 2 (LayerNorm's mean and rstd) or 1
 // (RMSNorm's rstd).
 struct Dims {
-  bool llama = false, cp = false;
+  bool llama = false, cp = false, fused = false;
   u64 B = 0, Tn = 0, BT = 0, R = 0, C = 0, Cl = 0, NHl = 0, KV = 0, KVl = 0, kv_share = 1, hs = 0, Vl = 0;
   u64 Wq = 0, F1 = 0, Fa = 0, norm_stats = 2;
 };
@@ -49,6 +49,7 @@ Dims dims(const PlanConfig& c) {
   Dims d;
   d.llama = is_llama(m);
   d.cp = l.cp > 1;
+  d.fused = c.attention == AttentionKernel::fused;
   d.B = u64(c.micro_batch_size);
   d.Tn = u64(c.local_tokens());
   d.BT = d.B * d.Tn;
@@ -70,14 +71,24 @@ Dims dims(const PlanConfig& c) {
 }
 
 // One layer's kept attention activation (ParallelGpt::att_elems): the (B, NHl, Tn, Tn)
-// probabilities of T, or under context parallelism the (B, Tn, NHl) log-sum-exp the CP core
-// returns, in acc_t<T> (fp32 under every recipe: a statistic here).
-u64 attention_floats(const Dims& d) { return d.cp ? 0 : d.B * d.NHl * d.Tn * d.Tn; }
-u64 attention_lse_floats(const Dims& d) { return d.cp ? d.B * d.Tn * d.NHl : 0; }
+// probabilities of T, or under context parallelism or a fused kernel the (B, Tn, NHl)
+// log-sum-exp the core returns, in acc_t<T> (fp32 under every recipe: a statistic here).
+u64 attention_floats(const Dims& d) { return d.cp || d.fused ? 0 : d.B * d.NHl * d.Tn * d.Tn; }
+u64 attention_lse_floats(const Dims& d) { return d.cp || d.fused ? d.B * d.Tn * d.NHl : 0; }
 // The (B, NHl, Tn, Tn) buffers of T the backward scratch and the recompute scratch hold whatever
 // the attention keeps (ensure_scratch: datt, the selective recompute's matrix, the full
-// recompute layer's att, which under context parallelism holds the log-sum-exp, Tn >= 2).
-u64 attention_matrix_floats(const Dims& d) { return d.B * d.NHl * d.Tn * d.Tn; }
+// recompute layer's att, which under context parallelism holds the log-sum-exp, Tn >= 2). A
+// fused kernel has none: its score and probability tiles live in on-chip memory.
+u64 attention_matrix_floats(const Dims& d) { return d.fused ? 0 : d.B * d.NHl * d.Tn * d.Tn; }
+// A fused kernel's fp32 workspace (0 materialized): its backward's softmax_d, rowsum(dO O), per
+// head and query row, and dq_accum, the fp32 dQ (B, Tr, NHl, hs), Tr = Tn rounded up to 128
+// (flash-attn's mha_bwd, csrc/flash_attn/flash_api.cpp: seqlen_q_rounded); under recompute
+// (selective or full) also the recomputed layer's log-sum-exp (B, Tn, NHl).
+u64 fused_fp32_workspace_floats(const Dims& d, Recompute r) {
+  if (!d.fused) return 0;
+  const u64 Tr = (d.Tn + 127) / 128 * 128;
+  return d.B * d.NHl * Tr + d.B * Tr * d.Cl + (r != Recompute::none ? d.B * d.Tn * d.NHl : 0);
+}
 
 // Of one layer's stored activations in ParallelGpt::acquire (recompute none), the elements of
 // T apart from the attention's: ln1 (R,C), qkv (BT,Wq), atty (BT,Cl), attproj, res2, ln2 (R,C
@@ -117,6 +128,7 @@ std::string_view to_string(Recompute r) {
   return "?";
 }
 std::string_view to_string(Offload o) { return o == Offload::cpu ? "cpu" : "none"; }
+std::string_view to_string(AttentionKernel a) { return a == AttentionKernel::fused ? "fused" : "materialized"; }
 
 Precision parse_precision(const std::string& s) {
   for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
@@ -127,6 +139,11 @@ Recompute parse_recompute(const std::string& s) {
   for (Recompute r : {Recompute::none, Recompute::full, Recompute::selective})
     if (s == to_string(r)) return r;
   throw InputError("unknown recompute '" + s + "' (none, full, selective)");
+}
+AttentionKernel parse_attention_kernel(const std::string& s) {
+  for (AttentionKernel a : {AttentionKernel::materialized, AttentionKernel::fused})
+    if (s == to_string(a)) return a;
+  throw InputError("unknown attention kernel '" + printable(s, 40) + "' (materialized, fused)");
 }
 Offload parse_offload(const std::string& s) {
   for (Offload o : {Offload::none, Offload::cpu})
@@ -397,6 +414,7 @@ uint64_t workspace_floats(const PlanConfig& c) {
   // whatever the attention keeps).
   if (c.recompute == Recompute::full) w += layer_body_floats(d) + layer_stat_floats(d) + attention_matrix_floats(d);
   if (c.recompute == Recompute::selective) w += attention_matrix_floats(d);
+  w += fused_fp32_workspace_floats(d, c.recompute);
   // Llama with a KV head shared by kv_share > 1 TP ranks: kv_grad_, a layer's QKV weight
   // gradient (Wq, C) then (KV, 2 hs, C) to sum over the sharing ranks, held from construction.
   if (d.kv_share > 1) w += (d.Wq + 2 * d.KV * d.hs) * C;
@@ -412,7 +430,10 @@ uint64_t transient_workspace_bytes(const PlanConfig& c, int pp_rank) {
   // NHl, KV = KVl there): a block's output (Tc, Cl) and log-sum-exp (Tc, NHl, acc_t<T>), the
   // block ops' scratch (2 Tc^2 + Tc), and with grouped-query attention (g = NHl / KVl > 1) a
   // block's K/V and its dK/dV repeated to NHl heads ((Tc, 2 Cl) each).
-  const u64 pass = (Tc * d.Cl + 2 * Tc * Tc + Tc + (g > 1 ? 4 * Tc * d.Cl : 0)) * ab + Tc * d.NHl * 4;
+  // A fused kernel keeps the block's output and log-sum-exp only: its scratch is on-chip, and it
+  // reads grouped K/V heads in place (FlashAttention-2's GQA support).
+  const u64 pass = d.fused ? Tc * d.Cl * ab + Tc * d.NHl * 4
+                           : (Tc * d.Cl + 2 * Tc * Tc + Tc + (g > 1 ? 4 * Tc * d.Cl : 0)) * ab + Tc * d.NHl * 4;
   // GPT-2's first stage: wpe's rows at this rank's positions, (Tn, C), in the embedding's
   // forward (TP rank 0) and its backward (every TP rank: embedding_backward's dwpe rows).
   bool first = false;
@@ -476,8 +497,8 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
     r.activation_set_bytes.push_back(set);
     m.at(Tier::device, kAct) += u64(r.activation_sets[size_t(ch)]) * set;
   }
-  // The recomputed layer's norm statistics, fp32.
-  const u64 ws_stats = c.recompute == Recompute::full ? layer_stat_floats(d) : 0;
+  // The recomputed layer's norm statistics and a fused kernel's workspace, fp32.
+  const u64 ws_stats = (c.recompute == Recompute::full ? layer_stat_floats(d) : 0) + fused_fp32_workspace_floats(d, c.recompute);
   r.transient_workspace_bytes = transient_workspace_bytes(c, pp_rank);
   r.workspace_bytes = (workspace_floats(c) - ws_stats) * ab + ws_stats * 4 + r.transient_workspace_bytes;
   m.at(Tier::device, kWork) = r.workspace_bytes;

@@ -44,16 +44,26 @@ constexpr Precision precision_of() {
 enum class Recompute { none, full, selective };
 /// Where the optimizer state and its fp32 working copies live (DeepSpeed offload_optimizer).
 enum class Offload { none, cpu };
+/// How attention's core runs. materialized: the reference trainer's kernels, which store each
+/// layer's (B, NHl, Tn, Tn) probabilities for the backward and time the full square (the CPU
+/// backend's, and the exact plan the memory suite checks). fused: a GPU's fused kernel
+/// (FlashAttention-2, Dao 2023, arXiv 2307.08691 Sec. 3.1; Transformer Engine's and cuDNN's
+/// fused attention), which keeps per row and head only the fp32 log-sum-exp of the softmax and
+/// skips the causal square's blocks above the diagonal.
+enum class AttentionKernel { materialized, fused };
 
 std::string_view to_string(Precision p);
 std::string_view to_string(Recompute r);
 std::string_view to_string(Offload o);
+std::string_view to_string(AttentionKernel a);
 /// ZeroConfig::offload_optimizer as the memory model's Offload.
 inline Offload offload_of(const ZeroConfig& z) { return z.offload_optimizer ? Offload::cpu : Offload::none; }
 /// Parses "fp32" | "bf16" | "fp16" (and the others' names); InputError naming the choices.
 Precision parse_precision(const std::string& s);
 Recompute parse_recompute(const std::string& s);
 Offload parse_offload(const std::string& s);
+/// Parses "materialized" | "fused"; InputError "unknown attention kernel 'x' (materialized, fused)".
+AttentionKernel parse_attention_kernel(const std::string& s);
 
 /// Bytes per (tier, category): what Device::stats() reports, predicted.
 template <typename Num>
@@ -161,6 +171,9 @@ struct PlanConfig {
   Recompute recompute = Recompute::none;
   int seq_len = 0;
   int micro_batch_size = 1;
+  /// materialized: the reference trainer's plan, byte for byte; fused: attention's core as a fused
+  /// GPU kernel keeps it (layer_activation_floats, workspace_floats).
+  AttentionKernel attention = AttentionKernel::materialized;
   int64_t global_batch() const { return int64_t(micro_batch_size) * layout.dp * layout.micro_batches; }
   int tokens() const { return seq_len > 0 ? seq_len : model.T; }
   /// The rows of each sequence one rank trains: tokens(), or its tokens() / cp under context
@@ -236,7 +249,10 @@ uint64_t activation_set_floats(const PlanConfig& c, int virtual_stage);
 uint64_t workspace_floats(const PlanConfig& c);
 /// Elements one transformer layer keeps per micro-batch: recompute none 6 R C + 2 s R +
 /// BT (Wq + Cl + F1 + Fa) + the attention's (B NHl Tn^2 probabilities, or under context
-/// parallelism the B Tn NHl log-sum-exp); selective without the attention's; full R C. s = 2
+/// parallelism or a fused kernel the B Tn NHl log-sum-exp); selective without the attention's;
+/// full R C. workspace_floats under a fused kernel: no (B, NHl, Tn, Tn) buffers, and flash-attn's
+/// fp32 backward scratch (softmax_d B NHl Tr, dq_accum B Tr Cl, Tr = Tn rounded up to 128) plus
+/// under recompute the recomputed layer's log-sum-exp (docs/memory.md). s = 2
 /// statistics per norm row (LayerNorm) or 1 (RMSNorm); GPT-2: 6 R C + 4 R + 12 BT Cl + B NHl Tn^2.
 /// R = BT, or BT / tp under sequence parallelism (Korthikanti et al. 2022's 1/t on the
 /// LayerNorm and residual regions).

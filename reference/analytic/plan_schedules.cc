@@ -34,9 +34,9 @@ std::vector<int> balanced_split(const StepTimeInput& in, const StepTimeHardware&
   const Precision pr = in.precision;
   double f[3], b[3], w[3];
   for (int s = 0; s < 3; ++s) {
-    f[s] = ops_seconds(stage_ops(one, s, true), hw, pr);
+    f[s] = ops_seconds(stage_ops(one, s, true), hw, pr, in.attention);
     const std::vector<StepOp> bops = stage_ops(one, s, false);
-    b[s] = ops_seconds(bops, hw, pr), w[s] = weight_grad_seconds(bops, hw, pr);
+    b[s] = ops_seconds(bops, hw, pr, in.attention), w[s] = weight_grad_seconds(bops, hw, pr);
   }
   PartCosts c;
   auto part = [&](double fv, double bv, double wv) {

@@ -70,6 +70,7 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int cp,
           in.zero.stage = z;
           in.recompute = rc;
           in.precision = r.precision;
+          in.attention = r.attention;
           if (!divides) {
             c.rejected_kind = "global batch not divisible by dp x micro-batch size";
             c.rejected = "global batch " + std::to_string(r.global_batch) + " is not divisible by dp " +
@@ -85,6 +86,7 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int cp,
         pc.recompute = rc;
         pc.seq_len = r.tokens();
         pc.micro_batch_size = r.micro_batch_size;
+        pc.attention = r.attention;
         try {
           // The busiest rank's device bytes and, under context parallelism, its ring's K/V and
           // dK/dV blocks (comm_buffer, which RankPlan keeps beside mem: a lower bound of that peak).

@@ -31,6 +31,9 @@ struct PlanRequest {
   int micro_batch_size = 1;  // b, sequences per micro-batch
   int seq_len = 0;          // tokens per sequence (0: model.T)
   Precision precision = Precision::bf16;
+  /// How attention runs, in the memory plan and the step time (memory_model.h AttentionKernel):
+  /// `dtbench plan` takes the hardware file's attention_kernel unless --attention says otherwise.
+  AttentionKernel attention = AttentionKernel::materialized;
   int tp = 0, pp = 0, dp = 0;
   int cp = 0;
   int zero_stage = -1;

@@ -22,7 +22,10 @@ const std::vector<StackProfile>& stack_profiles() {
                  "the contiguous gradient buffer after the backward (megatron/training.py, "
                  "megatron/model/distributed.py allreduce_gradients); TP all-reduces block (mpu/mappings.py); p2p "
                  "blocking, with the scatter-gather optimisation (Narayanan et al. 2021 Sec. 4.1, "
-                 "--scatter-gather-tensors-in-pipeline on by default)"});
+                 "--scatter-gather-tensors-in-pipeline on by default); attention materialized (the fused "
+                 "scaled_upper_triang_masked_softmax kernel of megatron/fused_kernels keeps the s x s "
+                 "probabilities; FlashAttention, Dao et al. 2022, came after)"});
+    p.back().attention = AttentionKernel::materialized;
     StepOverlap mc;
     mc.dp_grad_reduce = true, mc.bucket_params = 40'000'000, mc.bucket_params_per_dp = 1'000'000;
     mc.param_gather_prefetch = true, mc.tp_comm = true, mc.pp_send = true;
@@ -31,13 +34,27 @@ const std::vector<StackProfile>& stack_profiles() {
                  "megatron/core/distributed/distributed_data_parallel_config.py (overlap_grad_reduce, "
                  "overlap_param_gather, bucket_size default max(40000000, 1000000 dp)), "
                  "megatron/core/model_parallel_config.py (tp_comm_overlap: Transformer Engine userbuffers; "
-                 "overlap_p2p_comm, set with virtual stages as NeMo's comm_overlap does)"});
+                 "overlap_p2p_comm, set with virtual stages as NeMo's comm_overlap does); attention fused "
+                 "(Transformer Engine's DotProductAttention, FlashAttention or cuDNN fused attention)"});
+    p.back().attention = AttentionKernel::fused;
     StepOverlap f2;
     f2.dp_grad_reduce = true, f2.param_gather_prefetch = true;
     p.push_back({"fsdp2", f2,
                  "PyTorch FSDP2 (torch/distributed/fsdp/_fully_shard, fully_shard per transformer layer): each "
                  "layer's all-gather on its own stream, prefetched one layer ahead in forward and backward; its "
-                 "gradient reduce-scatter on another stream behind the rest of the backward; no TP or PP overlap"});
+                 "gradient reduce-scatter on another stream behind the rest of the backward; no TP or PP overlap; "
+                 "attention fused (torch.nn.functional.scaled_dot_product_attention's flash or memory-efficient "
+                 "kernel)"});
+    p.back().attention = AttentionKernel::fused;
+    StepOverlap z3;
+    z3.dp_grad_reduce = true, z3.bucket_params = 500'000'000, z3.param_gather_prefetch = true;
+    p.push_back({"deepspeed-zero3-2021", z3,
+                 "DeepSpeed ZeRO-3 as Narayanan et al. 2021 (Table 2) ran it, on Megatron-LM's GPT model: "
+                 "deepspeed/runtime/zero/stage3.py's parameter coordinator prefetches the next modules' "
+                 "all-gathers (stage3_prefetch_bucket_size), overlap_comm reduce-scatters the gradients in "
+                 "reduce_bucket_size buckets (default 5e8 elements) behind the backward (DeepSpeed's "
+                 "docs/_pages/config-json.md); attention materialized, as megatron-2021"});
+    p.back().attention = AttentionKernel::materialized;
     return p;
   }();
   return kProfiles;

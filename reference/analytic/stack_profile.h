@@ -5,8 +5,11 @@
 // step_time_model.cc), the equation overlapped_exposed's; sources in docs/plan.md.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "reference/analytic/memory_model.h"
 
 namespace dtb {
 
@@ -43,18 +46,22 @@ struct StepOverlap {
   bool pp_scatter_gather = false;
 };
 
-/// A named training stack: its overlap settings and where each was read.
+/// A named training stack: its overlap settings, the attention kernel it runs, and where each was
+/// read.
 struct StackProfile {
   std::string name;
   StepOverlap overlap;
   std::string source;  // the code, flags and papers each setting follows
+  /// The attention kernel the stack runs (memory and time), or none: the hardware file's
+  /// attention_kernel (dtbench's reference trainer: materialized on the CPU, what a GPU file says).
+  std::optional<AttentionKernel> attention{};
 };
 
 /// The stacks `dtbench plan --stack` knows, "dtbench" (the default: all off) first.
 const std::vector<StackProfile>& stack_profiles();
 
 /// The profile called `name`. Errors: InputError "--stack NAME: not a known stack (dtbench,
-/// megatron-2021, megatron-core, fsdp2)".
+/// megatron-2021, megatron-core, fsdp2, deepspeed-zero3-2021)".
 const StackProfile& find_stack_profile(const std::string& name);
 
 /// Seconds of `comm_s` communication not hidden when it runs in `pieces` equal pieces beside

@@ -134,7 +134,7 @@ TEST(StackProfile, ProfilesAndRefusal) {
     find_stack_profile("deepspeed");
     FAIL() << "no refusal";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "--stack deepspeed: not a known stack (dtbench, megatron-2021, megatron-core, fsdp2)");
+    EXPECT_STREQ(e.what(), "--stack deepspeed: not a known stack (dtbench, megatron-2021, megatron-core, fsdp2, deepspeed-zero3-2021)");
   }
 }
 

@@ -189,9 +189,27 @@ double busiest_rank_params(const StepTimeInput& in) {
   return most;
 }
 
-double op_time(const StepOp& o, const StepTimeHardware& hw, Precision p) {
+// Seconds of one instance of a GEMM or attention op under the shape model, or -1 where the flat
+// rate prices it (materialized attention). matmul_forward (N, C, OC) is (N x C)(C x OC);
+// matmul_backward is its two GEMMs, each at its own shape: dgrad (N x OC)(OC x C) and wgrad
+// (C x N)(N x OC). Attention (b, sl, Cl, NHl): NHl heads of hs = Cl / NHl, causal.
+double shaped_seconds(const GemmShapeModel& g, const StepOp& o, Precision p, AttentionKernel a) {
+  const auto& d = o.dims;
+  if (o.kind == StepOp::Kind::gemm) {
+    if (o.name == "matmul_forward") return gemm_seconds(g, d[0], d[2], d[1], p);
+    return gemm_seconds(g, d[0], d[1], d[2], p) + gemm_seconds(g, d[1], d[2], d[0], p);
+  }
+  if (a != AttentionKernel::fused) return -1;
+  return fused_attention_seconds(g, d[0], d[3], d[1], d[1], d[2] / d[3], true, o.name == "attention_forward", p);
+}
+
+double op_time(const StepOp& o, const StepTimeHardware& hw, Precision p, AttentionKernel a) {
   const auto it = hw.op_seconds.find(o.key(p));
   if (it != hw.op_seconds.end()) return it->second * o.count;
+  if (hw.shape && o.kind != StepOp::Kind::memory) {
+    const double t = shaped_seconds(*hw.shape, o, p, a);
+    if (t >= 0) return t * o.count;
+  }
   const AlphaBeta& r = o.kind == StepOp::Kind::gemm        ? hw.gemm[size_t(p)]
                        : o.kind == StepOp::Kind::attention ? hw.attention[size_t(p)]
                                                            : hw.memory;
@@ -201,9 +219,9 @@ double op_time(const StepOp& o, const StepTimeHardware& hw, Precision p) {
   return r.time(o.kind == StepOp::Kind::memory ? o.bytes : o.flops) * o.count;
 }
 
-double ops_time(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p) {
+double ops_time(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p, AttentionKernel a) {
   double t = 0;
-  for (const StepOp& o : ops) t += op_time(o, hw, p);
+  for (const StepOp& o : ops) t += op_time(o, hw, p, a);
   return t;
 }
 
@@ -246,12 +264,20 @@ RankCompute busiest_rank_compute(const ParallelLayout& l, const std::vector<doub
 
 }  // namespace
 
-double ops_seconds(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p) { return ops_time(ops, hw, p); }
+double ops_seconds(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p, AttentionKernel a) {
+  return ops_time(ops, hw, p, a);
+}
 
 double weight_grad_seconds(const std::vector<StepOp>& backward_ops, const StepTimeHardware& hw, Precision p) {
   double t = 0;
   for (const StepOp& o : backward_ops)
-    if (o.kind == StepOp::Kind::gemm && o.name == "matmul_backward") t += 0.5 * op_time(o, hw, p);
+    if (o.kind == StepOp::Kind::gemm && o.name == "matmul_backward") {
+      // With a shape model and no measured time, the wgrad GEMM at its own shape (C x N)(N x OC);
+      // else half the op's time (its FLOPs' share).
+      const bool measured = hw.op_seconds.count(o.key(p)) > 0;
+      t += hw.shape && !measured ? o.count * gemm_seconds(*hw.shape, o.dims[1], o.dims[2], o.dims[0], p)
+                                 : 0.5 * op_time(o, hw, p, AttentionKernel::materialized);
+    }
   return t;
 }
 
@@ -408,7 +434,8 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   // hidden as far as that compute is longer, and never shortens it (overlap assumption,
   // docs/plan.md). 0 at cp 1.
   const double kv = 2.0 * x.KVl * x.hs * x.sl * x.b * e;
-  const double attn_f = op_time(attention_op(x, true), hw, p), attn_b = op_time(attention_op(x, false), hw, p);
+  const AttentionKernel ak = in.attention;
+  const double attn_f = op_time(attention_op(x, true), hw, p, ak), attn_b = op_time(attention_op(x, false), hw, p, ak);
   const double ring_f = (l.cp - 1) * std::max(0.0, cp_p2p.time(kv) - attn_f / l.cp);
   const double ring_b = (l.cp - 1) * std::max(0.0, cp_p2p.time(2 * kv) - attn_b / l.cp);
   StepTimeTerms r;
@@ -425,7 +452,7 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   for (int vs = 0; vs < nv; ++vs) {
     const bool first = vs == 0, last = vs == nv - 1;
     const std::vector<StepOp> fops = stage_ops(in, vs, true), bops = stage_ops(in, vs, false);
-    const double fc = ops_time(fops, hw, p), bc = ops_time(bops, hw, p);
+    const double fc = ops_time(fops, hw, p, ak), bc = ops_time(bops, hw, p, ak);
     fcs[size_t(vs)] = fc, bcs[size_t(vs)] = bc;
     const int ly = layers[size_t(vs)];
     // Megatron's f and g: two all-reduces of the layer's output per pass; the embedding's in the
@@ -437,7 +464,7 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
         std::vector<StepOp> g;
         for (const StepOp& o : ops)
           if (o.kind == StepOp::Kind::gemm) g.push_back(o);
-        return ops_time(g, hw, p);
+        return ops_time(g, hw, p, ak);
       };
       tpf = overlapped_exposed(tpf, gemms(fops), l.tp), tpb = overlapped_exposed(tpb, gemms(bops), l.tp);
     }
@@ -500,7 +527,7 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
     r.dp_exposed_s = (ov.dp_grad_reduce ? overlapped_exposed(reduce, c.backward, k) : reduce) +
                      (ov.param_gather_prefetch ? overlapped_exposed(gather, c.forward, k) : gather);
   }
-  r.optimizer_s = ops_time(optimizer_ops(in), hw, p);
+  r.optimizer_s = ops_time(optimizer_ops(in), hw, p, ak);
   // The global gradient norm (and the fp16 inf/NaN scan): the held gradient, the rank's whole at
   // ZeRO 0-1 and its shard at 2-3, copied to the host and passed over there.
   if (hw.host_pass.per_s > 0) {

@@ -12,10 +12,12 @@
 #pragma once
 #include <array>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "reference/model/gpt.h"
+#include "reference/analytic/gemm_model.h"
 #include "reference/analytic/memory_model.h"
 #include "reference/analytic/stack_profile.h"
 #include "reference/layout/process_grid.h"
@@ -79,6 +81,10 @@ struct StepTimeHardware {
   /// at least 1: what a step's op-to-op switches cost beyond each op timed alone. A calibration
   /// has already multiplied op_seconds and the rates above by it; kept to be reported.
   double op_sequence_factor = 1;
+  /// A GPU's GEMM and fused-attention shape model (gemm_model.h), from a hardware file that gives
+  /// its figures: where present it prices GEMMs (and fused attention) by their shapes instead of
+  /// the flat rates above; op_seconds still come first. Absent for a calibrated CPU machine.
+  std::optional<GemmShapeModel> shape{};
 };
 
 /// What one step trains: the model, the layout (tp, cp, pp, dp, sp, schedule, virtual stages,
@@ -95,6 +101,10 @@ struct StepTimeInput {
   Recompute recompute = Recompute::none;
   Precision precision = Precision::fp32;
   StepOverlap overlap{};
+  /// Attention's core: materialized prices the full square (4 b s^2 C/t forward) at the flat
+  /// rate; fused, with a shape model, the causal fused kernel (fused_attention_seconds); without
+  /// one, fused is priced as materialized (the op's shapes and keys are the same).
+  AttentionKernel attention = AttentionKernel::materialized;
 };
 
 /// One compute op instance of a stage's micro-batch: its family, name and integer shape (what
@@ -160,12 +170,14 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw);
 
 /// Seconds of `ops` on `hw` at precision `p` (each op's measured time or its rate formula, times
 /// its count), the sum predict_step charges for a stage's pass. Errors: InputError when hw lacks a
-/// rate an op needs (as predict_step).
-double ops_seconds(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p);
+/// rate an op needs (as predict_step). `a` prices attention's core (StepTimeInput::attention).
+double ops_seconds(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p,
+                   AttentionKernel a = AttentionKernel::materialized);
 
 /// Seconds of the weight-gradient half of `backward_ops`' GEMMs: each matmul_backward does
 /// 4 N C OC FLOPs, 2 N C OC of them dW = dY^T X (Megatron-LM's LinearWithGradAccumulation, the
-/// W pass of Qi et al. 2024 Sec. 2), priced at half its time. What a zero-bubble schedule
+/// W pass of Qi et al. 2024 Sec. 2), priced at half its time, or with hw.shape (and no measured
+/// time) as the wgrad GEMM (C x N)(N x OC) at its own shape. What a zero-bubble schedule
 /// defers as W (StageCost::weight). Errors: as ops_seconds.
 double weight_grad_seconds(const std::vector<StepOp>& backward_ops, const StepTimeHardware& hw, Precision p);
 
