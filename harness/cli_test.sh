@@ -5,6 +5,7 @@
 set -u
 dtbench="$1"
 tmp=$(mktemp -d)
+src=$(cd "$(dirname "$0")/.." && pwd)
 trap 'rm -rf "$tmp"' EXIT
 fails=0; n=0
 
@@ -291,9 +292,22 @@ expect_error "no layout of 3b on 8 GPUs: --tp 8 does not divide the model's 20 h
 expect_error "--zero-stage 3 needs dp > 1 (ZeRO shards over the DP ranks): --tp 8 on --gpus 8 leaves dp 1" plan --model gpt3-175b --gpus 8 --tp 8 --zero-stage 3 --hardware a100-40gb
 expect_error "--zero-stage 1 needs dp > 1 (ZeRO shards over the DP ranks): --pp 8 on --gpus 8 leaves dp 1" plan --model gpt3-175b --gpus 8 --pp 8 --zero-stage 1 --hardware a100-40gb
 expect_error "--zero-stage 2 needs dp > 1 (ZeRO shards over the DP ranks): --gpus 1 leaves dp 1" plan --model 1b --gpus 1 --zero-stage 2 --hardware a100-40gb
-expect_error "no layout of custom on 8 GPUs: --pp 4 does not divide the model's 6 layers" plan --layers 6 --hidden 64 --heads 4 --gpus 8 --pp 4 --hardware a100-40gb
-expect_error "no layout of custom on 8 GPUs: --tp 2 x --dp 2 on --gpus 8 leaves pp = 2, which does not divide the model's 3 layers" plan --layers 3 --hidden 64 --heads 4 --gpus 8 --tp 2 --dp 2 --hardware a100-40gb
-expect_error "no layout of custom on 8 GPUs: --dp 2 on --gpus 8 leaves tp x pp = 4, and no tp dividing the model's 3 heads times a pp dividing its 3 layers makes 4" plan --layers 3 --hidden 48 --heads 3 --gpus 8 --dp 2 --hardware a100-40gb
+# A pp that does not divide the layers is planned with the balancer's split; more stages than layers is not.
+expect_error "no layout of custom on 8 GPUs: --pp 8 is more stages than the model's 6 layers" plan --layers 6 --hidden 64 --heads 4 --gpus 8 --pp 8 --hardware a100-40gb
+expect_error "no layout of custom on 8 GPUs: --tp 2 x --dp 2 on --gpus 8 leaves pp = 2, more stages than the model's 1 layers" plan --layers 1 --hidden 64 --heads 4 --gpus 8 --tp 2 --dp 2 --hardware a100-40gb
+expect_error "no layout of custom on 8 GPUs: --dp 2 on --gpus 8 leaves tp x pp = 4, and no tp dividing the model's 3 heads times a pp of at most its 3 layers makes 4" plan --layers 3 --hidden 48 --heads 3 --gpus 8 --dp 2 --hardware a100-40gb
+expect_error "--schedules zb: expected all or 1f1b" plan --model 1b --gpus 8 --schedules zb --hardware a100-40gb
+# A file without the shape model prices materialized attention only: a fused stack is refused on it.
+/usr/bin/python3 - "$src/harness/hardware/a100-40gb.json" "$tmp/flat.json" <<'PY'
+import json, sys
+h = json.load(open(sys.argv[1]))
+for k in ("sm_count", "gemm_tiles", "gemm_fraction", "l2_gb_per_s", "fused_attention"):
+    h.pop(k, None)
+    h["sources"].pop(k, None)
+h["attention_kernel"] = "materialized"
+json.dump(h, open(sys.argv[2], "w"))
+PY
+expect_error "flat.json has no shape model" plan --model 1b --gpus 8 --stack megatron-core --hardware "$tmp/flat.json"
 expect_error "unknown model '10bb' (did you mean 10b?)" plan --model 10bb --gpus 8 --hardware a100-40gb
 expect_error "--zero-stage must be 0-3, got 4" plan --model 10b --gpus 8 --zero-stage 4 --hardware a100-40gb
 expect_error "moe-6b is an MoE model" plan --model moe-6b --gpus 8 --hardware a100-40gb

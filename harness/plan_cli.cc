@@ -161,11 +161,11 @@ CLI::App* add_plan_subcommand(CLI::App& app, PlanArgs& a) {
   std::string stacks;
   for (const StackProfile& p : stack_profiles()) stacks += (stacks.empty() ? "" : ", ") + p.name;
   s->add_option("--stack", a.stack,
-                "the training stack whose communication overlap the step is priced with: " + stacks +
-                    " (default dtbench: the reference trainer, no overlap; docs/plan.md)");
+                "the training stack the step is priced as (its communication overlap, attention kernel, dropout "
+                "and gradient accumulation): " + stacks + " (default dtbench: the reference trainer; docs/plan.md)");
   s->add_option("--schedules", a.schedules,
-                fmt("all (default: 1f1b; at pp > 1 zb-h1 and interleaved at each v <= %d that splits the layers "
-                    "evenly) or 1f1b (the reference trainer's default schedule alone)",
+                fmt("all (the default: 1f1b, and at pp > 1 zb-h1 and interleaved at each v <= %d that splits the "
+                    "layers evenly) or 1f1b (the reference trainer's default schedule alone)",
                     kMaxPlanVirtualStages));
   s->add_option("--top", a.top, "feasible layouts to print (default 10)");
   s->add_option("--validate", a.validate,
@@ -194,8 +194,10 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   r.tp = a.tp, r.pp = a.pp, r.dp = a.dp, r.cp = a.cp, r.zero_stage = a.zero_stage;
   const StackProfile& stack = find_stack_profile(a.stack);
   r.overlap = stack.overlap;
+  r.dropout = stack.dropout;
+  r.main_grad_accumulation = stack.main_grad_accumulation;
   if (a.schedules != "all" && a.schedules != "1f1b")
-    throw InputError("--schedules " + a.schedules + ": expected all or 1f1b");
+    throw InputError("--schedules " + printable(a.schedules, 40) + ": expected all or 1f1b");
   r.only_1f1b = a.schedules == "1f1b";
   json notes = json::array();
   if (named && named->plan_seq > 0 && !given(sub, "--seq"))
@@ -232,9 +234,11 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   const std::string path = resolve_hardware_file(a.hardware);
   const std::string where = path == a.hardware ? path : std::filesystem::path(path).filename().string();
   const HardwareSpec hw = load_hardware_file(path, where);
-  // The attention kernel: --attention, else the stack's (megatron-2021 materialized, megatron-core fused, ...),
-  // else the hardware file's attention_kernel.
-  if (!given(sub, "--attention")) r.attention = stack.attention.value_or(hw.attention_kernel);
+  r.attention = plan_attention(given(sub, "--attention") ? std::optional(r.attention) : std::nullopt, stack,
+                               hw.attention_kernel);
+  if (r.attention == AttentionKernel::fused && !hw.hw.shape)
+    throw InputError(where + " has no shape model (sm_count, gemm_tiles, gemm_fraction, l2_gb_per_s, fused_attention): "
+                     "fused attention (--attention, or --stack " + stack.name + ") cannot be priced on it");
   const bool multi_node = hw.hw.ranks_per_node > 0 && r.gpus > hw.hw.ranks_per_node;
   bool inter = false;
   for (const CollectiveFit& f : hw.hw.collectives) inter = inter || f.link == LinkClass::inter_node;

@@ -120,7 +120,8 @@ nlohmann::json validation_json(const ValidationSet& set, const ValidationResult&
 std::string validation_text(const nlohmann::json& v);
 
 /// The line every plan prints: the model's error on the shipped set, computed now
-/// ({file, rows, mape, max_abs_error, worst: {id, error}, seconds}). Errors: as load and evaluate.
+/// ({file, rows, mape, max_abs_error, worst: {id, error}, seconds}), or {file, unavailable: why} when
+/// the set cannot be read or priced (no error is raised: a plan does not fail for want of it).
 nlohmann::json published_set_error();
 std::string published_set_error_text(const nlohmann::json& e);
 

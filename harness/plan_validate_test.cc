@@ -41,7 +41,7 @@ json small_set() {
               {"step_s", step}};
   json row2 = row;
   row2["id"] = "r2", row2["published"] = 50, row2["step_s"] = 2 * step;
-  json best = {{"id", "c1"}, {"kind", "best"}, {"source", "a figure"}, {"hardware", "a100-80gb"},
+  json best = {{"id", "c1"}, {"kind", "best"}, {"source", "a figure"}, {"stack", "megatron-2021"}, {"hardware", "a100-80gb"},
                {"model", {{"L", 2}, {"C", 64}, {"NH", 4}, {"V", 256}}}, {"seq_len", 64}, {"gpus", 4},
                {"global_batch", 8}, {"precision", "fp16"},
                {"candidates", {{{"label", "a"}, {"layout", "DP4"}, {"micro_batch_size", 1}},
@@ -92,6 +92,12 @@ TEST(PlanValidate, ReaderRefusesEachMalformedEntryNamingIt) {
   j = small_set();
   j["rows"][0]["gpus"] = "4";
   EXPECT_NE(refusal(j).find("rows[0].gpus: must be an integer"), std::string::npos) << refusal(j);
+  j = small_set();
+  j["rows"][1]["stack"] = "deepspeed";
+  EXPECT_NE(refusal(j).find("rows[1].stack: --stack deepspeed: not a known stack"), std::string::npos) << refusal(j);
+  j = small_set();
+  j["comparisons"][0].erase("stack");
+  EXPECT_NE(refusal(j).find("comparisons[0].stack"), std::string::npos) << refusal(j);
   j = small_set();
   j["comparisons"][0]["winner"] = "c";
   EXPECT_EQ(refusal(j), "set.json: comparisons[0].winner: 'c' is none of the candidates' labels");

@@ -9,6 +9,7 @@
 #include "harness/memory_cli.h"
 #include "kernels/error.h"
 #include "reference/analytic/planner.h"
+#include "reference/analytic/stack_profile.h"
 #include "reference/layout/layout_spec.h"
 
 namespace dtb::claims_impl {
@@ -48,6 +49,8 @@ Scale scale_of(const nlohmann::json& in) {
   s.req.precision = Precision::bf16;
   s.req.micro_batch_size = 1;
   s.req.global_batch = default_global_batch(m.cfg, m.cfg.T, s.req.gpus, 1);
+  // As `dtbench plan` prices it by default: the dtbench stack on the file's attention kernel.
+  s.req.attention = plan_attention(std::nullopt, find_stack_profile("dtbench"), s.hw.attention_kernel);
   return s;
 }
 

@@ -133,4 +133,17 @@ double fused_attention_seconds(const GemmShapeModel& g, int64_t b, int64_t heads
   return g.attention_alpha_s[size_t(p)] + std::max(compute, bytes / g.memory_bytes_per_s);
 }
 
+double materialized_attention_seconds(const GemmShapeModel& g, int64_t b, int64_t heads, int64_t s_q, int64_t s_k,
+                                      int64_t head_dim, bool forward, Precision p) {
+  validate_gemm_shape_model(g);
+  need(b >= 1 && heads >= 1 && s_q >= 1 && s_k >= 1 && head_dim >= 1, "attention sizes must be >= 1");
+  const int64_t bh = b * heads, d = head_dim;
+  const double e = elem_bytes(p), scores = double(bh) * double(s_q) * double(s_k);
+  auto pass = [&](double bytes) { return bytes / g.memory_bytes_per_s; };
+  if (forward)
+    return gemm_seconds(g, bh * s_q, s_k, d, p) + pass(2 * e * scores) + gemm_seconds(g, bh * s_q, d, s_k, p);
+  return gemm_seconds(g, bh * s_k, d, s_q, p) + gemm_seconds(g, bh * s_q, s_k, d, p) + pass(3 * e * scores) +
+         gemm_seconds(g, bh * s_q, d, s_k, p) + gemm_seconds(g, bh * s_k, d, s_q, p);
+}
+
 }  // namespace dtb

@@ -74,4 +74,18 @@ double gemm_seconds(const GemmShapeModel& g, int64_t M, int64_t N, int64_t K, Pr
 double fused_attention_seconds(const GemmShapeModel& g, int64_t b, int64_t heads, int64_t s_q, int64_t s_k,
                                int64_t head_dim, bool causal, bool forward, Precision p);
 
+/// Seconds of attention's core as a materializing stack runs it (Megatron-LM's CoreAttention:
+/// torch.baddbmm for Q K^T, the fused scale-mask-softmax kernel scaled_upper_triang_masked_softmax,
+/// torch.bmm for P V), over b x heads (s_q x s_k) score matrices of head dimension d: the batched
+/// GEMMs at their shapes (gemm_seconds with the batch folded into M: each matrix's tiles are its
+/// own), and the softmax's pass over the scores at the HBM rate: it reads and writes them
+/// (backward: reads P and dP, writes dS). Dropout on the probabilities is its own op
+/// (step_time_model.cc's attention_dropout ops).
+/// Forward: S = Q K^T (M b h s_q, N s_k, K d), P V (b h s_q, d, s_k); backward: dV = P^T dO
+/// (b h s_k, d, s_q), dP = dO V^T (b h s_q, s_k, d), dQ = dS K (b h s_q, d, s_k), dK = dS^T Q
+/// (b h s_k, d, s_q). Causal masking saves nothing: the full square is computed and stored.
+/// Errors: InputError for a size < 1, or an invalid model.
+double materialized_attention_seconds(const GemmShapeModel& g, int64_t b, int64_t heads, int64_t s_q, int64_t s_k,
+                                      int64_t head_dim, bool forward, Precision p);
+
 }  // namespace dtb

@@ -112,6 +112,21 @@ TEST(FusedAttention, HeadDimFractionInterpolates) {
   EXPECT_DOUBLE_EQ(t(256), pair * 256 / 1.0);
 }
 
+TEST(MaterializedAttention, BatchedGemmsAndTheSoftmaxPasses) {
+  // One SM of 128x128 tiles at 2^40 FLOP/s, HBM 2^40 bytes/s; b 2 x 2 heads of 128 x 128 scores,
+  // d 64 in bf16: every GEMM has M = 4 x 128 = 512 (four row tiles, four waves); N = 64 pads to
+  // one 128-wide tile. Forward: Q K^T (K = 64) and P V (K = 128), the softmax reading and writing
+  // 4 x 128^2 two-byte scores; backward: dP = dO V^T (K = 64), dV, dQ, dK (K = 128) and the
+  // softmax's backward reading P and dP and writing dS.
+  GemmShapeModel g = unit_model(1, {{128, 128}});
+  g.memory_bytes_per_s = 0x1p40;
+  const double scores = 4.0 * 128 * 128, k64 = tile_s(g, {128, 128}, 64), k128 = tile_s(g, {128, 128}, 128);
+  EXPECT_DOUBLE_EQ(materialized_attention_seconds(g, 2, 2, 128, 128, 64, true, Precision::bf16),
+                   4 * k64 + 4 * k128 + 2 * 2 * scores / 0x1p40);
+  EXPECT_DOUBLE_EQ(materialized_attention_seconds(g, 2, 2, 128, 128, 64, false, Precision::bf16),
+                   4 * k64 + 12 * k128 + 3 * 2 * scores / 0x1p40);
+}
+
 TEST(GemmShapeModel, Refusals) {
   GemmShapeModel g = unit_model(108, {{128, 128}});
   EXPECT_THROW(gemm_seconds(g, 0, 1, 1, Precision::bf16), InputError);

@@ -63,6 +63,8 @@ void add_layout(const PlanRequest& r, const PlannerHardware& hw, int tp, int cp,
           in.layout.schedule = sc.schedule;
           in.layout.virtual_stages = sc.virtual_stages;
           in.overlap = r.overlap;
+          in.dropout = r.dropout;
+          in.main_grad_accumulation = r.main_grad_accumulation;
           in.layout.micro_batches = m;
           in.global_batch = r.global_batch;
           in.micro_batches = m;
@@ -125,6 +127,7 @@ StepTimeInput balance_input(const PlanRequest& r, int tp, int cp, int pp) {
   in.layout.tp = tp, in.layout.cp = cp, in.layout.pp = pp, in.layout.dp = 1;
   in.global_batch = r.micro_batch_size, in.micro_batches = 1, in.seq_len = r.tokens();
   in.precision = r.precision;
+  in.attention = r.attention, in.dropout = r.dropout, in.main_grad_accumulation = r.main_grad_accumulation;
   return in;
 }
 

@@ -40,6 +40,8 @@ struct PlanRequest {
   /// Which communication every candidate overlaps with compute (a stack profile's settings,
   /// reference/analytic/stack_profile.h; default all off: dtbench's reference trainer).
   StepOverlap overlap{};
+  double dropout = 0;  // the stack's dropout rate (StepTimeInput::dropout)
+  bool main_grad_accumulation = false;  // the stack's (StepTimeInput::main_grad_accumulation)
   /// true: 1F1B alone, the reference trainer's default schedule (`dtbench plan --schedules 1f1b`);
   /// false: every schedule of plan_schedule_choices.
   bool only_1f1b = false;

@@ -24,8 +24,12 @@ const std::vector<StackProfile>& stack_profiles() {
                  "blocking, with the scatter-gather optimisation (Narayanan et al. 2021 Sec. 4.1, "
                  "--scatter-gather-tensors-in-pipeline on by default); attention materialized (the fused "
                  "scaled_upper_triang_masked_softmax kernel of megatron/fused_kernels keeps the s x s "
-                 "probabilities; FlashAttention, Dao et al. 2022, came after)"});
-    p.back().attention = AttentionKernel::materialized;
+                 "probabilities; FlashAttention, Dao et al. 2022, came after); dropout 0.1 on the probabilities "
+                 "and the hidden states (megatron/arguments.py: --attention-dropout and --hidden-dropout default "
+                 "0.1); each micro-batch's fp16 gradients added into the fp32 main_grad buffer by a backward "
+                 "hook (megatron/model/distributed.py: param.main_grad.add_(param.grad.data); the fused "
+                 "--gradient-accumulation-fusion came in 2022)"});
+    p.back().attention = AttentionKernel::materialized, p.back().dropout = 0.1, p.back().main_grad_accumulation = true;
     StepOverlap mc;
     mc.dp_grad_reduce = true, mc.bucket_params = 40'000'000, mc.bucket_params_per_dp = 1'000'000;
     mc.param_gather_prefetch = true, mc.tp_comm = true, mc.pp_send = true;
@@ -48,13 +52,15 @@ const std::vector<StackProfile>& stack_profiles() {
     p.back().attention = AttentionKernel::fused;
     StepOverlap z3;
     z3.dp_grad_reduce = true, z3.bucket_params = 500'000'000, z3.param_gather_prefetch = true;
+    z3.prefetch_params = 50'000'000;
     p.push_back({"deepspeed-zero3-2021", z3,
                  "DeepSpeed ZeRO-3 as Narayanan et al. 2021 (Table 2) ran it, on Megatron-LM's GPT model: "
                  "deepspeed/runtime/zero/stage3.py's parameter coordinator prefetches the next modules' "
-                 "all-gathers (stage3_prefetch_bucket_size), overlap_comm reduce-scatters the gradients in "
-                 "reduce_bucket_size buckets (default 5e8 elements) behind the backward (DeepSpeed's "
-                 "docs/_pages/config-json.md); attention materialized, as megatron-2021"});
-    p.back().attention = AttentionKernel::materialized;
+                 "all-gathers, at most stage3_prefetch_bucket_size = 5e7 elements ahead of use "
+                 "(deepspeed/runtime/zero/config.py); overlap_comm (on by default at stage 3: config.py's "
+                 "overlap_comm_valid) reduce-scatters the gradients in reduce_bucket_size buckets (default 5e8 "
+                 "elements) behind the backward; attention materialized and dropout 0.1, as megatron-2021"});
+    p.back().attention = AttentionKernel::materialized, p.back().dropout = 0.1;
     return p;
   }();
   return kProfiles;
@@ -66,7 +72,11 @@ const StackProfile& find_stack_profile(const std::string& name) {
     if (s.name == name) return s;
     known += (known.empty() ? "" : ", ") + s.name;
   }
-  throw InputError("--stack " + name + ": not a known stack (" + known + ")");
+  throw InputError("--stack " + printable(name, 40) + ": not a known stack (" + known + ")");
+}
+
+AttentionKernel plan_attention(std::optional<AttentionKernel> given, const StackProfile& stack, AttentionKernel hardware) {
+  return given ? *given : stack.attention.value_or(hardware);
 }
 
 double overlapped_exposed(double comm_s, double compute_s, int64_t pieces) {
@@ -89,7 +99,9 @@ std::string overlap_text(const StepOverlap& o) {
   std::string bucket = o.bucket_params > 0 ? std::to_string(o.bucket_params / 1'000'000) + "M params" : "one per layer";
   if (o.bucket_params_per_dp > 0) bucket = "max(" + bucket + ", " + std::to_string(o.bucket_params_per_dp / 1'000'000) + "M x dp)";
   add(o.dp_grad_reduce, "grad reduce behind the backward (buckets: " + bucket + ")");
-  add(o.param_gather_prefetch, "param gather prefetched");
+  add(o.param_gather_prefetch, o.prefetch_params > 0 ? "param gather prefetched (at most " +
+                                                          std::to_string(o.prefetch_params / 1'000'000) + "M params ahead)"
+                                                    : std::string("param gather prefetched"));
   add(o.tp_comm, "TP comm overlapped");
   add(o.pp_send, "p2p overlapped (interleaved)");
   add(o.pp_scatter_gather, "p2p scatter-gather");

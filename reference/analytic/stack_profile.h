@@ -34,6 +34,11 @@ struct StepOverlap {
   /// (forward and backward), and the distributed optimizer's (ZeRO 1-2) post-step all-gather
   /// behind the next forward (Megatron-Core's --overlap-param-gather).
   bool param_gather_prefetch = false;
+  /// The most parameter elements a ZeRO-3 prefetch gathers ahead of use (DeepSpeed's
+  /// stage3_prefetch_bucket_size, default 5e7: "maximum number of parameter elements to fetch ahead
+  /// of use", deepspeed/runtime/zero/config.py); 0: a whole unit ahead (FSDP2, Megatron-Core).
+  /// A unit larger than it is gathered that share early, the rest on use.
+  int64_t prefetch_params = 0;
   /// TP collectives overlapped with the TP GEMMs (Megatron-Core --tp-comm-overlap, Transformer
   /// Engine userbuffers' ring exchange: each collective cut into tp chunks, one per TP rank, all
   /// but the first hidden under the chunked GEMM).
@@ -55,6 +60,11 @@ struct StackProfile {
   /// The attention kernel the stack runs (memory and time), or none: the hardware file's
   /// attention_kernel (dtbench's reference trainer: materialized on the CPU, what a GPU file says).
   std::optional<AttentionKernel> attention{};
+  /// The attention and hidden dropout rate the stack's models train with (StepTimeInput::dropout).
+  double dropout = 0;
+  /// Whether each micro-batch's half-precision gradients are added into fp32 main_grad by a
+  /// separate pass (StepTimeInput::main_grad_accumulation).
+  bool main_grad_accumulation = false;
 };
 
 /// The stacks `dtbench plan --stack` knows, "dtbench" (the default: all off) first.
@@ -63,6 +73,11 @@ const std::vector<StackProfile>& stack_profiles();
 /// The profile called `name`. Errors: InputError "--stack NAME: not a known stack (dtbench,
 /// megatron-2021, megatron-core, fsdp2, deepspeed-zero3-2021)".
 const StackProfile& find_stack_profile(const std::string& name);
+
+/// The attention kernel a plan prices (memory and time): `given` (dtbench plan --attention) when
+/// set, else the stack's (megatron-2021 materialized, megatron-core fused, ...), else `hardware`
+/// (the hardware file's attention_kernel). Pure.
+AttentionKernel plan_attention(std::optional<AttentionKernel> given, const StackProfile& stack, AttentionKernel hardware);
 
 /// Seconds of `comm_s` communication not hidden when it runs in `pieces` equal pieces beside
 /// `compute_s` of compute cut the same way, each piece's transfer behind the next (or previous)

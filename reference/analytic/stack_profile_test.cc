@@ -140,3 +140,76 @@ TEST(StackProfile, ProfilesAndRefusal) {
 
 }  // namespace
 }  // namespace dtb
+
+namespace dtb {
+namespace {
+
+// The prefetch limited to prefetch_params elements ahead (DeepSpeed's stage3_prefetch_bucket_size):
+// of each 316 / 3-parameter unit, 1 element ahead is the share 3 / 316 of its gather, pre =
+// g 3 / 316; the rest waits. Under a long compute each pass then exposes g - pre + pre / 3: in all
+// 4 pre / 3 less than off instead of 4 g / 3.
+TEST(StackProfile, PrefetchLimitedToItsElementsAhead) {
+  StepTimeInput in = tiny();
+  in.global_batch = 2, in.layout.dp = 2, in.zero.stage = 3;
+  const double off = predict_step(in, round_hardware(1e6)).zero_mb_comm_s;
+  const double rs = (off - 4e-5) / 3, g = rs + 2e-5, pre = g * 3 / 316;
+  in.overlap.param_gather_prefetch = true, in.overlap.prefetch_params = 1;
+  EXPECT_NEAR(predict_step(in, round_hardware(1e6)).zero_mb_comm_s, off - 4 * pre / 3, 1e-15);
+  in.overlap.prefetch_params = 1000;  // more than a unit: a whole unit ahead
+  EXPECT_NEAR(predict_step(in, round_hardware(1e6)).zero_mb_comm_s, off - 4 * g / 3, 1e-15);
+}
+
+double op_bytes(const std::vector<StepOp>& ops, const std::string& name, int* count) {
+  for (const StepOp& o : ops)
+    if (o.name == name) return *count = o.count, o.bytes;
+  return *count = 0, 0.0;
+}
+
+// Dropout (megatron-2021's 0.1): on the 1 x 1 x 2 x 2 materialized probabilities in fp32, the
+// forward reads 4 x 4 B and writes them and a 1-byte mask: 4 x 9 = 36 B; the hidden dropout's
+// mask after each of the two residual adds, N C = 2 x 4 = 8 B each; the backward reads the
+// gradient and mask and writes it: 36 B and 8 x 9 = 72 B. Fused attention drops in the kernel.
+TEST(StackProfile, DropoutAddsTheMasksPasses) {
+  StepTimeInput in = tiny();
+  int count = 0;
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, true), "dropout_forward", &count), 0.0);
+  in.dropout = 0.1;
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, true), "attention_dropout_forward", &count), 36.0);
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, true), "dropout_forward", &count), 8.0);
+  EXPECT_EQ(count, 2);
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, false), "attention_dropout_backward", &count), 36.0);
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, false), "dropout_backward", &count), 72.0);
+  in.recompute = Recompute::selective;  // the re-run attention drops again
+  int n = 0;
+  for (const StepOp& o : stage_ops(in, 0, false)) n += o.name == "attention_dropout_forward";
+  EXPECT_EQ(n, 1);
+  in.attention = AttentionKernel::fused;
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, true), "attention_dropout_forward", &count), 0.0);
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, true), "dropout_forward", &count), 8.0);
+}
+
+// megatron-2021's main_grad pass: each micro-batch's bf16 gradients of the stage's 316 parameters
+// read (2 B) and added into fp32 main_grad (read and written, 8 B): 3160 B; none in fp32 or off.
+TEST(StackProfile, MainGradAccumulationPass) {
+  StepTimeInput in = tiny();
+  in.precision = Precision::bf16, in.main_grad_accumulation = true;
+  int count = 0;
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, false), "main_grad_accumulate", &count), 3160.0);
+  in.precision = Precision::fp32;
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, false), "main_grad_accumulate", &count), 0.0);
+  in.precision = Precision::bf16, in.main_grad_accumulation = false;
+  EXPECT_EQ(op_bytes(stage_ops(in, 0, false), "main_grad_accumulate", &count), 0.0);
+}
+
+// The attention kernel a plan prices: --attention, else the stack's, else the hardware file's.
+TEST(StackProfile, AttentionFromFlagThenStackThenHardware) {
+  const auto mat = AttentionKernel::materialized, fused = AttentionKernel::fused;
+  EXPECT_EQ(plan_attention(std::nullopt, find_stack_profile("dtbench"), fused), fused);
+  EXPECT_EQ(plan_attention(std::nullopt, find_stack_profile("megatron-2021"), fused), mat);
+  EXPECT_EQ(plan_attention(std::nullopt, find_stack_profile("megatron-core"), mat), fused);
+  EXPECT_EQ(plan_attention(mat, find_stack_profile("megatron-core"), fused), mat);
+}
+
+}  // namespace
+}  // namespace dtb

@@ -21,6 +21,7 @@ double elem_bytes(Precision p) { return p == Precision::fp32 ? 4.0 : 2.0; }
 struct Shapes {
   int64_t b, s, sl, N, C, Cl, NHl, Vl, Nln, t, cp, hs, KVl, Wl, Fl;
   bool llama;
+  bool dropout, attention_dropout;  // hidden dropout; dropout on materialized probabilities
   double e;
 };
 
@@ -38,6 +39,8 @@ Shapes shapes_of(const StepTimeInput& in) {
   x.NHl = in.model.NH / l.tp;
   x.hs = in.model.C / in.model.NH;
   x.llama = is_llama(in.model);
+  x.dropout = in.dropout > 0;
+  x.attention_dropout = x.dropout && in.attention == AttentionKernel::materialized;
   x.KVl = x.llama ? std::max<int64_t>(1, kv_heads(in.model) / l.tp) : x.NHl;
   x.Wl = (x.NHl + 2 * x.KVl) * x.hs;
   x.Fl = x.llama ? ffn_hidden(in.model) / l.tp : 4 * x.Cl;
@@ -69,6 +72,29 @@ StepOp attention_op(const Shapes& x, bool forward) {
           flops, 0, int(x.cp)};
 }
 
+// Attention's core and, where the stack trains with dropout on materialized probabilities
+// (Megatron-LM's CoreAttention: attention_dropout after the softmax), that dropout: it reads the
+// b NHl sl x sl probabilities (per CP ring step: count cp) and writes them with a one-byte mask
+// (forward), or reads their gradient and the mask and writes it (backward). FlashAttention drops
+// inside the kernel from its RNG state and stores no mask: nothing more under fused attention.
+void attention_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
+  out.push_back(attention_op(x, forward));
+  if (!x.attention_dropout) return;
+  const double scores = double(x.b) * x.NHl * x.sl * x.sl;
+  out.push_back(mem(forward ? "attention_dropout_forward" : "attention_dropout_backward", {x.b, x.sl, x.NHl, x.sl},
+                    scores * (2 * x.e + 1), int(x.cp)));
+}
+
+// Hidden dropout (Megatron-LM's bias_dropout_add after the projection and after the MLP, fused
+// with the residual add): beyond the residual_forward pass, the one-byte mask written (forward);
+// the gradient read and written with the mask (backward). Nothing without dropout.
+void hidden_dropout_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
+  if (!x.dropout) return;
+  const double n = double(x.Nln) * x.C;
+  out.push_back(forward ? mem("dropout_forward", {x.Nln * x.C, 0, 0, 0}, n, 2)
+                        : mem("dropout_backward", {x.Nln * x.C, 0, 0, 0}, n * (2 * x.e + 1), 2));
+}
+
 // One transformer layer's ops on one micro-batch (Megatron-LM's ParallelTransformerLayer: QKV and
 // FC1 column-parallel, projection and FC2 row-parallel).
 void layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
@@ -76,9 +102,10 @@ void layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
   if (forward) {
     out.push_back(mem("layernorm_forward", {x.Nln, x.C, 0, 0}, 2.0 * x.Nln * x.C * e, 2));
     out.push_back(gemm("matmul_forward", x.N, x.C, 3 * x.Cl, false));
-    out.push_back(attention_op(x, true));
+    attention_ops(x, true, out);
     out.push_back(gemm("matmul_forward", x.N, x.Cl, x.C, false));
     out.push_back(mem("residual_forward", {x.Nln * x.C, 0, 0, 0}, 3.0 * x.Nln * x.C * e, 2));
+    hidden_dropout_ops(x, true, out);
     out.push_back(gemm("matmul_forward", x.N, x.C, 4 * x.Cl, false));
     out.push_back(mem("gelu_forward", {x.N * 4 * x.Cl, 0, 0, 0}, 2.0 * x.N * 4 * x.Cl * e));
     out.push_back(gemm("matmul_forward", x.N, 4 * x.Cl, x.C, false));
@@ -87,8 +114,9 @@ void layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
     out.push_back(mem("gelu_backward", {x.N * 4 * x.Cl, 0, 0, 0}, 3.0 * x.N * 4 * x.Cl * e));
     out.push_back(gemm("matmul_backward", x.N, x.C, 4 * x.Cl, true));
     out.push_back(mem("layernorm_backward", {x.Nln, x.C, 0, 0}, 4.0 * x.Nln * x.C * e, 2));
+    hidden_dropout_ops(x, false, out);
     out.push_back(gemm("matmul_backward", x.N, x.Cl, x.C, true));
-    out.push_back(attention_op(x, false));
+    attention_ops(x, false, out);
     out.push_back(gemm("matmul_backward", x.N, x.C, 3 * x.Cl, true));
     // The buffers the accumulating kernels (matmul, GELU and attention backward) write into,
     // cleared first (reference/parallel/tensor_parallel.cc, parallel_gpt_backward.cc): FC2's and GELU's
@@ -114,9 +142,10 @@ void llama_layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
     out.push_back(mem("rmsnorm_forward", {x.Nln, x.C, 0, 0}, 2.0 * x.Nln * x.C * e, 2));
     out.push_back(gemm("matmul_forward", x.N, x.C, x.Wl, false));
     out.push_back(mem("rope_forward", {x.b, x.sl, x.NHl, x.KVl}, rope));
-    out.push_back(attention_op(x, true));
+    attention_ops(x, true, out);
     out.push_back(gemm("matmul_forward", x.N, x.Cl, x.C, false));
     out.push_back(mem("residual_forward", {x.Nln * x.C, 0, 0, 0}, 3.0 * x.Nln * x.C * e, 2));
+    hidden_dropout_ops(x, true, out);
     out.push_back(gemm("matmul_forward", x.N, x.C, 2 * x.Fl, false));
     out.push_back(mem("swiglu_forward", {x.N, x.Fl, 0, 0}, 3.0 * x.N * x.Fl * e));
     out.push_back(gemm("matmul_forward", x.N, x.Fl, x.C, false));
@@ -126,8 +155,9 @@ void llama_layer_ops(const Shapes& x, bool forward, std::vector<StepOp>& out) {
     out.push_back(mem("swiglu_backward", {x.N, x.Fl, 0, 0}, 5.0 * x.N * x.Fl * e));
     out.push_back(gemm("matmul_backward", x.N, x.C, 2 * x.Fl, true));
     out.push_back(mem("rmsnorm_backward", {x.Nln, x.C, 0, 0}, 4.0 * x.Nln * x.C * e, 2));
+    hidden_dropout_ops(x, false, out);
     out.push_back(gemm("matmul_backward", x.N, x.Cl, x.C, true));
-    out.push_back(attention_op(x, false));
+    attention_ops(x, false, out);
     out.push_back(mem("rope_backward", {x.b, x.sl, x.NHl, x.KVl}, rope));
     out.push_back(gemm("matmul_backward", x.N, x.C, x.Wl, true));
     // The cleared gradient buffers, as layer_ops': down's input gradient (N x Fl), SwiGLU's
@@ -189,8 +219,8 @@ double busiest_rank_params(const StepTimeInput& in) {
   return most;
 }
 
-// Seconds of one instance of a GEMM or attention op under the shape model, or -1 where the flat
-// rate prices it (materialized attention). matmul_forward (N, C, OC) is (N x C)(C x OC);
+// Seconds of one instance of a GEMM or attention op under the shape model (attention fused or
+// materialized as its kernels run). matmul_forward (N, C, OC) is (N x C)(C x OC);
 // matmul_backward is its two GEMMs, each at its own shape: dgrad (N x OC)(OC x C) and wgrad
 // (C x N)(N x OC). Attention (b, sl, Cl, NHl): NHl heads of hs = Cl / NHl, causal.
 double shaped_seconds(const GemmShapeModel& g, const StepOp& o, Precision p, AttentionKernel a) {
@@ -199,7 +229,8 @@ double shaped_seconds(const GemmShapeModel& g, const StepOp& o, Precision p, Att
     if (o.name == "matmul_forward") return gemm_seconds(g, d[0], d[2], d[1], p);
     return gemm_seconds(g, d[0], d[1], d[2], p) + gemm_seconds(g, d[1], d[2], d[0], p);
   }
-  if (a != AttentionKernel::fused) return -1;
+  if (a != AttentionKernel::fused)
+    return materialized_attention_seconds(g, d[0], d[3], d[1], d[1], d[2] / d[3], o.name == "attention_forward", p);
   return fused_attention_seconds(g, d[0], d[3], d[1], d[1], d[2] / d[3], true, o.name == "attention_forward", p);
 }
 
@@ -364,10 +395,18 @@ std::vector<StepOp> stage_ops(const StepTimeInput& in, int vs, bool forward) {
   // Recompute: full re-runs each layer's forward in its backward (Chen et al. 2016; Megatron's
   // --recompute-granularity full), selective only attention's core (Korthikanti et al. 2022).
   if (in.recompute == Recompute::full) block_ops(x, true, out);
-  if (in.recompute == Recompute::selective) out.push_back(attention_op(x, true));
+  if (in.recompute == Recompute::selective) attention_ops(x, true, out);
   block_ops(x, false, out);
   scale_counts(out, from, layers);
   if (first) embedding(false);
+  if (in.main_grad_accumulation && x.e < 4) {
+    // Each micro-batch's half-precision gradients added into the fp32 main_grad buffer by a hook
+    // after the backward (Megatron-LM 2021's DistributedDataParallel: param.main_grad.add_(
+    // param.grad.data)): the chunk's parameters, their gradient read (e) and main_grad read and
+    // written (8 bytes).
+    const double params = layers * layer_params(x) + end_params(in, x, first, last, l.pp);
+    out.push_back(mem("main_grad_accumulate", {int64_t(params), 0, 0, 0}, params * (x.e + 8)));
+  }
   return out;
 }
 
@@ -480,14 +519,19 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
     const int units = ly + (first ? 1 : 0) + (last ? 1 : 0);
     // Prefetched, unit i+1's gather hides behind unit i's pass; bucketed, the reduce-scatter
     // behind the rest of the backward (both against the backward's compute when both are on).
-    double zf = 0, zb = 0, gather = 0;
+    // A prefetch limited to prefetch_params elements ahead of use (DeepSpeed's
+    // stage3_prefetch_bucket_size) fetches that share of a larger unit early; the rest waits.
+    double zf = 0, zb = 0, pre = 0;
     if (in.zero.stage == 3) {
-      gather = units * dp_coll(chunk * e / units, true);
-      zf = ov.param_gather_prefetch ? overlapped_exposed(gather, fc, units) : gather;
+      const double gather = units * dp_coll(chunk * e / units, true), unit = chunk / units;
+      const double ahead = ov.prefetch_params > 0 ? std::min(1.0, double(ov.prefetch_params) / unit) : 1.0;
+      pre = ov.param_gather_prefetch ? gather * ahead : 0.0;
+      zf = gather - pre + overlapped_exposed(pre, fc, units);
+      zb = gather - pre;
     }
     const double rs = in.zero.stage >= 2 && !in.zero.overlap_comm ? dp_coll(chunk * ce, true) : 0.0;
-    const double hidden = (ov.param_gather_prefetch ? gather : 0.0) + (ov.dp_grad_reduce ? rs : 0.0);
-    zb = gather + rs - hidden + overlapped_exposed(hidden, bc, units);
+    const double hidden = pre + (ov.dp_grad_reduce ? rs : 0.0);
+    zb += rs - (ov.dp_grad_reduce ? rs : 0.0) + overlapped_exposed(hidden, bc, units);
     const double w = l.schedule == "zb-h1" ? weight_grad_seconds(bops, hw, p) : 0.0;  // ZB-H1's W
     costs[size_t(vs)] = {fc + tpf + cpf + pf + zf, bc + tpb + cpb + pb + zb, w};
     if (fc + bc + tpf + tpb + cpf + cpb + zf + zb >

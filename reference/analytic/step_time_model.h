@@ -105,6 +105,14 @@ struct StepTimeInput {
   /// rate; fused, with a shape model, the causal fused kernel (fused_attention_seconds); without
   /// one, fused is priced as materialized (the op's shapes and keys are the same).
   AttentionKernel attention = AttentionKernel::materialized;
+  /// The attention and hidden dropout rate the stack trains with (StackProfile::dropout; 0: none,
+  /// as dtbench's reference trainer). Its time does not depend on the rate: > 0 adds the masks'
+  /// passes (attention_dropout and dropout ops in stage_ops).
+  double dropout = 0;
+  /// Half-precision gradients accumulated into an fp32 main_grad buffer by a pass after each
+  /// micro-batch's backward (StackProfile::main_grad_accumulation; false: the reference trainer and
+  /// stacks that fuse it into the wgrad GEMM, Megatron-Core's --gradient-accumulation-fusion).
+  bool main_grad_accumulation = false;
 };
 
 /// One compute op instance of a stage's micro-batch: its family, name and integer shape (what

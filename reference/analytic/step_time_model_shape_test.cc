@@ -44,7 +44,8 @@ StepTimeInput input(AttentionKernel a) {
 }
 
 // The ops of `ops` priced by hand: GEMMs forward (N x C)(C x OC), backward dgrad (N x OC)(OC x C)
-// plus wgrad (C x N)(N x OC); attention fused or at the flat rate; memory ops by bytes.
+// plus wgrad (C x N)(N x OC); attention fused, or materialized as its batched GEMMs and softmax
+// passes; memory ops by bytes.
 double by_hand(const std::vector<StepOp>& ops, const StepTimeHardware& hw, AttentionKernel a) {
   const GemmShapeModel& g = *hw.shape;
   double t = 0;
@@ -57,7 +58,9 @@ double by_hand(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Atten
     else if (o.kind == StepOp::Kind::attention && a == AttentionKernel::fused)
       one = fused_attention_seconds(g, d[0], d[3], d[1], d[1], d[2] / d[3], true, o.name == "attention_forward",
                                     Precision::bf16);
-    else if (o.kind == StepOp::Kind::attention) one = hw.attention[1].time(o.flops);
+    else if (o.kind == StepOp::Kind::attention)
+      one = materialized_attention_seconds(g, d[0], d[3], d[1], d[1], d[2] / d[3], o.name == "attention_forward",
+                                           Precision::bf16);
     else one = hw.memory.time(o.bytes);
     t += one * o.count;
   }
