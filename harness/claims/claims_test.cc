@@ -115,6 +115,7 @@ TEST(Claims, ScaleClaimsOnThePlanner) {
   req.gpus = 8;
   req.global_batch = default_global_batch(req.model, req.model.T, 8, 1);
   const HardwareSpec hw = load_hardware_file(resolve_hardware_file("a100-40gb"));
+  req.attention = hw.attention_kernel;  // as dtbench plan prices it by default (the dtbench stack)
   std::string dp, mine;
   for (const PlanCandidate& c : plan_layouts(req, hw.planner())) {
     if (!c.feasible) continue;

@@ -32,7 +32,8 @@ struct PlanRequest {
   int seq_len = 0;          // tokens per sequence (0: model.T)
   Precision precision = Precision::bf16;
   /// How attention runs, in the memory plan and the step time (memory_model.h AttentionKernel):
-  /// `dtbench plan` takes the hardware file's attention_kernel unless --attention says otherwise.
+  /// `dtbench plan` takes --attention, else the --stack's kernel, else the hardware file's
+  /// attention_kernel (plan_attention, stack_profile.h).
   AttentionKernel attention = AttentionKernel::materialized;
   int tp = 0, pp = 0, dp = 0;
   int cp = 0;
