@@ -178,7 +178,12 @@ class RealReports(unittest.TestCase):
 
     def test_same_code_compares_clean(self):
         threshold = LONE_RUN_THRESHOLD
-        gate = ["--threshold", str(threshold), "--suite-threshold", "collectives=20"]
+        # The checkpoint suite's times wait on fsync, which other tenants of a shared disk move while
+        # the CPUs stay idle (the shared-core skip below cannot see it): two lone runs of one commit in
+        # a fresh-clone CI run here (490eb14, 2026-12-06) gave an async commit of 1.8 and 5.7 ms (x3.2)
+        # with 0.01 cores used by others. Like collectives' small messages, judged at 20 here.
+        gate = ["--threshold", str(threshold), "--suite-threshold", "collectives=20", "--suite-threshold",
+                "checkpoint=20"]
         rc, out, err = compare(*self.reports, *gate)
         shared = [self.shared[r.stem] for r in self.reports]
         if rc == 1 and None not in shared and max(shared) > SHARED_CORES:
