@@ -10,21 +10,12 @@
 #include <set>
 
 #include "reference/analytic/planner.h"
+#include "reference/analytic/step_time_test_util.h"
 
 namespace dtb {
 namespace {
 
-PlannerHardware round_hardware() {
-  PlannerHardware h;
-  for (size_t p = 0; p < 3; ++p) h.hw.gemm[p] = h.hw.attention[p] = {0, 1e9};
-  h.hw.memory = {0, 1e9};
-  h.hw.collectives = {{2, LinkClass::intra_node, {1e-5, 1e9}}, {4, LinkClass::intra_node, {1e-5, 1e9}}};
-  h.hw.p2p_intra = h.hw.p2p_inter = {1e-5, 1e9};
-  h.hw.host_link = {0, 1e9};
-  h.device_memory_bytes = 1e18;
-  h.peak_flops = {2e9, 4e9, 4e9};
-  return h;
-}
+PlannerHardware round_hardware() { return test::round_planner_hardware(1e18); }
 
 std::vector<std::string> names(const std::vector<ScheduleChoice>& v) {
   std::vector<std::string> out;

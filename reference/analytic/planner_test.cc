@@ -2,6 +2,7 @@
 // (batch, memory), the ranking, and that a candidate's numbers are predict_step's and the MFU
 // formula's (worked below), so that dropping a dimension, a ZeRO stage or the memory check fails.
 #include "reference/analytic/planner.h"
+#include "reference/analytic/step_time_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -12,18 +13,8 @@
 namespace dtb {
 namespace {
 
-// Round rates (step_time_model_test.cc's): 1 GFLOP/s, 1 GB/s, collectives of 2 and 4 ranks.
-PlannerHardware round_hardware(double memory_bytes) {
-  PlannerHardware h;
-  for (size_t p = 0; p < 3; ++p) h.hw.gemm[p] = h.hw.attention[p] = {0, 1e9};
-  h.hw.memory = {0, 1e9};
-  h.hw.collectives = {{2, LinkClass::intra_node, {1e-5, 1e9}}, {4, LinkClass::intra_node, {1e-5, 1e9}}};
-  h.hw.p2p_intra = h.hw.p2p_inter = {1e-5, 1e9};
-  h.hw.host_link = {0, 1e9};
-  h.device_memory_bytes = memory_bytes;
-  h.peak_flops = {2e9, 4e9, 4e9};
-  return h;
-}
+// Round rates (step_time_test_util.h): 1 GFLOP/s, 1 GB/s, collectives of 2 and 4 ranks.
+PlannerHardware round_hardware(double memory_bytes) { return test::round_planner_hardware(memory_bytes); }
 
 // L 4, C 8, NH 4, T 16, V 100 on 4 GPUs; 8 sequences of 16 tokens, one per micro-batch.
 PlanRequest small_request() {

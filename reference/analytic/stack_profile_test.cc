@@ -8,29 +8,13 @@
 
 #include "kernels/error.h"
 #include "reference/analytic/step_time_model.h"
+#include "reference/analytic/step_time_test_util.h"
 
 namespace dtb {
 namespace {
 
-StepTimeHardware round_hardware(double gemm_rate = 1e9) {
-  StepTimeHardware hw;
-  hw.gemm[0] = {0, gemm_rate};
-  hw.attention[0] = {0, 1e9};
-  hw.memory = {0, 1e9};
-  hw.collectives = {{2, LinkClass::intra_node, {1e-5, 1e9}}, {4, LinkClass::intra_node, {1e-5, 1e9}}};
-  hw.p2p_intra = hw.p2p_inter = {1e-5, 1e9};
-  hw.host_link = {0, 1e9};
-  return hw;
-}
-
-StepTimeInput tiny(int heads = 1) {
-  StepTimeInput in;
-  in.model = GptConfig{.L = 1, .C = 4, .NH = heads, .T = 8, .V = 8};
-  in.global_batch = 1;
-  in.micro_batches = 1;
-  in.seq_len = 2;
-  return in;
-}
+StepTimeHardware round_hardware(double gemm_rate = 1e9) { return test::round_step_hardware(gemm_rate); }
+StepTimeInput tiny(int heads = 1) { return test::tiny_gpt(heads); }
 
 // c = comm / k, w = compute / k; c + (k - 1) max(0, c - w).
 TEST(StackProfile, OverlappedExposedIsTheFlowShopEquation) {

@@ -223,11 +223,16 @@ double busiest_rank_params(const StepTimeInput& in) {
 // materialized as its kernels run). matmul_forward (N, C, OC) is (N x C)(C x OC);
 // matmul_backward is its two GEMMs, each at its own shape: dgrad (N x OC)(OC x C) and wgrad
 // (C x N)(N x OC). Attention (b, sl, Cl, NHl): NHl heads of hs = Cl / NHl, causal.
+// The wgrad GEMM of matmul_backward (N, C, OC): dW = X^T dY, (C x N)(N x OC).
+double wgrad_seconds(const GemmShapeModel& g, const StepOp& o, Precision p) {
+  return gemm_seconds(g, o.dims[1], o.dims[2], o.dims[0], p);
+}
+
 double shaped_seconds(const GemmShapeModel& g, const StepOp& o, Precision p, AttentionKernel a) {
   const auto& d = o.dims;
   if (o.kind == StepOp::Kind::gemm) {
     if (o.name == "matmul_forward") return gemm_seconds(g, d[0], d[2], d[1], p);
-    return gemm_seconds(g, d[0], d[1], d[2], p) + gemm_seconds(g, d[1], d[2], d[0], p);
+    return gemm_seconds(g, d[0], d[1], d[2], p) + wgrad_seconds(g, o, p);  // dgrad (N x OC)(OC x C) + wgrad
   }
   if (a != AttentionKernel::fused)
     return materialized_attention_seconds(g, d[0], d[3], d[1], d[1], d[2] / d[3], o.name == "attention_forward", p);
@@ -306,7 +311,7 @@ double weight_grad_seconds(const std::vector<StepOp>& backward_ops, const StepTi
       // With a shape model and no measured time, the wgrad GEMM at its own shape (C x N)(N x OC);
       // else half the op's time (its FLOPs' share).
       const bool measured = hw.op_seconds.count(o.key(p)) > 0;
-      t += hw.shape && !measured ? o.count * gemm_seconds(*hw.shape, o.dims[1], o.dims[2], o.dims[0], p)
+      t += hw.shape && !measured ? o.count * wgrad_seconds(*hw.shape, o, p)
                                  : 0.5 * op_time(o, hw, p, AttentionKernel::materialized);
     }
   return t;

@@ -2,6 +2,7 @@
 // one sequence of 2 tokens, on a hardware of round rates), so that dropping or changing a term fails
 // a test; the refusals. The arithmetic is in the comments.
 #include "reference/analytic/step_time_model.h"
+#include "reference/analytic/step_time_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -10,28 +11,11 @@
 namespace dtb {
 namespace {
 
-// 1 GFLOP/s for GEMMs and attention, 1 GB/s for memory-bound ops (no latency); collectives
-// 10 us + busbytes / 1 GB/s for groups of 2 and 4; point-to-point 10 us + 1 GB/s.
-StepTimeHardware round_hardware() {
-  StepTimeHardware hw;
-  hw.gemm[0] = {0, 1e9};
-  hw.attention[0] = {0, 1e9};
-  hw.memory = {0, 1e9};
-  hw.collectives = {{2, LinkClass::intra_node, {1e-5, 1e9}}, {4, LinkClass::intra_node, {1e-5, 1e9}}};
-  hw.p2p_intra = hw.p2p_inter = {1e-5, 1e9};
-  hw.host_link = {0, 1e9};
-  return hw;
-}
+// Round rates (step_time_test_util.h): 1 GFLOP/s, 1 GB/s, collectives and sends 10 us + 1 GB/s.
+StepTimeHardware round_hardware() { return test::round_step_hardware(); }
 
 // L 1, C 4, NH 1, T 8, V 8; one sequence of s = 2 tokens: N = 2 rows, fp32 (4 bytes).
-StepTimeInput tiny() {
-  StepTimeInput in;
-  in.model = GptConfig{.L = 1, .C = 4, .NH = 1, .T = 8, .V = 8};
-  in.global_batch = 1;
-  in.micro_batches = 1;
-  in.seq_len = 2;
-  return in;
-}
+StepTimeInput tiny() { return test::tiny_gpt(); }
 
 // Forward of one micro-batch, ns at 1 FLOP/ns and 1 B/ns:
 //  GEMMs 2 N C OC: QKV 2*2*4*12 = 192, proj 64, FC1 256, FC2 256, head 2*2*4*8 = 128 -> 896;
