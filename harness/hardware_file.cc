@@ -23,7 +23,7 @@ constexpr const char* kTopKeys[] = {"name",      "description", "device_memory_g
                                     "collectives", "p2p_intra",  "p2p_inter",          "host_link",
                                     "sources",     "ranks_per_core", "host_pass",        "sm_count",
                                     "gemm_tiles",  "gemm_fraction",  "l2_gb_per_s",      "fused_attention",
-                                    "attention_kernel"};
+                                    "attention_kernel", "ring_protocols"};
 constexpr const char* kShapeKeys[] = {"sm_count", "gemm_tiles", "gemm_fraction", "l2_gb_per_s", "fused_attention"};
 
 // File units to SI: a value u in the file is u * mul / div in the spec. The writer inverts it so
@@ -144,6 +144,29 @@ CollectiveFit collective(const json& j, const std::string& path, const std::stri
   return f;
 }
 
+// NCCL's ring model, protocol by protocol (RingProtocol): a non-empty array, names distinct.
+std::vector<RingProtocol> ring_protocols(const json& j, const std::string& where) {
+  if (!j.is_array() || j.empty() || j.size() > 8)
+    throw InputError(where + ": \"ring_protocols\" must be an array of 1 to 8 {name, base_us, intra_step_us, inter_step_us, busbw_fraction}");
+  std::vector<RingProtocol> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    Obj o(j[i], "ring_protocols[" + std::to_string(i) + "]", where);
+    RingProtocol r;
+    r.name = o.string("name");
+    if (r.name.empty() || r.name.size() > 16) o.fail(in_quotes(o.key("name")) + " must be 1 to 16 characters");
+    for (const RingProtocol& q : out)
+      if (q.name == r.name) o.fail(in_quotes(o.key("name")) + " repeats protocol " + in_quotes(printable(r.name, 16)));
+    r.base_s = kMicro.in(o.number("base_us", false));
+    r.intra_step_s = kMicro.in(o.number("intra_step_us", false));
+    r.inter_step_s = kMicro.in(o.number("inter_step_us", false));
+    r.busbw_fraction = o.number("busbw_fraction", true);
+    if (r.busbw_fraction > 1) o.fail(in_quotes(o.key("busbw_fraction")) + " must be in (0, 1], got " + std::to_string(r.busbw_fraction));
+    o.done();
+    out.push_back(r);
+  }
+  return out;
+}
+
 // A fraction of the peak: a number in (0, 1].
 double fraction(Obj& o, const std::string& k) {
   const double x = o.number(k, true);
@@ -241,6 +264,7 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   if (!intra && s.hw.ranks_per_node > 1)
     top.fail("\"collectives\" has no intra_node fit, which the ranks of a node (\"ranks_per_node\" = " +
              std::to_string(s.hw.ranks_per_node) + ") communicate over");
+  if (top.has("ring_protocols")) s.hw.ring_protocols = ring_protocols(top.at("ring_protocols"), where);
   s.hw.p2p_intra = alpha_rate(top.object("p2p_intra"), "gb_per_s", kGiga);
   s.hw.p2p_inter = alpha_rate(top.object("p2p_inter"), "gb_per_s", kGiga);
   s.hw.host_link = alpha_rate(top.object("host_link"), "gb_per_s", kGiga);
@@ -309,6 +333,9 @@ json hardware_to_json(const HardwareSpec& s) {
                                 {"link", f.link == LinkClass::intra_node ? "intra_node" : "inter_node"},
                                 {"alpha_us", kMicro.out(f.bus.alpha_s)},
                                 {"busbw_gb_per_s", kGiga.out(f.bus.per_s)}});
+  for (const RingProtocol& r : s.hw.ring_protocols)
+    j["ring_protocols"].push_back({{"name", r.name}, {"base_us", kMicro.out(r.base_s)}, {"intra_step_us", kMicro.out(r.intra_step_s)},
+                                   {"inter_step_us", kMicro.out(r.inter_step_s)}, {"busbw_fraction", r.busbw_fraction}});
   j["p2p_intra"] = alpha_rate_json(s.hw.p2p_intra, "gb_per_s", kGiga);
   j["p2p_inter"] = alpha_rate_json(s.hw.p2p_inter, "gb_per_s", kGiga);
   j["host_link"] = alpha_rate_json(s.hw.host_link, "gb_per_s", kGiga);

@@ -47,6 +47,12 @@ void expect_same(const HardwareSpec& a, const HardwareSpec& b) {
     EXPECT_EQ(a.hw.collectives[i].link, b.hw.collectives[i].link);
     expect_same(a.hw.collectives[i].bus, b.hw.collectives[i].bus, "collectives");
   }
+  ASSERT_EQ(a.hw.ring_protocols.size(), b.hw.ring_protocols.size());
+  for (size_t i = 0; i < a.hw.ring_protocols.size(); ++i) {
+    const RingProtocol &x = a.hw.ring_protocols[i], &y = b.hw.ring_protocols[i];
+    EXPECT_TRUE(x.name == y.name && x.base_s == y.base_s && x.intra_step_s == y.intra_step_s &&
+                x.inter_step_s == y.inter_step_s && x.busbw_fraction == y.busbw_fraction) << x.name;
+  }
   expect_same(a.hw.p2p_intra, b.hw.p2p_intra, "p2p_intra");
   expect_same(a.hw.p2p_inter, b.hw.p2p_inter, "p2p_inter");
   expect_same(a.hw.host_link, b.hw.host_link, "host_link");
@@ -82,6 +88,12 @@ TEST(HardwareFile, ShippedFilesLoadInSiUnits) {
   EXPECT_EQ(s.hw.memory.alpha_s, j["memory"]["alpha_us"].get<double>() / 1e6);
   EXPECT_EQ(s.hw.ranks_per_node, j["ranks_per_node"].get<int>());
   EXPECT_EQ(s.hw.collectives.size(), j["collectives"].size());
+  // NCCL's ring model, in microseconds in the file: LL's 3.6 us base, Simple's 9.6 us a network step.
+  ASSERT_EQ(s.hw.ring_protocols.size(), 3u);
+  EXPECT_EQ(s.hw.ring_protocols[0].name, "LL");
+  EXPECT_EQ(s.hw.ring_protocols[0].base_s, 3.6 / 1e6);
+  EXPECT_EQ(s.hw.ring_protocols[2].inter_step_s, 9.6 / 1e6);
+  EXPECT_EQ(s.hw.ring_protocols[0].busbw_fraction, 0.25);
   for (const char* name : kShipped) EXPECT_NO_THROW(load_hardware_file(shipped(name))) << name;
 }
 
@@ -160,6 +172,15 @@ TEST(HardwareFile, MalformedFilesAreRefusedNamingTheKey) {
       {"not an object", [](json& j) { j["memory"] = 1244; }, "\"memory\" must be an object"},
       {"source of nothing", [](json& j) { j["sources"]["hbm"] = "x"; }, "\"sources.hbm\" names no field"},
       {"empty source", [](json& j) { j["sources"]["memory.gb_per_s"] = ""; }, "must be a non-empty string"},
+      {"ring not an array", [](json& j) { j["ring_protocols"] = json::object(); }, "\"ring_protocols\" must be an array of 1 to 8"},
+      {"ring empty", [](json& j) { j["ring_protocols"] = json::array(); }, "\"ring_protocols\" must be an array of 1 to 8"},
+      {"ring repeated", [](json& j) { j["ring_protocols"][1]["name"] = "LL"; }, "\"ring_protocols[1].name\" repeats protocol \"LL\""},
+      {"ring negative step", [](json& j) { j["ring_protocols"][2]["inter_step_us"] = -9.6; },
+       "\"ring_protocols[2].inter_step_us\" must be >= 0"},
+      {"ring fraction", [](json& j) { j["ring_protocols"][0]["busbw_fraction"] = 1.5; },
+       "\"ring_protocols[0].busbw_fraction\" must be in (0, 1]"},
+      {"ring missing key", [](json& j) { j["ring_protocols"][0].erase("base_us"); }, "missing \"ring_protocols[0].base_us\""},
+      {"ring unknown key", [](json& j) { j["ring_protocols"][0]["bas_us"] = 1; }, "unknown key \"ring_protocols[0].bas_us\""},
   };
   for (const Case& c : cases) {
     json j = shipped_json("a100-40gb");

@@ -39,6 +39,11 @@ struct StepOverlap {
   /// of use", deepspeed/runtime/zero/config.py); 0: a whole unit ahead (FSDP2, Megatron-Core).
   /// A unit larger than it is gathered that share early, the rest on use.
   int64_t prefetch_params = 0;
+  /// ZeRO-3 gathers each parameter tensor with its own all-gather (DeepSpeed 2021's stage3.py
+  /// fetch_sub_module: Init._all_gather(params, async_op=True), one torch.distributed.all_gather
+  /// per parameter), each paying a collective's latency; false: one all-gather per unit (FSDP's
+  /// flat parameter, dtbench's trainer's unit buffer).
+  bool gather_per_tensor = false;
   /// TP collectives overlapped with the TP GEMMs (Megatron-Core --tp-comm-overlap, Transformer
   /// Engine userbuffers' ring exchange: each collective cut into tp chunks, one per TP rank, all
   /// but the first hidden under the chunked GEMM).

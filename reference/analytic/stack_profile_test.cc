@@ -143,6 +143,22 @@ TEST(StackProfile, PrefetchLimitedToItsElementsAhead) {
   EXPECT_NEAR(predict_step(in, round_hardware(1e6)).zero_mb_comm_s, off - 4 * g / 3, 1e-15);
 }
 
+// DeepSpeed 2021's per-tensor gathers: the tiny GPT's one stage holds 16 tensors (the layer's 12:
+// ln1 w, b, qkv w, b, proj w, b, ln2 w, b, fc1 w, b, fc2 w, b; wte, wpe, ln_f w, b), gathered one
+// by one, against 3 units (the layer, the embedding, the head). Collectives at 10 us and no
+// bandwidth cost: 2 passes x (16 - 3) x 10 us more.
+TEST(StackProfile, PerTensorGathersPayALatencyEach) {
+  StepTimeInput in = tiny();
+  in.global_batch = 2, in.layout.dp = 2, in.zero.stage = 3;
+  StepTimeHardware hw = round_hardware(1e6);
+  for (CollectiveFit& f : hw.collectives) f.bus.per_s = 0;
+  const double units = predict_step(in, hw).zero_mb_comm_s;
+  in.overlap.gather_per_tensor = true;
+  EXPECT_NEAR(predict_step(in, hw).zero_mb_comm_s - units, 2 * 13 * 1e-5, 1e-15);
+  EXPECT_TRUE(find_stack_profile("deepspeed-zero3-2021").overlap.gather_per_tensor);
+  EXPECT_FALSE(find_stack_profile("fsdp2").overlap.gather_per_tensor);
+}
+
 double op_bytes(const std::vector<StepOp>& ops, const std::string& name, int* count) {
   for (const StepOp& o : ops)
     if (o.name == name) return *count = o.count, o.bytes;

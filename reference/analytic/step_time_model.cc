@@ -180,25 +180,59 @@ void scale_counts(std::vector<StepOp>& ops, size_t from, int k) {
   for (size_t i = from; i < ops.size(); ++i) ops[i].count *= k;
 }
 
-// Parameters of one layer on one TP rank. GPT-2: weights split, row-parallel biases and
-// LayerNorms replicated. Llama: the qkv rows Wl, projection, gate/up and down split, the two
+// The parameter tensors of one layer on one TP rank, elements each. GPT-2: weights split,
+// row-parallel biases and LayerNorms replicated (ln1 w, b; qkv w, b; proj w, b; ln2 w, b; fc1 w,
+// b; fc2 w, b). Llama: the qkv rows Wl, projection, gate/up (one tensor) and down split, the two
 // RMSNorm weights replicated, no biases.
-double layer_params(const Shapes& x) {
+std::vector<double> layer_tensors(const Shapes& x) {
   const double C = double(x.C);
-  if (x.llama) return double(x.Wl) * C + double(x.Cl) * C + 3.0 * double(x.Fl) * C + 2.0 * C;
-  const int t = int(x.t);
-  return (3.0 * C * C + 4.0 * C * C + 4.0 * C * C + C * C) / t + (3.0 * C + 4.0 * C) / t + 2.0 * C + 4.0 * C;
+  if (x.llama) return {C, double(x.Wl) * C, double(x.Cl) * C, C, 2.0 * double(x.Fl) * C, double(x.Fl) * C};
+  const double t = double(x.t);
+  return {C, C, 3 * C * C / t, 3 * C / t, C * C / t, C, C, C, 4 * C * C / t, 4 * C / t, 4 * C * C / t, C};
+}
+
+// Parameters of one layer on one TP rank: its tensors' sum.
+double layer_params(const Shapes& x) {
+  double p = 0;
+  for (double t : layer_tensors(x)) p += t;
+  return p;
 }
 
 // The parameters of virtual stage `vs`'s chunk on one TP rank besides its layers: the first
 // stage's vocabulary-parallel wte (and GPT-2's wpe), the last's final norm (LayerNorm's weight
 // and bias, RMSNorm's weight) and head (GPT-2's tied wte when pp > 1; Llama's untied lmheadw).
-double end_params(const StepTimeInput& in, const Shapes& x, bool first, bool last, int pp) {
+// Tensor by tensor (wte, wpe; norm weight, bias, head), elements each.
+std::vector<double> end_tensors(const StepTimeInput& in, const Shapes& x, bool first, bool last, int pp) {
   const double C = double(x.C), wte = std::ceil(double(in.model.V) / x.t) * C;
+  std::vector<double> t;
+  if (first) t.push_back(wte);
+  if (first && !x.llama) t.push_back(double(in.model.T) * C);
+  if (last) t.push_back(C);
+  if (last && !x.llama) t.push_back(C);
+  if (last && (x.llama || pp > 1)) t.push_back(wte);
+  return t;
+}
+
+double end_params(const StepTimeInput& in, const Shapes& x, bool first, bool last, int pp) {
   double p = 0;
-  if (first) p += wte + (x.llama ? 0.0 : double(in.model.T) * C);
-  if (last) p += x.llama ? C + wte : 2 * C + (pp > 1 ? wte : 0.0);
+  for (double t : end_tensors(in, x, first, last, pp)) p += t;
   return p;
+}
+
+// Seconds of a virtual stage's ZeRO-3 parameter all-gathers before one pass, `gather(n)` one
+// all-gather of n elements: one per unit (each layer, and the embedding and head as units of their
+// own, all at the chunk's mean unit size), or one per parameter tensor (StepOverlap::gather_per_tensor).
+template <class Gather>
+double zero3_gather_seconds(const StepTimeInput& in, const Shapes& x, int layers, bool first, bool last, Gather gather) {
+  const std::vector<double> ends = end_tensors(in, x, first, last, in.layout.pp);
+  double t = 0;
+  if (in.overlap.gather_per_tensor) {
+    for (double n : layer_tensors(x)) t += layers * gather(n);
+    for (double n : ends) t += gather(n);
+    return t;
+  }
+  const int units = layers + (first ? 1 : 0) + (last ? 1 : 0);
+  return units * gather((layers * layer_params(x) + end_params(in, x, first, last, in.layout.pp)) / units);
 }
 
 // The busiest rank's local parameters (its TP shard of its pipeline stage's chunks).
@@ -217,52 +251,6 @@ double busiest_rank_params(const StepTimeInput& in) {
     most = std::max(most, p);
   }
   return most;
-}
-
-// Seconds of one instance of a GEMM or attention op under the shape model (attention fused or
-// materialized as its kernels run). matmul_forward (N, C, OC) is (N x C)(C x OC);
-// matmul_backward is its two GEMMs, each at its own shape: dgrad (N x OC)(OC x C) and wgrad
-// (C x N)(N x OC). Attention (b, sl, Cl, NHl): NHl heads of hs = Cl / NHl, causal.
-// The wgrad GEMM of matmul_backward (N, C, OC): dW = X^T dY, (C x N)(N x OC).
-double wgrad_seconds(const GemmShapeModel& g, const StepOp& o, Precision p) {
-  return gemm_seconds(g, o.dims[1], o.dims[2], o.dims[0], p);
-}
-
-double shaped_seconds(const GemmShapeModel& g, const StepOp& o, Precision p, AttentionKernel a) {
-  const auto& d = o.dims;
-  if (o.kind == StepOp::Kind::gemm) {
-    if (o.name == "matmul_forward") return gemm_seconds(g, d[0], d[2], d[1], p);
-    return gemm_seconds(g, d[0], d[1], d[2], p) + wgrad_seconds(g, o, p);  // dgrad (N x OC)(OC x C) + wgrad
-  }
-  if (a != AttentionKernel::fused)
-    return materialized_attention_seconds(g, d[0], d[3], d[1], d[1], d[2] / d[3], o.name == "attention_forward", p);
-  return fused_attention_seconds(g, d[0], d[3], d[1], d[1], d[2] / d[3], true, o.name == "attention_forward", p);
-}
-
-double op_time(const StepOp& o, const StepTimeHardware& hw, Precision p, AttentionKernel a) {
-  const auto it = hw.op_seconds.find(o.key(p));
-  if (it != hw.op_seconds.end()) return it->second * o.count;
-  if (hw.shape && o.kind != StepOp::Kind::memory) {
-    const double t = shaped_seconds(*hw.shape, o, p, a);
-    if (t >= 0) return t * o.count;
-  }
-  const AlphaBeta& r = o.kind == StepOp::Kind::gemm        ? hw.gemm[size_t(p)]
-                       : o.kind == StepOp::Kind::attention ? hw.attention[size_t(p)]
-                                                           : hw.memory;
-  if (o.kind != StepOp::Kind::memory && r.per_s <= 0)
-    throw InputError("step-time model: the hardware has no " + std::string(o.kind == StepOp::Kind::gemm ? "GEMM" : "attention") +
-                     " rate for " + std::string(to_string(p)) + " and no measured time of " + o.key(p));
-  return r.time(o.kind == StepOp::Kind::memory ? o.bytes : o.flops) * o.count;
-}
-
-double ops_time(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p, AttentionKernel a) {
-  double t = 0;
-  for (const StepOp& o : ops) t += op_time(o, hw, p, a);
-  return t;
-}
-
-LinkClass link_of(const StepTimeHardware& hw, int span_ranks) {
-  return hw.ranks_per_node > 0 && span_ranks > hw.ranks_per_node ? LinkClass::inter_node : LinkClass::intra_node;
 }
 
 // The step's optimizer ops on the busiest rank: zeroing its gradients, AdamW over its share
@@ -299,23 +287,6 @@ RankCompute busiest_rank_compute(const ParallelLayout& l, const std::vector<doub
 }
 
 }  // namespace
-
-double ops_seconds(const std::vector<StepOp>& ops, const StepTimeHardware& hw, Precision p, AttentionKernel a) {
-  return ops_time(ops, hw, p, a);
-}
-
-double weight_grad_seconds(const std::vector<StepOp>& backward_ops, const StepTimeHardware& hw, Precision p) {
-  double t = 0;
-  for (const StepOp& o : backward_ops)
-    if (o.kind == StepOp::Kind::gemm && o.name == "matmul_backward") {
-      // With a shape model and no measured time, the wgrad GEMM at its own shape (C x N)(N x OC);
-      // else half the op's time (its FLOPs' share).
-      const bool measured = hw.op_seconds.count(o.key(p)) > 0;
-      t += hw.shape && !measured ? o.count * wgrad_seconds(*hw.shape, o, p)
-                                 : 0.5 * op_time(o, hw, p, AttentionKernel::materialized);
-    }
-  return t;
-}
 
 std::string StepOp::key(Precision p) const {
   std::string k = name + ":";
@@ -431,21 +402,6 @@ std::vector<StepOp> step_ops(const StepTimeInput& in) {
   return unique;
 }
 
-double collective_seconds(const StepTimeHardware& hw, int group, LinkClass link, double bytes, bool half) {
-  if (group <= 1) return 0;
-  const CollectiveFit* best = nullptr;
-  for (const CollectiveFit& f : hw.collectives) {
-    if (f.link != link) continue;
-    const bool f_ok = f.group >= group, b_ok = best && best->group >= group;
-    if (!best || (f_ok && (!b_ok || f.group < best->group)) || (!f_ok && !b_ok && f.group > best->group)) best = &f;
-  }
-  if (!best)
-    throw InputError(std::string("step-time model: the hardware has no collective fit for the ") +
-                     (link == LinkClass::intra_node ? "intra-node" : "inter-node") + " link");
-  const double busbytes = (half ? ring_gather_factor(group) : ring_all_reduce_factor(group)) * bytes;
-  return best->bus.time(busbytes);
-}
-
 StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) {
   validate_step_time_input(in);
   const ParallelLayout& l = in.layout;
@@ -463,12 +419,13 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   const AlphaBeta& cp_p2p = link_of(hw, l.tp * (l.cp - 1) + 1) == LinkClass::intra_node ? hw.p2p_intra : hw.p2p_inter;
   // A TP all-reduce of n bytes; under sequence parallelism an all-gather plus a reduce-scatter
   // (Korthikanti et al. 2022): the same bus bytes, twice the latency.
+  const int tp_nodes = group_nodes(hw, l.tp, 1), dp_nodes = group_nodes(hw, dcp, l.tp);
   auto tp_ar = [&](double bytes) {
     if (l.tp == 1) return 0.0;
-    return l.sequence_parallel ? 2 * collective_seconds(hw, l.tp, tp_link, bytes, true)
-                               : collective_seconds(hw, l.tp, tp_link, bytes, false);
+    return l.sequence_parallel ? 2 * collective_seconds(hw, l.tp, tp_link, bytes, true, tp_nodes)
+                               : collective_seconds(hw, l.tp, tp_link, bytes, false, tp_nodes);
   };
-  auto dp_coll = [&](double bytes, bool half) { return collective_seconds(hw, dcp, dp_link, bytes, half); };
+  auto dp_coll = [&](double bytes, bool half) { return collective_seconds(hw, dcp, dp_link, bytes, half, dp_nodes); };
   const double act = double(x.N) * x.C * e;  // one activation tensor, bytes
   // Context parallelism's ring (cp_comm_type p2p; Megatron-Core / Transformer Engine's
   // AttnFuncWithCPAndKVP2P): per layer, cp - 1 steps, each sending the rank's K and V blocks
@@ -479,7 +436,7 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   // docs/plan.md). 0 at cp 1.
   const double kv = 2.0 * x.KVl * x.hs * x.sl * x.b * e;
   const AttentionKernel ak = in.attention;
-  const double attn_f = op_time(attention_op(x, true), hw, p, ak), attn_b = op_time(attention_op(x, false), hw, p, ak);
+  const double attn_f = ops_seconds({attention_op(x, true)}, hw, p, ak), attn_b = ops_seconds({attention_op(x, false)}, hw, p, ak);
   const double ring_f = (l.cp - 1) * std::max(0.0, cp_p2p.time(kv) - attn_f / l.cp);
   const double ring_b = (l.cp - 1) * std::max(0.0, cp_p2p.time(2 * kv) - attn_b / l.cp);
   StepTimeTerms r;
@@ -490,13 +447,13 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   std::vector<double> fcs(size_t(nv), 0.0), bcs(size_t(nv), 0.0);  // each virtual stage's compute
   // One inter-stage activation send, or with the scatter-gather 1/t of it and a TP all-gather.
   auto send = [&]() {
-    if (ov.pp_scatter_gather && l.tp > 1) return p2p.time(act / l.tp) + collective_seconds(hw, l.tp, tp_link, act, true);
+    if (ov.pp_scatter_gather && l.tp > 1) return p2p.time(act / l.tp) + collective_seconds(hw, l.tp, tp_link, act, true, tp_nodes);
     return p2p.time(act);
   };
   for (int vs = 0; vs < nv; ++vs) {
     const bool first = vs == 0, last = vs == nv - 1;
     const std::vector<StepOp> fops = stage_ops(in, vs, true), bops = stage_ops(in, vs, false);
-    const double fc = ops_time(fops, hw, p, ak), bc = ops_time(bops, hw, p, ak);
+    const double fc = ops_seconds(fops, hw, p, ak), bc = ops_seconds(bops, hw, p, ak);
     fcs[size_t(vs)] = fc, bcs[size_t(vs)] = bc;
     const int ly = layers[size_t(vs)];
     // Megatron's f and g: two all-reduces of the layer's output per pass; the embedding's in the
@@ -508,7 +465,7 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
         std::vector<StepOp> g;
         for (const StepOp& o : ops)
           if (o.kind == StepOp::Kind::gemm) g.push_back(o);
-        return ops_time(g, hw, p, ak);
+        return ops_seconds(g, hw, p, ak);
       };
       tpf = overlapped_exposed(tpf, gemms(fops), l.tp), tpb = overlapped_exposed(tpb, gemms(bops), l.tp);
     }
@@ -528,7 +485,8 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
     // stage3_prefetch_bucket_size) fetches that share of a larger unit early; the rest waits.
     double zf = 0, zb = 0, pre = 0;
     if (in.zero.stage == 3) {
-      const double gather = units * dp_coll(chunk * e / units, true), unit = chunk / units;
+      const double gather = zero3_gather_seconds(in, x, ly, first, last, [&](double n) { return dp_coll(n * e, true); });
+      const double unit = chunk / units;
       const double ahead = ov.prefetch_params > 0 ? std::min(1.0, double(ov.prefetch_params) / unit) : 1.0;
       pre = ov.param_gather_prefetch ? gather * ahead : 0.0;
       zf = gather - pre + overlapped_exposed(pre, fc, units);
@@ -576,7 +534,7 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
     r.dp_exposed_s = (ov.dp_grad_reduce ? overlapped_exposed(reduce, c.backward, k) : reduce) +
                      (ov.param_gather_prefetch ? overlapped_exposed(gather, c.forward, k) : gather);
   }
-  r.optimizer_s = ops_time(optimizer_ops(in), hw, p, ak);
+  r.optimizer_s = ops_seconds(optimizer_ops(in), hw, p, ak);
   // The global gradient norm (and the fp16 inf/NaN scan): the held gradient, the rank's whole at
   // ZeRO 0-1 and its shard at 2-3, copied to the host and passed over there.
   if (hw.host_pass.per_s > 0) {
@@ -585,7 +543,7 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   }
   if (in.zero.offload_optimizer) r.offload_s = 2 * hw.host_link.time(shard * e);
   const int world = int(l.world());
-  r.scalars_s = 3 * collective_seconds(hw, world, link_of(hw, world), 8.0, false);
+  r.scalars_s = 3 * collective_seconds(hw, world, link_of(hw, world), 8.0, false, group_nodes(hw, world, 1));
   r.step_s = r.pipeline_s + r.dp_exposed_s + r.optimizer_s + r.offload_s + r.scalars_s;
   return r;
 }

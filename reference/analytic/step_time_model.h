@@ -46,6 +46,18 @@ struct CollectiveFit {
   AlphaBeta bus;
 };
 
+/// One protocol of NCCL's ring latency model (NVIDIA/nccl src/graph/tuning.cc,
+/// ncclTopoTuneModel): an all-gather or reduce-scatter, which NCCL runs only as a ring, of g
+/// ranks over n nodes takes base_s + (g - n) intra_step_s + (n - 1) inter_step_s (its g - 1 ring
+/// steps, n - 1 of them crossing a node boundary) plus its bus bytes at busbw_fraction of the
+/// link's bus bandwidth. NCCL picks the fastest protocol per call (LL, LL128, Simple);
+/// collective_seconds does too.
+struct RingProtocol {
+  std::string name;
+  double base_s = 0, intra_step_s = 0, inter_step_s = 0;
+  double busbw_fraction = 1;  // of the CollectiveFit's bus bandwidth, in (0, 1]
+};
+
 /// The hardware as the model sees it. A plain struct: filled by a calibration run
 /// (calibrate_step_time_hardware) or from a hardware file. Units: seconds, bytes, FLOP.
 struct StepTimeHardware {
@@ -60,6 +72,11 @@ struct StepTimeHardware {
   /// All-reduce fits, one per (group size, link class); lookups take the fit of the same link
   /// and the nearest group size at or above the one asked (the largest when none is).
   std::vector<CollectiveFit> collectives{};
+  /// All-gathers and reduce-scatters priced by NCCL's ring latency model (RingProtocol), the
+  /// fit's bus bandwidth kept and its alpha_s unused: their latency grows with the ranks and nodes
+  /// of the ring, where an all-reduce's (a tree across nodes) grows with their log. Empty: they
+  /// take the all-reduce fit's alpha_s, as a calibrated CPU machine measures them.
+  std::vector<RingProtocol> ring_protocols{};
   AlphaBeta p2p_intra{}, p2p_inter{};  // a send/receive pair of n bytes: alpha_s + n / per_s
   AlphaBeta host_link{};  // a device-to-host or host-to-device copy of n bytes (ZeRO-Offload)
   /// The trainer's pass over the gradient on the host, n elements a second (per_s): the global
@@ -190,8 +207,18 @@ double ops_seconds(const std::vector<StepOp>& ops, const StepTimeHardware& hw, P
 double weight_grad_seconds(const std::vector<StepOp>& backward_ops, const StepTimeHardware& hw, Precision p);
 
 /// Seconds of an all-reduce (or, with `half`, a reduce-scatter or all-gather) of `bytes` in
-/// total over `group` ranks on `link`, from hw's fits (CollectiveFit). 0 for group 1.
-/// Errors: InputError when hw has no fit of that link class.
-double collective_seconds(const StepTimeHardware& hw, int group, LinkClass link, double bytes, bool half);
+/// total over `group` ranks on `link` spanning `nodes` nodes, from hw's fits (CollectiveFit);
+/// with `half` and hw.ring_protocols, the fastest protocol of NCCL's ring model (RingProtocol)
+/// at the fit's bus bandwidth. 0 for group 1. Errors: InputError when hw has no fit of that link
+/// class.
+double collective_seconds(const StepTimeHardware& hw, int group, LinkClass link, double bytes, bool half, int nodes = 1);
+
+/// The link a group of ranks spanning `span_ranks` consecutive ranks crosses: inter_node when
+/// that is more than a node (ranks_per_node > 0), else intra_node.
+LinkClass link_of(const StepTimeHardware& hw, int span_ranks);
+
+/// The nodes that `group` ranks `stride` apart span, ranks placed consecutively ranks_per_node
+/// to a node (1 when ranks_per_node is 0: one node). A TP group's stride is 1, a DP group's tp.
+int group_nodes(const StepTimeHardware& hw, int group, int stride);
 
 }  // namespace dtb

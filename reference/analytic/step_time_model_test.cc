@@ -185,6 +185,38 @@ TEST(StepTimeModel, CollectiveLookupTakesTheNearestGroupAtOrAbove) {
   EXPECT_THROW(collective_seconds(hw, 2, LinkClass::inter_node, 100, false), InputError);
 }
 
+// NCCL's ring model for all-gathers and reduce-scatters (RingProtocol): g - n intra-node steps,
+// n - 1 network steps, the fastest protocol; an all-reduce keeps its fit. Worked by hand for 64
+// ranks on 8 nodes, fit 20 us + 0.1 GB/s: LL (1 us, 0.1 us, 1 us, 1/4) and Simple (10, 1, 10 us, 1).
+TEST(StepTimeModel, GathersTakeNcclsRingLatency) {
+  StepTimeHardware hw = round_hardware();
+  hw.ranks_per_node = 8;
+  hw.collectives = {{8, LinkClass::intra_node, {1e-5, 1e9}}, {1024, LinkClass::inter_node, {2e-5, 1e8}}};
+  const double small = 1000, big = 1e8, bus = 63.0 / 64;
+  EXPECT_DOUBLE_EQ(collective_seconds(hw, 64, LinkClass::inter_node, small, true, 8), 2e-5 + bus * small / 1e8);
+  hw.ring_protocols = {{"LL", 1e-6, 1e-7, 1e-6, 0.25}, {"Simple", 1e-5, 1e-6, 1e-5, 1.0}};
+  // Small: LL, 1 + 56 x 0.1 + 7 x 1 us + 984.375 B at 25 MB/s.
+  EXPECT_NEAR(collective_seconds(hw, 64, LinkClass::inter_node, small, true, 8), 13.6e-6 + bus * small / 2.5e7, 1e-18);
+  // Large: Simple, 10 + 56 x 1 + 7 x 10 us + 98.4375 MB at 0.1 GB/s.
+  EXPECT_NEAR(collective_seconds(hw, 64, LinkClass::inter_node, big, true, 8), 136e-6 + bus * big / 1e8, 1e-12);
+  // One rank a node (a DP group tp = 8 apart): 63 network steps.
+  EXPECT_NEAR(collective_seconds(hw, 64, LinkClass::inter_node, small, true, 64), 64e-6 + bus * small / 2.5e7, 1e-18);
+  // The all-reduce keeps the fit's alpha and bus bandwidth.
+  EXPECT_DOUBLE_EQ(collective_seconds(hw, 64, LinkClass::inter_node, small, false, 8), 2e-5 + 2 * bus * small / 1e8);
+}
+
+TEST(StepTimeModel, GroupNodesFromTheStrideOfItsRanks) {
+  StepTimeHardware hw = round_hardware();
+  EXPECT_EQ(group_nodes(hw, 64, 1), 1);  // ranks_per_node 0: one node
+  hw.ranks_per_node = 8;
+  EXPECT_EQ(group_nodes(hw, 4, 1), 1);
+  EXPECT_EQ(group_nodes(hw, 64, 1), 8);
+  EXPECT_EQ(group_nodes(hw, 64, 2), 16);
+  EXPECT_EQ(group_nodes(hw, 64, 8), 64);
+  EXPECT_EQ(group_nodes(hw, 64, 16), 64);
+  EXPECT_EQ(group_nodes(hw, 12, 1), 2);  // 8 + 4
+}
+
 TEST(StepTimeModel, RefusesWhatItDoesNotModel) {
   const StepTimeHardware hw = round_hardware();
   StepTimeInput in = tiny();
