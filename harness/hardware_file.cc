@@ -144,10 +144,20 @@ CollectiveFit collective(const json& j, const std::string& path, const std::stri
   return f;
 }
 
-// NCCL's ring model, protocol by protocol (RingProtocol): a non-empty array, names distinct.
+// A fraction (of the peak, of a bandwidth): a number in (0, 1].
+double fraction(Obj& o, const std::string& k) {
+  const double x = o.number(k, true);
+  if (x > 1) o.fail(in_quotes(o.key(k)) + " must be a fraction in (0, 1], got " + std::to_string(x));
+  return x;
+}
+
+// NCCL's ring model, protocol by protocol (RingProtocol): a non-empty array, names distinct; the
+// multi-node figures optional (default: the one-node ones).
 std::vector<RingProtocol> ring_protocols(const json& j, const std::string& where) {
   if (!j.is_array() || j.empty() || j.size() > 8)
-    throw InputError(where + ": \"ring_protocols\" must be an array of 1 to 8 {name, base_us, intra_step_us, inter_step_us, busbw_fraction}");
+    throw InputError(where + ": \"ring_protocols\" must be an array of 1 to 8 {name, base_us, intra_step_us, inter_step_us, "
+                             "busbw_fraction[, intra_step_multi_node_us, busbw_fraction_multi_node]}, got " +
+                     (j.is_array() ? std::to_string(j.size()) + " entries" : std::string(j.type_name())));
   std::vector<RingProtocol> out;
   for (size_t i = 0; i < j.size(); ++i) {
     Obj o(j[i], "ring_protocols[" + std::to_string(i) + "]", where);
@@ -159,20 +169,15 @@ std::vector<RingProtocol> ring_protocols(const json& j, const std::string& where
     r.base_s = kMicro.in(o.number("base_us", false));
     r.intra_step_s = kMicro.in(o.number("intra_step_us", false));
     r.inter_step_s = kMicro.in(o.number("inter_step_us", false));
-    r.busbw_fraction = o.number("busbw_fraction", true);
-    if (r.busbw_fraction > 1) o.fail(in_quotes(o.key("busbw_fraction")) + " must be in (0, 1], got " + std::to_string(r.busbw_fraction));
+    r.busbw_fraction = fraction(o, "busbw_fraction");
+    r.intra_step_multi_node_s = o.has("intra_step_multi_node_us") ? kMicro.in(o.number("intra_step_multi_node_us", false)) : r.intra_step_s;
+    r.busbw_fraction_multi_node = o.has("busbw_fraction_multi_node") ? fraction(o, "busbw_fraction_multi_node") : r.busbw_fraction;
     o.done();
     out.push_back(r);
   }
   return out;
 }
 
-// A fraction of the peak: a number in (0, 1].
-double fraction(Obj& o, const std::string& k) {
-  const double x = o.number(k, true);
-  if (x > 1) o.fail(in_quotes(o.key(k)) + " must be a fraction of the peak in (0, 1], got " + std::to_string(x));
-  return x;
-}
 
 // The shape model's figures (all present: the caller checked), with the file's peak, HBM rate and
 // alphas; validated by the model's own check besides the file's.
@@ -297,7 +302,9 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   // A source names a field, optionally narrowed by the file's key names (gemm.tflops,
   // collectives.inter_node.busbw_gb_per_s): each part a key the schema has.
   const std::vector<std::string> parts = {"fp32", "bf16", "fp16", "alpha_us", "tflops", "gb_per_s", "busbw_gb_per_s",
-                                          "g_elements_per_s", "intra_node", "inter_node", "group", "link"};
+                                          "g_elements_per_s", "intra_node", "inter_node", "group", "link",
+                                          "base_us", "intra_step_us", "inter_step_us", "busbw_fraction",
+                                          "intra_step_multi_node_us", "busbw_fraction_multi_node"};
   for (const auto& [k, v] : src.items()) {
     if (!v.is_string() || v.get<std::string>().empty()) top.fail(in_quotes("sources." + printable(k, 40)) + " must be a non-empty string");
     size_t at = k.find('.');
@@ -335,7 +342,9 @@ json hardware_to_json(const HardwareSpec& s) {
                                 {"busbw_gb_per_s", kGiga.out(f.bus.per_s)}});
   for (const RingProtocol& r : s.hw.ring_protocols)
     j["ring_protocols"].push_back({{"name", r.name}, {"base_us", kMicro.out(r.base_s)}, {"intra_step_us", kMicro.out(r.intra_step_s)},
-                                   {"inter_step_us", kMicro.out(r.inter_step_s)}, {"busbw_fraction", r.busbw_fraction}});
+                                   {"inter_step_us", kMicro.out(r.inter_step_s)}, {"busbw_fraction", r.busbw_fraction},
+                                   {"intra_step_multi_node_us", kMicro.out(r.intra_step_multi_node_s)},
+                                   {"busbw_fraction_multi_node", r.busbw_fraction_multi_node}});
   j["p2p_intra"] = alpha_rate_json(s.hw.p2p_intra, "gb_per_s", kGiga);
   j["p2p_inter"] = alpha_rate_json(s.hw.p2p_inter, "gb_per_s", kGiga);
   j["host_link"] = alpha_rate_json(s.hw.host_link, "gb_per_s", kGiga);

@@ -51,7 +51,9 @@ void expect_same(const HardwareSpec& a, const HardwareSpec& b) {
   for (size_t i = 0; i < a.hw.ring_protocols.size(); ++i) {
     const RingProtocol &x = a.hw.ring_protocols[i], &y = b.hw.ring_protocols[i];
     EXPECT_TRUE(x.name == y.name && x.base_s == y.base_s && x.intra_step_s == y.intra_step_s &&
-                x.inter_step_s == y.inter_step_s && x.busbw_fraction == y.busbw_fraction) << x.name;
+                x.inter_step_s == y.inter_step_s && x.busbw_fraction == y.busbw_fraction &&
+                x.intra_step_multi_node_s == y.intra_step_multi_node_s &&
+                x.busbw_fraction_multi_node == y.busbw_fraction_multi_node) << x.name;
   }
   expect_same(a.hw.p2p_intra, b.hw.p2p_intra, "p2p_intra");
   expect_same(a.hw.p2p_inter, b.hw.p2p_inter, "p2p_inter");
@@ -93,7 +95,10 @@ TEST(HardwareFile, ShippedFilesLoadInSiUnits) {
   EXPECT_EQ(s.hw.ring_protocols[0].name, "LL");
   EXPECT_EQ(s.hw.ring_protocols[0].base_s, 3.6 / 1e6);
   EXPECT_EQ(s.hw.ring_protocols[2].inter_step_s, 9.6 / 1e6);
-  EXPECT_EQ(s.hw.ring_protocols[0].busbw_fraction, 0.25);
+  EXPECT_EQ(s.hw.ring_protocols[0].busbw_fraction, 0.3333);
+  EXPECT_EQ(s.hw.ring_protocols[0].busbw_fraction_multi_node, 0.25);
+  EXPECT_EQ(s.hw.ring_protocols[0].intra_step_multi_node_s, 0.846 / 1e6);
+  EXPECT_EQ(s.hw.ring_protocols[1].intra_step_multi_node_s, s.hw.ring_protocols[1].intra_step_s);  // absent: the one-node figure
   for (const char* name : kShipped) EXPECT_NO_THROW(load_hardware_file(shipped(name))) << name;
 }
 
@@ -178,9 +183,18 @@ TEST(HardwareFile, MalformedFilesAreRefusedNamingTheKey) {
       {"ring negative step", [](json& j) { j["ring_protocols"][2]["inter_step_us"] = -9.6; },
        "\"ring_protocols[2].inter_step_us\" must be >= 0"},
       {"ring fraction", [](json& j) { j["ring_protocols"][0]["busbw_fraction"] = 1.5; },
-       "\"ring_protocols[0].busbw_fraction\" must be in (0, 1]"},
+       "\"ring_protocols[0].busbw_fraction\" must be a fraction in (0, 1]"},
       {"ring missing key", [](json& j) { j["ring_protocols"][0].erase("base_us"); }, "missing \"ring_protocols[0].base_us\""},
       {"ring unknown key", [](json& j) { j["ring_protocols"][0]["bas_us"] = 1; }, "unknown key \"ring_protocols[0].bas_us\""},
+      {"ring entry not an object", [](json& j) { j["ring_protocols"][1] = 3; }, "\"ring_protocols[1]\" must be an object"},
+      {"ring name too long", [](json& j) { j["ring_protocols"][0]["name"] = std::string(17, 'x'); },
+       "\"ring_protocols[0].name\" must be 1 to 16 characters"},
+      {"ring nine entries", [](json& j) { for (int k = 0; k < 6; ++k) j["ring_protocols"].push_back(j["ring_protocols"][0]); },
+       "\"ring_protocols\" must be an array of 1 to 8"},
+      {"ring zero fraction", [](json& j) { j["ring_protocols"][2]["busbw_fraction"] = 0; },
+       "\"ring_protocols[2].busbw_fraction\" must be > 0"},
+      {"ring multi-node fraction", [](json& j) { j["ring_protocols"][0]["busbw_fraction_multi_node"] = 2; },
+       "\"ring_protocols[0].busbw_fraction_multi_node\" must be a fraction in (0, 1]"},
   };
   for (const Case& c : cases) {
     json j = shipped_json("a100-40gb");

@@ -23,12 +23,12 @@ secs=$(( ($(date +%s%N) - start) / 1000000 ))e-3
 python3 - "$set_file" "$tmp/v.json" "$tmp/v.txt" "$tmp/plan.json" "$tmp/plan.txt" "$secs" <<'PY'
 import json, sys
 # Issue 45's target is MAPE <= 10 % and no row off by more than 25 %, and every published
-# comparison agreeing. Today's model (2026-12-07; docs/plan.md#the-published-set): MAPE 6.9 %, max
-# 15.3 % (narayanan2021-table2-zero3-174.6b-1536), 8 of the 9 comparisons (Fig. 16's micro-batch
-# 2 over 1 not). The MAPE and maximum bounds are the targets; the comparisons may not agree less
-# than today (a ratchet to tighten).
+# comparison agreeing. Today's model (2026-12-07; docs/plan.md#the-published-set): MAPE 7.3 %, max
+# 19.1 % (narayanan2021-table2-zero3-174.6b-1536), 8 of the 9 comparisons (Fig. 16's micro-batch
+# 2 over 1 not). The MAPE bound is the target; the maximum's is today's rounded up by less than
+# one point (inside the target), and the comparisons may not agree less than today (ratchets).
 TARGET_MAPE, TARGET_MAX = 0.10, 0.25
-BOUND_MAPE, BOUND_MAX, MIN_AGREE = TARGET_MAPE, TARGET_MAX, 8
+BOUND_MAPE, BOUND_MAX, MIN_AGREE = TARGET_MAPE, 0.20, 8
 data, v = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 text, plan, plan_text, secs = open(sys.argv[3]).read(), json.load(open(sys.argv[4])), open(sys.argv[5]).read(), float(sys.argv[6])
 rows = {r["id"]: r for r in data["rows"]}

@@ -52,14 +52,15 @@ const std::vector<StackProfile>& stack_profiles() {
     p.back().attention = AttentionKernel::fused;
     StepOverlap z3;
     z3.dp_grad_reduce = true, z3.bucket_params = 500'000'000, z3.param_gather_prefetch = true;
-    z3.prefetch_params = 50'000'000, z3.gather_per_tensor = true;
+    z3.prefetch_params = 50'000'000, z3.gather_per_tensor = true, z3.param_persistence_threshold = 100'000;
     p.push_back({"deepspeed-zero3-2021", z3,
                  "DeepSpeed ZeRO-3 as Narayanan et al. 2021 (Table 2) ran it, on Megatron-LM's GPT model: "
                  "deepspeed/runtime/zero/stage3.py's parameter coordinator prefetches the next modules' "
                  "all-gathers, at most stage3_prefetch_bucket_size = 5e7 elements ahead of use "
                  "(deepspeed/runtime/zero/config.py), each parameter tensor by its own all_gather "
                  "(stage3.py fetch_sub_module calls partition_parameters.py Init._all_gather(params, "
-                 "async_op=True), one _allgather_param per parameter); overlap_comm (on by default at stage 3: config.py's "
+                 "async_op=True), one _allgather_param per parameter), but those under "
+                 "stage3_param_persistence_threshold = 1e5 elements, never partitioned (ds_persist); overlap_comm (on by default at stage 3: config.py's "
                  "overlap_comm_valid) reduce-scatters the gradients in reduce_bucket_size buckets (default 5e8 "
                  "elements) behind the backward; attention materialized and dropout 0.1, as megatron-2021"});
     p.back().attention = AttentionKernel::materialized, p.back().dropout = 0.1;
@@ -104,7 +105,10 @@ std::string overlap_text(const StepOverlap& o) {
   add(o.param_gather_prefetch, o.prefetch_params > 0 ? "param gather prefetched (at most " +
                                                           std::to_string(o.prefetch_params / 1'000'000) + "M params ahead)"
                                                     : std::string("param gather prefetched"));
-  add(o.gather_per_tensor, "ZeRO-3 gathers per parameter tensor");
+  add(o.gather_per_tensor, o.param_persistence_threshold > 0
+                               ? "ZeRO-3 gathers per parameter tensor (none under " +
+                                     std::to_string(o.param_persistence_threshold / 1000) + "K elements)"
+                               : std::string("ZeRO-3 gathers per parameter tensor"));
   add(o.tp_comm, "TP comm overlapped");
   add(o.pp_send, "p2p overlapped (interleaved)");
   add(o.pp_scatter_gather, "p2p scatter-gather");

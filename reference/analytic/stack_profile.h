@@ -44,6 +44,11 @@ struct StepOverlap {
   /// per parameter), each paying a collective's latency; false: one all-gather per unit (FSDP's
   /// flat parameter, dtbench's trainer's unit buffer).
   bool gather_per_tensor = false;
+  /// With gather_per_tensor, tensors of fewer elements than this are never partitioned and never
+  /// gathered (DeepSpeed's stage3_param_persistence_threshold, default 1e5: "do not partition
+  /// parameters smaller than this threshold"; stage3.py's ds_persist), such as a layer's biases
+  /// and norms; 0: every tensor is gathered. Their replicated bytes are left out of the memory plan.
+  int64_t param_persistence_threshold = 0;
   /// TP collectives overlapped with the TP GEMMs (Megatron-Core --tp-comm-overlap, Transformer
   /// Engine userbuffers' ring exchange: each collective cut into tp chunks, one per TP rank, all
   /// but the first hidden under the chunked GEMM).

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/comm/ring.h"
 #include "kernels/error.h"
 #include "reference/parallel/pipeline_schedule.h"
 
@@ -220,19 +219,21 @@ double end_params(const StepTimeInput& in, const Shapes& x, bool first, bool las
 }
 
 // Seconds of a virtual stage's ZeRO-3 parameter all-gathers before one pass, `gather(n)` one
-// all-gather of n elements: one per unit (each layer, and the embedding and head as units of their
-// own, all at the chunk's mean unit size), or one per parameter tensor (StepOverlap::gather_per_tensor).
+// all-gather of n elements: `units` of `chunk / units` elements each (each layer, and the
+// embedding and head as units of their own, at the chunk's mean unit size), or one per parameter
+// tensor (StepOverlap::gather_per_tensor), but those under param_persistence_threshold elements.
 template <class Gather>
-double zero3_gather_seconds(const StepTimeInput& in, const Shapes& x, int layers, bool first, bool last, Gather gather) {
-  const std::vector<double> ends = end_tensors(in, x, first, last, in.layout.pp);
+double zero3_gather_seconds(const StepTimeInput& in, const Shapes& x, int layers, bool first, bool last, double chunk,
+                            int units, Gather gather) {
+  const StepOverlap& o = in.overlap;
+  if (!o.gather_per_tensor) return units * gather(chunk / units);
   double t = 0;
-  if (in.overlap.gather_per_tensor) {
-    for (double n : layer_tensors(x)) t += layers * gather(n);
-    for (double n : ends) t += gather(n);
-    return t;
-  }
-  const int units = layers + (first ? 1 : 0) + (last ? 1 : 0);
-  return units * gather((layers * layer_params(x) + end_params(in, x, first, last, in.layout.pp)) / units);
+  auto add = [&](double n, int times) {
+    if (n >= double(o.param_persistence_threshold)) t += times * gather(n);
+  };
+  for (double n : layer_tensors(x)) add(n, layers);
+  for (double n : end_tensors(in, x, first, last, in.layout.pp)) add(n, 1);
+  return t;
 }
 
 // The busiest rank's local parameters (its TP shard of its pipeline stage's chunks).
@@ -485,7 +486,8 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
     // stage3_prefetch_bucket_size) fetches that share of a larger unit early; the rest waits.
     double zf = 0, zb = 0, pre = 0;
     if (in.zero.stage == 3) {
-      const double gather = zero3_gather_seconds(in, x, ly, first, last, [&](double n) { return dp_coll(n * e, true); });
+      const double gather =
+          zero3_gather_seconds(in, x, ly, first, last, chunk, units, [&](double n) { return dp_coll(n * e, true); });
       const double unit = chunk / units;
       const double ahead = ov.prefetch_params > 0 ? std::min(1.0, double(ov.prefetch_params) / unit) : 1.0;
       pre = ov.param_gather_prefetch ? gather * ahead : 0.0;

@@ -50,12 +50,15 @@ struct CollectiveFit {
 /// ncclTopoTuneModel): an all-gather or reduce-scatter, which NCCL runs only as a ring, of g
 /// ranks over n nodes takes base_s + (g - n) intra_step_s + (n - 1) inter_step_s (its g - 1 ring
 /// steps, n - 1 of them crossing a node boundary) plus its bus bytes at busbw_fraction of the
-/// link's bus bandwidth. NCCL picks the fastest protocol per call (LL, LL128, Simple);
-/// collective_seconds does too.
+/// link's bus bandwidth. Where the ring spans nodes NCCL prices some protocols differently (LL:
+/// its intra-node step x 1.8, a quarter of the bandwidth instead of a third): the *_multi_node
+/// figures, equal to the others when it does not. NCCL picks the fastest protocol per call (LL,
+/// LL128, Simple); collective_seconds does too. Seconds; fractions in (0, 1].
 struct RingProtocol {
   std::string name;
   double base_s = 0, intra_step_s = 0, inter_step_s = 0;
-  double busbw_fraction = 1;  // of the CollectiveFit's bus bandwidth, in (0, 1]
+  double busbw_fraction = 1;  // of the CollectiveFit's bus bandwidth
+  double intra_step_multi_node_s = 0, busbw_fraction_multi_node = 1;
 };
 
 /// The hardware as the model sees it. A plain struct: filled by a calibration run
@@ -210,15 +213,17 @@ double weight_grad_seconds(const std::vector<StepOp>& backward_ops, const StepTi
 /// total over `group` ranks on `link` spanning `nodes` nodes, from hw's fits (CollectiveFit);
 /// with `half` and hw.ring_protocols, the fastest protocol of NCCL's ring model (RingProtocol)
 /// at the fit's bus bandwidth. 0 for group 1. Errors: InputError when hw has no fit of that link
-/// class.
-double collective_seconds(const StepTimeHardware& hw, int group, LinkClass link, double bytes, bool half, int nodes = 1);
+/// class. `nodes` is clamped to [1, group].
+double collective_seconds(const StepTimeHardware& hw, int group, LinkClass link, double bytes, bool half, int nodes);
 
 /// The link a group of ranks spanning `span_ranks` consecutive ranks crosses: inter_node when
 /// that is more than a node (ranks_per_node > 0), else intra_node.
 LinkClass link_of(const StepTimeHardware& hw, int span_ranks);
 
-/// The nodes that `group` ranks `stride` apart span, ranks placed consecutively ranks_per_node
-/// to a node (1 when ranks_per_node is 0: one node). A TP group's stride is 1, a DP group's tp.
+/// The nodes that `group` ranks `stride` apart span: ceil((stride (group - 1) + 1) / ranks_per_node),
+/// at most `group` (1 when ranks_per_node is 0: one node), the group starting on a node's first
+/// rank (ranks placed consecutively ranks_per_node to a node, as link_of assumes). A TP group's
+/// stride is 1, the data-and-context group's tp.
 int group_nodes(const StepTimeHardware& hw, int group, int stride);
 
 }  // namespace dtb

@@ -178,29 +178,33 @@ TEST(StepTimeModel, MeasuredOpTimesOverrideRates) {
 TEST(StepTimeModel, CollectiveLookupTakesTheNearestGroupAtOrAbove) {
   StepTimeHardware hw = round_hardware();
   hw.collectives = {{2, LinkClass::intra_node, {1e-5, 0}}, {8, LinkClass::intra_node, {3e-5, 0}}};
-  EXPECT_EQ(collective_seconds(hw, 1, LinkClass::intra_node, 100, false), 0);
-  EXPECT_DOUBLE_EQ(collective_seconds(hw, 2, LinkClass::intra_node, 100, false), 1e-5);
-  EXPECT_DOUBLE_EQ(collective_seconds(hw, 4, LinkClass::intra_node, 100, false), 3e-5);
-  EXPECT_DOUBLE_EQ(collective_seconds(hw, 16, LinkClass::intra_node, 100, false), 3e-5);
-  EXPECT_THROW(collective_seconds(hw, 2, LinkClass::inter_node, 100, false), InputError);
+  EXPECT_EQ(collective_seconds(hw, 1, LinkClass::intra_node, 100, false, 1), 0);
+  EXPECT_DOUBLE_EQ(collective_seconds(hw, 2, LinkClass::intra_node, 100, false, 1), 1e-5);
+  EXPECT_DOUBLE_EQ(collective_seconds(hw, 4, LinkClass::intra_node, 100, false, 1), 3e-5);
+  EXPECT_DOUBLE_EQ(collective_seconds(hw, 16, LinkClass::intra_node, 100, false, 1), 3e-5);
+  EXPECT_THROW(collective_seconds(hw, 2, LinkClass::inter_node, 100, false, 1), InputError);
 }
 
 // NCCL's ring model for all-gathers and reduce-scatters (RingProtocol): g - n intra-node steps,
-// n - 1 network steps, the fastest protocol; an all-reduce keeps its fit. Worked by hand for 64
-// ranks on 8 nodes, fit 20 us + 0.1 GB/s: LL (1 us, 0.1 us, 1 us, 1/4) and Simple (10, 1, 10 us, 1).
+// n - 1 network steps, the fastest protocol; an all-reduce keeps its fit. Worked by hand: LL (1 us
+// base, 0.05 us an intra-node step and 1/2 of the bandwidth in one node, 0.1 us and 1/4 across
+// nodes, 1 us a network step) and Simple (10, 1, 10 us, all of it); 64 ranks on 8 nodes, fit
+// 20 us + 0.1 GB/s; 8 ranks in one node, fit 10 us + 1 GB/s.
 TEST(StepTimeModel, GathersTakeNcclsRingLatency) {
   StepTimeHardware hw = round_hardware();
   hw.ranks_per_node = 8;
   hw.collectives = {{8, LinkClass::intra_node, {1e-5, 1e9}}, {1024, LinkClass::inter_node, {2e-5, 1e8}}};
   const double small = 1000, big = 1e8, bus = 63.0 / 64;
   EXPECT_DOUBLE_EQ(collective_seconds(hw, 64, LinkClass::inter_node, small, true, 8), 2e-5 + bus * small / 1e8);
-  hw.ring_protocols = {{"LL", 1e-6, 1e-7, 1e-6, 0.25}, {"Simple", 1e-5, 1e-6, 1e-5, 1.0}};
+  hw.ring_protocols = {{"LL", 1e-6, 5e-8, 1e-6, 0.5, 1e-7, 0.25}, {"Simple", 1e-5, 1e-6, 1e-5, 1.0, 1e-6, 1.0}};
   // Small: LL, 1 + 56 x 0.1 + 7 x 1 us + 984.375 B at 25 MB/s.
   EXPECT_NEAR(collective_seconds(hw, 64, LinkClass::inter_node, small, true, 8), 13.6e-6 + bus * small / 2.5e7, 1e-18);
   // Large: Simple, 10 + 56 x 1 + 7 x 10 us + 98.4375 MB at 0.1 GB/s.
   EXPECT_NEAR(collective_seconds(hw, 64, LinkClass::inter_node, big, true, 8), 136e-6 + bus * big / 1e8, 1e-12);
   // One rank a node (a DP group tp = 8 apart): 63 network steps.
   EXPECT_NEAR(collective_seconds(hw, 64, LinkClass::inter_node, small, true, 64), 64e-6 + bus * small / 2.5e7, 1e-18);
+  // One node: LL's one-node figures, 1 + 7 x 0.05 us + 875 B at 0.5 GB/s.
+  EXPECT_NEAR(collective_seconds(hw, 8, LinkClass::intra_node, small, true, 1), 1.35e-6 + 875 / 5e8, 1e-18);
   // The all-reduce keeps the fit's alpha and bus bandwidth.
   EXPECT_DOUBLE_EQ(collective_seconds(hw, 64, LinkClass::inter_node, small, false, 8), 2e-5 + 2 * bus * small / 1e8);
 }
@@ -215,6 +219,8 @@ TEST(StepTimeModel, GroupNodesFromTheStrideOfItsRanks) {
   EXPECT_EQ(group_nodes(hw, 64, 8), 64);
   EXPECT_EQ(group_nodes(hw, 64, 16), 64);
   EXPECT_EQ(group_nodes(hw, 12, 1), 2);  // 8 + 4
+  EXPECT_EQ(group_nodes(hw, 3, 3), 1);   // ranks 0, 3, 6: one node, as link_of(7) says
+  EXPECT_EQ(group_nodes(hw, 4, 3), 2);   // ranks 0, 3, 6, 9
 }
 
 TEST(StepTimeModel, RefusesWhatItDoesNotModel) {

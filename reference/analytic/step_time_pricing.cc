@@ -21,7 +21,6 @@ double wgrad_seconds(const GemmShapeModel& g, const StepOp& o, Precision p) {
 // materialized as its kernels run). matmul_forward (N, C, OC) is (N x C)(C x OC);
 // matmul_backward is its two GEMMs, each at its own shape: dgrad (N x OC)(OC x C) and wgrad
 // (C x N)(N x OC). Attention (b, sl, Cl, NHl): NHl heads of hs = Cl / NHl, causal.
-
 double shaped_seconds(const GemmShapeModel& g, const StepOp& o, Precision p, AttentionKernel a) {
   const auto& d = o.dims;
   if (o.kind == StepOp::Kind::gemm) {
@@ -76,8 +75,8 @@ LinkClass link_of(const StepTimeHardware& hw, int span_ranks) {
 
 int group_nodes(const StepTimeHardware& hw, int group, int stride) {
   if (hw.ranks_per_node <= 0 || group <= 1) return 1;
-  const int per_node = std::min(group, std::max(1, hw.ranks_per_node / std::max(1, stride)));
-  return (group + per_node - 1) / per_node;
+  const int64_t span = int64_t(std::max(1, stride)) * (group - 1) + 1;
+  return int(std::min<int64_t>(group, (span + hw.ranks_per_node - 1) / hw.ranks_per_node));
 }
 
 double collective_seconds(const StepTimeHardware& hw, int group, LinkClass link, double bytes, bool half, int nodes) {
@@ -97,8 +96,11 @@ double collective_seconds(const StepTimeHardware& hw, int group, LinkClass link,
   const int n = std::clamp(nodes, 1, group);
   double t = HUGE_VAL;
   for (const RingProtocol& r : hw.ring_protocols) {
-    const double lat = r.base_s + double(group - n) * r.intra_step_s + double(n - 1) * r.inter_step_s;
-    t = std::min(t, lat + (best->bus.per_s > 0 ? busbytes / (best->bus.per_s * r.busbw_fraction) : 0.0));
+    const bool spans = n > 1;
+    const double intra = spans ? r.intra_step_multi_node_s : r.intra_step_s;
+    const double fraction = spans ? r.busbw_fraction_multi_node : r.busbw_fraction;
+    const double lat = r.base_s + double(group - n) * intra + double(n - 1) * r.inter_step_s;
+    t = std::min(t, lat + (best->bus.per_s > 0 ? busbytes / (best->bus.per_s * fraction) : 0.0));
   }
   return t;
 }

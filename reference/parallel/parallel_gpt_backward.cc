@@ -33,7 +33,7 @@ const T* ParallelGpt<T>::backward_pass(int chunk, int mb, const T* dout, acc_t<T
   auto it = live_[chunk].find(mb);
   DTB_CHECK(it != live_[chunk].end() && !it->second->input_done, "ParallelGpt::backward: no forward of this micro-batch");
   ActSet& s = *it->second;
-  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, Vl = Vl_, Lc = s.Lc;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Vl = Vl_, Lc = s.Lc;
   const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   ensure_scratch(B, Tn);
   auto S = [&](int i) { return scratch_[i].template data<T>(); };
@@ -215,7 +215,7 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
   DTB_CHECK(it != live_[chunk].end() && it->second->input_done,
             "ParallelGpt::backward_weight: no input-gradient pass of this micro-batch");
   ActSet& s = *it->second;
-  const int B = s.B, Tn = s.Tn, C = cfg_.C, Cl = Cl_, Vl = Vl_, Lc = s.Lc;
+  const int B = s.B, Tn = s.Tn, C = cfg_.C, Vl = Vl_, Lc = s.Lc;
   const size_t BT = size_t(B) * Tn, R = size_t(rows(int64_t(BT)));
   ensure_scratch(B, Tn);
   Ops<T>& ops = *ops_;
