@@ -435,7 +435,7 @@ CLI::App* add_memory_subcommand(CLI::App& app, MemoryArgs& a) {
   s->add_option("--ffn-hidden", a.ffn_hidden,
                 "with --arch llama: the SwiGLU MLP's hidden size (ffn_hidden_size; default 8C/3 rounded up to 256)");
   s->add_option(flag(LayoutKey::virtual_stages), a.virtual_stages, "model chunks per pipeline rank (interleaved; default 1)");
-  s->add_option(flag(LayoutKey::schedule), a.schedule, "gpipe, 1f1b, interleaved or zb-h1 (default 1f1b; zb-h1 is not planned yet)");
+  s->add_option(flag(LayoutKey::schedule), a.schedule, "gpipe, 1f1b, interleaved or zb-h1 (default 1f1b)");
   s->add_option(flag(LayoutKey::micro_batches), a.micro_batches, "micro-batches per step and DP rank (default pp)");
   s->add_option("--micro-batch-size", a.micro_batch_size, "sequences per micro-batch (default 1)");
   s->add_option(flag(LayoutKey::zero_stage), a.zero_stage, "ZeRO stage 0-3 (default 0)");

@@ -244,7 +244,7 @@ void report(SuiteContext& ctx, const GptPipelineParams& o, const std::string& s,
     worst = std::max(worst, std::fabs(x.bytes_sent[size_t(st)] - m * msg * ((st < p - 1) + (st > 0))));
   res.checks.push_back(make_check(name + "/p2p_bytes", worst, 0.0,
                                   "max |bytes sent - m (B Tn C 4) per direction| over the stages, exact"));
-  if (!zb) {  // the per-rank plan (reference/analytic/memory_model.h) does not model zb-h1's kept gradients
+  {  // the per-rank plan (reference/analytic/memory_model.h), ZB-H1's kept output gradients included
     PlanConfig c;
     c.model = o.model;
     c.layout.pp = p, c.layout.schedule = s, c.layout.micro_batches = m;

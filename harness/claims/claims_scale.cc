@@ -183,6 +183,7 @@ void bubble_at_scale(const nlohmann::json& in, double tol, const Measured& ms, C
   Scale s = scale_of(in);
   const double bound = num(in, "bubble");
   s.req.tp = whole(in, field_key(LayoutKey::tp), 1, s.req.gpus);
+  s.req.only_1f1b = true;  // the claim is 1F1B's (and GPipe's) bubble: not ZB-H1's or interleaving's
   std::string line;
   nlohmann::json depths = nlohmann::json::array();
   bool over_beyond = true, any = false;

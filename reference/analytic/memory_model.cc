@@ -283,8 +283,6 @@ void validate_plan(const PlanConfig& c) {
   LayoutSpec spec;
   spec.l = c.layout, spec.z = c.zero, spec.recompute = c.recompute, spec.precision = c.precision;
   validate_cp_layout(spec, c.model, "cpu");
-  if (c.layout.schedule == "zb-h1")
-    throw InputError("the per-rank plan does not model schedule zb-h1 yet (the output gradients B keeps for W)");
   check_zero(c.zero.stage, offload_of(c.zero));
 }
 
@@ -297,6 +295,50 @@ std::vector<int> activation_sets_per_chunk(const std::string& schedule, int p, i
   }
   return most;
 }
+
+namespace {
+// A zero-bubble schedule's activation peak on pipeline rank `pp_rank` (one chunk: ZB-H1 has no
+// virtual stages), walking its actions as ParallelGpt allocates (parallel_gpt_backward.cc
+// backward_pass with split, backward_weight; parallel_gpt.cc acquire). A forward takes a pooled
+// set and makes again what its B freed, or makes a whole one (`set` bytes). B keeps for W the
+// output gradients of the ops with weights (parallel_gpt_detail::Kept, each layer's slice
+// rounded up to 256 bytes): on the last chunk first the logits' gradient (BT, Vl), then it frees
+// the logits and probabilities, then keeps the final norm's (R, C); then per layer fcproj's
+// residual, ln2's, the attention projection's residual and ln1's gradients (R, C each), fc's
+// (BT, F1) and QKV's (BT, Wq), and on the first chunk the embedding's (BT, C); after the layers it
+// frees what W does not read: QKV, the attention kept, the projection, fc and fcproj outputs. W
+// frees what B kept and pools the set.
+u64 zero_bubble_activation_peak(const PlanConfig& c, int pp_rank, u64 set) {
+  const ParallelLayout& l = c.layout;
+  const Dims d = dims(c);
+  const u64 e = act_bytes(c.precision), Lc = u64(stage_layers(l, c.model.L).at(size_t(pp_rank)));
+  const bool first = pp_rank == 0, last = pp_rank == l.pp - 1;
+  const u64 align = 256 / e;
+  auto kept = [&](u64 n) { return (n + align - 1) / align * align * e; };
+  const u64 attention = c.recompute == Recompute::none ? attention_floats(d) * e + attention_lse_floats(d) * 4 : 0;
+  const u64 freed = Lc * (d.BT * d.Wq * e + attention + d.R * d.C * e + d.BT * d.F1 * e + d.R * d.C * e);
+  const u64 head = last ? 2 * d.BT * d.Vl * e : 0;  // the logits and probabilities
+  const u64 kept_logits = last ? kept(d.BT * d.Vl) : 0, kept_lnf = last ? kept(d.R * d.C) : 0;
+  const u64 kept_layers = Lc * (4 * kept(d.R * d.C) + kept(d.BT * d.F1) + kept(d.BT * d.Wq)) + (first ? kept(d.BT * d.C) : 0);
+  u64 now = 0, peak = 0, pooled = 0;
+  auto add = [&](u64 b) { now += b, peak = std::max(peak, now); };
+  for (const PipeAction& a : pipeline_schedule(l.schedule, l.pp, l.micro_batches, 1, pp_rank)) {
+    if (a.op == PipeOp::forward) {
+      add(pooled > 0 ? freed + head : set);
+      if (pooled > 0) --pooled;
+    } else if (a.op == PipeOp::backward_input) {
+      add(kept_logits);
+      now -= head;
+      add(kept_lnf + kept_layers);
+      now -= freed;
+    } else {
+      now -= kept_logits + kept_lnf + kept_layers;
+      ++pooled;
+    }
+  }
+  return peak;
+}
+}  // namespace
 
 std::vector<PlanTensor> plan_tensors(const GptConfig& m, const ParallelLayout& l, int tp_rank, int pp_rank) {
   DTB_CHECK(tp_rank >= 0 && tp_rank < l.tp && pp_rank >= 0 && pp_rank < l.pp, "plan_tensors: rank out of range");
@@ -409,6 +451,9 @@ uint64_t workspace_floats(const PlanConfig& c) {
   const u64 big = std::max({d.F1, d.Fa, d.Wq, d.Cl});
   u64 w = BT * C + BT * C + 2 * BT * big + attention_matrix_floats(d) + BT * d.Vl + BT;
   if (c.layout.sequence_parallel) w += 2 * BT * C + 2 * C;
+  // A zero-bubble schedule's sZb: the LayerNorm parameter gradients B drops (2 C) and a norm's
+  // input gradient W drops (R, C).
+  if (c.layout.schedule == "zb-h1") w += 2 * C + d.R * C;
   // Planned: selective, the one attention matrix recomputed in backward; full, the one layer's
   // activations recomputed (its statistics included, its attention buffer (B,NHl,Tn,Tn)
   // whatever the attention keeps).
@@ -495,7 +540,8 @@ RankPlan plan_rank(const PlanConfig& c, int tp_rank, int pp_rank) {
     const u64 stats = stat_floats(c, ch * l.pp + pp_rank);
     const u64 set = (activation_set_floats(c, ch * l.pp + pp_rank) - stats) * ab + stats * 4 + 2 * BT * 4;  // + ids
     r.activation_set_bytes.push_back(set);
-    m.at(Tier::device, kAct) += u64(r.activation_sets[size_t(ch)]) * set;
+    m.at(Tier::device, kAct) += l.schedule == "zb-h1" ? zero_bubble_activation_peak(c, pp_rank, set)
+                                                     : u64(r.activation_sets[size_t(ch)]) * set;
   }
   // The recomputed layer's norm statistics and a fused kernel's workspace, fp32.
   const u64 ws_stats = (c.recompute == Recompute::full ? layer_stat_floats(d) : 0) + fused_fp32_workspace_floats(d, c.recompute);
