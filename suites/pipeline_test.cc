@@ -103,7 +103,7 @@ TEST(PipelineSuite, SmallRunRecordsTheoryAndSimulation) {
 }
 
 // The GPT cases' records: the start split, its blocking-send twin and the balancer's, with the
-// exact checks (bytes sent; peak activations against the plan outside zb-h1) passing.
+// exact checks (bytes sent; peak activations against the plan) passing.
 TEST(PipelineSuite, GptCasesRecordStagesBytesAndTheBalancer) {
   auto world = make_mpi_world();
   auto suite = suite_registry().at("pipeline")();
@@ -130,7 +130,7 @@ TEST(PipelineSuite, GptCasesRecordStagesBytesAndTheBalancer) {
     EXPECT_EQ(start->at("stage_forward_ms").size(), 2u);
     EXPECT_GT(start->at("stage_forward_ms")[0].get<double>(), 0.0);
     EXPECT_EQ(start->at("stage_weight_ms")[1].get<double>() > 0, std::string(sched) == "zb-h1");
-    EXPECT_EQ(start->contains("peak_activation_bytes_model"), std::string(sched) != "zb-h1");
+    EXPECT_TRUE(start->contains("peak_activation_bytes_model")) << tag;  // every schedule's, ZB-H1's kept gradients too
   }
   int gpt_checks = 0;
   for (const Check& c : r.checks)
