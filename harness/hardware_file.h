@@ -24,8 +24,9 @@ namespace dtb {
 /// ...] largest first, gemm_fraction {fp32, bf16, fp16} in (0, 1], l2_gb_per_s, fused_attention
 /// [{head_dim, forward, backward}, ...] ascending; attention_kernel "materialized" (default) or
 /// "fused" (which needs the shape model); ring_protocols [{name, base_us, intra_step_us,
-/// inter_step_us, busbw_fraction in (0, 1]}, ...] (NCCL's ring model for all-gather and
-/// reduce-scatter, RingProtocol; absent: they take the all-reduce fit's alpha).
+/// inter_step_us, busbw_fraction in (0, 1][, intra_step_multi_node_us, busbw_fraction_multi_node]},
+/// ...] (NCCL's ring model for all-gather and reduce-scatter, RingProtocol, the multi-node figures
+/// defaulting to the one-node ones; absent: they take the all-reduce fit's alpha).
 /// GB = 1e9 bytes (nccl-tests' unit), GiB = 2^30 bytes, TFLOP/s = 1e12 FLOP/s.
 struct HardwareSpec {
   std::string name;
@@ -51,7 +52,8 @@ nlohmann::json hardware_to_json(const HardwareSpec& s);
 /// alpha < 0, a group < 2, a link other than intra_node / inter_node, a shape figure without the
 /// others, a fraction outside (0, 1], a tile side outside [1, 4096], head dimensions not
 /// ascending, an attention_kernel other than materialized / fused, fused without the shape model,
-/// ring_protocols not an array of 1 to 8, a protocol name repeated or empty, a step latency < 0.
+/// ring_protocols not an array of 1 to 8, a protocol not an object, a name repeated, empty or
+/// over 16 characters, a step latency < 0, a fraction outside (0, 1].
 HardwareSpec hardware_from_json(const nlohmann::json& j, const std::string& where);
 
 /// Reads and parses `path` (read_input_file: a readable regular file of at most 1 MiB). `where`
