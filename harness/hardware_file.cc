@@ -170,14 +170,15 @@ std::vector<RingProtocol> ring_protocols(const json& j, const std::string& where
     r.intra_step_s = kMicro.in(o.number("intra_step_us", false));
     r.inter_step_s = kMicro.in(o.number("inter_step_us", false));
     r.busbw_fraction = fraction(o, "busbw_fraction");
-    r.intra_step_multi_node_s = o.has("intra_step_multi_node_us") ? kMicro.in(o.number("intra_step_multi_node_us", false)) : r.intra_step_s;
-    r.busbw_fraction_multi_node = o.has("busbw_fraction_multi_node") ? fraction(o, "busbw_fraction_multi_node") : r.busbw_fraction;
+    r.intra_step_multi_node_s =
+        o.has("intra_step_multi_node_us") ? kMicro.in(o.number("intra_step_multi_node_us", false)) : r.intra_step_s;
+    r.busbw_fraction_multi_node =
+        o.has("busbw_fraction_multi_node") ? fraction(o, "busbw_fraction_multi_node") : r.busbw_fraction;
     o.done();
     out.push_back(r);
   }
   return out;
 }
-
 
 // The shape model's figures (all present: the caller checked), with the file's peak, HBM rate and
 // alphas; validated by the model's own check besides the file's.

@@ -295,7 +295,8 @@ json plan_json(const CLI::App& sub, const PlanArgs& a) {
   j["stack"] = {{"name", stack.name}, {"overlap", overlap_text(o)}, {"dp_grad_reduce", o.dp_grad_reduce},
                 {"bucket_params", o.bucket_params}, {"bucket_params_per_dp", o.bucket_params_per_dp},
                 {"param_gather_prefetch", o.param_gather_prefetch}, {"prefetch_params", o.prefetch_params},
-                {"gather_per_tensor", o.gather_per_tensor}, {"tp_comm_overlap", o.tp_comm},
+                {"gather_per_tensor", o.gather_per_tensor}, {"param_persistence_threshold", o.param_persistence_threshold},
+                {"tp_comm_overlap", o.tp_comm},
                 {"p2p_overlap", o.pp_send}, {"p2p_scatter_gather", o.pp_scatter_gather}, {"source", stack.source}};
   int feasible = 0;
   j["layouts"] = json::array();

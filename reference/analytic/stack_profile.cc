@@ -60,7 +60,8 @@ const std::vector<StackProfile>& stack_profiles() {
                  "(deepspeed/runtime/zero/config.py), each parameter tensor by its own all_gather "
                  "(stage3.py fetch_sub_module calls partition_parameters.py Init._all_gather(params, "
                  "async_op=True), one _allgather_param per parameter), but those under "
-                 "stage3_param_persistence_threshold = 1e5 elements, never partitioned (ds_persist); overlap_comm (on by default at stage 3: config.py's "
+                 "stage3_param_persistence_threshold = 1e5 elements, never partitioned (ds_persist); "
+                 "overlap_comm (on by default at stage 3: config.py's "
                  "overlap_comm_valid) reduce-scatters the gradients in reduce_bucket_size buckets (default 5e8 "
                  "elements) behind the backward; attention materialized and dropout 0.1, as megatron-2021"});
     p.back().attention = AttentionKernel::materialized, p.back().dropout = 0.1;

@@ -419,7 +419,8 @@ StepTimeTerms predict_step(const StepTimeInput& in, const StepTimeHardware& hw) 
   const AlphaBeta& p2p = link_of(hw, l.tp * dcp + 1) == LinkClass::intra_node ? hw.p2p_intra : hw.p2p_inter;
   const AlphaBeta& cp_p2p = link_of(hw, l.tp * (l.cp - 1) + 1) == LinkClass::intra_node ? hw.p2p_intra : hw.p2p_inter;
   // A TP all-reduce of n bytes; under sequence parallelism an all-gather plus a reduce-scatter
-  // (Korthikanti et al. 2022): the same bus bytes, twice the latency.
+  // (Korthikanti et al. 2022): the same bus bytes, each half with its own latency (the fit's
+  // alpha, or NCCL's ring latency where the hardware gives ring_protocols).
   const int tp_nodes = group_nodes(hw, l.tp, 1), dp_nodes = group_nodes(hw, dcp, l.tp);
   auto tp_ar = [&](double bytes) {
     if (l.tp == 1) return 0.0;
