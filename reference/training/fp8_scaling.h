@@ -1,0 +1,60 @@
+// FP8 per-tensor delayed scaling, as Transformer Engine's DelayedScaling recipe
+// (transformer_engine.common.recipe.DelayedScaling; the update is
+// transformer_engine/common/recipe/delayed_scaling.cu, amax_and_scale_update_after_reduction,
+// and docs/features/low_precision_training/fp8_delayed_scaling): each FP8 tensor keeps an amax
+// history of amax_history_len floats. Position 0 is the staging slot: every quantization of the
+// tensor while a step runs takes the max of it and the tensor's amax. At the update (TE: when the
+// autocast region exits, after the amax reduction over the amax reduction group):
+//   last = the reduced amax if given and non-zero, else history[0];
+//   if last != 0, the history rolls: history[i] = history[i+1] for 1 <= i < L-1, history[L-1] = last,
+//     history[0] = 0 (the oldest value drops); if last == 0 (the tensor was not quantized), it stays;
+//   amax = "max": the largest of the L values before the roll (history[1..L-1] and last; 0 without a
+//     roll), "most_recent": last;
+//   scale = FP8_MAX * 2^-margin / amax when amax is finite and > 0, else the previous scale; an
+//     infinite quotient (amax below FP8_MAX / FLT_MAX) becomes FLT_MAX; scale_inv = 1 / scale.
+// The scale quantizes the next step: q = fp8(x * scale), x ~ fp8_value(q) * scale_inv.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/fp8.h"
+
+namespace dtb {
+
+/// How the delayed recipe picks the amax its scale comes from (DelayedScaling.amax_compute_algo).
+enum class AmaxComputeAlgo { max, most_recent };
+
+/// "max" / "most_recent" -> the algo; anything else throws InputError naming the value and `key`.
+AmaxComputeAlgo parse_amax_compute_algo(const std::string& text, const std::string& key);
+const char* to_string(AmaxComputeAlgo a);
+
+/// DelayedScaling's settings and defaults: margin 0 (the scale is reduced by 2^margin),
+/// amax_history_len 1024, amax_compute_algo "max".
+struct Fp8DelayedScalingConfig {
+  int margin = 0;
+  int amax_history_len = 1024;
+  AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::max;
+};
+
+/// Throws InputError naming the value unless 0 <= margin <= 64 and 1 <= amax_history_len <= 2^20.
+void validate_fp8_delayed_scaling(const Fp8DelayedScalingConfig& cfg);
+
+/// One FP8 tensor's delayed-scaling state (a "scaling factor" slot of TE's fp8 meta): what a
+/// checkpoint saves so that a resumed run quantizes bitwise as the uninterrupted one.
+struct Fp8TensorScaling {
+  std::vector<float> amax_history;  // amax_history_len floats; [0] the staging slot
+  float scale = 1.0f;               // TE initialises scale and scale_inv to 1
+  float scale_inv = 1.0f;
+
+  /// A fresh state: history of `history_len` zeros, scale 1.
+  explicit Fp8TensorScaling(int history_len = 1) : amax_history(size_t(history_len), 0.0f) {}
+  /// A quantization of the tensor saw `amax` (>= 0): history[0] = fmax(history[0], amax) (a NaN
+  /// amax leaves it as it was, as fmaxf does).
+  void record(float amax);
+  /// The update at the end of a step for an element format `f` (FP8_MAX = fp8_max(f)); `reduced`
+  /// is the amax after the reduction over the amax reduction group (0: none, history[0] is used).
+  void update(const Fp8DelayedScalingConfig& cfg, Fp8Format f, float reduced = 0.0f);
+};
+
+}  // namespace dtb

@@ -1,0 +1,106 @@
+// Tests of the delayed-scaling update (reference/training/fp8_scaling.h) on sequences worked by
+// hand from Transformer Engine's formulas (its delayed_scaling.cu and the fp8_delayed_scaling
+// documentation): the roll, the window's max against the most recent, the margin, the tensor that
+// was not quantized, a non-finite or tiny amax, the reduced amax, and the refusals.
+#include "reference/training/fp8_scaling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/error.h"
+
+namespace dtb {
+namespace {
+
+TEST(Fp8DelayedScaling, WindowMaxOverAHandWorkedSequence) {
+  // L = 4, "max", margin 0, E4M3 (448). Each step records one amax, then updates:
+  //   step amax  history before update   after the roll       window max  scale
+  //   1    2     [2, 0, 0, 0]            [0, 0, 0, 2]         2           224
+  //   2    8     [8, 0, 0, 2]            [0, 0, 2, 8]         8           56
+  //   3    1     [1, 0, 2, 8]            [0, 2, 8, 1]         8           56
+  //   4    0.5   [0.5, 2, 8, 1]          [0, 8, 1, 0.5]       8           56 (2, the oldest, drops)
+  //   5    0.25  [0.25, 8, 1, 0.5]       [0, 1, 0.5, 0.25]    8           56 (8 is still in the window)
+  //   6    0.25  [0.25, 1, 0.5, 0.25]    [0, 0.5, 0.25, 0.25] 1           448
+  const Fp8DelayedScalingConfig cfg{.margin = 0, .amax_history_len = 4, .amax_compute_algo = AmaxComputeAlgo::max};
+  Fp8TensorScaling t(4);
+  EXPECT_EQ(t.scale, 1.0f);
+  const std::vector<float> amax{2, 8, 1, 0.5f, 0.25f, 0.25f}, scale{224, 56, 56, 56, 56, 448};
+  const std::vector<std::vector<float>> history{{0, 0, 0, 2}, {0, 0, 2, 8}, {0, 2, 8, 1}, {0, 8, 1, 0.5f},
+                                                {0, 1, 0.5f, 0.25f}, {0, 0.5f, 0.25f, 0.25f}};
+  for (size_t i = 0; i < amax.size(); ++i) {
+    t.record(amax[i]);
+    t.update(cfg, Fp8Format::e4m3);
+    EXPECT_EQ(t.amax_history, history[i]) << "step " << i + 1;
+    EXPECT_EQ(t.scale, scale[i]) << "step " << i + 1;
+    EXPECT_EQ(t.scale_inv, 1.0f / scale[i]) << "step " << i + 1;
+  }
+}
+
+TEST(Fp8DelayedScaling, MostRecentMarginAndTheFormatsMax) {
+  // "most_recent": FP8_MAX / the step's own amax; margin 1 halves it; E5M2's 57344.
+  const Fp8DelayedScalingConfig recent{.margin = 0, .amax_history_len = 4, .amax_compute_algo = AmaxComputeAlgo::most_recent};
+  Fp8TensorScaling t(4);
+  for (auto [a, s] : {std::pair{2.0f, 224.0f}, {8.0f, 56.0f}, {1.0f, 448.0f}, {0.5f, 896.0f}}) {
+    t.record(a);
+    t.update(recent, Fp8Format::e4m3);
+    EXPECT_EQ(t.scale, s) << a;
+  }
+  const Fp8DelayedScalingConfig margin{.margin = 1, .amax_history_len = 2, .amax_compute_algo = AmaxComputeAlgo::max};
+  Fp8TensorScaling u(2);
+  u.record(7.0f);
+  u.update(margin, Fp8Format::e5m2);
+  EXPECT_EQ(u.scale, 57344.0f / 2 / 7.0f);
+  // Several quantizations in a step (micro-batches): the staging slot keeps their max.
+  Fp8TensorScaling v(2);
+  for (float a : {3.0f, 5.0f, 4.0f}) v.record(a);
+  EXPECT_EQ(v.amax_history[0], 5.0f);
+  v.update(margin, Fp8Format::e4m3);
+  EXPECT_EQ(v.scale, 224.0f / 5.0f);
+}
+
+TEST(Fp8DelayedScaling, UnusedNonFiniteTinyAndReduced) {
+  const Fp8DelayedScalingConfig cfg{.margin = 0, .amax_history_len = 3, .amax_compute_algo = AmaxComputeAlgo::max};
+  Fp8TensorScaling t(3);
+  t.record(4.0f);
+  t.update(cfg, Fp8Format::e4m3);
+  ASSERT_EQ(t.scale, 112.0f);
+  // Not quantized this step (staging slot 0, nothing reduced): no roll, the scale stays.
+  t.update(cfg, Fp8Format::e4m3);
+  EXPECT_EQ(t.amax_history, (std::vector<float>{0, 0, 4}));
+  EXPECT_EQ(t.scale, 112.0f);
+  // An infinite amax: it rolls in, the window's max is inf, so the scale stays as it was.
+  t.record(std::numeric_limits<float>::infinity());
+  t.update(cfg, Fp8Format::e4m3);
+  EXPECT_EQ(t.scale, 112.0f);
+  // The reduced amax over the group wins over the local one.
+  Fp8TensorScaling r(3);
+  r.record(1.0f);
+  r.update(cfg, Fp8Format::e4m3, 16.0f);
+  EXPECT_EQ(r.amax_history, (std::vector<float>{0, 0, 16}));
+  EXPECT_EQ(r.scale, 28.0f);
+  // A tiny amax whose quotient overflows float: FLT_MAX.
+  Fp8TensorScaling tiny(1);
+  tiny.record(1e-40f);
+  tiny.update({.margin = 0, .amax_history_len = 1, .amax_compute_algo = AmaxComputeAlgo::max}, Fp8Format::e4m3);
+  EXPECT_EQ(tiny.scale, std::numeric_limits<float>::max());
+  EXPECT_EQ(tiny.amax_history, std::vector<float>{0.0f});  // TE zeroes a one-slot history after the update
+}
+
+TEST(Fp8DelayedScaling, RefusesBadSettings) {
+  EXPECT_THROW(validate_fp8_delayed_scaling({.margin = -1}), InputError);
+  EXPECT_THROW(validate_fp8_delayed_scaling({.margin = 0, .amax_history_len = 0}), InputError);
+  EXPECT_NO_THROW(validate_fp8_delayed_scaling({}));
+  EXPECT_EQ(parse_amax_compute_algo("most_recent", "k"), AmaxComputeAlgo::most_recent);
+  try {
+    parse_amax_compute_algo("mean", "train.fp8.amax_compute_algo");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.fp8.amax_compute_algo = 'mean'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dtb
