@@ -1,0 +1,138 @@
+#include "kernels/cpu/fp8_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <bit>
+#include <limits>
+#include <string>
+
+#include "kernels/error.h"
+
+namespace dtb::cpu {
+
+namespace {
+
+constexpr int kTile = 128, kMx = 32;
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/// Columns per scale along K and rows per scale for a granularity (per_tensor: the whole matrix).
+int k_span(Fp8Scaling s, int cols) {
+  switch (s) {
+    case Fp8Scaling::per_tensor: return cols;
+    case Fp8Scaling::tile_1x128:
+    case Fp8Scaling::block_128x128: return kTile;
+    case Fp8Scaling::mx_1x32: return kMx;
+  }
+  return cols;
+}
+int row_span(Fp8Scaling s, int rows) {
+  return s == Fp8Scaling::per_tensor ? rows : s == Fp8Scaling::block_128x128 ? kTile : 1;
+}
+
+}  // namespace
+
+const char* to_string(Fp8Scaling s) {
+  switch (s) {
+    case Fp8Scaling::per_tensor: return "per_tensor";
+    case Fp8Scaling::tile_1x128: return "tile_1x128";
+    case Fp8Scaling::block_128x128: return "block_128x128";
+    case Fp8Scaling::mx_1x32: return "mx_1x32";
+  }
+  return "?";
+}
+
+float fp8_scale_from_amax(float amax, float fp8_max, bool pow2, float epsilon, float value_for_inf) {
+  if (amax < epsilon) amax = epsilon;
+  if (std::isinf(amax) || amax == 0.0f || std::isnan(amax)) return 1.0f;
+  float scale = fp8_max / amax;
+  if (std::isinf(scale)) scale = value_for_inf;
+  if (pow2) scale = std::bit_cast<float>(std::bit_cast<uint32_t>(scale) & 0xff800000u);
+  return scale;
+}
+
+float fp8_amax(const float* x, size_t n) {
+  float amax = 0.0f;
+  for (size_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  return amax;
+}
+
+float Fp8Matrix::scale_inv_at(int r, int c) const {
+  const int ks = k_span(scaling, cols), rs = row_span(scaling, rows);
+  return scale_inv[size_t(r / rs) * size_t(ceil_div(cols, ks)) + size_t(c / ks)];
+}
+
+double Fp8Matrix::value_at(int r, int c) const {
+  return double(fp8_bits_to_float(q[size_t(r) * cols + c], format)) * double(scale_inv_at(r, c));
+}
+
+Fp8Matrix fp8_quantize(const float* x, int rows, int cols, Fp8Format format, Fp8Scaling scaling, float scale) {
+  DTB_CHECK(rows >= 1 && cols >= 1,
+            "fp8_quantize: a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
+  Fp8Matrix m;
+  m.rows = rows, m.cols = cols, m.format = format, m.scaling = scaling;
+  m.q.resize(size_t(rows) * cols);
+  const int ks = k_span(scaling, cols), rs = row_span(scaling, rows);
+  const int kb = ceil_div(cols, ks), rb = ceil_div(rows, rs);
+  m.scale_inv.resize(size_t(rb) * kb);
+  if (scaling == Fp8Scaling::mx_1x32) m.e8m0.resize(m.scale_inv.size());
+  DTB_CHECK(scaling != Fp8Scaling::per_tensor || (scale > 0.0f && std::isfinite(scale)),
+            "fp8_quantize: the per-tensor scale " + std::to_string(scale) + " is not positive and finite");
+  for (int bi = 0; bi < rb; ++bi)
+    for (int bk = 0; bk < kb; ++bk) {
+      const int r0 = bi * rs, r1 = std::min(rows, r0 + rs), c0 = bk * ks, c1 = std::min(cols, c0 + ks);
+      const size_t idx = size_t(bi) * kb + bk;
+      if (scaling == Fp8Scaling::mx_1x32) {  // rs = 1: one row's block
+        m.e8m0[idx] = mxfp8_quantize_block(&m.q[size_t(r0) * cols + c0], &x[size_t(r0) * cols + c0], size_t(c1 - c0),
+                                           format);
+        m.scale_inv[idx] = e8m0_bits_to_float(m.e8m0[idx]);
+        continue;
+      }
+      float s = scale;
+      if (scaling != Fp8Scaling::per_tensor) {
+        float amax = 0.0f;
+        for (int r = r0; r < r1; ++r) amax = std::fmax(amax, fp8_amax(&x[size_t(r) * cols + c0], size_t(c1 - c0)));
+        s = fp8_scale_from_amax(amax, fp8_max(format), true, 0.0f, std::numeric_limits<float>::max());
+      }
+      for (int r = r0; r < r1; ++r)
+        for (int c = c0; c < c1; ++c) m.q[size_t(r) * cols + c] = float_to_fp8_bits(x[size_t(r) * cols + c] * s, format);
+      m.scale_inv[idx] = 1.0f / s;
+    }
+  return m;
+}
+
+int fp8_gemm_k_block(Fp8Scaling a, Fp8Scaling w, int K) {
+  auto tiled = [](Fp8Scaling s) { return s == Fp8Scaling::tile_1x128 || s == Fp8Scaling::block_128x128; };
+  if (a == Fp8Scaling::per_tensor && w == Fp8Scaling::per_tensor) return K;
+  if (tiled(a) && tiled(w)) return kTile;
+  if (a == Fp8Scaling::mx_1x32 && w == Fp8Scaling::mx_1x32) return kMx;
+  return 0;
+}
+
+void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w) {
+  DTB_CHECK(a.cols == w.cols,
+            "fp8_gemm_nt: K differs (" + std::to_string(a.cols) + " and " + std::to_string(w.cols) + ")");
+  const int block = fp8_gemm_k_block(a.scaling, w.scaling, a.cols);
+  DTB_CHECK(block != 0, std::string("fp8_gemm_nt: no FP8 GEMM pairs ") + to_string(a.scaling) + " with " +
+                            to_string(w.scaling));
+  const int K = a.cols, N = a.rows, OC = w.rows;
+  // The codes as floats (exact), once.
+  std::vector<float> av(a.q.size()), wv(w.q.size());
+  for (size_t i = 0; i < av.size(); ++i) av[i] = fp8_bits_to_float(a.q[i], a.format);
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = fp8_bits_to_float(w.q[i], w.format);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      const float* ar = &av[size_t(n) * K];
+      const float* wr = &wv[size_t(o) * K];
+      float acc = 0.0f;
+      for (int k0 = 0; k0 < K; k0 += block) {
+        const int k1 = std::min(K, k0 + block);
+        float partial = 0.0f;
+        for (int k = k0; k < k1; ++k) partial += ar[k] * wr[k];
+        acc += partial * (a.scale_inv_at(n, k0) * w.scale_inv_at(o, k0));
+      }
+      out[size_t(n) * OC + o] = acc;
+    }
+}
+
+}  // namespace dtb::cpu

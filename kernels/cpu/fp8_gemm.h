@@ -1,0 +1,84 @@
+// FP8 GEMMs emulated on the CPU: quantization of a matrix under each of the FP8 recipes' scaling
+// granularities, and out = A · W^T over the quantized operands with fp32 accumulation, as the
+// GPU's FP8 GEMMs define it (cuBLASLt's per-tensor A/B scales, DeepSeek-V3's and Transformer
+// Engine's block-scaled GEMMs, MXFP8). The element conversions are kernels/fp8.h's.
+//
+// Shapes: A is N × K (activations or output gradients, row-major), W is OC × K (weights, as the
+// reference model's matmul_forward stores them); K, the reduction dimension, is the rows' length.
+//
+// Scaling granularities (Fp8Scaling) and what each stores in Fp8Matrix::scale_inv (the multiplier
+// that takes a code's value back to the tensor's: x ~ fp8_value(q) * scale_inv):
+//   per_tensor     1 value (Transformer Engine's delayed and current scaling)
+//   tile_1x128     rows × ceil(K/128): one scale per 128 consecutive elements of a row (DeepSeek-V3
+//                  Sec. 3.3.1 and TE's Float8BlockScaling for activations and gradients)
+//   block_128x128  ceil(rows/128) × ceil(K/128) (DeepSeek-V3's and TE's weights)
+//   mx_1x32        rows × ceil(K/32), each a power of two 2^(e-127) from an E8M0 code (OCP MX v1.0)
+// A tile or block at the matrix's edge covers what is there.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/fp8.h"
+
+namespace dtb::cpu {
+
+enum class Fp8Scaling { per_tensor, tile_1x128, block_128x128, mx_1x32 };
+const char* to_string(Fp8Scaling s);
+
+/// The scale that maps `amax` onto `fp8_max`, as Transformer Engine's compute_scale_from_amax
+/// (transformer_engine/common/recipe/recipe_common.cuh), the current and block recipes' rule:
+/// amax below `epsilon` is raised to it; an amax that is 0, inf or NaN gives 1; else fp8_max /
+/// amax rounded to nearest in float, an infinite quotient replaced by `value_for_inf`, and with
+/// `pow2` the result rounded down to a power of two (its mantissa bits cleared).
+float fp8_scale_from_amax(float amax, float fp8_max, bool pow2, float epsilon, float value_for_inf);
+
+/// The largest |x[i]| of n floats, NaNs skipped (fmaxf), as the quantizers' amax kernels.
+float fp8_amax(const float* x, size_t n);
+
+/// A quantized rows × cols matrix (row-major codes) with its dequantization multipliers laid out
+/// as the file comment says; `e8m0` holds the MX scales' codes (mx_1x32 only).
+struct Fp8Matrix {
+  int rows = 0, cols = 0;
+  Fp8Format format = Fp8Format::e4m3;
+  Fp8Scaling scaling = Fp8Scaling::per_tensor;
+  std::vector<uint8_t> q;
+  std::vector<float> scale_inv;
+  std::vector<uint8_t> e8m0;
+  /// The multiplier of element (r, c).
+  float scale_inv_at(int r, int c) const;
+  /// The element's value in double: fp8_value(q) * scale_inv (exact: 4 significant bits times 24).
+  double value_at(int r, int c) const;
+};
+
+/// Quantizes x (rows × cols, row-major) to `format` at granularity `scaling`:
+///   per_tensor: q = fp8(x * scale), scale_inv = 1 / scale, with the caller's `scale` (delayed
+///     scaling: the history's; current: fp8_scale_from_amax of the whole tensor's amax, which a
+///     sharded tensor reduces over its group first);
+///   tile_1x128, block_128x128: each tile's scale = fp8_scale_from_amax(its amax, fp8_max(format),
+///     pow2 = true, 0, FLT_MAX) (TE's Float8BlockScaling defaults: power-of-two scales, no
+///     epsilon), q = fp8(x * scale), scale_inv = 1 / scale (exact: a power of two);
+///   mx_1x32: each block by mxfp8_quantize_block.
+/// Aborts (DTB_CHECK: the callers validate) for rows or cols < 1, or a per-tensor scale that is
+/// not positive and finite.
+Fp8Matrix fp8_quantize(const float* x, int rows, int cols, Fp8Format format, Fp8Scaling scaling,
+                       float scale = 1.0f);
+
+/// The K-block over which `a` and `w` share their scales in a GEMM of reduction length K: K for
+/// per_tensor with per_tensor, 128 for a 1×128 or 128×128 operand with a 1×128 or 128×128 one, 32
+/// for MX with MX; 0 for any other pair (a GEMM that no FP8 recipe runs).
+int fp8_gemm_k_block(Fp8Scaling a, Fp8Scaling w, int K);
+
+/// out (N × OC, WRITTEN) = A (N × K) · W (OC × K)^T from the quantized operands, in float:
+/// for each K-block b (fp8_gemm_k_block), partial_b = sum of fp8(a)·fp8(w) over the block's k in
+/// ascending order in float (every product is exact in float), then
+/// out += partial_b * (a's scale_inv · w's scale_inv for that block), the blocks in ascending
+/// order; per_tensor pairs are one block (cuBLASLt's D = scale_a·scale_b·(A·B)). Every product is
+/// exact, so |out - the exact product of the quantized values| <= gamma_{B + ceil(K/B)} · sum_k
+/// |a_k w_k| (values with their scales; gamma_n = n u / (1 - n u), u = 2^-24, B the block: B - 1
+/// additions in a block, the scales' product and its multiply, ceil(K/B) - 1 additions of the
+/// blocks; kernels/cpu/fp8_gemm_test.cc holds it to that). Aborts (DTB_CHECK) when K differs or
+/// fp8_gemm_k_block is 0.
+void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w);
+
+}  // namespace dtb::cpu

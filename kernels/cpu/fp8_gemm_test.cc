@@ -1,0 +1,156 @@
+// Tests of kernels/cpu/fp8_gemm.h: Transformer Engine's scale rule worked by hand; each
+// granularity's quantization element by element against kernels/fp8.h's conversions and its
+// tiles' scales against their own amax; the GEMM against the exact product of the quantized
+// operands (in double) within the bound derived in fp8_gemm.h, and bitwise where every sum is
+// exact; the pairing no recipe runs refused.
+#include "kernels/cpu/fp8_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace dtb::cpu {
+namespace {
+
+constexpr Fp8Format kE4 = Fp8Format::e4m3, kE5 = Fp8Format::e5m2;
+
+TEST(Fp8Gemm, ScaleFromAmaxAsTransformerEngine) {
+  const float big = std::numeric_limits<float>::max();
+  EXPECT_EQ(fp8_scale_from_amax(3.0f, 448.0f, false, 0.0f, big), 448.0f / 3.0f);
+  EXPECT_EQ(fp8_scale_from_amax(3.0f, 448.0f, true, 0.0f, big), 128.0f);  // 149.33 rounded down to 2^7
+  EXPECT_EQ(fp8_scale_from_amax(0.5f, 448.0f, true, 0.0f, big), 512.0f);  // 896 -> 2^9
+  EXPECT_EQ(fp8_scale_from_amax(0.0f, 448.0f, false, 0.0f, big), 1.0f);
+  EXPECT_EQ(fp8_scale_from_amax(INFINITY, 448.0f, false, 0.0f, big), 1.0f);
+  EXPECT_EQ(fp8_scale_from_amax(NAN, 448.0f, false, 0.0f, big), 1.0f);
+  EXPECT_EQ(fp8_scale_from_amax(1e-3f, 448.0f, false, 1.0f, big), 448.0f);  // raised to epsilon
+  EXPECT_EQ(fp8_scale_from_amax(1e-40f, 448.0f, false, 0.0f, big), big);    // 448 / 1e-40 overflows
+  EXPECT_EQ(fp8_amax(std::vector<float>{1.0f, -7.0f, NAN, 2.0f}.data(), 4), 7.0f);
+}
+
+std::vector<float> random_matrix(int rows, int cols, std::mt19937& rng, float spread) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(size_t(rows) * cols);
+  for (float& v : x) v = d(rng) * std::exp2(std::round(d(rng) * spread));  // magnitudes over 2^(+-3 spread)
+  return x;
+}
+
+TEST(Fp8Gemm, QuantizeEachGranularity) {
+  std::mt19937 rng(46);
+  const int rows = 200, cols = 300;  // edge tiles: 300 = 2 x 128 + 44; 200 = 128 + 72
+  const std::vector<float> x = random_matrix(rows, cols, rng, 2.0f);
+  // Per tensor: the caller's scale, element by element.
+  const Fp8Matrix t = fp8_quantize(x.data(), rows, cols, kE4, Fp8Scaling::per_tensor, 37.5f);
+  ASSERT_EQ(t.scale_inv.size(), 1u);
+  EXPECT_EQ(t.scale_inv[0], 1.0f / 37.5f);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(t.q[i], float_to_fp8_bits(x[i] * 37.5f, kE4)) << i;
+  // 1x128 tiles and 128x128 blocks: each scale the power of two from its own region's amax.
+  for (Fp8Scaling s : {Fp8Scaling::tile_1x128, Fp8Scaling::block_128x128}) {
+    const Fp8Matrix m = fp8_quantize(x.data(), rows, cols, kE5, s);
+    const int rs = s == Fp8Scaling::tile_1x128 ? 1 : 128;
+    ASSERT_EQ(m.scale_inv.size(), size_t((rows + rs - 1) / rs) * 3) << to_string(s);
+    for (int r0 = 0; r0 < rows; r0 += rs)
+      for (int c0 = 0; c0 < cols; c0 += 128) {
+        float amax = 0.0f;
+        for (int r = r0; r < std::min(rows, r0 + rs); ++r)
+          for (int c = c0; c < std::min(cols, c0 + 128); ++c) amax = std::fmax(amax, std::fabs(x[size_t(r) * cols + c]));
+        const float scale = std::exp2(std::floor(std::log2(57344.0 / amax)));
+        ASSERT_EQ(m.scale_inv_at(r0, c0), 1.0f / scale) << to_string(s) << " " << r0 << "," << c0;
+        for (int r = r0; r < std::min(rows, r0 + rs); ++r)
+          for (int c = c0; c < std::min(cols, c0 + 128); ++c)
+            ASSERT_EQ(m.q[size_t(r) * cols + c], float_to_fp8_bits(x[size_t(r) * cols + c] * scale, kE5));
+      }
+  }
+  // MX: each 1x32 block as mxfp8_quantize_block, the last one 300 - 9 x 32 = 12 wide.
+  const Fp8Matrix mx = fp8_quantize(x.data(), rows, cols, kE4, Fp8Scaling::mx_1x32);
+  ASSERT_EQ(mx.e8m0.size(), size_t(rows) * 10);
+  for (int r = 0; r < rows; ++r)
+    for (int b = 0; b < 10; ++b) {
+      const int w = std::min(32, cols - 32 * b);
+      std::vector<uint8_t> q(static_cast<size_t>(w));
+      const uint8_t e = mxfp8_quantize_block(q.data(), &x[size_t(r) * cols + 32 * b], size_t(w), kE4);
+      ASSERT_EQ(mx.e8m0[size_t(r) * 10 + b], e);
+      ASSERT_EQ(mx.scale_inv_at(r, 32 * b), e8m0_bits_to_float(e));
+      for (int i = 0; i < w; ++i) ASSERT_EQ(mx.q[size_t(r) * cols + 32 * b + i], q[size_t(i)]);
+    }
+}
+
+/// Checks out = A W^T against the exact product of the quantized values within gamma_{B + ceil(K/B)}
+/// times sum |a w| (fp8_gemm.h's bound); returns the largest error as a fraction of its bound.
+double check_gemm(const Fp8Matrix& a, const Fp8Matrix& w) {
+  const int N = a.rows, OC = w.rows, K = a.cols, B = fp8_gemm_k_block(a.scaling, w.scaling, K);
+  std::vector<float> out(size_t(N) * OC);
+  fp8_gemm_nt(out.data(), a, w);
+  const double u = std::ldexp(1.0, -24), n = B + (K + B - 1) / B, gamma = n * u / (1 - n * u);
+  double worst = 0;
+  for (int i = 0; i < N; ++i)
+    for (int o = 0; o < OC; ++o) {
+      double exact = 0, mag = 0;
+      for (int k = 0; k < K; ++k) {
+        const double p = a.value_at(i, k) * w.value_at(o, k);
+        exact += p, mag += std::fabs(p);
+      }
+      const double err = std::fabs(double(out[size_t(i) * OC + o]) - exact), bound = gamma * mag;
+      EXPECT_LE(err, bound) << "out[" << i << "," << o << "] " << to_string(a.scaling) << " x " << to_string(w.scaling);
+      if (bound > 0) worst = std::max(worst, err / bound);
+    }
+  return worst;
+}
+
+TEST(Fp8Gemm, WithinItsBoundForEveryRecipesPairing) {
+  std::mt19937 rng(2412);
+  const int N = 9, OC = 7, K = 300;
+  const std::vector<float> a = random_matrix(N, K, rng, 3.0f), w = random_matrix(OC, K, rng, 3.0f);
+  struct Pair { Fp8Scaling a, w; Fp8Format fa, fw; };
+  for (const Pair& p : {Pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, kE4, kE4},
+                        Pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, kE5, kE4},  // dgrad: E5M2 gradients
+                        Pair{Fp8Scaling::tile_1x128, Fp8Scaling::block_128x128, kE4, kE4},
+                        Pair{Fp8Scaling::tile_1x128, Fp8Scaling::tile_1x128, kE5, kE4},
+                        Pair{Fp8Scaling::mx_1x32, Fp8Scaling::mx_1x32, kE4, kE4}}) {
+    // Delayed-like per-tensor scales that are not powers of two (448 / amax of each operand).
+    const float sa = 448.0f / fp8_amax(a.data(), a.size()), sw = 448.0f / fp8_amax(w.data(), w.size());
+    const Fp8Matrix qa = fp8_quantize(a.data(), N, K, p.fa, p.a, sa), qw = fp8_quantize(w.data(), OC, K, p.fw, p.w, sw);
+    const double worst = check_gemm(qa, qw);
+    std::printf("fp8 gemm %s x %s: worst error %.3g of its bound\n", to_string(p.a), to_string(p.w), worst);
+  }
+}
+
+TEST(Fp8Gemm, BitwiseWhereEverySumIsExact) {
+  // Small integers (exact in E4M3) at scale 1, and powers of two per tile: every partial sum is an
+  // integer below 2^24 times a power of two, so the GEMM equals the exact product bit for bit.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> v(-8, 8);
+  const int N = 5, OC = 4, K = 384;
+  std::vector<float> a(size_t(N) * K), w(size_t(OC) * K);
+  for (float& x : a) x = float(v(rng));
+  for (float& x : w) x = float(v(rng)) * 0.25f;
+  for (auto [sa, sw] : {std::pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor},
+                        {Fp8Scaling::tile_1x128, Fp8Scaling::block_128x128}}) {
+    const Fp8Matrix qa = fp8_quantize(a.data(), N, K, kE4, sa), qw = fp8_quantize(w.data(), OC, K, kE4, sw);
+    std::vector<float> out(size_t(N) * OC);
+    fp8_gemm_nt(out.data(), qa, qw);
+    for (int i = 0; i < N; ++i)
+      for (int o = 0; o < OC; ++o) {
+        double exact = 0;
+        for (int k = 0; k < K; ++k) exact += double(a[size_t(i) * K + k]) * double(w[size_t(o) * K + k]);
+        ASSERT_EQ(double(out[size_t(i) * OC + o]), exact) << to_string(sa) << " " << i << "," << o;
+      }
+  }
+}
+
+TEST(Fp8Gemm, PairingsNoRecipeRunsAbort) {
+  EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, 300), 300);
+  EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::tile_1x128, Fp8Scaling::block_128x128, 300), 128);
+  EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::mx_1x32, Fp8Scaling::mx_1x32, 300), 32);
+  EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::per_tensor, Fp8Scaling::tile_1x128, 300), 0);
+  const std::vector<float> x(64, 1.0f);
+  const Fp8Matrix a = fp8_quantize(x.data(), 2, 32, kE4, Fp8Scaling::per_tensor),
+                  w = fp8_quantize(x.data(), 2, 32, kE4, Fp8Scaling::mx_1x32);
+  std::vector<float> out(4);
+  EXPECT_DEATH(fp8_gemm_nt(out.data(), a, w), "no FP8 GEMM pairs per_tensor with mx_1x32");
+}
+
+}  // namespace
+}  // namespace dtb::cpu
