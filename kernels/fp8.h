@@ -96,7 +96,8 @@ constexpr float fp8_bits_to_float(uint8_t b, Fp8Format f) {
 /// A block's E8M0 scale from v = the block's amax / the element format's largest finite value
 /// (v >= 0, or NaN), rounded up to a power of two and saturated, so that no element of the block
 /// saturates: Transformer Engine's float_to_e8m0 (transformer_engine/common/util/ptx.cuh; on
-/// Blackwell the PTX cvt.rp.satfinite.ue8m0x2.f32). NaN -> 0xff; inf -> 0xfe (2^127); 0 -> 0x00;
+/// Blackwell the PTX cvt.rp.satfinite.ue8m0x2.f32; the same in TE 2.0 to 2.13). NaN -> 0xff;
+/// inf -> 0xfe (2^127); 0 -> 0x00;
 /// a power of two 2^k -> k + 127; otherwise the next power of two up, up to 0xfe; float subnormals
 /// up to 2^-127 -> 0x00 (2^-127), larger ones -> 0x01. The sign bit of v is ignored.
 constexpr uint8_t float_to_e8m0_bits(float v) {
@@ -115,11 +116,14 @@ constexpr float e8m0_bits_to_float(uint8_t e) {
 }
 
 /// What an MXFP8 quantizer multiplies a block's elements by before the cast: 1 / 2^(e - 127) =
-/// 2^(127 - e), except for e = 0x00, whose multiplier is 1 (an all-zero block; Transformer
-/// Engine's exp2f_rcp). e = 0xfe gives +0 (Transformer Engine's bits (254 - e) << 23); 0xff NaN.
+/// 2^(127 - e), exactly, for every code: e = 0x00 gives 2^127, e = 0xfe (an infinite amax) gives
+/// 2^-127 (a float subnormal), 0xff NaN. This is Transformer Engine's exp2f_rcp since its PR #2647
+/// (merged 2026-02, release 2.13; transformer_engine/common/util/ptx.cuh); before it, e = 0x00 gave 1
+/// and e = 0xfe gave +0 (TE issues #2407, #2408).
 constexpr float e8m0_quantize_multiplier(uint8_t e) {
   if (e == 0xff) return half_detail::bit_cast<float>(0x7fc00000u);
-  return e == 0 ? 1.0f : half_detail::bit_cast<float>(uint32_t(254 - e) << 23);
+  if (e == 0xfe) return half_detail::bit_cast<float>(0x00400000u);
+  return half_detail::bit_cast<float>(uint32_t(254 - e) << 23);
 }
 
 /// MXFP8 (OCP MX v1.0 with E4M3 or E5M2 elements; Transformer Engine's MXFP8BlockScaling): one
@@ -127,7 +131,9 @@ constexpr float e8m0_quantize_multiplier(uint8_t e) {
 /// scale, returned. As Transformer Engine's cast_mxfp8 kernels: amax = the largest |x[i]| (NaNs
 /// skipped, as fmaxf), e = float_to_e8m0_bits(amax * float(1 / fp8_max(f))), q[i] =
 /// float_to_fp8_bits(x[i] * e8m0_quantize_multiplier(e), f). The value of q[i] is
-/// fp8_bits_to_float(q[i], f) * e8m0_bits_to_float(e).
+/// fp8_bits_to_float(q[i], f) * e8m0_bits_to_float(e). A block of zeros gets e = 0 and codes 0; one
+/// whose amax is below fp8_max · 2^-127 gets e = 0 and its elements times 2^127; one holding an
+/// infinity gets e = 0xfe, the infinities saturate and the finite elements are scaled by 2^-127.
 inline uint8_t mxfp8_quantize_block(uint8_t* q, const float* x, size_t n, Fp8Format f) {
   float amax = 0.0f;
   for (size_t i = 0; i < n; ++i) {

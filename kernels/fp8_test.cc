@@ -205,7 +205,11 @@ TEST(Fp8, E8m0RoundsUpToAPowerOfTwo) {
     }
   }
   EXPECT_TRUE(std::isnan(e8m0_bits_to_float(0xff)));
-  EXPECT_EQ(e8m0_quantize_multiplier(0), 1.0f);  // TE's exp2f_rcp: an all-zero block
+  // The multiplier at the codes TE special-cases (exp2f_rcp since its PR #2647): 2^127, 2^-127, NaN.
+  EXPECT_EQ(double(e8m0_quantize_multiplier(0)), std::ldexp(1.0, 127));
+  EXPECT_EQ(double(e8m0_quantize_multiplier(0xfe)), std::ldexp(1.0, -127));
+  EXPECT_TRUE(std::isnan(e8m0_quantize_multiplier(0xff)));
+  EXPECT_EQ(float_to_e8m0_bits(-1.5f), 128);  // the sign bit is ignored
 }
 
 TEST(Fp8, MxBlockWorkedByHand) {
@@ -228,10 +232,23 @@ TEST(Fp8, MxBlockWorkedByHand) {
   x[7] = 448.0f * 4;
   EXPECT_EQ(mxfp8_quantize_block(q.data(), x.data(), 32, Fp8Format::e4m3), 129);
   EXPECT_EQ(q[7], 0x7e);
-  // All zeros: e = 0 and the multiplier 1.
+  // All zeros: e = 0, codes 0.
   x.assign(32, 0.0f);
   EXPECT_EQ(mxfp8_quantize_block(q.data(), x.data(), 32, Fp8Format::e5m2), 0);
   for (uint8_t b : q) EXPECT_EQ(b, 0);
+  // A tiny block (amax 2^-130, below 448 · 2^-127): e = 0, the elements times 2^127 -> 2^-3 (0x20).
+  x.assign(32, 0.0f);
+  x[5] = 0x1p-130f;
+  EXPECT_EQ(mxfp8_quantize_block(q.data(), x.data(), 32, Fp8Format::e4m3), 0);
+  EXPECT_EQ(q[5], 0x20);
+  // A block holding an infinity: e = 0xfe; inf saturates to 448, 1e38 times 2^-127 = 0.5877 -> 0.5625
+  // (0x31), -1 times 2^-127 flushes to -0.
+  x.assign(32, 0.0f);
+  x[0] = std::numeric_limits<float>::infinity(), x[1] = 1e38f, x[2] = -1.0f;
+  EXPECT_EQ(mxfp8_quantize_block(q.data(), x.data(), 32, Fp8Format::e4m3), 0xfe);
+  EXPECT_EQ(q[0], 0x7e);
+  EXPECT_EQ(q[1], 0x31);
+  EXPECT_EQ(q[2], 0x80);
 }
 
 }  // namespace

@@ -83,19 +83,21 @@ Fp8Matrix fp8_quantize(const float* x, int rows, int cols, Fp8Format format, Fp8
       const int r0 = bi * rs, r1 = std::min(rows, r0 + rs), c0 = bk * ks, c1 = std::min(cols, c0 + ks);
       const size_t idx = size_t(bi) * kb + bk;
       if (scaling == Fp8Scaling::mx_1x32) {  // rs = 1: one row's block
-        m.e8m0[idx] = mxfp8_quantize_block(&m.q[size_t(r0) * cols + c0], &x[size_t(r0) * cols + c0], size_t(c1 - c0),
-                                           format);
+        const size_t at = size_t(r0) * cols + c0;
+        m.e8m0[idx] = mxfp8_quantize_block(&m.q[at], &x[at], size_t(c1 - c0), format);
         m.scale_inv[idx] = e8m0_bits_to_float(m.e8m0[idx]);
         continue;
       }
       float s = scale;
       if (scaling != Fp8Scaling::per_tensor) {
         float amax = 0.0f;
-        for (int r = r0; r < r1; ++r) amax = std::fmax(amax, fp8_amax(&x[size_t(r) * cols + c0], size_t(c1 - c0)));
+        for (int r = r0; r < r1; ++r)
+          amax = std::fmax(amax, fp8_amax(&x[size_t(r) * cols + c0], size_t(c1 - c0)));
         s = fp8_scale_from_amax(amax, fp8_max(format), true, 0.0f, std::numeric_limits<float>::max());
       }
       for (int r = r0; r < r1; ++r)
-        for (int c = c0; c < c1; ++c) m.q[size_t(r) * cols + c] = float_to_fp8_bits(x[size_t(r) * cols + c] * s, format);
+        for (int c = c0; c < c1; ++c)
+          m.q[size_t(r) * cols + c] = float_to_fp8_bits(x[size_t(r) * cols + c] * s, format);
       m.scale_inv[idx] = 1.0f / s;
     }
   return m;
@@ -104,7 +106,7 @@ Fp8Matrix fp8_quantize(const float* x, int rows, int cols, Fp8Format format, Fp8
 int fp8_gemm_k_block(Fp8Scaling a, Fp8Scaling w, int K) {
   auto tiled = [](Fp8Scaling s) { return s == Fp8Scaling::tile_1x128 || s == Fp8Scaling::block_128x128; };
   if (a == Fp8Scaling::per_tensor && w == Fp8Scaling::per_tensor) return K;
-  if (tiled(a) && tiled(w)) return kTile;
+  if (tiled(a) && tiled(w) && !(a == Fp8Scaling::block_128x128 && w == Fp8Scaling::block_128x128)) return kTile;
   if (a == Fp8Scaling::mx_1x32 && w == Fp8Scaling::mx_1x32) return kMx;
   return 0;
 }
@@ -115,6 +117,8 @@ void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w) {
   const int block = fp8_gemm_k_block(a.scaling, w.scaling, a.cols);
   DTB_CHECK(block != 0, std::string("fp8_gemm_nt: no FP8 GEMM pairs ") + to_string(a.scaling) + " with " +
                             to_string(w.scaling));
+  DTB_CHECK(a.format == Fp8Format::e4m3 || w.format == Fp8Format::e4m3,
+            "fp8_gemm_nt: no FP8 GEMM takes two E5M2 operands");
   const int K = a.cols, N = a.rows, OC = w.rows;
   // The codes as floats (exact), once.
   std::vector<float> av(a.q.size()), wv(w.q.size());

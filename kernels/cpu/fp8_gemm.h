@@ -24,10 +24,11 @@
 namespace dtb::cpu {
 
 enum class Fp8Scaling { per_tensor, tile_1x128, block_128x128, mx_1x32 };
+/// "per_tensor", "tile_1x128", "block_128x128", "mx_1x32".
 const char* to_string(Fp8Scaling s);
 
 /// The scale that maps `amax` onto `fp8_max`, as Transformer Engine's compute_scale_from_amax
-/// (transformer_engine/common/recipe/recipe_common.cuh), the current and block recipes' rule:
+/// (transformer_engine/common/recipe/recipe_common.cuh, TE 2.x), the current and block recipes' rule:
 /// amax below `epsilon` is raised to it; an amax that is 0, inf or NaN gives 1; else fp8_max /
 /// amax rounded to nearest in float, an infinite quotient replaced by `value_for_inf`, and with
 /// `pow2` the result rounded down to a power of two (its mantissa bits cleared).
@@ -45,7 +46,7 @@ struct Fp8Matrix {
   std::vector<uint8_t> q;
   std::vector<float> scale_inv;
   std::vector<uint8_t> e8m0;
-  /// The multiplier of element (r, c).
+  /// The multiplier of element (r, c), 0 <= r < rows, 0 <= c < cols (unchecked).
   float scale_inv_at(int r, int c) const;
   /// The element's value in double: fp8_value(q) * scale_inv (exact: 4 significant bits times 24).
   double value_at(int r, int c) const;
@@ -65,7 +66,8 @@ Fp8Matrix fp8_quantize(const float* x, int rows, int cols, Fp8Format format, Fp8
                        float scale = 1.0f);
 
 /// The K-block over which `a` and `w` share their scales in a GEMM of reduction length K: K for
-/// per_tensor with per_tensor, 128 for a 1×128 or 128×128 operand with a 1×128 or 128×128 one, 32
+/// per_tensor with per_tensor; 128 for 1×128 with 1×128, 1×128 with 128×128 and 128×128 with 1×128
+/// (TE's cublaslt_gemm.cu runs "1D by 1D, 1D by 2D, and 2D by 1D block scaling", not 2D by 2D); 32
 /// for MX with MX; 0 for any other pair (a GEMM that no FP8 recipe runs).
 int fp8_gemm_k_block(Fp8Scaling a, Fp8Scaling w, int K);
 
@@ -74,11 +76,12 @@ int fp8_gemm_k_block(Fp8Scaling a, Fp8Scaling w, int K);
 /// ascending order in float (every product is exact in float), then
 /// out += partial_b * (a's scale_inv · w's scale_inv for that block), the blocks in ascending
 /// order; per_tensor pairs are one block (cuBLASLt's D = scale_a·scale_b·(A·B)). Every product is
-/// exact, so |out - the exact product of the quantized values| <= gamma_{B + ceil(K/B)} · sum_k
-/// |a_k w_k| (values with their scales; gamma_n = n u / (1 - n u), u = 2^-24, B the block: B - 1
-/// additions in a block, the scales' product and its multiply, ceil(K/B) - 1 additions of the
-/// blocks; kernels/cpu/fp8_gemm_test.cc holds it to that). Aborts (DTB_CHECK) when K differs or
-/// fp8_gemm_k_block is 0.
+/// exact, so, barring underflow and overflow (scales' products beyond float's range), |out - the
+/// exact product of the quantized values| <= gamma_{B + ceil(K/B)} · sum_k |a_k w_k| (values with
+/// their scales; gamma_n = n u / (1 - n u), u = 2^-24, B the block: B - 1 additions in a block, the
+/// scales' product and its multiply, ceil(K/B) - 1 additions of the blocks;
+/// kernels/cpu/fp8_gemm_test.cc holds it to that). Aborts (DTB_CHECK) when K differs,
+/// fp8_gemm_k_block is 0, or both operands are E5M2 (cuBLASLt's FP8 GEMMs take at most one).
 void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w);
 
 }  // namespace dtb::cpu

@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <vector>
@@ -55,7 +57,8 @@ TEST(Fp8Gemm, QuantizeEachGranularity) {
       for (int c0 = 0; c0 < cols; c0 += 128) {
         float amax = 0.0f;
         for (int r = r0; r < std::min(rows, r0 + rs); ++r)
-          for (int c = c0; c < std::min(cols, c0 + 128); ++c) amax = std::fmax(amax, std::fabs(x[size_t(r) * cols + c]));
+          for (int c = c0; c < std::min(cols, c0 + 128); ++c)
+            amax = std::fmax(amax, std::fabs(x[size_t(r) * cols + c]));
         const float scale = std::exp2(std::floor(std::log2(57344.0 / amax)));
         ASSERT_EQ(m.scale_inv_at(r0, c0), 1.0f / scale) << to_string(s) << " " << r0 << "," << c0;
         for (int r = r0; r < std::min(rows, r0 + rs); ++r)
@@ -77,8 +80,25 @@ TEST(Fp8Gemm, QuantizeEachGranularity) {
     }
 }
 
-/// Checks out = A W^T against the exact product of the quantized values within gamma_{B + ceil(K/B)}
-/// times sum |a w| (fp8_gemm.h's bound); returns the largest error as a fraction of its bound.
+/// The multiplier of element (r, c) by the layout fp8_gemm.h documents, written here apart from
+/// Fp8Matrix::scale_inv_at (which the GEMM uses).
+double reference_scale_inv(const Fp8Matrix& m, int r, int c) {
+  const int kb128 = (m.cols + 127) / 128, kb32 = (m.cols + 31) / 32;
+  switch (m.scaling) {
+    case Fp8Scaling::per_tensor: return m.scale_inv.at(0);
+    case Fp8Scaling::tile_1x128: return m.scale_inv.at(size_t(r) * kb128 + size_t(c / 128));
+    case Fp8Scaling::block_128x128: return m.scale_inv.at(size_t(r / 128) * kb128 + size_t(c / 128));
+    case Fp8Scaling::mx_1x32: return std::ldexp(1.0, int(m.e8m0.at(size_t(r) * kb32 + size_t(c / 32))) - 127);
+  }
+  return NAN;
+}
+double reference_value(const Fp8Matrix& m, int r, int c) {
+  return double(fp8_bits_to_float(m.q[size_t(r) * m.cols + c], m.format)) * reference_scale_inv(m, r, c);
+}
+
+/// Checks out = A W^T against the product of the quantized values (summed in double: its own error
+/// about 2^-29 of the bound) within gamma_{B + ceil(K/B)} times sum |a w| (fp8_gemm.h's bound);
+/// returns the largest error as a fraction of its bound.
 double check_gemm(const Fp8Matrix& a, const Fp8Matrix& w) {
   const int N = a.rows, OC = w.rows, K = a.cols, B = fp8_gemm_k_block(a.scaling, w.scaling, K);
   std::vector<float> out(size_t(N) * OC);
@@ -89,7 +109,7 @@ double check_gemm(const Fp8Matrix& a, const Fp8Matrix& w) {
     for (int o = 0; o < OC; ++o) {
       double exact = 0, mag = 0;
       for (int k = 0; k < K; ++k) {
-        const double p = a.value_at(i, k) * w.value_at(o, k);
+        const double p = reference_value(a, i, k) * reference_value(w, o, k);
         exact += p, mag += std::fabs(p);
       }
       const double err = std::fabs(double(out[size_t(i) * OC + o]) - exact), bound = gamma * mag;
@@ -101,12 +121,13 @@ double check_gemm(const Fp8Matrix& a, const Fp8Matrix& w) {
 
 TEST(Fp8Gemm, WithinItsBoundForEveryRecipesPairing) {
   std::mt19937 rng(2412);
-  const int N = 9, OC = 7, K = 300;
+  const int N = 130, OC = 7, K = 300;  // A's 128x128 blocks in two block rows, K's last tiles partial
   const std::vector<float> a = random_matrix(N, K, rng, 3.0f), w = random_matrix(OC, K, rng, 3.0f);
   struct Pair { Fp8Scaling a, w; Fp8Format fa, fw; };
   for (const Pair& p : {Pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, kE4, kE4},
                         Pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, kE5, kE4},  // dgrad: E5M2 gradients
                         Pair{Fp8Scaling::tile_1x128, Fp8Scaling::block_128x128, kE4, kE4},
+                        Pair{Fp8Scaling::block_128x128, Fp8Scaling::tile_1x128, kE4, kE5},
                         Pair{Fp8Scaling::tile_1x128, Fp8Scaling::tile_1x128, kE5, kE4},
                         Pair{Fp8Scaling::mx_1x32, Fp8Scaling::mx_1x32, kE4, kE4}}) {
     // Delayed-like per-tensor scales that are not powers of two (448 / amax of each operand).
@@ -118,14 +139,16 @@ TEST(Fp8Gemm, WithinItsBoundForEveryRecipesPairing) {
 }
 
 TEST(Fp8Gemm, BitwiseWhereEverySumIsExact) {
-  // Small integers (exact in E4M3) at scale 1, and powers of two per tile: every partial sum is an
-  // integer below 2^24 times a power of two, so the GEMM equals the exact product bit for bit.
+  // Small integers (exact in E4M3) times a power of two that differs per row and per 128-column
+  // tile (so each tile has its own scale, and a scale taken from the wrong tile shows), at scale 1
+  // or power-of-two tile scales: every partial sum is an integer below 2^24 times a power of two,
+  // so the GEMM equals the exact product bit for bit.
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> v(-8, 8);
   const int N = 5, OC = 4, K = 384;
   std::vector<float> a(size_t(N) * K), w(size_t(OC) * K);
-  for (float& x : a) x = float(v(rng));
-  for (float& x : w) x = float(v(rng)) * 0.25f;
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::ldexp(float(v(rng)), int(i / K + (i % K) / 128) % 4);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::ldexp(float(v(rng)), -2 + int((i % K) / 128));
   for (auto [sa, sw] : {std::pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor},
                         {Fp8Scaling::tile_1x128, Fp8Scaling::block_128x128}}) {
     const Fp8Matrix qa = fp8_quantize(a.data(), N, K, kE4, sa), qw = fp8_quantize(w.data(), OC, K, kE4, sw);
@@ -144,12 +167,16 @@ TEST(Fp8Gemm, PairingsNoRecipeRunsAbort) {
   EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, 300), 300);
   EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::tile_1x128, Fp8Scaling::block_128x128, 300), 128);
   EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::mx_1x32, Fp8Scaling::mx_1x32, 300), 32);
+  EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::block_128x128, Fp8Scaling::tile_1x128, 300), 128);
   EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::per_tensor, Fp8Scaling::tile_1x128, 300), 0);
+  EXPECT_EQ(fp8_gemm_k_block(Fp8Scaling::block_128x128, Fp8Scaling::block_128x128, 300), 0);  // TE: not 2D by 2D
   const std::vector<float> x(64, 1.0f);
   const Fp8Matrix a = fp8_quantize(x.data(), 2, 32, kE4, Fp8Scaling::per_tensor),
-                  w = fp8_quantize(x.data(), 2, 32, kE4, Fp8Scaling::mx_1x32);
+                  w = fp8_quantize(x.data(), 2, 32, kE4, Fp8Scaling::mx_1x32),
+                  g = fp8_quantize(x.data(), 2, 32, kE5, Fp8Scaling::per_tensor);
   std::vector<float> out(4);
   EXPECT_DEATH(fp8_gemm_nt(out.data(), a, w), "no FP8 GEMM pairs per_tensor with mx_1x32");
+  EXPECT_DEATH(fp8_gemm_nt(out.data(), g, g), "no FP8 GEMM takes two E5M2 operands");
 }
 
 }  // namespace

@@ -22,6 +22,11 @@ void validate_fp8_delayed_scaling(const Fp8DelayedScalingConfig& c) {
     throw InputError("fp8 amax_history_len = " + std::to_string(c.amax_history_len) + " must be in [1, 2^20]");
 }
 
+Fp8TensorScaling::Fp8TensorScaling(int history_len) {
+  DTB_CHECK(history_len >= 1, "Fp8TensorScaling: an amax history of " + std::to_string(history_len) + " values");
+  amax_history.assign(size_t(history_len), 0.0f);
+}
+
 void Fp8TensorScaling::record(float amax) { amax_history[0] = std::fmax(amax_history[0], amax); }
 
 void Fp8TensorScaling::update(const Fp8DelayedScalingConfig& cfg, Fp8Format f, float reduced) {

@@ -1,4 +1,4 @@
-// FP8 per-tensor delayed scaling, as Transformer Engine's DelayedScaling recipe
+// FP8 per-tensor delayed scaling, as Transformer Engine's DelayedScaling recipe (TE 2.x)
 // (transformer_engine.common.recipe.DelayedScaling; the update is
 // transformer_engine/common/recipe/delayed_scaling.cu, amax_and_scale_update_after_reduction,
 // and docs/features/low_precision_training/fp8_delayed_scaling): each FP8 tensor keeps an amax
@@ -27,6 +27,7 @@ enum class AmaxComputeAlgo { max, most_recent };
 
 /// "max" / "most_recent" -> the algo; anything else throws InputError naming the value and `key`.
 AmaxComputeAlgo parse_amax_compute_algo(const std::string& text, const std::string& key);
+/// "max" or "most_recent".
 const char* to_string(AmaxComputeAlgo a);
 
 /// DelayedScaling's settings and defaults: margin 0 (the scale is reduced by 2^margin),
@@ -47,13 +48,15 @@ struct Fp8TensorScaling {
   float scale = 1.0f;               // TE initialises scale and scale_inv to 1
   float scale_inv = 1.0f;
 
-  /// A fresh state: history of `history_len` zeros, scale 1.
-  explicit Fp8TensorScaling(int history_len = 1) : amax_history(size_t(history_len), 0.0f) {}
+  /// A fresh state: history of `history_len` (>= 1; aborts otherwise) zeros, scale 1.
+  explicit Fp8TensorScaling(int history_len = 1);
   /// A quantization of the tensor saw `amax` (>= 0): history[0] = fmax(history[0], amax) (a NaN
   /// amax leaves it as it was, as fmaxf does).
   void record(float amax);
   /// The update at the end of a step for an element format `f` (FP8_MAX = fp8_max(f)); `reduced`
-  /// is the amax after the reduction over the amax reduction group (0: none, history[0] is used).
+  /// is the amax after the reduction over the amax reduction group (0: none, history[0] is used;
+  /// a NaN one is taken as it comes and leaves the scale as it was). Aborts (DTB_CHECK) when the
+  /// history's length is not cfg.amax_history_len.
   void update(const Fp8DelayedScalingConfig& cfg, Fp8Format f, float reduced = 0.0f);
 };
 

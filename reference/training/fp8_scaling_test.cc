@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/error.h"
@@ -41,7 +43,8 @@ TEST(Fp8DelayedScaling, WindowMaxOverAHandWorkedSequence) {
 
 TEST(Fp8DelayedScaling, MostRecentMarginAndTheFormatsMax) {
   // "most_recent": FP8_MAX / the step's own amax; margin 1 halves it; E5M2's 57344.
-  const Fp8DelayedScalingConfig recent{.margin = 0, .amax_history_len = 4, .amax_compute_algo = AmaxComputeAlgo::most_recent};
+  const Fp8DelayedScalingConfig recent{.margin = 0, .amax_history_len = 4,
+                                       .amax_compute_algo = AmaxComputeAlgo::most_recent};
   Fp8TensorScaling t(4);
   for (auto [a, s] : {std::pair{2.0f, 224.0f}, {8.0f, 56.0f}, {1.0f, 448.0f}, {0.5f, 896.0f}}) {
     t.record(a);
@@ -74,7 +77,19 @@ TEST(Fp8DelayedScaling, UnusedNonFiniteTinyAndReduced) {
   // An infinite amax: it rolls in, the window's max is inf, so the scale stays as it was.
   t.record(std::numeric_limits<float>::infinity());
   t.update(cfg, Fp8Format::e4m3);
+  EXPECT_EQ(t.amax_history, (std::vector<float>{0, 4, std::numeric_limits<float>::infinity()}));
   EXPECT_EQ(t.scale, 112.0f);
+  // A NaN reduced amax: non-zero, so the history rolls it in; "max" skips it (fmaxf), "most_recent"
+  // takes it and keeps the scale.
+  Fp8TensorScaling n(2), m(2);
+  n.record(2.0f), m.record(2.0f);
+  n.update({.margin = 0, .amax_history_len = 2, .amax_compute_algo = AmaxComputeAlgo::max}, Fp8Format::e4m3, NAN);
+  m.update({.margin = 0, .amax_history_len = 2, .amax_compute_algo = AmaxComputeAlgo::most_recent}, Fp8Format::e4m3,
+           NAN);
+  EXPECT_EQ(n.amax_history[0], 0.0f);
+  EXPECT_TRUE(std::isnan(n.amax_history[1]));
+  EXPECT_EQ(n.scale, 1.0f);  // the window {0, NaN}: max 0, so the scale stays 1
+  EXPECT_EQ(m.scale, 1.0f);
   // The reduced amax over the group wins over the local one.
   Fp8TensorScaling r(3);
   r.record(1.0f);
