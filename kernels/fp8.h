@@ -15,6 +15,7 @@
 // formats). Decoding is exact in float. kernels/fp8_test.cc checks every one against a reference
 // written apart from it (the nearest of the format's 256 decoded values).
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -126,22 +127,24 @@ constexpr float e8m0_quantize_multiplier(uint8_t e) {
   return half_detail::bit_cast<float>(uint32_t(254 - e) << 23);
 }
 
+/// The largest |x[i]| of n floats, NaNs skipped (fmaxf, as the quantizers' amax kernels); 0 for n = 0.
+inline float fp8_amax(const float* x, size_t n) {
+  float amax = 0.0f;
+  for (size_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  return amax;
+}
+
 /// MXFP8 (OCP MX v1.0 with E4M3 or E5M2 elements; Transformer Engine's MXFP8BlockScaling): one
 /// block of n floats x[0..n) (32 in MX: the caller cuts the blocks) into q[0..n) and its E8M0
-/// scale, returned. As Transformer Engine's cast_mxfp8 kernels: amax = the largest |x[i]| (NaNs
-/// skipped, as fmaxf), e = float_to_e8m0_bits(amax * float(1 / fp8_max(f))), q[i] =
+/// scale, returned. As Transformer Engine's cast_mxfp8 kernels: amax = fp8_amax(x, n),
+/// e = float_to_e8m0_bits(amax * float(1 / fp8_max(f))), q[i] =
 /// float_to_fp8_bits(x[i] * e8m0_quantize_multiplier(e), f). The value of q[i] is
 /// fp8_bits_to_float(q[i], f) * e8m0_bits_to_float(e). A block of zeros gets e = 0 and codes 0; one
 /// whose amax is below fp8_max · 2^-127 gets e = 0 and its elements times 2^127; one holding an
 /// infinity gets e = 0xfe, the infinities saturate and the finite elements are scaled by 2^-127.
 inline uint8_t mxfp8_quantize_block(uint8_t* q, const float* x, size_t n, Fp8Format f) {
-  float amax = 0.0f;
-  for (size_t i = 0; i < n; ++i) {
-    const float a = x[i] < 0 ? -x[i] : x[i];
-    amax = a > amax ? a : amax;  // fmaxf(amax, |x|): a NaN never wins
-  }
   const float max_norm_rcp = float(1.0 / double(fp8_max(f)));
-  const uint8_t e = float_to_e8m0_bits(amax * max_norm_rcp);
+  const uint8_t e = float_to_e8m0_bits(fp8_amax(x, n) * max_norm_rcp);
   const float mult = e8m0_quantize_multiplier(e);
   for (size_t i = 0; i < n; ++i) q[i] = float_to_fp8_bits(x[i] * mult, f);
   return e;

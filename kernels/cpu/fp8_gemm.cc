@@ -51,19 +51,9 @@ float fp8_scale_from_amax(float amax, float fp8_max, bool pow2, float epsilon, f
   return scale;
 }
 
-float fp8_amax(const float* x, size_t n) {
-  float amax = 0.0f;
-  for (size_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  return amax;
-}
-
 float Fp8Matrix::scale_inv_at(int r, int c) const {
   const int ks = k_span(scaling, cols), rs = row_span(scaling, rows);
   return scale_inv[size_t(r / rs) * size_t(ceil_div(cols, ks)) + size_t(c / ks)];
-}
-
-double Fp8Matrix::value_at(int r, int c) const {
-  return double(fp8_bits_to_float(q[size_t(r) * cols + c], format)) * double(scale_inv_at(r, c));
 }
 
 Fp8Matrix fp8_quantize(const float* x, int rows, int cols, Fp8Format format, Fp8Scaling scaling, float scale) {

@@ -34,9 +34,6 @@ const char* to_string(Fp8Scaling s);
 /// `pow2` the result rounded down to a power of two (its mantissa bits cleared).
 float fp8_scale_from_amax(float amax, float fp8_max, bool pow2, float epsilon, float value_for_inf);
 
-/// The largest |x[i]| of n floats, NaNs skipped (fmaxf), as the quantizers' amax kernels.
-float fp8_amax(const float* x, size_t n);
-
 /// A quantized rows × cols matrix (row-major codes) with its dequantization multipliers laid out
 /// as the file comment says; `e8m0` holds the MX scales' codes (mx_1x32 only).
 struct Fp8Matrix {
@@ -48,8 +45,6 @@ struct Fp8Matrix {
   std::vector<uint8_t> e8m0;
   /// The multiplier of element (r, c), 0 <= r < rows, 0 <= c < cols (unchecked).
   float scale_inv_at(int r, int c) const;
-  /// The element's value in double: fp8_value(q) * scale_inv (exact: 4 significant bits times 24).
-  double value_at(int r, int c) const;
 };
 
 /// Quantizes x (rows × cols, row-major) to `format` at granularity `scaling`:
