@@ -46,10 +46,50 @@ validate() {
   "$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" validate --ranks-per-node "${rpn:-2}" \
     "$@" >"$log" 2>&1
 }
+# accepted LOG REPORT ARGS...: a clean run that must exit 0. Up to 3 attempts where the only failed
+# check is pairs/links: on this 2-core machine running 4 ranks, the "inter-node" pairs are memory
+# copies between processes, and a clean pair's best 4 MiB figure stays low for a whole run
+# (across its sweeps and retests; 30 clean runs of 21b4e84 here on 2026-12-07: the slowest
+# inter-node pair at 0.37 to 0.90 of the class's upper quartile, median 0.72; 24 more with 20 ms of
+# exchanges before the timing, 0.30 to 0.95, so a warm-up does not cure it; once in CI at 0.243,
+# under the crowded threshold of 0.25). A slow link injected 8x is tested below; any other
+# failure, or pairs/links failing 3 runs, fails the test.
+accepted() {
+  local log="$1" report="$2" k rc; shift 2
+  for k in 1 2 3; do
+    rc=0
+    validate "$log" "$@" || rc=$?
+    [ "$rc" -eq 0 ] && return 0
+    if [ "$rc" -eq 1 ] && python3 - "$report" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))
+failed = {c["name"] for c in run["checks"] if c["status"] == "fail"}
+sys.exit(0 if failed == {"pairs/links"} and all(n["accepted"] for n in run["nodes"]) else 1)
+PY
+    then
+      echo "validate $*: attempt $k: a clean pair under the crowded threshold:"; grep "pairs/links" "$log"
+      continue
+    fi
+    echo "FAIL: validate $* exited $rc, not 0:"; cat "$log"; exit 1
+  done
+  echo "FAIL: validate $*: pairs/links failed a clean run in 3 attempts:"; cat "$log"; exit 1
+}
 expect_exit() {  # expect_exit CODE LOG ARGS...
   local want="$1" log="$2" rc=0; shift 2
   validate "$log" "$@" || rc=$?
   [ "$rc" -eq "$want" ] || { echo "FAIL: validate $* exited $rc, not $want:"; cat "$log"; exit 1; }
+}
+# tries WHAT LOG FN: FN (a validate run that must find an injected fault, and its assertions) up
+# to 3 times, until it passes, showing each miss's failed checks from LOG. Where the verdict rests
+# on comparing pairs, a clean pair this machine holds low for a whole run (see accepted) can be
+# taken for a second slow partner of the slowed rank; a fault missed 3 times fails the test.
+tries() {
+  local what="$1" log="$2" k; shift 2
+  for k in 1 2 3; do
+    "$@" && return 0
+    echo "$what: attempt $k not as expected:"; grep -E "^  (fail|warn)|^node" "$log" || cat "$log"
+  done
+  echo "FAIL: $what: not as expected in 3 attempts"; exit 1
 }
 
 # Level long, clean, making a baseline: every check of levels medium and long runs (the device
@@ -59,7 +99,7 @@ expect_exit() {  # expect_exit CODE LOG ARGS...
 # outside load has measured a rank's lateness at 150 % of the work).
 printf '{"kind": "validate-rules", "rules": [{"name": "floor", "type": "min", "metric": "compute/gemm_gflops", "fail": 1}]}' \
   >"$tmp/floor.json"
-expect_exit 0 "$tmp/b0.log" --level long --rules "$tmp/floor.json" --make-baseline "$tmp/baseline.json" \
+accepted "$tmp/b0.log" "$tmp/b0.json" --level long --rules "$tmp/floor.json" --make-baseline "$tmp/baseline.json" \
   --output "$tmp/b0.json"
 python3 - "$tmp/b0.json" "$tmp/baseline.json" <<'PY'
 import json, sys
@@ -101,21 +141,18 @@ PY
 # Rank 3's compute slowed 2x, then separately its transfers slowed 2x: node 1 alone is
 # defective, the violation naming rank 3, the metric, the rule and the values (exit 1).
 rules="$here/validate_rules.json"
-expect_exit 0 "$tmp/b1.log" --level long --tolerance 0.4 --baseline "$tmp/baseline.json" --rules "$rules" \
+accepted "$tmp/b1.log" "$tmp/b1.json" --level long --tolerance 0.4 --baseline "$tmp/baseline.json" --rules "$rules" \
   --output "$tmp/b1.json"
 # flagged FAULT RULE: the fault run against the baseline, judged by the rules file: exit 1, node
 # 1 alone defective, the violation of RULE naming rank 3, the metric's two rules and values.
-# Up to 3 attempts: on this 2-core machine running 4 ranks, 1 comm-fault run in 40 measured one
-# clean pair at half speed through its retests (as when the scheduler keeps two ranks on one core
-# for the whole run), which pulls the fleet median down to the slowed rank's figure; a fault that
-# is not flagged in 3 runs fails the test.
+# Up to 3 attempts (tries): on this 2-core machine running 4 ranks, 1 comm-fault run in 40
+# measured one clean pair at half speed through its retests, which pulls the fleet median down to
+# the slowed rank's figure.
 flagged() {
-  local fault="$1" rule="$2" k rc
-  for k in 1 2 3; do
-    rc=0
-    validate "$tmp/f.log" --level long --tolerance 0.4 --baseline "$tmp/baseline.json" --rules "$rules" \
-      --inject "$fault" --output "$tmp/f.json" || rc=$?
-    if [ "$rc" -eq 1 ] && python3 - "$tmp/f.json" "$rule" <<'PY'
+  local rc=0
+  validate "$tmp/f.log" --level long --tolerance 0.4 --baseline "$tmp/baseline.json" --rules "$rules" \
+    --inject "$1" --output "$tmp/f.json" || rc=$?
+  [ "$rc" -eq 1 ] && python3 - "$tmp/f.json" "$2" <<'PY'
 import json, sys
 run, rule = json.load(open(sys.argv[1])), sys.argv[2]
 assert run["verdict"] == "defective" and run["exit_status"] == 1, run["verdict"]
@@ -131,13 +168,9 @@ links = [c for c in run["checks"] if c["name"] == "pairs/links"][0]
 assert links["values"]["slow_links"] == [], links["detail"]
 print("validate long vs baseline ok:", run["injected_fault"], "->", d)
 PY
-    then return 0; fi
-    echo "validate $fault: attempt $k not flagged (exit $rc):"; grep -E "^  (fail|warn)|^node" "$tmp/f.log" || cat "$tmp/f.log"
-  done
-  echo "FAIL: validate --inject $fault against the baseline did not flag node 1 alone in 3 runs"; exit 1
 }
-flagged 3:compute:2 gemm
-flagged 3:comm:2 pairs
+tries "validate --inject 3:compute:2 against the baseline" "$tmp/f.log" flagged 3:compute:2 gemm
+tries "validate --inject 3:comm:2 against the baseline" "$tmp/f.log" flagged 3:comm:2 pairs
 python3 - "$tmp/b1.json" <<'PY'
 import json, sys
 ok = json.load(open(sys.argv[1]))
@@ -154,9 +187,10 @@ PY
 # but it then names no node, as the pairs show none slow.
 printf '{"kind": "validate-rules", "rules": [{"name": "floor", "type": "min", "metric": "compute/gemm_gflops", "fail": 1},
   {"name": "groups", "type": "fleet_drop", "metric": "groups/allreduce_busbw_GBps", "fail": 0.3}]}' >"$tmp/groups.json"
-rpn=1 expect_exit 1 "$tmp/l.log" --level long --rules "$tmp/groups.json" --inject 1-2:comm:8 \
-  --output "$tmp/l.json"
-python3 - "$tmp/l.json" <<'PY'
+slow_link() {
+  local rc=0
+  rpn=1 validate "$tmp/l.log" --level long --rules "$tmp/groups.json" --inject 1-2:comm:8 --output "$tmp/l.json" || rc=$?
+  [ "$rc" -eq 1 ] && python3 - "$tmp/l.json" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))
 assert run["exit_status"] == 1 and all(n["accepted"] for n in run["nodes"]), run["nodes"]
@@ -171,17 +205,22 @@ assert by["groups"]["nodes"] == [] and by["groups"]["ranks"] == [], by["groups"]
 assert "share one machine" in by["consistency/machines"]["detail"], by["consistency/machines"]
 print("validate slow link ok:", links["detail"][:160])
 PY
+}
+tries "validate --inject 1-2:comm:8" "$tmp/l.log" slow_link
 
 # --pairs adaptive (fault isolation in rounds) on 4 ranks as 4 nodes: rank 2's transfers
 # stretched 8x make pairs/isolation name rank 2 and its node alone (the ring of 4, its halves,
 # the failed half's two ranks confirmed with known-good partners: 5 tests against 6 pairs); the
 # link 1-2 stretched 8x is named as a pair, every node accepted (the ring's pair 1-2 lies between
 # its halves, whose rings both pass). 8x as for pairs/links above: the same crowded threshold.
-rpn=1 expect_exit 1 "$tmp/a.log" --level long --pairs adaptive --rules "$tmp/floor.json" --inject 2:comm:8 \
-  --output "$tmp/a.json"
-rpn=1 expect_exit 1 "$tmp/al.log" --level long --pairs adaptive --rules "$tmp/floor.json" --inject 1-2:comm:8 \
-  --output "$tmp/al.json"
-python3 - "$tmp/a.json" "$tmp/al.json" <<'PY'
+adaptive() {
+  local rc=0 rl=0
+  rpn=1 validate "$tmp/a.log" --level long --pairs adaptive --rules "$tmp/floor.json" --inject 2:comm:8 \
+    --output "$tmp/a.json" || rc=$?
+  rpn=1 validate "$tmp/al.log" --level long --pairs adaptive --rules "$tmp/floor.json" --inject 1-2:comm:8 \
+    --output "$tmp/al.json" || rl=$?
+  cat "$tmp/a.log" "$tmp/al.log" >"$tmp/adaptive.log"
+  [ "$rc" -eq 1 ] && [ "$rl" -eq 1 ] && python3 - "$tmp/a.json" "$tmp/al.json" <<'PY'
 import json, sys
 node, link = (json.load(open(p)) for p in sys.argv[1:3])
 c = {c["name"]: c for c in node["checks"]}["pairs/isolation"]
@@ -196,6 +235,8 @@ assert link["exit_status"] == 1 and all(n["accepted"] for n in link["nodes"]), l
 assert c["status"] == "fail" and c["nodes"] == [] and [l["ranks"] for l in c["values"]["slow_links"]] == [[1, 2]], c
 print("validate --pairs adaptive ok:", c["detail"][:200])
 PY
+}
+tries "validate --pairs adaptive --inject 2:comm:8, then 1-2:comm:8" "$tmp/adaptive.log" adaptive
 
 # Baselines: a quick run judged against the long baseline lacks its metrics, and a missing
 # metric fails the run (exit 1), not passes.
@@ -306,7 +347,7 @@ PY
 # lower levels included: longer than its one loop, timed under the present load): the looping
 # must then show at least 2 loops, and never stop before --duration.
 burnin() {
-  expect_exit 0 "$tmp/burn.log" --level burnin --duration "$1" --rules "$tmp/floor.json" --output "$tmp/burn.json"
+  accepted "$tmp/burn.log" "$tmp/burn.json" --level burnin --duration "$1" --rules "$tmp/floor.json" --output "$tmp/burn.json"
 }
 first=6
 burnin "$first"

@@ -27,7 +27,9 @@ struct LinkThresholds {
 inline constexpr LinkThresholds kLinkThresholds = {0.5, 0.75};
 /// Where the machine runs more ranks than it has cores (crowded()): there the scheduler has held
 /// a clean pair at half speed through all its sweeps and retests (1 run in 40 of
-/// harness/validate_test.sh on 2 cores), which must not be named a slow link.
+/// harness/validate_test.sh on 2 cores), which must not be named a slow link. Not a bound: a
+/// clean run there once measured a pair at 0.243 of its quartile (CI, 2026-12-07), so that test
+/// retries a clean run whose only failure is this check.
 inline constexpr LinkThresholds kLinkThresholdsCrowded = {0.25, 0.5};
 
 /// A link class needs this many pairs to be judged: with fewer, its upper quartile would be one
