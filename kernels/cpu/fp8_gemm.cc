@@ -129,4 +129,57 @@ void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w) {
     }
 }
 
+namespace {
+
+std::vector<float> transposed(const float* x, int rows, int cols) {
+  std::vector<float> t(size_t(rows) * size_t(cols));
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) t[size_t(c) * size_t(rows) + size_t(r)] = x[size_t(r) * size_t(cols) + size_t(c)];
+  return t;
+}
+
+Fp8Matrix quantize(const float* x, int rows, int cols, const Fp8Operand& o) {
+  return fp8_quantize(x, rows, cols, o.format, o.scaling, o.scale);
+}
+
+void check_linear(int N, int C, int OC) {
+  DTB_CHECK(N >= 1 && C >= 1 && OC >= 1, "fp8 linear: N " + std::to_string(N) + ", C " + std::to_string(C) +
+                                             ", OC " + std::to_string(OC) + " (each must be >= 1)");
+}
+
+}  // namespace
+
+void fp8_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                        const Fp8Operand& x, const Fp8Operand& w) {
+  check_linear(N, C, OC);
+  fp8_gemm_nt(out, quantize(inp, N, C, x), quantize(weight, OC, C, w));
+  if (bias)
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) out[size_t(n) * size_t(OC) + size_t(o)] += bias[o];
+}
+
+void fp8_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, int N, int C, int OC, const Fp8Operand& dy, const Fp8Operand& x,
+                         const Fp8Operand& w) {
+  check_linear(N, C, OC);
+  if (dinp) {  // dgrad: (N x OC) . (C x OC)^T
+    const std::vector<float> wt = transposed(weight, OC, C);
+    std::vector<float> t(size_t(N) * size_t(C));
+    fp8_gemm_nt(t.data(), quantize(dout, N, OC, dy), quantize(wt.data(), C, OC, w));
+    for (size_t i = 0; i < t.size(); ++i) dinp[i] += t[i];
+  }
+  if (dweight) {  // wgrad: (OC x N) . (C x N)^T
+    const std::vector<float> gt = transposed(dout, N, OC), xt = transposed(inp, N, C);
+    std::vector<float> t(size_t(OC) * size_t(C));
+    fp8_gemm_nt(t.data(), quantize(gt.data(), OC, N, dy), quantize(xt.data(), C, N, x));
+    for (size_t i = 0; i < t.size(); ++i) dweight[i] += t[i];
+  }
+  if (dbias)
+    for (int o = 0; o < OC; ++o) {
+      float s = 0.0f;
+      for (int n = 0; n < N; ++n) s += dout[size_t(n) * size_t(OC) + size_t(o)];
+      dbias[o] += s;
+    }
+}
+
 }  // namespace dtb::cpu

@@ -79,4 +79,38 @@ int fp8_gemm_k_block(Fp8Scaling a, Fp8Scaling w, int K);
 /// fp8_gemm_k_block is 0, or both operands are E5M2 (cuBLASLt's FP8 GEMMs take at most one).
 void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w);
 
+/// How one operand of an FP8 linear is quantized: element format, granularity and, for
+/// per_tensor, the scale (delayed: the history's; current: from the whole tensor's amax, which
+/// a sharded tensor reduces over its group first). Transformer Engine's hybrid format: E4M3 for
+/// inputs and weights, E5M2 for output gradients.
+struct Fp8Operand {
+  Fp8Format format = Fp8Format::e4m3;
+  Fp8Scaling scaling = Fp8Scaling::per_tensor;
+  float scale = 1.0f;
+};
+
+/// An FP8 linear's forward GEMM (Transformer Engine's te.Linear fprop under fp8_autocast, the
+/// reference model's matmul_forward with weight (OC, C) as torch.nn.Linear): out (N × OC,
+/// WRITTEN) = fp8(inp) (N × C) · fp8(weight)^T + bias, by fp8_gemm_nt with K = C (inp as `x`,
+/// weight as `w`), the bias (OC; may be null) added to the float result (cuBLASLt's bias
+/// epilogue). Aborts (DTB_CHECK) on N, C or OC < 1 and as fp8_quantize and fp8_gemm_nt.
+void fp8_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                        const Fp8Operand& x, const Fp8Operand& w);
+
+/// The FP8 linear's backward GEMMs, with matmul_backward's accumulate rules (kernels/cpu/ops.h;
+/// each of dinp, dweight, dbias may be null, and B then W give bitwise one call's values):
+///   dgrad  dinp (N × C) += fp8(dout) (N × OC) · fp8(weight) (OC × C): operands dout (`dy`) and
+///          weight^T (C × OC, `w`), K = OC;
+///   wgrad  dweight (OC × C) += fp8(dout)^T · fp8(inp): operands dout^T (OC × N, `dy`) and inp^T
+///          (C × N, `x`), K = N;
+///   dbias  (OC) += the column sums of dout in float, unquantized (TE's fused cast and dbias
+///          reads the high-precision gradient), rows in ascending order.
+/// Each GEMM's operands are quantized along its own K (a transposed operand from the high-precision
+/// values, TE's columnwise usage): per-tensor codes are those of the untransposed tensor, as a
+/// 128 × 128 block covers the same elements in W and W^T; 1 × 128 tiles and 1 × 32 MX blocks
+/// run along the other dimension. `x`, `w`, `dy` as for the forward. Aborts as the forward.
+void fp8_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, int N, int C, int OC, const Fp8Operand& dy, const Fp8Operand& x,
+                         const Fp8Operand& w);
+
 }  // namespace dtb::cpu

@@ -179,5 +179,147 @@ TEST(Fp8Gemm, PairingsNoRecipeRunsAbort) {
   EXPECT_DEATH(fp8_gemm_nt(out.data(), g, g), "no FP8 GEMM takes two E5M2 operands");
 }
 
+// The FP8 linear's three GEMMs. Reference: the float64 matmul of the same operands, written here.
+struct Linear {
+  int N, C, OC;
+  std::vector<float> inp, weight, bias, dout;
+};
+struct Grads {
+  std::vector<float> out, dinp, dweight, dbias;
+};
+Grads exact_linear(const Linear& l, const Grads& start) {
+  Grads g = start;
+  auto at = [](const std::vector<float>& v, int r, int c, int cols) { return double(v[size_t(r) * cols + c]); };
+  for (int n = 0; n < l.N; ++n)
+    for (int o = 0; o < l.OC; ++o) {
+      double s = l.bias[size_t(o)];
+      for (int c = 0; c < l.C; ++c) s += at(l.inp, n, c, l.C) * at(l.weight, o, c, l.C);
+      g.out[size_t(n) * l.OC + o] = float(s);
+    }
+  for (int n = 0; n < l.N; ++n)
+    for (int c = 0; c < l.C; ++c) {
+      double s = g.dinp[size_t(n) * l.C + c];
+      for (int o = 0; o < l.OC; ++o) s += at(l.dout, n, o, l.OC) * at(l.weight, o, c, l.C);
+      g.dinp[size_t(n) * l.C + c] = float(s);
+    }
+  for (int o = 0; o < l.OC; ++o) {
+    for (int c = 0; c < l.C; ++c) {
+      double s = g.dweight[size_t(o) * l.C + c];
+      for (int n = 0; n < l.N; ++n) s += at(l.dout, n, o, l.OC) * at(l.inp, n, c, l.C);
+      g.dweight[size_t(o) * l.C + c] = float(s);
+    }
+    double s = g.dbias[size_t(o)];
+    for (int n = 0; n < l.N; ++n) s += at(l.dout, n, o, l.OC);
+    g.dbias[size_t(o)] = float(s);
+  }
+  return g;
+}
+Grads fp8_linear(const Linear& l, const Grads& start, Fp8Operand dy, Fp8Operand x, Fp8Operand w) {
+  Grads g = start;
+  fp8_linear_forward(g.out.data(), l.inp.data(), l.weight.data(), l.bias.data(), l.N, l.C, l.OC, x, w);
+  fp8_linear_backward(g.dinp.data(), g.dweight.data(), g.dbias.data(), l.dout.data(), l.inp.data(), l.weight.data(),
+                      l.N, l.C, l.OC, dy, x, w);
+  return g;
+}
+std::vector<float> draw(size_t n, std::mt19937& rng, const std::vector<float>& values) {
+  std::uniform_int_distribution<size_t> pick(0, values.size() - 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = values[pick(rng)];
+  return v;
+}
+
+TEST(Fp8Linear, EveryRecipeExactOnRepresentableValues) {
+  // Every value in {0, +-0.5, +-1, +-1.5, +-2, +-3} (at most 2 significant bits) times any of the
+  // recipes' power-of-two scales is an E4M3 and an E5M2 code (3 * 128 = 384 <= 448; 3 * 2^14 =
+  // 49152 <= 57344), so quantization is exact and each GEMM must equal the exact matmul: the
+  // sums are multiples of 0.25 below 2^11, exact in float. A transposed operand, a wrong K, a
+  // scale from the wrong tile or a "=" for a "+=" changes the result. N = 130 and C = 160 cross a
+  // 128-tile edge (wgrad's K is N, dgrad's OC, the forward's C); the accumulators start non-zero.
+  std::mt19937 rng(4646);
+  const std::vector<float> vals = {0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 1.5f, -1.5f, 2.0f, -2.0f, 3.0f, -3.0f};
+  Linear l{130, 160, 40, {}, {}, {}, {}};
+  l.inp = draw(size_t(l.N) * l.C, rng, vals), l.weight = draw(size_t(l.OC) * l.C, rng, vals);
+  l.bias = draw(size_t(l.OC), rng, vals), l.dout = draw(size_t(l.N) * l.OC, rng, vals);
+  const Grads start{std::vector<float>(size_t(l.N) * l.OC, 0.0f), draw(size_t(l.N) * l.C, rng, vals),
+                    draw(size_t(l.OC) * l.C, rng, vals), draw(size_t(l.OC), rng, vals)};
+  const Grads want = exact_linear(l, start);
+  struct Recipe { const char* name; Fp8Operand dy, x, w; };
+  for (const Recipe& r : {Recipe{"per-tensor", {kE5, Fp8Scaling::per_tensor, 4096.0f},
+                                 {kE4, Fp8Scaling::per_tensor, 64.0f}, {kE4, Fp8Scaling::per_tensor, 128.0f}},
+                          Recipe{"blockwise", {kE5, Fp8Scaling::tile_1x128}, {kE4, Fp8Scaling::tile_1x128},
+                                 {kE4, Fp8Scaling::block_128x128}},
+                          Recipe{"mxfp8", {kE5, Fp8Scaling::mx_1x32}, {kE4, Fp8Scaling::mx_1x32},
+                                 {kE4, Fp8Scaling::mx_1x32}}}) {
+    const Grads got = fp8_linear(l, start, r.dy, r.x, r.w);
+    EXPECT_EQ(got.out, want.out) << r.name;
+    EXPECT_EQ(got.dinp, want.dinp) << r.name;
+    EXPECT_EQ(got.dweight, want.dweight) << r.name;
+    EXPECT_EQ(got.dbias, want.dbias) << r.name;
+  }
+}
+
+TEST(Fp8Linear, PerTensorQuantizesEachOperandInItsFormat) {
+  // Random values: each GEMM against the float64 product of operands quantized here element by
+  // element (dout in E5M2 with its scale, inp and weight in E4M3 with theirs), within
+  // gamma_{K+1} sum |a w| (fp8_gemm.h's bound for one block); quantizing dout as E4M3, or
+  // the weight with the input's scale, moves a value by far more.
+  std::mt19937 rng(8);
+  Linear l{9, 40, 6, {}, {}, {}, {}};
+  l.inp = random_matrix(l.N, l.C, rng, 2.0f), l.weight = random_matrix(l.OC, l.C, rng, 2.0f);
+  l.bias = std::vector<float>(size_t(l.OC), 0.0f), l.dout = random_matrix(l.N, l.OC, rng, 2.0f);
+  const Fp8Operand dy{kE5, Fp8Scaling::per_tensor, 57344.0f / fp8_amax(l.dout.data(), l.dout.size())},
+      x{kE4, Fp8Scaling::per_tensor, 448.0f / fp8_amax(l.inp.data(), l.inp.size())},
+      w{kE4, Fp8Scaling::per_tensor, 448.0f / fp8_amax(l.weight.data(), l.weight.size())};
+  auto q = [](const std::vector<float>& v, const Fp8Operand& o) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      out[i] = float(double(fp8_bits_to_float(float_to_fp8_bits(v[i] * o.scale, o.format), o.format)) / o.scale);
+    return out;
+  };
+  Linear lq = l;
+  lq.inp = q(l.inp, x), lq.weight = q(l.weight, w), lq.dout = q(l.dout, dy);
+  const Grads zero{std::vector<float>(size_t(l.N) * l.OC), std::vector<float>(size_t(l.N) * l.C),
+                   std::vector<float>(size_t(l.OC) * l.C), std::vector<float>(size_t(l.OC))};
+  const Grads got = fp8_linear(l, zero, dy, x, w), want = exact_linear(lq, zero);
+  // Elementwise: |got - want| <= (gamma_{K+1} + u) sum_k |a_k w_k| (the GEMM's bound, and want's
+  // own rounding from float64 to float), the magnitudes from the same matmul of |values|.
+  Linear la = lq;
+  for (auto* v : {&la.inp, &la.weight, &la.dout})
+    for (float& e : *v) e = std::fabs(e);
+  const Grads mag = exact_linear(la, zero);
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& m, int K,
+                  const char* what) {
+    const double u = std::ldexp(1.0, -24), gamma = (K + 1) * u / (1 - (K + 1) * u);
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_LE(std::fabs(double(a[i]) - double(b[i])), (gamma + u) * double(m[i])) << what << " " << i;
+  };
+  close(got.out, want.out, mag.out, l.C, "forward");
+  close(got.dinp, want.dinp, mag.dinp, l.OC, "dgrad");
+  close(got.dweight, want.dweight, mag.dweight, l.N, "wgrad");
+  // dbias: the unquantized gradient's column sums in float, rows in ascending order.
+  for (int o = 0; o < l.OC; ++o) {
+    float sum = 0.0f;
+    for (int n = 0; n < l.N; ++n) sum += l.dout[size_t(n) * l.OC + o];
+    EXPECT_EQ(got.dbias[size_t(o)], sum) << o;
+  }
+}
+
+TEST(Fp8Linear, InputPassThenWeightPassEqualsOneCall) {
+  // A zero-bubble schedule's B (dinp only) then W (dweight and dbias only), bitwise one call's.
+  std::mt19937 rng(11);
+  const int N = 140, C = 150, OC = 33;
+  const std::vector<float> inp = random_matrix(N, C, rng, 1.0f), weight = random_matrix(OC, C, rng, 1.0f),
+                           dout = random_matrix(N, OC, rng, 1.0f);
+  const Fp8Operand dy{kE5, Fp8Scaling::tile_1x128}, x{kE4, Fp8Scaling::tile_1x128}, w{kE4, Fp8Scaling::block_128x128};
+  std::vector<float> di1(size_t(N) * C, 0.5f), dw1(size_t(OC) * C, 0.25f), db1(size_t(OC), 1.0f);
+  std::vector<float> di2 = di1, dw2 = dw1, db2 = db1;
+  fp8_linear_backward(di1.data(), dw1.data(), db1.data(), dout.data(), inp.data(), weight.data(), N, C, OC, dy, x, w);
+  fp8_linear_backward(di2.data(), nullptr, nullptr, dout.data(), inp.data(), weight.data(), N, C, OC, dy, x, w);
+  fp8_linear_backward(nullptr, dw2.data(), db2.data(), dout.data(), inp.data(), nullptr, N, C, OC, dy, x, w);
+  EXPECT_EQ(di1, di2);
+  EXPECT_EQ(dw1, dw2);
+  EXPECT_EQ(db1, db2);
+}
+
 }  // namespace
 }  // namespace dtb::cpu
