@@ -28,6 +28,32 @@ namespace dtb {
 /// recipe.Format names them.
 enum class Fp8Format : uint8_t { e4m3, e5m2 };
 
+/// The granularity of an FP8 tensor's scales (kernels/cpu/fp8_gemm.h lays each out):
+///   per_tensor     one scale (Transformer Engine's delayed and current scaling)
+///   tile_1x128     one per 128 consecutive elements along the GEMM's reduction dimension
+///                  (DeepSeek-V3 Sec. 3.3.1, TE's Float8BlockScaling for inputs and gradients)
+///   block_128x128  one per 128 x 128 block (DeepSeek-V3's and Float8BlockScaling's weights)
+///   mx_1x32        one E8M0 power of two per 32 elements along the reduction dimension (OCP MX v1.0,
+///                  TE's MXFP8BlockScaling)
+enum class Fp8Scaling : uint8_t { per_tensor, tile_1x128, block_128x128, mx_1x32 };
+/// "per_tensor", "tile_1x128", "block_128x128", "mx_1x32".
+constexpr const char* to_string(Fp8Scaling s) {
+  return s == Fp8Scaling::per_tensor   ? "per_tensor"
+         : s == Fp8Scaling::tile_1x128 ? "tile_1x128"
+         : s == Fp8Scaling::block_128x128 ? "block_128x128"
+                                          : "mx_1x32";
+}
+
+/// How one operand of an FP8 GEMM is quantized: element format, granularity and, for per_tensor,
+/// the scale that multiplies it before the cast (delayed: the history's; current: from the whole
+/// tensor's amax, which a sharded tensor reduces over its group first). The other granularities
+/// compute their scales from each tile's or block's own amax.
+struct Fp8Operand {
+  Fp8Format format = Fp8Format::e4m3;
+  Fp8Scaling scaling = Fp8Scaling::per_tensor;
+  float scale = 1.0f;
+};
+
 /// The largest finite magnitude of `f`: 448 (E4M3), 57344 (E5M2): Transformer Engine's
 /// fp8_dtype_max, the FP8_MAX of its scale update.
 constexpr float fp8_max(Fp8Format f) { return f == Fp8Format::e4m3 ? 448.0f : 57344.0f; }

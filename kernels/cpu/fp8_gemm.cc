@@ -32,16 +32,6 @@ int row_span(Fp8Scaling s, int rows) {
 
 }  // namespace
 
-const char* to_string(Fp8Scaling s) {
-  switch (s) {
-    case Fp8Scaling::per_tensor: return "per_tensor";
-    case Fp8Scaling::tile_1x128: return "tile_1x128";
-    case Fp8Scaling::block_128x128: return "block_128x128";
-    case Fp8Scaling::mx_1x32: return "mx_1x32";
-  }
-  return "?";
-}
-
 float fp8_scale_from_amax(float amax, float fp8_max, bool pow2, float epsilon, float value_for_inf) {
   if (amax < epsilon) amax = epsilon;
   if (std::isinf(amax) || amax == 0.0f || std::isnan(amax)) return 1.0f;

@@ -6,7 +6,7 @@
 // Shapes: A is N × K (activations or output gradients, row-major), W is OC × K (weights, as the
 // reference model's matmul_forward stores them); K, the reduction dimension, is the rows' length.
 //
-// Scaling granularities (Fp8Scaling) and what each stores in Fp8Matrix::scale_inv (the multiplier
+// Scaling granularities (Fp8Scaling, kernels/fp8.h) and what each stores in Fp8Matrix::scale_inv (the multiplier
 // that takes a code's value back to the tensor's: x ~ fp8_value(q) * scale_inv):
 //   per_tensor     1 value (Transformer Engine's delayed and current scaling)
 //   tile_1x128     rows × ceil(K/128): one scale per 128 consecutive elements of a row (DeepSeek-V3
@@ -23,9 +23,6 @@
 
 namespace dtb::cpu {
 
-enum class Fp8Scaling { per_tensor, tile_1x128, block_128x128, mx_1x32 };
-/// "per_tensor", "tile_1x128", "block_128x128", "mx_1x32".
-const char* to_string(Fp8Scaling s);
 
 /// The scale that maps `amax` onto `fp8_max`, as Transformer Engine's compute_scale_from_amax
 /// (transformer_engine/common/recipe/recipe_common.cuh, TE 2.x), the current and block recipes' rule:
@@ -78,16 +75,6 @@ int fp8_gemm_k_block(Fp8Scaling a, Fp8Scaling w, int K);
 /// kernels/cpu/fp8_gemm_test.cc holds it to that). Aborts (DTB_CHECK) when K differs,
 /// fp8_gemm_k_block is 0, or both operands are E5M2 (cuBLASLt's FP8 GEMMs take at most one).
 void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w);
-
-/// How one operand of an FP8 linear is quantized: element format, granularity and, for
-/// per_tensor, the scale (delayed: the history's; current: from the whole tensor's amax, which
-/// a sharded tensor reduces over its group first). Transformer Engine's hybrid format: E4M3 for
-/// inputs and weights, E5M2 for output gradients.
-struct Fp8Operand {
-  Fp8Format format = Fp8Format::e4m3;
-  Fp8Scaling scaling = Fp8Scaling::per_tensor;
-  float scale = 1.0f;
-};
 
 /// An FP8 linear's forward GEMM (Transformer Engine's te.Linear fprop under fp8_autocast, the
 /// reference model's matmul_forward with weight (OC, C) as torch.nn.Linear): out (N × OC,

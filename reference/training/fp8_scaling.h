@@ -15,6 +15,7 @@
 // The scale quantizes the next step: q = fp8(x * scale), x ~ fp8_value(q) * scale_inv.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -59,5 +60,54 @@ struct Fp8TensorScaling {
   /// history's length is not cfg.amax_history_len.
   void update(const Fp8DelayedScalingConfig& cfg, Fp8Format f, float reduced = 0.0f);
 };
+
+/// The FP8 training recipes, named after Transformer Engine's (TE 2.x,
+/// transformer_engine.common.recipe): which operands of a linear's three GEMMs (forward: input and
+/// weight; dgrad: output gradient and weight; wgrad: output gradient and input) are scaled how.
+///   delayed    DelayedScaling: per tensor, the scale from the amax history (Fp8TensorScaling)
+///   current    Float8CurrentScaling: per tensor, fp8_scale_from_amax of this tensor's amax
+///              (power_2_scale off, amax_epsilon 0)
+///   blockwise  Float8BlockScaling: 1 x 128 tiles for inputs and gradients, 128 x 128 blocks for
+///              weights, power-of-two scales
+///   mxfp8      MXFP8BlockScaling: 1 x 32 blocks with E8M0 scales for every operand
+enum class Fp8Recipe { delayed, current, blockwise, mxfp8 };
+/// "delayed", "current", "blockwise", "mxfp8".
+const char* to_string(Fp8Recipe r);
+
+/// TE's recipe.Format: hybrid (E4M3 for inputs and weights, E5M2 for output gradients) or e4m3
+/// (everywhere). E5M2 everywhere, which TE's Format also names, trains no model it documents.
+enum class Fp8FormatChoice { hybrid, e4m3 };
+/// "hybrid", "e4m3".
+const char* to_string(Fp8FormatChoice f);
+
+/// An FP8 linear operand's role in the three GEMMs.
+enum class Fp8Role { input, weight, grad_output };
+
+/// A run's FP8 settings: the `fp8` section of a config with train.precision "fp8". Defaults are
+/// TE's: fp8_format hybrid for delayed and current, e4m3 for blockwise and mxfp8 (their
+/// recipes' defaults); the delayed settings (margin, amax_history_len, amax_compute_algo) are
+/// DelayedScaling's and belong to that recipe alone.
+struct Fp8Settings {
+  Fp8Recipe recipe = Fp8Recipe::delayed;
+  Fp8FormatChoice fp8_format = Fp8FormatChoice::hybrid;
+  Fp8DelayedScalingConfig delayed{};
+};
+
+/// The operand of `role` under `s`: E5M2 for grad_output under hybrid, else E4M3; per_tensor
+/// (delayed, current), tile_1x128 or block_128x128 for weights (blockwise), mx_1x32 (mxfp8);
+/// `scale` is the per-tensor scale (delayed: the history's; current: from the reduced amax) and
+/// is ignored by the block recipes.
+Fp8Operand fp8_operand(const Fp8Settings& s, Fp8Role role, float scale = 1.0f);
+
+/// Reads an `fp8` section (a JSON object; `path` names it in messages, e.g. "train.fp8"): keys
+/// recipe, fp8_format, margin, amax_history_len, amax_compute_algo, each optional. Errors:
+/// InputError "<path>.<key>: ..." naming the value for an unknown key (with the keys listed), a
+/// value of the wrong type or out of range (validate_fp8_delayed_scaling), a name that is not one
+/// of the listed ones, and a delayed-scaling key given with another recipe (TE's other recipes
+/// have no amax history, so the key would be silently ignored).
+Fp8Settings fp8_settings_from_json(const nlohmann::json& section, const std::string& path);
+/// The settings as a section fp8_settings_from_json reads back to equal settings (every key
+/// written: the delayed keys only for the delayed recipe), for reports and checkpoints.
+nlohmann::json fp8_settings_json(const Fp8Settings& s);
 
 }  // namespace dtb

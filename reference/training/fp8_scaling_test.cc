@@ -117,5 +117,100 @@ TEST(Fp8DelayedScaling, RefusesBadSettings) {
   }
 }
 
+// The recipes' settings: Transformer Engine's defaults per recipe, each operand's format and
+// granularity written out by hand from TE's recipe classes, and every refusal.
+TEST(Fp8Settings, TransformerEngineDefaults) {
+  using J = nlohmann::json;
+  const Fp8Settings d = fp8_settings_from_json(J::object(), "train.fp8");
+  EXPECT_EQ(d.recipe, Fp8Recipe::delayed);
+  EXPECT_EQ(d.fp8_format, Fp8FormatChoice::hybrid);  // DelayedScaling(fp8_format=Format.HYBRID)
+  EXPECT_EQ(d.delayed.margin, 0);
+  EXPECT_EQ(d.delayed.amax_history_len, 1024);
+  EXPECT_EQ(d.delayed.amax_compute_algo, AmaxComputeAlgo::max);
+  EXPECT_EQ(fp8_settings_from_json(J{{"recipe", "current"}}, "f").fp8_format, Fp8FormatChoice::hybrid);
+  EXPECT_EQ(fp8_settings_from_json(J{{"recipe", "blockwise"}}, "f").fp8_format, Fp8FormatChoice::e4m3);
+  EXPECT_EQ(fp8_settings_from_json(J{{"recipe", "mxfp8"}}, "f").fp8_format, Fp8FormatChoice::e4m3);
+  const Fp8Settings m = fp8_settings_from_json(J{{"recipe", "delayed"}, {"fp8_format", "e4m3"}, {"margin", 2},
+                                                 {"amax_history_len", 16}, {"amax_compute_algo", "most_recent"}},
+                                               "f");
+  EXPECT_EQ(m.fp8_format, Fp8FormatChoice::e4m3);
+  EXPECT_EQ(m.delayed.margin, 2);
+  EXPECT_EQ(m.delayed.amax_history_len, 16);
+  EXPECT_EQ(m.delayed.amax_compute_algo, AmaxComputeAlgo::most_recent);
+  // Written and read back: the same settings.
+  for (const Fp8Settings& s : {d, m, fp8_settings_from_json(J{{"recipe", "mxfp8"}, {"fp8_format", "hybrid"}}, "f")}) {
+    const Fp8Settings back = fp8_settings_from_json(fp8_settings_json(s), "f");
+    EXPECT_EQ(back.recipe, s.recipe);
+    EXPECT_EQ(back.fp8_format, s.fp8_format);
+    EXPECT_EQ(back.delayed.margin, s.delayed.margin);
+    EXPECT_EQ(back.delayed.amax_history_len, s.delayed.amax_history_len);
+    EXPECT_EQ(back.delayed.amax_compute_algo, s.delayed.amax_compute_algo);
+  }
+  EXPECT_FALSE(fp8_settings_json(fp8_settings_from_json(J{{"recipe", "current"}}, "f")).contains("margin"));
+}
+
+TEST(Fp8Settings, EachOperandsFormatAndGranularity) {
+  using S = Fp8Scaling;
+  constexpr Fp8Format e4 = Fp8Format::e4m3, e5 = Fp8Format::e5m2;
+  struct Row {
+    Fp8Recipe recipe;
+    Fp8FormatChoice format;
+    Fp8Format input, weight, grad;
+    S in_s, w_s, g_s;
+  };
+  const Fp8FormatChoice H = Fp8FormatChoice::hybrid, E = Fp8FormatChoice::e4m3;
+  for (const Row& r : {Row{Fp8Recipe::delayed, H, e4, e4, e5, S::per_tensor, S::per_tensor, S::per_tensor},
+                       Row{Fp8Recipe::delayed, E, e4, e4, e4, S::per_tensor, S::per_tensor, S::per_tensor},
+                       Row{Fp8Recipe::current, H, e4, e4, e5, S::per_tensor, S::per_tensor, S::per_tensor},
+                       Row{Fp8Recipe::blockwise, E, e4, e4, e4, S::tile_1x128, S::block_128x128, S::tile_1x128},
+                       Row{Fp8Recipe::blockwise, H, e4, e4, e5, S::tile_1x128, S::block_128x128, S::tile_1x128},
+                       Row{Fp8Recipe::mxfp8, E, e4, e4, e4, S::mx_1x32, S::mx_1x32, S::mx_1x32},
+                       Row{Fp8Recipe::mxfp8, H, e4, e4, e5, S::mx_1x32, S::mx_1x32, S::mx_1x32}}) {
+    Fp8Settings s;
+    s.recipe = r.recipe, s.fp8_format = r.format;
+    const std::string what = std::string(to_string(r.recipe)) + " " + to_string(r.format);
+    const Fp8Operand x = fp8_operand(s, Fp8Role::input, 3.0f), w = fp8_operand(s, Fp8Role::weight, 5.0f),
+                     g = fp8_operand(s, Fp8Role::grad_output, 7.0f);
+    EXPECT_EQ(x.format, r.input) << what;
+    EXPECT_EQ(w.format, r.weight) << what;
+    EXPECT_EQ(g.format, r.grad) << what;
+    EXPECT_EQ(x.scaling, r.in_s) << what;
+    EXPECT_EQ(w.scaling, r.w_s) << what;
+    EXPECT_EQ(g.scaling, r.g_s) << what;
+    const bool per_tensor = r.in_s == S::per_tensor;
+    EXPECT_EQ(x.scale, per_tensor ? 3.0f : 1.0f) << what;
+    EXPECT_EQ(g.scale, per_tensor ? 7.0f : 1.0f) << what;
+  }
+}
+
+TEST(Fp8Settings, RefusedInOneLineNamingTheKey) {
+  using J = nlohmann::json;
+  const std::vector<std::pair<J, std::string>> bad = {
+      {J{{"amax_history_length", 16}}, "train.fp8: unknown key 'amax_history_length' (keys: recipe, fp8_format"},
+      {J{{"recipe", "tensorwise"}}, "train.fp8.recipe: 'tensorwise' is not one of delayed, current, blockwise, mxfp8"},
+      {J{{"recipe", 3}}, "train.fp8.recipe: must be a string"},
+      {J{{"fp8_format", "e5m2"}}, "train.fp8.fp8_format: 'e5m2' is not one of hybrid, e4m3"},
+      {J{{"recipe", "current"}, {"margin", 1}}, "train.fp8.margin: belongs to the delayed recipe"},
+      {J{{"recipe", "mxfp8"}, {"amax_history_len", 4}}, "train.fp8.amax_history_len: belongs to the delayed recipe"},
+      {J{{"margin", "1"}}, "train.fp8.margin: must be an integer"},
+      {J{{"margin", 1.5}}, "train.fp8.margin: must be an integer"},
+      {J{{"amax_history_len", 0}}, "train.fp8: fp8 amax_history_len = 0 must be in [1, 2^20]"},
+      {J{{"margin", 65}}, "train.fp8: fp8 margin = 65 must be in [0, 64]"},
+      {J{{"amax_history_len", int64_t(1) << 40}}, "train.fp8.amax_history_len: out of range"},
+      {J{{"amax_compute_algo", "mean"}}, "train.fp8.amax_compute_algo: 'mean' is not one of max, most_recent"},
+      {J::array(), "train.fp8: must be an object"},
+  };
+  for (const auto& [j, want] : bad) {
+    try {
+      fp8_settings_from_json(j, "train.fp8");
+      ADD_FAILURE() << "accepted " << j.dump();
+    } catch (const InputError& e) {
+      const std::string got = e.what();
+      EXPECT_EQ(got.rfind(want, 0), 0u) << j.dump() << " -> " << got;
+      EXPECT_EQ(got.find('\n'), std::string::npos) << got;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dtb
