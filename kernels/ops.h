@@ -13,6 +13,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/error.h"
+#include "kernels/fp8.h"
 #include "kernels/half.h"
 
 namespace dtb {
@@ -82,6 +83,19 @@ class Ops {
   virtual void adamw_update_master(T* param, A* master, const T* grad, A* m, A* v, size_t n,
                                    const AdamWParams& hp, int t, A grad_scale = A(1));
 
+  // FP8 linears (Transformer Engine's recipes: reference/training/fp8_scaling.h): a linear's
+  // three GEMMs on operands quantized as each Fp8Operand says, with the semantics of
+  // kernels/cpu/fp8_gemm.h's fp8_linear_forward and fp8_linear_backward on T storage (the T
+  // values widened to float and quantized; each T output rounded once from the float result,
+  // dinp, dweight and dbias accumulated in float first, as matmul_backward does). amax is the
+  // largest |x[i]| of n values (NaNs skipped; 0 for n = 0), what current scaling and the delayed
+  // history take. The defaults throw InputError naming the backend (no FP8 path at this T).
+  virtual float amax(const T* x, size_t n);
+  virtual void fp8_matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                                  const Fp8Operand& x, const Fp8Operand& w);
+  virtual void fp8_matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
+                                   int C, int OC, const Fp8Operand& dy, const Fp8Operand& x, const Fp8Operand& w);
+
   // The Llama block's ops (RMSNorm, SwiGLU, rotary embeddings, grouped-query attention):
   // semantics in kernels/cpu/ops.h. A backend without them throws InputError naming itself and the
   // op (the defaults below), so that a model it cannot run is refused, never computed wrongly.
@@ -144,6 +158,21 @@ template <typename T>
 void Ops<T>::attention_block_backward(T*, T*, T*, T*, const T*, const T*, const A*, const T*, int, const T*,
                                       const T*, int, int, int, int, int, int, int, int) {
   no_block_attention();
+}
+
+template <typename T>
+float Ops<T>::amax(const T*, size_t) {
+  throw InputError("the " + backend() + " backend has no FP8 path (amax) at this precision");
+}
+template <typename T>
+void Ops<T>::fp8_matmul_forward(T*, const T*, const T*, const T*, int, int, int, const Fp8Operand&,
+                                const Fp8Operand&) {
+  throw InputError("the " + backend() + " backend has no FP8 GEMMs at this precision");
+}
+template <typename T>
+void Ops<T>::fp8_matmul_backward(T*, T*, T*, const T*, const T*, const T*, int, int, int, const Fp8Operand&,
+                                 const Fp8Operand&, const Fp8Operand&) {
+  throw InputError("the " + backend() + " backend has no FP8 GEMMs at this precision");
 }
 
 template <typename T>

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
+#include "kernels/cpu/fp8_gemm.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ops.h"
 
@@ -41,6 +43,22 @@ class CpuOps final : public Ops<T> {
   void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
                        int OC) override {
     cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  // FP8 linears: float only (kernels/cpu/fp8_gemm.h directly); the float64 oracle has none.
+  float amax(const T* x, size_t n) override {
+    if constexpr (std::is_same_v<T, float>) return fp8_amax(x, n);
+    return Ops<T>::amax(x, n);
+  }
+  void fp8_matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                          const Fp8Operand& x, const Fp8Operand& w) override {
+    if constexpr (std::is_same_v<T, float>) cpu::fp8_linear_forward(out, inp, weight, bias, N, C, OC, x, w);
+    else Ops<T>::fp8_matmul_forward(out, inp, weight, bias, N, C, OC, x, w);
+  }
+  void fp8_matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
+                           int OC, const Fp8Operand& dy, const Fp8Operand& x, const Fp8Operand& w) override {
+    if constexpr (std::is_same_v<T, float>)
+      cpu::fp8_linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, dy, x, w);
+    else Ops<T>::fp8_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, dy, x, w);
   }
   void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) override {
     cpu::attention_forward(out, att, qkv, B, Tn, C, NH);

@@ -146,6 +146,14 @@ class HalfCpuOps final : public Ops<H> {
                                 const H* q, int q_stride, const H* k, const H* v, int kv_stride, int B, int Tq,
                                 int Tk, int C, int NH, int qpos0, int kpos0) override;
 
+  // FP8 linears (kernels/cpu/half_fp8_ops.cc): the H operands widened to float, the float FP8
+  // linear of kernels/cpu/fp8_gemm.h, each H output rounded once.
+  float amax(const H* x, size_t n) override;
+  void fp8_matmul_forward(H* out, const H* inp, const H* weight, const H* bias, int N, int C, int OC,
+                          const Fp8Operand& x, const Fp8Operand& w) override;
+  void fp8_matmul_backward(H* dinp, H* dweight, H* dbias, const H* dout, const H* inp, const H* weight, int N, int C,
+                           int OC, const Fp8Operand& dy, const Fp8Operand& x, const Fp8Operand& w) override;
+
   /// Bytes of conversion scratch this object holds now (floats and token maps): for tests
   /// and for reporting the emulation's host overhead. Grows only.
   size_t scratch_bytes() const;

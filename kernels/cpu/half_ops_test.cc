@@ -18,6 +18,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/fp8_gemm.h"
 #include "kernels/cpu/half_ops_test_util.h"
 #include "kernels/cpu/ops.h"
 
@@ -165,6 +167,63 @@ TYPED_TEST(HalfOps, MatmulForwardAndBackward) {
       EXPECT_TRUE(same_bits(db, round_to<H>(dbf)));
     }
   }
+}
+
+TYPED_TEST(HalfOps, Fp8MatmulForwardAndBackward) {
+  // The FP8 linear's recipe: the float FP8 linear (kernels/cpu/fp8_gemm.h) on the widened
+  // values, each H output rounded once, accumulators widened first; under each recipe's
+  // operands, with C = 140 crossing a 128-tile edge. amax: fp8_amax of the widened values.
+  using H = TypeParam;
+  Rng& rng = this->rng;
+  const int N = 9, C = 140, OC = 36;
+  const HVec<H> inp = rand_h<H>(size_t(N) * C, rng), w = rand_h<H>(size_t(OC) * C, rng);
+  const HVec<H> bias = rand_h<H>(OC, rng), dout = rand_h<H>(size_t(N) * OC, rng, -1e-3f, 1e-3f);
+  const FVec inpf = widen(inp), wf = widen(w), biasf = widen(bias), doutf = widen(dout);
+  EXPECT_EQ(this->ops.amax(w.data(), w.size()), fp8_amax(wf.data(), wf.size()));
+  EXPECT_EQ(this->ops.amax(w.data(), 0), 0.0f);
+  const HVec<H> last = {H(0.5f), H(-2.0f), H(1.0f), H(-7.0f)};  // the largest magnitude, negative, at the end
+  EXPECT_EQ(this->ops.amax(last.data(), last.size()), 7.0f);
+  struct Recipe { Fp8Operand dy, x, w; };
+  const Fp8Format e4 = Fp8Format::e4m3, e5 = Fp8Format::e5m2;
+  for (const Recipe& r : {Recipe{{e5, Fp8Scaling::per_tensor, 3e6f}, {e4, Fp8Scaling::per_tensor, 300.0f},
+                                 {e4, Fp8Scaling::per_tensor, 400.0f}},
+                          Recipe{{e4, Fp8Scaling::tile_1x128}, {e4, Fp8Scaling::tile_1x128},
+                                 {e4, Fp8Scaling::block_128x128}},
+                          Recipe{{e5, Fp8Scaling::mx_1x32}, {e4, Fp8Scaling::mx_1x32}, {e4, Fp8Scaling::mx_1x32}}}) {
+    SCOPED_TRACE(to_string(r.x.scaling));
+    HVec<H> out = rand_h<H>(size_t(N) * OC, rng);
+    this->ops.fp8_matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC, r.x, r.w);
+    FVec of(size_t(N) * OC);
+    cpu::fp8_linear_forward(of.data(), inpf.data(), wf.data(), biasf.data(), N, C, OC, r.x, r.w);
+    EXPECT_TRUE(same_bits(out, round_to<H>(of)));
+    HVec<H> dinp = rand_h<H>(size_t(N) * C, rng), dw = rand_h<H>(size_t(OC) * C, rng), db = rand_h<H>(OC, rng);
+    FVec dinpf = widen(dinp), dwf = widen(dw), dbf = widen(db);
+    this->ops.fp8_matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC, r.dy,
+                                  r.x, r.w);
+    cpu::fp8_linear_backward(dinpf.data(), dwf.data(), dbf.data(), doutf.data(), inpf.data(), wf.data(), N, C, OC,
+                             r.dy, r.x, r.w);
+    EXPECT_TRUE(same_bits(dinp, round_to<H>(dinpf)));
+    EXPECT_TRUE(same_bits(dw, round_to<H>(dwf)));
+    EXPECT_TRUE(same_bits(db, round_to<H>(dbf)));
+  }
+}
+
+TEST(CpuOpsFp8, FloatRunsTheFp8LinearTheOracleRefuses) {
+  CpuOps<float> f;
+  const std::vector<float> x = {1.0f, -3.0f, 0.5f, 2.0f};
+  std::vector<float> out(4), want(4);
+  const Fp8Operand op{Fp8Format::e4m3, Fp8Scaling::per_tensor, 1.0f};
+  EXPECT_EQ(f.amax(x.data(), x.size()), 3.0f);
+  f.fp8_matmul_forward(out.data(), x.data(), x.data(), nullptr, 2, 2, 2, op, op);
+  cpu::fp8_linear_forward(want.data(), x.data(), x.data(), nullptr, 2, 2, 2, op, op);
+  EXPECT_EQ(out, want);
+  CpuOps<double> d;
+  const std::vector<double> y(4, 1.0);
+  std::vector<double> o(4);
+  EXPECT_THROW(d.amax(y.data(), y.size()), InputError);
+  EXPECT_THROW(d.fp8_matmul_forward(o.data(), y.data(), y.data(), nullptr, 2, 2, 2, op, op), InputError);
+  EXPECT_THROW(d.fp8_matmul_backward(o.data(), nullptr, nullptr, y.data(), y.data(), y.data(), 2, 2, 2, op, op, op),
+               InputError);
 }
 
 TYPED_TEST(HalfOps, AttentionForwardAndBackward) {
