@@ -153,6 +153,20 @@ constexpr float e8m0_quantize_multiplier(uint8_t e) {
   return half_detail::bit_cast<float>(uint32_t(254 - e) << 23);
 }
 
+/// The scale that maps `amax` onto `fp8_max`, as Transformer Engine's compute_scale_from_amax
+/// (transformer_engine/common/recipe/recipe_common.cuh, TE 2.x), the current and block recipes' rule:
+/// amax below `epsilon` is raised to it; an amax that is 0, inf or NaN gives 1; else fp8_max /
+/// amax rounded to nearest in float, an infinite quotient replaced by `value_for_inf`, and with
+/// `pow2` the result rounded down to a power of two (its mantissa bits cleared).
+inline float fp8_scale_from_amax(float amax, float fp8_max, bool pow2, float epsilon, float value_for_inf) {
+  if (amax < epsilon) amax = epsilon;
+  if (std::isinf(amax) || amax == 0.0f || std::isnan(amax)) return 1.0f;
+  float scale = fp8_max / amax;
+  if (std::isinf(scale)) scale = value_for_inf;
+  if (pow2) scale = half_detail::bit_cast<float>(half_detail::bit_cast<uint32_t>(scale) & 0xff800000u);
+  return scale;
+}
+
 /// The largest |x[i]| of n floats, NaNs skipped (fmaxf, as the quantizers' amax kernels); 0 for n = 0.
 inline float fp8_amax(const float* x, size_t n) {
   float amax = 0.0f;

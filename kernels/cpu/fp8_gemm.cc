@@ -32,15 +32,6 @@ int row_span(Fp8Scaling s, int rows) {
 
 }  // namespace
 
-float fp8_scale_from_amax(float amax, float fp8_max, bool pow2, float epsilon, float value_for_inf) {
-  if (amax < epsilon) amax = epsilon;
-  if (std::isinf(amax) || amax == 0.0f || std::isnan(amax)) return 1.0f;
-  float scale = fp8_max / amax;
-  if (std::isinf(scale)) scale = value_for_inf;
-  if (pow2) scale = std::bit_cast<float>(std::bit_cast<uint32_t>(scale) & 0xff800000u);
-  return scale;
-}
-
 float Fp8Matrix::scale_inv_at(int r, int c) const {
   const int ks = k_span(scaling, cols), rs = row_span(scaling, rows);
   return scale_inv[size_t(r / rs) * size_t(ceil_div(cols, ks)) + size_t(c / ks)];

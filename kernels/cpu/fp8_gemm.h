@@ -24,13 +24,6 @@
 namespace dtb::cpu {
 
 
-/// The scale that maps `amax` onto `fp8_max`, as Transformer Engine's compute_scale_from_amax
-/// (transformer_engine/common/recipe/recipe_common.cuh, TE 2.x), the current and block recipes' rule:
-/// amax below `epsilon` is raised to it; an amax that is 0, inf or NaN gives 1; else fp8_max /
-/// amax rounded to nearest in float, an infinite quotient replaced by `value_for_inf`, and with
-/// `pow2` the result rounded down to a power of two (its mantissa bits cleared).
-float fp8_scale_from_amax(float amax, float fp8_max, bool pow2, float epsilon, float value_for_inf);
-
 /// A quantized rows × cols matrix (row-major codes) with its dequantization multipliers laid out
 /// as the file comment says; `e8m0` holds the MX scales' codes (mx_1x32 only).
 struct Fp8Matrix {

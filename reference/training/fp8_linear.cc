@@ -1,0 +1,101 @@
+#include "reference/training/fp8_linear.h"
+
+#include <limits>
+
+namespace dtb {
+
+namespace {
+
+bool per_tensor(const Fp8Settings& s) { return s.recipe == Fp8Recipe::delayed || s.recipe == Fp8Recipe::current; }
+
+// TE's Float8CurrentScaling quantizer: no power-of-two scale, amax epsilon 0.
+float current_scale(float amax, Fp8Format f) {
+  return fp8_scale_from_amax(amax, fp8_max(f), false, 0.0f, std::numeric_limits<float>::max());
+}
+
+// The scales of `tensors` (pointer, count, role) under s: delayed from the states, recording the
+// local amax where `record`; current from the amaxes reduced in one call.
+struct Operand {
+  const void* data;
+  size_t n;
+  Fp8Role role;
+  Fp8TensorScaling* state;
+  bool record;
+};
+
+template <typename T>
+std::vector<Fp8Operand> operands(Ops<T>& ops, const Fp8Settings& s, const std::vector<Operand>& ts,
+                                 const AmaxReduce& reduce) {
+  std::vector<Fp8Operand> out;
+  if (!per_tensor(s)) {
+    for (const Operand& t : ts) out.push_back(fp8_operand(s, t.role));
+    return out;
+  }
+  std::vector<float> amax;
+  for (const Operand& t : ts)
+    amax.push_back(t.data && (s.recipe == Fp8Recipe::current || t.record) ? ops.amax(static_cast<const T*>(t.data), t.n)
+                                                                           : 0.0f);
+  if (s.recipe == Fp8Recipe::current && reduce) reduce(amax.data(), amax.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Fp8Format f = fp8_operand(s, ts[i].role).format;
+    if (s.recipe == Fp8Recipe::delayed) {
+      if (ts[i].record && ts[i].data) ts[i].state->record(amax[i]);
+      out.push_back(fp8_operand(s, ts[i].role, ts[i].state->scale));
+    } else {
+      out.push_back(fp8_operand(s, ts[i].role, current_scale(amax[i], f)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+template <typename T>
+void fp8_fprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* out, const T* inp, const T* weight,
+               const T* bias, int N, int C, int OC, const AmaxReduce& reduce) {
+  const size_t nx = size_t(N) * size_t(C), nw = size_t(OC) * size_t(C);
+  const std::vector<Fp8Operand> o = operands(ops, s, {{inp, nx, Fp8Role::input, &st.x, true},
+                                                      {weight, nw, Fp8Role::weight, &st.w, true}},
+                                             reduce);
+  ops.fp8_matmul_forward(out, inp, weight, bias, N, C, OC, o[0], o[1]);
+}
+
+template <typename T>
+void fp8_bprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* dinp, T* dweight, T* dbias, const T* dout,
+               const T* inp, const T* weight, int N, int C, int OC, const AmaxReduce& reduce) {
+  const size_t nx = size_t(N) * size_t(C), nw = size_t(OC) * size_t(C), ny = size_t(N) * size_t(OC);
+  // x is read for dweight, w for dinp; their scales as in the fprop (not recorded again).
+  const std::vector<Fp8Operand> o =
+      operands(ops, s, {{dout, ny, Fp8Role::grad_output, &st.dy, true},
+                        {dweight ? inp : nullptr, nx, Fp8Role::input, &st.x, false},
+                        {dinp ? weight : nullptr, nw, Fp8Role::weight, &st.w, false}},
+               reduce);
+  ops.fp8_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, o[0], o[1], o[2]);
+}
+
+void fp8_update(const std::vector<Fp8LinearState*>& states, const Fp8Settings& s, const AmaxReduce& reduce) {
+  if (s.recipe != Fp8Recipe::delayed) return;
+  std::vector<float> amax;
+  for (const Fp8LinearState* st : states)
+    for (const Fp8TensorScaling* t : {&st->x, &st->w, &st->dy}) amax.push_back(t->amax_history[0]);
+  if (reduce && !amax.empty()) reduce(amax.data(), amax.size());
+  size_t i = 0;
+  for (Fp8LinearState* st : states) {
+    st->x.update(s.delayed, fp8_operand(s, Fp8Role::input).format, amax[i++]);
+    st->w.update(s.delayed, fp8_operand(s, Fp8Role::weight).format, amax[i++]);
+    st->dy.update(s.delayed, fp8_operand(s, Fp8Role::grad_output).format, amax[i++]);
+  }
+}
+
+#define DTB_INSTANTIATE_FP8_LINEAR(T)                                                                            \
+  template void fp8_fprop<T>(Ops<T>&, const Fp8Settings&, Fp8LinearState&, T*, const T*, const T*, const T*, int, \
+                             int, int, const AmaxReduce&);                                                        \
+  template void fp8_bprop<T>(Ops<T>&, const Fp8Settings&, Fp8LinearState&, T*, T*, T*, const T*, const T*,         \
+                             const T*, int, int, int, const AmaxReduce&);
+DTB_INSTANTIATE_FP8_LINEAR(float)
+DTB_INSTANTIATE_FP8_LINEAR(double)
+DTB_INSTANTIATE_FP8_LINEAR(bf16)
+DTB_INSTANTIATE_FP8_LINEAR(fp16)
+#undef DTB_INSTANTIATE_FP8_LINEAR
+
+}  // namespace dtb

@@ -1,0 +1,61 @@
+// An FP8 linear's GEMMs under a recipe (reference/training/fp8_scaling.h): which scale each
+// operand is quantized with, what is recorded for the delayed recipe, and the amax reduction that
+// makes a sharded tensor's scale the whole tensor's. The sharded linears
+// (reference/parallel/tensor_parallel.h) call these in place of Ops<T>::matmul_forward and
+// matmul_backward, with a reduction over their TP group.
+//
+// Per operand (input x, weight w, output gradient dy), for the per-tensor recipes:
+//   delayed  the scale is the operand's Fp8TensorScaling::scale, constant through a step; each
+//            quantization records the local amax (fprop: x and w; the backward: dy), and
+//            fp8_update, once per optimizer step, reduces the staged amaxes of every linear in one
+//            call and updates every scale (Transformer Engine updates when each micro-batch's
+//            autocast region exits; with one micro-batch a step the two agree, and a step's
+//            scales then do not depend on the pipeline's order of micro-batches);
+//   current  the scale is fp8_scale_from_amax(the reduced amax of the tensor now, fp8_max of its
+//            format, no power of two, epsilon 0) (TE's Float8CurrentScaling); the backward
+//            quantizes x and w again, from the same values, so with the same scales as the fprop
+//            (TE keeps the fprop's quantized tensors: the same codes).
+// blockwise and mxfp8 scale each tile or block by its own amax: nothing is reduced or recorded.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "reference/training/fp8_scaling.h"
+
+namespace dtb {
+
+/// One FP8 linear's delayed-scaling states (Transformer Engine's per-module fp8 meta), each of
+/// `amax_history_len` values: what a checkpoint saves.
+struct Fp8LinearState {
+  Fp8TensorScaling x, w, dy;
+  explicit Fp8LinearState(int history_len = 1) : x(history_len), w(history_len), dy(history_len) {}
+};
+
+/// Reduces n amaxes in place by max over the ranks that hold pieces of the tensors they were
+/// measured on (a TP group for a sharded linear; the amax reduction group at fp8_update). Empty:
+/// nothing to reduce (one rank).
+using AmaxReduce = std::function<void(float* amax, size_t n)>;
+
+/// The fprop: out (N x OC, WRITTEN) = fp8(inp) (N x C) . fp8(weight)^T (OC x C) + bias (OC; may be
+/// null), by Ops<T>::fp8_matmul_forward with the operands of fp8_operand(s, role, scale) and the
+/// scales the file comment gives; `reduce` is called once (current: the two amaxes) or not at all.
+/// Errors: as Ops<T>::fp8_matmul_forward (InputError from a backend without FP8 GEMMs).
+template <typename T>
+void fp8_fprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* out, const T* inp, const T* weight,
+               const T* bias, int N, int C, int OC, const AmaxReduce& reduce = {});
+
+/// The dgrad and wgrad (and dbias), Ops<T>::fp8_matmul_backward's accumulate rules (each of dinp,
+/// dweight, dbias may be null; weight is read for dinp only, inp for dweight only), the scales as
+/// the file comment gives; `reduce` is called at most once (current: the amaxes of dout and of the
+/// operands read). Errors: as the fprop.
+template <typename T>
+void fp8_bprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* dinp, T* dweight, T* dbias, const T* dout,
+               const T* inp, const T* weight, int N, int C, int OC, const AmaxReduce& reduce = {});
+
+/// The delayed recipe's update after a step: the staged amaxes (history[0]) of every state's x, w
+/// and dy in one array, reduced by `reduce` in one call, then each Fp8TensorScaling::update with
+/// its reduced amax and its operand's format. Nothing for the other recipes.
+void fp8_update(const std::vector<Fp8LinearState*>& states, const Fp8Settings& s, const AmaxReduce& reduce = {});
+
+}  // namespace dtb
