@@ -134,6 +134,27 @@ void init_parameter_slice(T* host, const std::string& name, int64_t rows, int64_
     }
 }
 
+namespace {
+
+// The GEMMs of a sharded linear: the plain ones, or with `f` set the FP8 ones, their amaxes
+// reduced (max) over the TP group, charged to `stats`.
+template <typename T>
+void linear_fprop(Ops<T>& ops, Communicator& tp, CommStats* stats, const Fp8Slot& f, T* out, const T* inp,
+                  const T* w, const T* b, int N, int C, int OC) {
+  if (!f.settings) return ops.matmul_forward(out, inp, w, b, N, C, OC);
+  fp8_fprop(ops, *f.settings, *f.state, out, inp, w, b, N, C, OC,
+            [&](float* a, size_t n) { timed_all_reduce(ops, tp, a, n, stats, ReduceOp::max); });
+}
+template <typename T>
+void linear_bprop(Ops<T>& ops, Communicator& tp, CommStats* stats, const Fp8Slot& f, T* dinp, T* dw, T* db,
+                  const T* dout, const T* inp, const T* w, int N, int C, int OC) {
+  if (!f.settings) return ops.matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+  fp8_bprop(ops, *f.settings, *f.state, dinp, dw, db, dout, inp, w, N, C, OC,
+            [&](float* a, size_t n) { timed_all_reduce(ops, tp, a, n, stats, ReduceOp::max); });
+}
+
+}  // namespace
+
 // ---- ColumnParallelLinear ----
 
 template <typename T>
@@ -165,7 +186,7 @@ void check_sp_rows(const std::string& name, int N, int tp, const void* work) {
 }  // namespace
 
 template <typename T>
-void ColumnParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b, T* work) {
+void ColumnParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b, T* work, Fp8Slot fp8) {
   if (sp_) {
     // g-bar forward: the sequence-sharded input is gathered whole.
     check_sp_rows(name_, N, tp_.size(), work);
@@ -174,12 +195,12 @@ void ColumnParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, c
     inp = work;
   }
   // f forward is the identity: the replicated input enters the region as is, uncommunicated.
-  ops_.matmul_forward(out, inp, w, b, N, C_, local_out_features());
+  linear_fprop(ops_, tp_, stats_, fp8, out, inp, w, b, N, C_, local_out_features());
 }
 
 template <typename T>
 void ColumnParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db,
-                                       T* work) {
+                                       T* work, Fp8Slot fp8) {
   if (sp_) {
     // The input again, gathered (it was kept sharded); dx whole, then g-bar backward: each
     // rank keeps its block of the sum over TP.
@@ -189,12 +210,13 @@ void ColumnParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int
     T* dfull = work + whole;
     gather_from_sequence_parallel_region<T>(Pass::forward, ops_, tp_, gathered, const_cast<T*>(inp), local, stats_);
     if (dinp) ops_.zero(dfull, whole);
-    ops_.matmul_backward(dinp ? dfull : nullptr, dw, db, dout, gathered, w, N, C_, local_out_features());
+    linear_bprop(ops_, tp_, stats_, fp8, dinp ? dfull : nullptr, dw, db, dout, gathered, w, N, C_,
+                 local_out_features());
     if (dinp) gather_from_sequence_parallel_region<T>(Pass::backward, ops_, tp_, dfull, dinp, local, stats_);
     return;
   }
   if (dinp) ops_.zero(dinp, size_t(N) * C_);  // matmul_backward accumulates; this is a write
-  ops_.matmul_backward(dinp, dw, db, dout, inp, w, N, C_, local_out_features());
+  linear_bprop(ops_, tp_, stats_, fp8, dinp, dw, db, dout, inp, w, N, C_, local_out_features());
   // f backward: each rank holds dout_r @ W_r, its share of dx; the sum over TP is dx.
   if (dinp) copy_to_tensor_parallel_region<T>(Pass::backward, ops_, tp_, dinp, size_t(N) * C_, stats_);
 }
@@ -236,20 +258,20 @@ RowParallelLinear<T>::RowParallelLinear(Ops<T>& ops, Device& device, Communicato
 }
 
 template <typename T>
-void RowParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b, T* work) {
+void RowParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, const T* b, T* work, Fp8Slot fp8) {
   if (sp_) {
     // The partial products whole, then reduce-scattered: this rank's block of the sum, and
     // the bias on its rows.
     check_sp_rows(name_, N, tp_.size(), work);
     const int Nl = N / tp_.size();
-    ops_.matmul_forward(work, inp, w, static_cast<const T*>(nullptr), N, local_in_features(), OC_);
+    linear_fprop(ops_, tp_, stats_, fp8, work, inp, w, static_cast<const T*>(nullptr), N, local_in_features(), OC_);
     reduce_scatter_to_sequence_parallel_region<T>(Pass::forward, ops_, tp_, work, out, size_t(Nl) * OC_, stats_);
     if (b) ops_.add_bias(out, b, Nl, OC_);
     return;
   }
   // tp = 1 and BiasAtTp1::in_gemm: the unsharded linear of reference/model/gpt.cc, bias and all.
   const bool in_gemm = tp_.size() == 1 && bias_at_tp1_ == BiasAtTp1::in_gemm;
-  ops_.matmul_forward(out, inp, w, in_gemm ? b : nullptr, N, local_in_features(), OC_);
+  linear_fprop(ops_, tp_, stats_, fp8, out, inp, w, in_gemm ? b : nullptr, N, local_in_features(), OC_);
   if (in_gemm) return;
   // g forward: the partial products over this rank's C/tp input features are summed.
   reduce_from_tensor_parallel_region<T>(Pass::forward, ops_, tp_, out, size_t(N) * OC_, stats_);
@@ -259,7 +281,7 @@ void RowParallelLinear<T>::forward(T* out, const T* inp, int N, const T* w, cons
 
 template <typename T>
 void RowParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db,
-                                    T* work) {
+                                    T* work, Fp8Slot fp8) {
   if (sp_) {
     // The sharded output gradient gathered whole; the bias gradient from it is whole too.
     check_sp_rows(name_, N, tp_.size(), work);
@@ -270,7 +292,7 @@ void RowParallelLinear<T>::backward(T* dinp, const T* dout, const T* inp, int N,
   }
   // g backward is the identity: dout is replicated already, nothing is communicated.
   if (dinp) ops_.zero(dinp, size_t(N) * local_in_features());
-  ops_.matmul_backward(dinp, dw, db, dout, inp, w, N, local_in_features(), OC_);
+  linear_bprop(ops_, tp_, stats_, fp8, dinp, dw, db, dout, inp, w, N, local_in_features(), OC_);
 }
 
 template <typename T>

@@ -18,6 +18,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
+#include "reference/training/fp8_linear.h"
 
 namespace dtb {
 
@@ -144,8 +145,10 @@ class ColumnParallelLinear {
   void forward(T* out, const T* inp, int N) { forward(out, inp, N, w_.data<T>(), b_.data<T>()); }
   /// The same with the caller's w (OC/tp, C) and b (OC/tp; may be null: no bias). Sequence
   /// parallel: inp is this rank's block (N/tp, C) of the N rows, gathered into `work`
-  /// (workspace_elements(N), not null) first.
-  void forward(T* out, const T* inp, int N, const T* w, const T* b, T* work = nullptr);
+  /// (workspace_elements(N), not null) first. With `fp8` set, the GEMM is the FP8 fprop of
+  /// reference/training/fp8_linear.h, its amaxes reduced (max) over the TP group: a shard's
+  /// scales are the whole tensor's (the input is whole here, the weight and dout sharded).
+  void forward(T* out, const T* inp, int N, const T* w, const T* b, T* work = nullptr, Fp8Slot fp8 = {});
   /// Given dout (N, OC/tp), WRITES dinp (N, C) = sum over TP ranks of dout_r @ W_r (f
   /// backward: one all-reduce SUM of N*C elements over tp; dinp is overwritten, since
   /// accumulating would sum its old contents tp times), and ACCUMULATES dW_r += dout^T inp,
@@ -156,8 +159,9 @@ class ColumnParallelLinear {
   /// The same with the caller's w, and its gradients dw (OC/tp, C) and db (OC/tp; may be
   /// null: no bias gradient). Sequence parallel: inp and dinp are this rank's blocks
   /// (N/tp, C); dinp is WRITTEN with its block of the sum over TP (a reduce-scatter in place
-  /// of the all-reduce); `work` as forward.
-  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db, T* work = nullptr);
+  /// of the all-reduce); `work` and `fp8` as forward.
+  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db, T* work = nullptr,
+                Fp8Slot fp8 = {});
   /// Elements of the `work` buffer a sequence-parallel forward or backward of N rows needs
   /// (2 N C: the gathered input and the full input gradient); 0 without sequence parallelism.
   size_t workspace_elements(int N) const { return sp_ ? 2 * size_t(N) * size_t(C_) : 0; }
@@ -226,8 +230,9 @@ class RowParallelLinear {
   void forward(T* out, const T* inp, int N) { forward(out, inp, N, w_.data<T>(), b_.data<T>()); }
   /// The same with the caller's w (OC, C/tp) and b (OC; may be null: no bias). Sequence parallel: out is this
   /// rank's block (N/tp, OC) of the sum; the partial products go to `work`
-  /// (workspace_elements(N), not null).
-  void forward(T* out, const T* inp, int N, const T* w, const T* b, T* work = nullptr);
+  /// (workspace_elements(N), not null). `fp8` as ColumnParallelLinear's (here the input and
+  /// the weight are sharded along the reduction dimension, and dout is whole).
+  void forward(T* out, const T* inp, int N, const T* w, const T* b, T* work = nullptr, Fp8Slot fp8 = {});
   /// Given the replicated dout (N, OC): WRITES dinp (N, C/tp) = dout @ W_r, ACCUMULATES
   /// dW_r += dout^T inp_r and db += column sums of dout (the same on every TP rank).
   /// Communicates nothing (g backward is identity). dinp may be null.
@@ -235,8 +240,9 @@ class RowParallelLinear {
     backward(dinp, dout, inp, N, w_.data<T>(), dw_.data<T>(), db_.data<T>());
   }
   /// The same with the caller's w, dw (OC, C/tp) and db (OC). Sequence parallel: dout is
-  /// this rank's block (N/tp, OC), gathered into `work` first.
-  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db, T* work = nullptr);
+  /// this rank's block (N/tp, OC), gathered into `work` first. `fp8` as forward.
+  void backward(T* dinp, const T* dout, const T* inp, int N, const T* w, T* dw, T* db, T* work = nullptr,
+                Fp8Slot fp8 = {});
   /// Elements of `work` a sequence-parallel forward or backward of N rows needs (N OC); 0
   /// without sequence parallelism.
   size_t workspace_elements(int N) const { return sp_ ? size_t(N) * size_t(OC_) : 0; }

@@ -3,6 +3,7 @@
 // divisibility errors. Multi-rank binary: runs at 2 and 4 ranks, TP groups of 2 and 4.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -179,6 +180,79 @@ TEST_P(TensorParallel, ShardsAreSlicesOfTheFullInitialisation) {
   EXPECT_EQ(host(row.bias()), pb);
   EXPECT_EQ(col.weight().category(), MemCategory::param);
   EXPECT_EQ(col.weight_grad().category(), MemCategory::grad);
+}
+
+TEST_P(TensorParallel, Fp8ShardsQuantizeAsTheWholeLinear) {
+  // Each recipe on a column-parallel and a row-parallel linear, against the whole FP8 linear on
+  // this rank (reference/training/fp8_linear.h, no reduction). The amaxes reduced over TP make
+  // every code and scale the whole tensor's, so each GEMM whose reduction dimension is not
+  // sharded is bitwise the whole's slice: the column's fprop and wgrad, the row's dgrad and
+  // wgrad. The column's dgrad and the row's fprop sum their reduction dimension in tp parts: the
+  // same exact products grouped differently, within tolerance(K) (the float analysis above:
+  // every FP8 product is exact in float). The delayed recipe runs a step, its update (the
+  // shard's amaxes reduced over TP), then the compared step. Sizes: C = 128 tp and OC = 128 tp,
+  // so the blockwise recipe's 128-wide tiles and blocks do not cross a shard.
+  const int tp = GetParam();
+  Group g = tp_group(tp);
+  if (!g.tp) GTEST_SKIP() << "needs a world divisible into TP groups of " << tp;
+  const int N = 8, C = 128 * tp, OC = 128 * tp;
+  CpuOps<float> ops;
+  CommStats stats;
+  ColumnParallelLinear<float> col(ops, *g.tp, "col", C, OC, &stats);
+  RowParallelLinear<float> row(ops, *g.tp, "row", C, OC, &stats, BiasAtTp1::after_gemm);
+  const auto x = randn("x", size_t(N) * C), dout = randn("dout", size_t(N) * OC);
+  std::vector<float> W = randn("W", size_t(OC) * C), b = randn("b", size_t(OC));
+  for (float& v : W) v *= 0.02f;
+  const AmaxReduce over_tp = [&](float* a, size_t n) { g.tp->all_reduce(a, a, n, DType::f32, ReduceOp::max); };
+  for (Fp8Recipe r : {Fp8Recipe::delayed, Fp8Recipe::current, Fp8Recipe::blockwise, Fp8Recipe::mxfp8}) {
+    SCOPED_TRACE(to_string(r));
+    Fp8Settings s;
+    s.recipe = r;
+    s.delayed.amax_history_len = 2;
+    const int steps = r == Fp8Recipe::delayed ? 2 : 1;
+    // The whole linear.
+    Fp8LinearState whole(2);
+    std::vector<float> y(size_t(N) * OC), dx(size_t(N) * C), dW(W.size());
+    for (int step = 0; step < steps; ++step) {
+      if (step > 0) fp8_update({&whole}, s);
+      std::fill(dx.begin(), dx.end(), 0.f), std::fill(dW.begin(), dW.end(), 0.f);
+      fp8_fprop<float>(ops, s, whole, y.data(), x.data(), W.data(), b.data(), N, C, OC);
+      fp8_bprop<float>(ops, s, whole, dx.data(), dW.data(), nullptr, dout.data(), x.data(), W.data(), N, C, OC);
+    }
+    // Column-parallel: W's rows [o0, o0 + lo), dout's columns likewise.
+    {
+      const int o0 = col.out_offset(), lo = col.local_out_features();
+      const auto w = slice(W, C, o0, o0 + lo, 0, C), bb = slice(b, OC, 0, 1, o0, o0 + lo),
+                 dy = slice(dout, OC, 0, N, o0, o0 + lo);
+      Fp8LinearState st(2);
+      std::vector<float> out(size_t(N) * lo), dinp(size_t(N) * C), dw(w.size());
+      for (int step = 0; step < steps; ++step) {
+        if (step > 0) fp8_update({&st}, s, over_tp);
+        std::fill(dw.begin(), dw.end(), 0.f);
+        col.forward(out.data(), x.data(), N, w.data(), bb.data(), nullptr, {&s, &st});
+        col.backward(dinp.data(), dy.data(), x.data(), N, w.data(), dw.data(), nullptr, nullptr, {&s, &st});
+      }
+      EXPECT_EQ(out, slice(y, OC, 0, N, o0, o0 + lo)) << "column fprop";
+      EXPECT_EQ(dw, slice(dW, C, o0, o0 + lo, 0, C)) << "column wgrad";
+      EXPECT_LE(rel_err(dinp.data(), dx.data(), dx.size()), tolerance(OC)) << "column dgrad";
+    }
+    // Row-parallel: W's columns [c0, c0 + lc), x's likewise; dout whole.
+    {
+      const int c0 = row.in_offset(), lc = row.local_in_features();
+      const auto w = slice(W, C, 0, OC, c0, c0 + lc), xr = slice(x, C, 0, N, c0, c0 + lc);
+      Fp8LinearState st(2);
+      std::vector<float> out(size_t(N) * OC), dinp(size_t(N) * lc), dw(w.size());
+      for (int step = 0; step < steps; ++step) {
+        if (step > 0) fp8_update({&st}, s, over_tp);
+        std::fill(dw.begin(), dw.end(), 0.f);
+        row.forward(out.data(), xr.data(), N, w.data(), b.data(), nullptr, {&s, &st});
+        row.backward(dinp.data(), dout.data(), xr.data(), N, w.data(), dw.data(), nullptr, nullptr, {&s, &st});
+      }
+      EXPECT_LE(rel_err(out.data(), y.data(), y.size()), tolerance(C)) << "row fprop";
+      EXPECT_EQ(dinp, slice(dx, C, 0, N, c0, c0 + lc)) << "row dgrad";
+      EXPECT_EQ(dw, slice(dW, C, 0, OC, c0, c0 + lc)) << "row wgrad";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tp, TensorParallel, ::testing::Values(2, 4),

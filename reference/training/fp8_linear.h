@@ -32,6 +32,13 @@ struct Fp8LinearState {
   explicit Fp8LinearState(int history_len = 1) : x(history_len), w(history_len), dy(history_len) {}
 };
 
+/// A linear's FP8 recipe and state for one call of a sharded linear
+/// (reference/parallel/tensor_parallel.h): both null, the linear's plain GEMMs.
+struct Fp8Slot {
+  const Fp8Settings* settings = nullptr;
+  Fp8LinearState* state = nullptr;
+};
+
 /// Reduces n amaxes in place by max over the ranks that hold pieces of the tensors they were
 /// measured on (a TP group for a sharded linear; the amax reduction group at fp8_update). Empty:
 /// nothing to reduce (one rank).
