@@ -1,6 +1,9 @@
 #include "reference/training/fp8_linear.h"
 
 #include <limits>
+#include <string>
+
+#include "kernels/error.h"
 
 namespace dtb {
 
@@ -85,6 +88,41 @@ void fp8_update(const std::vector<Fp8LinearState*>& states, const Fp8Settings& s
     st->w.update(s.delayed, fp8_operand(s, Fp8Role::weight).format, amax[i++]);
     st->dy.update(s.delayed, fp8_operand(s, Fp8Role::grad_output).format, amax[i++]);
   }
+}
+
+int fp8_tile(const Fp8Settings& s) {
+  return s.recipe == Fp8Recipe::blockwise ? 128 : s.recipe == Fp8Recipe::mxfp8 ? 32 : 0;
+}
+
+void validate_fp8_shards(const Fp8Settings& s, const GptConfig& m, const ParallelLayout& l,
+                         int64_t micro_batch_tokens) {
+  const int t = fp8_tile(s);
+  if (t == 0) return;
+  struct Extent {
+    std::string what;
+    int64_t n;
+  };
+  std::vector<Extent> split;
+  if (l.tp > 1) {
+    const int64_t tp = l.tp, C = m.C, hs = m.C / m.NH;
+    const std::string per = " per TP rank";
+    split.push_back({"the attention's q features" + per + " (C / tp)", C / tp});
+    if (is_llama(m)) {
+      const int64_t F = ffn_hidden(m);
+      split.push_back({"the attention's k and v features" + per + " (kv_heads head_size / tp)", kv_heads(m) * hs / tp});
+      split.push_back({"the MLP's gate and up features" + per + " (ffn_hidden / tp)", F / tp});
+    } else {
+      split.push_back({"the MLP's hidden features" + per + " (4 C / tp)", 4 * C / tp});
+    }
+  }
+  if (l.dp > 1 || l.cp > 1 || l.micro_batches > 1)
+    split.push_back({"the tokens of a micro-batch on one rank (the wgrad's reduction)", micro_batch_tokens});
+  for (const Extent& e : split)
+    if (e.n % t != 0)
+      throw InputError("fp8 recipe " + std::string(to_string(s.recipe)) + ": " + e.what + " = " + std::to_string(e.n) +
+                       " is not a multiple of its " + std::to_string(t) +
+                       "-wide tiles, so a tile would straddle a shard and scale differently from the whole tensor's; "
+                       "choose sizes that divide into whole tiles, or the delayed or current recipe");
 }
 
 #define DTB_INSTANTIATE_FP8_LINEAR(T)                                                                            \

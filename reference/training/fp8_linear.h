@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "reference/layout/process_grid.h"
+#include "reference/model/gpt.h"
 #include "reference/training/fp8_scaling.h"
 
 namespace dtb {
@@ -64,5 +66,23 @@ void fp8_bprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* dinp, T
 /// and dy in one array, reduced by `reduce` in one call, then each Fp8TensorScaling::update with
 /// its reduced amax and its operand's format. Nothing for the other recipes.
 void fp8_update(const std::vector<Fp8LinearState*>& states, const Fp8Settings& s, const AmaxReduce& reduce = {});
+
+/// The width of the recipe's tiles along a tensor dimension: 128 (blockwise: 1 x 128 tiles and
+/// 128 x 128 blocks), 32 (mxfp8), 0 (the per-tensor recipes: no tiles).
+int fp8_tile(const Fp8Settings& s);
+
+/// Refuses a layout under which a tile or block of the recipe would straddle a shard, so that a
+/// shard's scales would not be the whole tensor's (Transformer Engine quantizes each shard on its
+/// own: such a layout is a different model, not the same one sharded). Every dimension a linear's
+/// operands are split along must be a multiple of fp8_tile(s), for the tiles run along each of
+/// them in one of the three GEMMs: with tp > 1, each TP rank's output features of a
+/// column-parallel linear (each of q, k and v separately: C / tp and KV hs / tp; the MLP's fc:
+/// 4C / tp, or F / tp for each of the SwiGLU's gate and up) and its input features of a
+/// row-parallel one (attention out: C / tp; fc out: 4C / tp or F / tp); and, when the layout
+/// splits a step's tokens (dp, cp or micro_batches > 1), the tokens of one micro-batch on one
+/// rank, `micro_batch_tokens` (the wgrad's reduction dimension). Errors: InputError "fp8 recipe
+/// <r>: <extent> = <n> is not a multiple of its <t>-wide tiles ..." for the first such extent.
+void validate_fp8_shards(const Fp8Settings& s, const GptConfig& model, const ParallelLayout& l,
+                         int64_t micro_batch_tokens);
 
 }  // namespace dtb

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -192,6 +193,57 @@ TEST(Fp8Recipes, ColumnShardsWithTheReducedAmaxAreTheWholeLinearsColumns) {
       if (rank == 0) EXPECT_NE(o, cols(out, N, r0, r1, OC)) << "rank 0 matched without the reduction";
     }
   }
+}
+
+TEST(Fp8Recipes, TilesMustNotStraddleAShard) {
+  auto refusal = [](Fp8Recipe r, const GptConfig& m, const ParallelLayout& l, int64_t tokens) -> std::string {
+    try {
+      validate_fp8_shards(settings(r), m, l, tokens);
+      return "";
+    } catch (const InputError& e) {
+      return e.what();
+    }
+  };
+  GptConfig gpt;
+  gpt.C = 256, gpt.NH = 4;
+  ParallelLayout tp2, tp4, dp2;
+  tp2.tp = 2, tp4.tp = 4, dp2.dp = 2;
+  // Per-tensor recipes have no tiles: nothing is refused.
+  EXPECT_EQ(refusal(Fp8Recipe::delayed, gpt, tp4, 7), "");
+  EXPECT_EQ(refusal(Fp8Recipe::current, gpt, dp2, 7), "");
+  // Blockwise: C / tp = 128 at TP 2 fits; 64 at TP 4 does not.
+  EXPECT_EQ(refusal(Fp8Recipe::blockwise, gpt, tp2, 100), "");  // tokens not split: not checked
+  EXPECT_EQ(refusal(Fp8Recipe::blockwise, gpt, tp4, 128),
+            "fp8 recipe blockwise: the attention's q features per TP rank (C / tp) = 64 is not a multiple of its "
+            "128-wide tiles, so a tile would straddle a shard and scale differently from the whole tensor's; choose "
+            "sizes that divide into whole tiles, or the delayed or current recipe");
+  // MXFP8's 32-wide blocks fit 64, not 16 (C = 64 at TP 4).
+  EXPECT_EQ(refusal(Fp8Recipe::mxfp8, gpt, tp4, 32), "");
+  GptConfig small;  // C 64
+  EXPECT_NE(refusal(Fp8Recipe::mxfp8, small, tp4, 32).find("(C / tp) = 16 is not a multiple of its 32-wide"),
+            std::string::npos);
+  // The tokens of a micro-batch, when the layout splits them.
+  EXPECT_NE(refusal(Fp8Recipe::blockwise, gpt, dp2, 96).find("the tokens of a micro-batch on one rank (the wgrad's "
+                                                             "reduction) = 96 is not a multiple of its 128-wide"),
+            std::string::npos);
+  EXPECT_EQ(refusal(Fp8Recipe::blockwise, gpt, dp2, 256), "");
+  ParallelLayout mb;
+  mb.micro_batches = 2;
+  EXPECT_NE(refusal(Fp8Recipe::mxfp8, gpt, mb, 48).find("= 48 is not a multiple of its 32-wide"), std::string::npos);
+  // Llama: k and v of 2 KV heads of 64 at TP 2 are 64 features a rank; the SwiGLU's gate and up
+  // F / tp (F = 768: 384) fit 128.
+  GptConfig llama = gpt;
+  llama.arch = ModelArch::llama, llama.num_kv_heads = 2;
+  EXPECT_NE(refusal(Fp8Recipe::blockwise, llama, tp2, 128).find("k and v features per TP rank (kv_heads head_size / tp) "
+                                                                "= 64"),
+            std::string::npos);
+  EXPECT_EQ(refusal(Fp8Recipe::mxfp8, llama, tp2, 128), "");
+  llama.num_kv_heads = 4;
+  EXPECT_EQ(refusal(Fp8Recipe::blockwise, llama, tp2, 128), "");
+  llama.ffn_hidden = 640;  // 320 a rank
+  EXPECT_NE(refusal(Fp8Recipe::blockwise, llama, tp2, 128).find("gate and up features per TP rank (ffn_hidden / tp) = "
+                                                                "320"),
+            std::string::npos);
 }
 
 }  // namespace
