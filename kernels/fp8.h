@@ -46,7 +46,8 @@ constexpr const char* to_string(Fp8Scaling s) {
 
 /// How one operand of an FP8 GEMM is quantized: element format, granularity and, for per_tensor,
 /// the scale that multiplies it before the cast (delayed: the history's; current: from the whole
-/// tensor's amax, which a sharded tensor reduces over its group first). The other granularities
+/// tensor's amax, which a sharded tensor reduces over its group first: reference/training/
+/// fp8_linear.h). The other granularities
 /// compute their scales from each tile's or block's own amax.
 struct Fp8Operand {
   Fp8Format format = Fp8Format::e4m3;

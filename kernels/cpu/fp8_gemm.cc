@@ -143,6 +143,8 @@ void fp8_linear_backward(float* dinp, float* dweight, float* dbias, const float*
                          const float* weight, int N, int C, int OC, const Fp8Operand& dy, const Fp8Operand& x,
                          const Fp8Operand& w) {
   check_linear(N, C, OC);
+  DTB_CHECK(!dinp || weight, "fp8_linear_backward: dinp without the weight");
+  DTB_CHECK(!dweight || inp, "fp8_linear_backward: dweight without the input");
   if (dinp) {  // dgrad: (N x OC) . (C x OC)^T
     const std::vector<float> wt = transposed(weight, OC, C);
     std::vector<float> t(size_t(N) * size_t(C));

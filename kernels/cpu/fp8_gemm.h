@@ -65,7 +65,10 @@ int fp8_gemm_k_block(Fp8Scaling a, Fp8Scaling w, int K);
 /// exact product of the quantized values| <= gamma_{B + ceil(K/B)} · sum_k |a_k w_k| (values with
 /// their scales; gamma_n = n u / (1 - n u), u = 2^-24, B the block: B - 1 additions in a block, the
 /// scales' product and its multiply, ceil(K/B) - 1 additions of the blocks;
-/// kernels/cpu/fp8_gemm_test.cc holds it to that). Aborts (DTB_CHECK) when K differs,
+/// kernels/cpu/fp8_gemm_test.cc holds it to that). Every block is accumulated in float, as cuBLASLt
+/// with split accumulation (TE's dgrad and wgrad); TE's Float8CurrentScaling runs the fprop
+/// without it (use_split_accumulator False: Hopper's faster, narrower accumulator), which this
+/// emulation does not model. Aborts (DTB_CHECK) when K differs,
 /// fp8_gemm_k_block is 0, or both operands are E5M2 (cuBLASLt's FP8 GEMMs take at most one).
 void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w);
 
@@ -88,7 +91,8 @@ void fp8_linear_forward(float* out, const float* inp, const float* weight, const
 /// Each GEMM's operands are quantized along its own K (a transposed operand from the high-precision
 /// values, TE's columnwise usage): per-tensor codes are those of the untransposed tensor, as a
 /// 128 × 128 block covers the same elements in W and W^T; 1 × 128 tiles and 1 × 32 MX blocks
-/// run along the other dimension. `x`, `w`, `dy` as for the forward. Aborts as the forward.
+/// run along the other dimension. `x` and `w` as for the forward; `dy` quantizes dout. Aborts as
+/// the forward, and (DTB_CHECK) for dinp without weight or dweight without inp.
 void fp8_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC, const Fp8Operand& dy, const Fp8Operand& x,
                          const Fp8Operand& w);

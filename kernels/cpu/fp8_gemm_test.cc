@@ -232,15 +232,18 @@ TEST(Fp8Linear, EveryRecipeExactOnRepresentableValues) {
   // Every value in {0, +-0.5, +-1, +-1.5, +-2, +-3} (at most 2 significant bits) times any of the
   // recipes' power-of-two scales is an E4M3 and an E5M2 code (3 * 128 = 384 <= 448; 3 * 2^14 =
   // 49152 <= 57344), so quantization is exact and each GEMM must equal the exact matmul: the
-  // sums are multiples of 0.25 below 2^11, exact in float. A transposed operand, a wrong K, a
-  // scale from the wrong tile or a "=" for a "+=" changes the result. N = 130 and C = 160 cross a
-  // 128-tile edge (wgrad's K is N, dgrad's OC, the forward's C); the accumulators start non-zero.
+  // sums are multiples of 0.25 below 2^11, exact in float. A transposed operand, a wrong K or a
+  // "=" for a "+=" changes the result; a wrong granularity does not (exact values quantize exactly
+  // at any power-of-two scale): EachGemmQuantizesItsOperandsAlongItsK checks that. N = 130 and
+  // C = 160 cross a 128-tile edge (wgrad's K is N, dgrad's OC, the forward's C); the accumulators
+  // start non-zero.
   std::mt19937 rng(4646);
   const std::vector<float> vals = {0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 1.5f, -1.5f, 2.0f, -2.0f, 3.0f, -3.0f};
   Linear l{130, 160, 40, {}, {}, {}, {}};
   l.inp = draw(size_t(l.N) * l.C, rng, vals), l.weight = draw(size_t(l.OC) * l.C, rng, vals);
   l.bias = draw(size_t(l.OC), rng, vals), l.dout = draw(size_t(l.N) * l.OC, rng, vals);
-  const Grads start{std::vector<float>(size_t(l.N) * l.OC, 0.0f), draw(size_t(l.N) * l.C, rng, vals),
+  // out starts non-zero: the forward writes it.
+  const Grads start{draw(size_t(l.N) * l.OC, rng, vals), draw(size_t(l.N) * l.C, rng, vals),
                     draw(size_t(l.OC) * l.C, rng, vals), draw(size_t(l.OC), rng, vals)};
   const Grads want = exact_linear(l, start);
   struct Recipe { const char* name; Fp8Operand dy, x, w; };
@@ -255,6 +258,45 @@ TEST(Fp8Linear, EveryRecipeExactOnRepresentableValues) {
     EXPECT_EQ(got.dinp, want.dinp) << r.name;
     EXPECT_EQ(got.dweight, want.dweight) << r.name;
     EXPECT_EQ(got.dbias, want.dbias) << r.name;
+  }
+}
+
+std::vector<float> transpose(const std::vector<float>& m, int rows, int cols) {
+  std::vector<float> t(m.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) t[size_t(c) * rows + r] = m[size_t(r) * cols + c];
+  return t;
+}
+
+TEST(Fp8Linear, EachGemmQuantizesItsOperandsAlongItsK) {
+  // Random values, so that the granularity and the format change the codes: each of the three
+  // GEMMs equals fp8_gemm_nt of operands laid out and quantized here (transposes written in the
+  // test; the quantizer and the GEMM are tested above on their own): forward x (N x C) with W
+  // (OC x C); dgrad dout (N x OC) with W^T (C x OC); wgrad dout^T (OC x N) with x^T (C x N).
+  std::mt19937 rng(99);
+  const int N = 130, C = 150, OC = 140;  // every K crosses a 128-tile edge
+  const std::vector<float> x = random_matrix(N, C, rng, 1.0f), w = random_matrix(OC, C, rng, 1.0f),
+                           dy = random_matrix(N, OC, rng, 1.0f);
+  struct Recipe { const char* name; Fp8Operand dy, x, w; };
+  for (const Recipe& r : {Recipe{"per-tensor", {kE5, Fp8Scaling::per_tensor, 5000.0f},
+                                 {kE4, Fp8Scaling::per_tensor, 30.0f}, {kE4, Fp8Scaling::per_tensor, 20.0f}},
+                          Recipe{"blockwise", {kE5, Fp8Scaling::tile_1x128}, {kE4, Fp8Scaling::tile_1x128},
+                                 {kE4, Fp8Scaling::block_128x128}},
+                          Recipe{"mxfp8", {kE5, Fp8Scaling::mx_1x32}, {kE4, Fp8Scaling::mx_1x32},
+                                 {kE4, Fp8Scaling::mx_1x32}}}) {
+    auto q = [](const std::vector<float>& m, int rows, int cols, const Fp8Operand& o) {
+      return fp8_quantize(m.data(), rows, cols, o.format, o.scaling, o.scale);
+    };
+    std::vector<float> out(size_t(N) * OC), want(out.size());
+    fp8_linear_forward(out.data(), x.data(), w.data(), nullptr, N, C, OC, r.x, r.w);
+    fp8_gemm_nt(want.data(), q(x, N, C, r.x), q(w, OC, C, r.w));
+    EXPECT_EQ(out, want) << r.name << " forward";
+    std::vector<float> dx(size_t(N) * C, 0.0f), dw(size_t(OC) * C, 0.0f), wdx(dx.size()), wdw(dw.size());
+    fp8_linear_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, C, OC, r.dy, r.x, r.w);
+    fp8_gemm_nt(wdx.data(), q(dy, N, OC, r.dy), q(transpose(w, OC, C), C, OC, r.w));
+    fp8_gemm_nt(wdw.data(), q(transpose(dy, N, OC), OC, N, r.dy), q(transpose(x, N, C), C, N, r.x));
+    EXPECT_EQ(dx, wdx) << r.name << " dgrad";
+    EXPECT_EQ(dw, wdw) << r.name << " wgrad";
   }
 }
 

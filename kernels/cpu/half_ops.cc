@@ -289,44 +289,19 @@ void HalfCpuOps<H>::crossentropy_shard_backward(H* dlogits, const H* probs, cons
 
 template <typename H>
 void HalfCpuOps<H>::matmul_forward(H* out, const H* inp, const H* weight, const H* bias, int N, int C, int OC) {
-  const size_t Ns = dim(N), Cs = dim(C), Os = dim(OC);
-  if (Ns == 0 || Os == 0) return;  // the float kernel writes nothing
-  float* x = buf(0, Ns * Cs);
-  float* w = buf(1, Os * Cs);
-  float* b = bias ? buf(2, Os) : nullptr;
-  float* o = buf(3, Ns * Os);
-  convert_to_float(x, inp, Ns * Cs);
-  convert_to_float(w, weight, Os * Cs);
-  if (bias) convert_to_float(b, bias, Os);
-  cpu::matmul_forward<float>(o, x, w, b, N, C, OC);  // writes
-  convert_from_float(out, o, Ns * Os);
+  linear_forward_in_float(out, inp, weight, bias, N, C, OC, [&](float* o, const float* x, const float* w,
+                                                                 const float* b) {
+    cpu::matmul_forward<float>(o, x, w, b, N, C, OC);
+  });
 }
 
 template <typename H>
 void HalfCpuOps<H>::matmul_backward(H* dinp, H* dweight, H* dbias, const H* dout, const H* inp, const H* weight,
                                     int N, int C, int OC) {
-  const size_t Ns = dim(N), Cs = dim(C), Os = dim(OC);
-  if (Ns == 0 || Os == 0) return;  // the float kernel touches nothing
-  float* d = buf(0, Ns * Os);
-  float* x = dweight ? buf(1, Ns * Cs) : nullptr;  // the input is read for dweight only
-  float* w = dinp ? buf(2, Os * Cs) : nullptr;      // the weight for dinp only
-  float* dx = dinp ? buf(3, Ns * Cs) : nullptr;
-  float* dw = dweight ? buf(4, Os * Cs) : nullptr;
-  float* db = dbias ? buf(5, Os) : nullptr;
-  convert_to_float(d, dout, Ns * Os);
-  if (dweight) {
-    convert_to_float(x, inp, Ns * Cs);
-    convert_to_float(dw, dweight, Os * Cs);
-  }
-  if (dinp) {
-    convert_to_float(w, weight, Os * Cs);
-    convert_to_float(dx, dinp, Ns * Cs);
-  }
-  if (dbias) convert_to_float(db, dbias, Os);
-  cpu::matmul_backward<float>(dx, dw, db, d, x, w, N, C, OC);  // accumulates
-  if (dinp) convert_from_float(dinp, dx, Ns * Cs);
-  if (dweight) convert_from_float(dweight, dw, Os * Cs);
-  if (dbias) convert_from_float(dbias, db, Os);
+  linear_backward_in_float(dinp, dweight, dbias, dout, inp, weight, N, C, OC,
+                           [&](float* dx, float* dw, float* db, const float* d, const float* x, const float* w) {
+                             cpu::matmul_backward<float>(dx, dw, db, d, x, w, N, C, OC);
+                           });
 }
 
 // ---- attention: a group of batch entries at a time ----

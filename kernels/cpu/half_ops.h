@@ -160,6 +160,17 @@ class HalfCpuOps final : public Ops<H> {
 
  private:
   static constexpr int kSlots = 8;
+  /// A linear's recipe around a float kernel (the matmuls, half_ops.cc; the FP8 linears,
+  /// half_fp8_ops.cc): the H operands widened into scratch, `k` on the floats, each H output
+  /// rounded once; the backward's accumulators widened first (k accumulates into them). Nothing
+  /// for N or OC < 1. Forward: k(out, x, w, b), b null without a bias. Backward: k(dx, dw, db, d,
+  /// x, w), each of dx, dw, db null where its H output is; x is widened for dw only, w for dx only.
+  template <typename K>
+  void linear_forward_in_float(H* out, const H* inp, const H* weight, const H* bias, int N, int C, int OC,
+                               const K& k);
+  template <typename K>
+  void linear_backward_in_float(H* dinp, H* dweight, H* dbias, const H* dout, const H* inp, const H* weight, int N,
+                                int C, int OC, const K& k);
   /// Scratch slot `slot` with room for at least n floats (grown, never shrunk).
   float* buf(int slot, size_t n);
   /// Builds tok_ (n remapped token ids: the index into rows_ of the token's row, or -1
@@ -173,6 +184,51 @@ class HalfCpuOps final : public Ops<H> {
   std::vector<int32_t> rows_;  // compact index -> row
   std::vector<int32_t> tok_;   // remapped tokens
 };
+
+template <typename H>
+template <typename K>
+void HalfCpuOps<H>::linear_forward_in_float(H* out, const H* inp, const H* weight, const H* bias, int N, int C, int OC,
+                                            const K& k) {
+  if (N < 1 || OC < 1) return;
+  const size_t Ns = size_t(N), Cs = size_t(C > 0 ? C : 0), Os = size_t(OC);
+  float* x = buf(0, Ns * Cs);
+  float* w = buf(1, Os * Cs);
+  float* b = bias ? buf(2, Os) : nullptr;
+  float* o = buf(3, Ns * Os);
+  convert_to_float(x, inp, Ns * Cs);
+  convert_to_float(w, weight, Os * Cs);
+  if (bias) convert_to_float(b, bias, Os);
+  k(o, x, w, b);  // writes
+  convert_from_float(out, o, Ns * Os);
+}
+
+template <typename H>
+template <typename K>
+void HalfCpuOps<H>::linear_backward_in_float(H* dinp, H* dweight, H* dbias, const H* dout, const H* inp,
+                                             const H* weight, int N, int C, int OC, const K& k) {
+  if (N < 1 || OC < 1) return;
+  const size_t Ns = size_t(N), Cs = size_t(C > 0 ? C : 0), Os = size_t(OC);
+  float* d = buf(0, Ns * Os);
+  float* x = dweight ? buf(1, Ns * Cs) : nullptr;  // the input is read for dweight only
+  float* w = dinp ? buf(2, Os * Cs) : nullptr;      // the weight for dinp only
+  float* dx = dinp ? buf(3, Ns * Cs) : nullptr;
+  float* dw = dweight ? buf(4, Os * Cs) : nullptr;
+  float* db = dbias ? buf(5, Os) : nullptr;
+  convert_to_float(d, dout, Ns * Os);
+  if (dweight) {
+    convert_to_float(x, inp, Ns * Cs);
+    convert_to_float(dw, dweight, Os * Cs);
+  }
+  if (dinp) {
+    convert_to_float(w, weight, Os * Cs);
+    convert_to_float(dx, dinp, Ns * Cs);
+  }
+  if (dbias) convert_to_float(db, dbias, Os);
+  k(dx, dw, db, d, x, w);  // accumulates
+  if (dinp) convert_from_float(dinp, dx, Ns * Cs);
+  if (dweight) convert_from_float(dweight, dw, Os * Cs);
+  if (dbias) convert_from_float(dbias, db, Os);
+}
 
 extern template class HalfCpuOps<bf16>;
 extern template class HalfCpuOps<fp16>;

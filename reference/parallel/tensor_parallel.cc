@@ -142,6 +142,7 @@ template <typename T>
 void linear_fprop(Ops<T>& ops, Communicator& tp, CommStats* stats, const Fp8Slot& f, T* out, const T* inp,
                   const T* w, const T* b, int N, int C, int OC) {
   if (!f.settings) return ops.matmul_forward(out, inp, w, b, N, C, OC);
+  DTB_CHECK(f.state != nullptr, "an FP8 linear without its scaling state");
   fp8_fprop(ops, *f.settings, *f.state, out, inp, w, b, N, C, OC,
             [&](float* a, size_t n) { timed_all_reduce(ops, tp, a, n, stats, ReduceOp::max); });
 }
@@ -149,6 +150,7 @@ template <typename T>
 void linear_bprop(Ops<T>& ops, Communicator& tp, CommStats* stats, const Fp8Slot& f, T* dinp, T* dw, T* db,
                   const T* dout, const T* inp, const T* w, int N, int C, int OC) {
   if (!f.settings) return ops.matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+  DTB_CHECK(f.state != nullptr, "an FP8 linear without its scaling state");
   fp8_bprop(ops, *f.settings, *f.state, dinp, dw, db, dout, inp, w, N, C, OC,
             [&](float* a, size_t n) { timed_all_reduce(ops, tp, a, n, stats, ReduceOp::max); });
 }

@@ -145,9 +145,11 @@ class ColumnParallelLinear {
   void forward(T* out, const T* inp, int N) { forward(out, inp, N, w_.data<T>(), b_.data<T>()); }
   /// The same with the caller's w (OC/tp, C) and b (OC/tp; may be null: no bias). Sequence
   /// parallel: inp is this rank's block (N/tp, C) of the N rows, gathered into `work`
-  /// (workspace_elements(N), not null) first. With `fp8` set, the GEMM is the FP8 fprop of
-  /// reference/training/fp8_linear.h, its amaxes reduced (max) over the TP group: a shard's
-  /// scales are the whole tensor's (the input is whole here, the weight and dout sharded).
+  /// (workspace_elements(N), not null) first. With `fp8` set (settings and state both), the GEMM
+  /// is the FP8 fprop of reference/training/fp8_linear.h, the current recipe's amaxes reduced
+  /// (max) over the TP group, so a shard's scales are the whole tensor's (the input is whole
+  /// here, the weight and dout sharded); the delayed recipe reduces nothing here: its shards
+  /// share scales when the step's fp8_update reduces over a group spanning the TP group.
   void forward(T* out, const T* inp, int N, const T* w, const T* b, T* work = nullptr, Fp8Slot fp8 = {});
   /// Given dout (N, OC/tp), WRITES dinp (N, C) = sum over TP ranks of dout_r @ W_r (f
   /// backward: one all-reduce SUM of N*C elements over tp; dinp is overwritten, since

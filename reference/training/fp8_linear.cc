@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "kernels/error.h"
 
@@ -26,9 +27,11 @@ struct Operand {
   bool record;
 };
 
+// The operands' quantization under s; `records` gets, for the delayed recipe, the local amaxes
+// to record once the GEMM has run (a refused GEMM records nothing).
 template <typename T>
 std::vector<Fp8Operand> operands(Ops<T>& ops, const Fp8Settings& s, const std::vector<Operand>& ts,
-                                 const AmaxReduce& reduce) {
+                                 const AmaxReduce& reduce, std::vector<std::pair<Fp8TensorScaling*, float>>& records) {
   std::vector<Fp8Operand> out;
   if (!per_tensor(s)) {
     for (const Operand& t : ts) out.push_back(fp8_operand(s, t.role));
@@ -42,7 +45,7 @@ std::vector<Fp8Operand> operands(Ops<T>& ops, const Fp8Settings& s, const std::v
   for (size_t i = 0; i < ts.size(); ++i) {
     const Fp8Format f = fp8_operand(s, ts[i].role).format;
     if (s.recipe == Fp8Recipe::delayed) {
-      if (ts[i].record && ts[i].data) ts[i].state->record(amax[i]);
+      if (ts[i].record && ts[i].data) records.emplace_back(ts[i].state, amax[i]);
       out.push_back(fp8_operand(s, ts[i].role, ts[i].state->scale));
     } else {
       out.push_back(fp8_operand(s, ts[i].role, current_scale(amax[i], f)));
@@ -51,29 +54,44 @@ std::vector<Fp8Operand> operands(Ops<T>& ops, const Fp8Settings& s, const std::v
   return out;
 }
 
+void check_sizes(const char* what, int N, int C, int OC) {
+  DTB_CHECK(N >= 1 && C >= 1 && OC >= 1, std::string(what) + ": N " + std::to_string(N) + ", C " + std::to_string(C) +
+                                             ", OC " + std::to_string(OC) + " (each must be >= 1)");
+}
+
 }  // namespace
 
 template <typename T>
 void fp8_fprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* out, const T* inp, const T* weight,
                const T* bias, int N, int C, int OC, const AmaxReduce& reduce) {
+  check_sizes("fp8_fprop", N, C, OC);
   const size_t nx = size_t(N) * size_t(C), nw = size_t(OC) * size_t(C);
+  std::vector<std::pair<Fp8TensorScaling*, float>> records;
   const std::vector<Fp8Operand> o = operands(ops, s, {{inp, nx, Fp8Role::input, &st.x, true},
                                                       {weight, nw, Fp8Role::weight, &st.w, true}},
-                                             reduce);
+                                             reduce, records);
   ops.fp8_matmul_forward(out, inp, weight, bias, N, C, OC, o[0], o[1]);
+  for (const auto& [state, amax] : records) state->record(amax);
 }
 
 template <typename T>
 void fp8_bprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* dinp, T* dweight, T* dbias, const T* dout,
                const T* inp, const T* weight, int N, int C, int OC, const AmaxReduce& reduce) {
+  check_sizes("fp8_bprop", N, C, OC);
+  DTB_CHECK(!dinp || weight, "fp8_bprop: dinp without the weight");
+  DTB_CHECK(!dweight || inp, "fp8_bprop: dweight without the input");
   const size_t nx = size_t(N) * size_t(C), nw = size_t(OC) * size_t(C), ny = size_t(N) * size_t(OC);
-  // x is read for dweight, w for dinp; their scales as in the fprop (not recorded again).
+  // x is read for dweight, w for dinp; their scales as in the fprop (not recorded again). The
+  // reduction always carries the three amaxes (0 for an operand not read), so every rank of the
+  // group reduces the same count whichever gradients it asks for.
+  std::vector<std::pair<Fp8TensorScaling*, float>> records;
   const std::vector<Fp8Operand> o =
       operands(ops, s, {{dout, ny, Fp8Role::grad_output, &st.dy, true},
                         {dweight ? inp : nullptr, nx, Fp8Role::input, &st.x, false},
                         {dinp ? weight : nullptr, nw, Fp8Role::weight, &st.w, false}},
-               reduce);
+               reduce, records);
   ops.fp8_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, o[0], o[1], o[2]);
+  for (const auto& [state, amax] : records) state->record(amax);
 }
 
 void fp8_update(const std::vector<Fp8LinearState*>& states, const Fp8Settings& s, const AmaxReduce& reduce) {
@@ -109,7 +127,10 @@ void validate_fp8_shards(const Fp8Settings& s, const GptConfig& m, const Paralle
     split.push_back({"the attention's q features" + per + " (C / tp)", C / tp});
     if (is_llama(m)) {
       const int64_t F = ffn_hidden(m);
-      split.push_back({"the attention's k and v features" + per + " (kv_heads head_size / tp)", kv_heads(m) * hs / tp});
+      // A rank holds KV / tp whole KV heads, or one (replicated) when tp does not divide KV
+      // (reference/parallel/parallel_gpt.cc).
+      const int64_t kv = kv_heads(m), kv_local = kv % tp == 0 ? kv / tp : 1;
+      split.push_back({"the attention's k and v features" + per + " (KV heads a rank x head_size)", kv_local * hs});
       split.push_back({"the MLP's gate and up features" + per + " (ffn_hidden / tp)", F / tp});
     } else {
       split.push_back({"the MLP's hidden features" + per + " (4 C / tp)", 4 * C / tp});

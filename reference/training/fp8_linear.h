@@ -8,13 +8,21 @@
 //   delayed  the scale is the operand's Fp8TensorScaling::scale, constant through a step; each
 //            quantization records the local amax (fprop: x and w; the backward: dy), and
 //            fp8_update, once per optimizer step, reduces the staged amaxes of every linear in one
-//            call and updates every scale (Transformer Engine updates when each micro-batch's
-//            autocast region exits; with one micro-batch a step the two agree, and a step's
-//            scales then do not depend on the pipeline's order of micro-batches);
-//   current  the scale is fp8_scale_from_amax(the reduced amax of the tensor now, fp8_max of its
-//            format, no power of two, epsilon 0) (TE's Float8CurrentScaling); the backward
-//            quantizes x and w again, from the same values, so with the same scales as the fprop
-//            (TE keeps the fprop's quantized tensors: the same codes).
+//            call (over a group that must span the TP group for shards to share scales) and
+//            updates every scale. Transformer Engine updates x and w when each micro-batch's
+//            autocast region exits and dy in the backward of the first FP8 module; with one
+//            micro-batch a step the scales each step uses agree, and dtbench's then do not
+//            depend on the pipeline's order of micro-batches;
+//   current  the scale is fp8_scale_from_amax(the amax of the whole tensor now, fp8_max of its
+//            format, no power of two, epsilon 0), every sharded operand's amax reduced over the
+//            linear's group. This differs from TE's Float8CurrentScaling under TP: TE reduces
+//            over the TP group only a column-parallel input and a row-parallel output gradient
+//            under sequence parallelism (te.Linear's _customize_quantizers_float8_current_scaling)
+//            and quantizes a weight shard, or another sharded operand, by its local amax, so its
+//            TP N is not its TP 1; dtbench reduces them all, so that TP N equals TP 1 (the
+//            conformance contract). The backward quantizes x and w again, from the same values,
+//            so with the same scales as the fprop (TE keeps the fprop's quantized tensors: the
+//            same codes).
 // blockwise and mxfp8 scale each tile or block by its own amax: nothing is reduced or recorded.
 #pragma once
 #include <functional>
@@ -48,7 +56,8 @@ using AmaxReduce = std::function<void(float* amax, size_t n)>;
 
 /// The fprop: out (N x OC, WRITTEN) = fp8(inp) (N x C) . fp8(weight)^T (OC x C) + bias (OC; may be
 /// null), by Ops<T>::fp8_matmul_forward with the operands of fp8_operand(s, role, scale) and the
-/// scales the file comment gives; `reduce` is called once (current: the two amaxes) or not at all.
+/// scales the file comment gives; `reduce` is called once (current: the two amaxes, x and w) or not
+/// at all. Aborts (DTB_CHECK) for N, C or OC < 1.
 /// Errors: as Ops<T>::fp8_matmul_forward (InputError from a backend without FP8 GEMMs).
 template <typename T>
 void fp8_fprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* out, const T* inp, const T* weight,
@@ -56,8 +65,9 @@ void fp8_fprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* out, co
 
 /// The dgrad and wgrad (and dbias), Ops<T>::fp8_matmul_backward's accumulate rules (each of dinp,
 /// dweight, dbias may be null; weight is read for dinp only, inp for dweight only), the scales as
-/// the file comment gives; `reduce` is called at most once (current: the amaxes of dout and of the
-/// operands read). Errors: as the fprop.
+/// the file comment gives; `reduce` is called at most once (current: three amaxes, dout, x and w,
+/// 0 for an operand not read, so every rank reduces the same count). Errors: as the fprop; aborts
+/// (DTB_CHECK) for dinp without weight or dweight without inp.
 template <typename T>
 void fp8_bprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* dinp, T* dweight, T* dbias, const T* dout,
                const T* inp, const T* weight, int N, int C, int OC, const AmaxReduce& reduce = {});
@@ -76,7 +86,8 @@ int fp8_tile(const Fp8Settings& s);
 /// own: such a layout is a different model, not the same one sharded). Every dimension a linear's
 /// operands are split along must be a multiple of fp8_tile(s), for the tiles run along each of
 /// them in one of the three GEMMs: with tp > 1, each TP rank's output features of a
-/// column-parallel linear (each of q, k and v separately: C / tp and KV hs / tp; the MLP's fc:
+/// column-parallel linear (each of q, k and v separately: C / tp, and hs times the KV heads a rank
+/// holds, KV / tp or one when tp does not divide KV; the MLP's fc:
 /// 4C / tp, or F / tp for each of the SwiGLU's gate and up) and its input features of a
 /// row-parallel one (attention out: C / tp; fc out: 4C / tp or F / tp); and, when the layout
 /// splits a step's tokens (dp, cp or micro_batches > 1), the tokens of one micro-batch on one

@@ -45,7 +45,7 @@ TEST(Fp8Recipes, CurrentScalingTakesEachTensorsAmax) {
   int calls = 0;
   const AmaxReduce count = [&](float*, size_t n) {
     ++calls;
-    EXPECT_TRUE(n == 2 || n == 3) << n;
+    EXPECT_EQ(n, calls == 1 ? 2u : 3u) << "the fprop reduces x and w; the backward dy, x and w";
   };
   std::vector<float> out(size_t(N) * OC), want(out.size());
   fp8_fprop<float>(ops, s, st, out.data(), x.data(), w.data(), nullptr, N, C, OC, count);
@@ -85,7 +85,6 @@ TEST(Fp8Recipes, DelayedRecordsThenUpdatesOncePerStep) {
                                      0.5f * 0.125f}));
   fp8_bprop<float>(ops, s, st, dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, C, OC);
   EXPECT_EQ(st.dy.amax_history[0], 4.0f);
-  EXPECT_EQ(st.x.amax_history[0], 2.0f);  // the backward records dy alone
   int calls = 0;
   const std::vector<float> peer = {3.0f, 0.25f, 1.0f};
   fp8_update({&st}, s, [&](float* a, size_t n) {
@@ -98,13 +97,21 @@ TEST(Fp8Recipes, DelayedRecordsThenUpdatesOncePerStep) {
   EXPECT_EQ(st.w.scale, 896.0f);
   EXPECT_EQ(st.dy.scale, 14336.0f);
   EXPECT_EQ(st.x.amax_history, (std::vector<float>{0, 0, 0, 3}));
-  // The next fprop quantizes with the updated scales.
+  // The next step quantizes with the updated scales, the backward's three operands included.
+  const Fp8Operand ox{Fp8Format::e4m3, Fp8Scaling::per_tensor, 448.0f / 3.0f},
+      ow{Fp8Format::e4m3, Fp8Scaling::per_tensor, 896.0f}, oy{Fp8Format::e5m2, Fp8Scaling::per_tensor, 14336.0f};
   std::vector<float> out2(4), want(4);
   fp8_fprop<float>(ops, s, st, out2.data(), x.data(), w.data(), nullptr, N, C, OC);
-  ops.fp8_matmul_forward(want.data(), x.data(), w.data(), nullptr, N, C, OC,
-                         {Fp8Format::e4m3, Fp8Scaling::per_tensor, 448.0f / 3.0f},
-                         {Fp8Format::e4m3, Fp8Scaling::per_tensor, 896.0f});
+  ops.fp8_matmul_forward(want.data(), x.data(), w.data(), nullptr, N, C, OC, ox, ow);
   EXPECT_EQ(out2, want);
+  // Inputs that the updated scales round (1/3 is no FP8 value at any scale), so a wrong scale shows.
+  const std::vector<float> x3 = {1.0f / 3, -1.1f, 0.7f, 1.9f}, w3 = {0.3f, -0.2f, 0.11f, 0.45f},
+                           dy3 = {-3.3f, 1.7f, 0.9f, 2.2f};
+  std::vector<float> dx2(4, 0.5f), dw2(4, 0.25f), dxw = dx2, dww = dw2;
+  fp8_bprop<float>(ops, s, st, dx2.data(), dw2.data(), nullptr, dy3.data(), x3.data(), w3.data(), N, C, OC);
+  ops.fp8_matmul_backward(dxw.data(), dww.data(), nullptr, dy3.data(), x3.data(), w3.data(), N, C, OC, oy, ox, ow);
+  EXPECT_EQ(dx2, dxw);
+  EXPECT_EQ(dw2, dww);
 }
 
 TEST(Fp8Recipes, BlockRecipesReduceNothing) {
@@ -234,9 +241,13 @@ TEST(Fp8Recipes, TilesMustNotStraddleAShard) {
   // F / tp (F = 768: 384) fit 128.
   GptConfig llama = gpt;
   llama.arch = ModelArch::llama, llama.num_kv_heads = 2;
-  EXPECT_NE(refusal(Fp8Recipe::blockwise, llama, tp2, 128).find("k and v features per TP rank (kv_heads head_size / tp) "
-                                                                "= 64"),
+  EXPECT_NE(refusal(Fp8Recipe::blockwise, llama, tp2, 128).find("k and v features per TP rank (KV heads a rank x "
+                                                                "head_size) = 64"),
             std::string::npos);
+  // Fewer KV heads than TP ranks: each rank holds one whole head (128 features here), not KV hs / tp.
+  GptConfig wide = llama;
+  wide.C = 512, wide.num_kv_heads = 2;  // hs 128; 2 KV heads over 4 ranks: one a rank
+  EXPECT_EQ(refusal(Fp8Recipe::blockwise, wide, tp4, 128), "");
   EXPECT_EQ(refusal(Fp8Recipe::mxfp8, llama, tp2, 128), "");
   llama.num_kv_heads = 4;
   EXPECT_EQ(refusal(Fp8Recipe::blockwise, llama, tp2, 128), "");

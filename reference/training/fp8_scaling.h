@@ -65,7 +65,9 @@ struct Fp8TensorScaling {
 /// transformer_engine.common.recipe): which operands of a linear's three GEMMs (forward: input and
 /// weight; dgrad: output gradient and weight; wgrad: output gradient and input) are scaled how.
 ///   delayed    DelayedScaling: per tensor, the scale from the amax history (Fp8TensorScaling)
-///   current    Float8CurrentScaling: per tensor, fp8_scale_from_amax of this tensor's amax
+///   current    Float8CurrentScaling: per tensor, fp8_scale_from_amax of the tensor's amax (a sharded
+///              tensor's reduced over its group: reference/training/fp8_linear.h says how that
+///              differs from TE under TP)
 ///              (power_2_scale off, amax_epsilon 0)
 ///   blockwise  Float8BlockScaling: 1 x 128 tiles for inputs and gradients, 128 x 128 blocks for
 ///              weights, power-of-two scales
@@ -86,7 +88,8 @@ enum class Fp8Role { input, weight, grad_output };
 /// A run's FP8 settings: the `fp8` section of a config with train.precision "fp8". Defaults are
 /// TE's: fp8_format hybrid for delayed and current, e4m3 for blockwise and mxfp8 (their
 /// recipes' defaults); the delayed settings (margin, amax_history_len, amax_compute_algo) are
-/// DelayedScaling's and belong to that recipe alone.
+/// DelayedScaling's, and dtbench applies them to that recipe alone (TE's MXFP8BlockScaling also
+/// carries a margin field; dtbench's MXFP8 scales are kernels/fp8.h's E8M0 rule, with none).
 struct Fp8Settings {
   Fp8Recipe recipe = Fp8Recipe::delayed;
   Fp8FormatChoice fp8_format = Fp8FormatChoice::hybrid;
@@ -100,11 +103,12 @@ struct Fp8Settings {
 Fp8Operand fp8_operand(const Fp8Settings& s, Fp8Role role, float scale = 1.0f);
 
 /// Reads an `fp8` section (a JSON object; `path` names it in messages, e.g. "train.fp8"): keys
-/// recipe, fp8_format, margin, amax_history_len, amax_compute_algo, each optional. Errors:
-/// InputError "<path>.<key>: ..." naming the value for an unknown key (with the keys listed), a
-/// value of the wrong type or out of range (validate_fp8_delayed_scaling), a name that is not one
-/// of the listed ones, and a delayed-scaling key given with another recipe (TE's other recipes
-/// have no amax history, so the key would be silently ignored).
+/// recipe, fp8_format, margin, amax_history_len, amax_compute_algo, each optional. Errors, one
+/// line each: InputError "<path>: unknown key '<key>' (keys: ...)"; "<path>.<key>: ..." for a
+/// value of the wrong type, a name that is not one of the listed ones (naming it), or a
+/// delayed-scaling key given with another recipe (it would be silently ignored); "<path>: fp8
+/// <key> = <v> must be in [lo, hi]" out of range (validate_fp8_delayed_scaling); "<path>: must be
+/// an object" for a section that is not one.
 Fp8Settings fp8_settings_from_json(const nlohmann::json& section, const std::string& path);
 /// The settings as a section fp8_settings_from_json reads back to equal settings (every key
 /// written: the delayed keys only for the delayed recipe), for reports and checkpoints.
