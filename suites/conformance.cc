@@ -113,8 +113,8 @@ std::vector<std::string> layout_names(const json& section, const GptConfig& mode
   if (!names.empty()) return names;
   const bool moe = model.moe.num_experts > 0;
   if (!is_llama(model)) return default_conformance_layouts(moe);
-  // A Llama model: the defaults (an MoE Llama's: the MoE ones) less what the family does not
-  // train yet (validate_arch_layout: the DP sync recipes), and a dense one's DP 4 under ZeRO 3.
+  // A Llama model: the defaults (an MoE Llama's: the MoE ones) less a TP degree its KV heads or
+  // FFN do not shard to (validate_arch_layout), and a dense one's DP 4 under ZeRO 3.
   for (const std::string& text : default_conformance_layouts(moe)) {
     const LayoutSpec spec = parse_layout_spec(text, "conformance.layouts");
     try {

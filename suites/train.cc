@@ -134,7 +134,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo& w
   // Every rule of the layout (reference/layout/layout_validate.h), checkpoints included.
   LayoutCheckContext check{.world = world.size, .global_batch = train.global_batch, .seq_len = train.seq_len,
                            .backend = backend, .recipe = train, .checkpoint_every = p.plan.every,
-                           .resume_from = p.plan.resume_from, .path = "train", .model_replicas = p.plain_dp()};
+                           .resume_from = p.plan.resume_from, .path = "train"};
   validate_layout_spec(p.spec, p.model, check);
   const DpSync& d = p.spec.dp_sync;
   if (d.local_steps > 0 && d.replicas > 1 && p.spec.precision != Precision::fp32 && p.references)

@@ -28,8 +28,6 @@ void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const Lay
   if (!is_llama(model)) return;
   if (c.backend != "cpu") throw InputError(llama_not_supported("the " + printable(c.backend, 40) + " backend"));
   if (const std::string why = llama_tp_refusal(model, s.l.tp); !why.empty()) throw InputError(why);
-  if (c.model_replicas) return;
-  if (!s.dp_sync.synchronous()) throw InputError(llama_not_supported("the DP sync recipes (stale gradients, local steps)"));
 }
 
 void validate_schedule_recompute(const ParallelLayout& l, Recompute r) {

@@ -60,9 +60,6 @@ struct LayoutCheckContext {
   /// The prefix of every message ("" -> path, and "<path>.dp_allreduce" for the hierarchical
   /// all-reduce): a conformance layout's "conformance.layouts: 'DP4:stale1'".
   std::string where{};
-  /// The run trains whole-model replicas (reference/training/trainer.h, the train suite's plain
-  /// data parallelism), not the sharded model (reference/parallel) (validate_arch_layout).
-  bool model_replicas = false;
 };
 
 /// Every refusal of `s` (its l.micro_batches set) training `model` as `c` says, one per rule
@@ -76,10 +73,9 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
 void validate_layout_spec(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
 
 /// Refuses a Llama model (model.arch llama) wherever it cannot train yet: on a backend other than
-/// the CPU, on a tensor-parallel degree its KV heads or FFN do not
-/// shard to (llama_tp_refusal), and on the sharded model (reference/parallel) with a DP sync
-/// recipe. Errors: InputError llama_not_supported(...) or
-/// llama_tp_refusal's line (reference/model/gpt.h). Nothing for GPT-2.
+/// the CPU, and on a tensor-parallel degree its KV heads or FFN do not shard to
+/// (llama_tp_refusal). Errors: InputError llama_not_supported(...) or llama_tp_refusal's line
+/// (reference/model/gpt.h). Nothing for GPT-2.
 void validate_arch_layout(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
 
 /// Refuses schedule zb-h1 with full recompute (the W pass needs the activations B used, which
