@@ -162,6 +162,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   }
   ParallelGpt<T> m(spec.model, l, comm.rank(), device, *og.tp, ops, og.ep.get(), og.cp.get());
   m.set_recompute(spec.layout.recompute);
+  if (spec.layout.fp8) m.set_fp8(*spec.layout.fp8);
   ZeroEngine<T> engine(m, spec.layout.z, dp, cfg.adamw, og.expert_dp.get());
   engine.load(m.initial_params(cfg.seed));
   LossScaler scaler(cfg.loss_scaler);

@@ -416,7 +416,7 @@ json to_json(const DpSync& d) {
 json to_json(const LayoutSpec& s) {
   return {{"layout", to_json(s.l)}, {"zero", to_json(s.z)}, {"recompute", std::string(to_string(s.recompute))},
           {"precision", std::string(to_string(s.precision))}, {"hier_node_ranks", s.hier_node_ranks},
-          {"dp_sync", to_json(s.dp_sync)}};
+          {"dp_sync", to_json(s.dp_sync)}, {"fp8", s.fp8 ? fp8_settings_json(*s.fp8) : json(nullptr)}};
 }
 
 }  // namespace dtb

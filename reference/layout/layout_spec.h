@@ -4,6 +4,7 @@
 // layout key reads its spelling from the table; no other file names a layout key.
 // Not the layout's rules (reference/layout/process_grid.h validate_layout, reference/zero/zero.h).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "reference/model/gpt.h"
 #include "reference/analytic/memory_model.h"
 #include "reference/layout/process_grid.h"
+#include "reference/training/fp8_scaling.h"
 #include "reference/training/trainer.h"
 #include "reference/zero/zero.h"
 
@@ -70,6 +72,11 @@ struct LayoutSpec {
   /// How the DP replicas keep in step (reference/training/trainer.h DpSync: staleness, delay_compensation,
   /// local_steps); its replicas field is the caller's to set (the layout's dp, for local steps).
   DpSync dp_sync{};
+  /// FP8 linears (Transformer Engine's recipes, reference/training/fp8_scaling.h), or none: with a
+  /// recipe the transformer layers' linears run their GEMMs on FP8 operands (ParallelGpt::set_fp8)
+  /// and everything else keeps `precision`'s storage: bf16, as Transformer Engine's autocast over a
+  /// bf16 model, or fp32. validate_fp8_layout (layout_validate.h) says where it runs.
+  std::optional<Fp8Settings> fp8{};
 };
 
 /// A section's dp_allreduce key: "flat" (0) or "hierarchical" (node_ranks: the run's ranks per

@@ -1,9 +1,12 @@
 // The one validator of a layout; see layout_validate.h.
 #include "reference/layout/layout_validate.h"
 
+#include <algorithm>
+
 #include "kernels/error.h"
 #include "reference/layout/layout_runner.h"
 #include "reference/training/dp_sync.h"
+#include "reference/training/fp8_linear.h"
 #include "reference/zero/zero_config.h"
 #include "reference/layout/layout_spec.h"
 
@@ -20,6 +23,7 @@ const char* to_string(LayoutRule r) {
     case LayoutRule::checkpoint: return "checkpoint";
     case LayoutRule::dp_allreduce: return spelling(LayoutKey::dp_allreduce).config_key;
     case LayoutRule::cp: return spelling(LayoutKey::cp).config_key;
+    case LayoutRule::fp8: return "fp8";
   }
   return "?";
 }
@@ -51,6 +55,25 @@ void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::
   if (s.l.schedule == "zb-h1") refuse("schedule zb-h1");
   if (s.hier_node_ranks > 0) refuse("the hierarchical DP all-reduce (" + std::string(spelling(LayoutKey::dp_allreduce).spec_token) +
                                     std::to_string(s.hier_node_ranks) + ")");
+}
+
+void validate_fp8_layout(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c) {
+  if (!s.fp8) return;
+  const std::string recipe = std::string("fp8 recipe ") + to_string(s.fp8->recipe);
+  if (s.precision == Precision::fp16)
+    throw InputError(recipe + " with precision fp16 is not supported (FP8 keeps bf16, or fp32, everywhere else)");
+  if (c.backend != "cpu")
+    throw InputError(recipe + " on the " + printable(c.backend, 40) + " backend is not supported yet (FP8 GEMMs on the "
+                     "CPU only)");
+  if (model.moe.num_experts > 0)
+    throw InputError(recipe + " with an MoE model (model.num_experts = " + std::to_string(model.moe.num_experts) +
+                     ") is not supported yet (its experts are not FP8 linears)");
+  if (c.checkpoint_every > 0 || !c.resume_from.empty())
+    throw InputError(recipe + " with checkpoints is not supported yet (the amax histories and scales are not saved)");
+  const ParallelLayout& l = s.l;
+  const int64_t seq = c.seq_len > 0 ? c.seq_len : model.T, per = int64_t(l.dp) * std::max(1, l.micro_batches);
+  if (l.dp > 0 && l.cp > 0 && c.global_batch % per == 0)  // otherwise validate_layout refuses the split
+    validate_fp8_shards(*s.fp8, model, l, c.global_batch / per * (seq / l.cp));
 }
 
 std::string dp_sync_checkpoint_refusal(const DpSync& d, const std::string& path, int checkpoint_every,
@@ -89,6 +112,7 @@ std::vector<LayoutRefusal> layout_refusals(const LayoutSpec& s, const GptConfig&
   const std::string ck = dp_sync_checkpoint_refusal(s.dp_sync, c.path, c.checkpoint_every, c.resume_from);
   if (!ck.empty()) out.push_back({LayoutRule::checkpoint, ck, keyed.empty() ? ck : keyed + ": " + ck});
   check(LayoutRule::cp, where, [&] { validate_cp_layout(s, model, c.backend); });
+  check(LayoutRule::fp8, where, [&] { validate_fp8_layout(s, model, c); });
   if (s.hier_node_ranks > 0)
     check(LayoutRule::dp_allreduce,
           c.where.empty() ? c.path + "." + spelling(LayoutKey::dp_allreduce).config_key : c.where,

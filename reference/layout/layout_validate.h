@@ -30,9 +30,11 @@ enum class LayoutRule {
   checkpoint,    // dp_sync_checkpoint_refusal: stale gradients or local steps with checkpoints
   dp_allreduce,  // validate_dp_hierarchical: the hierarchical DP all-reduce
   cp,            // validate_cp_layout: what context parallelism does not compose with yet
+  fp8,           // validate_fp8_layout: where the FP8 recipes run, and their tiles' alignment
 };
 
-/// "divisibility", "zero", "schedule", "moe", "arch", "dp_sync", "checkpoint", "dp_allreduce", "context_parallel".
+/// "divisibility", "zero", "schedule", "moe", "arch", "dp_sync", "checkpoint", "dp_allreduce", "context_parallel",
+/// "fp8".
 const char* to_string(LayoutRule r);
 
 /// One refusal: the rule, its reason as the rule's function words it ("global batch 6 is not
@@ -90,6 +92,17 @@ void validate_schedule_recompute(const ParallelLayout& l, Recompute r);
 /// shard over the data-and-context group, so a CP run saves and reshards as any other layout
 /// (docs/checkpoints.md). cp = 1 passes. Errors: InputError.
 void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::string& backend);
+
+/// Refuses, in one line, FP8 linears (s.fp8 set) where they do not run: precision fp16 (the
+/// recipes keep everything but the linears' GEMMs in bf16, as Transformer Engine's autocast over a
+/// bf16 model, or in fp32, the sharp form the layout tests compare); a backend other than the CPU
+/// (no FP8 GEMMs there yet); an MoE model (its experts are not FP8 linears); checkpoints (the amax
+/// histories are not saved yet); and a layout under which a blockwise or MXFP8 tile would straddle
+/// a shard or a split of the step's tokens (validate_fp8_shards, reference/training/fp8_linear.h,
+/// with the tokens of one micro-batch on one rank: global_batch / (dp micro_batches) sequences of
+/// seq_len / cp tokens, seq_len 0 meaning model.T). Nothing without s.fp8. Errors: InputError
+/// "fp8 recipe <r> ..." (docs/fp8.md).
+void validate_fp8_layout(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
 
 /// Why a non-synchronous `d` cannot run with checkpoints (the gradients in flight and DiLoCo's
 /// outer state are not in a checkpoint): "<path>.staleness = K with <path>.checkpoint_every = N:

@@ -144,6 +144,54 @@ TEST(LayoutValidate, ContextParallelRefusals) {
             "supported yet");
 }
 
+// FP8 linears (LayoutSpec::fp8): where they run (fp32 or bf16 storage, the CPU, a dense model,
+// no checkpoints yet) and the tile recipes' alignment to shards and to a micro-batch's tokens
+// (validate_fp8_shards); nothing without a recipe.
+TEST(LayoutValidate, Fp8Refusals) {
+  auto with = [](const std::string& text, Fp8Recipe r, Precision p = Precision::bf16) {
+    LayoutSpec s = spec(text);
+    s.precision = p;
+    Fp8Settings f;
+    f.recipe = r;
+    s.fp8 = f;
+    return s;
+  };
+  for (Fp8Recipe r : {Fp8Recipe::delayed, Fp8Recipe::current}) {
+    EXPECT_TRUE(layout_refusals(with("TP2", r), kModel, context(2)).empty()) << to_string(r);
+    EXPECT_TRUE(layout_refusals(with("DP2", r, Precision::fp32), kModel, context(2)).empty()) << to_string(r);
+  }
+  EXPECT_EQ(only(LayoutRule::fp8, with("DP2", Fp8Recipe::current, Precision::fp16), context(2)),
+            "train: fp8 recipe current with precision fp16 is not supported (FP8 keeps bf16, or fp32, everywhere "
+            "else)");
+  LayoutCheckContext cuda = context(2);
+  cuda.backend = "cuda";
+  EXPECT_EQ(only(LayoutRule::fp8, with("DP2", Fp8Recipe::delayed), cuda),
+            "train: fp8 recipe delayed on the cuda backend is not supported yet (FP8 GEMMs on the CPU only)");
+  GptConfig moe = kModel;
+  moe.moe.num_experts = 4;
+  EXPECT_EQ(only(LayoutRule::fp8, with("DP2", Fp8Recipe::delayed), context(2), moe),
+            "train: fp8 recipe delayed with an MoE model (model.num_experts = 4) is not supported yet (its experts "
+            "are not FP8 linears)");
+  LayoutCheckContext ck = context(2);
+  ck.checkpoint_every = 2;
+  EXPECT_EQ(only(LayoutRule::fp8, with("DP2", Fp8Recipe::current), ck),
+            "train: fp8 recipe current with checkpoints is not supported yet (the amax histories and scales are "
+            "not saved)");
+  // MXFP8's 32-wide blocks: C / tp = 32 fits at TP 2; the micro-batch of 8 / 2 sequences of 16
+  // tokens is 64 tokens, whole blocks; at DP 4 with 2 micro-batches a rank's is 16 tokens.
+  EXPECT_TRUE(layout_refusals(with("TP2", Fp8Recipe::mxfp8), kModel, context(2)).empty());
+  EXPECT_TRUE(layout_refusals(with("DP2", Fp8Recipe::mxfp8), kModel, context(2)).empty());
+  LayoutSpec dp4 = with("DP4", Fp8Recipe::mxfp8);
+  dp4.l.micro_batches = 2;
+  const std::string msg = only(LayoutRule::fp8, dp4, context(4));
+  EXPECT_NE(msg.find("train: fp8 recipe mxfp8: "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("= 16 "), std::string::npos) << msg;
+  // Blockwise's 128-wide tiles: C / tp = 32 straddles them.
+  EXPECT_NE(only(LayoutRule::fp8, with("TP2", Fp8Recipe::blockwise), context(2)).find("fp8 recipe blockwise"),
+            std::string::npos);
+  EXPECT_TRUE(layout_refusals(spec("TP2"), kModel, context(2)).empty());  // no recipe: nothing to check
+}
+
 TEST(LayoutValidate, ReportsEveryProblemOfALayout) {
   LayoutSpec s = spec("TP3xPP2:zb-h1:full:stale1:hier2");
   s.z.stage = 4;

@@ -270,23 +270,23 @@ void ParallelGpt<T>::layer_forward(const LayerActs& a, const T* up, const LayerP
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, W(Pln1w), W(Pln1b), int(R));
   // Column-parallel QKV on the replicated ln1 (f forward is the identity; sequence parallel:
   // ln1's blocks gathered first); Llama's rotary embeddings on its q and k.
-  qkv_->forward(a.qkv, a.ln1, int(BT), W(Pqkvw), W(Pqkvb), work);
+  qkv_->forward(a.qkv, a.ln1, int(BT), W(Pqkvw), W(Pqkvb), work, fp8_slot(lp.layer, kFp8Qkv));
   if (llama_) rope(a.qkv, B, Tn, false);
   attention_forward(a.atty, a.att, a.qkv, B, Tn);
   // Row-parallel projection: partial sums, g forward (sequence parallel: a reduce-scatter),
   // then the bias once (tp = 1: the bias inside the GEMM, exactly as gpt.cc).
-  attproj_->forward(a.attproj, a.atty, int(BT), W(Pattprojw), W(Pattprojb), work);
+  attproj_->forward(a.attproj, a.atty, int(BT), W(Pattprojw), W(Pattprojb), work, fp8_slot(lp.layer, kFp8Attproj));
   ops.residual_forward(a.res2, a.x, a.attproj, R * C);
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(Pln2w), W(Pln2b), int(R));
   if (lp.moe) {
     moe_ffn_forward(*ma, lp, a, up, int(BT), Tn, recomputing);
   } else {
-    fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb), work);
+    fc_->forward(a.fch, a.ln2, int(BT), W(Pfcw), W(Pfcb), work, fp8_slot(lp.layer, kFp8Fc));
     if (llama_)
       ops.swiglu_forward(a.fchg, a.fch, int(BT), fchg_w_);  // this rank's gate | up rows
     else
       ops.gelu_forward(a.fchg, a.fch, BT * size_t(fchg_w_));
-    fcproj_->forward(a.fcproj, a.fchg, int(BT), W(Pfcprojw), W(Pfcprojb), work);
+    fcproj_->forward(a.fcproj, a.fchg, int(BT), W(Pfcprojw), W(Pfcprojb), work, fp8_slot(lp.layer, kFp8Fcproj));
   }
   ops.residual_forward(a.res3, a.res2, a.fcproj, R * C);
 }
@@ -444,6 +444,48 @@ void ParallelGpt<T>::attention_backward(T* dqkv, T* datt, const T* dout, const T
   const CpAttention<T> cpa{*ops_, device_, *cp_, cp_split(Tn), parse_cp_comm_type(layout_.cp_comm_type)};
   context_parallel_attention_backward(cpa, dqkv, dout, qkv, out, reinterpret_cast<const acc_t<T>*>(att), B, Cl_, NHl_,
                                       KVl_);
+}
+
+template <typename T>
+void ParallelGpt<T>::set_fp8(const Fp8Settings& s) {
+  if (cfg_.moe.num_experts > 0)
+    throw InputError("fp8: an MoE model (model.num_experts = " + std::to_string(cfg_.moe.num_experts) +
+                     ") is not supported yet (its experts are not FP8 linears)");
+  fp8_ = &s;
+  fp8_state_.clear();
+  for (int l = 0; l < cfg_.L; ++l) {
+    const Fp8LinearState one(s.delayed.amax_history_len);
+    fp8_state_.push_back({one, one, one, one});
+  }
+}
+
+template <typename T>
+std::vector<int> ParallelGpt<T>::fp8_layers() const {
+  std::vector<int> held;
+  if (!fp8_) return held;
+  for (const auto& chunk : layers_)
+    for (const LayerParams& lp : chunk) held.push_back(lp.layer);
+  std::sort(held.begin(), held.end());
+  return held;
+}
+
+template <typename T>
+std::vector<Fp8LinearState*> ParallelGpt<T>::fp8_states() {
+  std::vector<Fp8LinearState*> out;
+  for (int l : fp8_layers())
+    for (Fp8LinearState& st : fp8_state_[size_t(l)]) out.push_back(&st);
+  return out;
+}
+
+template <typename T>
+void ParallelGpt<T>::fp8_update(Communicator& dp) {
+  if (!fp8_) return;
+  Ops<T>& ops = *ops_;
+  dtb::fp8_update(fp8_states(), *fp8_, [&](float* a, size_t n) {
+    ops.synchronize();
+    for (Communicator* g : {&tp_, &dp})
+      if (g->size() > 1) g->all_reduce(a, a, n, DType::f32, ReduceOp::max);
+  });
 }
 
 template class ParallelGpt<float>;

@@ -62,6 +62,7 @@
 // acc_t<T> = float (kernels/ops.h), as are the TP all-reduces of that max and sum. Shape legend as gpt.h; Cl = C / tp, NHl = NH / tp,
 // Vl = V / tp, BT = B * Tn tokens of one micro-batch.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -77,6 +78,7 @@
 #include "reference/layout/process_grid.h"
 #include "reference/parallel/context_parallel.h"
 #include "reference/parallel/tensor_parallel.h"
+#include "reference/training/fp8_linear.h"
 
 namespace dtb {
 
@@ -211,6 +213,32 @@ class ParallelGpt {
     recompute_ = r;
   }
   Recompute recompute() const { return recompute_; }
+
+  /// FP8 linears (Transformer Engine's recipes: reference/training/fp8_linear.h): the four linears
+  /// of every transformer layer this rank holds (qkv, attention out, fc, fc out) run their forward
+  /// and both backward GEMMs on FP8 operands under `s`, each with its own Fp8LinearState (history
+  /// `s.delayed.amax_history_len`); the embedding, the LM head, the norms, the attention core and
+  /// the residual stream stay in T, as TE keeps them (its head and non-Linear ops in bf16). Full
+  /// and selective recompute run the same FP8 GEMMs again on the same values and scales (the
+  /// delayed recipe records the same amaxes twice: a max, so nothing changes). `s` must outlive
+  /// the model; set before the first forward. Errors: InputError "fp8: ... MoE ..." for an MoE
+  /// model (its experts are not FP8 linears yet).
+  void set_fp8(const Fp8Settings& s);
+  /// The FP8 settings, or null (the linears' plain GEMMs in T).
+  const Fp8Settings* fp8() const { return fp8_; }
+  /// The FP8 states of the linears this rank holds: 4 per held layer (qkv, attproj, fc, fcproj),
+  /// the layers in global order; empty without FP8. What a checkpoint of the delayed recipe keeps.
+  std::vector<Fp8LinearState*> fp8_states();
+  /// The global layer index of each held layer, in fp8_states()' order (one per 4 states).
+  std::vector<int> fp8_layers() const;
+  /// The step's end for the delayed recipe (fp8_update over fp8_states()): the staged amaxes
+  /// reduced by max over the TP group and then `dp` (the gradient group: DP, with context
+  /// parallelism the data-and-context group), so that every rank holding a shard or a replica of
+  /// a linear takes the same scales: Transformer Engine's amax reduction group (by default the
+  /// data- and tensor-parallel ranks, DelayedScaling's reduce_amax). Call once per optimizer
+  /// step, after its last backward. Nothing for the other recipes or without FP8. Collective
+  /// over the TP group and `dp`.
+  void fp8_update(Communicator& dp);
 
   /// This rank's local parameters (num_params() values, local flat order) as gpt_init_params
   /// sets them: each held element its value at the global index (the full model is built on
@@ -400,6 +428,14 @@ class ParallelGpt {
   size_t num_params_ = 0;
   ParamStore<T>* store_ = nullptr;
   Recompute recompute_ = Recompute::none;
+  const Fp8Settings* fp8_ = nullptr;  // set_fp8
+  // The linears' FP8 states: [global layer][qkv, attproj, fc, fcproj] (held layers' used).
+  std::vector<std::array<Fp8LinearState, 4>> fp8_state_;
+  enum Fp8Linear { kFp8Qkv = 0, kFp8Attproj = 1, kFp8Fc = 2, kFp8Fcproj = 3 };
+  // A linear's FP8 slot (settings and state), or an empty one without FP8.
+  Fp8Slot fp8_slot(int layer, int linear) {
+    return fp8_ ? Fp8Slot{fp8_, &fp8_state_[size_t(layer)][size_t(linear)]} : Fp8Slot{};
+  }
   int wte_unit_ = -1, wpe_unit_ = -1, lnf_unit_ = -1;  // lnf unit: lnfw at 0, lnfb at C
   std::vector<std::vector<LayerParams>> layers_;   // [chunk][layer in chunk]
   std::vector<std::map<int, std::unique_ptr<ActSet>>> live_;  // [chunk] mb -> activations

@@ -174,20 +174,22 @@ void ParallelGpt<T>::layer_backward(ActSet& s, const LayerParams& lp, int k, boo
     const size_t nfch = BT * size_t(fch_w_);
     T* dfch = split ? slice(wFch, k, nfch) : S(sDBig2);
     keep(wResFc, k, dres, R * C);
-    fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb), work);
+    fcproj_->backward(dfchg, dres, a.fchg, int(BT), W(Pfcprojw), D(Pfcprojw), D(Pfcprojb), work,
+                      fp8_slot(lp.layer, kFp8Fcproj));
     ops.zero(dfch, nfch);
     if (llama_)
       ops.swiglu_backward(dfch, a.fch, dfchg, int(BT), fchg_w_);
     else
       ops.gelu_backward(dfch, a.fch, dfchg, nfch);
-    fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb), work);
+    fc_->backward(S(sDLn), dfch, a.ln2, int(BT), W(Pfcw), D(Pfcw), D(Pfcb), work, fp8_slot(lp.layer, kFp8Fc));
   }
   keep(wLn2, k, S(sDLn), R * C);
   ln_backward(dres, DL(Pln2w, 0), DL(Pln2b, 1), S(sDLn), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd, int(R));
   // Attention branch.
   T* datty = S(sDBig2);
   keep(wResAtt, k, dres, R * C);
-  attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb), work);
+  attproj_->backward(datty, dres, a.atty, int(BT), W(Pattprojw), D(Pattprojw), D(Pattprojb), work,
+                     fp8_slot(lp.layer, kFp8Attproj));
   const size_t nqkv = BT * size_t(qkv_w_);
   T* dqkv = split ? slice(wQkv, k, nqkv) : S(sDBig);
   // Selective recompute: the attention core's softmax again from the kept qkv (its output
@@ -200,7 +202,7 @@ void ParallelGpt<T>::layer_backward(ActSet& s, const LayerParams& lp, int k, boo
   // A KV head shared over TP ranks: this micro-batch's weight gradient apart, its k and v rows summed.
   T* dqkvw = kv_share_ > 1 && D(Pqkvw) ? kv_grad_.template data<T>() : D(Pqkvw);
   if (dqkvw != D(Pqkvw)) ops.zero(dqkvw, size_t(qkv_w_) * C);
-  qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), dqkvw, D(Pqkvb), work);
+  qkv_->backward(S(sDLn), dqkv, a.ln1, int(BT), W(Pqkvw), dqkvw, D(Pqkvb), work, fp8_slot(lp.layer, kFp8Qkv));
   if (dqkvw != D(Pqkvw)) add_qkv_grad(D(Pqkvw), dqkvw);
   keep(wLn1, k, S(sDLn), R * C);
   ln_backward(dres, DL(Pln1w, 0), DL(Pln1b, 1), S(sDLn), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd, int(R));
@@ -256,13 +258,18 @@ void ParallelGpt<T>::backward_weight(int chunk, int mb) {
     auto K = [&](int what, size_t n) { return s.k(what) + size_t(k) * kept_stride<T>(n); };
     const LayerActs a = layer_acts(s, k, last);
     const T* none = nullptr;
-    fcproj_->backward(nullptr, K(wResFc, R * C), a.fchg, int(BT), none, D(Pfcprojw), D(Pfcprojb));
-    fc_->backward(nullptr, K(wFch, BT * size_t(fch_w_)), a.ln2, int(BT), none, D(Pfcw), D(Pfcb));
+    const int l = lp.layer;
+    fcproj_->backward(nullptr, K(wResFc, R * C), a.fchg, int(BT), none, D(Pfcprojw), D(Pfcprojb), nullptr,
+                      fp8_slot(l, kFp8Fcproj));
+    fc_->backward(nullptr, K(wFch, BT * size_t(fch_w_)), a.ln2, int(BT), none, D(Pfcw), D(Pfcb), nullptr,
+                  fp8_slot(l, kFp8Fc));
     ln_weight(D(Pln2w), D(Pln2b), K(wLn2, R * C), a.res2, W(Pln2w), a.ln2_mean, a.ln2_rstd);
-    attproj_->backward(nullptr, K(wResAtt, R * C), a.atty, int(BT), none, D(Pattprojw), D(Pattprojb));
+    attproj_->backward(nullptr, K(wResAtt, R * C), a.atty, int(BT), none, D(Pattprojw), D(Pattprojb), nullptr,
+                       fp8_slot(l, kFp8Attproj));
     T* dqkvw = kv_share_ > 1 ? kv_grad_.template data<T>() : D(Pqkvw);
     if (kv_share_ > 1) ops.zero(dqkvw, size_t(qkv_w_) * C);
-    qkv_->backward(nullptr, K(wQkv, BT * size_t(qkv_w_)), a.ln1, int(BT), none, dqkvw, D(Pqkvb));
+    qkv_->backward(nullptr, K(wQkv, BT * size_t(qkv_w_)), a.ln1, int(BT), none, dqkvw, D(Pqkvb), nullptr,
+                   fp8_slot(l, kFp8Qkv));
     if (kv_share_ > 1) add_qkv_grad(D(Pqkvw), dqkvw);
     ln_weight(D(Pln1w), D(Pln1b), K(wLn1, R * C), a.x, W(Pln1w), a.ln1_mean, a.ln1_rstd);
     st.release_param(lp.unit);

@@ -285,6 +285,7 @@ TrainRun parallel_train(ParallelGpt<T>& model, ZeroEngine<T>& engine, const Data
     Stopwatch step_sw;
     const double scale = sync ? sync->loss_scale() : scaler.scale();
     run.losses.push_back(parallel_compute_gradients(model, engine, data, cfg, s, g, &tm, spans, scale));
+    model.fp8_update(g.dp);  // the delayed recipe's scales for the next step (nothing otherwise)
     Stopwatch opt_sw;
     auto optim = span_scope(spans, "compute.optimizer", s);
     const StepOutcome o = sync ? sync->step(s, &tm) : parallel_optimizer_step(engine, cfg, &scaler, g);
