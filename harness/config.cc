@@ -328,6 +328,23 @@ json parse_config(const std::string& text, const std::string& origin,
     for (LayoutKey k : {LayoutKey::cp, LayoutKey::cp_comm_type})
       if (!utrain.is_object() || !utrain.contains(spelling(k).config_key)) cfg["train"].erase(spelling(k).config_key);
   }
+  // train.fp8 (docs/fp8.md): the FP8 recipe's section, only under train.precision "fp8" (a run in
+  // another precision has none, as before FP8), there read whole and written back with every key
+  // the recipe takes (Transformer Engine's defaults filled in; the delayed keys only for delayed).
+  if (cfg.contains("train") && cfg["train"].is_object() && cfg["train"].contains("fp8")) {
+    json& t = cfg["train"];
+    const json utrain = user.value("train", json::object());
+    const bool set = utrain.is_object() && utrain.contains("fp8");
+    const std::string precision = t.value("precision", std::string());
+    if (precision != "fp8") {
+      if (set)
+        throw InputError("config key 'train.fp8' is set but train.precision is \"" + printable(precision, 40) +
+                         "\" (set it to \"fp8\")");
+      t.erase("fp8");
+    } else {
+      t["fp8"] = fp8_settings_json(fp8_settings_from_json(set ? utrain.at("fp8") : json::object(), "train.fp8"));
+    }
+  }
   if (!suites_override.empty()) cfg["suites"] = split_names(suites_override);
   for (const auto& s : cfg["suites"])
     if (s.get<std::string>().empty()) throw InputError("config key 'suites' has an empty name");

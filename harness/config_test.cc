@@ -154,6 +154,30 @@ TEST(Config, LlamaKeysOnlyInALlamaModel) {
             std::string::npos);
 }
 
+// train.fp8 (docs/fp8.md): absent unless train.precision is "fp8" (a config's report as before FP8);
+// under it, every key the recipe takes, Transformer Engine's defaults filled in (the delayed keys
+// for the delayed recipe only); set without fp8, or with a key of another recipe, refused in one
+// line; the layout rule runs (checkpoints refused, the sweep's precision has no fp8).
+TEST(Config, Fp8SectionOnlyUnderPrecisionFp8) {
+  EXPECT_FALSE(parse_config(R"({"train": {"precision": "bf16"}})", "t", "train", "", 2)["train"].contains("fp8"));
+  EXPECT_EQ(parse_config(R"({"train": {"precision": "fp8"}})", "t", "train", "", 2)["train"]["fp8"],
+            nlohmann::json({{"recipe", "delayed"}, {"fp8_format", "hybrid"}, {"margin", 0}, {"amax_history_len", 1024},
+                            {"amax_compute_algo", "max"}}));
+  EXPECT_EQ(parse_config(R"({"train": {"precision": "fp8", "fp8": {"recipe": "mxfp8"}}})", "t", "train", "", 2)["train"]
+                        ["fp8"],
+            nlohmann::json({{"recipe", "mxfp8"}, {"fp8_format", "e4m3"}}));
+  EXPECT_EQ(error_of(R"({"train": {"precision": "fp8", "fp8": {"recipe": "current"}}})", 2, "train"), "");
+  EXPECT_EQ(error_of(R"({"train": {"fp8": {"recipe": "current"}}})", 2, "train"),
+            "config key 'train.fp8' is set but train.precision is \"fp32\" (set it to \"fp8\")");
+  EXPECT_EQ(error_of(R"({"train": {"precision": "fp8", "fp8": {"recipe": "current", "margin": 1}}})", 2, "train"),
+            "train.fp8.margin: belongs to the delayed recipe (its amax history), not to recipe 'current'");
+  EXPECT_NE(error_of(R"({"train": {"precision": "fp8", "checkpoint_every": 5, "checkpoint_dir": "ck"}})", 2, "train")
+                .find("fp8 recipe delayed with checkpoints is not supported yet"),
+            std::string::npos);
+  EXPECT_EQ(error_of(R"({"train": {"precision": "fp4"}})", 2, "train"),
+            "train.precision: 'fp4' is not fp32, bf16, fp16 or fp8");
+}
+
 // bf16 and fp16 validate on a backend with half ops (cpu, cuda: decided by name, as validate()
 // has no Backend), in every suite that trains in them; a backend without them is refused
 // with one line naming the key, the precision and the backend.

@@ -89,6 +89,20 @@ class ProfiledOps final : public Ops<T> {
                        int OC) override {
     timed(OpFamily::gemm, [&] { in_.matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC); });
   }
+  // FP8 linears (docs/fp8.md): the GEMMs as GEMMs, the amax as a pointwise pass.
+  float amax(const T* x, size_t n) override {
+    float r = 0;
+    timed(OpFamily::pointwise, [&] { r = in_.amax(x, n); });
+    return r;
+  }
+  void fp8_matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                          const Fp8Operand& x, const Fp8Operand& w) override {
+    timed(OpFamily::gemm, [&] { in_.fp8_matmul_forward(out, inp, weight, bias, N, C, OC, x, w); });
+  }
+  void fp8_matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
+                           int OC, const Fp8Operand& dy, const Fp8Operand& x, const Fp8Operand& w) override {
+    timed(OpFamily::gemm, [&] { in_.fp8_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, dy, x, w); });
+  }
   void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) override {
     timed(OpFamily::attention, [&] { in_.attention_forward(out, att, qkv, B, Tn, C, NH); });
   }

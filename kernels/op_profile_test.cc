@@ -66,6 +66,12 @@ std::vector<std::vector<float>> run_every_op(Ops<float>& ops) {
   std::vector<float> mm(size_t(N) * OC), dmi(size_t(N) * C), dmw(w.size()), dmb(OC);
   ops.matmul_forward(mm.data(), x.data(), w.data(), b.data(), N, C, OC);
   ops.matmul_backward(dmi.data(), dmw.data(), dmb.data(), mm.data(), x.data(), w.data(), N, C, OC);
+  // The FP8 linear's (docs/fp8.md): an amax, then its GEMMs on E4M3 / E5M2 operands at scale 64.
+  const Fp8Operand e4{Fp8Format::e4m3, Fp8Scaling::per_tensor, 64.f}, e5{Fp8Format::e5m2, Fp8Scaling::per_tensor, 64.f};
+  std::vector<float> am(1, ops.amax(x.data(), x.size())), f8(size_t(N) * OC), f8i(size_t(N) * C), f8w(w.size()),
+      f8b(OC);
+  ops.fp8_matmul_forward(f8.data(), x.data(), w.data(), b.data(), N, C, OC, e4, e4);
+  ops.fp8_matmul_backward(f8i.data(), f8w.data(), f8b.data(), mm.data(), x.data(), w.data(), N, C, OC, e5, e4, e4);
   std::vector<float> att_out(size_t(N) * C), att(size_t(B) * NH * Tn * Tn), dqkv(qkv.size()), scratch(att.size() * 2);
   ops.attention_forward(att_out.data(), att.data(), qkv.data(), B, Tn, C, NH);
   ops.attention_backward(dqkv.data(), scratch.data(), x.data(), qkv.data(), att.data(), B, Tn, C, NH);
@@ -95,7 +101,7 @@ std::vector<std::vector<float>> run_every_op(Ops<float>& ops) {
   ops.copy_from_host(z.data(), h.data(), h.size() * sizeof(float));
   for (auto* r : {&enc, &dwte, &dwpe, &ln, &mean, &rstd, &dx, &dlw, &dlb, &mm, &dmi, &dmw, &dmb, &att_out, &att, &dqkv,
                   &ge, &dge, &res, &losses, &probs, &dlogits, &p, &m, &v, &es, &dws, &dwps, &ab, &sc,
-                  &mx, &sums, &sl, &sp, &sd, &z, &h})
+                  &mx, &sums, &sl, &sp, &sd, &z, &h, &am, &f8, &f8i, &f8w, &f8b})
     o.push_back(*r);
   return o;
 }
@@ -110,6 +116,7 @@ TEST(ProfiledOps, ForwardsEveryOpUnchangedInItsFamily) {
   for (size_t i = 0; i < direct.size(); ++i) EXPECT_EQ(through[i], direct[i]) << "output " << i;
   using F = OpFamily;
   const std::vector<F> expected = {F::pointwise, F::pointwise, F::pointwise, F::pointwise, F::gemm,      F::gemm,
+                                   F::pointwise, F::gemm,      F::gemm,  // the FP8 linear's amax and GEMMs
                                    F::attention, F::attention, F::pointwise, F::pointwise, F::pointwise, F::loss,
                                    F::loss,      F::optimizer, F::pointwise, F::pointwise, F::pointwise,
                                    F::pointwise, F::loss,      F::loss,      F::loss,      F::loss,      F::memory,
@@ -117,7 +124,7 @@ TEST(ProfiledOps, ForwardsEveryOpUnchangedInItsFamily) {
   ASSERT_EQ(clock.families.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i)
     EXPECT_EQ(to_string(clock.families[i]), std::string(to_string(expected[i]))) << "call " << i;
-  EXPECT_EQ(clock.calls()[int(F::gemm)], 2);
+  EXPECT_EQ(clock.calls()[int(F::gemm)], 4);
   EXPECT_EQ(clock.calls()[int(F::loss)], 6);
 }
 

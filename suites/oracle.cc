@@ -81,7 +81,8 @@ TrainConfig train_config_from_json(const nlohmann::json& s, const nlohmann::json
 }
 
 ReferenceSet run_references(const GptConfig& model_cfg, Device& device, const Dataset& data, const TrainConfig& cfg,
-                            Precision precision, const DpSync& sync, Communicator& world, const Reference* oracle) {
+                            Precision precision, const DpSync& sync, Communicator& world, const Reference* oracle,
+                            const std::optional<Fp8Settings>& fp8) {
   ReferenceSet set;
   // DiLoCo's replicas each split their share of the batch into the micro-batches.
   const int R = sync.local_steps > 0 ? sync.replicas : 1;
@@ -102,13 +103,13 @@ ReferenceSet run_references(const GptConfig& model_cfg, Device& device, const Da
       single.micro_batches = j < refs ? set.micro_batches[j] : 1;
       if (j == refs) {
         all[j] = run_reference<double>(model_cfg, device, data, single, sync, *self);
-      } else if (precision == Precision::fp32) {
+      } else if (precision == Precision::fp32 && !fp8) {
         all[j] = run_reference<float>(model_cfg, device, data, single, sync, *self);
-      } else {  // the sharded model on one rank: gpt.cc's ops in the half recipe
+      } else {  // the sharded model on one rank: gpt.cc's ops in the half recipe (and FP8 linears)
         ParallelLayout one;
         one.micro_batches = single.micro_batches;
         LayoutOutcome o =
-            run_layout({.model = model_cfg, .layout = {.l = one, .precision = precision, .dp_sync = sync},
+            run_layout({.model = model_cfg, .layout = {.l = one, .precision = precision, .dp_sync = sync, .fp8 = fp8},
                         .train = single, .device = device, .host = *self, .data = data, .gather = true});
         all[j].losses = o.losses;
         all[j].grad_norms = o.grad_norms;

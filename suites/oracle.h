@@ -4,6 +4,7 @@
 // oracle is scaled by the largest deviation of several single-rank float32 references.
 #pragma once
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,9 +60,11 @@ TrainConfig train_config_from_json(const nlohmann::json& section, const nlohmann
 /// `oracle` (optional): a float64 oracle of the same model, data and steps from an earlier
 /// call (rank 0's), used instead of running it again (it does not depend on `precision`);
 /// every rank must pass one or none alike.
+/// `fp8` (optional): FP8 linears (docs/fp8.md) over `precision`'s storage in the single-rank
+/// references (one-rank layout runs, as the half precisions'); not in the oracle.
 ReferenceSet run_references(const GptConfig& model, Device& device, const Dataset& data, const TrainConfig& cfg,
                             Precision precision, const DpSync& sync, Communicator& world,
-                            const Reference* oracle = nullptr);
+                            const Reference* oracle = nullptr, const std::optional<Fp8Settings>& fp8 = {});
 
 /// ||a - ref|| / ||ref|| (||a - ref|| when ref is 0).
 double rel_norm_diff(const double* a, const double* ref, size_t n);

@@ -102,7 +102,7 @@ void require_gpt2(const GptConfig& model, const std::string& path, const std::st
 }
 
 void apply_recipe_keys(const nlohmann::json& s, const std::string& path, TrainConfig& t, LayoutSpec& layout) {
-  if (s.contains(spelling(LayoutKey::precision).config_key)) layout.precision = precision_from_json(s, path);
+  if (s.contains(spelling(LayoutKey::precision).config_key)) layout.precision = precision_from_json(s, path, s.contains("fp8") ? &layout.fp8 : nullptr);
   if (s.contains("grad_clip")) t.grad_clip = number_in_range(s, "grad_clip", path + ".grad_clip", 0.0, 1e30);
   if (s.contains("loss_scale")) {
     const std::string ls = s.at("loss_scale").get<std::string>();

@@ -185,7 +185,8 @@ nlohmann::json model_defaults(int L, int C, int NH, int T, int V, bool llama_key
 nlohmann::json to_json(const TrainConfig& t);
 
 /// A section's training-recipe keys, each only where the section has it: into `layout` (the
-/// layout's recipe, LayoutSpec's one copy) precision (fp32, bf16, fp16: precision_from_json) and
+/// layout's recipe, LayoutSpec's one copy) precision (fp32, bf16, fp16, and fp8 with its recipe where
+/// the section has an `fp8` section: precision_from_json) and
 /// how the DP replicas keep in step (reference/training/trainer.h DpSync: the one reader
 /// reference/layout/dp_sync_json.h dp_sync_from_json, its ranges; their combinations:
 /// reference/layout/layout_validate.h); into `t` loss_scale ("auto": dynamic for layout.precision

@@ -163,7 +163,7 @@ class TrainSuite : public SuiteWithParams<Params> {
             {"reduce_bucket_size", 500000000},
             {"allgather_bucket_size", 500000000}, {"overlap_comm", false}, {"recompute", "none"},
             {"grad_clip", 0.0}, {"loss_scale", "auto"}, {"loss_scale_init", 65536.0},
-            {"loss_scale_growth_interval", 2000}, {"precision", "fp32"},
+            {"loss_scale_growth_interval", 2000}, {"precision", "fp32"}, {"fp8", fp8_settings_json(Fp8Settings{})},
             {config_key(LayoutKey::comm_type), "auto"},
             {"checkpoint_dir", ""}, {"checkpoint_every", 0}, {"resume_from", ""}, {"references", true},
             {config_key(LayoutKey::dp_allreduce), "flat"}, {config_key(LayoutKey::staleness), 0},
@@ -260,7 +260,8 @@ class TrainSuite : public SuiteWithParams<Params> {
     // references: false (the regression gate's config, which times the steps only).
     const bool with_refs = on_cpu && p.references;
     const ReferenceSet refs = with_refs ? run_references(model_cfg, ctx.device, data, cfg, p.spec.precision,
-                                                         p.spec.dp_sync, world) : ReferenceSet{};
+                                                         p.spec.dp_sync, world, nullptr, p.spec.fp8)
+                                        : ReferenceSet{};
 
     SuiteResult res;
     const StepSplit split = slowest_split(run, world);

@@ -182,7 +182,9 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   if (ck && !ck->resume_step_dir.empty()) {
     resume(*ck, info, cfg, engine, scaler, host, loop, taken, out.checkpoints);
   } else {
-    parallel_compute_gradients(m, engine, spec.data, cfg, 0, g);  // leaves the parameters as initialised
+    // Leaves the parameters as initialised. FP8's delayed recipe stages this pass's amaxes; training's
+    // step 0 stages the same (same parameters, batch and scales) into the same max before its update.
+    parallel_compute_gradients(m, engine, spec.data, cfg, 0, g);
     if (spec.gather) {
       const std::vector<T> g0 = engine.full_grads();
       out.grads0 = m.gather(g0, host);

@@ -154,11 +154,16 @@ Recompute parse_recompute_key(const json& s, const std::string& path) {
   throw InputError(path + "." + k + ": '" + printable(r, 40) + "' is not none, selective or full");
 }
 
-Precision precision_from_json(const json& s, const std::string& path) {
+Precision precision_from_json(const json& s, const std::string& path, std::optional<Fp8Settings>* fp8) {
   const std::string k = key_of(LayoutKey::precision);
   const std::string p = s.at(k).get<std::string>();
+  if (fp8 && p == "fp8") {
+    *fp8 = fp8_settings_from_json(s.value("fp8", json::object()), path + ".fp8");
+    return Precision::bf16;  // FP8 linears over bf16 storage, as Transformer Engine's autocast
+  }
   if (p != "fp32" && p != "bf16" && p != "fp16")
-    throw InputError(path + "." + k + ": '" + printable(p, 40) + "' is not fp32, bf16 or fp16");
+    throw InputError(path + "." + k + ": '" + printable(p, 40) + "' is not fp32, bf16" + (fp8 ? ", fp16 or fp8" : " or fp16"));
+  if (fp8) fp8->reset();
   return parse_precision(p);
 }
 
@@ -194,7 +199,7 @@ LayoutSpec layout_from_json(const json& s, const std::string& path, const GptCon
   spec.l = parallel_layout_from_json(s, path, model, micro_batches, global_batch, world_size, seq_len);
   spec.z = zero_config_from_json(s, path);
   spec.recompute = parse_recompute_key(s, path);
-  spec.precision = precision_from_json(s, path);
+  spec.precision = precision_from_json(s, path, &spec.fp8);
   spec.z.fp32_communication = fp32_communication_from_json(s, path, spec.precision);
   return spec;
 }
@@ -358,7 +363,12 @@ std::string layout_record_name(const LayoutSpec& s) {
   if (s.z.stage > 0) seg(LayoutKey::zero_stage, std::to_string(s.z.stage));
   if (s.z.offload_optimizer) seg(LayoutKey::offload, "cpu");
   if (s.recompute != Recompute::none) seg(LayoutKey::recompute, std::string(to_string(s.recompute)));
-  if (s.precision != Precision::fp32) seg(LayoutKey::precision, std::string(to_string(s.precision)));
+  if (s.fp8) {  // FP8 linears over bf16: "precision:fp8/fp8_recipe:<recipe>"
+    seg(LayoutKey::precision, "fp8");
+    name += std::string("/fp8_recipe:") + to_string(s.fp8->recipe);
+  } else if (s.precision != Precision::fp32) {
+    seg(LayoutKey::precision, std::string(to_string(s.precision)));
+  }
   if (s.hier_node_ranks > 0) seg(LayoutKey::dp_allreduce, spelling(LayoutKey::dp_allreduce).spec_token + std::to_string(s.hier_node_ranks));
   if (s.dp_sync.staleness > 0) seg(LayoutKey::staleness, std::to_string(s.dp_sync.staleness));
   if (s.dp_sync.delay_compensation > 0) seg(LayoutKey::delay_compensation, number_text(s.dp_sync.delay_compensation));
@@ -379,7 +389,8 @@ void add_layout_fields(json& rec, const LayoutSpec& s) {
   f(LayoutKey::zero_stage) = s.z.stage;
   f(LayoutKey::offload) = s.z.offload_optimizer ? "cpu" : "none";
   f(LayoutKey::recompute) = std::string(to_string(s.recompute));
-  f(LayoutKey::precision) = std::string(to_string(s.precision));
+  f(LayoutKey::precision) = s.fp8 ? std::string("fp8") : std::string(to_string(s.precision));
+  if (s.fp8) rec["fp8_recipe"] = to_string(s.fp8->recipe);  // absent without FP8: every other record as before
   if (s.l.cp > 1) {  // absent without context parallelism: the records of every other layout as before
     f(LayoutKey::cp) = s.l.cp;
     f(LayoutKey::cp_comm_type) = s.l.cp_comm_type;

@@ -109,8 +109,14 @@ ZeroConfig zero_config_from_json(const nlohmann::json& section, const std::strin
 /// otherwise.
 Recompute parse_recompute_key(const nlohmann::json& section, const std::string& path);
 
-/// A section's "precision" key: fp32, bf16 or fp16; InputError "<path>.precision: ..." otherwise.
-Precision precision_from_json(const nlohmann::json& section, const std::string& path);
+/// A section's "precision" key: fp32, bf16 or fp16, each setting *fp8 (when given) to none; or,
+/// where the caller takes FP8 (`fp8` given: the train suite's section, whose `fp8` recipe section
+/// the config reader fills in under precision "fp8" alone), "fp8": bf16 storage with the FP8
+/// linears of *fp8 = fp8_settings_from_json(section.fp8 or {}, "<path>.fp8") (docs/fp8.md).
+/// Errors: InputError "<path>.precision: '<p>' is not fp32, bf16 or fp16" (", fp16 or fp8" where
+/// FP8 may stand), or fp8_settings_from_json's line.
+Precision precision_from_json(const nlohmann::json& section, const std::string& path,
+                              std::optional<Fp8Settings>* fp8 = nullptr);
 
 /// Whether the backend named `backend` trains in bf16 / fp16 storage: "cpu" (HalfCpuOps)
 /// and "cuda" (its Backend::bf16_ops / fp16_ops). By name, because a suite's validate()
@@ -177,7 +183,7 @@ struct SpecTextForm {
 /// (N > 0), staleK (K > 0), dc (lambda 0.1) or dcX (the shortest X that reads back), localH
 /// (H > 0). parse_layout_spec(layout_spec_text(s)) equals s for every spec the parser makes,
 /// and layout_spec_text(parse_layout_spec(t)) == t for a canonical t (every default
-/// conformance layout is one: suites/conformance.h). Not written: precision, communication
+/// conformance layout is one: suites/conformance.h). Not written: precision and FP8, communication
 /// type and the ZeRO buckets (a spec has none), micro-batches, DpSync's outer optimizer and
 /// replicas. Errors: none.
 std::string layout_spec_text(const LayoutSpec& s, const SpecTextForm& form = {});
@@ -192,13 +198,14 @@ void validate_moe_layout(const LayoutSpec& s, const GptConfig& model, const std:
 /// The train suite's record name of a sharded layout: "tp:T/dp:D/pp:P/schedule:S", then
 /// "/ep:E" (E > 1), "/sp:on" (sequence parallel), "/v:V" (interleaved), "/layers:A+B" (an uneven split),
 /// "/zero:Z" (Z > 0), "/offload:cpu", "/recompute:R" (not none),
-/// "/precision:P" (not fp32), "/dp_allreduce:hierN" (hierarchical), "/stale:K" (K > 0), "/dc:X"
+/// "/precision:P" (not fp32; FP8 linears: "/precision:fp8/fp8_recipe:R"), "/dp_allreduce:hierN" (hierarchical), "/stale:K" (K > 0), "/dc:X"
 /// (lambda X > 0), "/local:H" (H > 0).
 std::string layout_record_name(const LayoutSpec& s);
 
 /// Sets a record's layout fields: tp, dp, pp, ep, sequence_parallel, schedule, virtual_stages,
 /// pipeline_layers ([] for the even split), zero_stage,
-/// offload_optimizer ("cpu" / "none"), recompute and precision; a hierarchical DP all-reduce adds
+/// offload_optimizer ("cpu" / "none"), recompute and precision ("fp8" with FP8 linears, and then
+/// fp8_recipe, the recipe's name); a hierarchical DP all-reduce adds
 /// dp_allreduce "hierarchical" and dp_allreduce_ranks_per_node N (absent: flat).
 /// Under stale gradients or local steps (not synchronous) also staleness, delay_compensation and
 /// local_steps.

@@ -71,6 +71,23 @@ void validate_fp8_layout(const LayoutSpec& s, const GptConfig& model, const Layo
   if (c.checkpoint_every > 0 || !c.resume_from.empty())
     throw InputError(recipe + " with checkpoints is not supported yet (the amax histories and scales are not saved)");
   const ParallelLayout& l = s.l;
+  if (l.cp > 1)
+    throw InputError(recipe + " with context_parallel = " + std::to_string(l.cp) +
+                     " is not supported yet (the amaxes are reduced over TP only, and a CP rank's tokens are two "
+                     "chunks of each sequence)");
+  if (!s.dp_sync.synchronous())
+    throw InputError(recipe + " with stale gradients or local steps is not supported yet (the delayed recipe "
+                     "reduces its amaxes over DP every step)");
+  if (is_llama(model) && l.tp > kv_heads(model))
+    throw InputError(recipe + " with tensor_parallel = " + std::to_string(l.tp) + " above model.num_kv_heads = " +
+                     std::to_string(kv_heads(model)) +
+                     " is not supported yet (a shared KV head's gradient would be quantized before its sum over "
+                     "the ranks sharing it)");
+  try {
+    validate_fp8_delayed_scaling(s.fp8->delayed);
+  } catch (const InputError& e) {
+    throw InputError(recipe + ": " + e.what());
+  }
   const int64_t seq = c.seq_len > 0 ? c.seq_len : model.T, per = int64_t(l.dp) * std::max(1, l.micro_batches);
   if (l.dp > 0 && l.cp > 0 && c.global_batch % per == 0)  // otherwise validate_layout refuses the split
     validate_fp8_shards(*s.fp8, model, l, c.global_batch / per * (seq / l.cp));

@@ -190,6 +190,24 @@ TEST(LayoutValidate, Fp8Refusals) {
   EXPECT_NE(only(LayoutRule::fp8, with("TP2", Fp8Recipe::blockwise), context(2)).find("fp8 recipe blockwise"),
             std::string::npos);
   EXPECT_TRUE(layout_refusals(spec("TP2"), kModel, context(2)).empty());  // no recipe: nothing to check
+  // Not yet: context parallelism, the DP sync recipes, a Llama model's KV heads shared over TP
+  // ranks; delayed settings out of range.
+  EXPECT_EQ(only(LayoutRule::fp8, with("CP2", Fp8Recipe::current), context(2)),
+            "train: fp8 recipe current with context_parallel = 2 is not supported yet (the amaxes are reduced over "
+            "TP only, and a CP rank's tokens are two chunks of each sequence)");
+  const std::vector<LayoutRefusal> stale = layout_refusals(with("DP2:stale1", Fp8Recipe::delayed), kModel, context(2));
+  ASSERT_FALSE(stale.empty());
+  EXPECT_EQ(stale.back().message, "train: fp8 recipe delayed with stale gradients or local steps is not supported "
+                                  "yet (the delayed recipe reduces its amaxes over DP every step)");
+  GptConfig llama = kModel;
+  llama.arch = ModelArch::llama, llama.num_kv_heads = 2, llama.ffn_hidden = 128;
+  EXPECT_TRUE(layout_refusals(with("TP2", Fp8Recipe::current), llama, context(2)).empty());
+  EXPECT_EQ(only(LayoutRule::fp8, with("TP4", Fp8Recipe::current), context(4), llama),
+            "train: fp8 recipe current with tensor_parallel = 4 above model.num_kv_heads = 2 is not supported yet "
+            "(a shared KV head's gradient would be quantized before its sum over the ranks sharing it)");
+  LayoutSpec history = with("DP2", Fp8Recipe::delayed);
+  history.fp8->delayed.amax_history_len = 0;
+  EXPECT_NE(only(LayoutRule::fp8, history, context(2)).find("train: fp8 recipe delayed: "), std::string::npos);
 }
 
 TEST(LayoutValidate, ReportsEveryProblemOfALayout) {

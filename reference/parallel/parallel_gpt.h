@@ -229,7 +229,8 @@ class ParallelGpt {
   /// The FP8 states of the linears this rank holds: 4 per held layer (qkv, attproj, fc, fcproj),
   /// the layers in global order; empty without FP8. What a checkpoint of the delayed recipe keeps.
   std::vector<Fp8LinearState*> fp8_states();
-  /// The global layer index of each held layer, in fp8_states()' order (one per 4 states).
+  /// The global layer index of each held layer, in fp8_states()' order (one per 4 states); empty
+  /// without FP8.
   std::vector<int> fp8_layers() const;
   /// The step's end for the delayed recipe (fp8_update over fp8_states()): the staged amaxes
   /// reduced by max over the TP group and then `dp` (the gradient group: DP, with context
