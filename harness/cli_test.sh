@@ -198,6 +198,10 @@ expect_error "checkpoint.checkpoint_dir: '$tmp/cks_interval.json' is not a direc
 expect_error "checkpoint.checkpoint_dir is not writable: '/proc'" run --config "$tmp/cks_unwritable.json"
 expect_error "latest.json exists and is not a regular file" run --config smoke --output-dir "$tmp/out_latest_dir"
 expect_error "--run-id 'latest' is reserved" run --config smoke --run-id latest
+# A report path that is the run's own config file: refused before it is overwritten (and kept).
+mkdir -p "$tmp/self_dir" && cp "$src/harness/configs/smoke.json" "$tmp/self_dir/self.json"
+expect_error "report path $tmp/self_dir/self.json is the config file" run --config "$tmp/self_dir/self.json" --output-dir "$tmp/self_dir" --run-id self
+cmp -s "$src/harness/configs/smoke.json" "$tmp/self_dir/self.json" || { echo "FAIL: the config file was changed"; fails=$((fails + 1)); }
 if [ "$huge" -le $(( 2147483647 * 8 )) ]; then
   expect_error "more than this machine's memory" run --config "$tmp/huge_msg.json"
 else

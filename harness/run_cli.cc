@@ -12,6 +12,9 @@
 #include <ctime>
 #include <filesystem>
 #include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/config.h"
 #include "harness/report.h"
@@ -138,13 +141,20 @@ std::string choose_run_id(const std::string& given, const std::string& config_na
 }
 
 // Before anything is measured: the output directory writable, the report paths regular files
-// where they exist, the trace's directory writable. Errors: InputError naming the path.
-void check_output_paths(const std::string& out_dir, const std::string& run_id, const std::string& trace) {
+// where they exist and none of them one of the run's `inputs` (what, path: the config file, the
+// dataset), which the report would overwrite; the trace's directory writable. Errors: InputError
+// naming the path.
+void check_output_paths(const std::string& out_dir, const std::string& run_id, const std::string& trace,
+                        const std::vector<std::pair<std::string, std::string>>& inputs) {
   check_dir_writable(out_dir, "output directory");
   for (const std::string& f : {out_dir + "/latest.json", out_dir + "/" + run_id + ".json"}) {
     std::error_code ec;
     if (fs::exists(f, ec) && !fs::is_regular_file(f, ec))
       throw InputError("report path " + f + " exists and is not a regular file");
+    for (const auto& [what, path] : inputs)
+      if (!path.empty() && fs::exists(f, ec) && fs::equivalent(f, path, ec))
+        throw InputError("report path " + f + " is the " + what + " (" + path +
+                         "): the report would overwrite it; choose another --run-id or --output-dir");
   }
   if (!trace.empty()) {
     if (fs::is_directory(trace)) throw InputError("--trace: '" + trace + "' is a directory");
@@ -245,7 +255,9 @@ int cmd_run(Communicator& world, const CLI::App& sub, RunArgs args) {
   const std::string out_dir = cfg["output_dir"];
   const std::string run_id = on_root(world, [&] { return choose_run_id(args.run_id, cfg["name"], out_dir); });
   on_root(world, [&] {
-    check_output_paths(out_dir, run_id, args.trace);
+    check_output_paths(out_dir, run_id, args.trace,
+                       {{"config file", args.config == "-" ? std::string() : args.config},
+                        {"dataset", cfg["data"].get<std::string>()}});
     return std::string();
   });
   const Dataset data = dataset_on_every_rank(world, cfg["data"], cfg["model"]["T"].get<size_t>() + 2);

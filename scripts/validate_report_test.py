@@ -351,13 +351,17 @@ class Rejected(unittest.TestCase):
             (["checks", 0, "value"], -1.0), (["checks", 0, "suite"], "nosuch"), (["checks", 0, "name"], "gemm/x"),
             (["benchmarks", c, "bytes"], 1.5), (["benchmarks", c, "time_unit"], "min"),
             (["benchmarks", c, "placement"], "sideways"), (["benchmarks", c, "time_us", "samples"], ["x"]),
-            (["benchmarks", c, "time_us", "n"], -1), (["benchmarks", b, "precision"], "fp8"),
+            (["benchmarks", c, "time_us", "n"], -1), (["benchmarks", b, "precision"], "fp4"),
             (["benchmarks", b, "comm_fraction"], 1.5), (["benchmarks", b, "final_loss"], "low"),
             (["benchmarks", b, "run_type"], "aggregate"), (["benchmarks", b, "name"], "train/not-a-layout"),
         ]
         for place, value in cases:
             with self.subTest(place=place, value=value):
                 self.assert_rejected(self.mutated(place, "set", value), validate_report.pointer(place))
+        # FP8 (docs/fp8.md): a train record in fp8 names its recipe.
+        with self.subTest(place=["benchmarks", b, "precision"], value="fp8 without fp8_recipe"):
+            self.assert_rejected(self.mutated(["benchmarks", b, "precision"], "set", "fp8"),
+                                 validate_report.pointer(["benchmarks", b]), "'fp8_recipe' is a required property")
 
     def test_unknown_suite_record(self):
         r = copy.deepcopy(self.report)
