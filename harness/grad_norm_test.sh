@@ -16,10 +16,10 @@ base='"steps": 20, "global_batch": 8, "micro_batches": 2, "seq_len": 32, "lr": 0
 
 # run NAME NP TRAIN_KEYS: the train suite on NP ranks (1: a singleton, no launcher).
 run() {
-  printf '{"suites": ["train"], %s, "train": {%s%s}}' "$model" "$base" "$3" >"$tmp/$1.json"
+  printf '{"suites": ["train"], %s, "train": {%s%s}}' "$model" "$base" "$3" >"$tmp/$1-config.json"
   local launch=()
   [ "$2" -gt 1 ] && launch=("$mpirun" -np "$2" --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1)
-  "${launch[@]}" "$dtbench" run --config "$tmp/$1.json" --output-dir "$tmp" --run-id "$1" >"$tmp/$1.log" 2>&1 ||
+  "${launch[@]}" "$dtbench" run --config "$tmp/$1-config.json" --output-dir "$tmp" --run-id "$1" >"$tmp/$1.log" 2>&1 ||
     { echo "FAIL: $1 exited $?:"; tail -20 "$tmp/$1.log"; exit 1; }
   # The schema takes the norms on every path (it refused them without the references).
   /usr/bin/python3 "$here/../scripts/validate_report.py" "$tmp/$1.json" >"$tmp/$1.schema" 2>&1 ||
