@@ -39,8 +39,8 @@ PY
 
 # train.references false (the regression gate's config): the layout's steps without the single-rank
 # references, so none of the checks against them; the replicas and learning still checked.
-printf '{"train": {"steps": 4, "references": false}}' >"$tmp/norefs.json"
-"$mpirun" -np 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/norefs.json" \
+printf '{"train": {"steps": 4, "references": false}}' >"$tmp/norefs-config.json"
+"$mpirun" -np 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/norefs-config.json" \
   --suites train --output-dir "$tmp" --run-id norefs >"$tmp/norefs.log" 2>&1 || { cat "$tmp/norefs.log"; exit 1; }
 python3 - "$tmp" <<'PY'
 import json, os, sys
@@ -54,8 +54,8 @@ assert r["context"]["config"]["train"]["references"] is False
 print(f"references false ok: {len(names)} train checks, {len(with_refs)} with the references")
 PY
 # ... and on a TP layout the same replica checks as with the references (parameters and step-0 gradients).
-printf '{"train": {"steps": 4, "references": false, "tensor_parallel": 2}}' >"$tmp/norefs_tp.json"
-"$mpirun" -np 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/norefs_tp.json" \
+printf '{"train": {"steps": 4, "references": false, "tensor_parallel": 2}}' >"$tmp/norefs_tp-config.json"
+"$mpirun" -np 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/norefs_tp-config.json" \
   --suites train --output-dir "$tmp" --run-id norefs_tp >"$tmp/norefs.log" 2>&1 || { cat "$tmp/norefs.log"; exit 1; }
 python3 - "$tmp/norefs_tp.json" <<'PY'
 import json, sys
@@ -69,12 +69,12 @@ PY
 
 # A 1F1B pipeline run's trace: valid Chrome trace JSON with one track per rank, each with
 # forward, backward, send/recv and idle spans; the GPT cases' ZB-H1 B and W on ranks 0 and 1.
-printf '{"pipeline": {"schedules": ["1f1b"], "stages": [4], "micro_batches": [8]}}' >"$tmp/pp.json"
+printf '{"pipeline": {"schedules": ["1f1b"], "stages": [4], "micro_batches": [8]}}' >"$tmp/pp-config.json"
 # The bubble check compares timings with a simulation, and other tests load the machine
 # while this one runs: exit status 1 (a check failed) is accepted here, anything else not;
 # what is tested is the trace.
 rc=0
-"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/pp.json" --suites pipeline \
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/pp-config.json" --suites pipeline \
   --output-dir "$tmp" --run-id pp --trace "$tmp/trace.json" >"$tmp/pp.log" 2>&1 || rc=$?
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then cat "$tmp/pp.log"; exit 1; fi
 [ "$rc" -eq 0 ] || grep -E 'check .*FAIL|failed' "$tmp/pp.log" | head -3
@@ -260,8 +260,8 @@ print(f"sweep on 4 ranks ok: {len(rows)} layouts, {len(na)} not applicable")
 PY
 # An MoE model's sweep: expert-parallel layouts beside the others, each row with the share of its
 # step in dispatch and combine (0 without expert parallelism: no exchange).
-printf '{"model": {"num_experts": 4, "moe_router_topk": 2}, "sweep": {"steps": 4}}' >"$tmp/sweep_moe.json"
-"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/sweep_moe.json" \
+printf '{"model": {"num_experts": 4, "moe_router_topk": 2}, "sweep": {"steps": 4}}' >"$tmp/sweep_moe-config.json"
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/sweep_moe-config.json" \
   --sweep DP4,DP4xEP2,TP2xDP2xEP2 --output-dir "$tmp" --run-id sweep_moe >"$tmp/sweep_moe.log" 2>&1 ||
   { cat "$tmp/sweep_moe.log"; exit 1; }
 python3 - "$tmp/sweep_moe.json" <<'PY'
@@ -278,9 +278,9 @@ PY
 # the run exits 1, the report kept — or, where other work shared the cores meanwhile (its suite's
 # host_load says so), the check is not judged and the run exits 0; an MoE model, which the model does
 # not cover, is refused the bound.
-printf '{"sweep": {"steps": 4, "max_mape": 0.0001}}' >"$tmp/sweep_mape.json"
+printf '{"sweep": {"steps": 4, "max_mape": 0.0001}}' >"$tmp/sweep_mape-config.json"
 rc=0
-"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/sweep_mape.json" \
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/sweep_mape-config.json" \
   --sweep DP4,TP2xDP2 --output-dir "$tmp" --run-id sweep_mape >"$tmp/sweep_mape.log" 2>&1 || rc=$?
 python3 - "$tmp/sweep_mape.json" "$rc" <<'PY'
 import json, sys
