@@ -190,11 +190,18 @@ TEST(LayoutValidate, Fp8Refusals) {
   EXPECT_NE(only(LayoutRule::fp8, with("TP2", Fp8Recipe::blockwise), context(2)).find("fp8 recipe blockwise"),
             std::string::npos);
   EXPECT_TRUE(layout_refusals(spec("TP2"), kModel, context(2)).empty());  // no recipe: nothing to check
-  // Not yet: context parallelism, the DP sync recipes, a Llama model's KV heads shared over TP
-  // ranks; delayed settings out of range.
+  // Context parallelism: the delayed recipe; MXFP8's 32-token blocks straddle the chunks of 16 / 4
+  // tokens a CP rank holds two of; not yet the current recipe.
+  EXPECT_TRUE(layout_refusals(with("CP2", Fp8Recipe::delayed), kModel, context(2)).empty());
+  EXPECT_NE(only(LayoutRule::fp8, with("CP2", Fp8Recipe::mxfp8), context(2))
+                .find("a sequence's context-parallel chunk (seq_len / (2 context_parallel)) = 4 is not a multiple"),
+            std::string::npos);
   EXPECT_EQ(only(LayoutRule::fp8, with("CP2", Fp8Recipe::current), context(2)),
-            "train: fp8 recipe current with context_parallel = 2 is not supported yet (the amaxes are reduced over "
-            "TP only, and a CP rank's tokens are two chunks of each sequence)");
+            "train: fp8 recipe current with context_parallel = 2 is not supported yet (its per-GEMM scales follow "
+            "values the CP attention perturbs, and no contract bounds how far a flipped FP8 value moves them; the "
+            "delayed, blockwise and mxfp8 recipes run under CP)");
+  // Not yet: the DP sync recipes, a Llama model's KV heads shared over TP ranks; delayed settings
+  // out of range.
   const std::vector<LayoutRefusal> stale = layout_refusals(with("DP2:stale1", Fp8Recipe::delayed), kModel, context(2));
   ASSERT_FALSE(stale.empty());
   EXPECT_EQ(stale.back().message, "train: fp8 recipe delayed with stale gradients or local steps is not supported "

@@ -16,8 +16,9 @@
 //   the floor for a deviation of a few roundings where dev32 happens to be 0). The next step's
 //   operands differ by the parameters' ~1e-10: the expected number of values it moves across an
 //   FP8 rounding boundary, N delta / (2 u8), is far below 1.
-// - Tensor parallelism splits the row-parallel GEMMs' and the column-parallel dgrads' sums, so
-//   operands quantized after them differ by a relative delta ~ dev32 before they are rounded to
+// - Tensor parallelism splits the row-parallel GEMMs' and the column-parallel dgrads' sums, and
+//   context parallelism the attention's (each CP rank's softmax over its key blocks, merged by
+//   their log-sum-exps), so operands quantized after them differ by a relative delta ~ dev32 before they are rounded to
 //   FP8 (unit roundoff u8 = 2^-3, E5M2, the coarser): a value moves by ~2 u8 when delta carries
 //   it across a rounding boundary, with probability ~delta / (2 u8), so the expected squared
 //   change is ~2 u8 delta (the "flip" model): RMS sqrt(2 u8 dev32), times k. Flips are rare
@@ -34,6 +35,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -49,39 +51,53 @@ namespace {
 // C 128 (head size 32; F 128 for Llama, 2 of its 4 heads KV): TP 2's shards hold whole 1 x 32
 // MXFP8 blocks (64 features; Llama's one KV head a rank, 32); micro-batches of 2 sequences of 64
 // tokens, whole 128-token tiles along the wgrad's K. The blockwise recipe's 128-wide tiles under
-// TP 2 need 128 features a rank: `wide` is C 256 (Llama's 4 heads all KV, 2 a rank), one layer.
-GptConfig model_of(ModelArch arch, bool wide) {
-  GptConfig m{wide ? 1 : 2, wide ? 256 : 128, 4, 64, 256};
+// TP 2 need 128 features a rank: `wide` is C 256 (Llama's 4 heads all KV, 2 a rank), one layer; so
+// is a model of sequences of 512 tokens (the blockwise recipe under CP 2: chunks of 128).
+GptConfig model_of(ModelArch arch, bool wide, int seq) {
+  GptConfig m{wide || seq > 128 ? 1 : 2, wide ? 256 : 128, 4, seq, 256};
   if (arch == ModelArch::llama) m.arch = arch, m.num_kv_heads = wide ? 4 : 2, m.ffn_hidden = m.C;
   return m;
 }
+
+constexpr Fp8Recipe kAll[] = {Fp8Recipe::delayed, Fp8Recipe::current, Fp8Recipe::blockwise, Fp8Recipe::mxfp8};
 
 struct Case {
   std::string name;
   int tp, dp, pp;
   bool sp = false;
   bool wide = false;  // C 256, for the blockwise recipe's tiles under TP 2
+  int zero_stage = 0;
+  int batch = 4;  // sequences a step: 8 for DP 4, so that each rank's micro-batch holds 2 as the twin's
+  int cp = 1;
+  int seq = 64;  // tokens a sequence: 128 under CP 2 for MXFP8's 32-token blocks, 512 for blockwise's 128
+  std::vector<Fp8Recipe> recipes = {std::begin(kAll), std::end(kAll)};
 };
+const std::vector<Fp8Recipe> kBlockwise = {Fp8Recipe::blockwise};
+const std::vector<Fp8Recipe> kButBlockwise = {Fp8Recipe::delayed, Fp8Recipe::current, Fp8Recipe::mxfp8};
+// Context parallelism refuses the current recipe (validate_fp8_layout says why).
+const std::vector<Fp8Recipe> kDelayedAndMxfp8 = {Fp8Recipe::delayed, Fp8Recipe::mxfp8};
 
 // lr 1e-5: small enough that the runs' deviations stay those of their arithmetic, not of Adam's
 // first steps (which move a parameter by lr whatever its gradient's size: a gradient that a
 // rounding moves across 0 moves its parameter by 2 lr).
-constexpr int kSteps = 3, kBatch = 4, kSeq = 64;
+constexpr int kSteps = 3;
 
 // FP8 linears under `fp8` (none: the plain run) over `p`'s storage (fp32 unless said).
 LayoutOutcome run(const GptConfig& m, const Case& c, const std::optional<Fp8Settings>& fp8, Communicator& w,
                   int micro_batches, Precision p = Precision::fp32) {
   TrainConfig cfg;
   cfg.steps = kSteps;
-  cfg.global_batch = kBatch;
-  cfg.seq_len = kSeq;
+  cfg.global_batch = c.batch;
+  cfg.seq_len = c.seq;
   cfg.micro_batches = micro_batches;
   cfg.adamw.lr = 1e-5f;
   ParallelLayout l;
-  l.tp = c.tp, l.dp = c.dp, l.pp = c.pp, l.sequence_parallel = c.sp;
+  l.tp = c.tp, l.dp = c.dp, l.pp = c.pp, l.cp = c.cp, l.sequence_parallel = c.sp;
   CpuDevice dev;
   const Dataset data = test_data();
-  return run_layout({.model = m, .layout = {.l = l, .precision = p, .fp8 = fp8}, .train = cfg, .device = dev,
+  ZeroConfig z;
+  z.stage = c.zero_stage;
+  return run_layout({.model = m, .layout = {.l = l, .z = z, .precision = p, .fp8 = fp8}, .train = cfg, .device = dev,
                      .host = w, .data = data, .gather = true});
 }
 
@@ -124,7 +140,7 @@ double flip_bound(double dev32, double scale) { return kK * std::sqrt(2 * kU8 * 
 
 void expect_within(const Case& c, const Deviation& d8, const Deviation& d32, const LayoutOutcome& twin) {
   auto bound = [&](double dev32, double scale) {
-    return c.tp > 1 ? flip_bound(dev32, scale) : same_operands_bound(dev32, scale);
+    return c.tp > 1 || c.cp > 1 ? flip_bound(dev32, scale) : same_operands_bound(dev32, scale);
   };
   for (size_t s = 0; s < d8.loss.size(); ++s)
     EXPECT_LE(d8.loss[s], bound(d32.loss[s], std::fabs(twin.losses[s]))) << "loss, step " << s;
@@ -137,34 +153,37 @@ void check_layouts(const std::vector<Case>& cases) {
   auto self = make_mpi_self();
   int ran = 0;
   for (ModelArch arch : {ModelArch::gpt2, ModelArch::llama}) {
-    // The twins, on rank 0 (which checks), each run once: keyed by the model's width and the
-    // recipe (-1: none, the fp32 run).
-    std::map<std::pair<bool, int>, LayoutOutcome> twins;
-    auto twin = [&](bool wide, const std::optional<Fp8Settings>& s) -> const LayoutOutcome& {
-      const auto key = std::make_pair(wide, s ? int(s->recipe) : -1);
+    // The twins, on rank 0 (which checks), each run once: keyed by the model's width, the batch, the
+    // sequence length and the recipe (-1: none, the fp32 run).
+    std::map<std::tuple<bool, int, int, int>, LayoutOutcome> twins;
+    auto twin = [&](const Case& c, const std::optional<Fp8Settings>& s) -> const LayoutOutcome& {
+      const auto key = std::make_tuple(c.wide, c.batch, c.seq, s ? int(s->recipe) : -1);
       auto it = twins.find(key);
-      if (it == twins.end())
-        it = twins.emplace(key, run(model_of(arch, wide), Case{"one", 1, 1, 1}, s, *self, kBatch / 2)).first;
+      if (it == twins.end()) {
+        const Case one{.name = "one", .tp = 1, .dp = 1, .pp = 1, .wide = c.wide, .batch = c.batch, .seq = c.seq};
+        it = twins.emplace(key, run(model_of(arch, c.wide, c.seq), one, s, *self, c.batch / 2)).first;
+      }
       return it->second;
     };
     for (const Case& c : cases) {
-      if (c.tp * c.dp * c.pp != w->size()) continue;
-      const GptConfig m = model_of(arch, c.wide);
-      const int mb = kBatch / 2 / c.dp;  // 2 sequences a micro-batch, on every rank and on the twin
+      if (c.tp * c.dp * c.pp * c.cp != w->size()) continue;
+      const GptConfig m = model_of(arch, c.wide, c.seq);
+      const int mb = c.batch / 2 / c.dp;  // 2 sequences a micro-batch, on every rank and on the twin
       const LayoutOutcome b = run(m, c, std::nullopt, *w, mb);
-      const Deviation d32 = w->rank() == 0 ? deviation(b, twin(c.wide, std::nullopt)) : Deviation{};
-      for (Fp8Recipe r : {Fp8Recipe::delayed, Fp8Recipe::current, Fp8Recipe::blockwise, Fp8Recipe::mxfp8}) {
-        if ((r == Fp8Recipe::blockwise) != c.wide && c.tp > 1) continue;
+      const Deviation d32 = w->rank() == 0 ? deviation(b, twin(c, std::nullopt)) : Deviation{};
+      for (Fp8Recipe r : c.recipes) {
         SCOPED_TRACE(std::string(arch == ModelArch::llama ? "llama " : "gpt2 ") + c.name + " " + to_string(r));
         const Fp8Settings s = recipe(r);
         const LayoutOutcome f = run(m, c, s, *w, mb);
         if (w->rank() == 0) {
-          const LayoutOutcome& f1 = twin(c.wide, s);
+          const LayoutOutcome& f1 = twin(c, s);
           expect_within(c, deviation(f, f1), d32, f1);
         }
         EXPECT_EQ(f.replica_grads0, 0.0);
         EXPECT_EQ(f.replica_params, 0.0);
-        if (c.tp > 1 && c.dp > 1) {  // the recipe as it trains, over bf16: TP and DP replicas bitwise equal
+        // As the recipe trains, over bf16: replicas bitwise equal (under ZeRO-3 the delayed recipe, whose
+        // amax histories are reduced over the four replicas).
+        if (c.dp > 1 && (c.tp > 1 || (c.zero_stage > 0 && r == Fp8Recipe::delayed))) {
           const LayoutOutcome h = run(m, c, s, *w, mb, Precision::bf16);
           EXPECT_EQ(h.replica_grads0, 0.0);
           EXPECT_EQ(h.replica_params, 0.0);
@@ -177,12 +196,22 @@ void check_layouts(const std::vector<Case>& cases) {
   EXPECT_GT(ran, 0);
 }
 
-// On 2 ranks: TP with sequence parallelism (the amaxes of gathered and scattered operands), the
-// blockwise recipe under TP on the wide model, PP, DP; on 4: TP with PP, TP with DP (the delayed
-// recipe's amaxes reduced over both).
+// On 2 ranks: TP without and with sequence parallelism (the amaxes of gathered and scattered
+// operands), the blockwise recipe under TP on the wide model, PP, DP, CP (the amaxes of a rank's two
+// chunks of each sequence; the tile recipes on sequences whose chunks hold whole tiles); on 4: TP with
+// PP, TP with DP (the delayed recipe's amaxes reduced over both), DP 4 under ZeRO-3 (each layer's
+// weights gathered from four shards before they are quantized).
 TEST(Fp8Layouts, TensorPipelineAndDataParallelMatchTheOneRankTwin) {
-  check_layouts({{"TP2:sp", 2, 1, 1, true}, {"TP2:wide", 2, 1, 1, false, true}, {"PP2", 1, 1, 2}, {"DP2", 1, 2, 1},
-                 {"TP2xPP2", 2, 1, 2}, {"TP2xDP2", 2, 2, 1}});
+  check_layouts({{.name = "TP2", .tp = 2, .dp = 1, .pp = 1, .recipes = kButBlockwise},
+                 {.name = "TP2:sp", .tp = 2, .dp = 1, .pp = 1, .sp = true, .recipes = kButBlockwise},
+                 {.name = "TP2:wide", .tp = 2, .dp = 1, .pp = 1, .wide = true, .recipes = kBlockwise},
+                 {.name = "PP2", .tp = 1, .dp = 1, .pp = 2},
+                 {.name = "DP2", .tp = 1, .dp = 2, .pp = 1},
+                 {.name = "CP2", .tp = 1, .dp = 1, .pp = 1, .cp = 2, .seq = 128, .recipes = kDelayedAndMxfp8},
+                 {.name = "CP2:long", .tp = 1, .dp = 1, .pp = 1, .cp = 2, .seq = 512, .recipes = kBlockwise},
+                 {.name = "TP2xPP2", .tp = 2, .dp = 1, .pp = 2, .recipes = kButBlockwise},
+                 {.name = "TP2xDP2", .tp = 2, .dp = 2, .pp = 1, .recipes = kButBlockwise},
+                 {.name = "DP4:zero3", .tp = 1, .dp = 4, .pp = 1, .zero_stage = 3, .batch = 8}});
 }
 
 }  // namespace

@@ -113,7 +113,7 @@ int fp8_tile(const Fp8Settings& s) {
 }
 
 void validate_fp8_shards(const Fp8Settings& s, const GptConfig& m, const ParallelLayout& l,
-                         int64_t micro_batch_tokens) {
+                         int64_t micro_batch_tokens, int64_t seq_len) {
   const int t = fp8_tile(s);
   if (t == 0) return;
   struct Extent {
@@ -138,6 +138,8 @@ void validate_fp8_shards(const Fp8Settings& s, const GptConfig& m, const Paralle
   }
   if (l.dp > 1 || l.cp > 1 || l.micro_batches > 1)
     split.push_back({"the tokens of a micro-batch on one rank (the wgrad's reduction)", micro_batch_tokens});
+  if (l.cp > 1)
+    split.push_back({"a sequence's context-parallel chunk (seq_len / (2 context_parallel))", seq_len / (2 * l.cp)});
   for (const Extent& e : split)
     if (e.n % t != 0)
       throw InputError("fp8 recipe " + std::string(to_string(s.recipe)) + ": " + e.what + " = " + std::to_string(e.n) +

@@ -91,9 +91,12 @@ int fp8_tile(const Fp8Settings& s);
 /// 4C / tp, or F / tp for each of the SwiGLU's gate and up) and its input features of a
 /// row-parallel one (attention out: C / tp; fc out: 4C / tp or F / tp); and, when the layout
 /// splits a step's tokens (dp, cp or micro_batches > 1), the tokens of one micro-batch on one
-/// rank, `micro_batch_tokens` (the wgrad's reduction dimension). Errors: InputError "fp8 recipe
-/// <r>: <extent> = <n> is not a multiple of its <t>-wide tiles ..." for the first such extent.
+/// rank, `micro_batch_tokens` (the wgrad's reduction dimension); with cp > 1, also each of the 2 cp
+/// chunks a sequence of `seq_len` tokens is cut into (a CP rank holds two, not adjacent:
+/// reference/parallel/context_parallel.h), so that a tile of a rank's tokens is a tile of the
+/// sequence's. Errors: InputError "fp8 recipe <r>: <extent> = <n> is not a multiple of its
+/// <t>-wide tiles ..." for the first such extent.
 void validate_fp8_shards(const Fp8Settings& s, const GptConfig& model, const ParallelLayout& l,
-                         int64_t micro_batch_tokens);
+                         int64_t micro_batch_tokens, int64_t seq_len);
 
 }  // namespace dtb

@@ -203,9 +203,10 @@ TEST(Fp8Recipes, ColumnShardsWithTheReducedAmaxAreTheWholeLinearsColumns) {
 }
 
 TEST(Fp8Recipes, TilesMustNotStraddleAShard) {
-  auto refusal = [](Fp8Recipe r, const GptConfig& m, const ParallelLayout& l, int64_t tokens) -> std::string {
+  auto refusal = [](Fp8Recipe r, const GptConfig& m, const ParallelLayout& l, int64_t tokens,
+                    int64_t seq = 1024) -> std::string {
     try {
-      validate_fp8_shards(settings(r), m, l, tokens);
+      validate_fp8_shards(settings(r), m, l, tokens, seq);
       return "";
     } catch (const InputError& e) {
       return e.what();
@@ -237,6 +238,16 @@ TEST(Fp8Recipes, TilesMustNotStraddleAShard) {
   ParallelLayout mb;
   mb.micro_batches = 2;
   EXPECT_NE(refusal(Fp8Recipe::mxfp8, gpt, mb, 48).find("= 48 is not a multiple of its 32-wide"), std::string::npos);
+  // Context parallelism: a rank's tokens are 2 chunks of seq / (2 cp) of each sequence; a tile must
+  // not straddle two, though the rank's micro-batch (2 sequences of 128: 128 tokens a rank) divides.
+  ParallelLayout cp2;
+  cp2.cp = 2;
+  EXPECT_EQ(refusal(Fp8Recipe::mxfp8, gpt, cp2, 128, 128), "");  // chunks of 32
+  EXPECT_NE(refusal(Fp8Recipe::blockwise, gpt, cp2, 128, 128)
+                .find("a sequence's context-parallel chunk (seq_len / (2 context_parallel)) = 32 is not a multiple of "
+                      "its 128-wide tiles"),
+            std::string::npos);
+  EXPECT_EQ(refusal(Fp8Recipe::blockwise, gpt, cp2, 512, 512), "");
   // Llama: k and v of 2 KV heads of 64 at TP 2 are 64 features a rank; the SwiGLU's gate and up
   // F / tp (F = 768: 384) fit 128.
   GptConfig llama = gpt;
