@@ -4,6 +4,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include <CLI/CLI.hpp>
+
 namespace dtb::cli {
 
 std::string fmt(const char* f, ...) {
@@ -17,5 +19,7 @@ std::string fmt(const char* f, ...) {
   va_end(again);
   return out;
 }
+
+bool given(const CLI::App& sub, const char* opt) { return sub.count(opt) > 0; }
 
 }  // namespace dtb::cli

@@ -4,9 +4,13 @@
 #pragma once
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include "reference/layout/layout_spec.h"
+
+// CLI11's App, declared: its header costs each file that includes it about 6 s of compile
+// (g++ -O2, 2026-12-07), so only the files that build or read the options include it.
+namespace CLI {
+class App;
+}
 
 namespace dtb::cli {
 
@@ -14,7 +18,7 @@ namespace dtb::cli {
 std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 
 /// Whether option `opt` ("--tp") was given on subcommand `sub`.
-inline bool given(const CLI::App& sub, const char* opt) { return sub.count(opt) > 0; }
+bool given(const CLI::App& sub, const char* opt);
 
 /// A layout option's flag, from the one table of layout spellings (reference/layout/layout_spec.h).
 inline const char* flag(LayoutKey k) { return spelling(k).memory_flag; }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #if __has_include(<valgrind/callgrind.h>)

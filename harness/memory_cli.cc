@@ -7,6 +7,8 @@
 #include <numeric>
 #include <tuple>
 
+#include <CLI/CLI.hpp>
+
 #include "harness/cli_text.h"
 #include "harness/config.h"
 #include "kernels/error.h"

@@ -6,10 +6,13 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "reference/model/gpt.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp> in the files that build or read the options (harness/cli_text.h)
+}
 
 namespace dtb {
 

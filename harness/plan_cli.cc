@@ -9,6 +9,8 @@
 #include <fstream>
 #include <map>
 
+#include <CLI/CLI.hpp>
+
 #include "harness/cli_text.h"
 #include "harness/hardware_file.h"
 #include "harness/memory_cli.h"

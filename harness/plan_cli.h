@@ -5,11 +5,14 @@
 #pragma once
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "harness/hardware_file.h"
 #include "kernels/comm/communicator.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp> in the files that build or read the options (harness/cli_text.h)
+}
 
 namespace dtb {
 

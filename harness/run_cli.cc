@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "harness/config.h"
 #include "harness/report.h"
 #include "harness/run_suites.h"

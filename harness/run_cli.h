@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "kernels/comm/communicator.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp> in the files that build or read the options (harness/cli_text.h)
+}
 
 namespace dtb {
 
