@@ -11,7 +11,7 @@
 #include "kernels/comm/communicator.h"
 
 namespace CLI {
-class App;  // <CLI/CLI.hpp> in the files that build or read the options (harness/cli_text.h)
+class App;  // <CLI/CLI.hpp> only in the files that build or read the options (why: harness/cli_text.h)
 }
 
 namespace dtb {

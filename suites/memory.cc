@@ -39,7 +39,7 @@ struct CaseSpec {
   int tp = 1, cp = 1, dp = 1, pp = 1, stage = 0;
   bool offload = false, sp = false, llama = false;
   Recompute recompute = Recompute::none;
-  std::string cp_comm;
+  std::string cp_comm{};  // "" (p2p) unless given
 };
 
 std::vector<MemCase> memory_cases(int n) {

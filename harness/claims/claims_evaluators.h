@@ -87,7 +87,7 @@ struct InputSpec {
   enum class Type { text, number, integer } type = Type::number;
   double lo = 0, hi = 0;
   bool open_lo = false;
-  std::vector<std::string> values;  // text: the values allowed (empty: any string)
+  std::vector<std::string> values{};  // text: the values allowed (empty: any string)
   /// "" when `v` fits, else what it must be ("an integer in [1, 1048576]", "one of depth").
   std::string check(const nlohmann::json& v) const;
 };

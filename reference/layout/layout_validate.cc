@@ -97,7 +97,7 @@ void validate_fp8_layout(const LayoutSpec& s, const GptConfig& model, const Layo
     throw InputError(recipe + ": " + e.what());
   }
   const int64_t seq = c.seq_len > 0 ? c.seq_len : model.T, per = int64_t(l.dp) * std::max(1, l.micro_batches);
-  if (l.dp > 0 && l.cp > 0 && c.global_batch % per == 0)  // otherwise validate_layout refuses the split
+  if (l.dp > 0 && l.cp > 0 && c.global_batch % per == 0 && seq % (2 * l.cp) == 0)  // else validate_layout refuses
     validate_fp8_shards(*s.fp8, model, l, c.global_batch / per * (seq / l.cp), seq);
 }
 

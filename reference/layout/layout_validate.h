@@ -97,13 +97,15 @@ void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::
 /// recipes keep everything but the linears' GEMMs in bf16, as Transformer Engine's autocast over a
 /// bf16 model, or in fp32, the sharp form the layout tests compare); a backend other than the CPU
 /// (no FP8 GEMMs there yet); an MoE model (its experts are not FP8 linears); checkpoints (the amax
-/// histories are not saved yet); context parallelism (the amaxes are reduced over TP only); stale
+/// histories are not saved yet); the current recipe under context parallelism (its per-GEMM scales
+/// follow values the CP attention perturbs; the other recipes run under CP); stale
 /// gradients and local steps; a Llama model whose KV heads are shared over TP ranks (tp > KV: each
 /// rank's partial k/v gradient would be quantized before the sum); delayed-recipe settings out of
 /// range (validate_fp8_delayed_scaling); and a layout under which a blockwise or MXFP8 tile would straddle
 /// a shard or a split of the step's tokens (validate_fp8_shards, reference/training/fp8_linear.h,
 /// with the tokens of one micro-batch on one rank: global_batch / (dp micro_batches) sequences of
-/// seq_len / cp tokens, seq_len 0 meaning model.T). Nothing without s.fp8. Errors: InputError
+/// seq_len / cp tokens, and under CP each of a sequence's 2 cp chunks, seq_len / (2 cp); seq_len 0
+/// meaning model.T). Nothing without s.fp8. Errors: InputError
 /// "fp8 recipe <r> ..." (docs/fp8.md).
 void validate_fp8_layout(const LayoutSpec& s, const GptConfig& model, const LayoutCheckContext& c);
 

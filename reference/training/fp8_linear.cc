@@ -145,7 +145,8 @@ void validate_fp8_shards(const Fp8Settings& s, const GptConfig& m, const Paralle
       throw InputError("fp8 recipe " + std::string(to_string(s.recipe)) + ": " + e.what + " = " + std::to_string(e.n) +
                        " is not a multiple of its " + std::to_string(t) +
                        "-wide tiles, so a tile would straddle a shard and scale differently from the whole tensor's; "
-                       "choose sizes that divide into whole tiles, or the delayed or current recipe");
+                       "choose sizes that divide into whole tiles, or the delayed" +
+                       std::string(l.cp > 1 ? "" : " or current") + " recipe");
 }
 
 #define DTB_INSTANTIATE_FP8_LINEAR(T)                                                                            \

@@ -197,7 +197,9 @@ TEST(Fp8Recipes, ColumnShardsWithTheReducedAmaxAreTheWholeLinearsColumns) {
       // The negative control: rank 0's own weight amax is an eighth of the whole's, so its own
       // scale quantizes differently (rank 1's own amax is the whole's: it matches either way).
       run(r0, r1, {}, {}, o, d);
-      if (rank == 0) EXPECT_NE(o, cols(out, N, r0, r1, OC)) << "rank 0 matched without the reduction";
+      if (rank == 0) {
+        EXPECT_NE(o, cols(out, N, r0, r1, OC)) << "rank 0 matched without the reduction";
+      }
     }
   }
 }
@@ -243,10 +245,13 @@ TEST(Fp8Recipes, TilesMustNotStraddleAShard) {
   ParallelLayout cp2;
   cp2.cp = 2;
   EXPECT_EQ(refusal(Fp8Recipe::mxfp8, gpt, cp2, 128, 128), "");  // chunks of 32
-  EXPECT_NE(refusal(Fp8Recipe::blockwise, gpt, cp2, 128, 128)
-                .find("a sequence's context-parallel chunk (seq_len / (2 context_parallel)) = 32 is not a multiple of "
-                      "its 128-wide tiles"),
-            std::string::npos);
+  const std::string chunk = refusal(Fp8Recipe::blockwise, gpt, cp2, 128, 128);
+  EXPECT_NE(chunk.find("a sequence's context-parallel chunk (seq_len / (2 context_parallel)) = 32 is not a multiple "
+                       "of its 128-wide tiles"),
+            std::string::npos)
+      << chunk;
+  // Under CP the current recipe is refused too (validate_fp8_layout): the advice names the delayed one.
+  EXPECT_NE(chunk.find("whole tiles, or the delayed recipe"), std::string::npos) << chunk;
   EXPECT_EQ(refusal(Fp8Recipe::blockwise, gpt, cp2, 512, 512), "");
   // Llama: k and v of 2 KV heads of 64 at TP 2 are 64 features a rank; the SwiGLU's gate and up
   // F / tp (F = 768: 384) fit 128.
