@@ -186,7 +186,8 @@ class TrainSuite : public SuiteWithParams<Params> {
     const CheckpointPlan& plan = p.plan;
     const std::string step_dir = resume_step_dir(plan);
     if (!step_dir.empty()) {
-      CheckpointRunInfo info = checkpoint_run_info(model, layout, zero, p.spec.precision, train, "", p.spec.recompute);
+      CheckpointRunInfo info =
+          checkpoint_run_info(model, layout, zero, p.spec.precision, train, "", p.spec.recompute, p.spec.fp8);
       info.allowed_changes = world.options.allow_changed;
       const json m = check_checkpoint_manifest(step_dir, info);
       const int64_t k = m.at("step").get<int64_t>();

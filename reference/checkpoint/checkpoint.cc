@@ -61,6 +61,7 @@ std::vector<CheckpointSection> rank_sections(const ZeroState<T>& st, const ZeroS
   add("v", st.v);
   sections.push_back(index_section("index.params", index.params));
   sections.push_back(index_section("index.state", index.moments));
+  for (CheckpointSection& s : fp8_sections(progress.fp8)) sections.push_back(std::move(s));
   static_assert(sizeof(A) == sizeof(typename ZeroState<T>::A));
   return sections;
 }
@@ -118,13 +119,14 @@ std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run
 
 template <typename T>
 TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunInfo& run, ZeroEngine<T>& engine,
-                              LossScaler* scaler, Communicator& world) {
+                              LossScaler* scaler, Communicator& world, const Fp8Checkpoint* fp8) {
   using A = acc_t<T>;
   DTB_CHECK(run.world_size() == world.size(), "load_checkpoint: the run's layout is not the world's size");
   const int r = world.rank();
   std::string why, manifest_sha;
   TrainProgress p;
   ZeroState<T> st;
+  Fp8Take take_fp8(fp8 ? *fp8 : Fp8Checkpoint{});
   try {
     const json m = check_checkpoint_manifest(step_dir, run);
     {
@@ -135,7 +137,7 @@ TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunIn
     const ZeroStateShape shape = engine.state_shape();
     StateFields f;
     if (!resharded_from(m, run).empty()) {
-      st = reshard_state<T>(step_dir, m, run, engine.state_index(), shape, f);
+      st = reshard_state<T>(step_dir, m, run, engine.state_index(), shape, f, &take_fp8);
     } else {
       const std::pair<std::string, FileDigest> file = rank_file_of(m, r, step_dir);
       const std::string& path = file.first;  // not a structured binding: the lambda below captures it
@@ -161,7 +163,10 @@ TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunIn
       take("v", st.v, shape.moments);
       f = read_state(sections, path, step, run.seed);
       st.t = f.t;
+      take_fp8.offer(sections, path);
     }
+    take_fp8.check_complete(step_dir);
+    p.fp8 = take_fp8.want;
     p.next_step = f.next;
     p.scaler = f.scaler;
     if (scaler && scaler->config().enabled) {
@@ -195,7 +200,7 @@ TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunIn
   template std::string save_checkpoint<T>(const std::string&, const CheckpointRunInfo&, ZeroEngine<T>&,                \
                                           const TrainProgress&, Communicator&);                                        \
   template TrainProgress load_checkpoint<T>(const std::string&, const CheckpointRunInfo&, ZeroEngine<T>&, LossScaler*, \
-                                            Communicator&);
+                                            Communicator&, const Fp8Checkpoint*);
 DTB_INSTANTIATE_CHECKPOINT(float)
 DTB_INSTANTIATE_CHECKPOINT(double)
 DTB_INSTANTIATE_CHECKPOINT(bf16)

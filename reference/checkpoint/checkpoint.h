@@ -30,9 +30,12 @@
 //   next step, AdamW t, seed, loss scaler), "params" (T), "master" (fp32, when held), "m",
 //   "v", and the index: "index.params" and "index.state" (raw, little-endian i64 triples
 //   (global index, position in params / in m, v and master, count): runs of consecutive
-//   elements; a shard's padding is in no run).
+//   elements; a shard's padding is in no run); under FP8's delayed recipe "fp8" (f32: the
+//   scaling state of the layers the rank holds, Fp8Checkpoint's values) and "index.fp8" (raw
+//   i64: the history length, then those layers' indices).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,7 @@
 #include "reference/training/loss_scaler.h"
 #include "reference/analytic/memory_model.h"
 #include "reference/layout/process_grid.h"
+#include "reference/training/fp8_linear.h"
 #include "reference/training/trainer.h"
 #include "reference/zero/zero.h"
 
@@ -97,6 +101,10 @@ struct CheckpointRunInfo {
   /// type may change between a save and a resume (each step's result is the same).
   ZeroConfig zero;
   Precision precision = Precision::fp32;
+  /// The FP8 recipe over `precision`'s storage (LayoutSpec::fp8), or none: every setting of it
+  /// (the manifest's "fp8", fp8_settings_json's keys) identifies the run, so a resume into another
+  /// recipe, format, history length, margin or amax algorithm, or into or out of FP8, is refused.
+  std::optional<Fp8Settings> fp8;
   GptConfig model;
   uint64_t seed = 0;
   std::string dataset_sha256;
@@ -120,12 +128,14 @@ const std::vector<std::string>& checkpoint_recipe_keys();
 /// {"key", "saved", "now"} (an empty array for a manifest without a recipe).
 nlohmann::json recipe_changes(const nlohmann::json& m, const CheckpointRunInfo& run);
 
-/// The identity of a run of `model` on `layout` with `zero` in `precision` and `cfg` (seed,
-/// global batch, seq_len, loss scaling; the recipe: AdamW's lr, betas, eps and weight decay,
-/// grad_clip, micro_batches and `recompute`) on the dataset of `dataset_sha256` ("": not checked).
+/// The identity of a run of `model` on `layout` with `zero` in `precision` (with the FP8 recipe
+/// `fp8`, or none) and `cfg` (seed, global batch, seq_len, loss scaling; the recipe: AdamW's lr,
+/// betas, eps and weight decay, grad_clip, micro_batches and `recompute`) on the dataset of
+/// `dataset_sha256` ("": not checked).
 CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
                                       Precision precision, const TrainConfig& cfg, const std::string& dataset_sha256,
-                                      Recompute recompute = Recompute::none);
+                                      Recompute recompute = Recompute::none,
+                                      const std::optional<Fp8Settings>& fp8 = std::nullopt);
 
 /// "TP2xPP2xDP1 zero0", "CP2xDP2 zero3", "DP4xEP2 zero2" (TP, CP and PP when > 1, "xEP<n>"
 /// when expert parallel > 1, the schedule when PP > 1, " offload"): a layout as the mismatch
@@ -139,6 +149,8 @@ struct TrainProgress {
   /// The caller's record of the steps done (e.g. per-step losses), kept in the manifest
   /// ("history") so a resumed run can report its whole curve; any JSON, rank 0's.
   nlohmann::json history = nlohmann::json::object();
+  /// The delayed FP8 recipe's state of the layers this rank holds (empty otherwise).
+  Fp8Checkpoint fp8;
 };
 
 /// A run's record of the steps done, kept in each checkpoint's manifest ("history") so that
@@ -222,11 +234,15 @@ std::string save_checkpoint(const std::string& dir, const CheckpointRunInfo& run
 /// not are its fp32 parameters, which they equal) —, the ranks agree on the outcome
 /// and that they read the same manifest, and only then does each import its state into
 /// `engine` (whose model and layout must be `run`'s) and, when loss scaling is enabled,
-/// `scaler` (may be null). Returns the next step, the loss scaler state and the manifest's
-/// history. Collective over `world` (MPI, host memory). Errors: InputError, the same on
-/// every rank (the lowest failing rank's message), before any state is modified.
+/// `scaler` (may be null). `fp8` (may be null; its history_len 0: nothing) names the FP8
+/// layers this rank holds and their history length (ParallelGpt::fp8_checkpoint's); the
+/// returned progress's fp8 holds their state, read from this rank's file or, resharding, from
+/// any file that holds each (the files holding one layer must agree bitwise). Returns the next
+/// step, the loss scaler state, the FP8 state and the manifest's history. Collective over
+/// `world` (MPI, host memory). Errors: InputError, the same on every rank (the lowest failing
+/// rank's message), before any state is modified.
 template <typename T>
 TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunInfo& run, ZeroEngine<T>& engine,
-                              LossScaler* scaler, Communicator& world);
+                              LossScaler* scaler, Communicator& world, const Fp8Checkpoint* fp8 = nullptr);
 
 }  // namespace dtb

@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -263,6 +264,61 @@ CheckpointSection index_section(const std::string& name, const std::vector<int64
     i += n;
   }
   return s;
+}
+
+std::vector<CheckpointSection> fp8_sections(const Fp8Checkpoint& c) {
+  if (c.history_len == 0) return {};
+  DTB_CHECK(c.values.size() == c.layers.size() * Fp8Checkpoint::floats_per_layer(c.history_len),
+            "fp8_sections: values are not floats_per_layer for each layer");
+  CheckpointSection v{"fp8", "f32", std::vector<char>(c.values.size() * sizeof(float))};
+  if (!c.values.empty()) std::memcpy(v.bytes.data(), c.values.data(), v.bytes.size());
+  CheckpointSection index{"index.fp8", "raw", std::vector<char>(8 * (1 + c.layers.size()))};
+  put<int64_t>(index.bytes, 0, c.history_len);
+  for (size_t i = 0; i < c.layers.size(); ++i) put<int64_t>(index.bytes, 8 * (1 + i), c.layers[i]);
+  return {std::move(v), std::move(index)};
+}
+
+Fp8Take::Fp8Take(const Fp8Checkpoint& w) : want(w), found(w.layers.size(), 0) {
+  want.values.assign(want.layers.size() * Fp8Checkpoint::floats_per_layer(want.history_len), 0.0f);
+}
+
+void Fp8Take::offer(const std::vector<CheckpointSection>& sections, const std::string& path) {
+  if (want.history_len == 0) return;
+  const CheckpointSection* v = find_section(sections, "fp8");
+  const CheckpointSection* index = find_section(sections, "index.fp8");
+  if (!v && !index) return;  // a rank that held no FP8 layer (none today: every stage holds one)
+  if (!v || !index || v->dtype != "f32" || index->dtype != "raw" || index->bytes.size() < 8 ||
+      index->bytes.size() % 8 != 0)
+    throw InputError("checkpoint file " + path + ": malformed 'fp8' / 'index.fp8' sections");
+  const int64_t len = get<int64_t>(index->bytes, 0);
+  if (len != want.history_len)
+    throw InputError("checkpoint file " + path + ": FP8 amax histories of " + std::to_string(len) +
+                     " steps, this run keeps " + std::to_string(want.history_len));
+  const size_t n = index->bytes.size() / 8 - 1, per = Fp8Checkpoint::floats_per_layer(want.history_len);
+  if (v->bytes.size() != n * per * sizeof(float))
+    throw InputError("checkpoint file " + path + ": section 'fp8' holds " + std::to_string(v->bytes.size()) +
+                     " bytes, not the FP8 state of its " + std::to_string(n) + " layers");
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t layer = get<int64_t>(index->bytes, 8 * (1 + i));
+    const auto it = std::find(want.layers.begin(), want.layers.end(), layer);
+    if (it == want.layers.end()) continue;
+    const size_t k = size_t(it - want.layers.begin());
+    const char* src = v->bytes.data() + i * per * sizeof(float);
+    float* dst = want.values.data() + k * per;
+    if (found[k] && std::memcmp(dst, src, per * sizeof(float)) != 0)
+      throw InputError("checkpoint file " + path + ": the FP8 scaling state of transformer layer " +
+                       std::to_string(layer) + " differs from another rank file's (it is the same on every rank "
+                       "that holds the layer)");
+    std::memcpy(dst, src, per * sizeof(float));
+    found[k] = 1;
+  }
+}
+
+void Fp8Take::check_complete(const std::string& step_dir) const {
+  for (size_t k = 0; k < found.size(); ++k)
+    if (!found[k])
+      throw InputError("checkpoint " + printable(step_dir) + ": no rank file holds the FP8 scaling state of transformer "
+                       "layer " + std::to_string(want.layers[k]));
 }
 
 std::pair<std::string, FileDigest> rank_file_of(const nlohmann::json& m, int r, const std::string& step_dir) {

@@ -67,6 +67,26 @@ const CheckpointSection* find_section(const std::vector<CheckpointSection>& sect
 /// consecutive full-model indices as i64 triples (global, position, count); -1 is in none.
 CheckpointSection index_section(const std::string& name, const std::vector<int64_t>& index);
 
+/// The sections "fp8" (f32: c.values) and "index.fp8" (raw i64: c.history_len, then c.layers) of
+/// a rank file; none when c.history_len is 0.
+std::vector<CheckpointSection> fp8_sections(const Fp8Checkpoint& c);
+
+/// The FP8 layers a load needs and which of them some file has given (`found`, one flag per
+/// want.layers entry): each rank file's "fp8" sections (fp8_sections') offer theirs.
+struct Fp8Take {
+  Fp8Checkpoint want;  // history_len and layers as the run holds them; values filled in
+  std::vector<char> found;
+  explicit Fp8Take(const Fp8Checkpoint& w);
+  /// Takes the layers of `want` that rank file `path`'s `sections` hold; a layer taken before
+  /// must be bitwise the same here. Errors: InputError "checkpoint file <path>: ..." for
+  /// malformed fp8 sections, another history length, or a layer whose state differs from
+  /// another file's.
+  void offer(const std::vector<CheckpointSection>& sections, const std::string& path);
+  /// Errors: InputError "checkpoint <step_dir>: no rank file holds the FP8 scaling state of
+  /// transformer layer <l>" for the first layer not found.
+  void check_complete(const std::string& step_dir) const;
+};
+
 /// Rank `r`'s file in `step_dir` and its size and checksum, as `manifest` lists them.
 /// Errors: InputError "checkpoint <step_dir>: manifest.json's entry for rank <r> is malformed".
 std::pair<std::string, FileDigest> rank_file_of(const nlohmann::json& manifest, int r, const std::string& step_dir);
@@ -76,9 +96,11 @@ std::pair<std::string, FileDigest> rank_file_of(const nlohmann::json& manifest, 
 /// of the engine whose index and shape are `want` and `shape` taken from them (padding 0).
 /// Sets `fields` (the same in every file). Errors: InputError naming the file or the first
 /// element no file holds. Local (every rank reads every file).
+/// `fp8` (may be null) is offered every file's FP8 sections.
 template <typename T>
 ZeroState<T> reshard_state(const std::string& step_dir, const nlohmann::json& manifest, const CheckpointRunInfo& run,
-                           const ZeroStateIndex& want, const ZeroStateShape& shape, StateFields& fields);
+                           const ZeroStateIndex& want, const ZeroStateShape& shape, StateFields& fields,
+                           Fp8Take* fp8 = nullptr);
 
 /// The manifest of `run`'s checkpoint at `step` steps done (reference/checkpoint/checkpoint.h's
 /// layout of manifest.json): run identity, loss scaler state, AdamW steps, the caller's
@@ -93,9 +115,9 @@ nlohmann::json make_manifest(const CheckpointRunInfo& run, int64_t step, int wor
 std::string begin_save(const std::string& dir, int64_t step, Communicator& world);
 
 /// The sections of a rank file holding `st` at progress.next_step: "state" (next step,
-/// AdamW t, seed, loss scaler), params, master (when held), m, v, and the index of their
+/// AdamW t, seed, loss scaler), params, master (when held), m, v, the index of their
 /// elements in the full model (`index`, the engine's state_index(): "index.params",
-/// "index.state"). Local; copies `st`.
+/// "index.state"), and progress.fp8's (fp8_sections). Local; copies `st`.
 template <typename T>
 std::vector<CheckpointSection> rank_sections(const ZeroState<T>& st, const ZeroStateIndex& index,
                                              const CheckpointRunInfo& run, const TrainProgress& progress);

@@ -179,7 +179,7 @@ json recipe_changes(const json& m, const CheckpointRunInfo& run) {
 
 CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayout& layout, const ZeroConfig& zero,
                                       Precision precision, const TrainConfig& cfg, const std::string& dataset_sha256,
-                                      Recompute recompute) {
+                                      Recompute recompute, const std::optional<Fp8Settings>& fp8) {
   CheckpointRunInfo r;
   // AdamW's floats as their shortest decimal (0.01f is 0.01 in the manifest and in a message,
   // not 0.009999999776...): the same float gives the same number on both sides.
@@ -195,6 +195,7 @@ CheckpointRunInfo checkpoint_run_info(const GptConfig& model, const ParallelLayo
   r.layout = layout;
   r.zero = zero;
   r.precision = precision;
+  r.fp8 = fp8;
   r.model = model;
   r.seed = cfg.seed;
   r.dataset_sha256 = dataset_sha256;
@@ -371,6 +372,15 @@ json check_checkpoint_manifest(const std::string& step_dir, const CheckpointRunI
   if (prec != precision_name(run.precision))
     throw InputError(me + "precision " + printable(prec, 16) + " does not match this run's " +
                      precision_name(run.precision));
+  // FP8: the recipe and every setting of it, or none on both sides (a manifest without the key
+  // was saved without FP8).
+  {
+    const json saved_fp8 = m.contains("fp8") ? m["fp8"] : json(), now = run.fp8 ? fp8_settings_json(*run.fp8) : json();
+    auto name = [](const json& f) { return f.is_null() ? std::string("none") : "fp8 " + printable(f.dump(), 160); };
+    if (saved_fp8 != now)
+      throw InputError(me + "FP8 recipe " + name(saved_fp8) + " does not match this run's " + name(now) +
+                       " (the amax histories and scales are the recipe's)");
+  }
   // The model: its sizes, and an MoE model's settings (to_json's keys; a dense model has none).
   for (const char* k : {"L", "C", "NH", "T", "V"}) (void)int_field(m, where, "model", k);
   const json want = to_json(run.model);
@@ -474,6 +484,7 @@ json make_manifest(const CheckpointRunInfo& run, int64_t step, int world_size, c
             {field_key(LayoutKey::offload), run.zero.offload_optimizer},
             {field_key(LayoutKey::precision), precision_name(run.precision)}}},
           {"model", to_json(run.model)},
+          {"fp8", run.fp8 ? fp8_settings_json(*run.fp8) : json()},
           {"recipe", run.recipe},
           {"seed", run.seed},
           {"dataset_sha256", run.dataset_sha256},

@@ -68,7 +68,8 @@ std::string element_name(const GptConfig& model, int64_t g) {
 
 template <typename T>
 ZeroState<T> reshard_state(const std::string& step_dir, const nlohmann::json& m, const CheckpointRunInfo& run,
-                           const ZeroStateIndex& want, const ZeroStateShape& shape, StateFields& fields) {
+                           const ZeroStateIndex& want, const ZeroStateShape& shape, StateFields& fields,
+                           Fp8Take* fp8) {
   using A = acc_t<T>;
   const size_t N = gpt_num_params(run.model);
   const int64_t step = m.at("step").get<int64_t>();
@@ -83,6 +84,7 @@ ZeroState<T> reshard_state(const std::string& step_dir, const nlohmann::json& m,
     const FileDigest& expect = file.second;
     const std::vector<CheckpointSection> sections = read_rank_file(path, {r, world, step}, &expect);
     const StateFields f = read_state(sections, path, step, run.seed);
+    if (fp8) fp8->offer(sections, path);
     if (r == 0) fields = f;
     if (f.t != fields.t || f.scaler.scale != fields.scaler.scale ||
         f.scaler.growth_tracker != fields.scaler.growth_tracker || f.scaler.skipped != fields.scaler.skipped)
@@ -145,7 +147,7 @@ ZeroState<T> reshard_state(const std::string& step_dir, const nlohmann::json& m,
 
 #define DTB_INSTANTIATE_RESHARD(T)                                                                                 \
   template ZeroState<T> reshard_state<T>(const std::string&, const nlohmann::json&, const CheckpointRunInfo&,     \
-                                         const ZeroStateIndex&, const ZeroStateShape&, StateFields&);
+                                         const ZeroStateIndex&, const ZeroStateShape&, StateFields&, Fp8Take*);
 DTB_INSTANTIATE_RESHARD(float)
 DTB_INSTANTIATE_RESHARD(double)
 DTB_INSTANTIATE_RESHARD(bf16)

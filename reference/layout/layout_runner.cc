@@ -27,11 +27,14 @@ void note(const LayoutCheckpoints& c, const std::string& line) {
 // Resumes `engine` and `scaler` from c.resume_step_dir: the steps before it (the manifest's
 // history) into `before`, the first step to run into loop and the activity record.
 template <typename T>
-void resume(const LayoutCheckpoints& c, const CheckpointRunInfo& info, const TrainConfig& cfg, ZeroEngine<T>& engine,
-            LossScaler& scaler, Communicator& host, TrainLoop& loop, TrainHistory& before, CheckpointActivity& act) {
+void resume(const LayoutCheckpoints& c, const CheckpointRunInfo& info, const TrainConfig& cfg, ParallelGpt<T>& model,
+            ZeroEngine<T>& engine, LossScaler& scaler, Communicator& host, TrainLoop& loop, TrainHistory& before,
+            CheckpointActivity& act) {
   const std::string& step_dir = c.resume_step_dir;
   const auto t0 = std::chrono::steady_clock::now();
-  const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host);  // agreed errors
+  const Fp8Checkpoint fp8 = model.fp8_checkpoint();  // the layers held, to be filled in
+  const TrainProgress p = load_checkpoint(step_dir, info, engine, &scaler, host, &fp8);  // agreed errors
+  model.restore_fp8(p.fp8);
   act.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Past the load every rank holds the same manifest: what follows fails on all alike.
   try {
@@ -78,9 +81,9 @@ void note_saved(const LayoutCheckpoints& c, Communicator& host, CheckpointActivi
 // a failed save (a full disk; an asynchronous write found failed at its commit) is agreed by
 // every rank: recorded, and training goes on without saving. Collective over `host`.
 template <typename T>
-void save_every(const LayoutCheckpoints& c, CheckpointWriter<T>& w, ZeroEngine<T>& engine, Communicator& host,
-                const TrainHistory& before, CheckpointActivity& act, int64_t done, const LossScaler& s,
-                const TrainRun& so_far) {
+void save_every(const LayoutCheckpoints& c, CheckpointWriter<T>& w, ParallelGpt<T>& model, ZeroEngine<T>& engine,
+                Communicator& host, const TrainHistory& before, CheckpointActivity& act, int64_t done,
+                const LossScaler& s, const TrainRun& so_far) {
   if (c.every <= 0 || done % c.every != 0) return;
   TrainHistory h = before;
   h.append(so_far);
@@ -88,6 +91,7 @@ void save_every(const LayoutCheckpoints& c, CheckpointWriter<T>& w, ZeroEngine<T
   p.next_step = done;
   p.scaler = s.state();
   p.history = history_to_json(h);
+  p.fp8 = model.fp8_checkpoint();  // after the step's fp8_update: the scales the next step uses
   if (!act.save_error.empty()) return;
   try {
     note_saved(c, host, act, w.save(engine, p));
@@ -174,13 +178,13 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   CheckpointRunInfo info;
   if (ck) {
     info = checkpoint_run_info(spec.model, l, spec.layout.z, spec.layout.precision, cfg, spec.data.sha256,
-                               spec.layout.recompute);
+                               spec.layout.recompute, spec.layout.fp8);
     info.allowed_changes = ck->allowed_changes;
   }
   std::unique_ptr<CheckpointWriter<T>> writer;
   if (ck && ck->every > 0) writer = std::make_unique<CheckpointWriter<T>>(ck->dir, info, host, ck->async);
   if (ck && !ck->resume_step_dir.empty()) {
-    resume(*ck, info, cfg, engine, scaler, host, loop, taken, out.checkpoints);
+    resume(*ck, info, cfg, m, engine, scaler, host, loop, taken, out.checkpoints);
   } else {
     // Leaves the parameters as initialised. FP8's delayed recipe stages this pass's amaxes; training's
     // step 0 stages the same (same parameters, batch and scales) into the same max before its update.
@@ -201,7 +205,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
         out.moe_all_to_all_s.push_back(m.moe_comm().dispatch_s + m.moe_comm().combine_s);
         m.reset_moe_stats();
       }
-      if (writer) save_every(*ck, *writer, engine, host, taken, out.checkpoints, done, s, so_far);
+      if (writer) save_every(*ck, *writer, m, engine, host, taken, out.checkpoints, done, s, so_far);
       if (hooks && hooks->after_step) hooks->after_step(done, so_far);
     };
   if (spec.op_clock) spec.op_clock->reset();

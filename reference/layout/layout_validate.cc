@@ -68,8 +68,6 @@ void validate_fp8_layout(const LayoutSpec& s, const GptConfig& model, const Layo
   if (model.moe.num_experts > 0)
     throw InputError(recipe + " with an MoE model (model.num_experts = " + std::to_string(model.moe.num_experts) +
                      ") is not supported yet (its experts are not FP8 linears)");
-  if (c.checkpoint_every > 0 || !c.resume_from.empty())
-    throw InputError(recipe + " with checkpoints is not supported yet (the amax histories and scales are not saved)");
   const ParallelLayout& l = s.l;
   // The delayed recipe's amaxes are reduced over the data-and-context group at the step's end and
   // the tile recipes' tiles stay inside a CP chunk (validate_fp8_shards): CP2 is their one-rank

@@ -41,8 +41,10 @@
 
 #include "kernels/device.h"
 #include "kernels/error.h"
+#include "reference/checkpoint/checkpoint.h"
 #include "reference/layout/layout_runner.h"
 #include "reference/model/test_dataset.h"
+#include "reference/parallel/parallel_test_util.h"
 #include "reference/training/fp8_scaling.h"
 
 namespace dtb {
@@ -84,9 +86,10 @@ constexpr int kSteps = 3;
 
 // FP8 linears under `fp8` (none: the plain run) over `p`'s storage (fp32 unless said).
 LayoutOutcome run(const GptConfig& m, const Case& c, const std::optional<Fp8Settings>& fp8, Communicator& w,
-                  int micro_batches, Precision p = Precision::fp32) {
+                  int micro_batches, Precision p = Precision::fp32, const LayoutCheckpoints* ck = nullptr,
+                  int steps = kSteps) {
   TrainConfig cfg;
-  cfg.steps = kSteps;
+  cfg.steps = steps;
   cfg.global_batch = c.batch;
   cfg.seq_len = c.seq;
   cfg.micro_batches = micro_batches;
@@ -98,7 +101,7 @@ LayoutOutcome run(const GptConfig& m, const Case& c, const std::optional<Fp8Sett
   ZeroConfig z;
   z.stage = c.zero_stage;
   return run_layout({.model = m, .layout = {.l = l, .z = z, .precision = p, .fp8 = fp8}, .train = cfg, .device = dev,
-                     .host = w, .data = data, .gather = true});
+                     .host = w, .data = data, .gather = true, .checkpoints = ck});
 }
 
 double rel(const std::vector<double>& a, const std::vector<double>& b) {
@@ -213,6 +216,72 @@ TEST(Fp8Layouts, EveryLayoutMatchesTheOneRankTwin) {
                  {.name = "TP2xPP2", .tp = 2, .dp = 1, .pp = 2, .recipes = kButBlockwise},
                  {.name = "TP2xDP2", .tp = 2, .dp = 2, .pp = 1, .recipes = kButBlockwise},
                  {.name = "DP4:zero3", .tp = 1, .dp = 4, .pp = 1, .zero_stage = 3, .batch = 8}});
+}
+
+// Checkpoints of FP8 runs (reference/checkpoint/checkpoint.h: the delayed recipe's amax histories
+// and scales in the rank files' "fp8" sections, the recipe in the manifest). GPT-2, 4 steps saved
+// after 2, histories of 4 steps (so a resumed step's scale is the max over amaxes saved):
+// - resumed on the layout that saved it (2 ranks: PP2, each rank another layer; 4: TP2xPP2),
+//   every recipe: every loss and the final parameters bitwise the uninterrupted run's;
+// - resumed on another layout (TP2, every layer on both ranks, each taken from the PP2 file that
+//   holds it; 4 ranks: TP4), the delayed and MXFP8 recipes: within the flip bound of the file
+//   comment from the uninterrupted run, dev32 the fp32 runs of the two layouts against each other
+//   (the resumed run's steps are the other layout's arithmetic from the saver's state);
+// - a resume into another history length, or out of FP8, refused in one line.
+TEST(Fp8Layouts, CheckpointsResumeBitwiseAndReshardWithinTheContract) {
+  auto w = make_mpi_world();
+  const int n = w->size();
+  ASSERT_TRUE(n == 2 || n == 4) << "layouts for 2 and 4 ranks";
+  const Case saver = n == 2 ? Case{.name = "PP2", .tp = 1, .dp = 1, .pp = 2}
+                            : Case{.name = "TP2xPP2", .tp = 2, .dp = 1, .pp = 2};
+  const Case other = n == 2 ? Case{.name = "TP2", .tp = 2, .dp = 1, .pp = 1}
+                            : Case{.name = "TP4", .tp = 4, .dp = 1, .pp = 1};
+  const GptConfig m = model_of(ModelArch::gpt2, false, 64);
+  constexpr int kCkSteps = 4;
+  auto mb = [](const Case& c) { return c.batch / 2 / c.dp; };
+  const LayoutOutcome s32 = run(m, saver, std::nullopt, *w, mb(saver), Precision::fp32, nullptr, kCkSteps);
+  const LayoutOutcome o32 = run(m, other, std::nullopt, *w, mb(other), Precision::fp32, nullptr, kCkSteps);
+  const Deviation d32 = deviation(o32, s32);
+  const std::vector<Fp8Recipe> recipes =
+      n == 2 ? std::vector<Fp8Recipe>(std::begin(kAll), std::end(kAll)) : kButBlockwise;  // TP2's blockwise tiles
+  for (Fp8Recipe r : recipes) {
+    SCOPED_TRACE(std::string(saver.name) + " " + to_string(r));
+    const Fp8Settings s = recipe(r);
+    const SharedTempDir tmp(*w);
+    const LayoutCheckpoints save{.dir = tmp.path(), .every = 2};
+    const LayoutOutcome full = run(m, saver, s, *w, mb(saver), Precision::fp32, &save, kCkSteps);
+    ASSERT_TRUE(full.checkpoints.save_error.empty()) << full.checkpoints.save_error;
+    const LayoutCheckpoints resume{.resume_step_dir = checkpoint_step_dir(tmp.path(), 2)};
+    const LayoutOutcome same = run(m, saver, s, *w, mb(saver), Precision::fp32, &resume, kCkSteps);
+    EXPECT_EQ(same.checkpoints.first_step, 2);
+    EXPECT_EQ(same.losses, full.losses);
+    EXPECT_EQ(same.params, full.params);
+    if (r == Fp8Recipe::delayed || r == Fp8Recipe::mxfp8) {
+      const LayoutOutcome moved = run(m, other, s, *w, mb(other), Precision::fp32, &resume, kCkSteps);
+      EXPECT_EQ(moved.checkpoints.resharded_from.empty(), false);
+      if (w->rank() == 0) {
+        const Deviation d8 = deviation(moved, full);
+        for (size_t k = 0; k < d8.loss.size(); ++k)
+          EXPECT_LE(d8.loss[k], flip_bound(d32.loss[k], std::fabs(full.losses[k]))) << "loss, step " << k;
+        EXPECT_LE(d8.params, flip_bound(d32.params, 1)) << "final parameters";
+      }
+      EXPECT_EQ(moved.replica_params, 0.0);
+    }
+    if (r == Fp8Recipe::delayed) {
+      Fp8Settings longer = s;
+      longer.delayed.amax_history_len = 8;
+      for (const std::optional<Fp8Settings>& now : {std::optional<Fp8Settings>(longer), std::optional<Fp8Settings>()}) {
+        try {
+          run(m, saver, now, *w, mb(saver), Precision::fp32, &resume, kCkSteps);
+          ADD_FAILURE() << "a resume into another FP8 recipe was accepted";
+        } catch (const InputError& e) {
+          const std::string msg = e.what();
+          EXPECT_NE(msg.find("FP8 recipe fp8 {"), std::string::npos) << msg;
+          EXPECT_NE(msg.find(now ? "\"amax_history_len\":8" : "this run's none"), std::string::npos) << msg;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

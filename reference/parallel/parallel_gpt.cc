@@ -478,6 +478,16 @@ std::vector<Fp8LinearState*> ParallelGpt<T>::fp8_states() {
 }
 
 template <typename T>
+Fp8Checkpoint ParallelGpt<T>::fp8_checkpoint() {
+  return fp8_ ? dtb::fp8_checkpoint(*fp8_, fp8_layers(), fp8_states()) : Fp8Checkpoint{};
+}
+
+template <typename T>
+void ParallelGpt<T>::restore_fp8(const Fp8Checkpoint& c) {
+  if (c.history_len > 0) fp8_restore(c, fp8_layers(), fp8_states());
+}
+
+template <typename T>
 void ParallelGpt<T>::fp8_update(Communicator& dp) {
   if (!fp8_) return;
   Ops<T>& ops = *ops_;

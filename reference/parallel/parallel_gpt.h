@@ -232,6 +232,12 @@ class ParallelGpt {
   /// The global layer index of each held layer, in fp8_states()' order (one per 4 states); empty
   /// without FP8.
   std::vector<int> fp8_layers() const;
+  /// The delayed recipe's state of the held layers, as a checkpoint saves it (fp8_checkpoint);
+  /// history_len 0 without FP8 or under another recipe.
+  Fp8Checkpoint fp8_checkpoint();
+  /// Sets the held layers' states from `c` (load_checkpoint's, asked for fp8_checkpoint()'s
+  /// layers): fp8_restore. Nothing when c.history_len is 0.
+  void restore_fp8(const Fp8Checkpoint& c);
   /// The step's end for the delayed recipe (fp8_update over fp8_states()): the staged amaxes
   /// reduced by max over the TP group and then `dp` (the gradient group: DP, with context
   /// parallelism the data-and-context group), so that every rank holding a shard or a replica of

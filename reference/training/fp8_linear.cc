@@ -108,6 +108,45 @@ void fp8_update(const std::vector<Fp8LinearState*>& states, const Fp8Settings& s
   }
 }
 
+namespace {
+// The 4 states x 3 operands of each layer, in Fp8Checkpoint's order.
+template <typename F>
+void each_scaling(const std::vector<int>& layers, const std::vector<Fp8LinearState*>& states, F&& f) {
+  DTB_CHECK(states.size() == 4 * layers.size(), "fp8 checkpoint: not 4 linear states a layer");
+  for (Fp8LinearState* st : states)
+    for (Fp8TensorScaling* x : {&st->x, &st->w, &st->dy}) f(*x);
+}
+}  // namespace
+
+Fp8Checkpoint fp8_checkpoint(const Fp8Settings& s, const std::vector<int>& layers,
+                             const std::vector<Fp8LinearState*>& states) {
+  Fp8Checkpoint c;
+  if (s.recipe != Fp8Recipe::delayed) return c;
+  c.history_len = s.delayed.amax_history_len;
+  c.layers = layers;
+  c.values.reserve(layers.size() * Fp8Checkpoint::floats_per_layer(c.history_len));
+  each_scaling(layers, states, [&](const Fp8TensorScaling& x) {
+    DTB_CHECK(x.amax_history.size() == size_t(c.history_len), "fp8_checkpoint: a history of another length");
+    c.values.insert(c.values.end(), x.amax_history.begin(), x.amax_history.end());
+    c.values.push_back(x.scale);
+    c.values.push_back(x.scale_inv);
+  });
+  return c;
+}
+
+void fp8_restore(const Fp8Checkpoint& c, const std::vector<int>& layers, const std::vector<Fp8LinearState*>& states) {
+  if (c.history_len == 0) return;
+  DTB_CHECK(c.layers == layers && c.values.size() == layers.size() * Fp8Checkpoint::floats_per_layer(c.history_len),
+            "fp8_restore: the checkpoint's layers are not this rank's");
+  const float* v = c.values.data();
+  each_scaling(layers, states, [&](Fp8TensorScaling& x) {
+    x.amax_history.assign(v, v + c.history_len);
+    x.scale = v[c.history_len];
+    x.scale_inv = v[c.history_len + 1];
+    v += c.history_len + 2;
+  });
+}
+
 int fp8_tile(const Fp8Settings& s) {
   return s.recipe == Fp8Recipe::blockwise ? 128 : s.recipe == Fp8Recipe::mxfp8 ? 32 : 0;
 }

@@ -42,6 +42,23 @@ struct Fp8LinearState {
   explicit Fp8LinearState(int history_len = 1) : x(history_len), w(history_len), dy(history_len) {}
 };
 
+/// FP8's delayed recipe's scaling state of some transformer layers, as a checkpoint saves it
+/// (reference/checkpoint/checkpoint.h; Transformer Engine saves its fp8 meta as a module's extra
+/// state): per layer, in order, its four linears (QKV, attention projection, MLP up, MLP down), each's
+/// three operands (input x, weight w, output gradient dy), each's `history_len` amaxes
+/// (Fp8TensorScaling::amax_history) then its scale and scale_inv: floats_per_layer(history_len)
+/// fp32 values a layer. Every rank that holds a layer holds the same state (its amaxes are reduced
+/// over TP, DP and CP at each step's end, ParallelGpt::fp8_update), so the state is the full
+/// model's and a resharded load takes each layer from any rank file that holds it. history_len 0:
+/// no state (not FP8, or a recipe that keeps none: current, blockwise and MXFP8 scale each tensor
+/// or tile from its own values).
+struct Fp8Checkpoint {
+  int history_len = 0;
+  std::vector<int> layers;    // global transformer layer indices, ascending
+  std::vector<float> values;  // layers.size() x floats_per_layer(history_len)
+  static size_t floats_per_layer(int history_len) { return 12 * (size_t(history_len) + 2); }
+};
+
 /// A linear's FP8 recipe and state for one call of a sharded linear
 /// (reference/parallel/tensor_parallel.h): both null, the linear's plain GEMMs.
 struct Fp8Slot {
@@ -76,6 +93,17 @@ void fp8_bprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* dinp, T
 /// and dy in one array, reduced by `reduce` in one call, then each Fp8TensorScaling::update with
 /// its reduced amax and its operand's format. Nothing for the other recipes.
 void fp8_update(const std::vector<Fp8LinearState*>& states, const Fp8Settings& s, const AmaxReduce& reduce = {});
+
+/// The state of `states` (4 a layer, `layers`' order, as ParallelGpt::fp8_states) under `s`: its
+/// delayed recipe's, or history_len 0 and nothing for the other recipes. Aborts (DTB_CHECK) when
+/// states is not 4 per layer.
+Fp8Checkpoint fp8_checkpoint(const Fp8Settings& s, const std::vector<int>& layers,
+                             const std::vector<Fp8LinearState*>& states);
+
+/// Sets `states` (4 a layer of `layers`) from `c`, which must hold exactly those layers at
+/// their history length (load_checkpoint's, given fp8_checkpoint's layers): bitwise the saved
+/// state. Nothing when c.history_len is 0. Aborts (DTB_CHECK) on another layer list or size.
+void fp8_restore(const Fp8Checkpoint& c, const std::vector<int>& layers, const std::vector<Fp8LinearState*>& states);
 
 /// The width of the recipe's tiles along a tensor dimension: 128 (blockwise: 1 x 128 tiles and
 /// 128 x 128 blocks), 32 (mxfp8), 0 (the per-tensor recipes: no tiles).
