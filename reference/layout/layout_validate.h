@@ -96,8 +96,7 @@ void validate_cp_layout(const LayoutSpec& s, const GptConfig& model, const std::
 /// Refuses, in one line, FP8 linears (s.fp8 set) where they do not run: precision fp16 (the
 /// recipes keep everything but the linears' GEMMs in bf16, as Transformer Engine's autocast over a
 /// bf16 model, or in fp32, the sharp form the layout tests compare); a backend other than the CPU
-/// (no FP8 GEMMs there yet); an MoE model (its experts are not FP8 linears); checkpoints (the amax
-/// histories are not saved yet); the current recipe under context parallelism (its per-GEMM scales
+/// (no FP8 GEMMs there yet); an MoE model (its experts are not FP8 linears); the current recipe under context parallelism (its per-GEMM scales
 /// follow values the CP attention perturbs; the other recipes run under CP); stale
 /// gradients and local steps; a Llama model whose KV heads are shared over TP ranks (tp > KV: each
 /// rank's partial k/v gradient would be quantized before the sum); delayed-recipe settings out of
