@@ -179,7 +179,9 @@ PY
 
 # The precision suite on 4 ranks: fp32, bf16, fp16, the fp32-communication variants and the
 # forced overflow, each row present; the overflow skips steps and backs off to a finite scale.
-"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --suites precision \
+# Its FP8 rows are suites/precision_fp8_test.sh's (2 ranks, fewer steps: the CPU emulates FP8).
+printf '{"suites": ["precision"], "precision": {"fp8": []}}' >"$tmp/precision_cfg.json"
+"$mpirun" -np 4 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 "$dtbench" run --config "$tmp/precision_cfg.json" \
   --output-dir "$tmp" --run-id precision >"$tmp/precision.log" 2>&1 || { cat "$tmp/precision.log"; exit 1; }
 python3 - "$tmp/precision.json" <<'PY'
 import json, sys

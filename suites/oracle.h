@@ -92,6 +92,27 @@ std::vector<Check> grad_norm_checks(const std::string& prefix, const ReferenceSe
 std::vector<Check> half_vs_fp32_checks(const std::string& prefix, Precision precision,
                                        const std::vector<double>& losses, const std::vector<double>& ref);
 
+/// The gap between an FP8 run's losses and the bf16 run `ref`'s over the last quarter of the steps
+/// (at least one): `gap` the mean of the per-step differences over ref's mean loss (signed), `se_rel`
+/// the standard error of that mean (the differences' sample standard deviation / sqrt(steps); 0
+/// for one step) over ref's mean loss, `steps` the quarter's length. Aborts (DTB_CHECK) for curves
+/// of different lengths or none.
+struct Fp8Gap {
+  double gap = 0, se_rel = 0;
+  int steps = 0;
+};
+Fp8Gap fp8_tail_gap(const std::vector<double>& losses, const std::vector<double>& ref);
+
+/// An FP8 run's losses (docs/fp8.md: FP8 linears over bf16) against the bf16 run `ref` of the same
+/// model, data and steps, the bounds derived in oracle.cc: "<prefix>loss_vs_bf16/step:0",
+/// |loss_0 - ref_0| <= 2^-4 |ref_0| (E4M3's unit roundoff: the forward's operands); and
+/// "<prefix>loss_vs_bf16/tail_mean", |fp8_tail_gap's gap| <= kFp8TailGap = 2^-6 (E5M2's unit
+/// roundoff squared: FP8's own share) + 3 se_rel (the trajectories' decorrelation, as the run
+/// measures it). Errors: aborts (DTB_CHECK) for curves of different lengths or none.
+inline constexpr double kFp8TailGap = 0x1p-6;
+std::vector<Check> fp8_vs_bf16_checks(const std::string& prefix, const std::vector<double>& losses,
+                                      const std::vector<double>& ref);
+
 }  // namespace dtb
 
 namespace dtb {

@@ -11,6 +11,12 @@
 //                              gradients overflow, every rank skips them and the scale backs off;
 //                              with gradient clipping at 1.0 (without it, at one rank, this run
 //                              diverged at step 25 and went on overflowing down to 2^13)
+//   fp8/<recipe>               FP8 linears over bf16 (docs/fp8.md), one row per `fp8` section of
+//                              precision.fp8, run once, against the bf16 run: the loss gap within
+//                              fp8_vs_bf16_checks' bound (suites/oracle.h), rank 0's census of
+//                              saturated and flushed values per operand class (none clamped under
+//                              current, blockwise and MXFP8 scaling: checked), the delayed recipe's
+//                              scales per step
 //
 // Per run: step time (median of the slowest rank's, after the first step, over alternating
 // repetitions) and its speedup over fp32, final loss and the largest loss deviation from
@@ -29,8 +35,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "kernels/error.h"
+#include "reference/layout/layout_validate.h"
+#include "reference/training/fp8_scaling.h"
 #include "reference/training/loss_scaler.h"
 #include "reference/analytic/memory_model.h"
 #include "suites/memory_guard.h"
@@ -48,7 +57,15 @@ struct Variant {
   Precision precision = Precision::fp32;
   bool fp32_comm = false;
   double loss_scale_init = 0;  // 0: GradScaler's 2^16 (fp16 only)
+  std::optional<Fp8Settings> fp8{};  // FP8 linears over bf16 storage
 };
+
+constexpr const char* kRoles[3] = {"input", "weight", "grad_output"};
+
+// The FP8 rows a config gets unless it says: every recipe with Transformer Engine's defaults.
+json default_fp8_rows() {
+  return json::array({{{"recipe", "delayed"}}, {{"recipe", "current"}}, {{"recipe", "blockwise"}}, {{"recipe", "mxfp8"}}});
+}
 
 double model_state_bytes(const LayoutOutcome& o, Tier tier) {
   const auto& d = o.peak_bytes[int(tier)];
@@ -61,8 +78,21 @@ struct Params {
   TimedDpSetup t;
   int zero_stage = 0, reps = 0, growth = 0;
   double overflow_init = 0;
+  std::vector<Fp8Settings> fp8;  // the FP8 rows' recipes, each an `fp8` section as the train suite's
+  bool fp8_default = false;      // fp8 is the default list: a recipe the layout cannot run is left out
   static Params parse(const json& s, const json& config, const WorldInfo& world) {
     Params p;
+    const json& f = s.at("fp8");
+    p.fp8_default = f == default_fp8_rows();
+    if (!f.is_array()) throw InputError("precision.fp8: must be a list of FP8 recipe sections (docs/fp8.md), e.g. [{\"recipe\": \"delayed\"}]");
+    for (size_t i = 0; i < f.size(); ++i) {
+      const std::string path = "precision.fp8[" + std::to_string(i) + "]";
+      p.fp8.push_back(fp8_settings_from_json(f[i], path));
+      for (size_t j = 0; j < i; ++j)
+        if (p.fp8[j].recipe == p.fp8[i].recipe)
+          throw InputError(path + ": recipe " + to_string(p.fp8[i].recipe) + " is listed twice (precision.fp8[" +
+                           std::to_string(j) + "]); its row is named after it");
+    }
     p.t = timed_dp_setup(s, config, "precision", world.size);
     p.zero_stage = zero_stage_from_json(s, "precision");
     p.reps = int(int_in_range(s, "repetitions", "precision.repetitions", 1, 100));
@@ -72,8 +102,10 @@ struct Params {
     return p;
   }
   json to_json() const {
+    json f = json::array();
+    for (const Fp8Settings& s : fp8) f.push_back(fp8_settings_json(s));
     return {{"setup", dtb::to_json(t)}, {spelling(LayoutKey::zero_stage).config_key, zero_stage}, {"repetitions", reps},
-            {"loss_scale_growth_interval", growth}, {"overflow_loss_scale_init", overflow_init}};
+            {"loss_scale_growth_interval", growth}, {"overflow_loss_scale_init", overflow_init}, {"fp8", f}};
   }
 };
 
@@ -115,7 +147,8 @@ class PrecisionSuite : public SuiteWithParams<Params> {
     return {{"model", {{"L", 4}, {"C", 128}, {"NH", 4}, {"T", 64}, {"V", 256}}},
             {"steps", 30}, {"micro_batches", 2}, {"micro_batch_size", 2}, {"seq_len", 64},
             {config_key(LayoutKey::zero_stage), 0}, {"repetitions", 2},
-            {"loss_scale_growth_interval", 10}, {"overflow_loss_scale_init", 0x1.0p24}};
+            {"loss_scale_growth_interval", 10}, {"overflow_loss_scale_init", 0x1.0p24},
+            {"fp8", default_fp8_rows()}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     require_half_ops(config.value("backend", "cpu"), Precision::bf16, "precision");  // it runs bf16 and fp16
@@ -123,6 +156,24 @@ class PrecisionSuite : public SuiteWithParams<Params> {
     const TimedDpSetup& t = p.t;
     validate_layout(t.layout, t.model, t.cfg.global_batch, world.size);
     check_fits_in_memory(unsharded_training_state_bytes(t.model), world.ranks_per_node, "precision: the model", world.options);
+    // The FP8 rows meet the layout rule as the train suite's FP8 runs do (on the CPU alone: run()
+    // says so elsewhere); a list the config gives is refused at its first recipe the layout
+    // cannot run, the default one leaves such recipes out (run() says which).
+    if (config.value("backend", "cpu") != "cpu" || p.fp8_default) return;
+    for (size_t i = 0; i < p.fp8.size(); ++i)
+      if (const std::string why = fp8_refusal(p, i, world.size); !why.empty()) throw InputError(why);
+  }
+
+  // The first layout-rule refusal of FP8 row i on `ranks` ranks ("" when it runs), naming
+  // precision.fp8[i].
+  static std::string fp8_refusal(const Params& p, size_t i, int ranks) {
+    const TimedDpSetup& t = p.t;
+    const LayoutSpec s{.l = t.layout, .precision = Precision::bf16, .fp8 = p.fp8[i]};
+    const LayoutCheckContext c{.world = ranks, .global_batch = t.cfg.global_batch, .seq_len = t.cfg.seq_len,
+                               .backend = "cpu", .recipe = t.cfg, .path = "precision",
+                               .where = "precision.fp8[" + std::to_string(i) + "]"};
+    const std::vector<LayoutRefusal> r = layout_refusals(s, t.model, c);
+    return r.empty() ? "" : r.front().message;
   }
 
   SuiteResult run(SuiteContext& ctx) override {
@@ -134,18 +185,34 @@ class PrecisionSuite : public SuiteWithParams<Params> {
     const double overflow_init = p.overflow_init;
     ZeroConfig zero;
     zero.stage = p.zero_stage;
-    const std::vector<Variant> variants = {{"fp32", Precision::fp32},
-                                           {"bf16", Precision::bf16},
-                                           {"bf16/comm:fp32", Precision::bf16, true},
-                                           {"fp16", Precision::fp16},
-                                           {"fp16/comm:fp32", Precision::fp16, true},
-                                           {"fp16/forced_overflow", Precision::fp16, false, overflow_init}};
+    std::vector<Variant> variants = {{"fp32", Precision::fp32},
+                                     {"bf16", Precision::bf16},
+                                     {"bf16/comm:fp32", Precision::bf16, true},
+                                     {"fp16", Precision::fp16},
+                                     {"fp16/comm:fp32", Precision::fp16, true},
+                                     {"fp16/forced_overflow", Precision::fp16, false, overflow_init}};
     ctx.print(header_line(p, world.size()));
+    const bool cpu = !ctx.backend || ctx.backend->name() == "cpu";
+    if (!cpu && !p.fp8.empty())
+      ctx.print("# fp8 rows: not run on the " + ctx.backend->name() + " backend (FP8 GEMMs on the CPU only: docs/fp8.md)");
+    else
+      for (size_t i = 0; i < p.fp8.size(); ++i) {
+        if (const std::string why = fp8_refusal(p, i, world.size()); !why.empty()) {  // the default list's
+          ctx.print("# fp8 row " + std::string(to_string(p.fp8[i].recipe)) + ": not run (" + why + ")");
+          continue;
+        }
+        variants.push_back({.name = std::string("fp8/") + to_string(p.fp8[i].recipe), .precision = Precision::bf16,
+                            .fp8 = p.fp8[i]});
+      }
+    const size_t bf16_row = 1;
     const size_t V = variants.size();
     std::vector<std::vector<double>> times(V);
     std::vector<LayoutOutcome> last(V);
     for (int r = 0; r < reps; ++r)
       for (size_t i = 0; i < V; ++i) {
+        // The FP8 rows run once: the CPU emulates their GEMMs element by element (and counts every
+        // quantized value), so their time is the emulation's, not a recipe's.
+        if (variants[i].fp8 && r > 0) continue;
         TrainConfig cfg = t.cfg;
         const Precision prec = variants[i].precision;
         cfg.loss_scaler.enabled = prec == Precision::fp16;
@@ -156,10 +223,10 @@ class PrecisionSuite : public SuiteWithParams<Params> {
         }
         ZeroConfig z = zero;
         z.fp32_communication = variants[i].fp32_comm;
-        last[i] = run_layout({.model = t.model, .layout = {.l = t.layout, .z = z, .precision = prec}, .train = cfg,
-                              .device = ctx.device,
+        last[i] = run_layout({.model = t.model, .layout = {.l = t.layout, .z = z, .precision = prec, .fp8 = variants[i].fp8},
+                              .train = cfg, .device = ctx.device,
                               .ops = precision_ops(ctx.backend), .host = world, .device_comm = ctx.device_world,
-                              .data = *ctx.dataset});
+                              .data = *ctx.dataset, .fp8_census = variants[i].fp8.has_value()});
         const std::vector<double> st = slowest_step_times(last[i], world);
         times[i].insert(times[i].end(), st.begin() + 1, st.end());  // step 0 allocates
       }
@@ -179,6 +246,7 @@ class PrecisionSuite : public SuiteWithParams<Params> {
               "state B/param  skipped  loss scale first -> last");
     for (size_t i = 0; i < V; ++i) {
       const Variant& v = variants[i];
+      if (v.fp8) continue;  // below, against bf16
       const LayoutOutcome& o = last[i];
       const Summary s = summarize(times[i]);
       double dev = 0;
@@ -192,7 +260,7 @@ class PrecisionSuite : public SuiteWithParams<Params> {
       for (int k : o.skipped) skipped += k;
       const double dp_bytes = o.dp_comm_bytes / double(t.cfg.steps + 1);  // + the untimed step-0 gradient
       const double state = model_state_bytes(o, Tier::device) + model_state_bytes(o, Tier::host);
-      json rec = benchmark_record("precision/" + v.name, int64_t(times[i].size()), reps, s.median, s.median, "ms");
+      json rec = benchmark_record("precision/" + v.name, int64_t(times[i].size()), 1, s.median, s.median, "ms");
       rec["precision"] = std::string(to_string(v.precision));
       rec[field_key(LayoutKey::comm_type)] =
           v.fp32_comm || v.precision == Precision::fp32 ? "fp32" : to_string(v.precision);
@@ -246,10 +314,117 @@ class PrecisionSuite : public SuiteWithParams<Params> {
     ctx.print("# speedup: fp32 step time / this one (the cpu emulates half storage: conversions, no faster op); tail "
               "dloss/loss: mean loss over the last quarter of the steps vs fp32's; state B/param: param + grad + "
               "master + Adam moments per parameter");
+    if (V > 6) fp8_rows(ctx, res, variants, last, times, bf16_row, pc, P, double(t.cfg.steps + 1));
     return res;
   }
 
  private:
+  // The FP8 rows (variants[6..]) against the bf16 run: step time, the loss gap, what each operand
+  // class saturated and flushed (rank 0's quantizations over the training steps), the delayed
+  // recipe's scales; checks: fp8_vs_bf16_checks and the model-state bytes (FP8 keeps bf16's).
+  static void fp8_rows(SuiteContext& ctx, SuiteResult& res, const std::vector<Variant>& variants,
+                       const std::vector<LayoutOutcome>& last, const std::vector<std::vector<double>>& times,
+                       size_t bf16_row, PlanConfig pc, double P, double gradient_passes) {
+    const LayoutOutcome& base = last[bf16_row];
+    const Summary s32 = summarize(times[0]), s16 = summarize(times[bf16_row]);
+    ctx.print("#  run                    step ms  x bf16  final loss  tail dloss/loss(bf16) +- se  max |dloss|/loss  "
+              "saturated x/w/dy %   flushed x/w/dy %   dy scale first -> last");
+    for (size_t i = 6; i < variants.size(); ++i) {
+      const Variant& v = variants[i];
+      const LayoutOutcome& o = last[i];
+      const Summary s = summarize(times[i]);
+      double dev = 0;
+      for (size_t k = 0; k < o.losses.size(); ++k)
+        dev = std::max(dev, std::fabs(o.losses[k] - base.losses[k]) / std::fabs(base.losses[k]));
+      const Fp8Gap g = fp8_tail_gap(o.losses, base.losses);
+      const double gap = g.gap;
+      json rec = benchmark_record("precision/" + v.name, int64_t(times[i].size()), 1, s.median, s.median, "ms");
+      rec["precision"] = "fp8";
+      rec["fp8"] = fp8_settings_json(*v.fp8);
+      rec["fp8_recipe"] = to_string(v.fp8->recipe);
+      rec[field_key(LayoutKey::comm_type)] = "bf16";
+      rec["step_time_ms"] = to_json(s, 1e3);
+      rec["speedup_over_fp32"] = s32.median / s.median;
+      rec["speedup_over_bf16"] = s16.median / s.median;
+      {  // the columns every row has, against fp32
+        const LayoutOutcome& f32 = last[0];
+        double d32 = 0;
+        for (size_t k = 0; k < o.losses.size(); ++k)
+          d32 = std::max(d32, std::fabs(o.losses[k] - f32.losses[k]) / std::fabs(f32.losses[k]));
+        const size_t n = o.losses.size(), tail = std::max<size_t>(1, n / 4);
+        double ta = 0, tb = 0;
+        for (size_t k = n - tail; k < n; ++k) ta += o.losses[k], tb += f32.losses[k];
+        rec["max_loss_deviation_from_fp32"] = d32;
+        rec["tail_mean_loss_deviation_from_fp32"] = (ta - tb) / tb;
+        rec["dp_comm_bytes_per_step"] = o.dp_comm_bytes / gradient_passes;
+        rec["model_state_bytes_per_param"] = (model_state_bytes(o, Tier::device) + model_state_bytes(o, Tier::host)) / P;
+      }
+      rec["final_loss"] = o.losses.back();
+      rec["tail_mean_loss_gap_to_bf16"] = gap;  // signed, relative, last quarter of the steps
+      rec["tail_mean_loss_gap_se"] = g.se_rel;  // its standard error, relative
+      rec["max_loss_deviation_from_bf16"] = dev;
+      rec["losses"] = o.losses;
+      rec["grad_norms"] = o.grad_norms;
+      json census = json::object();
+      double sat[3], flu[3];
+      for (int r = 0; r < 3; ++r) {
+        const cpu::Fp8Counts& c = o.fp8_census.by_role[size_t(r)];
+        const double nonzero = double(c.values - c.zeros);
+        sat[r] = c.values ? double(c.saturated) / double(c.values) : 0.0;
+        flu[r] = nonzero > 0 ? double(c.flushed) / nonzero : 0.0;
+        census[kRoles[r]] = {{"values", c.values}, {"zeros", c.zeros}, {"flushed", c.flushed},
+                             {"saturated", c.saturated}, {"saturated_share", sat[r]}, {"flushed_share", flu[r]}};
+      }
+      rec["fp8_census"] = census;  // rank 0's quantizations over the training steps
+      if (!o.fp8_scales.empty()) {
+        json sc = json::object();
+        for (int r = 0; r < 3; ++r) {
+          std::vector<double> x;
+          for (const auto& step : o.fp8_scales) x.push_back(step[size_t(r)]);
+          sc[kRoles[r]] = x;
+        }
+        rec["fp8_scales"] = sc;  // per step, the median over rank 0's linears, after the step's update
+      }
+      res.benchmarks.push_back(rec);
+      char line[360];
+      std::snprintf(line, sizeof line,
+                    "   %-22s %8.2f  %5.2fx  %10.6f  %+17.4f %6.4f  %16.3g  %5.2f/%5.2f/%5.2f   %5.2f/%5.2f/%5.2f   %s",
+                    v.name.c_str(), s.median * 1e3, s16.median / s.median, o.losses.back(), gap, g.se_rel, dev, 100 * sat[0],
+                    100 * sat[1], 100 * sat[2], 100 * flu[0], 100 * flu[1], 100 * flu[2],
+                    o.fp8_scales.empty() ? "-"
+                                         : (fmt_g(o.fp8_scales.front()[2]) + " -> " + fmt_g(o.fp8_scales.back()[2])).c_str());
+      ctx.print(line);
+      const std::string prefix = "precision/" + v.name + "/";
+      for (Check& c : fp8_vs_bf16_checks(prefix, o.losses, base.losses)) res.checks.push_back(std::move(c));
+      // Current, blockwise and MXFP8 scales map each tensor's, tile's or block's own amax onto the
+      // format's largest value or below it (fp8_scale_from_amax; the blocks' scales rounded down to a
+      // power of two, the MX ones' E8M0 up): nothing they quantize is clamped. The delayed recipe's
+      // come from earlier steps' amaxes, so a tensor that grew saturates (reported, not checked).
+      if (v.fp8->recipe != Fp8Recipe::delayed)
+        for (int r = 0; r < 3; ++r)
+          res.checks.push_back(make_check(prefix + "saturated/" + kRoles[r],
+                                          double(o.fp8_census.by_role[size_t(r)].saturated), 0.0,
+                                          "values clamped at the format's largest, rank 0's over the training steps: "
+                                          "none (each scale maps its own amax to fp8_max or below), exact"));
+      pc.precision = Precision::bf16;  // FP8 keeps bf16's parameters, gradients, master weights and moments
+      const RankPlan plan = plan_rank(pc, 0, 0);
+      const double state = model_state_bytes(o, Tier::device) + model_state_bytes(o, Tier::host);
+      const double predicted = double(plan.mem.model_states(Tier::device)) + double(plan.mem.model_states(Tier::host));
+      res.checks.push_back(make_check(prefix + "model_state_bytes", std::fabs(state - predicted), 0.0,
+                                      "|measured - analytic (bf16)| persistent model-state bytes, exact"));
+    }
+    ctx.print("# fp8 rows: FP8 linears over bf16 (docs/fp8.md); x bf16: bf16 step time / this one (the cpu emulates "
+              "FP8 GEMMs element by element); saturated: share of rank 0's quantized values clamped at the format's "
+              "largest; flushed: share of its non-zero values quantized to zero; dy scale: the "
+              "delayed recipe's output-gradient scale (median over the linears)");
+  }
+
+  static std::string fmt_g(double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", x);
+    return b;
+  }
+
   static std::string fmt_scale(double s) {
     const int e = int(std::lround(std::log2(s)));
     if (std::ldexp(1.0, e) == s) return "2^" + std::to_string(e);

@@ -37,6 +37,27 @@ float Fp8Matrix::scale_inv_at(int r, int c) const {
   return scale_inv[size_t(r / rs) * size_t(ceil_div(cols, ks)) + size_t(c / ks)];
 }
 
+Fp8Counts fp8_count(const float* x, const Fp8Matrix& q) {
+  Fp8Counts c;
+  // The magnitude from which the cast clamps (fp8_max plus half its ulp: 464, 61440).
+  const float clamp_from = half_detail::bit_cast<float>(fp8_detail::spec(q.format).saturate_from);
+  for (int r = 0; r < q.rows; ++r)
+    for (int k = 0; k < q.cols; ++k) {
+      const size_t i = size_t(r) * size_t(q.cols) + size_t(k);
+      const float v = x[i];
+      ++c.values;
+      if (v == 0.0f) {
+        ++c.zeros;
+      } else if (std::isfinite(v)) {
+        if ((q.q[i] & 0x7fu) == 0) ++c.flushed;
+        // |v| at its scale (1 / the multiplier: a power of two for the block recipes, 1 / the
+        // caller's scale rounded once per tensor) where the cast clamps it.
+        if (std::fabs(v) / q.scale_inv_at(r, k) >= clamp_from) ++c.saturated;
+      }
+    }
+  return c;
+}
+
 Fp8Matrix fp8_quantize(const float* x, int rows, int cols, Fp8Format format, Fp8Scaling scaling, float scale) {
   DTB_CHECK(rows >= 1 && cols >= 1,
             "fp8_quantize: a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix");

@@ -50,6 +50,24 @@ struct Fp8Matrix {
 Fp8Matrix fp8_quantize(const float* x, int rows, int cols, Fp8Format format, Fp8Scaling scaling,
                        float scale = 1.0f);
 
+/// What a quantization did to a tensor's values (fp8_count): of `values` elements, `zeros` were
+/// 0 already, `flushed` were not but quantized to a zero code (underflow below half the smallest
+/// subnormal at their scale), `saturated` were clamped to the format's largest finite value (|x| ·
+/// scale at or beyond fp8_max plus half its ulp, 464 for E4M3 and 61440 for E5M2: the cast's
+/// saturation, not a rounding down to fp8_max). NaNs are in values alone.
+struct Fp8Counts {
+  int64_t values = 0, zeros = 0, flushed = 0, saturated = 0;
+  Fp8Counts& operator+=(const Fp8Counts& o) {
+    values += o.values, zeros += o.zeros, flushed += o.flushed, saturated += o.saturated;
+    return *this;
+  }
+};
+
+/// The counts of `q` = fp8_quantize(x, q.rows, q.cols, ...) against its source `x` (q.rows ×
+/// q.cols, row-major). Transformer Engine reports neither share; they are the precision suite's
+/// (suites/precision.cc) view of how well a recipe's scales fit its tensors.
+Fp8Counts fp8_count(const float* x, const Fp8Matrix& q);
+
 /// The K-block over which `a` and `w` share their scales in a GEMM of reduction length K: K for
 /// per_tensor with per_tensor; 128 for 1×128 with 1×128, 1×128 with 128×128 and 128×128 with 1×128
 /// (TE's cublaslt_gemm.cu runs "1D by 1D, 1D by 2D, and 2D by 1D block scaling", not 2D by 2D); 32

@@ -119,6 +119,29 @@ double check_gemm(const Fp8Matrix& a, const Fp8Matrix& w) {
   return worst;
 }
 
+// fp8_count by hand. Per tensor, E4M3 at scale 2: 300 (600 >= 464: clamped, saturated), 230 (460:
+// rounds to 448, not clamped), 2^-11 (2^-10, half E4M3's smallest subnormal 2^-9, ties to zero: flushed),
+// 2^-10 (2^-9: kept), 0 (a zero), NaN (a value, nothing else). MXFP8, one block of 32 with amax 1:
+// its E8M0 scale rounds 1/448 up to 2^-8, so nothing saturates, and +-2^-20 become 2^-12, below
+// 2^-10: flushed.
+TEST(Fp8Gemm, CountsSaturatedAndFlushedValues) {
+  const float x[6] = {300.0f, 230.0f, 0x1p-11f, 0x1p-10f, 0.0f, std::nanf("")};
+  const Fp8Matrix q = fp8_quantize(x, 1, 6, Fp8Format::e4m3, Fp8Scaling::per_tensor, 2.0f);
+  const Fp8Counts c = fp8_count(x, q);
+  EXPECT_EQ(c.values, 6);
+  EXPECT_EQ(c.zeros, 1);
+  EXPECT_EQ(c.saturated, 1);
+  EXPECT_EQ(c.flushed, 1);
+  std::vector<float> row(32, 0.5f);
+  row[0] = 1.0f, row[1] = 0x1p-20f, row[2] = -0x1p-20f;
+  const Fp8Matrix m = fp8_quantize(row.data(), 1, 32, Fp8Format::e4m3, Fp8Scaling::mx_1x32);
+  const Fp8Counts d = fp8_count(row.data(), m);
+  EXPECT_EQ(d.values, 32);
+  EXPECT_EQ(d.zeros, 0);
+  EXPECT_EQ(d.saturated, 0);
+  EXPECT_EQ(d.flushed, 2);
+}
+
 TEST(Fp8Gemm, WithinItsBoundForEveryRecipesPairing) {
   std::mt19937 rng(2412);
   const int N = 130, OC = 7, K = 300;  // A's 128x128 blocks in two block rows, K's last tiles partial

@@ -198,8 +198,11 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   host.barrier();
   if (hooks) loop.before_step = hooks->before_step;
   const bool moe = spec.model.moe.num_experts > 0;
-  if ((ck && ck->every > 0) || (hooks && hooks->after_step) || moe)
+  const bool fp8_scales = spec.layout.fp8 && spec.layout.fp8->recipe == Fp8Recipe::delayed;
+  if (spec.fp8_census && spec.layout.fp8) m.set_fp8_census(&out.fp8_census);  // from the first training step
+  if ((ck && ck->every > 0) || (hooks && hooks->after_step) || moe || fp8_scales)
     loop.after_step = [&](int64_t done, const LossScaler& s, const TrainRun& so_far) {
+      if (fp8_scales) out.fp8_scales.push_back(fp8_median_scales(m.fp8_states()));
       if (moe) {  // the step's routing and exchanges, then a fresh count for the next
         out.moe_counts.push_back(m.moe_counts());
         out.moe_all_to_all_s.push_back(m.moe_comm().dispatch_s + m.moe_comm().combine_s);
@@ -213,6 +216,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   if (moe) m.reset_moe_stats();  // step 0's gradient is not a training step
   const TrainRun run = parallel_train(m, engine, spec.data, cfg, spec.layout.dp_sync, g, spec.spans, loop);
   if (writer) finish_saves(*ck, *writer, host, out.checkpoints);
+  m.set_fp8_census(nullptr);
   if (spec.op_clock) out.op_seconds = spec.op_clock->seconds(), out.op_calls = spec.op_clock->calls();
   m.set_part_times(nullptr);
   out.pp_rank = m.coord().pp;

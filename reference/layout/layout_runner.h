@@ -137,6 +137,10 @@ struct LayoutRunSpec {
   /// Compute seconds per model part over the training steps (ParallelGpt::set_part_times; this
   /// rank's parts), attached after step 0's gradient as op_clock; null: none. Its L is the model's.
   PartTimes* part_times = nullptr;
+  /// FP8 runs (layout.fp8): count this rank's quantized values per operand class over the training
+  /// steps (LayoutOutcome::fp8_census; step 0's gradient not in it). Quantizes each operand once
+  /// more on the host, so off unless asked (the precision suite asks).
+  bool fp8_census = false;
   /// Test-only: each training step takes this factor times as long (TrainLoop::step_slowdown,
   /// DTB_INJECT_SLOWDOWN's train_step); 1: none.
   double step_slowdown = 1.0;
@@ -176,6 +180,13 @@ struct LayoutOutcome {
   /// empty for a dense model.
   std::vector<std::vector<double>> moe_counts;
   std::vector<double> moe_all_to_all_s;
+  /// FP8's delayed recipe, per training step run here: the median over this rank's FP8 linears of
+  /// each operand class's scale after the step's update (x, w, dy: fp8_median_scales, the scales
+  /// the next step quantizes with); empty under another recipe or without FP8.
+  std::vector<std::array<double, 3>> fp8_scales;
+  /// With spec.fp8_census: this rank's counts of quantized values per operand class over the
+  /// training steps run here (Fp8Census); zeros otherwise.
+  Fp8Census fp8_census;
 };
 
 /// The one place a training run's per-step record becomes a LayoutOutcome's, so that no training

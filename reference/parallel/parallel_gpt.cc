@@ -483,6 +483,11 @@ Fp8Checkpoint ParallelGpt<T>::fp8_checkpoint() {
 }
 
 template <typename T>
+void ParallelGpt<T>::set_fp8_census(Fp8Census* census) {
+  for (Fp8LinearState* st : fp8_states()) st->census = census;
+}
+
+template <typename T>
 void ParallelGpt<T>::restore_fp8(const Fp8Checkpoint& c) {
   if (c.history_len > 0) fp8_restore(c, fp8_layers(), fp8_states());
 }

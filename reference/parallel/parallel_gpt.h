@@ -235,6 +235,8 @@ class ParallelGpt {
   /// The delayed recipe's state of the held layers, as a checkpoint saves it (fp8_checkpoint);
   /// history_len 0 without FP8 or under another recipe.
   Fp8Checkpoint fp8_checkpoint();
+  /// Counts every held FP8 linear's quantizations into `census` (null: stop counting): Fp8Census.
+  void set_fp8_census(Fp8Census* census);
   /// Sets the held layers' states from `c` (load_checkpoint's, asked for fp8_checkpoint()'s
   /// layers): fp8_restore. Nothing when c.history_len is 0.
   void restore_fp8(const Fp8Checkpoint& c);

@@ -1,5 +1,6 @@
 #include "reference/training/fp8_linear.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <utility>
@@ -17,40 +18,57 @@ float current_scale(float amax, Fp8Format f) {
   return fp8_scale_from_amax(amax, fp8_max(f), false, 0.0f, std::numeric_limits<float>::max());
 }
 
-// The scales of `tensors` (pointer, count, role) under s: delayed from the states, recording the
-// local amax where `record`; current from the amaxes reduced in one call.
+// An operand of a linear's GEMM: its values, shape, role and delayed state; `record`: the
+// delayed recipe records its amax here (the fprop's x and w, the backward's dy).
 struct Operand {
   const void* data;
-  size_t n;
+  int rows, cols;  // data is rows x cols, row-major, as the fprop (x, w) or the dgrad (dy) quantizes it
   Fp8Role role;
   Fp8TensorScaling* state;
   bool record;
+  size_t n() const { return size_t(rows) * size_t(cols); }
 };
 
+// Counts into `census` what quantizing t under `o` does to its values (Fp8Census).
+template <typename T>
+void count(Fp8Census& census, const Operand& t, const Fp8Operand& o) {
+  const T* v = static_cast<const T*>(t.data);
+  std::vector<float> x(t.n());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(v[i]);
+  census.by_role[size_t(t.role)] += cpu::fp8_count(x.data(), cpu::fp8_quantize(x.data(), t.rows, t.cols, o.format,
+                                                                                  o.scaling, o.scale));
+}
+
 // The operands' quantization under s; `records` gets, for the delayed recipe, the local amaxes
-// to record once the GEMM has run (a refused GEMM records nothing).
+// to record once the GEMM has run (a refused GEMM records nothing); `census` (may be null) counts
+// each operand that is recorded (the fprop's x and w, the dgrad's dy: each once a pass).
 template <typename T>
 std::vector<Fp8Operand> operands(Ops<T>& ops, const Fp8Settings& s, const std::vector<Operand>& ts,
-                                 const AmaxReduce& reduce, std::vector<std::pair<Fp8TensorScaling*, float>>& records) {
+                                 const AmaxReduce& reduce, std::vector<std::pair<Fp8TensorScaling*, float>>& records,
+                                 Fp8Census* census) {
   std::vector<Fp8Operand> out;
   if (!per_tensor(s)) {
     for (const Operand& t : ts) out.push_back(fp8_operand(s, t.role));
-    return out;
-  }
-  std::vector<float> amax;
-  for (const Operand& t : ts)
-    amax.push_back(t.data && (s.recipe == Fp8Recipe::current || t.record) ? ops.amax(static_cast<const T*>(t.data), t.n)
-                                                                           : 0.0f);
-  if (s.recipe == Fp8Recipe::current && reduce) reduce(amax.data(), amax.size());
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const Fp8Format f = fp8_operand(s, ts[i].role).format;
-    if (s.recipe == Fp8Recipe::delayed) {
-      if (ts[i].record && ts[i].data) records.emplace_back(ts[i].state, amax[i]);
-      out.push_back(fp8_operand(s, ts[i].role, ts[i].state->scale));
-    } else {
-      out.push_back(fp8_operand(s, ts[i].role, current_scale(amax[i], f)));
+  } else {
+    std::vector<float> amax;
+    for (const Operand& t : ts)
+      amax.push_back(t.data && (s.recipe == Fp8Recipe::current || t.record)
+                         ? ops.amax(static_cast<const T*>(t.data), t.n())
+                         : 0.0f);
+    if (s.recipe == Fp8Recipe::current && reduce) reduce(amax.data(), amax.size());
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const Fp8Format f = fp8_operand(s, ts[i].role).format;
+      if (s.recipe == Fp8Recipe::delayed) {
+        if (ts[i].record && ts[i].data) records.emplace_back(ts[i].state, amax[i]);
+        out.push_back(fp8_operand(s, ts[i].role, ts[i].state->scale));
+      } else {
+        out.push_back(fp8_operand(s, ts[i].role, current_scale(amax[i], f)));
+      }
     }
   }
+  if (census)
+    for (size_t i = 0; i < ts.size(); ++i)
+      if (ts[i].data && ts[i].record) count<T>(*census, ts[i], out[i]);
   return out;
 }
 
@@ -65,11 +83,10 @@ template <typename T>
 void fp8_fprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* out, const T* inp, const T* weight,
                const T* bias, int N, int C, int OC, const AmaxReduce& reduce) {
   check_sizes("fp8_fprop", N, C, OC);
-  const size_t nx = size_t(N) * size_t(C), nw = size_t(OC) * size_t(C);
   std::vector<std::pair<Fp8TensorScaling*, float>> records;
-  const std::vector<Fp8Operand> o = operands(ops, s, {{inp, nx, Fp8Role::input, &st.x, true},
-                                                      {weight, nw, Fp8Role::weight, &st.w, true}},
-                                             reduce, records);
+  const std::vector<Fp8Operand> o = operands(ops, s, {{inp, N, C, Fp8Role::input, &st.x, true},
+                                                      {weight, OC, C, Fp8Role::weight, &st.w, true}},
+                                             reduce, records, st.census);
   ops.fp8_matmul_forward(out, inp, weight, bias, N, C, OC, o[0], o[1]);
   for (const auto& [state, amax] : records) state->record(amax);
 }
@@ -80,16 +97,15 @@ void fp8_bprop(Ops<T>& ops, const Fp8Settings& s, Fp8LinearState& st, T* dinp, T
   check_sizes("fp8_bprop", N, C, OC);
   DTB_CHECK(!dinp || weight, "fp8_bprop: dinp without the weight");
   DTB_CHECK(!dweight || inp, "fp8_bprop: dweight without the input");
-  const size_t nx = size_t(N) * size_t(C), nw = size_t(OC) * size_t(C), ny = size_t(N) * size_t(OC);
   // x is read for dweight, w for dinp; their scales as in the fprop (not recorded again). The
   // reduction always carries the three amaxes (0 for an operand not read), so every rank of the
   // group reduces the same count whichever gradients it asks for.
   std::vector<std::pair<Fp8TensorScaling*, float>> records;
   const std::vector<Fp8Operand> o =
-      operands(ops, s, {{dout, ny, Fp8Role::grad_output, &st.dy, true},
-                        {dweight ? inp : nullptr, nx, Fp8Role::input, &st.x, false},
-                        {dinp ? weight : nullptr, nw, Fp8Role::weight, &st.w, false}},
-               reduce, records);
+      operands(ops, s, {{dout, N, OC, Fp8Role::grad_output, &st.dy, true},
+                        {dweight ? inp : nullptr, N, C, Fp8Role::input, &st.x, false},
+                        {dinp ? weight : nullptr, OC, C, Fp8Role::weight, &st.w, false}},
+               reduce, records, st.census);
   ops.fp8_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, o[0], o[1], o[2]);
   for (const auto& [state, amax] : records) state->record(amax);
 }
@@ -117,6 +133,18 @@ void each_scaling(const std::vector<int>& layers, const std::vector<Fp8LinearSta
     for (Fp8TensorScaling* x : {&st->x, &st->w, &st->dy}) f(*x);
 }
 }  // namespace
+
+std::array<double, 3> fp8_median_scales(const std::vector<Fp8LinearState*>& states) {
+  std::array<double, 3> out{};
+  if (states.empty()) return out;
+  for (int role = 0; role < 3; ++role) {
+    std::vector<double> s;
+    for (const Fp8LinearState* st : states) s.push_back(role == 0 ? st->x.scale : role == 1 ? st->w.scale : st->dy.scale);
+    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
+    out[size_t(role)] = s[s.size() / 2];
+  }
+  return out;
+}
 
 Fp8Checkpoint fp8_checkpoint(const Fp8Settings& s, const std::vector<int>& layers,
                              const std::vector<Fp8LinearState*>& states) {

@@ -25,9 +25,11 @@
 //            same codes).
 // blockwise and mxfp8 scale each tile or block by its own amax: nothing is reduced or recorded.
 #pragma once
+#include <array>
 #include <functional>
 #include <vector>
 
+#include "kernels/cpu/fp8_gemm.h"
 #include "kernels/ops.h"
 #include "reference/layout/process_grid.h"
 #include "reference/model/gpt.h"
@@ -35,10 +37,20 @@
 
 namespace dtb {
 
+/// An FP8 run's quantized values counted per operand class (index int(Fp8Role): input, weight,
+/// output gradient), each operand as the fprop (x, w) and the dgrad (dy) quantize it: how many
+/// saturated and how many non-zero ones flushed to zero at their scales (cpu::fp8_count). Counting
+/// quantizes each operand once more on the host: the precision suite asks for it, training does not.
+struct Fp8Census {
+  std::array<cpu::Fp8Counts, 3> by_role{};
+};
+
 /// One FP8 linear's delayed-scaling states (Transformer Engine's per-module fp8 meta), each of
-/// `amax_history_len` values: what a checkpoint saves.
+/// `amax_history_len` values: what a checkpoint saves. `census` (not saved; may be null): where
+/// its quantizations are counted.
 struct Fp8LinearState {
   Fp8TensorScaling x, w, dy;
+  Fp8Census* census = nullptr;
   explicit Fp8LinearState(int history_len = 1) : x(history_len), w(history_len), dy(history_len) {}
 };
 
@@ -104,6 +116,10 @@ Fp8Checkpoint fp8_checkpoint(const Fp8Settings& s, const std::vector<int>& layer
 /// their history length (load_checkpoint's, given fp8_checkpoint's layers): bitwise the saved
 /// state. Nothing when c.history_len is 0. Aborts (DTB_CHECK) on another layer list or size.
 void fp8_restore(const Fp8Checkpoint& c, const std::vector<int>& layers, const std::vector<Fp8LinearState*>& states);
+
+/// The median over `states` of each operand class's delayed scale (x, w, dy: Fp8TensorScaling::scale,
+/// the one the next step quantizes with); zeros for no states.
+std::array<double, 3> fp8_median_scales(const std::vector<Fp8LinearState*>& states);
 
 /// The width of the recipe's tiles along a tensor dimension: 128 (blockwise: 1 x 128 tiles and
 /// 128 x 128 blocks), 32 (mxfp8), 0 (the per-tensor recipes: no tiles).
