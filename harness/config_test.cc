@@ -172,8 +172,11 @@ TEST(Config, Fp8SectionOnlyUnderPrecisionFp8) {
             "config key 'train.fp8' is set but train.precision is \"fp32\" (set it to \"fp8\")");
   EXPECT_EQ(error_of(R"({"train": {"precision": "fp8", "fp8": {"recipe": "current", "margin": 1}}})", 2, "train"),
             "train.fp8.margin: belongs to the delayed recipe (its amax history), not to recipe 'current'");
-  EXPECT_EQ(error_of(R"({"train": {"precision": "fp8", "checkpoint_every": 5, "checkpoint_dir": "ck"}})", 2, "train"),
+  const std::string ck = ::testing::TempDir() + "dtb-config-fp8-ck";  // validation makes the directory
+  EXPECT_EQ(error_of(R"({"train": {"precision": "fp8", "checkpoint_every": 5, "checkpoint_dir": ")" + ck + R"("}})", 2,
+                     "train"),
             "");
+  std::filesystem::remove_all(ck);
   EXPECT_NE(error_of(R"({"backend": "cuda", "train": {"precision": "fp8"}})", 2, "train")
                 .find("fp8 recipe delayed on the cuda backend is not supported yet"),
             std::string::npos);

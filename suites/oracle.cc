@@ -251,11 +251,9 @@ std::vector<Check> half_vs_fp32_checks(const std::string& prefix, Precision prec
   out.push_back(make_check(prefix + "loss_vs_fp32/step:0", std::fabs(losses[0] - ref[0]), u * std::fabs(ref[0]),
                            "|loss_0 - loss_0(fp32)| <= u |loss_0(fp32)|, u = " +
                                std::string(precision == Precision::bf16 ? "2^-8" : "2^-11")));
-  const size_t n = losses.size(), tail = std::max<size_t>(1, n / 4);
-  double a = 0, b = 0;
-  for (size_t s = n - tail; s < n; ++s) a += losses[s], b += ref[s];
-  out.push_back(make_check(prefix + "loss_vs_fp32/tail_mean", std::fabs(a - b) / std::fabs(b), 0x1p-4,
-                           "|mean loss - mean loss(fp32)| / mean loss(fp32) over the last " + std::to_string(tail) +
+  const TailGap g = tail_gap(losses, ref);
+  out.push_back(make_check(prefix + "loss_vs_fp32/tail_mean", std::fabs(g.gap), 0x1p-4,
+                           "|mean loss - mean loss(fp32)| / mean loss(fp32) over the last " + std::to_string(g.steps) +
                                " steps <= 2^-4"));
   return out;
 }
@@ -265,9 +263,11 @@ std::vector<Check> half_vs_fp32_checks(const std::string& prefix, Precision prec
 // u = 2^-3), with scales that keep nearly every value in range (the precision suite counts what
 // saturates and what flushes), and keep everything else in bf16 (docs/fp8.md).
 // - Step 0 is a forward at the same parameters: each FP8 GEMM's output is the product of operands
-//   perturbed elementwise by at most u relative, so, as for half precision above, the loss moves
-//   by far less than u |loss| at initialisation (measured: 2e-5 to 4e-5 |loss|); the bound is
-//   u |loss| with E4M3's u = 2^-4, the forward's format.
+//   perturbed elementwise by at most u relative (values in the format's normal range; the delayed
+//   recipe's step 0 quantizes at the initial scale 1, where most initial weights, std 0.02, are
+//   E4M3 subnormals with larger relative errors), so, as for half precision above, the loss moves
+//   by far less than u |loss| at initialisation (measured, every recipe: 2e-5 to 4e-5 |loss|); the
+//   bound is u |loss| with E4M3's u = 2^-4, the forward's format.
 // - After that the trajectories decorrelate as any two runs do, and what FP8 changes is the size
 //   of the noise: rounding to nearest is unbiased (a tensor's rounding errors have mean ~0 and are
 //   uncorrelated with its values), so it adds to each gradient element a zero-mean error of
@@ -282,14 +282,27 @@ std::vector<Check> half_vs_fp32_checks(const std::string& prefix, Precision prec
 //   mean (loss spikes land on different steps: the precision suite's 30 steps at its learning rate
 //   spike in every precision, bf16 to 1.9x its neighbours at step 21), and their mean is known to
 //   within its standard error se = sd(d) / sqrt(n) (n the steps of the quarter; 0 for n < 2). The
-//   check: |mean d| <= 2^-6 |mean loss(bf16)| + 3 se (three standard errors: the mean of
-//   independent differences strays beyond it about 0.3 % of the time). Measured (train suite,
-//   default model, 200 steps, DP2; docs/fp8.md): gaps -0.24 % to +0.01 %; DeepSeek-V3 reports under
-//   0.25 % over its long runs. A recipe whose scales do not follow its tensors (the delayed recipe
-//   never updated: gradients at scale 1 flush to zero in E5M2) stays far from bf16 (docs/fp8.md's
-//   put-back).
-Fp8Gap fp8_tail_gap(const std::vector<double>& losses, const std::vector<double>& ref) {
-  DTB_CHECK(!losses.empty() && losses.size() == ref.size(), "fp8_tail_gap: loss curves of different lengths");
+//   check: |mean d| <= 2^-6 |mean loss(bf16)| + 3 se. Three standard errors is a screen, not a test
+//   at a stated level: with the spread estimated from the n differences themselves, independent
+//   ones stray beyond it with probability 2.4 % at n = 7 and 20 % at n = 2 (Student's t, n - 1
+//   degrees of freedom), and consecutive differences are correlated, which makes se an
+//   underestimate. Against the half-precision bound above (2^-4 with no se term, a fixed allowance
+//   for the decorrelation) FP8's own allowance is 4x tighter and the decorrelation is measured.
+//   Measured (train suite, default model, 200 steps, DP2; docs/fp8.md): gaps -0.24 % to +0.01 %,
+//   se 0.008 % to 0.016 %; DeepSeek-V3 reports under 0.25 % over its long runs.
+// What the gap does not see: scales badly wrong leave a small model's loss where it was (put back
+// in the precision suite: scales stuck at 1, 79 % of output gradients flushed, -0.05 % from bf16;
+// current scales 256x too large, nearly every input clamped, +1.0 %): the precision suite's census
+// and its no-clamping checks see them (docs/fp8.md).
+double max_rel_deviation(const std::vector<double>& losses, const std::vector<double>& ref) {
+  DTB_CHECK(losses.size() == ref.size(), "max_rel_deviation: loss curves of different lengths");
+  double dev = 0;
+  for (size_t k = 0; k < losses.size(); ++k) dev = std::max(dev, std::fabs(losses[k] - ref[k]) / std::fabs(ref[k]));
+  return dev;
+}
+
+TailGap tail_gap(const std::vector<double>& losses, const std::vector<double>& ref) {
+  DTB_CHECK(!losses.empty() && losses.size() == ref.size(), "tail_gap: loss curves of different lengths");
   const size_t n = losses.size(), tail = std::max<size_t>(1, n / 4);
   double sd = 0, sr = 0;
   for (size_t s = n - tail; s < n; ++s) sd += losses[s] - ref[s], sr += ref[s];
@@ -306,7 +319,7 @@ std::vector<Check> fp8_vs_bf16_checks(const std::string& prefix, const std::vect
   std::vector<Check> out;
   out.push_back(make_check(prefix + "loss_vs_bf16/step:0", std::fabs(losses[0] - ref[0]), 0x1p-4 * std::fabs(ref[0]),
                            "|loss_0 - loss_0(bf16)| <= u |loss_0(bf16)|, u = 2^-4 (E4M3)"));
-  const Fp8Gap g = fp8_tail_gap(losses, ref);
+  const TailGap g = tail_gap(losses, ref);
   char how[200];
   std::snprintf(how, sizeof how, "(2^-6 + 3 se / mean(bf16) = %.3g + %.3g)", kFp8TailGap, 3 * g.se_rel);
   out.push_back(make_check(prefix + "loss_vs_bf16/tail_mean", std::fabs(g.gap), kFp8TailGap + 3 * g.se_rel,

@@ -92,24 +92,30 @@ std::vector<Check> grad_norm_checks(const std::string& prefix, const ReferenceSe
 std::vector<Check> half_vs_fp32_checks(const std::string& prefix, Precision precision,
                                        const std::vector<double>& losses, const std::vector<double>& ref);
 
-/// The gap between an FP8 run's losses and the bf16 run `ref`'s over the last quarter of the steps
-/// (at least one): `gap` the mean of the per-step differences over ref's mean loss (signed), `se_rel`
-/// the standard error of that mean (the differences' sample standard deviation / sqrt(steps); 0
-/// for one step) over ref's mean loss, `steps` the quarter's length. Aborts (DTB_CHECK) for curves
-/// of different lengths or none.
-struct Fp8Gap {
+/// Two loss curves over the last quarter of the steps (at least one step): `gap` the mean of the
+/// per-step differences losses - ref over ref's mean loss (signed, relative; the difference of the
+/// two means), `se_rel` the standard error of that mean difference (the differences' sample
+/// standard deviation / sqrt(steps); 0 for one step) over ref's mean loss, `steps` the quarter's
+/// length. Aborts (DTB_CHECK) for curves of different lengths or none.
+struct TailGap {
   double gap = 0, se_rel = 0;
   int steps = 0;
 };
-Fp8Gap fp8_tail_gap(const std::vector<double>& losses, const std::vector<double>& ref);
+TailGap tail_gap(const std::vector<double>& losses, const std::vector<double>& ref);
+
+/// The largest per-step |losses - ref| / |ref| (same lengths; aborts otherwise).
+double max_rel_deviation(const std::vector<double>& losses, const std::vector<double>& ref);
+
+/// FP8's own share of the last quarter's loss gap to bf16 (fp8_vs_bf16_checks): E5M2's unit
+/// roundoff squared.
+inline constexpr double kFp8TailGap = 0x1p-6;
 
 /// An FP8 run's losses (docs/fp8.md: FP8 linears over bf16) against the bf16 run `ref` of the same
 /// model, data and steps, the bounds derived in oracle.cc: "<prefix>loss_vs_bf16/step:0",
 /// |loss_0 - ref_0| <= 2^-4 |ref_0| (E4M3's unit roundoff: the forward's operands); and
-/// "<prefix>loss_vs_bf16/tail_mean", |fp8_tail_gap's gap| <= kFp8TailGap = 2^-6 (E5M2's unit
-/// roundoff squared: FP8's own share) + 3 se_rel (the trajectories' decorrelation, as the run
-/// measures it). Errors: aborts (DTB_CHECK) for curves of different lengths or none.
-inline constexpr double kFp8TailGap = 0x1p-6;
+/// "<prefix>loss_vs_bf16/tail_mean", |tail_gap's gap| <= kFp8TailGap = 2^-6 (E5M2's unit
+/// roundoff squared: FP8's own share) + 3 se_rel (tail_gap's; the trajectories' decorrelation, as
+/// the run measures it). Errors: aborts (DTB_CHECK) for curves of different lengths or none.
 std::vector<Check> fp8_vs_bf16_checks(const std::string& prefix, const std::vector<double>& losses,
                                       const std::vector<double>& ref);
 

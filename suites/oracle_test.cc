@@ -23,6 +23,34 @@ LayoutOutcome jittered(int rank) {
   return out;
 }
 
+// tail_gap by hand: 8 steps, the last quarter is steps 6 and 7. ref 2, 2; losses 2.1, 1.9 + 0.2 =
+// 2.1: differences 0.1, 0.1, mean 0.1, gap 0.1 / 2 = 0.05, sd 0, se 0. Then differences 0.3 and
+// -0.1: mean 0.1, sd sqrt(((0.2)^2 + (0.2)^2) / 1) = 0.2828, se = 0.2828 / sqrt(2) = 0.2, over the
+// mean 2: 0.1. The FP8 check passes |gap| <= 2^-6 + 3 se: 0.05 > 2^-6 fails with se 0, passes with
+// 0.1 (bound 0.316).
+TEST(LossGaps, TailGapAndItsStandardErrorByHand) {
+  const std::vector<double> ref = {5, 5, 4, 4, 3, 3, 2, 2};
+  std::vector<double> a = {5, 5, 4, 4, 3, 3, 2.1, 2.1};
+  TailGap g = tail_gap(a, ref);
+  EXPECT_EQ(g.steps, 2);
+  EXPECT_NEAR(g.gap, 0.05, 1e-12);
+  EXPECT_NEAR(g.se_rel, 0.0, 1e-12);
+  EXPECT_FALSE(fp8_vs_bf16_checks("p/", a, ref)[1].passed);
+  a[6] = 2.3, a[7] = 1.9;
+  g = tail_gap(a, ref);
+  EXPECT_NEAR(g.gap, 0.05, 1e-12);
+  EXPECT_NEAR(g.se_rel, 0.1, 1e-12);
+  const std::vector<Check> c = fp8_vs_bf16_checks("p/", a, ref);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[1].name, "p/loss_vs_bf16/tail_mean");
+  EXPECT_TRUE(c[1].passed);
+  EXPECT_NEAR(c[1].tolerance, 0x1p-6 + 0.3, 1e-12);
+  EXPECT_NEAR(max_rel_deviation(a, ref), 0.15, 1e-12);
+  // Step 0 within E4M3's unit roundoff of |loss_0|: 5 +- 5/16.
+  a[0] = 5 + 5.0 / 16 * 1.01;
+  EXPECT_FALSE(fp8_vs_bf16_checks("p/", a, ref)[0].passed);
+}
+
 TEST(StepTimes, PeriodIsTheSlowestRanksMeanNotTheStepsMaximum) {
   auto world = make_mpi_world();
   ASSERT_GE(world->size(), 2);

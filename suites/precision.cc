@@ -192,6 +192,7 @@ class PrecisionSuite : public SuiteWithParams<Params> {
                                      {"fp16/comm:fp32", Precision::fp16, true},
                                      {"fp16/forced_overflow", Precision::fp16, false, overflow_init}};
     ctx.print(header_line(p, world.size()));
+    const size_t half_rows = variants.size();  // the FP8 rows follow
     const bool cpu = !ctx.backend || ctx.backend->name() == "cpu";
     if (!cpu && !p.fp8.empty())
       ctx.print("# fp8 rows: not run on the " + ctx.backend->name() + " backend (FP8 GEMMs on the CPU only: docs/fp8.md)");
@@ -249,18 +250,13 @@ class PrecisionSuite : public SuiteWithParams<Params> {
       if (v.fp8) continue;  // below, against bf16
       const LayoutOutcome& o = last[i];
       const Summary s = summarize(times[i]);
-      double dev = 0;
-      for (size_t k = 0; k < o.losses.size(); ++k)
-        dev = std::max(dev, std::fabs(o.losses[k] - base.losses[k]) / std::fabs(base.losses[k]));
-      const size_t n = o.losses.size(), tail = std::max<size_t>(1, n / 4);
-      double ta = 0, tb = 0;
-      for (size_t k = n - tail; k < n; ++k) ta += o.losses[k], tb += base.losses[k];
-      const double tail_dev = (ta - tb) / tb;
+      const double dev = max_rel_deviation(o.losses, base.losses);
+      const double tail_dev = tail_gap(o.losses, base.losses).gap;
       int skipped = 0;
       for (int k : o.skipped) skipped += k;
       const double dp_bytes = o.dp_comm_bytes / double(t.cfg.steps + 1);  // + the untimed step-0 gradient
       const double state = model_state_bytes(o, Tier::device) + model_state_bytes(o, Tier::host);
-      json rec = benchmark_record("precision/" + v.name, int64_t(times[i].size()), 1, s.median, s.median, "ms");
+      json rec = benchmark_record("precision/" + v.name, int64_t(times[i].size()), reps, s.median, s.median, "ms");
       rec["precision"] = std::string(to_string(v.precision));
       rec[field_key(LayoutKey::comm_type)] =
           v.fp32_comm || v.precision == Precision::fp32 ? "fp32" : to_string(v.precision);
@@ -314,29 +310,27 @@ class PrecisionSuite : public SuiteWithParams<Params> {
     ctx.print("# speedup: fp32 step time / this one (the cpu emulates half storage: conversions, no faster op); tail "
               "dloss/loss: mean loss over the last quarter of the steps vs fp32's; state B/param: param + grad + "
               "master + Adam moments per parameter");
-    if (V > 6) fp8_rows(ctx, res, variants, last, times, bf16_row, pc, P, double(t.cfg.steps + 1));
+    if (V > half_rows) fp8_rows(ctx, res, variants, last, times, half_rows, bf16_row, pc, P, double(t.cfg.steps + 1));
     return res;
   }
 
  private:
-  // The FP8 rows (variants[6..]) against the bf16 run: step time, the loss gap, what each operand
+  // The FP8 rows (variants[first..]) against the bf16 run: step time, the loss gap, what each operand
   // class saturated and flushed (rank 0's quantizations over the training steps), the delayed
   // recipe's scales; checks: fp8_vs_bf16_checks and the model-state bytes (FP8 keeps bf16's).
   static void fp8_rows(SuiteContext& ctx, SuiteResult& res, const std::vector<Variant>& variants,
                        const std::vector<LayoutOutcome>& last, const std::vector<std::vector<double>>& times,
-                       size_t bf16_row, PlanConfig pc, double P, double gradient_passes) {
+                       size_t first, size_t bf16_row, PlanConfig pc, double P, double gradient_passes) {
     const LayoutOutcome& base = last[bf16_row];
     const Summary s32 = summarize(times[0]), s16 = summarize(times[bf16_row]);
     ctx.print("#  run                    step ms  x bf16  final loss  tail dloss/loss(bf16) +- se  max |dloss|/loss  "
               "saturated x/w/dy %   flushed x/w/dy %   dy scale first -> last");
-    for (size_t i = 6; i < variants.size(); ++i) {
+    for (size_t i = first; i < variants.size(); ++i) {
       const Variant& v = variants[i];
       const LayoutOutcome& o = last[i];
       const Summary s = summarize(times[i]);
-      double dev = 0;
-      for (size_t k = 0; k < o.losses.size(); ++k)
-        dev = std::max(dev, std::fabs(o.losses[k] - base.losses[k]) / std::fabs(base.losses[k]));
-      const Fp8Gap g = fp8_tail_gap(o.losses, base.losses);
+      const double dev = max_rel_deviation(o.losses, base.losses);
+      const TailGap g = tail_gap(o.losses, base.losses);
       const double gap = g.gap;
       json rec = benchmark_record("precision/" + v.name, int64_t(times[i].size()), 1, s.median, s.median, "ms");
       rec["precision"] = "fp8";
@@ -346,19 +340,11 @@ class PrecisionSuite : public SuiteWithParams<Params> {
       rec["step_time_ms"] = to_json(s, 1e3);
       rec["speedup_over_fp32"] = s32.median / s.median;
       rec["speedup_over_bf16"] = s16.median / s.median;
-      {  // the columns every row has, against fp32
-        const LayoutOutcome& f32 = last[0];
-        double d32 = 0;
-        for (size_t k = 0; k < o.losses.size(); ++k)
-          d32 = std::max(d32, std::fabs(o.losses[k] - f32.losses[k]) / std::fabs(f32.losses[k]));
-        const size_t n = o.losses.size(), tail = std::max<size_t>(1, n / 4);
-        double ta = 0, tb = 0;
-        for (size_t k = n - tail; k < n; ++k) ta += o.losses[k], tb += f32.losses[k];
-        rec["max_loss_deviation_from_fp32"] = d32;
-        rec["tail_mean_loss_deviation_from_fp32"] = (ta - tb) / tb;
-        rec["dp_comm_bytes_per_step"] = o.dp_comm_bytes / gradient_passes;
-        rec["model_state_bytes_per_param"] = (model_state_bytes(o, Tier::device) + model_state_bytes(o, Tier::host)) / P;
-      }
+      // The columns every row has, against fp32.
+      rec["max_loss_deviation_from_fp32"] = max_rel_deviation(o.losses, last[0].losses);
+      rec["tail_mean_loss_deviation_from_fp32"] = tail_gap(o.losses, last[0].losses).gap;
+      rec["dp_comm_bytes_per_step"] = o.dp_comm_bytes / gradient_passes;
+      rec["model_state_bytes_per_param"] = (model_state_bytes(o, Tier::device) + model_state_bytes(o, Tier::host)) / P;
       rec["final_loss"] = o.losses.back();
       rec["tail_mean_loss_gap_to_bf16"] = gap;  // signed, relative, last quarter of the steps
       rec["tail_mean_loss_gap_se"] = g.se_rel;  // its standard error, relative

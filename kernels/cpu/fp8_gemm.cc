@@ -48,6 +48,8 @@ Fp8Counts fp8_count(const float* x, const Fp8Matrix& q) {
       ++c.values;
       if (v == 0.0f) {
         ++c.zeros;
+      } else if (std::isinf(v)) {
+        ++c.saturated;  // the cast clamps an infinity to the largest finite value
       } else if (std::isfinite(v)) {
         if ((q.q[i] & 0x7fu) == 0) ++c.flushed;
         // |v| at its scale (1 / the multiplier: a power of two for the block recipes, 1 / the

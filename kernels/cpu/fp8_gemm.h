@@ -54,7 +54,9 @@ Fp8Matrix fp8_quantize(const float* x, int rows, int cols, Fp8Format format, Fp8
 /// 0 already, `flushed` were not but quantized to a zero code (underflow below half the smallest
 /// subnormal at their scale), `saturated` were clamped to the format's largest finite value (|x| ·
 /// scale at or beyond fp8_max plus half its ulp, 464 for E4M3 and 61440 for E5M2: the cast's
-/// saturation, not a rounding down to fp8_max). NaNs are in values alone.
+/// saturation, not a rounding down to fp8_max; an infinity is clamped too). The per-tensor multiplier
+/// is 1 / scale rounded once, so a value within a rounding of the clamp boundary may be counted on
+/// either side of it. NaNs are in values alone.
 struct Fp8Counts {
   int64_t values = 0, zeros = 0, flushed = 0, saturated = 0;
   Fp8Counts& operator+=(const Fp8Counts& o) {

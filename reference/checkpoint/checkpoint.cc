@@ -164,8 +164,9 @@ TrainProgress load_checkpoint(const std::string& step_dir, const CheckpointRunIn
       f = read_state(sections, path, step, run.seed);
       st.t = f.t;
       take_fp8.offer(sections, path);
+      take_fp8.check_complete("checkpoint file " + path);
     }
-    take_fp8.check_complete(step_dir);
+    take_fp8.check_complete("checkpoint " + printable(step_dir) + ": none of its rank files");
     p.fp8 = take_fp8.want;
     p.next_step = f.next;
     p.scaler = f.scaler;

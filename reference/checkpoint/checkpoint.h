@@ -5,7 +5,7 @@
 // Distributed Checkpoint's per-rank shards plus a metadata file written last). Layout-
 // independent: each rank file also stores where each of its elements sits in the full model
 // (ZeroStateIndex), so a checkpoint of any layout (TP, CP, PP, DP, EP, SP, virtual stages, the
-// stage split, ZeRO stage, offload) loads into any other of the same model and precision —
+// stage split, ZeRO stage, offload) loads into any other of the same model, precision and FP8 recipe —
 // resharded on load, as PyTorch Distributed Checkpoint reshards and DeepSpeed's universal
 // checkpoint (Lian et al. 2024) converts. Not here: retention of old checkpoints; asynchronous
 // saving is reference/checkpoint/checkpoint_async.h's.

@@ -287,16 +287,18 @@ void Fp8Take::offer(const std::vector<CheckpointSection>& sections, const std::s
   const CheckpointSection* v = find_section(sections, "fp8");
   const CheckpointSection* index = find_section(sections, "index.fp8");
   if (!v && !index) return;  // a rank that held no FP8 layer (none today: every stage holds one)
-  if (!v || !index || v->dtype != "f32" || index->dtype != "raw" || index->bytes.size() < 8 ||
-      index->bytes.size() % 8 != 0)
-    throw InputError("checkpoint file " + path + ": malformed 'fp8' / 'index.fp8' sections");
+  const std::string me = "checkpoint file " + path + ": ";
+  if (!v || !index) throw InputError(me + "section '" + (v ? "index.fp8" : "fp8") + "' is missing beside the other");
+  if (v->dtype != "f32") throw InputError(me + "section 'fp8' is not f32 values");
+  if (index->dtype != "raw" || index->bytes.size() < 8 || index->bytes.size() % 8 != 0)
+    throw InputError(me + "section 'index.fp8' is not a history length and layer indices (i64)");
   const int64_t len = get<int64_t>(index->bytes, 0);
   if (len != want.history_len)
-    throw InputError("checkpoint file " + path + ": FP8 amax histories of " + std::to_string(len) +
+    throw InputError(me + "FP8 amax histories of " + std::to_string(len) +
                      " steps, this run keeps " + std::to_string(want.history_len));
   const size_t n = index->bytes.size() / 8 - 1, per = Fp8Checkpoint::floats_per_layer(want.history_len);
   if (v->bytes.size() != n * per * sizeof(float))
-    throw InputError("checkpoint file " + path + ": section 'fp8' holds " + std::to_string(v->bytes.size()) +
+    throw InputError(me + "section 'fp8' holds " + std::to_string(v->bytes.size()) +
                      " bytes, not the FP8 state of its " + std::to_string(n) + " layers");
   for (size_t i = 0; i < n; ++i) {
     const int64_t layer = get<int64_t>(index->bytes, 8 * (1 + i));
@@ -306,7 +308,7 @@ void Fp8Take::offer(const std::vector<CheckpointSection>& sections, const std::s
     const char* src = v->bytes.data() + i * per * sizeof(float);
     float* dst = want.values.data() + k * per;
     if (found[k] && std::memcmp(dst, src, per * sizeof(float)) != 0)
-      throw InputError("checkpoint file " + path + ": the FP8 scaling state of transformer layer " +
+      throw InputError(me + "the FP8 scaling state of transformer layer " +
                        std::to_string(layer) + " differs from another rank file's (it is the same on every rank "
                        "that holds the layer)");
     std::memcpy(dst, src, per * sizeof(float));
@@ -314,11 +316,11 @@ void Fp8Take::offer(const std::vector<CheckpointSection>& sections, const std::s
   }
 }
 
-void Fp8Take::check_complete(const std::string& step_dir) const {
+void Fp8Take::check_complete(const std::string& read) const {
   for (size_t k = 0; k < found.size(); ++k)
     if (!found[k])
-      throw InputError("checkpoint " + printable(step_dir) + ": no rank file holds the FP8 scaling state of transformer "
-                       "layer " + std::to_string(want.layers[k]));
+      throw InputError(read + " holds no FP8 scaling state of transformer layer " + std::to_string(want.layers[k]) +
+                       " (saved without FP8's delayed recipe, or damaged)");
 }
 
 std::pair<std::string, FileDigest> rank_file_of(const nlohmann::json& m, int r, const std::string& step_dir) {

@@ -111,6 +111,58 @@ TEST(CheckpointFile, RefusesEveryDamage) {
   fs::remove_all(d);
 }
 
+// The FP8 sections (checkpoint_io::fp8_sections, Fp8Take): a layer taken from the file that holds
+// it, bitwise; a layer no file holds, two files that disagree on one, another history length, one
+// section without the other, a size that is not its layers' refused, each naming the file.
+TEST(CheckpointFile, Fp8SectionsTakeEachLayerOnceAndRefuseDamage) {
+  using namespace checkpoint_io;
+  const size_t per = Fp8Checkpoint::floats_per_layer(2);  // 12 x (2 + 2)
+  auto file = [&](std::vector<int> layers, float base) {
+    Fp8Checkpoint c{.history_len = 2, .layers = layers};
+    for (size_t i = 0; i < layers.size() * per; ++i) c.values.push_back(base + float(i));
+    return fp8_sections(c);
+  };
+  auto thrown = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_TRUE(fp8_sections(Fp8Checkpoint{}).empty());  // no state, no sections
+  // Layers 0 and 2 from two files (PP stages), each as saved.
+  Fp8Take take(Fp8Checkpoint{.history_len = 2, .layers = {0, 2}});
+  take.offer(file({0, 1}, 100.0f), "a.bin");
+  take.offer(file({2}, 500.0f), "b.bin");
+  take.check_complete("x");
+  ASSERT_EQ(take.want.values.size(), 2 * per);
+  EXPECT_EQ(take.want.values[0], 100.0f);
+  EXPECT_EQ(take.want.values[per - 1], 100.0f + float(per - 1));
+  EXPECT_EQ(take.want.values[per], 500.0f);
+  // The same layer twice, equal: taken; unequal: refused.
+  take.offer(file({2}, 500.0f), "c.bin");
+  EXPECT_EQ(thrown([&] { take.offer(file({2}, 501.0f), "d.bin"); }),
+            "checkpoint file d.bin: the FP8 scaling state of transformer layer 2 differs from another rank file's (it "
+            "is the same on every rank that holds the layer)");
+  Fp8Take missing(Fp8Checkpoint{.history_len = 2, .layers = {0, 1}});
+  missing.offer(file({0}, 1.0f), "a.bin");
+  EXPECT_EQ(thrown([&] { missing.check_complete("checkpoint file a.bin"); }),
+            "checkpoint file a.bin holds no FP8 scaling state of transformer layer 1 (saved without FP8's delayed "
+            "recipe, or damaged)");
+  Fp8Take longer(Fp8Checkpoint{.history_len = 3, .layers = {0}});
+  EXPECT_EQ(thrown([&] { longer.offer(file({0}, 1.0f), "a.bin"); }),
+            "checkpoint file a.bin: FP8 amax histories of 2 steps, this run keeps 3");
+  std::vector<CheckpointSection> one = file({0}, 1.0f);
+  one.pop_back();  // "index.fp8"
+  EXPECT_EQ(thrown([&] { take.offer(one, "a.bin"); }),
+            "checkpoint file a.bin: section 'index.fp8' is missing beside the other");
+  std::vector<CheckpointSection> cut = file({0}, 1.0f);
+  cut[0].bytes.resize(cut[0].bytes.size() - 4);
+  EXPECT_NE(thrown([&] { take.offer(cut, "a.bin"); }).find("checkpoint file a.bin: section 'fp8' holds "),
+            std::string::npos);
+}
+
 TEST(CheckpointFile, ResolveResume) {
   const std::string d = local_temp_dir();
   EXPECT_EQ(resolve_resume(d, ""), "");

@@ -77,14 +77,15 @@ struct Fp8Take {
   Fp8Checkpoint want;  // history_len and layers as the run holds them; values filled in
   std::vector<char> found;
   explicit Fp8Take(const Fp8Checkpoint& w);
-  /// Takes the layers of `want` that rank file `path`'s `sections` hold; a layer taken before
-  /// must be bitwise the same here. Errors: InputError "checkpoint file <path>: ..." for
-  /// malformed fp8 sections, another history length, or a layer whose state differs from
-  /// another file's.
+  /// Takes the layers of `want` that rank file `path`'s `sections` hold (none: nothing); a layer
+  /// taken before must be bitwise the same here. Errors: InputError "checkpoint file <path>: ..."
+  /// for one fp8 section without the other, either malformed, a size that is not its layers',
+  /// another history length, or a layer whose state differs from another file's.
   void offer(const std::vector<CheckpointSection>& sections, const std::string& path);
-  /// Errors: InputError "checkpoint <step_dir>: no rank file holds the FP8 scaling state of
-  /// transformer layer <l>" for the first layer not found.
-  void check_complete(const std::string& step_dir) const;
+  /// Errors: InputError "<read> holds no FP8 scaling state of transformer layer <l> ..." for the
+  /// first layer not found; `read` names what was offered ("checkpoint file <path>", or
+  /// "checkpoint <dir>: none of its rank files").
+  void check_complete(const std::string& read) const;
 };
 
 /// Rank `r`'s file in `step_dir` and its size and checksum, as `manifest` lists them.

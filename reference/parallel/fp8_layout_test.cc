@@ -227,7 +227,8 @@ TEST(Fp8Layouts, EveryLayoutMatchesTheOneRankTwin) {
 //   holds it; 4 ranks: TP4), the delayed and MXFP8 recipes: within the flip bound of the file
 //   comment from the uninterrupted run, dev32 the fp32 runs of the two layouts against each other
 //   (the resumed run's steps are the other layout's arithmetic from the saver's state);
-// - a resume into another history length, or out of FP8, refused in one line.
+// - a resume into another history length, another recipe, or out of FP8, refused in one line.
+// (MXFP8 keeps no state between steps: its resharded resume checks the rest of the state moves.)
 TEST(Fp8Layouts, CheckpointsResumeBitwiseAndReshardWithinTheContract) {
   auto w = make_mpi_world();
   const int n = w->size();
@@ -270,14 +271,18 @@ TEST(Fp8Layouts, CheckpointsResumeBitwiseAndReshardWithinTheContract) {
     if (r == Fp8Recipe::delayed) {
       Fp8Settings longer = s;
       longer.delayed.amax_history_len = 8;
-      for (const std::optional<Fp8Settings>& now : {std::optional<Fp8Settings>(longer), std::optional<Fp8Settings>()}) {
+      const std::vector<std::pair<std::optional<Fp8Settings>, std::string>> others = {
+          {longer, "\"amax_history_len\":8"}, {recipe(Fp8Recipe::current), "\"recipe\":\"current\""},
+          {std::nullopt, "this run's none"}};
+      for (const auto& [now, names] : others) {
         try {
           run(m, saver, now, *w, mb(saver), Precision::fp32, &resume, kCkSteps);
           ADD_FAILURE() << "a resume into another FP8 recipe was accepted";
         } catch (const InputError& e) {
           const std::string msg = e.what();
           EXPECT_NE(msg.find("FP8 recipe fp8 {"), std::string::npos) << msg;
-          EXPECT_NE(msg.find(now ? "\"amax_history_len\":8" : "this run's none"), std::string::npos) << msg;
+          EXPECT_NE(msg.find(names), std::string::npos) << msg;
+          EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;  // one line
         }
       }
     }

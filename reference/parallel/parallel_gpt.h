@@ -236,9 +236,11 @@ class ParallelGpt {
   /// history_len 0 without FP8 or under another recipe.
   Fp8Checkpoint fp8_checkpoint();
   /// Counts every held FP8 linear's quantizations into `census` (null: stop counting): Fp8Census.
+  /// `census` must outlive the counting (set null before it goes).
   void set_fp8_census(Fp8Census* census);
   /// Sets the held layers' states from `c` (load_checkpoint's, asked for fp8_checkpoint()'s
-  /// layers): fp8_restore. Nothing when c.history_len is 0.
+  /// layers): fp8_restore. Nothing when c.history_len is 0; aborts (DTB_CHECK) when c's layers
+  /// are not the held ones.
   void restore_fp8(const Fp8Checkpoint& c);
   /// The step's end for the delayed recipe (fp8_update over fp8_states()): the staged amaxes
   /// reduced by max over the TP group and then `dp` (the gradient group: DP, with context

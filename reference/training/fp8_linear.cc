@@ -140,8 +140,9 @@ std::array<double, 3> fp8_median_scales(const std::vector<Fp8LinearState*>& stat
   for (int role = 0; role < 3; ++role) {
     std::vector<double> s;
     for (const Fp8LinearState* st : states) s.push_back(role == 0 ? st->x.scale : role == 1 ? st->w.scale : st->dy.scale);
-    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
-    out[size_t(role)] = s[s.size() / 2];
+    std::sort(s.begin(), s.end());  // the median: the mean of the two middle values of an even count
+    const size_t m = s.size() / 2;
+    out[size_t(role)] = s.size() % 2 ? s[m] : 0.5 * (s[m - 1] + s[m]);
   }
   return out;
 }

@@ -41,6 +41,7 @@ namespace dtb {
 /// output gradient), each operand as the fprop (x, w) and the dgrad (dy) quantize it: how many
 /// saturated and how many non-zero ones flushed to zero at their scales (cpu::fp8_count). Counting
 /// quantizes each operand once more on the host: the precision suite asks for it, training does not.
+/// Under activation recompute the forward runs twice a step, so x and w are counted twice.
 struct Fp8Census {
   std::array<cpu::Fp8Counts, 3> by_role{};
 };

@@ -17,7 +17,8 @@ from .metrics import INFO, LOWER
 
 # Parameters that may legitimately differ between two runs of the same code (the timing loop
 # picks its own iteration count, cpu_time follows real_time).
-_PARAMS_NOT_NOTED = {"iterations", "cpu_time", "losses", "loss_scales", "step_breakdown_ms", "skip_message"}
+_PARAMS_NOT_NOTED = {"iterations", "cpu_time", "losses", "loss_scales", "step_breakdown_ms", "skip_message",
+                     "fp8_scales", "fp8_census"}
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 

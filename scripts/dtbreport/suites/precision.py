@@ -1,5 +1,7 @@
 """The precision suite's section (suites/precision.cc): fp32 vs bf16 vs fp16 step time and loss
-deviation, the loss-scale plot (-precision-loss) and the step-times chart (-step-times-precision).
+deviation, the loss-scale plot (-precision-loss) and the step-times chart (-step-times-precision);
+the FP8 rows (precision/fp8/<recipe>) in a table of their own against bf16 (docs/fp8.md), out of the
+plots (the CPU's FP8 emulation is ~20x bf16's step time).
 """
 import math
 
@@ -27,6 +29,8 @@ def render(r, recs, cs, data):
     suites[] data."""
     d = r.doc
     recs = [b for b in recs if not b.get("skipped")]
+    fp8 = [b for b in recs if b.get("precision") == "fp8"]
+    recs = [b for b in recs if b.get("precision") != "fp8"]
     rows = []
     for b in recs:
         sc = b.get("loss_scales")
@@ -47,6 +51,36 @@ def render(r, recs, cs, data):
         "half precision is emulated (conversions, no faster arithmetic), so its speedup is not a GPU's.", "note")
     plot_precision(r, recs)
     plot_step_times(r, "precision", recs, "variant")
+    if fp8:
+        render_fp8(d, fp8)
+
+
+def render_fp8(d, recs):
+    """The FP8 rows against the bf16 run: the last quarter's loss gap with its standard error, and
+    rank 0's census (saturated and flushed shares per operand class)."""
+    roles = ("input", "weight", "grad_output")
+
+    def shares(b, key):
+        c = b.get("fp8_census") or {}
+        vals = [num((c.get(x) or {}).get(key)) for x in roles]
+        return " / ".join(fmt(None if v is None else 100 * v, 2) for v in vals)
+
+    rows = []
+    for b in recs:
+        sc = (b.get("fp8_scales") or {}).get("grad_output")
+        scale = f"{fmt(num(sc[0]), 3)} → {fmt(num(sc[-1]), 3)}" if isinstance(sc, list) and sc else "–"
+        rows.append([f"`{record_tail(b['name'], 'precision')}`", fmt_timing(b.get("step_time_ms")),
+                     f"{fmt(num(b.get('speedup_over_bf16')), 3)}×", fmt(num(b.get("final_loss")), 6),
+                     f"{fmt(num(b.get('tail_mean_loss_gap_to_bf16')), 3)} ± {fmt(num(b.get('tail_mean_loss_gap_se')), 3)}",
+                     fmt(num(b.get("max_loss_deviation_from_bf16")), 3), shares(b, "saturated_share"),
+                     shares(b, "flushed_share"), scale])
+    d.table(["FP8 recipe", f"step ({unit('step_time_ms', SUITE)})", "speedup vs bf16", "final loss",
+             "tail mean Δloss/loss vs bf16 ± se", "max |Δloss|/loss vs bf16", "saturated % x / w / dy",
+             "flushed % x / w / dy", "dy scale first → last"], rows)
+    d.p("FP8 linears over bf16, each recipe run once against the bf16 run: the gap is checked against "
+        "2^-6 + 3 se (docs/fp8.md); saturated: rank 0's values clamped at the format's largest; flushed: its "
+        "non-zero values quantized to zero; the scale is the delayed recipe's (median over the linears). The CPU "
+        "emulates FP8 GEMMs, so the step times are the emulation's.", "note")
 
 
 def plot_precision(r, recs):
