@@ -68,7 +68,7 @@ RUNS = {
         "offload": TIMED,
         "overlap": TIMED | {"bucket_sizes": [1000, 100000]},
         "recompute": TIMED,
-        "precision": TIMED | {"steps": 8, "loss_scale_growth_interval": 3},
+        "precision": TIMED | {"steps": 8, "loss_scale_growth_interval": 3, "fp8": [{"recipe": "delayed"}]},
         "checkpoint": TIMED,
         "comm_efficiency": {"model": TINY_MODEL, "steps": 4, "global_batch": 4, "seq_len": 16,
                             "methods": ["sync", "hierarchical", "stale1:dc", "local2"]},
