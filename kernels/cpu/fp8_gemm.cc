@@ -5,7 +5,9 @@
 #include <bit>
 #include <limits>
 #include <string>
+#include <vector>
 
+#include "kernels/cpu/ops_common.h"
 #include "kernels/error.h"
 
 namespace dtb::cpu {
@@ -105,6 +107,36 @@ int fp8_gemm_k_block(Fp8Scaling a, Fp8Scaling w, int K) {
   return 0;
 }
 
+namespace {
+
+// One row of out: out_row[o] = sum over the K-blocks, ascending, of partial[o] * (sa_b * sw[b][o]),
+// partial[o] the block's products a_k * w_k summed over k ascending, from zero. The loops run over o
+// innermost, each o its own accumulator: each output is summed in exactly fp8_gemm_nt's documented
+// order (no reassociation, and no contraction: this file is compiled with -ffp-contract=off), so the
+// AVX2 clone, which computes eight outputs a vector, rounds as the baseline, which computes them
+// one by one (and as the scalar loop this replaced: Fp8Gemm.AccumulatesInTheDocumentedOrder).
+// ar: the row's K codes as floats; wt: W's codes as floats, K × OC (transposed); sw: per block, OC
+// scale_invs of W; sa: per block, the row's scale_inv; partial: OC floats of scratch.
+DTB_VECTOR_CLONES void gemm_row(float* __restrict out_row, const float* __restrict ar, const float* __restrict wt,
+                              const float* __restrict sw, const float* __restrict sa, float* __restrict partial,
+                              int K, int OC, int block) {
+  for (int o = 0; o < OC; ++o) out_row[o] = 0.0f;
+  for (int k0 = 0, b = 0; k0 < K; k0 += block, ++b) {
+    const int k1 = std::min(K, k0 + block);
+    for (int o = 0; o < OC; ++o) partial[o] = 0.0f;
+    for (int k = k0; k < k1; ++k) {
+      const float x = ar[k];
+      const float* __restrict wk = wt + size_t(k) * size_t(OC);
+      for (int o = 0; o < OC; ++o) partial[o] += x * wk[o];
+    }
+    const float* __restrict swb = sw + size_t(b) * size_t(OC);
+    const float sab = sa[b];
+    for (int o = 0; o < OC; ++o) out_row[o] += partial[o] * (sab * swb[o]);
+  }
+}
+
+}  // namespace
+
 void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w) {
   DTB_CHECK(a.cols == w.cols,
             "fp8_gemm_nt: K differs (" + std::to_string(a.cols) + " and " + std::to_string(w.cols) + ")");
@@ -113,24 +145,22 @@ void fp8_gemm_nt(float* out, const Fp8Matrix& a, const Fp8Matrix& w) {
                             to_string(w.scaling));
   DTB_CHECK(a.format == Fp8Format::e4m3 || w.format == Fp8Format::e4m3,
             "fp8_gemm_nt: no FP8 GEMM takes two E5M2 operands");
-  const int K = a.cols, N = a.rows, OC = w.rows;
-  // The codes as floats (exact), once.
-  std::vector<float> av(a.q.size()), wv(w.q.size());
+  const int K = a.cols, N = a.rows, OC = w.rows, blocks = ceil_div(K, block);
+  // The codes as floats (exact), once: A's rows as they are, W transposed (K × OC), W's scale_invs per
+  // block and output, A's per row and block.
+  std::vector<float> av(a.q.size()), wt(w.q.size()), sw(size_t(blocks) * size_t(OC)), sa(static_cast<size_t>(blocks));
   for (size_t i = 0; i < av.size(); ++i) av[i] = fp8_bits_to_float(a.q[i], a.format);
-  for (size_t i = 0; i < wv.size(); ++i) wv[i] = fp8_bits_to_float(w.q[i], w.format);
-  for (int n = 0; n < N; ++n)
-    for (int o = 0; o < OC; ++o) {
-      const float* ar = &av[size_t(n) * K];
-      const float* wr = &wv[size_t(o) * K];
-      float acc = 0.0f;
-      for (int k0 = 0; k0 < K; k0 += block) {
-        const int k1 = std::min(K, k0 + block);
-        float partial = 0.0f;
-        for (int k = k0; k < k1; ++k) partial += ar[k] * wr[k];
-        acc += partial * (a.scale_inv_at(n, k0) * w.scale_inv_at(o, k0));
-      }
-      out[size_t(n) * OC + o] = acc;
-    }
+  for (int o = 0; o < OC; ++o)
+    for (int k = 0; k < K; ++k)
+      wt[size_t(k) * size_t(OC) + size_t(o)] = fp8_bits_to_float(w.q[size_t(o) * size_t(K) + size_t(k)], w.format);
+  for (int b = 0; b < blocks; ++b)
+    for (int o = 0; o < OC; ++o) sw[size_t(b) * size_t(OC) + size_t(o)] = w.scale_inv_at(o, b * block);
+  std::vector<float> partial(static_cast<size_t>(OC));
+  for (int n = 0; n < N; ++n) {
+    for (int b = 0; b < blocks; ++b) sa[size_t(b)] = a.scale_inv_at(n, b * block);
+    gemm_row(out + size_t(n) * size_t(OC), &av[size_t(n) * size_t(K)], wt.data(), sw.data(), sa.data(),
+             partial.data(), K, OC, block);
+  }
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <bit>
 #include <random>
 #include <vector>
 
@@ -142,22 +143,65 @@ TEST(Fp8Gemm, CountsSaturatedAndFlushedValues) {
   EXPECT_EQ(d.flushed, 2);
 }
 
+// The recipes' operand pairings (granularity and format of A and of W).
+struct Pair { Fp8Scaling a, w; Fp8Format fa, fw; };
+const Pair kPairings[] = {Pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, kE4, kE4},
+                          Pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, kE5, kE4},  // dgrad: E5M2 gradients
+                          Pair{Fp8Scaling::tile_1x128, Fp8Scaling::block_128x128, kE4, kE4},
+                          Pair{Fp8Scaling::block_128x128, Fp8Scaling::tile_1x128, kE4, kE5},
+                          Pair{Fp8Scaling::tile_1x128, Fp8Scaling::tile_1x128, kE5, kE4},
+                          Pair{Fp8Scaling::mx_1x32, Fp8Scaling::mx_1x32, kE4, kE4}};
+
+// Both operands of a pairing, quantized: delayed-like per-tensor scales that are not powers of two
+// (448 / amax of each operand).
+std::pair<Fp8Matrix, Fp8Matrix> quantized(const Pair& p, const std::vector<float>& a, const std::vector<float>& w,
+                                          int N, int OC, int K) {
+  const float sa = 448.0f / fp8_amax(a.data(), a.size()), sw = 448.0f / fp8_amax(w.data(), w.size());
+  return {fp8_quantize(a.data(), N, K, p.fa, p.a, sa), fp8_quantize(w.data(), OC, K, p.fw, p.w, sw)};
+}
+
 TEST(Fp8Gemm, WithinItsBoundForEveryRecipesPairing) {
   std::mt19937 rng(2412);
   const int N = 130, OC = 7, K = 300;  // A's 128x128 blocks in two block rows, K's last tiles partial
   const std::vector<float> a = random_matrix(N, K, rng, 3.0f), w = random_matrix(OC, K, rng, 3.0f);
-  struct Pair { Fp8Scaling a, w; Fp8Format fa, fw; };
-  for (const Pair& p : {Pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, kE4, kE4},
-                        Pair{Fp8Scaling::per_tensor, Fp8Scaling::per_tensor, kE5, kE4},  // dgrad: E5M2 gradients
-                        Pair{Fp8Scaling::tile_1x128, Fp8Scaling::block_128x128, kE4, kE4},
-                        Pair{Fp8Scaling::block_128x128, Fp8Scaling::tile_1x128, kE4, kE5},
-                        Pair{Fp8Scaling::tile_1x128, Fp8Scaling::tile_1x128, kE5, kE4},
-                        Pair{Fp8Scaling::mx_1x32, Fp8Scaling::mx_1x32, kE4, kE4}}) {
-    // Delayed-like per-tensor scales that are not powers of two (448 / amax of each operand).
-    const float sa = 448.0f / fp8_amax(a.data(), a.size()), sw = 448.0f / fp8_amax(w.data(), w.size());
-    const Fp8Matrix qa = fp8_quantize(a.data(), N, K, p.fa, p.a, sa), qw = fp8_quantize(w.data(), OC, K, p.fw, p.w, sw);
+  for (const Pair& p : kPairings) {
+    const auto [qa, qw] = quantized(p, a, w, N, OC, K);
     const double worst = check_gemm(qa, qw);
     std::printf("fp8 gemm %s x %s: worst error %.3g of its bound\n", to_string(p.a), to_string(p.w), worst);
+  }
+}
+
+// The documented order, written out one output at a time: per K-block, the products summed in float
+// from zero over k ascending, then out += partial * (sa * sw), the blocks ascending. fp8_gemm_nt
+// computes many outputs at once (and in its AVX2 clone eight a vector): each must round exactly so.
+// OC = 37 leaves a remainder after any vector width; K = 300 a partial last block.
+TEST(Fp8Gemm, AccumulatesInTheDocumentedOrder) {
+  std::mt19937 rng(99);
+  const int N = 9, OC = 37, K = 300;
+  const std::vector<float> a = random_matrix(N, K, rng, 3.0f), w = random_matrix(OC, K, rng, 3.0f);
+  for (const Pair& p : kPairings) {
+    const auto [qa, qw] = quantized(p, a, w, N, OC, K);
+    const int B = fp8_gemm_k_block(qa.scaling, qw.scaling, K);
+    std::vector<float> out(size_t(N) * OC);
+    fp8_gemm_nt(out.data(), qa, qw);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) {
+        volatile float acc = 0.0f;  // volatile: each operation rounded to float, none fused
+        for (int k0 = 0; k0 < K; k0 += B) {
+          volatile float partial = 0.0f;
+          for (int k = k0; k < std::min(K, k0 + B); ++k) {
+            const volatile float prod = fp8_bits_to_float(qa.q[size_t(n) * K + k], qa.format) *
+                                        fp8_bits_to_float(qw.q[size_t(o) * K + k], qw.format);
+            partial = partial + prod;
+          }
+          const volatile float scale = qa.scale_inv_at(n, k0) * qw.scale_inv_at(o, k0);
+          const volatile float term = partial * scale;
+          acc = acc + term;
+        }
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[size_t(n) * OC + o]), std::bit_cast<uint32_t>(float(acc)))
+            << to_string(p.a) << " x " << to_string(p.w) << " out[" << n << "," << o << "] " << out[size_t(n) * OC + o]
+            << " against " << float(acc);
+      }
   }
 }
 
