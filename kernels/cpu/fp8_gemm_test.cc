@@ -8,10 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
-#include <bit>
 #include <random>
 #include <vector>
 
@@ -174,10 +175,12 @@ TEST(Fp8Gemm, WithinItsBoundForEveryRecipesPairing) {
 // The documented order, written out one output at a time: per K-block, the products summed in float
 // from zero over k ascending, then out += partial * (sa * sw), the blocks ascending. fp8_gemm_nt
 // computes many outputs at once (and in its AVX2 clone eight a vector): each must round exactly so.
-// OC = 37 leaves a remainder after any vector width; K = 300 a partial last block.
+// N = 130 and OC = 137 reach the second row of 128x128 blocks of either operand and leave a
+// remainder after any vector width; K = 300 a partial last block. (It checks the clone this CPU
+// runs: the AVX2 one here.)
 TEST(Fp8Gemm, AccumulatesInTheDocumentedOrder) {
   std::mt19937 rng(99);
-  const int N = 9, OC = 37, K = 300;
+  const int N = 130, OC = 137, K = 300;
   const std::vector<float> a = random_matrix(N, K, rng, 3.0f), w = random_matrix(OC, K, rng, 3.0f);
   for (const Pair& p : kPairings) {
     const auto [qa, qw] = quantized(p, a, w, N, OC, K);
