@@ -84,15 +84,7 @@ struct Params {
     Params p;
     const json& f = s.at("fp8");
     p.fp8_default = f == default_fp8_rows();
-    if (!f.is_array()) throw InputError("precision.fp8: must be a list of FP8 recipe sections (docs/fp8.md), e.g. [{\"recipe\": \"delayed\"}]");
-    for (size_t i = 0; i < f.size(); ++i) {
-      const std::string path = "precision.fp8[" + std::to_string(i) + "]";
-      p.fp8.push_back(fp8_settings_from_json(f[i], path));
-      for (size_t j = 0; j < i; ++j)
-        if (p.fp8[j].recipe == p.fp8[i].recipe)
-          throw InputError(path + ": recipe " + to_string(p.fp8[i].recipe) + " is listed twice (precision.fp8[" +
-                           std::to_string(j) + "]); its row is named after it");
-    }
+    p.fp8 = fp8_settings_list_from_json(f, "precision.fp8");
     p.t = timed_dp_setup(s, config, "precision", world.size);
     p.zero_stage = zero_stage_from_json(s, "precision");
     p.reps = int(int_in_range(s, "repetitions", "precision.repetitions", 1, 100));

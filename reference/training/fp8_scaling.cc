@@ -153,4 +153,19 @@ nlohmann::json fp8_settings_json(const Fp8Settings& s) {
   return j;
 }
 
+std::vector<Fp8Settings> fp8_settings_list_from_json(const nlohmann::json& f, const std::string& path) {
+  if (!f.is_array())
+    throw InputError(path + ": must be a list of FP8 recipe sections (docs/fp8.md), e.g. [{\"recipe\": \"delayed\"}]");
+  std::vector<Fp8Settings> out;
+  for (size_t i = 0; i < f.size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    out.push_back(fp8_settings_from_json(f[i], at));
+    for (size_t j = 0; j < i; ++j)
+      if (out[j].recipe == out[i].recipe)
+        throw InputError(at + ": recipe " + std::string(to_string(out[i].recipe)) + " is listed twice (" + path + "[" +
+                         std::to_string(j) + "]); its row is named after it");
+  }
+  return out;
+}
+
 }  // namespace dtb

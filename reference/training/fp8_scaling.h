@@ -114,4 +114,11 @@ Fp8Settings fp8_settings_from_json(const nlohmann::json& section, const std::str
 /// written: the delayed keys only for the delayed recipe), for reports and checkpoints.
 nlohmann::json fp8_settings_json(const Fp8Settings& s);
 
+/// Reads a list of `fp8` sections (a suite's FP8 rows, one per recipe: the precision suite's
+/// `precision.fp8`, the conformance suite's `conformance.fp8`), each by fp8_settings_from_json as
+/// "<path>[i]". Errors, one line each: InputError "<path>: must be a list of FP8 recipe sections
+/// (docs/fp8.md), e.g. [{"recipe": "delayed"}]"; fp8_settings_from_json's; "<path>[i]: recipe <r>
+/// is listed twice (<path>[j]); its row is named after it".
+std::vector<Fp8Settings> fp8_settings_list_from_json(const nlohmann::json& list, const std::string& path);
+
 }  // namespace dtb

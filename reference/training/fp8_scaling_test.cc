@@ -213,4 +213,29 @@ TEST(Fp8Settings, RefusedInOneLineNamingTheKey) {
 }
 
 }  // namespace
+// A suite's list of recipe sections: each read as "<path>[i]", a recipe listed twice refused.
+TEST(Fp8Settings, ListsNameTheEntryAndRefuseARepeatedRecipe) {
+  using J = nlohmann::json;
+  const std::vector<Fp8Settings> two =
+      fp8_settings_list_from_json(J::parse(R"([{"recipe": "delayed", "margin": 1}, {"recipe": "mxfp8"}])"), "s.fp8");
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].delayed.margin, 1);
+  EXPECT_EQ(two[1].recipe, Fp8Recipe::mxfp8);
+  EXPECT_TRUE(fp8_settings_list_from_json(J::array(), "s.fp8").empty());
+  const std::vector<std::pair<J, std::string>> bad = {
+      {J{{"recipe", "delayed"}}, "s.fp8: must be a list of FP8 recipe sections"},
+      {J::parse(R"([{"recipe": "current"}, {"recipe": "current", "fp8_format": "e4m3"}])"),
+       "s.fp8[1]: recipe current is listed twice (s.fp8[0]); its row is named after it"},
+      {J::parse(R"([{"recipe": "current"}, {"margin": 2, "recipe": "mxfp8"}])"), "s.fp8[1].margin: belongs to"},
+  };
+  for (const auto& [j, want] : bad) {
+    try {
+      fp8_settings_list_from_json(j, "s.fp8");
+      ADD_FAILURE() << "accepted " << j.dump();
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << j.dump() << " -> " << e.what();
+    }
+  }
+}
+
 }  // namespace dtb
