@@ -10,6 +10,10 @@
 // to a stated bound of the fp32 trajectory, and a recompute layout to bitwise equality with
 // the same layout without recompute. The layouts run on the run's backend (its ops and device
 // world); the oracle and the references always on the CPU.
+// With FP8 recipes in `fp8` (docs/fp8.md), every layout also runs each recipe's FP8 linears over
+// fp32 storage against its one-rank twin (the recipe on one rank, the same micro-batches), under
+// the FP8 layout contract (fp8_twin_checks, derived in suites/oracle.cc), which needs the same
+// layout's fp32 run against its fp32 twin.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -19,15 +23,80 @@
 #include "kernels/error.h"
 #include "reference/layout/layout_validate.h"
 #include "reference/training/dp_sync.h"
+#include "reference/training/fp8_scaling.h"
 #include "suites/conformance.h"
+#include "suites/conformance_fp8.h"
 #include "suites/oracle.h"
 #include "suites/stats.h"
 #include "suites/suite.h"
 
 namespace dtb {
-namespace {
+namespace conformance {
 
 using nlohmann::json;
+
+// Why a layout does not run in its precision or on this backend ("" when it runs):
+// validate_cp_layout's refusal (other backends have no block attention ops
+// yet), or validate_arch_layout's (a Llama model where the family does not run yet).
+std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
+  try {
+    if (is_llama(model)) validate_arch_layout(spec, model, {.backend = backend});
+    if (spec.l.cp > 1) validate_cp_layout(spec, model, backend);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The record conformance/<text> of a layout of k ranks: its step times (the slowest rank's
+// per step), settings, final loss, largest loss deviation from the oracle, its checks' worst
+// fraction and failures, and the peak activation bytes per pipeline stage.
+json layout_record(const std::string& text, const ParallelLayout& l, const LayoutSpec& spec, Precision prec, int k,
+                   const std::vector<double>& step_s, const LayoutOutcome& out, double dloss, double worst,
+                   size_t checks, int failed, const std::vector<double>& stage_peak) {
+  const Summary st = summarize(step_s);
+  json rec = benchmark_record("conformance/" + text, int64_t(step_s.size()), 1, st.median, st.median, "ms");
+  LayoutSpec s = spec;
+  s.l.tp = l.tp, s.l.dp = l.dp, s.l.pp = l.pp, s.l.schedule = l.schedule, s.l.virtual_stages = l.virtual_stages;
+  s.precision = prec;
+  add_layout_fields(rec, s);
+  rec["ranks"] = k;
+  rec["step_time_ms"] = to_json(st, 1e3);
+  rec["final_loss"] = out.losses.back();
+  rec["max_loss_deviation"] = dloss;
+  rec["worst_check_fraction"] = worst;
+  rec["checks"] = checks;
+  rec["checks_failed"] = failed;
+  rec["peak_activation_bytes_per_stage"] = stage_peak;
+  return rec;
+}
+
+// Per step the slowest step time of the layout's k ranks (world ranks 0..k-1 ran `out`), and
+// per pipeline stage the largest peak activation bytes, on rank 0 of `world`: each rank sends
+// its step times, then its stage and peak. Collective over world.
+LayoutTimes gather_layout_times(Communicator& world, const LayoutOutcome& out, int steps, int k, int pp) {
+  const size_t per = size_t(steps) + 2;
+  std::vector<double> mine(per, 0.0), all(per * world.size());
+  for (int s = 0; s < steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
+  mine[steps] = out.pp_rank;
+  mine[steps + 1] = out.peak_activation_bytes;
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
+  LayoutTimes t{std::vector<double>(steps, 0.0), std::vector<double>(pp, 0.0)};
+  for (int r = 0; r < k; ++r) {
+    for (int s = 0; s < steps; ++s) t.step_s[s] = std::max(t.step_s[s], all[r * per + s]);
+    const int stage = int(all[r * per + steps]);
+    t.stage_peak[stage] = std::max(t.stage_peak[stage], all[r * per + steps + 1]);
+  }
+  return t;
+}
+
+std::string pad(const std::string& s, size_t n) { return s.size() >= n ? s : s + std::string(n - s.size(), ' '); }
+
+}  // namespace conformance
+
+namespace {
+
+using namespace conformance;
 
 // The layouts the suite runs by default: TP 2 and 4; PP 2 and 4 under each schedule; the
 // products of two and of three dimensions, and DP 4 under TP 2 (8 ranks: each DP rank takes a
@@ -80,19 +149,6 @@ std::string no_reference_reason(const DpSync& d, Precision p) {
   if (d.local_steps > 0 && d.replicas > 1)
     return "no " + std::string(to_string(p)) + " reference: DiLoCo's " + std::to_string(d.replicas) +
            " replicas are simulated on one rank in fp32 only";
-  return "";
-}
-
-// Why a layout does not run in its precision or on this backend ("" when it runs):
-// validate_cp_layout's refusal (other backends have no block attention ops
-// yet), or validate_arch_layout's (a Llama model where the family does not run yet).
-std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
-  try {
-    if (is_llama(model)) validate_arch_layout(spec, model, {.backend = backend});
-    if (spec.l.cp > 1) validate_cp_layout(spec, model, backend);
-  } catch (const InputError& e) {
-    return e.what();
-  }
   return "";
 }
 
@@ -153,20 +209,18 @@ std::vector<Precision> precisions_from_json(const json& section) {
 
 // The section, typed: the one parse validate() and run() use. Every layout is checked
 // against its own world (a larger one than the run's is skipped, not refused).
-struct Params {
-  GptConfig model;
-  TrainConfig base;
+struct Params : Layouts {
   std::vector<Precision> precisions;
-  std::vector<std::string> names;  // as listed (the defaults when the list is empty)
-  std::vector<LayoutSpec> specs;   // of `names`
   int64_t smallest = int64_t(1) << 62;  // ranks of the smallest layout
   static Params parse(const json& section, const json& config, const WorldInfo& world);
   json to_json() const {
     json s = json::array(), p = json::array();
     for (const LayoutSpec& x : specs) s.push_back(dtb::to_json(x));
     for (Precision x : precisions) p.push_back(std::string(dtb::to_string(x)));
-    return {{"model", dtb::to_json(model)}, {"train", dtb::to_json(base)}, {"precisions", p}, {"layouts", names},
-            {"specs", s}};
+    json f = json::array();
+    for (const Fp8Settings& x : fp8) f.push_back(fp8_settings_json(x));
+    return {{"model", dtb::to_json(model)}, {"train", dtb::to_json(base)}, {"precisions", p}, {"fp8", f},
+            {"layouts", names}, {"specs", s}};
   }
 };
 
@@ -177,6 +231,7 @@ Params Params::parse(const json& section, const json& config, const WorldInfo&) 
   p.base = train_config_from_json(section, config, "conformance");
   const TrainConfig& cfg = p.base;
   p.precisions = precisions_from_json(section);
+  p.fp8 = fp8_settings_list_from_json(section.at("fp8"), "conformance.fp8");
   if (cfg.seq_len > p.model.T)
     throw InputError("conformance.seq_len = " + std::to_string(cfg.seq_len) + " exceeds conformance.model.T = " +
                      std::to_string(p.model.T));
@@ -296,29 +351,6 @@ std::vector<Check> layout_checks(const std::string& prefix, const ReferenceSet& 
   return checks;
 }
 
-// The record conformance/<text> of a layout of k ranks: its step times (the slowest rank's
-// per step), settings, final loss, largest loss deviation from the oracle, its checks' worst
-// fraction and failures, and the peak activation bytes per pipeline stage.
-json layout_record(const std::string& text, const ParallelLayout& l, const LayoutSpec& spec, Precision prec, int k,
-                   const std::vector<double>& step_s, const LayoutOutcome& out, double dloss, double worst,
-                   size_t checks, int failed, const std::vector<double>& stage_peak) {
-  const Summary st = summarize(step_s);
-  json rec = benchmark_record("conformance/" + text, int64_t(step_s.size()), 1, st.median, st.median, "ms");
-  LayoutSpec s = spec;
-  s.l.tp = l.tp, s.l.dp = l.dp, s.l.pp = l.pp, s.l.schedule = l.schedule, s.l.virtual_stages = l.virtual_stages;
-  s.precision = prec;
-  add_layout_fields(rec, s);
-  rec["ranks"] = k;
-  rec["step_time_ms"] = to_json(st, 1e3);
-  rec["final_loss"] = out.losses.back();
-  rec["max_loss_deviation"] = dloss;
-  rec["worst_check_fraction"] = worst;
-  rec["checks"] = checks;
-  rec["checks_failed"] = failed;
-  rec["peak_activation_bytes_per_stage"] = stage_peak;
-  return rec;
-}
-
 // The references of every recipe the layouts run in `prec` (DpSync as to_json prints it
 // -> its ReferenceSet), computed in the layouts' order, each announced on rank 0; the float64
 // oracle of a recipe from `oracles` when there, else run and kept there. Collective over
@@ -364,28 +396,6 @@ std::string header_line(const GptConfig& model, const TrainConfig& base, int ran
          " micro-batches per DP rank, " + std::to_string(base.steps) + " steps, " + std::to_string(ranks) + " ranks";
 }
 
-// Per step the slowest step time of the layout's k ranks (world ranks 0..k-1 ran `out`), and
-// per pipeline stage the largest peak activation bytes, on rank 0 of `world`: each rank sends
-// its step times, then its stage and peak. Collective over world.
-struct LayoutTimes {
-  std::vector<double> step_s, stage_peak;
-};
-LayoutTimes gather_layout_times(Communicator& world, const LayoutOutcome& out, int steps, int k, int pp) {
-  const size_t per = size_t(steps) + 2;
-  std::vector<double> mine(per, 0.0), all(per * world.size());
-  for (int s = 0; s < steps && world.rank() < k; ++s) mine[s] = out.timings[s].step_s;
-  mine[steps] = out.pp_rank;
-  mine[steps + 1] = out.peak_activation_bytes;
-  world.all_gather(mine.data(), all.data(), mine.size(), DType::f64);
-  LayoutTimes t{std::vector<double>(steps, 0.0), std::vector<double>(pp, 0.0)};
-  for (int r = 0; r < k; ++r) {
-    for (int s = 0; s < steps; ++s) t.step_s[s] = std::max(t.step_s[s], all[r * per + s]);
-    const int stage = int(all[r * per + steps]);
-    t.stage_peak[stage] = std::max(t.stage_peak[stage], all[r * per + steps + 1]);
-  }
-  return t;
-}
-
 class ConformanceSuite : public SuiteWithParams<Params> {
  public:
   std::string name() const override { return "conformance"; }
@@ -405,7 +415,8 @@ class ConformanceSuite : public SuiteWithParams<Params> {
             {"eps", 1e-8},
             {"weight_decay", 0.0},
             {"layouts", json::array()},
-            {"precisions", {"fp32", "bf16", "fp16"}}};
+            {"precisions", {"fp32", "bf16", "fp16"}},
+            {"fp8", json::array()}};
   }
   void validate(const json& section, const json& config, const WorldInfo& world) const override {
     const Params p = Params::parse(section, config, world);
@@ -420,6 +431,7 @@ class ConformanceSuite : public SuiteWithParams<Params> {
                        std::to_string(smallest) + "); run it under mpirun -np 8 for every default layout");
     check_fits_in_memory(conformance_memory_bytes(model, cfg), std::min(world.ranks_per_node, 4),
                          "conformance: the model and batch", world.options);
+    validate_fp8_rows(p, world.size, config.value("backend", "cpu"));
   }
 
   SuiteResult run(SuiteContext& ctx) override {
@@ -532,6 +544,7 @@ class ConformanceSuite : public SuiteWithParams<Params> {
         for (Check& c : checks) res.checks.push_back(std::move(c));
       }
     }
+    if (!p.fp8.empty()) run_fp8_rows(ctx, p, cpu, ops, res, skipped, table);
     if (world.rank() == 0) {
       res.data = {{"model", to_json(p.model)},
                   {"oracle_factor", factor},
@@ -545,7 +558,6 @@ class ConformanceSuite : public SuiteWithParams<Params> {
   }
 
  private:
-  static std::string pad(const std::string& s, size_t n) { return s.size() >= n ? s : s + std::string(n - s.size(), ' '); }
 };
 
 }  // namespace

@@ -119,6 +119,58 @@ inline constexpr double kFp8TailGap = 0x1p-6;
 std::vector<Check> fp8_vs_bf16_checks(const std::string& prefix, const std::vector<double>& losses,
                                       const std::vector<double>& ref);
 
+/// How far a run sits from its one-rank twin (the same recipe and micro-batches on one rank):
+/// `loss`, per step, the largest |loss - twin's| up to that step (an envelope); `grads0` and
+/// `params`, ||run - twin|| / ||twin|| over the whole model's step-0 gradient and final
+/// parameters (gpt.h layout; rank 0's gathered copies), NaN where either run has none (a resumed
+/// run's step-0 gradient, another rank's copies). Aborts (DTB_CHECK) on outcomes of different lengths.
+struct TwinDeviation {
+  std::vector<double> loss;
+  double grads0 = 0, params = 0;
+};
+TwinDeviation twin_deviation(const LayoutOutcome& run, const LayoutOutcome& twin);
+
+/// Whether a layout splits a sum before a quantization of FP8 linears (tensor parallelism: the
+/// row-parallel GEMMs and the column-parallel dgrads; context parallelism: the attention's merge),
+/// which moves operands quantized after it by ~fp32's rounding (fp8_twin_bound's flip model).
+inline bool fp8_splits_before_quantizing(const ParallelLayout& l) { return l.tp > 1 || l.cp > 1; }
+
+/// The regime the FP8 layout contract holds in (oracle.cc): a layout's first kFp8TwinSteps steps (new
+/// batches each, the delayed recipe's amax history filling) with the parameters held (learning rate
+/// kFp8TwinLr = 0), so that every step's operands are the twin's up to the layout's own arithmetic.
+/// Adam's first update moves every parameter by +-lr whatever its gradient's size, so a gradient a
+/// rounding carries across 0 moves its parameter by 2 lr and, through one FP8 flip at the next
+/// step, forks the two trajectories (docs/fp8.md).
+inline constexpr int kFp8TwinSteps = 3;
+inline constexpr double kFp8TwinLr = 0.0;
+
+/// The FP8 layout contract (docs/fp8.md; derivation in oracle.cc): the bound on an FP8 layout's
+/// deviation from its FP8 one-rank twin, given `dev32` (the same layout's deviation from its fp32
+/// twin, the same quantity: a loss envelope or a relative norm) and `scale` (|loss| of the twin at
+/// that step, or 1 for a relative norm). `flips` false (PP, DP: every quantized operand is the
+/// twin's): k dev32 + 4 u32 scale; true (TP, CP: fp8_splits_before_quantizing): k sqrt(2 u8
+/// dev32) + 4 u32 scale; k = 10, u32 = 2^-24, u8 = 2^-3 (E5M2).
+double fp8_twin_bound(bool flips, double dev32, double scale);
+
+/// Why the FP8 layout contract does not cover recipe `s` on layout `l` ("" when it does): the
+/// current recipe under tensor parallelism, whose per-GEMM scales follow the whole tensor's amax,
+/// which one flip can move, re-rounding every value of the tensor (an amax cascade, measured in
+/// docs/fp8.md); under context parallelism the layout rule refuses it already.
+std::string fp8_twin_uncovered(const Fp8Settings& s, const ParallelLayout& l);
+
+/// The checks of an FP8 layout `run` against its FP8 one-rank `twin` in the contract's regime (the
+/// parameters held), given the same layout's fp32 run `run32` and its fp32 twin `twin32` (the same
+/// micro-batches): "<prefix>fp8_vs_twin/loss/step:s" (the largest |loss - twin's| up to step s) and
+/// "<prefix>fp8_vs_twin/grads/step:0" (the step-0 gradient's relative norm), each within
+/// fp8_twin_bound(flips, dev32, scale); under the delayed recipe (LayoutOutcome::fp8_state)
+/// "<prefix>fp8_vs_twin/amax_history/weight", the weights' amax histories, scales and scale_invs bitwise
+/// the twin's, and without TP and CP "<prefix>fp8_vs_twin/amax_history/activations", the inputs' and
+/// output gradients' within the step-0 gradient's bound (oracle.cc says why not under TP and CP);
+/// replicas are checked by the caller. Aborts (DTB_CHECK) on
+/// outcomes of different lengths.
+std::vector<Check> fp8_twin_checks(const std::string& prefix, bool flips, const LayoutOutcome& run,
+                                   const LayoutOutcome& twin, const LayoutOutcome& run32, const LayoutOutcome& twin32);
+
 }  // namespace dtb
 
 namespace dtb {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kernels/comm/communicator.h"
 #include "kernels/error.h"
 #include "suites/suite.h"
@@ -49,6 +51,64 @@ TEST(LossGaps, TailGapAndItsStandardErrorByHand) {
   // Step 0 within E4M3's unit roundoff of |loss_0|: 5 +- 5/16.
   a[0] = 5 + 5.0 / 16 * 1.01;
   EXPECT_FALSE(fp8_vs_bf16_checks("p/", a, ref)[0].passed);
+}
+
+// The FP8 layout contract's checks by hand (suites/oracle.cc). The fp32 layout sits 1e-7 from its twin
+// in every step's loss and 1e-6 in the step-0 gradient. Without TP or CP (flips false) the FP8 run
+// may sit k dev32 + 4 u32 |loss| from its twin: 10 x 1e-7 + 4 x 2^-24 x 2 for the losses, 10 x 1e-6 +
+// 4 x 2^-24 for the gradient; with them, k sqrt(2 u8 dev32) + 4 u32: 10 sqrt(0.25e-7) = 1.58e-3 for
+// the losses. The delayed recipe's weight amaxes must be the twin's bit for bit; its activations'
+// within the gradient's bound, and not checked under TP or CP.
+TEST(Fp8Twin, ContractChecksByHand) {
+  auto outcome = [](std::vector<double> losses, std::vector<double> grads0, float w_amax = 1, float x_amax = 1) {
+    LayoutOutcome o;
+    o.losses = std::move(losses);
+    o.grads0 = std::move(grads0);
+    o.fp8_state.history_len = 1;
+    o.fp8_state.layers = {0};
+    o.fp8_state.values.assign(Fp8Checkpoint::floats_per_layer(1), 1.0f);  // 4 linears x (x, w, dy) x 3
+    o.fp8_state.values[3] = w_amax;  // the first linear's w: its amax history's one entry
+    o.fp8_state.values[0] = x_amax;  // and its x
+    return o;
+  };
+  const LayoutOutcome twin32 = outcome({2, 2, 2}, {1, 0}), run32 = outcome({2 + 1e-7, 2, 2}, {1 + 1e-6, 0});
+  const LayoutOutcome twin = outcome({2, 2, 2}, {1, 0});
+  const double u32 = 0x1p-24;
+  auto check = [&](const std::vector<Check>& cs, const std::string& name) -> const Check& {
+    for (const Check& c : cs)
+      if (c.name == name) return c;
+    ADD_FAILURE() << "no check " << name;
+    return cs.front();
+  };
+  // Within the bounds: the loss 9e-7 off at step 1 (bound 1e-6 + 8 u32), the gradient 9e-6.
+  std::vector<Check> cs = fp8_twin_checks("p/", false, outcome({2, 2 + 9e-7, 2}, {1 + 9e-6, 0}), twin, run32, twin32);
+  ASSERT_EQ(cs.size(), 6u);  // 3 losses, the gradient, two amax checks
+  for (const Check& c : cs) EXPECT_TRUE(c.passed) << c.name << " " << c.value << " > " << c.tolerance;
+  EXPECT_NEAR(check(cs, "p/fp8_vs_twin/loss/step:2").value, 9e-7, 1e-15);  // the envelope up to the step
+  // (dev32 = (2 + 1e-7) - 2 in double: 1e-7 to within 2^-51 of 2, so the bounds to ~1e-14 relative.)
+  EXPECT_NEAR(check(cs, "p/fp8_vs_twin/loss/step:2").tolerance, 1e-6 + 8 * u32, 1e-13);
+  EXPECT_NEAR(check(cs, "p/fp8_vs_twin/grads/step:0").tolerance, 1e-5 + 4 * u32, 1e-15);
+  // Over them: the loss 1.5e-6 off, the gradient 1.2e-5; a weight's amax one ulp off; an input's 2e-5.
+  cs = fp8_twin_checks("p/", false, outcome({2, 2 + 1.5e-6, 2}, {1 + 1.2e-5, 0}, std::nextafter(1.0f, 2.0f), 1 + 2e-5f),
+                       twin, run32, twin32);
+  EXPECT_FALSE(check(cs, "p/fp8_vs_twin/loss/step:1").passed);
+  EXPECT_FALSE(check(cs, "p/fp8_vs_twin/grads/step:0").passed);
+  EXPECT_FALSE(check(cs, "p/fp8_vs_twin/amax_history/weight").passed);
+  EXPECT_FALSE(check(cs, "p/fp8_vs_twin/amax_history/activations").passed);
+  // TP or CP: the flip bound passes the loss; the weights' amaxes still bitwise; no activation check.
+  cs = fp8_twin_checks("p/", true, outcome({2, 2 + 1.5e-3, 2}, {1, 0}, 1, 1.1f), twin, run32, twin32);
+  ASSERT_EQ(cs.size(), 5u);
+  EXPECT_NEAR(check(cs, "p/fp8_vs_twin/loss/step:1").tolerance, 10 * std::sqrt(0.25 * 1e-7) + 8 * u32, 1e-10);
+  for (const Check& c : cs) EXPECT_TRUE(c.passed) << c.name;
+  EXPECT_NEAR(fp8_twin_bound(true, 1e-6, 1), 10 * std::sqrt(0.25e-6) + 4 * u32, 1e-15);
+  // Only the current recipe under TP is outside the contract.
+  Fp8Settings current, delayed;
+  current.recipe = Fp8Recipe::current;
+  ParallelLayout tp2, pp2;
+  tp2.tp = 2, pp2.pp = 2;
+  EXPECT_NE(fp8_twin_uncovered(current, tp2).find("no bound covers that cascade"), std::string::npos);
+  EXPECT_EQ(fp8_twin_uncovered(current, pp2), "");
+  EXPECT_EQ(fp8_twin_uncovered(delayed, tp2), "");
 }
 
 TEST(StepTimes, PeriodIsTheSlowestRanksMeanNotTheStepsMaximum) {

@@ -126,6 +126,25 @@ void validate_run(const LayoutRunSpec& spec, const ParallelLayout& l, int world,
   if (!r.empty()) throw AgreedInputError(r.front().message);
 }
 
+// LayoutOutcome::fp8_state: every layer's FP8 scaling state on rank 0 of host, each from the first
+// rank of its stage (TP, DP and CP rank 0; one owner per layer, so the sum is exact). Collective over host.
+template <typename T>
+Fp8Checkpoint gather_fp8_state(ParallelGpt<T>& m, const OwnedGroups& og, Communicator& host, int layers) {
+  const Fp8Checkpoint mine = m.fp8_checkpoint();
+  Fp8Checkpoint all;
+  all.history_len = mine.history_len;
+  if (mine.history_len == 0) return all;
+  const size_t per = Fp8Checkpoint::floats_per_layer(mine.history_len);
+  std::vector<double> full(size_t(layers) * per, 0.0);
+  if (og.tp->rank() == 0 && og.dp->rank() == 0 && (!og.cp || og.cp->rank() == 0))
+    for (size_t i = 0; i < mine.layers.size(); ++i)
+      for (size_t j = 0; j < per; ++j) full[size_t(mine.layers[i]) * per + j] = mine.values[i * per + j];
+  host.all_reduce(full.data(), full.data(), full.size(), DType::f64, ReduceOp::sum);
+  for (int l = 0; l < layers; ++l) all.layers.push_back(l);
+  all.values.assign(full.begin(), full.end());
+  return all;
+}
+
 template <typename T>
 LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
   const TrainConfig& cfg = spec.train;
@@ -237,6 +256,7 @@ LayoutOutcome run_layout_as(const LayoutRunSpec& spec, Ops<T>* ops) {
     const std::vector<T> p = engine.full_params();
     out.params = m.gather(p, host);
     out.replica_params = m.replica_max_diff(p, host);
+    if (spec.layout.fp8) out.fp8_state = gather_fp8_state(m, og, host, spec.model.L);
   }
   return out;
 }

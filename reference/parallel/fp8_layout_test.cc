@@ -4,30 +4,14 @@
 // in fp32 storage (FP8 GEMMs, everything else fp32: the sharpest form, where the layouts' own
 // deviations are fp32 rounding). Multi-rank binary (2 and 4 ranks).
 //
-// The contract, from how a layout can differ from its twin. The recipes make every quantization
-// scale the whole tensor's: current scaling reduces each sharded operand's amax (max: exact in any
-// order) over TP, the delayed recipe its staged amaxes over TP and DP (with CP, DP x CP) at the step's end, and the
-// tile recipes' tiles never straddle a shard (validate_fp8_shards). What a layout changes is the
-// order of some fp32 sums, which the same layout in fp32 shows against its fp32 twin (dev32):
-// - Pipeline and data parallelism (no TP) change only sums taken after the step's quantizations:
-//   the gradients over DP replicas and micro-batches, the tied embedding's two copies. Every
-//   quantized operand of the step is the twin's, so the FP8 run deviates as the fp32 run:
-//   dev8 <= k dev32 + 4 u32 (k = 10, the conformance suite's factor for the draw, suites/oracle.cc;
-//   the floor for a deviation of a few roundings where dev32 happens to be 0). The next step's
-//   operands differ by the parameters' ~1e-10: the expected number of values it moves across an
-//   FP8 rounding boundary, N delta / (2 u8), is far below 1.
-// - Tensor parallelism splits the row-parallel GEMMs' and the column-parallel dgrads' sums, and
-//   context parallelism the attention's (each CP rank's softmax over its key blocks, merged by
-//   their log-sum-exps), so operands quantized after them differ by a relative delta ~ dev32 before they are rounded to
-//   FP8 (unit roundoff u8 = 2^-3, E5M2, the coarser): a value moves by ~2 u8 when delta carries
-//   it across a rounding boundary, with probability ~delta / (2 u8), so the expected squared
-//   change is ~2 u8 delta (the "flip" model): RMS sqrt(2 u8 dev32), times k. Flips are rare
-//   events; each one's effect spreads through the layers below it, which k covers: measured
-//   2026-12-07, TP2 and TP2:sp current scaling sit at 2.4x (GPT) and 2.1x (Llama) of the RMS for
-//   the step-0 gradient, 2.0x and 4.2x for the losses.
-// A shard scaled by its own amax re-rounds every value of that shard (~u8 / sqrt(3) each): the
-// step-0 gradient moves by 0.05 at TP2, 220x the model's RMS (the negative controls in
-// docs/fp8.md, each put back and shown failing here).
+// The contract (fp8_twin_bound, derived in suites/oracle.cc, which the conformance suite's FP8 rows
+// check too): the recipes make every quantization scale the whole tensor's, so what a layout
+// changes is the order of some fp32 sums, which the same layout in fp32 shows against its fp32
+// twin (dev32). PP and DP change only sums after the step's quantizations: k dev32 + 4 u32. TP and
+// CP split sums before one, so operands near an FP8 rounding boundary flip: k sqrt(2 u8 dev32) +
+// 4 u32. A shard scaled by its own amax re-rounds every value of that shard: the step-0 gradient
+// moves by 0.05 at TP2, 220x the model's RMS (the negative controls in docs/fp8.md, each put back
+// and shown failing here).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,6 +30,7 @@
 #include "reference/model/test_dataset.h"
 #include "reference/parallel/parallel_test_util.h"
 #include "reference/training/fp8_scaling.h"
+#include "suites/oracle.h"
 
 namespace dtb {
 namespace {
@@ -104,27 +89,6 @@ LayoutOutcome run(const GptConfig& m, const Case& c, const std::optional<Fp8Sett
                      .host = w, .data = data, .gather = true, .checkpoints = ck});
 }
 
-double rel(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
-  return std::sqrt(num / den);
-}
-
-struct Deviation {
-  std::vector<double> loss;  // per step, the envelope up to it
-  double grads0 = 0, params = 0;
-};
-
-Deviation deviation(const LayoutOutcome& a, const LayoutOutcome& twin) {
-  Deviation d;
-  double env = 0;
-  for (size_t s = 0; s < a.losses.size(); ++s)
-    d.loss.push_back(env = std::max(env, std::fabs(a.losses[s] - twin.losses[s])));
-  d.grads0 = rel(a.grads0, twin.grads0);
-  d.params = rel(a.params, twin.params);
-  return d;
-}
-
 Fp8Settings recipe(Fp8Recipe r) {
   Fp8Settings s;
   s.recipe = r;
@@ -133,22 +97,12 @@ Fp8Settings recipe(Fp8Recipe r) {
   return s;
 }
 
-// Unit roundoff of fp32 and of E5M2 (the coarser FP8 format the recipes use).
-constexpr double kU32 = 0x1p-24, kU8 = 0x1p-3, kK = 10;
-
-// The bounds of the file comment for a deviation of the fp32 layout `dev32` and a magnitude
-// `scale` (|loss|, or 1 for a relative norm).
-double same_operands_bound(double dev32, double scale) { return kK * dev32 + 4 * kU32 * scale; }
-double flip_bound(double dev32, double scale) { return kK * std::sqrt(2 * kU8 * dev32) + 4 * kU32 * scale; }
-
-void expect_within(const Case& c, const Deviation& d8, const Deviation& d32, const LayoutOutcome& twin) {
-  auto bound = [&](double dev32, double scale) {
-    return c.tp > 1 || c.cp > 1 ? flip_bound(dev32, scale) : same_operands_bound(dev32, scale);
-  };
+void expect_within(const Case& c, const TwinDeviation& d8, const TwinDeviation& d32, const LayoutOutcome& twin) {
+  const bool flips = c.tp > 1 || c.cp > 1;  // fp8_splits_before_quantizing
   for (size_t s = 0; s < d8.loss.size(); ++s)
-    EXPECT_LE(d8.loss[s], bound(d32.loss[s], std::fabs(twin.losses[s]))) << "loss, step " << s;
-  EXPECT_LE(d8.grads0, bound(d32.grads0, 1)) << "step-0 gradient";
-  EXPECT_LE(d8.params, bound(d32.params, 1)) << "final parameters";
+    EXPECT_LE(d8.loss[s], fp8_twin_bound(flips, d32.loss[s], std::fabs(twin.losses[s]))) << "loss, step " << s;
+  EXPECT_LE(d8.grads0, fp8_twin_bound(flips, d32.grads0, 1)) << "step-0 gradient";
+  EXPECT_LE(d8.params, fp8_twin_bound(flips, d32.params, 1)) << "final parameters";
 }
 
 void check_layouts(const std::vector<Case>& cases) {
@@ -173,14 +127,14 @@ void check_layouts(const std::vector<Case>& cases) {
       const GptConfig m = model_of(arch, c.wide, c.seq);
       const int mb = c.batch / 2 / c.dp;  // 2 sequences a micro-batch, on every rank and on the twin
       const LayoutOutcome b = run(m, c, std::nullopt, *w, mb);
-      const Deviation d32 = w->rank() == 0 ? deviation(b, twin(c, std::nullopt)) : Deviation{};
+      const TwinDeviation d32 = w->rank() == 0 ? twin_deviation(b, twin(c, std::nullopt)) : TwinDeviation{};
       for (Fp8Recipe r : c.recipes) {
         SCOPED_TRACE(std::string(arch == ModelArch::llama ? "llama " : "gpt2 ") + c.name + " " + to_string(r));
         const Fp8Settings s = recipe(r);
         const LayoutOutcome f = run(m, c, s, *w, mb);
         if (w->rank() == 0) {
           const LayoutOutcome& f1 = twin(c, s);
-          expect_within(c, deviation(f, f1), d32, f1);
+          expect_within(c, twin_deviation(f, f1), d32, f1);
         }
         EXPECT_EQ(f.replica_grads0, 0.0);
         EXPECT_EQ(f.replica_params, 0.0);
@@ -242,7 +196,7 @@ TEST(Fp8Layouts, CheckpointsResumeBitwiseAndReshardWithinTheContract) {
   auto mb = [](const Case& c) { return c.batch / 2 / c.dp; };
   const LayoutOutcome s32 = run(m, saver, std::nullopt, *w, mb(saver), Precision::fp32, nullptr, kCkSteps);
   const LayoutOutcome o32 = run(m, other, std::nullopt, *w, mb(other), Precision::fp32, nullptr, kCkSteps);
-  const Deviation d32 = deviation(o32, s32);
+  const TwinDeviation d32 = twin_deviation(o32, s32);
   const std::vector<Fp8Recipe> recipes =
       n == 2 ? std::vector<Fp8Recipe>(std::begin(kAll), std::end(kAll)) : kButBlockwise;  // TP2's blockwise tiles
   for (Fp8Recipe r : recipes) {
@@ -261,10 +215,10 @@ TEST(Fp8Layouts, CheckpointsResumeBitwiseAndReshardWithinTheContract) {
       const LayoutOutcome moved = run(m, other, s, *w, mb(other), Precision::fp32, &resume, kCkSteps);
       EXPECT_EQ(moved.checkpoints.resharded_from.empty(), false);
       if (w->rank() == 0) {
-        const Deviation d8 = deviation(moved, full);
+        const TwinDeviation d8 = twin_deviation(moved, full);
         for (size_t k = 0; k < d8.loss.size(); ++k)
-          EXPECT_LE(d8.loss[k], flip_bound(d32.loss[k], std::fabs(full.losses[k]))) << "loss, step " << k;
-        EXPECT_LE(d8.params, flip_bound(d32.params, 1)) << "final parameters";
+          EXPECT_LE(d8.loss[k], fp8_twin_bound(true, d32.loss[k], std::fabs(full.losses[k]))) << "loss, step " << k;
+        EXPECT_LE(d8.params, fp8_twin_bound(true, d32.params, 1)) << "final parameters";
       }
       EXPECT_EQ(moved.replica_params, 0.0);
     }

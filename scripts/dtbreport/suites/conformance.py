@@ -43,7 +43,7 @@ def layout_groups(names):
 
 
 def strip_precision(layout):
-    return re.sub(r":(bf16|fp16)$", "", layout)
+    return re.sub(r":(bf16|fp16|fp8:[a-z0-9]+)$", "", layout)
 
 
 def render(r, recs, cs, data):
@@ -73,7 +73,8 @@ def render(r, recs, cs, data):
         cls.append("fail" if failed else None)
     d.table(["layout", "precision", "ranks", "TP×DP×PP", "final loss", "max |Δloss| vs f64",
              "worst check (value/tol)", "checks", "status", f"step ({unit('step_time_ms', SUITE)})"], rows, row_cls=cls)
-    d.p("max |Δloss|: the largest |loss − loss of the float64 oracle| over the steps; worst check: the largest "
+    d.p("max |Δloss|: the largest |loss − loss of the float64 oracle| over the steps (an FP8 row's: of its "
+        "recipe's one-rank twin, whose FP8 layout contract its checks hold it to, docs/fp8.md); worst check: the largest "
         "value / tolerance over the layout's checks (<= 1 passes). Step times are the layout's k ranks' while "
         "the world's other ranks wait for them: compare them only between layouts of the same rank count.",
         "note")
@@ -83,14 +84,16 @@ def render(r, recs, cs, data):
         d.p("Skipped (need more ranks than the world's " + str(r.world()) + "): " +
             ", ".join(f"`{s.get('layout')}` ({s.get('needs_ranks')})" for s in by_ranks) + ".")
     no_reference = [s for s in skipped if "needs_ranks" not in s]
-    if no_reference:  # a recipe without a reference in that precision (stale gradients, local steps)
-        d.p("Skipped (no reference of the recipe in that precision): " +
+    if no_reference:  # a recipe without a reference in that precision (stale gradients, local steps), an FP8 recipe
+        d.p("Skipped (no reference of the recipe in that precision, or an FP8 recipe the layout rule refuses): " +
             ", ".join(f"`{s.get('layout')}` ({s.get('reason')})" for s in no_reference) + ".")
     plot_conformance_loss(r, data, cs)
 
 
 def plot_conformance_loss(r, data, cs):
-    layouts = [x for x in (data.get("layouts") or []) if isinstance(x, dict) and isinstance(x.get("losses"), list)]
+    # FP8 rows are checked against their one-rank twin, not the oracle: not drawn here.
+    layouts = [x for x in (data.get("layouts") or []) if isinstance(x, dict) and isinstance(x.get("losses"), list)
+               and x.get("precision") != "fp8"]
     oracle = data.get("oracle_losses")
     if not layouts or not isinstance(oracle, list) or not oracle:
         return
