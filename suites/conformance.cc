@@ -90,6 +90,14 @@ LayoutTimes gather_layout_times(Communicator& world, const LayoutOutcome& out, i
   return t;
 }
 
+// A layout spec's recipe as the trainer and the references take it: DiLoCo's replicas are its
+// DP ranks; the other recipes do not depend on the DP size (their references are one rank's).
+DpSync recipe_of(const LayoutSpec& spec) {
+  DpSync d = spec.dp_sync;
+  d.replicas = d.local_steps > 0 ? spec.l.dp : 1;
+  return d;
+}
+
 std::string pad(const std::string& s, size_t n) { return s.size() >= n ? s : s + std::string(n - s.size(), ' '); }
 
 }  // namespace conformance
@@ -132,13 +140,6 @@ const std::vector<std::string> kDefaultLayouts = {
     // (bitwise CP2 without it). fp32 only: the block attention ops have no half version yet.
     "CP2", "CP4", "CP2:all_gather", "TP2xCP2:sp", "CP2xPP2", "CP2xDP2:zero3", "CP2:full"};
 
-// A layout spec's recipe as the trainer and the references take it: DiLoCo's replicas are its
-// DP ranks; the other recipes do not depend on the DP size (their references are one rank's).
-DpSync recipe_of(const LayoutSpec& spec) {
-  DpSync d = spec.dp_sync;
-  d.replicas = d.local_steps > 0 ? spec.l.dp : 1;
-  return d;
-}
 
 // Why a layout's recipe has no reference in precision `p` ("" when it has one): fp16 trains with
 // loss scaling, which stale gradients and local steps refuse; DiLoCo's one-rank reference

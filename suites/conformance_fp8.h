@@ -12,6 +12,7 @@
 #include "kernels/device.h"
 #include "reference/layout/layout_runner.h"
 #include "reference/model/gpt.h"
+#include "reference/training/dp_sync.h"
 #include "reference/training/fp8_scaling.h"
 #include "reference/training/trainer.h"
 #include "suites/suite.h"
@@ -31,6 +32,9 @@ struct Layouts {
 
 // Shared with conformance.cc (defined there).
 
+/// A layout's DP sync recipe as the trainer and the references take it: DiLoCo's replicas are its
+/// DP ranks (stale gradients' and synchronous recipes' do not depend on the DP size).
+DpSync recipe_of(const LayoutSpec& spec);
 /// Why a layout does not run on `backend` ("" when it runs): validate_arch_layout's or
 /// validate_cp_layout's refusal.
 std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend);

@@ -122,8 +122,9 @@ std::vector<Check> fp8_vs_bf16_checks(const std::string& prefix, const std::vect
 /// How far a run sits from its one-rank twin (the same recipe and micro-batches on one rank):
 /// `loss`, per step, the largest |loss - twin's| up to that step (an envelope); `grads0` and
 /// `params`, ||run - twin|| / ||twin|| over the whole model's step-0 gradient and final
-/// parameters (gpt.h layout; rank 0's gathered copies), NaN where either run has none (a resumed
-/// run's step-0 gradient, another rank's copies). Aborts (DTB_CHECK) on outcomes of different lengths.
+/// parameters (gpt.h layout; the gathered copies; rel_norm_diff: ||run - twin|| where the twin's is
+/// 0), NaN where either run has none (a resumed run's step-0 gradient). A NaN anywhere stays NaN (the
+/// envelope too), so that its check fails. Aborts (DTB_CHECK) on outcomes of different lengths.
 struct TwinDeviation {
   std::vector<double> loss;
   double grads0 = 0, params = 0;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kernels/comm/communicator.h"
 #include "kernels/error.h"
@@ -95,6 +96,14 @@ TEST(Fp8Twin, ContractChecksByHand) {
   EXPECT_FALSE(check(cs, "p/fp8_vs_twin/grads/step:0").passed);
   EXPECT_FALSE(check(cs, "p/fp8_vs_twin/amax_history/weight").passed);
   EXPECT_FALSE(check(cs, "p/fp8_vs_twin/amax_history/activations").passed);
+  // A NaN fails its check and every later step's (the envelope keeps it), and in a weight's amax too.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  cs = fp8_twin_checks("p/", false, outcome({2, nan, 2}, {1, 0}, std::numeric_limits<float>::quiet_NaN()), twin, run32,
+                       twin32);
+  EXPECT_TRUE(check(cs, "p/fp8_vs_twin/loss/step:0").passed);
+  EXPECT_FALSE(check(cs, "p/fp8_vs_twin/loss/step:1").passed);
+  EXPECT_FALSE(check(cs, "p/fp8_vs_twin/loss/step:2").passed);
+  EXPECT_FALSE(check(cs, "p/fp8_vs_twin/amax_history/weight").passed);
   // TP or CP: the flip bound passes the loss; the weights' amaxes still bitwise; no activation check.
   cs = fp8_twin_checks("p/", true, outcome({2, 2 + 1.5e-3, 2}, {1, 0}, 1, 1.1f), twin, run32, twin32);
   ASSERT_EQ(cs.size(), 5u);

@@ -187,7 +187,7 @@ struct LayoutOutcome {
   /// With spec.fp8_census: this rank's counts of quantized values per operand class over the
   /// training steps run here (Fp8Census); zeros otherwise.
   Fp8Census fp8_census;
-  /// With spec.gather and FP8's delayed recipe, on rank 0 of host: every transformer layer's final
+  /// With spec.gather and FP8's delayed recipe, on every rank of host: every transformer layer's final
   /// scaling state (Fp8Checkpoint: layers 0..L-1, each's amax histories, scales and scale_invs after
   /// the last step's update), each layer's from the first rank of its pipeline stage (TP, DP and CP
   /// rank 0), so that a rank whose state strays from its replicas' shows; history_len 0 otherwise.

@@ -166,8 +166,10 @@ def parse_suite_thresholds(items):
 
 
 def _absent_and_off(a, b):
-    """True when one of a, b is "<absent>" and the other an off value."""
-    off = lambda v: v is None or v is False or v == "" or v == "none" or (is_number(v) and v == 0)
+    """True when one of a, b is "<absent>" and the other an off value (an empty list too: a key such as
+    conformance.fp8 that a report of an older dtbench lacks, at its default of no rows)."""
+    off = lambda v: (v is None or v is False or v == "" or v == "none" or (is_number(v) and v == 0)
+                     or (isinstance(v, list) and not v))
     return (a == "<absent>" and off(b)) or (b == "<absent>" and off(a))
 
 
