@@ -54,17 +54,7 @@ print(f"conformance fp8 rows ok: {sum(map(len, ran.values()))} layout runs, {len
 PY
 # The report against the report schema (the FP8 rows' fields, suites/conformance.schema.json).
 /usr/bin/python3 "$(dirname "$0")/../scripts/validate_report.py" "$tmp/fp8.json"
-fails=0
-refuse() {
-  local want="$1" cfg="$2"
-  printf '%s' "$cfg" >"$tmp/bad.json"
-  if "$dtbench" run --config "$tmp/bad.json" --output-dir "$tmp" >"$tmp/out" 2>"$tmp/err"; then rc=0; else rc=$?; fi
-  if [ "$rc" -ne 2 ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -qF -- "$want" "$tmp/err"; then
-    echo "FAIL: $cfg -> exit $rc, wanted '$want':"; cat "$tmp/err"; fails=$((fails + 1))
-  else
-    echo "ok: $(cat "$tmp/err")"
-  fi
-}
+. "$(dirname "$0")/refuse_lib.sh"
 refuse "conformance.fp8[1]: recipe mxfp8 is listed twice (conformance.fp8[0])" \
   '{"suites": ["conformance"], "conformance": {"layouts": ["PP2"], "fp8": [{"recipe": "mxfp8"}, {"recipe": "mxfp8"}]}}'
 refuse "conformance.fp8[0]: recipe blockwise runs on none of the layouts that fit 1 rank(s) (conformance.fp8[0] on 'DP1': fp8 recipe blockwise: the tokens of a micro-batch on one rank (the wgrad's reduction) = 64" \

@@ -43,17 +43,7 @@ for k in recipes:
 assert all(c["passed"] for c in r["checks"]), [c for c in r["checks"] if not c["passed"]]
 print(f"precision fp8 rows ok: {len(recipes)} recipes, {len(r['checks'])} checks passed")
 PY
-fails=0
-refuse() {
-  local want="$1" cfg="$2"
-  printf '%s' "$cfg" >"$tmp/bad.json"
-  if "$dtbench" run --config "$tmp/bad.json" --output-dir "$tmp" >"$tmp/out" 2>"$tmp/err"; then rc=0; else rc=$?; fi
-  if [ "$rc" -ne 2 ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -qF -- "$want" "$tmp/err"; then
-    echo "FAIL: $cfg -> exit $rc, wanted '$want':"; cat "$tmp/err"; fails=$((fails + 1))
-  else
-    echo "ok: $(cat "$tmp/err")"
-  fi
-}
+. "$(dirname "$0")/refuse_lib.sh"
 refuse "precision.fp8[1]: recipe mxfp8 is listed twice (precision.fp8[0])" \
   '{"suites": ["precision"], "precision": {"fp8": [{"recipe": "mxfp8"}, {"recipe": "mxfp8"}]}}'
 refuse "precision.fp8[0].margin: belongs to the delayed recipe" \
