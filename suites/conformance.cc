@@ -35,19 +35,6 @@ namespace conformance {
 
 using nlohmann::json;
 
-// Why a layout does not run in its precision or on this backend ("" when it runs):
-// validate_cp_layout's refusal (other backends have no block attention ops
-// yet), or validate_arch_layout's (a Llama model where the family does not run yet).
-std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
-  try {
-    if (is_llama(model)) validate_arch_layout(spec, model, {.backend = backend});
-    if (spec.l.cp > 1) validate_cp_layout(spec, model, backend);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // The record conformance/<text> of a layout of k ranks: its step times (the slowest rank's
 // per step), settings, final loss, largest loss deviation from the oracle, its checks' worst
 // fraction and failures, and the peak activation bytes per pipeline stage.
@@ -106,6 +93,19 @@ namespace {
 
 using namespace conformance;
 
+// Why a layout does not run in its precision or on this backend ("" when it runs):
+// validate_cp_layout's refusal (other backends have no block attention ops
+// yet), or validate_arch_layout's (a Llama model where the family does not run yet).
+std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend) {
+  try {
+    if (is_llama(model)) validate_arch_layout(spec, model, {.backend = backend});
+    if (spec.l.cp > 1) validate_cp_layout(spec, model, backend);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // The layouts the suite runs by default: TP 2 and 4; PP 2 and 4 under each schedule; the
 // products of two and of three dimensions, and DP 4 under TP 2 (8 ranks: each DP rank takes a
 // quarter of the batch, and gradients are summed over 4, not 8); ZeRO; recompute; sequence
@@ -139,7 +139,6 @@ const std::vector<std::string> kDefaultLayouts = {
     // (gradients reduced and sharded over the data-and-context group), with full recompute
     // (bitwise CP2 without it). fp32 only: the block attention ops have no half version yet.
     "CP2", "CP4", "CP2:all_gather", "TP2xCP2:sp", "CP2xPP2", "CP2xDP2:zero3", "CP2:full"};
-
 
 // Why a layout's recipe has no reference in precision `p` ("" when it has one): fp16 trains with
 // loss scaling, which stale gradients and local steps refuse; DiLoCo's one-rank reference
@@ -558,7 +557,6 @@ class ConformanceSuite : public SuiteWithParams<Params> {
     return res;
   }
 
- private:
 };
 
 }  // namespace

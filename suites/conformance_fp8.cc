@@ -20,9 +20,9 @@ using nlohmann::json;
 
 namespace {
 
-// Layout li of `p` with FP8 recipe `s` over fp32 storage (the sharp form: the layouts' own
-// deviations are fp32 rounding).
-LayoutSpec fp8_spec(const Layouts& p, size_t li, const Fp8Settings& s) {
+// Layout li of `p` with FP8 recipe `s` (none: its fp32 run, dev32's) over fp32 storage (the sharp
+// form: the layouts' own deviations are fp32 rounding).
+LayoutSpec fp8_spec(const Layouts& p, size_t li, const std::optional<Fp8Settings>& s) {
   LayoutSpec spec = p.specs[li];
   spec.precision = Precision::fp32;
   spec.fp8 = s;
@@ -40,9 +40,7 @@ std::string fp8_skip_reason(const Layouts& p, size_t li, size_t i, const std::st
                              .path = "conformance",
                              .where = "conformance.fp8[" + std::to_string(i) + "] on '" + printable(p.names[li], 40) + "'"};
   const std::vector<LayoutRefusal> r = layout_refusals(spec, p.model, c);
-  if (!r.empty()) return r.front().message;
-  const std::string why = skip_reason(spec, p.model, backend);
-  if (!why.empty()) return why;
+  if (!r.empty()) return r.front().message;  // the arch and cp rules among them (skip_reason's)
   const std::string uncovered = fp8_twin_uncovered(p.fp8[i], spec.l);
   return uncovered.empty() ? "" : c.where + ": " + uncovered;
 }
@@ -96,11 +94,8 @@ void run_fp8_rows(SuiteContext& ctx, const Layouts& p, Device& cpu, const Precis
             "twin (the recipe on one rank, the same micro-batches) within the FP8 layout contract (docs/fp8.md)");
   ctx.print("#  layout                       ranks  final loss   |dloss| twin  worst check   checks   status");
   for (size_t li = 0; li < p.names.size(); ++li) {
-    LayoutSpec plain = p.specs[li];
-    plain.precision = Precision::fp32;
-    ParallelLayout l = plain.l;
-    l.micro_batches = cfg.micro_batches;
-    plain.l = l;
+    const LayoutSpec plain = fp8_spec(p, li, std::nullopt);
+    const ParallelLayout& l = plain.l;
     const int k = int(l.world());
     std::vector<size_t> runs;  // the recipes this layout runs
     for (size_t i = 0; i < p.fp8.size(); ++i) {

@@ -35,9 +35,6 @@ struct Layouts {
 /// A layout's DP sync recipe as the trainer and the references take it: DiLoCo's replicas are its
 /// DP ranks (stale gradients' and synchronous recipes' do not depend on the DP size).
 DpSync recipe_of(const LayoutSpec& spec);
-/// Why a layout does not run on `backend` ("" when it runs): validate_arch_layout's or
-/// validate_cp_layout's refusal.
-std::string skip_reason(const LayoutSpec& spec, const GptConfig& model, const std::string& backend);
 /// The record conformance/<text> of a layout of k ranks (schema: suites/conformance.schema.json):
 /// its step times in ms (the slowest rank's per step), settings (precision `prec`, and fp8_recipe
 /// where spec.fp8 is set), final loss, `dloss`, its checks' worst fraction and failures, and
@@ -58,7 +55,7 @@ std::string pad(const std::string& s, size_t n);
 
 /// Why layout li does not run FP8 recipe i (p.fp8[i]) on `backend` ("" when it does), naming
 /// "conformance.fp8[i] on '<layout>'": the first of its layout-rule refusals (validate_fp8_layout's
-/// among them: a tile straddling a shard, the current recipe under CP), skip_reason's, or what the
+/// among them: a tile straddling a shard, the current recipe under CP), or what the
 /// FP8 layout contract does not cover (fp8_twin_uncovered: the current recipe under TP).
 std::string fp8_skip_reason(const Layouts& p, size_t li, size_t i, const std::string& backend);
 

@@ -444,12 +444,11 @@ std::vector<Check> fp8_twin_checks(const std::string& prefix, bool flips, const 
     const Fp8Checkpoint &a = run.fp8_state, &b = twin.fp8_state;
     DTB_CHECK(a.values.size() == b.values.size() && a.history_len == b.history_len,
               "fp8_twin_checks: FP8 states of different sizes");
-    const size_t per = size_t(b.history_len) + 2;
     double worst_w = 0, worst_act = 0;
     for (size_t i = 0; i < b.values.size(); ++i) {
       const double d = b.values[i] != 0 ? std::fabs(a.values[i] - b.values[i]) / std::fabs(b.values[i])
                                         : std::fabs(a.values[i]);
-      double& worst = (i / per) % 3 == 1 ? worst_w : worst_act;
+      double& worst = Fp8Checkpoint::role_of(i, b.history_len) == Fp8Role::weight ? worst_w : worst_act;
       worst = max_nan(worst, d);
     }
     out.push_back(make_check(prefix + "fp8_vs_twin/amax_history/weight", worst_w, 0.0,

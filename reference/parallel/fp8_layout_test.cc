@@ -98,7 +98,9 @@ Fp8Settings recipe(Fp8Recipe r) {
 }
 
 void expect_within(const Case& c, const TwinDeviation& d8, const TwinDeviation& d32, const LayoutOutcome& twin) {
-  const bool flips = c.tp > 1 || c.cp > 1;  // fp8_splits_before_quantizing
+  ParallelLayout l;
+  l.tp = c.tp, l.cp = c.cp;
+  const bool flips = fp8_splits_before_quantizing(l);
   for (size_t s = 0; s < d8.loss.size(); ++s)
     EXPECT_LE(d8.loss[s], fp8_twin_bound(flips, d32.loss[s], std::fabs(twin.losses[s]))) << "loss, step " << s;
   EXPECT_LE(d8.grads0, fp8_twin_bound(flips, d32.grads0, 1)) << "step-0 gradient";

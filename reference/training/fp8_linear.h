@@ -70,6 +70,8 @@ struct Fp8Checkpoint {
   std::vector<int> layers;    // global transformer layer indices, ascending
   std::vector<float> values;  // layers.size() x floats_per_layer(history_len)
   static size_t floats_per_layer(int history_len) { return 12 * (size_t(history_len) + 2); }
+  /// The operand class (x: input, w: weight, dy: grad_output) that value `i` of `values` belongs to.
+  static Fp8Role role_of(size_t i, int history_len) { return Fp8Role(int(i / (size_t(history_len) + 2) % 3)); }
 };
 
 /// A linear's FP8 recipe and state for one call of a sharded linear
